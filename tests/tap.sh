@@ -1,0 +1,25 @@
+# cotrain tests: TAP helpers for shell tests.  Source it: . "$top_srcdir/tests/tap.sh"
+#   plan N | skip_all REASON | ok COND-EXIT-STATUS DESC... | is GOT WANT DESC | done_testing
+_tap_n=0
+_tap_failed=0
+_tap_planned=
+plan() { _tap_planned=$1; echo "1..$1"; }
+skip_all() { echo "1..0 # SKIP $*"; exit 0; }
+diag() { echo "$*" | sed 's/^/# /'; }
+# ok STATUS DESC: STATUS is an exit status (0 = pass), e.g. ok $? "it ran"
+ok() {
+	_st=$1; shift
+	_tap_n=$((_tap_n + 1))
+	if [ "$_st" -eq 0 ]; then echo "ok $_tap_n - $*"; else echo "not ok $_tap_n - $*"; _tap_failed=$((_tap_failed + 1)); fi
+	return "$_st"
+}
+is() {
+	_got=$1; _want=$2; shift 2
+	if [ "$_got" = "$_want" ]; then ok 0 "$@"; else ok 1 "$@"; diag "  got: '$_got', expected: '$_want'"; fi
+}
+done_testing() {
+	[ -z "$_tap_planned" ] && echo "1..$_tap_n"
+	if [ -n "$_tap_planned" ] && [ "$_tap_planned" -ne "$_tap_n" ]; then diag "planned $_tap_planned, ran $_tap_n"; exit 1; fi
+	[ "$_tap_failed" -eq 0 ]
+	exit $?
+}
