@@ -35,6 +35,17 @@ cot_err cot_seterr(cot_errbuf *eb, cot_err e, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(eb->msg, sizeof eb->msg, fmt, ap);
 		va_end(ap);
+		eb->hint[0] = '\0';
 	}
 	return e;
+}
+
+void cot_sethint(cot_errbuf *eb, const char *fmt, ...)
+{
+	if (eb) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(eb->hint, sizeof eb->hint, fmt, ap);
+		va_end(ap);
+	}
 }

@@ -29,9 +29,11 @@ typedef enum {
 	COT_ERR_INTERNAL      /* a bug: cannot happen */
 } cot_err;
 
-/* A buffer for the human-readable detail of the last error. */
+/* A buffer for the human-readable detail of the last error, and an optional
+ * hint (a full sentence telling the user what to do). */
 typedef struct {
 	char msg[512];
+	char hint[256];
 } cot_errbuf;
 
 /* Short stable name of an error code ("invalid", "not_found"...), used as the
@@ -42,5 +44,8 @@ const char *cot_strerror(cot_err e);
  * that callers can `return cot_seterr(eb, COT_ERR_IO, "could not ...")`. */
 cot_err cot_seterr(cot_errbuf *eb, cot_err e, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* printf-style: set the hint of eb (when eb is not NULL). */
+void cot_sethint(cot_errbuf *eb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif
