@@ -1,0 +1,72 @@
+/* cotrain: turning text files into a dataset's shards and manifest.
+ *
+ * ds_import reads its inputs in order: a plain file is one document; a
+ * folder contributes every regular file below it, sorted by relative path
+ * (byte order, as `LC_ALL=C sort`); an archive (named *.tar, *.tar.gz,
+ * *.tgz, *.tar.bz2, *.tbz2, *.tar.xz, *.txz, *.tar.zst or *.zip, whether
+ * given directly or found in a folder) contributes its regular entries in
+ * archive order.  Names with a component starting with '.' (".git",
+ * ".DS_Store"), symbolic links, devices and other non-regular entries are
+ * skipped; an archive inside an archive is read as a plain document.
+ *
+ * Every document must be valid UTF-8 (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF); the first one that is not fails the
+ * whole import, naming the document and the byte offset.  Empty documents
+ * are skipped.  The token stream is the documents' bytes (the byte-level
+ * tokenizer: token = byte value) joined by DS_SEPARATOR, cut into shards of
+ * shard_tokens tokens (the last may be shorter), each written to the store
+ * with shard_write, then a JSON manifest listing them (doc/dataset.md).
+ *
+ * ds_import touches no database: the caller records the result.  On error,
+ * shards already written stay in the store as unreferenced garbage. */
+#ifndef COT_DATASET_IMPORT_H
+#define COT_DATASET_IMPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/error.h"
+#include "shared/filestore.h"
+#include "shared/shard.h"
+
+#define DS_SEPARATOR          "\n\n"          /* between consecutive documents */
+#define DS_SHARD_TOKENS_DEFAULT (1u << 20)
+#define DS_SHARD_TOKENS_MIN   64u
+#define DS_SHARD_TOKENS_MAX   SHARD_TOKENS_MAX
+#define DS_MAX_TOKENS         (1ull << 40)    /* tokens in one dataset */
+#define DS_MAX_FILES          2000000         /* files listed from one folder */
+#define DS_MAX_DEPTH          64              /* folder nesting */
+
+typedef struct {
+	int32_t idx;
+	uint64_t first_token;
+	uint64_t n_tokens;
+	char sha256[FS_SHA_HEX_LEN + 1];          /* the shard file's name */
+	uint64_t size;                            /* its bytes */
+	char tokens_sha256[FS_SHA_HEX_LEN + 1];
+} ds_shard;
+
+typedef struct {
+	uint64_t n_tokens;
+	uint64_t n_documents;
+	uint64_t n_skipped;                       /* non-regular and hidden entries */
+	size_t n_shards;
+	ds_shard *shards;                         /* n_shards, malloc'd */
+	char manifest_sha256[FS_SHA_HEX_LEN + 1];
+	uint64_t manifest_size;
+} ds_result;
+
+/* Import inputs[0..n_inputs) as dataset `name` into the store at
+ * store_dir, cutting shards of shard_tokens tokens (DS_SHARD_TOKENS_MIN to
+ * DS_SHARD_TOKENS_MAX).  On success *out is filled; free it with
+ * ds_result_free.  Errors: COT_ERR_INVALID (bad name, size, an input that is
+ * not UTF-8, no tokens at all), COT_ERR_CORRUPT (an unreadable archive),
+ * COT_ERR_IO, COT_ERR_TOO_LARGE (over DS_MAX_TOKENS, DS_MAX_FILES or
+ * DS_MAX_DEPTH), COT_ERR_NOMEM; *out is zeroed on error. */
+cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens,
+                  const char *const *inputs, size_t n_inputs, ds_result *out,
+                  cot_errbuf *eb);
+
+void ds_result_free(ds_result *r);
+
+#endif
