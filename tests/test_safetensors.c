@@ -68,6 +68,7 @@ static void expect_bad(const unsigned char *buf, size_t len, cot_err want,
                        const char *substr, const char *what)
 {
 	cot_errbuf eb;
+	memset(&eb, 0, sizeof eb);
 	st_file *f = (st_file *)1;
 	memset(&eb, 0, sizeof eb);
 	cot_err rc = st_parse(buf, len, &f, &eb);
@@ -107,6 +108,7 @@ static void test_round_trip(void)
 	uint16_t half = 0x3c00;
 	int64_t s_w[2] = {2, 3}, s_ids[1] = {4}, s_empty[2] = {0, 5};
 	cot_errbuf eb;
+	memset(&eb, 0, sizeof eb);
 	st_writer *wr;
 
 	snprintf(path, sizeof path, "%s/round.safetensors", dir);
@@ -250,6 +252,7 @@ static void test_python_layout(void)
 	snprintf(path, sizeof path, "%s/python.safetensors", dir);
 	write_file(path, img, len);
 	cot_errbuf eb;
+	memset(&eb, 0, sizeof eb);
 	st_file *f;
 	is_int(st_open(path, &f, &eb), COT_OK, "Python layout opens: %s", eb.msg);
 	if (!f)
@@ -409,6 +412,7 @@ static void test_hostile(void)
 
 	/* Not a file at all. */
 	cot_errbuf eb;
+	memset(&eb, 0, sizeof eb);
 	st_file *f;
 	is_int(st_open(dir, &f, &eb), COT_ERR_INVALID, "a folder is refused");
 	ok(f == NULL && strstr(eb.msg, "not a regular file"), "detail: %s",
@@ -436,6 +440,7 @@ static void test_too_many(void)
 	size_t len;
 	unsigned char *b = mk(hdr, 0, &len);
 	cot_errbuf eb;
+	memset(&eb, 0, sizeof eb);
 	st_file *f;
 	cot_err rc = st_parse(b, len, &f, &eb);
 	ok(rc == COT_ERR_TOO_LARGE && strstr(eb.msg, "tensors"),
