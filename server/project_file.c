@@ -1,0 +1,426 @@
+/* cotrain: project files (see project_file.h and doc/project-file.md). */
+#include "server/project_file.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+const char *pf_opt_type_name(pf_opt_type t)
+{
+	return t == PF_OPT_ADAMW ? "adamw" : "lamb";
+}
+
+const char *pf_decay_name(pf_decay d)
+{
+	switch (d) {
+	case PF_DECAY_CONSTANT: return "constant";
+	case PF_DECAY_LINEAR: return "linear";
+	case PF_DECAY_COSINE: return "cosine";
+	}
+	return "cosine";
+}
+
+int64_t pf_param_count(const pf_model *m)
+{
+	int64_t d = m->d_model, f = m->d_ff;
+	int64_t block = 4 * d * d + 2 * d * f + 9 * d + f;
+	return (int64_t)m->vocab * d + (int64_t)m->seq_len * d + m->n_shared * block + 2 * d;
+}
+
+/* ---- shape checking ---------------------------------------------------- */
+
+/* An object being checked, and the dotted path of it ("optimizer.schedule")
+ * for messages. */
+typedef struct {
+	const json_t *obj;
+	const char *path;
+	cot_errbuf *eb;
+} scope;
+
+static void field_name(const scope *s, const char *key, char *buf, size_t len)
+{
+	if (*s->path)
+		snprintf(buf, len, "%s.%s", s->path, key);
+	else
+		snprintf(buf, len, "%s", key);
+}
+
+static cot_err bad(const scope *s, const char *key, const char *hint, const char *fmt, const char *what)
+{
+	char f[128];
+	field_name(s, key, f, sizeof f);
+	cot_seterr(s->eb, COT_ERR_INVALID, fmt, f, what);
+	if (hint)
+		cot_sethint(s->eb, "%s", hint);
+	return COT_ERR_INVALID;
+}
+
+/* Every key of the object must be in the NULL-terminated list. */
+static cot_err only_keys(const scope *s, const char *const *allowed)
+{
+	const char *key;
+	const json_t *v;
+	json_object_foreach((json_t *)s->obj, key, v) {
+		bool found = false;
+		for (const char *const *a = allowed; *a; a++)
+			if (strcmp(*a, key) == 0)
+				found = true;
+		if (!found) {
+			char f[128], list[512] = "";
+			size_t n = 0;
+			snprintf(f, sizeof f, "%s%s%.80s", s->path, *s->path ? "." : "", key);
+			for (const char *const *a = allowed; *a && n < sizeof list - 40; a++)
+				n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", *a);
+			cot_seterr(s->eb, COT_ERR_INVALID, "unknown field \"%s\" in project file", f);
+			cot_sethint(s->eb, "Known fields%s%s: %s.", *s->path ? " of " : "", s->path, list);
+			return COT_ERR_INVALID;
+		}
+	}
+	return COT_OK;
+}
+
+static const json_t *get(const scope *s, const char *key)
+{
+	const json_t *v = json_object_get(s->obj, key);
+	return json_is_null(v) ? NULL : v;
+}
+
+static cot_err missing(const scope *s, const char *key)
+{
+	return bad(s, key, NULL, "missing field \"%s\" in project file%s", "");
+}
+
+static cot_err get_int(const scope *s, const char *key, bool required, long long min, long long max,
+                       long long *out)
+{
+	const json_t *v = get(s, key);
+	if (!v)
+		return required ? missing(s, key) : COT_OK;
+	char f[128], range[96];
+	field_name(s, key, f, sizeof f);
+	snprintf(range, sizeof range, "an integer between %lld and %lld", min, max);
+	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+		cot_seterr(s->eb, COT_ERR_INVALID, "field \"%s\" must be %s", f, range);
+		if (json_is_integer(v))
+			cot_sethint(s->eb, "It is %lld.", (long long)json_integer_value(v));
+		else
+			cot_sethint(s->eb, "It is a JSON %s.", json_is_real(v) ? "real number" :
+			            json_is_string(v) ? "string" : json_is_boolean(v) ? "boolean" :
+			            json_is_array(v) ? "array" : "object");
+		return COT_ERR_INVALID;
+	}
+	*out = json_integer_value(v);
+	return COT_OK;
+}
+
+static cot_err get_num(const scope *s, const char *key, bool required, double min, double max,
+                       bool min_open, double *out)
+{
+	const json_t *v = get(s, key);
+	if (!v)
+		return required ? missing(s, key) : COT_OK;
+	char f[128];
+	field_name(s, key, f, sizeof f);
+	double x = json_is_number(v) ? json_number_value(v) : NAN;
+	if (!json_is_number(v) || !isfinite(x) || x < min || x > max || (min_open && x == min)) {
+		cot_seterr(s->eb, COT_ERR_INVALID, "field \"%s\" must be a number %s %g and at most %g",
+		           f, min_open ? "above" : "of at least", min, max);
+		if (json_is_number(v))
+			cot_sethint(s->eb, "It is %g.", x);
+		return COT_ERR_INVALID;
+	}
+	*out = x;
+	return COT_OK;
+}
+
+/* A string of 1..maxlen bytes; written into buf (maxlen + 1 bytes) or, with
+ * buf NULL, returned through *dup as a malloc'd copy. */
+static cot_err get_str(const scope *s, const char *key, bool required, size_t minlen, size_t maxlen,
+                       char *buf, char **dup)
+{
+	const json_t *v = get(s, key);
+	if (!v)
+		return required ? missing(s, key) : COT_OK;
+	char f[128];
+	field_name(s, key, f, sizeof f);
+	if (!json_is_string(v) || json_string_length(v) < minlen || json_string_length(v) > maxlen ||
+	    strlen(json_string_value(v)) != json_string_length(v)) {
+		cot_seterr(s->eb, COT_ERR_INVALID, "field \"%s\" must be a string of %zu to %zu bytes", f, minlen, maxlen);
+		return COT_ERR_INVALID;
+	}
+	if (buf) {
+		memcpy(buf, json_string_value(v), json_string_length(v) + 1);
+		return COT_OK;
+	}
+	char *c = strdup(json_string_value(v));
+	if (!c)
+		return cot_seterr(s->eb, COT_ERR_NOMEM, "out of memory");
+	free(*dup);
+	*dup = c;
+	return COT_OK;
+}
+
+/* One of the NULL-terminated names; its index goes to *out. */
+static cot_err get_enum(const scope *s, const char *key, const char *const *names, int *out)
+{
+	const json_t *v = get(s, key);
+	if (!v)
+		return COT_OK;
+	if (json_is_string(v))
+		for (int i = 0; names[i]; i++)
+			if (strcmp(json_string_value(v), names[i]) == 0) {
+				*out = i;
+				return COT_OK;
+			}
+	char f[128], list[128] = "";
+	size_t n = 0;
+	field_name(s, key, f, sizeof f);
+	for (int i = 0; names[i]; i++)
+		n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", i ? ", " : "", names[i]);
+	cot_seterr(s->eb, COT_ERR_INVALID, "field \"%s\" must be one of %s", f, list);
+	return COT_ERR_INVALID;
+}
+
+/* A nested object; absent is allowed unless required (*out is then NULL). */
+static cot_err get_obj(const scope *s, const char *key, bool required, const json_t **out)
+{
+	const json_t *v = get(s, key);
+	*out = NULL;
+	if (!v)
+		return required ? missing(s, key) : COT_OK;
+	if (!json_is_object(v))
+		return bad(s, key, NULL, "field \"%s\" must be a JSON object%s", "");
+	*out = v;
+	return COT_OK;
+}
+
+static int name_ok(const char *s, bool project)
+{
+	size_t n = strlen(s);
+	if (n < 1 || n > PF_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		bool lower = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+		bool upper = c >= 'A' && c <= 'Z';
+		if (project ? !(lower || (i > 0 && c == '-'))
+		            : !(lower || upper || (i > 0 && (c == '-' || c == '.' || c == '_'))))
+			return 0;
+	}
+	return 1;
+}
+
+/* ---- the sections ------------------------------------------------------ */
+
+static cot_err parse_model(const scope *top, pf_model *m)
+{
+	static const char *const keys[] = { "n_layer", "n_shared", "n_head", "d_model", "d_ff",
+	                                    "seq_len", "vocab", NULL };
+	const json_t *o;
+	cot_err rc = get_obj(top, "model", true, &o);
+	if (rc)
+		return rc;
+	scope s = { o, "model", top->eb };
+	if ((rc = only_keys(&s, keys)))
+		return rc;
+	long long n_layer = 0, n_shared = -1, n_head = 0, d_model = 0, d_ff = -1, seq_len = 0, vocab = 256;
+	if ((rc = get_int(&s, "n_layer", true, 1, 256, &n_layer)) ||
+	    (rc = get_int(&s, "n_shared", false, 1, 256, &n_shared)) ||
+	    (rc = get_int(&s, "n_head", true, 1, 256, &n_head)) ||
+	    (rc = get_int(&s, "d_model", true, 1, 16384, &d_model)) ||
+	    (rc = get_int(&s, "d_ff", false, 1, 65536, &d_ff)) ||
+	    (rc = get_int(&s, "seq_len", true, 2, 65536, &seq_len)) ||
+	    (rc = get_int(&s, "vocab", false, 2, 1 << 20, &vocab)))
+		return rc;
+	if (n_shared < 0)
+		n_shared = n_layer;
+	if (d_ff < 0)
+		d_ff = 4 * d_model;
+	if (n_shared > n_layer || n_layer % n_shared != 0) {
+		cot_seterr(s.eb, COT_ERR_INVALID, "field \"model.n_shared\" must divide model.n_layer (%lld)", n_layer);
+		cot_sethint(s.eb, "Each of the n_shared distinct blocks is applied n_layer / n_shared times; "
+		            "n_shared = n_layer means no sharing.");
+		return COT_ERR_INVALID;
+	}
+	if (d_model % n_head != 0) {
+		cot_seterr(s.eb, COT_ERR_INVALID, "field \"model.d_model\" must be a multiple of model.n_head (%lld)", n_head);
+		cot_sethint(s.eb, "It is %lld; every attention head gets d_model / n_head dimensions.", d_model);
+		return COT_ERR_INVALID;
+	}
+	m->n_layer = (int)n_layer;
+	m->n_shared = (int)n_shared;
+	m->n_head = (int)n_head;
+	m->d_model = (int)d_model;
+	m->d_ff = (int)d_ff;
+	m->seq_len = (int)seq_len;
+	m->vocab = (int)vocab;
+	int64_t np = pf_param_count(m);
+	if (np > PF_MAX_PARAMS) {
+		cot_seterr(s.eb, COT_ERR_INVALID, "field \"model\" describes too large a model: %lld parameters", (long long)np);
+		cot_sethint(s.eb, "At most %lld parameters are supported; make model.d_model, model.n_shared or model.vocab smaller.",
+		            (long long)PF_MAX_PARAMS);
+		return COT_ERR_INVALID;
+	}
+	return COT_OK;
+}
+
+static cot_err parse_optimizer(const scope *top, pf_optimizer *o)
+{
+	static const char *const keys[] = { "type", "lr", "beta1", "beta2", "eps", "weight_decay",
+	                                    "clip_norm", "schedule", NULL };
+	static const char *const skeys[] = { "warmup_steps", "total_steps", "decay", "min_lr_ratio", NULL };
+	static const char *const types[] = { "lamb", "adamw", NULL };
+	static const char *const decays[] = { "constant", "linear", "cosine", NULL };
+
+	/* Defaults (doc/project-file.md). */
+	o->type = PF_OPT_LAMB;
+	o->lr = 1e-3;
+	o->beta1 = 0.9;
+	o->beta2 = 0.999;
+	o->eps = 1e-6;
+	o->weight_decay = 0.01;
+	o->clip_norm = 1.0;
+	o->warmup_steps = 0;
+	o->total_steps = 10000;
+	o->decay = PF_DECAY_COSINE;
+	o->min_lr_ratio = 0.1;
+
+	const json_t *obj, *sched;
+	cot_err rc = get_obj(top, "optimizer", false, &obj);
+	if (rc || !obj)
+		return rc;
+	scope s = { obj, "optimizer", top->eb };
+	int type = (int)o->type, decay = (int)o->decay;
+	if ((rc = only_keys(&s, keys)) ||
+	    (rc = get_enum(&s, "type", types, &type)) ||
+	    (rc = get_num(&s, "lr", false, 0, 10, true, &o->lr)) ||
+	    (rc = get_num(&s, "beta1", false, 0, 0.999999, false, &o->beta1)) ||
+	    (rc = get_num(&s, "beta2", false, 0, 0.99999999, false, &o->beta2)) ||
+	    (rc = get_num(&s, "eps", false, 0, 1, true, &o->eps)) ||
+	    (rc = get_num(&s, "weight_decay", false, 0, 10, false, &o->weight_decay)) ||
+	    (rc = get_num(&s, "clip_norm", false, 0, 1e6, false, &o->clip_norm)) ||
+	    (rc = get_obj(&s, "schedule", false, &sched)))
+		return rc;
+	o->type = (pf_opt_type)type;
+	if (!sched)
+		return COT_OK;
+	scope ss = { sched, "optimizer.schedule", top->eb };
+	long long warm = o->warmup_steps, total = o->total_steps;
+	if ((rc = only_keys(&ss, skeys)) ||
+	    (rc = get_int(&ss, "warmup_steps", false, 0, 1000000000, &warm)) ||
+	    (rc = get_int(&ss, "total_steps", false, 1, 1000000000, &total)) ||
+	    (rc = get_enum(&ss, "decay", decays, &decay)) ||
+	    (rc = get_num(&ss, "min_lr_ratio", false, 0, 1, false, &o->min_lr_ratio)))
+		return rc;
+	if (warm > total) {
+		cot_seterr(ss.eb, COT_ERR_INVALID, "field \"optimizer.schedule.warmup_steps\" must not exceed optimizer.schedule.total_steps (%lld)", total);
+		return COT_ERR_INVALID;
+	}
+	o->warmup_steps = warm;
+	o->total_steps = total;
+	o->decay = (pf_decay)decay;
+	return COT_OK;
+}
+
+static char *normalize(const pf_project *p)
+{
+	const pf_model *m = &p->model;
+	const pf_optimizer *o = &p->opt;
+	json_t *j = json_pack(
+		"{s:s, s:s, s:s, s:s,"
+		" s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i},"
+		" s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:{s:I, s:I, s:s, s:f}},"
+		" s:i, s:i, s:I, s:i}",
+		"name", p->name, "title", p->title, "description", p->description ? p->description : "",
+		"dataset", p->dataset,
+		"model", "n_layer", m->n_layer, "n_shared", m->n_shared, "n_head", m->n_head,
+		"d_model", m->d_model, "d_ff", m->d_ff, "seq_len", m->seq_len, "vocab", m->vocab,
+		"optimizer", "type", pf_opt_type_name(o->type), "lr", o->lr, "beta1", o->beta1,
+		"beta2", o->beta2, "eps", o->eps, "weight_decay", o->weight_decay, "clip_norm", o->clip_norm,
+		"schedule", "warmup_steps", (json_int_t)o->warmup_steps, "total_steps", (json_int_t)o->total_steps,
+		"decay", pf_decay_name(o->decay), "min_lr_ratio", o->min_lr_ratio,
+		"target_batch", p->target_batch, "microbatch_size", p->microbatch_size,
+		"seed", (json_int_t)p->seed, "work_unit_seconds", p->work_unit_seconds);
+	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+	json_decref(j);
+	return text;
+}
+
+cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalized, cot_errbuf *eb)
+{
+	static const char *const keys[] = { "name", "title", "description", "dataset", "model",
+	                                    "optimizer", "target_batch", "microbatch_size", "seed",
+	                                    "work_unit_seconds", NULL };
+	memset(out, 0, sizeof *out);
+	if (normalized)
+		*normalized = NULL;
+	if (len > PF_MAX_BYTES)
+		return cot_seterr(eb, COT_ERR_TOO_LARGE, "project file is too large: %zu bytes, at most %u allowed",
+		                  len, PF_MAX_BYTES);
+	json_error_t je;
+	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+	if (!root) {
+		cot_seterr(eb, COT_ERR_INVALID, "project file is not valid JSON: %s at line %d, column %d",
+		           je.text, je.line, je.column);
+		return COT_ERR_INVALID;
+	}
+	cot_err rc = COT_OK;
+	if (!json_is_object(root)) {
+		rc = cot_seterr(eb, COT_ERR_INVALID, "project file must be a JSON object");
+		goto out;
+	}
+	scope s = { root, "", eb };
+	long long tb = 0, mb = 8, seed = 0, wus = 180;
+	if ((rc = only_keys(&s, keys)) ||
+	    (rc = get_str(&s, "name", true, 1, PF_NAME_MAX, out->name, NULL)))
+		goto out;
+	if (!name_ok(out->name, true)) {
+		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"name\" is not a valid project name: \"%s\"", out->name);
+		cot_sethint(eb, "Use 1 to 64 lowercase letters, digits and '-', starting with a letter or digit.");
+		goto out;
+	}
+	snprintf(out->title, sizeof out->title, "%s", out->name);   /* the default title */
+	if ((rc = get_str(&s, "title", false, 1, PF_TITLE_MAX, out->title, NULL)) ||
+	    (rc = get_str(&s, "description", false, 0, PF_DESCRIPTION_MAX, NULL, &out->description)) ||
+	    (rc = get_str(&s, "dataset", true, 1, PF_NAME_MAX, out->dataset, NULL)))
+		goto out;
+	if (!name_ok(out->dataset, false)) {
+		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"dataset\" is not a valid dataset name: \"%s\"", out->dataset);
+		goto out;
+	}
+	if ((rc = parse_model(&s, &out->model)) ||
+	    (rc = parse_optimizer(&s, &out->opt)) ||
+	    (rc = get_int(&s, "target_batch", true, 1, 10000000, &tb)) ||
+	    (rc = get_int(&s, "microbatch_size", false, 1, 4096, &mb)) ||
+	    (rc = get_int(&s, "seed", false, 0, 9007199254740991ll, &seed)) ||
+	    (rc = get_int(&s, "work_unit_seconds", false, 1, 86400, &wus)))
+		goto out;
+	if (tb % mb != 0) {
+		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"target_batch\" must be a multiple of microbatch_size (%lld)", mb);
+		cot_sethint(eb, "It is %lld; a round closes after whole microbatches.", tb);
+		goto out;
+	}
+	out->target_batch = (int)tb;
+	out->microbatch_size = (int)mb;
+	out->seed = seed;
+	out->work_unit_seconds = (int)wus;
+	if (normalized && !(*normalized = normalize(out)))
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+out:
+	json_decref(root);
+	if (rc)
+		pf_free(out);
+	return rc;
+}
+
+void pf_free(pf_project *p)
+{
+	if (!p)
+		return;
+	free(p->description);
+	memset(p, 0, sizeof *p);
+}

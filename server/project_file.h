@@ -1,0 +1,94 @@
+/* cotrain: project files, the maintainer's description of a training
+ * project (doc/project-file.md).
+ *
+ * A project file is one JSON object:
+ *
+ *   {"name": "demo", "title": "...", "description": "...",
+ *    "dataset": "tiny",
+ *    "model": {"n_layer": 4, "n_shared": 4, "n_head": 4, "d_model": 256,
+ *              "d_ff": 1024, "seq_len": 256, "vocab": 256},
+ *    "optimizer": {"type": "lamb", "lr": 0.001, "beta1": 0.9, "beta2": 0.999,
+ *                  "eps": 1e-6, "weight_decay": 0.01, "clip_norm": 1.0,
+ *                  "schedule": {"warmup_steps": 100, "total_steps": 10000,
+ *                               "decay": "cosine", "min_lr_ratio": 0.1}},
+ *    "target_batch": 256, "microbatch_size": 8, "seed": 42,
+ *    "work_unit_seconds": 180}
+ *
+ * pf_parse checks it by shape: types, ranges, the relations between fields
+ * (d_model a multiple of n_head, n_layer a multiple of n_shared, ...), and
+ * rejects unknown keys, naming the field ("model.d_model") in the error.
+ * Optional fields take the defaults in doc/project-file.md.  It is pure: no
+ * database, no files.  What needs the database (the dataset exists and is
+ * big enough, the vocabulary matches its tokenizer) is checked by
+ * cotrain-admin. */
+#ifndef COT_PROJECT_FILE_H
+#define COT_PROJECT_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/error.h"
+
+#define PF_MAX_BYTES       (1u << 20)   /* bytes of project file accepted */
+#define PF_NAME_MAX        64
+#define PF_TITLE_MAX       200
+#define PF_DESCRIPTION_MAX 10000
+#define PF_MAX_PARAMS      (1ll << 31)  /* parameters of one model */
+
+typedef struct {
+	int n_layer;        /* transformer blocks applied */
+	int n_shared;       /* distinct blocks (ALBERT sharing); n_layer % n_shared == 0 */
+	int n_head;
+	int d_model;
+	int d_ff;           /* MLP hidden width */
+	int seq_len;        /* tokens per sample */
+	int vocab;
+} pf_model;
+
+typedef enum { PF_OPT_LAMB, PF_OPT_ADAMW } pf_opt_type;
+typedef enum { PF_DECAY_CONSTANT, PF_DECAY_LINEAR, PF_DECAY_COSINE } pf_decay;
+
+typedef struct {
+	pf_opt_type type;
+	double lr, beta1, beta2, eps, weight_decay;
+	double clip_norm;   /* 0: no clipping */
+	int64_t warmup_steps, total_steps;
+	pf_decay decay;
+	double min_lr_ratio;
+} pf_optimizer;
+
+typedef struct {
+	char name[PF_NAME_MAX + 1];
+	char title[PF_TITLE_MAX + 1];
+	char *description;  /* malloc'd, owned by the struct: pf_free */
+	char dataset[PF_NAME_MAX + 1];
+	pf_model model;
+	pf_optimizer opt;
+	int target_batch;       /* samples per optimizer step */
+	int microbatch_size;    /* samples per microbatch */
+	int64_t seed;
+	int work_unit_seconds;
+} pf_project;
+
+/* Parse and check len bytes of project file.  On success *out is filled
+ * (release it with pf_free) and, when normalized is not NULL, *normalized
+ * gets a malloc'd JSON text of the project with every default filled in, in
+ * a fixed key order (the caller frees it).  On error: COT_ERR_INVALID (bad
+ * JSON, a wrong type, a missing or unknown field, a value out of range; the
+ * detail names the field and the hint says what is allowed),
+ * COT_ERR_TOO_LARGE (over PF_MAX_BYTES), COT_ERR_NOMEM; *out holds nothing
+ * to free and *normalized is NULL. */
+cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalized,
+                 cot_errbuf *eb);
+
+void pf_free(pf_project *p);
+
+/* Parameters of the model described (embeddings, blocks, final norm; the
+ * output head is tied to the token embedding). */
+int64_t pf_param_count(const pf_model *m);
+
+/* Names used in the file ("lamb", "cosine"...). */
+const char *pf_opt_type_name(pf_opt_type t);
+const char *pf_decay_name(pf_decay d);
+
+#endif
