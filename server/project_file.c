@@ -232,18 +232,18 @@ static cot_err parse_model(const scope *top, pf_model *m)
 	    (rc = get_int(&s, "n_shared", false, 1, 256, &n_shared)) ||
 	    (rc = get_int(&s, "n_head", true, 1, 256, &n_head)) ||
 	    (rc = get_int(&s, "d_model", true, 1, 16384, &d_model)) ||
-	    (rc = get_int(&s, "d_ff", false, 1, 65536, &d_ff)) ||
-	    (rc = get_int(&s, "seq_len", true, 2, 65536, &seq_len)) ||
-	    (rc = get_int(&s, "vocab", false, 2, 1 << 20, &vocab)))
+	    (rc = get_int(&s, "d_ff", false, 1, 16384, &d_ff)) ||
+	    (rc = get_int(&s, "seq_len", true, 2, 8192, &seq_len)) ||
+	    (rc = get_int(&s, "vocab", false, 2, 262144, &vocab)))
 		return rc;
 	if (n_shared < 0)
 		n_shared = n_layer;
 	if (d_ff < 0)
 		d_ff = 4 * d_model;
-	if (n_shared > n_layer || n_layer % n_shared != 0) {
-		cot_seterr(s.eb, COT_ERR_INVALID, "field \"model.n_shared\" must divide model.n_layer (%lld)", n_layer);
-		cot_sethint(s.eb, "Each of the n_shared distinct blocks is applied n_layer / n_shared times; "
-		            "n_shared = n_layer means no sharing.");
+	if (n_shared > n_layer) {
+		cot_seterr(s.eb, COT_ERR_INVALID, "field \"model.n_shared\" must not exceed model.n_layer (%lld)", n_layer);
+		cot_sethint(s.eb, "Block l uses parameter set l * n_shared / n_layer; "
+		            "n_shared = n_layer means no sharing, 1 shares one set among all blocks.");
 		return COT_ERR_INVALID;
 	}
 	if (d_model % n_head != 0) {

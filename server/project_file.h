@@ -15,7 +15,8 @@
  *    "work_unit_seconds": 180}
  *
  * pf_parse checks it by shape: types, ranges, the relations between fields
- * (d_model a multiple of n_head, n_layer a multiple of n_shared, ...), and
+ * (d_model a multiple of n_head, n_shared at most n_layer, ...), with the
+ * bounds of kernels/model.h, and
  * rejects unknown keys, naming the field ("model.d_model") in the error.
  * Optional fields take the defaults in doc/project-file.md.  It is pure: no
  * database, no files.  What needs the database (the dataset exists and is
@@ -33,11 +34,12 @@
 #define PF_NAME_MAX        64
 #define PF_TITLE_MAX       200
 #define PF_DESCRIPTION_MAX 10000
-#define PF_MAX_PARAMS      (1ll << 31)  /* parameters of one model */
+#define PF_MAX_PARAMS      (1ll << 32)  /* parameters of one model */
 
 typedef struct {
 	int n_layer;        /* transformer blocks applied */
-	int n_shared;       /* distinct blocks (ALBERT sharing); n_layer % n_shared == 0 */
+	int n_shared;       /* parameter sets (ALBERT sharing), <= n_layer; block l uses
+	                     * set l * n_shared / n_layer */
 	int n_head;
 	int d_model;
 	int d_ff;           /* MLP hidden width */

@@ -120,10 +120,10 @@ int main(void)
 	refuse(full, "\"n_head\":4", "\"n_head\":\"4\"", "model.n_head", "a string where an integer belongs");
 	refuse(full, "\"n_head\":4", "\"n_head\":4.5", "model.n_head", "a real where an integer belongs");
 	refuse(full, "\"d_model\":256", "\"d_model\":250", "model.d_model", "d_model not a multiple of n_head");
-	refuse(full, "\"n_shared\":2", "\"n_shared\":3", "model.n_shared", "n_shared not dividing n_layer");
+	refuse(full, "\"n_shared\":2", "\"n_shared\":5", "model.n_shared", "n_shared above n_layer");
 	refuse(full, "\"seq_len\":256", "\"seq_len\":0", "model.seq_len", "a zero seq_len");
 	refuse(full, "\"d_model\":256", "\"d_model\":-256", "model.d_model", "a negative d_model");
-	refuse(full, "\"d_model\":256,\"d_ff\":512", "\"d_model\":16384,\"d_ff\":65536", "model", "a model too large");
+	refuse(full, "\"n_shared\":2,\"n_head\":4,\"d_model\":256,\"d_ff\":512", "\"n_shared\":4,\"n_head\":4,\"d_model\":16384,\"d_ff\":16384", "model", "a model too large");
 	refuse(full, "\"model\":{\"n_layer\":4,\"n_shared\":2,\"n_head\":4,\"d_model\":256,\"d_ff\":512,\"seq_len\":256,\"vocab\":256}",
 	       "\"model\":[4]", "model", "a model that is not an object");
 	refuse(full, "\"type\":\"adamw\"", "\"type\":\"sgd\"", "optimizer.type", "an unknown optimizer");
