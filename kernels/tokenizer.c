@@ -1,7 +1,7 @@
 /* cotrain kernels: the byte-level tokenizer (see tokenizer.h). */
 #include "kernels/tokenizer.h"
 
-size_t tok_encode(const void *text, size_t len, int *out)
+size_t tok_encode(const void *text, size_t len, int32_t *out)
 {
 	const unsigned char *s = text;
 	for (size_t i = 0; i < len; i++)
@@ -9,13 +9,13 @@ size_t tok_encode(const void *text, size_t len, int *out)
 	return len;
 }
 
-cot_err tok_decode(const int *tokens, size_t n, char *out, cot_errbuf *eb)
+cot_err tok_decode(const int32_t *tokens, size_t n, char *out, cot_errbuf *eb)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (tokens[i] < 0 || tokens[i] >= TOK_VOCAB)
 			return cot_seterr(eb, COT_ERR_INVALID,
 			                  "token %d at position %zu is outside the "
-			                  "byte vocabulary 0..%d", tokens[i], i,
+			                  "byte vocabulary 0..%d", (int)tokens[i], i,
 			                  TOK_VOCAB - 1);
 		out[i] = (char)(unsigned char)tokens[i];
 	}

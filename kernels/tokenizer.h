@@ -8,6 +8,7 @@
 #define KERN_TOKENIZER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "shared/error.h"
 
@@ -17,12 +18,12 @@
 /* Encode len bytes of text (UTF-8 or not; NUL bytes included) into
  * out[0..len), which the caller provides.  Returns the number of tokens,
  * always len.  Cannot fail. */
-size_t tok_encode(const void *text, size_t len, int *out);
+size_t tok_encode(const void *text, size_t len, int32_t *out);
 
 /* Decode n tokens into out[0..n) and write a NUL at out[n]: the caller
  * provides n + 1 bytes.  The text may contain NUL bytes of its own, so use
  * n as its length.  Returns COT_ERR_INVALID, naming the first bad position,
  * when a token is outside 0..TOK_VOCAB-1; out is then unspecified. */
-cot_err tok_decode(const int *tokens, size_t n, char *out, cot_errbuf *eb);
+cot_err tok_decode(const int32_t *tokens, size_t n, char *out, cot_errbuf *eb);
 
 #endif
