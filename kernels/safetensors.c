@@ -260,7 +260,8 @@ static cot_err parse(st_file *f, const unsigned char *buf, size_t len,
 
 	/* The tensors must tile the data region exactly, as the reference
 	 * implementation requires: no gaps, no overlaps, nothing after. */
-	qsort(spans, count, sizeof *spans, span_cmp);
+	if (count)
+		qsort(spans, count, sizeof *spans, span_cmp);
 	size_t at = 0;
 	for (i = 0; i < count; i++) {
 		if (spans[i].begin != at) {
@@ -296,7 +297,8 @@ static cot_err parse(st_file *f, const unsigned char *buf, size_t len,
 	f->count = count;
 	for (i = 0; i < count; i++)
 		f->by_name[i] = &f->tensors[i];
-	qsort(f->by_name, count, sizeof *f->by_name, name_cmp);
+	if (count)
+		qsort(f->by_name, count, sizeof *f->by_name, name_cmp);
 out:
 	free(spans);
 	return rc;
@@ -396,6 +398,8 @@ const st_tensor *st_tensor_at(const st_file *f, size_t i)
 
 const st_tensor *st_find(const st_file *f, const char *name)
 {
+	if (f->count == 0)
+		return NULL;
 	st_tensor key = {.name = name};
 	const st_tensor *kp = &key;
 	const st_tensor **hit = bsearch(&kp, f->by_name, f->count,
