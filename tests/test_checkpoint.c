@@ -151,9 +151,11 @@ static void test_round_trip(void)
 	kern_model *a = make(&cfg, 3);
 	cot_errbuf eb;
 	memset(&eb, 0, sizeof eb);
+	eb.msg[0] = '\0';
 	is_int(ckpt_save(a, path, &eb), COT_OK, "saved: %s", eb.msg);
 
 	kern_model *b;
+	eb.msg[0] = '\0';
 	is_int(ckpt_load_new(path, 2, &b, &eb), COT_OK, "loaded into a new model: "
 	       "%s", eb.msg);
 	if (!b)
@@ -238,6 +240,7 @@ static void test_spoiled(void)
 
 	write_custom(src, path, SP_NONE);
 	kern_model *b;
+	eb.msg[0] = '\0';
 	is_int(ckpt_load_new(path, 1, &b, &eb), COT_OK,
 	       "the test's own writer makes a loadable file: %s", eb.msg);
 	kern_model_free(b);

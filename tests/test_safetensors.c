@@ -137,6 +137,7 @@ static void test_round_trip(void)
 	       "overflowing shape refused");
 	is_int(st_writer_add(wr, "__metadata__", ST_F32, 1, s_ids, w, &eb),
 	       COT_ERR_INVALID, "reserved name refused");
+	eb.msg[0] = '\0';
 	is_int(st_writer_write(wr, path, &eb), COT_OK, "written: %s", eb.msg);
 
 	/* Write again over it (atomic replace), and into a missing folder. */
@@ -161,6 +162,7 @@ static void test_round_trip(void)
 	   "__metadata__ comes first");
 
 	st_file *f;
+	eb.msg[0] = '\0';
 	is_int(st_open(path, &f, &eb), COT_OK, "opened: %s", eb.msg);
 	if (!f)
 		bail_out("cannot continue");
@@ -254,6 +256,7 @@ static void test_python_layout(void)
 	cot_errbuf eb;
 	memset(&eb, 0, sizeof eb);
 	st_file *f;
+	eb.msg[0] = '\0';
 	is_int(st_open(path, &f, &eb), COT_OK, "Python layout opens: %s", eb.msg);
 	if (!f)
 		bail_out("cannot continue");
@@ -285,6 +288,7 @@ static void test_python_layout(void)
 	size_t l2;
 	unsigned char *b = mk("{\"a\":{\"dtype\":\"BF16\",\"shape\":[],"
 	                      "\"data_offsets\":[0,2]}}", 2, &l2);
+	eb.msg[0] = '\0';
 	is_int(st_parse(b, l2, &f, &eb), COT_OK, "file without metadata: %s",
 	       eb.msg);
 	ok(f && st_meta(f, "format") == NULL && st_count(f) == 1,
@@ -292,6 +296,7 @@ static void test_python_layout(void)
 	st_close(f);
 	free(b);
 	b = mk("{}", 0, &l2);
+	eb.msg[0] = '\0';
 	is_int(st_parse(b, l2, &f, &eb), COT_OK, "empty header object: %s",
 	       eb.msg);
 	ok(f && st_count(f) == 0 && st_find(f, "a") == NULL, "no tensors");

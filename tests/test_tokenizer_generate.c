@@ -167,6 +167,7 @@ static void test_generate(void)
 
 	gen_options o = {.n_tokens = 40, .top_k = 1, .temperature = 1.0f,
 	                 .seed = 1};
+	eb.msg[0] = '\0';
 	is_int(gen_generate(m, ptok, np, &o, out1, &eb), COT_OK, "greedy: %s",
 	       eb.msg);
 	o.seed = 99;   /* greedy ignores the seed */
