@@ -1,0 +1,34 @@
+/* cotrain-server: the handlers of the v1 API, one file per resource
+ * (api_accounts.c, api_teams.c, api_hosts.c, api_projects.c, api_work.c) and
+ * the file store (files.c).  Each takes a complete request and answers it
+ * with one http_reply_* call; doc/api.md describes every route. */
+#ifndef COT_SERVER_API_H
+#define COT_SERVER_API_H
+
+#include "server/http.h"
+
+void api_account_create(http_req *req);
+void api_account_login(http_req *req);
+void api_account_get(http_req *req);
+void api_account_logout(http_req *req);
+
+void api_team_create(http_req *req);
+void api_team_get(http_req *req);
+void api_team_join(http_req *req);
+void api_team_leave(http_req *req);
+
+void api_host_register(http_req *req);
+void api_host_get(http_req *req);
+void api_host_revoke(http_req *req);
+
+void api_project_list(http_req *req);
+void api_project_get(http_req *req);
+
+void api_work_request(http_req *req);
+void api_work_heartbeat(http_req *req);
+void api_work_handback(http_req *req);
+void api_work_finish(http_req *req);
+
+void files_get(http_req *req);
+
+#endif

@@ -1,0 +1,192 @@
+/* cotrain-server: accounts: create, log in, who am I, log out.
+ *
+ * Passwords are stored with shared/password (PBKDF2-HMAC-SHA256, iterations
+ * from --kdf-iterations); account keys are 32 random bytes in base64url, of
+ * which only the sha256 is stored, one row per log-in, revocable. */
+#include "server/api.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "server/apiutil.h"
+#include "shared/hash.h"
+#include "shared/json.h"
+#include "shared/password.h"
+
+#define KEY_BYTES 32
+#define KEY_CHARS 48
+
+/* A fresh account key into key (KEY_CHARS bytes) and its hash parameter. */
+static bool new_key(http_req *req, char key[KEY_CHARS], char hp[API_HASH_PARAM_LEN])
+{
+	unsigned char md[HASH_SHA256_LEN];
+	if (hash_random_token(KEY_BYTES, key, KEY_CHARS) || hash_sha256(key, strlen(key), md)) {
+		http_reply_error(req, 500, "internal_error", "could not draw a random key", NULL);
+		return false;
+	}
+	hp[0] = '\\';
+	hp[1] = 'x';
+	hash_hex(md, sizeof md, hp + 2);
+	return true;
+}
+
+static void reply_key(http_req *req, int status, const char *account_id, const char *key)
+{
+	http_reply_json(req, status, json_pack("{s:I, s:s}", "account_id",
+	                                       (json_int_t)strtoll(account_id, NULL, 10),
+	                                       "account_key", key));
+}
+
+static const dbc_stmt st_create = {
+	"account_create",
+	"WITH a AS (INSERT INTO account (email, name, password_hash, cross_project_id)"
+	"           VALUES ($1, $2, $3, $4) RETURNING id)"
+	" INSERT INTO account_key (account_id, key_hash) SELECT id, $5::bytea FROM a"
+	" RETURNING account_id",
+	5
+};
+
+void api_account_create(http_req *req)
+{
+	json_t *body;
+	if (!api_body(req, false, &body))
+		return;
+	const char *email = NULL, *name = NULL, *password = NULL;
+	cot_errbuf eb = { 0 };
+	if (cot_json_str(body, "email", true, 3, 254, &email, &eb) ||
+	    cot_json_str(body, "name", true, 1, 100, &name, &eb) ||
+	    cot_json_str(body, "password", true, 8, PASSWORD_MAX_LEN, &password, &eb)) {
+		api_bad_request(req, &eb);
+		goto out;
+	}
+	if (!strchr(email, '@')) {
+		http_reply_error(req, 400, "invalid", "field \"email\" is not an email address", NULL);
+		goto out;
+	}
+	char phash[PASSWORD_HASH_MAX], cpid_raw[16], cpid[33], key[KEY_CHARS], hp[API_HASH_PARAM_LEN];
+	if (password_hash(password, req->cfg->kdf_iterations, phash, sizeof phash, &eb) ||
+	    hash_random(cpid_raw, sizeof cpid_raw)) {
+		http_reply_error(req, 500, "internal_error", "could not hash the password", NULL);
+		goto out;
+	}
+	hash_hex((unsigned char *)cpid_raw, sizeof cpid_raw, cpid);
+	if (!new_key(req, key, hp))
+		goto out;
+	const char *params[] = { email, name, phash, cpid, hp };
+	PGresult *r = api_exec(req, &st_create, params,
+	                       "an account with this email address already exists");
+	if (!r)
+		goto out;    /* a 409 for a taken email comes from the unique index */
+	reply_key(req, 201, PQgetvalue(r, 0, 0), key);
+	PQclear(r);
+out:
+	json_decref(body);
+}
+
+static const dbc_stmt st_lookup = {
+	"account_lookup",
+	"SELECT id, password_hash, disabled FROM account WHERE lower(email) = lower($1)",
+	1
+};
+static const dbc_stmt st_new_key = {
+	"account_new_key",
+	"INSERT INTO account_key (account_id, key_hash) VALUES ($1, $2::bytea) RETURNING account_id",
+	2
+};
+
+void api_account_login(http_req *req)
+{
+	json_t *body;
+	if (!api_body(req, false, &body))
+		return;
+	const char *email = NULL, *password = NULL;
+	cot_errbuf eb = { 0 };
+	if (cot_json_str(body, "email", true, 1, 254, &email, &eb) ||
+	    cot_json_str(body, "password", true, 1, PASSWORD_MAX_LEN, &password, &eb)) {
+		api_bad_request(req, &eb);
+		goto out;
+	}
+	const char *params[] = { email };
+	PGresult *r = api_exec(req, &st_lookup, params, NULL);
+	if (!r)
+		goto out;
+	bool match = false;
+	char id[32] = "";
+	if (PQntuples(r) == 1) {
+		snprintf(id, sizeof id, "%s", PQgetvalue(r, 0, 0));
+		bool disabled = PQgetvalue(r, 0, 2)[0] == 't';
+		if (password_verify(password, PQgetvalue(r, 0, 1), &match, &eb) || disabled)
+			match = false;
+	} else {
+		/* Spend the same time on an unknown email, so timing does not tell
+		 * which emails have accounts. */
+		char dummy[PASSWORD_HASH_MAX];
+		password_hash(password, req->cfg->kdf_iterations, dummy, sizeof dummy, NULL);
+	}
+	PQclear(r);
+	if (!match) {
+		http_reply_error(req, 401, "unauthorized", "wrong email or password", NULL);
+		goto out;
+	}
+	char key[KEY_CHARS], hp[API_HASH_PARAM_LEN];
+	if (!new_key(req, key, hp))
+		goto out;
+	const char *kparams[] = { id, hp };
+	r = api_exec(req, &st_new_key, kparams, NULL);
+	if (!r)
+		goto out;
+	reply_key(req, 200, id, key);
+	PQclear(r);
+out:
+	json_decref(body);
+}
+
+static const dbc_stmt st_get = {
+	"account_get",
+	"SELECT json_build_object('id', a.id, 'email', a.email, 'name', a.name,"
+	"                         'team_id', a.team_id, 'created_at', a.created_at)::text"
+	"  FROM account_key k JOIN account a ON a.id = k.account_id"
+	" WHERE k.key_hash = $1::bytea AND NOT k.revoked AND NOT a.disabled",
+	1
+};
+
+void api_account_get(http_req *req)
+{
+	char hp[API_HASH_PARAM_LEN];
+	if (!api_bearer(req, hp))
+		return;
+	const char *params[] = { hp };
+	PGresult *r = api_exec(req, &st_get, params, NULL);
+	if (!r)
+		return;
+	if (PQntuples(r) == 1)
+		http_reply_raw(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
+	else
+		http_reply_error(req, 401, "unauthorized", "account key is not valid",
+		                 "Log in again to get a new account key.");
+	PQclear(r);
+}
+
+static const dbc_stmt st_logout = {
+	"account_logout",
+	"UPDATE account_key k SET revoked = true FROM account a"
+	" WHERE a.id = k.account_id AND k.key_hash = $1::bytea AND NOT k.revoked AND NOT a.disabled"
+	" RETURNING k.account_id",
+	1
+};
+
+void api_account_logout(http_req *req)
+{
+	char hp[API_HASH_PARAM_LEN];
+	if (!api_bearer(req, hp))
+		return;
+	const char *params[] = { hp };
+	PGresult *r = api_exec(req, &st_logout, params, NULL);
+	if (!r)
+		return;
+	if (PQntuples(r) == 1)
+		http_reply_json(req, 200, json_pack("{s:b}", "revoked", 1));
+	else
+		http_reply_error(req, 401, "unauthorized", "account key is not valid", NULL);
+	PQclear(r);
+}

@@ -1,0 +1,51 @@
+/* cotrain-server: what every API handler needs: the JSON body, path ids,
+ * bearer credentials, and turning database outcomes into answers.
+ *
+ * Each helper that can fail has already answered the request when it
+ * returns false (or a non-zero cot_err): the handler just returns. */
+#ifndef COT_SERVER_APIUTIL_H
+#define COT_SERVER_APIUTIL_H
+
+#include <stdbool.h>
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "server/dbconn.h"
+#include "server/http.h"
+
+/* Text form of a bytea parameter holding a sha256: "\\x" + 64 hex + NUL. */
+#define API_HASH_PARAM_LEN 67
+
+/* Parse the body as a JSON object into *out (caller json_decref's).  When
+ * optional and the body is empty, *out is an empty object.  On failure
+ * answers 400 and returns false. */
+bool api_body(http_req *req, bool optional, json_t **out);
+
+/* Path parameter i as a positive integer id; otherwise answers 400 naming
+ * `what` ("work unit") and returns false. */
+bool api_path_id(http_req *req, int i, const char *what, long long *out);
+
+/* The bearer secret of the Authorization header, hashed: writes the bytea
+ * parameter text of its sha256 into hash_param.  Answers 401 and returns
+ * false when the header is missing or malformed. */
+bool api_bearer(http_req *req, char hash_param[API_HASH_PARAM_LEN]);
+
+/* Authenticate an account key (bearer): *account_id on success.  Answers 401
+ * (wrong, revoked, disabled) or 503 and returns false otherwise. */
+bool api_account(http_req *req, long long *account_id);
+
+/* Run stmt; on failure answer (409 with message on_conflict for a unique
+ * violation, 400 for another constraint, 503 otherwise) and return NULL.  The
+ * caller PQclear()s. */
+PGresult *api_exec(http_req *req, const dbc_stmt *stmt, const char *const *params,
+                   const char *on_conflict);
+
+/* Run a statement returning one row (status integer, body text) and answer
+ * with them as they are: the scheduler functions decide status and body. */
+void api_relay(http_req *req, const dbc_stmt *stmt, const char *const *params);
+
+/* Answer 400 for a shape error described in eb; returns false. */
+bool api_bad_request(http_req *req, const cot_errbuf *eb);
+
+#endif

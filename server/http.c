@@ -1,0 +1,313 @@
+/* cotrain-server: the HTTP layer over libmicrohttpd. */
+#include "server/http.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <microhttpd.h>
+
+#include "server/router.h"
+#include "shared/log.h"
+
+struct http_server {
+	struct MHD_Daemon *daemon;
+	const srv_config *cfg;
+	int port;
+};
+
+/* Per-request state, from the first call of the access handler to the
+ * completion callback, which frees it. */
+typedef struct {
+	http_req req;
+	struct MHD_Connection *conn;
+	route_handler handler;
+	char *body;
+	size_t len, cap;
+	bool too_large;
+	struct MHD_Response *resp;   /* the answer, queued by finish() */
+	int status;
+	struct timespec start;
+	char pathbuf[512];
+} conn_state;
+
+const char *http_header(const http_req *req, const char *name)
+{
+	const conn_state *st = req->priv;
+	return MHD_lookup_connection_value(st->conn, MHD_HEADER_KIND, name);
+}
+
+void http_reply_response(http_req *req, int status, void *response)
+{
+	conn_state *st = req->priv;
+	if (st->resp) {      /* a handler answered twice: keep the first */
+		log_error("handler for %s %s answered twice", req->method, req->path);
+		MHD_destroy_response(response);
+		return;
+	}
+	st->resp = response;
+	st->status = status;
+}
+
+void http_add_header(http_req *req, const char *name, const char *value)
+{
+	conn_state *st = req->priv;
+	if (st->resp)
+		MHD_add_response_header(st->resp, name, value);
+}
+
+void http_reply_raw(http_req *req, int status, const char *json, size_t len)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)json,
+	                                                         MHD_RESPMEM_MUST_COPY);
+	if (!r)
+		return;     /* out of memory: finish() answers with an empty 500 */
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	http_reply_response(req, status, r);
+}
+
+void http_reply_json(http_req *req, int status, json_t *body)
+{
+	char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!s)
+		return;
+	http_reply_raw(req, status, s, strlen(s));
+	free(s);
+}
+
+void http_reply_error(http_req *req, int status, const char *code, const char *message,
+                      const char *hint)
+{
+	json_t *err = json_pack("{s:s, s:s}", "code", code, "message", message);
+	if (err && hint && *hint)
+		json_object_set_new(err, "hint", json_string(hint));
+	if (status >= 500)
+		log_warn("%s %s: %d %s: %s", req->method, req->path, status, code, message);
+	http_reply_json(req, status, err ? json_pack("{s:o}", "error", err) : NULL);
+}
+
+int http_status_for(cot_err e)
+{
+	switch (e) {
+	case COT_OK: return MHD_HTTP_OK;
+	case COT_ERR_INVALID: return MHD_HTTP_BAD_REQUEST;
+	case COT_ERR_AUTH: return MHD_HTTP_UNAUTHORIZED;
+	case COT_ERR_FORBIDDEN: return MHD_HTTP_FORBIDDEN;
+	case COT_ERR_NOT_FOUND: return MHD_HTTP_NOT_FOUND;
+	case COT_ERR_EXISTS:
+	case COT_ERR_CONFLICT: return MHD_HTTP_CONFLICT;
+	case COT_ERR_TOO_LARGE: return MHD_HTTP_CONTENT_TOO_LARGE;
+	case COT_ERR_DB:
+	case COT_ERR_SCHEMA:
+	case COT_ERR_TIMEOUT: return MHD_HTTP_SERVICE_UNAVAILABLE;
+	default: return MHD_HTTP_INTERNAL_SERVER_ERROR;
+	}
+}
+
+void http_reply_cot(http_req *req, cot_err e, const cot_errbuf *eb)
+{
+	http_reply_error(req, http_status_for(e), cot_strerror(e),
+	                 eb && eb->msg[0] ? eb->msg : cot_strerror(e), eb ? eb->hint : NULL);
+}
+
+/* Queue the answer the handler (or the layer) prepared; a request left
+ * without one gets a bare 500. */
+static enum MHD_Result finish(conn_state *st)
+{
+	if (!st->resp) {
+		http_reply_error(&st->req, 500, "internal_error", "could not build the response", NULL);
+		if (!st->resp) {
+			st->resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+			st->status = 500;
+			if (!st->resp)
+				return MHD_NO;
+		}
+	}
+	enum MHD_Result r = MHD_queue_response(st->conn, (unsigned)st->status, st->resp);
+	MHD_destroy_response(st->resp);
+	st->resp = NULL;
+	return r;
+}
+
+static void too_large(conn_state *st)
+{
+	char msg[128];
+	snprintf(msg, sizeof msg, "request body is larger than %zu bytes", st->req.cfg->body_limit);
+	http_reply_error(&st->req, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", msg, NULL);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+	http_server *srv = cls;
+	conn_state *st = *con_cls;
+
+	if (!st) {
+		/* Headers are in: route now, so 404, 405 and 413 by Content-Length
+		 * are answered without reading the body. */
+		st = calloc(1, sizeof *st);
+		if (!st)
+			return MHD_NO;
+		*con_cls = st;
+		st->conn = conn;
+		st->req.method = method;
+		st->req.path = url;
+		st->req.cfg = srv->cfg;
+		st->req.priv = st;
+		st->req.body = "";
+		clock_gettime(CLOCK_MONOTONIC, &st->start);
+
+		char allow[128];
+		route_result rr = router_match(&st->req, st->pathbuf, sizeof st->pathbuf, &st->handler,
+		                               allow, sizeof allow);
+		if (rr == ROUTE_NO_PATH) {
+			http_reply_error(&st->req, MHD_HTTP_NOT_FOUND, "not_found", "no such route",
+			                 "See doc/api.md for the routes of the v1 API.");
+			return finish(st);
+		}
+		if (rr == ROUTE_NO_METHOD) {
+			char msg[200];
+			snprintf(msg, sizeof msg, "method %s is not allowed here", method);
+			http_reply_error(&st->req, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", msg,
+			                 NULL);
+			http_add_header(&st->req, MHD_HTTP_HEADER_ALLOW, allow);
+			return finish(st);
+		}
+		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (cl && strtoull(cl, NULL, 10) > srv->cfg->body_limit) {
+			too_large(st);
+			return finish(st);
+		}
+		return MHD_YES;
+	}
+
+	if (*upload_data_size) {
+		size_t n = *upload_data_size;
+		*upload_data_size = 0;
+		if (st->too_large || st->len + n > srv->cfg->body_limit) {
+			st->too_large = true;       /* read and drop the rest */
+			return MHD_YES;
+		}
+		if (st->len + n + 1 > st->cap) {
+			size_t cap = st->cap ? st->cap : 1024;
+			while (cap < st->len + n + 1)
+				cap *= 2;
+			char *b = realloc(st->body, cap);
+			if (!b)
+				return MHD_NO;
+			st->body = b;
+			st->cap = cap;
+		}
+		memcpy(st->body + st->len, upload_data, n);
+		st->len += n;
+		st->body[st->len] = '\0';
+		return MHD_YES;
+	}
+
+	if (st->too_large) {
+		too_large(st);
+	} else {
+		if (st->body) {
+			st->req.body = st->body;
+			st->req.body_len = st->len;
+		}
+		st->handler(&st->req);
+	}
+	return finish(st);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+	conn_state *st = *con_cls;
+	if (!st)
+		return;
+	struct timespec end;
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	double ms = (double)(end.tv_sec - st->start.tv_sec) * 1e3 +
+	            (double)(end.tv_nsec - st->start.tv_nsec) / 1e6;
+	log_debug("%s %s %d %.2f ms%s", st->req.method, st->req.path, st->status, ms,
+	          toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (aborted)");
+	if (st->resp)
+		MHD_destroy_response(st->resp);
+	free(st->body);
+	free(st);
+	*con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char buf[512];
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	size_t n = strlen(buf);
+	while (n && buf[n - 1] == '\n')
+		buf[--n] = '\0';
+	log_debug("libmicrohttpd: %s", buf);
+}
+
+cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
+{
+	char portstr[16];
+	snprintf(portstr, sizeof portstr, "%d", cfg->port);
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+	                          .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *ai = NULL;
+	int gai = getaddrinfo(cfg->listen, portstr, &hints, &ai);
+	if (gai)
+		return cot_seterr(eb, COT_ERR_INVALID, "cannot resolve listen address \"%s\": %s",
+		                  cfg->listen, gai_strerror(gai));
+
+	http_server *s = calloc(1, sizeof *s);
+	if (!s) {
+		freeaddrinfo(ai);
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	}
+	s->cfg = cfg;
+	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+	                 MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	s->daemon = MHD_start_daemon(
+		flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+		MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->conn_timeout,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
+		MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+		MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (!s->daemon) {
+		free(s);
+		return cot_seterr(eb, COT_ERR_IO, "could not listen on %s port %d", cfg->listen,
+		                  cfg->port);
+	}
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+	s->port = info ? info->port : cfg->port;
+	*out = s;
+	return COT_OK;
+}
+
+int http_port(const http_server *s) { return s->port; }
+
+void http_stop(http_server *s)
+{
+	if (!s)
+		return;
+	/* No connection is ever left suspended (there are no long polls yet), so
+	 * stopping cannot hang on one. */
+	MHD_stop_daemon(s->daemon);
+	free(s);
+}

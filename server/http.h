@@ -1,0 +1,71 @@
+/* cotrain-server: the HTTP layer over libmicrohttpd.
+ *
+ * A thread pool of epoll event loops (MHD_USE_EPOLL_INTERNAL_THREAD |
+ * MHD_ALLOW_SUSPEND_RESUME); each worker thread handles its connections start
+ * to end, so a handler may block on the database (its thread's own
+ * connection, server/dbconn.h).  The layer reads the request body up to
+ * config->body_limit (413 beyond), matches the route (404, 405), then calls
+ * the route's handler once with the whole request.  A handler answers with
+ * exactly one http_reply_* call; one that answers nothing gets a 500. */
+#ifndef COT_SERVER_HTTP_H
+#define COT_SERVER_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "server/settings.h"
+#include "shared/error.h"
+
+#define HTTP_MAX_PARAMS 4
+
+typedef struct http_req http_req;
+typedef struct http_server http_server;
+
+/* One request as handlers see it.  Every pointer stays valid until the
+ * handler returns; nothing here is owned by the handler. */
+struct http_req {
+	const char *method;                  /* "GET", "POST", ... */
+	const char *path;                    /* without the query string */
+	const char *params[HTTP_MAX_PARAMS]; /* the route's {} segments, in order */
+	int nparams;
+	const char *body;                    /* NUL-terminated; "" when none */
+	size_t body_len;
+	const srv_config *cfg;
+	void *priv;                          /* the layer's connection state */
+};
+
+/* Value of a request header (case-insensitive name), or NULL. */
+const char *http_header(const http_req *req, const char *name);
+
+/* Answer with a JSON value; takes ownership of body (json_decref'd here). */
+void http_reply_json(http_req *req, int status, json_t *body);
+/* Answer with len bytes of already serialised JSON (copied). */
+void http_reply_raw(http_req *req, int status, const char *json, size_t len);
+/* Answer with {"error": {"code", "message", "hint"}}; hint may be NULL. */
+void http_reply_error(http_req *req, int status, const char *code, const char *message,
+                      const char *hint);
+/* The same for a cot_err: the status and code follow the error (400 for
+ * invalid, 401 auth, 403 forbidden, 404 not found, 409 conflict/exists, 413
+ * too large, 503 database, 500 otherwise); the message and hint come from eb. */
+void http_reply_cot(http_req *req, cot_err e, const cot_errbuf *eb);
+/* Answer with a prepared MHD_Response (struct MHD_Response *, passed as void *
+ * so this header needs no microhttpd.h); the reference is taken over. */
+void http_reply_response(http_req *req, int status, void *response);
+
+/* Add a header to the answer already given (no-op when there is none). */
+void http_add_header(http_req *req, const char *name, const char *value);
+
+/* HTTP status for a cot_err, as above. */
+int http_status_for(cot_err e);
+
+/* Start the daemon on cfg->listen:cfg->port.  On success *out owns it and
+ * http_port() tells the bound port.  COT_ERR_INVALID for a bad address,
+ * COT_ERR_IO when it cannot bind. */
+cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb);
+int http_port(const http_server *s);
+/* Stop accepting, finish or drop every connection, join the workers, free s. */
+void http_stop(http_server *s);
+
+#endif

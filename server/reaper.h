@@ -1,0 +1,18 @@
+/* cotrain-server: the reaper thread.  Every interval it expires the live
+ * work units whose deadline has passed (sched_reap in 0002_scheduler.sql,
+ * FOR UPDATE SKIP LOCKED, so it never waits on a heartbeat) and so returns
+ * their unprocessed microbatches to the pool.  It uses its own database
+ * connection; errors are logged and retried at the next pass. */
+#ifndef COT_SERVER_REAPER_H
+#define COT_SERVER_REAPER_H
+
+#include "shared/error.h"
+
+typedef struct reaper reaper;
+
+/* Start reaping every interval_s seconds (>= 1).  *out owns the thread. */
+cot_err reaper_start(int interval_s, reaper **out, cot_errbuf *eb);
+/* Wake the thread, wait for it to finish its pass and exit, free r. */
+void reaper_stop(reaper *r);
+
+#endif

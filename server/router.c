@@ -1,0 +1,111 @@
+/* cotrain-server: the route table of the v1 API. */
+#include "server/router.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "server/api.h"
+
+typedef struct {
+	const char *method;
+	const char *pattern;
+	route_handler handler;
+} route;
+
+static const route routes[] = {
+	{ "POST",   "/v1/accounts",                 api_account_create },
+	{ "POST",   "/v1/accounts/login",           api_account_login },
+	{ "GET",    "/v1/account",                  api_account_get },
+	{ "POST",   "/v1/account/logout",           api_account_logout },
+	{ "POST",   "/v1/teams",                    api_team_create },
+	{ "GET",    "/v1/teams/{}",                 api_team_get },
+	{ "POST",   "/v1/teams/{}/join",            api_team_join },
+	{ "POST",   "/v1/teams/{}/leave",           api_team_leave },
+	{ "POST",   "/v1/hosts",                    api_host_register },
+	{ "GET",    "/v1/hosts/{}",                 api_host_get },
+	{ "DELETE", "/v1/hosts/{}",                 api_host_revoke },
+	{ "GET",    "/v1/projects",                 api_project_list },
+	{ "GET",    "/v1/projects/{}",              api_project_get },
+	{ "POST",   "/v1/projects/{}/work",         api_work_request },
+	{ "POST",   "/v1/workunits/{}/heartbeat",   api_work_heartbeat },
+	{ "POST",   "/v1/workunits/{}/handback",    api_work_handback },
+	{ "POST",   "/v1/workunits/{}/finish",      api_work_finish },
+	{ "GET",    "/files/{}",                    files_get },
+	{ "HEAD",   "/files/{}",                    files_get },
+};
+
+/* Does path (already split: segs[0..nseg)) match pattern?  Captures the
+ * segments that "{}" stands for. */
+static bool match(const char *pattern, char **segs, int nseg, const char **params, int *np)
+{
+	char pat[128];
+	snprintf(pat, sizeof pat, "%s", pattern);
+	int i = 0, n = 0;
+	char *save = NULL;
+	for (char *p = strtok_r(pat, "/", &save); p; p = strtok_r(NULL, "/", &save), i++) {
+		if (i >= nseg)
+			return false;
+		if (strcmp(p, "{}") == 0) {
+			if (n >= HTTP_MAX_PARAMS)
+				return false;
+			params[n++] = segs[i];
+		} else if (strcmp(p, segs[i]) != 0) {
+			return false;
+		}
+	}
+	if (i != nseg)
+		return false;
+	*np = n;
+	return true;
+}
+
+route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_handler *h,
+                          char *allow, size_t allowlen)
+{
+	size_t len = strlen(req->path);
+	if (len == 0 || len >= pathlen || req->path[0] != '/')
+		return ROUTE_NO_PATH;
+	memcpy(pathbuf, req->path, len + 1);
+
+	/* Split on '/'; an empty segment (a doubled or trailing slash) never
+	 * matches anything. */
+	char *segs[16];
+	int nseg = 0;
+	char *p = pathbuf + 1;
+	for (;;) {
+		if (nseg == 16)
+			return ROUTE_NO_PATH;
+		segs[nseg++] = p;
+		char *slash = strchr(p, '/');
+		if (!slash)
+			break;
+		*slash = '\0';
+		p = slash + 1;
+	}
+	for (int i = 0; i < nseg; i++)
+		if (segs[i][0] == '\0')
+			return ROUTE_NO_PATH;
+
+	bool path_known = false;
+	size_t alen = 0;
+	if (allowlen)
+		allow[0] = '\0';
+	for (size_t r = 0; r < sizeof routes / sizeof routes[0]; r++) {
+		const char *params[HTTP_MAX_PARAMS];
+		int np = 0;
+		if (!match(routes[r].pattern, segs, nseg, params, &np))
+			continue;
+		if (strcmp(routes[r].method, req->method) == 0) {
+			memcpy(req->params, params, sizeof params);
+			req->nparams = np;
+			*h = routes[r].handler;
+			return ROUTE_FOUND;
+		}
+		path_known = true;
+		int w = snprintf(allow + alen, allowlen > alen ? allowlen - alen : 0, "%s%s",
+		                 alen ? ", " : "", routes[r].method);
+		if (w > 0 && alen + (size_t)w < allowlen)
+			alen += (size_t)w;
+	}
+	return path_known ? ROUTE_NO_METHOD : ROUTE_NO_PATH;
+}
