@@ -1,0 +1,82 @@
+/* cotrain client: every call to the project server's v1 API (doc/api.md).
+ *
+ * Each function makes one HTTPS/HTTP request with libcurl (no redirects,
+ * bounded time, answers of at most CL_API_MAX_ANSWER bytes), checks the
+ * answer's shape before anything of it is used, and maps failures onto
+ * cot_err:
+ *   COT_ERR_NETWORK   no connection, timeout, 5xx, or an answer that is not
+ *                     the JSON promised (garbage, wrong types): retry later
+ *   COT_ERR_INVALID   400: our request was refused as malformed
+ *   COT_ERR_AUTH      401: the key or token is not valid
+ *   COT_ERR_FORBIDDEN 403
+ *   COT_ERR_NOT_FOUND 404
+ *   COT_ERR_CONFLICT  409: e.g. the work unit is no longer live
+ * The detail quotes the server's own message ("server: ...") and hint. */
+#ifndef CL_API_H
+#define CL_API_H
+
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "client/state.h"
+#include "shared/error.h"
+
+#define CL_API_MAX_ANSWER (1 << 20)
+
+typedef struct {
+	int timeout_s;
+	int64_t upload_limit;      /* bytes/s, 0 = unlimited */
+} cl_api_opts;
+
+/* Split a project URL "http[s]://host[:port][/prefix]/projects/<name>" (or
+ * ".../v1/projects/<name>") into the server base URL and the name.
+ * COT_ERR_INVALID with a hint when it does not look like one. */
+cot_err cl_api_parse_project_url(const char *url, char *base, size_t baselen, char *name,
+                                 size_t namelen, cot_errbuf *eb);
+
+/* POST /v1/accounts/login: the account key for email and password. */
+cot_err cl_api_login(const cl_api_opts *o, const char *base, const char *email,
+                     const char *password, char key[CL_TOKEN_MAX], cot_errbuf *eb);
+
+/* GET /v1/account: checks the key; the account's computing preferences
+ * (the "prefs" object, when the server sends one) go into *prefs (keys not
+ * sent stay unset). */
+cot_err cl_api_account(const cl_api_opts *o, const char *base, const char *key, cl_prefs *prefs,
+                       cot_errbuf *eb);
+
+typedef struct {
+	char cpu_model[257];
+	int cores;
+	int64_t memory_bytes;
+	char gpu[257];
+	double flops;
+	char client_version[65];
+	char os_name[65];
+	char os_version[129];
+} cl_hostinfo;
+
+/* POST /v1/hosts with the account key: a new host id and token. */
+cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char *key,
+                             const cl_hostinfo *h, int64_t *host_id, char token[CL_TOKEN_MAX],
+                             cot_errbuf *eb);
+
+/* GET /v1/projects/<name>: the project's parameters into p (seq_len,
+ * microbatch_size, mb_per_epoch, flops_per_sample).  *info (when not NULL)
+ * receives the whole validated answer (new reference). */
+cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_errbuf *eb);
+
+/* POST /v1/projects/<name>/work: a work unit into w (mb_done etc. zeroed,
+ * deadline in local unix seconds, corrected by the server's Date header
+ * for clock skew).  The project parameters in p are refreshed from it.
+ * An impossible work unit (hi <= lo, a range over 2^40, a bad file entry)
+ * is COT_ERR_NETWORK with a detail. */
+cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, cot_errbuf *eb);
+
+/* POST /v1/workunits/<id>/{heartbeat,handback,finish} with mb_done and
+ * samples_per_sec.  On success *answer (when not NULL) is the server's
+ * answer (new reference). */
+cot_err cl_api_report(const cl_api_opts *o, const cl_project *p, cl_report_op op, int64_t wu,
+                      int64_t mb_done, double samples_per_sec, json_t **answer, cot_errbuf *eb);
+
+#endif
