@@ -1,0 +1,125 @@
+/* cotrain kernels: causal multi-head self-attention.  See attention.h.
+ *
+ * The four products per head go to the backend as batched GEMMs over heads,
+ * reading q, k, v in place through strides (no copies); the softmax and its
+ * backward run between them, OpenMP over rows. */
+#include "kernels/attention.h"
+
+#include "kernels/backend.h"
+#include "kernels/vecmath.h"
+
+#include <math.h>
+#include <stddef.h>
+
+/* End of the row block holding row t. */
+static inline int block_end(int t, int T)
+{
+	int r1 = (t / KERN_ATT_BLOCK + 1) * KERN_ATT_BLOCK;
+	return r1 < T ? r1 : T;
+}
+
+void kern_attention_forward(float *out, float *att, const float *qkv,
+                            int B, int T, int C, int NH)
+{
+	const kern_backend *be = kern_backend_get();
+	int hd = C / NH, C3 = 3 * C, nt = be->threads();
+	float scale = 1.0f / sqrtf((float)hd);
+	long TT = (long)T * T;
+
+	for (int b = 0; b < B; b++) {
+		const float *q = qkv + (size_t)b * T * C3;
+		const float *k = q + C, *v = q + 2 * C;
+		float *a = att + (size_t)b * NH * TT;
+		/* scores: S[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T */
+		for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
+			int r1 = block_end(r0, T);
+			be->sgemm_batched(false, true, r1 - r0, r1, hd, scale,
+			                  q + (size_t)r0 * C3, C3, hd, k, C3, hd,
+			                  0.0f, a + (size_t)r0 * T, T, TT, NH);
+		}
+		/* causal softmax, row by row */
+		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		for (int ht = 0; ht < NH * T; ht++) {
+			int t = ht % T, n = t + 1, r1 = block_end(t, T);
+			float *p = a + (size_t)ht * T;
+			float mx = p[0];
+			for (int j = 1; j < n; j++)
+				mx = p[j] > mx ? p[j] : mx;
+			for (int j = 0; j < n; j++)
+				p[j] = kern_expf(p[j] - mx);
+			float inv = 1.0f / kern_sumf(p, n);
+			for (int j = 0; j < n; j++)
+				p[j] *= inv;
+			for (int j = n; j < r1; j++)
+				p[j] = 0.0f;
+		}
+		/* out[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
+		for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
+			int r1 = block_end(r0, T);
+			be->sgemm_batched(false, false, r1 - r0, hd, r1, 1.0f,
+			                  a + (size_t)r0 * T, T, TT, v, C3, hd,
+			                  0.0f, out + ((size_t)b * T + r0) * C, C, hd, NH);
+		}
+	}
+}
+
+void kern_attention_backward(float *dqkv, float *datt, const float *dout,
+                             const float *qkv, const float *att,
+                             int B, int T, int C, int NH)
+{
+	const kern_backend *be = kern_backend_get();
+	int hd = C / NH, C3 = 3 * C, nt = be->threads();
+	float scale = 1.0f / sqrtf((float)hd);
+	long TT = (long)T * T;
+
+	for (int b = 0; b < B; b++) {
+		const float *q = qkv + (size_t)b * T * C3;
+		const float *k = q + C, *v = q + 2 * C;
+		float *dq = dqkv + (size_t)b * T * C3;
+		float *dk = dq + C, *dv = dq + 2 * C;
+		const float *dy = dout + (size_t)b * T * C;
+		const float *a = att + (size_t)b * NH * TT;
+		float *da = datt + (size_t)b * NH * TT;
+		/* dP[r0:r1, 0:r1] = dY[r0:r1] V[0:r1]^T */
+		for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
+			int r1 = block_end(r0, T);
+			be->sgemm_batched(false, true, r1 - r0, r1, hd, 1.0f,
+			                  dy + (size_t)r0 * C, C, hd, v, C3, hd,
+			                  0.0f, da + (size_t)r0 * T, T, TT, NH);
+		}
+		/* softmax backward, the score scale folded in:
+		 * dS = scale * P * (dP - sum_j P dP) */
+		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		for (int ht = 0; ht < NH * T; ht++) {
+			int t = ht % T, n = t + 1, r1 = block_end(t, T);
+			const float *p = a + (size_t)ht * T;
+			float *d = da + (size_t)ht * T;
+			float dot = kern_dotf(p, d, n);
+			for (int j = 0; j < n; j++)
+				d[j] = scale * p[j] * (d[j] - dot);
+			for (int j = n; j < r1; j++)
+				d[j] = 0.0f;
+		}
+		/* dQ[r0:r1] += dS[r0:r1, 0:r1] K[0:r1] */
+		for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
+			int r1 = block_end(r0, T);
+			be->sgemm_batched(false, false, r1 - r0, hd, r1, 1.0f,
+			                  da + (size_t)r0 * T, T, TT, k, C3, hd,
+			                  1.0f, dq + (size_t)r0 * C3, C3, hd, NH);
+		}
+		/* By column block [c0, c1), only rows t >= c0 are non-zero:
+		 * dK[c0:c1] += dS[c0:T, c0:c1]^T Q[c0:T]
+		 * dV[c0:c1] += P[c0:T, c0:c1]^T dY[c0:T] */
+		for (int c0 = 0; c0 < T; c0 += KERN_ATT_BLOCK) {
+			int c1 = block_end(c0, T);
+			be->sgemm_batched(true, false, c1 - c0, hd, T - c0, 1.0f,
+			                  da + (size_t)c0 * T + c0, T, TT,
+			                  q + (size_t)c0 * C3, C3, hd,
+			                  1.0f, dk + (size_t)c0 * C3, C3, hd, NH);
+			be->sgemm_batched(true, false, c1 - c0, hd, T - c0, 1.0f,
+			                  a + (size_t)c0 * T + c0, T, TT,
+			                  dy + (size_t)c0 * C, C, hd,
+			                  1.0f, dv + (size_t)c0 * C3, C3, hd, NH);
+		}
+	}
+}

@@ -1,0 +1,61 @@
+/* cotrain kernels: the compute backend, one small vtable chosen once.
+ *
+ * Every matrix product of the model goes through kern_backend()->sgemm or
+ * ->sgemm_batched; every other loop is plain C with OpenMP in the layer
+ * files.  Matrices are row-major: element (i, j) of a matrix with leading
+ * dimension ld sits at [i * ld + j].  op(X) is X or its transpose.
+ *
+ * Determinism contract (the training round needs bit-identical results on
+ * any thread count): a backend must compute every output element by the same
+ * sequence of floating-point operations whatever the thread count, so work
+ * may be split over output elements but never over the summed dimension K in
+ * a way that depends on the thread count.
+ *
+ * The CPU backend (backend_cpu.c, OpenBLAS + OpenMP) is the only one built
+ * today; a CUDA backend would add a second vtable and change kern_backend()
+ * only, not its callers. */
+#ifndef KERN_BACKEND_H
+#define KERN_BACKEND_H
+
+#include <stdbool.h>
+
+typedef struct kern_backend {
+	const char *name;
+	/* C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C.  op(A) is A
+	 * (M x K, lda >= K) or, with ta, A^T where A is K x M (lda >= M);
+	 * likewise B.  beta == 0 ignores C's old contents (NaN included).
+	 * Must be called outside OpenMP parallel regions. */
+	void (*sgemm)(bool ta, bool tb, int M, int N, int K, float alpha,
+	              const float *A, int lda, const float *B, int ldb,
+	              float beta, float *C, int ldc);
+	/* batch independent products of one shape; problem i uses
+	 * A + i*sa, B + i*sb, C + i*sc (strides in floats).  The C blocks
+	 * must not overlap.  Outside OpenMP regions. */
+	void (*sgemm_batched)(bool ta, bool tb, int M, int N, int K, float alpha,
+	                      const float *A, int lda, long sa,
+	                      const float *B, int ldb, long sb,
+	                      float beta, float *C, int ldc, long sc, int batch);
+	/* threads used by this backend and by the kernels' OpenMP loops */
+	void (*set_threads)(int n);
+	int (*threads)(void);
+	/* a line describing the backend ("cpu: OpenBLAS 0.3.21 (SkylakeX)") */
+	const char *(*describe)(void);
+} kern_backend;
+
+/* The backend chosen for this process (today always the CPU one).  Never
+ * NULL; the first call initialises it (thread safe). */
+const kern_backend *kern_backend_get(void);
+
+/* Set the number of threads every kernel uses (n >= 1; n < 1 means the
+ * OpenMP default, OMP_NUM_THREADS or the number of cores).  Results do not
+ * depend on it, only speed.  Applies process-wide. */
+void kern_set_threads(int n);
+int kern_threads(void);
+
+/* When the BLAS library did not recognise this CPU and fell back to slow
+ * generic code, the value to put in OPENBLAS_CORETYPE before the process
+ * starts ("SkylakeX", "Haswell"), else NULL.  A program may re-exec itself
+ * with it set; OpenBLAS reads it only when it is loaded. */
+const char *kern_blas_coretype_hint(void);
+
+#endif

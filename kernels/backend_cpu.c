@@ -1,0 +1,160 @@
+/* cotrain kernels: the CPU backend, OpenBLAS for products, OpenMP for loops.
+ *
+ * Why OpenBLAS runs single-threaded here: OpenBLAS chooses how to split a
+ * product, and how to block its K loop, from the thread count (level3.c and
+ * level3_thread.c block K differently), so its results may change with the
+ * number of threads.  Instead each product is cut into tiles of output rows
+ * (or columns) whose size depends on the shape only, and every tile is one
+ * single-threaded cblas_sgemm over the whole K: an output element is always
+ * computed by the same call with the same K loop, whichever thread runs it,
+ * so results are bit-identical on any thread count (tests/
+ * test_kernels_determinism.c proves it for 1 and 2).  The tiles are spread
+ * over OpenMP threads; with OpenBLAS pinned to one thread there is no
+ * oversubscription.  The cost is packing the shared operand once per tile
+ * instead of once per call: a few percent at the model's shapes. */
+#include "kernels/backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+static int cpu_nthreads;                 /* 0 until initialised */
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+static void cpu_init(void)
+{
+	openblas_set_num_threads(1);
+	if (__atomic_load_n(&cpu_nthreads, __ATOMIC_RELAXED) < 1)
+		__atomic_store_n(&cpu_nthreads, omp_get_max_threads(), __ATOMIC_RELAXED);
+}
+
+static void gemm1(bool ta, bool tb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc)
+{
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+	            tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb,
+	            beta, C, ldc);
+}
+
+/* Tile size along a dimension of length dim: a function of the shape only. */
+static int tile_of(int dim)
+{
+	return dim >= 1024 ? 256 : 128;
+}
+
+static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc)
+{
+	if (M <= 0 || N <= 0)
+		return;
+	int nt = kern_threads();
+	/* Split the longer of M and N; small products run as one call. */
+	bool split_rows = M >= N;
+	int dim = split_rows ? M : N;
+	int tile = tile_of(dim);
+	int ntiles = (dim + tile - 1) / tile;
+	if (ntiles < 2 || (double)M * N * K < 1e6) {
+		gemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+		return;
+	}
+	/* nt == 1 still walks the same tiles, so the result does not depend on
+	 * the thread count. */
+	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+	for (int t = 0; t < ntiles; t++) {
+		int lo = t * tile, n = dim - lo < tile ? dim - lo : tile;
+		if (split_rows) {
+			const float *a = ta ? A + lo : A + (size_t)lo * lda;
+			gemm1(ta, tb, n, N, K, alpha, a, lda, B, ldb, beta,
+			      C + (size_t)lo * ldc, ldc);
+		} else {
+			const float *b = tb ? B + (size_t)lo * ldb : B + lo;
+			gemm1(ta, tb, M, n, K, alpha, A, lda, b, ldb, beta,
+			      C + lo, ldc);
+		}
+	}
+}
+
+static void cpu_sgemm_batched(bool ta, bool tb, int M, int N, int K, float alpha,
+                              const float *A, int lda, long sa,
+                              const float *B, int ldb, long sb,
+                              float beta, float *C, int ldc, long sc, int batch)
+{
+	int nt = kern_threads();
+	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && batch > 1)
+	for (int i = 0; i < batch; i++)
+		gemm1(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb,
+		      beta, C + i * sc, ldc);
+}
+
+static void cpu_set_threads(int n)
+{
+	pthread_once(&cpu_once, cpu_init);
+	if (n < 1)
+		n = omp_get_num_procs();
+	__atomic_store_n(&cpu_nthreads, n, __ATOMIC_RELAXED);
+}
+
+static int cpu_threads(void)
+{
+	pthread_once(&cpu_once, cpu_init);
+	return __atomic_load_n(&cpu_nthreads, __ATOMIC_RELAXED);
+}
+
+static const char *cpu_describe(void)
+{
+	static __thread char buf[160];
+	pthread_once(&cpu_once, cpu_init);
+	snprintf(buf, sizeof buf, "cpu: OpenBLAS core %s, %d threads",
+	         openblas_get_corename(), cpu_threads());
+	return buf;
+}
+
+static const kern_backend backend_cpu = {
+	.name = "cpu",
+	.sgemm = cpu_sgemm,
+	.sgemm_batched = cpu_sgemm_batched,
+	.set_threads = cpu_set_threads,
+	.threads = cpu_threads,
+	.describe = cpu_describe,
+};
+
+const kern_backend *kern_backend_get(void)
+{
+	pthread_once(&cpu_once, cpu_init);
+	return &backend_cpu;
+}
+
+void kern_set_threads(int n)
+{
+	kern_backend_get()->set_threads(n);
+}
+
+int kern_threads(void)
+{
+	return cpu_threads();
+}
+
+const char *kern_blas_coretype_hint(void)
+{
+	static const char *generic[] = { "Prescott", "Core2", "Penryn",
+		"Dunnington", "Nehalem", "Atom", "Katmai", "Coppermine",
+		"Northwood", "Banias", "Sandybridge", NULL };
+	const char *core = openblas_get_corename();
+	bool is_generic = false;
+	for (int i = 0; generic[i]; i++)
+		if (core && strcmp(core, generic[i]) == 0)
+			is_generic = true;
+	if (!is_generic)
+		return NULL;
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+	    && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+		return "SkylakeX";
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return "Haswell";
+	return NULL;
+}

@@ -1,0 +1,45 @@
+/* cotrain kernels: GELU (tanh approximation).  See gelu.h. */
+#include "kernels/gelu.h"
+
+#include "kernels/backend.h"
+#include "kernels/vecmath.h"
+
+#define GELU_BETA 0.7978845608028654f   /* sqrt(2/pi) */
+#define GELU_KAPPA 0.044715f
+#define GELU_CHUNK 4096
+
+void kern_gelu_forward(float *out, const float *inp, size_t n)
+{
+	int nt = kern_threads();
+	long nchunks = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
+	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && nchunks > 1)
+	for (long ch = 0; ch < nchunks; ch++) {
+		size_t lo = (size_t)ch * GELU_CHUNK;
+		size_t hi = lo + GELU_CHUNK < n ? lo + GELU_CHUNK : n;
+		for (size_t i = lo; i < hi; i++) {
+			float x = inp[i];
+			float u = GELU_BETA * (x + GELU_KAPPA * x * x * x);
+			out[i] = 0.5f * x * (1.0f + kern_tanhf(u));
+		}
+	}
+}
+
+void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
+                        size_t n)
+{
+	int nt = kern_threads();
+	long nchunks = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
+	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && nchunks > 1)
+	for (long ch = 0; ch < nchunks; ch++) {
+		size_t lo = (size_t)ch * GELU_CHUNK;
+		size_t hi = lo + GELU_CHUNK < n ? lo + GELU_CHUNK : n;
+		for (size_t i = lo; i < hi; i++) {
+			float x = inp[i], x2 = x * x;
+			float t = kern_tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
+			float left_d = 0.5f * (1.0f + t);
+			float right_d = 0.5f * x * (1.0f - t * t)
+			                * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
+			dinp[i] += dout[i] * (left_d + right_d);
+		}
+	}
+}

@@ -1,0 +1,15 @@
+/* cotrain kernels: GELU, tanh approximation (PyTorch's approximate='tanh'):
+ *   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+#ifndef KERN_GELU_H
+#define KERN_GELU_H
+
+#include <stddef.h>
+
+/* out[n] = gelu(inp[n]); out may equal inp. */
+void kern_gelu_forward(float *out, const float *inp, size_t n);
+
+/* dinp[n] += dout[n] * gelu'(inp[n]), inp being the forward's input. */
+void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
+                        size_t n);
+
+#endif

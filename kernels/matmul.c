@@ -1,0 +1,81 @@
+/* cotrain kernels: the linear layer.  See matmul.h. */
+#include "kernels/matmul.h"
+
+#include "kernels/backend.h"
+
+#include <stddef.h>
+
+/* Rows of out <- bias (or zero). */
+static void fill_bias(float *out, const float *bias, int M, int N, int nt)
+{
+	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && (long)M * N > 65536)
+	for (int m = 0; m < M; m++) {
+		float *o = out + (size_t)m * N;
+		for (int n = 0; n < N; n++)
+			o[n] = bias ? bias[n] : 0.0f;
+	}
+}
+
+/* Rows of out += bias. */
+static void add_bias(float *out, const float *bias, int M, int N, int nt)
+{
+	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && (long)M * N > 65536)
+	for (int m = 0; m < M; m++) {
+		float *o = out + (size_t)m * N;
+		for (int n = 0; n < N; n++)
+			o[n] += bias[n];
+	}
+}
+
+void kern_linear_forward(float *out, const float *inp, const float *W,
+                         const float *bias, int M, int K, int N)
+{
+	const kern_backend *be = kern_backend_get();
+	if (bias) {
+		fill_bias(out, bias, M, N, be->threads());
+		be->sgemm(false, false, M, N, K, 1.0f, inp, K, W, N, 1.0f, out, N);
+	} else {
+		be->sgemm(false, false, M, N, K, 1.0f, inp, K, W, N, 0.0f, out, N);
+	}
+}
+
+void kern_linear_forward_add(float *out, const float *inp, const float *W,
+                             const float *bias, int M, int K, int N)
+{
+	const kern_backend *be = kern_backend_get();
+	if (bias)
+		add_bias(out, bias, M, N, be->threads());
+	be->sgemm(false, false, M, N, K, 1.0f, inp, K, W, N, 1.0f, out, N);
+}
+
+void kern_colsum_add(float *dst, const float *src, int M, int N)
+{
+	enum { CB = 64 };
+	int nt = kern_threads();
+	int nblocks = (N + CB - 1) / CB;
+	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && (long)M * N > 65536)
+	for (int b = 0; b < nblocks; b++) {
+		int c0 = b * CB, nc = N - c0 < CB ? N - c0 : CB;
+		double acc[CB] = { 0 };
+		for (int m = 0; m < M; m++) {
+			const float *s = src + (size_t)m * N + c0;
+			for (int j = 0; j < nc; j++)
+				acc[j] += s[j];
+		}
+		for (int j = 0; j < nc; j++)
+			dst[c0 + j] += (float)acc[j];
+	}
+}
+
+void kern_linear_backward(float *dinp, float *dW, float *dbias,
+                          const float *dout, const float *inp, const float *W,
+                          int M, int K, int N)
+{
+	const kern_backend *be = kern_backend_get();
+	if (dinp)  /* dinp[M,K] += dout[M,N] @ W[K,N]^T */
+		be->sgemm(false, true, M, K, N, 1.0f, dout, N, W, N, 1.0f, dinp, K);
+	/* dW[K,N] += inp[M,K]^T @ dout[M,N] */
+	be->sgemm(true, false, K, N, M, 1.0f, inp, K, dout, N, 1.0f, dW, N);
+	if (dbias)
+		kern_colsum_add(dbias, dout, M, N);
+}

@@ -1,0 +1,31 @@
+/* cotrain kernels: the linear layer, y = x W + b, through the backend.
+ *
+ * Weights are stored [in, out] (GPT-2's Conv1D layout, as in the GPT-2
+ * checkpoints whose tensor names the model uses), so the forward product is
+ * x[M,K] @ W[K,N] with no transpose. */
+#ifndef KERN_MATMUL_H
+#define KERN_MATMUL_H
+
+/* out[M,N] = inp[M,K] @ W[K,N] + bias[N]; bias may be NULL.  out must not
+ * overlap inp. */
+void kern_linear_forward(float *out, const float *inp, const float *W,
+                         const float *bias, int M, int K, int N);
+
+/* out[M,N] += inp[M,K] @ W[K,N] + bias[N]: the residual connection fused into
+ * the projection that feeds it. */
+void kern_linear_forward_add(float *out, const float *inp, const float *W,
+                             const float *bias, int M, int K, int N);
+
+/* Accumulate the gradients of kern_linear_forward given dout[M,N]:
+ *   dinp[M,K] += dout @ W^T      (skipped when dinp is NULL)
+ *   dW[K,N]   += inp^T @ dout
+ *   dbias[N]  += sum over rows of dout   (skipped when dbias is NULL) */
+void kern_linear_backward(float *dinp, float *dW, float *dbias,
+                          const float *dout, const float *inp, const float *W,
+                          int M, int K, int N);
+
+/* dst[N] += sum over the M rows of src[M,N], summed in double in row order
+ * (deterministic on any thread count). */
+void kern_colsum_add(float *dst, const float *src, int M, int N);
+
+#endif

@@ -1,0 +1,300 @@
+/* cotrain kernels: optimizers.  See optimizer.h for the rules and why every
+ * sum here runs over fixed blocks. */
+#include "kernels/optimizer.h"
+
+#include "kernels/backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+void kern_opt_default(kern_opt_config *o, kern_opt_kind kind)
+{
+	o->kind = kind;
+	if (kind == KERN_OPT_LAMB) {
+		o->lr = 1e-3f;
+		o->beta1 = 0.9f;
+		o->beta2 = 0.999f;
+		o->eps = 1e-6f;
+		o->weight_decay = 0.01f;
+	} else {
+		o->lr = 3e-4f;
+		o->beta1 = 0.9f;
+		o->beta2 = 0.95f;
+		o->eps = 1e-8f;
+		o->weight_decay = 0.1f;
+	}
+	o->clip_norm = 1.0f;
+	o->warmup_steps = 0;
+	o->total_steps = 0;
+	o->decay = KERN_DECAY_NONE;
+	o->min_lr_ratio = 0.1f;
+}
+
+cot_err kern_opt_validate(const kern_opt_config *o, cot_errbuf *eb)
+{
+	if (o->kind != KERN_OPT_ADAMW && o->kind != KERN_OPT_LAMB)
+		return cot_seterr(eb, COT_ERR_INVALID, "unknown optimizer %d", (int)o->kind);
+#define CHECK(cond, field) \
+	if (!(cond)) \
+		return cot_seterr(eb, COT_ERR_INVALID, \
+		                  "optimizer setting " #field " is out of range");
+	CHECK(isfinite(o->lr) && o->lr >= 0 && o->lr <= 10, lr)
+	CHECK(o->beta1 >= 0 && o->beta1 < 1, beta1)
+	CHECK(o->beta2 >= 0 && o->beta2 < 1, beta2)
+	CHECK(isfinite(o->eps) && o->eps > 0, eps)
+	CHECK(isfinite(o->weight_decay) && o->weight_decay >= 0 && o->weight_decay < 10,
+	      weight_decay)
+	CHECK(isfinite(o->clip_norm) && o->clip_norm >= 0, clip_norm)
+	CHECK(o->warmup_steps >= 0, warmup_steps)
+	CHECK(o->total_steps >= 0, total_steps)
+	CHECK(o->decay >= KERN_DECAY_NONE && o->decay <= KERN_DECAY_COSINE, decay)
+	CHECK(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1, min_lr_ratio)
+#undef CHECK
+	return COT_OK;
+}
+
+/* cos(x) for x in [0, pi] by its Taylor series (error < 1e-17): basic
+ * operations only, so the schedule is the same with every libm. */
+static double portable_cos(double x)
+{
+	double x2 = x * x, sum = 1, term = 1;
+	for (int k = 1; k <= 20; k++) {
+		term *= -x2 / ((2.0 * k - 1) * (2.0 * k));
+		sum += term;
+	}
+	return sum;
+}
+
+/* b^n by squaring (only multiplications: deterministic). */
+static double powi(double b, long n)
+{
+	double r = 1;
+	while (n > 0) {
+		if (n & 1)
+			r *= b;
+		b *= b;
+		n >>= 1;
+	}
+	return r;
+}
+
+float kern_opt_lr(const kern_opt_config *o, long s)
+{
+	double lr = o->lr;
+	if (s < 0)
+		s = 0;
+	if (s < o->warmup_steps)
+		return (float)(lr * (double)(s + 1) / (double)o->warmup_steps);
+	if (o->decay == KERN_DECAY_NONE || o->total_steps <= o->warmup_steps)
+		return (float)lr;
+	double q = (double)(s - o->warmup_steps) / (double)(o->total_steps - o->warmup_steps);
+	if (q > 1)
+		q = 1;
+	double mn = o->min_lr_ratio, ratio;
+	if (o->decay == KERN_DECAY_LINEAR)
+		ratio = 1 - q * (1 - mn);
+	else
+		ratio = mn + (1 - mn) * (1 + portable_cos(3.14159265358979323846 * q)) / 2;
+	return (float)(lr * ratio);
+}
+
+bool kern_opt_decays(const kern_view *v)
+{
+	return v->ndim >= 2;
+}
+
+/* Sum of squares of x[0..n) in double, in a fixed order (8 interleaved
+ * partial sums combined pairwise) that the compiler may vectorise without
+ * changing it. */
+static double sumsq(const float *x, size_t n)
+{
+	double acc[8] = { 0 }, tail = 0;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			acc[j] += (double)x[i + j] * x[i + j];
+	for (; i < n; i++)
+		tail += (double)x[i] * x[i];
+	for (int w = 4; w >= 1; w /= 2)
+		for (int j = 0; j < w; j++)
+			acc[j] += acc[j + w];
+	return acc[0] + tail;
+}
+
+double kern_grad_norm(const kern_model *m)
+{
+	size_t n = m->n_params;
+	long nblocks = (long)((n + KERN_OPT_BLOCK - 1) / KERN_OPT_BLOCK);
+	double total = 0;
+	int nt = kern_threads();
+	/* blocks in parallel, each summed serially; partials added in order */
+	enum { GROUP = 256 };
+	double part[GROUP];
+	for (long g0 = 0; g0 < nblocks; g0 += GROUP) {
+		long ng = nblocks - g0 < GROUP ? nblocks - g0 : GROUP;
+		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && ng > 1)
+		for (long b = 0; b < ng; b++) {
+			size_t lo = (size_t)(g0 + b) * KERN_OPT_BLOCK;
+			size_t len = n - lo < KERN_OPT_BLOCK ? n - lo : KERN_OPT_BLOCK;
+			part[b] = sumsq(m->grads + lo, len);
+		}
+		for (long b = 0; b < ng; b++)
+			total += part[b];
+	}
+	return sqrt(total);
+}
+
+/* A run of at most KERN_OPT_BLOCK elements inside one tensor. */
+typedef struct {
+	int view;
+	size_t lo, len;
+	double p2, u2;  /* LAMB: ||p||^2 and ||u||^2 over the segment */
+} segment;
+
+static segment *make_segments(const kern_model *m, long *count)
+{
+	long n = 0;
+	for (int i = 0; i < m->n_views; i++)
+		n += (long)((m->views[i].numel + KERN_OPT_BLOCK - 1) / KERN_OPT_BLOCK);
+	segment *s = calloc((size_t)(n ? n : 1), sizeof *s);
+	if (!s)
+		return NULL;
+	long k = 0;
+	for (int i = 0; i < m->n_views; i++)
+		for (size_t lo = 0; lo < m->views[i].numel; lo += KERN_OPT_BLOCK) {
+			size_t left = m->views[i].numel - lo;
+			s[k].view = i;
+			s[k].lo = m->views[i].offset + lo;
+			s[k].len = left < KERN_OPT_BLOCK ? left : KERN_OPT_BLOCK;
+			k++;
+		}
+	*count = k;
+	return s;
+}
+
+static void adamw_segment(kern_model *m, const kern_opt_config *o,
+                          const segment *sg, float lr, float coef,
+                          float step_size, float bc2_sqrt)
+{
+	float *p = m->params + sg->lo, *mm = m->m + sg->lo, *vv = m->v + sg->lo;
+	const float *g = m->grads + sg->lo;
+	float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
+	float keep = kern_opt_decays(&m->views[sg->view])
+	             ? 1.0f - lr * o->weight_decay : 1.0f;
+	for (size_t i = 0; i < sg->len; i++) {
+		float gi = g[i] * coef;
+		float pi = p[i] * keep;
+		float mi = mm[i] * b1 + (1.0f - b1) * gi;
+		float vi = vv[i] * b2 + (1.0f - b2) * gi * gi;
+		float denom = sqrtf(vi) / bc2_sqrt + eps;
+		p[i] = pi + -step_size * (mi / denom);
+		mm[i] = mi;
+		vv[i] = vi;
+	}
+}
+
+/* LAMB pass 1: update the moments, sum ||p||^2 and ||u||^2. */
+static void lamb_moments(kern_model *m, const kern_opt_config *o, segment *sg,
+                         float coef, float bc1, float bc2)
+{
+	float *p = m->params + sg->lo, *mm = m->m + sg->lo, *vv = m->v + sg->lo;
+	const float *g = m->grads + sg->lo;
+	float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
+	float wd = kern_opt_decays(&m->views[sg->view]) ? o->weight_decay : 0.0f;
+	double pa[8] = { 0 }, ua[8] = { 0 };
+	for (size_t i = 0; i < sg->len; i++) {
+		float gi = g[i] * coef;
+		float mi = mm[i] * b1 + (1.0f - b1) * gi;
+		float vi = vv[i] * b2 + (1.0f - b2) * gi * gi;
+		float u = (mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i];
+		mm[i] = mi;
+		vv[i] = vi;
+		pa[i % 8] += (double)p[i] * p[i];
+		ua[i % 8] += (double)u * u;
+	}
+	for (int w = 4; w >= 1; w /= 2)
+		for (int j = 0; j < w; j++) {
+			pa[j] += pa[j + w];
+			ua[j] += ua[j + w];
+		}
+	sg->p2 = pa[0];
+	sg->u2 = ua[0];
+}
+
+/* LAMB pass 2: recompute u from the new moments (same bits) and apply. */
+static void lamb_apply(kern_model *m, const kern_opt_config *o,
+                       const segment *sg, float scale, float bc1, float bc2)
+{
+	float *p = m->params + sg->lo;
+	const float *mm = m->m + sg->lo, *vv = m->v + sg->lo;
+	float eps = o->eps;
+	float wd = kern_opt_decays(&m->views[sg->view]) ? o->weight_decay : 0.0f;
+	for (size_t i = 0; i < sg->len; i++) {
+		float u = (mm[i] / bc1) / (sqrtf(vv[i] / bc2) + eps) + wd * p[i];
+		p[i] = p[i] - scale * u;
+	}
+}
+
+cot_err kern_opt_step(kern_model *m, const kern_opt_config *o,
+                      kern_opt_stats *st, cot_errbuf *eb)
+{
+	cot_err rc = kern_opt_validate(o, eb);
+	if (rc)
+		return rc;
+	double norm = kern_grad_norm(m);
+	if (!isfinite(norm))
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "cannot take an optimizer step: the gradient is not finite");
+	float coef = 1.0f;
+	if (o->clip_norm > 0) {
+		float c = (float)(o->clip_norm / (norm + 1e-6));
+		coef = c < 1.0f ? c : 1.0f;
+	}
+	float lr = kern_opt_lr(o, m->step);
+	long t = m->step + 1;
+	double bc1 = 1 - powi(o->beta1, t), bc2 = 1 - powi(o->beta2, t);
+	long nseg;
+	segment *segs = make_segments(m, &nseg);
+	float *scale = malloc(sizeof(float) * (size_t)m->n_views);
+	if (!segs || !scale) {
+		free(segs);
+		free(scale);
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for an optimizer step");
+	}
+	int nt = kern_threads();
+	if (o->kind == KERN_OPT_ADAMW) {
+		float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		for (long i = 0; i < nseg; i++)
+			adamw_segment(m, o, &segs[i], lr, coef, step_size, bc2_sqrt);
+	} else {
+		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		for (long i = 0; i < nseg; i++)
+			lamb_moments(m, o, &segs[i], coef, (float)bc1, (float)bc2);
+		/* per-tensor trust ratios, segments summed in order */
+		long k = 0;
+		for (int v = 0; v < m->n_views; v++) {
+			double p2 = 0, u2 = 0;
+			for (; k < nseg && segs[k].view == v; k++) {
+				p2 += segs[k].p2;
+				u2 += segs[k].u2;
+			}
+			double r = 1;
+			if (kern_opt_decays(&m->views[v]) && p2 > 0 && u2 > 0)
+				r = sqrt(p2) / sqrt(u2);
+			scale[v] = (float)(lr * r);
+		}
+		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		for (long i = 0; i < nseg; i++)
+			lamb_apply(m, o, &segs[i], scale[segs[i].view], (float)bc1, (float)bc2);
+	}
+	free(scale);
+	free(segs);
+	m->step++;
+	if (st) {
+		st->grad_norm = norm;
+		st->clip_coef = coef;
+		st->lr = lr;
+	}
+	return COT_OK;
+}

@@ -1,0 +1,90 @@
+/* cotrain kernels: optimizers (AdamW, LAMB), schedule and clipping.
+ *
+ * Every peer applies the same step to the same averaged gradient and must
+ * end with bit-identical parameters, so a step is deterministic: elementwise
+ * float arithmetic in a fixed order (the library is built with
+ * -ffp-contract=off, so no CPU fuses it differently), every reduction (the
+ * global gradient norm, LAMB's per-tensor norms) summed in double over
+ * fixed blocks of KERN_OPT_BLOCK elements whose partial sums are added in
+ * block order, the schedule computed from IEEE operations only (no libm).
+ * The thread count never changes a bit.
+ *
+ * Update rules, with g the gradient after clipping, t = step + 1:
+ *   AdamW (PyTorch's torch.optim.AdamW):
+ *     p -= lr wd p (decayed tensors only); m = b1 m + (1-b1) g;
+ *     v = b2 v + (1-b2) g^2;
+ *     p -= (lr / (1-b1^t)) m / (sqrt(v) / sqrt(1-b2^t) + eps)
+ *   LAMB (You et al. 2019, as NVIDIA apex's FusedLAMB with use_nvlamb off):
+ *     m, v as above; u = (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + wd p;
+ *     per tensor: r = ||p|| / ||u|| (1 when either is 0);
+ *     p -= lr r u
+ * Decay and the trust ratio apply to tensors of 2 or more dimensions (the
+ * embeddings and the linear weights); LayerNorm parameters and biases get
+ * neither (wd 0, r = 1), as BERT's and GPT-2's recipes exclude them.
+ * Clipping as PyTorch's clip_grad_norm_: with n the global L2 norm of all
+ * gradients, g = grad * min(1, clip / (n + 1e-6)). */
+#ifndef KERN_OPTIMIZER_H
+#define KERN_OPTIMIZER_H
+
+#include <stdbool.h>
+
+#include "kernels/model.h"
+#include "shared/error.h"
+
+#define KERN_OPT_BLOCK 8192
+
+typedef enum { KERN_OPT_ADAMW = 0, KERN_OPT_LAMB = 1 } kern_opt_kind;
+
+typedef enum {
+	KERN_DECAY_NONE = 0,   /* constant after warmup */
+	KERN_DECAY_LINEAR,     /* to lr * min_lr_ratio at total_steps */
+	KERN_DECAY_COSINE
+} kern_decay_kind;
+
+typedef struct {
+	kern_opt_kind kind;
+	float lr;              /* peak learning rate */
+	float beta1, beta2, eps;
+	float weight_decay;
+	float clip_norm;       /* global gradient-norm clip; 0: off */
+	long warmup_steps;     /* linear warmup: step s uses lr (s+1)/warmup */
+	long total_steps;      /* end of the decay; ignored for KERN_DECAY_NONE */
+	kern_decay_kind decay;
+	float min_lr_ratio;    /* floor of the decay, in [0, 1] */
+} kern_opt_config;
+
+typedef struct {
+	double grad_norm;      /* global L2 norm before clipping */
+	float clip_coef;       /* factor applied to the gradients (1: none) */
+	float lr;              /* learning rate used */
+} kern_opt_stats;
+
+/* Defaults: AdamW lr 3e-4, betas 0.9/0.95, eps 1e-8, wd 0.1; LAMB lr 1e-3
+ * (sahajBERT used 1.76e-3 at batch 4096), betas 0.9/0.999, eps 1e-6, wd 0.01;
+ * both clip 1.0, warmup 0, no decay, min ratio 0.1. */
+void kern_opt_default(kern_opt_config *o, kern_opt_kind kind);
+
+/* COT_OK or COT_ERR_INVALID naming the bad field. */
+cot_err kern_opt_validate(const kern_opt_config *o, cot_errbuf *eb);
+
+/* Learning rate for step index s (0 for the first step):
+ *   s < warmup:      lr (s + 1) / warmup
+ *   then, with q = (s - warmup) / (total - warmup) clamped to [0, 1]:
+ *   linear: lr (1 - q (1 - min)); cosine: lr (min + (1 - min)(1 + cos(pi q))/2)
+ * Computed in double from basic operations, rounded to float. */
+float kern_opt_lr(const kern_opt_config *o, long s);
+
+/* Whether tensor v takes weight decay and LAMB's trust ratio. */
+bool kern_opt_decays(const kern_view *v);
+
+/* Global L2 norm of m->grads, summed as described above. */
+double kern_grad_norm(const kern_model *m);
+
+/* One optimizer step on m->params, m->m and m->v from m->grads (which are
+ * not changed), then m->step++.  st may be NULL.  COT_ERR_INVALID for a bad
+ * config or a gradient that is not finite (nothing is changed then),
+ * COT_ERR_NOMEM. */
+cot_err kern_opt_step(kern_model *m, const kern_opt_config *o,
+                      kern_opt_stats *st, cot_errbuf *eb);
+
+#endif
