@@ -1,0 +1,172 @@
+/* cotrain-admin dataset: import text into shards, list datasets.
+ *
+ * The import writes every shard and the manifest into the file store first
+ * (server/dataset_import.c), then records the dataset, its shards and their
+ * files in ONE transaction: a failed import leaves no row behind, only
+ * unreferenced store files. */
+#include "server/admin.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server/dataset_import.h"
+
+static const char usage[] =
+	"usage: cotrain-admin dataset import [--shard-tokens N] NAME PATH...\n"
+	"       cotrain-admin dataset list\n"
+	"\n"
+	"import reads UTF-8 text files, folders (every regular file below, in sorted\n"
+	"path order, hidden names skipped) and archives (.tar, .tar.gz, .tgz, .tar.bz2,\n"
+	".tar.xz, .tar.zst, .zip; entries in archive order), joins the documents with\n"
+	"a blank line, tokenizes them byte by byte and writes shards of N tokens\n"
+	"(default 1048576) to the file store.  NAME: 1 to 64 letters, digits, '.',\n"
+	"'_' or '-'.  A file that is not UTF-8 or a damaged archive stops the import\n"
+	"and nothing is recorded.  See doc/dataset.md.\n";
+
+static cot_err record(admin_ctx *ctx, const char *name, const ds_result *r, cot_errbuf *eb)
+{
+	char size[32], id[32], idx[16], first[32], ntok[32];
+	PGresult *res;
+	cot_err rc = admin_begin(ctx, eb);
+	if (rc)
+		return rc;
+	static const char file_sql[] =
+		"INSERT INTO file (sha256, size, kind) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING";
+	snprintf(size, sizeof size, "%" PRIu64, r->manifest_size);
+	const char *fp[3] = { r->manifest_sha256, size, "manifest" };
+	if (!(res = admin_exec(ctx, file_sql, 3, fp, eb)))
+		goto fail;
+	PQclear(res);
+	for (size_t i = 0; i < r->n_shards; i++) {
+		snprintf(size, sizeof size, "%" PRIu64, r->shards[i].size);
+		const char *sp[3] = { r->shards[i].sha256, size, "shard" };
+		if (!(res = admin_exec(ctx, file_sql, 3, sp, eb)))
+			goto fail;
+		PQclear(res);
+	}
+	snprintf(ntok, sizeof ntok, "%" PRIu64, r->n_tokens);
+	const char *dp[3] = { name, ntok, r->manifest_sha256 };
+	res = admin_exec(ctx, "INSERT INTO dataset (name, tokenizer, n_tokens, manifest_sha256)"
+	                      " VALUES ($1, 'byte', $2, $3) RETURNING id", 3, dp, eb);
+	if (!res)
+		goto fail;
+	snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	for (size_t i = 0; i < r->n_shards; i++) {
+		snprintf(idx, sizeof idx, "%" PRId32, r->shards[i].idx);
+		snprintf(first, sizeof first, "%" PRIu64, r->shards[i].first_token);
+		snprintf(ntok, sizeof ntok, "%" PRIu64, r->shards[i].n_tokens);
+		const char *hp[5] = { id, idx, first, ntok, r->shards[i].sha256 };
+		res = admin_exec(ctx, "INSERT INTO shard (dataset_id, idx, first_token, n_tokens, sha256)"
+		                      " VALUES ($1, $2, $3, $4, $5)", 5, hp, eb);
+		if (!res)
+			goto fail;
+		PQclear(res);
+	}
+	if ((rc = admin_commit(ctx, eb)) == COT_OK)
+		return COT_OK;
+fail:
+	admin_rollback(ctx);
+	return COT_ERR_DB;
+}
+
+static bool dataset_exists(admin_ctx *ctx, const char *name, cot_errbuf *eb, bool *exists)
+{
+	const char *p[1] = { name };
+	PGresult *r = admin_exec(ctx, "SELECT 1 FROM dataset WHERE name = $1", 1, p, eb);
+	if (!r)
+		return false;
+	*exists = PQntuples(r) > 0;
+	PQclear(r);
+	return true;
+}
+
+static int import_cmd(admin_ctx *ctx, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "shard-tokens", required_argument, NULL, 's' },
+		{ NULL, 0, NULL, 0 },
+	};
+	long long shard_tokens = DS_SHARD_TOKENS_DEFAULT;
+	int c;
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (c == 's') {
+			if (!admin_parse_ll(optarg, DS_SHARD_TOKENS_MIN, DS_SHARD_TOKENS_MAX, &shard_tokens))
+				return admin_usage(usage, "dataset import: --shard-tokens must be an integer from %u to %u",
+				                   DS_SHARD_TOKENS_MIN, DS_SHARD_TOKENS_MAX);
+		} else {
+			return admin_usage(usage, "dataset import: bad option");
+		}
+	}
+	if (argc - optind < 2)
+		return admin_usage(usage, "dataset import: give a NAME and at least one PATH");
+	const char *name = argv[optind];
+	cot_errbuf eb = { "", "" };
+	if (!shard_name_valid(name))
+		return admin_failf("invalid dataset name \"%.80s\": use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+		                   name);
+	if (admin_connect(ctx, true))
+		return ADMIN_FAIL;
+	bool exists = false;
+	if (!dataset_exists(ctx, name, &eb, &exists))
+		return admin_fail(&eb);
+	if (exists)
+		return admin_failf("dataset \"%s\" already exists", name);
+
+	ds_result r;
+	if (ds_import(ctx->store_dir, name, (uint64_t)shard_tokens, (const char *const *)argv + optind + 1,
+	              (size_t)(argc - optind - 1), &r, &eb))
+		return admin_fail(&eb);
+	if (record(ctx, name, &r, &eb)) {
+		ds_result_free(&r);
+		return admin_fail(&eb);
+	}
+	printf("imported dataset \"%s\": %" PRIu64 " tokens from %" PRIu64 " documents in %zu shard%s\n",
+	       name, r.n_tokens, r.n_documents, r.n_shards, r.n_shards == 1 ? "" : "s");
+	printf("manifest %s\n", r.manifest_sha256);
+	if (r.n_skipped)
+		printf("skipped %" PRIu64 " hidden or non-regular entr%s\n", r.n_skipped,
+		       r.n_skipped == 1 ? "y" : "ies");
+	ds_result_free(&r);
+	return ADMIN_OK;
+}
+
+static int list_cmd(admin_ctx *ctx, int argc, char **argv)
+{
+	if (argc > 1)
+		return admin_usage(usage, "dataset list: unexpected argument \"%s\"", argv[1]);
+	cot_errbuf eb = { "", "" };
+	if (admin_connect(ctx, true))
+		return ADMIN_FAIL;
+	PGresult *r = admin_exec(ctx,
+		"SELECT d.name, d.tokenizer, d.n_tokens, count(s.idx), d.manifest_sha256,"
+		"       to_char(d.created_at, 'YYYY-MM-DD HH24:MI')"
+		"  FROM dataset d LEFT JOIN shard s ON s.dataset_id = d.id"
+		" GROUP BY d.id ORDER BY d.name", 0, NULL, &eb);
+	if (!r)
+		return admin_fail(&eb);
+	printf("%-24s %-9s %14s %7s %-16s %s\n", "NAME", "TOKENIZER", "TOKENS", "SHARDS", "CREATED", "MANIFEST");
+	for (int i = 0; i < PQntuples(r); i++)
+		printf("%-24s %-9s %14s %7s %-16s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+		       PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 5), PQgetvalue(r, i, 4));
+	PQclear(r);
+	return ADMIN_OK;
+}
+
+int admin_dataset_main(admin_ctx *ctx, int argc, char **argv)
+{
+	if (admin_wants_help(argc, argv)) {
+		fputs(usage, stdout);
+		return ADMIN_OK;
+	}
+	if (argc < 2)
+		return admin_usage(usage, "dataset: no command given");
+	if (strcmp(argv[1], "import") == 0)
+		return import_cmd(ctx, argc - 1, argv + 1);
+	if (strcmp(argv[1], "list") == 0)
+		return list_cmd(ctx, argc - 1, argv + 1);
+	return admin_usage(usage, "dataset: unknown command \"%s\"", argv[1]);
+}

@@ -1,0 +1,296 @@
+/* cotrain-admin project: create a project from a project file, list them.
+ *
+ * create checks the file (server/project_file.c), then, in one transaction,
+ * the things only the database knows: the dataset exists, its tokenizer
+ * fits the model's vocabulary, it holds at least one microbatch; and
+ * inserts the project and its model version 0, whose checkpoint (the model
+ * initialised from the project's seed, kernels/checkpoint.h) is stored in
+ * the file store first.
+ *
+ * The training stream: sample j of an epoch is tokens
+ * [j*seq_len, j*seq_len + seq_len + 1) of the dataset (inputs and the next
+ * tokens as targets), so an epoch has floor((n_tokens - 1) / seq_len)
+ * samples and mb_per_epoch = that / microbatch_size whole microbatches. */
+#include "server/admin.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/checkpoint.h"
+#include "kernels/model.h"
+#include "server/project_file.h"
+#include "shared/filestore.h"
+
+static const char usage[] =
+	"usage: cotrain-admin project create FILE\n"
+	"       cotrain-admin project list\n"
+	"\n"
+	"create reads a project file (JSON, see doc/project-file.md; \"-\" reads\n"
+	"standard input), checks it against its dataset and creates the project with\n"
+	"its model version 0.\n";
+
+/* Read a whole file of at most max bytes into a malloc'd, NUL-terminated
+ * buffer. */
+static cot_err read_file(const char *path, size_t max, char **out, size_t *len, cot_errbuf *eb)
+{
+	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return cot_seterr(eb, COT_ERR_IO, "could not open project file \"%s\": %s", path, strerror(errno));
+	char *buf = malloc(max + 2);
+	size_t n = 0;
+	cot_err rc = buf ? COT_OK : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	while (!rc && n <= max) {
+		ssize_t k = read(fd, buf + n, max + 1 - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			rc = cot_seterr(eb, COT_ERR_IO, "could not read project file \"%s\": %s", path, strerror(errno));
+		else if (k == 0)
+			break;
+		else
+			n += (size_t)k;
+	}
+	if (fd != 0)
+		close(fd);
+	if (!rc && n > max)
+		rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "project file \"%s\" is larger than %zu bytes", path, max);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return COT_OK;
+}
+
+static void to_kern_config(const pf_model *m, kern_config *c)
+{
+	c->n_layer = m->n_layer;
+	c->n_shared = m->n_shared;
+	c->n_head = m->n_head;
+	c->d_model = m->d_model;
+	c->seq_len = m->seq_len;
+	c->vocab = m->vocab;
+	c->d_ff = m->d_ff;
+}
+
+/* Initialise the model from the project's seed and store it as the
+ * version-0 checkpoint; its name goes to sha. */
+static cot_err write_checkpoint(admin_ctx *ctx, const kern_config *cfg, uint64_t seed,
+                                char sha[FS_SHA_HEX_LEN + 1], uint64_t *size, cot_errbuf *eb)
+{
+	kern_model *m = NULL;
+	cot_err rc = kern_model_create(cfg, 0, &m, eb);
+	if (rc)
+		return rc;
+	kern_model_init(m, seed);
+	char tmpdir[600], path[700];
+	snprintf(tmpdir, sizeof tmpdir, "%s/tmp", ctx->store_dir);
+	snprintf(path, sizeof path, "%s/checkpoint-XXXXXX", tmpdir);
+	if ((mkdir(ctx->store_dir, 0755) != 0 && errno != EEXIST) ||
+	    (mkdir(tmpdir, 0755) != 0 && errno != EEXIST)) {
+		kern_model_free(m);
+		return cot_seterr(eb, COT_ERR_IO, "could not create directory \"%s\": %s", tmpdir, strerror(errno));
+	}
+	int fd = mkstemp(path);
+	if (fd < 0) {
+		kern_model_free(m);
+		return cot_seterr(eb, COT_ERR_IO, "could not create file in \"%s\": %s", tmpdir, strerror(errno));
+	}
+	close(fd);
+	rc = ckpt_save(m, path, eb);
+	kern_model_free(m);
+	if (!rc)
+		rc = fs_put_file(ctx->store_dir, path, sha, size, eb);
+	unlink(path);
+	return rc;
+}
+
+static int create_cmd(admin_ctx *ctx, int argc, char **argv)
+{
+	if (argc != 2)
+		return admin_usage(usage, "project create: give exactly one project FILE");
+	cot_errbuf eb = { "", "" };
+	char *text = NULL, *normalized = NULL;
+	size_t len = 0;
+	pf_project p;
+	if (read_file(argv[1], PF_MAX_BYTES, &text, &len, &eb))
+		return admin_fail(&eb);
+	cot_err rc = pf_parse(text, len, &p, &normalized, &eb);
+	free(text);
+	if (rc)
+		return admin_fail(&eb);
+	int ret = ADMIN_FAIL;
+	kern_config cfg;
+	to_kern_config(&p.model, &cfg);
+	if (kern_config_validate(&cfg, &eb)) {   /* pf_parse checks the same bounds */
+		admin_failf("field \"model\" is not a valid model: %s", eb.msg);
+		goto out;
+	}
+	if (admin_connect(ctx, true))
+		goto out;
+	if (admin_begin(ctx, &eb)) {
+		admin_fail(&eb);
+		goto out;
+	}
+
+	const char *dp[1] = { p.dataset };
+	PGresult *r = admin_exec(ctx, "SELECT id, n_tokens, tokenizer FROM dataset WHERE name = $1 FOR SHARE",
+	                         1, dp, &eb);
+	if (!r) {
+		admin_fail(&eb);
+		goto rollback;
+	}
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		cot_seterr(&eb, COT_ERR_NOT_FOUND, "field \"dataset\" names dataset \"%s\", which does not exist", p.dataset);
+		cot_sethint(&eb, "Import it first: cotrain-admin dataset import %s PATH...", p.dataset);
+		admin_fail(&eb);
+		goto rollback;
+	}
+	char dataset_id[32];
+	snprintf(dataset_id, sizeof dataset_id, "%s", PQgetvalue(r, 0, 0));
+	long long n_tokens = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+	int byte_tok = strcmp(PQgetvalue(r, 0, 2), "byte") == 0;
+	PQclear(r);
+	if (byte_tok && p.model.vocab != 256) {
+		admin_failf("field \"model.vocab\" must be 256 for dataset \"%s\", whose tokenizer is \"byte\"", p.dataset);
+		goto rollback;
+	}
+	long long samples = (n_tokens - 1) / p.model.seq_len;
+	long long mb_per_epoch = samples / p.microbatch_size;
+	if (n_tokens < 1 || mb_per_epoch < 1) {
+		cot_seterr(&eb, COT_ERR_INVALID, "dataset \"%s\" holds %lld tokens, too few for one microbatch of field \"microbatch_size\" (%d) samples of field \"model.seq_len\" (%d) tokens",
+		           p.dataset, n_tokens, p.microbatch_size, p.model.seq_len);
+		cot_sethint(&eb, "A microbatch needs microbatch_size * seq_len + 1 = %lld tokens; import more text or make them smaller.",
+		            (long long)p.microbatch_size * p.model.seq_len + 1);
+		admin_fail(&eb);
+		goto rollback;
+	}
+
+	const char *np[1] = { p.name };
+	if (!(r = admin_exec(ctx, "SELECT 1 FROM project WHERE name = $1", 1, np, &eb))) {
+		admin_fail(&eb);
+		goto rollback;
+	}
+	bool taken = PQntuples(r) > 0;
+	PQclear(r);
+	if (taken) {
+		admin_failf("project \"%s\" already exists", p.name);
+		goto rollback;
+	}
+
+	/* The initial checkpoint goes to the store before any row refers to it. */
+	char ckpt[FS_SHA_HEX_LEN + 1], ckpt_size[32];
+	uint64_t csize = 0;
+	if (write_checkpoint(ctx, &cfg, (uint64_t)p.seed, ckpt, &csize, &eb)) {
+		admin_fail(&eb);
+		goto rollback;
+	}
+	snprintf(ckpt_size, sizeof ckpt_size, "%" PRIu64, csize);
+	const char *fp[2] = { ckpt, ckpt_size };
+	if (!(r = admin_exec(ctx, "INSERT INTO file (sha256, size, kind) VALUES ($1, $2, 'checkpoint')"
+	                          " ON CONFLICT (sha256) DO NOTHING", 2, fp, &eb))) {
+		admin_fail(&eb);
+		goto rollback;
+	}
+	PQclear(r);
+
+	char seq_len[16], mb[16], tb[16], mbe[32], seed[32], flops[64], wus[16];
+	snprintf(seq_len, sizeof seq_len, "%d", p.model.seq_len);
+	snprintf(mb, sizeof mb, "%d", p.microbatch_size);
+	snprintf(tb, sizeof tb, "%d", p.target_batch);
+	snprintf(mbe, sizeof mbe, "%lld", mb_per_epoch);
+	snprintf(seed, sizeof seed, "%" PRId64, p.seed);
+	snprintf(flops, sizeof flops, "%.17g", kern_flops_per_sample(&cfg));
+	snprintf(wus, sizeof wus, "%d", p.work_unit_seconds);
+	const char *pp[12] = { p.name, p.title, p.description ? p.description : "", normalized, dataset_id,
+	                       seq_len, mb, tb, mbe, seed, flops, wus };
+	r = admin_exec(ctx,
+		"INSERT INTO project (name, title, description, config, dataset_id, seq_len,"
+		"                     microbatch_size, target_batch, mb_per_epoch, seed,"
+		"                     flops_per_sample, wu_seconds)"
+		" VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12)"
+		" ON CONFLICT (name) DO NOTHING RETURNING id", 12, pp, &eb);
+	if (!r) {
+		admin_fail(&eb);
+		goto rollback;
+	}
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		admin_failf("project \"%s\" already exists", p.name);
+		goto rollback;
+	}
+	char project_id[32];
+	snprintf(project_id, sizeof project_id, "%s", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	const char *vp[2] = { project_id, ckpt };
+	if (!(r = admin_exec(ctx, "INSERT INTO model_version (project_id, version, checkpoint_sha256)"
+	                          " VALUES ($1, 0, $2)", 2, vp, &eb))) {
+		admin_fail(&eb);
+		goto rollback;
+	}
+	PQclear(r);
+	if (admin_commit(ctx, &eb)) {
+		admin_fail(&eb);
+		goto rollback;
+	}
+	printf("created project \"%s\" (id %s) on dataset \"%s\"\n", p.name, project_id, p.dataset);
+	printf("%zu parameters; %lld microbatches of %d samples per epoch; %d samples per step; %.3g FLOPs per sample\n",
+	       kern_param_count(&cfg), mb_per_epoch, p.microbatch_size, p.target_batch, kern_flops_per_sample(&cfg));
+	printf("version 0 checkpoint %s\n", ckpt);
+	ret = ADMIN_OK;
+	goto out;
+rollback:
+	admin_rollback(ctx);
+out:
+	free(normalized);
+	pf_free(&p);
+	return ret;
+}
+
+static int list_cmd(admin_ctx *ctx, int argc, char **argv)
+{
+	if (argc > 1)
+		return admin_usage(usage, "project list: unexpected argument \"%s\"", argv[1]);
+	cot_errbuf eb = { "", "" };
+	if (admin_connect(ctx, true))
+		return ADMIN_FAIL;
+	PGresult *r = admin_exec(ctx,
+		"SELECT p.name, d.name, p.current_version, p.target_batch, p.microbatch_size,"
+		"       p.mb_per_epoch, p.frontier, CASE WHEN p.active THEN 'yes' ELSE 'no' END, p.title"
+		"  FROM project p JOIN dataset d ON d.id = p.dataset_id ORDER BY p.name", 0, NULL, &eb);
+	if (!r)
+		return admin_fail(&eb);
+	printf("%-20s %-20s %7s %8s %6s %12s %12s %-6s %s\n", "NAME", "DATASET", "VERSION", "BATCH",
+	       "MB", "MB/EPOCH", "FRONTIER", "ACTIVE", "TITLE");
+	for (int i = 0; i < PQntuples(r); i++)
+		printf("%-20s %-20s %7s %8s %6s %12s %12s %-6s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+		       PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5),
+		       PQgetvalue(r, i, 6), PQgetvalue(r, i, 7), PQgetvalue(r, i, 8));
+	PQclear(r);
+	return ADMIN_OK;
+}
+
+int admin_project_main(admin_ctx *ctx, int argc, char **argv)
+{
+	if (admin_wants_help(argc, argv)) {
+		fputs(usage, stdout);
+		return ADMIN_OK;
+	}
+	if (argc < 2)
+		return admin_usage(usage, "project: no command given");
+	if (strcmp(argv[1], "create") == 0)
+		return create_cmd(ctx, argc - 1, argv + 1);
+	if (strcmp(argv[1], "list") == 0)
+		return list_cmd(ctx, argc - 1, argv + 1);
+	return admin_usage(usage, "project: unknown command \"%s\"", argv[1]);
+}

@@ -1,0 +1,129 @@
+/* cotrain-admin status: one screen on the state of the server: projects and
+ * their versions, the microbatch pool and frontier, datasets, live work
+ * units, hosts, accounts and teams. */
+#include "server/admin.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+	"usage: cotrain-admin status [--work-units N]\n"
+	"\n"
+	"Shows the schema version, every project (version, checkpoint, frontier,\n"
+	"microbatches in the pool, live work units), the datasets, the hosts,\n"
+	"accounts and teams, and the N most recent live work units (default 20).\n";
+
+/* Run a query without parameters and print its rows under a header with
+ * the given printf formats (one %s per column). */
+static int table(admin_ctx *ctx, const char *title, bool count, const char *sql,
+                 const char *const *heads, const int *widths, int ncols)
+{
+	cot_errbuf eb = { "", "" };
+	PGresult *r = admin_exec(ctx, sql, 0, NULL, &eb);
+	if (!r)
+		return admin_fail(&eb);
+	if (count)
+		printf("\n%s (%d)\n", title, PQntuples(r));
+	else
+		printf("\n%s\n", title);
+	if (PQntuples(r) > 0) {
+		printf(" ");
+		for (int c = 0; c < ncols; c++)
+			printf(" %-*s", c + 1 < ncols ? widths[c] : 0, heads[c]);
+		printf("\n");
+		for (int i = 0; i < PQntuples(r); i++) {
+			printf(" ");
+			for (int c = 0; c < ncols; c++)
+				printf(" %-*s", c + 1 < ncols ? widths[c] : 0,
+				       PQgetisnull(r, i, c) ? "-" : PQgetvalue(r, i, c));
+			printf("\n");
+		}
+	}
+	PQclear(r);
+	return ADMIN_OK;
+}
+
+int admin_status_main(admin_ctx *ctx, int argc, char **argv)
+{
+	if (admin_wants_help(argc, argv)) {
+		fputs(usage, stdout);
+		return ADMIN_OK;
+	}
+	long long n_wu = 20;
+	if (argc == 3 && strcmp(argv[1], "--work-units") == 0) {
+		if (!admin_parse_ll(argv[2], 0, 10000, &n_wu))
+			return admin_usage(usage, "status: --work-units must be an integer from 0 to 10000");
+	} else if (argc != 1) {
+		return admin_usage(usage, "status: unexpected argument \"%s\"", argv[1]);
+	}
+	cot_errbuf eb = { "", "" };
+	if (admin_connect(ctx, true))
+		return ADMIN_FAIL;
+	int v = db_schema_version(ctx->db, &eb);
+	printf("schema version %d (up to date)\n", v);
+
+	static const char *const ph[] = { "NAME", "DATASET", "VERSION", "CHECKPOINT", "FRONTIER",
+	                                  "MB/EPOCH", "POOL", "POOL_MB", "LIVE_WU", "ACTIVE" };
+	static const int pw[] = { 20, 16, 7, 12, 10, 10, 5, 9, 7, 6 };
+	if (table(ctx, "projects", true,
+	          "SELECT p.name, d.name, p.current_version,"
+	          "       left(v.checkpoint_sha256, 12),"
+	          "       p.frontier, p.mb_per_epoch,"
+	          "       (SELECT count(*) FROM mb_pool m WHERE m.project_id = p.id),"
+	          "       (SELECT coalesce(sum(hi - lo), 0) FROM mb_pool m WHERE m.project_id = p.id),"
+	          "       (SELECT count(*) FROM work_unit w WHERE w.project_id = p.id AND w.state = 'live'),"
+	          "       CASE WHEN p.active THEN 'yes' ELSE 'no' END"
+	          "  FROM project p JOIN dataset d ON d.id = p.dataset_id"
+	          "  LEFT JOIN model_version v ON v.project_id = p.id AND v.version = p.current_version"
+	          " ORDER BY p.name", ph, pw, 10))
+		return ADMIN_FAIL;
+
+	static const char *const vh[] = { "PROJECT", "VERSIONS", "FIRST", "LATEST", "LATEST_AT" };
+	static const int vw[] = { 20, 8, 5, 6, 16 };
+	if (table(ctx, "model versions", true,
+	          "SELECT p.name, count(*), min(v.version), max(v.version),"
+	          "       to_char(max(v.created_at), 'YYYY-MM-DD HH24:MI')"
+	          "  FROM model_version v JOIN project p ON p.id = v.project_id"
+	          " GROUP BY p.name ORDER BY p.name", vh, vw, 5))
+		return ADMIN_FAIL;
+
+	static const char *const dh[] = { "NAME", "TOKENIZER", "TOKENS", "SHARDS", "PROJECTS" };
+	static const int dw[] = { 20, 9, 14, 7, 8 };
+	if (table(ctx, "datasets", true,
+	          "SELECT d.name, d.tokenizer, d.n_tokens,"
+	          "       (SELECT count(*) FROM shard s WHERE s.dataset_id = d.id),"
+	          "       (SELECT count(*) FROM project p WHERE p.dataset_id = d.id)"
+	          "  FROM dataset d ORDER BY d.name", dh, dw, 5))
+		return ADMIN_FAIL;
+
+	static const char *const hh[] = { "HOSTS", "SEEN_1H", "SEEN_24H", "REVOKED", "GFLOPS" };
+	static const int hw[] = { 6, 7, 8, 7, 10 };
+	if (table(ctx, "hosts", false,
+	          "SELECT count(*), count(*) FILTER (WHERE last_seen > now() - interval '1 hour'),"
+	          "       count(*) FILTER (WHERE last_seen > now() - interval '24 hours'),"
+	          "       count(*) FILTER (WHERE revoked),"
+	          "       to_char(coalesce(sum(flops) FILTER (WHERE NOT revoked"
+	          "                AND last_seen > now() - interval '24 hours'), 0) / 1e9, 'FM999999990.0')"
+	          "  FROM host", hh, hw, 5))
+		return ADMIN_FAIL;
+
+	static const char *const ah[] = { "ACCOUNTS", "ADMINS", "DISABLED", "TEAMS" };
+	static const int aw[] = { 8, 6, 8, 5 };
+	if (table(ctx, "accounts", false,
+	          "SELECT count(*), count(*) FILTER (WHERE is_admin), count(*) FILTER (WHERE disabled),"
+	          "       (SELECT count(*) FROM team) FROM account", ah, aw, 4))
+		return ADMIN_FAIL;
+
+	static const char *const wh[] = { "ID", "PROJECT", "HOST", "VERSION", "RANGE", "DONE", "SAMPLES/S", "DEADLINE" };
+	static const int ww[] = { 8, 20, 6, 7, 21, 6, 9, 19 };
+	char sql[1024];
+	snprintf(sql, sizeof sql,
+	         "SELECT w.id, p.name, w.host_id, w.version, w.lo || '-' || w.hi, w.mb_done,"
+	         "       round(w.samples_per_sec::numeric, 1),"
+	         "       to_char(w.deadline, 'YYYY-MM-DD HH24:MI:SS')"
+	         "  FROM work_unit w JOIN project p ON p.id = w.project_id"
+	         " WHERE w.state = 'live' ORDER BY w.id DESC LIMIT %lld", n_wu);
+	return table(ctx, "live work units (most recent first)", true, sql, wh, ww, 8);
+}
