@@ -102,7 +102,7 @@ int admin_ensure_data_dir(admin_ctx *ctx)
 			return admin_failf("data directory \"%s\" is not a directory", ctx->data_dir);
 		return ADMIN_OK;
 	}
-	if (mkdir(ctx->data_dir, 0700) != 0 && errno != EEXIST)
+	if (mkdir(ctx->data_dir, 0755) != 0 && errno != EEXIST)
 		return admin_failf("could not create data directory \"%s\": %s", ctx->data_dir, strerror(errno));
 	return ADMIN_OK;
 }

@@ -40,6 +40,7 @@ typedef struct {
 	int need;                 /* UTF-8 continuation bytes still expected */
 	unsigned char lo, hi;     /* allowed range of the next continuation byte */
 	uint64_t seq_start;       /* offset of the sequence being completed */
+	unsigned char lead;       /* and its first byte */
 } importer;
 
 /* ---- the token stream -------------------------------------------------- */
@@ -107,10 +108,16 @@ static void doc_begin(importer *im, const char *name)
 	im->need = 0;
 }
 
-static cot_err utf8_error(importer *im, uint64_t off, unsigned char c)
+/* lead: the first byte of the sequence at offset off, or -1 when c is the
+ * offending first byte itself. */
+static cot_err utf8_error(importer *im, uint64_t off, int lead, unsigned char c)
 {
-	cot_seterr(im->eb, COT_ERR_INVALID, "file \"%s\" is not valid UTF-8: invalid byte 0x%02x in the sequence at byte offset %llu",
-	           im->doc, c, (unsigned long long)off);
+	if (lead < 0)
+		cot_seterr(im->eb, COT_ERR_INVALID, "file \"%s\" is not valid UTF-8: byte 0x%02x at byte offset %llu cannot start a character",
+		           im->doc, c, (unsigned long long)off);
+	else
+		cot_seterr(im->eb, COT_ERR_INVALID, "file \"%s\" is not valid UTF-8: invalid sequence at byte offset %llu (0x%02x followed by 0x%02x)",
+		           im->doc, (unsigned long long)off, lead, c);
 	cot_sethint(im->eb, "Every file of a dataset must be UTF-8 text; convert it (iconv -t UTF-8) or leave it out.");
 	return COT_ERR_INVALID;
 }
@@ -124,7 +131,7 @@ static cot_err doc_data(importer *im, const unsigned char *p, size_t n)
 		uint64_t off = im->doc_off + i;
 		if (im->need) {
 			if (c < im->lo || c > im->hi)
-				return utf8_error(im, im->seq_start, c);
+				return utf8_error(im, im->seq_start, im->lead, c);
 			im->lo = 0x80;
 			im->hi = 0xBF;
 			im->need--;
@@ -133,6 +140,7 @@ static cot_err doc_data(importer *im, const unsigned char *p, size_t n)
 		if (c < 0x80)
 			continue;
 		im->seq_start = off;
+		im->lead = c;
 		im->lo = 0x80;
 		im->hi = 0xBF;
 		if (c >= 0xC2 && c <= 0xDF) {
@@ -150,7 +158,7 @@ static cot_err doc_data(importer *im, const unsigned char *p, size_t n)
 		} else if (c == 0xF4) {
 			im->need = 3; im->hi = 0x8F;      /* nothing above U+10FFFF */
 		} else {
-			return utf8_error(im, off, c);
+			return utf8_error(im, off, -1, c);
 		}
 	}
 	im->doc_off += n;
