@@ -1,0 +1,244 @@
+/* The model against PyTorch: tests/data/torch_reference.bin, written by
+ * tests/gen_torch_reference.py, holds PyTorch's logits, loss and gradients
+ * for two tiny models (one with cross-layer sharing) on given weights and a
+ * given batch, and the parameters after 3 AdamW and 3 LAMB steps.
+ *
+ * Tolerances: the loss within 1e-5 relative; logits, every gradient and
+ * every parameter within 1e-4 relative, measured per tensor as
+ * max |ours - torch| / max |torch|.  The optimizer steps are fed PyTorch's
+ * gradient (the steps are checked, not the gradient twice: Adam's first
+ * steps amplify float noise in near-zero gradients), and their updates
+ * (params after - params before) must also agree within 1e-3 relative, so
+ * that a step that did nothing could not pass on the parameters alone. */
+#include "kernels/backend.h"
+#include "kernels/model.h"
+#include "kernels/optimizer.h"
+#include "tests/tap.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	char name[128];
+	int dtype;         /* 0 float32, 1 int32 */
+	int ndim;
+	uint32_t shape[4];
+	size_t n;
+	void *data;
+} record;
+
+static record *recs;
+static int nrecs;
+
+static void load(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		bail_out("cannot open %s", path);
+	char magic[8];
+	uint32_t count;
+	if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "CTREF001", 8) != 0
+	    || fread(&count, 4, 1, f) != 1 || count > 10000)
+		bail_out("%s is not a reference file", path);
+	recs = calloc(count, sizeof *recs);
+	for (uint32_t i = 0; i < count; i++) {
+		record *r = &recs[i];
+		uint32_t len, dt, nd;
+		if (fread(&len, 4, 1, f) != 1 || len >= sizeof r->name
+		    || fread(r->name, 1, len, f) != len || fread(&dt, 4, 1, f) != 1
+		    || fread(&nd, 4, 1, f) != 1 || nd > 4
+		    || fread(r->shape, 4, nd, f) != nd)
+			bail_out("%s: bad record %u", path, i);
+		r->dtype = (int)dt;
+		r->ndim = (int)nd;
+		r->n = 1;
+		for (uint32_t k = 0; k < nd; k++)
+			r->n *= r->shape[k];
+		if (r->n > (1u << 24))
+			bail_out("%s: record %s too large", path, r->name);
+		r->data = malloc(r->n * 4 + 1);
+		if (fread(r->data, 4, r->n, f) != r->n)
+			bail_out("%s: truncated at %s", path, r->name);
+	}
+	nrecs = (int)count;
+	fclose(f);
+}
+
+static const record *get(const char *tag, const char *what, int dtype)
+{
+	char name[160];
+	snprintf(name, sizeof name, "%s.%s", tag, what);
+	for (int i = 0; i < nrecs; i++)
+		if (strcmp(recs[i].name, name) == 0) {
+			if (recs[i].dtype != dtype)
+				bail_out("record %s has the wrong type", name);
+			return &recs[i];
+		}
+	bail_out("reference file lacks %s", name);
+}
+
+/* max |a - b| / max |b| */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+	double e = 0, s = 0;
+	for (size_t i = 0; i < n; i++) {
+		e = fmax(e, fabs((double)a[i] - b[i]));
+		s = fmax(s, fabs((double)b[i]));
+	}
+	return s > 0 ? e / s : e;
+}
+
+static void load_params(kern_model *m, const char *tag, const char *kind)
+{
+	for (int v = 0; v < m->n_views; v++) {
+		char what[128];
+		snprintf(what, sizeof what, "%s.%s", kind, m->views[v].name);
+		const record *r = get(tag, what, 0);
+		if (r->n != m->views[v].numel)
+			bail_out("%s.%s has %zu values, the model %zu", tag, what, r->n,
+			         m->views[v].numel);
+		memcpy(m->params + m->views[v].offset, r->data, r->n * sizeof(float));
+	}
+}
+
+static void opt_from(kern_opt_config *o, const record *r, kern_opt_kind kind)
+{
+	const float *x = r->data;
+	if (r->n != 10)
+		bail_out("optimizer record %s has %zu values", r->name, r->n);
+	kern_opt_default(o, kind);
+	o->lr = x[0];
+	o->beta1 = x[1];
+	o->beta2 = x[2];
+	o->eps = x[3];
+	o->weight_decay = x[4];
+	o->clip_norm = x[5];
+	o->warmup_steps = (long)x[6];
+	o->total_steps = (long)x[7];
+	o->decay = (kern_decay_kind)(int)x[8];
+	o->min_lr_ratio = x[9];
+}
+
+/* 3 steps of o from the reference's initial parameters, each fed torch's
+ * gradient; compare with tag.<kind>.* */
+static void check_optimizer(kern_model *m, const char *tag, const char *kind,
+                            kern_opt_kind k)
+{
+	kern_opt_config o;
+	char what[64];
+	snprintf(what, sizeof what, "opt.%s", kind);
+	opt_from(&o, get(tag, what, 0), k);
+	load_params(m, tag, "param");
+	float *init = malloc(m->n_params * sizeof(float));
+	memcpy(init, m->params, m->n_params * sizeof(float));
+	memset(m->m, 0, m->n_params * sizeof(float));
+	memset(m->v, 0, m->n_params * sizeof(float));
+	m->step = 0;
+	int clipped = 0;
+	for (int s = 0; s < 3; s++) {
+		for (int v = 0; v < m->n_views; v++) {
+			char g[128];
+			snprintf(g, sizeof g, "grad.%s", m->views[v].name);
+			const record *r = get(tag, g, 0);
+			memcpy(m->grads + m->views[v].offset, r->data, r->n * sizeof(float));
+		}
+		kern_opt_stats st;
+		cot_errbuf eb;
+		if (kern_opt_step(m, &o, &st, &eb))
+			bail_out("kern_opt_step: %s", eb.msg);
+		clipped += st.clip_coef < 1.0f;
+	}
+	ok(clipped == 3, "%s %s: clipping acted on all 3 steps", tag, kind);
+	double worst = 0, worst_upd = 0;
+	const char *worst_name = "", *worst_upd_name = "";
+	for (int v = 0; v < m->n_views; v++) {
+		const kern_view *vw = &m->views[v];
+		char name[128];
+		snprintf(name, sizeof name, "%s.%s", kind, vw->name);
+		const record *r = get(tag, name, 0);
+		const float *want = r->data, *ours = m->params + vw->offset;
+		double e = rel_err(ours, want, vw->numel);
+		if (e > worst) {
+			worst = e;
+			worst_name = vw->name;
+		}
+		/* updates */
+		float *du = malloc(vw->numel * sizeof(float)), *dw = malloc(vw->numel * sizeof(float));
+		for (size_t i = 0; i < vw->numel; i++) {
+			du[i] = ours[i] - init[vw->offset + i];
+			dw[i] = want[i] - init[vw->offset + i];
+		}
+		double eu = rel_err(du, dw, vw->numel);
+		if (eu > worst_upd) {
+			worst_upd = eu;
+			worst_upd_name = vw->name;
+		}
+		if (e > 1e-4)
+			diag("  %s: relative error %.3g", name, e);
+		free(du);
+		free(dw);
+	}
+	ok(worst <= 1e-4, "%s %s: parameters after 3 steps match torch, worst %.3g (%s)",
+	   tag, kind, worst, worst_name);
+	ok(worst_upd <= 1e-3, "%s %s: updates after 3 steps match torch, worst %.3g (%s)",
+	   tag, kind, worst_upd, worst_upd_name);
+	free(init);
+}
+
+static void check_case(const char *tag, bool with_opt)
+{
+	const record *rc = get(tag, "config", 1);
+	const int32_t *c = rc->data;
+	kern_config cfg = { .n_layer = c[0], .n_shared = c[1], .n_head = c[2],
+	                    .d_model = c[3], .seq_len = c[4], .vocab = c[5], .d_ff = c[6] };
+	const record *tok = get(tag, "tokens", 1), *tg = get(tag, "targets", 1);
+	int B = (int)tok->shape[0];
+	kern_model *m;
+	cot_errbuf eb;
+	if (kern_model_create(&cfg, B, &m, &eb))
+		bail_out("kern_model_create: %s", eb.msg);
+	load_params(m, tag, "param");
+	float loss;
+	kern_zero_grad(m);
+	if (kern_forward(m, tok->data, tg->data, B, &loss, &eb) || kern_backward(m, &eb))
+		bail_out("model pass: %s", eb.msg);
+	float want = *(const float *)get(tag, "loss", 0)->data;
+	ok(fabs(loss - want) <= 1e-5 * fabs(want),
+	   "%s (L%d S%d): loss %.7f, torch %.7f", tag, cfg.n_layer, cfg.n_shared, loss, want);
+	const record *lg = get(tag, "logits", 0);
+	double e = rel_err(kern_logits(m), lg->data, lg->n);
+	ok(e <= 1e-4, "%s: logits match torch, relative error %.3g", tag, e);
+	for (int v = 0; v < m->n_views; v++) {
+		char what[128];
+		snprintf(what, sizeof what, "grad.%s", m->views[v].name);
+		const record *r = get(tag, what, 0);
+		e = rel_err(m->grads + m->views[v].offset, r->data, r->n);
+		ok(e <= 1e-4, "%s: gradient of %s matches torch, relative error %.3g",
+		   tag, m->views[v].name, e);
+	}
+	if (with_opt) {
+		check_optimizer(m, tag, "adamw", KERN_OPT_ADAMW);
+		check_optimizer(m, tag, "lamb", KERN_OPT_LAMB);
+	}
+	kern_model_free(m);
+}
+
+int main(void)
+{
+	const char *src = getenv("top_srcdir");
+	char path[4096];
+	snprintf(path, sizeof path, "%s/tests/data/torch_reference.bin", src ? src : ".");
+	plan_lazy();
+	kern_set_threads(2);
+	load(path);
+	check_case("a", true);
+	check_case("b", false);
+	for (int i = 0; i < nrecs; i++)
+		free(recs[i].data);
+	free(recs);
+	done_testing();
+	return exit_status();
+}
