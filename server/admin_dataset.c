@@ -124,8 +124,9 @@ static int import_cmd(admin_ctx *ctx, int argc, char **argv)
 		ds_result_free(&r);
 		return admin_fail(&eb);
 	}
-	printf("imported dataset \"%s\": %" PRIu64 " tokens from %" PRIu64 " documents in %zu shard%s\n",
-	       name, r.n_tokens, r.n_documents, r.n_shards, r.n_shards == 1 ? "" : "s");
+	printf("imported dataset \"%s\": %" PRIu64 " tokens from %" PRIu64 " document%s in %zu shard%s\n",
+	       name, r.n_tokens, r.n_documents, r.n_documents == 1 ? "" : "s", r.n_shards,
+	       r.n_shards == 1 ? "" : "s");
 	printf("manifest %s\n", r.manifest_sha256);
 	if (r.n_skipped)
 		printf("skipped %" PRIu64 " hidden or non-regular entr%s\n", r.n_skipped,
