@@ -303,10 +303,30 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
 		return cot_seterr(eb, COT_ERR_NETWORK, "server sent invalid information on project \"%s\": %s",
 		                  p->name, e2.msg);
 	}
+	const json_t *model = json_object_get(json_object_get(a, "config"), "model");
+	const char *names[] = { "n_layer", "n_shared", "n_head", "d_model", "d_ff", "seq_len", "vocab" };
+	int *dims[] = { &tmp.model.n_layer, &tmp.model.n_shared, &tmp.model.n_head, &tmp.model.d_model,
+	                &tmp.model.d_ff, &tmp.model.seq_len, &tmp.model.vocab };
+	long long seed = 0;
+	for (int i = 0; i < 7; i++) {
+		long long v = 0;
+		if (cot_json_int(model, names[i], true, 1, 1 << 20, &v, &e2)) {
+			json_decref(a);
+			return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid model for project \"%s\": %s",
+			                  p->name, e2.msg);
+		}
+		*dims[i] = (int)v;
+	}
+	if (cot_json_int(a, "seed", false, -(1LL << 62), 1LL << 62, &seed, &e2)) {
+		json_decref(a);
+		return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid seed: %s", e2.msg);
+	}
 	p->seq_len = tmp.seq_len;
 	p->microbatch_size = tmp.microbatch_size;
 	p->mb_per_epoch = tmp.mb_per_epoch;
 	p->flops_per_sample = tmp.flops_per_sample;
+	p->model = tmp.model;
+	p->seed = seed;
 	if (info)
 		*info = a;
 	else

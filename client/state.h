@@ -69,6 +69,11 @@ typedef struct {
 	int64_t pending_mb;
 } cl_work;
 
+/* The model's shape (kern_config's fields), from the project file. */
+typedef struct {
+	int n_layer, n_shared, n_head, d_model, d_ff, seq_len, vocab;
+} cl_model_shape;
+
 typedef struct {
 	char url[CL_URL_MAX];         /* as given to attach */
 	char base[CL_URL_MAX];        /* server base URL */
@@ -82,6 +87,8 @@ typedef struct {
 	/* project parameters, from the server */
 	int64_t seq_len, microbatch_size, mb_per_epoch;
 	double flops_per_sample;
+	int64_t seed;
+	cl_model_shape model;         /* from the project's config; n_layer 0 = unknown */
 	int has_work;
 	cl_work work;
 	int64_t recent_done[CL_RECENT_DONE];  /* finished work unit ids, newest first */

@@ -1,0 +1,50 @@
+/* cotrain client: the benchmark (see benchmark.h). */
+#include "client/benchmark.h"
+
+#include <stdlib.h>
+
+#include "client/backoff.h"
+#include "kernels/backend.h"
+#include "kernels/model.h"
+
+double cl_benchmark(int threads, double seconds, cot_errbuf *eb)
+{
+	kern_config c = { .n_layer = 2, .n_shared = 2, .n_head = 4, .d_model = 128, .seq_len = 64,
+	                  .vocab = 256, .d_ff = 512 };
+	enum { B = 4 };
+	kern_model *m;
+	if (kern_model_create(&c, B, &m, eb))
+		return 0;
+	kern_model_init(m, 1);
+	kern_set_threads(threads);
+	int32_t *tok = malloc(sizeof *tok * (B * 64 + 1));
+	if (!tok) {
+		kern_model_free(m);
+		cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the benchmark");
+		return 0;
+	}
+	for (int i = 0; i < B * 64 + 1; i++)
+		tok[i] = (i * 7919 + 13) % 256;
+	float loss;
+	/* One warm-up step, not timed: first-touch page faults, BLAS start-up. */
+	if (kern_forward(m, tok, tok + 1, B, &loss, eb) || kern_backward(m, eb)) {
+		free(tok);
+		kern_model_free(m);
+		return 0;
+	}
+	double t0 = cl_now_mono(), t;
+	long steps = 0;
+	do {
+		if (kern_forward(m, tok, tok + 1, B, &loss, eb) || kern_backward(m, eb)) {
+			free(tok);
+			kern_model_free(m);
+			return 0;
+		}
+		steps++;
+		t = cl_now_mono() - t0;
+	} while (steps < 3 || t < seconds);
+	double flops = kern_flops_per_sample(&c) * B * steps / (t > 1e-9 ? t : 1e-9);
+	free(tok);
+	kern_model_free(m);
+	return flops;
+}

@@ -1,0 +1,282 @@
+/* cotrain client: the control commands cotrainctl sends (see daemon.h and
+ * doc/client.md).  Each takes the request object and answers an object;
+ * errors are cot_err with a detail. */
+#include "client/daemon.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client/hostinfo.h"
+#include "client/logring.h"
+#include "shared/json.h"
+#include "shared/log.h"
+
+static json_t *work_json(const cl_daemon *d, int i)
+{
+	const cl_project *p = &d->st.projects[i];
+	const cl_work *w = &p->work;
+	int64_t total = w->hi - w->lo;
+	double sps = d->rt[i].sps;
+	double mbps = p->microbatch_size > 0 ? sps / (double)p->microbatch_size : 0;
+	json_t *eta = mbps > 0 ? json_real((double)(total - w->mb_done) / mbps) : json_null();
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:I}", "id", (json_int_t)w->id,
+	                 "version", (json_int_t)w->version, "lo", (json_int_t)w->lo, "hi", (json_int_t)w->hi,
+	                 "mb_done", (json_int_t)w->mb_done, "mb_total", (json_int_t)total,
+	                 "mb_reported", (json_int_t)w->mb_reported, "samples_per_sec", sps,
+	                 "eta_seconds", eta, "deadline", (json_int_t)w->deadline);
+}
+
+static json_t *cmd_status(cl_daemon *d)
+{
+	json_t *projects = json_array();
+	for (int i = 0; i < d->st.nprojects; i++) {
+		const cl_project *p = &d->st.projects[i];
+		double wait = d->rt[i].bo.next_at - cl_now_mono();
+		json_array_append_new(projects, json_pack(
+			"{s:s, s:s, s:I, s:f, s:s, s:f, s:I, s:o}", "name", p->name, "url", p->url,
+			"host_id", (json_int_t)p->host_id, "resource_share", p->resource_share,
+			"activity", d->rt[i].activity, "retry_in", wait > 0 ? wait : 0.0,
+			"mb_total", (json_int_t)p->mb_total,
+			"work", p->has_work ? work_json(d, i) : json_null()));
+	}
+	return json_pack("{s:b, s:o, s:i, s:f, s:s, s:b, s:o}", "suspended", d->st.suspended,
+	                 "paused", d->paused[0] ? json_string(d->paused) : json_null(), "threads", d->threads,
+	                 "benchmark_flops", d->st.bench_flops, "state_dir", d->cfg.state_dir,
+	                 "state_error", d->state_error, "projects", projects);
+}
+
+/* attach: {"url", "account_key" | "email"+"password", "resource_share"}.
+ * Runs the network calls without the lock. */
+static json_t *cmd_attach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errbuf *eb)
+{
+	const char *url = NULL, *key = NULL, *email = NULL, *password = NULL;
+	double share = 100;
+	if ((*rc = cot_json_str(req, "url", true, 1, CL_URL_MAX - 1, &url, eb)) ||
+	    (*rc = cot_json_str(req, "account_key", false, 1, CL_TOKEN_MAX - 1, &key, eb)) ||
+	    (*rc = cot_json_str(req, "email", false, 1, 254, &email, eb)) ||
+	    (*rc = cot_json_str(req, "password", false, 1, 1024, &password, eb)) ||
+	    (*rc = cot_json_num(req, "resource_share", false, 0.001, 1e6, &share, eb)))
+		return NULL;
+	if (!key && !(email && password)) {
+		*rc = cot_seterr(eb, COT_ERR_INVALID, "attach needs an account key, or an email and a password");
+		return NULL;
+	}
+	cl_project *p = calloc(1, sizeof *p);
+	if (!p) {
+		*rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		return NULL;
+	}
+	json_t *answer = NULL;
+	snprintf(p->url, sizeof p->url, "%s", url);
+	p->resource_share = share;
+	if ((*rc = cl_api_parse_project_url(url, p->base, sizeof p->base, p->name, sizeof p->name, eb)))
+		goto out;
+	pthread_mutex_lock(&d->lock);
+	int dup = cl_state_find(&d->st, p->name) != NULL || cl_state_find(&d->st, url) != NULL;
+	int full = d->st.nprojects >= CL_MAX_PROJECTS;
+	cl_api_opts o;
+	cl_daemon_api_opts(d, &o);
+	cl_hostinfo hw = d->hw;
+	hw.flops = d->st.bench_flops > 1 ? d->st.bench_flops : 1e9;
+	pthread_mutex_unlock(&d->lock);
+	if (dup) {
+		*rc = cot_seterr(eb, COT_ERR_EXISTS, "project \"%s\" is already attached", p->name);
+		goto out;
+	}
+	if (full) {
+		*rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "cannot attach more than %d projects", CL_MAX_PROJECTS);
+		goto out;
+	}
+	if (key)
+		snprintf(p->account_key, sizeof p->account_key, "%s", key);
+	else if ((*rc = cl_api_login(&o, p->base, email, password, p->account_key, eb)))
+		goto out;
+	if ((*rc = cl_api_account(&o, p->base, p->account_key, &p->account_prefs, eb)) ||
+	    (*rc = cl_api_project(&o, p, NULL, eb)) ||
+	    (*rc = cl_api_register_host(&o, p->base, p->account_key, &hw, &p->host_id, p->host_token, eb)))
+		goto out;
+	pthread_mutex_lock(&d->lock);
+	cl_project *slot;
+	if (cl_state_find(&d->st, p->name)) {
+		*rc = cot_seterr(eb, COT_ERR_EXISTS, "project \"%s\" is already attached", p->name);
+	} else if (!(*rc = cl_state_add(&d->st, &slot, eb))) {
+		*slot = *p;
+		int i = (int)(slot - d->st.projects);
+		memset(&d->rt[i], 0, sizeof d->rt[i]);
+		cl_backoff_init(&d->rt[i].bo, d->cfg.retry_base, d->cfg.retry_max);
+		if ((*rc = cl_daemon_save(d))) {
+			cl_daemon_remove_project(d, i);
+			cot_seterr(eb, *rc, "could not save the state; project \"%s\" was not attached", p->name);
+		} else {
+			log_info("attached to project %s at %s as host %lld", p->name, p->base, (long long)p->host_id);
+			answer = json_pack("{s:s, s:I}", "project", p->name, "host_id", (json_int_t)p->host_id);
+		}
+	}
+	pthread_cond_broadcast(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+out:
+	free(p);
+	return answer;
+}
+
+static json_t *cmd_detach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errbuf *eb)
+{
+	const char *name = NULL;
+	if ((*rc = cot_json_str(req, "project", true, 1, CL_URL_MAX - 1, &name, eb)))
+		return NULL;
+	pthread_mutex_lock(&d->lock);
+	cl_project *p = cl_state_find(&d->st, name);
+	if (!p) {
+		pthread_mutex_unlock(&d->lock);
+		*rc = cot_seterr(eb, COT_ERR_NOT_FOUND, "project \"%s\" is not attached", name);
+		return NULL;
+	}
+	int i = (int)(p - d->st.projects);
+	cl_project copy = *p;
+	cl_api_opts o;
+	cl_daemon_api_opts(d, &o);
+	cl_daemon_remove_project(d, i);
+	*rc = cl_daemon_save(d);
+	pthread_mutex_unlock(&d->lock);
+	if (*rc) {
+		cot_seterr(eb, *rc, "could not save the state after detaching \"%s\"", name);
+		return NULL;
+	}
+	int handed = 0;
+	if (copy.has_work && copy.work.pending_op != CL_REPORT_FINISH) {
+		/* Give the rest back so nobody waits for its deadline. */
+		cot_errbuf e2 = { "", "" };
+		handed = cl_api_report(&o, &copy, CL_REPORT_HANDBACK, copy.work.id, copy.work.mb_reported,
+		                       0, NULL, &e2) == COT_OK;
+		if (!handed)
+			log_warn("project %s: could not hand back work unit %lld on detach: %s", copy.name,
+			         (long long)copy.work.id, e2.msg);
+	}
+	log_info("detached from project %s", copy.name);
+	return json_pack("{s:s, s:b}", "project", copy.name, "handed_back", handed);
+}
+
+static json_t *cmd_suspend(cl_daemon *d, int on, cot_err *rc, cot_errbuf *eb)
+{
+	pthread_mutex_lock(&d->lock);
+	int was = d->st.suspended;
+	d->st.suspended = on;
+	*rc = cl_daemon_save(d);
+	if (*rc)
+		d->st.suspended = was;
+	d->interrupt = 1;
+	pthread_cond_broadcast(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+	if (*rc) {
+		cot_seterr(eb, *rc, "could not save the state");
+		return NULL;
+	}
+	log_info("%s by the user", on ? "suspended" : "resumed");
+	return json_pack("{s:b}", "suspended", on);
+}
+
+static json_t *prefs_answer(cl_daemon *d)
+{
+	cl_prefs eff, acc = { .set = 0 };
+	cl_daemon_prefs(d, &eff);
+	for (int i = 0; i < d->st.nprojects; i++)
+		cl_prefs_overlay(&acc, &d->st.projects[i].account_prefs);
+	return json_pack("{s:o, s:o, s:o, s:o}", "effective", cl_prefs_to_json(&eff),
+	                 "local", cl_prefs_to_json(&d->st.local_prefs),
+	                 "config", cl_prefs_to_json(&d->cfg.prefs), "account", cl_prefs_to_json(&acc));
+}
+
+/* prefs: {"set": {"key": "text", ...}, "unset": ["key", ...]}; both
+ * optional; all or nothing. */
+static json_t *cmd_prefs(cl_daemon *d, const json_t *req, cot_err *rc, cot_errbuf *eb)
+{
+	const json_t *set = json_object_get(req, "set"), *unset = json_object_get(req, "unset");
+	if ((set && !json_is_object(set)) || (unset && !json_is_array(unset))) {
+		*rc = cot_seterr(eb, COT_ERR_INVALID, "\"set\" must be an object and \"unset\" an array");
+		return NULL;
+	}
+	pthread_mutex_lock(&d->lock);
+	cl_prefs tmp = d->st.local_prefs;
+	const char *k;
+	json_t *v;
+	json_object_foreach((json_t *)set, k, v) {
+		int key = cl_prefs_key(k);
+		char text[64];
+		if (key < 0) {
+			*rc = cot_seterr(eb, COT_ERR_INVALID, "unknown preference \"%.64s\"", k);
+			cot_sethint(eb, "Known: max_threads, cpu_percent, only_when_idle, idle_after, only_on_ac, download_limit, upload_limit, disk_max, memory_max.");
+			goto fail;
+		}
+		if (json_is_string(v))
+			snprintf(text, sizeof text, "%s", json_string_value(v));
+		else if (json_is_integer(v))
+			snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+		else if (json_is_boolean(v))
+			snprintf(text, sizeof text, "%s", json_is_true(v) ? "true" : "false");
+		else {
+			*rc = cot_seterr(eb, COT_ERR_INVALID, "preference \"%s\" needs a string, integer or boolean", k);
+			goto fail;
+		}
+		if ((*rc = cl_prefs_set_text(&tmp, (cl_pref_key)key, text, eb)))
+			goto fail;
+	}
+	size_t idx;
+	json_array_foreach(unset, idx, v) {
+		int key = json_is_string(v) ? cl_prefs_key(json_string_value(v)) : -1;
+		if (key < 0) {
+			*rc = cot_seterr(eb, COT_ERR_INVALID, "unknown preference in \"unset\"");
+			goto fail;
+		}
+		tmp.set &= ~(1u << key);
+	}
+	if (set || unset) {
+		cl_prefs old = d->st.local_prefs;
+		d->st.local_prefs = tmp;
+		if ((*rc = cl_daemon_save(d))) {
+			d->st.local_prefs = old;
+			cot_seterr(eb, *rc, "could not save the state; preferences unchanged");
+			goto fail;
+		}
+		d->interrupt = 1;
+		pthread_cond_broadcast(&d->wake);
+	}
+	json_t *a = prefs_answer(d);
+	pthread_mutex_unlock(&d->lock);
+	return a;
+fail:
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}
+
+json_t *cl_commands_handle(const json_t *req, void *ctx, cot_err *rc, cot_errbuf *eb)
+{
+	cl_daemon *d = ctx;
+	const char *cmd = json_string_value(json_object_get(req, "cmd"));
+	json_t *a = NULL;
+	*rc = COT_OK;
+	if (strcmp(cmd, "status") == 0) {
+		pthread_mutex_lock(&d->lock);
+		a = cmd_status(d);
+		pthread_mutex_unlock(&d->lock);
+	} else if (strcmp(cmd, "attach") == 0) {
+		a = cmd_attach(d, req, rc, eb);
+	} else if (strcmp(cmd, "detach") == 0) {
+		a = cmd_detach(d, req, rc, eb);
+	} else if (strcmp(cmd, "suspend") == 0 || strcmp(cmd, "resume") == 0) {
+		a = cmd_suspend(d, cmd[0] == 's', rc, eb);
+	} else if (strcmp(cmd, "prefs") == 0) {
+		a = cmd_prefs(d, req, rc, eb);
+	} else if (strcmp(cmd, "log") == 0) {
+		long long n = 50;
+		if (!(*rc = cot_json_int(req, "lines", false, 1, CL_LOGRING_LINES, &n, eb)))
+			a = json_pack("{s:o}", "lines", cl_logring_tail((int)n));
+	} else {
+		*rc = cot_seterr(eb, COT_ERR_INVALID, "unknown command \"%.64s\"", cmd);
+		cot_sethint(eb, "Commands: status, attach, detach, suspend, resume, prefs, log.");
+	}
+	if (!a && !*rc)
+		*rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	return a;
+}

@@ -1,0 +1,191 @@
+/* cotrain client: gradients over microbatches (see compute.h). */
+#include "client/compute.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/shard_cache.h"
+#include "kernels/checkpoint.h"
+#include "kernels/model.h"
+#include "shared/filestore.h"
+#include "shared/shard.h"
+
+typedef struct {
+	uint64_t first, n;
+	unsigned char *tokens;
+} span;
+
+struct cl_compute {
+	kern_model *m;
+	int64_t lo, hi;           /* stream microbatches allowed */
+	int64_t mb_per_epoch, B, T;
+	int nspans;
+	span spans[CL_MAX_FILES];
+	int32_t *in, *tgt;        /* B*T each */
+};
+
+static void to_config(const cl_project *p, kern_config *c)
+{
+	c->n_layer = p->model.n_layer;
+	c->n_shared = p->model.n_shared;
+	c->n_head = p->model.n_head;
+	c->d_model = p->model.d_model;
+	c->d_ff = p->model.d_ff;
+	c->seq_len = p->model.seq_len;
+	c->vocab = p->model.vocab;
+}
+
+int64_t cl_compute_memory_estimate(const cl_project *p)
+{
+	kern_config c;
+	to_config(p, &c);
+	if (kern_config_validate(&c, NULL))
+		return 0;
+	double n = (double)kern_param_count(&c);
+	double bt = (double)p->microbatch_size * c.seq_len;
+	/* params, grads, two moments; activations: about 16 C and 2 heads*T
+	 * floats per token per layer, plus the logits. */
+	double acts = bt * (c.n_layer * (16.0 * c.d_model + 2.0 * c.n_head * c.seq_len + 2.0 * c.d_ff) + 2.0 * c.vocab);
+	return (int64_t)(4 * (4 * n + acts));
+}
+
+/* The token at stream position pos (within one epoch), or -1. */
+static int token_at(const cl_compute *c, uint64_t pos)
+{
+	for (int i = 0; i < c->nspans; i++)
+		if (pos >= c->spans[i].first && pos < c->spans[i].first + c->spans[i].n)
+			return c->spans[i].tokens[pos - c->spans[i].first];
+	return -1;
+}
+
+void cl_compute_close(cl_compute *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < c->nspans; i++)
+		free(c->spans[i].tokens);
+	kern_model_free(c->m);
+	free(c->in);
+	free(c->tgt);
+	free(c);
+}
+
+cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache_dir, cl_compute **out,
+                        cot_errbuf *eb)
+{
+	*out = NULL;
+	kern_config kc;
+	to_config(p, &kc);
+	cot_errbuf e2 = { "", "" };
+	if (kern_config_validate(&kc, &e2))
+		return cot_seterr(eb, COT_ERR_INVALID, "project \"%s\" has an unusable model: %s", p->name, e2.msg);
+	if (kc.seq_len != p->seq_len || p->microbatch_size < 1 || p->microbatch_size > 65536 || p->mb_per_epoch < 1)
+		return cot_seterr(eb, COT_ERR_INVALID, "work unit %lld does not fit project \"%s\": seq_len %lld, microbatch size %lld",
+		                  (long long)w->id, p->name, (long long)p->seq_len, (long long)p->microbatch_size);
+	cl_compute *c = calloc(1, sizeof *c);
+	if (!c)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	c->lo = w->lo;
+	c->hi = w->keep_hi;
+	c->mb_per_epoch = p->mb_per_epoch;
+	c->B = p->microbatch_size;
+	c->T = p->seq_len;
+	cot_err rc = COT_OK;
+	c->in = malloc(sizeof *c->in * (size_t)(c->B * c->T));
+	c->tgt = malloc(sizeof *c->tgt * (size_t)(c->B * c->T));
+	if (!c->in || !c->tgt) {
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the batch");
+		goto fail;
+	}
+	const cl_file *ckpt = NULL;
+	for (int i = 0; i < w->nfiles; i++) {
+		const cl_file *f = &w->files[i];
+		char path[PATH_MAX];
+		if ((rc = fs_path(cache_dir, f->sha256, path, sizeof path, eb)))
+			goto fail;
+		if (strcmp(f->kind, "checkpoint") == 0) {
+			ckpt = f;
+			if ((rc = ckpt_load_new(path, (int)c->B, &c->m, &e2))) {
+				rc = cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT,
+				                "could not load checkpoint %s: %s", f->sha256, e2.msg);
+				goto fail;
+			}
+			kern_config got = c->m->config;
+			if (memcmp(&got, &kc, sizeof kc) != 0) {
+				rc = cot_seterr(eb, COT_ERR_INVALID, "checkpoint %s does not hold the project's model", f->sha256);
+				goto fail;
+			}
+		} else if (strcmp(f->kind, "shard") == 0 || f->kind[0] == '\0') {
+			shard_meta meta;
+			span *s = &c->spans[c->nspans];
+			if ((rc = shard_read(path, SHARD_TOKENS_MAX, &meta, &s->tokens, &e2))) {
+				rc = cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT, "could not read shard %s: %s",
+				                f->sha256, e2.msg);
+				goto fail;
+			}
+			s->first = meta.first_token;
+			s->n = meta.n_tokens;
+			c->nspans++;
+		}
+	}
+	if (!ckpt) {
+		if ((rc = kern_model_create(&kc, (int)c->B, &c->m, &e2))) {
+			rc = cot_seterr(eb, rc, "could not create the model: %s", e2.msg);
+			goto fail;
+		}
+		kern_model_init(c->m, (uint64_t)p->seed);
+	}
+	/* Every token the range needs must be there: an impossible work unit
+	 * is refused before any compute. */
+	int64_t n = c->hi - c->lo;
+	int64_t first_m = c->lo % c->mb_per_epoch;
+	uint64_t per_mb = (uint64_t)(c->B * c->T);
+	for (int64_t k = 0; k < n && k < c->mb_per_epoch; k++) {
+		uint64_t m = (uint64_t)((first_m + k) % c->mb_per_epoch);
+		uint64_t a = m * per_mb, b = a + per_mb;      /* [a, b] inclusive of the last target */
+		if (token_at(c, a) < 0 || token_at(c, b) < 0) {
+			rc = cot_seterr(eb, COT_ERR_INVALID, "the shards of work unit %lld do not hold the tokens of microbatch %lld",
+			                (long long)w->id, (long long)(c->lo + k));
+			goto fail;
+		}
+	}
+	kern_zero_grad(c->m);
+	*out = c;
+	return COT_OK;
+fail:
+	cl_compute_close(c);
+	return rc;
+}
+
+cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf *eb)
+{
+	if (g < c->lo || g >= c->hi)
+		return cot_seterr(eb, COT_ERR_INVALID, "microbatch %lld is outside [%lld, %lld)", (long long)g,
+		                  (long long)c->lo, (long long)c->hi);
+	uint64_t m = (uint64_t)(g % c->mb_per_epoch);
+	uint64_t base = m * (uint64_t)(c->B * c->T);
+	int64_t n = c->B * c->T;
+	for (int64_t i = 0; i < n; i++) {
+		int a = token_at(c, base + (uint64_t)i), b = token_at(c, base + (uint64_t)i + 1);
+		if (a < 0 || b < 0)
+			return cot_seterr(eb, COT_ERR_INVALID, "token %llu of microbatch %lld is missing",
+			                  (unsigned long long)(base + (uint64_t)i), (long long)g);
+		c->in[i] = a;
+		c->tgt[i] = b;
+	}
+	float l = 0;
+	cot_err rc = kern_forward(c->m, c->in, c->tgt, (int)c->B, &l, eb);
+	if (!rc)
+		rc = kern_backward_scaled(c->m, (float)c->B, eb);
+	if (loss)
+		*loss = l;
+	return rc;
+}
+
+void cl_compute_discard(cl_compute *c)
+{
+	if (c)
+		kern_zero_grad(c->m);
+}

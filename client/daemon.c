@@ -1,0 +1,526 @@
+/* cotrain client: the work loop (see daemon.h). */
+#include "client/daemon.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client/download.h"
+#include "client/idle.h"
+#include "client/power.h"
+#include "client/priority.h"
+#include "client/shard_cache.h"
+#include "kernels/backend.h"
+#include "shared/log.h"
+
+#define ACCOUNT_CHECK_S 3600
+#define DEADLINE_MARGIN_S 5
+
+void cl_daemon_prefs(cl_daemon *d, cl_prefs *out)
+{
+	cl_prefs_defaults(out);
+	for (int i = 0; i < d->st.nprojects; i++)
+		cl_prefs_overlay(out, &d->st.projects[i].account_prefs);
+	cl_prefs_overlay(out, &d->cfg.prefs);
+	cl_prefs_overlay(out, &d->st.local_prefs);
+}
+
+void cl_daemon_api_opts(cl_daemon *d, cl_api_opts *o)
+{
+	cl_prefs p;
+	cl_daemon_prefs(d, &p);
+	o->timeout_s = d->cfg.http_timeout;
+	o->upload_limit = p.v[PREF_UPLOAD_LIMIT];
+}
+
+cot_err cl_daemon_save(cl_daemon *d)
+{
+	cot_errbuf eb = { "", "" };
+	d->st.saved_at = (int64_t)time(NULL);
+	cot_err rc = cl_state_save(&d->st, d->cfg.state_dir, &eb);
+	if (rc) {
+		if (!d->state_error)
+			log_error("%s%s%s; computing waits until the state can be saved", eb.msg,
+			          eb.hint[0] ? ". " : "", eb.hint);
+		d->state_error = 1;
+	} else if (d->state_error) {
+		log_info("state saved again; computing resumes");
+		d->state_error = 0;
+	}
+	return rc;
+}
+
+void cl_daemon_remove_project(cl_daemon *d, int i)
+{
+	if (i < 0 || i >= d->st.nprojects)
+		return;
+	cl_compute_close(d->rt[i].session);
+	memmove(&d->rt[i], &d->rt[i + 1], (size_t)(d->st.nprojects - i - 1) * sizeof d->rt[0]);
+	memset(&d->rt[d->st.nprojects - 1], 0, sizeof d->rt[0]);
+	cl_state_remove(&d->st, i);
+}
+
+void cl_daemon_kick(cl_daemon *d)
+{
+	pthread_mutex_lock(&d->lock);
+	d->interrupt = 1;
+	pthread_cond_broadcast(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+}
+
+static void set_activity(cl_daemon *d, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_activity(cl_daemon *d, int i, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(d->rt[i].activity, sizeof d->rt[i].activity, fmt, ap);
+	va_end(ap);
+}
+
+/* Back off project i after a failure (lock held). */
+static void fail(cl_daemon *d, int i, const char *what, const cot_errbuf *eb)
+{
+	double delay = cl_backoff_fail(&d->rt[i].bo, cl_now_mono(), cl_random01());
+	log_warn("project %s: %s: %s%s%s; retrying in %.0f s", d->st.projects[i].name, what, eb->msg,
+	         eb->hint[0] ? ". " : "", eb->hint, delay);
+	set_activity(d, i, "%s failed; retrying in %.0f s", what, delay);
+}
+
+/* Why compute must wait now, or "" (lock held). */
+static void update_paused(cl_daemon *d)
+{
+	cl_prefs p;
+	cl_daemon_prefs(d, &p);
+	d->threads = cl_prefs_threads(&p, d->hw.cores);
+	if (d->state_error) {
+		snprintf(d->paused, sizeof d->paused, "the state cannot be saved");
+		return;
+	}
+	if (d->st.suspended) {
+		snprintf(d->paused, sizeof d->paused, "suspended by the user");
+		return;
+	}
+	if (p.v[PREF_ONLY_ON_AC] && !cl_power_on_ac(d->cfg.power_supply_dir)) {
+		snprintf(d->paused, sizeof d->paused, "on battery power");
+		return;
+	}
+	if (p.v[PREF_ONLY_WHEN_IDLE]) {
+		double idle = cl_idle_seconds(&d->cfg, &d->idle_source);
+		if (idle < (double)p.v[PREF_IDLE_AFTER]) {
+			snprintf(d->paused, sizeof d->paused, "the user is active (%s)", d->idle_source);
+			return;
+		}
+	}
+	d->paused[0] = '\0';
+}
+
+/* Detect a jump of the wall clock against the monotonic one and move the
+ * deadlines with it, so a jump neither expires nor extends work (lock
+ * held). */
+static void check_clock(cl_daemon *d)
+{
+	int64_t wall = (int64_t)time(NULL);
+	double mono = cl_now_mono();
+	if (d->last_mono > 0) {
+		double jump = (double)(wall - d->last_wall) - (mono - d->last_mono);
+		if (fabs(jump) > 30) {
+			log_warn("the system clock jumped by %+.0f s; deadlines were moved with it", jump);
+			for (int i = 0; i < d->st.nprojects; i++)
+				if (d->st.projects[i].has_work)
+					d->st.projects[i].work.deadline += (int64_t)jump;
+			cl_daemon_save(d);
+		}
+	}
+	d->last_wall = wall;
+	d->last_mono = mono;
+}
+
+/* Send a report for project i's work unit, journaled first (lock held on
+ * entry and exit; released during the request).  Returns COT_OK when the
+ * work unit is settled or the report acknowledged. */
+static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
+{
+	cl_project *p = &d->st.projects[i];
+	cl_work *w = &p->work;
+	/* A journaled finish or hand-back is never replaced by something else. */
+	if (w->pending_op == CL_REPORT_FINISH || w->pending_op == CL_REPORT_HANDBACK) {
+		op = w->pending_op;
+		mb = w->pending_mb;
+	}
+	w->pending_op = op;
+	w->pending_mb = mb;
+	if (cl_daemon_save(d))
+		return COT_ERR_IO;                  /* nothing is sent unjournaled */
+	cl_project copy = *p;
+	double sps = d->rt[i].sps;
+	cl_api_opts o;
+	cl_daemon_api_opts(d, &o);
+	pthread_mutex_unlock(&d->lock);
+	cot_errbuf eb = { "", "" };
+	cot_err rc = cl_api_report(&o, &copy, op, copy.work.id, mb, sps, NULL, &eb);
+	pthread_mutex_lock(&d->lock);
+	/* The project may have been detached meanwhile. */
+	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0 || !d->st.projects[i].has_work ||
+	    d->st.projects[i].work.id != copy.work.id)
+		return COT_OK;
+	p = &d->st.projects[i];
+	w = &p->work;
+	static const char *names[] = { "", "heartbeat", "finish", "hand-back" };
+	if (rc == COT_ERR_NETWORK || rc == COT_ERR_IO || rc == COT_ERR_NOMEM) {
+		fail(d, i, names[op], &eb);
+		return rc;
+	}
+	d->rt[i].last_report = cl_now_mono();
+	if (rc == COT_OK && op == CL_REPORT_HEARTBEAT) {
+		w->mb_reported = mb;
+		w->pending_op = CL_REPORT_NONE;
+		cl_backoff_ok(&d->rt[i].bo);
+		cl_daemon_save(d);
+		return COT_OK;
+	}
+	if (rc == COT_OK || rc == COT_ERR_CONFLICT || rc == COT_ERR_NOT_FOUND || rc == COT_ERR_FORBIDDEN) {
+		/* Done with this work unit: acknowledged, or the server says it is
+		 * no longer live (a resent finish after a crash lands here). */
+		if (rc)
+			log_warn("project %s: %s of work unit %lld: %s; dropping it", p->name, names[op],
+			         (long long)w->id, eb.msg);
+		else
+			log_info("project %s: work unit %lld %s with %lld microbatches", p->name, (long long)w->id,
+			         op == CL_REPORT_FINISH ? "finished" : op == CL_REPORT_HANDBACK ? "handed back" : "reported",
+			         (long long)mb);
+		if (op == CL_REPORT_FINISH || op == CL_REPORT_HANDBACK || rc) {
+			if (rc == COT_OK)
+				p->mb_total += mb;
+			cl_project_mark_done(p, w->id);
+			p->has_work = 0;
+			memset(w, 0, sizeof *w);
+			cl_compute_close(d->rt[i].session);
+			d->rt[i].session = NULL;
+			d->rt[i].download_failures = 0;
+		} else {
+			w->pending_op = CL_REPORT_NONE;
+		}
+		cl_backoff_ok(&d->rt[i].bo);
+		cl_daemon_save(d);
+		return COT_OK;
+	}
+	/* 400 or 401: a bug or a revoked host; wait long and say so. */
+	fail(d, i, names[op], &eb);
+	return rc;
+}
+
+static void hand_back(cl_daemon *d, int i, const char *why)
+{
+	cl_work *w = &d->st.projects[i].work;
+	log_warn("project %s: handing back work unit %lld: %s", d->st.projects[i].name, (long long)w->id, why);
+	send_report(d, i, CL_REPORT_HANDBACK, w->mb_done);
+}
+
+/* Ask for a work unit (lock held; released during the requests). */
+static void get_work(cl_daemon *d, int i)
+{
+	cl_project copy = d->st.projects[i];
+	cl_api_opts o;
+	cl_daemon_api_opts(d, &o);
+	set_activity(d, i, "asking for work");
+	pthread_mutex_unlock(&d->lock);
+	cot_errbuf eb = { "", "" };
+	cot_err rc = COT_OK;
+	if (copy.model.n_layer == 0)
+		rc = cl_api_project(&o, &copy, NULL, &eb);
+	cl_work *w = malloc(sizeof *w);
+	if (!w)
+		rc = cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
+	if (!rc)
+		rc = cl_api_request_work(&o, &copy, w, &eb);
+	pthread_mutex_lock(&d->lock);
+	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0) {
+		free(w);
+		return;                             /* detached meanwhile */
+	}
+	cl_project *p = &d->st.projects[i];
+	if (rc) {
+		free(w);
+		fail(d, i, "asking for work", &eb);
+		return;
+	}
+	if (cl_project_recently_done(p, w->id)) {
+		log_warn("project %s: server handed out work unit %lld again, which this client already reported",
+		         p->name, (long long)w->id);
+		free(w);
+		fail(d, i, "asking for work", &(cot_errbuf){ "a finished work unit came back", "" });
+		return;
+	}
+	p->seq_len = copy.seq_len;
+	p->microbatch_size = copy.microbatch_size;
+	p->mb_per_epoch = copy.mb_per_epoch;
+	p->flops_per_sample = copy.flops_per_sample;
+	p->model = copy.model;
+	p->seed = copy.seed;
+	p->work = *w;
+	p->has_work = 1;
+	free(w);
+	cl_backoff_ok(&d->rt[i].bo);
+	d->rt[i].download_failures = 0;
+	log_info("project %s: work unit %lld: version %lld, microbatches [%lld, %lld), %d files", p->name,
+	         (long long)p->work.id, (long long)p->work.version, (long long)p->work.lo, (long long)p->work.hi,
+	         p->work.nfiles);
+	cl_daemon_save(d);
+}
+
+/* Make sure every file of project i's work unit is cached (lock held;
+ * released while downloading).  Returns 1 when all are there. */
+static int fetch_files(cl_daemon *d, int i)
+{
+	cl_project *p = &d->st.projects[i];
+	cl_work *w = &p->work;
+	cl_prefs prefs;
+	cl_daemon_prefs(d, &prefs);
+	int64_t need = 0;
+	for (int k = 0; k < w->nfiles; k++)
+		need += w->files[k].size;
+	if (need > prefs.v[PREF_DISK_MAX]) {
+		char why[160];
+		snprintf(why, sizeof why, "its files need %lld bytes, more than disk_max (%lld)", (long long)need,
+		         (long long)prefs.v[PREF_DISK_MAX]);
+		hand_back(d, i, why);
+		return 0;
+	}
+	for (int k = 0; k < w->nfiles; k++) {
+		cl_file f = w->files[k];
+		if (cl_cache_has(d->cache_dir, f.sha256, f.size))
+			continue;
+		/* Room first: everything not pinned by a current work unit may go. */
+		const char *pinned[CL_MAX_PROJECTS * CL_MAX_FILES];
+		int np = 0;
+		for (int j = 0; j < d->st.nprojects; j++)
+			for (int m = 0; d->st.projects[j].has_work && m < d->st.projects[j].work.nfiles; m++)
+				pinned[np++] = d->st.projects[j].work.files[m].sha256;
+		cl_cache_trim(d->cache_dir, prefs.v[PREF_DISK_MAX] - f.size, pinned, np);
+
+		char url[CL_URL_MAX + CL_FILE_URL_MAX], dest[PATH_MAX];
+		if (f.url[0] == '/')
+			snprintf(url, sizeof url, "%s%s", p->base, f.url);
+		else
+			snprintf(url, sizeof url, "%s", f.url);
+		cot_errbuf eb = { "", "" };
+		if (cl_cache_path(d->cache_dir, f.sha256, dest, sizeof dest, &eb)) {
+			fail(d, i, "download", &eb);
+			return 0;
+		}
+		cl_download_req r = { .url = url, .sha256 = f.sha256, .size = f.size,
+		                      .max_bytes = d->cfg.max_file_bytes, .bearer = p->host_token,
+		                      .rate_limit = prefs.v[PREF_DOWNLOAD_LIMIT], .timeout_s = d->cfg.http_timeout,
+		                      .downloads_dir = d->downloads_dir, .dest_path = dest, .cancel = &d->stop };
+		char name[CL_NAME_MAX + 1], wurl[CL_URL_MAX];
+		int64_t wu = w->id;
+		snprintf(name, sizeof name, "%s", p->name);
+		snprintf(wurl, sizeof wurl, "%s", p->url);
+		set_activity(d, i, "downloading %s (%lld bytes)", f.sha256, (long long)f.size);
+		pthread_mutex_unlock(&d->lock);
+		cl_download_info info;
+		cot_err rc = cl_download(&r, &info, &eb);
+		pthread_mutex_lock(&d->lock);
+		if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, wurl) != 0 || !d->st.projects[i].has_work ||
+		    d->st.projects[i].work.id != wu)
+			return 0;
+		p = &d->st.projects[i];
+		w = &p->work;
+		if (rc == COT_OK) {
+			log_info("project %s: downloaded %s (%lld bytes%s)", name, f.sha256, (long long)f.size,
+			         info.resumed_from ? ", resumed" : "");
+			continue;
+		}
+		if (rc == COT_ERR_TOO_LARGE || rc == COT_ERR_NOT_FOUND || rc == COT_ERR_INVALID ||
+		    ++d->rt[i].download_failures >= 5) {
+			char why[700];
+			snprintf(why, sizeof why, "file %s cannot be fetched: %s", f.sha256, eb.msg);
+			hand_back(d, i, why);
+			return 0;
+		}
+		fail(d, i, "download", &eb);
+		return 0;
+	}
+	return 1;
+}
+
+/* Compute microbatches of project i until a heartbeat is due, compute must
+ * pause, or the range is done (lock held; released while computing). */
+static void compute(cl_daemon *d, int i)
+{
+	cl_project *p = &d->st.projects[i];
+	cl_work *w = &p->work;
+	cl_runtime *rt = &d->rt[i];
+	cl_prefs prefs;
+	cl_daemon_prefs(d, &prefs);
+	int64_t est = cl_compute_memory_estimate(p);
+	if (prefs.v[PREF_MEMORY_MAX] > 0 && est > prefs.v[PREF_MEMORY_MAX]) {
+		char why[160];
+		snprintf(why, sizeof why, "the model needs about %lld bytes of memory, more than memory_max (%lld)",
+		         (long long)est, (long long)prefs.v[PREF_MEMORY_MAX]);
+		hand_back(d, i, why);
+		return;
+	}
+	if (!rt->session || rt->session_wu != w->id) {
+		cl_compute_close(rt->session);
+		rt->session = NULL;
+		cot_errbuf eb = { "", "" };
+		cot_err rc = cl_compute_open(p, w, d->cache_dir, &rt->session, &eb);
+		if (rc == COT_ERR_NOMEM) {
+			fail(d, i, "loading the model", &eb);
+			return;
+		}
+		if (rc) {
+			hand_back(d, i, eb.msg);
+			return;
+		}
+		rt->session_wu = w->id;
+	}
+	if (w->mb_done < w->mb_reported)
+		w->mb_done = w->mb_reported;
+	kern_set_threads(d->threads);
+	cl_compute *s = rt->session;
+	int64_t lo = w->lo, done = w->mb_done, n = w->hi - w->lo, wu = w->id;
+	int64_t B = p->microbatch_size;
+	char url[CL_URL_MAX];
+	snprintf(url, sizeof url, "%s", p->url);
+	double hb = d->cfg.heartbeat_interval, start = cl_now_mono();
+	if (rt->last_report == 0)
+		rt->last_report = start;
+	set_activity(d, i, "computing");
+	d->interrupt = 0;
+	pthread_mutex_unlock(&d->lock);
+	cot_errbuf eb = { "", "" };
+	cot_err rc = COT_OK;
+	int64_t k = done;
+	double t0 = cl_now_mono();
+	while (k < n && !d->stop && !d->interrupt) {
+		float loss;
+		if ((rc = cl_compute_microbatch(s, lo + k, &loss, &eb)))
+			break;
+		k++;
+		if (cl_now_mono() - rt->last_report >= hb)
+			break;
+	}
+	double t1 = cl_now_mono();
+	pthread_mutex_lock(&d->lock);
+	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, url) != 0 || !d->st.projects[i].has_work ||
+	    d->st.projects[i].work.id != wu)
+		return;
+	p = &d->st.projects[i];
+	w = &p->work;
+	p->cpu_seconds += t1 - t0;
+	if (k > done && t1 > t0) {
+		double sps = (double)(k - done) * (double)B / (t1 - t0);
+		rt->sps = rt->sps > 0 ? 0.7 * rt->sps + 0.3 * sps : sps;
+	}
+	w->mb_done = k;
+	w->samples_per_sec = rt->sps;
+	if (rc) {
+		hand_back(d, i, eb.msg);
+		return;
+	}
+	/* Gradients are discarded until collaborative rounds exist. */
+	if (k == n) {
+		cl_compute_discard(s);
+		send_report(d, i, CL_REPORT_FINISH, n);
+		return;
+	}
+	if (time(NULL) > w->deadline - DEADLINE_MARGIN_S) {
+		hand_back(d, i, "its deadline has come");
+		return;
+	}
+	if (cl_now_mono() - rt->last_report >= hb) {
+		if (w->mb_done > w->mb_reported && cl_backoff_ready(&rt->bo, cl_now_mono())) {
+			send_report(d, i, CL_REPORT_HEARTBEAT, w->mb_done);
+		} else {
+			rt->last_report = cl_now_mono();
+			cl_daemon_save(d);
+		}
+	} else if (d->interrupt || d->stop) {
+		cl_daemon_save(d);                  /* keep what was computed */
+	}
+}
+
+static int files_cached(cl_daemon *d, const cl_project *p)
+{
+	for (int k = 0; k < p->work.nfiles; k++)
+		if (!cl_cache_has(d->cache_dir, p->work.files[k].sha256, p->work.files[k].size))
+			return 0;
+	return 1;
+}
+
+/* The next project to serve: a journaled report first, then the project
+ * furthest below its resource share.  -1 when none may act now. */
+static int pick(cl_daemon *d, int paused)
+{
+	double now = cl_now_mono(), best = 0;
+	int bi = -1;
+	double total_share = 0;
+	for (int i = 0; i < d->st.nprojects; i++)
+		total_share += d->st.projects[i].resource_share;
+	for (int i = 0; i < d->st.nprojects; i++) {
+		cl_project *p = &d->st.projects[i];
+		int ready = cl_backoff_ready(&d->rt[i].bo, now);
+		if (p->has_work && (p->work.pending_op == CL_REPORT_FINISH || p->work.pending_op == CL_REPORT_HANDBACK)) {
+			if (ready)
+				return i;
+			continue;
+		}
+		if (paused)
+			continue;
+		/* Without the server, only a work unit whose files are here goes on. */
+		if (!ready && (!p->has_work || !files_cached(d, p)))
+			continue;
+		double score = p->cpu_seconds / (p->resource_share / total_share);
+		if (bi < 0 || score < best) {
+			best = score;
+			bi = i;
+		}
+	}
+	return bi;
+}
+
+void *cl_daemon_worker(void *arg)
+{
+	cl_daemon *d = arg;
+	cl_priority_idle_thread();
+	pthread_mutex_lock(&d->lock);
+	while (!d->stop) {
+		check_clock(d);
+		if (d->state_error)
+			cl_daemon_save(d);              /* try again */
+		update_paused(d);
+		int paused = d->paused[0] != '\0';
+		for (int j = 0; j < d->st.nprojects; j++)
+			if (paused && d->rt[j].bo.failures == 0)
+				set_activity(d, j, "waiting: %s", d->paused);
+		int i = pick(d, paused);
+		if (i < 0) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			pthread_cond_timedwait(&d->wake, &d->lock, &ts);
+			d->interrupt = 0;
+			continue;
+		}
+		cl_project *p = &d->st.projects[i];
+		if (p->has_work && (p->work.pending_op == CL_REPORT_FINISH || p->work.pending_op == CL_REPORT_HANDBACK)) {
+			send_report(d, i, p->work.pending_op, p->work.pending_mb);
+			continue;
+		}
+		if (!p->has_work) {
+			get_work(d, i);
+			continue;
+		}
+		if (!fetch_files(d, i))
+			continue;
+		compute(d, i);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}

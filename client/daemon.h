@@ -1,0 +1,73 @@
+/* cotrain client: the daemon's shared data, its work loop and its control
+ * commands.
+ *
+ * One worker thread (daemon.c) does everything that touches the servers
+ * and the CPU, one project step at a time: send a journaled report, ask
+ * for work, download files, compute microbatches, heartbeat, finish or hand
+ * back.  The control thread (commands.c) answers cotrainctl.  Both take
+ * d->lock to read or change d->st; neither holds it across network calls or
+ * compute.  Every change worth keeping is saved with cl_state_save before
+ * the daemon acts on it. */
+#ifndef CL_DAEMON_H
+#define CL_DAEMON_H
+
+#include <pthread.h>
+
+#include "client/api.h"
+#include "client/backoff.h"
+#include "client/compute.h"
+#include "client/conf.h"
+#include "client/state.h"
+
+/* What the daemon knows of a project that is not saved. */
+typedef struct {
+	cl_backoff bo;
+	char activity[160];        /* shown by status */
+	double sps;                /* samples per second, recent */
+	int download_failures;     /* of the current work unit */
+	cl_compute *session;       /* open for work unit session_wu */
+	int64_t session_wu;
+	double last_report;        /* monotonic seconds */
+	double last_account_check;
+} cl_runtime;
+
+typedef struct {
+	cl_config cfg;
+	char cache_dir[PATH_MAX], downloads_dir[PATH_MAX];
+	cl_hostinfo hw;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	volatile int stop;
+	cl_state st;                           /* under lock */
+	cl_runtime rt[CL_MAX_PROJECTS];        /* parallel to st.projects, under lock */
+	char paused[160];                      /* why compute waits, "" when it runs */
+	const char *idle_source;
+	int threads;
+	int state_error;                       /* the last save failed */
+	int64_t last_wall;
+	double last_mono;
+	volatile int interrupt;                /* compute should stop at the next microbatch */
+} cl_daemon;
+
+/* Effective preferences: defaults < account < config file < local. */
+void cl_daemon_prefs(cl_daemon *d, cl_prefs *out);
+
+/* Save d->st (lock held).  Logs and records a failure; returns it. */
+cot_err cl_daemon_save(cl_daemon *d);
+
+/* Remove project i and its runtime (lock held). */
+void cl_daemon_remove_project(cl_daemon *d, int i);
+
+/* The work loop; returns when d->stop is set. */
+void *cl_daemon_worker(void *arg);
+
+/* Wake the worker (after attach, resume, prefs...). */
+void cl_daemon_kick(cl_daemon *d);
+
+/* The API options from the effective preferences. */
+void cl_daemon_api_opts(cl_daemon *d, cl_api_opts *o);
+
+/* The control command handler (commands.c), for cl_control_start. */
+json_t *cl_commands_handle(const json_t *req, void *ctx, cot_err *rc, cot_errbuf *eb);
+
+#endif

@@ -1,0 +1,245 @@
+/* cotrain-client: the volunteer daemon.
+ *
+ *   cotrain-client [-c FILE] [--state-dir DIR] [--socket PATH]
+ *                  [--log-level LEVEL] [--set KEY=VALUE]...
+ *
+ * Runs in the foreground (under systemd, or a terminal); logs to stderr.
+ * SIGTERM and SIGINT stop it cleanly (the state is saved); SIGKILL loses at
+ * most the microbatches computed since the last save, never a report.
+ * Exit status: 0 after a clean stop, 1 when it cannot start (the message
+ * says why), 2 for bad usage. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "config.h"
+#include "client/benchmark.h"
+#include "client/control.h"
+#include "client/daemon.h"
+#include "client/hostinfo.h"
+#include "client/logring.h"
+#include "client/priority.h"
+#include "shared/log.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: cotrain-client [OPTION]...\n"
+	        "Compute for cotrain projects in the background, at idle priority.\n\n"
+	        "  -c, --config FILE      configuration file (default %s; a missing\n"
+	        "                         default file means built-in defaults)\n"
+	        "  -d, --state-dir DIR    state folder (default %s)\n"
+	        "  -s, --socket PATH      control socket (default STATE_DIR/control.sock)\n"
+	        "  -l, --log-level LEVEL  debug, info, warn or error\n"
+	        "      --set KEY=VALUE    any configuration key, after the file\n"
+	        "  -h, --help             this help\n"
+	        "  -V, --version          the version\n\n"
+	        "Control it with cotrainctl.  See doc/client.md.\n",
+	        CL_DEFAULT_CONFIG, CL_DEFAULT_STATE);
+}
+
+static int fatal(const char *what, const cot_errbuf *eb)
+{
+	log_error("%s: %s", what, eb->msg);
+	if (eb->hint[0])
+		log_error("hint: %s", eb->hint);
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	cot_log_set_ident("cotrain-client");
+	static cl_daemon d;
+	cl_config_defaults(&d.cfg);
+	const char *config = NULL;
+	enum { OPT_SET = 256 };
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' }, { "state-dir", required_argument, NULL, 'd' },
+		{ "socket", required_argument, NULL, 's' }, { "log-level", required_argument, NULL, 'l' },
+		{ "set", required_argument, NULL, OPT_SET }, { "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
+	};
+	/* Two passes: the file first, then the command line over it. */
+	int c;
+	while ((c = getopt_long(argc, argv, "c:d:s:l:hV", opts, NULL)) != -1) {
+		if (c == 'c')
+			config = optarg;
+		else if (c == 'h') {
+			usage(stdout);
+			return 0;
+		} else if (c == 'V') {
+			printf("cotrain-client %s\n", PACKAGE_VERSION);
+			return 0;
+		} else if (c == '?') {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "cotrain-client: unexpected argument \"%s\"\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	cot_errbuf eb = { "", "" };
+	cot_err rc = cl_config_load(&d.cfg, config ? config : CL_DEFAULT_CONFIG, &eb);
+	if (rc && !(rc == COT_ERR_NOT_FOUND && !config))
+		return fatal("cannot read the configuration", &eb);
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "c:d:s:l:hV", opts, NULL)) != -1) {
+		const char *key = NULL;
+		char kv[4096];
+		const char *val = optarg;
+		if (c == 'd')
+			key = "state_dir";
+		else if (c == 's')
+			key = "socket";
+		else if (c == 'l')
+			key = "log_level";
+		else if (c == OPT_SET) {
+			snprintf(kv, sizeof kv, "%s", optarg);
+			char *eq = strchr(kv, '=');
+			if (!eq) {
+				fprintf(stderr, "cotrain-client: --set needs KEY=VALUE, not \"%s\"\n", optarg);
+				return 2;
+			}
+			*eq = '\0';
+			key = kv;
+			val = eq + 1;
+		}
+		if (key && (rc = cl_config_set(&d.cfg, key, val, &eb))) {
+			fprintf(stderr, "cotrain-client: %s\n", eb.msg);
+			return 2;
+		}
+	}
+	if ((rc = cl_config_finish(&d.cfg, &eb)))
+		return fatal("bad configuration", &eb);
+	cot_log_set_level((cot_log_level)d.cfg.log_level);
+
+	/* Threads a library started at load time compute too: idle them now,
+	 * before our own threads exist. */
+	cl_priority_idle_others();
+
+	if (mkdir(d.cfg.state_dir, 0750) < 0 && errno != EEXIST) {
+		cot_seterr(&eb, COT_ERR_IO, "could not create state directory \"%s\": %s", d.cfg.state_dir,
+		           strerror(errno));
+		cot_sethint(&eb, "Create it and make it writable by the user the client runs as.");
+		return fatal("cannot start", &eb);
+	}
+	char lockpath[PATH_MAX];
+	if (snprintf(lockpath, sizeof lockpath, "%s/lock", d.cfg.state_dir) >= (int)sizeof lockpath ||
+	    snprintf(d.cache_dir, sizeof d.cache_dir, "%s/cache", d.cfg.state_dir) >= (int)sizeof d.cache_dir ||
+	    snprintf(d.downloads_dir, sizeof d.downloads_dir, "%s/downloads", d.cfg.state_dir) >=
+	            (int)sizeof d.downloads_dir)
+		return fatal("cannot start", &(cot_errbuf){ "state directory path is too long", "" });
+	int lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lockfd < 0) {
+		cot_seterr(&eb, COT_ERR_IO, "state directory \"%s\" is not writable: %s", d.cfg.state_dir,
+		           strerror(errno));
+		cot_sethint(&eb, "Make it writable by the user the client runs as, or choose another with --state-dir.");
+		return fatal("cannot start", &eb);
+	}
+	if (flock(lockfd, LOCK_EX | LOCK_NB) < 0) {
+		cot_seterr(&eb, COT_ERR_EXISTS, "another cotrain-client uses state directory \"%s\"", d.cfg.state_dir);
+		return fatal("cannot start", &eb);
+	}
+
+	if (cl_logring_start(&eb))
+		log_warn("%s; \"cotrainctl log\" will show nothing", eb.msg);
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (cl_state_init(&d.st))
+		return fatal("cannot start", &(cot_errbuf){ "out of memory", "" });
+	if ((rc = cl_state_load(&d.st, d.cfg.state_dir, &eb)))
+		return fatal("cannot load the state", &eb);
+	if (eb.msg[0]) {
+		log_error("%s", eb.msg);
+		if (eb.hint[0])
+			log_error("hint: %s", eb.hint);
+		eb.msg[0] = eb.hint[0] = '\0';
+	}
+	/* Prove the folder takes writes now, not at the first report. */
+	if ((rc = cl_state_save(&d.st, d.cfg.state_dir, &eb)))
+		return fatal("cannot save the state", &eb);
+
+	cl_hostinfo_read(&d.hw);
+	char fp[65];
+	cl_hostinfo_fingerprint(&d.hw, fp);
+	if (d.st.bench_flops <= 0 || strcmp(fp, d.st.bench_hw) != 0) {
+		log_info("benchmarking this host (%s, %d cores) for %d s", d.hw.cpu_model, d.hw.cores,
+		         d.cfg.benchmark_seconds);
+		cl_prefs p;
+		cl_daemon_prefs(&d, &p);
+		double f = cl_benchmark(cl_prefs_threads(&p, d.hw.cores), d.cfg.benchmark_seconds, &eb);
+		if (f > 0) {
+			d.st.bench_flops = f;
+			snprintf(d.st.bench_hw, sizeof d.st.bench_hw, "%s", fp);
+			d.st.bench_at = (int64_t)time(NULL);
+			log_info("benchmark: %.3g FLOP/s", f);
+			cl_state_save(&d.st, d.cfg.state_dir, &eb);
+		} else {
+			log_warn("benchmark failed: %s", eb.msg);
+		}
+	}
+	d.hw.flops = d.st.bench_flops;
+
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	pthread_mutex_init(&d.lock, NULL);
+	pthread_cond_init(&d.wake, NULL);
+	for (int i = 0; i < CL_MAX_PROJECTS; i++)
+		cl_backoff_init(&d.rt[i].bo, d.cfg.retry_base, d.cfg.retry_max);
+
+	cl_control *ctl;
+	if ((rc = cl_control_start(d.cfg.socket, d.cfg.socket_group, cl_commands_handle, &d, &ctl, &eb)))
+		return fatal("cannot open the control socket", &eb);
+	pthread_t worker;
+	if (pthread_create(&worker, NULL, cl_daemon_worker, &d) != 0) {
+		cl_control_stop(ctl);
+		return fatal("cannot start", &(cot_errbuf){ "could not start the worker thread", "" });
+	}
+	log_info("cotrain-client %s started: state %s, socket %s, %d project(s) attached", PACKAGE_VERSION,
+	         d.cfg.state_dir, d.cfg.socket, d.st.nprojects);
+
+	for (;;) {
+		int sig = 0;
+		if (sigwait(&sigs, &sig) != 0)
+			continue;
+		if (sig == SIGHUP) {
+			log_info("SIGHUP: nothing to reload; use cotrainctl prefs to change preferences");
+			continue;
+		}
+		log_info("stopping on signal %d", sig);
+		break;
+	}
+	pthread_mutex_lock(&d.lock);
+	d.stop = 1;
+	d.interrupt = 1;
+	pthread_cond_broadcast(&d.wake);
+	pthread_mutex_unlock(&d.lock);
+	pthread_join(worker, NULL);
+	cl_control_stop(ctl);
+	pthread_mutex_lock(&d.lock);
+	cl_daemon_save(&d);
+	for (int i = 0; i < d.st.nprojects; i++)
+		cl_compute_close(d.rt[i].session);
+	pthread_mutex_unlock(&d.lock);
+	cl_state_free(&d.st);
+	curl_global_cleanup();
+	log_info("stopped");
+	close(lockfd);
+	return 0;
+}
