@@ -1,0 +1,445 @@
+-- cotrain schema, version 2: the scheduler.  The server's hot paths (work
+-- assignment, heartbeat, hand-back, finish, reaping) are PL/pgSQL functions
+-- so each is ONE round trip; every one authenticates the host by the sha256
+-- of its token, validates before it writes, and answers (status, body): an
+-- HTTP status and the JSON text the server relays as is.  A refused call
+-- changes nothing.
+--
+-- Invariant (see doc/api.md): every stream microbatch below project.frontier
+-- is in exactly one of: a mb_pool row, a live work unit's [lo, hi), or the
+-- finished part [lo, lo + mb_done) of a done, returned or expired work unit.
+
+-- The JSON error body of the v1 API; hint omitted when NULL.
+CREATE FUNCTION api_error(p_code text, p_message text, p_hint text DEFAULT NULL)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT json_build_object('error',
+        json_strip_nulls(json_build_object('code', p_code, 'message', p_message, 'hint', p_hint)))::text
+$$;
+
+-- Microbatches done per model version, kept by a trigger on work_unit so the
+-- accumulated samples of a round are a read of a few rows, not a scan of the
+-- round's work units.  Rows are spread over 16 slots (by work unit id) so
+-- concurrent heartbeats seldom wait on one another's row lock.
+CREATE TABLE version_progress (
+    project_id  bigint NOT NULL REFERENCES project(id) ON DELETE CASCADE,
+    version     integer NOT NULL,
+    slot        smallint NOT NULL,
+    mb_done     bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (project_id, version, slot)
+);
+
+INSERT INTO version_progress (project_id, version, slot, mb_done)
+SELECT project_id, version, 0, sum(mb_done) FROM work_unit GROUP BY project_id, version;
+
+CREATE FUNCTION sched_progress_add(p_project bigint, p_version integer, p_slot bigint, p_delta bigint)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO version_progress AS vp (project_id, version, slot, mb_done)
+    VALUES (p_project, p_version, (p_slot % 16)::smallint, p_delta)
+    ON CONFLICT (project_id, version, slot) DO UPDATE SET mb_done = vp.mb_done + EXCLUDED.mb_done
+$$;
+
+CREATE FUNCTION sched_progress_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.project_id = OLD.project_id AND NEW.version = OLD.version THEN
+        PERFORM sched_progress_add(NEW.project_id, NEW.version, NEW.id, NEW.mb_done - OLD.mb_done);
+        RETURN NULL;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.mb_done <> 0 THEN
+        -- A plain UPDATE: when a project is deleted its counters may be gone
+        -- already, and must not be re-created.
+        UPDATE version_progress SET mb_done = mb_done - OLD.mb_done
+         WHERE project_id = OLD.project_id AND version = OLD.version
+           AND slot = (OLD.id % 16)::smallint;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.mb_done <> 0 THEN
+        PERFORM sched_progress_add(NEW.project_id, NEW.version, NEW.id, NEW.mb_done);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER work_unit_progress_ins AFTER INSERT ON work_unit
+    FOR EACH ROW WHEN (NEW.mb_done <> 0) EXECUTE FUNCTION sched_progress_trigger();
+CREATE TRIGGER work_unit_progress_upd AFTER UPDATE OF mb_done, project_id, version ON work_unit
+    FOR EACH ROW WHEN (NEW.mb_done IS DISTINCT FROM OLD.mb_done
+                       OR NEW.project_id IS DISTINCT FROM OLD.project_id
+                       OR NEW.version IS DISTINCT FROM OLD.version)
+    EXECUTE FUNCTION sched_progress_trigger();
+CREATE TRIGGER work_unit_progress_del AFTER DELETE ON work_unit
+    FOR EACH ROW WHEN (OLD.mb_done <> 0) EXECUTE FUNCTION sched_progress_trigger();
+
+-- Samples accumulated for one model version: sum(mb_done) * microbatch_size
+-- over the version's work units, whatever their state.
+CREATE FUNCTION sched_accumulated(p_project bigint, p_version integer, p_microbatch_size integer)
+RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(mb_done), 0)::bigint * p_microbatch_size
+      FROM version_progress WHERE project_id = p_project AND version = p_version
+$$;
+
+-- {"url", "sha256", "size"} of a stored file, or NULL.
+CREATE FUNCTION api_file_ref(p_sha256 text) RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object('url', '/files/' || f.sha256, 'sha256', f.sha256, 'size', f.size)
+      FROM file f WHERE f.sha256 = p_sha256
+$$;
+
+-- The shards of a dataset that hold any token of [p_a, p_b), as a JSON array
+-- (possibly empty), in index order.  Uses shard_tokens_idx for both bounds.
+CREATE FUNCTION sched_shards(p_dataset bigint, p_a bigint, p_b bigint) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'kind', 'shard', 'idx', s.idx, 'first_token', s.first_token,
+               'n_tokens', s.n_tokens, 'url', '/files/' || s.sha256,
+               'sha256', s.sha256, 'size', f.size) ORDER BY s.first_token), '[]'::jsonb)
+      FROM shard s JOIN file f ON f.sha256 = s.sha256
+     WHERE p_a < p_b
+       AND s.dataset_id = p_dataset
+       AND s.first_token < p_b
+       AND s.first_token >= coalesce((SELECT max(first_token) FROM shard
+                                       WHERE dataset_id = p_dataset AND first_token <= p_a), 0)
+$$;
+
+-- The files a work unit needs: the checkpoint of its version (when the
+-- version has one) and the dataset shards that cover the tokens of its
+-- microbatches.  Stream microbatch g is microbatch m = g % mb_per_epoch of
+-- its epoch, and microbatch m of an epoch is made of the samples whose tokens
+-- lie in [m*T, (m+1)*T + 1) with T = microbatch_size * seq_len (one extra
+-- token: the last target).  A range that wraps an epoch needs two spans; one
+-- of a whole epoch or more needs every shard.
+CREATE FUNCTION sched_files(p_project bigint, p_version integer, p_dataset bigint,
+                            p_n_tokens bigint, p_tokens_per_mb bigint, p_mb_per_epoch bigint,
+                            p_lo bigint, p_hi bigint)
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_ckpt  jsonb;
+    v_elo   bigint;
+    v_ehi   bigint;
+    v_files jsonb;
+BEGIN
+    SELECT api_file_ref(mv.checkpoint_sha256) || jsonb_build_object('kind', 'checkpoint', 'version', p_version)
+      INTO v_ckpt
+      FROM model_version mv WHERE mv.project_id = p_project AND mv.version = p_version;
+    v_files := CASE WHEN v_ckpt IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(v_ckpt) END;
+    IF p_hi - p_lo >= p_mb_per_epoch THEN
+        RETURN v_files || sched_shards(p_dataset, 0, p_n_tokens);
+    END IF;
+    v_elo := p_lo % p_mb_per_epoch;
+    v_ehi := v_elo + (p_hi - p_lo);
+    IF v_ehi <= p_mb_per_epoch THEN
+        RETURN v_files || sched_shards(p_dataset, v_elo * p_tokens_per_mb,
+                                       least(v_ehi * p_tokens_per_mb + 1, p_n_tokens));
+    END IF;
+    RETURN v_files
+        || sched_shards(p_dataset, 0, least((v_ehi - p_mb_per_epoch) * p_tokens_per_mb + 1, p_n_tokens))
+        || sched_shards(p_dataset, v_elo * p_tokens_per_mb,
+                        least(p_mb_per_epoch * p_tokens_per_mb + 1, p_n_tokens));
+END
+$$;
+
+-- Hand host p_host_id (authenticated by p_token_hash) a work unit of project
+-- p_project.  Its size n = clamp(round(flops * wu_seconds /
+-- (flops_per_sample * microbatch_size)), 1, p_wu_max) microbatches, taken
+-- from the lowest free pool range that no other transaction holds (SKIP
+-- LOCKED), or, when none is free, carved off the frontier as a chunk of
+-- max(p_chunk, n) whose rest goes to the pool (so the project row is locked
+-- once per chunk, not once per work unit).  Deadline: now + 2 * wu_seconds;
+-- heartbeats push it to at least now + wu_seconds.
+CREATE FUNCTION sched_assign(p_token_hash bytea, p_host_id bigint, p_project text,
+                             p_wu_max bigint, p_chunk bigint)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    v_host     record;
+    v_proj     record;
+    v_free     record;
+    v_n        bigint;
+    v_chunk    bigint;
+    v_lo       bigint;
+    v_hi       bigint;
+    v_wu       bigint;
+    v_deadline timestamptz;
+BEGIN
+    SELECT h.id, h.flops, h.last_seen INTO v_host
+      FROM host h JOIN account a ON a.id = h.account_id
+     WHERE h.token_hash = p_token_hash AND NOT h.revoked AND NOT a.disabled;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 401, api_error('unauthorized', 'host token is not valid',
+                                           'Register the host again to get a new token.');
+        RETURN;
+    END IF;
+    IF v_host.id <> p_host_id THEN
+        RETURN QUERY SELECT 403, api_error('forbidden',
+            format('this token belongs to host %s, not to host %s', v_host.id, p_host_id));
+        RETURN;
+    END IF;
+
+    SELECT p.id, p.active, p.current_version, p.wu_seconds, p.flops_per_sample,
+           p.microbatch_size, p.seq_len, p.mb_per_epoch, p.seed, p.target_batch,
+           p.dataset_id, d.n_tokens, d.name AS dataset
+      INTO v_proj
+      FROM project p JOIN dataset d ON d.id = p.dataset_id
+     WHERE p.name = p_project;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 404, api_error('not_found', format('project "%s" does not exist', p_project));
+        RETURN;
+    END IF;
+    IF NOT v_proj.active THEN
+        RETURN QUERY SELECT 409, api_error('conflict', format('project "%s" is not active', p_project),
+                                           'Ask for work again later.');
+        RETURN;
+    END IF;
+
+    v_n := least(greatest(round(v_host.flops * v_proj.wu_seconds
+                                / (v_proj.flops_per_sample * v_proj.microbatch_size)), 1),
+                 p_wu_max)::bigint;
+
+    SELECT id, lo, hi INTO v_free
+      FROM mb_pool WHERE project_id = v_proj.id
+     ORDER BY lo LIMIT 1 FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        v_lo := v_free.lo;
+        IF v_free.hi - v_free.lo <= v_n THEN
+            v_hi := v_free.hi;
+            DELETE FROM mb_pool WHERE id = v_free.id;
+        ELSE
+            v_hi := v_free.lo + v_n;
+            UPDATE mb_pool SET lo = v_hi WHERE id = v_free.id;
+        END IF;
+    ELSE
+        v_chunk := greatest(p_chunk, v_n);
+        UPDATE project SET frontier = frontier + v_chunk WHERE id = v_proj.id
+        RETURNING frontier - v_chunk INTO v_lo;
+        v_hi := v_lo + v_n;
+        IF v_chunk > v_n THEN
+            INSERT INTO mb_pool (project_id, lo, hi) VALUES (v_proj.id, v_hi, v_lo + v_chunk);
+        END IF;
+    END IF;
+
+    v_deadline := now() + make_interval(secs => 2 * v_proj.wu_seconds);
+    INSERT INTO work_unit (project_id, host_id, version, lo, hi, deadline)
+    VALUES (v_proj.id, v_host.id, v_proj.current_version, v_lo, v_hi, v_deadline)
+    RETURNING id INTO v_wu;
+    IF v_host.last_seen < now() - interval '1 minute' THEN
+        UPDATE host SET last_seen = now() WHERE id = v_host.id;
+    END IF;
+
+    RETURN QUERY SELECT 200, jsonb_build_object(
+        'work_unit_id', v_wu,
+        'project', p_project,
+        'version', v_proj.current_version,
+        'lo', v_lo,
+        'hi', v_hi,
+        'microbatch_size', v_proj.microbatch_size,
+        'seq_len', v_proj.seq_len,
+        'mb_per_epoch', v_proj.mb_per_epoch,
+        'seed', v_proj.seed,
+        'dataset', v_proj.dataset,
+        'deadline', v_deadline,
+        'heartbeat_interval', greatest(1, v_proj.wu_seconds / 4),
+        'target_batch', v_proj.target_batch,
+        'files', sched_files(v_proj.id, v_proj.current_version, v_proj.dataset_id, v_proj.n_tokens,
+                             v_proj.microbatch_size::bigint * v_proj.seq_len, v_proj.mb_per_epoch,
+                             v_lo, v_hi))::text;
+END
+$$;
+
+-- The checks shared by heartbeat, hand-back and finish: the token is valid,
+-- the work unit exists, is the host's and is live, and p_mb_done (when not
+-- NULL) is within it and not below what was reported.  Locks the work unit
+-- row.  Returns NULL when all pass, else (status, body) to answer with; w
+-- receives the work unit and its project's settings.
+CREATE FUNCTION sched_check(p_token_hash bytea, p_wu bigint, p_mb_done bigint,
+                            OUT status integer, OUT body text,
+                            OUT w_project bigint, OUT w_version integer, OUT w_lo bigint,
+                            OUT w_hi bigint, OUT w_mb_done bigint, OUT w_deadline timestamptz,
+                            OUT pr_wu_seconds integer, OUT pr_microbatch_size integer,
+                            OUT pr_target_batch integer, OUT pr_current_version integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_host  bigint;
+    w       record;
+BEGIN
+    SELECT h.id INTO v_host
+      FROM host h JOIN account a ON a.id = h.account_id
+     WHERE h.token_hash = p_token_hash AND NOT h.revoked AND NOT a.disabled;
+    IF NOT FOUND THEN
+        status := 401;
+        body := api_error('unauthorized', 'host token is not valid',
+                          'Register the host again to get a new token.');
+        RETURN;
+    END IF;
+    SELECT wu.host_id, wu.project_id, wu.version, wu.lo, wu.hi, wu.mb_done, wu.state, wu.deadline,
+           p.wu_seconds, p.microbatch_size, p.target_batch, p.current_version
+      INTO w
+      FROM work_unit wu JOIN project p ON p.id = wu.project_id
+     WHERE wu.id = p_wu
+       FOR UPDATE OF wu;
+    IF NOT FOUND THEN
+        status := 404;
+        body := api_error('not_found', format('work unit %s does not exist', p_wu));
+        RETURN;
+    END IF;
+    IF w.host_id <> v_host THEN
+        status := 403;
+        body := api_error('forbidden', format('work unit %s belongs to another host', p_wu));
+        RETURN;
+    END IF;
+    IF w.state <> 'live' THEN
+        status := 409;
+        body := api_error('conflict',
+            format('work unit %s is %s', p_wu,
+                   CASE w.state WHEN 'returned' THEN 'already handed back'
+                                WHEN 'done' THEN 'already finished'
+                                ELSE 'expired' END),
+            'Drop it and ask for new work.');
+        RETURN;
+    END IF;
+    IF p_mb_done IS NOT NULL AND p_mb_done > w.hi - w.lo THEN
+        status := 400;
+        body := api_error('invalid',
+            format('mb_done %s is more than the %s microbatches of work unit %s',
+                   p_mb_done, w.hi - w.lo, p_wu));
+        RETURN;
+    END IF;
+    IF p_mb_done IS NOT NULL AND p_mb_done < w.mb_done THEN
+        status := 400;
+        body := api_error('invalid',
+            format('mb_done cannot decrease: work unit %s already reported %s', p_wu, w.mb_done));
+        RETURN;
+    END IF;
+    w_project := w.project_id; w_version := w.version; w_lo := w.lo; w_hi := w.hi;
+    w_mb_done := w.mb_done; w_deadline := w.deadline;
+    pr_wu_seconds := w.wu_seconds; pr_microbatch_size := w.microbatch_size;
+    pr_target_batch := w.target_batch; pr_current_version := w.current_version;
+END
+$$;
+
+-- A heartbeat: microbatches done so far (from lo, in order) and the host's
+-- speed.  Extends the deadline to at least now + wu_seconds.
+CREATE FUNCTION sched_heartbeat(p_token_hash bytea, p_wu bigint, p_mb_done bigint, p_sps real)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    c          record;
+    v_deadline timestamptz;
+BEGIN
+    SELECT * INTO c FROM sched_check(p_token_hash, p_wu, p_mb_done);
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    v_deadline := greatest(c.w_deadline, now() + make_interval(secs => c.pr_wu_seconds));
+    UPDATE work_unit SET mb_done = p_mb_done, samples_per_sec = p_sps,
+                         last_heartbeat = now(), deadline = v_deadline
+     WHERE id = p_wu;
+    RETURN QUERY SELECT 200, json_build_object(
+        'work_unit_id', p_wu, 'state', 'live', 'mb_done', p_mb_done,
+        'deadline', v_deadline, 'version', c.w_version,
+        'current_version', c.pr_current_version,
+        'accumulated_samples', sched_accumulated(c.w_project, c.w_version, c.pr_microbatch_size),
+        'target_batch', c.pr_target_batch)::text;
+END
+$$;
+
+-- Hand back the unprocessed rest [lo + mb_done, hi) to the pool; the work
+-- unit becomes 'returned'.  A second hand-back finds it not live: 409.
+CREATE FUNCTION sched_handback(p_token_hash bytea, p_wu bigint, p_mb_done bigint)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    SELECT * INTO c FROM sched_check(p_token_hash, p_wu, p_mb_done);
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    UPDATE work_unit SET mb_done = p_mb_done, state = 'returned',
+                         last_heartbeat = now(), finished_at = now()
+     WHERE id = p_wu;
+    IF c.w_lo + p_mb_done < c.w_hi THEN
+        INSERT INTO mb_pool (project_id, lo, hi) VALUES (c.w_project, c.w_lo + p_mb_done, c.w_hi);
+    END IF;
+    RETURN QUERY SELECT 200, json_build_object(
+        'work_unit_id', p_wu, 'state', 'returned', 'mb_done', p_mb_done,
+        'returned_lo', c.w_lo + p_mb_done, 'returned_hi', c.w_hi,
+        'version', c.w_version, 'current_version', c.pr_current_version,
+        'accumulated_samples', sched_accumulated(c.w_project, c.w_version, c.pr_microbatch_size),
+        'target_batch', c.pr_target_batch)::text;
+END
+$$;
+
+-- The whole range is done; the work unit becomes 'done'.
+CREATE FUNCTION sched_finish(p_token_hash bytea, p_wu bigint)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    SELECT * INTO c FROM sched_check(p_token_hash, p_wu, NULL);
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    UPDATE work_unit SET mb_done = hi - lo, state = 'done',
+                         last_heartbeat = now(), finished_at = now()
+     WHERE id = p_wu;
+    RETURN QUERY SELECT 200, json_build_object(
+        'work_unit_id', p_wu, 'state', 'done', 'mb_done', c.w_hi - c.w_lo,
+        'version', c.w_version, 'current_version', c.pr_current_version,
+        'accumulated_samples', sched_accumulated(c.w_project, c.w_version, c.pr_microbatch_size),
+        'target_batch', c.pr_target_batch)::text;
+END
+$$;
+
+-- Expire up to p_limit live work units whose deadline has passed, oldest
+-- first, skipping any that a heartbeat holds right now, and return their
+-- unprocessed rest to the pool.  Returns how many expired; the reaper calls
+-- again while that equals p_limit.
+CREATE FUNCTION sched_reap(p_limit integer) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    WITH due AS (
+        SELECT id FROM work_unit
+         WHERE state = 'live' AND deadline < now()
+         ORDER BY deadline LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    ), expired AS (
+        UPDATE work_unit w SET state = 'expired', finished_at = now()
+          FROM due WHERE w.id = due.id
+        RETURNING w.project_id, w.lo + w.mb_done AS lo, w.hi
+    ), pooled AS (
+        INSERT INTO mb_pool (project_id, lo, hi)
+        SELECT project_id, lo, hi FROM expired WHERE lo < hi
+    )
+    SELECT count(*) INTO n FROM expired;
+    RETURN n;
+END
+$$;
+
+-- Public information about a project, as (status, body).
+CREATE FUNCTION api_project_info(p_name text)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v jsonb;
+BEGIN
+    SELECT jsonb_build_object(
+        'name', p.name, 'title', p.title, 'description', p.description,
+        'config', p.config,
+        'dataset', jsonb_build_object('name', d.name, 'tokenizer', d.tokenizer,
+                                      'n_tokens', d.n_tokens,
+                                      'manifest', api_file_ref(d.manifest_sha256)),
+        'seq_len', p.seq_len, 'microbatch_size', p.microbatch_size,
+        'target_batch', p.target_batch, 'mb_per_epoch', p.mb_per_epoch, 'seed', p.seed,
+        'flops_per_sample', p.flops_per_sample, 'wu_seconds', p.wu_seconds,
+        'active', p.active, 'current_version', p.current_version,
+        'accumulated_samples', sched_accumulated(p.id, p.current_version, p.microbatch_size),
+        'checkpoint', (SELECT api_file_ref(mv.checkpoint_sha256) FROM model_version mv
+                        WHERE mv.project_id = p.id AND mv.version = p.current_version),
+        'created_at', p.created_at)
+      INTO v
+      FROM project p JOIN dataset d ON d.id = p.dataset_id
+     WHERE p.name = p_name;
+    IF v IS NULL THEN
+        RETURN QUERY SELECT 404, api_error('not_found', format('project "%s" does not exist', p_name));
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 200, v::text;
+END
+$$;

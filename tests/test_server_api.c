@@ -1,0 +1,433 @@
+/* cotrain tests: the whole v1 API of cotrain-server through real HTTP
+ * against real PostgreSQL: every route's happy path, and every kind of bad
+ * input (404, 405, 400, 413, 401, 403, 409), each answered with the JSON
+ * error body and leaving the database exactly as it was. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/tap.h"
+#include "tests/test_server_harness.h"
+#include "tests/pgtmp.h"
+
+/* Send a request that must be refused with status/code and change nothing. */
+static void refused(const char *method, const char *path, const char *bearer, const char *body,
+                    long status, const char *code, const char *what)
+{
+	char *before = th_db_fingerprint();
+	th_resp r;
+	if (!th_http(NULL, method, path, bearer, body, NULL, &r)) {
+		ok(false, "%s: request failed", what);
+		ok(false, "%s: database unchanged", what);
+		free(before);
+		return;
+	}
+	th_is_error(&r, status, code, what);
+	char *after = th_db_fingerprint();
+	is_str(after, before, "%s: database unchanged", what);
+	free(after);
+	free(before);
+	th_resp_free(&r);
+}
+
+/* A request that must succeed with status; returns the answer (caller frees). */
+static th_resp call(const char *method, const char *path, const char *bearer, const char *body,
+                    long status, const char *what)
+{
+	th_resp r;
+	if (!th_http(NULL, method, path, bearer, body, NULL, &r))
+		bail_out("%s: request failed", what);
+	if (!is_int(r.status, status, "%s: %ld", what, status))
+		diag("  body: %s", r.body);
+	return r;
+}
+
+static void test_routing(void)
+{
+	refused("GET", "/nope", NULL, NULL, 404, "not_found", "unknown route");
+	refused("GET", "/v1/accounts/", NULL, NULL, 404, "not_found", "trailing slash");
+	refused("GET", "/v1//account", NULL, NULL, 404, "not_found", "empty segment");
+	th_resp r;
+	th_http(NULL, "GET", "/v1/accounts", NULL, NULL, NULL, &r);
+	th_is_error(&r, 405, "method_not_allowed", "GET on a POST route");
+	is_str(r.allow, "POST", "405 names the allowed method");
+	th_resp_free(&r);
+	refused("DELETE", "/v1/projects", NULL, NULL, 405, "method_not_allowed", "DELETE projects");
+	refused("PUT", "/v1/hosts/1", NULL, "{}", 405, "method_not_allowed", "PUT host");
+}
+
+static char alice_key[64], bob_key[64];
+static long long alice_id;
+
+static void test_accounts(void)
+{
+	th_resp r = call("POST", "/v1/accounts", NULL,
+	                 "{\"email\": \"alice@example.org\", \"name\": \"Alice\", \"password\": \"alice's secret\"}",
+	                 201, "create account");
+	alice_id = th_json_int(&r, "account_id");
+	ok(alice_id > 0, "account id %lld", alice_id);
+	const char *k = th_json_str(&r, "account_key");
+	ok(k && strlen(k) == 43, "account key is 32 random bytes in base64url");
+	snprintf(alice_key, sizeof alice_key, "%s", k ? k : "");
+	th_resp_free(&r);
+	is_int(th_sql_int("SELECT count(*) FROM account_key WHERE account_id = %lld AND key_hash = sha256('%s')",
+	                  alice_id, alice_key), 1, "only the key's sha256 is stored");
+	ok(th_sql_int("SELECT count(*) FROM account WHERE password_hash LIKE 'pbkdf2-sha256$1000$%%' AND id = %lld",
+	              alice_id) == 1, "password stored as PBKDF2 with the configured iterations");
+
+	r = call("POST", "/v1/accounts", NULL,
+	         "{\"email\": \"bob@example.org\", \"name\": \"Bob\", \"password\": \"bob's secret\"}",
+	         201, "create second account");
+	snprintf(bob_key, sizeof bob_key, "%s", th_json_str(&r, "account_key"));
+	th_resp_free(&r);
+
+	refused("POST", "/v1/accounts", NULL,
+	        "{\"email\": \"ALICE@example.org\", \"name\": \"A2\", \"password\": \"whatever123\"}",
+	        409, "already_exists", "email taken (case-insensitive)");
+	refused("POST", "/v1/accounts", NULL, "{\"email\": \"c@example.org\", \"name\": \"C\"}",
+	        400, "invalid", "missing password");
+	refused("POST", "/v1/accounts", NULL,
+	        "{\"email\": \"c@example.org\", \"name\": \"C\", \"password\": \"short\"}",
+	        400, "invalid", "password too short");
+	refused("POST", "/v1/accounts", NULL,
+	        "{\"email\": 42, \"name\": \"C\", \"password\": \"whatever123\"}",
+	        400, "invalid", "email of the wrong type");
+	refused("POST", "/v1/accounts", NULL,
+	        "{\"email\": \"no-at-sign\", \"name\": \"C\", \"password\": \"whatever123\"}",
+	        400, "invalid", "email without @");
+	refused("POST", "/v1/accounts", NULL,
+	        "{\"email\": \"c@example.org\", \"email\": \"d@example.org\", \"name\": \"C\", \"password\": \"whatever123\"}",
+	        400, "invalid", "duplicate keys");
+	refused("POST", "/v1/accounts", NULL, "{\"email\": ", 400, "invalid", "malformed JSON");
+	refused("POST", "/v1/accounts", NULL, "[1, 2]", 400, "invalid", "array instead of object");
+	refused("POST", "/v1/accounts", NULL, "", 400, "invalid", "empty body");
+	size_t big = 100 * 1024;
+	char *huge = malloc(big + 64);
+	snprintf(huge, big + 64, "{\"email\": \"c@example.org\", \"name\": \"");
+	size_t n = strlen(huge);
+	memset(huge + n, 'x', big);
+	strcpy(huge + n + big, "\", \"password\": \"whatever123\"}");
+	refused("POST", "/v1/accounts", NULL, huge, 413, "too_large", "oversized body");
+	free(huge);
+
+	/* Log in. */
+	r = call("POST", "/v1/accounts/login", NULL,
+	         "{\"email\": \"Alice@Example.org\", \"password\": \"alice's secret\"}", 200, "log in");
+	is_int(th_json_int(&r, "account_id"), alice_id, "log-in names the account");
+	char login_key[64];
+	snprintf(login_key, sizeof login_key, "%s", th_json_str(&r, "account_key"));
+	ok(strcmp(login_key, alice_key) != 0, "each log-in gets a new key");
+	th_resp_free(&r);
+	refused("POST", "/v1/accounts/login", NULL,
+	        "{\"email\": \"alice@example.org\", \"password\": \"wrong password\"}",
+	        401, "unauthorized", "wrong password");
+	refused("POST", "/v1/accounts/login", NULL,
+	        "{\"email\": \"nobody@example.org\", \"password\": \"alice's secret\"}",
+	        401, "unauthorized", "unknown email");
+	refused("POST", "/v1/accounts/login", NULL, "{\"email\": \"alice@example.org\"}",
+	        400, "invalid", "log-in without password");
+
+	r = call("GET", "/v1/account", login_key, NULL, 200, "who am I");
+	is_str(th_json_str(&r, "email"), "alice@example.org", "who am I: email");
+	th_resp_free(&r);
+	refused("GET", "/v1/account", NULL, NULL, 401, "unauthorized", "no Authorization header");
+	refused("GET", "/v1/account", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", NULL, 401,
+	        "unauthorized", "unknown key");
+	refused("GET", "/v1/account", "not a token!", NULL, 401, "unauthorized", "malformed key");
+
+	r = call("POST", "/v1/account/logout", login_key, NULL, 200, "log out");
+	th_resp_free(&r);
+	refused("GET", "/v1/account", login_key, NULL, 401, "unauthorized", "revoked key");
+	refused("POST", "/v1/account/logout", login_key, NULL, 401, "unauthorized", "log out twice");
+	r = call("GET", "/v1/account", alice_key, NULL, 200, "other keys still work");
+	th_resp_free(&r);
+
+	th_sql("UPDATE account SET disabled = true WHERE id = %lld", alice_id);
+	refused("GET", "/v1/account", alice_key, NULL, 401, "unauthorized", "disabled account");
+	th_sql("UPDATE account SET disabled = false WHERE id = %lld", alice_id);
+}
+
+static void test_teams(void)
+{
+	th_resp r = call("POST", "/v1/teams", alice_key,
+	                 "{\"name\": \"Red Team\", \"description\": \"We compute.\"}", 201, "create team");
+	long long team = th_json_int(&r, "team_id");
+	th_resp_free(&r);
+	is_int(th_sql_int("SELECT team_id FROM account WHERE id = %lld", alice_id), team,
+	       "the founder is in the team");
+	refused("POST", "/v1/teams", bob_key, "{\"name\": \"red team\"}", 409, "already_exists",
+	        "team name taken");
+	refused("POST", "/v1/teams", bob_key, "{\"description\": \"x\"}", 400, "invalid",
+	        "team without a name");
+	refused("POST", "/v1/teams", bob_key, "{\"name\": 7}", 400, "invalid", "team name not a string");
+	refused("POST", "/v1/teams", NULL, "{\"name\": \"Blue\"}", 401, "unauthorized",
+	        "create team without key");
+
+	char path[64];
+	snprintf(path, sizeof path, "/v1/teams/%lld/join", team);
+	r = call("POST", path, bob_key, NULL, 200, "join team");
+	th_resp_free(&r);
+	snprintf(path, sizeof path, "/v1/teams/%lld", team);
+	r = call("GET", path, NULL, NULL, 200, "show team");
+	is_int(th_json_int(&r, "members"), 2, "team has two members");
+	is_str(th_json_str(&r, "name"), "Red Team", "team name");
+	th_resp_free(&r);
+	refused("GET", "/v1/teams/999999", NULL, NULL, 404, "not_found", "unknown team");
+	refused("POST", "/v1/teams/999999/join", bob_key, NULL, 404, "not_found", "join unknown team");
+	refused("POST", "/v1/teams/abc/join", bob_key, NULL, 400, "invalid", "join non-numeric team");
+	snprintf(path, sizeof path, "/v1/teams/%lld/leave", team);
+	r = call("POST", path, bob_key, NULL, 200, "leave team");
+	th_resp_free(&r);
+	refused("POST", path, bob_key, NULL, 409, "conflict", "leave a team one is not in");
+	refused("POST", "/v1/teams/999999/leave", bob_key, NULL, 404, "not_found", "leave unknown team");
+}
+
+static long long host_a, host_b;
+static char token_a[64], token_b[64];
+
+static void test_hosts(void)
+{
+	th_resp r = call("POST", "/v1/hosts", alice_key,
+	                 "{\"flops\": 1e6, \"cpu_model\": \"Zen 5\", \"cores\": 2, \"memory_bytes\": 8589934592,"
+	                 " \"gpu\": \"\", \"client_version\": \"0.1.0\", \"os_name\": \"Linux\", \"os_version\": \"6.1\"}",
+	                 201, "register host");
+	host_a = th_json_int(&r, "host_id");
+	snprintf(token_a, sizeof token_a, "%s", th_json_str(&r, "host_token"));
+	ok(host_a > 0 && strlen(token_a) == 43, "host id and token");
+	th_resp_free(&r);
+	is_int(th_sql_int("SELECT count(*) FROM host WHERE id = %lld AND token_hash = sha256('%s')",
+	                  host_a, token_a), 1, "only the token's sha256 is stored");
+	r = call("POST", "/v1/hosts", bob_key, "{\"flops\": 2000000}", 201, "register bob's host");
+	host_b = th_json_int(&r, "host_id");
+	snprintf(token_b, sizeof token_b, "%s", th_json_str(&r, "host_token"));
+	th_resp_free(&r);
+
+	refused("POST", "/v1/hosts", alice_key, "{\"cores\": 2}", 400, "invalid", "host without flops");
+	refused("POST", "/v1/hosts", alice_key, "{\"flops\": \"fast\"}", 400, "invalid", "flops not a number");
+	refused("POST", "/v1/hosts", alice_key, "{\"flops\": 0}", 400, "invalid", "zero flops");
+	refused("POST", "/v1/hosts", alice_key, "{\"flops\": 1e6, \"cores\": 0}", 400, "invalid", "zero cores");
+	refused("POST", "/v1/hosts", alice_key, "{\"flops\": 1e6, \"cores\": 1.5}", 400, "invalid",
+	        "fractional cores");
+	refused("POST", "/v1/hosts", NULL, "{\"flops\": 1e6}", 401, "unauthorized", "host without account key");
+	refused("POST", "/v1/hosts", token_a, "{\"flops\": 1e6}", 401, "unauthorized",
+	        "host token is not an account key");
+
+	char path[64];
+	snprintf(path, sizeof path, "/v1/hosts/%lld", host_a);
+	r = call("GET", path, alice_key, NULL, 200, "show own host");
+	is_int(th_json_int(&r, "cores"), 2, "host cores");
+	is_str(th_json_str(&r, "cpu_model"), "Zen 5", "host cpu model");
+	ok(!json_object_get(r.json, "token_hash"), "the token hash is not shown");
+	th_resp_free(&r);
+	refused("GET", path, bob_key, NULL, 403, "forbidden", "show another account's host");
+	refused("DELETE", path, bob_key, NULL, 403, "forbidden", "revoke another account's host");
+	refused("GET", "/v1/hosts/999999", alice_key, NULL, 404, "not_found", "unknown host");
+}
+
+static void test_projects(void)
+{
+	th_resp r = call("GET", "/v1/projects", NULL, NULL, 200, "list projects");
+	json_t *list = json_object_get(r.json, "projects");
+	ok(json_array_size(list) == 2, "two projects listed");
+	is_str(json_string_value(json_object_get(json_array_get(list, 0), "name")), "alpha", "first is alpha");
+	th_resp_free(&r);
+
+	r = call("GET", "/v1/projects/alpha", NULL, NULL, 200, "project info");
+	is_str(th_json_str(&r, "title"), "Project alpha", "title");
+	is_int(th_json_int(&r, "target_batch"), 4096, "target batch");
+	is_int(th_json_int(&r, "current_version"), 0, "current version");
+	is_int(th_json_int(&r, "accumulated_samples"), 0, "nothing accumulated yet");
+	const char *man = th_json_str(&r, "dataset.manifest.sha256");
+	ok(man && strlen(man) == 64, "dataset manifest sha256");
+	const char *murl = th_json_str(&r, "dataset.manifest.url");
+	ok(murl && man && strncmp(murl, "/files/", 7) == 0 && strcmp(murl + 7, man) == 0,
+	   "manifest URL is /files/<sha256>");
+	const char *ck = th_json_str(&r, "checkpoint.sha256");
+	ok(ck && strlen(ck) == 64, "current checkpoint sha256");
+	is_int(th_json_int(&r, "checkpoint.size"), 99999, "checkpoint size");
+	is_str(th_json_str(&r, "config.model"), "test", "project config");
+	th_resp_free(&r);
+	refused("GET", "/v1/projects/nope", NULL, NULL, 404, "not_found", "unknown project");
+}
+
+/* Wait (at most timeout_s) until the SQL scalar equals want. */
+static bool wait_for(long long want, int timeout_s, const char *sql)
+{
+	for (int i = 0; i < timeout_s * 10; i++) {
+		if (th_sql_int("%s", sql) == want)
+			return true;
+		usleep(100000);
+	}
+	return false;
+}
+
+static void test_scheduler(void)
+{
+	char body[128], path[64];
+	snprintf(body, sizeof body, "{\"host_id\": %lld}", host_a);
+	/* alpha: wu_seconds 60, flops_per_sample 1e6, microbatch 4: a host of
+	 * 1e6 FLOPS gets round(1e6 * 60 / (1e6 * 4)) = 15 microbatches. */
+	th_resp r = call("POST", "/v1/projects/alpha/work", token_a, body, 200, "ask for work");
+	long long wu1 = th_json_int(&r, "work_unit_id");
+	is_int(th_json_int(&r, "lo"), 0, "first range starts at 0");
+	is_int(th_json_int(&r, "hi"), 15, "range sized to the host's speed");
+	is_int(th_json_int(&r, "version"), 0, "model version");
+	ok(th_json_str(&r, "deadline") != NULL, "has a deadline");
+	json_t *files = json_object_get(r.json, "files");
+	ok(json_array_size(files) == 2, "files: checkpoint and one shard");
+	is_str(json_string_value(json_object_get(json_array_get(files, 0), "kind")), "checkpoint",
+	       "first file is the checkpoint");
+	json_t *sh = json_array_get(files, 1);
+	is_str(json_string_value(json_object_get(sh, "kind")), "shard", "second file is a shard");
+	is_int(json_integer_value(json_object_get(sh, "idx")), 0, "tokens [0, 961) are in shard 0");
+	is_int(json_integer_value(json_object_get(sh, "size")), 1000, "shard size");
+	th_resp_free(&r);
+
+	r = call("POST", "/v1/projects/alpha/work", token_a, body, 200, "ask for more work");
+	long long wu2 = th_json_int(&r, "work_unit_id");
+	is_int(th_json_int(&r, "lo"), 15, "next range follows");
+	th_resp_free(&r);
+	is_int(th_sql_int("SELECT frontier FROM project WHERE name = 'alpha'"), 65536,
+	       "the frontier moved by one chunk only");
+
+	snprintf(body, sizeof body, "{\"host_id\": %lld}", host_a);
+	refused("POST", "/v1/projects/alpha/work", token_b, body, 403, "forbidden",
+	        "work asked with another host's id");
+	refused("POST", "/v1/projects/alpha/work", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", body, 401,
+	        "unauthorized", "work with an unknown token");
+	refused("POST", "/v1/projects/alpha/work", alice_key, body, 401, "unauthorized",
+	        "work with an account key");
+	refused("POST", "/v1/projects/alpha/work", NULL, body, 401, "unauthorized", "work without a token");
+	refused("POST", "/v1/projects/alpha/work", token_a, "{}", 400, "invalid", "work without host_id");
+	refused("POST", "/v1/projects/alpha/work", token_a, "{\"host_id\": \"1\"}", 400, "invalid",
+	        "host_id as a string");
+	refused("POST", "/v1/projects/nope/work", token_a, body, 404, "not_found", "work on unknown project");
+	th_sql("UPDATE project SET active = false WHERE name = 'alpha'");
+	refused("POST", "/v1/projects/alpha/work", token_a, body, 409, "conflict", "work on inactive project");
+	th_sql("UPDATE project SET active = true WHERE name = 'alpha'");
+
+	/* Heartbeats. */
+	snprintf(path, sizeof path, "/v1/workunits/%lld/heartbeat", wu1);
+	r = call("POST", path, token_a, "{\"mb_done\": 5, \"samples_per_sec\": 12.5}", 200, "heartbeat");
+	is_int(th_json_int(&r, "mb_done"), 5, "heartbeat echoes mb_done");
+	is_int(th_json_int(&r, "accumulated_samples"), 20, "accumulated samples = 5 microbatches x 4");
+	is_int(th_json_int(&r, "target_batch"), 4096, "heartbeat shows the target");
+	th_resp_free(&r);
+	refused("POST", path, token_b, "{\"mb_done\": 6}", 403, "forbidden", "heartbeat on another host's work unit");
+	refused("POST", path, token_a, "{\"mb_done\": 16}", 400, "invalid", "mb_done past the range");
+	refused("POST", path, token_a, "{\"mb_done\": 3}", 400, "invalid", "mb_done decreasing");
+	refused("POST", path, token_a, "{\"mb_done\": -1}", 400, "invalid", "negative mb_done");
+	refused("POST", path, token_a, "{\"mb_done\": \"6\"}", 400, "invalid", "mb_done as a string");
+	refused("POST", path, token_a, "{\"samples_per_sec\": 1}", 400, "invalid", "heartbeat without mb_done");
+	refused("POST", path, token_a, "{\"mb_done\": 6, \"samples_per_sec\": -2}", 400, "invalid",
+	        "negative speed");
+	refused("POST", path, NULL, "{\"mb_done\": 6}", 401, "unauthorized", "heartbeat without token");
+	refused("POST", "/v1/workunits/999999/heartbeat", token_a, "{\"mb_done\": 1}", 404, "not_found",
+	        "heartbeat on unknown work unit");
+	refused("POST", "/v1/workunits/x1/heartbeat", token_a, "{\"mb_done\": 1}", 400, "invalid",
+	        "non-numeric work unit id");
+	refused("GET", path, token_a, NULL, 405, "method_not_allowed", "GET heartbeat");
+
+	/* Hand back the rest of wu1. */
+	snprintf(path, sizeof path, "/v1/workunits/%lld/handback", wu1);
+	refused("POST", path, token_b, "{\"mb_done\": 7}", 403, "forbidden", "hand back another host's work unit");
+	r = call("POST", path, token_a, "{\"mb_done\": 7}", 200, "hand back");
+	is_str(th_json_str(&r, "state"), "returned", "state returned");
+	is_int(th_json_int(&r, "returned_lo"), 7, "returned from 7");
+	th_resp_free(&r);
+	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE lo = 7 AND hi = 15"), 1, "rest [7, 15) is in the pool");
+	refused("POST", path, token_a, "{\"mb_done\": 7}", 409, "conflict", "hand back twice");
+	snprintf(path, sizeof path, "/v1/workunits/%lld/finish", wu1);
+	refused("POST", path, token_a, NULL, 409, "conflict", "finish a returned work unit");
+	snprintf(path, sizeof path, "/v1/workunits/%lld/heartbeat", wu1);
+	refused("POST", path, token_a, "{\"mb_done\": 7}", 409, "conflict", "heartbeat on a returned work unit");
+
+	/* Finish wu2. */
+	snprintf(path, sizeof path, "/v1/workunits/%lld/finish", wu2);
+	refused("POST", path, token_b, NULL, 403, "forbidden", "finish another host's work unit");
+	refused("POST", path, token_a, "{not json", 400, "invalid", "finish with malformed body");
+	r = call("POST", path, token_a, NULL, 200, "finish");
+	is_str(th_json_str(&r, "state"), "done", "state done");
+	is_int(th_json_int(&r, "mb_done"), 15, "whole range done");
+	is_int(th_json_int(&r, "accumulated_samples"), (7 + 15) * 4, "accumulated (7 + 15) x 4 samples");
+	th_resp_free(&r);
+	refused("POST", path, token_a, NULL, 409, "conflict", "finish twice");
+	is_int(th_sql_int("SELECT sum(mb_done) * 4 FROM work_unit w JOIN project p ON p.id = w.project_id"
+	                  " WHERE p.name = 'alpha' AND w.version = 0"), 88, "SQL sum agrees");
+	r = call("GET", "/v1/projects/alpha", NULL, NULL, 200, "project info after work");
+	is_int(th_json_int(&r, "accumulated_samples"), 88, "project info shows accumulated samples");
+	th_resp_free(&r);
+
+	/* The returned rest is handed out again, before new microbatches. */
+	r = call("POST", "/v1/projects/alpha/work", token_a, body, 200, "work after hand-back");
+	is_int(th_json_int(&r, "lo"), 7, "returned rest reissued: lo");
+	is_int(th_json_int(&r, "hi"), 15, "returned rest reissued: hi");
+	th_resp_free(&r);
+
+	/* A revoked host can no longer work. */
+	snprintf(path, sizeof path, "/v1/hosts/%lld", host_a);
+	r = call("DELETE", path, alice_key, NULL, 200, "revoke host");
+	th_resp_free(&r);
+	refused("POST", "/v1/projects/alpha/work", token_a, body, 401, "unauthorized", "work with a revoked host");
+
+	/* Deadlines: beta has wu_seconds 1, so a silent work unit is overdue
+	 * after 2 s and the reaper (every second) puts its rest back. */
+	snprintf(body, sizeof body, "{\"host_id\": %lld}", host_b);
+	r = call("POST", "/v1/projects/beta/work", token_b, body, 200, "work on beta");
+	long long wu3 = th_json_int(&r, "work_unit_id");
+	long long lo3 = th_json_int(&r, "lo"), hi3 = th_json_int(&r, "hi");
+	th_resp_free(&r);
+	snprintf(path, sizeof path, "/v1/workunits/%lld/heartbeat", wu3);
+	r = call("POST", path, token_b, "{\"mb_done\": 1}", 200, "one heartbeat, then silence");
+	th_resp_free(&r);
+	char sql[200];
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM work_unit WHERE id = %lld AND state = 'expired'", wu3);
+	ok(wait_for(1, 20, sql), "silent work unit expired by the reaper");
+	is_int(th_sql_int("SELECT count(*) FROM mb_pool p JOIN project j ON j.id = p.project_id"
+	                  " WHERE j.name = 'beta' AND p.lo = %lld AND p.hi = %lld", lo3 + 1, hi3), 1,
+	       "its unprocessed rest is back in the pool");
+	refused("POST", path, token_b, "{\"mb_done\": 2}", 409, "conflict", "heartbeat after expiry");
+	r = call("POST", "/v1/projects/beta/work", token_b, body, 200, "work on beta again");
+	is_int(th_json_int(&r, "lo"), lo3 + 1, "expired rest reissued");
+	th_resp_free(&r);
+}
+
+static void test_schema_refusal(void)
+{
+	th_sql("CREATE DATABASE empty");
+	char cmd[2048];
+	const char *top = getenv("top_builddir");
+	snprintf(cmd, sizeof cmd,
+	         "%s/server/cotrain-server --port 0 --data-dir %s --db '%s dbname=empty' 2>&1",
+	         top ? top : ".", th_data_dir(), pgtmp_conninfo());
+	FILE *p = popen(cmd, "r");
+	char out[4096] = "";
+	size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+	out[n] = '\0';
+	int st = p ? pclose(p) : -1;
+	ok(st != 0, "server refuses an unmigrated database");
+	ok(strstr(out, "cotrain-admin db migrate") != NULL, "with the hint to migrate");
+	if (!strstr(out, "cotrain-admin db migrate"))
+		diag("output: %s", out);
+}
+
+int main(void)
+{
+	plan_lazy();
+	const char *args[] = { "--reap-interval", "1", "--threads", "4", NULL };
+	th_start(args);
+	th_seed_project("alpha", 60, 1e6, 4, 16, 8, 1000);
+	th_seed_project("beta", 1, 1e5, 4, 16, 8, 1000);   /* bob's host: 5 microbatches */
+
+	test_routing();
+	test_accounts();
+	test_teams();
+	test_hosts();
+	test_projects();
+	test_scheduler();
+	test_schema_refusal();
+	ok(th_stop_server(), "server exits 0 on SIGTERM");
+	return exit_status();
+}
