@@ -18,6 +18,33 @@ static inline int block_end(int t, int T)
 	return r1 < T ? r1 : T;
 }
 
+/* Causal softmax of one row of scores p[0..n), n = t + 1, zeroing the
+ * masked columns [n, r1) that the next product reads. */
+KERN_SIMD static void softmax_row(float *p, int n, int r1)
+{
+	float mx = p[0];
+	for (int j = 1; j < n; j++)
+		mx = p[j] > mx ? p[j] : mx;
+	for (int j = 0; j < n; j++)
+		p[j] = kern_expf(p[j] - mx);
+	float inv = 1.0f / kern_sumf(p, n);
+	for (int j = 0; j < n; j++)
+		p[j] *= inv;
+	for (int j = n; j < r1; j++)
+		p[j] = 0.0f;
+}
+
+/* d[0..n) = scale * p * (d - sum_j p d), zero on [n, r1). */
+KERN_SIMD static void softmax_back_row(float *d, const float *p, int n, int r1,
+                                       float scale)
+{
+	float dot = kern_dotf(p, d, n);
+	for (int j = 0; j < n; j++)
+		d[j] = scale * p[j] * (d[j] - dot);
+	for (int j = n; j < r1; j++)
+		d[j] = 0.0f;
+}
+
 void kern_attention_forward(float *out, float *att, const float *qkv,
                             int B, int T, int C, int NH)
 {
@@ -40,18 +67,8 @@ void kern_attention_forward(float *out, float *att, const float *qkv,
 		/* causal softmax, row by row */
 		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 		for (int ht = 0; ht < NH * T; ht++) {
-			int t = ht % T, n = t + 1, r1 = block_end(t, T);
-			float *p = a + (size_t)ht * T;
-			float mx = p[0];
-			for (int j = 1; j < n; j++)
-				mx = p[j] > mx ? p[j] : mx;
-			for (int j = 0; j < n; j++)
-				p[j] = kern_expf(p[j] - mx);
-			float inv = 1.0f / kern_sumf(p, n);
-			for (int j = 0; j < n; j++)
-				p[j] *= inv;
-			for (int j = n; j < r1; j++)
-				p[j] = 0.0f;
+			int t = ht % T;
+			softmax_row(a + (size_t)ht * T, t + 1, block_end(t, T));
 		}
 		/* out[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
 		for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
@@ -91,14 +108,9 @@ void kern_attention_backward(float *dqkv, float *datt, const float *dout,
 		 * dS = scale * P * (dP - sum_j P dP) */
 		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 		for (int ht = 0; ht < NH * T; ht++) {
-			int t = ht % T, n = t + 1, r1 = block_end(t, T);
-			const float *p = a + (size_t)ht * T;
-			float *d = da + (size_t)ht * T;
-			float dot = kern_dotf(p, d, n);
-			for (int j = 0; j < n; j++)
-				d[j] = scale * p[j] * (d[j] - dot);
-			for (int j = n; j < r1; j++)
-				d[j] = 0.0f;
+			int t = ht % T;
+			softmax_back_row(da + (size_t)ht * T, a + (size_t)ht * T, t + 1,
+			                 block_end(t, T), scale);
 		}
 		/* dQ[r0:r1] += dS[r0:r1, 0:r1] K[0:r1] */
 		for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {

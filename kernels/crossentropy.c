@@ -24,7 +24,7 @@ void kern_head_backward(float *dx, float *dwte, const float *dlogits,
 
 /* Returns the sum of exp(l[j] - max) over l[0..V), summed in kern_sumf's
  * order; *mx receives the max. */
-static float row_sumexp(const float *l, int V, float *mx)
+KERN_SIMD static float row_sumexp(const float *l, int V, float *mx)
 {
 	float m = l[0];
 	for (int j = 1; j < V; j++)
@@ -59,6 +59,16 @@ double kern_crossentropy_forward(float *losses, const float *logits,
 	return total / N;
 }
 
+KERN_SIMD static void ce_back_row(float *d, const float *l, int target,
+                                  float dloss, int V)
+{
+	/* the softmax is recomputed rather than stored by the forward */
+	float mx, inv = 1.0f / row_sumexp(l, V, &mx);
+	for (int j = 0; j < V; j++)
+		d[j] += dloss * (kern_expf(l[j] - mx) * inv);
+	d[target] -= dloss;
+}
+
 void kern_crossentropy_backward(float *dlogits, const float *logits,
                                 const int32_t *targets, float dloss,
                                 int N, int V)
@@ -66,12 +76,7 @@ void kern_crossentropy_backward(float *dlogits, const float *logits,
 	int nt = kern_threads();
 	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 	for (int n = 0; n < N; n++) {
-		const float *l = logits + (size_t)n * V;
-		float *d = dlogits + (size_t)n * V;
-		/* the softmax is recomputed rather than stored by the forward */
-		float mx, inv = 1.0f / row_sumexp(l, V, &mx);
-		for (int j = 0; j < V; j++)
-			d[j] += dloss * (kern_expf(l[j] - mx) * inv);
-		d[targets[n]] -= dloss;
+		ce_back_row(dlogits + (size_t)n * V, logits + (size_t)n * V,
+		            targets[n], dloss, V);
 	}
 }

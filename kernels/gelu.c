@@ -8,6 +8,28 @@
 #define GELU_KAPPA 0.044715f
 #define GELU_CHUNK 4096
 
+KERN_SIMD static void gelu_fwd(float *out, const float *inp, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		float x = inp[i];
+		float u = GELU_BETA * (x + GELU_KAPPA * x * x * x);
+		out[i] = 0.5f * x * (1.0f + kern_tanhf(u));
+	}
+}
+
+KERN_SIMD static void gelu_bwd(float *dinp, const float *inp, const float *dout,
+                               size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		float x = inp[i], x2 = x * x;
+		float t = kern_tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
+		float left_d = 0.5f * (1.0f + t);
+		float right_d = 0.5f * x * (1.0f - t * t)
+		                * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
+		dinp[i] += dout[i] * (left_d + right_d);
+	}
+}
+
 void kern_gelu_forward(float *out, const float *inp, size_t n)
 {
 	int nt = kern_threads();
@@ -16,11 +38,7 @@ void kern_gelu_forward(float *out, const float *inp, size_t n)
 	for (long ch = 0; ch < nchunks; ch++) {
 		size_t lo = (size_t)ch * GELU_CHUNK;
 		size_t hi = lo + GELU_CHUNK < n ? lo + GELU_CHUNK : n;
-		for (size_t i = lo; i < hi; i++) {
-			float x = inp[i];
-			float u = GELU_BETA * (x + GELU_KAPPA * x * x * x);
-			out[i] = 0.5f * x * (1.0f + kern_tanhf(u));
-		}
+		gelu_fwd(out + lo, inp + lo, hi - lo);
 	}
 }
 
@@ -33,13 +51,6 @@ void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
 	for (long ch = 0; ch < nchunks; ch++) {
 		size_t lo = (size_t)ch * GELU_CHUNK;
 		size_t hi = lo + GELU_CHUNK < n ? lo + GELU_CHUNK : n;
-		for (size_t i = lo; i < hi; i++) {
-			float x = inp[i], x2 = x * x;
-			float t = kern_tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
-			float left_d = 0.5f * (1.0f + t);
-			float right_d = 0.5f * x * (1.0f - t * t)
-			                * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
-			dinp[i] += dout[i] * (left_d + right_d);
-		}
+		gelu_bwd(dinp + lo, inp + lo, dout + lo, hi - lo);
 	}
 }

@@ -2,6 +2,7 @@
 #include "kernels/matmul.h"
 
 #include "kernels/backend.h"
+#include "kernels/vecmath.h"
 
 #include <stddef.h>
 
@@ -48,6 +49,19 @@ void kern_linear_forward_add(float *out, const float *inp, const float *W,
 	be->sgemm(false, false, M, N, K, 1.0f, inp, K, W, N, 1.0f, out, N);
 }
 
+/* dst[0..nc) += column sums of the nc columns at src (row stride N). */
+KERN_SIMD static void colsum_block(float *dst, const float *src, int M, int N, int nc)
+{
+	double acc[64] = { 0 };
+	for (int m = 0; m < M; m++) {
+		const float *s = src + (size_t)m * N;
+		for (int j = 0; j < nc; j++)
+			acc[j] += s[j];
+	}
+	for (int j = 0; j < nc; j++)
+		dst[j] += (float)acc[j];
+}
+
 void kern_colsum_add(float *dst, const float *src, int M, int N)
 {
 	enum { CB = 64 };
@@ -56,14 +70,7 @@ void kern_colsum_add(float *dst, const float *src, int M, int N)
 	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && (long)M * N > 65536)
 	for (int b = 0; b < nblocks; b++) {
 		int c0 = b * CB, nc = N - c0 < CB ? N - c0 : CB;
-		double acc[CB] = { 0 };
-		for (int m = 0; m < M; m++) {
-			const float *s = src + (size_t)m * N + c0;
-			for (int j = 0; j < nc; j++)
-				acc[j] += s[j];
-		}
-		for (int j = 0; j < nc; j++)
-			dst[c0 + j] += (float)acc[j];
+		colsum_block(dst + c0, src + c0, M, N, nc);
 	}
 }
 

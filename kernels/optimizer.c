@@ -3,6 +3,7 @@
 #include "kernels/optimizer.h"
 
 #include "kernels/backend.h"
+#include "kernels/vecmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -106,7 +107,7 @@ bool kern_opt_decays(const kern_view *v)
 /* Sum of squares of x[0..n) in double, in a fixed order (8 interleaved
  * partial sums combined pairwise) that the compiler may vectorise without
  * changing it. */
-static double sumsq(const float *x, size_t n)
+KERN_SIMD static double sumsq(const float *x, size_t n)
 {
 	double acc[8] = { 0 }, tail = 0;
 	size_t i = 0;
@@ -172,7 +173,7 @@ static segment *make_segments(const kern_model *m, long *count)
 	return s;
 }
 
-static void adamw_segment(kern_model *m, const kern_opt_config *o,
+KERN_SIMD static void adamw_segment(kern_model *m, const kern_opt_config *o,
                           const segment *sg, float lr, float coef,
                           float step_size, float bc2_sqrt)
 {
@@ -194,7 +195,7 @@ static void adamw_segment(kern_model *m, const kern_opt_config *o,
 }
 
 /* LAMB pass 1: update the moments, sum ||p||^2 and ||u||^2. */
-static void lamb_moments(kern_model *m, const kern_opt_config *o, segment *sg,
+KERN_SIMD static void lamb_moments(kern_model *m, const kern_opt_config *o, segment *sg,
                          float coef, float bc1, float bc2)
 {
 	float *p = m->params + sg->lo, *mm = m->m + sg->lo, *vv = m->v + sg->lo;
@@ -202,15 +203,20 @@ static void lamb_moments(kern_model *m, const kern_opt_config *o, segment *sg,
 	float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
 	float wd = kern_opt_decays(&m->views[sg->view]) ? o->weight_decay : 0.0f;
 	double pa[8] = { 0 }, ua[8] = { 0 };
-	for (size_t i = 0; i < sg->len; i++) {
-		float gi = g[i] * coef;
-		float mi = mm[i] * b1 + (1.0f - b1) * gi;
-		float vi = vv[i] * b2 + (1.0f - b2) * gi * gi;
-		float u = (mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i];
-		mm[i] = mi;
-		vv[i] = vi;
-		pa[i % 8] += (double)p[i] * p[i];
-		ua[i % 8] += (double)u * u;
+	/* lanes of 8: element i always lands in sum i % 8, in order */
+	for (size_t i0 = 0; i0 < sg->len; i0 += 8) {
+		size_t n = sg->len - i0 < 8 ? sg->len - i0 : 8;
+		for (size_t j = 0; j < n; j++) {
+			size_t i = i0 + j;
+			float gi = g[i] * coef;
+			float mi = mm[i] * b1 + (1.0f - b1) * gi;
+			float vi = vv[i] * b2 + (1.0f - b2) * gi * gi;
+			float u = (mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i];
+			mm[i] = mi;
+			vv[i] = vi;
+			pa[j] += (double)p[i] * p[i];
+			ua[j] += (double)u * u;
+		}
 	}
 	for (int w = 4; w >= 1; w /= 2)
 		for (int j = 0; j < w; j++) {
@@ -222,7 +228,7 @@ static void lamb_moments(kern_model *m, const kern_opt_config *o, segment *sg,
 }
 
 /* LAMB pass 2: recompute u from the new moments (same bits) and apply. */
-static void lamb_apply(kern_model *m, const kern_opt_config *o,
+KERN_SIMD static void lamb_apply(kern_model *m, const kern_opt_config *o,
                        const segment *sg, float scale, float bc1, float bc2)
 {
 	float *p = m->params + sg->lo;

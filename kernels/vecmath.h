@@ -13,6 +13,16 @@
 
 #include <stdint.h>
 
+/* Hot elementwise loops are compiled for AVX-512, AVX2 and baseline x86-64,
+ * the best chosen at load time (an ifunc), since the library is built for
+ * baseline x86-64.  The clones give identical results: contraction is off
+ * and every operation is IEEE-exact or done in a fixed order. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KERN_SIMD __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define KERN_SIMD
+#endif
+
 static inline float kern_expf(float x)
 {
 	union { int32_t i; float f; } s;
