@@ -28,14 +28,22 @@ CREATE TABLE version_progress (
     PRIMARY KEY (project_id, version, slot)
 );
 
+-- Room on each page for HOT updates of mb_pool.hi (see sched_assign).
+ALTER TABLE mb_pool SET (fillfactor = 50);
+
 INSERT INTO version_progress (project_id, version, slot, mb_done)
 SELECT project_id, version, 0, sum(mb_done) FROM work_unit GROUP BY project_id, version;
 
+-- Helpers called on hot paths are PL/pgSQL, not LANGUAGE sql: a SQL function
+-- that cannot be inlined is planned again on every call, while PL/pgSQL keeps
+-- its plans for the session.
 CREATE FUNCTION sched_progress_add(p_project bigint, p_version integer, p_slot bigint, p_delta bigint)
-RETURNS void LANGUAGE sql AS $$
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO version_progress AS vp (project_id, version, slot, mb_done)
     VALUES (p_project, p_version, (p_slot % 16)::smallint, p_delta)
-    ON CONFLICT (project_id, version, slot) DO UPDATE SET mb_done = vp.mb_done + EXCLUDED.mb_done
+    ON CONFLICT (project_id, version, slot) DO UPDATE SET mb_done = vp.mb_done + EXCLUDED.mb_done;
+END
 $$;
 
 CREATE FUNCTION sched_progress_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -71,31 +79,39 @@ CREATE TRIGGER work_unit_progress_del AFTER DELETE ON work_unit
 -- Samples accumulated for one model version: sum(mb_done) * microbatch_size
 -- over the version's work units, whatever their state.
 CREATE FUNCTION sched_accumulated(p_project bigint, p_version integer, p_microbatch_size integer)
-RETURNS bigint LANGUAGE sql STABLE AS $$
-    SELECT coalesce(sum(mb_done), 0)::bigint * p_microbatch_size
-      FROM version_progress WHERE project_id = p_project AND version = p_version
+RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT coalesce(sum(mb_done), 0)::bigint * p_microbatch_size
+              FROM version_progress WHERE project_id = p_project AND version = p_version);
+END
 $$;
 
 -- {"url", "sha256", "size"} of a stored file, or NULL.
-CREATE FUNCTION api_file_ref(p_sha256 text) RETURNS jsonb LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object('url', '/files/' || f.sha256, 'sha256', f.sha256, 'size', f.size)
-      FROM file f WHERE f.sha256 = p_sha256
+CREATE FUNCTION api_file_ref(p_sha256 text) RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT jsonb_build_object('url', '/files/' || f.sha256, 'sha256', f.sha256, 'size', f.size)
+              FROM file f WHERE f.sha256 = p_sha256);
+END
 $$;
 
 -- The shards of a dataset that hold any token of [p_a, p_b), as a JSON array
 -- (possibly empty), in index order.  Uses shard_tokens_idx for both bounds.
 CREATE FUNCTION sched_shards(p_dataset bigint, p_a bigint, p_b bigint) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'kind', 'shard', 'idx', s.idx, 'first_token', s.first_token,
-               'n_tokens', s.n_tokens, 'url', '/files/' || s.sha256,
-               'sha256', s.sha256, 'size', f.size) ORDER BY s.first_token), '[]'::jsonb)
-      FROM shard s JOIN file f ON f.sha256 = s.sha256
-     WHERE p_a < p_b
-       AND s.dataset_id = p_dataset
-       AND s.first_token < p_b
-       AND s.first_token >= coalesce((SELECT max(first_token) FROM shard
-                                       WHERE dataset_id = p_dataset AND first_token <= p_a), 0)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_a >= p_b THEN
+        RETURN '[]'::jsonb;
+    END IF;
+    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'kind', 'shard', 'idx', s.idx, 'first_token', s.first_token,
+                       'n_tokens', s.n_tokens, 'url', '/files/' || s.sha256,
+                       'sha256', s.sha256, 'size', f.size) ORDER BY s.first_token), '[]'::jsonb)
+              FROM shard s JOIN file f ON f.sha256 = s.sha256
+             WHERE s.dataset_id = p_dataset
+               AND s.first_token < p_b
+               AND s.first_token >= coalesce((SELECT max(first_token) FROM shard
+                                               WHERE dataset_id = p_dataset AND first_token <= p_a), 0));
+END
 $$;
 
 -- The files a work unit needs: the checkpoint of its version (when the
@@ -115,9 +131,11 @@ DECLARE
     v_ehi   bigint;
     v_files jsonb;
 BEGIN
-    SELECT api_file_ref(mv.checkpoint_sha256) || jsonb_build_object('kind', 'checkpoint', 'version', p_version)
+    SELECT jsonb_build_object('kind', 'checkpoint', 'version', p_version,
+                              'url', '/files/' || f.sha256, 'sha256', f.sha256, 'size', f.size)
       INTO v_ckpt
-      FROM model_version mv WHERE mv.project_id = p_project AND mv.version = p_version;
+      FROM model_version mv JOIN file f ON f.sha256 = mv.checkpoint_sha256
+     WHERE mv.project_id = p_project AND mv.version = p_version;
     v_files := CASE WHEN v_ckpt IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(v_ckpt) END;
     IF p_hi - p_lo >= p_mb_per_epoch THEN
         RETURN v_files || sched_shards(p_dataset, 0, p_n_tokens);
@@ -141,7 +159,10 @@ $$;
 -- from the lowest free pool range that no other transaction holds (SKIP
 -- LOCKED), or, when none is free, carved off the frontier as a chunk of
 -- max(p_chunk, n) whose rest goes to the pool (so the project row is locked
--- once per chunk, not once per work unit).  Deadline: now + 2 * wu_seconds;
+-- once per chunk, not once per work unit).  A range larger than n gives its
+-- top n microbatches: only mb_pool.hi changes, which no index covers, so the
+-- update is HOT and the (project_id, lo) index never fills with dead entries
+-- at the very place every assignment starts its scan.  Deadline: now + 2 * wu_seconds;
 -- heartbeats push it to at least now + wu_seconds.
 CREATE FUNCTION sched_assign(p_token_hash bytea, p_host_id bigint, p_project text,
                              p_wu_max bigint, p_chunk bigint)
@@ -195,21 +216,21 @@ BEGIN
       FROM mb_pool WHERE project_id = v_proj.id
      ORDER BY lo LIMIT 1 FOR UPDATE SKIP LOCKED;
     IF FOUND THEN
-        v_lo := v_free.lo;
+        v_hi := v_free.hi;
         IF v_free.hi - v_free.lo <= v_n THEN
-            v_hi := v_free.hi;
+            v_lo := v_free.lo;
             DELETE FROM mb_pool WHERE id = v_free.id;
         ELSE
-            v_hi := v_free.lo + v_n;
-            UPDATE mb_pool SET lo = v_hi WHERE id = v_free.id;
+            v_lo := v_free.hi - v_n;
+            UPDATE mb_pool SET hi = v_lo WHERE id = v_free.id;
         END IF;
     ELSE
         v_chunk := greatest(p_chunk, v_n);
         UPDATE project SET frontier = frontier + v_chunk WHERE id = v_proj.id
-        RETURNING frontier - v_chunk INTO v_lo;
-        v_hi := v_lo + v_n;
+        RETURNING frontier - v_chunk, frontier INTO v_lo, v_hi;
         IF v_chunk > v_n THEN
-            INSERT INTO mb_pool (project_id, lo, hi) VALUES (v_proj.id, v_hi, v_lo + v_chunk);
+            INSERT INTO mb_pool (project_id, lo, hi) VALUES (v_proj.id, v_lo + v_n, v_hi);
+            v_hi := v_lo + v_n;
         END IF;
     END IF;
 
