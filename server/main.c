@@ -35,7 +35,8 @@ static void usage(FILE *f)
 "                        and stopped on exit)\n"
 "  --listen ADDR         address to listen on (default 127.0.0.1)\n"
 "  --port N              TCP port (default 8080; 0 picks a free one)\n"
-"  --threads N           HTTP worker threads = database connections (default 8)\n"
+"  --threads N           HTTP worker threads = database connections (default\n"
+"                        twice the CPUs, at least 4)\n"
 "  --reap-interval S     seconds between passes expiring overdue work units\n"
 "                        (default 10)\n"
 "  --kdf-iterations N    PBKDF2 iterations for new passwords (default %d)\n"
@@ -68,7 +69,7 @@ static long long int_opt(const char *name, const char *s, long long min, long lo
 int main(int argc, char **argv)
 {
 	srv_config cfg = {
-		.listen = "127.0.0.1", .port = 8080, .threads = 8, .reap_interval = 10,
+		.listen = "127.0.0.1", .port = 8080, .threads = 0, .reap_interval = 10,
 		.kdf_iterations = PASSWORD_DEFAULT_ITERATIONS, .body_limit = 65536,
 		.conn_timeout = 60, .wu_max = 100000, .pool_chunk = 65536,
 	};
@@ -130,6 +131,15 @@ int main(int argc, char **argv)
 	}
 	if (db && !*db)
 		db = NULL;
+	if (cfg.threads == 0) {
+		/* Workers block on their database round trip; with the database on
+		 * the same machine more of them only add context switches (measured
+		 * by tests/bench/bench-scheduler.sh). */
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		cfg.threads = ncpu > 2 ? (int)(2 * ncpu) : 4;
+		if (cfg.threads > 64)
+			cfg.threads = 64;
+	}
 	cfg.data_dir = data_dir && *data_dir ? data_dir : "/var/lib/cotrain";
 	if (mkdir(cfg.data_dir, 0755) && errno != EEXIST) {
 		log_error("could not create data directory \"%s\": %s", cfg.data_dir, strerror(errno));

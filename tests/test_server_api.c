@@ -110,6 +110,19 @@ static void test_accounts(void)
 	memset(huge + n, 'x', big);
 	strcpy(huge + n + big, "\", \"password\": \"whatever123\"}");
 	refused("POST", "/v1/accounts", NULL, huge, 413, "too_large", "oversized body");
+	{
+		/* Without Content-Length the limit is enforced while reading. */
+		char *before = th_db_fingerprint();
+		const char *chunked[] = { "Transfer-Encoding: chunked", NULL };
+		th_resp cr;
+		th_http(NULL, "POST", "/v1/accounts", NULL, huge, chunked, &cr);
+		th_is_error(&cr, 413, "too_large", "oversized chunked body");
+		char *after = th_db_fingerprint();
+		is_str(after, before, "oversized chunked body: database unchanged");
+		free(after);
+		free(before);
+		th_resp_free(&cr);
+	}
 	free(huge);
 
 	/* Log in. */

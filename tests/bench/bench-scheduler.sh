@@ -6,10 +6,12 @@
 #
 #   tests/bench/bench-scheduler.sh [SECONDS] [SERVER_THREADS]
 #
+# SERVER_THREADS defaults to the server's own default (--threads).
+#
 # Run from the build directory (top_builddir), or set top_builddir.
 set -eu
 secs=${1:-10}
-threads=${2:-8}
+threads=${2:-}
 b=${top_builddir:-.}
 PG_BINDIR=${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
 for f in "$b/server/cotrain-server" "$b/tests/bench/bench_scheduler" "$b/tests/with-pgtmp"; do
@@ -21,7 +23,7 @@ inner=$(mktemp)
 trap 'rm -f "$inner"' EXIT INT TERM
 cat > "$inner" <<EOS
 set -eu
-load=\$("$b/tests/bench/bench_scheduler" "$b/server/cotrain-server" --hosts 32 --seconds $secs --threads $threads)
+load=\$("$b/tests/bench/bench_scheduler" "$b/server/cotrain-server" --hosts 32 --seconds $secs ${threads:+--threads $threads})
 echo "\$load"
 "$PG_BINDIR/pgbench" -q -i -s 10 >/dev/null 2>&1
 sel=\$("$PG_BINDIR/pgbench" -n -S -c 32 -j 2 -T $secs 2>/dev/null | sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p')

@@ -167,7 +167,7 @@ int main(int argc, char **argv)
 		die("usage: bench_scheduler SERVER_BINARY [--hosts N] [--seconds S] [--warmup S] [--threads N]");
 	const char *bin = argv[1];
 	int nhosts = 32, seconds = 10, warmup = 2;
-	const char *threads = "8";
+	const char *threads = NULL;   /* the server's default */
 	for (int i = 2; i + 1 < argc; i += 2) {
 		if (strcmp(argv[i], "--hosts") == 0)
 			nhosts = atoi(argv[i + 1]);
@@ -220,8 +220,13 @@ int main(int argc, char **argv)
 		dup2(out[1], STDOUT_FILENO);
 		close(out[0]);
 		close(out[1]);
-		execl(bin, bin, "--port", "0", "--db", conninfo, "--data-dir", data_dir, "--threads",
-		      threads, "--kdf-iterations", "1000", "--log-level", "warn", (char *)NULL);
+		if (threads)
+			execl(bin, bin, "--port", "0", "--db", conninfo, "--data-dir", data_dir,
+			      "--kdf-iterations", "1000", "--log-level", "warn", "--threads", threads,
+			      (char *)NULL);
+		else
+			execl(bin, bin, "--port", "0", "--db", conninfo, "--data-dir", data_dir,
+			      "--kdf-iterations", "1000", "--log-level", "warn", (char *)NULL);
 		_exit(127);
 	}
 	close(out[1]);
@@ -288,7 +293,7 @@ int main(int argc, char **argv)
 	long long wus = PQresultStatus(r) == PGRES_TUPLES_OK ? atoll(PQgetvalue(r, 0, 0)) : -1;
 	PQclear(r);
 	printf("assignments_per_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f requests=%zu errors=%ld work_units=%lld hosts=%d server_threads=%s\n",
-	       (double)total / elapsed, p50, p99, mx, total, errors, wus, nhosts, threads);
+	       (double)total / elapsed, p50, p99, mx, total, errors, wus, nhosts, threads ? threads : "default");
 	free(all);
 	free(ws);
 	PQfinish(db);
