@@ -48,7 +48,8 @@ static void usage(FILE *f)
 "  --log-level L         debug, info, warn or error (default info)\n"
 "  --help                show this help and exit\n"
 "\n"
-"Prints \"cotrain-server: listening on http://ADDR:PORT\" once it serves.\n"
+"Prints \"cotrain-server: listening on http://ADDR:PORT\" once it serves (on\n"
+"stdout and on stderr).\n"
 "Stops cleanly on SIGINT or SIGTERM.\n", PASSWORD_DEFAULT_ITERATIONS);
 }
 
@@ -191,9 +192,15 @@ int main(int argc, char **argv)
 	}
 	int port = http_port(http);
 	bool v6 = strchr(cfg.listen, ':') != NULL;
-	printf("cotrain-server: listening on http://%s%s%s:%d\n", v6 ? "[" : "", cfg.listen,
-	       v6 ? "]" : "", port);
+	/* The ready line, for scripts and tests to wait on: on stdout, and the
+	 * same on stderr (whatever the log level), for those that only keep
+	 * the log. */
+	char ready[300];
+	snprintf(ready, sizeof ready, "cotrain-server: listening on http://%s%s%s:%d\n",
+	         v6 ? "[" : "", cfg.listen, v6 ? "]" : "", port);
+	fputs(ready, stdout);
 	fflush(stdout);
+	fputs(ready, stderr);
 	log_info("serving with %d threads; database %s", cfg.threads,
 	         target.cluster ? "embedded" : "external");
 
