@@ -209,6 +209,24 @@ static cot_err wait_ready(peer_conn *c, int ssl_err, int64_t deadline, const cha
 	}
 }
 
+/* True when an OpenSSL reason code says the peer sent an alert refusing our
+ * certificate. */
+static bool cert_alert(int reason)
+{
+	switch (reason) {
+	case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+	case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
+	case SSL_R_SSLV3_ALERT_CERTIFICATE_REVOKED:
+	case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+	case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
+	case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+	case SSL_R_TLSV1_ALERT_ACCESS_DENIED:
+	case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+		return true;
+	}
+	return false;
+}
+
 /* The error for a failed OpenSSL I/O call with SSL_get_error() = e. */
 static cot_err io_error(peer_conn *c, int e, const char *doing, cot_errbuf *eb)
 {
@@ -219,6 +237,13 @@ static cot_err io_error(peer_conn *c, int e, const char *doing, cot_errbuf *eb)
 	int err = errno;
 	ERR_clear_error();
 	c->broken = true;
+	if (e == SSL_ERROR_SSL && code && ERR_GET_LIB(code) == ERR_LIB_SSL && cert_alert(ERR_GET_REASON(code))) {
+		/* TLS 1.3: a server refuses a client's certificate after the
+		 * client finished its handshake, so the client learns it here. */
+		cot_seterr(eb, COT_ERR_AUTH, "peer refused our certificate: %s", r);
+		cot_sethint(eb, "Renew the host certificate from the project server, and check the clock.");
+		return COT_ERR_AUTH;
+	}
 	if (e == SSL_ERROR_ZERO_RETURN)
 		return cot_seterr(eb, COT_ERR_NETWORK, "peer closed the connection while %s", doing);
 	if (e == SSL_ERROR_SYSCALL)
@@ -281,9 +306,8 @@ cot_err peer_handshake(peer_ctx *ctx, int fd, peer_role role, int64_t expect_hos
 		                                  reason == SSL_R_CERTIFICATE_VERIFY_FAILED)) {
 			rc = ssl_fail(eb, COT_ERR_AUTH, "refused peer without a valid certificate");
 		} else if (e == SSL_ERROR_SSL && code && ERR_GET_LIB(code) == ERR_LIB_SSL &&
-		           reason >= SSL_AD_REASON_OFFSET) {
-			/* An alert from the peer: it refused us. */
-			rc = ssl_fail(eb, COT_ERR_AUTH, "peer refused the TLS handshake");
+		           cert_alert(reason)) {
+			rc = ssl_fail(eb, COT_ERR_AUTH, "peer refused our certificate");
 		} else if (e == SSL_ERROR_SSL && code) {
 			rc = ssl_fail(eb, COT_ERR_NETWORK, "TLS handshake failed");
 		} else {
@@ -347,6 +371,23 @@ static cot_err check_usable(const peer_conn *c, cot_errbuf *eb)
 	return COT_OK;
 }
 
+/* A write failed because the peer closed the connection.  In TLS 1.3 a
+ * server refuses a client's certificate only after the client's handshake
+ * has finished, so the reason may be an alert waiting, unread, in the
+ * receive buffer: read it (without waiting) to say why. */
+static void explain_reset(peer_conn *c, cot_err *rc, cot_errbuf *eb)
+{
+	unsigned char b[1];
+	ERR_clear_error();
+	int r = SSL_read(c->ssl, b, 1);
+	if (r <= 0 && SSL_get_error(c->ssl, r) == SSL_ERROR_SSL) {
+		unsigned long code = ERR_peek_last_error();
+		if (code && ERR_GET_LIB(code) == ERR_LIB_SSL && cert_alert(ERR_GET_REASON(code)))
+			*rc = io_error(c, SSL_ERROR_SSL, "sending", eb);
+	}
+	ERR_clear_error();
+}
+
 /* Write n bytes; *done counts what went out (for deciding whether a failure
  * broke a frame in the middle). */
 static cot_err write_all(peer_conn *c, const unsigned char *p, size_t n, int64_t deadline,
@@ -369,7 +410,10 @@ static cot_err write_all(peer_conn *c, const unsigned char *p, size_t n, int64_t
 				return rc;
 			continue;
 		}
-		return io_error(c, e, "sending", eb);
+		cot_err rc = io_error(c, e, "sending", eb);
+		if (e == SSL_ERROR_SYSCALL)
+			explain_reset(c, &rc, eb);
+		return rc;
 	}
 	return COT_OK;
 }

@@ -493,9 +493,10 @@ cot_err pki_ca_sign_host(const pki_ca *ca, const char *pubkey_pem, size_t len, i
 	if (!pub)
 		return ssl_fail(eb, COT_ERR_INVALID, "malformed public key PEM");
 	if (!key_type_allowed(pub)) {
-		EVP_PKEY_free(pub);
-		cot_seterr(eb, COT_ERR_INVALID, "cannot sign a %s public key", EVP_PKEY_get0_type_name(pub));
+		const char *type = EVP_PKEY_get0_type_name(pub);
+		cot_seterr(eb, COT_ERR_INVALID, "cannot sign a %s public key", type ? type : "unknown");
 		cot_sethint(eb, "Host keys must be Ed25519 or ECDSA P-256.");
+		EVP_PKEY_free(pub);
 		return COT_ERR_INVALID;
 	}
 	char cn[32];
