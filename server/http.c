@@ -30,6 +30,7 @@ typedef struct {
 	char *body;
 	size_t len, cap;
 	bool too_large;
+	bool queued;                 /* answered already (e.g. 404 before the body) */
 	struct MHD_Response *resp;   /* the answer, queued by finish() */
 	int status;
 	struct timespec start;
@@ -133,6 +134,7 @@ static enum MHD_Result finish(conn_state *st)
 	enum MHD_Result r = MHD_queue_response(st->conn, (unsigned)st->status, st->resp);
 	MHD_destroy_response(st->resp);
 	st->resp = NULL;
+	st->queued = true;
 	return r;
 }
 
@@ -191,6 +193,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	}
 
+	if (st->queued) {            /* answered early: drop whatever still comes */
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
