@@ -410,6 +410,26 @@ static void test_scheduler(void)
 	th_resp_free(&r);
 }
 
+/* The database drops every server connection: each worker reconnects on
+ * its next request, which still succeeds. */
+static void test_reconnect(void)
+{
+	th_resp r = call("GET", "/v1/projects/alpha", NULL, NULL, 200, "before the connections drop");
+	th_resp_free(&r);
+	long long killed = th_sql_int(
+		"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+		" WHERE pid <> pg_backend_pid() AND datname = current_database()"
+		"   AND backend_type = 'client backend'");
+	ok(killed >= 1, "terminated %lld server connections", killed);
+	int good = 0;
+	for (int i = 0; i < 12; i++) {
+		th_http(NULL, "GET", "/v1/projects/alpha", NULL, NULL, NULL, &r);
+		good += r.status == 200;
+		th_resp_free(&r);
+	}
+	is_int(good, 12, "every request after the drop succeeded");
+}
+
 static void test_schema_refusal(void)
 {
 	th_sql("CREATE DATABASE empty");
@@ -443,6 +463,7 @@ int main(void)
 	test_hosts();
 	test_projects();
 	test_scheduler();
+	test_reconnect();
 	test_schema_refusal();
 	ok(th_stop_server(), "server exits 0 on SIGTERM");
 	return exit_status();
