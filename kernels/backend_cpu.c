@@ -39,10 +39,15 @@ static void gemm1(bool ta, bool tb, int M, int N, int K, float alpha,
 	            beta, C, ldc);
 }
 
-/* Tile size along a dimension of length dim: a function of the shape only. */
+/* Tile size along a dimension of length dim, a function of the shape only:
+ * about a quarter of it, a multiple of 64, between 128 and 512.  Larger
+ * tiles pack the shared operand fewer times (512-row tiles run 5-10% faster
+ * than 256-row ones at the model's shapes); four tiles keep 2 or 4 threads
+ * balanced. */
 static int tile_of(int dim)
 {
-	return dim >= 1024 ? 256 : 128;
+	int t = ((dim + 3) / 4 + 63) / 64 * 64;
+	return t < 128 ? 128 : t > 512 ? 512 : t;
 }
 
 static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
