@@ -158,7 +158,7 @@ $$;
 -- (flops_per_sample * microbatch_size)), 1, p_wu_max) microbatches, taken
 -- from the lowest free pool range that no other transaction holds (SKIP
 -- LOCKED), or, when none is free, carved off the frontier as a chunk of
--- max(p_chunk, n) whose rest goes to the pool (so the project row is locked
+-- max(p_chunk, n), cut at the end of the epoch, whose rest goes to the pool (so the project row is locked
 -- once per chunk, not once per work unit).  A range larger than n gives its
 -- top n microbatches: only mb_pool.hi changes, which no index covers, so the
 -- update is HOT and the (project_id, lo) index never fills with dead entries
@@ -172,7 +172,6 @@ DECLARE
     v_proj     record;
     v_free     record;
     v_n        bigint;
-    v_chunk    bigint;
     v_lo       bigint;
     v_hi       bigint;
     v_wu       bigint;
@@ -225,10 +224,14 @@ BEGIN
             UPDATE mb_pool SET hi = v_lo WHERE id = v_free.id;
         END IF;
     ELSE
-        v_chunk := greatest(p_chunk, v_n);
-        UPDATE project SET frontier = frontier + v_chunk WHERE id = v_proj.id
-        RETURNING frontier - v_chunk, frontier INTO v_lo, v_hi;
-        IF v_chunk > v_n THEN
+        -- A chunk never crosses the end of an epoch, so the stream is used
+        -- epoch by epoch: no microbatch of epoch e+1 before all of epoch e
+        -- has been handed out.
+        SELECT frontier INTO v_lo FROM project WHERE id = v_proj.id FOR UPDATE;
+        v_hi := least(v_lo + greatest(p_chunk, v_n),
+                      (v_lo / v_proj.mb_per_epoch + 1) * v_proj.mb_per_epoch);
+        UPDATE project SET frontier = v_hi WHERE id = v_proj.id;
+        IF v_hi - v_lo > v_n THEN
             INSERT INTO mb_pool (project_id, lo, hi) VALUES (v_proj.id, v_lo + v_n, v_hi);
             v_hi := v_lo + v_n;
         END IF;
