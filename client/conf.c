@@ -158,8 +158,6 @@ cot_err cl_config_load(cl_config *c, const char *path, cot_errbuf *eb)
 			                LINE_MAX_BYTES - 1);
 			break;
 		}
-		if (memchr(line, '\0', len) != line + len)
-			continue;
 		char *s = trim(line);
 		if (*s == '#' || *s == '\0')
 			continue;

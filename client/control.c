@@ -129,6 +129,15 @@ out:
 	send_json(fd, answer);
 	json_decref(answer);
 	free(buf);
+	/* Read what the peer still sends (bounded), so closing does not reset
+	 * the connection before it has read the answer. */
+	shutdown(fd, SHUT_WR);
+	char sink[4096];
+	for (int n = 0; n < 256; n++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 200) <= 0 || recv(fd, sink, sizeof sink, 0) <= 0)
+			break;
+	}
 }
 
 static void *serve(void *arg)

@@ -58,7 +58,9 @@ void cl_daemon_remove_project(cl_daemon *d, int i)
 {
 	if (i < 0 || i >= d->st.nprojects)
 		return;
-	cl_compute_close(d->rt[i].session);
+	/* A session the worker computes with right now is closed by the worker. */
+	if (d->rt[i].session != d->computing)
+		cl_compute_close(d->rt[i].session);
 	memmove(&d->rt[i], &d->rt[i + 1], (size_t)(d->st.nprojects - i - 1) * sizeof d->rt[0]);
 	memset(&d->rt[d->st.nprojects - 1], 0, sizeof d->rt[0]);
 	cl_state_remove(&d->st, i);
@@ -393,6 +395,7 @@ static void compute(cl_daemon *d, int i)
 		rt->last_report = start;
 	set_activity(d, i, "computing");
 	d->interrupt = 0;
+	d->computing = s;
 	pthread_mutex_unlock(&d->lock);
 	cot_errbuf eb = { "", "" };
 	cot_err rc = COT_OK;
@@ -408,9 +411,18 @@ static void compute(cl_daemon *d, int i)
 	}
 	double t1 = cl_now_mono();
 	pthread_mutex_lock(&d->lock);
+	d->computing = NULL;
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, url) != 0 || !d->st.projects[i].has_work ||
-	    d->st.projects[i].work.id != wu)
+	    d->st.projects[i].work.id != wu) {
+		/* Detached (or the work unit dropped) meanwhile: the session is ours
+		 * to close unless the runtime still holds it. */
+		int held = 0;
+		for (int j = 0; j < d->st.nprojects; j++)
+			held |= d->rt[j].session == s;
+		if (!held)
+			cl_compute_close(s);
 		return;
+	}
 	p = &d->st.projects[i];
 	w = &p->work;
 	p->cpu_seconds += t1 - t0;

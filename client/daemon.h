@@ -47,6 +47,7 @@ typedef struct {
 	int64_t last_wall;
 	double last_mono;
 	volatile int interrupt;                /* compute should stop at the next microbatch */
+	cl_compute *computing;                 /* the session in use outside the lock, or NULL */
 } cl_daemon;
 
 /* Effective preferences: defaults < account < config file < local. */

@@ -1,0 +1,142 @@
+#!/bin/sh
+# cotrain tests: the client end to end against the real server and a real
+# PostgreSQL (run under tests/with-pgtmp): attach, the work loop, cotrainctl
+# and its exit codes, the socket's permissions, a resumed and a corrupt
+# partial download, kill -9 with no re-download and no microbatch counted
+# twice, backoff while the server is away, a corrupt state file, malformed
+# control requests.
+. "$top_srcdir/tests/tap.sh"
+B=$top_builddir
+[ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
+command -v python3 >/dev/null 2>&1 && PY=python3 || PY=
+T=$(mktemp -d /tmp/cotrain-client-XXXXXX)
+SPID= CPID=
+cleanup() {
+	[ -n "$CPID" ] && kill -9 "$CPID" 2>/dev/null
+	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+admin() { "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" "$@"; }
+sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
+ctl() { "$B/client/cotrainctl" --socket "$T/cl/control.sock" "$@"; }
+# wait_for SECONDS CMD...: poll until CMD succeeds
+wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
+
+start_server() {
+	"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port "${PORT:-0}" --wu-max 20 \
+		--reap-interval 1 --kdf-iterations 1000 --log-level warn 2>"$T/server.log" &
+	SPID=$!
+	wait_for 20 grep -q 'listening on' "$T/server.log" || return 1
+	PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
+}
+start_client() {
+	"$B/client/cotrain-client" --state-dir "$T/cl" --socket "$T/cl/control.sock" \
+		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=3 --set benchmark_seconds=1 \
+		--set only_on_ac=false --set idle_detection=none --set max_threads=1 --set socket_group=nonexistent \
+		2>>"$T/client.log" &
+	CPID=$!
+	wait_for 30 test -S "$T/cl/control.sock"
+}
+done_units() { sql "select count(*) from work_unit where state='done'"; }
+done_at_least() { [ "$(done_units)" -ge "$1" ] 2>/dev/null; }
+log_has() { grep -q "$1" "$T/client.log"; }
+mb_total() { ctl --json status | sed -n 's/.*"mb_total": \([0-9]*\),*$/\1/p' | head -1; }
+
+plan 26
+
+mkdir -p "$T/text"
+head -c 30000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
+cat >"$T/project.json" <<'JSON'
+{"name": "tiny", "title": "tiny test", "dataset": "tiny",
+ "model": {"n_layer": 1, "n_shared": 1, "n_head": 2, "d_model": 32, "d_ff": 64, "seq_len": 16, "vocab": 256},
+ "target_batch": 64, "microbatch_size": 2, "seed": 7, "work_unit_seconds": 2}
+JSON
+admin db migrate >/dev/null && admin dataset import --shard-tokens 8192 tiny "$T/text" >/dev/null &&
+	admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
+KEY=$(echo secretpassword | admin user create --password-stdin a@example.org alice | sed -n 's/^account key: //p')
+CKPT=$(sed -n 's/^version 0 checkpoint //p' "$T/project.out")
+start_server || { cat "$T/server.log"; echo "Bail out! server did not start"; exit 1; }
+
+# A partial download left by an earlier run is resumed; a corrupt one is
+# fetched again.
+mkdir -p "$T/cl/downloads"
+head -c 1000 "$T/srv/files/$(echo "$CKPT" | cut -c1-2)/$CKPT" >"$T/cl/downloads/$CKPT.part"
+
+# cotrainctl without a daemon
+ctl status >/dev/null 2>&1; is $? 3 "cotrainctl exits 3 when the daemon is not running"
+"$B/client/cotrainctl" bogus >/dev/null 2>&1; is $? 2 "cotrainctl exits 2 on an unknown command"
+"$B/client/cotrainctl" status --help | grep -q 'usage: cotrainctl'; ok $? "cotrainctl status --help"
+
+start_client || bail_out "client did not start"
+mode=$(stat -c %a "$T/cl/control.sock")
+is "$mode" 600 "the control socket is 0600 when the group does not exist"
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	setpriv --reuid=65534 --regid=65534 --clear-groups "$B/client/cotrainctl" --socket "$T/cl/control.sock" status >/dev/null 2>&1
+	is $? 4 "another user is refused by the socket's permissions (exit 4)"
+else
+	skip 1 "needs root and setpriv to try as another user"
+fi
+
+ctl attach "http://127.0.0.1:$PORT/projects/nosuch" --key "$KEY" >/dev/null 2>&1
+is $? 1 "attaching to a missing project is refused (exit 1)"
+ctl attach "http://127.0.0.1:$PORT/projects/tiny" --key "wrongkey123" >/dev/null 2>&1
+is $? 1 "attaching with a wrong key is refused"
+ctl attach "http://127.0.0.1:$PORT/projects/tiny" --key "$KEY" >/dev/null
+ok $? "attach with an account key"
+ctl --json attach "http://127.0.0.1:$PORT/projects/tiny" --key "$KEY" >"$T/dup.json" 2>/dev/null
+is $? 1 "attaching twice is refused"
+grep -q '"code": "already_exists"' "$T/dup.json"; ok $? "--json prints the error object"
+
+wait_for 60 done_at_least 3
+ok $? "work units are computed and finished on the server"
+grep -q "downloaded $CKPT .*resumed" "$T/client.log"; ok $? "the partial checkpoint download was resumed"
+ctl status | grep -q 'microbatches reported in all'; ok $? "status shows the project and its progress"
+
+ctl suspend >/dev/null; ok $? "suspend"
+ctl --json status | grep -q '"suspended": true'; ok $? "status --json says suspended"
+n1=$(done_units); sleep 2
+n2=$(done_units)
+ok $([ "$n2" -le "$((n1 + 1))" ]; echo $?) "no work is finished while suspended ($n1 -> $n2)"
+ctl resume >/dev/null; ok $? "resume"
+ctl prefs set max_threads=1 disk_max=64M >/dev/null; ok $? "prefs set"
+ctl prefs set max_threads=lots >/dev/null 2>&1; is $? 1 "a bad preference value is refused (exit 1)"
+ctl --json prefs | grep -q '"disk_max": 67108864'; ok $? "prefs get shows the new value"
+
+# kill -9: on restart nothing is downloaded again and no microbatch is
+# counted twice on the server.
+kill -9 "$CPID"; wait "$CPID" 2>/dev/null; CPID=
+: >"$T/client.log"
+start_client || bail_out "client did not restart"
+wait_for 30 log_has 'finished with'
+grep -q 'downloaded' "$T/client.log"; is $? 1 "after kill -9 nothing was downloaded again"
+overlap=$(sql "select count(*) from work_unit a join work_unit b on a.id < b.id
+  and a.lo < b.lo + b.mb_done and b.lo < a.lo + a.mb_done
+  where a.state in ('done','returned') and b.state in ('done','returned')")
+is "$overlap" 0 "no microbatch was reported twice"
+
+# The server goes away: the client backs off and says so, then carries on.
+kill "$SPID"; wait "$SPID" 2>/dev/null; SPID=
+wait_for 30 log_has 'retrying in'
+ok $? "with the server away the client retries with backoff"
+start_server || bail_out "server did not restart"
+n1=$(done_units)
+wait_for 30 done_at_least $((n1 + 1))
+ok $? "work resumes when the server is back"
+
+if [ -n "$PY" ]; then
+	$PY - "$T/cl/control.sock" >"$T/raw.out" <<'PYEOF'
+import socket, sys
+def ask(data):
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(data)
+    s.shutdown(socket.SHUT_WR); r = s.makefile().read(); s.close(); return r
+print(ask(b"this is not json\n").strip()); print(ask(b'{"cmd": 5}\n').strip())
+print(ask(b'{"cmd": "launch"}\n').strip()); print(ask(b"{" * 70000).strip())
+PYEOF
+	c=$(grep -c '"ok":false' "$T/raw.out")
+	is "$c" 4 "malformed control requests get error answers"
+else
+	skip 1 "python3 is needed to send raw control requests"
+fi
+ctl detach tiny >/dev/null; ok $? "detach"
+done_testing
