@@ -357,7 +357,17 @@ static void test_scheduler(void)
 	is_int(th_json_int(&r, "returned_lo"), 7, "returned from 7");
 	th_resp_free(&r);
 	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE lo = 7 AND hi = 15"), 1, "rest [7, 15) is in the pool");
-	refused("POST", path, token_a, "{\"mb_done\": 7}", 409, "conflict", "hand back twice");
+	/* The same hand-back again (a client that died before it journaled our
+	 * answer): 200, the same body, nothing pooled twice.  Another mb_done
+	 * conflicts. */
+	r = call("POST", path, token_a, "{\"mb_done\": 7}", 200, "the same hand-back again is idempotent");
+	is_str(th_json_str(&r, "state"), "returned", "repeat: state returned");
+	is_int(th_json_int(&r, "returned_lo"), 7, "repeat: returned from 7");
+	is_int(th_json_int(&r, "mb_done"), 7, "repeat: mb_done 7");
+	th_resp_free(&r);
+	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE lo = 7 AND hi = 15"), 1, "the rest is pooled once");
+	refused("POST", path, token_a, "{\"mb_done\": 8}", 409, "conflict", "hand back again with another mb_done");
+	refused("POST", path, token_b, "{\"mb_done\": 7}", 403, "forbidden", "another host repeating the hand-back");
 	snprintf(path, sizeof path, "/v1/workunits/%lld/finish", wu1);
 	refused("POST", path, token_a, NULL, 409, "conflict", "finish a returned work unit");
 	snprintf(path, sizeof path, "/v1/workunits/%lld/heartbeat", wu1);
@@ -372,7 +382,14 @@ static void test_scheduler(void)
 	is_int(th_json_int(&r, "mb_done"), 15, "whole range done");
 	is_int(th_json_int(&r, "accumulated_samples"), (7 + 15) * 4, "accumulated (7 + 15) x 4 samples");
 	th_resp_free(&r);
-	refused("POST", path, token_a, NULL, 409, "conflict", "finish twice");
+	r = call("POST", path, token_a, NULL, 200, "finish twice is idempotent");
+	is_str(th_json_str(&r, "state"), "done", "repeat: state done");
+	is_int(th_json_int(&r, "mb_done"), 15, "repeat: whole range done");
+	is_int(th_json_int(&r, "accumulated_samples"), (7 + 15) * 4, "repeat: nothing counted twice");
+	th_resp_free(&r);
+	snprintf(path, sizeof path, "/v1/workunits/%lld/handback", wu2);
+	refused("POST", path, token_a, "{\"mb_done\": 15}", 409, "conflict", "hand back a finished work unit");
+	snprintf(path, sizeof path, "/v1/workunits/%lld/finish", wu2);
 	is_int(th_sql_int("SELECT sum(mb_done) * 4 FROM work_unit w JOIN project p ON p.id = w.project_id"
 	                  " WHERE p.name = 'alpha' AND w.version = 0"), 88, "SQL sum agrees");
 	r = call("GET", "/v1/projects/alpha", NULL, NULL, 200, "project info after work");

@@ -363,13 +363,35 @@ END
 $$;
 
 -- Hand back the unprocessed rest [lo + mb_done, hi) to the pool; the work
--- unit becomes 'returned'.  A second hand-back finds it not live: 409.
+-- unit becomes 'returned'.  A repeat of the same hand-back (same host, same
+-- mb_done: a client that died before it recorded our answer sends it again)
+-- is answered 200 with the same body and changes nothing; any other report
+-- on a work unit that is no longer live is 409.
 CREATE FUNCTION sched_handback(p_token_hash bytea, p_wu bigint, p_mb_done bigint)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
 DECLARE
     c record;
+    r record;
 BEGIN
     SELECT * INTO c FROM sched_check(p_token_hash, p_wu, p_mb_done);
+    IF c.status = 409 THEN
+        -- sched_check has checked the token and that the work unit is this
+        -- host's before it answers 409.
+        SELECT wu.project_id, wu.version, wu.lo, wu.hi, wu.mb_done,
+               p.microbatch_size, p.target_batch, p.current_version
+          INTO r
+          FROM work_unit wu JOIN project p ON p.id = wu.project_id
+         WHERE wu.id = p_wu AND wu.state = 'returned' AND wu.mb_done = p_mb_done;
+        IF FOUND THEN
+            RETURN QUERY SELECT 200, json_build_object(
+                'work_unit_id', p_wu, 'state', 'returned', 'mb_done', r.mb_done,
+                'returned_lo', r.lo + r.mb_done, 'returned_hi', r.hi,
+                'version', r.version, 'current_version', r.current_version,
+                'accumulated_samples', sched_accumulated(r.project_id, r.version, r.microbatch_size),
+                'target_batch', r.target_batch)::text;
+            RETURN;
+        END IF;
+    END IF;
     IF c.status IS NOT NULL THEN
         RETURN QUERY SELECT c.status, c.body;
         RETURN;
@@ -389,13 +411,33 @@ BEGIN
 END
 $$;
 
--- The whole range is done; the work unit becomes 'done'.
+-- The whole range is done; the work unit becomes 'done'.  A repeated finish
+-- from the same host is answered 200 with the same body and changes
+-- nothing; a finish of a work unit handed back or expired is 409.
 CREATE FUNCTION sched_finish(p_token_hash bytea, p_wu bigint)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
 DECLARE
     c record;
+    r record;
 BEGIN
     SELECT * INTO c FROM sched_check(p_token_hash, p_wu, NULL);
+    IF c.status = 409 THEN
+        -- sched_check has checked the token and that the work unit is this
+        -- host's before it answers 409.
+        SELECT wu.project_id, wu.version, wu.lo, wu.hi,
+               p.microbatch_size, p.target_batch, p.current_version
+          INTO r
+          FROM work_unit wu JOIN project p ON p.id = wu.project_id
+         WHERE wu.id = p_wu AND wu.state = 'done';
+        IF FOUND THEN
+            RETURN QUERY SELECT 200, json_build_object(
+                'work_unit_id', p_wu, 'state', 'done', 'mb_done', r.hi - r.lo,
+                'version', r.version, 'current_version', r.current_version,
+                'accumulated_samples', sched_accumulated(r.project_id, r.version, r.microbatch_size),
+                'target_batch', r.target_batch)::text;
+            RETURN;
+        END IF;
+    END IF;
     IF c.status IS NOT NULL THEN
         RETURN QUERY SELECT c.status, c.body;
         RETURN;
