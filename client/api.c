@@ -385,6 +385,12 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, cot
 	    (rc = cot_json_str(a, "deadline", true, 10, 64, &deadline, &e2)) ||
 	    (rc = project_params(a, &tmp, &e2)))
 		goto bad;
+	/* The scheduler never carves a work unit across an epoch's end. */
+	if (hi - lo > tmp.mb_per_epoch) {
+		cot_seterr(&e2, COT_ERR_INVALID, "range [%lld, %lld) is longer than an epoch (%lld microbatches)",
+		           lo, hi, (long long)tmp.mb_per_epoch);
+		goto bad;
+	}
 	int64_t dl = parse_timestamp(deadline);
 	if (dl < 0) {
 		cot_seterr(&e2, COT_ERR_INVALID, "field \"deadline\" is not a timestamp");

@@ -69,7 +69,8 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
 /* POST /v1/projects/<name>/work: a work unit into w (mb_done etc. zeroed,
  * deadline in local unix seconds, corrected by the server's Date header
  * for clock skew).  The project parameters in p are refreshed from it.
- * An impossible work unit (hi <= lo, a range over 2^40, a bad file entry)
+ * An impossible work unit (hi <= lo, a negative lo, a range longer than an
+ * epoch (mb_per_epoch) or over 2^40, a bad file entry)
  * is COT_ERR_NETWORK with a detail. */
 cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, cot_errbuf *eb);
 

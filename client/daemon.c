@@ -44,7 +44,7 @@ cot_err cl_daemon_save(cl_daemon *d)
 	cot_err rc = cl_state_save(&d->st, d->cfg.state_dir, &eb);
 	if (rc) {
 		if (!d->state_error)
-			log_error("%s%s%s; computing waits until the state can be saved", eb.msg,
+			log_error("%s; computing waits until the state can be saved%s%s", eb.msg,
 			          eb.hint[0] ? ". " : "", eb.hint);
 		d->state_error = 1;
 	} else if (d->state_error) {
@@ -89,7 +89,7 @@ static void fail(cl_daemon *d, int i, const char *what, const cot_errbuf *eb)
 	double delay = cl_backoff_fail(&d->rt[i].bo, cl_now_mono(), cl_random01());
 	log_warn("project %s: %s: %s%s%s; retrying in %.0f s", d->st.projects[i].name, what, eb->msg,
 	         eb->hint[0] ? ". " : "", eb->hint, delay);
-	set_activity(d, i, "%s failed; retrying in %.0f s", what, delay);
+	set_activity(d, i, "%s failed: %s; retrying in %.0f s", what, eb->msg, delay);
 }
 
 /* Why compute must wait now, or "" (lock held). */
@@ -120,13 +120,8 @@ static void update_paused(cl_daemon *d)
 	d->paused[0] = '\0';
 }
 
-/* Detect a jump of the wall clock against the monotonic one and move the
- * deadlines with it, so a jump neither expires nor extends work (lock
- * held). */
-static void check_clock(cl_daemon *d)
+void cl_daemon_check_clock(cl_daemon *d, int64_t wall, double mono)
 {
-	int64_t wall = (int64_t)time(NULL);
-	double mono = cl_now_mono();
 	if (d->last_mono > 0) {
 		double jump = (double)(wall - d->last_wall) - (mono - d->last_mono);
 		if (fabs(jump) > 30) {
@@ -466,11 +461,9 @@ static int files_cached(cl_daemon *d, const cl_project *p)
 	return 1;
 }
 
-/* The next project to serve: a journaled report first, then the project
- * furthest below its resource share.  -1 when none may act now. */
-static int pick(cl_daemon *d, int paused)
+int cl_daemon_pick(cl_daemon *d, int paused, double now)
 {
-	double now = cl_now_mono(), best = 0;
+	double best = 0;
 	int bi = -1;
 	double total_share = 0;
 	for (int i = 0; i < d->st.nprojects; i++)
@@ -503,7 +496,7 @@ void *cl_daemon_worker(void *arg)
 	cl_priority_idle_thread();
 	pthread_mutex_lock(&d->lock);
 	while (!d->stop) {
-		check_clock(d);
+		cl_daemon_check_clock(d, (int64_t)time(NULL), cl_now_mono());
 		if (d->state_error)
 			cl_daemon_save(d);              /* try again */
 		update_paused(d);
@@ -511,7 +504,7 @@ void *cl_daemon_worker(void *arg)
 		for (int j = 0; j < d->st.nprojects; j++)
 			if (paused && d->rt[j].bo.failures == 0)
 				set_activity(d, j, "waiting: %s", d->paused);
-		int i = pick(d, paused);
+		int i = cl_daemon_pick(d, paused, cl_now_mono());
 		if (i < 0) {
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);

@@ -22,7 +22,7 @@
 /* What the daemon knows of a project that is not saved. */
 typedef struct {
 	cl_backoff bo;
-	char activity[160];        /* shown by status */
+	char activity[400];        /* shown by status */
 	double sps;                /* samples per second, recent */
 	int download_failures;     /* of the current work unit */
 	cl_compute *session;       /* open for work unit session_wu */
@@ -67,6 +67,20 @@ void cl_daemon_kick(cl_daemon *d);
 
 /* The API options from the effective preferences. */
 void cl_daemon_api_opts(cl_daemon *d, cl_api_opts *o);
+
+/* Detect a jump of the wall clock against the monotonic one between the
+ * last call and this one (wall: unix seconds now, mono: cl_now_mono() now;
+ * passed in so tests can jump) and, beyond 30 s, move every deadline by the
+ * jump so that it neither expires nor extends work; the state is saved then.
+ * Backoff needs nothing: it runs on the monotonic clock.  Lock held. */
+void cl_daemon_check_clock(cl_daemon *d, int64_t wall, double mono);
+
+/* The scheduling decision at monotonic time now: the next project to serve,
+ * -1 when none may act.  A journaled finish or hand-back whose backoff has
+ * passed comes first; otherwise (unless paused) the project with the least
+ * cpu_seconds per unit of its resource share, among those whose backoff has
+ * passed or whose current work unit can go on from the cache.  Lock held. */
+int cl_daemon_pick(cl_daemon *d, int paused, double now);
 
 /* The control command handler (commands.c), for cl_control_start. */
 json_t *cl_commands_handle(const json_t *req, void *ctx, cot_err *rc, cot_errbuf *eb);

@@ -10,7 +10,31 @@
 #include <time.h>
 #include <unistd.h>
 
-#define IDLE_FOREVER 1e9
+#define IDLE_FOREVER CL_IDLE_FOREVER
+
+int cl_idle_parse_loginctl(const char *out, double now_us, double *secs)
+{
+	int hint = -1;
+	unsigned long long since = 0;
+	for (const char *line = out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+		if (strncmp(line, "IdleHint=", 9) == 0) {
+			if (strncmp(line + 9, "yes", 3) == 0)
+				hint = 1;
+			else if (strncmp(line + 9, "no", 2) == 0)
+				hint = 0;
+		} else if (strncmp(line, "IdleSinceHint=", 14) == 0) {
+			since = strtoull(line + 14, NULL, 10);
+		}
+	}
+	if (hint < 0)
+		return 0;
+	if (!hint) {
+		*secs = 0;
+		return 1;
+	}
+	*secs = since > 0 && (double)since < now_us ? (now_us - (double)since) / 1e6 : IDLE_FOREVER;
+	return 1;
+}
 
 /* logind through loginctl: 1 and *secs when it answered, 0 otherwise. */
 static int logind_idle(double *secs)
@@ -20,31 +44,18 @@ static int logind_idle(double *secs)
 	FILE *p = popen("loginctl show --property=IdleHint --property=IdleSinceHint 2>/dev/null", "r");
 	if (!p)
 		return 0;
-	char line[256];
-	int hint = -1;
-	unsigned long long since = 0;
-	while (fgets(line, sizeof line, p)) {
-		if (strncmp(line, "IdleHint=", 9) == 0)
-			hint = strncmp(line + 9, "yes", 3) == 0 ? 1 : 0;
-		else if (strncmp(line, "IdleSinceHint=", 14) == 0)
-			since = strtoull(line + 14, NULL, 10);
-	}
+	char out[1024];
+	size_t n = fread(out, 1, sizeof out - 1, p);
+	out[n] = '\0';
 	int st = pclose(p);
-	if (hint < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		return 0;
-	if (!hint) {
-		*secs = 0;
-		return 1;
-	}
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	double now_us = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-	*secs = since > 0 && since < now_us ? (now_us - (double)since) / 1e6 : IDLE_FOREVER;
-	return 1;
+	return cl_idle_parse_loginctl(out, ts.tv_sec * 1e6 + ts.tv_nsec / 1e3, secs);
 }
 
-/* Newest access time among the terminals. */
-static double tty_idle(const char *globs)
+double cl_idle_tty_seconds(const char *globs, time_t now)
 {
 	char copy[1024];
 	snprintf(copy, sizeof copy, "%s", globs);
@@ -63,7 +74,7 @@ static double tty_idle(const char *globs)
 	}
 	if (newest == 0)
 		return IDLE_FOREVER;
-	double d = difftime(time(NULL), newest);
+	double d = difftime(now, newest);
 	return d > 0 ? d : 0;
 }
 
@@ -79,7 +90,7 @@ double cl_idle_seconds(const cl_config *c, const char **source)
 		return IDLE_FOREVER;
 	case IDLE_TTY:
 		*source = "tty";
-		return tty_idle(c->idle_tty_glob);
+		return cl_idle_tty_seconds(c->idle_tty_glob, time(NULL));
 	case IDLE_LOGIND:
 		*source = "logind";
 		return logind_idle(&s) ? s : IDLE_FOREVER;
@@ -90,6 +101,6 @@ double cl_idle_seconds(const cl_config *c, const char **source)
 			return s;
 		}
 		*source = "tty";
-		return tty_idle(c->idle_tty_glob);
+		return cl_idle_tty_seconds(c->idle_tty_glob, time(NULL));
 	}
 }

@@ -15,12 +15,29 @@
 #ifndef CL_IDLE_H
 #define CL_IDLE_H
 
+#include <time.h>
+
 #include "client/conf.h"
+
+/* What "a large number" is: idle for good. */
+#define CL_IDLE_FOREVER 1e9
 
 /* Seconds since the last user activity (a large number when idle for good,
  * 0 when active now), by the configured source.  *source (when not NULL)
  * receives the name of the source used.  Never fails: with no usable source
  * the host counts as idle. */
 double cl_idle_seconds(const cl_config *c, const char **source);
+
+/* The decision from `loginctl show` output (IdleHint=yes|no and
+ * IdleSinceHint=<unix microseconds>, one per line) at wall time now_us:
+ * returns 1 and sets *secs (0 when active, CL_IDLE_FOREVER when idle with no
+ * or a future "since"), or 0 when the output has no IdleHint (logind did not
+ * answer). */
+int cl_idle_parse_loginctl(const char *out, double now_us, double *secs);
+
+/* Seconds since the newest access time among the files matched by the
+ * space-separated glob patterns, at time now; CL_IDLE_FOREVER when none
+ * matches.  Never negative. */
+double cl_idle_tty_seconds(const char *globs, time_t now);
 
 #endif

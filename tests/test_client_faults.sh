@@ -1,0 +1,117 @@
+#!/bin/sh
+# cotrain tests: the client against a server that misbehaves
+# (tests/fake_server.py): garbage, wrong JSON types, impossible work units
+# (hi <= lo, negative, longer than an epoch), an answer over the size cap, a
+# file over max_file_bytes, a file missing, a file longer than announced, a
+# corrupt download fetched again.  Each is a clear error in the log or
+# `cotrainctl status` and the daemon keeps running.  Then, as root in a
+# private mount namespace, the state folder on a tiny tmpfs: full, then
+# read-only, while the daemon runs.
+. "$top_srcdir/tests/tap.sh"
+B=$top_builddir
+command -v python3 >/dev/null 2>&1 || skip_all "python3 is needed for the fake server"
+# Root: rerun in a private mount namespace, where the test mounts a tmpfs.
+if [ "$(id -u)" = 0 ] && [ -z "$COTRAIN_IN_MNTNS" ] && command -v unshare >/dev/null &&
+	unshare -m --propagation private true 2>/dev/null; then
+	COTRAIN_IN_MNTNS=1 exec unshare -m --propagation private "$SHELL" "$0" "$@"
+fi
+T=$(mktemp -d /tmp/cotrain-faults-XXXXXX)
+FPID= CPID=
+cleanup() {
+	[ -n "$CPID" ] && kill -9 "$CPID" 2>/dev/null
+	[ -n "$FPID" ] && kill "$FPID" 2>/dev/null && wait "$FPID" 2>/dev/null
+	[ -n "$COTRAIN_IN_MNTNS" ] && umount "$T/cl" 2>/dev/null
+	rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+ctl() { "$B/client/cotrainctl" --socket "$T/ctl.sock" "$@"; }
+wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
+log_has() { grep -q "$1" "$T/client.log"; }
+fake_log() { python3 -c 'import sys,urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+	"http://127.0.0.1:$PORT/_log"; }
+alive() { kill -0 "$CPID" 2>/dev/null; }
+
+plan 24
+
+python3 "$top_srcdir/tests/fake_server.py" "$T/info.json" 2>"$T/fake.log" &
+FPID=$!
+wait_for 20 test -s "$T/info.json" || bail_out "the fake server did not start: $(cat "$T/fake.log")"
+PORT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])' "$T/info.json")
+SMALL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["small"]["sha256"])' "$T/info.json")
+
+mkdir -p "$T/cl"
+TMPFS=
+if [ -n "$COTRAIN_IN_MNTNS" ] && mount -t tmpfs -o size=512k tmpfs "$T/cl" 2>/dev/null; then
+	TMPFS=1
+fi
+"$B/client/cotrain-client" --state-dir "$T/cl" --socket "$T/ctl.sock" \
+	--set heartbeat_interval=1 --set retry_base=1 --set retry_max=1 --set benchmark_seconds=1 \
+	--set only_on_ac=false --set idle_detection=none --set max_threads=1 --set socket_group=nonexistent \
+	--set max_file_bytes=1M 2>"$T/client.log" &
+CPID=$!
+wait_for 30 test -S "$T/ctl.sock" || bail_out "client did not start: $(cat "$T/client.log")"
+ctl attach "http://127.0.0.1:$PORT/projects/fake" --key fakeaccountkey >/dev/null
+ok $? "attach to the fake project"
+
+# The scenarios come one per request for work, in this order.
+wait_for 40 log_has "handing back work unit 9"
+ok $? "the daemon went through every broken answer"
+log_has "asking for work: server sent an invalid answer to POST .*/work"
+ok $? "garbage: an invalid answer, said so"
+log_has 'invalid work unit: field "lo"'
+ok $? "wrong JSON types: the field is named"
+log_has 'invalid work unit: field "hi"'
+ok $? "hi <= lo: refused"
+grep -c 'invalid work unit: field "lo"' "$T/client.log" | grep -q '^2$'
+ok $? "a negative lo: refused"
+log_has 'longer than an epoch'
+ok $? "a range longer than an epoch: refused"
+log_has 'larger than 1048576 bytes'
+ok $? "an answer over the size cap: refused"
+log_has 'field "files" must be an array'
+ok $? "files that are not an array: refused"
+log_has 'handing back work unit 6: .*more than the 1048576 bytes allowed'
+ok $? "a file over max_file_bytes: handed back with the reason"
+log_has 'handing back work unit 7: .*not on the server (404)'
+ok $? "a missing file: handed back"
+log_has 'handing back work unit 8: .*more than the 3000 bytes announced'
+ok $? "a file longer than announced: handed back"
+log_has "download: downloaded file has sha256 .*; retrying in"
+ok $? "a corrupt download is reported"
+log_has "downloaded $SMALL (3000 bytes)"
+ok $? "and fetched again, verified"
+test ! -e "$T/cl/downloads/$SMALL.part"
+ok $? "no partial file is left behind"
+fake_log >"$T/fake.jsonl"
+n=$(grep -c '"op": "handback"' "$T/fake.jsonl")
+is "$n" 4 "work units 6 to 9 were handed back to the server"
+alive
+ok $? "the daemon is still running"
+ctl --json status >"$T/status.json"
+is $? 0 "status answers"
+grep -q '"activity": "asking for work failed: server: no work for now' "$T/status.json"
+ok $? "status shows the last error: $(grep -o '"activity": "[^"]*"' "$T/status.json")"
+
+# The state folder fills up, then turns read-only, under the running daemon.
+if [ -n "$TMPFS" ]; then
+	dd if=/dev/zero of="$T/cl/filler" bs=4k 2>/dev/null
+	ctl suspend >"$T/susp.out" 2>&1
+	st=$?
+	ok $([ $st = 1 ] && grep -q 'could not save the state' "$T/susp.out"; echo $?) \
+		"disk full: suspend is refused with a clear message ($(cat "$T/susp.out"))"
+	ctl --json status | grep -q '"paused": "the state cannot be saved"'
+	ok $? "disk full: computing pauses and status says why"
+	rm -f "$T/cl/filler"
+	wait_for 10 log_has "state saved again"
+	ok $? "space freed: the state is saved again and computing resumes"
+	mount -o remount,ro "$T/cl"
+	ctl suspend >"$T/susp.out" 2>&1
+	ok $([ $? = 1 ] && grep -q 'could not save the state' "$T/susp.out" && alive; echo $?) \
+		"read-only state folder: refused with a clear message, daemon alive"
+	mount -o remount,rw "$T/cl"
+	head -1 "$T/cl/state.json" | grep -q '^cotrain-client-state 1 '
+	ok $? "state.json is intact"
+else
+	skip 5 "needs root and unshare -m to put the state folder on a tiny tmpfs"
+fi
+done_testing
