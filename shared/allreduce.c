@@ -1,0 +1,967 @@
+/* cotrain: butterfly all-reduce within one averaging group (see allreduce.h
+ * and doc/averaging.md).
+ *
+ * Threads of one call: the caller's thread coordinates; one sender thread per
+ * remote aggregator (dials it, sends our slice, reads its ACCEPTED report and
+ * its RESULT); when we aggregate, one acceptor thread and one handler thread
+ * per incoming connection (reads a member's SLICE, answers ACCEPTED, then
+ * RESULT or ABORT).  Each connection carries strictly ordered messages:
+ * SLICE one way, then ACCEPTED and RESULT the other, so no two threads ever
+ * touch one connection.  All shared state sits in struct run under one
+ * mutex; waits are bounded by the call's deadlines. */
+#include "shared/allreduce.h"
+
+#include "shared/deadline.h"
+#include "shared/frame.h"
+#include "shared/hello.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { C_NONE, C_OK, C_REFUSED, C_FAILED };
+enum { AGG_PENDING, AGG_RESULT, AGG_ABORT };
+
+typedef struct {
+	int state;
+	float *data;                  /* a_len values while C_OK */
+	char reason[160];
+} contrib;
+
+typedef struct run run;
+
+typedef struct {
+	run *r;
+	size_t agg;                   /* member index of the aggregator */
+	pthread_t th;
+} sender;
+
+typedef struct {
+	run *r;
+	int fd;
+	pthread_t th;
+} handler;
+
+struct run {
+	const allreduce_params *p;
+	float *out;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+
+	/* aggregator side */
+	int agg;
+	size_t a_len;
+	contrib *c;                   /* per member */
+	unsigned char *claimed;       /* a connection identified as this member */
+	size_t arrived;               /* remote members done sending (any outcome) */
+	int frozen;
+	unsigned char *acc_payload;   /* our ACCEPTED message, once frozen */
+	size_t acc_len;
+	int agg_state;
+	unsigned char *res_payload;   /* our RESULT message, once AGG_RESULT */
+	size_t res_len;
+	char abort_reason[256];
+	int stop_accept;
+
+	/* member side, per member index (aggregators only) */
+	int64_t **rep;                /* ACCEPTED reports, ascending ids */
+	size_t *rep_n;
+	size_t rep_pending;
+	int64_t **rids;               /* included ids each RESULT named */
+	size_t *rids_n;
+	uint64_t *rtotal;
+	int failed;
+	cot_errbuf feb;
+};
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Wait on r->cv (mu held) for at most 100 ms and never past deadline; 0 once
+ * the deadline has passed. */
+static int wait_a_bit(run *r, int64_t deadline)
+{
+	int left = deadline_left_ms(deadline);
+	if (left <= 0)
+		return 0;
+	if (left > 100)
+		left = 100;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_nsec += (long)left * 1000000L;
+	ts.tv_sec += ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+	return 1;
+}
+
+/* Record the first member-side failure (mu not held). */
+static void fail(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(run *r, const char *fmt, ...)
+{
+	pthread_mutex_lock(&r->mu);
+	if (!r->failed) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(r->feb.msg, sizeof r->feb.msg, fmt, ap);
+		va_end(ap);
+		r->failed = 1;
+	}
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+static int member_index(const allreduce_params *p, int64_t host_id)
+{
+	for (size_t i = 0; i < p->n; i++)
+		if (p->members[i].host_id == host_id)
+			return (int)i;
+	return -1;
+}
+
+static uint64_t range_len(const allreduce_member *m)
+{
+	return m->end - m->start;
+}
+
+static hello_msg our_hello(const allreduce_params *p)
+{
+	hello_msg m = { .proto_min = HELLO_PROTO_MIN, .proto_max = HELLO_PROTO_MAX,
+	                .host_id = peer_ctx_host_id(p->ctx), .round = p->round,
+	                .max_payload = FRAME_PAYLOAD_HARD_MAX };
+	snprintf(m.project, sizeof m.project, "%s", peer_ctx_project(p->ctx));
+	return m;
+}
+
+void allreduce_sum(const float *const *x, size_t k, size_t len, float *out)
+{
+	for (size_t i = 0; i < len; i++) {
+		double acc = 0.0;
+		for (size_t j = 0; j < k; j++)
+			acc += (double)x[j][i];
+		out[i] = (float)acc;
+	}
+}
+
+/* ---- Contributions (aggregator side) ---- */
+
+/* Decode and check member idx's slice into r->c[idx] (mu held).  A refusal
+ * is recorded with its reason; nothing else fails. */
+static void take_slice(run *r, size_t idx, const unsigned char *bytes, size_t len)
+{
+	const allreduce_params *p = r->p;
+	contrib *c = &r->c[idx];
+	cot_errbuf eb = {0};
+	float *x = malloc((r->a_len ? r->a_len : 1) * sizeof *x);
+	if (!x) {
+		c->state = C_REFUSED;
+		snprintf(c->reason, sizeof c->reason, "out of memory");
+		return;
+	}
+	c->state = C_REFUSED;
+	if (comp_decode(p->send_comp, bytes, len, x, r->a_len, &eb)) {
+		snprintf(c->reason, sizeof c->reason, "malformed slice: %.120s", eb.msg);
+		free(x);
+		return;
+	}
+	int zero = 1;
+	for (size_t i = 0; i < r->a_len; i++) {
+		if (!isfinite(x[i])) {
+			snprintf(c->reason, sizeof c->reason, "value %zu of the slice is not finite",
+			         i + (size_t)p->members[p->self].start);
+			free(x);
+			return;
+		}
+		if (x[i] != 0.0f)
+			zero = 0;
+	}
+	if (p->members[idx].samples == 0 && !zero) {
+		snprintf(c->reason, sizeof c->reason, "a gradient of 0 samples is not zero");
+		free(x);
+		return;
+	}
+	c->state = C_OK;
+	c->data = x;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Stop taking slices (mu held): refuse norm outliers, and build our ACCEPTED
+ * report.  The L2 norm per sample of each slice is compared with the lower
+ * median over the contributions with samples; with fewer than 3 of them no
+ * outlier can be told apart, so none is refused. */
+static cot_err freeze(run *r)
+{
+	const allreduce_params *p = r->p;
+	double factor = p->outlier_factor == 0 ? ALLREDUCE_OUTLIER_DEFAULT : p->outlier_factor;
+	double *rate = calloc(p->n, sizeof *rate), *sorted = calloc(p->n, sizeof *sorted);
+	int64_t *ids = calloc(p->n, sizeof *ids);
+	if (!rate || !sorted || !ids) {
+		free(rate), free(sorted), free(ids);
+		return COT_ERR_NOMEM;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		if (r->c[i].state != C_OK || p->members[i].samples == 0)
+			continue;
+		double s = 0;
+		for (size_t j = 0; j < r->a_len; j++)
+			s += (double)r->c[i].data[j] * r->c[i].data[j];
+		rate[i] = sqrt(s) / (double)p->members[i].samples;
+		sorted[k++] = rate[i];
+	}
+	if (factor > 0 && k >= 3) {
+		qsort(sorted, k, sizeof *sorted, cmp_double);
+		double median = sorted[(k - 1) / 2];
+		for (size_t i = 0; median > 0 && i < p->n; i++) {
+			if (r->c[i].state != C_OK || p->members[i].samples == 0 ||
+			    !(rate[i] > factor * median))
+				continue;
+			r->c[i].state = C_REFUSED;
+			snprintf(r->c[i].reason, sizeof r->c[i].reason,
+			         "norm per sample %.3g is %.1f times the median %.3g (limit %.1f)",
+			         rate[i], rate[i] / median, median, factor);
+			free(r->c[i].data);
+			r->c[i].data = NULL;
+		}
+	}
+	size_t n_ids = 0;
+	for (size_t i = 0; i < p->n; i++)
+		if (r->c[i].state == C_OK)
+			ids[n_ids++] = p->members[i].host_id;
+	qsort(ids, n_ids, sizeof *ids, cmp_i64);
+
+	frame_writer w;
+	frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
+	frame_put_i64(&w, p->round);
+	frame_put_i64(&w, p->members[p->self].host_id);
+	frame_put_u32(&w, (uint32_t)n_ids);
+	for (size_t i = 0; i < n_ids; i++)
+		frame_put_i64(&w, ids[i]);
+	cot_err rc = frame_writer_error(&w);
+	if (rc == COT_OK) {
+		r->acc_payload = w.buf;
+		r->acc_len = w.len;
+		r->rep[p->self] = ids;
+		r->rep_n[p->self] = n_ids;
+		r->rep_pending--;
+		ids = NULL;
+	} else {
+		frame_writer_free(&w);
+	}
+	r->frozen = 1;
+	free(ids);
+	free(rate);
+	free(sorted);
+	pthread_cond_broadcast(&r->cv);
+	return rc;
+}
+
+/* Give up our range (mu held): handlers send ABORT with reason. */
+static void agg_abort(run *r, const char *reason)
+{
+	if (r->agg_state == AGG_PENDING) {
+		r->agg_state = AGG_ABORT;
+		snprintf(r->abort_reason, sizeof r->abort_reason, "%.250s", reason);
+	}
+	pthread_cond_broadcast(&r->cv);
+}
+
+/* Sum the included contributions (ascending host id) and build our RESULT;
+ * our own copy of the range is decoded from the same bytes (mu held). */
+static cot_err agg_finish(run *r, const int64_t *fin, size_t n_fin, uint64_t total,
+                          cot_errbuf *eb)
+{
+	const allreduce_params *p = r->p;
+	const allreduce_member *me = &p->members[p->self];
+	const float **x = calloc(n_fin ? n_fin : 1, sizeof *x);
+	float *sum = malloc(r->a_len * sizeof *sum);
+	size_t enc = comp_encoded_size(p->result_comp, r->a_len);
+	unsigned char *bytes = malloc(enc ? enc : 1);
+	cot_err rc = COT_OK;
+	if (!x || !sum || !bytes) {
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < n_fin; k++) {
+		const contrib *c = &r->c[member_index(p, fin[k])];
+		if (c->state != C_OK) {   /* cannot happen: fin is inside our report */
+			rc = cot_seterr(eb, COT_ERR_INTERNAL, "included host %lld has no slice",
+			                (long long)fin[k]);
+			goto out;
+		}
+		x[k] = c->data;
+	}
+	allreduce_sum(x, n_fin, r->a_len, sum);
+	for (size_t i = 0; i < r->a_len; i++)
+		if (!isfinite(sum[i])) {
+			rc = cot_seterr(eb, COT_ERR_INVALID, "the sum overflowed at value %llu",
+			                (unsigned long long)(me->start + i));
+			goto out;
+		}
+	rc = comp_encode(p->result_comp, sum, r->a_len, bytes, enc, eb);
+	if (!rc)
+		rc = comp_decode(p->result_comp, bytes, enc, r->out + me->start, r->a_len, eb);
+	if (rc)
+		goto out;
+	frame_writer w;
+	frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
+	frame_put_i64(&w, p->round);
+	frame_put_i64(&w, me->host_id);
+	frame_put_u64(&w, me->start);
+	frame_put_u64(&w, me->end);
+	frame_put_u8(&w, (uint8_t)p->result_comp);
+	frame_put_u64(&w, total);
+	frame_put_u32(&w, (uint32_t)n_fin);
+	for (size_t k = 0; k < n_fin; k++)
+		frame_put_i64(&w, fin[k]);
+	frame_put_blob(&w, bytes, enc);
+	rc = frame_writer_error(&w);
+	if (rc) {
+		frame_writer_free(&w);
+		cot_seterr(eb, rc, "could not build the result of our range");
+		goto out;
+	}
+	r->res_payload = w.buf;
+	r->res_len = w.len;
+	r->agg_state = AGG_RESULT;
+	pthread_cond_broadcast(&r->cv);
+out:
+	free(x);
+	free(sum);
+	free(bytes);
+	return rc;
+}
+
+/* ---- Incoming connections (aggregator side) ---- */
+
+/* Read and check one member's SLICE; returns 0 when the connection is still
+ * usable afterwards. */
+static int handle_slice(run *r, peer_conn *c, size_t idx)
+{
+	const allreduce_params *p = r->p;
+	const allreduce_member *me = &p->members[p->self];
+	frame_header h;
+	unsigned char *pl = NULL;
+	cot_errbuf eb = {0};
+	char why[160] = "";
+	int usable = 1;
+	cot_err rc = peer_recv_frame(c, &h, &pl, p->collect_deadline, &eb);
+	if (rc) {
+		snprintf(why, sizeof why, "no slice: %.120s", eb.msg);
+		usable = 0;
+	} else if (h.type != ALLREDUCE_FRAME_SLICE) {
+		snprintf(why, sizeof why, "sent %s instead of SLICE", frame_type_name(h.type));
+		usable = 0;
+	}
+	int64_t round = 0, from = 0;
+	uint64_t samples = 0, start = 0, end = 0;
+	uint8_t comp = 0;
+	const unsigned char *data = NULL;
+	size_t dlen = 0;
+	if (usable) {
+		frame_reader rd;
+		frame_reader_init(&rd, pl, h.length);
+		frame_get_i64(&rd, &round);
+		frame_get_i64(&rd, &from);
+		frame_get_u64(&rd, &samples);
+		frame_get_u8(&rd, &comp);
+		frame_get_u64(&rd, &start);
+		frame_get_u64(&rd, &end);
+		frame_get_blob(&rd, &data, &dlen, FRAME_PAYLOAD_HARD_MAX);
+		if (frame_reader_end(&rd, "SLICE", &eb)) {
+			snprintf(why, sizeof why, "%.150s", eb.msg);
+			usable = 0;
+		} else if (round != p->round || from != p->members[idx].host_id ||
+		           start != me->start || end != me->end || comp != p->send_comp) {
+			snprintf(why, sizeof why,
+			         "SLICE for round %lld, host %lld, range [%llu,%llu), %s does not "
+			         "match the group's",
+			         (long long)round, (long long)from, (unsigned long long)start,
+			         (unsigned long long)end, comp_name(comp));
+			usable = 0;
+		} else if (samples != p->members[idx].samples) {
+			snprintf(why, sizeof why, "SLICE claims %llu samples, the group says %llu",
+			         (unsigned long long)samples,
+			         (unsigned long long)p->members[idx].samples);
+		}
+	}
+	if (!usable && rc == COT_OK)
+		peer_send_error(c, FRAME_ERR_PROTOCOL, why, deadline_after_ms(1000));
+
+	pthread_mutex_lock(&r->mu);
+	contrib *ct = &r->c[idx];
+	if (r->frozen) {
+		ct->state = C_FAILED;
+		snprintf(ct->reason, sizeof ct->reason, "slice arrived after the collect deadline");
+	} else if (!usable || why[0]) {
+		ct->state = usable ? C_REFUSED : C_FAILED;
+		snprintf(ct->reason, sizeof ct->reason, "%s", why);
+	} else {
+		take_slice(r, idx, data, dlen);
+	}
+	r->arrived++;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	free(pl);
+	return usable ? 0 : -1;
+}
+
+static void *handler_main(void *arg)
+{
+	handler *hd = arg;
+	run *r = hd->r;
+	const allreduce_params *p = r->p;
+	peer_conn *c = NULL;
+	cot_errbuf eb = {0};
+	if (peer_handshake(p->ctx, hd->fd, PEER_SERVER, 0, p->collect_deadline, &c, &eb))
+		return NULL;
+	int64_t id = peer_host_id(c);
+	int idx = member_index(p, id);
+	pthread_mutex_lock(&r->mu);
+	int dup = idx >= 0 && r->claimed[idx];
+	if (idx >= 0 && !dup && (size_t)idx != p->self)
+		r->claimed[idx] = 1;
+	pthread_mutex_unlock(&r->mu);
+	if (idx < 0 || (size_t)idx == p->self || dup) {
+		char reason[128];
+		snprintf(reason, sizeof reason, "host %lld is %s of this averaging group",
+		         (long long)id, dup ? "already connected as a member" : "not a member");
+		peer_send_error(c, FRAME_ERR_IDENTITY, reason, min64(p->deadline, deadline_after_ms(1000)));
+		peer_close(c);
+		return NULL;
+	}
+
+	hello_msg ours = our_hello(p), theirs;
+	uint16_t ver;
+	if (hello_exchange(c, &ours, &theirs, &ver, p->collect_deadline, &eb)) {
+		pthread_mutex_lock(&r->mu);
+		r->c[idx].state = C_FAILED;
+		snprintf(r->c[idx].reason, sizeof r->c[idx].reason, "HELLO failed: %.120s", eb.msg);
+		r->arrived++;
+		pthread_cond_broadcast(&r->cv);
+		pthread_mutex_unlock(&r->mu);
+		peer_close(c);
+		return NULL;
+	}
+	if (handle_slice(r, c, (size_t)idx)) {
+		peer_close(c);
+		return NULL;
+	}
+
+	/* ACCEPTED once we froze, then RESULT or ABORT once the set is known. */
+	pthread_mutex_lock(&r->mu);
+	while (!r->frozen && r->agg_state == AGG_PENDING && wait_a_bit(r, p->deadline))
+		;
+	int frozen = r->frozen && r->acc_payload;
+	pthread_mutex_unlock(&r->mu);
+	if (frozen && peer_send_frame(c, ALLREDUCE_FRAME_ACCEPTED, 0, r->acc_payload, r->acc_len,
+	                              p->deadline, &eb) == COT_OK) {
+		pthread_mutex_lock(&r->mu);
+		while (r->agg_state == AGG_PENDING && wait_a_bit(r, p->deadline))
+			;
+		if (r->agg_state == AGG_PENDING)
+			agg_abort(r, "the aggregator timed out waiting for the included set");
+		int state = r->agg_state;
+		pthread_mutex_unlock(&r->mu);
+		if (state == AGG_RESULT) {
+			peer_send_frame(c, ALLREDUCE_FRAME_RESULT, 0, r->res_payload, r->res_len,
+			                p->deadline, &eb);
+		} else {
+			frame_writer w;
+			frame_writer_init(&w, FRAME_PAYLOAD_MIN_MAX);
+			frame_error_encode(&w, FRAME_ERR_INTERNAL, r->abort_reason);
+			if (!frame_writer_error(&w))
+				peer_send_frame(c, ALLREDUCE_FRAME_ABORT, 0, w.buf, w.len, p->deadline, &eb);
+			frame_writer_free(&w);
+		}
+	} else if (!frozen) {
+		frame_writer w;
+		frame_writer_init(&w, FRAME_PAYLOAD_MIN_MAX);
+		frame_error_encode(&w, FRAME_ERR_INTERNAL, r->abort_reason);
+		if (!frame_writer_error(&w))
+			peer_send_frame(c, ALLREDUCE_FRAME_ABORT, 0, w.buf, w.len, p->deadline, &eb);
+		frame_writer_free(&w);
+	}
+	peer_close(c);
+	return NULL;
+}
+
+static void *acceptor_main(void *arg)
+{
+	run *r = arg;
+	const allreduce_params *p = r->p;
+	size_t cap = 2 * p->n + 16, nh = 0;
+	handler *hs = calloc(cap, sizeof *hs);
+	for (;;) {
+		pthread_mutex_lock(&r->mu);
+		int stop = r->stop_accept;
+		pthread_mutex_unlock(&r->mu);
+		if (stop || deadline_left_ms(p->deadline) == 0)
+			break;
+		int fd = -1;
+		cot_errbuf eb = {0};
+		if (listener_accept(p->lst, min64(p->deadline, deadline_after_ms(50)), &fd, NULL, &eb))
+			continue;
+		if (!hs || nh == cap) {   /* more connections than a group can make */
+			close(fd);
+			continue;
+		}
+		hs[nh].r = r;
+		hs[nh].fd = fd;
+		if (pthread_create(&hs[nh].th, NULL, handler_main, &hs[nh])) {
+			close(fd);
+			continue;
+		}
+		nh++;
+	}
+	for (size_t i = 0; i < nh; i++)
+		pthread_join(hs[i].th, NULL);
+	free(hs);
+	return NULL;
+}
+
+/* ---- Outgoing connections (member side) ---- */
+
+/* Read a list of n ids (n <= group size, each a member, ascending); malloc'd. */
+static cot_err get_ids(const allreduce_params *p, frame_reader *rd, int64_t **ids, size_t *n)
+{
+	uint32_t k = 0;
+	*ids = NULL;
+	*n = 0;
+	if (frame_get_u32(rd, &k) || k > p->n)
+		return COT_ERR_INVALID;
+	int64_t *v = malloc((k ? k : 1) * sizeof *v);
+	if (!v)
+		return COT_ERR_NOMEM;
+	for (uint32_t i = 0; i < k; i++)
+		if (frame_get_i64(rd, &v[i]) || member_index(p, v[i]) < 0 || (i && v[i] <= v[i - 1])) {
+			free(v);
+			return COT_ERR_INVALID;
+		}
+	*ids = v;
+	*n = k;
+	return COT_OK;
+}
+
+/* Receive the next message from aggregator m: ACCEPTED or RESULT as want;
+ * an ABORT or ERROR becomes the failure it reports.  *pl is the caller's. */
+static cot_err recv_from_agg(run *r, peer_conn *c, uint8_t want, unsigned char **pl,
+                             uint32_t *len, cot_errbuf *eb)
+{
+	frame_header h;
+	cot_err rc = peer_recv_frame(c, &h, pl, r->p->deadline, eb);
+	if (rc)
+		return rc;
+	*len = h.length;
+	if (h.type == want)
+		return COT_OK;
+	if (h.type == ALLREDUCE_FRAME_ABORT || h.type == FRAME_ERROR) {
+		uint16_t code;
+		char reason[FRAME_REASON_MAX + 1];
+		if (frame_error_decode(*pl, h.length, &code, reason, eb) == COT_OK)
+			cot_seterr(eb, COT_ERR_NETWORK, "%s: %s",
+			           h.type == FRAME_ERROR ? "refused" : "aborted", reason);
+		return COT_ERR_NETWORK;
+	}
+	return cot_seterr(eb, COT_ERR_NETWORK, "sent %s out of order", frame_type_name(h.type));
+}
+
+static void *sender_main(void *arg)
+{
+	sender *s = arg;
+	run *r = s->r;
+	const allreduce_params *p = r->p;
+	const allreduce_member *m = &p->members[s->agg];
+	const allreduce_member *me = &p->members[p->self];
+	cot_errbuf eb = {0};
+	peer_conn *c = NULL;
+	unsigned char *pl = NULL, *enc = NULL;
+	uint32_t len = 0;
+	frame_writer w;
+	frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
+	dialer_target t = { m->addr, m->port, m->host_id };
+	dialer_result dr;
+	const char *step = "connect";
+	cot_err rc = dialer_connect(p->dialer, &t, p->collect_deadline, &dr, &eb);
+	if (!rc)
+		rc = peer_handshake(p->ctx, dr.fd, PEER_CLIENT, m->host_id, p->collect_deadline, &c, &eb);
+	hello_msg ours = our_hello(p), theirs;
+	uint16_t ver;
+	if (!rc)
+		rc = hello_exchange(c, &ours, &theirs, &ver, p->collect_deadline, &eb);
+	if (rc)
+		goto out;
+
+	step = "send our slice";
+	size_t n = (size_t)range_len(m), elen = comp_encoded_size(p->send_comp, n);
+	enc = malloc(elen ? elen : 1);
+	if (!enc) {
+		rc = cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	rc = comp_encode(p->send_comp, p->grad + m->start, n, enc, elen, &eb);
+	if (rc)
+		goto out;
+	frame_put_i64(&w, p->round);
+	frame_put_i64(&w, me->host_id);
+	frame_put_u64(&w, me->samples);
+	frame_put_u8(&w, (uint8_t)p->send_comp);
+	frame_put_u64(&w, m->start);
+	frame_put_u64(&w, m->end);
+	frame_put_blob(&w, enc, elen);
+	rc = frame_writer_error(&w);
+	if (!rc)
+		rc = peer_send_frame(c, ALLREDUCE_FRAME_SLICE, 0, w.buf, w.len, p->collect_deadline, &eb);
+	if (rc)
+		goto out;
+
+	step = "receive its ACCEPTED report";
+	rc = recv_from_agg(r, c, ALLREDUCE_FRAME_ACCEPTED, &pl, &len, &eb);
+	if (rc)
+		goto out;
+	frame_reader rd;
+	frame_reader_init(&rd, pl, len);
+	int64_t round = 0, agg = 0, *ids = NULL;
+	size_t nids = 0;
+	frame_get_i64(&rd, &round);
+	frame_get_i64(&rd, &agg);
+	rc = get_ids(p, &rd, &ids, &nids);
+	if (!rc && (frame_reader_end(&rd, "ACCEPTED", &eb) || round != p->round || agg != m->host_id))
+		rc = cot_seterr(&eb, COT_ERR_NETWORK, "malformed ACCEPTED");
+	if (rc) {
+		free(ids);
+		goto out;
+	}
+	pthread_mutex_lock(&r->mu);
+	r->rep[s->agg] = ids;
+	r->rep_n[s->agg] = nids;
+	r->rep_pending--;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	free(pl);
+	pl = NULL;
+
+	step = "receive its RESULT";
+	rc = recv_from_agg(r, c, ALLREDUCE_FRAME_RESULT, &pl, &len, &eb);
+	if (rc)
+		goto out;
+	uint64_t start = 0, end = 0, total = 0;
+	uint8_t comp = 0;
+	const unsigned char *data = NULL;
+	size_t dlen = 0;
+	frame_reader_init(&rd, pl, len);
+	frame_get_i64(&rd, &round);
+	frame_get_i64(&rd, &agg);
+	frame_get_u64(&rd, &start);
+	frame_get_u64(&rd, &end);
+	frame_get_u8(&rd, &comp);
+	frame_get_u64(&rd, &total);
+	rc = get_ids(p, &rd, &ids, &nids);
+	if (rc)
+		goto out;
+	frame_get_blob(&rd, &data, &dlen, FRAME_PAYLOAD_HARD_MAX);
+	if (frame_reader_end(&rd, "RESULT", &eb) || round != p->round || agg != m->host_id ||
+	    start != m->start || end != m->end || comp != p->result_comp) {
+		free(ids);
+		rc = cot_seterr(&eb, COT_ERR_NETWORK, "malformed RESULT");
+		goto out;
+	}
+	rc = comp_decode(p->result_comp, data, dlen, r->out + m->start, n, &eb);
+	for (size_t i = 0; !rc && i < n; i++)
+		if (!isfinite(r->out[m->start + i]))
+			rc = cot_seterr(&eb, COT_ERR_NETWORK, "RESULT holds a value that is not finite");
+	if (rc) {
+		free(ids);
+		goto out;
+	}
+	pthread_mutex_lock(&r->mu);
+	r->rids[s->agg] = ids;
+	r->rids_n[s->agg] = nids;
+	r->rtotal[s->agg] = total;
+	pthread_mutex_unlock(&r->mu);
+out:
+	if (rc)
+		fail(r, "could not average with aggregator host %lld: could not %s: %s",
+		     (long long)m->host_id, step, eb.msg);
+	free(pl);
+	free(enc);
+	frame_writer_free(&w);
+	peer_close(c);
+	return NULL;
+}
+
+/* ---- The call ---- */
+
+static cot_err check_params(const allreduce_params *p, cot_errbuf *eb)
+{
+	if (!p->members || p->n < 1 || p->n > ALLREDUCE_MAX_MEMBERS || p->self >= p->n ||
+	    !p->ctx || (p->n > 1 && !p->dialer) || !p->grad || p->len == 0)
+		return cot_seterr(eb, COT_ERR_INVALID, "invalid all-reduce parameters");
+	if (!comp_kind_valid(p->send_comp) || !comp_kind_valid(p->result_comp))
+		return cot_seterr(eb, COT_ERR_INVALID, "unknown compression");
+	if (p->members[p->self].host_id != peer_ctx_host_id(p->ctx))
+		return cot_seterr(eb, COT_ERR_INVALID, "member %zu is host %lld, not us (host %lld)",
+		                  p->self, (long long)p->members[p->self].host_id,
+		                  (long long)peer_ctx_host_id(p->ctx));
+	uint64_t covered = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		const allreduce_member *a = &p->members[i];
+		if (a->host_id <= 0 || a->start > a->end || a->end > p->len)
+			return cot_seterr(eb, COT_ERR_INVALID, "member %zu has a bad host id or range", i);
+		if (a->end > a->start && i != p->self && !a->addr)
+			return cot_seterr(eb, COT_ERR_INVALID, "aggregator %zu has no address", i);
+		for (size_t j = 0; j < i; j++) {
+			const allreduce_member *b = &p->members[j];
+			if (a->host_id == b->host_id)
+				return cot_seterr(eb, COT_ERR_INVALID, "host %lld is listed twice",
+				                  (long long)a->host_id);
+			if (a->start < b->end && b->start < a->end)
+				return cot_seterr(eb, COT_ERR_INVALID, "ranges of members %zu and %zu overlap",
+				                  j, i);
+		}
+		covered += range_len(a);
+	}
+	if (covered != p->len)
+		return cot_seterr(eb, COT_ERR_INVALID, "the ranges cover %llu of %zu values",
+		                  (unsigned long long)covered, p->len);
+	if (range_len(&p->members[p->self]) && p->n > 1 && !p->lst)
+		return cot_seterr(eb, COT_ERR_INVALID, "an aggregator needs a listener");
+	return COT_OK;
+}
+
+static void run_free(run *r)
+{
+	if (r->c)
+		for (size_t i = 0; i < r->p->n; i++)
+			free(r->c[i].data);
+	for (size_t i = 0; r->rep && i < r->p->n; i++) {
+		free(r->rep[i]);
+		free(r->rids[i]);
+	}
+	free(r->c);
+	free(r->claimed);
+	free(r->rep);
+	free(r->rep_n);
+	free(r->rids);
+	free(r->rids_n);
+	free(r->rtotal);
+	free(r->acc_payload);
+	free(r->res_payload);
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
+}
+
+/* The intersection of every aggregator's report, ascending (mu held). */
+static size_t intersect(run *r, int64_t *fin)
+{
+	const allreduce_params *p = r->p;
+	size_t k = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		int64_t id = p->members[i].host_id;
+		int all = 1;
+		for (size_t a = 0; all && a < p->n; a++) {
+			if (!range_len(&p->members[a]))
+				continue;
+			int found = 0;
+			for (size_t j = 0; j < r->rep_n[a]; j++)
+				found |= r->rep[a][j] == id;
+			all = found;
+		}
+		if (all)
+			fin[k++] = id;
+	}
+	qsort(fin, k, sizeof *fin, cmp_i64);
+	return k;
+}
+
+cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *res,
+                      cot_errbuf *eb)
+{
+	memset(res, 0, sizeof *res);
+	cot_err rc = check_params(p, eb);
+	if (rc)
+		return rc;
+	const allreduce_member *me = &p->members[p->self];
+	run r = { .p = p, .out = out };
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&r.cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&r.mu, NULL);
+	r.agg = range_len(me) > 0;
+	r.a_len = (size_t)range_len(me);
+	r.c = calloc(p->n, sizeof *r.c);
+	r.claimed = calloc(p->n, 1);
+	r.rep = calloc(p->n, sizeof *r.rep);
+	r.rep_n = calloc(p->n, sizeof *r.rep_n);
+	r.rids = calloc(p->n, sizeof *r.rids);
+	r.rids_n = calloc(p->n, sizeof *r.rids_n);
+	r.rtotal = calloc(p->n, sizeof *r.rtotal);
+	sender *ss = calloc(p->n, sizeof *ss);
+	int64_t *fin = calloc(p->n, sizeof *fin);
+	size_t n_fin = 0, n_senders = 0;
+	pthread_t acceptor;
+	int have_acceptor = 0;
+	if (!r.c || !r.claimed || !r.rep || !r.rep_n || !r.rids || !r.rids_n || !r.rtotal || !ss ||
+	    !fin) {
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < p->n; i++)
+		r.rep_pending += range_len(&p->members[i]) > 0;
+
+	if (r.agg) {
+		/* Our own slice goes through the same encoding and checks. */
+		size_t elen = comp_encoded_size(p->send_comp, r.a_len);
+		unsigned char *enc = malloc(elen ? elen : 1);
+		if (!enc || comp_encode(p->send_comp, p->grad + me->start, r.a_len, enc, elen, eb)) {
+			free(enc);
+			rc = cot_seterr(eb, COT_ERR_NOMEM, "could not encode our own slice");
+			goto out;
+		}
+		take_slice(&r, p->self, enc, elen);
+		free(enc);
+		if (p->n > 1) {
+			if (pthread_create(&acceptor, NULL, acceptor_main, &r)) {
+				rc = cot_seterr(eb, COT_ERR_NOMEM, "could not start a thread");
+				goto out;
+			}
+			have_acceptor = 1;
+		}
+	}
+	for (size_t i = 0; i < p->n; i++) {
+		if (i == p->self || !range_len(&p->members[i]))
+			continue;
+		ss[n_senders].r = &r;
+		ss[n_senders].agg = i;
+		if (pthread_create(&ss[n_senders].th, NULL, sender_main, &ss[n_senders])) {
+			fail(&r, "could not start a thread");
+			break;
+		}
+		n_senders++;
+	}
+
+	pthread_mutex_lock(&r.mu);
+	if (r.agg) {
+		while (r.arrived < p->n - 1 && wait_a_bit(&r, p->collect_deadline))
+			;
+		if (freeze(&r))
+			agg_abort(&r, "out of memory");
+	}
+	while (r.rep_pending > 0 && !r.failed && wait_a_bit(&r, p->deadline))
+		;
+	if (r.rep_pending > 0 || r.failed) {
+		if (!r.failed) {
+			snprintf(r.feb.msg, sizeof r.feb.msg,
+			         "timed out waiting for the aggregators' ACCEPTED reports");
+			r.failed = 1;
+		}
+		char why[300];
+		snprintf(why, sizeof why, "host %lld could not learn the included set: %.200s",
+		         (long long)me->host_id, r.feb.msg);
+		if (r.agg)
+			agg_abort(&r, why);
+	} else {
+		n_fin = intersect(&r, fin);
+		uint64_t total = 0;
+		for (size_t k = 0; k < n_fin; k++)
+			total += p->members[member_index(p, fin[k])].samples;
+		res->total_samples = total;
+		if (r.agg) {
+			cot_errbuf aeb = {0};
+			if (agg_finish(&r, fin, n_fin, total, &aeb)) {
+				agg_abort(&r, aeb.msg);
+				snprintf(r.feb.msg, sizeof r.feb.msg, "could not reduce our range: %.400s",
+				         aeb.msg);
+				r.failed = 1;
+			}
+		}
+	}
+	pthread_mutex_unlock(&r.mu);
+
+out:
+	for (size_t i = 0; i < n_senders; i++)
+		pthread_join(ss[i].th, NULL);
+	if (have_acceptor) {
+		pthread_mutex_lock(&r.mu);
+		if (r.agg_state == AGG_PENDING)
+			agg_abort(&r, "the aggregator failed");
+		r.stop_accept = 1;
+		pthread_mutex_unlock(&r.mu);
+		pthread_join(acceptor, NULL);
+	}
+	if (rc == COT_OK && r.failed)
+		rc = cot_seterr(eb, COT_ERR_NETWORK, "%s", r.feb.msg);
+	/* Every RESULT must name the set we computed: else the aggregators
+	 * disagreed and the vector is not one consistent sum. */
+	for (size_t a = 0; rc == COT_OK && a < p->n; a++) {
+		if (a == p->self || !range_len(&p->members[a]))
+			continue;
+		if (r.rids_n[a] != n_fin || r.rtotal[a] != res->total_samples ||
+		    (n_fin && memcmp(r.rids[a], fin, n_fin * sizeof *fin)))
+			rc = cot_seterr(eb, COT_ERR_NETWORK,
+			                "aggregator host %lld summed another set of contributions",
+			                (long long)p->members[a].host_id);
+	}
+	if (rc == COT_OK) {
+		res->included = fin;
+		res->n_included = n_fin;
+		fin = NULL;
+		res->dropped = calloc(p->n, sizeof *res->dropped);
+		res->refused = calloc(p->n, sizeof *res->refused);
+		if (!res->dropped || !res->refused)
+			rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		for (size_t i = 0; rc == COT_OK && i < p->n; i++) {
+			const allreduce_member *m = &p->members[i];
+			int in = bsearch(&m->host_id, res->included, res->n_included,
+			                 sizeof(int64_t), cmp_i64) != NULL;
+			if (!in) {
+				allreduce_drop *d = &res->dropped[res->n_dropped++];
+				d->host_id = m->host_id;
+				d->samples = m->samples;
+				snprintf(d->reason, sizeof d->reason, "%s",
+				         r.agg && r.c[i].reason[0] ? r.c[i].reason : "not included");
+				res->dropped_samples += m->samples;
+			}
+			if (r.agg && r.c[i].state == C_REFUSED) {
+				allreduce_drop *d = &res->refused[res->n_refused++];
+				d->host_id = m->host_id;
+				d->samples = m->samples;
+				snprintf(d->reason, sizeof d->reason, "%s", r.c[i].reason);
+			}
+		}
+	}
+	if (rc)
+		allreduce_result_free(res);
+	free(fin);
+	free(ss);
+	run_free(&r);
+	return rc;
+}
+
+void allreduce_result_free(allreduce_result *res)
+{
+	free(res->included);
+	free(res->dropped);
+	free(res->refused);
+	memset(res, 0, sizeof *res);
+}

@@ -1,0 +1,524 @@
+/* cotrain tests: the butterfly all-reduce (shared/allreduce.h) between member
+ * threads over loopback TLS, with certificates from a test CA.
+ *
+ * Each case starts one thread per member (its own identity, listener and
+ * dialer) and checks what every member ends with: the same bytes, equal to
+ * the sum computed here independently (decode each included slice as the
+ * wire does, add in ascending host id order in double, round once, apply the
+ * result compression), and the dropped contributions.  alarm() bounds the
+ * whole test. */
+#include "shared/allreduce.h"
+#include "shared/compress.h"
+#include "shared/deadline.h"
+#include "shared/dialer.h"
+#include "shared/hello.h"
+#include "shared/listener.h"
+#include "shared/peer.h"
+#include "shared/pki.h"
+#include "tests/tap.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAXN 5
+#define PROJECT "avgtest"
+#define OUTSIDER 99
+
+/* Member i is host hid[i]: not in member order, so that the summation order
+ * (by host id) differs from the member order. */
+static const int64_t hid[MAXN] = { 12, 11, 14, 13, 15 };
+static char *ca_pem;
+static peer_ctx *ctx[MAXN], *outsider_ctx;
+static uint64_t rng = 88172645463325252ull;
+
+static double urand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static peer_ctx *make_ctx(pki_ca *ca, int64_t id)
+{
+	cot_errbuf eb = {0};
+	char *key = NULL, *pub = NULL, *cert = NULL;
+	peer_ctx *c = NULL;
+	if (pki_host_key_generate(&key, &pub, &eb) ||
+	    pki_ca_sign_host(ca, pub, strlen(pub), id, 0, 0, &cert, &eb))
+		bail_out("could not make host %lld: %s", (long long)id, eb.msg);
+	peer_identity pi = { PROJECT, ca_pem, strlen(ca_pem), cert, strlen(cert), key, strlen(key) };
+	if (peer_ctx_new(&pi, &c, &eb))
+		bail_out("could not make a peer context: %s", eb.msg);
+	free(key);
+	free(pub);
+	free(cert);
+	return c;
+}
+
+enum { PRESENT, ABSENT_CLOSED, ABSENT_SILENT };
+
+typedef struct {
+	size_t n, len;
+	uint64_t start[MAXN], end[MAXN], samples[MAXN];
+	int absent[MAXN];
+	int send_comp, result_comp;
+	int collect_ms, deadline_ms;
+	float *grad[MAXN];
+	listener *lst[MAXN];
+	allreduce_member m[MAXN];
+	/* per member */
+	float *out[MAXN];
+	allreduce_result res[MAXN];
+	cot_err rc[MAXN];
+	cot_errbuf eb[MAXN];
+	int64_t elapsed[MAXN];
+	int64_t t0;
+} group;
+
+typedef struct {
+	group *g;
+	size_t self;
+	pthread_t th;
+} member_job;
+
+/* A group of n members over len values with ranges split as given by ends
+ * (member i aggregates [ends[i-1], ends[i])), random gradient sums. */
+static group *group_new(size_t n, size_t len, const uint64_t *ends, const uint64_t *samples)
+{
+	group *g = calloc(1, sizeof *g);
+	g->n = n;
+	g->len = len;
+	g->collect_ms = 3000;
+	g->deadline_ms = 6000;
+	for (size_t i = 0; i < n; i++) {
+		g->start[i] = i ? ends[i - 1] : 0;
+		g->end[i] = ends[i];
+		g->samples[i] = samples[i];
+		g->grad[i] = malloc(len * sizeof(float));
+		g->out[i] = calloc(len, sizeof(float));
+		for (size_t j = 0; j < len; j++)
+			g->grad[i][j] = (float)(urand() * 0.01 * (double)samples[i]);
+	}
+	return g;
+}
+
+static void group_free(group *g)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		free(g->grad[i]);
+		free(g->out[i]);
+		allreduce_result_free(&g->res[i]);
+	}
+	free(g);
+}
+
+static void *member_main(void *arg)
+{
+	member_job *j = arg;
+	group *g = j->g;
+	dialer *d = NULL;
+	if (dialer_direct_new(&d, &g->eb[j->self])) {
+		g->rc[j->self] = COT_ERR_NOMEM;
+		return NULL;
+	}
+	allreduce_params p = {
+		.members = g->m, .n = g->n, .self = j->self, .round = 7,
+		.grad = g->grad[j->self], .len = g->len,
+		.send_comp = g->send_comp, .result_comp = g->result_comp,
+		.ctx = ctx[j->self], .dialer = d, .lst = g->lst[j->self],
+		.collect_deadline = g->t0 + g->collect_ms, .deadline = g->t0 + g->deadline_ms,
+	};
+	g->rc[j->self] = allreduce_run(&p, g->out[j->self], &g->res[j->self], &g->eb[j->self]);
+	g->elapsed[j->self] = deadline_now_ms() - g->t0;
+	dialer_free(d);
+	return NULL;
+}
+
+/* Open listeners (closed again for ABSENT_CLOSED members), then run every
+ * present member in its own thread and wait for all.  before(), when given,
+ * runs after the listeners exist and before the members start. */
+static void group_run(group *g, void (*before)(group *))
+{
+	cot_errbuf eb = {0};
+	for (size_t i = 0; i < g->n; i++) {
+		if (listener_open("127.0.0.1", 0, 0, &g->lst[i], &eb))
+			bail_out("could not listen: %s", eb.msg);
+		g->m[i] = (allreduce_member){ hid[i], "127.0.0.1", listener_port(g->lst[i]),
+		                              g->start[i], g->end[i], g->samples[i] };
+		if (g->absent[i] == ABSENT_CLOSED) {
+			listener_close(g->lst[i]);
+			g->lst[i] = NULL;
+		}
+	}
+	if (before)
+		before(g);
+	g->t0 = deadline_now_ms();
+	member_job jobs[MAXN];
+	for (size_t i = 0; i < g->n; i++) {
+		jobs[i] = (member_job){ g, i, 0 };
+		if (g->absent[i] == PRESENT && pthread_create(&jobs[i].th, NULL, member_main, &jobs[i]))
+			bail_out("could not start a member thread");
+	}
+	for (size_t i = 0; i < g->n; i++)
+		if (g->absent[i] == PRESENT)
+			pthread_join(jobs[i].th, NULL);
+	for (size_t i = 0; i < g->n; i++)
+		listener_close(g->lst[i]);
+}
+
+static int cmp_member_by_host(const void *a, const void *b)
+{
+	int64_t x = hid[*(const size_t *)a], y = hid[*(const size_t *)b];
+	return x < y ? -1 : x > y;
+}
+
+/* What every member must hold, computed here from the inputs: for each
+ * aggregator's range, each included member's slice through send_comp, summed
+ * in ascending host id order in double, rounded once, through result_comp. */
+static float *expected(group *g, const int *included)
+{
+	float *e = calloc(g->len, sizeof *e);
+	size_t order[MAXN], k = 0;
+	for (size_t i = 0; i < g->n; i++)
+		if (included[i])
+			order[k++] = i;
+	qsort(order, k, sizeof *order, cmp_member_by_host);
+	for (size_t a = 0; a < g->n; a++) {
+		size_t n = g->end[a] - g->start[a];
+		if (!n)
+			continue;
+		double *acc = calloc(n, sizeof *acc);
+		float *dec = malloc(n * sizeof *dec), *sum = malloc(n * sizeof *sum);
+		unsigned char *buf = malloc(comp_encoded_size(COMP_NONE, n));
+		for (size_t j = 0; j < k; j++) {
+			size_t bl = comp_encoded_size(g->send_comp, n);
+			comp_encode(g->send_comp, g->grad[order[j]] + g->start[a], n, buf, bl, NULL);
+			comp_decode(g->send_comp, buf, bl, dec, n, NULL);
+			for (size_t i = 0; i < n; i++)
+				acc[i] += (double)dec[i];
+		}
+		for (size_t i = 0; i < n; i++)
+			sum[i] = (float)acc[i];
+		size_t rl = comp_encoded_size(g->result_comp, n);
+		comp_encode(g->result_comp, sum, n, buf, rl, NULL);
+		comp_decode(g->result_comp, buf, rl, e + g->start[a], n, NULL);
+		free(acc);
+		free(dec);
+		free(sum);
+		free(buf);
+	}
+	return e;
+}
+
+/* Every present member succeeded with identical bytes equal to expected(),
+ * the included set and total samples as given, the others reported dropped. */
+static void check_group(group *g, const int *included, const char *what)
+{
+	int all_ok = 1;
+	for (size_t i = 0; i < g->n; i++)
+		if (g->absent[i] == PRESENT && g->rc[i] != COT_OK) {
+			diag("%s: member %zu (host %lld): %s", what, i, (long long)hid[i], g->eb[i].msg);
+			all_ok = 0;
+		}
+	ok(all_ok, "%s: every member finished", what);
+	if (!all_ok)
+		return;
+	size_t first = 0;
+	while (g->absent[first] != PRESENT)
+		first++;
+	int same = 1;
+	for (size_t i = 0; i < g->n; i++)
+		if (g->absent[i] == PRESENT && memcmp(g->out[i], g->out[first], g->len * sizeof(float)))
+			same = 0;
+	ok(same, "%s: every member holds the same bytes", what);
+
+	float *e = expected(g, included);
+	ok(memcmp(e, g->out[first], g->len * sizeof(float)) == 0,
+	   "%s: the sum is bit-exact: in host id order, in double, rounded once", what);
+
+	uint64_t total = 0, dropped = 0;
+	size_t n_inc = 0;
+	for (size_t i = 0; i < g->n; i++) {
+		if (included[i])
+			total += g->samples[i], n_inc++;
+		else
+			dropped += g->samples[i];
+	}
+	int sets = 1;
+	for (size_t i = 0; i < g->n; i++) {
+		if (g->absent[i] != PRESENT)
+			continue;
+		allreduce_result *r = &g->res[i];
+		if (r->total_samples != total || r->n_included != n_inc || r->dropped_samples != dropped ||
+		    r->n_dropped != g->n - n_inc)
+			sets = 0;
+		for (size_t k = 0; k < r->n_included; k++)
+			if (k && r->included[k] <= r->included[k - 1])
+				sets = 0;
+		for (size_t k = 0; k < r->n_dropped; k++)
+			for (size_t m = 0; m < g->n; m++)
+				if (hid[m] == r->dropped[k].host_id && (included[m] ||
+				    r->dropped[k].samples != g->samples[m]))
+					sets = 0;
+	}
+	ok(sets, "%s: %zu included with %llu samples, %llu samples reported dropped", what, n_inc,
+	   (unsigned long long)total, (unsigned long long)dropped);
+
+	/* Without compression, the mean is the exact weighted mean up to the
+	 * one rounding to fp32 (and the division). */
+	if (g->send_comp == COMP_NONE && g->result_comp == COMP_NONE && total) {
+		int close = 1;
+		for (size_t j = 0; j < g->len; j++) {
+			double s = 0;
+			for (size_t i = 0; i < g->n; i++)
+				if (included[i])
+					s += g->grad[i][j];
+			double mean = s / (double)total, got = (double)g->out[first][j] / (double)total;
+			if (fabs(got - mean) > 6e-8 * fabs(mean) + 1e-30)
+				close = 0;
+		}
+		ok(close, "%s: sum / samples is the weighted mean within fp32 rounding", what);
+	}
+	free(e);
+}
+
+static const int ALL[MAXN] = { 1, 1, 1, 1, 1 };
+
+static void test_sizes(void)
+{
+	uint64_t s1[] = { 5 }, e1[] = { 1000 };
+	group *g = group_new(1, 1000, e1, s1);
+	group_run(g, NULL);
+	check_group(g, ALL, "group of 1");
+	group_free(g);
+
+	uint64_t s2[] = { 3, 9 }, e2[] = { 500, 1000 };
+	g = group_new(2, 1000, e2, s2);
+	group_run(g, NULL);
+	check_group(g, ALL, "group of 2, equal shares");
+	group_free(g);
+
+	uint64_t s4[] = { 4, 8, 1, 16 }, e4[] = { 750, 1500, 2250, 3000 };
+	g = group_new(4, 3000, e4, s4);
+	group_run(g, NULL);
+	check_group(g, ALL, "group of 4, equal shares");
+	group_free(g);
+
+	/* Unequal shares; member 2 cannot accept connections (empty range). */
+	uint64_t u4[] = { 100, 1500, 1500, 3000 };
+	g = group_new(4, 3000, u4, s4);
+	group_run(g, NULL);
+	check_group(g, ALL, "group of 4, unequal shares, one empty range");
+	group_free(g);
+
+	/* Compressed on the wire: 8-bit slices over several blocks, fp16 results. */
+	uint64_t c4[] = { 9000, 9000, 15000, 20000 };
+	g = group_new(4, 20000, c4, s4);
+	g->send_comp = COMP_BLOCK8;
+	g->result_comp = COMP_FP16;
+	group_run(g, NULL);
+	check_group(g, ALL, "group of 4, 8-bit slices, fp16 results");
+	group_free(g);
+
+	g = group_new(4, 3000, e4, s4);
+	g->send_comp = COMP_FP16;
+	group_run(g, NULL);
+	check_group(g, ALL, "group of 4, fp16 slices, raw results");
+	group_free(g);
+}
+
+/* The reason member agg's aggregator gave for refusing member who, or NULL. */
+static const char *refused_by(group *g, size_t agg, size_t who)
+{
+	for (size_t k = 0; k < g->res[agg].n_refused; k++)
+		if (g->res[agg].refused[k].host_id == hid[who])
+			return g->res[agg].refused[k].reason;
+	return NULL;
+}
+
+static void test_bad_gradients(void)
+{
+	uint64_t s4[] = { 4, 8, 2, 16 }, e4[] = { 750, 1500, 2250, 3000 };
+	group *g = group_new(4, 3000, e4, s4);
+	g->grad[2][10] = NAN;           /* in member 0's range only */
+	g->grad[3][800] = INFINITY;     /* in member 1's range only */
+	group_run(g, NULL);
+	const int inc[MAXN] = { 1, 1, 0, 0 };
+	check_group(g, inc, "NaN and Inf");
+	const char *why2 = refused_by(g, 0, 2), *why3 = refused_by(g, 1, 3);
+	ok(why2 && strstr(why2, "not finite") && why3 && strstr(why3, "not finite") &&
+	   !refused_by(g, 1, 2) && !refused_by(g, 0, 3),
+	   "the aggregator that saw NaN or Inf reports refusing the sender (\"%s\")",
+	   why2 ? why2 : "none");
+	group_free(g);
+
+	/* Same with 8-bit slices: the bad block cannot hide in the encoding. */
+	g = group_new(4, 3000, e4, s4);
+	g->send_comp = COMP_BLOCK8;
+	g->grad[1][2000] = NAN;
+	group_run(g, NULL);
+	const int inc1[MAXN] = { 1, 0, 1, 1 };
+	check_group(g, inc1, "NaN in an 8-bit slice");
+	group_free(g);
+
+	g = group_new(4, 3000, e4, s4);
+	for (size_t j = 0; j < 3000; j++)
+		g->grad[3][j] *= 1000.0f;
+	group_run(g, NULL);
+	const int inc2[MAXN] = { 1, 1, 1, 0 };
+	check_group(g, inc2, "outlier norm");
+	int all = 1;
+	for (size_t a = 0; a < 4; a++) {
+		const char *why = refused_by(g, a, 3);
+		if (!why || !strstr(why, "median"))
+			all = 0;
+	}
+	ok(all, "every aggregator refused the outlier for its norm (\"%s\")",
+	   refused_by(g, 0, 3) ? refused_by(g, 0, 3) : "none");
+	group_free(g);
+}
+
+static void test_faults(void)
+{
+	/* A sender that never shows up: dropped at the collect deadline. */
+	uint64_t s3[] = { 5, 6, 7 }, e3[] = { 400, 1000, 1000 };
+	group *g = group_new(3, 1000, e3, s3);
+	g->absent[2] = ABSENT_CLOSED;
+	g->collect_ms = 1000;
+	group_run(g, NULL);
+	const int inc[MAXN] = { 1, 1, 0 };
+	check_group(g, inc, "a sender that dies before sending");
+	group_free(g);
+
+	/* An aggregator that is gone (its port refuses connections), and one
+	 * that accepts TCP but never answers: a clean error for everyone,
+	 * within the deadline. */
+	for (int how = ABSENT_CLOSED; how <= ABSENT_SILENT; how++) {
+		uint64_t e[] = { 300, 700, 1000 };
+		g = group_new(3, 1000, e, s3);
+		g->absent[1] = how;
+		g->collect_ms = 1000;
+		g->deadline_ms = 2500;
+		group_run(g, NULL);
+		int clean = 1;
+		for (size_t i = 0; i < 3; i++) {
+			if (i == 1)
+				continue;
+			if (g->rc[i] != COT_ERR_NETWORK || g->elapsed[i] > g->deadline_ms + 500 ||
+			    !strstr(g->eb[i].msg, "host 11"))
+				clean = 0;
+			diag("member %zu after %lld ms: %s", i, (long long)g->elapsed[i], g->eb[i].msg);
+		}
+		ok(clean, "an aggregator that %s: every member fails with a network error in time",
+		   how == ABSENT_CLOSED ? "is gone" : "never answers");
+		group_free(g);
+	}
+}
+
+/* ---- A host outside the group ---- */
+
+typedef struct {
+	int fd;
+	cot_err rc;
+	cot_errbuf eb;
+	pthread_t th;
+} outsider_job;
+
+static void *outsider_main(void *arg)
+{
+	outsider_job *o = arg;
+	peer_conn *c = NULL;
+	o->rc = peer_handshake(outsider_ctx, o->fd, PEER_CLIENT, hid[0], deadline_after_ms(5000), &c,
+	                       &o->eb);
+	if (o->rc == COT_OK) {
+		hello_msg ours = { .proto_min = HELLO_PROTO_MIN, .proto_max = HELLO_PROTO_MAX,
+		                   .host_id = OUTSIDER, .round = 7,
+		                   .max_payload = FRAME_PAYLOAD_DEFAULT_MAX }, theirs;
+		uint16_t ver;
+		snprintf(ours.project, sizeof ours.project, "%s", PROJECT);
+		o->rc = hello_exchange(c, &ours, &theirs, &ver, deadline_after_ms(5000), &o->eb);
+	}
+	peer_close(c);
+	return NULL;
+}
+
+static outsider_job outsider;
+
+/* Queue the outsider's TCP connection on member 0's listener before the
+ * members start, so that it is accepted first. */
+static void outsider_dial(group *g)
+{
+	dialer *d = NULL;
+	dialer_result dr;
+	dialer_target t = { "127.0.0.1", g->m[0].port, hid[0] };
+	if (dialer_direct_new(&d, &outsider.eb) ||
+	    dialer_connect(d, &t, deadline_after_ms(2000), &dr, &outsider.eb))
+		bail_out("outsider could not connect: %s", outsider.eb.msg);
+	dialer_free(d);
+	outsider.fd = dr.fd;
+	if (pthread_create(&outsider.th, NULL, outsider_main, &outsider))
+		bail_out("could not start the outsider");
+}
+
+static void test_outsider(void)
+{
+	uint64_t s2[] = { 3, 4 }, e2[] = { 600, 1000 };
+	group *g = group_new(2, 1000, e2, s2);
+	group_run(g, outsider_dial);
+	pthread_join(outsider.th, NULL);
+	ok(outsider.rc == COT_ERR_AUTH && strstr(outsider.eb.msg, "not a member"),
+	   "a host outside the group is refused (%s: %s)", cot_strerror(outsider.rc), outsider.eb.msg);
+	check_group(g, ALL, "group of 2 with an outsider knocking");
+	group_free(g);
+}
+
+static void test_params(void)
+{
+	float grad[10] = {0}, out[10];
+	allreduce_result res;
+	cot_errbuf eb = {0};
+	allreduce_member m[2] = { { hid[0], "127.0.0.1", 1, 0, 6, 1 }, { hid[1], "127.0.0.1", 1, 5, 10, 1 } };
+	allreduce_params p = { .members = m, .n = 2, .self = 0, .grad = grad, .len = 10,
+	                       .ctx = ctx[0], .deadline = deadline_after_ms(1000) };
+	ok(allreduce_run(&p, out, &res, &eb) == COT_ERR_INVALID, "overlapping ranges refused (%s)",
+	   eb.msg);
+	m[0].end = 4;
+	ok(allreduce_run(&p, out, &res, &eb) == COT_ERR_INVALID, "ranges with a gap refused (%s)",
+	   eb.msg);
+	m[0].end = 5;
+	p.self = 1;
+	ok(allreduce_run(&p, out, &res, &eb) == COT_ERR_INVALID, "a self that is not us refused (%s)",
+	   eb.msg);
+}
+
+int main(void)
+{
+	alarm(120);
+	plan_lazy();
+	cot_errbuf eb = {0};
+	pki_ca *ca = NULL;
+	if (pki_ca_create(PROJECT, 0, &ca, &eb) || pki_ca_cert_pem(ca, &ca_pem, &eb))
+		bail_out("could not make a CA: %s", eb.msg);
+	for (size_t i = 0; i < MAXN; i++)
+		ctx[i] = make_ctx(ca, hid[i]);
+	outsider_ctx = make_ctx(ca, OUTSIDER);
+
+	test_params();
+	test_sizes();
+	test_bad_gradients();
+	test_faults();
+	test_outsider();
+
+	for (size_t i = 0; i < MAXN; i++)
+		peer_ctx_free(ctx[i]);
+	peer_ctx_free(outsider_ctx);
+	pki_ca_free(ca);
+	free(ca_pem);
+	done_testing();
+	return exit_status();
+}
