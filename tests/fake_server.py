@@ -61,7 +61,7 @@ SCENARIOS = [
     ("beyond-epoch", 200, unit(4, lo=0, hi=1 << 30)),
     ("huge-answer", 200, b'{"pad": "' + b"x" * (2 << 20) + b'"}'),
     ("files-not-array", 200, dict(unit(5), files="none")),
-    ("size-over-cap", 200, unit(6, files=[small("good", size=1 << 40)])),
+    ("size-over-cap", 200, unit(6, files=[small("good", size=2 << 20)])),
     ("file-missing", 200, unit(7, files=[small("missing")])),
     ("file-oversize", 200, unit(8, files=[small("oversize")])),
     ("file-corrupt-once", 200, unit(9, files=[small("corrupt-once")])),

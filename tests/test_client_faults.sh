@@ -20,7 +20,7 @@ FPID= CPID=
 cleanup() {
 	[ -n "$CPID" ] && kill -9 "$CPID" 2>/dev/null
 	[ -n "$FPID" ] && kill "$FPID" 2>/dev/null && wait "$FPID" 2>/dev/null
-	[ -n "$COTRAIN_IN_MNTNS" ] && umount "$T/cl" 2>/dev/null
+	[ -n "$COTRAIN_IN_MNTNS" ] && { umount "$T/cl" 2>/dev/null; umount "$T/cl" 2>/dev/null; }
 	rm -rf "$T"
 }
 trap cleanup EXIT INT TERM
@@ -104,11 +104,16 @@ if [ -n "$TMPFS" ]; then
 	rm -f "$T/cl/filler"
 	wait_for 10 log_has "state saved again"
 	ok $? "space freed: the state is saved again and computing resumes"
-	mount -o remount,ro "$T/cl"
-	ctl suspend >"$T/susp.out" 2>&1
-	ok $([ $? = 1 ] && grep -q 'could not save the state' "$T/susp.out" && alive; echo $?) \
-		"read-only state folder: refused with a clear message, daemon alive"
-	mount -o remount,rw "$T/cl"
+	# A read-only bind mount over the folder (the tmpfs itself cannot be
+	# remounted read-only while the daemon holds its lock file open).
+	if mount --bind "$T/cl" "$T/cl" && mount -o remount,ro,bind "$T/cl"; then
+		ctl suspend >"$T/susp.out" 2>&1
+		ok $([ $? = 1 ] && grep -q 'could not save the state' "$T/susp.out" && alive; echo $?) \
+			"read-only state folder: refused with a clear message, daemon alive ($(cat "$T/susp.out"))"
+		umount "$T/cl"
+	else
+		skip 1 "could not make the state folder read-only"
+	fi
 	head -1 "$T/cl/state.json" | grep -q '^cotrain-client-state 1 '
 	ok $? "state.json is intact"
 else
