@@ -19,6 +19,12 @@
 
 #include <stdbool.h>
 
+/* The layout of a batch of products, see sgemm_batched. */
+typedef struct kern_batch {
+	int n_outer, n_inner;
+	long a_outer, a_inner, b_outer, b_inner, c_outer, c_inner;
+} kern_batch;
+
 typedef struct kern_backend {
 	const char *name;
 	/* C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C.  op(A) is A
@@ -28,13 +34,14 @@ typedef struct kern_backend {
 	void (*sgemm)(bool ta, bool tb, int M, int N, int K, float alpha,
 	              const float *A, int lda, const float *B, int ldb,
 	              float beta, float *C, int ldc);
-	/* batch independent products of one shape; problem i uses
-	 * A + i*sa, B + i*sb, C + i*sc (strides in floats).  The C blocks
-	 * must not overlap.  Outside OpenMP regions. */
+	/* n_outer * n_inner independent products of one shape; problem
+	 * (o, i) uses A + o*a_outer + i*a_inner, likewise B and C (strides
+	 * in floats), so that e.g. (sample, head) pairs of attention read
+	 * their slices in place.  The C blocks must not overlap.  Outside
+	 * OpenMP regions. */
 	void (*sgemm_batched)(bool ta, bool tb, int M, int N, int K, float alpha,
-	                      const float *A, int lda, long sa,
-	                      const float *B, int ldb, long sb,
-	                      float beta, float *C, int ldc, long sc, int batch);
+	                      const float *A, int lda, const float *B, int ldb,
+	                      float beta, float *C, int ldc, const struct kern_batch *batch);
 	/* threads used by this backend and by the kernels' OpenMP loops */
 	void (*set_threads)(int n);
 	int (*threads)(void);

@@ -84,15 +84,17 @@ static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
 }
 
 static void cpu_sgemm_batched(bool ta, bool tb, int M, int N, int K, float alpha,
-                              const float *A, int lda, long sa,
-                              const float *B, int ldb, long sb,
-                              float beta, float *C, int ldc, long sc, int batch)
+                              const float *A, int lda, const float *B, int ldb,
+                              float beta, float *C, int ldc, const kern_batch *bt)
 {
-	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && batch > 1)
-	for (int i = 0; i < batch; i++)
-		gemm1(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb,
-		      beta, C + i * sc, ldc);
+	int nt = kern_threads(), n = bt->n_outer * bt->n_inner;
+	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n > 1)
+	for (int p = 0; p < n; p++) {
+		long o = p / bt->n_inner, i = p % bt->n_inner;
+		gemm1(ta, tb, M, N, K, alpha, A + o * bt->a_outer + i * bt->a_inner, lda,
+		      B + o * bt->b_outer + i * bt->b_inner, ldb, beta,
+		      C + o * bt->c_outer + i * bt->c_inner, ldc);
+	}
 }
 
 static void cpu_set_threads(int n)
