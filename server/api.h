@@ -1,5 +1,6 @@
 /* cotrain-server: the handlers of the v1 API, one file per resource
- * (api_accounts.c, api_teams.c, api_hosts.c, api_projects.c, api_work.c) and
+ * (api_accounts.c, api_teams.c, api_hosts.c, api_projects.c, api_work.c,
+ * api_certs.c, api_rounds.c) and
  * the file store (files.c).  Each takes a complete request and answers it
  * with one http_reply_* call; doc/api.md describes every route. */
 #ifndef COT_SERVER_API_H
@@ -28,6 +29,13 @@ void api_work_request(http_req *req);
 void api_work_heartbeat(http_req *req);
 void api_work_handback(http_req *req);
 void api_work_finish(http_req *req);
+
+void api_project_ca(http_req *req);          /* api_certs.c */
+void api_host_certificate(http_req *req);
+
+void api_work_report(http_req *req);         /* api_rounds.c */
+void api_round_plan(http_req *req);
+void api_round_outcome(http_req *req);
 
 void files_get(http_req *req);
 

@@ -43,6 +43,12 @@ const char *http_header(const http_req *req, const char *name)
 	return MHD_lookup_connection_value(st->conn, MHD_HEADER_KIND, name);
 }
 
+const char *http_query(const http_req *req, const char *name)
+{
+	const conn_state *st = req->priv;
+	return MHD_lookup_connection_value(st->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
 void http_reply_response(http_req *req, int status, void *response)
 {
 	conn_state *st = req->priv;

@@ -39,6 +39,9 @@ struct http_req {
 /* Value of a request header (case-insensitive name), or NULL. */
 const char *http_header(const http_req *req, const char *name);
 
+/* Value of a query-string argument (?name=value, decoded), or NULL. */
+const char *http_query(const http_req *req, const char *name);
+
 /* Answer with a JSON value; takes ownership of body (json_decref'd here). */
 void http_reply_json(http_req *req, int status, json_t *body);
 /* Answer with len bytes of already serialised JSON (copied). */

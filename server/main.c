@@ -17,6 +17,8 @@
 #include "server/dbconn.h"
 #include "server/http.h"
 #include "server/reaper.h"
+#include "server/round_coord.h"
+#include "shared/pki.h"
 #include "shared/db.h"
 #include "shared/log.h"
 #include "shared/password.h"
@@ -25,8 +27,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 "Usage: cotrain-server [OPTION]...\n"
-"The cotrain project server: the v1 JSON API, the work-unit scheduler and the\n"
-"file store, over PostgreSQL.\n"
+"The cotrain project server: the v1 JSON API, the work-unit scheduler, the\n"
+"round coordinator, the project CA and the file store, over PostgreSQL.\n"
 "\n"
 "  --data-dir DIR        data directory: files/ (the store) and pg/ (the embedded\n"
 "                        database); default $COTRAIN_DATA_DIR or /var/lib/cotrain\n"
@@ -44,6 +46,18 @@ static void usage(FILE *f)
 "  --pool-chunk N        microbatches carved off the frontier at once\n"
 "                        (default 65536)\n"
 "  --body-limit BYTES    largest request body (default 65536)\n"
+"  --cert-lifetime S     lifetime of host certificates (default 21600)\n"
+"  --round-interval S    seconds between the round coordinator's passes\n"
+"                        (default 2)\n"
+"  --round-report-timeout S  seconds after a round closes before hosts that\n"
+"                        have not reported are dropped (default 120)\n"
+"  --round-average-timeout S  seconds from the plan to the outcomes' deadline\n"
+"                        (default 600)\n"
+"  --round-max-group N   most peers in one averaging group (default 16)\n"
+"  --round-close-fraction F  close a round early from this fraction of its\n"
+"                        target (default 0.9)...\n"
+"  --round-straggler-budget S  ...when filling the rest would take longer\n"
+"                        than S seconds at the live units' speed (default 60)\n"
 "  --timeout S           idle connection timeout (default 60)\n"
 "  --log-level L         debug, info, warn or error (default info)\n"
 "  --help                show this help and exit\n"
@@ -73,11 +87,15 @@ int main(int argc, char **argv)
 		.listen = "127.0.0.1", .port = 8080, .threads = 0, .reap_interval = 10,
 		.kdf_iterations = PASSWORD_DEFAULT_ITERATIONS, .body_limit = 65536,
 		.conn_timeout = 60, .wu_max = 100000, .pool_chunk = 65536,
+		.cert_lifetime = PKI_HOST_LIFETIME_DEFAULT_S, .round_interval = 2,
+		.round_report_timeout = 120, .round_average_timeout = 600, .round_max_group = 16,
+		.round_close_fraction = 0.9, .round_straggler_budget = 60,
 	};
 	const char *data_dir = getenv("COTRAIN_DATA_DIR");
 	const char *db = getenv("COTRAIN_DB");
 	enum { O_DATA = 256, O_DB, O_LISTEN, O_PORT, O_THREADS, O_REAP, O_KDF, O_WUMAX, O_CHUNK,
-	       O_BODY, O_TIMEOUT, O_LOG, O_HELP };
+	       O_BODY, O_TIMEOUT, O_LOG, O_HELP, O_CERT, O_RINT, O_RREP, O_RAVG, O_RGRP, O_RFRAC,
+	       O_RBUDGET };
 	static const struct option opts[] = {
 		{ "data-dir", required_argument, NULL, O_DATA },
 		{ "db", required_argument, NULL, O_DB },
@@ -92,6 +110,13 @@ int main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
 		{ "log-level", required_argument, NULL, O_LOG },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "cert-lifetime", required_argument, NULL, O_CERT },
+		{ "round-interval", required_argument, NULL, O_RINT },
+		{ "round-report-timeout", required_argument, NULL, O_RREP },
+		{ "round-average-timeout", required_argument, NULL, O_RAVG },
+		{ "round-max-group", required_argument, NULL, O_RGRP },
+		{ "round-close-fraction", required_argument, NULL, O_RFRAC },
+		{ "round-straggler-budget", required_argument, NULL, O_RBUDGET },
 		{ NULL, 0, NULL, 0 }
 	};
 	cot_log_set_ident("cotrain-server");
@@ -121,6 +146,33 @@ int main(int argc, char **argv)
 			cot_log_set_level((cot_log_level)lvl);
 			break;
 		}
+		case O_CERT:
+			cfg.cert_lifetime = (int)int_opt("cert-lifetime", optarg, PKI_HOST_LIFETIME_MIN_S,
+			                                 PKI_HOST_LIFETIME_MAX_S);
+			break;
+		case O_RINT: cfg.round_interval = (int)int_opt("round-interval", optarg, 1, 3600); break;
+		case O_RREP:
+			cfg.round_report_timeout = (int)int_opt("round-report-timeout", optarg, 1, 86400);
+			break;
+		case O_RAVG:
+			cfg.round_average_timeout = (int)int_opt("round-average-timeout", optarg, 1, 86400);
+			break;
+		case O_RGRP: cfg.round_max_group = (int)int_opt("round-max-group", optarg, 2, 1024); break;
+		case O_RFRAC: {
+			char *end;
+			errno = 0;
+			double f = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(f > 0 && f <= 1)) {
+				fprintf(stderr, "cotrain-server: invalid value \"%s\" for --round-close-fraction"
+				        " (want more than 0, at most 1)\n", optarg);
+				return 2;
+			}
+			cfg.round_close_fraction = f;
+			break;
+		}
+		case O_RBUDGET:
+			cfg.round_straggler_budget = (int)int_opt("round-straggler-budget", optarg, 0, 86400);
+			break;
 		case O_HELP: usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -166,6 +218,7 @@ int main(int argc, char **argv)
 	int rc = 1;
 	http_server *http = NULL;
 	reaper *rp = NULL;
+	round_coord *coord = NULL;
 	cfg.conninfo = target.conninfo;
 	PGconn *conn = NULL;
 	if (db_connect(cfg.conninfo, &conn, &eb) || db_schema_check(conn, &eb)) {
@@ -186,7 +239,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
 	if (dbc_init(cfg.conninfo, &eb) || http_start(&cfg, &http, &eb) ||
-	    reaper_start(cfg.reap_interval, &rp, &eb)) {
+	    reaper_start(cfg.reap_interval, &rp, &eb) || round_coord_start(&cfg, &coord, &eb)) {
 		log_error("%s", eb.msg);
 		goto out;
 	}
@@ -210,6 +263,7 @@ int main(int argc, char **argv)
 	rc = 0;
 out:
 	http_stop(http);
+	round_coord_stop(coord);
 	reaper_stop(rp);
 	db_target_close(&target);
 	return rc;

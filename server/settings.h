@@ -18,6 +18,13 @@ typedef struct {
 	int conn_timeout;          /* idle connection timeout, seconds */
 	long long wu_max;          /* most microbatches in one work unit */
 	long long pool_chunk;      /* microbatches carved off the frontier at once */
+	int cert_lifetime;         /* host certificates, seconds */
+	int round_interval;        /* seconds between the round coordinator's passes */
+	int round_report_timeout;  /* seconds after closing before non-reporters are dropped */
+	int round_average_timeout; /* seconds from the plan to the outcomes' deadline */
+	int round_max_group;       /* most peers in one averaging group */
+	double round_close_fraction; /* straggler rule: close from this share of the target... */
+	int round_straggler_budget;  /* ...when filling the rest would take longer (s) */
 } srv_config;
 
 #endif

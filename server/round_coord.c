@@ -1,0 +1,386 @@
+/* cotrain-server: the round coordinator thread. */
+#include "server/round_coord.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "kernels/model.h"
+#include "server/dbconn.h"
+#include "server/grouping.h"
+#include "server/load_balance.h"
+#include "shared/log.h"
+
+/* Peers grouped together at most: grp_form needs an n*n matrix. */
+#define GROUPING_CHUNK 1024
+
+struct round_coord {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	bool stop, woken;
+	const srv_config *cfg;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static round_coord *g_coord;
+
+typedef struct {
+	long long host_id;
+	long long samples;
+	const char *endpoint;
+	double bandwidth;
+	bool can_aggregate;
+	json_t *rtt;          /* borrowed from the peers array */
+	int group;
+	uint64_t lo, hi;
+} peer;
+
+static const dbc_stmt st_close = {
+	"round_close_due", "SELECT round_close_due($1, $2)", 2
+};
+static const dbc_stmt st_expire = {
+	"round_expire_averaging", "SELECT round_expire_averaging()", 0
+};
+static const dbc_stmt st_closing = {
+	"round_closing", "SELECT project_id, version FROM round WHERE state = 'closing'"
+	" ORDER BY closed_at LIMIT 100", 0
+};
+static const dbc_stmt st_begin = {
+	"round_plan_begin", "SELECT round_plan_begin($1, $2, $3)::text", 3
+};
+static const dbc_stmt st_store = {
+	"round_plan_store", "SELECT round_plan_store($1, $2, $3, $4::jsonb, $5)", 5
+};
+static const dbc_stmt st_fail = {
+	"round_fail", "SELECT round_fail($1, $2, $3)", 3
+};
+
+/* One statement; false (logged) on failure.  *out (when not NULL) gets the
+ * result, which the caller PQclear()s. */
+static bool run(const dbc_stmt *st, const char *const *params, PGresult **out)
+{
+	PGresult *r;
+	char state[6];
+	cot_errbuf eb = { 0 };
+	if (dbc_exec(st, params, &r, state, &eb)) {
+		log_warn("round coordinator: %s: %s", st->name, eb.msg);
+		return false;
+	}
+	if (out)
+		*out = r;
+	else
+		PQclear(r);
+	return true;
+}
+
+static int model_int(const json_t *m, const char *key, int dflt)
+{
+	json_t *v = json_object_get(m, key);
+	if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= (1 << 30))
+		return (int)json_integer_value(v);
+	return dflt;
+}
+
+/* The parameter count of the project's model (config "model"), or 0 with eb
+ * filled when it is not a valid model. */
+static uint64_t param_count(const json_t *model, cot_errbuf *eb)
+{
+	if (!json_is_object(model)) {
+		cot_seterr(eb, COT_ERR_INVALID, "the project's config has no model");
+		return 0;
+	}
+	kern_config c;
+	c.n_layer = model_int(model, "n_layer", 0);
+	c.n_shared = model_int(model, "n_shared", c.n_layer);
+	c.n_head = model_int(model, "n_head", 0);
+	c.d_model = model_int(model, "d_model", 0);
+	c.d_ff = model_int(model, "d_ff", 4 * c.d_model);
+	c.seq_len = model_int(model, "seq_len", 0);
+	c.vocab = model_int(model, "vocab", 0);
+	if (kern_config_validate(&c, eb))
+		return 0;
+	return (uint64_t)kern_param_count(&c);
+}
+
+/* Group peers[0..n) (ordered by host id) with grp_form; group ids from
+ * *next_group on. */
+static cot_err form_groups(peer *p, int n, int max_size, int *next_group, cot_errbuf *eb)
+{
+	int n_agg = 0;
+	for (int i = 0; i < n; i++)
+		n_agg += p[i].can_aggregate;
+	bool *agg = malloc((size_t)n * sizeof *agg);
+	double *rtt = malloc((size_t)n * (size_t)n * sizeof *rtt);
+	int *group = malloc((size_t)n * sizeof *group);
+	cot_err rc = COT_OK;
+	if (!agg || !rtt || !group) {
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	/* With fewer aggregators than groups some group would have none: make
+	 * the groups larger.  With none at all, everyone aggregates (through
+	 * the relay). */
+	for (int i = 0; i < n; i++)
+		agg[i] = p[i].can_aggregate || n_agg == 0;
+	if (n_agg > 0 && (n + n_agg - 1) / n_agg > max_size)
+		max_size = (n + n_agg - 1) / n_agg;
+	for (int i = 0; i < n * n; i++)
+		rtt[i] = -1;
+	for (int i = 0; i < n; i++) {
+		const char *k;
+		json_t *v;
+		json_object_foreach(p[i].rtt, k, v) {
+			long long id = strtoll(k, NULL, 10);
+			int lo = 0, hi = n;            /* binary search by host id */
+			while (lo < hi) {
+				int mid = (lo + hi) / 2;
+				if (p[mid].host_id < id)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			if (lo < n && p[lo].host_id == id && lo != i && json_is_number(v))
+				rtt[(size_t)i * (size_t)n + (size_t)lo] = json_number_value(v);
+		}
+	}
+	int ng = 0;
+	rc = grp_form(n, rtt, agg, max_size, group, &ng, eb);
+	if (!rc)
+		for (int i = 0; i < n; i++)
+			p[i].group = *next_group + group[i];
+	*next_group += ng;
+out:
+	free(agg);
+	free(rtt);
+	free(group);
+	return rc;
+}
+
+/* Each group's shares of the vector [0, len): lb_shares over the group's
+ * members (in host order), then lb_split. */
+static cot_err share_groups(peer *p, int n, int n_groups, uint64_t len, cot_errbuf *eb)
+{
+	lb_peer *lp = malloc((size_t)n * sizeof *lp);
+	int *idx = malloc((size_t)n * sizeof *idx);
+	double *w = malloc((size_t)n * sizeof *w);
+	uint64_t *start = malloc(((size_t)n + 1) * sizeof *start);
+	cot_err rc = COT_OK;
+	if (!lp || !idx || !w || !start) {
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	for (int g = 0; g < n_groups && !rc; g++) {
+		int m = 0, n_agg = 0;
+		for (int i = 0; i < n; i++)
+			if (p[i].group == g) {
+				idx[m] = i;
+				lp[m].bandwidth = p[i].bandwidth;
+				lp[m].can_aggregate = p[i].can_aggregate;
+				n_agg += p[i].can_aggregate;
+				m++;
+			}
+		if (m == 0)
+			continue;
+		for (int j = 0; j < m && n_agg == 0; j++)
+			lp[j].can_aggregate = true;     /* as in form_groups */
+		rc = lb_shares(lp, m, w, NULL, eb);
+		if (rc)
+			break;
+		lb_split(w, m, len, start);
+		for (int j = 0; j < m; j++) {
+			p[idx[j]].lo = start[j];
+			p[idx[j]].hi = start[j + 1];
+		}
+	}
+out:
+	free(lp);
+	free(idx);
+	free(w);
+	free(start);
+	return rc;
+}
+
+static void fail_round(const char *sp, const char *sv, const char *why)
+{
+	log_warn("round coordinator: round %s of project %s fails: %s", sv, sp, why);
+	const char *params[] = { sp, sv, why };
+	run(&st_fail, params, NULL);
+}
+
+/* Plan one closing round, if it is ready. */
+static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
+{
+	char timeout[24];
+	snprintf(timeout, sizeof timeout, "%d", cfg->round_report_timeout);
+	const char *params[] = { sp, sv, timeout };
+	PGresult *r;
+	if (!run(&st_begin, params, &r))
+		return;
+	json_t *begin = NULL;
+	if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+		begin = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
+	PQclear(r);
+	if (!begin)
+		return;          /* not ready, or no longer closing */
+	json_t *peers = json_object_get(begin, "peers");
+	int n = (int)json_array_size(peers);
+	peer *p = NULL;
+	json_t *members = NULL;
+	char *text = NULL;
+	cot_errbuf eb = { 0 };
+	uint64_t len = param_count(json_object_get(begin, "model"), &eb);
+	if (n == 0) {
+		log_info("round coordinator: round %s of project %s had no peer left; open again", sv, sp);
+		goto out;
+	}
+	if (len == 0) {
+		fail_round(sp, sv, eb.msg);
+		goto out;
+	}
+	p = calloc((size_t)n, sizeof *p);
+	members = json_array();
+	if (!p || !members)
+		goto out;
+	for (int i = 0; i < n; i++) {
+		json_t *e = json_array_get(peers, (size_t)i);
+		p[i].host_id = json_integer_value(json_object_get(e, "host_id"));
+		p[i].samples = json_integer_value(json_object_get(e, "samples"));
+		p[i].endpoint = json_string_value(json_object_get(e, "endpoint"));
+		p[i].bandwidth = json_number_value(json_object_get(e, "bandwidth"));
+		p[i].can_aggregate = json_is_true(json_object_get(e, "can_aggregate"));
+		p[i].rtt = json_object_get(e, "rtt");
+	}
+	int n_groups = 0;
+	for (int at = 0; at < n; at += GROUPING_CHUNK) {
+		int m = n - at < GROUPING_CHUNK ? n - at : GROUPING_CHUNK;
+		if (form_groups(p + at, m, cfg->round_max_group, &n_groups, &eb))
+			break;
+	}
+	if (eb.msg[0] || share_groups(p, n, n_groups, len, &eb)) {
+		fail_round(sp, sv, eb.msg);
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		json_array_append_new(members, json_pack("{s:I, s:i, s:I, s:s, s:f, s:b, s:I, s:I}",
+			"host_id", (json_int_t)p[i].host_id, "group", p[i].group,
+			"samples", (json_int_t)p[i].samples, "endpoint", p[i].endpoint ? p[i].endpoint : "",
+			"bandwidth", p[i].bandwidth, "can_aggregate", p[i].can_aggregate,
+			"lo", (json_int_t)p[i].lo, "hi", (json_int_t)p[i].hi));
+	text = json_dumps(members, JSON_COMPACT);
+	if (!text)
+		goto out;
+	char slen[24], savg[24];
+	snprintf(slen, sizeof slen, "%llu", (unsigned long long)len);
+	snprintf(savg, sizeof savg, "%d", cfg->round_average_timeout);
+	const char *sparams[] = { sp, sv, slen, text, savg };
+	if (run(&st_store, sparams, NULL))
+		log_info("round coordinator: round %s of project %s planned: %d peers in %d groups, "
+		         "%llu parameters", sv, sp, n, n_groups, (unsigned long long)len);
+out:
+	free(text);
+	json_decref(members);
+	free(p);
+	json_decref(begin);
+}
+
+static void pass(const srv_config *cfg)
+{
+	char frac[40], budget[24];
+	snprintf(frac, sizeof frac, "%.17g", cfg->round_close_fraction);
+	snprintf(budget, sizeof budget, "%d", cfg->round_straggler_budget);
+	const char *cparams[] = { frac, budget };
+	run(&st_close, cparams, NULL);
+	run(&st_expire, NULL, NULL);
+	PGresult *r;
+	if (!run(&st_closing, NULL, &r))
+		return;
+	for (int i = 0; i < PQntuples(r); i++)
+		plan_round(cfg, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1));
+	PQclear(r);
+}
+
+static void *coord_main(void *arg)
+{
+	round_coord *rc = arg;
+	pthread_mutex_lock(&rc->lock);
+	while (!rc->stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_sec += rc->cfg->round_interval;
+		while (!rc->stop && !rc->woken &&
+		       pthread_cond_timedwait(&rc->wake, &rc->lock, &until) == 0)
+			;
+		if (rc->stop)
+			break;
+		rc->woken = false;
+		pthread_mutex_unlock(&rc->lock);
+		pass(rc->cfg);
+		pthread_mutex_lock(&rc->lock);
+	}
+	pthread_mutex_unlock(&rc->lock);
+	dbc_close_thread();
+	return NULL;
+}
+
+cot_err round_coord_start(const srv_config *cfg, round_coord **out, cot_errbuf *eb)
+{
+	round_coord *rc = calloc(1, sizeof *rc);
+	if (!rc)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	rc->cfg = cfg;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&rc->wake, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&rc->lock, NULL);
+	if (pthread_create(&rc->thread, NULL, coord_main, rc)) {
+		pthread_cond_destroy(&rc->wake);
+		pthread_mutex_destroy(&rc->lock);
+		free(rc);
+		return cot_seterr(eb, COT_ERR_INTERNAL, "could not start the round coordinator thread");
+	}
+	pthread_mutex_lock(&g_lock);
+	g_coord = rc;
+	pthread_mutex_unlock(&g_lock);
+	*out = rc;
+	return COT_OK;
+}
+
+void round_coord_wake(void)
+{
+	pthread_mutex_lock(&g_lock);
+	round_coord *rc = g_coord;
+	if (rc) {
+		pthread_mutex_lock(&rc->lock);
+		rc->woken = true;
+		pthread_cond_signal(&rc->wake);
+		pthread_mutex_unlock(&rc->lock);
+	}
+	pthread_mutex_unlock(&g_lock);
+}
+
+void round_coord_stop(round_coord *rc)
+{
+	if (!rc)
+		return;
+	pthread_mutex_lock(&g_lock);
+	g_coord = NULL;
+	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_lock(&rc->lock);
+	rc->stop = true;
+	pthread_cond_signal(&rc->wake);
+	pthread_mutex_unlock(&rc->lock);
+	pthread_join(rc->thread, NULL);
+	pthread_cond_destroy(&rc->wake);
+	pthread_mutex_destroy(&rc->lock);
+	free(rc);
+}
