@@ -1,18 +1,25 @@
 /* cotrain-server: the routes of a training round (db/migrations/
  * 0003_rounds.sql holds the state machine): a work unit's report once the
- * round closes, a host's averaging plan, and its outcome.  Like api_work.c,
+ * round closes, a host's averaging plan, the round's averaged gradient
+ * (from which the server computes v+1 itself, round_step.h), and a host's
+ * outcome.  Like api_work.c,
  * each is one PL/pgSQL call answering (status, body); this file checks the
  * request's shape and turns untrusted fields into bounded parameters. */
 #include "server/api.h"
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/apiutil.h"
 #include "server/round_coord.h"
+#include "server/round_step.h"
+#include "shared/filestore.h"
+#include "shared/hash.h"
 #include "shared/json.h"
+#include "shared/log.h"
 
 #define RTT_MAX_ENTRIES 4096
 #define RTT_MAX_MS 1e6
@@ -253,4 +260,122 @@ void api_round_outcome(http_req *req)
 out:
 	free(included);
 	json_decref(body);
+}
+
+static const dbc_stmt st_grad_begin = {
+	"round_gradient_begin",
+	"SELECT status, body, project_id, attempt, param_count, gradient_sha256, checkpoint_sha256,"
+	" config FROM round_gradient_begin($1::bytea, $2, $3, $4, $5)", 5
+};
+static const dbc_stmt st_grad_store = {
+	"round_gradient_store",
+	"SELECT status, body FROM round_gradient_store($1, $2, $3, $4, $5, $6, $7)", 7
+};
+
+/* A positive integer query argument (at most 18 digits), or 0. */
+static long long query_pos(http_req *req, const char *name)
+{
+	const char *s = http_query(req, name);
+	char *end = NULL;
+	long long v = s && s[0] >= '1' && s[0] <= '9' && strlen(s) <= 18 ? strtoll(s, &end, 10) : 0;
+	return v > 0 && !*end ? v : 0;
+}
+
+/* The round's averaged gradient (doc/api.md, "The server's step"): checked
+ * by the database (token, plan membership, state, sample total), then by
+ * length; the first upload is stepped here, synchronously (one step at a
+ * time, round_step_compute), and recorded; later ones are compared by
+ * sha256. */
+void api_round_gradient(http_req *req)
+{
+	long long version;
+	char hp[API_HASH_PARAM_LEN];
+	if (!path_version(req, &version) || !api_bearer(req, hp))
+		return;
+	long long host = query_pos(req, "host_id"), samples = query_pos(req, "samples");
+	if (!host || !samples) {
+		http_reply_error(req, 400, "invalid",
+		                 "query arguments \"host_id\" and \"samples\" must be positive integers",
+		                 "POST /v1/projects/<name>/rounds/<version>/gradient?host_id=<id>&samples=<round_samples>.");
+		return;
+	}
+	if (strlen(req->params[0]) > 64) {
+		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
+		return;
+	}
+	char sv[24], sh[24], ss[24];
+	snprintf(sv, sizeof sv, "%lld", version);
+	snprintf(sh, sizeof sh, "%lld", host);
+	snprintf(ss, sizeof ss, "%lld", samples);
+	const char *params[] = { hp, req->params[0], sv, sh, ss };
+	PGresult *r = api_exec(req, &st_grad_begin, params, NULL);
+	if (!r)
+		return;
+	if (PQntuples(r) != 1) {
+		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
+		goto out;
+	}
+	if (!PQgetisnull(r, 0, 0)) {
+		http_reply_raw(req, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1),
+		               (size_t)PQgetlength(r, 0, 1));
+		goto out;
+	}
+	unsigned long long n = strtoull(PQgetvalue(r, 0, 4), NULL, 10);
+	if (n == 0 || n > API_GRADIENT_MAX_BYTES / sizeof(float) || req->body_len != n * sizeof(float)) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "the gradient must be exactly %llu bytes (%llu fp32 values), not %zu",
+		         n * sizeof(float), n, req->body_len);
+		http_reply_error(req, req->body_len > n * sizeof(float) ? 413 : 400,
+		                 req->body_len > n * sizeof(float) ? "too_large" : "invalid", msg,
+		                 "Send the round's averaged gradient as raw little-endian fp32, param_count values.");
+		goto out;
+	}
+	char gsha[FS_SHA_HEX_LEN + 1];
+	if (hash_sha256_hex(req->body, req->body_len, gsha)) {
+		http_reply_error(req, 500, "internal_error", "could not hash the gradient", NULL);
+		goto out;
+	}
+	const char *have = PQgetisnull(r, 0, 5) ? NULL : PQgetvalue(r, 0, 5);
+	char ckpt[FS_SHA_HEX_LEN + 1] = "", psha[FS_SHA_HEX_LEN + 1] = "", ssize[24] = "0";
+	if (!have) {
+		/* The first upload: keep the bytes (a transient file, not in
+		 * `file`) and take the step. */
+		uint64_t size = 0;
+		float *grad = malloc(req->body_len);
+		if (!grad) {
+			http_reply_error(req, 500, "internal_error", "out of memory for the gradient", "Try again later.");
+			goto out;
+		}
+		memcpy(grad, req->body, req->body_len);   /* aligned for the kernels */
+		for (size_t i = 0; i < n; i++)
+			if (!isfinite(grad[i])) {
+				char msg[96];
+				snprintf(msg, sizeof msg, "value %zu of the gradient is not finite", i);
+				http_reply_error(req, 400, "invalid", msg, "Every value of the gradient must be finite.");
+				free(grad);
+				goto out;
+			}
+		cot_errbuf eb = { 0 };
+		cot_err rc = fs_put_buffer(req->cfg->files_dir, req->body, req->body_len, gsha, NULL, &eb);
+		if (!rc)
+			rc = round_step_compute(req->cfg->files_dir, PQgetvalue(r, 0, 6), PQgetvalue(r, 0, 7),
+			                        version, grad, (size_t)n, ckpt, &size, psha, &eb);
+		free(grad);
+		if (rc) {
+			log_error("round %lld of project %s: the server's step failed: %s", version,
+			          req->params[0], eb.msg);
+			http_reply_error(req, 500, "internal_error", "could not compute the next version", eb.msg);
+			goto out;
+		}
+		snprintf(ssize, sizeof ssize, "%llu", (unsigned long long)size);
+	} else {
+		/* Already stepped: only the bytes need comparing; the store
+		 * function answers 200 for the same, 409 for others. */
+		snprintf(ckpt, sizeof ckpt, "%s", have);
+		snprintf(psha, sizeof psha, "%s", have);
+	}
+	const char *sparams[] = { PQgetvalue(r, 0, 2), sv, PQgetvalue(r, 0, 3), gsha, ckpt, ssize, psha };
+	api_relay(req, &st_grad_store, sparams);
+out:
+	PQclear(r);
 }

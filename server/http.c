@@ -29,6 +29,7 @@ typedef struct {
 	route_handler handler;
 	char *body;
 	size_t len, cap;
+	size_t limit;                /* largest body of this route (router_body_limit) */
 	bool too_large;
 	bool queued;                 /* answered already (e.g. 404 before the body) */
 	struct MHD_Response *resp;   /* the answer, queued by finish() */
@@ -147,7 +148,7 @@ static enum MHD_Result finish(conn_state *st)
 static void too_large(conn_state *st)
 {
 	char msg[128];
-	snprintf(msg, sizeof msg, "request body is larger than %zu bytes", st->req.cfg->body_limit);
+	snprintf(msg, sizeof msg, "request body is larger than %zu bytes", st->limit);
 	http_reply_error(&st->req, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", msg, NULL);
 }
 
@@ -190,9 +191,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			http_add_header(&st->req, MHD_HTTP_HEADER_ALLOW, allow);
 			return finish(st);
 		}
+		st->limit = router_body_limit(st->handler, srv->cfg->body_limit);
 		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) > srv->cfg->body_limit) {
+		if (cl && strtoull(cl, NULL, 10) > st->limit) {
 			too_large(st);
 			return finish(st);
 		}
@@ -206,7 +208,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
-		if (st->too_large || st->len + n > srv->cfg->body_limit) {
+		if (st->too_large || st->len + n > st->limit) {
 			st->too_large = true;       /* read and drop the rest */
 			return MHD_YES;
 		}

@@ -35,6 +35,7 @@ static const route routes[] = {
 	{ "POST",   "/v1/hosts/{}/certificate",     api_host_certificate },
 	{ "GET",    "/v1/projects/{}/rounds/{}/plan",    api_round_plan },
 	{ "POST",   "/v1/projects/{}/rounds/{}/outcome", api_round_outcome },
+	{ "POST",   "/v1/projects/{}/rounds/{}/gradient", api_round_gradient },
 	{ "GET",    "/files/{}",                    files_get },
 	{ "HEAD",   "/files/{}",                    files_get },
 };
@@ -113,4 +114,11 @@ route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_ha
 			alen += (size_t)w;
 	}
 	return path_known ? ROUTE_NO_METHOD : ROUTE_NO_PATH;
+}
+
+size_t router_body_limit(route_handler h, size_t dflt)
+{
+	if (h == api_round_gradient)
+		return API_GRADIENT_MAX_BYTES > dflt ? API_GRADIENT_MAX_BYTES : dflt;
+	return dflt;
 }

@@ -22,4 +22,9 @@ typedef enum { ROUTE_FOUND, ROUTE_NO_PATH, ROUTE_NO_METHOD } route_result;
 route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_handler *h,
                           char *allow, size_t allowlen);
 
+/* The largest request body accepted for handler h: dflt (--body-limit)
+ * except for routes that take bulk bytes (a round's gradient,
+ * API_GRADIENT_MAX_BYTES), whose handlers check the exact length. */
+size_t router_body_limit(route_handler h, size_t dflt);
+
 #endif

@@ -1,0 +1,40 @@
+/* cotrain-server: the server's own optimizer step of a round (DESIGN.md,
+ * "The training round", step 6; doc/api.md, "The server's step").
+ *
+ * From checkpoint v and the round's averaged gradient (the mean over the
+ * round's samples, as every peer feeds it to its optimizer) the server
+ * computes version v+1 exactly as the peers do: ckpt_load_new, grads = the
+ * gradient, kern_opt_step with the project's config.optimizer (step index =
+ * the checkpoint's step, which must be v), ckpt_save.  Its parameter hash is
+ * the sha256 of the raw little-endian fp32 parameter buffer (n_params * 4
+ * bytes, kern_param_views order). */
+#ifndef COT_SERVER_ROUND_STEP_H
+#define COT_SERVER_ROUND_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/optimizer.h"
+#include "shared/error.h"
+#include "shared/filestore.h"
+
+/* The optimizer settings of a project config (JSON text, its "optimizer"
+ * object as doc/project-file.md describes; absent fields take the defaults
+ * there), as floats for kern_opt_step.  COT_ERR_INVALID naming the field. */
+cot_err round_step_opt_config(const char *config_json, kern_opt_config *o, cot_errbuf *eb);
+
+/* Compute v+1: load the checkpoint named ckpt_sha from store_dir, take one
+ * step with grad[0..n) (n must be the model's parameter count) and the
+ * optimizer of config_json, store the new checkpoint in store_dir (its name
+ * into ckpt_out, its size into *size) and the parameter hash into
+ * params_out.  Steps run one at a time (a process-wide lock), so memory is
+ * bounded by one model.  Errors: COT_ERR_NOT_FOUND/IO/CORRUPT (checkpoint
+ * v), COT_ERR_CONFLICT (n or the step count does not match the
+ * checkpoint), COT_ERR_INVALID (a gradient that is not finite, a bad
+ * optimizer config), COT_ERR_NOMEM. */
+cot_err round_step_compute(const char *store_dir, const char *ckpt_sha, const char *config_json,
+                           long long version, const float *grad, size_t n,
+                           char ckpt_out[FS_SHA_HEX_LEN + 1], uint64_t *size,
+                           char params_out[FS_SHA_HEX_LEN + 1], cot_errbuf *eb);
+
+#endif
