@@ -229,8 +229,15 @@ cot_err cl_download(const cl_download_req *r, cl_download_info *info, cot_errbuf
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 15L);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)(r->timeout_s > 0 ? r->timeout_s : 60));
-	if (r->rate_limit > 0)
+	if (r->rate_limit > 0) {
 		curl_easy_setopt(c, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t)r->rate_limit);
+		/* libcurl checks the rate only between bursts of up to 100 reads of
+		 * one buffer each: with the default 16 KiB buffer and a fast link, a
+		 * few MB arrive uncapped.  Smaller reads keep a burst near half a
+		 * second's worth. */
+		int64_t buf = r->rate_limit / 200;
+		curl_easy_setopt(c, CURLOPT_BUFFERSIZE, (long)(buf < 1024 ? 1024 : buf > 16384 ? 16384 : buf));
+	}
 	if (have > 0)
 		curl_easy_setopt(c, CURLOPT_RESUME_FROM_LARGE, (curl_off_t)have);
 	CURLcode cc = curl_easy_perform(c);

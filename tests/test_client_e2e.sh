@@ -4,7 +4,7 @@
 # and its exit codes, the socket's permissions, a resumed and a corrupt
 # partial download, kill -9 with no re-download and no microbatch counted
 # twice, backoff while the server is away, a corrupt state file, malformed
-# control requests.
+# control requests; two projects attached at once, both getting work.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
@@ -25,7 +25,7 @@ wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; s
 
 start_server() {
 	"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port "${PORT:-0}" --wu-max 20 \
-		--reap-interval 1 --kdf-iterations 1000 --log-level warn 2>"$T/server.log" &
+		--reap-interval 1 --kdf-iterations 1000 --round-close-fraction 1 --log-level warn 2>"$T/server.log" &
 	SPID=$!
 	wait_for 20 grep -q 'listening on' "$T/server.log" || return 1
 	PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
@@ -39,21 +39,26 @@ start_client() {
 	wait_for 30 test -S "$T/cl/control.sock"
 }
 done_units() { sql "select count(*) from work_unit where state='done'"; }
+done_in() { sql "select count(*) from work_unit w join project p on p.id = w.project_id
+  where p.name = '$1' and w.state = 'done'"; }
+both_done() { [ "$(done_in tiny)" -ge 1 ] && [ "$(done_in tiny2)" -ge 1 ] && done_at_least 3; }
 done_at_least() { [ "$(done_units)" -ge "$1" ] 2>/dev/null; }
 log_has() { grep -q "$1" "$T/client.log"; }
 mb_total() { ctl --json status | sed -n 's/.*"mb_total": \([0-9]*\),*$/\1/p' | head -1; }
 
-plan 26
+plan 30
 
 mkdir -p "$T/text"
 head -c 30000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
 cat >"$T/project.json" <<'JSON'
 {"name": "tiny", "title": "tiny test", "dataset": "tiny",
  "model": {"n_layer": 1, "n_shared": 1, "n_head": 2, "d_model": 32, "d_ff": 64, "seq_len": 16, "vocab": 256},
- "target_batch": 64, "microbatch_size": 2, "seed": 7, "work_unit_seconds": 2}
+ "target_batch": 4096, "microbatch_size": 2, "seed": 7, "work_unit_seconds": 2}
 JSON
 admin db migrate >/dev/null && admin dataset import --shard-tokens 8192 tiny "$T/text" >/dev/null &&
 	admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
+sed 's/"name": "tiny"/"name": "tiny2"/' "$T/project.json" >"$T/project2.json"
+admin project create "$T/project2.json" >/dev/null || bail_out "could not set up the second project"
 KEY=$(echo secretpassword | admin user create --password-stdin a@example.org alice | sed -n 's/^account key: //p')
 CKPT=$(sed -n 's/^version 0 checkpoint //p' "$T/project.out")
 start_server || { cat "$T/server.log"; echo "Bail out! server did not start"; exit 1; }
@@ -88,8 +93,11 @@ ctl --json attach "http://127.0.0.1:$PORT/projects/tiny" --key "$KEY" >"$T/dup.j
 is $? 1 "attaching twice is refused"
 grep -q '"code": "already_exists"' "$T/dup.json"; ok $? "--json prints the error object"
 
-wait_for 60 done_at_least 3
-ok $? "work units are computed and finished on the server"
+ctl attach "http://127.0.0.1:$PORT/projects/tiny2" --key "$KEY" --share 300 >/dev/null
+ok $? "attach a second project, with three times the share"
+ctl status | grep -q 'project tiny2 .*share 300'; ok $? "status lists both projects with their shares"
+wait_for 90 both_done
+ok $? "work units of both projects are computed and finished on the server ($(done_in tiny) + $(done_in tiny2))"
 grep -q "downloaded $CKPT .*resumed" "$T/client.log"; ok $? "the partial checkpoint download was resumed"
 ctl status | grep -q 'microbatches reported in all'; ok $? "status shows the project and its progress"
 
@@ -97,7 +105,7 @@ ctl suspend >/dev/null; ok $? "suspend"
 ctl --json status | grep -q '"suspended": true'; ok $? "status --json says suspended"
 n1=$(done_units); sleep 2
 n2=$(done_units)
-ok $([ "$n2" -le "$((n1 + 1))" ]; echo $?) "no work is finished while suspended ($n1 -> $n2)"
+ok $([ "$n2" -le "$((n1 + 2))" ]; echo $?) "no work is finished while suspended ($n1 -> $n2)"
 ctl resume >/dev/null; ok $? "resume"
 ctl prefs set max_threads=1 disk_max=64M >/dev/null; ok $? "prefs set"
 ctl prefs set max_threads=lots >/dev/null 2>&1; is $? 1 "a bad preference value is refused (exit 1)"
@@ -111,7 +119,7 @@ start_client || bail_out "client did not restart"
 wait_for 30 log_has 'finished with'
 grep -q 'downloaded' "$T/client.log"; is $? 1 "after kill -9 nothing was downloaded again"
 overlap=$(sql "select count(*) from work_unit a join work_unit b on a.id < b.id
-  and a.lo < b.lo + b.mb_done and b.lo < a.lo + a.mb_done
+  and a.project_id = b.project_id and a.lo < b.lo + b.mb_done and b.lo < a.lo + a.mb_done
   where a.state in ('done','returned') and b.state in ('done','returned')")
 is "$overlap" 0 "no microbatch was reported twice"
 
@@ -139,4 +147,6 @@ else
 	skip 1 "python3 is needed to send raw control requests"
 fi
 ctl detach tiny >/dev/null; ok $? "detach"
+ctl detach tiny2 >/dev/null; ok $? "detach the second project"
+ctl status | grep -q 'project tiny'; is $? 1 "no project is left attached"
 done_testing
