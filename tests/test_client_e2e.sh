@@ -12,8 +12,9 @@ B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 command -v python3 >/dev/null 2>&1 && PY=python3 || PY=
 T=$(mktemp -d /tmp/cotrain-client-XXXXXX)
-SPID= CPID=
+SPID= CPID= FPID=
 cleanup() {
+	[ -n "$FPID" ] && kill "$FPID" 2>/dev/null && wait "$FPID" 2>/dev/null
 	[ -n "$CPID" ] && kill -9 "$CPID" 2>/dev/null
 	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
 	rm -rf "$T"
@@ -34,7 +35,7 @@ start_server() {
 }
 start_client() {
 	"$B/client/cotrain-client" --state-dir "$T/cl" --socket "$T/cl/control.sock" \
-		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=3 --set benchmark_seconds=1 \
+		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=1 --set benchmark_seconds=1 \
 		--set only_on_ac=false --set idle_detection=none --set max_threads=1 --set socket_group=nonexistent \
 		2>>"$T/client.log" &
 	CPID=$!
@@ -48,7 +49,7 @@ done_at_least() { [ "$(done_units)" -ge "$1" ] 2>/dev/null; }
 log_has() { grep -q "$1" "$T/client.log"; }
 mb_total() { ctl --json status | sed -n 's/.*"mb_total": \([0-9]*\),*$/\1/p' | head -1; }
 
-plan 30
+plan 33
 
 mkdir -p "$T/text"
 head -c 30000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -133,6 +134,28 @@ start_server || bail_out "server did not restart"
 n1=$(done_units)
 wait_for 30 done_at_least $((n1 + 1))
 ok $? "work resumes when the server is back"
+
+# A third project on a server that answers garbage, impossible work units and
+# broken files (tests/test_client_faults.sh checks each message): the daemon
+# goes through all of it while the real projects keep working, and loses
+# nothing they did.
+if [ -n "$PY" ]; then
+	$PY "$top_srcdir/tests/fake_server.py" "$T/fake.json" 2>"$T/fake.log" &
+	FPID=$!
+	wait_for 20 test -s "$T/fake.json" || bail_out "the fake server did not start"
+	FPORT=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])' "$T/fake.json")
+	mb1=$(mb_total) n1=$(done_units)
+	ctl attach "http://127.0.0.1:$FPORT/projects/fake" --key fakeaccountkey --share 100 >/dev/null &&
+		wait_for 40 log_has 'project fake: handing back work unit 9'
+	ok $? "a misbehaving third project: the daemon goes through its broken answers"
+	wait_for 30 done_at_least $((n1 + 1))
+	ok $? "the real projects keep finishing work meanwhile"
+	mb2=$(mb_total)
+	ok $([ "$mb2" -ge "$mb1" ] 2>/dev/null; echo $?) "nothing already done was lost ($mb1 -> $mb2 microbatches)"
+	ctl detach fake >/dev/null
+else
+	skip 3 "python3 is needed for the fake server"
+fi
 
 if [ -n "$PY" ]; then
 	$PY - "$T/cl/control.sock" >"$T/raw.out" <<'PYEOF'
