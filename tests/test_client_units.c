@@ -346,9 +346,13 @@ static void test_disk_full(void)
 	   "disk full: the old state is intact %s", eb.msg);
 	cl_state_free(&r);
 	snprintf(dl, sizeof dl, "%s/dl", mnt);
-	cot_err rc = fake_pid > 0 ? fetch("good", "big", sha_big, size_big, 8 << 20, 0, dl, &eb) : COT_ERR_IO;
-	ok(rc == COT_ERR_IO && (fake_pid <= 0 || strstr(eb.hint, "Free disk space")),
-	   "disk full: a download stops with a clear message: %s %s", eb.msg, eb.hint);
+	if (fake_pid > 0) {
+		cot_err rc = fetch("good", "big", sha_big, size_big, 8 << 20, 0, dl, &eb);
+		ok(rc == COT_ERR_IO && strstr(eb.hint, "Free disk space"),
+		   "disk full: a download stops with a clear message: %s %s", eb.msg, eb.hint);
+	} else {
+		skip(1, "python3 and tests/fake_server.py are needed for the download tests");
+	}
 	unlink(filler);
 	ok(cl_daemon_save(&d) == COT_OK && !d.state_error, "space freed: the state saves again");
 	if (mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL) == 0) {
