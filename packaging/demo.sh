@@ -8,7 +8,8 @@
 #   3. starts cotrain-server and several volunteer clients on this machine,
 #      attached with an account key,
 #   4. shows them fetching work, computing gradients with the real kernels
-#      and reporting progress, for COTRAIN_DEMO_SECONDS seconds,
+#      and reporting progress, and the server filling the first round's
+#      global batch, for COTRAIN_DEMO_SECONDS seconds,
 #   5. stops everything and prints the server's summary.
 # Settings (environment): COTRAIN_DEMO_DIR (default /var/tmp/cotrain-demo,
 # recreated on each run), COTRAIN_DEMO_PORT (8480), COTRAIN_DEMO_CLIENTS (2),
@@ -79,7 +80,7 @@ while [ "$i" -le "$CLIENTS" ]; do
 	mkdir -p "$st"
 	"$B/client/cotrain-client" --state-dir "$st" --socket "$st/control.sock" \
 		--set only_on_ac=false --set idle_detection=none --set max_threads=1 \
-		--set socket_group=nonexistent --log-level warn 2>"$st/client.log" &
+		--set socket_group=nonexistent --set heartbeat_interval=5 --log-level warn 2>"$st/client.log" &
 	CPIDS="$CPIDS $!"
 	n=0
 	until [ -S "$st/control.sock" ]; do
@@ -95,6 +96,9 @@ say "training for $RUN_SECONDS seconds (Ctrl-C stops early)"
 end=$(( $(date +%s) + RUN_SECONDS ))
 while [ "$(date +%s)" -lt "$end" ]; do
 	sleep 10
+	info=$(curl -fsS "$URL/v1/projects/demo" 2>/dev/null | tr -d ' \n') || info=
+	field() { echo "$info" | sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
+	echo "-- server: model version $(field current_version), global batch $(field accumulated_samples) of $(field target_batch) samples"
 	i=1
 	while [ "$i" -le "$CLIENTS" ]; do
 		echo "-- client $i"
