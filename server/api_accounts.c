@@ -144,7 +144,8 @@ out:
 static const dbc_stmt st_get = {
 	"account_get",
 	"SELECT json_build_object('id', a.id, 'email', a.email, 'name', a.name,"
-	"                         'team_id', a.team_id, 'created_at', a.created_at)::text"
+	"                         'team_id', a.team_id, 'created_at', a.created_at,"
+	"                         'prefs', a.prefs)::text"
 	"  FROM account_key k JOIN account a ON a.id = k.account_id"
 	" WHERE k.key_hash = $1::bytea AND NOT k.revoked AND NOT a.disabled",
 	1

@@ -144,6 +144,8 @@ static void test_accounts(void)
 
 	r = call("GET", "/v1/account", login_key, NULL, 200, "who am I");
 	is_str(th_json_str(&r, "email"), "alice@example.org", "who am I: email");
+	ok(r.json && json_is_object(json_object_get(r.json, "prefs")),
+	   "who am I: the account's preferences, pushed to its clients");
 	th_resp_free(&r);
 	refused("GET", "/v1/account", NULL, NULL, 401, "unauthorized", "no Authorization header");
 	refused("GET", "/v1/account", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", NULL, 401,
