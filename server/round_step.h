@@ -18,11 +18,6 @@
 #include "shared/error.h"
 #include "shared/filestore.h"
 
-/* The optimizer settings of a project config (JSON text, its "optimizer"
- * object as doc/project-file.md describes; absent fields take the defaults
- * there), as floats for kern_opt_step.  COT_ERR_INVALID naming the field. */
-cot_err round_step_opt_config(const char *config_json, kern_opt_config *o, cot_errbuf *eb);
-
 /* Compute v+1: load the checkpoint named ckpt_sha from store_dir, take one
  * step with grad[0..n) (n must be the model's parameter count) and the
  * optimizer of config_json, store the new checkpoint in store_dir (its name
