@@ -65,25 +65,31 @@ static cot_err status_err(long code)
 	}
 }
 
-/* One request.  body (borrowed) is sent as JSON when not NULL.  On 2xx,
- * *out owns the answer object.  On an HTTP error the server's error message
- * and hint go into eb. */
-static cot_err request(const cl_api_opts *o, const char *method, const char *url, const char *bearer,
-                       const json_t *body, json_t **out, time_t *date, cot_errbuf *eb)
+cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb)
 {
-	*out = NULL;
+	if (r->out)
+		*r->out = NULL;
+	if (r->err_body)
+		*r->err_body = NULL;
+	if (r->status)
+		*r->status = 0;
 	CURL *c = curl_easy_init();
 	if (!c)
 		return cot_seterr(eb, COT_ERR_NOMEM, "could not start a request");
+	const char *method = r->method, *url = r->url;
 	answer_buf a = { 0 };
-	char *payload = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	char *payload = r->json ? json_dumps(r->json, JSON_COMPACT) : NULL;
 	struct curl_slist *h = NULL;
-	char auth[CL_TOKEN_MAX + 32];
+	char auth[CL_TOKEN_MAX + 32], ctype[128];
 	h = curl_slist_append(h, "Accept: application/json");
 	if (payload)
 		h = curl_slist_append(h, "Content-Type: application/json");
-	if (bearer && bearer[0]) {
-		snprintf(auth, sizeof auth, "Authorization: Bearer %s", bearer);
+	if (r->raw) {
+		snprintf(ctype, sizeof ctype, "Content-Type: %s", r->ctype ? r->ctype : "application/octet-stream");
+		h = curl_slist_append(h, ctype);
+	}
+	if (r->bearer && r->bearer[0]) {
+		snprintf(auth, sizeof auth, "Authorization: Bearer %s", r->bearer);
 		h = curl_slist_append(h, auth);
 	}
 	char errbuf[CURL_ERROR_SIZE] = "";
@@ -97,6 +103,9 @@ static cot_err request(const cl_api_opts *o, const char *method, const char *url
 	if (payload) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(payload));
+	} else if (r->raw) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, r->raw);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->rawlen);
 	} else if (strcmp(method, "POST") == 0) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, "{}");
 	}
@@ -109,17 +118,26 @@ static cot_err request(const cl_api_opts *o, const char *method, const char *url
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, &a);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 15L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, (long)(o && o->timeout_s > 0 ? o->timeout_s : 60));
+	long timeout = o && o->timeout_s > 0 ? o->timeout_s : 60;
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout + (long)r->extra_timeout_s);
 	if (o && o->upload_limit > 0)
 		curl_easy_setopt(c, CURLOPT_MAX_SEND_SPEED_LARGE, (curl_off_t)o->upload_limit);
 	CURLcode cc = curl_easy_perform(c);
 	long code = 0;
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+	if (r->local_ip && r->local_ip_len) {
+		char *ip = NULL;
+		r->local_ip[0] = '\0';
+		if (curl_easy_getinfo(c, CURLINFO_LOCAL_IP, &ip) == CURLE_OK && ip)
+			snprintf(r->local_ip, r->local_ip_len, "%s", ip);
+	}
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 	free(payload);
-	if (date)
-		*date = a.date;
+	if (r->date)
+		*r->date = a.date;
+	if (r->status)
+		*r->status = code;
 
 	cot_err rc = COT_OK;
 	if (a.overflow) {
@@ -131,6 +149,8 @@ static cot_err request(const cl_api_opts *o, const char *method, const char *url
 		                errbuf[0] ? errbuf : curl_easy_strerror(cc));
 		goto out;
 	}
+	if (code == 204)
+		goto out;                         /* no content: *out stays NULL */
 	json_t *j = NULL;
 	cot_errbuf jeb = { "", "" };
 	cot_err prc = a.buf ? cot_json_parse_object(a.buf, a.len, &j, &jeb)
@@ -141,7 +161,10 @@ static cot_err request(const cl_api_opts *o, const char *method, const char *url
 			                jeb.msg);
 			goto out;
 		}
-		*out = j;
+		if (r->out)
+			*r->out = j;
+		else
+			json_decref(j);
 		goto out;
 	}
 	rc = status_err(code);
@@ -157,9 +180,24 @@ static cot_err request(const cl_api_opts *o, const char *method, const char *url
 		cot_seterr(eb, rc, "server answered HTTP %ld to %s %s", code, method, url);
 	if (hint)
 		cot_sethint(eb, "%s", hint);
-	json_decref(j);
+	if (r->err_body && j)
+		*r->err_body = j;
+	else
+		json_decref(j);
 out:
 	free(a.buf);
+	return rc;
+}
+
+/* One JSON request (see cl_api_http); a 204 is refused here, as no caller of
+ * this form expects one. */
+static cot_err request(const cl_api_opts *o, const char *method, const char *url, const char *bearer,
+                       const json_t *body, json_t **out, time_t *date, cot_errbuf *eb)
+{
+	cl_http_req r = { .method = method, .url = url, .bearer = bearer, .json = body, .out = out, .date = date };
+	cot_err rc = cl_api_http(o, &r, eb);
+	if (!rc && !*out)
+		rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent no answer to %s %s", method, url);
 	return rc;
 }
 
@@ -334,9 +372,7 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
 	return COT_OK;
 }
 
-/* "2026-11-21T23:47:32.123456+00:00" (PostgreSQL's JSON timestamptz) to
- * unix seconds; -1 when malformed. */
-static int64_t parse_timestamp(const char *s)
+int64_t cl_api_parse_timestamp(const char *s)
 {
 	int y, mo, d, h, mi, sec, n = 0;
 	if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6)
@@ -361,17 +397,21 @@ static int64_t parse_timestamp(const char *s)
 	return (int64_t)timegm(&tm) - off;
 }
 
-cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, cot_errbuf *eb)
+cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, json_t **refusal, cot_errbuf *eb)
 {
 	char url[CL_URL_MAX + 128];
 	snprintf(url, sizeof url, "%s/v1/projects/%s/work", p->base, p->name);
 	json_t *body = json_pack("{s:I}", "host_id", (json_int_t)p->host_id);
-	json_t *a;
+	json_t *a = NULL;
 	time_t date = 0;
-	cot_err rc = body ? request(o, "POST", url, p->host_token, body, &a, &date, eb) : COT_ERR_NOMEM;
+	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .json = body, .out = &a,
+	                  .err_body = refusal, .date = &date };
+	cot_err rc = body ? cl_api_http(o, &r, eb) : COT_ERR_NOMEM;
 	json_decref(body);
 	if (rc)
 		return rc;
+	if (!a)
+		return cot_seterr(eb, COT_ERR_NETWORK, "server sent no work unit");
 	cot_errbuf e2 = { "", "" };
 	long long id = 0, ver = 0, lo = 0, hi = 0;
 	const char *deadline = NULL;
@@ -391,7 +431,7 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, cot
 		           lo, hi, (long long)tmp.mb_per_epoch);
 		goto bad;
 	}
-	int64_t dl = parse_timestamp(deadline);
+	int64_t dl = cl_api_parse_timestamp(deadline);
 	if (dl < 0) {
 		cot_seterr(&e2, COT_ERR_INVALID, "field \"deadline\" is not a timestamp");
 		goto bad;

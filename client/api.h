@@ -16,6 +16,7 @@
 #define CL_API_H
 
 #include <stdint.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -29,11 +30,40 @@ typedef struct {
 	int64_t upload_limit;      /* bytes/s, 0 = unlimited */
 } cl_api_opts;
 
+/* One HTTP request to a server (the building block of every call here and
+ * in api_round.c).  A JSON body (json) or a raw one (raw, rawlen, ctype) is
+ * sent; on a 2xx answer *out (when out is not NULL) owns the JSON answer,
+ * NULL for a 204; on an HTTP error eb quotes the server's message and hint
+ * and *err_body (when not NULL) owns the error's JSON, when it had one.
+ * local_ip receives our address on the connection (the one peers on the
+ * same network as the server can reach us at).  The time limit is the
+ * options' plus extra_timeout_s (for long polls). */
+typedef struct {
+	const char *method, *url, *bearer;
+	const json_t *json;
+	const void *raw;
+	size_t rawlen;
+	const char *ctype;
+	json_t **out;
+	json_t **err_body;
+	time_t *date;
+	long *status;
+	char *local_ip;
+	size_t local_ip_len;
+	int extra_timeout_s;
+} cl_http_req;
+
+cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb);
+
 /* Split a project URL "http[s]://host[:port][/prefix]/projects/<name>" (or
  * ".../v1/projects/<name>") into the server base URL and the name.
  * COT_ERR_INVALID with a hint when it does not look like one. */
 cot_err cl_api_parse_project_url(const char *url, char *base, size_t baselen, char *name,
                                  size_t namelen, cot_errbuf *eb);
+
+/* "2026-11-21T23:47:32.123456+00:00" (PostgreSQL's JSON timestamptz) to
+ * unix seconds; -1 when malformed. */
+int64_t cl_api_parse_timestamp(const char *s);
 
 /* POST /v1/accounts/login: the account key for email and password. */
 cot_err cl_api_login(const cl_api_opts *o, const char *base, const char *email,
@@ -71,8 +101,10 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
  * for clock skew).  The project parameters in p are refreshed from it.
  * An impossible work unit (hi <= lo, a negative lo, a range longer than an
  * epoch (mb_per_epoch) or over 2^40, a bad file entry)
- * is COT_ERR_NETWORK with a detail. */
-cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, cot_errbuf *eb);
+ * is COT_ERR_NETWORK with a detail.  When refusal is not NULL and the
+ * server refused (409: a round is not open), *refusal owns its answer
+ * (with "round" and "retry_after"). */
+cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, json_t **refusal, cot_errbuf *eb);
 
 /* POST /v1/workunits/<id>/{heartbeat,handback,finish} with mb_done and
  * samples_per_sec.  On success *answer (when not NULL) is the server's

@@ -60,16 +60,62 @@ static int token_at(const cl_compute *c, uint64_t pos)
 	return -1;
 }
 
+static void free_spans(cl_compute *c)
+{
+	for (int i = 0; i < c->nspans; i++)
+		free(c->spans[i].tokens);
+	c->nspans = 0;
+}
+
 void cl_compute_close(cl_compute *c)
 {
 	if (!c)
 		return;
-	for (int i = 0; i < c->nspans; i++)
-		free(c->spans[i].tokens);
+	free_spans(c);
 	kern_model_free(c->m);
 	free(c->in);
 	free(c->tgt);
 	free(c);
+}
+
+/* Load the shards of work unit w into c's spans (replacing any) and check
+ * that they hold every token of its range [lo, keep_hi). */
+static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir, cot_errbuf *eb)
+{
+	free_spans(c);
+	c->lo = w->lo;
+	c->hi = w->keep_hi;
+	cot_errbuf e2 = { "", "" };
+	cot_err rc;
+	for (int i = 0; i < w->nfiles; i++) {
+		const cl_file *f = &w->files[i];
+		if (strcmp(f->kind, "shard") != 0 && f->kind[0] != '\0')
+			continue;
+		char path[PATH_MAX];
+		if ((rc = fs_path(cache_dir, f->sha256, path, sizeof path, eb)))
+			return rc;
+		shard_meta meta;
+		span *s = &c->spans[c->nspans];
+		if ((rc = shard_read(path, SHARD_TOKENS_MAX, &meta, &s->tokens, &e2)))
+			return cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT, "could not read shard %s: %s",
+			                  f->sha256, e2.msg);
+		s->first = meta.first_token;
+		s->n = meta.n_tokens;
+		c->nspans++;
+	}
+	/* Every token the range needs must be there: an impossible work unit
+	 * is refused before any compute. */
+	int64_t n = c->hi - c->lo;
+	int64_t first_m = c->lo % c->mb_per_epoch;
+	uint64_t per_mb = (uint64_t)(c->B * c->T);
+	for (int64_t k = 0; k < n && k < c->mb_per_epoch; k++) {
+		uint64_t m = (uint64_t)((first_m + k) % c->mb_per_epoch);
+		uint64_t a = m * per_mb, b = a + per_mb;      /* [a, b] inclusive of the last target */
+		if (token_at(c, a) < 0 || token_at(c, b) < 0)
+			return cot_seterr(eb, COT_ERR_INVALID, "the shards of work unit %lld do not hold the tokens of microbatch %lld",
+			                  (long long)w->id, (long long)(c->lo + k));
+	}
+	return COT_OK;
 }
 
 cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache_dir, cl_compute **out,
@@ -87,8 +133,6 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 	cl_compute *c = calloc(1, sizeof *c);
 	if (!c)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
-	c->lo = w->lo;
-	c->hi = w->keep_hi;
 	c->mb_per_epoch = p->mb_per_epoch;
 	c->B = p->microbatch_size;
 	c->T = p->seq_len;
@@ -102,33 +146,28 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 	const cl_file *ckpt = NULL;
 	for (int i = 0; i < w->nfiles; i++) {
 		const cl_file *f = &w->files[i];
+		if (strcmp(f->kind, "checkpoint") != 0)
+			continue;
 		char path[PATH_MAX];
 		if ((rc = fs_path(cache_dir, f->sha256, path, sizeof path, eb)))
 			goto fail;
-		if (strcmp(f->kind, "checkpoint") == 0) {
-			ckpt = f;
-			if ((rc = ckpt_load_new(path, (int)c->B, &c->m, &e2))) {
-				rc = cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT,
-				                "could not load checkpoint %s: %s", f->sha256, e2.msg);
-				goto fail;
-			}
-			kern_config got = c->m->config;
-			if (memcmp(&got, &kc, sizeof kc) != 0) {
-				rc = cot_seterr(eb, COT_ERR_INVALID, "checkpoint %s does not hold the project's model", f->sha256);
-				goto fail;
-			}
-		} else if (strcmp(f->kind, "shard") == 0 || f->kind[0] == '\0') {
-			shard_meta meta;
-			span *s = &c->spans[c->nspans];
-			if ((rc = shard_read(path, SHARD_TOKENS_MAX, &meta, &s->tokens, &e2))) {
-				rc = cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT, "could not read shard %s: %s",
-				                f->sha256, e2.msg);
-				goto fail;
-			}
-			s->first = meta.first_token;
-			s->n = meta.n_tokens;
-			c->nspans++;
+		ckpt = f;
+		if ((rc = ckpt_load_new(path, (int)c->B, &c->m, &e2))) {
+			rc = cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT,
+			                "could not load checkpoint %s: %s", f->sha256, e2.msg);
+			goto fail;
 		}
+		kern_config got = c->m->config;
+		if (memcmp(&got, &kc, sizeof kc) != 0) {
+			rc = cot_seterr(eb, COT_ERR_INVALID, "checkpoint %s does not hold the project's model", f->sha256);
+			goto fail;
+		}
+		if (c->m->step != w->version) {
+			rc = cot_seterr(eb, COT_ERR_INVALID, "checkpoint %s has taken %ld steps, not %lld (the work unit's version)",
+			                f->sha256, c->m->step, (long long)w->version);
+			goto fail;
+		}
+		break;
 	}
 	if (!ckpt) {
 		if ((rc = kern_model_create(&kc, (int)c->B, &c->m, &e2))) {
@@ -137,26 +176,27 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 		}
 		kern_model_init(c->m, (uint64_t)p->seed);
 	}
-	/* Every token the range needs must be there: an impossible work unit
-	 * is refused before any compute. */
-	int64_t n = c->hi - c->lo;
-	int64_t first_m = c->lo % c->mb_per_epoch;
-	uint64_t per_mb = (uint64_t)(c->B * c->T);
-	for (int64_t k = 0; k < n && k < c->mb_per_epoch; k++) {
-		uint64_t m = (uint64_t)((first_m + k) % c->mb_per_epoch);
-		uint64_t a = m * per_mb, b = a + per_mb;      /* [a, b] inclusive of the last target */
-		if (token_at(c, a) < 0 || token_at(c, b) < 0) {
-			rc = cot_seterr(eb, COT_ERR_INVALID, "the shards of work unit %lld do not hold the tokens of microbatch %lld",
-			                (long long)w->id, (long long)(c->lo + k));
-			goto fail;
-		}
-	}
+	if ((rc = load_range(c, w, cache_dir, eb)))
+		goto fail;
 	kern_zero_grad(c->m);
 	*out = c;
 	return COT_OK;
 fail:
 	cl_compute_close(c);
 	return rc;
+}
+
+cot_err cl_compute_retarget(cl_compute *c, const cl_work *w, const char *cache_dir, cot_errbuf *eb)
+{
+	cot_err rc = load_range(c, w, cache_dir, eb);
+	if (rc)
+		c->hi = c->lo;                      /* nothing may be computed from a half-loaded range */
+	return rc;
+}
+
+kern_model *cl_compute_model(cl_compute *c)
+{
+	return c ? c->m : NULL;
 }
 
 cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf *eb)

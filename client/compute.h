@@ -7,8 +7,10 @@
  * samples [m*B, (m+1)*B) with B = microbatch_size; sample j is tokens
  * [j*T, j*T + T + 1) of the dataset stream (T = seq_len): inputs the first
  * T, targets the last T.  Gradients of every sample are summed into the
- * model's gradient buffer (kern_backward_scaled with scale B).  Until
- * collaborative rounds exist that sum is discarded by the caller. */
+ * model's gradient buffer (kern_backward_scaled with scale B).  A session
+ * lives for one model version: it is retargeted to each new work unit of
+ * that version, so the gradient sums over every microbatch the host
+ * computed for the version until the round averages it (round.c). */
 #ifndef CL_COMPUTE_H
 #define CL_COMPUTE_H
 
@@ -35,6 +37,16 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 /* Forward and backward over stream microbatch g; *loss (may be NULL) gets
  * the mean loss.  COT_ERR_INVALID when g is outside the session's range. */
 cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf *eb);
+
+/* Point the session at work unit w (of the same version) without touching
+ * the model or its accumulated gradient: its shards replace the previous
+ * unit's.  Errors as cl_compute_open; on error the session computes
+ * nothing until retargeted successfully. */
+cot_err cl_compute_retarget(cl_compute *c, const cl_work *w, const char *cache_dir, cot_errbuf *eb);
+
+/* The session's model: parameters, optimizer state and the gradient sum. */
+struct kern_model;
+struct kern_model *cl_compute_model(cl_compute *c);
 
 /* Discard the accumulated gradient. */
 void cl_compute_discard(cl_compute *c);

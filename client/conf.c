@@ -1,6 +1,7 @@
 /* cotrain client: the configuration file (see conf.h). */
 #include "client/conf.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ void cl_config_defaults(cl_config *c)
 	snprintf(c->state_dir, sizeof c->state_dir, "%s", CL_DEFAULT_STATE);
 	snprintf(c->socket_group, sizeof c->socket_group, "cotrain");
 	c->log_level = COT_LOG_INFO;
-	c->heartbeat_interval = 60;
+	c->heartbeat_interval = 20;
 	c->retry_base = 15;
 	c->retry_max = 600;
 	c->http_timeout = 60;
@@ -28,6 +29,9 @@ void cl_config_defaults(cl_config *c)
 	c->idle_mode = IDLE_AUTO;
 	snprintf(c->idle_tty_glob, sizeof c->idle_tty_glob, "/dev/tty[0-9]* /dev/pts/[0-9]*");
 	snprintf(c->power_supply_dir, sizeof c->power_supply_dir, "/sys/class/power_supply");
+	snprintf(c->peer_listen, sizeof c->peer_listen, "0.0.0.0");
+	c->peer_port = 0;
+	c->peer_bandwidth = 12500000;
 	c->prefs.set = 0;
 }
 
@@ -77,6 +81,21 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 		snprintf(c->idle_tty_glob, sizeof c->idle_tty_glob, "%s", v);
 		return COT_OK;
 	}
+	if (strcmp(key, "peer_listen") == 0 || strcmp(key, "peer_address") == 0) {
+		char *dst = key[5] == 'l' ? c->peer_listen : c->peer_address;
+		unsigned char buf[16];
+		if (strlen(v) >= DIALER_ADDR_MAX || (inet_pton(AF_INET, v, buf) != 1 && inet_pton(AF_INET6, v, buf) != 1))
+			return cot_seterr(eb, COT_ERR_INVALID, "invalid value \"%.64s\" for \"%s\": expected a numeric IPv4 or IPv6 address",
+			                  v, key);
+		snprintf(dst, DIALER_ADDR_MAX, "%s", v);
+		return COT_OK;
+	}
+	if (strcmp(key, "peer_bandwidth") == 0) {
+		if ((rc = set_int(key, v, 1000, 1LL << 40, &n, eb)))
+			return rc;
+		c->peer_bandwidth = n;
+		return COT_OK;
+	}
 	if (strcmp(key, "log_level") == 0) {
 		int l = cot_log_parse_level(v);
 		if (l < 0)
@@ -101,6 +120,7 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 		{ "retry_max", &c->retry_max, 1, 86400 },
 		{ "http_timeout", &c->http_timeout, 1, 3600 },
 		{ "benchmark_seconds", &c->benchmark_seconds, 1, 600 },
+		{ "peer_port", &c->peer_port, 0, 65535 },
 	};
 	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
 		if (strcmp(key, ints[i].name) == 0) {

@@ -10,7 +10,8 @@
  *   socket_group        group allowed to control the daemon (default cotrain;
  *                       when the group does not exist only the owner may)
  *   log_level           debug | info | warn | error (default info)
- *   heartbeat_interval  seconds between progress reports (default 60)
+ *   heartbeat_interval  seconds between progress reports (default 20; a round
+ *                       that closes is noticed at the next one)
  *   retry_base          first retry delay in seconds (default 15)
  *   retry_max           longest retry delay in seconds (default 600)
  *   http_timeout        seconds for one API request (default 60)
@@ -20,6 +21,12 @@
  *   idle_tty_glob       terminals whose access time counts as user activity
  *                       (default "/dev/tty[0-9]* /dev/pts/[0-9]*")
  *   power_supply_dir    default /sys/class/power_supply
+ *   peer_listen         address the averaging listener binds (default 0.0.0.0)
+ *   peer_port           its port (default 0: any free port, chosen at start)
+ *   peer_address        the address peers are told to dial (default: the
+ *                       address this host uses to reach the project server)
+ *   peer_bandwidth      bytes/s this host can send and receive for averaging
+ *                       (default 12500000, 100 Mbit/s)
  *   any preference key of prefs.h (max_threads, only_when_idle, ...), which
  *   overrides what the account pushes. */
 #ifndef CL_CONFIG_H
@@ -29,6 +36,7 @@
 #include <stdint.h>
 
 #include "client/prefs.h"
+#include "shared/dialer.h"
 #include "shared/error.h"
 
 #define CL_DEFAULT_CONFIG "/etc/cotrain/client.conf"
@@ -49,6 +57,10 @@ typedef struct {
 	cl_idle_mode idle_mode;
 	char idle_tty_glob[1024];
 	char power_supply_dir[PATH_MAX];
+	char peer_listen[DIALER_ADDR_MAX];
+	int peer_port;
+	char peer_address[DIALER_ADDR_MAX];  /* "" = auto */
+	int64_t peer_bandwidth;
 	cl_prefs prefs;             /* only the keys the file sets */
 } cl_config;
 

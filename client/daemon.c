@@ -15,6 +15,7 @@
 #include "client/priority.h"
 #include "client/shard_cache.h"
 #include "kernels/backend.h"
+#include "shared/json.h"
 #include "shared/log.h"
 
 #define ACCOUNT_CHECK_S 3600
@@ -61,9 +62,57 @@ void cl_daemon_remove_project(cl_daemon *d, int i)
 	/* A session the worker computes with right now is closed by the worker. */
 	if (d->rt[i].session != d->computing)
 		cl_compute_close(d->rt[i].session);
+	cl_peer_free(&d->rt[i].peer);
+	cl_peer_forget(&d->st.projects[i], d->cfg.state_dir);
 	memmove(&d->rt[i], &d->rt[i + 1], (size_t)(d->st.nprojects - i - 1) * sizeof d->rt[0]);
 	memset(&d->rt[d->st.nprojects - 1], 0, sizeof d->rt[0]);
 	cl_state_remove(&d->st, i);
+}
+
+void cl_daemon_drop_gradient(cl_daemon *d, int i, const char *why)
+{
+	cl_runtime *rt = &d->rt[i];
+	if (rt->session && rt->acc.n > 0)
+		log_warn("project %s: dropping the gradient of version %lld (%d work units): %s", d->st.projects[i].name,
+		         (long long)rt->session_version, rt->acc.n, why);
+	if (rt->session != d->computing)
+		cl_compute_close(rt->session);
+	rt->session = NULL;
+	rt->session_wu = 0;
+	rt->round_due = 0;
+	memset(&rt->acc, 0, sizeof rt->acc);
+}
+
+/* The entry of work unit id in project i's gradient, or NULL. */
+static int acc_find(const cl_round_acc *a, int64_t id)
+{
+	for (int k = 0; k < a->n; k++)
+		if (a->u[k].id == id)
+			return k;
+	return -1;
+}
+
+/* Remember what an answer's "round" says (lock held): when the round of
+ * the version our gradient is for is no longer open, take part in it. */
+static void note_round(cl_daemon *d, int i, const json_t *answer)
+{
+	const json_t *r = json_object_get(answer, "round");
+	const char *st = NULL;
+	long long v = -1, att = 0;
+	if (!json_is_object(r) || cot_json_str(r, "state", true, 1, 15, &st, NULL) ||
+	    cot_json_int(r, "version", true, 0, 1LL << 31, &v, NULL))
+		return;
+	cot_json_int(r, "attempt", false, 1, 1LL << 31, &att, NULL);
+	cl_runtime *rt = &d->rt[i];
+	if (strcmp(st, "open") != 0 && rt->session && rt->session_version == v && rt->acc.n > 0) {
+		if (!rt->round_due)
+			log_info("project %s: round %lld is %s; reporting %d work units", d->st.projects[i].name, v, st,
+			         rt->acc.n);
+		rt->round_due = 1;
+		rt->round_version = v;
+		rt->round_attempt = att;
+		d->interrupt = 1;                   /* stop computing: the round needs us */
+	}
 }
 
 void cl_daemon_kick(cl_daemon *d)
@@ -74,8 +123,7 @@ void cl_daemon_kick(cl_daemon *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
-static void set_activity(cl_daemon *d, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_activity(cl_daemon *d, int i, const char *fmt, ...)
+void cl_daemon_activity(cl_daemon *d, int i, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -89,7 +137,7 @@ static void fail(cl_daemon *d, int i, const char *what, const cot_errbuf *eb)
 	double delay = cl_backoff_fail(&d->rt[i].bo, cl_now_mono(), cl_random01());
 	log_warn("project %s: %s: %s%s%s; retrying in %.0f s", d->st.projects[i].name, what, eb->msg,
 	         eb->hint[0] ? ". " : "", eb->hint, delay);
-	set_activity(d, i, "%s failed: %s; retrying in %.0f s", what, eb->msg, delay);
+	cl_daemon_activity(d, i, "%s failed: %s; retrying in %.0f s", what, eb->msg, delay);
 }
 
 /* Why compute must wait now, or "" (lock held). */
@@ -158,12 +206,24 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 	cl_daemon_api_opts(d, &o);
 	pthread_mutex_unlock(&d->lock);
 	cot_errbuf eb = { "", "" };
-	cot_err rc = cl_api_report(&o, &copy, op, copy.work.id, mb, sps, NULL, &eb);
+	json_t *answer = NULL;
+	cot_err rc = cl_api_report(&o, &copy, op, copy.work.id, mb, sps, &answer, &eb);
 	pthread_mutex_lock(&d->lock);
 	/* The project may have been detached meanwhile. */
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0 || !d->st.projects[i].has_work ||
-	    d->st.projects[i].work.id != copy.work.id)
+	    d->st.projects[i].work.id != copy.work.id) {
+		json_decref(answer);
 		return COT_OK;
+	}
+	if (answer)
+		note_round(d, i, answer);
+	json_decref(answer);
+	if (rc == COT_ERR_CONFLICT || rc == COT_ERR_NOT_FOUND || rc == COT_ERR_FORBIDDEN || op == CL_REPORT_HANDBACK) {
+		/* The unit no longer counts: neither can a gradient that sums it. */
+		if (acc_find(&d->rt[i].acc, copy.work.id) >= 0)
+			cl_daemon_drop_gradient(d, i, rc ? "the server no longer counts one of its work units"
+			                                 : "one of its work units was handed back");
+	}
 	p = &d->st.projects[i];
 	w = &p->work;
 	static const char *names[] = { "", "heartbeat", "finish", "hand-back" };
@@ -195,8 +255,6 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 			cl_project_mark_done(p, w->id);
 			p->has_work = 0;
 			memset(w, 0, sizeof *w);
-			cl_compute_close(d->rt[i].session);
-			d->rt[i].session = NULL;
 			d->rt[i].download_failures = 0;
 		} else {
 			w->pending_op = CL_REPORT_NONE;
@@ -223,7 +281,7 @@ static void get_work(cl_daemon *d, int i)
 	cl_project copy = d->st.projects[i];
 	cl_api_opts o;
 	cl_daemon_api_opts(d, &o);
-	set_activity(d, i, "asking for work");
+	cl_daemon_activity(d, i, "asking for work");
 	pthread_mutex_unlock(&d->lock);
 	cot_errbuf eb = { "", "" };
 	cot_err rc = COT_OK;
@@ -232,14 +290,30 @@ static void get_work(cl_daemon *d, int i)
 	cl_work *w = malloc(sizeof *w);
 	if (!w)
 		rc = cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
+	json_t *refusal = NULL;
 	if (!rc)
-		rc = cl_api_request_work(&o, &copy, w, &eb);
+		rc = cl_api_request_work(&o, &copy, w, &refusal, &eb);
 	pthread_mutex_lock(&d->lock);
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0) {
 		free(w);
+		json_decref(refusal);
 		return;                             /* detached meanwhile */
 	}
 	cl_project *p = &d->st.projects[i];
+	if (rc == COT_ERR_CONFLICT && json_is_object(json_object_get(refusal, "round"))) {
+		/* No work while a round is not open: take part in it, or wait. */
+		free(w);
+		long long after = 10;
+		cot_json_int(refusal, "retry_after", false, 1, 3600, &after, NULL);
+		note_round(d, i, refusal);
+		json_decref(refusal);
+		if (!d->rt[i].round_due) {
+			d->rt[i].bo.next_at = cl_now_mono() + (double)after;
+			cl_daemon_activity(d, i, "waiting for the round to commit");
+		}
+		return;
+	}
+	json_decref(refusal);
 	if (rc) {
 		free(w);
 		fail(d, i, "asking for work", &eb);
@@ -269,6 +343,15 @@ static void get_work(cl_daemon *d, int i)
 	cl_daemon_save(d);
 }
 
+/* True when f is the checkpoint of the version project i's session already
+ * holds (its own step of the last round, identical to the server's). */
+static int session_has(const cl_daemon *d, int i, const cl_file *f)
+{
+	const cl_runtime *rt = &d->rt[i];
+	return strcmp(f->kind, "checkpoint") == 0 && rt->session && d->st.projects[i].has_work &&
+	       rt->session_version == d->st.projects[i].work.version;
+}
+
 /* Make sure every file of project i's work unit is cached (lock held;
  * released while downloading).  Returns 1 when all are there. */
 static int fetch_files(cl_daemon *d, int i)
@@ -289,7 +372,7 @@ static int fetch_files(cl_daemon *d, int i)
 	}
 	for (int k = 0; k < w->nfiles; k++) {
 		cl_file f = w->files[k];
-		if (cl_cache_has(d->cache_dir, f.sha256, f.size))
+		if (cl_cache_has(d->cache_dir, f.sha256, f.size) || session_has(d, i, &f))
 			continue;
 		/* Room first: everything not pinned by a current work unit may go. */
 		const char *pinned[CL_MAX_PROJECTS * CL_MAX_FILES];
@@ -317,7 +400,7 @@ static int fetch_files(cl_daemon *d, int i)
 		int64_t wu = w->id;
 		snprintf(name, sizeof name, "%s", p->name);
 		snprintf(wurl, sizeof wurl, "%s", p->url);
-		set_activity(d, i, "downloading %s (%lld bytes)", f.sha256, (long long)f.size);
+		cl_daemon_activity(d, i, "downloading %s (%lld bytes)", f.sha256, (long long)f.size);
 		pthread_mutex_unlock(&d->lock);
 		cl_download_info info;
 		cot_err rc = cl_download(&r, &info, &eb);
@@ -362,9 +445,9 @@ static void compute(cl_daemon *d, int i)
 		hand_back(d, i, why);
 		return;
 	}
-	if (!rt->session || rt->session_wu != w->id) {
-		cl_compute_close(rt->session);
-		rt->session = NULL;
+	if (rt->session && rt->session_version != w->version)
+		cl_daemon_drop_gradient(d, i, "the model moved to another version");
+	if (!rt->session) {
 		cot_errbuf eb = { "", "" };
 		cot_err rc = cl_compute_open(p, w, d->cache_dir, &rt->session, &eb);
 		if (rc == COT_ERR_NOMEM) {
@@ -375,20 +458,43 @@ static void compute(cl_daemon *d, int i)
 			hand_back(d, i, eb.msg);
 			return;
 		}
+		rt->session_version = w->version;
 		rt->session_wu = w->id;
+		memset(&rt->acc, 0, sizeof rt->acc);
+	} else if (rt->session_wu != w->id) {
+		cot_errbuf eb = { "", "" };
+		cot_err rc = cl_compute_retarget(rt->session, w, d->cache_dir, &eb);
+		if (rc) {
+			hand_back(d, i, eb.msg);
+			return;
+		}
+		rt->session_wu = w->id;
+	}
+	int u = acc_find(&rt->acc, w->id);
+	if (u < 0) {
+		if (rt->acc.n == CL_ROUND_MAX_UNITS) {
+			hand_back(d, i, "this version's gradient already sums too many work units");
+			return;
+		}
+		u = rt->acc.n++;
+		memset(&rt->acc.u[u], 0, sizeof rt->acc.u[u]);
+		rt->acc.u[u].id = w->id;
 	}
 	if (w->mb_done < w->mb_reported)
 		w->mb_done = w->mb_reported;
 	kern_set_threads(d->threads);
 	cl_compute *s = rt->session;
-	int64_t lo = w->lo, done = w->mb_done, n = w->hi - w->lo, wu = w->id;
+	/* The gradient holds [lo, lo + acc mb); after a restart that is less
+	 * than what was done before, which is computed again. */
+	int64_t lo = w->lo, done = rt->acc.u[u].mb, n = w->hi - w->lo, wu = w->id;
+	double loss_sum = 0;
 	int64_t B = p->microbatch_size;
 	char url[CL_URL_MAX];
 	snprintf(url, sizeof url, "%s", p->url);
 	double hb = d->cfg.heartbeat_interval, start = cl_now_mono();
 	if (rt->last_report == 0)
 		rt->last_report = start;
-	set_activity(d, i, "computing");
+	cl_daemon_activity(d, i, "computing");
 	d->interrupt = 0;
 	d->computing = s;
 	pthread_mutex_unlock(&d->lock);
@@ -400,6 +506,7 @@ static void compute(cl_daemon *d, int i)
 		float loss;
 		if ((rc = cl_compute_microbatch(s, lo + k, &loss, &eb)))
 			break;
+		loss_sum += loss;
 		k++;
 		if (cl_now_mono() - rt->last_report >= hb)
 			break;
@@ -425,15 +532,18 @@ static void compute(cl_daemon *d, int i)
 		double sps = (double)(k - done) * (double)B / (t1 - t0);
 		rt->sps = rt->sps > 0 ? 0.7 * rt->sps + 0.3 * sps : sps;
 	}
-	w->mb_done = k;
+	rt->acc.u[u].mb = k;
+	rt->acc.u[u].loss_sum += loss_sum;
+	if (k > done)
+		rt->last_loss = loss_sum / (double)(k - done);
+	if (k > w->mb_done)
+		w->mb_done = k;
 	w->samples_per_sec = rt->sps;
 	if (rc) {
 		hand_back(d, i, eb.msg);
 		return;
 	}
-	/* Gradients are discarded until collaborative rounds exist. */
 	if (k == n) {
-		cl_compute_discard(s);
 		send_report(d, i, CL_REPORT_FINISH, n);
 		return;
 	}
@@ -455,8 +565,10 @@ static void compute(cl_daemon *d, int i)
 
 static int files_cached(cl_daemon *d, const cl_project *p)
 {
+	int i = (int)(p - d->st.projects);
 	for (int k = 0; k < p->work.nfiles; k++)
-		if (!cl_cache_has(d->cache_dir, p->work.files[k].sha256, p->work.files[k].size))
+		if (!cl_cache_has(d->cache_dir, p->work.files[k].sha256, p->work.files[k].size) &&
+		    !session_has(d, i, &p->work.files[k]))
 			return 0;
 	return 1;
 }
@@ -503,7 +615,15 @@ void *cl_daemon_worker(void *arg)
 		int paused = d->paused[0] != '\0';
 		for (int j = 0; j < d->st.nprojects; j++)
 			if (paused && d->rt[j].bo.failures == 0)
-				set_activity(d, j, "waiting: %s", d->paused);
+				cl_daemon_activity(d, j, "waiting: %s", d->paused);
+		int r = -1;
+		for (int j = 0; j < d->st.nprojects && r < 0; j++)
+			if (d->rt[j].round_due)
+				r = j;
+		if (r >= 0) {
+			cl_daemon_round(d, r);
+			continue;
+		}
 		int i = cl_daemon_pick(d, paused, cl_now_mono());
 		if (i < 0) {
 			struct timespec ts;

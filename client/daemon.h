@@ -17,16 +17,37 @@
 #include "client/backoff.h"
 #include "client/compute.h"
 #include "client/conf.h"
+#include "client/peer_id.h"
 #include "client/state.h"
+
+#define CL_ROUND_MAX_UNITS 256
+
+/* The work units of one version whose microbatches [lo, lo + mb) are in a
+ * session's gradient sum, with the summed microbatch losses.  Memory only:
+ * after a restart the gradient is gone, so nothing of it is reported (the
+ * server drops what is not reported and hands it out again). */
+typedef struct {
+	int n;
+	struct {
+		int64_t id, mb;
+		double loss_sum;
+	} u[CL_ROUND_MAX_UNITS];
+} cl_round_acc;
 
 /* What the daemon knows of a project that is not saved. */
 typedef struct {
 	cl_backoff bo;
 	char activity[400];        /* shown by status */
 	double sps;                /* samples per second, recent */
+	double last_loss;          /* mean loss of the last microbatches computed */
 	int download_failures;     /* of the current work unit */
-	cl_compute *session;       /* open for work unit session_wu */
+	cl_compute *session;       /* the model of session_version, pointed at work unit session_wu */
+	int64_t session_version;
 	int64_t session_wu;
+	cl_round_acc acc;          /* the work units whose microbatches the session's gradient sums */
+	int round_due;             /* the round of round_version closed: take part */
+	int64_t round_version, round_attempt;
+	cl_peer peer;              /* identity and listener for averaging */
 	double last_report;        /* monotonic seconds */
 	double last_account_check;
 } cl_runtime;
@@ -64,6 +85,21 @@ void *cl_daemon_worker(void *arg);
 
 /* Wake the worker (after attach, resume, prefs...). */
 void cl_daemon_kick(cl_daemon *d);
+
+/* Show what project i does now, for status (lock held). */
+void cl_daemon_activity(cl_daemon *d, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Close project i's session and forget its gradient (lock held): a work
+ * unit whose microbatches it sums was handed back, expired or refused, so
+ * the sum no longer matches what the server counts. */
+void cl_daemon_drop_gradient(cl_daemon *d, int i, const char *why);
+
+/* Take part in the round d->rt[i].round_version (daemon_round.c): report the
+ * work units of the version, average within the group the server plans,
+ * step, report the outcome; on success the session holds version v+1 and
+ * an empty gradient.  Lock held on entry and exit, released while waiting
+ * on the network or computing. */
+void cl_daemon_round(cl_daemon *d, int i);
 
 /* The API options from the effective preferences. */
 void cl_daemon_api_opts(cl_daemon *d, cl_api_opts *o);

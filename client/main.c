@@ -28,6 +28,7 @@
 #include "client/hostinfo.h"
 #include "client/logring.h"
 #include "client/priority.h"
+#include "kernels/backend.h"
 #include "shared/log.h"
 
 static void usage(FILE *f)
@@ -57,6 +58,7 @@ static int fatal(const char *what, const cot_errbuf *eb)
 
 int main(int argc, char **argv)
 {
+	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
 	cot_log_set_ident("cotrain-client");
 	static cl_daemon d;
 	cl_config_defaults(&d.cfg);
@@ -234,8 +236,10 @@ int main(int argc, char **argv)
 	cl_control_stop(ctl);
 	pthread_mutex_lock(&d.lock);
 	cl_daemon_save(&d);
-	for (int i = 0; i < d.st.nprojects; i++)
+	for (int i = 0; i < d.st.nprojects; i++) {
 		cl_compute_close(d.rt[i].session);
+		cl_peer_free(&d.rt[i].peer);
+	}
 	pthread_mutex_unlock(&d.lock);
 	cl_state_free(&d.st);
 	curl_global_cleanup();

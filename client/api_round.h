@@ -1,0 +1,55 @@
+/* cotrain client: the calls of a collaborative round (doc/api.md, "Rounds"
+ * and "Certificates").  Same error mapping as api.h; every answer's shape is
+ * checked by the caller (round.c) before use. */
+#ifndef CL_API_ROUND_H
+#define CL_API_ROUND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "client/api.h"
+
+/* GET /v1/projects/<name>/ca: the project CA certificate (PEM, malloc'd,
+ * NUL-terminated, at most 64 KiB) into *pem.  local_ip (when not NULL)
+ * receives our address on the connection to the server. */
+cot_err cl_api_project_ca(const cl_api_opts *o, const cl_project *p, char **pem, char *local_ip,
+                          size_t iplen, cot_errbuf *eb);
+
+/* POST /v1/hosts/<id>/certificate: a certificate for our public key
+ * (PEM); *cert_pem malloc'd; *lifetime its validity in seconds. */
+cot_err cl_api_host_certificate(const cl_api_opts *o, const cl_project *p, const char *pub_pem,
+                                char **cert_pem, int64_t *lifetime, cot_errbuf *eb);
+
+typedef struct {
+	int64_t mb_done, samples;
+	char endpoint[80];        /* "a.b.c.d:port" or "[v6]:port" */
+	double bandwidth;         /* bytes/s */
+	int can_aggregate;
+	int has_loss;
+	double loss;              /* mean loss over the samples */
+} cl_round_report;
+
+/* POST /v1/workunits/<wu>/report. */
+cot_err cl_api_round_report(const cl_api_opts *o, const cl_project *p, int64_t wu, const cl_round_report *r,
+                            json_t **answer, cot_errbuf *eb);
+
+/* GET .../rounds/<v>/plan?host_id=N&wait=S[&after=gradient]: *plan is NULL
+ * while the server has nothing new (204). */
+cot_err cl_api_round_plan(const cl_api_opts *o, const cl_project *p, int64_t version, int wait_s,
+                          int after_gradient, json_t **plan, cot_errbuf *eb);
+
+/* POST .../rounds/<v>/group_sum: our group's gradient SUM (len fp32 values)
+ * over the contributions of included[0..n) (ascending), samples in all. */
+cot_err cl_api_group_sum(const cl_api_opts *o, const cl_project *p, int64_t version, const int64_t *included,
+                         size_t n, int64_t samples, const float *sum, size_t len, json_t **answer,
+                         cot_errbuf *eb);
+
+/* POST .../rounds/<v>/outcome: ok (with the included hosts and the sha256
+ * of our parameters of v+1) or failed. */
+cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok,
+                             const int64_t *included, size_t n, const char *params_sha256, json_t **answer,
+                             cot_errbuf *eb);
+
+#endif

@@ -1,0 +1,409 @@
+/* cotrain client: taking part in a collaborative round (see daemon.h,
+ * cl_daemon_round; DESIGN.md "The training round"; doc/api.md "Rounds").
+ *
+ * The steps, each bounded in time:
+ *   1. report every work unit of the version whose microbatches the
+ *      gradient sums (the live one is returned to the pool past mb_done);
+ *   2. wait for the plan (long poll), giving up when the round fails and
+ *      opens again, or the server says we are not in it;
+ *   3. all-reduce the gradient SUM within the group (shared/allreduce.h);
+ *   4. upload the group's sum; the mean is sum / total with one group, or
+ *      the server's mean over every group's sum, downloaded;
+ *   5. one optimizer step with the project's settings, the sha256 of the
+ *      new parameters to the server; when the server's v+1 differs from
+ *      ours, drop ours (the next work unit loads the server's checkpoint).
+ * Any failure drops the gradient: the server hands the data out again, so
+ * nothing is lost or counted twice. */
+#include "client/daemon.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/api_round.h"
+#include "client/download.h"
+#include "client/round.h"
+#include "client/shard_cache.h"
+#include "kernels/backend.h"
+#include "kernels/model.h"
+#include "kernels/opt_json.h"
+#include "shared/allreduce.h"
+#include "shared/deadline.h"
+#include "shared/hash.h"
+#include "shared/json.h"
+#include "shared/log.h"
+
+#define PLAN_WAIT_S 30
+#define PLAN_GIVE_UP_S 1800        /* a round that plans nothing for this long is dead to us */
+#define OUTCOME_RETRY_S 2
+
+/* Everything one round needs outside the lock. */
+typedef struct {
+	cl_daemon *d;
+	cl_project p;               /* a copy */
+	cl_api_opts o;
+	cl_round_acc acc;
+	cl_peer peer;               /* taken from the runtime for the round */
+	int64_t v, attempt;
+	int64_t live_wu;            /* the unit still live on the server, 0 when none */
+	cl_compute *s;
+	kern_model *m;
+	cl_plan plan;
+	float *sum;                 /* the group sum, then the mean */
+	allreduce_result res;
+	char params_sha[65];
+} round_job;
+
+static void activity(round_job *j, int i, const char *what)
+{
+	pthread_mutex_lock(&j->d->lock);
+	if (i < j->d->st.nprojects && strcmp(j->d->st.projects[i].url, j->p.url) == 0)
+		cl_daemon_activity(j->d, i, "round %lld: %s", (long long)j->v, what);
+	pthread_mutex_unlock(&j->d->lock);
+}
+
+/* The round's state and attempt from GET .../rounds (0 when unknown). */
+static void round_state(round_job *j, char state[16], int64_t *attempt)
+{
+	char url[CL_URL_MAX + 128];
+	snprintf(url, sizeof url, "%s/v1/projects/%s/rounds?limit=5", j->p.base, j->p.name);
+	json_t *a = NULL;
+	cot_errbuf eb = { "", "" };
+	cl_http_req r = { .method = "GET", .url = url, .out = &a };
+	state[0] = '\0';
+	*attempt = 0;
+	if (cl_api_http(&j->o, &r, &eb) || !a)
+		return;
+	const json_t *rs = json_object_get(a, "rounds");
+	for (size_t k = 0; json_is_array(rs) && k < json_array_size(rs); k++) {
+		const json_t *x = json_array_get(rs, k);
+		long long ver = -1, att = 0;
+		const char *st = NULL;
+		if (cot_json_int(x, "version", true, 0, 1LL << 31, &ver, NULL) || ver != j->v ||
+		    cot_json_int(x, "attempt", true, 1, 1LL << 31, &att, NULL) ||
+		    cot_json_str(x, "state", true, 1, 15, &st, NULL))
+			continue;
+		snprintf(state, 16, "%s", st);
+		*attempt = att;
+		break;
+	}
+	json_decref(a);
+}
+
+/* True when the round we hold gradients for failed and opened again. */
+static int round_reopened(round_job *j)
+{
+	char st[16];
+	int64_t att;
+	round_state(j, st, &att);
+	return strcmp(st, "open") == 0 || (att > j->attempt && j->attempt > 0);
+}
+
+/* 1. Report the units. */
+static cot_err report_units(round_job *j, cot_errbuf *eb)
+{
+	cl_daemon *d = j->d;
+	cot_err rc = cl_peer_ready(&j->peer, &j->o, &j->p, &d->cfg, eb);
+	if (rc)
+		return rc;
+	for (int k = 0; k < j->acc.n; k++) {
+		cl_round_report r = { .mb_done = j->acc.u[k].mb, .samples = j->acc.u[k].mb * j->p.microbatch_size,
+		                      .bandwidth = (double)d->cfg.peer_bandwidth, .can_aggregate = 1,
+		                      .has_loss = j->acc.u[k].mb > 0,
+		                      .loss = j->acc.u[k].mb > 0 ? j->acc.u[k].loss_sum / (double)j->acc.u[k].mb : 0 };
+		snprintf(r.endpoint, sizeof r.endpoint, "%s", j->peer.endpoint);
+		if (r.mb_done == 0)
+			continue;
+		for (int tries = 0;; tries++) {
+			rc = cl_api_round_report(&j->o, &j->p, j->acc.u[k].id, &r, NULL, eb);
+			if (rc != COT_ERR_NETWORK || tries >= 4 || d->stop)
+				break;
+			sleep(2u << tries);
+		}
+		if (rc)
+			return rc;
+	}
+	return COT_OK;
+}
+
+/* 2. Wait for our plan. */
+static cot_err wait_plan(round_job *j, int i, int after_gradient, cot_errbuf *eb)
+{
+	double start = cl_now_mono(), last_check = start;
+	for (;;) {
+		if (j->d->stop)
+			return cot_seterr(eb, COT_ERR_TIMEOUT, "the client is stopping");
+		json_t *a = NULL;
+		double t0 = cl_now_mono();
+		cot_err rc = cl_api_round_plan(&j->o, &j->p, j->v, PLAN_WAIT_S, after_gradient, &a, eb);
+		if (rc == COT_OK && a) {
+			rc = cl_plan_parse(a, j->p.host_id, j->v, (int64_t)j->m->n_params, &j->plan, eb);
+			json_decref(a);
+			if (rc)
+				return rc;
+			if (!after_gradient || j->plan.has_gradient)
+				return COT_OK;
+		} else if (rc && rc != COT_ERR_NETWORK) {
+			return rc;                  /* 409: not in the plan; 404: no such round */
+		}
+		double now = cl_now_mono();
+		if (now - start > PLAN_GIVE_UP_S)
+			return cot_seterr(eb, COT_ERR_TIMEOUT, "no averaging plan came in %d s", PLAN_GIVE_UP_S);
+		if (now - last_check >= PLAN_WAIT_S && !after_gradient) {
+			last_check = now;
+			if (round_reopened(j))
+				return cot_seterr(eb, COT_ERR_CONFLICT, "the round failed and opened again");
+		}
+		if (now - t0 < 1)
+			sleep(1);                   /* a server that does not hold the request */
+		(void)i;
+	}
+}
+
+/* 3. The all-reduce within our group. */
+static cot_err average(round_job *j, cot_errbuf *eb)
+{
+	const cl_plan *pl = &j->plan;
+	allreduce_member mem[CL_PLAN_MAX_MEMBERS];
+	for (size_t k = 0; k < pl->n; k++)
+		mem[k] = (allreduce_member){ .host_id = pl->members[k].host_id, .addr = pl->members[k].addr,
+		                             .port = pl->members[k].port, .start = pl->members[k].lo,
+		                             .end = pl->members[k].hi, .samples = (uint64_t)pl->members[k].samples };
+	dialer *dl = NULL;
+	cot_err rc = dialer_direct_new(&dl, eb);
+	if (rc)
+		return rc;
+	peer_ctx *ctx = j->peer.ctx;
+	listener *lst = j->peer.lst;
+	int64_t left_ms = (pl->deadline - (int64_t)time(NULL)) * 1000;
+	if (left_ms < 5000)
+		left_ms = 5000;
+	allreduce_params ap = { .members = mem, .n = pl->n, .self = pl->self, .round = j->v,
+	                        .grad = j->m->grads, .len = j->m->n_params, .send_comp = pl->comp,
+	                        .result_comp = pl->comp, .ctx = ctx, .dialer = dl, .lst = lst,
+	                        .collect_deadline = deadline_after_ms(left_ms / 2),
+	                        .deadline = deadline_after_ms(left_ms) };
+	rc = allreduce_run(&ap, j->sum, &j->res, eb);
+	dialer_free(dl);
+	return rc;
+}
+
+/* True when host is in the ascending list. */
+static int included(const allreduce_result *r, int64_t host)
+{
+	for (size_t k = 0; k < r->n_included; k++)
+		if (r->included[k] == host)
+			return 1;
+	return 0;
+}
+
+/* 4. The round's mean into j->sum. */
+static cot_err round_mean(round_job *j, int i, cot_errbuf *eb)
+{
+	cot_err rc = cl_api_group_sum(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
+	                              (int64_t)j->res.total_samples, j->sum, j->m->n_params, NULL, eb);
+	if (rc)
+		return rc;
+	if (j->plan.n_groups == 1) {
+		cl_round_mean(j->sum, j->m->n_params, j->res.total_samples, j->sum);
+		return COT_OK;
+	}
+	activity(j, i, "waiting for the other groups");
+	if ((rc = wait_plan(j, i, 1, eb)))
+		return rc;
+	cl_daemon *d = j->d;
+	char url[CL_URL_MAX + 128], dest[PATH_MAX];
+	snprintf(url, sizeof url, "%s/files/%s", j->p.base, j->plan.gradient_sha256);
+	int64_t size = (int64_t)j->m->n_params * 4;
+	if ((rc = cl_cache_path(d->cache_dir, j->plan.gradient_sha256, dest, sizeof dest, eb)))
+		return rc;
+	cl_download_req r = { .url = url, .sha256 = j->plan.gradient_sha256, .size = size, .max_bytes = size,
+	                      .bearer = j->p.host_token, .timeout_s = d->cfg.http_timeout,
+	                      .downloads_dir = d->downloads_dir, .dest_path = dest, .cancel = &d->stop };
+	cl_download_info info;
+	if ((rc = cl_download(&r, &info, eb)))
+		return rc;
+	FILE *f = fopen(dest, "rb");
+	size_t got = f ? fread(j->sum, sizeof *j->sum, j->m->n_params, f) : 0;
+	if (f)
+		fclose(f);
+	unlink(dest);
+	if (got != j->m->n_params)
+		return cot_seterr(eb, COT_ERR_IO, "could not read the round's gradient %s", j->plan.gradient_sha256);
+	return COT_OK;
+}
+
+/* 5. The optimizer step on the mean, and the hash of the result. */
+static cot_err step(round_job *j, cot_errbuf *eb)
+{
+	json_t *info = NULL;
+	cl_project tmp = j->p;
+	cot_err rc = cl_api_project(&j->o, &tmp, &info, eb);
+	if (rc)
+		return rc;
+	char *cfg = json_dumps(json_object_get(info, "config"), JSON_COMPACT);
+	json_decref(info);
+	kern_opt_config oc;
+	rc = cfg ? kern_opt_config_from_json(cfg, &oc, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	free(cfg);
+	if (rc)
+		return rc;
+	if (j->m->step != j->v)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "our model has taken %ld steps, not %lld", j->m->step,
+		                  (long long)j->v);
+	memcpy(j->m->grads, j->sum, j->m->n_params * sizeof *j->sum);
+	if ((rc = kern_opt_step(j->m, &oc, NULL, eb)))
+		return rc;
+	if (hash_sha256_hex(j->m->params, j->m->n_params * sizeof *j->m->params, j->params_sha))
+		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash the parameters");
+	return COT_OK;
+}
+
+/* 6. The outcome, until the server tells whether our v+1 is its v+1:
+ * 1 accepted, 0 not (reload), or an error. */
+static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
+{
+	*accepted = 0;
+	for (;;) {
+		json_t *a = NULL;
+		cot_err rc = cl_api_round_outcome(&j->o, &j->p, j->v, ok, j->res.included, j->res.n_included,
+		                                  ok ? j->params_sha : NULL, &a, eb);
+		if (rc || !ok) {
+			json_decref(a);
+			return rc;
+		}
+		const json_t *acc = json_object_get(a, "accepted");
+		const char *st = NULL;
+		cot_json_str(json_object_get(a, "round"), "state", false, 1, 15, &st, NULL);
+		int reopened = st && strcmp(st, "open") == 0;
+		if (json_is_boolean(acc))
+			*accepted = json_is_true(acc);
+		json_decref(a);
+		if (json_is_boolean(acc))
+			return COT_OK;
+		if (reopened)
+			return cot_seterr(eb, COT_ERR_CONFLICT, "the round failed and opened again");
+		if (j->d->stop || (int64_t)time(NULL) > j->plan.deadline + 60)
+			return cot_seterr(eb, COT_ERR_TIMEOUT, "the server did not compute version %lld in time",
+			                  (long long)j->v + 1);
+		sleep(OUTCOME_RETRY_S);
+	}
+}
+
+/* The steps 1-6 outside the lock; *accepted as for outcome(). */
+static cot_err run(round_job *j, int i, int *accepted, cot_errbuf *eb)
+{
+	activity(j, i, "reporting");
+	cot_err rc = report_units(j, eb);
+	if (rc)
+		return rc;
+	/* The live unit is now returned on the server: drop it here too. */
+	pthread_mutex_lock(&j->d->lock);
+	if (i < j->d->st.nprojects && strcmp(j->d->st.projects[i].url, j->p.url) == 0) {
+		cl_project *p = &j->d->st.projects[i];
+		if (p->has_work && p->work.id == j->live_wu) {
+			cl_project_mark_done(p, p->work.id);
+			p->mb_total += p->work.mb_done;
+			p->has_work = 0;
+			memset(&p->work, 0, sizeof p->work);
+			cl_daemon_save(j->d);
+		}
+	}
+	pthread_mutex_unlock(&j->d->lock);
+	activity(j, i, "waiting for the averaging plan");
+	if ((rc = wait_plan(j, i, 0, eb)))
+		return rc;
+	if (!(j->sum = malloc(j->m->n_params * sizeof *j->sum)))
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the averaged gradient");
+	char what[96];
+	snprintf(what, sizeof what, "averaging in group %lld of %lld with %zu peers", (long long)j->plan.group,
+	         (long long)j->plan.n_groups, j->plan.n);
+	activity(j, i, what);
+	double t0 = cl_now_mono();
+	if ((rc = average(j, eb))) {
+		cot_errbuf e2 = { "", "" };
+		outcome(j, 0, accepted, &e2);       /* the server reruns the round */
+		return rc;
+	}
+	double t1 = cl_now_mono();
+	if (!included(&j->res, j->p.host_id))
+		return cot_seterr(eb, COT_ERR_CONFLICT, "our group averaged without us");
+	if ((rc = round_mean(j, i, eb)))
+		return rc;
+	activity(j, i, "optimizer step");
+	if ((rc = step(j, eb)))
+		return rc;
+	activity(j, i, "reporting the outcome");
+	if ((rc = outcome(j, 1, accepted, eb)))
+		return rc;
+	log_info("project %s: round %lld: averaged %llu samples of %zu peers (%zu dropped) in %.2f s; "
+	         "parameters %s%s", j->p.name, (long long)j->v, (unsigned long long)j->res.total_samples,
+	         j->res.n_included, j->res.n_dropped, t1 - t0, j->params_sha,
+	         *accepted ? "" : " differ from the server's: loading its checkpoint");
+	return COT_OK;
+}
+
+void cl_daemon_round(cl_daemon *d, int i)
+{
+	cl_runtime *rt = &d->rt[i];
+	round_job j = { .d = d, .p = d->st.projects[i], .v = rt->round_version, .attempt = rt->round_attempt,
+	                .acc = rt->acc, .s = rt->session };
+	rt->round_due = 0;
+	j.peer = rt->peer;                      /* ours for the round; given back at the end */
+	memset(&rt->peer, 0, sizeof rt->peer);
+	if (!j.s || rt->session_version != j.v || j.acc.n == 0) {
+		rt->peer = j.peer;
+		return;
+	}
+	j.m = cl_compute_model(j.s);
+	const cl_work *w = &d->st.projects[i].work;
+	if (d->st.projects[i].has_work && w->version == j.v) {
+		/* A unit reported while live must not be below its last heartbeat;
+		 * after a restart the gradient may be (see cl_round_acc). */
+		for (int k = 0; k < j.acc.n; k++)
+			if (j.acc.u[k].id == w->id && j.acc.u[k].mb < w->mb_reported) {
+				rt->peer = j.peer;
+				cl_daemon_drop_gradient(d, i, "its gradient lacks microbatches already reported");
+				return;
+			}
+		j.live_wu = w->id;
+	}
+	cl_daemon_api_opts(d, &j.o);
+	d->computing = j.s;                     /* a detach leaves the session to us */
+	kern_set_threads(d->threads);
+	pthread_mutex_unlock(&d->lock);
+
+	cot_errbuf eb = { "", "" };
+	int accepted = 0;
+	cot_err rc = run(&j, i, &accepted, &eb);
+	free(j.sum);
+	allreduce_result_free(&j.res);
+
+	pthread_mutex_lock(&d->lock);
+	d->computing = NULL;
+	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, j.p.url) != 0 || d->rt[i].session != j.s) {
+		int held = 0;
+		for (int k = 0; k < d->st.nprojects; k++)
+			held |= d->rt[k].session == j.s;
+		if (!held)
+			cl_compute_close(j.s);
+		cl_peer_free(&j.peer);
+		return;
+	}
+	rt->peer = j.peer;
+	if (rc || !accepted) {
+		if (rc)
+			log_warn("project %s: round %lld: %s%s%s; its samples go back to the server's pool", j.p.name,
+			         (long long)j.v, eb.msg, eb.hint[0] ? ". " : "", eb.hint);
+		cl_daemon_drop_gradient(d, i, rc ? "the round failed for this host" : "our parameters differ");
+		return;
+	}
+	/* The session now holds v+1, exactly the server's. */
+	rt->session_version = j.v + 1;
+	rt->session_wu = 0;
+	memset(&rt->acc, 0, sizeof rt->acc);
+	kern_zero_grad(j.m);
+	cl_daemon_activity(d, i, "round %lld committed", (long long)j.v);
+}

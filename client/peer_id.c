@@ -1,0 +1,169 @@
+/* cotrain client: this host's peer identity (see peer_id.h). */
+#include "client/peer_id.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/api_round.h"
+#include "shared/log.h"
+#include "shared/pki.h"
+
+#define PEER_PATH_MAX (PATH_MAX + 128)
+
+static void peer_path(char *out, size_t len, const char *state_dir, const cl_project *p, const char *ext)
+{
+	snprintf(out, len, "%s/peer/%s.%s", state_dir, p->name, ext);
+}
+
+static cot_err ensure_dir(const char *state_dir, cot_errbuf *eb)
+{
+	char dir[PEER_PATH_MAX];
+	snprintf(dir, sizeof dir, "%s/peer", state_dir);
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+		return cot_seterr(eb, COT_ERR_IO, "could not create directory \"%s\": %s", dir, strerror(errno));
+	return COT_OK;
+}
+
+cot_err cl_peer_pin_ca(const cl_api_opts *o, const cl_project *p, const char *state_dir, char *local_ip,
+                       size_t iplen, cot_errbuf *eb)
+{
+	char path[PEER_PATH_MAX], *got = NULL, *pinned = NULL;
+	size_t plen = 0;
+	cot_err rc = ensure_dir(state_dir, eb);
+	if (rc || (rc = cl_api_project_ca(o, p, &got, local_ip, iplen, eb)))
+		return rc;
+	peer_path(path, sizeof path, state_dir, p, "ca.pem");
+	cot_errbuf e2 = { "", "" };
+	pki_trust *t = NULL;
+	if (access(path, F_OK) == 0) {
+		if ((rc = pki_read_file(path, &pinned, &plen, eb)))
+			goto out;
+		if (strcmp(pinned, got) != 0) {
+			rc = cot_seterr(eb, COT_ERR_AUTH, "project \"%s\" now shows another CA certificate than the one pinned at attach",
+			                p->name);
+			cot_sethint(eb, "If the project really changed its CA, detach and attach again; otherwise someone else answers at %s.",
+			            p->base);
+		}
+		goto out;
+	}
+	/* The first sight: it must at least be this project's CA. */
+	if ((rc = pki_trust_new(got, strlen(got), p->name, &t, &e2))) {
+		rc = cot_seterr(eb, COT_ERR_AUTH, "project \"%s\" sent an unusable CA certificate: %s", p->name, e2.msg);
+		goto out;
+	}
+	rc = pki_write_file(path, got, strlen(got), 0644, eb);
+	if (!rc)
+		log_info("project %s: pinned its CA certificate in %s", p->name, path);
+out:
+	pki_trust_free(t);
+	free(got);
+	free(pinned);
+	return rc;
+}
+
+/* Our key pair, made on first use. */
+static cot_err load_key(const cl_project *p, const char *state_dir, char **key, size_t *klen, char **pub,
+                        size_t *publen, cot_errbuf *eb)
+{
+	char kpath[PEER_PATH_MAX], ppath[PEER_PATH_MAX];
+	peer_path(kpath, sizeof kpath, state_dir, p, "key.pem");
+	peer_path(ppath, sizeof ppath, state_dir, p, "pub.pem");
+	if (access(kpath, F_OK) == 0 && access(ppath, F_OK) == 0) {
+		cot_err rc = pki_read_file(kpath, key, klen, eb);
+		if (!rc && (rc = pki_read_file(ppath, pub, publen, eb))) {
+			free(*key);
+			*key = NULL;
+		}
+		return rc;
+	}
+	cot_err rc = pki_host_key_generate(key, pub, eb);
+	if (rc)
+		return rc;
+	*klen = strlen(*key);
+	*publen = strlen(*pub);
+	if ((rc = pki_write_file(kpath, *key, *klen, 0600, eb)) || (rc = pki_write_file(ppath, *pub, *publen, 0644, eb))) {
+		free(*key);
+		free(*pub);
+		*key = *pub = NULL;
+	}
+	return rc;
+}
+
+static cot_err open_listener(cl_peer *pe, const cl_config *cfg, const char *local_ip, cot_errbuf *eb)
+{
+	if (!pe->lst) {
+		cot_err rc = listener_open(cfg->peer_listen, (uint16_t)cfg->peer_port, 64, &pe->lst, eb);
+		if (rc)
+			return rc;
+	}
+	const char *addr = cfg->peer_address[0] ? cfg->peer_address : local_ip;
+	if (!addr || !addr[0])
+		return cot_seterr(eb, COT_ERR_NETWORK, "could not tell which address peers can reach this host at");
+	if (strchr(addr, ':'))
+		snprintf(pe->endpoint, sizeof pe->endpoint, "[%s]:%u", addr, (unsigned)listener_port(pe->lst));
+	else
+		snprintf(pe->endpoint, sizeof pe->endpoint, "%s:%u", addr, (unsigned)listener_port(pe->lst));
+	return COT_OK;
+}
+
+cot_err cl_peer_ready(cl_peer *pe, const cl_api_opts *o, const cl_project *p, const cl_config *cfg,
+                      cot_errbuf *eb)
+{
+	char local_ip[DIALER_ADDR_MAX] = "";
+	cot_err rc = cl_peer_pin_ca(o, p, cfg->state_dir, local_ip, sizeof local_ip, eb);
+	if (rc || (rc = open_listener(pe, cfg, local_ip, eb)))
+		return rc;
+	int64_t now = (int64_t)time(NULL);
+	if (pe->ctx && now < pe->cert_renew_at)
+		return COT_OK;
+	char *key = NULL, *pub = NULL, *ca = NULL, *cert = NULL;
+	size_t klen = 0, publen = 0, calen = 0;
+	int64_t lifetime = 0;
+	char capath[PEER_PATH_MAX];
+	peer_path(capath, sizeof capath, cfg->state_dir, p, "ca.pem");
+	if ((rc = load_key(p, cfg->state_dir, &key, &klen, &pub, &publen, eb)) ||
+	    (rc = pki_read_file(capath, &ca, &calen, eb)) ||
+	    (rc = cl_api_host_certificate(o, p, pub, &cert, &lifetime, eb)))
+		goto out;
+	peer_identity id = { .project = p->name, .ca_pem = ca, .ca_len = calen, .cert_pem = cert,
+	                     .cert_len = strlen(cert), .key_pem = key, .key_len = klen };
+	peer_ctx *ctx = NULL;
+	cot_errbuf e2 = { "", "" };
+	if ((rc = peer_ctx_new(&id, &ctx, &e2))) {
+		rc = cot_seterr(eb, rc, "the certificate from project \"%s\" is not usable: %s", p->name, e2.msg);
+		goto out;
+	}
+	peer_ctx_free(pe->ctx);
+	pe->ctx = ctx;
+	pe->cert_expires = now + lifetime;
+	int64_t margin = lifetime / 10 > 600 ? lifetime / 10 : 600;
+	pe->cert_renew_at = now + (lifetime > margin ? lifetime - margin : 0);
+out:
+	free(key);
+	free(pub);
+	free(ca);
+	free(cert);
+	return rc;
+}
+
+void cl_peer_forget(const cl_project *p, const char *state_dir)
+{
+	const char *ext[] = { "ca.pem", "key.pem", "pub.pem" };
+	for (int i = 0; i < 3; i++) {
+		char path[PEER_PATH_MAX];
+		peer_path(path, sizeof path, state_dir, p, ext[i]);
+		unlink(path);
+	}
+}
+
+void cl_peer_free(cl_peer *pe)
+{
+	peer_ctx_free(pe->ctx);
+	listener_close(pe->lst);
+	memset(pe, 0, sizeof *pe);
+}

@@ -1,0 +1,173 @@
+/* cotrain client: round plans and arithmetic (see round.h). */
+#include "client/round.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/api.h"
+#include "shared/compress.h"
+#include "shared/hash.h"
+#include "shared/json.h"
+
+cot_err cl_parse_endpoint(const char *s, char addr[DIALER_ADDR_MAX], uint16_t *port, cot_errbuf *eb)
+{
+	const char *colon;
+	size_t alen;
+	const char *a = s;
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+		if (!close || close[1] != ':')
+			return cot_seterr(eb, COT_ERR_INVALID, "endpoint \"%.80s\" is not [address]:port", s);
+		a = s + 1;
+		alen = (size_t)(close - a);
+		colon = close + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon || strchr(s, ':') != colon)
+			return cot_seterr(eb, COT_ERR_INVALID, "endpoint \"%.80s\" is not address:port", s);
+		alen = (size_t)(colon - s);
+	}
+	if (alen == 0 || alen >= DIALER_ADDR_MAX)
+		return cot_seterr(eb, COT_ERR_INVALID, "endpoint \"%.80s\" has no usable address", s);
+	char tmp[DIALER_ADDR_MAX];
+	memcpy(tmp, a, alen);
+	tmp[alen] = '\0';
+	unsigned char buf[16];
+	if (inet_pton(s[0] == '[' ? AF_INET6 : AF_INET, tmp, buf) != 1)
+		return cot_seterr(eb, COT_ERR_INVALID, "endpoint \"%.80s\" has no numeric address", s);
+	char *end;
+	const char *ps = colon + 1;
+	if (*ps < '0' || *ps > '9')
+		return cot_seterr(eb, COT_ERR_INVALID, "endpoint \"%.80s\" has no port", s);
+	unsigned long pv = strtoul(ps, &end, 10);
+	if (*end != '\0' || pv < 1 || pv > 65535)
+		return cot_seterr(eb, COT_ERR_INVALID, "endpoint \"%.80s\" has a bad port", s);
+	memcpy(addr, tmp, alen + 1);
+	*port = (uint16_t)pv;
+	return COT_OK;
+}
+
+static cot_err bad(cot_errbuf *eb, const cot_errbuf *why)
+{
+	return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid averaging plan: %s", why->msg);
+}
+
+cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t expect_params, cl_plan *out,
+                      cot_errbuf *eb)
+{
+	cot_errbuf e = { "", "" };
+	long long ver = 0, att = 0, grp = 0, ng = 0, rs = 0, pc = 0, hid = 0;
+	const char *deadline = NULL, *comp = "none";
+	memset(out, 0, sizeof *out);
+	if (cot_json_int(j, "version", true, 0, 1LL << 31, &ver, &e) ||
+	    cot_json_int(j, "attempt", true, 1, 1LL << 31, &att, &e) ||
+	    cot_json_int(j, "host_id", true, 1, 1LL << 62, &hid, &e) ||
+	    cot_json_int(j, "group", true, 0, 1LL << 20, &grp, &e) ||
+	    cot_json_int(j, "n_groups", true, 1, 1LL << 20, &ng, &e) ||
+	    cot_json_int(j, "round_samples", true, 1, 1LL << 50, &rs, &e) ||
+	    cot_json_int(j, "param_count", true, 1, 1LL << 40, &pc, &e) ||
+	    cot_json_str(j, "deadline", true, 10, 64, &deadline, &e) ||
+	    cot_json_str(j, "compression", false, 1, 16, &comp, &e))
+		return bad(eb, &e);
+	if (ver != version || hid != host_id || grp >= ng)
+		return bad(eb, &(cot_errbuf){ "it is for another round, host or group", "" });
+	if (pc != expect_params) {
+		cot_seterr(&e, COT_ERR_INVALID, "param_count %lld is not the model's %lld", pc, (long long)expect_params);
+		return bad(eb, &e);
+	}
+	if ((out->deadline = cl_api_parse_timestamp(deadline)) < 0)
+		return bad(eb, &(cot_errbuf){ "field \"deadline\" is not a timestamp", "" });
+	comp_policy pol;
+	if (strcmp(comp, "none") == 0)
+		pol = COMP_POLICY_NONE;
+	else if (strcmp(comp, "fp16") == 0)
+		pol = COMP_POLICY_FP16;
+	else if (strcmp(comp, "block8") == 0 || strcmp(comp, "8bit") == 0)
+		pol = COMP_POLICY_BLOCK8;
+	else if (strcmp(comp, "auto") == 0)
+		pol = COMP_POLICY_AUTO;
+	else
+		return bad(eb, &(cot_errbuf){ "unknown compression", "" });
+	out->comp = comp_choose((size_t)pc, pol);
+	const json_t *mem = json_object_get(j, "members");
+	if (!json_is_array(mem) || json_array_size(mem) < 1 || json_array_size(mem) > CL_PLAN_MAX_MEMBERS)
+		return bad(eb, &(cot_errbuf){ "field \"members\" must be an array of 1 to 256 members", "" });
+	out->n = json_array_size(mem);
+	int self_found = 0;
+	uint64_t next = 0;
+	int64_t group_samples = 0;
+	for (size_t i = 0; i < out->n; i++) {
+		const json_t *m = json_array_get(mem, i);
+		cl_plan_member *pm = &out->members[i];
+		long long id = 0, s = 0, lo = 0, hi = 0;
+		const char *ep = NULL;
+		bool agg = false;
+		if (!json_is_object(m) || cot_json_int(m, "host_id", true, 1, 1LL << 62, &id, &e) ||
+		    cot_json_int(m, "samples", true, 1, 1LL << 50, &s, &e) ||
+		    cot_json_int(m, "lo", true, 0, pc, &lo, &e) || cot_json_int(m, "hi", true, lo, pc, &hi, &e) ||
+		    cot_json_str(m, "endpoint", true, 3, 79, &ep, &e) ||
+		    cot_json_bool(m, "can_aggregate", false, &agg, &e)) {
+			if (!e.msg[0])
+				cot_seterr(&e, COT_ERR_INVALID, "members[%zu] is not an object", i);
+			return bad(eb, &e);
+		}
+		if (i > 0 && id <= out->members[i - 1].host_id)
+			return bad(eb, &(cot_errbuf){ "members are not in ascending host id order", "" });
+		if ((uint64_t)lo != next)
+			return bad(eb, &(cot_errbuf){ "the members' ranges do not tile the vector", "" });
+		if (cl_parse_endpoint(ep, pm->addr, &pm->port, &e))
+			return bad(eb, &e);
+		next = (uint64_t)hi;
+		pm->host_id = id;
+		pm->samples = s;
+		pm->lo = (uint64_t)lo;
+		pm->hi = (uint64_t)hi;
+		pm->can_aggregate = agg;
+		group_samples += s;
+		if (id == host_id) {
+			out->self = i;
+			self_found = 1;
+		}
+	}
+	if (next != (uint64_t)pc)
+		return bad(eb, &(cot_errbuf){ "the members' ranges do not cover the vector", "" });
+	if (!self_found)
+		return bad(eb, &(cot_errbuf){ "we are not a member of our group", "" });
+	if (group_samples > rs || (ng == 1 && group_samples != rs))
+		return bad(eb, &(cot_errbuf){ "round_samples does not add up", "" });
+	const json_t *g = json_object_get(j, "gradient");
+	if (g && !json_is_null(g)) {
+		const char *sha = NULL;
+		long long gs = 0;
+		if (!json_is_object(g) || cot_json_str(g, "sha256", true, 64, 64, &sha, &e) ||
+		    cot_json_int(g, "samples", true, 1, rs, &gs, &e) || !hash_is_sha256_hex(sha)) {
+			if (!e.msg[0])
+				cot_seterr(&e, COT_ERR_INVALID, "field \"gradient\" is malformed");
+			return bad(eb, &e);
+		}
+		out->has_gradient = 1;
+		memcpy(out->gradient_sha256, sha, 65);
+		out->gradient_samples = gs;
+	}
+	const char *ps = NULL;
+	if (cot_json_str(j, "params_sha256", false, 64, 64, &ps, &e) || (ps && !hash_is_sha256_hex(ps)))
+		return bad(eb, &(cot_errbuf){ "field \"params_sha256\" is malformed", "" });
+	if (ps)
+		memcpy(out->params_sha256, ps, 65);
+	out->version = ver;
+	out->attempt = att;
+	out->group = grp;
+	out->n_groups = ng;
+	out->round_samples = rs;
+	out->param_count = pc;
+	return COT_OK;
+}
+
+void cl_round_mean(const float *sum, size_t n, uint64_t total, float *out)
+{
+	double t = (double)total;
+	for (size_t i = 0; i < n; i++)
+		out[i] = (float)((double)sum[i] / t);
+}
