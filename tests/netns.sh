@@ -118,9 +118,9 @@ netns_addr() {
 
 netns_shape() {
 	_ns="$NETNS_PREFIX-$1"; _if=$2; _rate=$3; _delay=${4:-0}
-	tc -n "$_ns" qdisc replace dev "$_if" root handle 1: htb default 1 r2q 100 || return 1
+	tc -n "$_ns" qdisc replace dev "$_if" root handle 1: htb default 1 || return 1
 	tc -n "$_ns" class add dev "$_if" parent 1: classid 1:1 htb \
-		rate "${_rate}mbit" ceil "${_rate}mbit" || return 1
+		rate "${_rate}mbit" ceil "${_rate}mbit" quantum 60000 || return 1
 	if [ "$_delay" != 0 ]; then
 		tc -n "$_ns" qdisc add dev "$_if" parent 1:1 handle 10: netem delay "${_delay}ms" limit 1000
 	else
