@@ -62,15 +62,28 @@ int kern_threads(void);
 /* When the BLAS library did not recognise this CPU and fell back to slow
  * generic code, the value to put in OPENBLAS_CORETYPE before the process
  * starts ("SkylakeX", "Haswell"), else NULL.  OpenBLAS reads the variable
- * only when it is loaded, so a program re-executes itself, first thing in
- * main:
- *     const char *h = kern_blas_coretype_hint();
- *     if (h && !getenv("OPENBLAS_CORETYPE")) {
- *             setenv("OPENBLAS_CORETYPE", h, 1);
- *             execv("/proc/self/exe", argv);   (on failure, run on)
- *     }
+ * only when it is loaded, so a program applies it by re-executing itself:
+ * kern_blas_reexec_if_needed below.
  * OpenBLAS 0.3.21 (Debian 12) runs its SSE3 "Prescott" kernels on Sapphire
  * and Emerald Rapids: sgemm at 35 GFLOP/s per core instead of 170. */
 const char *kern_blas_coretype_hint(void);
+
+/* The environment variable that marks a process as already re-executed by
+ * kern_blas_reexec_if_needed; set it (to anything) to forbid the re-exec. */
+#define KERN_BLAS_REEXEC_ENV "COTRAIN_BLAS_REEXEC"
+
+/* Call first thing in main(), before any thread, file, signal handler or
+ * other state that exec would lose or leak.  When OPENBLAS_CORETYPE is unset,
+ * KERN_BLAS_REEXEC_ENV is unset and kern_blas_coretype_hint() names a core,
+ * sets OPENBLAS_CORETYPE to it and the marker, and execv()s /proc/self/exe
+ * with the same argv (same pid, same arguments, same environment plus the
+ * two variables), so the program starts again with the fast BLAS kernels.
+ * Returns only when nothing was to be done or the exec failed (no /proc,
+ * no permission): the program then runs on with the core it has, which is
+ * slower but correct; the marker stays set, so it is never tried twice and
+ * a re-executed program can never loop.  Results of the optimizer do not
+ * depend on the core; the forward and backward differ from one BLAS core to
+ * another only within rounding, and are deterministic for a given core. */
+void kern_blas_reexec_if_needed(int argc, char **argv);
 
 #endif

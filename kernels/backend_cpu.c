@@ -18,7 +18,9 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int cpu_nthreads;                 /* 0 until initialised */
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
@@ -164,4 +166,25 @@ const char *kern_blas_coretype_hint(void)
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
 		return "Haswell";
 	return NULL;
+}
+
+void kern_blas_reexec_if_needed(int argc, char **argv)
+{
+	if (argc < 1 || !argv || !argv[0] || argv[argc] != NULL)
+		return;
+	if (getenv("OPENBLAS_CORETYPE") || getenv(KERN_BLAS_REEXEC_ENV))
+		return;
+	const char *hint = kern_blas_coretype_hint();
+	if (!hint)
+		return;
+	/* the marker first: should the exec fail and the program later run
+	 * another of ours, that one does not try again either */
+	if (setenv(KERN_BLAS_REEXEC_ENV, hint, 1) != 0
+	    || setenv("OPENBLAS_CORETYPE", hint, 1) != 0)
+		return;
+	execv("/proc/self/exe", argv);
+	/* Still here: run on with the generic core (describe() names it).  No
+	 * log line: this runs before the program has set up its logging, and
+	 * the library does not depend on it.  The variable stays set, which
+	 * helps any program we start and harms nothing. */
 }

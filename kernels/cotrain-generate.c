@@ -83,6 +83,7 @@ static int fail(cot_err rc, const cot_errbuf *eb)
 
 int main(int argc, char **argv)
 {
+	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
 	static const struct option opts[] = {
 		{"checkpoint", required_argument, NULL, 'c'},
 		{"prompt", required_argument, NULL, 'p'},

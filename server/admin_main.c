@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kernels/backend.h"
 #include "shared/log.h"
 
 static const char usage_text[] =
@@ -163,6 +164,7 @@ void admin_rollback(admin_ctx *ctx)
 
 int main(int argc, char **argv)
 {
+	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
 	static const struct option opts[] = {
 		{ "data-dir", required_argument, NULL, 'd' },
 		{ "db", required_argument, NULL, 'b' },

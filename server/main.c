@@ -18,6 +18,7 @@
 #include "server/http.h"
 #include "server/reaper.h"
 #include "server/round_coord.h"
+#include "kernels/backend.h"
 #include "shared/pki.h"
 #include "shared/db.h"
 #include "shared/log.h"
@@ -83,6 +84,7 @@ static long long int_opt(const char *name, const char *s, long long min, long lo
 
 int main(int argc, char **argv)
 {
+	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
 	srv_config cfg = {
 		.listen = "127.0.0.1", .port = 8080, .threads = 0, .reap_interval = 10,
 		.kdf_iterations = PASSWORD_DEFAULT_ITERATIONS, .body_limit = 65536,

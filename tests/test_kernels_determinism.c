@@ -101,9 +101,11 @@ static void free_result(result *r)
 	free(r->v_adamw); free(r->p_lamb); free(r->m_lamb); free(r->v_lamb);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	kern_blas_reexec_if_needed(argc, argv);  /* the core the programs run on */
 	plan_lazy();
+	diag("%s", kern_backend_get()->describe());
 	int n = 2 * B * cfg.seq_len;
 	int32_t *tok = malloc(sizeof(int32_t) * n), *tg = malloc(sizeof(int32_t) * n);
 	kern_rng rng;

@@ -226,12 +226,14 @@ static void check_case(const char *tag, bool with_opt)
 	kern_model_free(m);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	kern_blas_reexec_if_needed(argc, argv);  /* the core the programs run on */
 	const char *src = getenv("top_srcdir");
 	char path[4096];
 	snprintf(path, sizeof path, "%s/tests/data/torch_reference.bin", src ? src : ".");
 	plan_lazy();
+	diag("%s", kern_backend_get()->describe());
 	kern_set_threads(2);
 	load(path);
 	check_case("a", true);

@@ -69,6 +69,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
+	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
 	const char *model = "demo", *optname = "adamw";
 	int threads = 2, B = 8, steps = 5, peak = 0;
 	for (int i = 1; i < argc; i++) {

@@ -1,0 +1,9 @@
+#!/bin/sh
+# tests/test_kernels_determinism on the BLAS core OpenBLAS loads with: the
+# C test re-executes itself with kern_blas_coretype_hint()'s core (as the
+# programs do); COTRAIN_BLAS_REEXEC forbids that, so this run covers the other
+# core.  On a CPU OpenBLAS knows both runs use the same core.
+COTRAIN_BLAS_REEXEC=off
+export COTRAIN_BLAS_REEXEC
+unset OPENBLAS_CORETYPE
+exec "$top_builddir/tests/test_kernels_determinism"
