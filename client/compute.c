@@ -10,19 +10,16 @@
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "shared/filestore.h"
+#include "shared/microbatch.h"
 #include "shared/shard.h"
-
-typedef struct {
-	uint64_t first, n;
-	unsigned char *tokens;
-} span;
 
 struct cl_compute {
 	kern_model *m;
 	int64_t lo, hi;           /* stream microbatches allowed */
 	int64_t mb_per_epoch, B, T;
+	mb_shape shape;
 	int nspans;
-	span spans[CL_MAX_FILES];
+	mb_span spans[CL_MAX_FILES];
 	int32_t *in, *tgt;        /* B*T each */
 };
 
@@ -51,19 +48,10 @@ int64_t cl_compute_memory_estimate(const cl_project *p)
 	return (int64_t)(4 * (4 * n + acts));
 }
 
-/* The token at stream position pos (within one epoch), or -1. */
-static int token_at(const cl_compute *c, uint64_t pos)
-{
-	for (int i = 0; i < c->nspans; i++)
-		if (pos >= c->spans[i].first && pos < c->spans[i].first + c->spans[i].n)
-			return c->spans[i].tokens[pos - c->spans[i].first];
-	return -1;
-}
-
 static void free_spans(cl_compute *c)
 {
 	for (int i = 0; i < c->nspans; i++)
-		free(c->spans[i].tokens);
+		free((void *)c->spans[i].tokens);
 	c->nspans = 0;
 }
 
@@ -95,10 +83,12 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 		if ((rc = fs_path(cache_dir, f->sha256, path, sizeof path, eb)))
 			return rc;
 		shard_meta meta;
-		span *s = &c->spans[c->nspans];
-		if ((rc = shard_read(path, SHARD_TOKENS_MAX, &meta, &s->tokens, &e2)))
+		mb_span *s = &c->spans[c->nspans];
+		unsigned char *tokens = NULL;
+		if ((rc = shard_read(path, SHARD_TOKENS_MAX, &meta, &tokens, &e2)))
 			return cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT, "could not read shard %s: %s",
 			                  f->sha256, e2.msg);
+		s->tokens = tokens;
 		s->first = meta.first_token;
 		s->n = meta.n_tokens;
 		c->nspans++;
@@ -106,15 +96,10 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 	/* Every token the range needs must be there: an impossible work unit
 	 * is refused before any compute. */
 	int64_t n = c->hi - c->lo;
-	int64_t first_m = c->lo % c->mb_per_epoch;
-	uint64_t per_mb = (uint64_t)(c->B * c->T);
-	for (int64_t k = 0; k < n && k < c->mb_per_epoch; k++) {
-		uint64_t m = (uint64_t)((first_m + k) % c->mb_per_epoch);
-		uint64_t a = m * per_mb, b = a + per_mb;      /* [a, b] inclusive of the last target */
-		if (token_at(c, a) < 0 || token_at(c, b) < 0)
+	for (int64_t k = 0; k < n && k < c->mb_per_epoch; k++)
+		if (mb_fill(&c->shape, c->spans, c->nspans, c->lo + k, NULL, NULL, &e2))
 			return cot_seterr(eb, COT_ERR_INVALID, "the shards of work unit %lld do not hold the tokens of microbatch %lld",
 			                  (long long)w->id, (long long)(c->lo + k));
-	}
 	return COT_OK;
 }
 
@@ -136,7 +121,12 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 	c->mb_per_epoch = p->mb_per_epoch;
 	c->B = p->microbatch_size;
 	c->T = p->seq_len;
-	cot_err rc = COT_OK;
+	c->shape = (mb_shape){ .mb_per_epoch = c->mb_per_epoch, .B = c->B, .T = c->T };
+	cot_err rc = mb_shape_check(&c->shape, eb);
+	if (rc) {
+		free(c);
+		return rc;
+	}
 	c->in = malloc(sizeof *c->in * (size_t)(c->B * c->T));
 	c->tgt = malloc(sizeof *c->tgt * (size_t)(c->B * c->T));
 	if (!c->in || !c->tgt) {
@@ -204,19 +194,11 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	if (g < c->lo || g >= c->hi)
 		return cot_seterr(eb, COT_ERR_INVALID, "microbatch %lld is outside [%lld, %lld)", (long long)g,
 		                  (long long)c->lo, (long long)c->hi);
-	uint64_t m = (uint64_t)(g % c->mb_per_epoch);
-	uint64_t base = m * (uint64_t)(c->B * c->T);
-	int64_t n = c->B * c->T;
-	for (int64_t i = 0; i < n; i++) {
-		int a = token_at(c, base + (uint64_t)i), b = token_at(c, base + (uint64_t)i + 1);
-		if (a < 0 || b < 0)
-			return cot_seterr(eb, COT_ERR_INVALID, "token %llu of microbatch %lld is missing",
-			                  (unsigned long long)(base + (uint64_t)i), (long long)g);
-		c->in[i] = a;
-		c->tgt[i] = b;
-	}
+	cot_err rc = mb_fill(&c->shape, c->spans, c->nspans, g, c->in, c->tgt, eb);
+	if (rc)
+		return rc;
 	float l = 0;
-	cot_err rc = kern_forward(c->m, c->in, c->tgt, (int)c->B, &l, eb);
+	rc = kern_forward(c->m, c->in, c->tgt, (int)c->B, &l, eb);
 	if (!rc)
 		rc = kern_backward_scaled(c->m, (float)c->B, eb);
 	if (loss)

@@ -1,0 +1,160 @@
+#!/bin/sh
+# cotrain tests: collaborative training end to end (issue 5).  A real
+# PostgreSQL (tests/with-pgtmp), cotrain-server and four cotrain-client
+# daemons with different thread counts train a tiny model for several rounds;
+# then:
+#   - every peer the server accepted holds the server's parameters, bit for
+#     bit, after every round (the model never forks);
+#   - a single process replaying the same global batches in the same order
+#     (tests/replay_rounds) reaches the server's checkpoints within 1e-5
+#     relative, with the same loss curve;
+#   - a fifth client joining mid-run takes part in a later round;
+#   - a peer frozen in the middle of averaging (SIGSTOP past the collect
+#     deadline) does not stop the run: the round commits without it or
+#     fails and is trained again, and the run goes on.
+. "$top_srcdir/tests/tap.sh"
+B=$top_builddir
+[ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
+T=$(mktemp -d /tmp/cotrain-rounds-XXXXXX)
+SPID= CPIDS=
+cleanup() {
+	for p in $CPIDS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+	for p in $CPIDS; do wait "$p" 2>/dev/null; done
+	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT INT TERM
+admin() { "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" "$@"; }
+sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
+wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
+version() { sql "select current_version from project where name = 'tiny'"; }
+version_at_least() { [ "$(version)" -ge "$1" ] 2>/dev/null; }
+round_state() { sql "select state from round r join project p on p.id = r.project_id where p.name = 'tiny' and r.version = $1"; }
+averaging() { [ "$(round_state "$(version)")" = averaging ]; }
+
+start_client() { # N THREADS
+	mkdir -p "$T/cl$1"
+	"$B/client/cotrain-client" --state-dir "$T/cl$1" --socket "$T/cl$1/control.sock" \
+		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
+		--set only_on_ac=false --set idle_detection=none --set max_threads="$2" \
+		--set socket_group=nonexistent --set log_level=info 2>>"$T/client$1.log" &
+	CPIDS="$CPIDS $!"
+	eval "CPID$1=$!"
+	wait_for 30 test -S "$T/cl$1/control.sock" &&
+		"$B/client/cotrainctl" --socket "$T/cl$1/control.sock" attach "http://127.0.0.1:$PORT/projects/tiny" \
+			--key "$KEY" >/dev/null
+}
+
+plan 12
+
+mkdir -p "$T/text"
+head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
+cat >"$T/project.json" <<'JSON'
+{"name": "tiny", "title": "tiny rounds", "dataset": "tiny",
+ "model": {"n_layer": 2, "n_shared": 1, "n_head": 2, "d_model": 32, "d_ff": 64, "seq_len": 16, "vocab": 256},
+ "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "clip_norm": 1.0,
+               "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
+ "target_batch": 48, "microbatch_size": 2, "seed": 11, "work_unit_seconds": 1}
+JSON
+admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null &&
+	admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
+KEY=$(echo secretpassword | admin user create --password-stdin a@example.org alice | sed -n 's/^account key: //p')
+
+"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --wu-max 3 --reap-interval 1 \
+	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 8 --round-average-timeout 20 \
+	--log-level info 2>"$T/server.log" &
+SPID=$!
+wait_for 20 grep -q 'listening on' "$T/server.log" || bail_out "the server did not start"
+PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
+
+# Four volunteers with different thread counts (speeds).
+start_client 1 1 && start_client 2 2 && start_client 3 1 && start_client 4 2 ||
+	bail_out "a client did not start"
+wait_for 180 version_at_least 2
+ok $? "four clients commit two rounds together (version $(version))"
+
+# A fifth volunteer joins mid-run.
+start_client 5 1 || bail_out "the fifth client did not start"
+H5=$(sql "select max(id) from host")
+wait_for 180 version_at_least 4
+ok $? "the run goes on after a client joined (version $(version))"
+
+# Freeze one peer in the middle of averaging, past the collect deadline.
+frozen=0
+if wait_for 120 averaging; then
+	kill -STOP "$CPID3" && frozen=1
+fi
+ok $([ $frozen = 1 ]; echo $?) "a peer is frozen while its round averages"
+v0=$(version)
+wait_for 180 version_at_least $((v0 + 2))
+ok $? "the run goes on past a frozen peer (version $v0 -> $(version))"
+kill -CONT "$CPID3"
+V=$(version)
+for p in $CPIDS; do kill "$p" 2>/dev/null; done
+for p in $CPIDS; do wait "$p" 2>/dev/null; done
+CPIDS=
+
+n5=$(sql "select count(*) from round_member where host_id = $H5 and included")
+ok $([ "$n5" -ge 1 ]; echo $?) "the client that joined mid-run took part in $n5 rounds"
+
+# The model never forks: in every committed round, every peer whose
+# parameters the server accepted holds exactly the server's.
+forks=$(sql "select count(*) from round r join round_member m using (project_id, version)
+  where r.state = 'committed' and m.included and m.outcome = 'ok' and m.params_sha256 <> r.params_sha256")
+accepted=$(sql "select count(*) from round r join round_member m using (project_id, version)
+  where r.state = 'committed' and m.included and m.params_sha256 = r.params_sha256")
+ok $([ "$forks" = 0 ] && [ "$accepted" -ge $((V * 2)) ]; echo $?) \
+	"every included peer holds the server's parameters after every round ($accepted peer-rounds, $forks forks)"
+
+# The global batches of the committed rounds, as the replay takes them.
+sql "select rr.version, w.lo, w.lo + rr.mb_done
+  from round_report rr join work_unit w on w.id = rr.work_unit_id
+  join round r on r.project_id = rr.project_id and r.version = rr.version
+  join round_member m on m.project_id = rr.project_id and m.version = rr.version and m.host_id = rr.host_id
+  join project p on p.id = rr.project_id
+  where p.name = 'tiny' and r.state = 'committed' and m.included and rr.mb_done > 0
+  order by rr.version, w.lo" | tr '|' ' ' >"$T/rounds.txt"
+nrounds=$(cut -d' ' -f1 "$T/rounds.txt" | sort -un | wc -l)
+is "$nrounds" "$V" "the committed rounds' work units are known for every version"
+samples_ok=$(sql "select bool_and(r.samples_counted = r.target) from (
+  select r.version, coalesce(r.gradient_samples, 0) as samples_counted,
+         (select sum(rr.mb_done) * 2 from round_report rr join round_member m
+            on m.project_id = rr.project_id and m.version = rr.version and m.host_id = rr.host_id
+          where rr.project_id = r.project_id and rr.version = r.version and m.included) as target
+  from round r join project p on p.id = r.project_id where p.name = 'tiny' and r.state = 'committed') r")
+is "$samples_ok" t "each round's gradient holds exactly the samples of its included work units"
+
+MANIFEST=$(sql "select d.manifest_sha256 from dataset d where d.name = 'tiny'")
+CK0=$(sql "select checkpoint_sha256 from model_version m join project p on p.id = m.project_id where p.name = 'tiny' and version = 0")
+ck() { _s=$(sql "select checkpoint_sha256 from model_version m join project p on p.id = m.project_id
+  where p.name = 'tiny' and version = $1"); echo "$T/srv/files/$(echo "$_s" | cut -c1-2)/$_s"; }
+mkdir -p "$T/replay"
+"$B/tests/replay_rounds" --project "$T/project.json" --rounds "$T/rounds.txt" --store "$T/srv/files" \
+	--manifest "$MANIFEST" --checkpoint "$(ck 0)" --out "$T/replay" >"$T/replay.out" 2>"$T/replay.err"
+ok $? "the single-process replay of the same global batches runs" || cat "$T/replay.err" >&2
+
+worst=ok
+v=1
+while [ $v -le "$V" ]; do
+	if ! "$B/tests/replay_rounds" --compare "$T/replay/v$v.safetensors" "$(ck $v)" --tolerance 1e-5 \
+		>"$T/cmp$v.out" 2>&1; then
+		worst="version $v: $(cat "$T/cmp$v.out")"
+		break
+	fi
+	v=$((v + 1))
+done
+is "$worst" ok "the server's checkpoint of every version equals the replay's within 1e-5 relative"
+
+# The same loss curve: the server's round loss (sample-weighted mean of the
+# reported unit losses) against the replay's.
+sql "select version, loss from round r join project p on p.id = r.project_id
+  where p.name = 'tiny' and r.state = 'committed' order by version" | tr '|' ' ' >"$T/loss.server"
+awk '$1 == "round" { print $2, $6 }' "$T/replay.out" >"$T/loss.replay"
+cmp_loss=$(awk 'NR == FNR { s[$1] = $2; next }
+  { if (!($1 in s) || s[$1] == "") { print "no server loss for round " $1; exit }
+    d = s[$1] - $2; if (d < 0) d = -d; if (d > 1e-4 * ($2 > 1 ? $2 : 1)) { print "round " $1 ": server " s[$1] ", replay " $2; exit } }
+  END { }' "$T/loss.server" "$T/loss.replay")
+is "${cmp_loss:-same}" same "the loss curve matches the replay's ($(tr '\n' ' ' <"$T/loss.server"))"
+first=$(head -1 "$T/loss.replay" | cut -d' ' -f2)
+last=$(tail -1 "$T/loss.replay" | cut -d' ' -f2)
+ok $(awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; echo $?) "the loss falls ($first -> $last)"
