@@ -18,6 +18,7 @@
 #include "server/http.h"
 #include "server/reaper.h"
 #include "server/round_coord.h"
+#include "server/relay.h"
 #include "kernels/backend.h"
 #include "shared/pki.h"
 #include "shared/db.h"
@@ -59,6 +60,11 @@ static void usage(FILE *f)
 "                        target (default 0.9)...\n"
 "  --round-straggler-budget S  ...when filling the rest would take longer\n"
 "                        than S seconds at the live units' speed (default 60)\n"
+"  --relay-port N        the NAT service (rendezvous and relay, doc/nat.md) on\n"
+"                        TCP ports N and N+1 (default 0: off)\n"
+"  --relay-listen ADDR   its address (default: the --listen address)\n"
+"  --relay-bandwidth B   relay cap per host, bytes/s each way (default 0: none)\n"
+"  --relay-idle S        close a relay session idle for S seconds (default 60)\n"
 "  --timeout S           idle connection timeout (default 60)\n"
 "  --log-level L         debug, info, warn or error (default info)\n"
 "  --help                show this help and exit\n"
@@ -97,7 +103,10 @@ int main(int argc, char **argv)
 	const char *db = getenv("COTRAIN_DB");
 	enum { O_DATA = 256, O_DB, O_LISTEN, O_PORT, O_THREADS, O_REAP, O_KDF, O_WUMAX, O_CHUNK,
 	       O_BODY, O_TIMEOUT, O_LOG, O_HELP, O_CERT, O_RINT, O_RREP, O_RAVG, O_RGRP, O_RFRAC,
-	       O_RBUDGET };
+	       O_RBUDGET, O_RELAY_PORT, O_RELAY_LISTEN, O_RELAY_BW, O_RELAY_IDLE };
+	relay_config relay_cfg = { .listen = NULL, .port = 0, .bandwidth = 0, .idle_s = 60,
+	                           .wait_s = 15, .max_sessions = 1024, .meet_lead_ms = 300,
+	                           .dialback_ms = 1500 };
 	static const struct option opts[] = {
 		{ "data-dir", required_argument, NULL, O_DATA },
 		{ "db", required_argument, NULL, O_DB },
@@ -119,6 +128,10 @@ int main(int argc, char **argv)
 		{ "round-max-group", required_argument, NULL, O_RGRP },
 		{ "round-close-fraction", required_argument, NULL, O_RFRAC },
 		{ "round-straggler-budget", required_argument, NULL, O_RBUDGET },
+		{ "relay-port", required_argument, NULL, O_RELAY_PORT },
+		{ "relay-listen", required_argument, NULL, O_RELAY_LISTEN },
+		{ "relay-bandwidth", required_argument, NULL, O_RELAY_BW },
+		{ "relay-idle", required_argument, NULL, O_RELAY_IDLE },
 		{ NULL, 0, NULL, 0 }
 	};
 	cot_log_set_ident("cotrain-server");
@@ -175,6 +188,12 @@ int main(int argc, char **argv)
 		case O_RBUDGET:
 			cfg.round_straggler_budget = (int)int_opt("round-straggler-budget", optarg, 0, 86400);
 			break;
+		case O_RELAY_PORT: relay_cfg.port = (int)int_opt("relay-port", optarg, 0, 65534); break;
+		case O_RELAY_LISTEN: relay_cfg.listen = optarg; break;
+		case O_RELAY_BW:
+			relay_cfg.bandwidth = (uint64_t)int_opt("relay-bandwidth", optarg, 0, 1LL << 40);
+			break;
+		case O_RELAY_IDLE: relay_cfg.idle_s = (int)int_opt("relay-idle", optarg, 1, 86400); break;
 		case O_HELP: usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -221,6 +240,7 @@ int main(int argc, char **argv)
 	http_server *http = NULL;
 	reaper *rp = NULL;
 	round_coord *coord = NULL;
+	relay_service *relay = NULL;
 	cfg.conninfo = target.conninfo;
 	PGconn *conn = NULL;
 	if (db_connect(cfg.conninfo, &conn, &eb) || db_schema_check(conn, &eb)) {
@@ -241,7 +261,9 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
 	if (dbc_init(cfg.conninfo, &eb) || http_start(&cfg, &http, &eb) ||
-	    reaper_start(cfg.reap_interval, &rp, &eb) || round_coord_start(&cfg, &coord, &eb)) {
+	    reaper_start(cfg.reap_interval, &rp, &eb) || round_coord_start(&cfg, &coord, &eb) ||
+	    (relay_cfg.port && (relay_cfg.listen = relay_cfg.listen ? relay_cfg.listen : cfg.listen,
+	                        relay_start(&relay_cfg, &relay, &eb)))) {
 		log_error("%s", eb.msg);
 		goto out;
 	}
@@ -265,6 +287,7 @@ int main(int argc, char **argv)
 	rc = 0;
 out:
 	http_stop(http);
+	relay_stop(relay);
 	round_coord_stop(coord);
 	reaper_stop(rp);
 	db_target_close(&target);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "server/api.h"
+#include "server/reachability.h"
 
 typedef struct {
 	const char *method;
@@ -24,6 +25,7 @@ static const route routes[] = {
 	{ "POST",   "/v1/hosts",                    api_host_register },
 	{ "GET",    "/v1/hosts/{}",                 api_host_get },
 	{ "DELETE", "/v1/hosts/{}",                 api_host_revoke },
+	{ "GET",    "/v1/hosts/{}/nat",             api_host_nat },
 	{ "GET",    "/v1/projects",                 api_project_list },
 	{ "GET",    "/v1/projects/{}",              api_project_get },
 	{ "POST",   "/v1/projects/{}/work",         api_work_request },

@@ -40,6 +40,7 @@ cot_err listener_open(const char *addr, uint16_t port, int backlog, listener **o
 	}
 	int one = 1, zero = 0;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);  /* NAT punches leave from this port (nat.h) */
 	if (ai->ai_family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
 	if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog > 0 ? backlog : 64) != 0) {

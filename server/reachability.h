@@ -1,0 +1,83 @@
+/* cotrain-server: what the server knows of each host's network position.
+ *
+ * The NAT service (relay.h) tells this module what it observes: the public
+ * endpoint (source address and port) of a host's registration made from its
+ * listening port, on each of the service's two ports.  reach_classify() then
+ * dials the host's advertised endpoint back and classifies it:
+ *
+ *   public       the dial-back connected and the host's own address is the
+ *                one the server sees (no NAT)
+ *   mapped       the dial-back connected through a NAT (a port mapped by
+ *                UPnP-IGD or NAT-PMP, or a forwarded port)
+ *   nat          the dial-back failed; "mapping" says whether the NAT kept
+ *                the same public port for both server ports (independent:
+ *                hole punching can work) or not (dependent: relay only)
+ *   unknown      nothing observed yet
+ *
+ * The table also holds each host's relay accounting (bytes relayed) and
+ * the token bucket that caps its relay bandwidth.  It lives in memory: a
+ * restarted server relearns it from the hosts' next registration.  Safe
+ * for concurrent use. */
+#ifndef COT_SERVER_REACHABILITY_H
+#define COT_SERVER_REACHABILITY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/http.h"
+
+#define REACH_ADDR_MAX 64
+
+typedef struct {
+	int64_t host_id;
+	char addr[REACH_ADDR_MAX];  /* public address as the server saw it */
+	uint16_t port_a;            /* public port seen on the first service port (0: none) */
+	uint16_t port_b;            /* ... on the second */
+	uint16_t adv_port;          /* the port the host says it can be dialed on */
+	char local_addr[REACH_ADDR_MAX]; /* the host's own listening address, as it says */
+	const char *klass;          /* "public", "mapped", "nat", "unknown" */
+	const char *mapping;        /* "independent", "dependent", "unknown" */
+	int64_t observed_ms;        /* monotonic time of the last observation */
+	uint64_t relay_bytes_in;    /* bytes the relay took from this host */
+	uint64_t relay_bytes_out;   /* bytes the relay delivered to it */
+	uint64_t relay_sessions;
+} reach_info;
+
+/* Create the table (call once before the NAT service starts). */
+int reach_init(void);
+/* Drop everything (after the NAT service has stopped). */
+void reach_free(void);
+
+/* Record an observation of host on service port `which` (0 or 1): the public
+ * addr:port the server saw, the host's own listening address and the port it
+ * advertises (0: its listening port).  A new public address resets the
+ * other port's observation and the class. */
+void reach_observe(int64_t host, const char *addr, uint16_t port, int which,
+                   const char *local_addr, uint16_t local_port, uint16_t adv_port);
+
+/* Dial the host's advertised endpoint back (its observed public address, never
+ * an address it names: the server cannot be made to dial a third party) for
+ * at most timeout_ms and store its class.  Blocks; returns the class. */
+const char *reach_classify(int64_t host, int timeout_ms);
+
+/* Copy what is known of host into *out; false when nothing is. */
+bool reach_get(int64_t host, reach_info *out);
+
+/* Relay bandwidth: take up to want bytes from host's token bucket filled at
+ * cap bytes per second (cap 0: no cap; the bucket holds at most a quarter of
+ * a second).  Returns the bytes allowed now (0: wait and retry) and, when 0,
+ * the milliseconds to wait in *wait_ms. */
+size_t reach_relay_take(int64_t host, size_t want, uint64_t cap, int *wait_ms);
+
+/* Give back n bytes taken with reach_relay_take and not used. */
+void reach_relay_refund(int64_t host, size_t n, uint64_t cap);
+
+/* Account bytes relayed from host (in) or to it (out), and sessions. */
+void reach_relay_account(int64_t host, uint64_t in, uint64_t out, bool new_session);
+
+/* GET /v1/hosts/{id}/nat (account key of the host's owner): the host's
+ * reachability and relay accounting. */
+void api_host_nat(http_req *req);
+
+#endif
