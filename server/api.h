@@ -36,11 +36,12 @@ void api_host_certificate(http_req *req);
 void api_work_report(http_req *req);         /* api_rounds.c */
 void api_round_plan(http_req *req);
 void api_round_outcome(http_req *req);
-/* The round's averaged gradient, raw fp32 (api_round_step.c); bodies up to
- * API_GRADIENT_MAX_BYTES (2^28 parameters), checked against the round's
- * exact parameter count. */
+void api_round_list(http_req *req);
+/* A group's gradient sum, raw fp32; bodies up to API_GRADIENT_MAX_BYTES
+ * (2^28 parameters), checked against the round's exact parameter count
+ * before they are read (http_req.early). */
 #define API_GRADIENT_MAX_BYTES ((size_t)1 << 30)
-void api_round_gradient(http_req *req);
+void api_round_group_sum(http_req *req);
 
 void files_get(http_req *req);
 

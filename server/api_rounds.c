@@ -1,8 +1,9 @@
 /* cotrain-server: the routes of a training round (db/migrations/
- * 0003_rounds.sql holds the state machine): a work unit's report once the
- * round closes, a host's averaging plan, the round's averaged gradient
- * (from which the server computes v+1 itself, round_step.h), and a host's
- * outcome.  Like api_work.c,
+ * 0003_rounds.sql holds the state machine, 0005_round_groups.sql the group
+ * sums): a work unit's report once the round closes, a host's averaging
+ * plan (a long poll), each group's gradient sum (from which the server
+ * computes the round's mean gradient and v+1 itself, round_step.h), a
+ * host's outcome, and the list of a project's rounds.  Like api_work.c,
  * each is one PL/pgSQL call answering (status, body); this file checks the
  * request's shape and turns untrusted fields into bounded parameters. */
 #include "server/api.h"
@@ -24,6 +25,11 @@
 #define RTT_MAX_ENTRIES 4096
 #define RTT_MAX_MS 1e6
 #define INCLUDED_MAX 100000
+/* Most hosts in a group sum's "included" query argument, and its length. */
+#define GROUP_INCLUDED_MAX 4096
+#define GROUP_INCLUDED_MAX_LEN (GROUP_INCLUDED_MAX * 20)
+#define PLAN_WAIT_MAX 60
+#define ROUND_LIST_MAX 1000
 
 /* "a.b.c.d:port" or "[v6]:port" with a port 1..65535. */
 static bool endpoint_valid(const char *s)
@@ -84,8 +90,9 @@ static cot_err rtt_param(const json_t *body, char **out, cot_errbuf *eb)
 }
 
 static const dbc_stmt st_report = {
-	"round_report",
-	"SELECT status, body FROM round_report($1::bytea, $2, $3, $4, $5, $6, $7, $8::jsonb)", 8
+	"round_report_loss",
+	"SELECT status, body FROM round_report($1::bytea, $2, $3, $4, $5, $6, $7, $8::jsonb,"
+	" $9::double precision)", 9
 };
 
 void api_work_report(http_req *req)
@@ -98,7 +105,7 @@ void api_work_report(http_req *req)
 	if (!api_body(req, false, &body))
 		return;
 	long long mb_done = 0, samples = 0;
-	double bandwidth = 0;
+	double bandwidth = 0, loss = -1;
 	bool can_aggregate = false;
 	const char *endpoint = NULL;
 	char *rtt = NULL;
@@ -108,6 +115,7 @@ void api_work_report(http_req *req)
 	    cot_json_str(body, "endpoint", true, 1, 63, &endpoint, &eb) ||
 	    cot_json_num(body, "bandwidth", true, 1, 1e13, &bandwidth, &eb) ||
 	    cot_json_bool(body, "can_aggregate", true, &can_aggregate, &eb) ||
+	    cot_json_num(body, "loss", false, 0, 1e300, &loss, &eb) ||
 	    rtt_param(body, &rtt, &eb)) {
 		api_bad_request(req, &eb);
 		goto out;
@@ -117,12 +125,13 @@ void api_work_report(http_req *req)
 		                 "Send the address peers can reach this host at, as \"203.0.113.5:7070\" or \"[2001:db8::5]:7070\".");
 		goto out;
 	}
-	char smb[24], ssamples[24], sbw[40];
+	char smb[24], ssamples[24], sbw[40], sloss[40];
 	snprintf(smb, sizeof smb, "%lld", mb_done);
 	snprintf(ssamples, sizeof ssamples, "%lld", samples);
 	snprintf(sbw, sizeof sbw, "%.17g", bandwidth);
+	snprintf(sloss, sizeof sloss, "%.17g", loss);
 	const char *params[] = { hp, req->params[0], smb, ssamples, endpoint, sbw,
-	                         can_aggregate ? "true" : "false", rtt };
+	                         can_aggregate ? "true" : "false", rtt, loss >= 0 ? sloss : NULL };
 	api_relay(req, &st_report, params);
 	round_coord_wake();       /* maybe the last report the plan waits for */
 out:
@@ -146,10 +155,54 @@ static bool path_version(http_req *req, long long *out)
 	return true;
 }
 
+/* A positive integer query argument (at most 18 digits), or 0. */
+static long long query_pos(http_req *req, const char *name)
+{
+	const char *s = http_query(req, name);
+	char *end = NULL;
+	long long v = s && s[0] >= '1' && s[0] <= '9' && strlen(s) <= 18 ? strtoll(s, &end, 10) : 0;
+	return v > 0 && !*end ? v : 0;
+}
+
+/* An optional integer query argument in [lo, hi]: *out keeps its default
+ * when absent; false (answered 400) when present and not such an integer. */
+static bool query_int(http_req *req, const char *name, long long lo, long long hi, long long *out)
+{
+	const char *s = http_query(req, name);
+	if (!s)
+		return true;
+	char *end = NULL;
+	long long v = s[0] >= '0' && s[0] <= '9' && strlen(s) <= 18 ? strtoll(s, &end, 10) : -1;
+	if (v < lo || v > hi || !end || *end) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "query argument \"%s\" must be an integer from %lld to %lld",
+		         name, lo, hi);
+		http_reply_error(req, 400, "invalid", msg, NULL);
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
 static const dbc_stmt st_plan = {
 	"round_plan_get", "SELECT status, body FROM round_plan_get($1::bytea, $2, $3, $4)", 4
 };
 
+/* Does a 200 plan answer (JSON text) lack the mean gradient? */
+static bool plan_without_gradient(const char *body, size_t len)
+{
+	json_t *j = json_loadb(body, len, 0, NULL);
+	bool without = j && !json_object_get(j, "gradient");
+	json_decref(j);
+	return without;
+}
+
+/* The plan, a long poll (doc/api.md): with wait=S the request is held (the
+ * connection suspended, http_hold) while the round is open or closing, or,
+ * with after=gradient, until the mean gradient exists; the coordinator
+ * (a plan), the group sum that completes the round (the mean), or the
+ * deadline wake it up, and it looks again.  A wait that runs out answers
+ * 204 with Retry-After. */
 void api_round_plan(http_req *req)
 {
 	long long version;
@@ -164,29 +217,57 @@ void api_round_plan(http_req *req)
 		                 "Ask for /v1/projects/<name>/rounds/<version>/plan?host_id=<your host id>.");
 		return;
 	}
+	long long wait = 0;
+	if (!query_int(req, "wait", 0, PLAN_WAIT_MAX, &wait))
+		return;
+	const char *after = http_query(req, "after");
+	if (after && strcmp(after, "gradient") != 0) {
+		http_reply_error(req, 400, "invalid", "query argument \"after\" must be \"gradient\"",
+		                 "Leave it out to wait for the plan; add after=gradient to wait for the mean gradient.");
+		return;
+	}
 	if (strlen(req->params[0]) > 64) {
 		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
 		return;
 	}
-	char sv[24];
+	if (wait > 0 && req->hold_until == 0)
+		req->hold_until = http_now() + (double)wait;
+	char sv[24], sh[24];
 	snprintf(sv, sizeof sv, "%lld", version);
-	const char *params[] = { hp, req->params[0], sv, h };
-	PGresult *r = api_exec(req, &st_plan, params, NULL);
-	if (!r)
+	snprintf(sh, sizeof sh, "%lld", host);
+	const char *params[] = { hp, req->params[0], sv, sh };
+	for (int look = 0; ; look++) {
+		unsigned long gen = http_wake_gen();
+		PGresult *r = api_exec(req, &st_plan, params, NULL);
+		if (!r)
+			return;
+		int status = PQntuples(r) == 1 ? atoi(PQgetvalue(r, 0, 0)) : 500;
+		if (status == 200 && after &&
+		    plan_without_gradient(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1)))
+			status = 204;         /* no mean gradient yet: as if no plan */
+		if (status == 204 && wait > 0 && look < 8) {
+			PQclear(r);
+			if (http_hold(req, gen))
+				return;       /* called again on a wake-up or at the deadline */
+			if (http_wake_gen() != gen && http_now() < req->hold_until)
+				continue;     /* something moved: look again */
+			status = 204;
+			r = NULL;
+		}
+		if (status == 204) {
+			/* No plan (or no mean) yet: no body, and when to ask again. */
+			char ra[16];
+			snprintf(ra, sizeof ra, "%d", req->cfg->round_interval);
+			http_reply_raw(req, 204, "", 0);
+			http_add_header(req, "Retry-After", ra);
+		} else if (status == 500) {
+			http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
+		} else {
+			http_reply_raw(req, status, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
+		}
+		PQclear(r);
 		return;
-	int status = PQntuples(r) == 1 ? atoi(PQgetvalue(r, 0, 0)) : 500;
-	if (status == 204) {
-		/* No plan yet: no body, and when to ask again. */
-		char ra[16];
-		snprintf(ra, sizeof ra, "%d", req->cfg->round_interval);
-		http_reply_raw(req, 204, "", 0);
-		http_add_header(req, "Retry-After", ra);
-	} else if (status == 500) {
-		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
-	} else {
-		http_reply_raw(req, status, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
 	}
-	PQclear(r);
 }
 
 static const dbc_stmt st_outcome = {
@@ -256,61 +337,204 @@ void api_round_outcome(http_req *req)
 		goto out;
 	}
 	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha };
-	api_relay(req, &st_outcome, params);
+	PGresult *r = api_exec(req, &st_outcome, params, NULL);
+	if (!r)
+		goto out;
+	if (PQntuples(r) != 1 || PQnfields(r) != 2) {
+		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
+	} else {
+		int st = atoi(PQgetvalue(r, 0, 0));
+		http_reply_raw(req, st, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
+		/* A commit or a failure moved the round: long polls look again. */
+		json_t *j = st == 200 ? json_loadb(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1), 0, NULL) : NULL;
+		const char *state = json_string_value(json_object_get(json_object_get(j, "round"), "state"));
+		if (state && strcmp(state, "averaging") != 0)
+			http_wake_held();
+		json_decref(j);
+	}
+	PQclear(r);
 out:
 	free(included);
 	json_decref(body);
 }
 
-static const dbc_stmt st_grad_begin = {
-	"round_gradient_begin",
-	"SELECT status, body, project_id, attempt, param_count, gradient_sha256, checkpoint_sha256,"
-	" config FROM round_gradient_begin($1::bytea, $2, $3, $4, $5)", 5
-};
-static const dbc_stmt st_grad_store = {
-	"round_gradient_store",
-	"SELECT status, body FROM round_gradient_store($1, $2, $3, $4, $5, $6, $7)", 7
-};
 
-/* A positive integer query argument (at most 18 digits), or 0. */
-static long long query_pos(http_req *req, const char *name)
+/* The "included" query argument: ascending positive host ids separated by
+ * commas, at most GROUP_INCLUDED_MAX of them, as a JSON array text into
+ * out (malloc'd).  False (answered 400) otherwise. */
+static bool included_param(http_req *req, char **out)
 {
-	const char *s = http_query(req, name);
-	char *end = NULL;
-	long long v = s && s[0] >= '1' && s[0] <= '9' && strlen(s) <= 18 ? strtoll(s, &end, 10) : 0;
-	return v > 0 && !*end ? v : 0;
+	const char *s = http_query(req, "included");
+	size_t len = s ? strlen(s) : 0;
+	const char *why = NULL;
+	if (!s || len == 0)
+		why = "query argument \"included\" is missing";
+	else if (len > GROUP_INCLUDED_MAX_LEN)
+		why = "query argument \"included\" is too long";
+	char *buf = why ? NULL : malloc(len + 3);
+	if (!why && !buf) {
+		http_reply_error(req, 500, "internal_error", "out of memory", NULL);
+		return false;
+	}
+	size_t o = 0;
+	int count = 0;
+	long long prev = 0;
+	if (buf)
+		buf[o++] = '[';
+	for (const char *p = s; !why; ) {
+		const char *q = p;
+		while (*q >= '0' && *q <= '9')
+			q++;
+		size_t nd = (size_t)(q - p);
+		if (nd == 0 || nd > 18 || *p == '0' || (*q != ',' && *q != '\0')) {
+			why = "query argument \"included\" must be host ids separated by commas";
+			break;
+		}
+		long long id = strtoll(p, NULL, 10);
+		if (id <= prev) {
+			why = "query argument \"included\" must list host ids in ascending order, each once";
+			break;
+		}
+		if (++count > GROUP_INCLUDED_MAX) {
+			why = "query argument \"included\" lists too many hosts";
+			break;
+		}
+		prev = id;
+		if (o > 1)
+			buf[o++] = ',';
+		memcpy(buf + o, p, nd);
+		o += nd;
+		if (*q == '\0')
+			break;
+		p = q + 1;
+	}
+	if (why) {
+		free(buf);
+		http_reply_error(req, 400, "invalid", why,
+		                 "Send included=<id>,<id>,... : the ascending ids of the hosts whose contributions the sum holds.");
+		return false;
+	}
+	buf[o++] = ']';
+	buf[o] = '\0';
+	*out = buf;
+	return true;
 }
 
-/* The round's averaged gradient (doc/api.md, "The server's step"): checked
- * by the database (token, plan membership, state, sample total), then by
- * length; the first upload is stepped here, synchronously (one step at a
- * time, round_step_compute), and recorded; later ones are compared by
- * sha256. */
-void api_round_gradient(http_req *req)
+static const dbc_stmt st_sum_begin = {
+	"round_group_sum_begin",
+	"SELECT status, body, project_id, attempt, group_id, param_count"
+	" FROM round_group_sum_begin($1::bytea, $2, $3, $4, $5, $6::jsonb)", 6
+};
+static const dbc_stmt st_sum_store = {
+	"round_group_sum_store",
+	"SELECT status, body, compute, sums, checkpoint_sha256, config"
+	" FROM round_group_sum_store($1, $2, $3, $4, $5, $6, $7::jsonb, $8)", 8
+};
+static const dbc_stmt st_mean_store = {
+	"round_mean_store",
+	"SELECT round_mean_store($1, $2, $3, $4, $5, $6, $7, $8, $9)", 9
+};
+
+/* Every group of the round has a sum: compute the mean gradient from the
+ * stored sums (store's "sums", ascending groups) and v+1 from it, keep both,
+ * and record them (round_mean_store), which answers the request.  On
+ * failure answers 500 (a later upload of any group tries again). */
+static void compute_mean(http_req *req, long long version, const char *project_id,
+                         const char *attempt, const char *group, size_t n, PGresult *st)
+{
+	json_t *sums = json_loads(PQgetvalue(st, 0, 3), 0, NULL);
+	size_t ns = json_array_size(sums);
+	const char **names = calloc(ns ? ns : 1, sizeof *names);
+	float *mean = malloc(n * sizeof *mean);
+	long long total = 0;
+	cot_errbuf eb = { 0 };
+	cot_err rc = COT_OK;
+	if (!sums || !names || !mean || ns == 0 || ns > INT32_MAX) {
+		rc = cot_seterr(&eb, COT_ERR_NOMEM, "could not read the group sums");
+		goto out;
+	}
+	for (size_t k = 0; k < ns; k++) {
+		json_t *e = json_array_get(sums, k);
+		names[k] = json_string_value(json_object_get(e, "sha256"));
+		total += json_integer_value(json_object_get(e, "samples"));
+		if (!names[k]) {
+			rc = cot_seterr(&eb, COT_ERR_INTERNAL, "a group sum has no name");
+			goto out;
+		}
+	}
+	char gsha[FS_SHA_HEX_LEN + 1], ckpt[FS_SHA_HEX_LEN + 1], psha[FS_SHA_HEX_LEN + 1];
+	uint64_t size = 0;
+	if ((rc = round_step_mean(req->cfg->files_dir, names, (int)ns, total, mean, n, &eb)))
+		goto out;
+	if (hash_sha256_hex(mean, n * sizeof *mean, gsha)) {
+		rc = cot_seterr(&eb, COT_ERR_INTERNAL, "could not hash the mean gradient");
+		goto out;
+	}
+	if ((rc = fs_put_buffer(req->cfg->files_dir, mean, n * sizeof *mean, gsha, NULL, &eb)) ||
+	    (rc = round_step_compute(req->cfg->files_dir,
+	                             PQgetisnull(st, 0, 4) ? "" : PQgetvalue(st, 0, 4),
+	                             PQgetvalue(st, 0, 5), version, mean, n, ckpt, &size, psha, &eb)))
+		goto out;
+	char sv[24], stotal[24], ssize[24];
+	snprintf(sv, sizeof sv, "%lld", version);
+	snprintf(stotal, sizeof stotal, "%lld", total);
+	snprintf(ssize, sizeof ssize, "%llu", (unsigned long long)size);
+	const char *params[] = { project_id, sv, attempt, group, gsha, stotal, ckpt, ssize, psha };
+	PGresult *r = api_exec(req, &st_mean_store, params, NULL);
+	if (r) {
+		http_reply_raw(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
+		PQclear(r);
+		log_info("round %lld of project %s: mean gradient of %zu groups over %lld samples, "
+		         "v+1 params %s", version, req->params[0], ns, total, psha);
+		http_wake_held();     /* plans waiting for the mean gradient */
+	}
+out:
+	if (rc) {
+		log_error("round %lld of project %s: the server's step failed: %s", version,
+		          req->params[0], eb.msg);
+		http_reply_error(req, 500, "internal_error", "could not compute the next version", eb.msg);
+	}
+	free(mean);
+	free(names);
+	json_decref(sums);
+}
+
+/* A group's gradient sum (doc/api.md, "Group sums"): checked by the
+ * database (token, plan membership, state, included hosts, samples) before
+ * the body is read, by Content-Length (req->early), then by length and
+ * values; the first valid upload per group is kept, and the upload that
+ * completes the set computes the round's mean gradient and v+1
+ * (compute_mean), synchronously. */
+void api_round_group_sum(http_req *req)
 {
 	long long version;
 	char hp[API_HASH_PARAM_LEN];
+	char *included = NULL;
+	PGresult *r = NULL;
+	float *sum = NULL;
 	if (!path_version(req, &version) || !api_bearer(req, hp))
 		return;
 	long long host = query_pos(req, "host_id"), samples = query_pos(req, "samples");
 	if (!host || !samples) {
 		http_reply_error(req, 400, "invalid",
 		                 "query arguments \"host_id\" and \"samples\" must be positive integers",
-		                 "POST /v1/projects/<name>/rounds/<version>/gradient?host_id=<id>&samples=<round_samples>.");
+		                 "POST /v1/projects/<name>/rounds/<version>/group_sum?host_id=<id>&samples=<S>&included=<ids>.");
 		return;
 	}
+	if (!included_param(req, &included))
+		return;
 	if (strlen(req->params[0]) > 64) {
 		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
-		return;
+		goto out;
 	}
 	char sv[24], sh[24], ss[24];
 	snprintf(sv, sizeof sv, "%lld", version);
 	snprintf(sh, sizeof sh, "%lld", host);
 	snprintf(ss, sizeof ss, "%lld", samples);
-	const char *params[] = { hp, req->params[0], sv, sh, ss };
-	PGresult *r = api_exec(req, &st_grad_begin, params, NULL);
+	const char *params[] = { hp, req->params[0], sv, sh, ss, included };
+	r = api_exec(req, &st_sum_begin, params, NULL);
 	if (!r)
-		return;
+		goto out;
 	if (PQntuples(r) != 1) {
 		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
 		goto out;
@@ -320,62 +544,90 @@ void api_round_gradient(http_req *req)
 		               (size_t)PQgetlength(r, 0, 1));
 		goto out;
 	}
-	unsigned long long n = strtoull(PQgetvalue(r, 0, 4), NULL, 10);
-	if (n == 0 || n > API_GRADIENT_MAX_BYTES / sizeof(float) || req->body_len != n * sizeof(float)) {
+	unsigned long long n = strtoull(PQgetvalue(r, 0, 5), NULL, 10);
+	unsigned long long want = n * sizeof(float);
+	unsigned long long have = req->body_len;
+	if (req->early) {
+		const char *cl = http_header(req, "Content-Length");
+		char *end = NULL;
+		have = cl && *cl >= '0' && *cl <= '9' ? strtoull(cl, &end, 10) : want;
+		if (!end || *end)
+			have = want;      /* no usable length: read, then check */
+	}
+	if (n == 0 || n > API_GRADIENT_MAX_BYTES / sizeof(float) || have != want) {
 		char msg[160];
-		snprintf(msg, sizeof msg, "the gradient must be exactly %llu bytes (%llu fp32 values), not %zu",
-		         n * sizeof(float), n, req->body_len);
-		http_reply_error(req, req->body_len > n * sizeof(float) ? 413 : 400,
-		                 req->body_len > n * sizeof(float) ? "too_large" : "invalid", msg,
-		                 "Send the round's averaged gradient as raw little-endian fp32, param_count values.");
+		snprintf(msg, sizeof msg, "the group sum must be exactly %llu bytes (%llu fp32 values), not %llu",
+		         want, n, have);
+		http_reply_error(req, have > want ? 413 : 400, have > want ? "too_large" : "invalid", msg,
+		                 "Send the group's gradient sum as raw little-endian fp32, param_count values.");
 		goto out;
 	}
+	if (req->early)
+		goto out;             /* the length is right: read the body */
+	sum = malloc(req->body_len);
+	if (!sum) {
+		http_reply_error(req, 500, "internal_error", "out of memory for the group sum", "Try again later.");
+		goto out;
+	}
+	memcpy(sum, req->body, req->body_len);    /* aligned */
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(sum[i])) {
+			char msg[96];
+			snprintf(msg, sizeof msg, "value %zu of the group sum is not finite", i);
+			http_reply_error(req, 400, "invalid", msg, "Every value of the sum must be finite.");
+			goto out;
+		}
 	char gsha[FS_SHA_HEX_LEN + 1];
-	if (hash_sha256_hex(req->body, req->body_len, gsha)) {
-		http_reply_error(req, 500, "internal_error", "could not hash the gradient", NULL);
+	cot_errbuf eb = { 0 };
+	if (hash_sha256_hex(sum, req->body_len, gsha) ||
+	    fs_put_buffer(req->cfg->files_dir, sum, req->body_len, gsha, NULL, &eb)) {
+		http_reply_error(req, 500, "internal_error", "could not store the group sum", eb.msg[0] ? eb.msg : NULL);
 		goto out;
 	}
-	const char *have = PQgetisnull(r, 0, 5) ? NULL : PQgetvalue(r, 0, 5);
-	char ckpt[FS_SHA_HEX_LEN + 1] = "", psha[FS_SHA_HEX_LEN + 1] = "", ssize[24] = "0";
-	if (!have) {
-		/* The first upload: keep the bytes (a transient file, not in
-		 * `file`) and take the step. */
-		uint64_t size = 0;
-		float *grad = malloc(req->body_len);
-		if (!grad) {
-			http_reply_error(req, 500, "internal_error", "out of memory for the gradient", "Try again later.");
-			goto out;
-		}
-		memcpy(grad, req->body, req->body_len);   /* aligned for the kernels */
-		for (size_t i = 0; i < n; i++)
-			if (!isfinite(grad[i])) {
-				char msg[96];
-				snprintf(msg, sizeof msg, "value %zu of the gradient is not finite", i);
-				http_reply_error(req, 400, "invalid", msg, "Every value of the gradient must be finite.");
-				free(grad);
-				goto out;
-			}
-		cot_errbuf eb = { 0 };
-		cot_err rc = fs_put_buffer(req->cfg->files_dir, req->body, req->body_len, gsha, NULL, &eb);
-		if (!rc)
-			rc = round_step_compute(req->cfg->files_dir, PQgetvalue(r, 0, 6), PQgetvalue(r, 0, 7),
-			                        version, grad, (size_t)n, ckpt, &size, psha, &eb);
-		free(grad);
-		if (rc) {
-			log_error("round %lld of project %s: the server's step failed: %s", version,
-			          req->params[0], eb.msg);
-			http_reply_error(req, 500, "internal_error", "could not compute the next version", eb.msg);
-			goto out;
-		}
-		snprintf(ssize, sizeof ssize, "%llu", (unsigned long long)size);
-	} else {
-		/* Already stepped: only the bytes need comparing; the store
-		 * function answers 200 for the same, 409 for others. */
-		snprintf(ckpt, sizeof ckpt, "%s", have);
-		snprintf(psha, sizeof psha, "%s", have);
-	}
-	const char *sparams[] = { PQgetvalue(r, 0, 2), sv, PQgetvalue(r, 0, 3), gsha, ckpt, ssize, psha };
-	api_relay(req, &st_grad_store, sparams);
-out:
+	free(sum);
+	sum = NULL;
+	char project_id[24], attempt[16], group[16];
+	snprintf(project_id, sizeof project_id, "%s", PQgetvalue(r, 0, 2));
+	snprintf(attempt, sizeof attempt, "%s", PQgetvalue(r, 0, 3));
+	snprintf(group, sizeof group, "%s", PQgetvalue(r, 0, 4));
 	PQclear(r);
+	const char *sparams[] = { project_id, sv, attempt, group, sh, ss, included, gsha };
+	r = api_exec(req, &st_sum_store, sparams, NULL);
+	if (!r)
+		goto out;
+	if (PQntuples(r) != 1) {
+		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
+		goto out;
+	}
+	if (strcmp(PQgetvalue(r, 0, 2), "t") == 0 && atoi(PQgetvalue(r, 0, 0)) == 200)
+		compute_mean(req, version, project_id, attempt, group, (size_t)n, r);
+	else
+		http_reply_raw(req, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1),
+		               (size_t)PQgetlength(r, 0, 1));
+out:
+	free(sum);
+	PQclear(r);
+	free(included);
+}
+
+static const dbc_stmt st_list = {
+	"round_list", "SELECT status, body FROM round_list($1, $2, $3)", 3
+};
+
+/* The rounds of a project, newest first (public). */
+void api_round_list(http_req *req)
+{
+	long long limit = 100, before = -1;
+	if (!query_int(req, "limit", 1, ROUND_LIST_MAX, &limit) ||
+	    !query_int(req, "before", 0, 1000000000, &before))
+		return;
+	if (strlen(req->params[0]) > 64) {
+		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
+		return;
+	}
+	char sl[24], sb[24];
+	snprintf(sl, sizeof sl, "%lld", limit);
+	snprintf(sb, sizeof sb, "%lld", before);
+	const char *params[] = { req->params[0], sl, before >= 0 ? sb : NULL };
+	api_relay(req, &st_list, params);
 }

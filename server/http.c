@@ -3,6 +3,7 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +20,13 @@ struct http_server {
 	struct MHD_Daemon *daemon;
 	const srv_config *cfg;
 	int port;
+	pthread_t timer;             /* resumes held requests at their deadline */
+	bool timer_started;
 };
 
 /* Per-request state, from the first call of the access handler to the
  * completion callback, which frees it. */
-typedef struct {
+typedef struct conn_state {
 	http_req req;
 	struct MHD_Connection *conn;
 	route_handler handler;
@@ -35,8 +38,22 @@ typedef struct {
 	struct MHD_Response *resp;   /* the answer, queued by finish() */
 	int status;
 	struct timespec start;
+	bool held;                   /* suspended by http_hold, not yet run again */
+	struct conn_state *next_held;
 	char pathbuf[512];
 } conn_state;
+
+/* Held requests (long polls): a list of suspended connections, resumed by
+ * http_wake_held, at their deadline by the timer thread, or when the server
+ * stops.  Connections are suspended under hold_lock and resumed after it is
+ * released, so MHD's own locks are never taken in the other order. */
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond;
+static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
+static conn_state *held_list;
+static unsigned long hold_gen;
+static int held_pending;             /* resumed, not yet run again */
+static bool hold_stopping, timer_stop;
 
 const char *http_header(const http_req *req, const char *name)
 {
@@ -48,6 +65,108 @@ const char *http_query(const http_req *req, const char *name)
 {
 	const conn_state *st = req->priv;
 	return MHD_lookup_connection_value(st->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+static void hold_init(void)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&hold_cond, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+double http_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+unsigned long http_wake_gen(void)
+{
+	pthread_mutex_lock(&hold_lock);
+	unsigned long g = hold_gen;
+	pthread_mutex_unlock(&hold_lock);
+	return g;
+}
+
+bool http_hold(http_req *req, unsigned long gen)
+{
+	conn_state *st = req->priv;
+	pthread_once(&hold_once, hold_init);
+	pthread_mutex_lock(&hold_lock);
+	if (hold_stopping || gen != hold_gen || st->resp || http_now() >= req->hold_until) {
+		pthread_mutex_unlock(&hold_lock);
+		return false;
+	}
+	MHD_suspend_connection(st->conn);
+	st->held = true;
+	st->next_held = held_list;
+	held_list = st;
+	pthread_cond_signal(&hold_cond);      /* maybe an earlier deadline */
+	pthread_mutex_unlock(&hold_lock);
+	return true;
+}
+
+/* Resume a detached chain of held requests (hold_lock not held). */
+static void resume_chain(conn_state *c)
+{
+	while (c) {
+		conn_state *next = c->next_held;
+		c->next_held = NULL;
+		MHD_resume_connection(c->conn);
+		c = next;
+	}
+}
+
+void http_wake_held(void)
+{
+	pthread_once(&hold_once, hold_init);
+	pthread_mutex_lock(&hold_lock);
+	hold_gen++;
+	conn_state *c = held_list;
+	held_list = NULL;
+	for (conn_state *x = c; x; x = x->next_held)
+		held_pending++;
+	pthread_mutex_unlock(&hold_lock);
+	resume_chain(c);
+}
+
+/* The timer thread: resume each held request at its deadline. */
+static void *hold_timer(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&hold_lock);
+	while (!timer_stop) {
+		double now = http_now(), next = now + 3600;
+		conn_state *due = NULL, **pp = &held_list;
+		while (*pp) {
+			conn_state *c = *pp;
+			if (c->req.hold_until <= now) {
+				*pp = c->next_held;
+				c->next_held = due;
+				due = c;
+				held_pending++;
+			} else {
+				if (c->req.hold_until < next)
+					next = c->req.hold_until;
+				pp = &c->next_held;
+			}
+		}
+		if (due) {
+			pthread_mutex_unlock(&hold_lock);
+			resume_chain(due);
+			pthread_mutex_lock(&hold_lock);
+			continue;
+		}
+		struct timespec until;
+		until.tv_sec = (time_t)next;
+		until.tv_nsec = (long)((next - (double)until.tv_sec) * 1e9);
+		pthread_cond_timedwait(&hold_cond, &hold_lock, &until);
+	}
+	pthread_mutex_unlock(&hold_lock);
+	return NULL;
 }
 
 void http_reply_response(http_req *req, int status, void *response)
@@ -198,6 +317,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			too_large(st);
 			return finish(st);
 		}
+		if (st->limit > srv->cfg->body_limit) {
+			/* A large body: the handler may refuse it before it is read. */
+			st->req.early = true;
+			st->handler(&st->req);
+			st->req.early = false;
+			if (st->resp)
+				return finish(st);
+		}
 		return MHD_YES;
 	}
 
@@ -228,6 +355,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	}
 
+	if (st->held) {              /* resumed: the handler looks again */
+		pthread_mutex_lock(&hold_lock);
+		st->held = false;
+		held_pending--;
+		pthread_mutex_unlock(&hold_lock);
+	}
 	if (st->too_large) {
 		too_large(st);
 	} else {
@@ -235,7 +368,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			st->req.body = st->body;
 			st->req.body_len = st->len;
 		}
+		st->req.early = false;
 		st->handler(&st->req);
+		if (st->held && !st->resp)
+			return MHD_YES;      /* suspended until a wake-up or the deadline */
 	}
 	return finish(st);
 }
@@ -310,6 +446,16 @@ cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
 	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = info ? info->port : cfg->port;
+	pthread_once(&hold_once, hold_init);
+	pthread_mutex_lock(&hold_lock);
+	hold_stopping = timer_stop = false;
+	pthread_mutex_unlock(&hold_lock);
+	if (pthread_create(&s->timer, NULL, hold_timer, NULL) != 0) {
+		MHD_stop_daemon(s->daemon);
+		free(s);
+		return cot_seterr(eb, COT_ERR_INTERNAL, "could not start the long-poll timer thread");
+	}
+	s->timer_started = true;
 	*out = s;
 	return COT_OK;
 }
@@ -320,8 +466,30 @@ void http_stop(http_server *s)
 {
 	if (!s)
 		return;
-	/* No connection is ever left suspended (there are no long polls yet), so
-	 * stopping cannot hang on one. */
+	/* MHD must not be stopped with a suspended connection: resume every
+	 * held request (each answers at once, seeing hold_stopping) and give
+	 * the workers a moment to run them. */
+	pthread_mutex_lock(&hold_lock);
+	hold_stopping = true;
+	timer_stop = true;
+	conn_state *c = held_list;
+	held_list = NULL;
+	for (conn_state *x = c; x; x = x->next_held)
+		held_pending++;
+	pthread_cond_signal(&hold_cond);
+	pthread_mutex_unlock(&hold_lock);
+	resume_chain(c);
+	if (s->timer_started)
+		pthread_join(s->timer, NULL);
+	for (int i = 0; i < 200; i++) {        /* up to 2 s */
+		pthread_mutex_lock(&hold_lock);
+		int pending = held_pending;
+		pthread_mutex_unlock(&hold_lock);
+		if (pending <= 0)
+			break;
+		struct timespec ms10 = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ms10, NULL);
+	}
 	MHD_stop_daemon(s->daemon);
 	free(s);
 }

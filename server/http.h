@@ -34,6 +34,12 @@ struct http_req {
 	size_t body_len;
 	const srv_config *cfg;
 	void *priv;                          /* the layer's connection state */
+	/* Set while the handler is called before the body is read (routes whose
+	 * body limit exceeds --body-limit, router_body_limit): it may refuse by
+	 * answering, or answer nothing to have the body read and be called again
+	 * with early false. */
+	bool early;
+	double hold_until;                   /* long polls (http_hold); 0 until set */
 };
 
 /* Value of a request header (case-insensitive name), or NULL. */
@@ -59,6 +65,23 @@ void http_reply_response(http_req *req, int status, void *response);
 
 /* Add a header to the answer already given (no-op when there is none). */
 void http_add_header(http_req *req, const char *name, const char *value);
+
+/* Long polls.  A handler with nothing to answer yet may hold the request
+ * instead: read gen = http_wake_gen() before looking at the state, set
+ * req->hold_until (CLOCK_MONOTONIC seconds, http_now()) on the first call,
+ * then call http_hold(req, gen).  When it returns true the connection is
+ * suspended (no thread waits) and the handler must return without
+ * answering; the layer calls it again with the same req after the next
+ * http_wake_held() (from any thread) or at hold_until, whichever comes
+ * first.  It returns false (answer now, after looking again) when a wake-up
+ * came since gen was read, hold_until has passed, or the server is
+ * stopping. */
+double http_now(void);
+unsigned long http_wake_gen(void);
+bool http_hold(http_req *req, unsigned long gen);
+/* Resume every held request (they look at the state again).  Thread-safe;
+ * a no-op when nothing is held. */
+void http_wake_held(void);
 
 /* HTTP status for a cot_err, as above. */
 int http_status_for(cot_err e);

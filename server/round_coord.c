@@ -15,6 +15,7 @@
 #include "kernels/model.h"
 #include "server/dbconn.h"
 #include "server/grouping.h"
+#include "server/http.h"
 #include "server/load_balance.h"
 #include "shared/log.h"
 
@@ -61,6 +62,15 @@ static const dbc_stmt st_store = {
 };
 static const dbc_stmt st_fail = {
 	"round_fail", "SELECT round_fail($1, $2, $3)", 3
+};
+/* What long polls wait on, for every round not committed (and the newest
+ * commits): a change, made by this process or another one sharing the
+ * database, wakes them (http_wake_held). */
+static const dbc_stmt st_moved = {
+	"round_moved",
+	"SELECT md5(coalesce(string_agg(project_id || ':' || version || ':' || state || ':' ||"
+	" attempt || ':' || coalesce(gradient_sha256, ''), ',' ORDER BY project_id, version), ''))"
+	" FROM round WHERE state IN ('open', 'closing', 'averaging')", 0
 };
 
 /* One statement; false (logged) on failure.  *out (when not NULL) gets the
@@ -281,9 +291,11 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 	snprintf(slen, sizeof slen, "%llu", (unsigned long long)len);
 	snprintf(savg, sizeof savg, "%d", cfg->round_average_timeout);
 	const char *sparams[] = { sp, sv, slen, text, savg };
-	if (run(&st_store, sparams, NULL))
+	if (run(&st_store, sparams, NULL)) {
+		http_wake_held();     /* long polls waiting for the plan */
 		log_info("round coordinator: round %s of project %s planned: %d peers in %d groups, "
 		         "%llu parameters", sv, sp, n, n_groups, (unsigned long long)len);
+	}
 out:
 	free(text);
 	json_decref(members);
@@ -305,6 +317,17 @@ static void pass(const srv_config *cfg)
 	for (int i = 0; i < PQntuples(r); i++)
 		plan_round(cfg, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1));
 	PQclear(r);
+	/* Rounds moved by anyone (another server process, a failure at the
+	 * deadline): wake the long polls so they look again. */
+	static char last[40];
+	if (run(&st_moved, NULL, &r)) {
+		if (PQntuples(r) == 1 && strcmp(last, PQgetvalue(r, 0, 0)) != 0) {
+			if (last[0])
+				http_wake_held();
+			snprintf(last, sizeof last, "%s", PQgetvalue(r, 0, 0));
+		}
+		PQclear(r);
+	}
 }
 
 static void *coord_main(void *arg)

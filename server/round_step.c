@@ -2,6 +2,8 @@
 #include "server/round_step.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,61 @@ static cot_err store_checkpoint(const char *store_dir, const kern_model *m,
 	if (!rc)
 		rc = fs_put_file(store_dir, path, sha, size, eb);
 	unlink(path);
+	return rc;
+}
+
+cot_err round_step_mean(const char *store_dir, const char *const *sums, int n_sums,
+                        long long total, float *mean, size_t n, cot_errbuf *eb)
+{
+	if (total < 1 || n_sums < 1)
+		return cot_seterr(eb, COT_ERR_INVALID, "no samples to average");
+	enum { CHUNK = 65536 };
+	double *acc = calloc(n ? n : 1, sizeof *acc);
+	float *buf = malloc(CHUNK * sizeof *buf);
+	cot_err rc = COT_OK;
+	if (!acc || !buf) {
+		free(acc);
+		free(buf);
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the mean gradient");
+	}
+	pthread_mutex_lock(&step_lock);
+	for (int k = 0; k < n_sums && !rc; k++) {
+		char path[4300];
+		if ((rc = fs_path(store_dir, sums[k], path, sizeof path, eb)))
+			break;
+		FILE *f = fopen(path, "rb");
+		if (!f) {
+			rc = cot_seterr(eb, errno == ENOENT ? COT_ERR_NOT_FOUND : COT_ERR_IO,
+			                "could not open group sum \"%s\": %s", sums[k], strerror(errno));
+			break;
+		}
+		size_t at = 0;
+		while (at < n) {
+			size_t want = n - at < CHUNK ? n - at : CHUNK;
+			size_t got = fread(buf, sizeof *buf, want, f);
+			for (size_t i = 0; i < got; i++)
+				acc[at + i] += (double)buf[i];
+			at += got;
+			if (got < want)
+				break;
+		}
+		bool extra = fgetc(f) != EOF;
+		bool err = ferror(f);
+		fclose(f);
+		if (err)
+			rc = cot_seterr(eb, COT_ERR_IO, "could not read group sum \"%s\"", sums[k]);
+		else if (at != n || extra)
+			rc = cot_seterr(eb, COT_ERR_CORRUPT, "group sum \"%s\" is not %zu fp32 values",
+			                sums[k], n);
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		mean[i] = (float)(acc[i] / (double)total);
+		if (!isfinite(mean[i]))
+			rc = cot_seterr(eb, COT_ERR_INVALID, "value %zu of the mean gradient is not finite", i);
+	}
+	pthread_mutex_unlock(&step_lock);
+	free(acc);
+	free(buf);
 	return rc;
 }
 

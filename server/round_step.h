@@ -27,6 +27,17 @@
  * v), COT_ERR_CONFLICT (n or the step count does not match the
  * checkpoint), COT_ERR_INVALID (a gradient that is not finite, a bad
  * optimizer config), COT_ERR_NOMEM. */
+/* The round's mean gradient from its groups' sums (doc/api.md, "The
+ * server's step"): sums[0..n_sums) name files in store_dir, each exactly n
+ * little-endian fp32 values, in ascending group order; writes
+ *   mean[i] = (float)((sum over k, in order, of (double)sum_k[i]) / (double)total)
+ * into mean[0..n) (the caller's).  One at a time per process, like the
+ * step.  Errors: COT_ERR_NOT_FOUND/IO (a file), COT_ERR_CORRUPT (a file
+ * that is not n * 4 bytes), COT_ERR_INVALID (total < 1, no sums, a mean that
+ * is not finite), COT_ERR_NOMEM. */
+cot_err round_step_mean(const char *store_dir, const char *const *sums, int n_sums,
+                        long long total, float *mean, size_t n, cot_errbuf *eb);
+
 cot_err round_step_compute(const char *store_dir, const char *ckpt_sha, const char *config_json,
                            long long version, const float *grad, size_t n,
                            char ckpt_out[FS_SHA_HEX_LEN + 1], uint64_t *size,

@@ -37,7 +37,8 @@ static const route routes[] = {
 	{ "POST",   "/v1/hosts/{}/certificate",     api_host_certificate },
 	{ "GET",    "/v1/projects/{}/rounds/{}/plan",    api_round_plan },
 	{ "POST",   "/v1/projects/{}/rounds/{}/outcome", api_round_outcome },
-	{ "POST",   "/v1/projects/{}/rounds/{}/gradient", api_round_gradient },
+	{ "POST",   "/v1/projects/{}/rounds/{}/group_sum", api_round_group_sum },
+	{ "GET",    "/v1/projects/{}/rounds",       api_round_list },
 	{ "GET",    "/files/{}",                    files_get },
 	{ "HEAD",   "/files/{}",                    files_get },
 };
@@ -120,7 +121,7 @@ route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_ha
 
 size_t router_body_limit(route_handler h, size_t dflt)
 {
-	if (h == api_round_gradient)
+	if (h == api_round_group_sum)
 		return API_GRADIENT_MAX_BYTES > dflt ? API_GRADIENT_MAX_BYTES : dflt;
 	return dflt;
 }

@@ -202,6 +202,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 	header_value(p, k, "Content-Range", r->content_range, sizeof r->content_range);
 	header_value(p, k, "Content-Type", r->content_type, sizeof r->content_type);
 	header_value(p, k, "Allow", r->allow, sizeof r->allow);
+	header_value(p, k, "Retry-After", r->retry_after, sizeof r->retry_after);
 	header_value(p, k, "Content-Length", cl, sizeof cl);
 	if (cl[0])
 		r->content_length = atoll(cl);
@@ -248,9 +249,13 @@ bool th_http(CURL *curl, const char *method, const char *path, const char *beare
 	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &m);
 	curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(curl, CURLOPT_HEADERDATA, out);
-	curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(curl, CURLOPT_TIMEOUT, 90L);
 	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	CURLcode rc = curl_easy_perform(curl);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	out->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	curl_slist_free_all(hl);
 	if (rc != CURLE_OK) {
 		diag("%s %s: %s", method, path, curl_easy_strerror(rc));
@@ -403,3 +408,169 @@ void th_new_host(const char *tag, double flops, char *account_key, long long *ho
 	snprintf(host_token, 64, "%s", th_json_str(&r, "host_token"));
 	th_resp_free(&r);
 }
+
+char *th_round_fingerprint(void)
+{
+	char *base = th_db_fingerprint();
+	PGresult *r = PQexec(db,
+		"SELECT (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM round t)"
+		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM round_report t)"
+		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM round_member t)"
+		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM round_group_sum t)"
+		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM model_version t)"
+		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM file t)");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		bail_out("fingerprint: %s", PQerrorMessage(db));
+	size_t n = strlen(base) + (size_t)PQgetlength(r, 0, 0) + 2;
+	char *out = malloc(n);
+	if (!out)
+		bail_out("out of memory");
+	snprintf(out, n, "%s%s", base, PQgetvalue(r, 0, 0));
+	PQclear(r);
+	free(base);
+	return out;
+}
+
+th_resp th_call(const char *method, const char *path, const char *bearer, const char *body,
+                long status, const char *what)
+{
+	th_resp r;
+	if (!th_http(NULL, method, path, bearer, body, NULL, &r))
+		bail_out("%s: request failed", what);
+	if (!is_int(r.status, status, "%s: %ld", what, status))
+		diag("  body: %s", r.body);
+	return r;
+}
+
+void th_refused(const char *method, const char *path, const char *bearer, const char *body,
+                long status, const char *code, const char *what)
+{
+	char *before = th_round_fingerprint();
+	th_resp r;
+	if (!th_http(NULL, method, path, bearer, body, NULL, &r))
+		bail_out("%s: request failed", what);
+	th_is_error(&r, status, code, what);
+	char *after = th_round_fingerprint();
+	is_str(after, before, "%s: database unchanged", what);
+	free(after);
+	free(before);
+	th_resp_free(&r);
+}
+
+static size_t raw_body(char *p, size_t size, size_t n, void *arg)
+{
+	th_resp *r = arg;
+	char *b = realloc(r->body, r->len + size * n + 1);
+	if (!b)
+		return 0;
+	memcpy(b + r->len, p, size * n);
+	r->body = b;
+	r->len += size * n;
+	r->body[r->len] = '\0';
+	return size * n;
+}
+
+th_resp th_post_raw(const char *path, const char *token, const void *data, size_t len)
+{
+	th_resp r;
+	memset(&r, 0, sizeof r);
+	r.content_length = -1;
+	CURL *c = curl_easy_init();
+	char full[1024], auth[128];
+	snprintf(full, sizeof full, "%s%s", url, path);
+	snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+	struct curl_slist *h = curl_slist_append(NULL, auth);
+	h = curl_slist_append(h, "Content-Type: application/octet-stream");
+	h = curl_slist_append(h, "Expect:");
+	curl_easy_setopt(c, CURLOPT_URL, full);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POST, 1L);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, data);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, raw_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	CURLcode rc = curl_easy_perform(c);
+	if (rc != CURLE_OK)
+		bail_out("POST %s failed: %s", path, curl_easy_strerror(rc));
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+	char *ct = NULL;
+	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+	snprintf(r.content_type, sizeof r.content_type, "%s", ct ? ct : "");
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	if (!r.body)
+		r.body = strdup("");
+	r.json = json_loadb(r.body, r.len, 0, NULL);
+	return r;
+}
+
+void th_raw_refused(const char *path, const char *token, const void *data, size_t len,
+                    long status, const char *code, const char *what)
+{
+	char *before = th_round_fingerprint();
+	th_resp r = th_post_raw(path, token, data, len);
+	th_is_error(&r, status, code, what);
+	char *after = th_round_fingerprint();
+	is_str(after, before, "%s: database unchanged", what);
+	free(after);
+	free(before);
+	th_resp_free(&r);
+}
+
+void th_host_new(th_host *h, const char *tag, double flops)
+{
+	memset(h, 0, sizeof *h);
+	th_new_host(tag, flops, h->key, &h->id, h->token);
+}
+
+void th_ask_work(th_host *h, const char *project, long long version)
+{
+	char path[128], body[64];
+	snprintf(path, sizeof path, "/v1/projects/%s/work", project);
+	snprintf(body, sizeof body, "{\"host_id\": %lld}", h->id);
+	th_resp r = th_call("POST", path, h->token, body, 200, "work");
+	h->wu = th_json_int(&r, "work_unit_id");
+	h->lo = th_json_int(&r, "lo");
+	h->hi = th_json_int(&r, "hi");
+	is_int(th_json_int(&r, "version"), version, "work unit %lld is for version %lld", h->wu, version);
+	th_resp_free(&r);
+}
+
+th_resp th_heartbeat(th_host *h, long long mb_done, double sps)
+{
+	char path[64], body[128];
+	snprintf(path, sizeof path, "/v1/workunits/%lld/heartbeat", h->wu);
+	snprintf(body, sizeof body, "{\"mb_done\": %lld, \"samples_per_sec\": %g}", mb_done, sps);
+	return th_call("POST", path, h->token, body, 200, "heartbeat");
+}
+
+/* Every stream microbatch below the frontier is in exactly one place: a pool
+ * range, a live unit, or the finished part of another unit. */
+void th_coverage_exact(long long project, const char *what)
+{
+	char sql[1024];
+	snprintf(sql, sizeof sql,
+	         "SELECT lo, hi FROM ("
+	         " SELECT lo, hi FROM mb_pool WHERE project_id = %lld"
+	         " UNION ALL SELECT lo, hi FROM work_unit WHERE project_id = %lld AND state = 'live'"
+	         " UNION ALL SELECT lo, lo + mb_done FROM work_unit WHERE project_id = %lld"
+	         "   AND state <> 'live' AND mb_done > 0) t ORDER BY lo, hi",
+	         project, project, project);
+	PGresult *r = PQexec(db, sql);
+	long long at = 0;
+	bool good = PQresultStatus(r) == PGRES_TUPLES_OK;
+	for (int i = 0; good && i < PQntuples(r); i++) {
+		long long lo = atoll(PQgetvalue(r, i, 0)), hi = atoll(PQgetvalue(r, i, 1));
+		if (lo != at || hi <= lo) {
+			diag("  range %d: [%lld, %lld) where %lld was expected", i, lo, hi, at);
+			good = false;
+		}
+		at = hi;
+	}
+	PQclear(r);
+	long long frontier = th_sql_int("SELECT frontier FROM project WHERE id = %lld", project);
+	ok(good && at == frontier, "%s: pool + live + done tile [0, %lld) exactly", what, frontier);
+}
+

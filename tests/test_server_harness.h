@@ -29,7 +29,9 @@ typedef struct {
 	char content_range[100];
 	char content_type[100];
 	char allow[100];
+	char retry_after[32];
 	long long content_length;   /* -1 when absent */
+	double seconds;             /* how long the request took */
 } th_resp;
 
 void th_start(const char *const *extra_args);
@@ -75,5 +77,45 @@ long long th_seed_project(const char *name, int wu_seconds, double flops_per_sam
  * the given flops; fills the key, host id and token (buffers of 64). */
 void th_new_host(const char *tag, double flops, char *account_key, long long *host_id,
                  char *host_token);
+
+/* --- Rounds (tests/test_rounds.c, tests/test_round_step.c) --- */
+
+/* The test model: 1 layer, width 8, 2 heads, d_ff 32, sequence 16,
+ * vocabulary 256: V*C + T*C + (2C + 3C*C + 3C + C*C + C + 2C + C*F + F +
+ * F*C + C) + 2C = 2048 + 128 + 872 + 16 parameters. */
+#define TH_MODEL "{\"n_layer\": 1, \"n_shared\": 1, \"n_head\": 2, \"d_model\": 8, \"d_ff\": 32, \"seq_len\": 16, \"vocab\": 256}"
+#define TH_PARAMS 3064
+
+typedef struct {
+	char key[64], token[64];
+	long long id, wu, lo, hi;
+} th_host;
+
+/* th_db_fingerprint plus the round tables (round, round_report,
+ * round_member, round_group_sum, model_version, file). */
+char *th_round_fingerprint(void);
+/* One request whose status is checked (ok/diag); bails out when the
+ * transfer fails.  The caller th_resp_free()s. */
+th_resp th_call(const char *method, const char *path, const char *bearer, const char *body,
+                long status, const char *what);
+/* A request that must be refused with status and code, changing nothing
+ * (th_round_fingerprint before and after). */
+void th_refused(const char *method, const char *path, const char *bearer, const char *body,
+                long status, const char *code, const char *what);
+/* POST len raw bytes as application/octet-stream (th_http sends C strings). */
+th_resp th_post_raw(const char *path, const char *token, const void *data, size_t len);
+/* th_post_raw that must be refused, changing nothing. */
+void th_raw_refused(const char *path, const char *token, const void *data, size_t len,
+                    long status, const char *code, const char *what);
+/* Register a host (th_new_host) into h. */
+void th_host_new(th_host *h, const char *tag, double flops);
+/* Ask project for work (200 checked): h->wu, lo, hi. */
+void th_ask_work(th_host *h, const char *project, long long version);
+/* ok() that every stream microbatch of project below its frontier is in
+ * exactly one place: a pool range, a live unit, or the finished part of
+ * another unit. */
+void th_coverage_exact(long long project, const char *what);
+/* Heartbeat of h's unit (200 checked). */
+th_resp th_heartbeat(th_host *h, long long mb_done, double sps);
 
 #endif
