@@ -1,6 +1,7 @@
 /* cotrain-admin: the maintainer's tool.  Global options, dispatch to the
  * command groups, and the helpers they share (admin.h). */
 #include "server/admin.h"
+#include "server/export_stats.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -33,6 +34,7 @@ static const char usage_text[] =
 	"  team create [--description TEXT] [--founder EMAIL] NAME\n"
 	"  team list | team add TEAM EMAIL... | team remove EMAIL... | team delete TEAM\n"
 	"  status                         projects, versions, datasets, pool, work, hosts\n"
+	"  export stats DIR               BOINC-style statistics export (tables.xml, *.gz)\n"
 	"\n"
 	"Options:\n"
 	"  --data-dir DIR    the server's data folder (default $COTRAIN_DATA_DIR, else\n"
@@ -211,6 +213,8 @@ int main(int argc, char **argv)
 		rc = admin_team_main(&ctx, sub_argc, sub_argv);
 	else if (strcmp(cmd, "status") == 0)
 		rc = admin_status_main(&ctx, sub_argc, sub_argv);
+	else if (strcmp(cmd, "export") == 0)
+		rc = admin_export_main(&ctx, sub_argc, sub_argv);
 	else if (strcmp(cmd, "help") == 0) {
 		fputs(usage_text, stdout);
 		rc = ADMIN_OK;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "server/api.h"
+#include "server/credit.h"
 #include "server/reachability.h"
 
 typedef struct {
@@ -41,6 +42,19 @@ static const route routes[] = {
 	{ "GET",    "/v1/projects/{}/rounds",       api_round_list },
 	{ "GET",    "/files/{}",                    files_get },
 	{ "HEAD",   "/files/{}",                    files_get },
+	{ "GET",    "/v1/credit/{}",                credit_leaderboard },
+	{ "GET",    "/v1/credit/{}/{}",             credit_entity },
+	{ "GET",    "/v1/hosts/{}/spotchecks",      spot_list_get },
+	{ "POST",   "/v1/projects/{}/spotchecks/claim", spot_claim_post },
+	{ "POST",   "/v1/spotchecks/{}/fingerprint", spot_fingerprint_post },
+	{ "GET",    "/v1/projects/{}/dashboard",    web_dashboard },
+	{ "GET",    "/metrics",                     metrics_get },
+	{ "GET",    "/static/{}",                   web_static },
+	{ "GET",    "/dashboard",                   web_page },
+	{ "GET",    "/leaderboard",                 web_page },
+	{ "GET",    "/user",                        web_page },
+	{ "GET",    "/team",                        web_page },
+	{ "GET",    "/host",                        web_page },
 };
 
 /* Does path (already split: segs[0..nseg)) match pattern?  Captures the
@@ -71,10 +85,18 @@ static bool match(const char *pattern, char **segs, int nseg, const char **param
 route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_handler *h,
                           char *allow, size_t allowlen)
 {
-	size_t len = strlen(req->path);
-	if (len == 0 || len >= pathlen || req->path[0] != '/')
+	const char *path = req->path;
+	if (strncmp(path, "/api/v1/", 8) == 0)   /* the web site's prefix for the same API */
+		path += 4;
+	if (strcmp(path, "/") == 0 && strcmp(req->method, "GET") == 0) {   /* the project page */
+		*h = web_page;
+		req->nparams = 0;
+		return ROUTE_FOUND;
+	}
+	size_t len = strlen(path);
+	if (len == 0 || len >= pathlen || path[0] != '/')
 		return ROUTE_NO_PATH;
-	memcpy(pathbuf, req->path, len + 1);
+	memcpy(pathbuf, path, len + 1);
 
 	/* Split on '/'; an empty segment (a doubled or trailing slash) never
 	 * matches anything. */

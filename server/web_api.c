@@ -1,0 +1,77 @@
+/* cotrain-server: the JSON behind the project page and the training
+ * dashboard (public). */
+#include "server/credit.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/apiutil.h"
+
+/* Rounds newest first (up to $2), each with its loss when the round table
+ * has one (to_jsonb keeps this statement valid whether or not it does). */
+static const dbc_stmt st_dash = {
+	"web_dashboard",
+	"SELECT json_build_object('project', p.name, 'title', p.title,"
+	"       'description', p.description, 'dataset', d.name, 'n_tokens', d.n_tokens,"
+	"       'tokenizer', d.tokenizer, 'model', p.config->'model',"
+	"       'seq_len', p.seq_len, 'target_batch', p.target_batch,"
+	"       'flops_per_sample', p.flops_per_sample, 'current_version', p.current_version,"
+	"       'active', p.active,"
+	"       'active_hosts', (SELECT count(DISTINCT w.host_id) FROM work_unit w"
+	"                         WHERE w.project_id = p.id AND w.state = 'live'"
+	"                           AND w.last_heartbeat > now() - make_interval(secs => 2 * p.wu_seconds)),"
+	"       'samples_per_sec', (SELECT coalesce(sum(w.samples_per_sec), 0) FROM work_unit w"
+	"                         WHERE w.project_id = p.id AND w.state = 'live'"
+	"                           AND w.last_heartbeat > now() - make_interval(secs => 2 * p.wu_seconds)),"
+	"       'total_credit', (SELECT coalesce(sum(g.credit), 0) FROM credit_grant g"
+	"                         WHERE g.project_id = p.id AND g.status = 'granted'),"
+	"       'rounds', (SELECT coalesce(json_agg(json_build_object('version', r.version,"
+	"                  'attempt', r.attempt, 'state', r.state, 'samples', r.samples,"
+	"                  'loss', to_jsonb(r)->'loss', 'n_groups', r.n_groups,"
+	"                  'n_peers', (SELECT count(*) FROM round_member m"
+	"                               WHERE m.project_id = r.project_id AND m.version = r.version),"
+	"                  'opened_at', r.opened_at, 'closed_at', r.closed_at,"
+	"                  'committed_at', r.committed_at,"
+	"                  'seconds', extract(epoch FROM r.committed_at - r.opened_at))"
+	"                  ORDER BY r.version DESC), '[]')"
+	"                    FROM (SELECT * FROM round r WHERE r.project_id = p.id"
+	"                           ORDER BY r.version DESC LIMIT $2) r))::text"
+	"  FROM project p JOIN dataset d ON d.id = p.dataset_id"
+	" WHERE p.name = $1",
+	2
+};
+
+void web_dashboard(http_req *req)
+{
+	if (strlen(req->params[0]) > 64) {
+		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
+		return;
+	}
+	long long n = 200;
+	const char *s = http_query(req, "rounds");
+	if (s) {
+		char *end;
+		errno = 0;
+		n = strtoll(s, &end, 10);
+		if (errno || end == s || *end || n < 1 || n > 1000) {
+			http_reply_error(req, 400, "invalid", "rounds must be an integer from 1 to 1000", NULL);
+			return;
+		}
+	}
+	char ns[24];
+	snprintf(ns, sizeof ns, "%lld", n);
+	const char *params[] = { req->params[0], ns };
+	PGresult *r = api_exec(req, &st_dash, params, NULL);
+	if (!r)
+		return;
+	if (PQntuples(r) == 1) {
+		http_reply_raw(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
+	} else {
+		char msg[120];
+		snprintf(msg, sizeof msg, "project \"%s\" does not exist", req->params[0]);
+		http_reply_error(req, 404, "not_found", msg, NULL);
+	}
+	PQclear(r);
+}
