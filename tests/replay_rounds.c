@@ -57,6 +57,7 @@
 
 #include <jansson.h>
 
+#include "kernels/backend.h"
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
@@ -539,6 +540,9 @@ out:
 
 int main(int argc, char **argv)
 {
+	/* First: the BLAS core the client and the server run with (backend.h),
+	 * so the replay's forward and backward round as theirs do. */
+	kern_blas_reexec_if_needed(argc, argv);
 	replay_args a;
 	memset(&a, 0, sizeof a);
 	static const char *shards[MAX_SHARDS];

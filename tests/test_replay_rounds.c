@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kernels/backend.h"
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
@@ -138,8 +139,9 @@ static double rel_diff_field(const char *out)
 	return p ? atof(p + strlen("max relative difference ")) : -1;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	kern_blas_reexec_if_needed(argc, argv);   /* the BLAS core replay_rounds runs with */
 	const char *top = getenv("top_builddir");
 	snprintf(prog, sizeof prog, "%s/tests/replay_rounds", top ? top : ".");
 	if (prog[0] != '/') {
