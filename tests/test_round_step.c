@@ -1,11 +1,17 @@
-/* cotrain tests: the server's own step of a round on the real cotrain-server
- * and PostgreSQL: a peer uploads the averaged gradient, the server computes
- * version v+1 from checkpoint v with the project's optimizer, bit-identical
- * to the kernels run here on the same inputs; the round commits once every
- * peer reported, accepting the peer whose hash matches and telling the other
- * to reload; bad uploads (length, sample total, non-member, a second
- * different gradient, a non-finite one) are refused and change nothing. */
+/* cotrain tests: averaging across groups and the server's own step, on the
+ * real cotrain-server and PostgreSQL.  Four peers in two groups of two; the
+ * first group uploads its sum over both members, the second over one of
+ * them (the other dropped out of its all-reduce).  The server's mean
+ * gradient must equal (float)((sum0 + sum1 in double) / total) bit for bit,
+ * its v+1 a local kern_opt_step on that mean; the dropped host's unit goes
+ * back to the pool and its outcome is answered with a reload; a long poll
+ * for the mean (after=gradient) is held on a server with ONE worker thread
+ * while the uploads go through, and answers when the mean exists; the
+ * round commits once every included peer reported, and its loss is the
+ * sample-weighted mean of the counted units' losses.  Conflicting sums are
+ * refused and change nothing. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,107 +25,10 @@
 #include "tests/tap.h"
 #include "tests/test_server_harness.h"
 
-/* The model of tests/test_rounds.c: 3064 parameters. */
-#define MODEL "{\"n_layer\": 1, \"n_shared\": 1, \"n_head\": 2, \"d_model\": 8, \"d_ff\": 32, \"seq_len\": 16, \"vocab\": 256}"
 #define OPTIMIZER "{\"type\": \"adamw\", \"lr\": 0.01, \"beta1\": 0.8, \"beta2\": 0.99, \"eps\": 1e-7, \"weight_decay\": 0.05, \"clip_norm\": 0.5, \"schedule\": {\"warmup_steps\": 3, \"total_steps\": 100, \"decay\": \"linear\", \"min_lr_ratio\": 0.2}}"
-#define PARAMS 3064
 #define SEED 7
 
-typedef struct {
-	char key[64], token[64];
-	long long id, wu;
-} host;
-
-static host A, B, E;
-
-static char *fingerprint(void)
-{
-	char *base = th_db_fingerprint();
-	PGresult *r = PQexec(th_db(),
-		"SELECT (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM round t)"
-		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM round_member t)"
-		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM model_version t)"
-		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM file t)");
-	if (PQresultStatus(r) != PGRES_TUPLES_OK)
-		bail_out("fingerprint: %s", PQerrorMessage(th_db()));
-	size_t n = strlen(base) + (size_t)PQgetlength(r, 0, 0) + 2;
-	char *out = malloc(n);
-	snprintf(out, n, "%s%s", base, PQgetvalue(r, 0, 0));
-	PQclear(r);
-	free(base);
-	return out;
-}
-
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
-{
-	th_resp *r = arg;
-	char *b = realloc(r->body, r->len + size * n + 1);
-	if (!b)
-		return 0;
-	memcpy(b + r->len, p, size * n);
-	r->body = b;
-	r->len += size * n;
-	r->body[r->len] = '\0';
-	return size * n;
-}
-
-/* POST len raw bytes (th_http sends C strings only). */
-static th_resp post_raw(const char *path, const char *token, const void *data, size_t len)
-{
-	th_resp r;
-	memset(&r, 0, sizeof r);
-	CURL *c = curl_easy_init();
-	char url[512], auth[128];
-	snprintf(url, sizeof url, "%s%s", th_url(), path);
-	snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-	struct curl_slist *h = curl_slist_append(NULL, auth);
-	h = curl_slist_append(h, "Content-Type: application/octet-stream");
-	h = curl_slist_append(h, "Expect:");
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_POST, 1L);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, data);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
-	if (curl_easy_perform(c) != CURLE_OK)
-		bail_out("POST %s failed", path);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
-	char *ct = NULL;
-	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
-	snprintf(r.content_type, sizeof r.content_type, "%s", ct ? ct : "");
-	curl_slist_free_all(h);
-	curl_easy_cleanup(c);
-	if (!r.body)
-		r.body = strdup("");
-	r.json = json_loadb(r.body, r.len, 0, NULL);
-	return r;
-}
-
-static th_resp call(const char *method, const char *path, const char *bearer, const char *body,
-                    long status, const char *what)
-{
-	th_resp r;
-	if (!th_http(NULL, method, path, bearer, body, NULL, &r))
-		bail_out("%s: request failed", what);
-	if (!is_int(r.status, status, "%s: %ld", what, status))
-		diag("  body: %s", r.body);
-	return r;
-}
-
-static void upload_refused(const char *path, const char *token, const void *data, size_t len,
-                           long status, const char *code, const char *what)
-{
-	char *before = fingerprint();
-	th_resp r = post_raw(path, token, data, len);
-	th_is_error(&r, status, code, what);
-	char *after = fingerprint();
-	is_str(after, before, "%s: database unchanged", what);
-	free(after);
-	free(before);
-	th_resp_free(&r);
-}
+static th_host A, B, C, D, E;
 
 /* Store the version-0 checkpoint of the test model and point the project at
  * it; its path in the store goes to path. */
@@ -147,46 +56,6 @@ static void seed_checkpoint(long long pid, char *path, size_t len)
 	       sha, pid);
 }
 
-/* Two hosts fill round 0 (16 samples each), report, and get the plan. */
-static void plan_round(void)
-{
-	host *hs[] = { &A, &B };
-	char path[128], body[256];
-	for (int i = 0; i < 2; i++) {
-		snprintf(body, sizeof body, "{\"host_id\": %lld}", hs[i]->id);
-		th_resp r = call("POST", "/v1/projects/s1/work", hs[i]->token, body, 200, "work");
-		hs[i]->wu = th_json_int(&r, "work_unit_id");
-		th_resp_free(&r);
-		snprintf(path, sizeof path, "/v1/workunits/%lld/heartbeat", hs[i]->wu);
-		r = call("POST", path, hs[i]->token, "{\"mb_done\": 4, \"samples_per_sec\": 1e6}", 200, "heartbeat");
-		th_resp_free(&r);
-	}
-	for (int i = 0; i < 2; i++) {
-		snprintf(path, sizeof path, "/v1/workunits/%lld/report", hs[i]->wu);
-		snprintf(body, sizeof body,
-		         "{\"mb_done\": 4, \"samples\": 16, \"endpoint\": \"192.0.2.%d:7070\","
-		         " \"bandwidth\": 1e6, \"can_aggregate\": true, \"rtt\": {}}", i + 1);
-		th_resp r = call("POST", path, hs[i]->token, body, 200, "report");
-		th_resp_free(&r);
-	}
-	snprintf(path, sizeof path, "/v1/projects/s1/rounds/0/plan?host_id=%lld", A.id);
-	time_t t0 = time(NULL);
-	long st = 0;
-	do {
-		th_resp r;
-		if (!th_http(NULL, "GET", path, A.token, NULL, NULL, &r))
-			bail_out("plan");
-		st = r.status;
-		if (st == 200)
-			is_int(th_json_int(&r, "round_samples"), 32, "the plan: 32 samples in the round");
-		th_resp_free(&r);
-		if (st == 204)
-			usleep(200000);
-	} while (st == 204 && time(NULL) - t0 < 30);
-	if (!is_int(st, 200, "the round is planned"))
-		bail_out("no plan");
-}
-
 /* v+1 computed here with the kernels: checkpoint 0, grads = g, one AdamW
  * step with the project's settings. */
 static kern_model *local_step(const char *ckpt0, const float *g)
@@ -207,150 +76,354 @@ static kern_model *local_step(const char *ckpt0, const float *g)
 	o.total_steps = 100;
 	o.decay = KERN_DECAY_LINEAR;
 	o.min_lr_ratio = 0.2f;
-	memcpy(m->grads, g, PARAMS * sizeof *g);
+	memcpy(m->grads, g, TH_PARAMS * sizeof *g);
 	if (kern_opt_step(m, &o, NULL, &eb))
 		bail_out("local step: %s", eb.msg);
 	return m;
 }
 
-static void outcome(host *h, const char *sha, th_resp *out)
+/* Report h's unit: mb_done microbatches, its loss, rtt to the hosts in
+ * near (1 ms) and far (100 ms). */
+static void report(th_host *h, long long mb_done, double loss, th_host *near, th_host *f1,
+                   th_host *f2)
+{
+	char path[64], body[512];
+	snprintf(path, sizeof path, "/v1/workunits/%lld/report", h->wu);
+	snprintf(body, sizeof body,
+	         "{\"mb_done\": %lld, \"samples\": %lld, \"endpoint\": \"192.0.2.%lld:7070\","
+	         " \"bandwidth\": 1e6, \"can_aggregate\": true, \"loss\": %.17g,"
+	         " \"rtt\": {\"%lld\": 1, \"%lld\": 100, \"%lld\": 100}}",
+	         mb_done, 4 * mb_done, h->id % 250 + 1, loss, near->id, f1->id, f2->id);
+	th_resp r = th_call("POST", path, h->token, body, 200, "report");
+	th_resp_free(&r);
+}
+
+/* Round 0 of s1: A 4, B 2, C 4, D 4 microbatches of 4 samples (the target
+ * is 56); A and B close to each other, C and D too. */
+static void fill_and_plan(void)
+{
+	th_host *hs[] = { &A, &B, &C, &D };
+	long long done[] = { 4, 2, 4, 4 };
+	for (int i = 0; i < 4; i++)
+		th_ask_work(hs[i], "s1", 0);
+	for (int i = 0; i < 4; i++) {
+		th_resp r = th_heartbeat(hs[i], done[i], 1e6);
+		th_resp_free(&r);
+	}
+	report(&A, 4, 2.0, &B, &C, &D);
+	report(&B, 2, 4.0, &A, &C, &D);
+	report(&C, 4, 3.0, &D, &A, &B);
+	report(&D, 4, 100.0, &C, &A, &B);
+	char path[128];
+	snprintf(path, sizeof path, "/v1/projects/s1/rounds/0/plan?host_id=%lld&wait=30", A.id);
+	th_resp r = th_call("GET", path, A.token, NULL, 200, "the plan (long poll)");
+	is_int(th_json_int(&r, "round_samples"), 56, "the plan: 56 samples in the round");
+	is_int(th_json_int(&r, "n_groups"), 2, "two groups");
+	long st = r.status;
+	th_resp_free(&r);
+	if (st != 200)
+		bail_out("no plan");
+}
+
+static long long group_of(th_host *h)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/v1/projects/s1/rounds/0/plan?host_id=%lld", h->id);
+	th_resp r = th_call("GET", path, h->token, NULL, 200, "plan");
+	long long g = th_json_int(&r, "group");
+	ok(!json_object_get(r.json, "gradient"), "no mean gradient in the plan yet");
+	th_resp_free(&r);
+	return g;
+}
+
+/* A long poll for the mean gradient, in a thread of its own; `sent` is set
+ * once its request is out (curl's debug callback sees the headers go). */
+typedef struct {
+	th_host *h;
+	th_resp r;
+	volatile int sent, done;
+} poll_arg;
+
+static int on_debug(CURL *c, curl_infotype type, char *data, size_t size, void *arg)
+{
+	(void)c, (void)data, (void)size;
+	if (type == CURLINFO_HEADER_OUT)
+		__atomic_store_n(&((poll_arg *)arg)->sent, 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+static size_t on_poll_body(char *p, size_t size, size_t n, void *arg)
+{
+	th_resp *r = arg;
+	char *b = realloc(r->body, r->len + size * n + 1);
+	if (!b)
+		return 0;
+	memcpy(b + r->len, p, size * n);
+	r->body = b;
+	r->len += size * n;
+	b[r->len] = '\0';
+	return size * n;
+}
+
+static void *poll_mean(void *arg)
+{
+	poll_arg *p = arg;
+	char url[512], auth[128];
+	snprintf(url, sizeof url, "%s/v1/projects/s1/rounds/0/plan?host_id=%lld&wait=30&after=gradient",
+	         th_url(), p->h->id);
+	snprintf(auth, sizeof auth, "Authorization: Bearer %s", p->h->token);
+	CURL *c = curl_easy_init();
+	struct curl_slist *hl = curl_slist_append(NULL, auth);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);
+	curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, on_debug);
+	curl_easy_setopt(c, CURLOPT_DEBUGDATA, p);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_poll_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &p->r);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (curl_easy_perform(c) == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &p->r.status);
+	else
+		p->r.status = -1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	p->r.seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	if (p->r.body)
+		p->r.json = json_loadb(p->r.body, p->r.len, 0, NULL);
+	curl_slist_free_all(hl);
+	curl_easy_cleanup(c);
+	__atomic_store_n(&p->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static th_resp outcome(th_host *h, const char *status, const char *sha)
 {
 	char body[512];
-	snprintf(body, sizeof body, "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [%lld, %lld], \"params_sha256\": \"%s\"}",
-	         h->id, A.id, B.id, sha);
-	*out = call("POST", "/v1/projects/s1/rounds/0/outcome", h->token, body, 200, "outcome");
+	snprintf(body, sizeof body, "{\"host_id\": %lld, \"status\": \"%s\", \"included_hosts\": [%lld, %lld, %lld], \"params_sha256\": \"%s\"}",
+	         h->id, status, A.id, B.id, C.id, sha);
+	return th_call("POST", "/v1/projects/s1/rounds/0/outcome", h->token, body, 200, "outcome");
 }
 
 int main(void)
 {
-	const char *args[] = { "--round-interval", "1", "--round-report-timeout", "3", NULL };
+	const char *args[] = { "--round-interval", "1", "--round-report-timeout", "10",
+	                       "--round-max-group", "2", "--threads", "1", NULL };
 	plan_lazy();
 	th_start(args);
 	long long pid = th_seed_project("s1", 600, 1e6, 4, 16, 4, 100000);
-	th_sql("UPDATE project SET target_batch = 32, config = '{\"model\": " MODEL ", \"optimizer\": " OPTIMIZER "}' WHERE id = %lld", pid);
-	host *hs[] = { &A, &B, &E };
-	for (int i = 0; i < 3; i++)
-		th_new_host("step", 8 * 4e6 / 600 + 1e-3, hs[i]->key, &hs[i]->id, hs[i]->token);
+	th_sql("UPDATE project SET target_batch = 56, config = '{\"model\": " TH_MODEL ", \"optimizer\": " OPTIMIZER "}' WHERE id = %lld", pid);
+	th_host *hs[] = { &A, &B, &C, &D, &E };
+	for (int i = 0; i < 5; i++)
+		th_host_new(hs[i], "step", 8 * 4e6 / 600 + 1e-3);
 	char ckpt0[1024];
 	seed_checkpoint(pid, ckpt0, sizeof ckpt0);
-	plan_round();
+	fill_and_plan();
+	long long ga = group_of(&A), gb = group_of(&B), gc = group_of(&C), gd = group_of(&D);
+	ok(ga == gb && gc == gd && ga != gc, "A and B average together, C and D together");
 
-	/* The mean gradient; big enough that clipping applies. */
-	float *g = malloc((PARAMS + 1) * sizeof *g);
-	for (int i = 0; i <= PARAMS; i++)
-		g[i] = 0.01f * sinf(0.37f * (float)i) + 0.002f;
-	char path[256];
-	snprintf(path, sizeof path, "/v1/projects/s1/rounds/0/gradient?host_id=%lld&samples=32", A.id);
+	/* The two groups' sums: group of A over A and B (24 samples), group of
+	 * C over C alone (16 samples): D dropped out of its all-reduce. */
+	float *s0 = malloc(TH_PARAMS * sizeof *s0), *s1 = malloc(TH_PARAMS * sizeof *s1);
+	for (int i = 0; i < TH_PARAMS; i++) {
+		s0[i] = 0.24f * sinf(0.37f * (float)i) + 0.05f;
+		s1[i] = 0.16f * cosf(0.11f * (float)i) - 0.03f / (float)(i + 1);
+	}
+	char p0[256], p1[256], q[256];
+	snprintf(p0, sizeof p0, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=24&included=%lld,%lld",
+	         A.id, A.id, B.id);
+	snprintf(p1, sizeof p1, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=16&included=%lld",
+	         C.id, C.id);
 
-	/* Refusals before any upload. */
-	upload_refused(path, A.token, g, (PARAMS - 1) * sizeof *g, 400, "invalid", "a short gradient");
-	upload_refused(path, A.token, g, (PARAMS + 1) * sizeof *g, 413, "too_large", "a long gradient");
-	char p2[256];
-	snprintf(p2, sizeof p2, "/v1/projects/s1/rounds/0/gradient?host_id=%lld&samples=31", A.id);
-	upload_refused(p2, A.token, g, PARAMS * sizeof *g, 400, "invalid", "a wrong sample total");
-	snprintf(p2, sizeof p2, "/v1/projects/s1/rounds/0/gradient?host_id=%lld", A.id);
-	upload_refused(p2, A.token, g, PARAMS * sizeof *g, 400, "invalid", "no sample total");
-	snprintf(p2, sizeof p2, "/v1/projects/s1/rounds/0/gradient?host_id=%lld&samples=32", E.id);
-	upload_refused(p2, E.token, g, PARAMS * sizeof *g, 409, "conflict", "a host not in the plan");
-	upload_refused(path, B.token, g, PARAMS * sizeof *g, 403, "forbidden", "another host's token");
-	upload_refused("/v1/projects/s1/rounds/1/gradient?host_id=1&samples=32", A.token, g,
-	               PARAMS * sizeof *g, 404, "not_found", "an unknown round");
-	float keep = g[5];
-	g[5] = NAN;
-	upload_refused(path, A.token, g, PARAMS * sizeof *g, 400, "invalid", "a gradient that is not finite");
-	g[5] = keep;
+	poll_arg pa = { .h = &B };
+	pthread_t poller;
+	if (pthread_create(&poller, NULL, poll_mean, &pa))
+		bail_out("pthread_create");
+	for (int i = 0; i < 1000 && !__atomic_load_n(&pa.sent, __ATOMIC_SEQ_CST); i++)
+		usleep(10000);
+	ok(pa.sent, "a long poll for the mean gradient is out (B, wait=30, after=gradient)");
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	double t_start = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 
-	/* The upload and the server's step. */
-	th_resp r = post_raw(path, A.token, g, PARAMS * sizeof *g);
-	if (!is_int(r.status, 200, "the gradient is accepted"))
+	/* The first group's sum. */
+	th_resp r = th_post_raw(p0, A.token, s0, TH_PARAMS * sizeof *s0);
+	if (!is_int(r.status, 200, "group %lld's sum is kept", ga))
 		diag("  body: %s", r.body);
-	char server_params[65] = "", server_ckpt[65] = "";
-	snprintf(server_params, sizeof server_params, "%s", th_json_str(&r, "params_sha256") ? th_json_str(&r, "params_sha256") : "");
-	snprintf(server_ckpt, sizeof server_ckpt, "%s", th_json_str(&r, "checkpoint_sha256") ? th_json_str(&r, "checkpoint_sha256") : "");
-	is_str(th_json_str(&r, "round.state"), "averaging", "no outcome yet: still averaging");
-	char gsha[65];
-	hash_sha256_hex(g, PARAMS * sizeof *g, gsha);
-	is_str(th_json_str(&r, "gradient_sha256"), gsha, "the answer names the gradient by its sha256");
+	char s0sha[65];
+	hash_sha256_hex(s0, TH_PARAMS * sizeof *s0, s0sha);
+	is_str(th_json_str(&r, "group_sum_sha256"), s0sha, "named by its sha256");
+	is_int(th_json_int(&r, "groups_in"), 1, "one group of two is in");
+	is_int(th_json_int(&r, "n_groups"), 2, "of two");
+	ok(!json_object_get(r.json, "gradient_sha256"), "no mean gradient yet");
+	is_str(th_json_str(&r, "round.state"), "averaging", "the round is averaging");
+	th_resp_free(&r);
+	snprintf(q, sizeof q, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=24&included=%lld,%lld",
+	         B.id, A.id, B.id);
+	r = th_post_raw(q, B.token, s0, TH_PARAMS * sizeof *s0);
+	is_int(r.status, 200, "the same sum from B: 200");
+	is_str(th_json_str(&r, "group_sum_sha256"), s0sha, "answered as the first");
+	th_resp_free(&r);
+	s0[17] += 1e-3f;
+	th_raw_refused(q, B.token, s0, TH_PARAMS * sizeof *s0, 409, "conflict", "a different sum of the same group");
+	s0[17] -= 1e-3f;
+	snprintf(q, sizeof q, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=8&included=%lld",
+	         B.id, B.id);
+	th_raw_refused(q, B.token, s0, TH_PARAMS * sizeof *s0, 409, "conflict",
+	               "the same group's sum over other hosts");
+	snprintf(q, sizeof q, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=16&included=%lld",
+	         E.id, E.id);
+	th_raw_refused(q, E.token, s1, TH_PARAMS * sizeof *s1, 409, "conflict", "a host not in the plan");
+	ok(!__atomic_load_n(&pa.done, __ATOMIC_SEQ_CST),
+	   "the long poll for the mean is still held after the first group's sum");
+	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld AND mb_done = 4", D.wu), 1,
+	       "D's samples still count before the last sum");
+
+	/* The second group's sum completes the set: the mean and v+1. */
+	r = th_post_raw(p1, C.token, s1, TH_PARAMS * sizeof *s1);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	double t_done = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	if (!is_int(r.status, 200, "group %lld's sum completes the round", gc))
+		diag("  body: %s", r.body);
+	is_int(th_json_int(&r, "groups_in"), 2, "both groups are in");
+	char gsha[65] = "", psha[65] = "";
+	snprintf(gsha, sizeof gsha, "%s", th_json_str(&r, "gradient_sha256") ? th_json_str(&r, "gradient_sha256") : "");
+	snprintf(psha, sizeof psha, "%s", th_json_str(&r, "params_sha256") ? th_json_str(&r, "params_sha256") : "");
+	ok(gsha[0] && psha[0], "the answer names the mean gradient and the parameters of v+1");
 	th_resp_free(&r);
 
-	kern_model *mine = local_step(ckpt0, g);
+	pthread_join(poller, NULL);
+	is_int(pa.r.status, 200, "the long poll answers once the mean exists");
+	ok(pa.r.seconds < 29 && pa.r.seconds >= t_done - t_start,
+	   "it was held until then (%.2f s; the uploads took %.2f s), on a server with one worker thread",
+	   pa.r.seconds, t_done - t_start);
+	is_str(th_json_str(&pa.r, "gradient.sha256"), gsha, "its plan names the mean gradient");
+	is_int(th_json_int(&pa.r, "gradient.samples"), 40, "over the 40 included samples");
+	char url[128];
+	snprintf(url, sizeof url, "/files/%s", gsha);
+	is_str(th_json_str(&pa.r, "gradient.url"), url, "at its URL");
+	is_str(th_json_str(&pa.r, "params_sha256"), psha, "and the server's parameter hash");
+	th_resp_free(&pa.r);
+
+	/* The mean, bit for bit, and v+1. */
+	float *mean = malloc(TH_PARAMS * sizeof *mean);
+	for (int i = 0; i < TH_PARAMS; i++)
+		mean[i] = (float)(((double)s0[i] + (double)s1[i]) / 40.0);
+	r = th_call("GET", url, NULL, NULL, 200, "the mean gradient is served");
+	ok(r.len == TH_PARAMS * sizeof(float) && memcmp(r.body, mean, r.len) == 0,
+	   "mean[i] = (float)((sum0[i] + sum1[i] in double) / 40), bit for bit");
+	th_resp_free(&r);
+	kern_model *mine = local_step(ckpt0, mean);
 	char mine_sha[65];
-	hash_sha256_hex(mine->params, PARAMS * sizeof(float), mine_sha);
-	is_str(server_params, mine_sha, "params_sha256 is the sha256 of the raw fp32 parameters computed here");
+	hash_sha256_hex(mine->params, TH_PARAMS * sizeof(float), mine_sha);
+	is_str(psha, mine_sha, "params_sha256 is the sha256 of a local kern_opt_step on that mean");
+	char server_ckpt[65];
+	snprintf(server_ckpt, sizeof server_ckpt, "%s",
+	         PQgetvalue(PQexec(th_db(), "SELECT coalesce(checkpoint_sha256, '') FROM round WHERE version = 0"), 0, 0));
 	char store[512], cpath[1024];
 	snprintf(store, sizeof store, "%s/files", th_data_dir());
 	cot_errbuf eb = { "", "" };
 	kern_model *theirs = NULL;
 	ok(!fs_path(store, server_ckpt, cpath, sizeof cpath, &eb) && !ckpt_load_new(cpath, 0, &theirs, &eb),
 	   "the server's checkpoint 1 is in the store and loads (%s)", eb.msg);
-	ok(theirs && memcmp(theirs->params, mine->params, PARAMS * sizeof(float)) == 0,
-	   "its parameters are bit-identical to the kernels' step here");
-	ok(theirs && memcmp(theirs->m, mine->m, PARAMS * sizeof(float)) == 0 &&
-	   memcmp(theirs->v, mine->v, PARAMS * sizeof(float)) == 0, "and so are the optimizer's moments");
+	ok(theirs && memcmp(theirs->params, mine->params, TH_PARAMS * sizeof(float)) == 0 &&
+	   memcmp(theirs->m, mine->m, TH_PARAMS * sizeof(float)) == 0 &&
+	   memcmp(theirs->v, mine->v, TH_PARAMS * sizeof(float)) == 0,
+	   "its parameters and moments are bit-identical to the step here");
 	is_int(theirs ? theirs->step : -1, 1, "checkpoint 1 has taken one step");
-	kern_model *before = NULL;
-	ok(!ckpt_load_new(ckpt0, 0, &before, &eb) &&
-	   memcmp(before->params, mine->params, PARAMS * sizeof(float)) != 0,
-	   "the step moved the parameters");
-	kern_model_free(before);
 	kern_model_free(theirs);
-	is_int(th_sql_int("SELECT count(*) FROM file WHERE sha256 = '%s' AND kind = 'checkpoint'", server_ckpt), 1,
-	       "checkpoint 1 is indexed in the store");
 	is_int(th_sql_int("SELECT count(*) FROM file WHERE sha256 = '%s'", gsha), 0,
-	       "the gradient is not indexed (transient)");
-	ok(!fs_verify(store, gsha, NULL, &eb), "the gradient's bytes are kept in the store");
+	       "the mean gradient is not indexed (transient)");
 
-	r = post_raw(path, B.token, g, PARAMS * sizeof *g);
-	ok(r.status == 403, "B cannot upload with host_id of A");
-	th_resp_free(&r);
-	snprintf(p2, sizeof p2, "/v1/projects/s1/rounds/0/gradient?host_id=%lld&samples=32", B.id);
-	r = post_raw(p2, B.token, g, PARAMS * sizeof *g);
-	is_int(r.status, 200, "the same gradient again (from B): 200");
-	is_str(th_json_str(&r, "params_sha256"), server_params, "answered as the first");
-	th_resp_free(&r);
-	g[17] += 1e-3f;
-	upload_refused(p2, B.token, g, PARAMS * sizeof *g, 409, "conflict", "a different second gradient");
-	g[17] -= 1e-3f;
+	/* D, in no included set, is dropped. */
+	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld AND state = 'expired' AND mb_done = 0", D.wu),
+	       1, "D's unit is dropped: its samples no longer count");
+	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE project_id = %lld AND lo = %lld AND hi = %lld",
+	                  pid, D.lo, D.lo + 4), 1, "the part D computed is back in the pool");
+	th_coverage_exact(pid, "after the mean");
+	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0 AND included", pid),
+	       3, "three peers are included");
 
-	/* Outcomes: A holds the server's parameters, B something else. */
+	/* Outcomes: D (excluded) says failed, which fails nothing; A holds the
+	 * server's parameters, B something else; C last. */
 	const char *wrong = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
-	outcome(&A, mine_sha, &r);
-	is_str(th_json_str(&r, "round.state"), "averaging", "one peer of two reported: averaging");
+	char body[256];
+	snprintf(body, sizeof body, "{\"host_id\": %lld, \"status\": \"failed\"}", D.id);
+	r = th_call("POST", "/v1/projects/s1/rounds/0/outcome", D.token, body, 200, "D's outcome");
+	ok(json_is_false(json_object_get(r.json, "accepted")), "D is not accepted");
+	is_str(th_json_str(&r, "reload.checkpoint_sha256"), server_ckpt, "D is told to reload checkpoint 1");
+	is_str(th_json_str(&r, "round.state"), "averaging", "D's failure does not fail the round");
+	th_resp_free(&r);
+	r = outcome(&A, "ok", mine_sha);
+	is_str(th_json_str(&r, "round.state"), "averaging", "one included peer of three reported: averaging");
 	ok(json_is_true(json_object_get(r.json, "accepted")), "A's hash matches the server's: accepted");
 	th_resp_free(&r);
-	outcome(&B, wrong, &r);
-	is_str(th_json_str(&r, "round.state"), "committed", "every peer reported and v+1 exists: committed");
+	r = outcome(&B, "ok", wrong);
 	ok(json_is_false(json_object_get(r.json, "accepted")), "B's hash differs: not accepted");
 	is_str(th_json_str(&r, "reload.checkpoint_sha256"), server_ckpt, "B is told to reload checkpoint 1");
-	is_int(th_json_int(&r, "reload.version"), 1, "... of version 1");
-	char url[128];
-	snprintf(url, sizeof url, "/files/%s", server_ckpt);
-	is_str(th_json_str(&r, "reload.url"), url, "... at its URL");
+	is_str(th_json_str(&r, "round.state"), "averaging", "C has not reported: averaging");
 	th_resp_free(&r);
-	outcome(&A, mine_sha, &r);
+	r = outcome(&C, "ok", mine_sha);
+	is_str(th_json_str(&r, "round.state"), "committed", "every included peer reported: committed");
+	th_resp_free(&r);
+	r = outcome(&A, "ok", mine_sha);
 	ok(json_is_true(json_object_get(r.json, "accepted")) && !json_object_get(r.json, "reload"),
 	   "A's outcome again: accepted, nothing to reload");
 	th_resp_free(&r);
-	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0 AND host_id = %lld AND accepted", pid, A.id),
-	       1, "A is marked accepted");
-	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0 AND host_id = %lld AND NOT accepted", pid, B.id),
-	       1, "B is marked not accepted");
+	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0 AND accepted", pid),
+	       2, "A and C are marked accepted");
 	is_int(th_sql_int("SELECT current_version FROM project WHERE id = %lld", pid), 1, "the project is at version 1");
 	is_int(th_sql_int("SELECT count(*) FROM model_version WHERE project_id = %lld AND version = 1 AND checkpoint_sha256 = '%s'", pid, server_ckpt),
 	       1, "model version 1 has the server's checkpoint");
-	is_int(th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND version = 1 AND state = 'open'", pid),
-	       1, "round 1 is open");
-	r = call("GET", url, NULL, NULL, 200, "checkpoint 1 is served");
+
+	/* The rounds list: the loss is weighted by the counted samples (A 16 at
+	 * 2.0, B 8 at 4.0, C 16 at 3.0; D's 100.0 does not count): 2.8. */
+	r = th_call("GET", "/v1/projects/s1/rounds", NULL, NULL, 200, "the rounds list");
+	json_t *rounds = json_object_get(r.json, "rounds");
+	json_t *r1 = json_array_get(rounds, 0), *r0 = json_array_get(rounds, 1);
+	is_int((long long)json_array_size(rounds), 2, "two rounds");
+	is_int(json_integer_value(json_object_get(r1, "version")), 1, "newest first: version 1");
+	is_str(json_string_value(json_object_get(r1, "state")), "open", "version 1 is open");
+	is_str(json_string_value(json_object_get(r0, "state")), "committed", "version 0 is committed");
+	is_int(json_integer_value(json_object_get(r0, "samples")), 40, "with the 40 included samples");
+	is_int(json_integer_value(json_object_get(r0, "n_peers")), 3, "three included peers");
+	is_int(json_integer_value(json_object_get(r0, "n_groups")), 2, "two groups");
+	double loss = json_number_value(json_object_get(r0, "loss"));
+	ok(fabs(loss - 2.8) < 1e-12, "the loss is the sample-weighted mean over counted units: %.15g", loss);
+	ok(json_is_number(json_object_get(r0, "seconds")) && json_number_value(json_object_get(r0, "seconds")) >= 0,
+	   "seconds from open to commit");
+	ok(json_is_string(json_object_get(r0, "committed_at")), "committed_at is a timestamp");
+	ok(json_is_null(json_object_get(r1, "loss")) && json_is_null(json_object_get(r1, "seconds")),
+	   "the open round has no loss and no seconds yet");
 	th_resp_free(&r);
-	char body[64];
+	r = th_call("GET", "/v1/projects/s1/rounds?limit=1", NULL, NULL, 200, "limit=1");
+	is_int((long long)json_array_size(json_object_get(r.json, "rounds")), 1, "one round");
+	th_resp_free(&r);
+	r = th_call("GET", "/v1/projects/s1/rounds?before=1", NULL, NULL, 200, "before=1");
+	is_int(json_integer_value(json_object_get(json_array_get(json_object_get(r.json, "rounds"), 0), "version")),
+	       0, "before=1 starts at version 0");
+	th_resp_free(&r);
+
+	/* After the commit: a repeat of a kept sum answers the same; anything
+	 * else is refused. */
+	r = th_post_raw(p0, A.token, s0, TH_PARAMS * sizeof *s0);
+	is_int(r.status, 200, "A's sum again after the commit: 200");
+	is_str(th_json_str(&r, "round.state"), "committed", "the round is committed");
+	th_resp_free(&r);
+	snprintf(q, sizeof q, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=32&included=%lld,%lld",
+	         D.id, C.id, D.id);
+	th_raw_refused(q, D.token, s1, TH_PARAMS * sizeof *s1, 409, "conflict", "a new sum after the commit");
 	snprintf(body, sizeof body, "{\"host_id\": %lld}", E.id);
-	r = call("POST", "/v1/projects/s1/work", E.token, body, 200, "work after the commit");
+	r = th_call("POST", "/v1/projects/s1/work", E.token, body, 200, "work after the commit");
 	is_int(th_json_int(&r, "version"), 1, "new work is for version 1");
 	th_resp_free(&r);
-	upload_refused(path, A.token, g, PARAMS * sizeof *g, 409, "conflict", "a gradient after the commit");
 
 	kern_model_free(mine);
-	free(g);
+	free(mean);
+	free(s0);
+	free(s1);
 	ok(th_stop_server(), "the server stops cleanly");
 	return exit_status();
 }
