@@ -17,6 +17,7 @@ libmicrohttpd-dev libopenblas-dev
 libminiupnpc-dev libnatpmp-dev
 python3 ca-certificates curl procps iproute2 util-linux
 zip tar gzip
+chromium libxml2-utils
 "
 if [ "${1:-}" = "--torch" ]; then
 	PKGS="$PKGS python3-torch python3-numpy"

@@ -1,0 +1,176 @@
+/* cotrain tests: the web site in headless Chromium (Debian's `chromium`),
+ * against the real cotrain-server with data: the dashboard draws its
+ * plots, the leaderboard lists its rows, and a user named with markup shows
+ * as text, not as elements.  Screenshots are written under the build
+ * folder (tests/web-screenshots/) for people to look at.  SKIP when
+ * chromium is absent. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/tap.h"
+#include "tests/test_server_harness.h"
+
+#define HOSTILE "<b>x</b><script>document.title=\"pwned\"</script>"
+
+static const char *chromium(void)
+{
+	static const char *const names[] = { "/usr/bin/chromium", "/usr/bin/chromium-browser" };
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (access(names[i], X_OK) == 0)
+			return names[i];
+	return NULL;
+}
+
+/* Load url in headless Chromium, let its scripts run for a few seconds of
+ * virtual time; the serialised DOM (malloc'd), or NULL. */
+static char *dump_dom(const char *chrome, const char *url, const char *shot)
+{
+	char cmd[2048];
+	char tmpl[] = "/tmp/cotrain-dom-XXXXXX";
+	int fd = mkstemp(tmpl);
+	if (fd < 0)
+		return NULL;
+	close(fd);
+	/* --no-sandbox: tests run as root in CI; the page is our own. */
+	snprintf(cmd, sizeof cmd,
+	         "timeout 60 '%s' --headless --no-sandbox --disable-gpu --no-first-run "
+	         "--user-data-dir=%s.profile --window-size=1280,1000 --virtual-time-budget=8000 "
+	         "--dump-dom '%s' > %s 2>/dev/null", chrome, tmpl, url, tmpl);
+	int rc = system(cmd);
+	if (shot) {
+		snprintf(cmd, sizeof cmd,
+		         "timeout 60 '%s' --headless --no-sandbox --disable-gpu --no-first-run "
+		         "--user-data-dir=%s.profile --window-size=1280,1000 --virtual-time-budget=8000 "
+		         "--screenshot='%s' '%s' >/dev/null 2>&1", chrome, tmpl, shot, url);
+		if (system(cmd))
+			diag("screenshot of %s failed", url);
+	}
+	char *dom = NULL;
+	FILE *f = fopen(tmpl, "r");
+	if (f && rc == 0) {
+		fseek(f, 0, SEEK_END);
+		long n = ftell(f);
+		rewind(f);
+		dom = n >= 0 ? calloc(1, (size_t)n + 1) : NULL;
+		if (dom && fread(dom, 1, (size_t)n, f) != (size_t)n) {
+			free(dom);
+			dom = NULL;
+		}
+	}
+	if (f)
+		fclose(f);
+	unlink(tmpl);
+	snprintf(cmd, sizeof cmd, "rm -rf %s.profile", tmpl);
+	if (system(cmd))
+		diag("could not remove the profile");
+	return dom;
+}
+
+static int count(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* A committed round v at minute v, with n hosts' samples. */
+static void round_committed(long long pid, int v, long long *hosts, int n)
+{
+	th_sql("UPDATE round SET opened_at = now() - interval '1 hour' + make_interval(mins => %d),"
+	       " loss = %g WHERE project_id = %lld AND version = %d", v * 2, 5.5 - 0.4 * v, pid, v);
+	for (int i = 0; i < n; i++) {
+		th_sql("INSERT INTO work_unit (project_id, host_id, version, lo, hi, mb_done, state, deadline)"
+		       " VALUES (%lld, %lld, %d, %d, %d, 5, 'returned', now())", pid, hosts[i], v,
+		       100 * v + 10 * i, 100 * v + 10 * i + 5);
+		th_sql("INSERT INTO round_member (project_id, version, host_id, group_id, samples, endpoint,"
+		       " bandwidth, can_aggregate, lo, hi, outcome, params_sha256, accepted)"
+		       " VALUES (%lld, %d, %lld, 0, %d, '127.0.0.1:1', 1e6, true, 0, 0, 'ok', 'h', true)",
+		       pid, v, hosts[i], 20 * (i + 1));
+	}
+	th_sql("UPDATE round SET state = 'committed', samples = (SELECT sum(samples) FROM round_member"
+	       " WHERE project_id = %lld AND version = %d),"
+	       " committed_at = opened_at + make_interval(secs => %d)"
+	       " WHERE project_id = %lld AND version = %d", pid, v, 60 + 7 * v, pid, v);
+	th_sql("INSERT INTO round (project_id, version) VALUES (%lld, %d)", pid, v + 1);
+	th_sql("UPDATE project SET current_version = %d WHERE id = %lld", v + 1, pid);
+}
+
+int main(void)
+{
+	const char *chrome = chromium();
+	if (!chrome) {
+		printf("1..0 # SKIP chromium is not installed (Debian package \"chromium\")\n");
+		return 0;
+	}
+	plan_lazy();
+	th_start(NULL);
+	long long pid = th_seed_project("webdemo", 180, 2e9, 4, 8, 4, 100000);
+	th_sql("INSERT INTO spot_policy (project_id, trusted_after, first_rate, min_rate)"
+	       " VALUES (%lld, 1000000, 0, 0)", pid);
+	long long hosts[3];
+	char key[64], token[64];
+	static const char *const tags[] = { "ann", "ben", "cat" };
+	for (int i = 0; i < 3; i++)
+		th_new_host(tags[i], 1e9, key, &hosts[i], token);
+	th_sql("UPDATE account SET name = '%s' WHERE id = (SELECT account_id FROM host WHERE id = %lld)",
+	       HOSTILE, hosts[2]);
+	th_sql("INSERT INTO team (name, description) VALUES ('team <i>ital</i>', 'desc <img src=x onerror=alert(1)>')");
+	th_sql("UPDATE account SET team_id = (SELECT max(id) FROM team)");
+	for (int v = 0; v < 8; v++)
+		round_committed(pid, v, hosts, v < 3 ? 2 : 3);
+
+	const char *bd = getenv("top_builddir");
+	char shots[1024];
+	snprintf(shots, sizeof shots, "%s/tests/web-screenshots", bd ? bd : ".");
+	mkdir(shots, 0755);
+	char url[512], shot[1200];
+
+	snprintf(url, sizeof url, "%s/dashboard?project=webdemo", th_url());
+	snprintf(shot, sizeof shot, "%s/dashboard.png", shots);
+	char *dom = dump_dom(chrome, url, shot);
+	ok(dom != NULL, "the dashboard loads in headless Chromium");
+	if (dom) {
+		ok(count(dom, "<canvas") == 4, "the dashboard has its four plots");
+		ok(strstr(dom, "data-points=\"8\"") != NULL, "a plot was drawn with the 8 committed rounds");
+		ok(strstr(dom, "Loading") == NULL && strstr(dom, "class=\"error\"") == NULL,
+		   "the dashboard's data loaded without error");
+	}
+	free(dom);
+	struct stat st;
+	ok(stat(shot, &st) == 0 && st.st_size > 1000, "a screenshot of the dashboard is at %s", shot);
+
+	snprintf(url, sizeof url, "%s/leaderboard?kind=users", th_url());
+	snprintf(shot, sizeof shot, "%s/leaderboard.png", shots);
+	dom = dump_dom(chrome, url, shot);
+	ok(dom != NULL, "the leaderboard loads");
+	if (dom) {
+		ok(count(dom, "class=\"row\"") == 3, "the leaderboard shows its 3 users");
+		ok(strstr(dom, "&lt;b&gt;x&lt;/b&gt;&lt;script&gt;") != NULL,
+		   "the user named with markup shows as text");
+		ok(strstr(dom, "<b>x</b>") == NULL && strstr(dom, "<title>pwned") == NULL,
+		   "no element came out of the user's name and its script never ran");
+		ok(strstr(dom, "team &lt;i&gt;ital&lt;/i&gt;") != NULL, "the team name with markup shows as text");
+	}
+	free(dom);
+	ok(stat(shot, &st) == 0 && st.st_size > 1000, "a screenshot of the leaderboard is at %s", shot);
+
+	snprintf(url, sizeof url, "%s/team?id=%lld", th_url(), th_sql_int("SELECT max(id) FROM team"));
+	snprintf(shot, sizeof shot, "%s/team.png", shots);
+	dom = dump_dom(chrome, url, shot);
+	ok(dom && strstr(dom, "&lt;img src=x onerror=alert(1)&gt;") && !strstr(dom, "<img"),
+	   "a team description with markup shows as text on the team page");
+	free(dom);
+
+	snprintf(url, sizeof url, "%s/", th_url());
+	snprintf(shot, sizeof shot, "%s/project.png", shots);
+	dom = dump_dom(chrome, url, shot);
+	ok(dom && strstr(dom, "cotrainctl attach") && strstr(dom, "webdemo"),
+	   "the project page says how to join");
+	free(dom);
+	done_testing();
+	return exit_status();
+}
