@@ -1,14 +1,29 @@
 /* cotrain: butterfly all-reduce within one averaging group (see allreduce.h
  * and doc/averaging.md).
  *
- * Threads of one call: the caller's thread coordinates; one sender thread per
- * remote aggregator (dials it, sends our slice, reads its ACCEPTED report and
- * its RESULT); when we aggregate, one acceptor thread and one handler thread
- * per incoming connection (reads a member's SLICE, answers ACCEPTED, then
- * RESULT or ABORT).  Each connection carries strictly ordered messages:
- * SLICE one way, then ACCEPTED and RESULT the other, so no two threads ever
- * touch one connection.  All shared state sits in struct run under one
- * mutex; waits are bounded by the call's deadlines. */
+ * Threads of one call: the caller's thread coordinates; per remote
+ * aggregator, one sender thread (dials it, sends our slice in parts, reads its
+ * ACCEPTED report and its RESULT) and one streamer thread (a second
+ * connection on which the aggregator streams its result parts); when we
+ * aggregate, one acceptor thread and one handler thread per incoming
+ * connection (slice connections: reads a member's SLICE parts, answers
+ * ACCEPTED, then RESULT or ABORT; stream connections: sends result parts as
+ * they are ready).  Each connection carries messages one way at a time, so no
+ * two threads ever touch one connection.  All shared state sits in struct run
+ * under one mutex; waits are bounded by the call's deadlines.
+ *
+ * Pipelining (speculative results).  Slices travel in parts of PART_VALUES
+ * values.  As soon as every member's part k has arrived and passed the checks,
+ * the aggregator sums part k over ALL members (ascending host id, double, one
+ * rounding: exactly what the final sum over the full set gives), encodes it
+ * and streams it to every member while the slices' later parts still arrive.
+ * So a member downloads results while it uploads, and the slowest link's
+ * upload and download overlap (the bound lb_shares assumes).  The fault rule
+ * is unchanged: the final RESULT still comes after the ACCEPTED reports and
+ * names the included set; when that set is every member and every part was
+ * streamed, its data is empty ("as streamed") and the members use the parts;
+ * otherwise it carries the full sum of the included set as before, and the
+ * streamed parts are overwritten. */
 #include "shared/allreduce.h"
 
 #include "shared/deadline.h"
@@ -25,6 +40,20 @@
 #include <unistd.h>
 
 enum { C_NONE, C_OK, C_REFUSED, C_FAILED };
+
+/* Values per slice part and result part: a multiple of COMP_BLOCK, so that
+ * the encodings of the parts, laid end to end, are the encoding of the whole
+ * range (BLOCK8 blocks never straddle two parts). */
+#define PART_VALUES ((size_t)COMP_BLOCK * 64)
+
+/* Stream connections (frame.h's averaging range): member -> aggregator
+ * STREAM (i64 round, i64 member) asks for the result parts; aggregator ->
+ * member RESULT_PART (i64 round, i64 aggregator, u64 start, u64 end, blob),
+ * in order, then STREAM_END (u8 1 when every part was sent, 0 when the
+ * aggregator stopped speculating). */
+#define FRAME_STREAM 0x14
+#define FRAME_RESULT_PART 0x15
+#define FRAME_STREAM_END 0x16
 enum { AGG_PENDING, AGG_RESULT, AGG_ABORT };
 
 typedef struct {
@@ -39,6 +68,8 @@ typedef struct {
 	run *r;
 	size_t agg;                   /* member index of the aggregator */
 	pthread_t th;
+	pthread_t st;                 /* its streamer thread */
+	int have_st;
 } sender;
 
 typedef struct {
@@ -67,6 +98,16 @@ struct run {
 	size_t res_len;
 	char abort_reason[256];
 	int stop_accept;
+	unsigned char *claimed_stream;  /* a stream connection from this member */
+	size_t n_parts;               /* of our range */
+	size_t *parts_in;             /* per member: parts taken */
+	size_t *order;                /* member indices by ascending host id */
+	int spec_ok;                  /* still streaming the sum over all members */
+	int spec_busy;                /* a thread is summing part spec_done */
+	size_t spec_done;             /* parts summed and encoded into spec_bytes */
+	unsigned char *spec_bytes;    /* result encoding of our whole range */
+	float *spec_tmp;              /* PART_VALUES, for the one busy thread */
+	const float **spec_x;
 
 	/* member side, per member index (aggregators only) */
 	int64_t **rep;                /* ACCEPTED reports, ascending ids */
@@ -75,6 +116,9 @@ struct run {
 	int64_t **rids;               /* included ids each RESULT named */
 	size_t *rids_n;
 	uint64_t *rtotal;
+	unsigned char *st_done;       /* the streamer for this aggregator ended */
+	size_t *st_parts;             /* result parts it decoded */
+	unsigned char *st_complete;   /* it got every part and STREAM_END 1 */
 	int failed;
 	cot_errbuf feb;
 };
@@ -152,43 +196,93 @@ void allreduce_sum(const float *const *x, size_t k, size_t len, float *out)
 
 /* ---- Contributions (aggregator side) ---- */
 
-/* Decode and check member idx's slice into r->c[idx] (mu held).  A refusal
- * is recorded with its reason; nothing else fails. */
-static void take_slice(run *r, size_t idx, const unsigned char *bytes, size_t len)
+/* Decode and check part [off, off + n) (relative to our range) of member
+ * idx's slice into r->c[idx] (mu held; parts come in order, the first with
+ * off 0).  A refusal is recorded with its reason and stops the speculative
+ * stream; nothing else fails.  The data stays allocated until run_free, so
+ * a summing thread may still read it. */
+static void take_slice(run *r, size_t idx, size_t off, size_t n, const unsigned char *bytes,
+                       size_t len)
 {
 	const allreduce_params *p = r->p;
 	contrib *c = &r->c[idx];
 	cot_errbuf eb = {0};
-	float *x = malloc((r->a_len ? r->a_len : 1) * sizeof *x);
-	if (!x) {
-		c->state = C_REFUSED;
+	if (off == 0)
+		c->state = C_OK;
+	if (c->state != C_OK)
+		return;
+	c->reason[0] = 0;
+	if (!c->data && !(c->data = malloc((r->a_len ? r->a_len : 1) * sizeof *c->data))) {
 		snprintf(c->reason, sizeof c->reason, "out of memory");
-		return;
-	}
-	c->state = C_REFUSED;
-	if (comp_decode(p->send_comp, bytes, len, x, r->a_len, &eb)) {
+	} else if (comp_decode(p->send_comp, bytes, len, c->data + off, n, &eb)) {
 		snprintf(c->reason, sizeof c->reason, "malformed slice: %.120s", eb.msg);
-		free(x);
-		return;
-	}
-	int zero = 1;
-	for (size_t i = 0; i < r->a_len; i++) {
-		if (!isfinite(x[i])) {
-			snprintf(c->reason, sizeof c->reason, "value %zu of the slice is not finite",
-			         i + (size_t)p->members[p->self].start);
-			free(x);
-			return;
+	} else {
+		const float *x = c->data + off;
+		int zero = 1;
+		for (size_t i = 0; i < n && !c->reason[0]; i++) {
+			if (!isfinite(x[i]))
+				snprintf(c->reason, sizeof c->reason, "value %zu of the slice is not finite",
+				         i + off + (size_t)p->members[p->self].start);
+			if (x[i] != 0.0f)
+				zero = 0;
 		}
-		if (x[i] != 0.0f)
-			zero = 0;
+		if (!c->reason[0] && p->members[idx].samples == 0 && !zero)
+			snprintf(c->reason, sizeof c->reason, "a gradient of 0 samples is not zero");
 	}
-	if (p->members[idx].samples == 0 && !zero) {
-		snprintf(c->reason, sizeof c->reason, "a gradient of 0 samples is not zero");
-		free(x);
-		return;
+	if (c->reason[0]) {
+		c->state = C_REFUSED;
+		r->spec_ok = 0;
 	}
-	c->state = C_OK;
-	c->data = x;
+}
+
+/* Sum, encode and stream what can be (mu held; released while summing):
+ * while every member's next part has arrived and passed the checks, sum it
+ * over all members in ascending host id order (what agg_finish computes for
+ * the full set), encode it into spec_bytes, decode our own copy into out,
+ * and wake the stream handlers.  One thread sums at a time (spec_busy). */
+static void spec_advance(run *r)
+{
+	const allreduce_params *p = r->p;
+	const allreduce_member *me = &p->members[p->self];
+	while (r->spec_ok && !r->spec_busy && r->spec_done < r->n_parts) {
+		size_t k = r->spec_done;
+		for (size_t i = 0; i < p->n; i++)
+			if (r->c[i].state != C_OK || r->parts_in[i] <= k)
+				return;
+		r->spec_busy = 1;
+		pthread_mutex_unlock(&r->mu);
+		size_t off = k * PART_VALUES, n = r->a_len - off;
+		if (n > PART_VALUES)
+			n = PART_VALUES;
+		for (size_t j = 0; j < p->n; j++)
+			r->spec_x[j] = r->c[r->order[j]].data + off;
+		allreduce_sum(r->spec_x, p->n, n, r->spec_tmp);
+		int ok = 1;
+		for (size_t i = 0; i < n && ok; i++)
+			ok = isfinite(r->spec_tmp[i]);
+		size_t eoff = comp_encoded_size(p->result_comp, off);
+		size_t elen = comp_encoded_size(p->result_comp, n);
+		ok = ok && !comp_encode(p->result_comp, r->spec_tmp, n, r->spec_bytes + eoff, elen, NULL) &&
+		     !comp_decode(p->result_comp, r->spec_bytes + eoff, elen, r->out + me->start + off, n,
+		                  NULL);
+		pthread_mutex_lock(&r->mu);
+		r->spec_busy = 0;
+		if (ok)
+			r->spec_done++;
+		else
+			r->spec_ok = 0;   /* the final path reports the overflow */
+		pthread_cond_broadcast(&r->cv);
+	}
+}
+
+/* Stop streaming and wait until no thread is summing (mu held), before
+ * anything else writes our range of out. */
+static void spec_stop(run *r)
+{
+	r->spec_ok = 0;
+	while (r->spec_busy)
+		pthread_cond_wait(&r->cv, &r->mu);
+	pthread_cond_broadcast(&r->cv);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -218,6 +312,13 @@ static cot_err freeze(run *r)
 		return COT_ERR_NOMEM;
 	}
 	size_t k = 0;
+	for (size_t i = 0; i < p->n; i++)
+		if (r->c[i].state == C_OK && r->parts_in[i] < r->n_parts) {
+			r->c[i].state = C_FAILED;
+			snprintf(r->c[i].reason, sizeof r->c[i].reason,
+			         "slice incomplete at the collect deadline (%zu of %zu parts)",
+			         r->parts_in[i], r->n_parts);
+		}
 	for (size_t i = 0; i < p->n; i++) {
 		if (r->c[i].state != C_OK || p->members[i].samples == 0)
 			continue;
@@ -238,14 +339,14 @@ static cot_err freeze(run *r)
 			snprintf(r->c[i].reason, sizeof r->c[i].reason,
 			         "norm per sample %.3g is %.1f times the median %.3g (limit %.1f)",
 			         rate[i], rate[i] / median, median, factor);
-			free(r->c[i].data);
-			r->c[i].data = NULL;
 		}
 	}
 	size_t n_ids = 0;
 	for (size_t i = 0; i < p->n; i++)
 		if (r->c[i].state == C_OK)
 			ids[n_ids++] = p->members[i].host_id;
+	if (n_ids < p->n)
+		r->spec_ok = 0;
 	qsort(ids, n_ids, sizeof *ids, cmp_i64);
 
 	frame_writer w;
@@ -282,6 +383,37 @@ static void agg_abort(run *r, const char *reason)
 		snprintf(r->abort_reason, sizeof r->abort_reason, "%.250s", reason);
 	}
 	pthread_cond_broadcast(&r->cv);
+}
+
+/* Build our RESULT for the included set fin with data (elen bytes; empty
+ * means "as streamed") and publish it (mu held). */
+static cot_err agg_result(run *r, const int64_t *fin, size_t n_fin, uint64_t total,
+                          const unsigned char *data, size_t elen, cot_errbuf *eb)
+{
+	const allreduce_params *p = r->p;
+	const allreduce_member *me = &p->members[p->self];
+	frame_writer w;
+	frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
+	frame_put_i64(&w, p->round);
+	frame_put_i64(&w, me->host_id);
+	frame_put_u64(&w, me->start);
+	frame_put_u64(&w, me->end);
+	frame_put_u8(&w, (uint8_t)p->result_comp);
+	frame_put_u64(&w, total);
+	frame_put_u32(&w, (uint32_t)n_fin);
+	for (size_t k = 0; k < n_fin; k++)
+		frame_put_i64(&w, fin[k]);
+	frame_put_blob(&w, data, elen);
+	cot_err rc = frame_writer_error(&w);
+	if (rc) {
+		frame_writer_free(&w);
+		return cot_seterr(eb, rc, "could not build the result of our range");
+	}
+	r->res_payload = w.buf;
+	r->res_len = w.len;
+	r->agg_state = AGG_RESULT;
+	pthread_cond_broadcast(&r->cv);
+	return COT_OK;
 }
 
 /* Sum the included contributions (ascending host id) and build our RESULT;
@@ -321,28 +453,7 @@ static cot_err agg_finish(run *r, const int64_t *fin, size_t n_fin, uint64_t tot
 		rc = comp_decode(p->result_comp, bytes, enc, r->out + me->start, r->a_len, eb);
 	if (rc)
 		goto out;
-	frame_writer w;
-	frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
-	frame_put_i64(&w, p->round);
-	frame_put_i64(&w, me->host_id);
-	frame_put_u64(&w, me->start);
-	frame_put_u64(&w, me->end);
-	frame_put_u8(&w, (uint8_t)p->result_comp);
-	frame_put_u64(&w, total);
-	frame_put_u32(&w, (uint32_t)n_fin);
-	for (size_t k = 0; k < n_fin; k++)
-		frame_put_i64(&w, fin[k]);
-	frame_put_blob(&w, bytes, enc);
-	rc = frame_writer_error(&w);
-	if (rc) {
-		frame_writer_free(&w);
-		cot_seterr(eb, rc, "could not build the result of our range");
-		goto out;
-	}
-	r->res_payload = w.buf;
-	r->res_len = w.len;
-	r->agg_state = AGG_RESULT;
-	pthread_cond_broadcast(&r->cv);
+	rc = agg_result(r, fin, n_fin, total, bytes, enc, eb);
 out:
 	free(x);
 	free(sum);
@@ -350,33 +461,53 @@ out:
 	return rc;
 }
 
+/* Every member is included and every part was streamed: our RESULT says so
+ * with empty data, and our own copy of the range is already in out (mu
+ * held). */
+static cot_err agg_streamed(run *r, const int64_t *fin, size_t n_fin, uint64_t total,
+                            cot_errbuf *eb)
+{
+	return agg_result(r, fin, n_fin, total, NULL, 0, eb);
+}
+
 /* ---- Incoming connections (aggregator side) ---- */
 
-/* Read and check one member's SLICE; returns 0 when the connection is still
- * usable afterwards. */
-static int handle_slice(run *r, peer_conn *c, size_t idx)
+/* Read and check member idx's SLICE parts, the first already received (h,
+ * *pl, or rc0 with eb0 when receiving it failed; *pl is ours).  Returns 0
+ * when the connection is still usable afterwards. */
+static int handle_slice(run *r, peer_conn *c, size_t idx, cot_err rc0, const cot_errbuf *eb0,
+                        frame_header h, unsigned char *pl)
 {
 	const allreduce_params *p = r->p;
 	const allreduce_member *me = &p->members[p->self];
-	frame_header h;
-	unsigned char *pl = NULL;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = *eb0;
 	char why[160] = "";
-	int usable = 1;
-	cot_err rc = peer_recv_frame(c, &h, &pl, p->collect_deadline, &eb);
-	if (rc) {
-		snprintf(why, sizeof why, "no slice: %.120s", eb.msg);
-		usable = 0;
-	} else if (h.type != ALLREDUCE_FRAME_SLICE) {
-		snprintf(why, sizeof why, "sent %s instead of SLICE", frame_type_name(h.type));
-		usable = 0;
-	}
-	int64_t round = 0, from = 0;
-	uint64_t samples = 0, start = 0, end = 0;
-	uint8_t comp = 0;
-	const unsigned char *data = NULL;
-	size_t dlen = 0;
-	if (usable) {
+	int usable = 1, late = 0;
+	cot_err rc = rc0;
+	size_t k = 0;
+	for (; k < r->n_parts; k++) {
+		if (k > 0) {
+			free(pl);
+			pl = NULL;
+			rc = peer_recv_frame(c, &h, &pl, p->collect_deadline, &eb);
+		}
+		if (rc) {
+			snprintf(why, sizeof why, "no slice: %.120s", eb.msg);
+			usable = 0;
+			break;
+		}
+		if (h.type != ALLREDUCE_FRAME_SLICE) {
+			snprintf(why, sizeof why, "sent %s instead of SLICE", frame_type_name(h.type));
+			usable = 0;
+			break;
+		}
+		int64_t round = 0, from = 0;
+		uint64_t samples = 0, start = 0, end = 0;
+		uint8_t comp = 0;
+		const unsigned char *data = NULL;
+		size_t dlen = 0;
+		uint64_t want_start = me->start + k * PART_VALUES;
+		uint64_t want_end = me->end - want_start > PART_VALUES ? want_start + PART_VALUES : me->end;
 		frame_reader rd;
 		frame_reader_init(&rd, pl, h.length);
 		frame_get_i64(&rd, &round);
@@ -389,39 +520,105 @@ static int handle_slice(run *r, peer_conn *c, size_t idx)
 		if (frame_reader_end(&rd, "SLICE", &eb)) {
 			snprintf(why, sizeof why, "%.150s", eb.msg);
 			usable = 0;
-		} else if (round != p->round || from != p->members[idx].host_id ||
-		           start != me->start || end != me->end || comp != p->send_comp) {
+			break;
+		}
+		if (round != p->round || from != p->members[idx].host_id || start != want_start ||
+		    end != want_end || comp != p->send_comp) {
 			snprintf(why, sizeof why,
 			         "SLICE for round %lld, host %lld, range [%llu,%llu), %s does not "
 			         "match the group's",
 			         (long long)round, (long long)from, (unsigned long long)start,
 			         (unsigned long long)end, comp_name(comp));
 			usable = 0;
+			break;
+		}
+		pthread_mutex_lock(&r->mu);
+		if (r->frozen) {
+			late = 1;
 		} else if (samples != p->members[idx].samples) {
-			snprintf(why, sizeof why, "SLICE claims %llu samples, the group says %llu",
+			r->c[idx].state = C_REFUSED;
+			r->spec_ok = 0;
+			snprintf(r->c[idx].reason, sizeof r->c[idx].reason,
+			         "SLICE claims %llu samples, the group says %llu",
 			         (unsigned long long)samples,
 			         (unsigned long long)p->members[idx].samples);
+		} else {
+			take_slice(r, idx, (size_t)(start - me->start), (size_t)(end - start), data, dlen);
 		}
+		if (!late) {
+			r->parts_in[idx] = k + 1;
+			if (r->c[idx].state == C_OK)
+				spec_advance(r);
+		}
+		pthread_mutex_unlock(&r->mu);
+		if (late)
+			break;
 	}
+	free(pl);
 	if (!usable && rc == COT_OK)
 		peer_send_error(c, FRAME_ERR_PROTOCOL, why, deadline_after_ms(1000));
 
 	pthread_mutex_lock(&r->mu);
 	contrib *ct = &r->c[idx];
-	if (r->frozen) {
+	if (late) {
+		/* The rest of its parts are unread: the connection cannot carry
+		 * ACCEPTED and RESULT any more. */
 		ct->state = C_FAILED;
 		snprintf(ct->reason, sizeof ct->reason, "slice arrived after the collect deadline");
-	} else if (!usable || why[0]) {
-		ct->state = usable ? C_REFUSED : C_FAILED;
+		usable = 0;
+	} else if (!usable) {
+		ct->state = C_FAILED;
+		r->spec_ok = 0;
 		snprintf(ct->reason, sizeof ct->reason, "%s", why);
-	} else {
-		take_slice(r, idx, data, dlen);
 	}
 	r->arrived++;
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->mu);
-	free(pl);
 	return usable ? 0 : -1;
+}
+
+/* Serve member idx's stream connection: send each result part once it is
+ * summed, then STREAM_END (1 once every part went out, 0 when the
+ * speculation stopped or the deadline came).  The parts are immutable once
+ * spec_done has passed them, so they are sent without the lock. */
+static void stream_serve(run *r, peer_conn *c)
+{
+	const allreduce_params *p = r->p;
+	const allreduce_member *me = &p->members[p->self];
+	size_t sent = 0;
+	cot_errbuf eb = {0};
+	for (;;) {
+		pthread_mutex_lock(&r->mu);
+		while (sent == r->spec_done && sent < r->n_parts && r->spec_ok &&
+		       r->agg_state == AGG_PENDING && wait_a_bit(r, p->deadline))
+			;
+		size_t upto = r->spec_done;
+		pthread_mutex_unlock(&r->mu);
+		if (sent == upto)
+			break;
+		for (; sent < upto; sent++) {
+			size_t off = sent * PART_VALUES, n = r->a_len - off;
+			if (n > PART_VALUES)
+				n = PART_VALUES;
+			size_t eoff = comp_encoded_size(p->result_comp, off);
+			size_t elen = comp_encoded_size(p->result_comp, n);
+			frame_writer w;
+			frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
+			frame_put_i64(&w, p->round);
+			frame_put_i64(&w, me->host_id);
+			frame_put_u64(&w, me->start + off);
+			frame_put_u64(&w, me->start + off + n);
+			frame_put_blob(&w, r->spec_bytes + eoff, elen);
+			cot_err rc = frame_writer_error(&w);
+			if (!rc)
+				rc = peer_send_frame(c, FRAME_RESULT_PART, 0, w.buf, w.len, p->deadline, &eb);
+			frame_writer_free(&w);
+			if (rc)
+				return;
+		}
+	}
+	uint8_t complete = sent == r->n_parts;
+	peer_send_frame(c, FRAME_STREAM_END, 0, &complete, 1, p->deadline, &eb);
 }
 
 static void *handler_main(void *arg)
@@ -435,15 +632,10 @@ static void *handler_main(void *arg)
 		return NULL;
 	int64_t id = peer_host_id(c);
 	int idx = member_index(p, id);
-	pthread_mutex_lock(&r->mu);
-	int dup = idx >= 0 && r->claimed[idx];
-	if (idx >= 0 && !dup && (size_t)idx != p->self)
-		r->claimed[idx] = 1;
-	pthread_mutex_unlock(&r->mu);
-	if (idx < 0 || (size_t)idx == p->self || dup) {
+	if (idx < 0 || (size_t)idx == p->self) {
 		char reason[128];
-		snprintf(reason, sizeof reason, "host %lld is %s of this averaging group",
-		         (long long)id, dup ? "already connected as a member" : "not a member");
+		snprintf(reason, sizeof reason, "host %lld is not a member of this averaging group",
+		         (long long)id);
 		peer_send_error(c, FRAME_ERR_IDENTITY, reason, min64(p->deadline, deadline_after_ms(1000)));
 		peer_close(c);
 		return NULL;
@@ -452,16 +644,56 @@ static void *handler_main(void *arg)
 	hello_msg ours = our_hello(p), theirs;
 	uint16_t ver;
 	if (hello_exchange(c, &ours, &theirs, &ver, p->collect_deadline, &eb)) {
+		/* Which connection it was is unknown; a member that fails HELLO
+		 * is dropped now, unless its slice connection is already here. */
 		pthread_mutex_lock(&r->mu);
-		r->c[idx].state = C_FAILED;
-		snprintf(r->c[idx].reason, sizeof r->c[idx].reason, "HELLO failed: %.120s", eb.msg);
-		r->arrived++;
-		pthread_cond_broadcast(&r->cv);
+		if (!r->claimed[idx]) {
+			r->claimed[idx] = 1;
+			r->c[idx].state = C_FAILED;
+			r->spec_ok = 0;
+			snprintf(r->c[idx].reason, sizeof r->c[idx].reason, "HELLO failed: %.120s",
+			         eb.msg);
+			r->arrived++;
+			pthread_cond_broadcast(&r->cv);
+		}
 		pthread_mutex_unlock(&r->mu);
 		peer_close(c);
 		return NULL;
 	}
-	if (handle_slice(r, c, (size_t)idx)) {
+	frame_header h = {0};
+	unsigned char *pl = NULL;
+	cot_err rc = peer_recv_frame(c, &h, &pl, p->collect_deadline, &eb);
+	/* Which connection this is: a stream, or (anything else) the slice one.
+	 * Each kind once per member. */
+	int stream = !rc && h.type == FRAME_STREAM;
+	pthread_mutex_lock(&r->mu);
+	unsigned char *claim = stream ? &r->claimed_stream[idx] : &r->claimed[idx];
+	int dup = *claim;
+	*claim = 1;
+	pthread_mutex_unlock(&r->mu);
+	if (dup) {
+		free(pl);
+		peer_send_error(c, FRAME_ERR_IDENTITY, "already connected as a member of this group",
+		                min64(p->deadline, deadline_after_ms(1000)));
+		peer_close(c);
+		return NULL;
+	}
+	if (stream) {
+		frame_reader rd;
+		int64_t round = 0, from = 0;
+		frame_reader_init(&rd, pl, h.length);
+		frame_get_i64(&rd, &round);
+		frame_get_i64(&rd, &from);
+		if (frame_reader_end(&rd, "STREAM", &eb) || round != p->round || from != id)
+			peer_send_error(c, FRAME_ERR_PROTOCOL, "malformed STREAM",
+			                min64(p->deadline, deadline_after_ms(1000)));
+		else
+			stream_serve(r, c);
+		free(pl);
+		peer_close(c);
+		return NULL;
+	}
+	if (handle_slice(r, c, (size_t)idx, rc, &eb, h, pl)) {
 		peer_close(c);
 		return NULL;
 	}
@@ -611,25 +843,31 @@ static void *sender_main(void *arg)
 		goto out;
 
 	step = "send our slice";
-	size_t n = (size_t)range_len(m), elen = comp_encoded_size(p->send_comp, n);
-	enc = malloc(elen ? elen : 1);
+	size_t n = (size_t)range_len(m);
+	enc = malloc(comp_encoded_size(p->send_comp, n < PART_VALUES ? n : PART_VALUES));
 	if (!enc) {
 		rc = cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	rc = comp_encode(p->send_comp, p->grad + m->start, n, enc, elen, &eb);
-	if (rc)
-		goto out;
-	frame_put_i64(&w, p->round);
-	frame_put_i64(&w, me->host_id);
-	frame_put_u64(&w, me->samples);
-	frame_put_u8(&w, (uint8_t)p->send_comp);
-	frame_put_u64(&w, m->start);
-	frame_put_u64(&w, m->end);
-	frame_put_blob(&w, enc, elen);
-	rc = frame_writer_error(&w);
-	if (!rc)
-		rc = peer_send_frame(c, ALLREDUCE_FRAME_SLICE, 0, w.buf, w.len, p->collect_deadline, &eb);
+	for (uint64_t ps = m->start; !rc && ps < m->end; ps += PART_VALUES) {
+		uint64_t pe = m->end - ps > PART_VALUES ? ps + PART_VALUES : m->end;
+		size_t elen = comp_encoded_size(p->send_comp, (size_t)(pe - ps));
+		rc = comp_encode(p->send_comp, p->grad + ps, (size_t)(pe - ps), enc, elen, &eb);
+		if (rc)
+			break;
+		w.len = 0;
+		frame_put_i64(&w, p->round);
+		frame_put_i64(&w, me->host_id);
+		frame_put_u64(&w, me->samples);
+		frame_put_u8(&w, (uint8_t)p->send_comp);
+		frame_put_u64(&w, ps);
+		frame_put_u64(&w, pe);
+		frame_put_blob(&w, enc, elen);
+		rc = frame_writer_error(&w);
+		if (!rc)
+			rc = peer_send_frame(c, ALLREDUCE_FRAME_SLICE, 0, w.buf, w.len, p->collect_deadline,
+			                     &eb);
+	}
 	if (rc)
 		goto out;
 
@@ -684,10 +922,26 @@ static void *sender_main(void *arg)
 		rc = cot_seterr(&eb, COT_ERR_NETWORK, "malformed RESULT");
 		goto out;
 	}
-	rc = comp_decode(p->result_comp, data, dlen, r->out + m->start, n, &eb);
-	for (size_t i = 0; !rc && i < n; i++)
-		if (!isfinite(r->out[m->start + i]))
-			rc = cot_seterr(&eb, COT_ERR_NETWORK, "RESULT holds a value that is not finite");
+	/* The streamer writes the same range of out: let it finish first (the
+	 * aggregator ends the stream once it decided). */
+	step = "receive its result parts";
+	pthread_mutex_lock(&r->mu);
+	while (!r->st_done[s->agg] && wait_a_bit(r, p->deadline))
+		;
+	int st_done = r->st_done[s->agg], st_complete = r->st_complete[s->agg];
+	pthread_mutex_unlock(&r->mu);
+	if (dlen == 0) {   /* "as streamed": n > 0, so a real encoding is never empty */
+		if (!st_done || !st_complete)
+			rc = cot_seterr(&eb, COT_ERR_NETWORK,
+			                "its RESULT refers to streamed parts that did not all arrive");
+	} else {
+		step = "receive its RESULT";
+		rc = comp_decode(p->result_comp, data, dlen, r->out + m->start, n, &eb);
+		for (size_t i = 0; !rc && i < n; i++)
+			if (!isfinite(r->out[m->start + i]))
+				rc = cot_seterr(&eb, COT_ERR_NETWORK,
+				                "RESULT holds a value that is not finite");
+	}
 	if (rc) {
 		free(ids);
 		goto out;
@@ -705,6 +959,90 @@ out:
 	free(enc);
 	frame_writer_free(&w);
 	peer_close(c);
+	return NULL;
+}
+
+/* Our second connection to aggregator s->agg: ask for its result parts and
+ * decode them into out as they come.  Never fails the run by itself: it
+ * records what arrived (st_parts, st_complete) and ends (st_done); the
+ * sender thread decides, from the aggregator's RESULT, whether the parts
+ * count. */
+static void *streamer_main(void *arg)
+{
+	sender *s = arg;
+	run *r = s->r;
+	const allreduce_params *p = r->p;
+	const allreduce_member *m = &p->members[s->agg];
+	const allreduce_member *me = &p->members[p->self];
+	cot_errbuf eb = {0};
+	peer_conn *c = NULL;
+	unsigned char *pl = NULL;
+	size_t got = 0, n_parts = (size_t)((range_len(m) + PART_VALUES - 1) / PART_VALUES);
+	int complete = 0;
+	dialer_target t = { m->addr, m->port, m->host_id };
+	dialer_result dr;
+	cot_err rc = dialer_connect(p->dialer, &t, p->collect_deadline, &dr, &eb);
+	if (!rc)
+		rc = peer_handshake(p->ctx, dr.fd, PEER_CLIENT, m->host_id, p->collect_deadline, &c, &eb);
+	hello_msg ours = our_hello(p), theirs;
+	uint16_t ver;
+	if (!rc)
+		rc = hello_exchange(c, &ours, &theirs, &ver, p->collect_deadline, &eb);
+	if (!rc) {
+		frame_writer w;
+		frame_writer_init(&w, FRAME_PAYLOAD_MIN_MAX);
+		frame_put_i64(&w, p->round);
+		frame_put_i64(&w, me->host_id);
+		rc = frame_writer_error(&w);
+		if (!rc)
+			rc = peer_send_frame(c, FRAME_STREAM, 0, w.buf, w.len, p->collect_deadline, &eb);
+		frame_writer_free(&w);
+	}
+	while (!rc) {
+		frame_header h;
+		free(pl);
+		pl = NULL;
+		rc = peer_recv_frame(c, &h, &pl, p->deadline, &eb);
+		if (rc)
+			break;
+		if (h.type == FRAME_STREAM_END) {
+			complete = h.length == 1 && pl[0] == 1 && got == n_parts;
+			break;
+		}
+		if (h.type != FRAME_RESULT_PART || got == n_parts)
+			break;
+		frame_reader rd;
+		int64_t round = 0, agg = 0;
+		uint64_t start = 0, end = 0;
+		const unsigned char *data = NULL;
+		size_t dlen = 0;
+		uint64_t want = m->start + got * PART_VALUES;
+		uint64_t want_end = m->end - want > PART_VALUES ? want + PART_VALUES : m->end;
+		frame_reader_init(&rd, pl, h.length);
+		frame_get_i64(&rd, &round);
+		frame_get_i64(&rd, &agg);
+		frame_get_u64(&rd, &start);
+		frame_get_u64(&rd, &end);
+		frame_get_blob(&rd, &data, &dlen, FRAME_PAYLOAD_HARD_MAX);
+		if (frame_reader_end(&rd, "RESULT_PART", &eb) || round != p->round ||
+		    agg != m->host_id || start != want || end != want_end ||
+		    comp_decode(p->result_comp, data, dlen, r->out + start, (size_t)(end - start), &eb))
+			break;
+		int finite = 1;
+		for (uint64_t i = start; i < end && finite; i++)
+			finite = isfinite(r->out[i]);
+		if (!finite)
+			break;
+		got++;
+	}
+	free(pl);
+	peer_close(c);
+	pthread_mutex_lock(&r->mu);
+	r->st_parts[s->agg] = got;
+	r->st_complete[s->agg] = complete;
+	r->st_done[s->agg] = 1;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
 	return NULL;
 }
 
@@ -758,6 +1096,15 @@ static void run_free(run *r)
 	}
 	free(r->c);
 	free(r->claimed);
+	free(r->claimed_stream);
+	free(r->parts_in);
+	free(r->order);
+	free(r->spec_bytes);
+	free(r->spec_tmp);
+	free(r->spec_x);
+	free(r->st_done);
+	free(r->st_parts);
+	free(r->st_complete);
 	free(r->rep);
 	free(r->rep_n);
 	free(r->rids);
@@ -816,16 +1163,39 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 	r.rids = calloc(p->n, sizeof *r.rids);
 	r.rids_n = calloc(p->n, sizeof *r.rids_n);
 	r.rtotal = calloc(p->n, sizeof *r.rtotal);
+	r.claimed_stream = calloc(p->n, 1);
+	r.parts_in = calloc(p->n, sizeof *r.parts_in);
+	r.order = calloc(p->n, sizeof *r.order);
+	r.spec_x = calloc(p->n, sizeof *r.spec_x);
+	r.st_done = calloc(p->n, 1);
+	r.st_parts = calloc(p->n, sizeof *r.st_parts);
+	r.st_complete = calloc(p->n, 1);
+	r.n_parts = (r.a_len + PART_VALUES - 1) / PART_VALUES;
+	if (r.agg) {
+		r.spec_bytes = malloc(comp_encoded_size(p->result_comp, r.a_len));
+		r.spec_tmp = malloc((r.a_len < PART_VALUES ? r.a_len : PART_VALUES) * sizeof *r.spec_tmp);
+		r.spec_ok = r.spec_bytes && r.spec_tmp;
+	}
 	sender *ss = calloc(p->n, sizeof *ss);
 	int64_t *fin = calloc(p->n, sizeof *fin);
 	size_t n_fin = 0, n_senders = 0;
 	pthread_t acceptor;
 	int have_acceptor = 0;
 	if (!r.c || !r.claimed || !r.rep || !r.rep_n || !r.rids || !r.rids_n || !r.rtotal || !ss ||
-	    !fin) {
+	    !fin || !r.claimed_stream || !r.parts_in || !r.order || !r.spec_x || !r.st_done ||
+	    !r.st_parts || !r.st_complete) {
 		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 		goto out;
 	}
+	for (size_t i = 0; i < p->n; i++)
+		r.order[i] = i;
+	for (size_t i = 1; i < p->n; i++)   /* insertion sort by host id: n is small */
+		for (size_t j = i; j > 0 && p->members[r.order[j]].host_id <
+		                            p->members[r.order[j - 1]].host_id; j--) {
+			size_t t = r.order[j];
+			r.order[j] = r.order[j - 1];
+			r.order[j - 1] = t;
+		}
 	for (size_t i = 0; i < p->n; i++)
 		r.rep_pending += range_len(&p->members[i]) > 0;
 
@@ -838,7 +1208,10 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 			rc = cot_seterr(eb, COT_ERR_NOMEM, "could not encode our own slice");
 			goto out;
 		}
-		take_slice(&r, p->self, enc, elen);
+		pthread_mutex_lock(&r.mu);
+		take_slice(&r, p->self, 0, r.a_len, enc, elen);
+		r.parts_in[p->self] = r.n_parts;
+		pthread_mutex_unlock(&r.mu);
 		free(enc);
 		if (p->n > 1) {
 			if (pthread_create(&acceptor, NULL, acceptor_main, &r)) {
@@ -856,6 +1229,13 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 		if (pthread_create(&ss[n_senders].th, NULL, sender_main, &ss[n_senders])) {
 			fail(&r, "could not start a thread");
 			break;
+		}
+		ss[n_senders].have_st =
+			!pthread_create(&ss[n_senders].st, NULL, streamer_main, &ss[n_senders]);
+		if (!ss[n_senders].have_st) {   /* the sender then waits for it in vain */
+			pthread_mutex_lock(&r.mu);
+			r.st_done[i] = 1;
+			pthread_mutex_unlock(&r.mu);
 		}
 		n_senders++;
 	}
@@ -888,7 +1268,16 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 		res->total_samples = total;
 		if (r.agg) {
 			cot_errbuf aeb = {0};
-			if (agg_finish(&r, fin, n_fin, total, &aeb)) {
+			/* Every member included: the streamed parts are the result
+			 * (the last ones may still be summing). */
+			if (n_fin == p->n)
+				while (r.spec_ok && r.spec_done < r.n_parts && wait_a_bit(&r, p->deadline))
+					;
+			int streamed = n_fin == p->n && r.spec_ok && r.spec_done == r.n_parts;
+			if (!streamed)
+				spec_stop(&r);
+			if (streamed ? agg_streamed(&r, fin, n_fin, total, &aeb)
+			             : agg_finish(&r, fin, n_fin, total, &aeb)) {
 				agg_abort(&r, aeb.msg);
 				snprintf(r.feb.msg, sizeof r.feb.msg, "could not reduce our range: %.400s",
 				         aeb.msg);
@@ -899,10 +1288,14 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 	pthread_mutex_unlock(&r.mu);
 
 out:
-	for (size_t i = 0; i < n_senders; i++)
+	for (size_t i = 0; i < n_senders; i++) {
 		pthread_join(ss[i].th, NULL);
+		if (ss[i].have_st)
+			pthread_join(ss[i].st, NULL);
+	}
 	if (have_acceptor) {
 		pthread_mutex_lock(&r.mu);
+		spec_stop(&r);
 		if (r.agg_state == AGG_PENDING)
 			agg_abort(&r, "the aggregator failed");
 		r.stop_accept = 1;

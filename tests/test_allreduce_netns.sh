@@ -32,7 +32,7 @@ for run in "none lb" "8bit lb" "none equal"; do
 	comp=$1; mode=$2
 	if [ "$mode" = lb ]; then rates=$RATES; else rates="1 1 1 1 1 1 1 1"; fi
 	# shellcheck disable=SC2086
-	ar_plan "$DIR/plan" 300000 "$comp" 1 $rates
+	ar_plan "$DIR/plan" 1200000 "$comp" 1 $rates
 	ar_run "$DIR/plan"
 	is "$AR_OK" 8 "$comp, $mode shares: all 8 members succeed"
 	is "$AR_SUMS" 1 "$comp, $mode shares: every member holds the same bytes (one checksum)"
