@@ -388,6 +388,21 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	            (double)(end.tv_nsec - st->start.tv_nsec) / 1e6;
 	log_debug("%s %s %d %.2f ms%s", st->req.method, st->req.path, st->status, ms,
 	          toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (aborted)");
+	if (st->held) {
+		/* Closed while held or resumed before it ran again (a client gone,
+		 * the daemon stopping): forget it. */
+		pthread_mutex_lock(&hold_lock);
+		bool listed = false;
+		for (conn_state **pp = &held_list; *pp; pp = &(*pp)->next_held)
+			if (*pp == st) {
+				*pp = st->next_held;
+				listed = true;
+				break;
+			}
+		if (!listed)
+			held_pending--;
+		pthread_mutex_unlock(&hold_lock);
+	}
 	if (st->resp)
 		MHD_destroy_response(st->resp);
 	free(st->body);

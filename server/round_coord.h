@@ -14,6 +14,9 @@
  *      (grp_form), each group's shares of the parameter vector by DeDLOC's
  *      load balancing (lb_shares, lb_split); the plan is stored and the round
  *      goes to 'averaging'.
+ * After storing a plan, and whenever the rounds not yet committed changed
+ * since the last pass (also by another server process), it wakes the held
+ * long polls (http_wake_held).
  * It uses its own database connection; errors are logged and the pass is
  * tried again next time.  Every step is idempotent, so several server
  * processes may run coordinators against one database. */

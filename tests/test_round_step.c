@@ -11,7 +11,6 @@
  * sample-weighted mean of the counted units' losses.  Conflicting sums are
  * refused and change nothing. */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,69 +135,6 @@ static long long group_of(th_host *h)
 	return g;
 }
 
-/* A long poll for the mean gradient, in a thread of its own; `sent` is set
- * once its request is out (curl's debug callback sees the headers go). */
-typedef struct {
-	th_host *h;
-	th_resp r;
-	volatile int sent, done;
-} poll_arg;
-
-static int on_debug(CURL *c, curl_infotype type, char *data, size_t size, void *arg)
-{
-	(void)c, (void)data, (void)size;
-	if (type == CURLINFO_HEADER_OUT)
-		__atomic_store_n(&((poll_arg *)arg)->sent, 1, __ATOMIC_SEQ_CST);
-	return 0;
-}
-
-static size_t on_poll_body(char *p, size_t size, size_t n, void *arg)
-{
-	th_resp *r = arg;
-	char *b = realloc(r->body, r->len + size * n + 1);
-	if (!b)
-		return 0;
-	memcpy(b + r->len, p, size * n);
-	r->body = b;
-	r->len += size * n;
-	b[r->len] = '\0';
-	return size * n;
-}
-
-static void *poll_mean(void *arg)
-{
-	poll_arg *p = arg;
-	char url[512], auth[128];
-	snprintf(url, sizeof url, "%s/v1/projects/s1/rounds/0/plan?host_id=%lld&wait=30&after=gradient",
-	         th_url(), p->h->id);
-	snprintf(auth, sizeof auth, "Authorization: Bearer %s", p->h->token);
-	CURL *c = curl_easy_init();
-	struct curl_slist *hl = curl_slist_append(NULL, auth);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-	curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);
-	curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, on_debug);
-	curl_easy_setopt(c, CURLOPT_DEBUGDATA, p);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_poll_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &p->r);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (curl_easy_perform(c) == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &p->r.status);
-	else
-		p->r.status = -1;
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	p->r.seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-	if (p->r.body)
-		p->r.json = json_loadb(p->r.body, p->r.len, 0, NULL);
-	curl_slist_free_all(hl);
-	curl_easy_cleanup(c);
-	__atomic_store_n(&p->done, 1, __ATOMIC_SEQ_CST);
-	return NULL;
-}
-
 static th_resp outcome(th_host *h, const char *status, const char *sha)
 {
 	char body[512];
@@ -237,13 +173,9 @@ int main(void)
 	snprintf(p1, sizeof p1, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=16&included=%lld",
 	         C.id, C.id);
 
-	poll_arg pa = { .h = &B };
-	pthread_t poller;
-	if (pthread_create(&poller, NULL, poll_mean, &pa))
-		bail_out("pthread_create");
-	for (int i = 0; i < 1000 && !__atomic_load_n(&pa.sent, __ATOMIC_SEQ_CST); i++)
-		usleep(10000);
-	ok(pa.sent, "a long poll for the mean gradient is out (B, wait=30, after=gradient)");
+	char pp[160];
+	snprintf(pp, sizeof pp, "/v1/projects/s1/rounds/0/plan?host_id=%lld&wait=30&after=gradient", B.id);
+	th_bg *waiter = th_bg_get(pp, B.token);    /* a long poll for the mean, sent */
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	double t_start = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
@@ -276,7 +208,7 @@ int main(void)
 	snprintf(q, sizeof q, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=16&included=%lld",
 	         E.id, E.id);
 	th_raw_refused(q, E.token, s1, TH_PARAMS * sizeof *s1, 409, "conflict", "a host not in the plan");
-	ok(!__atomic_load_n(&pa.done, __ATOMIC_SEQ_CST),
+	ok(!th_bg_done(waiter),
 	   "the long poll for the mean is still held after the first group's sum");
 	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld AND mb_done = 4", D.wu), 1,
 	       "D's samples still count before the last sum");
@@ -294,18 +226,18 @@ int main(void)
 	ok(gsha[0] && psha[0], "the answer names the mean gradient and the parameters of v+1");
 	th_resp_free(&r);
 
-	pthread_join(poller, NULL);
-	is_int(pa.r.status, 200, "the long poll answers once the mean exists");
-	ok(pa.r.seconds < 29 && pa.r.seconds >= t_done - t_start,
+	th_resp pa = th_bg_join(waiter);
+	is_int(pa.status, 200, "the long poll answers once the mean exists");
+	ok(pa.seconds < 29 && pa.seconds >= t_done - t_start,
 	   "it was held until then (%.2f s; the uploads took %.2f s), on a server with one worker thread",
-	   pa.r.seconds, t_done - t_start);
-	is_str(th_json_str(&pa.r, "gradient.sha256"), gsha, "its plan names the mean gradient");
-	is_int(th_json_int(&pa.r, "gradient.samples"), 40, "over the 40 included samples");
+	   pa.seconds, t_done - t_start);
+	is_str(th_json_str(&pa, "gradient.sha256"), gsha, "its plan names the mean gradient");
+	is_int(th_json_int(&pa, "gradient.samples"), 40, "over the 40 included samples");
 	char url[128];
 	snprintf(url, sizeof url, "/files/%s", gsha);
-	is_str(th_json_str(&pa.r, "gradient.url"), url, "at its URL");
-	is_str(th_json_str(&pa.r, "params_sha256"), psha, "and the server's parameter hash");
-	th_resp_free(&pa.r);
+	is_str(th_json_str(&pa, "gradient.url"), url, "at its URL");
+	is_str(th_json_str(&pa, "params_sha256"), psha, "and the server's parameter hash");
+	th_resp_free(&pa);
 
 	/* The mean, bit for bit, and v+1. */
 	float *mean = malloc(TH_PARAMS * sizeof *mean);

@@ -456,6 +456,18 @@ int main(void)
 	test_certificates();
 	test_round(pid);
 	test_stragglers();
-	ok(th_stop_server(), "the server stops cleanly");
+
+	/* A long poll held when the server stops: answered at once, and the
+	 * server still exits cleanly. */
+	char pp[160];
+	snprintf(pp, sizeof pp, "/v1/projects/r2/rounds/0/plan?host_id=%lld&wait=60", A.id);
+	th_bg *waiter = th_bg_get(pp, A.token);
+	usleep(300000);
+	ok(!th_bg_done(waiter), "a long poll on the closing round is held");
+	ok(th_stop_server(), "the server stops cleanly with a long poll held");
+	th_resp r = th_bg_join(waiter);
+	ok(r.status == 204 && r.seconds < 30, "the held long poll was answered 204 as the server stopped (%ld after %.2f s)",
+	   r.status, r.seconds);
+	th_resp_free(&r);
 	return exit_status();
 }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -574,3 +575,82 @@ void th_coverage_exact(long long project, const char *what)
 	ok(good && at == frontier, "%s: pool + live + done tile [0, %lld) exactly", what, frontier);
 }
 
+
+struct th_bg {
+	char url[1024], auth[128];
+	pthread_t thread;
+	th_resp r;
+	int sent, done;
+};
+
+static int bg_debug(CURL *c, curl_infotype type, char *data, size_t size, void *arg)
+{
+	(void)c, (void)data, (void)size;
+	if (type == CURLINFO_HEADER_OUT)
+		__atomic_store_n(&((th_bg *)arg)->sent, 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+static void *bg_main(void *arg)
+{
+	th_bg *b = arg;
+	CURL *c = curl_easy_init();
+	struct curl_slist *hl = curl_slist_append(NULL, b->auth);
+	curl_easy_setopt(c, CURLOPT_URL, b->url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);
+	curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, bg_debug);
+	curl_easy_setopt(c, CURLOPT_DEBUGDATA, b);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, raw_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b->r);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, &b->r);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 90L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (curl_easy_perform(c) == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &b->r.status);
+	else
+		b->r.status = -1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	b->r.seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	if (!b->r.body)
+		b->r.body = strdup("");
+	b->r.json = json_loadb(b->r.body, b->r.len, 0, NULL);
+	curl_slist_free_all(hl);
+	curl_easy_cleanup(c);
+	__atomic_store_n(&b->sent, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&b->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+th_bg *th_bg_get(const char *path, const char *token)
+{
+	th_bg *b = calloc(1, sizeof *b);
+	if (!b)
+		bail_out("out of memory");
+	b->r.content_length = -1;
+	snprintf(b->url, sizeof b->url, "%s%s", url, path);
+	snprintf(b->auth, sizeof b->auth, "Authorization: Bearer %s", token ? token : "");
+	if (pthread_create(&b->thread, NULL, bg_main, b))
+		bail_out("pthread_create: %s", strerror(errno));
+	for (int i = 0; i < 1000 && !__atomic_load_n(&b->sent, __ATOMIC_SEQ_CST); i++)
+		usleep(10000);
+	if (!__atomic_load_n(&b->sent, __ATOMIC_SEQ_CST))
+		bail_out("GET %s was not sent within 10 s", path);
+	return b;
+}
+
+bool th_bg_done(th_bg *b)
+{
+	return __atomic_load_n(&b->done, __ATOMIC_SEQ_CST);
+}
+
+th_resp th_bg_join(th_bg *b)
+{
+	pthread_join(b->thread, NULL);
+	th_resp r = b->r;
+	free(b);
+	return r;
+}

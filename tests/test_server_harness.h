@@ -115,6 +115,13 @@ void th_ask_work(th_host *h, const char *project, long long version);
  * exactly one place: a pool range, a live unit, or the finished part of
  * another unit. */
 void th_coverage_exact(long long project, const char *what);
+/* A GET (a long poll) in a thread of its own: th_bg_get returns once the
+ * request is sent (bails out after 10 s); th_bg_done tells whether the
+ * answer is in; th_bg_join waits for it and frees the rest. */
+typedef struct th_bg th_bg;
+th_bg *th_bg_get(const char *path, const char *token);
+bool th_bg_done(th_bg *b);
+th_resp th_bg_join(th_bg *b);
 /* Heartbeat of h's unit (200 checked). */
 th_resp th_heartbeat(th_host *h, long long mb_done, double sps);
 
