@@ -2,6 +2,7 @@
  * halves for the NAT broker (rendezvous.h). */
 #include "server/rendezvous.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +113,14 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pair *pairs;
 static size_t n_parked, n_pairs;
 
+/* A parked half whose host has gone (closed, or sent anything after its
+ * line, which the protocol does not allow) is dead. */
+static bool half_dead(const rdv_half *h)
+{
+	struct pollfd p = { .fd = h->fd, .events = POLLIN };
+	return poll(&p, 1, 0) != 0;
+}
+
 static pair *pair_find(rdv_kind kind, int64_t project_id, int64_t version, int64_t lo, int64_t hi)
 {
 	for (pair *p = pairs; p; p = p->next)
@@ -143,6 +152,11 @@ cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t pee
 		n_pairs++;
 	}
 	p->last_ms = h->expires_ms;
+	if (p->half.fd >= 0 && half_dead(&p->half)) {
+		close(p->half.fd);
+		p->half.fd = -1;
+		n_parked--;
+	}
 	if (p->half.fd >= 0) {
 		if (p->half.host == h->host) {
 			rc = cot_seterr(eb, COT_ERR_CONFLICT, "host %lld already waits for host %lld",

@@ -94,7 +94,7 @@ static cot_err punch_connect(dialer *d, const dialer_target *t, int64_t deadline
 {
 	punch *p = (punch *)d;
 	nat_meeting m;
-	cot_err rc = nat_meet(p->c, p->project, p->version, t->host_id, true, deadline, &m, eb);
+	cot_err rc = nat_meet(p->c, p->project, p->version, t->host_id, true, deadline, NULL, &m, eb);
 	if (rc)
 		return rc;
 	if (strcmp(m.plan, "punch") != 0)

@@ -114,9 +114,11 @@ cot_err nat_connect_wait(int fd, const char *addr, uint16_t port, int64_t deadli
  * NULL) is the open connection; otherwise it is closed.  An "ERR status code
  * message" answer returns the matching error (401 COT_ERR_AUTH, 403
  * COT_ERR_FORBIDDEN, 404 COT_ERR_NOT_FOUND, 408 COT_ERR_TIMEOUT, 409
- * COT_ERR_CONFLICT, else COT_ERR_NETWORK) with the message in eb. */
+ * COT_ERR_CONFLICT, else COT_ERR_NETWORK) with the message in eb.  With
+ * cancel, waiting for the answer ends (COT_ERR_TIMEOUT) once *cancel is set
+ * (checked every 200 ms): how the acceptor's threads stop early. */
 cot_err nat_request(const nat_config *c, int which, bool bound, const char *line, int64_t deadline,
-                    char *reply, int *fd, cot_errbuf *eb);
+                    const volatile int *cancel, char *reply, int *fd, cot_errbuf *eb);
 
 /* The answer to MEET: the plan, the peer's endpoint for it and the moment
  * (monotonic ms) to connect. */
@@ -128,12 +130,12 @@ typedef struct {
 } nat_meeting;
 
 cot_err nat_meet(const nat_config *c, const char *project, int64_t version, int64_t peer, bool dial,
-                 int64_t deadline, nat_meeting *m, cot_errbuf *eb);
+                 int64_t deadline, const volatile int *cancel, nat_meeting *m, cot_errbuf *eb);
 
 /* Join the relay for peer: on COT_OK *fd is the spliced connection (blocking
  * mode off, TCP_NODELAY). */
 cot_err nat_relay_join(const nat_config *c, const char *project, int64_t version, int64_t peer,
-                       int64_t deadline, int *fd, cot_errbuf *eb);
+                       int64_t deadline, const volatile int *cancel, int *fd, cot_errbuf *eb);
 
 /* Punch: from the moment (plus a little, so that the acceptor's mapping is
  * open), connect from the listening port to m's endpoint, retrying refused

@@ -60,7 +60,7 @@ static void *slot_main(void *arg)
 	const nat_config *c = a->c;
 	cot_errbuf eb = { { 0 }, { 0 } };
 	nat_meeting m;
-	if (nat_meet(c, a->project, a->version, sl->peer, false, a->deadline, &m, &eb)) {
+	if (nat_meet(c, a->project, a->version, sl->peer, false, a->deadline, &a->stop, &m, &eb)) {
 		log_warn("nat: could not meet host %lld: %s", (long long)sl->peer, eb.msg);
 		return NULL;
 	}
@@ -82,7 +82,7 @@ static void *slot_main(void *arg)
 	 * direct attempt fails.  The server holds our half until the dialer
 	 * comes or its wait ends (a 408 then: nothing to do). */
 	int rfd = -1;
-	cot_err rc = nat_relay_join(c, a->project, a->version, sl->peer, until, &rfd, &eb);
+	cot_err rc = nat_relay_join(c, a->project, a->version, sl->peer, until, &a->stop, &rfd, &eb);
 	if (rc) {
 		if (strcmp(m.plan, "relay") == 0)
 			log_warn("nat: could not relay host %lld: %s", (long long)sl->peer, eb.msg);

@@ -23,7 +23,7 @@ static cot_err nat_connect(dialer *d, const dialer_target *t, int64_t deadline, 
 	nat_dialer *n = (nat_dialer *)d;
 	nat_meeting m;
 	cot_errbuf meb = { { 0 }, { 0 } }, deb = { { 0 }, { 0 } }, peb = { { 0 }, { 0 } };
-	cot_err rc = nat_meet(n->c, n->project, n->version, t->host_id, true, deadline, &m, &meb);
+	cot_err rc = nat_meet(n->c, n->project, n->version, t->host_id, true, deadline, NULL, &m, &meb);
 	if (rc) {
 		/* No broker: the peer may still be reachable as it is. */
 		log_warn("nat: could not meet host %lld (%s); dialing it directly", (long long)t->host_id,
@@ -57,7 +57,7 @@ static cot_err nat_connect(dialer *d, const dialer_target *t, int64_t deadline, 
 	}
 	res->rung = "relay";
 	cot_errbuf reb = { { 0 }, { 0 } };
-	rc = nat_relay_join(n->c, n->project, n->version, t->host_id, deadline, &res->fd, &reb);
+	rc = nat_relay_join(n->c, n->project, n->version, t->host_id, deadline, NULL, &res->fd, &reb);
 	if (rc)
 		return cot_seterr(eb, rc, "could not reach host %lld (plan %s): %s%s%s%srelay: %s",
 		                  (long long)t->host_id, m.plan, deb.msg, deb.msg[0] ? "; " : "", peb.msg,

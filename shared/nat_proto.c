@@ -125,7 +125,8 @@ cot_err nat_connect_wait(int fd, const char *addr, uint16_t port, int64_t deadli
 
 /* Read one line (up to NAT_LINE_MAX - 1 bytes before "\n") byte by byte, so
  * that nothing after it is consumed. */
-static cot_err read_line(int fd, char *out, int64_t deadline, cot_errbuf *eb)
+static cot_err read_line(int fd, char *out, int64_t deadline, const volatile int *cancel,
+                         cot_errbuf *eb)
 {
 	size_t n = 0;
 	for (;;) {
@@ -152,7 +153,9 @@ static cot_err read_line(int fd, char *out, int64_t deadline, cot_errbuf *eb)
 		int left = deadline_left_ms(deadline);
 		if (left == 0)
 			return cot_seterr(eb, COT_ERR_TIMEOUT, "timed out waiting for the NAT service");
-		poll(&p, 1, left);
+		if (cancel && *cancel)
+			return cot_seterr(eb, COT_ERR_TIMEOUT, "cancelled");
+		poll(&p, 1, cancel && left > 200 ? 200 : left);
 	}
 }
 
@@ -178,7 +181,7 @@ static cot_err send_all(int fd, const char *buf, size_t len, int64_t deadline, c
 }
 
 cot_err nat_request(const nat_config *c, int which, bool bound, const char *line, int64_t deadline,
-                    char *reply, int *fd, cot_errbuf *eb)
+                    const volatile int *cancel, char *reply, int *fd, cot_errbuf *eb)
 {
 	uint16_t port = (uint16_t)(c->server_port + which);
 	int s = start_connect(c, bound, c->server_addr, port, 0, eb);
@@ -192,7 +195,7 @@ cot_err nat_request(const nat_config *c, int which, bool bound, const char *line
 	if (!rc)
 		rc = send_all(s, buf, (size_t)n, deadline, eb);
 	if (!rc)
-		rc = read_line(s, reply, deadline, eb);
+		rc = read_line(s, reply, deadline, cancel, eb);
 	if (!rc && strncmp(reply, "ERR ", 4) == 0) {
 		int status = atoi(reply + 4);
 		const char *msg = strchr(reply + 4, ' ');
@@ -210,12 +213,12 @@ cot_err nat_request(const nat_config *c, int which, bool bound, const char *line
 }
 
 cot_err nat_meet(const nat_config *c, const char *project, int64_t version, int64_t peer, bool dial,
-                 int64_t deadline, nat_meeting *m, cot_errbuf *eb)
+                 int64_t deadline, const volatile int *cancel, nat_meeting *m, cot_errbuf *eb)
 {
 	char line[NAT_LINE_MAX], reply[NAT_LINE_MAX];
 	snprintf(line, sizeof line, "MEET %s %lld %lld %lld %s %s", project, (long long)version,
 	         (long long)c->host_id, (long long)peer, c->token, dial ? "DIAL" : "ACCEPT");
-	cot_err rc = nat_request(c, 0, false, line, deadline, reply, NULL, eb);
+	cot_err rc = nat_request(c, 0, false, line, deadline, cancel, reply, NULL, eb);
 	if (rc)
 		return rc;
 	int64_t now = deadline_now_ms();
@@ -232,12 +235,12 @@ cot_err nat_meet(const nat_config *c, const char *project, int64_t version, int6
 }
 
 cot_err nat_relay_join(const nat_config *c, const char *project, int64_t version, int64_t peer,
-                       int64_t deadline, int *fd, cot_errbuf *eb)
+                       int64_t deadline, const volatile int *cancel, int *fd, cot_errbuf *eb)
 {
 	char line[NAT_LINE_MAX], reply[NAT_LINE_MAX];
 	snprintf(line, sizeof line, "RELAY %s %lld %lld %lld %s", project, (long long)version,
 	         (long long)c->host_id, (long long)peer, c->token);
-	cot_err rc = nat_request(c, 0, false, line, deadline, reply, fd, eb);
+	cot_err rc = nat_request(c, 0, false, line, deadline, cancel, reply, fd, eb);
 	if (rc)
 		return rc;
 	if (strcmp(reply, "OK relay") != 0) {
@@ -275,7 +278,7 @@ cot_err nat_observe(const nat_config *c, int64_t deadline, nat_observation *out,
 		if (!rc)
 			rc = send_all(s, line, (size_t)n, deadline, eb);
 		if (!rc)
-			rc = read_line(s, reply, deadline, eb);
+			rc = read_line(s, reply, deadline, NULL, eb);
 		close(s);
 		if (rc)
 			return rc;
