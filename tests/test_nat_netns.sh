@@ -1,0 +1,3 @@
+#!/bin/sh
+. "$top_srcdir/tests/tap.sh"
+skip_all "not written yet"
