@@ -122,6 +122,12 @@ static void totals_match_ledger(const char *when)
 
 static void test_ledger(void)
 {
+	ok(sql_double("SELECT spot_rate(spot_policy_of(%lld), 0)", pid) == 0,
+	   "a project without a spot_policy row is not spot-checked");
+	ok(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 3)") == 1 &&
+	   near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 20)"), 0.05) &&
+	   near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 1000)"), 0.01),
+	   "BOINC's rule: always below 10 agreeing checks, then 1/record, at least min_rate");
 	th_sql("INSERT INTO spot_policy (project_id, trusted_after, first_rate, min_rate)"
 	       " VALUES (%lld, 1000000, 0, 0)", pid);     /* no spot checks yet */
 	th_sql("INSERT INTO team (name) VALUES ('credit team')");

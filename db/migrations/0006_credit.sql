@@ -144,8 +144,11 @@ CREATE INDEX credit_grant_pending_idx ON credit_grant (host_id) WHERE status = '
 
 -- Per project: how often to check.  A host whose record (consecutive
 -- agreeing checks) is below trusted_after is checked with probability
--- first_rate, then with max(min_rate, 1/record).  Projects without a row use
--- the defaults (BOINC: always until 10, then 1/record).
+-- first_rate, then with max(min_rate, 1/record).  A row with the defaults is
+-- BOINC's rule (always until 10, then 1/record).  Projects without a row are
+-- not checked: a check the client cannot answer would deny its credit, so a
+-- project turns checks on (INSERT INTO spot_policy (project_id) ...) once its
+-- clients answer them.
 CREATE TABLE spot_policy (
     project_id     bigint PRIMARY KEY REFERENCES project(id) ON DELETE CASCADE,
     trusted_after  integer NOT NULL DEFAULT 10 CHECK (trusted_after >= 0),
@@ -194,9 +197,9 @@ CREATE INDEX spot_check_open_idx ON spot_check (project_id, id) WHERE state = 'o
 CREATE INDEX spot_check_host_idx ON spot_check (host_id, id DESC);
 CREATE INDEX spot_check_checker_idx ON spot_check (checker_id) WHERE state = 'open';
 
--- The policy of a project, with defaults.
+-- The policy of a project; without a row, checks are off.
 CREATE FUNCTION spot_policy_of(p_project bigint) RETURNS spot_policy LANGUAGE sql STABLE AS $$
-    SELECT coalesce(s, ROW(p_project, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy)
+    SELECT coalesce(s, ROW(p_project, 0, 0, 0, 16, 1e-3, 86400)::spot_policy)
       FROM (SELECT NULL) x LEFT JOIN spot_policy s ON s.project_id = p_project
 $$;
 
