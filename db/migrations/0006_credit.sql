@@ -199,7 +199,7 @@ CREATE INDEX spot_check_checker_idx ON spot_check (checker_id) WHERE state = 'op
 
 -- The policy of a project; without a row, checks are off.
 CREATE FUNCTION spot_policy_of(p_project bigint) RETURNS spot_policy LANGUAGE sql STABLE AS $$
-    SELECT coalesce(s, ROW(p_project, 0, 0, 0, 16, 1e-3, 86400)::spot_policy)
+    SELECT coalesce(s, ROW(p_project, 2147483647, 0, 0, 16, 1e-3, 86400)::spot_policy)
       FROM (SELECT NULL) x LEFT JOIN spot_policy s ON s.project_id = p_project
 $$;
 
