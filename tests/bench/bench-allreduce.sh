@@ -80,6 +80,8 @@ run_best() {
 			cat "$1.out" "$DIR"/err.* >&2
 			return 1
 		fi
+		echo "  $(basename "$1") run $((_r + 1)): $AR_WALL_S s; per member (host:s):" \
+			"$(awk '$1 == "member" {printf "%s:%.2f ", $4, $6 / 1000}' "$1.out")"
 		_best=$(awk -v a="${_best:-1e300}" -v b="$AR_WALL_S" 'BEGIN {print (b < a ? b : a)}')
 		_r=$((_r + 1))
 	done
