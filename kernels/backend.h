@@ -34,6 +34,14 @@ typedef struct kern_backend {
 	void (*sgemm)(bool ta, bool tb, int M, int N, int K, float alpha,
 	              const float *A, int lda, const float *B, int ldb,
 	              float beta, float *C, int ldc);
+	/* As sgemm with a row vector folded in: first C = beta * C + bias
+	 * (bias[N] added to every row; beta == 0 ignores C's old contents),
+	 * then C += alpha * op(A) op(B).  bias NULL is sgemm.  One pass per
+	 * tile of C, just before that tile's product, instead of a separate
+	 * pass over all of C.  Outside OpenMP regions. */
+	void (*sgemm_bias)(bool ta, bool tb, int M, int N, int K, float alpha,
+	                   const float *A, int lda, const float *B, int ldb,
+	                   float beta, float *C, int ldc, const float *bias);
 	/* n_outer * n_inner independent products of one shape; problem
 	 * (o, i) uses A + o*a_outer + i*a_inner, likewise B and C (strides
 	 * in floats), so that e.g. (sample, head) pairs of attention read

@@ -52,9 +52,40 @@ static int tile_of(int dim)
 	return t < 128 ? 128 : t > 512 ? 512 : t;
 }
 
-static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
+/* C[rows, 0:n) = beta * C + bias over a block of C (beta 0: C = bias). */
+static void bias_block(float *C, int ldc, int rows, int n, float beta,
+                       const float *bias)
+{
+	for (int i = 0; i < rows; i++) {
+		float *c = C + (size_t)i * ldc;
+		if (beta == 0.0f)
+			for (int j = 0; j < n; j++)
+				c[j] = bias[j];
+		else if (beta == 1.0f)
+			for (int j = 0; j < n; j++)
+				c[j] += bias[j];
+		else
+			for (int j = 0; j < n; j++)
+				c[j] = beta * c[j] + bias[j];
+	}
+}
+
+/* One tile: the bias pass (when bias is given) then a single-threaded
+ * product with beta 1, or the plain product. */
+static void tile_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
                       const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc)
+                      float beta, float *C, int ldc, const float *bias)
+{
+	if (bias) {
+		bias_block(C, ldc, M, N, beta, bias);
+		beta = 1.0f;
+	}
+	gemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static void cpu_sgemm_bias(bool ta, bool tb, int M, int N, int K, float alpha,
+                           const float *A, int lda, const float *B, int ldb,
+                           float beta, float *C, int ldc, const float *bias)
 {
 	if (M <= 0 || N <= 0)
 		return;
@@ -65,24 +96,33 @@ static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
 	int tile = tile_of(dim);
 	int ntiles = (dim + tile - 1) / tile;
 	if (ntiles < 2 || (double)M * N * K < 1e6) {
-		gemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+		tile_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 		return;
 	}
 	/* nt == 1 still walks the same tiles, so the result does not depend on
-	 * the thread count. */
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+	 * the thread count; nor does it depend on which thread takes a tile,
+	 * so tiles are handed out as threads come free (another process on a
+	 * shared core slows one thread, not the whole product). */
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
 	for (int t = 0; t < ntiles; t++) {
 		int lo = t * tile, n = dim - lo < tile ? dim - lo : tile;
 		if (split_rows) {
 			const float *a = ta ? A + lo : A + (size_t)lo * lda;
-			gemm1(ta, tb, n, N, K, alpha, a, lda, B, ldb, beta,
-			      C + (size_t)lo * ldc, ldc);
+			tile_gemm(ta, tb, n, N, K, alpha, a, lda, B, ldb, beta,
+			          C + (size_t)lo * ldc, ldc, bias);
 		} else {
 			const float *b = tb ? B + (size_t)lo * ldb : B + lo;
-			gemm1(ta, tb, M, n, K, alpha, A, lda, b, ldb, beta,
-			      C + lo, ldc);
+			tile_gemm(ta, tb, M, n, K, alpha, A, lda, b, ldb, beta,
+			          C + lo, ldc, bias ? bias + lo : NULL);
 		}
 	}
+}
+
+static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc)
+{
+	cpu_sgemm_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
 static void cpu_sgemm_batched(bool ta, bool tb, int M, int N, int K, float alpha,
@@ -90,7 +130,7 @@ static void cpu_sgemm_batched(bool ta, bool tb, int M, int N, int K, float alpha
                               float beta, float *C, int ldc, const kern_batch *bt)
 {
 	int nt = kern_threads(), n = bt->n_outer * bt->n_inner;
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n > 1)
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n > 1)
 	for (int p = 0; p < n; p++) {
 		long o = p / bt->n_inner, i = p % bt->n_inner;
 		gemm1(ta, tb, M, N, K, alpha, A + o * bt->a_outer + i * bt->a_inner, lda,
@@ -125,6 +165,7 @@ static const char *cpu_describe(void)
 static const kern_backend backend_cpu = {
 	.name = "cpu",
 	.sgemm = cpu_sgemm,
+	.sgemm_bias = cpu_sgemm_bias,
 	.sgemm_batched = cpu_sgemm_batched,
 	.set_threads = cpu_set_threads,
 	.threads = cpu_threads,

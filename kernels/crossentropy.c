@@ -60,23 +60,41 @@ double kern_crossentropy_forward(float *losses, const float *logits,
 }
 
 KERN_SIMD static void ce_back_row(float *d, const float *l, int target,
-                                  float dloss, int V)
+                                  float dloss, int V, int acc)
 {
 	/* the softmax is recomputed rather than stored by the forward */
 	float mx, inv = 1.0f / row_sumexp(l, V, &mx);
-	for (int j = 0; j < V; j++)
-		d[j] += dloss * (kern_expf(l[j] - mx) * inv);
+	if (acc)
+		for (int j = 0; j < V; j++)
+			d[j] += dloss * (kern_expf(l[j] - mx) * inv);
+	else
+		for (int j = 0; j < V; j++)
+			d[j] = dloss * (kern_expf(l[j] - mx) * inv);
 	d[target] -= dloss;
+}
+
+static void ce_backward(float *dlogits, const float *logits,
+                        const int32_t *targets, float dloss, int N, int V,
+                        int acc)
+{
+	int nt = kern_threads();
+	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+	for (int n = 0; n < N; n++) {
+		ce_back_row(dlogits + (size_t)n * V, logits + (size_t)n * V,
+		            targets[n], dloss, V, acc);
+	}
 }
 
 void kern_crossentropy_backward(float *dlogits, const float *logits,
                                 const int32_t *targets, float dloss,
                                 int N, int V)
 {
-	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-	for (int n = 0; n < N; n++) {
-		ce_back_row(dlogits + (size_t)n * V, logits + (size_t)n * V,
-		            targets[n], dloss, V);
-	}
+	ce_backward(dlogits, logits, targets, dloss, N, V, 1);
+}
+
+void kern_crossentropy_backward_set(float *dlogits, const float *logits,
+                                    const int32_t *targets, float dloss,
+                                    int N, int V)
+{
+	ce_backward(dlogits, logits, targets, dloss, N, V, 0);
 }

@@ -24,5 +24,9 @@ double kern_crossentropy_forward(float *losses, const float *logits,
 void kern_crossentropy_backward(float *dlogits, const float *logits,
                                 const int32_t *targets, float dloss,
                                 int N, int V);
+/* The same into dlogits' place, its old contents ignored (no zeroing pass). */
+void kern_crossentropy_backward_set(float *dlogits, const float *logits,
+                                    const int32_t *targets, float dloss,
+                                    int N, int V);
 
 #endif

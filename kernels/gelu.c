@@ -17,17 +17,27 @@ KERN_SIMD static void gelu_fwd(float *out, const float *inp, size_t n)
 	}
 }
 
-KERN_SIMD static void gelu_bwd(float *dinp, const float *inp, const float *dout,
-                               size_t n)
+/* gelu'(x) */
+static inline float gelu_grad(float x)
 {
-	for (size_t i = 0; i < n; i++) {
-		float x = inp[i], x2 = x * x;
-		float t = kern_tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
-		float left_d = 0.5f * (1.0f + t);
-		float right_d = 0.5f * x * (1.0f - t * t)
-		                * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
-		dinp[i] += dout[i] * (left_d + right_d);
-	}
+	float x2 = x * x;
+	float t = kern_tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
+	float left_d = 0.5f * (1.0f + t);
+	float right_d = 0.5f * x * (1.0f - t * t)
+	                * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
+	return left_d + right_d;
+}
+
+/* dinp = dout * gelu'(inp), added to dinp when acc */
+KERN_SIMD static void gelu_bwd(float *dinp, const float *inp, const float *dout,
+                               size_t n, int acc)
+{
+	if (acc)
+		for (size_t i = 0; i < n; i++)
+			dinp[i] += dout[i] * gelu_grad(inp[i]);
+	else
+		for (size_t i = 0; i < n; i++)
+			dinp[i] = dout[i] * gelu_grad(inp[i]);
 }
 
 void kern_gelu_forward(float *out, const float *inp, size_t n)
@@ -42,8 +52,8 @@ void kern_gelu_forward(float *out, const float *inp, size_t n)
 	}
 }
 
-void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
-                        size_t n)
+static void gelu_backward(float *dinp, const float *inp, const float *dout,
+                          size_t n, int acc)
 {
 	int nt = kern_threads();
 	long nchunks = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
@@ -51,6 +61,18 @@ void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
 	for (long ch = 0; ch < nchunks; ch++) {
 		size_t lo = (size_t)ch * GELU_CHUNK;
 		size_t hi = lo + GELU_CHUNK < n ? lo + GELU_CHUNK : n;
-		gelu_bwd(dinp + lo, inp + lo, dout + lo, hi - lo);
+		gelu_bwd(dinp + lo, inp + lo, dout + lo, hi - lo, acc);
 	}
+}
+
+void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
+                        size_t n)
+{
+	gelu_backward(dinp, inp, dout, n, 1);
+}
+
+void kern_gelu_backward_set(float *dinp, const float *inp, const float *dout,
+                            size_t n)
+{
+	gelu_backward(dinp, inp, dout, n, 0);
 }

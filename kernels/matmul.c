@@ -6,47 +6,18 @@
 
 #include <stddef.h>
 
-/* Rows of out <- bias (or zero). */
-static void fill_bias(float *out, const float *bias, int M, int N, int nt)
-{
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && (long)M * N > 65536)
-	for (int m = 0; m < M; m++) {
-		float *o = out + (size_t)m * N;
-		for (int n = 0; n < N; n++)
-			o[n] = bias ? bias[n] : 0.0f;
-	}
-}
-
-/* Rows of out += bias. */
-static void add_bias(float *out, const float *bias, int M, int N, int nt)
-{
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && (long)M * N > 65536)
-	for (int m = 0; m < M; m++) {
-		float *o = out + (size_t)m * N;
-		for (int n = 0; n < N; n++)
-			o[n] += bias[n];
-	}
-}
-
 void kern_linear_forward(float *out, const float *inp, const float *W,
                          const float *bias, int M, int K, int N)
 {
-	const kern_backend *be = kern_backend_get();
-	if (bias) {
-		fill_bias(out, bias, M, N, be->threads());
-		be->sgemm(false, false, M, N, K, 1.0f, inp, K, W, N, 1.0f, out, N);
-	} else {
-		be->sgemm(false, false, M, N, K, 1.0f, inp, K, W, N, 0.0f, out, N);
-	}
+	kern_backend_get()->sgemm_bias(false, false, M, N, K, 1.0f, inp, K, W, N,
+	                               0.0f, out, N, bias);
 }
 
 void kern_linear_forward_add(float *out, const float *inp, const float *W,
                              const float *bias, int M, int K, int N)
 {
-	const kern_backend *be = kern_backend_get();
-	if (bias)
-		add_bias(out, bias, M, N, be->threads());
-	be->sgemm(false, false, M, N, K, 1.0f, inp, K, W, N, 1.0f, out, N);
+	kern_backend_get()->sgemm_bias(false, false, M, N, K, 1.0f, inp, K, W, N,
+	                               1.0f, out, N, bias);
 }
 
 /* dst[0..nc) += column sums of the nc columns at src (row stride N). */

@@ -428,8 +428,7 @@ cot_err kern_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 	float *gwpe = m->grads + m->views[1].offset;
 
 	/* head: loss -> dlogits -> d(ln_f output) -> d(last residual) */
-	memset(a->dlogits, 0, (size_t)BT * V * sizeof(float));
-	kern_crossentropy_backward(a->dlogits, a->logits, a->targets,
+	kern_crossentropy_backward_set(a->dlogits, a->logits, a->targets,
 	                           scale / (float)BT, BT, V);
 	memset(a->dln, 0, btc);
 	kern_head_backward(a->dln, gwte, a->dlogits, a->lnf, wte, BT, C, V);
@@ -448,8 +447,7 @@ cot_err kern_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 		memset(a->dfchg, 0, (size_t)BT * F * sizeof(float));
 		kern_linear_backward(a->dfchg, g.fcprojw, g.fcprojb, a->dres,
 		                     la->fchg, p.fcprojw, BT, F, C);
-		memset(a->dfch, 0, (size_t)BT * F * sizeof(float));
-		kern_gelu_backward(a->dfch, la->fch, a->dfchg, (size_t)BT * F);
+		kern_gelu_backward_set(a->dfch, la->fch, a->dfchg, (size_t)BT * F);
 		memset(a->dln, 0, btc);
 		kern_linear_backward(a->dln, g.fcw, g.fcb, a->dfch, la->ln2, p.fcw,
 		                     BT, C, F);

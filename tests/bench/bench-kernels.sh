@@ -108,12 +108,12 @@ $(field peak_rss_mb "$ours") $(field peak_rss_mb "$theirs")
 		       $1, $2, $3, $4, $3 / $4, $5, $6, $5 / $6, $7, 100 * $7 / pk, $8, $9 }'
 }
 
-hint=$("$bench" --coretype-hint)
+hint=$(COTRAIN_BLAS_REEXEC=off "$bench" --coretype-hint)
 for mode in $CORETYPES; do
 	case $mode in
 	loaded)
 		echo "== OpenBLAS as it loads${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
-		table ;;
+		COTRAIN_BLAS_REEXEC=off table ;;
 	hint)
 		if [ "$hint" = none ]; then
 			echo "== no better OpenBLAS core to suggest for this CPU"
