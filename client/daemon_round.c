@@ -166,6 +166,17 @@ static cot_err wait_plan(round_job *j, int i, int after_gradient, cot_errbuf *eb
 static cot_err average(round_job *j, cot_errbuf *eb)
 {
 	const cl_plan *pl = &j->plan;
+	if (pl->n == 1) {
+		/* Alone in the group: the group sum is our own, exactly. */
+		j->res.included = malloc(sizeof *j->res.included);
+		if (!j->res.included)
+			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		j->res.included[0] = j->p.host_id;
+		j->res.n_included = 1;
+		j->res.total_samples = (uint64_t)pl->members[0].samples;
+		memcpy(j->sum, j->m->grads, j->m->n_params * sizeof *j->sum);
+		return COT_OK;
+	}
 	allreduce_member mem[CL_PLAN_MAX_MEMBERS];
 	for (size_t k = 0; k < pl->n; k++)
 		mem[k] = (allreduce_member){ .host_id = pl->members[k].host_id, .addr = pl->members[k].addr,
