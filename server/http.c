@@ -13,6 +13,7 @@
 
 #include <microhttpd.h>
 
+#include "server/metrics.h"
 #include "server/router.h"
 #include "shared/log.h"
 
@@ -386,6 +387,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	clock_gettime(CLOCK_MONOTONIC, &end);
 	double ms = (double)(end.tv_sec - st->start.tv_sec) * 1e3 +
 	            (double)(end.tv_nsec - st->start.tv_nsec) / 1e6;
+	metrics_observe(st->status, ms);
 	log_debug("%s %s %d %.2f ms%s", st->req.method, st->req.path, st->status, ms,
 	          toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (aborted)");
 	if (st->held) {

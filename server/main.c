@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/export_stats.h"
 #include "server/settings.h"
 #include "server/dbconn.h"
 #include "server/http.h"
@@ -65,6 +66,9 @@ static void usage(FILE *f)
 "  --relay-listen ADDR   its address (default: the --listen address)\n"
 "  --relay-bandwidth B   relay cap per host, bytes/s each way (default 0: none)\n"
 "  --relay-idle S        close a relay session idle for S seconds (default 60)\n"
+"  --stats-dir DIR       write the BOINC-style statistics export there\n"
+"                        (doc/credit.md), at start and every --stats-interval\n"
+"  --stats-interval S    seconds between exports (default 86400)\n"
 "  --timeout S           idle connection timeout (default 60)\n"
 "  --log-level L         debug, info, warn or error (default info)\n"
 "  --help                show this help and exit\n"
@@ -103,7 +107,9 @@ int main(int argc, char **argv)
 	const char *db = getenv("COTRAIN_DB");
 	enum { O_DATA = 256, O_DB, O_LISTEN, O_PORT, O_THREADS, O_REAP, O_KDF, O_WUMAX, O_CHUNK,
 	       O_BODY, O_TIMEOUT, O_LOG, O_HELP, O_CERT, O_RINT, O_RREP, O_RAVG, O_RGRP, O_RFRAC,
-	       O_RBUDGET, O_RELAY_PORT, O_RELAY_LISTEN, O_RELAY_BW, O_RELAY_IDLE };
+	       O_RBUDGET, O_RELAY_PORT, O_RELAY_LISTEN, O_RELAY_BW, O_RELAY_IDLE, O_STATS_DIR, O_STATS_INT };
+	const char *stats_dir = NULL;
+	int stats_interval = 86400;
 	relay_config relay_cfg = { .listen = NULL, .port = 0, .bandwidth = 0, .idle_s = 60,
 	                           .wait_s = 15, .max_sessions = 1024, .meet_lead_ms = 300,
 	                           .dialback_ms = 1500 };
@@ -132,6 +138,8 @@ int main(int argc, char **argv)
 		{ "relay-listen", required_argument, NULL, O_RELAY_LISTEN },
 		{ "relay-bandwidth", required_argument, NULL, O_RELAY_BW },
 		{ "relay-idle", required_argument, NULL, O_RELAY_IDLE },
+		{ "stats-dir", required_argument, NULL, O_STATS_DIR },
+		{ "stats-interval", required_argument, NULL, O_STATS_INT },
 		{ NULL, 0, NULL, 0 }
 	};
 	cot_log_set_ident("cotrain-server");
@@ -194,6 +202,8 @@ int main(int argc, char **argv)
 			relay_cfg.bandwidth = (uint64_t)int_opt("relay-bandwidth", optarg, 0, 1LL << 40);
 			break;
 		case O_RELAY_IDLE: relay_cfg.idle_s = (int)int_opt("relay-idle", optarg, 1, 86400); break;
+		case O_STATS_DIR: stats_dir = optarg; break;
+		case O_STATS_INT: stats_interval = (int)int_opt("stats-interval", optarg, 60, 86400 * 30); break;
 		case O_HELP: usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -241,6 +251,7 @@ int main(int argc, char **argv)
 	reaper *rp = NULL;
 	round_coord *coord = NULL;
 	relay_service *relay = NULL;
+	stats_timer *stats = NULL;
 	cfg.conninfo = target.conninfo;
 	PGconn *conn = NULL;
 	if (db_connect(cfg.conninfo, &conn, &eb) || db_schema_check(conn, &eb)) {
@@ -263,7 +274,8 @@ int main(int argc, char **argv)
 	if (dbc_init(cfg.conninfo, &eb) || http_start(&cfg, &http, &eb) ||
 	    reaper_start(cfg.reap_interval, &rp, &eb) || round_coord_start(&cfg, &coord, &eb) ||
 	    (relay_cfg.port && (relay_cfg.listen = relay_cfg.listen ? relay_cfg.listen : cfg.listen,
-	                        relay_start(&relay_cfg, &relay, &eb)))) {
+	                        relay_start(&relay_cfg, &relay, &eb))) ||
+	    (stats_dir && stats_timer_start(cfg.conninfo, stats_dir, stats_interval, &stats, &eb))) {
 		log_error("%s", eb.msg);
 		goto out;
 	}
@@ -286,6 +298,7 @@ int main(int argc, char **argv)
 	log_info("received %s; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
 	rc = 0;
 out:
+	stats_timer_stop(stats);
 	http_stop(http);
 	relay_stop(relay);
 	round_coord_stop(coord);
