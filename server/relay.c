@@ -223,14 +223,17 @@ static bool connectable(const reach_info *i)
 }
 
 /* How dialer d reaches acceptor a: direct when a can be dialed; punch when
- * both NATs keep one public port per local port (or the dialer needs none);
- * otherwise the relay. */
+ * both sit behind NATs that keep one public port per local port; otherwise
+ * the relay.  A dialer that can be dialed itself does not punch: the
+ * acceptor's SYN would reach the dialer's listener first (no NAT stops it)
+ * and take the very 4-tuple the dialer is about to connect from.  Such pairs
+ * are rare: only reachable peers aggregate, and only aggregators accept. */
 static const char *plan_for(const reach_info *d, const reach_info *a)
 {
 	if (connectable(a))
 		return "direct";
-	bool d_ok = connectable(d) || strcmp(d->mapping, "independent") == 0;
-	if (strcmp(a->klass, "nat") == 0 && strcmp(a->mapping, "independent") == 0 && d_ok)
+	if (strcmp(a->klass, "nat") == 0 && strcmp(a->mapping, "independent") == 0 &&
+	    strcmp(d->klass, "nat") == 0 && strcmp(d->mapping, "independent") == 0)
 		return "punch";
 	return "relay";
 }

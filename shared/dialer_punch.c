@@ -10,7 +10,7 @@
 
 #include "shared/deadline.h"
 
-#define PUNCH_DIAL_DELAY_MS 100   /* after the moment: the acceptor opens first */
+#define PUNCH_DIAL_DELAY_MS 50    /* after the moment: both sides start together */
 #define PUNCH_RETRY_MS 200
 
 static void sleep_until(int64_t when)
@@ -61,23 +61,6 @@ cot_err nat_punch_connect(const nat_config *c, const nat_meeting *m, int64_t dea
 	}
 	return cot_seterr(eb, rc ? rc : COT_ERR_TIMEOUT, "could not punch through to %s port %u (%d tries)",
 	                  m->addr, m->port, tries);
-}
-
-void nat_punch_open(const nat_config *c, const nat_meeting *m)
-{
-	int ttl = c->punch_ttl > 0 ? c->punch_ttl : NAT_PUNCH_TTL_DEFAULT;
-	sleep_until(m->moment);
-	/* Three SYNs, 300 ms apart, in case one is lost.  Each socket is closed
-	 * at once: a socket in SYN_SENT closes without sending anything, and the
-	 * peer's SYN then meets our listener. */
-	for (int i = 0; i < 3; i++) {
-		cot_errbuf eb = { { 0 }, { 0 } };
-		int s = nat_bound_connect(c, m->addr, m->port, ttl, &eb);
-		if (s >= 0)
-			close(s);
-		if (i < 2)
-			sleep_until(deadline_now_ms() + 300);
-	}
 }
 
 /* ---- The rung alone ---- */

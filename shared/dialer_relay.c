@@ -19,7 +19,14 @@ void nat_bridge(int a, int b, int64_t deadline, const volatile int *stop)
 	unsigned char *buf[2] = { malloc(BRIDGE_BUF), malloc(BRIDGE_BUF) };
 	size_t len[2] = { 0, 0 }, off[2] = { 0, 0 };
 	int eof[2] = { 0, 0 }, shut[2] = { 0, 0 };
-	while (buf[0] && buf[1] && !*stop && deadline_left_ms(deadline) > 0) {
+	int64_t grace = 0;
+	while (buf[0] && buf[1] && deadline_left_ms(deadline) > 0) {
+		/* Asked to stop: still deliver what is in flight (the last
+		 * result frames of an all-reduce), for a few seconds at most. */
+		if (*stop && grace == 0)
+			grace = deadline_after_ms(NAT_BRIDGE_GRACE_MS);
+		if (grace && deadline_left_ms(grace) == 0)
+			break;
 		if (eof[0] && eof[1] && len[0] == off[0] && len[1] == off[1])
 			break;
 		struct pollfd p[2] = { { fd[0], 0, 0 }, { fd[1], 0, 0 } };

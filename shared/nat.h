@@ -14,12 +14,13 @@
  *      follows the plan and falls back to the relay.  dialer_result.rung
  *      says which rung connected: "direct", "punch" or "relay";
  *   3. on the accepting side (an aggregator), runs nat_acceptor_start() for
- *      the peers that will dial it: each meets its peer, opens its NAT's
- *      mapping toward the peer at the moment (a SYN with a short TTL from the
- *      listening port, so the peer's SYN is let in and reaches the ordinary
- *      listener) and, when the dialer falls back to the relay, joins the relay
- *      and bridges it to its own listener, so the accepting code sees one
- *      more incoming connection either way.
+ *      the peers that will dial it: each meets its peer; for a punch it
+ *      connects at the same moment from its listening port (TCP simultaneous
+ *      open: each side's SYN opens its own NAT's mapping for the other's),
+ *      and when the dialer falls back to the relay it joins the relay; either
+ *      connection is bridged to its own listener over loopback, so the
+ *      accepting code (allreduce.c) sees one more incoming connection and
+ *      needs no change.  (A listener_inject() would save that local copy.)
  *
  * The TLS session (peer.h) runs end to end over whatever socket these
  * produce; the relay only copies ciphertext.  Every call is bounded by its
@@ -34,7 +35,6 @@
 #include "shared/error.h"
 
 #define NAT_LINE_MAX 512
-#define NAT_PUNCH_TTL_DEFAULT 2        /* hops: through our own NAT, not to the peer */
 #define NAT_PUNCH_WINDOW_MS 4000       /* how long a punch keeps trying after the moment */
 
 typedef struct {
@@ -45,7 +45,6 @@ typedef struct {
 	const char *listen_addr;  /* our listener's numeric address ("0.0.0.0") */
 	uint16_t listen_port;     /* our listener's port: registrations and punches leave from it */
 	uint16_t mapped_port;     /* external port a port mapping gave us (portmap.h); 0: none */
-	int punch_ttl;            /* TTL of the acceptor's mapping-opening SYN; 0: the default */
 } nat_config;
 
 typedef struct {
@@ -96,7 +95,8 @@ void nat_acceptor_stop(nat_acceptor *a);
 
 /* A TCP socket bound to c's listening address and port (SO_REUSEADDR and
  * SO_REUSEPORT; the listener must have set SO_REUSEPORT too) connecting,
- * non-blocking, to addr:port.  With ttl > 0 the SYN carries that TTL.
+ * non-blocking, to addr:port.  With ttl > 0 the SYN carries that TTL (for
+ * experiments with one-sided punching).
  * Returns the fd (connect in progress) or -1 with eb set. */
 int nat_bound_connect(const nat_config *c, const char *addr, uint16_t port, int ttl,
                       cot_errbuf *eb);
@@ -144,14 +144,11 @@ cot_err nat_relay_join(const nat_config *c, const char *project, int64_t version
 cot_err nat_punch_connect(const nat_config *c, const nat_meeting *m, int64_t deadline, int *fd,
                           cot_errbuf *eb);
 
-/* The acceptor's half of a punch: at the moment, send short-TTL SYNs from
- * the listening port toward m's endpoint, so that our NAT lets the peer's
- * SYN in (to our ordinary listener). */
-void nat_punch_open(const nat_config *c, const nat_meeting *m);
-
 /* Copy both ways between connected sockets a and b until both directions
- * ended, one fails, deadline, or *stop (polled every 200 ms); closes
+ * ended, one fails, or deadline; once *stop is set (polled every 200 ms), for
+ * NAT_BRIDGE_GRACE_MS more at most, so bytes in flight still arrive.  Closes
  * neither. */
+#define NAT_BRIDGE_GRACE_MS 3000
 void nat_bridge(int a, int b, int64_t deadline, const volatile int *stop);
 
 #endif

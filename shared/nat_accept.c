@@ -1,5 +1,5 @@
 /* cotrain: the accepting side of brokered connections (nat.h): meet each
- * peer that will dial us, open our NAT's mapping for a punch, and bridge a
+ * peer that will dial us, do our half of a punch, and bridge a punched or
  * relayed connection to our own listener. */
 #include "shared/nat.h"
 
@@ -68,29 +68,39 @@ static void *slot_main(void *arg)
 	snprintf(sl->plan, sizeof sl->plan, "%s", m.plan);
 	pthread_mutex_unlock(&a->mu);
 	int64_t until = a->deadline;
+	int rfd = -1;
 	if (strcmp(m.plan, "punch") == 0) {
-		nat_punch_open(c, &m);
+		/* Our half of the simultaneous open; the connection it makes is
+		 * handed to our listener like a relayed one. */
+		if (nat_punch_connect(c, &m, a->deadline, &rfd, &eb) != COT_OK) {
+			log_info("nat: punch toward host %lld failed: %s", (long long)sl->peer, eb.msg);
+			rfd = -1;
+		}
 		if (m.moment + FALLBACK_PUNCH_MS < until)
 			until = m.moment + FALLBACK_PUNCH_MS;
 	} else if (strcmp(m.plan, "direct") == 0) {
 		if (m.moment + FALLBACK_DIRECT_MS < until)
 			until = m.moment + FALLBACK_DIRECT_MS;
 	}
-	if (a->stop)
+	if (a->stop) {
+		if (rfd >= 0)
+			close(rfd);
 		return NULL;
+	}
 	/* The relay: the plan, or the fallback the dialer takes when its
-	 * direct attempt fails.  The server holds our half until the dialer
-	 * comes or its wait ends (a 408 then: nothing to do). */
-	int rfd = -1;
-	cot_err rc = nat_relay_join(c, a->project, a->version, sl->peer, until, &a->stop, &rfd, &eb);
-	if (rc) {
-		if (strcmp(m.plan, "relay") == 0)
-			log_warn("nat: could not relay host %lld: %s", (long long)sl->peer, eb.msg);
-		return NULL;
+	 * direct attempt or punch fails.  The server holds our half until the
+	 * dialer comes or its wait ends (a 408 then: nothing to do). */
+	if (rfd < 0) {
+		cot_err rc = nat_relay_join(c, a->project, a->version, sl->peer, until, &a->stop, &rfd, &eb);
+		if (rc) {
+			if (strcmp(m.plan, "relay") == 0)
+				log_warn("nat: could not relay host %lld: %s", (long long)sl->peer, eb.msg);
+			return NULL;
+		}
 	}
 	int lfd = own_listener(c, a->deadline, &eb);
 	if (lfd < 0) {
-		log_warn("nat: could not hand the relayed host %lld to our listener: %s",
+		log_warn("nat: could not hand the connection of host %lld to our listener: %s",
 		         (long long)sl->peer, eb.msg);
 		close(rfd);
 		return NULL;

@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 		{ "mapped-port", 1, NULL, 'm' }, { "project", 1, NULL, 'p' }, { "version", 1, NULL, 'v' },
 		{ "peer", 1, NULL, 'r' }, { "ca-dir", 1, NULL, 'c' }, { "target", 1, NULL, 'T' },
 		{ "seconds", 1, NULL, 'S' }, { "bytes", 1, NULL, 'b' }, { "rung", 1, NULL, 'R' },
-		{ "ttl", 1, NULL, 'x' }, { NULL, 0, NULL, 0 }
+		{ NULL, 0, NULL, 0 }
 	};
 	int c;
 	optind = 2;
@@ -262,7 +262,6 @@ int main(int argc, char **argv)
 		case 'S': seconds = atoi(optarg); break;
 		case 'b': nbytes = atoll(optarg); break;
 		case 'R': rung = optarg; break;
-		case 'x': cfg.punch_ttl = atoi(optarg); break;
 		default: return 2;
 		}
 	}
