@@ -15,7 +15,7 @@ libpq-dev postgresql postgresql-client
 libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev
 libmicrohttpd-dev libopenblas-dev
 libminiupnpc-dev libnatpmp-dev
-nftables conntrack miniupnpd
+nftables conntrack
 python3 ca-certificates curl procps iproute2 util-linux
 zip tar gzip
 chromium libxml2-utils
