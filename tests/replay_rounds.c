@@ -265,7 +265,14 @@ static cot_err read_rounds(const char *path, int64_t v0, range **out, size_t *n_
 	size_t n = 0, cap = 0;
 	range *r = NULL;
 	int line = 0;
-	for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+	if (strlen(text) != len) {
+		rc = cot_seterr(eb, COT_ERR_INVALID, "rounds file \"%s\" holds a NUL byte", path);
+		goto out;
+	}
+	for (char *l = text, *next; l; l = next) {
+		next = strchr(l, '\n');
+		if (next)
+			*next++ = '\0';
 		line++;
 		char *hash = strchr(l, '#');
 		if (hash)
