@@ -213,6 +213,30 @@ int main(int argc, char **argv)
 		bail_out("ckpt_save: %s", eb.msg);
 	is_int(mb_per_epoch(NTOK, T, B), MPE, "the test's mb_per_epoch is the formula's");
 
+	/* shared/microbatch directly: spans in any order, a microbatch across
+	 * two of them, a missing token, bad shapes, the epoch formula's edge. */
+	{
+		mb_span sp[2] = { { 650, NTOK - 650, text + 650 }, { 0, 650, text } };
+		mb_shape sh = { MPE, B, T };
+		int32_t in[B * T], tgt[B * T], win[B * T], wtgt[B * T];
+		cot_errbuf e2 = { "", "" };
+		direct_batch(40, 41, win, wtgt);        /* tokens 640..656: both spans */
+		ok(mb_fill(&sh, sp, 2, 40, in, tgt, &e2) == COT_OK && !memcmp(in, win, sizeof in) &&
+		   !memcmp(tgt, wtgt, sizeof tgt), "mb_fill: a microbatch across two unsorted spans");
+		direct_batch(MPE + 40, MPE + 41, win, wtgt);
+		ok(mb_fill(&sh, sp, 2, MPE + 40, in, tgt, &e2) == COT_OK && !memcmp(in, win, sizeof in),
+		   "mb_fill: the same microbatch in the next epoch");
+		sp[1].n = 645;
+		is_int(mb_fill(&sh, sp, 2, 40, NULL, NULL, &e2), COT_ERR_INVALID, "mb_fill: a missing token (%s)", e2.msg);
+		is_int(mb_fill(&sh, sp, 2, 39, NULL, NULL, &e2), COT_OK, "mb_fill: the microbatch before it is whole");
+		mb_shape bad1 = { MPE, 0, T }, bad2 = { INT64_MAX / 2, 1 << 20, 1 << 20 };
+		is_int(mb_shape_check(&bad1, &e2), COT_ERR_INVALID, "mb_shape_check: microbatch size 0");
+		is_int(mb_shape_check(&bad2, &e2), COT_ERR_INVALID, "mb_shape_check: an epoch past 2^62 tokens");
+		is_int(mb_fill(&sh, sp, 2, -1, NULL, NULL, &e2), COT_ERR_INVALID, "mb_fill: a negative microbatch");
+		is_int(mb_per_epoch(B * T, T, B), 0, "mb_per_epoch: B*T tokens hold no microbatch (the last target is missing)");
+		is_int(mb_per_epoch(B * T + 1, T, B), 1, "mb_per_epoch: B*T + 1 tokens hold one");
+	}
+
 	/* Round 0: stream microbatches [60, 64): the last two of epoch 0 and
 	 * the first two of epoch 1, samples from all three shards. */
 	char out[8192], want_hex[HASH_SHA256_HEX_LEN + 1], got_hex[HASH_SHA256_HEX_LEN + 1];
