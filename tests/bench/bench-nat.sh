@@ -1,0 +1,85 @@
+#!/bin/sh
+# cotrain benchmark: the NAT ladder across emulated home routers (the
+# topology of tests/test_nat_netns.sh, every site's link shaped to MBIT
+# Mbit/s with DELAY ms each way).  Prints the fraction of pairs connected
+# without the relay, the time to connect per rung, and the throughput of a
+# TLS stream through the relay beside the same stream over a punched (direct)
+# path between sites with the same shaped links, measured in this run, as a
+# ratio (goal: at least 0.8), and against the nominal link rate.  Root only;
+# not run by make check.
+#
+#   tests/bench/bench-nat.sh [MBIT] [DELAY_MS] [MIB]
+#
+# Run from the build directory (top_builddir), or set top_builddir.
+set -u
+MBIT=${1:-50} DELAY=${2:-0} MIB=${3:-16}
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
+PG_BINDIR=${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
+export top_builddir top_srcdir PG_BINDIR
+B=$top_builddir
+. "$top_srcdir/tests/netns.sh"
+netns_check || { echo "SKIP: $NETNS_WHY"; exit 0; }
+[ -n "${COTRAIN_DB:-}" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
+. "$top_srcdir/tests/nat/nat-lib.sh"
+. "$top_srcdir/tests/nat/netns-nat.sh"
+T=$(mktemp -d /tmp/cotrain-natbench-XXXXXX)
+NETNS_EXIT_HOOK='rm -rf "$T"'
+netns_init
+die() { echo "bench-nat: $*" >&2; exit 1; }
+
+"$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" db migrate >/dev/null || die "migrate"
+nat_seed "11:0 12:0 13:0 15:0 20:0"
+"$B/tests/nat/nat_driver" mkca "$T" nattest || die "CA"
+chmod 755 "$T"
+netns_hub_new || die "hub"
+netns_hub_attach srv 1 0 || die "srv"
+netns_hub_attach h20 20 "$MBIT" "$DELAY" || die "h20"
+# Sites: routers shaped on their hub link.
+natns_router r11 11 192.168.11 eim && natns_router r12 12 192.168.12 eim &&
+	natns_router r13 13 192.168.13 symmetric && natns_cgnat r15 15 192.168.15 || die "routers"
+for i in 11 12 13 15; do
+	netns_shape "r$i" eth0 "$MBIT" "$DELAY" && netns_shape hub "p$i" "$MBIT" "$DELAY" || die "shape $i"
+done
+SRV=$(netns_ip 1)
+netns_bg srv "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --listen "$SRV" \
+	--port 8080 --relay-port 7001 --round-interval 3600 --kdf-iterations 1000 --log-level warn \
+	>/dev/null 2>"$T/server.log"
+n=100; while [ $n -gt 0 ] && ! grep -q 'listening on' "$T/server.log"; do sleep 0.1; n=$((n - 1)); done
+grep -q 'listening on' "$T/server.log" || die "the server did not start"
+
+drv() { _h=$1; _c=$2; shift 2
+	netns_exec "h$_h" "$B/tests/nat/nat_driver" "$_c" --server "$SRV" --nat-port 7001 --host "$_h" \
+		--token "$(nat_token "$_h")" --listen-port 40000 --ca-dir "$T" --seconds 60 "$@"; }
+# run DIALER ACCEPTOR BYTES: prints the dialer's RUNG line
+run() {
+	drv "$2" accept --peer "$1" --bytes "$3" >/dev/null 2>&1 &
+	_ap=$!
+	sleep 0.3
+	drv "$1" dial --peer "$2" --target "$(netns_ip "$2"):40000" --bytes "$3" 2>/dev/null | grep '^RUNG'
+	wait $_ap
+	natns_flush
+}
+for h in 11 12 13 15 20; do drv $h observe >/dev/null 2>&1 || die "observe $h"; done
+
+: >"$T/pairs"
+for d in 11 12 13 15 20; do for a in 11 12 13 15 20; do
+	[ $d = $a ] && continue
+	out=$(run $d $a 65536)
+	echo "$d $a ${out:-RUNG failed connect_ms=0}" >>"$T/pairs"
+done; done
+total=$(wc -l <"$T/pairs")
+nondirect=$(grep -c "RUNG relay\|RUNG failed" "$T/pairs")
+echo "pairs: $total ordered pairs; without the relay: $((total - nondirect)) ($(awk -v a=$((total - nondirect)) -v b=$total 'BEGIN{printf "%.2f", a/b}'))"
+for r in direct punch relay failed; do
+	awk -v r=$r '$4 == r { split($5, x, "="); s += x[2]; n++ }
+		END { if (n) printf "  %-6s %2d pairs, connect %.0f ms on average\n", r, n, s / n }' "$T/pairs"
+done
+bytes=$((MIB * 1048576))
+punch=$(run 12 11 $bytes | sed -n 's/.*mbit_s=\([0-9.]*\).*/\1/p')
+relay=$(run 13 11 $bytes | sed -n 's/.*mbit_s=\([0-9.]*\).*/\1/p')
+echo "throughput of $MIB MiB over TLS, links shaped to $MBIT Mbit/s, ${DELAY} ms each way:"
+echo "  punched (direct) path: ${punch:-?} Mbit/s; relay: ${relay:-?} Mbit/s"
+awk -v p="${punch:-0}" -v r="${relay:-0}" -v m="$MBIT" 'BEGIN {
+	if (p > 0) printf "  relay / direct = %.2f (goal >= 0.8)\n", r / p
+	printf "  relay / nominal link = %.2f\n", r / m }'
