@@ -20,6 +20,7 @@
 
 #define ACCOUNT_CHECK_S 3600
 #define DEADLINE_MARGIN_S 5
+#define ROUND_RETRY_MAX_S 2   /* seconds between asks for work while a round commits */
 
 void cl_daemon_prefs(cl_daemon *d, cl_prefs *out)
 {
@@ -308,7 +309,9 @@ static void get_work(cl_daemon *d, int i)
 		note_round(d, i, refusal);
 		json_decref(refusal);
 		if (!d->rt[i].round_due) {
-			d->rt[i].bo.next_at = cl_now_mono() + (double)after;
+			/* A round commits seconds after it plans; asking again soon
+			 * lets this host join the next one from its start. */
+			d->rt[i].bo.next_at = cl_now_mono() + (double)(after < ROUND_RETRY_MAX_S ? after : ROUND_RETRY_MAX_S);
 			cl_daemon_activity(d, i, "waiting for the round to commit");
 		}
 		return;
