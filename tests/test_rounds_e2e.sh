@@ -10,10 +10,16 @@
 #     relative, with the same loss curve;
 #   - a fifth client joining mid-run takes part in a later round;
 #   - a peer frozen in the middle of averaging (SIGSTOP past the collect
-#     deadline) does not stop the run: the round commits without it or
-#     fails and is trained again, and the run goes on.
+#     deadline), and one killed there (SIGKILL), do not stop the run: the
+#     round commits without it or fails and is trained again, and the run
+#     goes on.
+# With ROUNDS_MODE=groups (tests/test_rounds_groups.sh) seven clients train
+# in groups of at most three instead: a round averaged in three groups or
+# more still equals the single-process replay (the mean across groups is
+# the exact weighted mean of every contribution).
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
+MODE=${ROUNDS_MODE:-faults}
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 T=$(mktemp -d /tmp/cotrain-rounds-XXXXXX)
 SPID= CPIDS=
@@ -49,7 +55,7 @@ start_client() { # N THREADS
 			--key "$KEY" >/dev/null
 }
 
-plan 12
+if [ "$MODE" = groups ]; then plan 8; else plan 14; fi
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -66,11 +72,24 @@ KEY=$(echo secretpassword | admin user create --password-stdin a@example.org ali
 
 "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --wu-max 3 --reap-interval 1 \
 	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 8 --round-average-timeout 20 \
+	--round-max-group "$([ "$MODE" = groups ] && echo 3 || echo 16)" \
 	--log-level info 2>"$T/server.log" &
 SPID=$!
-wait_for 20 grep -q 'listening on' "$T/server.log" || bail_out "the server did not start"
+wait_for 20 grep -qs 'listening on' "$T/server.log" || bail_out "the server did not start"
 PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
 
+if [ "$MODE" = groups ]; then
+	# Seven volunteers in groups of at most three.
+	for i in 1 2 3 4 5 6 7; do start_client $i 1 || bail_out "client $i did not start"; done
+	grouped() { [ "$(sql "select count(*) from round where state = 'committed' and n_groups >= 3")" -ge 1 ] &&
+		version_at_least 3; }
+	wait_for 300 grouped
+	ok $? "seven clients commit rounds averaged in three groups or more ($(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'") groups a round)"
+	V=$(version)
+	for p in $CPIDS; do kill "$p" 2>/dev/null; done
+	for p in $CPIDS; do wait "$p" 2>/dev/null; done
+	CPIDS=
+else
 # Four volunteers with different thread counts (speeds).
 start_client 1 1 && start_client 2 2 && start_client 3 1 && start_client 4 2 ||
 	bail_out "a client did not start"
@@ -94,6 +113,17 @@ v0=$(version)
 wait_for 180 version_at_least $((v0 + 2))
 ok $? "the run goes on past a frozen peer (version $v0 -> $(version))"
 kill -CONT "$CPID3"
+
+# Kill one in the middle of averaging.
+killed=0
+H4=$(host_of 4)
+if wait_for 120 averaging_with "$H4"; then
+	kill -9 "$CPID4" && killed=1 && wait "$CPID4" 2>/dev/null
+fi
+ok $([ $killed = 1 ]; echo $?) "a peer is killed while its round averages"
+v0=$(version)
+wait_for 180 version_at_least $((v0 + 2))
+ok $? "the run goes on past a killed peer (version $v0 -> $(version))"
 V=$(version)
 for p in $CPIDS; do kill "$p" 2>/dev/null; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done
@@ -101,6 +131,7 @@ CPIDS=
 
 n5=$(sql "select count(*) from round_member where host_id = $H5 and included")
 ok $([ "$n5" -ge 1 ]; echo $?) "the client that joined mid-run took part in $n5 rounds"
+fi
 
 # The model never forks: in every committed round, every peer whose
 # parameters the server accepted holds exactly the server's.
