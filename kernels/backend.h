@@ -81,17 +81,28 @@ const char *kern_blas_coretype_hint(void);
 #define KERN_BLAS_REEXEC_ENV "COTRAIN_BLAS_REEXEC"
 
 /* Call first thing in main(), before any thread, file, signal handler or
- * other state that exec would lose or leak.  When OPENBLAS_CORETYPE is unset,
- * KERN_BLAS_REEXEC_ENV is unset and kern_blas_coretype_hint() names a core,
- * sets OPENBLAS_CORETYPE to it and the marker, and execv()s /proc/self/exe
- * with the same argv (same pid, same arguments, same environment plus the
- * two variables), so the program starts again with the fast BLAS kernels.
- * Returns only when nothing was to be done or the exec failed (no /proc,
- * no permission): the program then runs on with the core it has, which is
- * slower but correct; the marker stays set, so it is never tried twice and
- * a re-executed program can never loop.  Results of the optimizer do not
- * depend on the core; the forward and backward differ from one BLAS core to
- * another only within rounding, and are deterministic for a given core. */
+ * other state that exec would lose or leak.  Two settings the kernels need
+ * are read by their libraries only when the process loads, so they can only
+ * be applied by starting again:
+ *  - OPENBLAS_CORETYPE = kern_blas_coretype_hint(), when the variable is
+ *    unset and the hint names a core (4-5x faster products on CPUs that
+ *    OpenBLAS 0.3.21 does not recognise);
+ *  - OMP_WAIT_POLICY = PASSIVE, when neither it nor GOMP_SPINCOUNT is set:
+ *    by default libgomp's idle threads spin for up to a few milliseconds at
+ *    every barrier; when another process holds one of the cores (a
+ *    volunteer's own work, which the client yields to), the spinning thread
+ *    takes the CPU its partner needs, and a training step ran 2-3x slower
+ *    on this project's 2-core test machine under load.  Sleeping costs a few
+ *    microseconds per parallel region when the cores are idle.
+ * When either applies and KERN_BLAS_REEXEC_ENV is unset, sets them and the
+ * marker and execv()s /proc/self/exe with the same argv (same pid, same
+ * arguments, same environment plus these variables).  Returns only when
+ * nothing was to be done or the exec failed (no /proc, no permission): the
+ * program then runs on as loaded, slower but correct; the marker stays set,
+ * so it is never tried twice and a re-executed program can never loop.
+ * Neither setting changes any result: the optimizer's bits do not depend
+ * on the BLAS core, and the forward and backward are deterministic for a
+ * given core (they differ between cores within rounding). */
 void kern_blas_reexec_if_needed(int argc, char **argv);
 
 #endif

@@ -213,19 +213,21 @@ void kern_blas_reexec_if_needed(int argc, char **argv)
 {
 	if (argc < 1 || !argv || !argv[0] || argv[argc] != NULL)
 		return;
-	if (getenv("OPENBLAS_CORETYPE") || getenv(KERN_BLAS_REEXEC_ENV))
+	if (getenv(KERN_BLAS_REEXEC_ENV))
 		return;
-	const char *hint = kern_blas_coretype_hint();
-	if (!hint)
+	const char *hint = getenv("OPENBLAS_CORETYPE") ? NULL : kern_blas_coretype_hint();
+	bool passive = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
+	if (!hint && !passive)
 		return;
 	/* the marker first: should the exec fail and the program later run
 	 * another of ours, that one does not try again either */
-	if (setenv(KERN_BLAS_REEXEC_ENV, hint, 1) != 0
-	    || setenv("OPENBLAS_CORETYPE", hint, 1) != 0)
+	if (setenv(KERN_BLAS_REEXEC_ENV, hint ? hint : "-", 1) != 0
+	    || (hint && setenv("OPENBLAS_CORETYPE", hint, 1) != 0)
+	    || (passive && setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0))
 		return;
 	execv("/proc/self/exe", argv);
-	/* Still here: run on with the generic core (describe() names it).  No
-	 * log line: this runs before the program has set up its logging, and
-	 * the library does not depend on it.  The variable stays set, which
-	 * helps any program we start and harms nothing. */
+	/* Still here: run on as loaded (describe() names the core).  No log
+	 * line: this runs before the program has set up its logging, and the
+	 * library does not depend on it.  The variables stay set, which helps
+	 * any program we start and harms nothing. */
 }

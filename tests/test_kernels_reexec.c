@@ -1,5 +1,6 @@
 /* kern_blas_reexec_if_needed: a program that calls it first thing runs on the
- * BLAS core kern_blas_coretype_hint() suggests, re-executes at most once,
+ * BLAS core kern_blas_coretype_hint() suggests with OpenMP threads that sleep
+ * when idle (unless the environment says otherwise), re-executes at most once,
  * keeps its arguments and pid, and runs on when told not to re-execute.
  *
  * Every start of this program (the first and a re-executed one) bumps a
@@ -37,30 +38,40 @@ int main(int argc, char **argv)
 		/* what the first start saw, before anything was set */
 		const char *h = kern_blas_coretype_hint();
 		setenv("COTRAIN_TEST_REEXEC_HINT", h ? h : "", 1);
-		setenv("COTRAIN_TEST_REEXEC_FORBIDDEN",
-		       getenv(KERN_BLAS_REEXEC_ENV) || getenv("OPENBLAS_CORETYPE") ? "1" : "0", 1);
+		setenv("COTRAIN_TEST_REEXEC_FORBIDDEN", getenv(KERN_BLAS_REEXEC_ENV) ? "1" : "0", 1);
+		setenv("COTRAIN_TEST_REEXEC_CORE", getenv("OPENBLAS_CORETYPE") ? "set" : "", 1);
+		setenv("COTRAIN_TEST_REEXEC_WAIT",
+		       getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") ? "set" : "", 1);
 	}
 	kern_blas_reexec_if_needed(argc, argv);
 
 	plan_lazy();
 	const char *hint = getenv("COTRAIN_TEST_REEXEC_HINT");
 	bool forbidden = strcmp(getenv("COTRAIN_TEST_REEXEC_FORBIDDEN"), "0") != 0;
+	bool want_core = *hint && !*getenv("COTRAIN_TEST_REEXEC_CORE");
+	bool want_wait = !*getenv("COTRAIN_TEST_REEXEC_WAIT");
 	const char *core = openblas_get_corename();
 	diag("first start's hint: %s; re-exec %s; core now: %s; starts: %d",
 	     *hint ? hint : "(none)", forbidden ? "forbidden" : "allowed", core, starts);
 	ok(argc == 3 && strcmp(argv[1], "--keep") == 0 && strcmp(argv[2], "these args") == 0,
 	   "arguments survive (argc %d)", argc);
 	ok(atol(getenv(PID_ENV)) == (long)getpid(), "the pid is the same");
-	if (*hint && !forbidden) {
+	if ((want_core || want_wait) && !forbidden) {
 		is_int(starts, 2, "main began twice: one re-exec, no loop");
-		is_str(getenv("OPENBLAS_CORETYPE"), hint, "OPENBLAS_CORETYPE is the hint");
-		ok(core && strcasecmp(core, hint) == 0, "OpenBLAS runs the hinted core (%s)", core);
-		ok(kern_blas_coretype_hint() == NULL, "no further hint once on it");
+		if (want_core) {
+			is_str(getenv("OPENBLAS_CORETYPE"), hint, "OPENBLAS_CORETYPE is the hint");
+			ok(core && strcasecmp(core, hint) == 0, "OpenBLAS runs the hinted core (%s)", core);
+			ok(kern_blas_coretype_hint() == NULL, "no further hint once on it");
+		}
+		if (want_wait)
+			is_str(getenv("OMP_WAIT_POLICY"), "PASSIVE", "OpenMP threads sleep when idle");
 		/* a second call in the re-executed process must return, not exec */
 		kern_blas_reexec_if_needed(argc, argv);
 		ok(1, "a second call returns");
 	} else {
 		is_int(starts, 1, "main began once: nothing to do or re-exec forbidden");
+		if (forbidden && *hint && !getenv("OPENBLAS_CORETYPE"))
+			ok(kern_blas_coretype_hint() != NULL, "still on the generic core");
 	}
 	if (argc == 3 && !getenv("COTRAIN_TEST_REEXEC_NESTED")) {
 		/* A child of a re-executed program inherits the variables and must
@@ -70,6 +81,7 @@ int main(int argc, char **argv)
 		unsetenv(COUNT_ENV);
 		unsetenv(PID_ENV);
 		unsetenv("OPENBLAS_CORETYPE");
+		unsetenv("OMP_WAIT_POLICY");
 		setenv(KERN_BLAS_REEXEC_ENV, "off", 1);
 		fflush(stdout);
 		char cmd[4200];
