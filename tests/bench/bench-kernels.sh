@@ -5,28 +5,34 @@
 #   tests/bench/bench-kernels.sh            (from the build directory)
 #
 # Environment: THREADS (2), BATCH (8), STEPS (5), MODELS ("demo sahaj"),
-# OPTIMIZERS ("adamw lamb"), REPEAT (1: runs per side, alternating; the best
-# of each side is kept), TORCH_PYTHON (/usr/bin/python3), top_srcdir /
+# OPTIMIZERS ("adamw lamb"), REPEAT (3: runs per side, alternating),
+# CORETYPES ("hint loaded"), TORCH_PYTHON (/usr/bin/python3), top_srcdir /
 # top_builddir (guessed from this script and the cwd).
 #
-# Both sides load the same OpenBLAS.  Version 0.3.21 falls back to generic
-# SSE code on CPUs it does not know (Sapphire/Emerald Rapids among them);
-# OPENBLAS_CORETYPE, read when the library loads, overrides that.  The
-# benchmark runs once with the library as it loads and, when
-# kern_blas_coretype_hint() names a better core, once more with
-# OPENBLAS_CORETYPE set to it for both sides (what a client that re-executes
-# itself with the hint gets).  CORETYPES="loaded" or "hint" runs only one.
+# Modes (CORETYPES):
+#   hint    what cotrain's programs run with: bench_kernels, like every
+#           program, re-executes itself with OPENBLAS_CORETYPE set to
+#           kern_blas_coretype_hint() (OpenBLAS 0.3.21 runs generic SSE code
+#           on CPUs it does not know, Sapphire/Emerald Rapids among them) and
+#           OMP_WAIT_POLICY=PASSIVE.  PyTorch gets the same two variables:
+#           it loads the same OpenBLAS, and it runs faster passive here.
+#   loaded  both sides on the OpenBLAS core as it loads (the re-exec
+#           forbidden), both passive.
 #
-# PyTorch runs with OMP_WAIT_POLICY=PASSIVE, its faster setting here: by
-# default its idle OpenMP threads spin against OpenBLAS's own threads.
-#
-# Prints, per model and optimizer: training tokens/s (zero_grad, forward,
-# backward, optimizer step) of both, mean over the steps and of the fastest
-# step (less sensitive to other load on a shared machine), their ratios,
-# cotrain's GFLOP/s (matrix products counted exactly, kern_flops_per_sample)
-# and its fraction of the practical peak (the best 2048^3 sgemm through the
-# same backend and threads), and the peak resident memory of both.  Timing
-# goals are not asserted; the exit status only says whether both sides ran.
+# Prints, per model and optimizer, over REPEAT alternating runs of each side:
+# training tokens/s (zero_grad, forward, backward, optimizer step; mean over
+# the steps of a run) as min-max and median, the ratio of the medians, the
+# ratio of the fastest single steps, cotrain's GFLOP/s (matrix products
+# counted exactly, kern_flops_per_sample) and its fraction of
+#   - the CPU's fp32 peak: cores x the FMA rate one core reaches on
+#     independent register-only FMAs (= clock x FMA units x lanes x 2,
+#     measured, see bench_kernels --cpu-peak), and
+#   - the practical peak: the best 2048^3 sgemm through the same backend;
+# CPU seconds per step of both (user + system: less sensitive to other load
+# than wall time), and the peak resident memory of both (ru_maxrss).  The
+# machine's load average is printed before and after: on a shared machine
+# the wall-time figures move with it.  Timing goals are not asserted; the
+# exit status only says whether both sides ran.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,8 +44,8 @@ BATCH=${BATCH:-8}
 STEPS=${STEPS:-5}
 MODELS=${MODELS:-"demo sahaj"}
 OPTIMIZERS=${OPTIMIZERS:-"adamw lamb"}
-REPEAT=${REPEAT:-1}
-CORETYPES=${CORETYPES:-"loaded hint"}
+REPEAT=${REPEAT:-3}
+CORETYPES=${CORETYPES:-"hint loaded"}
 
 bench="$top_builddir/tests/bench/bench_kernels"
 torch_bench="$top_srcdir/tests/bench/bench_kernels_torch.py"
@@ -51,75 +57,100 @@ if ! "$TORCH_PYTHON" -c 'import torch' 2>/dev/null; then
 	echo "bench-kernels: $TORCH_PYTHON has no torch; install python3-torch or set TORCH_PYTHON" >&2
 	exit 1
 fi
+runs=$(mktemp /tmp/bench-kernels.XXXXXX)
+trap 'rm -f "$runs"' EXIT INT TERM
 
 # field NAME LINE: the value of NAME=... in a key=value line
 field() {
 	printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1
 }
 
-# keep LINE1 LINE2: the line with the higher best_tokens_per_s
-keep() {
-	if [ -z "$1" ]; then printf '%s\n' "$2"; return; fi
-	a=$(field best_tokens_per_s "$1"); b=$(field best_tokens_per_s "$2")
-	if awk -v a="$a" -v b="$b" 'BEGIN { exit !(b > a) }'; then
-		printf '%s\n' "$2"
-	else
-		printf '%s\n' "$1"
-	fi
-}
+load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 peak_of() {
 	field peak_sgemm_gflops "$("$bench" --model demo --threads "$THREADS" --batch 1 --steps 1 --peak)"
 }
 
-# table: one run of every model and optimizer in the current environment
+# table: REPEAT alternating runs of every model and optimizer in the
+# current environment, then the summary
 table() {
+	echo "load average (1, 5, 15 min) before: $(load)"
 	peak=$(peak_of)
 	line=$("$bench" --model demo --threads "$THREADS" --batch 1 --steps 1)
 	echo "backend: $(printf '%s\n' "$line" | sed -n 's/.*backend="\(.*\)"/\1/p');" \
 		"torch $("$TORCH_PYTHON" -c 'import torch; print(torch.__version__)')"
-	rows=
+	: >"$runs"
 	for model in $MODELS; do
 		for opt in $OPTIMIZERS; do
-			ours=; theirs=; i=0
+			i=0
 			while [ "$i" -lt "$REPEAT" ]; do
 				o=$("$bench" --model "$model" --threads "$THREADS" --batch "$BATCH" \
 					--steps "$STEPS" --optimizer "$opt")
-				t=$(OMP_WAIT_POLICY=PASSIVE "$TORCH_PYTHON" "$torch_bench" --model "$model" \
+				t=$("$TORCH_PYTHON" "$torch_bench" --model "$model" \
 					--threads "$THREADS" --batch "$BATCH" --steps "$STEPS" --optimizer "$opt")
-				ours=$(keep "$ours" "$o"); theirs=$(keep "$theirs" "$t")
+				echo "  $o"
+				echo "  $t"
+				for l in "$o" "$t"; do
+					case $l in impl=cotrain*) side=cot ;; *) side=torch ;; esac
+					echo "$model $opt $side $(field tokens_per_s "$l") $(field best_tokens_per_s "$l")" \
+						"$(field gflops "$l") $(field cpu_ms "$l") $(field peak_rss_mb "$l")" >>"$runs"
+				done
 				i=$((i + 1))
 			done
-			echo "  $ours"
-			echo "  $theirs"
-			rows="$rows$model $opt $(field tokens_per_s "$ours") $(field tokens_per_s "$theirs") \
-$(field best_tokens_per_s "$ours") $(field best_tokens_per_s "$theirs") $(field gflops "$ours") \
-$(field peak_rss_mb "$ours") $(field peak_rss_mb "$theirs")
-"
 		done
 	done
 	p2=$(peak_of)
 	peak=$(awk -v a="$peak" -v b="$p2" 'BEGIN { print (b > a ? b : a) }')
+	echo "load average after: $(load)"
+	echo "CPU fp32 peak: $cpupeak GFLOP/s ($cpuline)"
 	echo "practical peak: $peak GFLOP/s (best 2048^3 sgemm, $THREADS threads, before and after)"
-	printf '%-6s %-6s %21s %8s %21s %8s %9s %7s %17s\n' model optim \
-		"tokens/s cotrain/torch" ratio "best step cot/torch" ratio "cot GF/s" "of peak" "peak MiB cot/torch"
-	printf '%s' "$rows" | awk -v pk="$peak" 'NF {
-		printf "%-6s %-6s %10.0f /%9.0f %7.2fx %10.0f /%9.0f %7.2fx %9.1f %6.0f%% %8.0f /%7.0f\n",
-		       $1, $2, $3, $4, $3 / $4, $5, $6, $5 / $6, $7, 100 * $7 / pk, $8, $9 }'
+	printf '%-6s %-6s %23s %23s %7s %7s %8s %6s %6s %13s %13s\n' model optim \
+		"tokens/s cotrain" "tokens/s torch" "ratio" "best" "cot GF/s" "%cpu" "%sgemm" \
+		"CPU s/step" "peak MiB"
+	printf '%-6s %-6s %23s %23s %7s %7s %8s %6s %6s %13s %13s\n' "" "" \
+		"min-max (median)" "min-max (median)" "median" "step" "median" "peak" "peak" \
+		"cot/torch" "cot/torch"
+	sort -k1,1 -k2,2 -k3,3 -k4,4n "$runs" | awk -v cpk="$cpupeak" -v pk="$peak" -v threads="$THREADS" '
+	function median(a, n) { return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	{
+		k = $1 " " $2; s = $3
+		if (!(k in seen)) { seen[k] = 1; order[++nk] = k }
+		n[k, s]++; tps[k, s, n[k, s]] = $4
+		if ($5 > best[k, s]) best[k, s] = $5
+		gf[k, s, n[k, s]] = $6; cpu[k, s] += $7; rss[k, s] = $8 > rss[k, s] ? $8 : rss[k, s]
+	}
+	END {
+		for (i = 1; i <= nk; i++) {
+			k = order[i]; split(k, mo, " ")
+			nc = n[k, "cot"]; nt = n[k, "torch"]
+			for (j = 1; j <= nc; j++) { c[j] = tps[k, "cot", j]; g[j] = gf[k, "cot", j] }
+			for (j = 1; j <= nt; j++) t[j] = tps[k, "torch", j]
+			# gflops sorted with tokens/s (same order: proportional)
+			mc = median(c, nc); mt = median(t, nt); mg = median(g, nc)
+			printf "%-6s %-6s %7.0f-%-7.0f(%6.0f) %7.0f-%-7.0f(%6.0f) %6.2fx %6.2fx %8.1f %5.0f%% %5.0f%% %6.2f/%-6.2f %6.0f/%-6.0f\n",
+			       mo[1], mo[2], c[1], c[nc], mc, t[1], t[nt], mt, mc / mt,
+			       best[k, "cot"] / best[k, "torch"], mg, 100 * mg / cpk, 100 * mg / pk,
+			       cpu[k, "cot"] / nc / 1000, cpu[k, "torch"] / nt / 1000,
+			       rss[k, "cot"], rss[k, "torch"]
+		}
+	}'
 }
 
+cpuline=$("$bench" --cpu-peak)
+cpupeak=$(field cpu_peak_gflops "$cpuline")
 hint=$(COTRAIN_BLAS_REEXEC=off "$bench" --coretype-hint)
 for mode in $CORETYPES; do
 	case $mode in
 	loaded)
-		echo "== OpenBLAS as it loads${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
-		COTRAIN_BLAS_REEXEC=off table ;;
+		echo "== OpenBLAS as it loads${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}, OMP_WAIT_POLICY=PASSIVE for both"
+		COTRAIN_BLAS_REEXEC=off OMP_WAIT_POLICY=PASSIVE table ;;
 	hint)
 		if [ "$hint" = none ]; then
-			echo "== no better OpenBLAS core to suggest for this CPU"
+			echo "== as cotrain's programs run (no better OpenBLAS core for this CPU), OMP_WAIT_POLICY=PASSIVE for both"
+			OMP_WAIT_POLICY=PASSIVE table
 		else
-			echo "== OPENBLAS_CORETYPE=$hint for both sides (kern_blas_coretype_hint)"
-			OPENBLAS_CORETYPE=$hint table
+			echo "== as cotrain's programs run: OPENBLAS_CORETYPE=$hint (kern_blas_coretype_hint), OMP_WAIT_POLICY=PASSIVE for both"
+			OPENBLAS_CORETYPE=$hint OMP_WAIT_POLICY=PASSIVE table
 		fi ;;
 	*)
 		echo "bench-kernels: unknown mode $mode in CORETYPES" >&2

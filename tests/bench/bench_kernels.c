@@ -3,6 +3,7 @@
  *   bench_kernels [--model demo|sahaj] [--threads N] [--batch B]
  *                 [--steps N] [--optimizer adamw|lamb] [--peak]
  *   bench_kernels --coretype-hint     (kern_blas_coretype_hint, or "none")
+ *   bench_kernels --cpu-peak          (cores, clock, FMA rate: the fp32 peak)
  *
  * Times whole training steps (zero_grad, forward, backward, optimizer step)
  * on random tokens and prints one line of key=value pairs:
@@ -19,11 +20,17 @@
 #include "kernels/optimizer.h"
 #include "kernels/rng.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 static double now(void)
 {
@@ -41,6 +48,112 @@ static double cpu_seconds(void)
 	return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6
 	       + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
 }
+
+/* CPU seconds of the calling thread: what one core delivered to it,
+ * whatever else ran on the machine meanwhile */
+static double thread_seconds(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The core clock in GHz while running scalar code: a chain of dependent
+ * 64-bit multiplies, 3 cycles each on every x86-64 core of the last decade
+ * (a chain of adds would not do: recent cores fold immediate adds away). */
+static double clock_ghz(void)
+{
+	uint64_t x = 1, m = 3;
+	long n = 1000000;
+	double t0 = thread_seconds();
+	for (long i = 0; i < n; i++)
+		__asm__ volatile(
+#define MUL10 "imul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\t" \
+              "imul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\t"
+			MUL10 MUL10 MUL10 MUL10 MUL10 : "+r"(x) : "r"(m));
+#undef MUL10
+	return 3 * 50.0 * n / (thread_seconds() - t0) / 1e9;
+}
+
+/* fp32 FLOP/s one core reaches on fused multiply-adds alone (independent
+ * accumulators in registers, no memory): cores x this is the machine's
+ * peak, i.e. clock x FMA units x vector lanes x 2, as the hardware delivers
+ * it under a full vector load. */
+__attribute__((target("avx512f"))) static double fma_gflops_avx512(void)
+{
+	__m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+	__m512 a0 = m, a1 = m, a2 = m, a3 = m, a4 = m, a5 = m, a6 = m, a7 = m,
+	       a8 = m, a9 = m, a10 = m, a11 = m;
+	long n = 4000000;
+	double t0 = thread_seconds();
+	for (long k = 0; k < n; k++) {
+		__asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
+		__asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
+		a0 = _mm512_fmadd_ps(a0, m, c); a1 = _mm512_fmadd_ps(a1, m, c);
+		a2 = _mm512_fmadd_ps(a2, m, c); a3 = _mm512_fmadd_ps(a3, m, c);
+		a4 = _mm512_fmadd_ps(a4, m, c); a5 = _mm512_fmadd_ps(a5, m, c);
+		a6 = _mm512_fmadd_ps(a6, m, c); a7 = _mm512_fmadd_ps(a7, m, c);
+		a8 = _mm512_fmadd_ps(a8, m, c); a9 = _mm512_fmadd_ps(a9, m, c);
+		a10 = _mm512_fmadd_ps(a10, m, c); a11 = _mm512_fmadd_ps(a11, m, c);
+	}
+	double dt = thread_seconds() - t0;
+	__asm__ volatile("" : : "v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5));
+	__asm__ volatile("" : : "v"(a6), "v"(a7), "v"(a8), "v"(a9), "v"(a10), "v"(a11));
+	return 12.0 * 16 * 2 * n / dt / 1e9;
+}
+
+__attribute__((target("avx2,fma"))) static double fma_gflops_avx2(void)
+{
+	__m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+	__m256 a0 = m, a1 = m, a2 = m, a3 = m, a4 = m, a5 = m, a6 = m, a7 = m,
+	       a8 = m, a9 = m, a10 = m, a11 = m;
+	long n = 8000000;
+	double t0 = thread_seconds();
+	for (long k = 0; k < n; k++) {
+		__asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
+		__asm__ volatile("" : "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
+		a0 = _mm256_fmadd_ps(a0, m, c); a1 = _mm256_fmadd_ps(a1, m, c);
+		a2 = _mm256_fmadd_ps(a2, m, c); a3 = _mm256_fmadd_ps(a3, m, c);
+		a4 = _mm256_fmadd_ps(a4, m, c); a5 = _mm256_fmadd_ps(a5, m, c);
+		a6 = _mm256_fmadd_ps(a6, m, c); a7 = _mm256_fmadd_ps(a7, m, c);
+		a8 = _mm256_fmadd_ps(a8, m, c); a9 = _mm256_fmadd_ps(a9, m, c);
+		a10 = _mm256_fmadd_ps(a10, m, c); a11 = _mm256_fmadd_ps(a11, m, c);
+	}
+	double dt = thread_seconds() - t0;
+	__asm__ volatile("" : : "x"(a0), "x"(a1), "x"(a2), "x"(a3), "x"(a4), "x"(a5));
+	__asm__ volatile("" : : "x"(a6), "x"(a7), "x"(a8), "x"(a9), "x"(a10), "x"(a11));
+	return 12.0 * 8 * 2 * n / dt / 1e9;
+}
+
+/* Prints the CPU's theoretical fp32 peak, measured: cores, clock, and the
+ * per-core FMA rate (best of a few tries, each on one thread's CPU time, so
+ * that other load on the machine does not lower it). */
+static void print_cpu_peak(void)
+{
+	__builtin_cpu_init();
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	const char *isa = "none";
+	double ghz = 0, core_gf = 0;
+	for (int r = 0; r < 5; r++) {
+		double g = clock_ghz(), f = 0;
+		if (__builtin_cpu_supports("avx512f"))
+			f = fma_gflops_avx512(), isa = "avx512";
+		else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+			f = fma_gflops_avx2(), isa = "avx2";
+		ghz = g > ghz ? g : ghz;
+		core_gf = f > core_gf ? f : core_gf;
+	}
+	printf("cores=%ld clock_ghz=%.2f fma_isa=%s core_fma_gflops=%.1f "
+	       "flops_per_cycle=%.1f cpu_peak_gflops=%.1f\n", cores, ghz, isa, core_gf,
+	       ghz > 0 ? core_gf / ghz : 0, cores * core_gf);
+}
+#else
+static void print_cpu_peak(void)
+{
+	printf("cores=%ld cpu_peak_gflops=0\n", sysconf(_SC_NPROCESSORS_ONLN));
+}
+#endif
 
 static double peak_gflops(void)
 {
@@ -95,6 +208,10 @@ int main(int argc, char **argv)
 			optname = argv[++i];
 		else if (!strcmp(argv[i], "--peak"))
 			peak = 1;
+		else if (!strcmp(argv[i], "--cpu-peak")) {
+			print_cpu_peak();
+			return 0;
+		}
 		else if (!strcmp(argv[i], "--coretype-hint")) {
 			const char *h = kern_blas_coretype_hint();
 			printf("%s\n", h ? h : "none");
