@@ -32,6 +32,7 @@ void cl_config_defaults(cl_config *c)
 	snprintf(c->peer_listen, sizeof c->peer_listen, "0.0.0.0");
 	c->peer_port = 0;
 	c->peer_bandwidth = 12500000;
+	c->spot_interval = 300;
 	c->prefs.set = 0;
 }
 
@@ -121,6 +122,7 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 		{ "http_timeout", &c->http_timeout, 1, 3600 },
 		{ "benchmark_seconds", &c->benchmark_seconds, 1, 600 },
 		{ "peer_port", &c->peer_port, 0, 65535 },
+		{ "spot_interval", &c->spot_interval, 1, 86400 },
 	};
 	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
 		if (strcmp(key, ints[i].name) == 0) {

@@ -27,6 +27,8 @@
  *                       address this host uses to reach the project server)
  *   peer_bandwidth      bytes/s this host can send and receive for averaging
  *                       (default 12500000, 100 Mbit/s)
+ *   spot_interval       seconds between looks for spot checks to answer
+ *                       (default 300)
  *   any preference key of prefs.h (max_threads, only_when_idle, ...), which
  *   overrides what the account pushes. */
 #ifndef CL_CONFIG_H
@@ -61,6 +63,7 @@ typedef struct {
 	int peer_port;
 	char peer_address[DIALER_ADDR_MAX];  /* "" = auto */
 	int64_t peer_bandwidth;
+	int spot_interval;          /* seconds */
 	cl_prefs prefs;             /* only the keys the file sets */
 } cl_config;
 

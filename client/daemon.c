@@ -14,6 +14,7 @@
 #include "client/power.h"
 #include "client/priority.h"
 #include "client/shard_cache.h"
+#include "client/spotcheck.h"
 #include "kernels/backend.h"
 #include "shared/json.h"
 #include "shared/log.h"
@@ -605,6 +606,28 @@ int cl_daemon_pick(cl_daemon *d, int paused, double now)
 	return bi;
 }
 
+/* Answer project i's spot checks (lock held; released meanwhile). */
+static void spot_checks(cl_daemon *d, int i)
+{
+	cl_project copy = d->st.projects[i];
+	cl_api_opts o;
+	cl_daemon_api_opts(d, &o);
+	cl_spot_env env = { .cache_dir = d->cache_dir, .downloads_dir = d->downloads_dir,
+	                    .max_file_bytes = d->cfg.max_file_bytes, .timeout_s = d->cfg.http_timeout,
+	                    .cancel = &d->stop };
+	d->rt[i].next_spot_at = cl_now_mono() + d->cfg.spot_interval;
+	kern_set_threads(d->threads);
+	pthread_mutex_unlock(&d->lock);
+	cot_errbuf eb = { "", "" };
+	int n = 0;
+	cot_err rc = cl_spotchecks_run(&o, &copy, &env, &n, &eb);
+	pthread_mutex_lock(&d->lock);
+	if (rc)
+		log_warn("project %s: spot checks: %s%s%s", copy.name, eb.msg, eb.hint[0] ? ". " : "", eb.hint);
+	else if (n)
+		log_info("project %s: answered %d spot check%s", copy.name, n, n == 1 ? "" : "s");
+}
+
 void *cl_daemon_worker(void *arg)
 {
 	cl_daemon *d = arg;
@@ -625,6 +648,14 @@ void *cl_daemon_worker(void *arg)
 				r = j;
 		if (r >= 0) {
 			cl_daemon_round(d, r);
+			continue;
+		}
+		int sc = -1;
+		for (int j = 0; j < d->st.nprojects && sc < 0 && !paused; j++)
+			if (cl_now_mono() >= d->rt[j].next_spot_at && d->st.projects[j].host_id > 0)
+				sc = j;
+		if (sc >= 0) {
+			spot_checks(d, sc);
 			continue;
 		}
 		int i = cl_daemon_pick(d, paused, cl_now_mono());

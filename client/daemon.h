@@ -50,6 +50,7 @@ typedef struct {
 	cl_peer peer;              /* identity and listener for averaging */
 	double last_report;        /* monotonic seconds */
 	double last_account_check;
+	double next_spot_at;       /* monotonic seconds of the next spot-check pass */
 } cl_runtime;
 
 typedef struct {

@@ -276,3 +276,37 @@ cot_err cl_download(const cl_download_req *r, cl_download_info *info, cot_errbuf
 		                  (long long)(x.offset + x.written), (long long)r->size);
 	return verify_and_install(r, part, eb);
 }
+
+cot_err cl_download_size(const char *url, const char *bearer, int timeout_s, int64_t *size, cot_errbuf *eb)
+{
+	CURL *c = curl_easy_init();
+	if (!c)
+		return cot_seterr(eb, COT_ERR_NOMEM, "could not start a request");
+	struct curl_slist *h = NULL;
+	char auth[512];
+	if (bearer && bearer[0]) {
+		snprintf(auth, sizeof auth, "Authorization: Bearer %s", bearer);
+		h = curl_slist_append(h, auth);
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, (long)(timeout_s > 0 ? timeout_s : 60));
+	CURLcode cc = curl_easy_perform(c);
+	long code = 0;
+	curl_off_t len = -1;
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	if (cc != CURLE_OK)
+		return cot_seterr(eb, COT_ERR_NETWORK, "could not reach %s: %s", url, curl_easy_strerror(cc));
+	if (code == 404)
+		return cot_seterr(eb, COT_ERR_NOT_FOUND, "%s is not on the server", url);
+	if (code != 200 || len < 0)
+		return cot_seterr(eb, COT_ERR_NETWORK, "server answered HTTP %ld without a size to HEAD %s", code, url);
+	*size = (int64_t)len;
+	return COT_OK;
+}

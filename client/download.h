@@ -45,4 +45,8 @@ typedef struct {
  * when sound).  info may be NULL. */
 cot_err cl_download(const cl_download_req *r, cl_download_info *info, cot_errbuf *eb);
 
+/* The size of the file at url, from a HEAD request (for a file named by
+ * its sha256 without a size).  COT_ERR_NOT_FOUND, COT_ERR_NETWORK. */
+cot_err cl_download_size(const char *url, const char *bearer, int timeout_s, int64_t *size, cot_errbuf *eb);
+
 #endif

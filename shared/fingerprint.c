@@ -1,5 +1,5 @@
 /* cotrain: gradient fingerprints for spot checks (see spotcheck.h). */
-#include "server/spotcheck.h"
+#include "shared/fingerprint.h"
 
 #include <math.h>
 

@@ -13,8 +13,8 @@
  * two fingerprints a, b by ||a - b|| / max(||a||, ||b||) <= tolerance.
  *
  * Pure code with no dependencies, so the client can link it as it is. */
-#ifndef COT_SERVER_SPOTCHECK_H
-#define COT_SERVER_SPOTCHECK_H
+#ifndef COT_FINGERPRINT_H
+#define COT_FINGERPRINT_H
 
 #include <stddef.h>
 #include <stdint.h>

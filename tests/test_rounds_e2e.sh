@@ -47,15 +47,19 @@ start_client() { # N THREADS
 	"$B/client/cotrain-client" --state-dir "$T/cl$1" --socket "$T/cl$1/control.sock" \
 		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
 		--set only_on_ac=false --set idle_detection=none --set max_threads="$2" \
-		--set socket_group=nonexistent --set log_level=info 2>>"$T/client$1.log" &
+		--set socket_group=nonexistent --set log_level=info --set spot_interval=2 2>>"$T/client$1.log" &
 	CPIDS="$CPIDS $!"
 	eval "CPID$1=$!"
+	# Each volunteer its own account: spot checks pair hosts of different
+	# accounts.
+	_key=$(echo secretpassword | admin user create --password-stdin "c$1@example.org" "client $1" |
+		sed -n 's/^account key: //p')
 	wait_for 30 test -S "$T/cl$1/control.sock" &&
 		"$B/client/cotrainctl" --socket "$T/cl$1/control.sock" attach "http://127.0.0.1:$PORT/projects/tiny" \
-			--key "$KEY" >/dev/null
+			--key "$_key" >/dev/null
 }
 
-if [ "$MODE" = groups ]; then plan 8; else plan 14; fi
+if [ "$MODE" = groups ]; then plan 8; else plan 16; fi
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -68,7 +72,9 @@ cat >"$T/project.json" <<'JSON'
 JSON
 admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null &&
 	admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
-KEY=$(echo secretpassword | admin user create --password-stdin a@example.org alice | sed -n 's/^account key: //p')
+# Every accepted host's work is spot-checked (doc/credit.md).
+sql "insert into spot_policy (project_id, deadline_s) select id, 600 from project where name = 'tiny'" ||
+	bail_out "could not set the spot-check policy"
 
 "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --wu-max 3 --reap-interval 1 \
 	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 8 --round-average-timeout 20 \
@@ -131,6 +137,17 @@ CPIDS=
 
 n5=$(sql "select count(*) from round_member where host_id = $H5 and included")
 ok $([ "$n5" -ge 1 ]; echo $?) "the client that joined mid-run took part in $n5 rounds"
+
+# Spot checks: the clients recomputed each other's ranges and agreed.
+checks=$(sql "select count(*) filter (where state = 'agreed') || ' ' || count(*) filter (where state = 'disagreed')
+  from spot_check")
+ok $([ "${checks% *}" -ge 2 ] && [ "${checks#* }" = 0 ]; echo $?) \
+	"spot checks answered by the clients agree (agreed, disagreed: $checks)"
+credit=$(sql "select round(sum(g.credit)::numeric, 9) = round((sum(g.flops) / 4.32e11)::numeric, 9)
+    and sum(g.samples) <= (select sum(m.samples) from round_member m join round r using (project_id, version)
+                            where r.state = 'committed' and m.accepted)
+  from credit_grant g where g.kind = 'round' and g.status = 'granted'")
+is "$credit" t "credit granted after agreeing checks is the FLOPs of accepted samples over 4.32e11"
 fi
 
 # The model never forks: in every committed round, every peer whose

@@ -1,0 +1,223 @@
+/* cotrain client: answering spot checks (see spotcheck.h). */
+#include "client/spotcheck.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/compute.h"
+#include "client/download.h"
+#include "client/shard_cache.h"
+#include "kernels/model.h"
+#include "shared/fingerprint.h"
+#include "shared/hash.h"
+#include "shared/json.h"
+
+#define MAX_CHECKS_A_PASS 8
+#define MANIFEST_MAX (16 << 20)
+
+typedef struct {
+	int64_t id, version, lo, hi;
+	uint64_t seed;
+	int k;
+	char checkpoint[65];
+} spot_check;
+
+/* Check a check as the server sent it. */
+static cot_err parse_check(const json_t *c, const cl_project *p, spot_check *out, cot_errbuf *eb)
+{
+	long long id = 0, v = 0, lo = 0, hi = 0, k = 0;
+	const char *seed = NULL, *ck = NULL, *proj = NULL;
+	cot_errbuf e = { "", "" };
+	if (!json_is_object(c) || cot_json_int(c, "id", true, 1, 1LL << 62, &id, &e) ||
+	    cot_json_str(c, "project", true, 1, CL_NAME_MAX, &proj, &e) ||
+	    cot_json_int(c, "version", true, 0, 1LL << 31, &v, &e) ||
+	    cot_json_int(c, "lo", true, 0, 1LL << 60, &lo, &e) ||
+	    cot_json_int(c, "hi", true, lo + 1, lo + p->mb_per_epoch, &hi, &e) ||
+	    cot_json_int(c, "k", true, 1, SPOT_K_MAX, &k, &e) ||
+	    cot_json_str(c, "seed", true, 1, 24, &seed, &e) ||
+	    cot_json_str(c, "checkpoint_sha256", true, 64, 64, &ck, &e) || !hash_is_sha256_hex(ck))
+		return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid spot check: %s",
+		                  e.msg[0] ? e.msg : "bad field");
+	if (strcmp(proj, p->name) != 0)
+		return cot_seterr(eb, COT_ERR_NETWORK, "server sent a spot check of another project");
+	char *end;
+	errno = 0;
+	long long s = strtoll(seed, &end, 10);
+	if (*end || errno)
+		return cot_seterr(eb, COT_ERR_NETWORK, "server sent a spot check with a bad seed");
+	*out = (spot_check){ .id = id, .version = v, .lo = lo, .hi = hi, .seed = (uint64_t)s, .k = (int)k };
+	memcpy(out->checkpoint, ck, 65);
+	return COT_OK;
+}
+
+/* Fetch file sha of the server into the cache as a work unit file f of
+ * kind; size < 0: ask the server first. */
+static cot_err fetch(const cl_project *p, const cl_spot_env *env, const char *sha, int64_t size, cl_file *f,
+                     const char *kind, cot_errbuf *eb)
+{
+	char url[CL_URL_MAX + 128], dest[PATH_MAX];
+	snprintf(url, sizeof url, "%s/files/%s", p->base, sha);
+	cot_err rc;
+	if (size < 0 && (rc = cl_download_size(url, p->host_token, env->timeout_s, &size, eb)))
+		return rc;
+	snprintf(f->url, sizeof f->url, "/files/%s", sha);
+	snprintf(f->sha256, sizeof f->sha256, "%s", sha);
+	snprintf(f->kind, sizeof f->kind, "%s", kind);
+	f->size = size;
+	if (cl_cache_has(env->cache_dir, sha, size))
+		return COT_OK;
+	rc = cl_cache_path(env->cache_dir, sha, dest, sizeof dest, eb);
+	if (rc)
+		return rc;
+	cl_download_req r = { .url = url, .sha256 = sha, .size = size, .max_bytes = env->max_file_bytes,
+	                      .bearer = p->host_token, .timeout_s = env->timeout_s,
+	                      .downloads_dir = env->downloads_dir, .dest_path = dest, .cancel = env->cancel };
+	cl_download_info info;
+	return cl_download(&r, &info, eb);
+}
+
+/* The checkpoint and the shards that hold the check's range, as a work
+ * unit's files, from the dataset's manifest. */
+static cot_err gather(const cl_api_opts *o, const cl_project *p, const cl_spot_env *env, const spot_check *c,
+                      cl_work *w, cot_errbuf *eb)
+{
+	json_t *info = NULL, *man = NULL;
+	cl_project tmp = *p;
+	cot_err rc = cl_api_project(o, &tmp, &info, eb);
+	if (rc)
+		return rc;
+	const json_t *mref = json_object_get(json_object_get(info, "dataset"), "manifest");
+	const char *msha = NULL;
+	long long msize = 0;
+	cot_errbuf e = { "", "" };
+	memset(w, 0, sizeof *w);
+	if (cot_json_str(mref, "sha256", true, 64, 64, &msha, &e) || !hash_is_sha256_hex(msha) ||
+	    cot_json_int(mref, "size", true, 1, MANIFEST_MAX, &msize, &e)) {
+		rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent no usable dataset manifest: %s", e.msg);
+		goto out;
+	}
+	cl_file mf;
+	if ((rc = fetch(p, env, msha, msize, &mf, "manifest", eb)))
+		goto out;
+	char path[PATH_MAX];
+	if ((rc = cl_cache_path(env->cache_dir, msha, path, sizeof path, eb)))
+		goto out;
+	json_error_t je;
+	if (!(man = json_load_file(path, 0, &je)) || !json_is_array(json_object_get(man, "shards"))) {
+		rc = cot_seterr(eb, COT_ERR_CORRUPT, "dataset manifest %s is not readable", msha);
+		goto out;
+	}
+	if ((rc = fetch(p, env, c->checkpoint, -1, &w->files[0], "checkpoint", eb)))
+		goto out;
+	w->nfiles = 1;
+	/* A range never crosses an epoch's end: its tokens are one span. */
+	uint64_t per_mb = (uint64_t)(p->microbatch_size * p->seq_len);
+	uint64_t first = (uint64_t)(c->lo % p->mb_per_epoch) * per_mb;
+	uint64_t last = first + (uint64_t)(c->hi - c->lo) * per_mb;  /* inclusive: the last target */
+	const json_t *shards = json_object_get(man, "shards");
+	for (size_t i = 0; i < json_array_size(shards); i++) {
+		const json_t *s = json_array_get(shards, i);
+		long long ft = 0, nt = 0, size = 0;
+		const char *sha = NULL;
+		if (cot_json_int(s, "first_token", true, 0, 1LL << 60, &ft, &e) ||
+		    cot_json_int(s, "n_tokens", true, 1, 1LL << 40, &nt, &e) ||
+		    cot_json_int(s, "size", true, 1, 1LL << 40, &size, &e) ||
+		    cot_json_str(s, "sha256", true, 64, 64, &sha, &e) || !hash_is_sha256_hex(sha)) {
+			rc = cot_seterr(eb, COT_ERR_CORRUPT, "dataset manifest %s has a bad shard: %s", msha, e.msg);
+			goto out;
+		}
+		if ((uint64_t)(ft + nt) <= first || (uint64_t)ft > last)
+			continue;
+		if (w->nfiles == CL_MAX_FILES) {
+			rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "spot check %lld needs more than %d files", (long long)c->id,
+			                CL_MAX_FILES);
+			goto out;
+		}
+		if ((rc = fetch(p, env, sha, size, &w->files[w->nfiles], "shard", eb)))
+			goto out;
+		w->nfiles++;
+	}
+	w->version = c->version;
+	w->lo = c->lo;
+	w->hi = w->keep_hi = c->hi;
+out:
+	json_decref(man);
+	json_decref(info);
+	return rc;
+}
+
+/* Recompute the check's range and send the fingerprint of its gradient. */
+static cot_err answer(const cl_api_opts *o, const cl_project *p, const cl_spot_env *env, const spot_check *c,
+                      cot_errbuf *eb)
+{
+	cl_work *w = malloc(sizeof *w);
+	if (!w)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	cl_compute *s = NULL;
+	cot_err rc = gather(o, p, env, c, w, eb);
+	if (!rc)
+		rc = cl_compute_open(p, w, env->cache_dir, &s, eb);
+	for (int64_t g = c->lo; !rc && g < c->hi; g++)
+		rc = cl_compute_microbatch(s, g, NULL, eb);
+	double fp[SPOT_K_MAX];
+	if (!rc) {
+		kern_model *m = cl_compute_model(s);
+		spot_fingerprint_compute(m->grads, m->n_params, c->seed, c->k, fp);
+	}
+	cl_compute_close(s);
+	free(w);
+	if (rc)
+		return rc;
+	char url[CL_URL_MAX + 128];
+	snprintf(url, sizeof url, "%s/v1/spotchecks/%lld/fingerprint", p->base, (long long)c->id);
+	json_t *vals = json_array();
+	for (int j = 0; vals && j < c->k; j++)
+		json_array_append_new(vals, json_real(fp[j]));
+	json_t *body = vals ? json_pack("{s:o}", "values", vals) : NULL;
+	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .json = body };
+	rc = body ? cl_api_http(o, &r, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	json_decref(body);
+	return rc;
+}
+
+cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_spot_env *env, int *answered,
+                          cot_errbuf *eb)
+{
+	*answered = 0;
+	char url[CL_URL_MAX + 128];
+	snprintf(url, sizeof url, "%s/v1/hosts/%lld/spotchecks", p->base, (long long)p->host_id);
+	json_t *a = NULL;
+	cl_http_req r = { .method = "GET", .url = url, .bearer = p->host_token, .out = &a };
+	cot_err rc = cl_api_http(o, &r, eb);
+	if (rc)
+		return rc;
+	json_t *todo = json_array();
+	const char *lists[] = { "own", "checking" };
+	for (int l = 0; a && todo && l < 2; l++) {
+		const json_t *x = json_object_get(a, lists[l]);
+		for (size_t i = 0; json_is_array(x) && i < json_array_size(x); i++)
+			json_array_append(todo, json_array_get(x, i));
+	}
+	json_decref(a);
+	if (todo && json_array_size(todo) == 0) {
+		/* Nothing of ours: check someone else's work. */
+		snprintf(url, sizeof url, "%s/v1/projects/%s/spotchecks/claim", p->base, p->name);
+		json_t *c = NULL;
+		cl_http_req cr = { .method = "POST", .url = url, .bearer = p->host_token, .out = &c };
+		if ((rc = cl_api_http(o, &cr, eb))) {
+			json_decref(todo);
+			return rc == COT_ERR_NOT_FOUND ? COT_OK : rc;   /* a server without spot checks */
+		}
+		if (c)
+			json_array_append_new(todo, c);
+	}
+	for (size_t i = 0; !rc && todo && i < json_array_size(todo) && i < MAX_CHECKS_A_PASS; i++) {
+		spot_check c;
+		if (!(rc = parse_check(json_array_get(todo, i), p, &c, eb)) && !(rc = answer(o, p, env, &c, eb)))
+			(*answered)++;
+	}
+	json_decref(todo);
+	return rc;
+}
