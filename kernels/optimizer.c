@@ -203,10 +203,12 @@ KERN_SIMD static void lamb_moments(kern_model *m, const kern_opt_config *o, segm
 	float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
 	float wd = kern_opt_decays(&m->views[sg->view]) ? o->weight_decay : 0.0f;
 	double pa[8] = { 0 }, ua[8] = { 0 };
-	/* lanes of 8: element i always lands in sum i % 8, in order */
-	for (size_t i0 = 0; i0 < sg->len; i0 += 8) {
-		size_t n = sg->len - i0 < 8 ? sg->len - i0 : 8;
-		for (size_t j = 0; j < n; j++) {
+	/* lanes of 8: element i always lands in sum i % 8, in order; whole
+	 * groups of 8 first (a fixed-width loop the compiler vectorises), then
+	 * the tail, which continues the same lanes */
+	size_t full = sg->len / 8 * 8, i0 = 0;
+	for (; i0 < full; i0 += 8)
+		for (size_t j = 0; j < 8; j++) {
 			size_t i = i0 + j;
 			float gi = g[i] * coef;
 			float mi = mm[i] * b1 + (1.0f - b1) * gi;
@@ -217,6 +219,16 @@ KERN_SIMD static void lamb_moments(kern_model *m, const kern_opt_config *o, segm
 			pa[j] += (double)p[i] * p[i];
 			ua[j] += (double)u * u;
 		}
+	for (size_t j = 0; i0 + j < sg->len; j++) {
+		size_t i = i0 + j;
+		float gi = g[i] * coef;
+		float mi = mm[i] * b1 + (1.0f - b1) * gi;
+		float vi = vv[i] * b2 + (1.0f - b2) * gi * gi;
+		float u = (mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i];
+		mm[i] = mi;
+		vv[i] = vi;
+		pa[j] += (double)p[i] * p[i];
+		ua[j] += (double)u * u;
 	}
 	for (int w = 4; w >= 1; w /= 2)
 		for (int j = 0; j < w; j++) {
