@@ -122,6 +122,9 @@ static void totals_match_ledger(const char *when)
 
 static void test_ledger(void)
 {
+	ok(sql_double("SELECT count(*) FROM spot_policy WHERE project_id = %lld", pid) == 1,
+	   "a new project gets the default spot-check policy");
+	th_sql("DELETE FROM spot_policy WHERE project_id = %lld", pid);
 	ok(sql_double("SELECT spot_rate(spot_policy_of(%lld), 0)", pid) == 0,
 	   "a project without a spot_policy row is not spot-checked");
 	ok(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 3)") == 1 &&

@@ -59,7 +59,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-if [ "$MODE" = groups ]; then plan 8; else plan 16; fi
+if [ "$MODE" = groups ]; then plan 9; else plan 17; fi
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -72,9 +72,9 @@ cat >"$T/project.json" <<'JSON'
 JSON
 admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null &&
 	admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
-# Every accepted host's work is spot-checked (doc/credit.md).
-sql "insert into spot_policy (project_id, deadline_s) select id, 600 from project where name = 'tiny'" ||
-	bail_out "could not set the spot-check policy"
+# Every project is spot-checked by default (doc/credit.md).
+is "$(sql "select count(*) from spot_policy s join project p on p.id = s.project_id where p.name = 'tiny'")" 1 \
+	"a new project gets the default spot-check policy"
 
 "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --wu-max 3 --reap-interval 1 \
 	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 8 --round-average-timeout 20 \
