@@ -1,9 +1,9 @@
 /* cotrain kernels: causal multi-head self-attention.  See attention.h.
  *
- * The four products per head go to the backend as batched GEMMs over all
- * (sample, head) pairs at once, one call per row block, reading q, k, v in
- * place through strides (no copies); the softmax and its backward run
- * between them, OpenMP over rows. */
+ * Each (sample, head) pair is one OpenMP task that runs its products (the
+ * backend's single-threaded sgemm_serial, one call per row block, reading
+ * q, k, v in place through strides: no copies) and its softmax back to
+ * back, so that the pair's scores stay in cache between them. */
 #include "kernels/attention.h"
 
 #include "kernels/backend.h"
@@ -46,44 +46,64 @@ KERN_SIMD static void softmax_back_row(float *d, const float *p, int n, int r1,
 		d[j] = 0.0f;
 }
 
-/* Batch layout over (sample b, head h): x is a [B,T,width] activation whose
- * head h starts at channel h*hd; att-shaped operands are [B,NH,T,T]. */
-static kern_batch pairs(int B, int NH, int T, long a_w, long a_hd, long b_w,
-                        long b_hd, long c_w, long c_hd)
+/* Pointers of one (sample b, head h) pair: q, k, v and dq, dk, dv are row
+ * T*3C apart in qkv/dqkv, dy and y rows C apart, p and dp [T,T]. */
+typedef struct {
+	const float *q, *k, *v, *p, *dy;
+	float *dq, *dk, *dv, *dp, *y, *pw;
+} pair_ptrs;
+
+static pair_ptrs pair_at(long pair, int T, int C, int NH, const float *qkv,
+                         float *dqkv, const float *att, float *attw,
+                         const float *dy, float *y, float *datt)
 {
-	kern_batch bt = { B, NH, T * a_w, a_hd, T * b_w, b_hd, T * c_w, c_hd };
-	return bt;
+	long b = pair / NH, h = pair % NH, hd = C / NH, C3 = 3L * C, TT = (long)T * T;
+	size_t x3 = (size_t)(b * T * C3 + h * hd), x1 = (size_t)(b * T * C + h * hd);
+	pair_ptrs pp = { 0 };
+	pp.q = qkv + x3;
+	pp.k = qkv + x3 + C;
+	pp.v = qkv + x3 + 2 * C;
+	if (dqkv) {
+		pp.dq = dqkv + x3;
+		pp.dk = dqkv + x3 + C;
+		pp.dv = dqkv + x3 + 2 * C;
+	}
+	pp.p = att ? att + pair * TT : NULL;
+	pp.pw = attw ? attw + pair * TT : NULL;
+	pp.dp = datt ? datt + pair * TT : NULL;
+	pp.dy = dy ? dy + x1 : NULL;
+	pp.y = y ? y + x1 : NULL;
+	return pp;
 }
 
+/* Every (sample, head) pair is one task: its products, by row block, and
+ * its softmax, while its [T,T] scores are in this core's cache; pairs are
+ * handed out to threads as they come free.  Each product is the call the
+ * batched version made for that pair, so results do not depend on the
+ * thread count. */
 void kern_attention_forward(float *out, float *att, const float *qkv,
                             int B, int T, int C, int NH)
 {
 	const kern_backend *be = kern_backend_get();
 	int hd = C / NH, C3 = 3 * C, nt = be->threads();
 	float scale = 1.0f / sqrtf((float)hd);
-	long TT = (long)T * T;
-	const float *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
-	/* S[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T: A = q (rows 3C apart,
-	 * head h at h*hd), B = k, C = att (T*T per head) */
-	kern_batch qk = pairs(B, NH, T, C3, hd, C3, hd, NH * (long)T, TT);
-	for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
-		int r1 = block_end(r0, T);
-		be->sgemm_batched(false, true, r1 - r0, r1, hd, scale,
-		                  q + (size_t)r0 * C3, C3, k, C3,
-		                  0.0f, att + (size_t)r0 * T, T, &qk);
-	}
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-	for (long row = 0; row < (long)B * NH * T; row++) {
-		int t = (int)(row % T);
-		softmax_row(att + row * T, t + 1, block_end(t, T));
-	}
-	/* out[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
-	kern_batch pv = pairs(B, NH, T, NH * (long)T, TT, C3, hd, C, hd);
-	for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
-		int r1 = block_end(r0, T);
-		be->sgemm_batched(false, false, r1 - r0, hd, r1, 1.0f,
-		                  att + (size_t)r0 * T, T, v, C3,
-		                  0.0f, out + (size_t)r0 * C, C, &pv);
+	long npairs = (long)B * NH;
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && npairs > 1)
+	for (long pair = 0; pair < npairs; pair++) {
+		pair_ptrs pp = pair_at(pair, T, C, NH, qkv, NULL, NULL, att, NULL, out, NULL);
+		for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
+			int r1 = block_end(r0, T);
+			/* S[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T */
+			be->sgemm_serial(false, true, r1 - r0, r1, hd, scale,
+			                 pp.q + (size_t)r0 * C3, C3, pp.k, C3,
+			                 0.0f, pp.pw + (size_t)r0 * T, T);
+			for (int t = r0; t < r1; t++)
+				softmax_row(pp.pw + (size_t)t * T, t + 1, r1);
+			/* out[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
+			be->sgemm_serial(false, false, r1 - r0, hd, r1, 1.0f,
+			                 pp.pw + (size_t)r0 * T, T, pp.v, C3,
+			                 0.0f, pp.y + (size_t)r0 * C, C);
+		}
 	}
 }
 
@@ -94,45 +114,36 @@ void kern_attention_backward(float *dqkv, float *datt, const float *dout,
 	const kern_backend *be = kern_backend_get();
 	int hd = C / NH, C3 = 3 * C, nt = be->threads();
 	float scale = 1.0f / sqrtf((float)hd);
-	long TT = (long)T * T, NT = NH * (long)T;
-	const float *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
-	float *dq = dqkv, *dk = dqkv + C, *dv = dqkv + 2 * C;
-	/* dP[r0:r1, 0:r1] = dY[r0:r1] V[0:r1]^T */
-	kern_batch dp = pairs(B, NH, T, C, hd, C3, hd, NT, TT);
-	for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
-		int r1 = block_end(r0, T);
-		be->sgemm_batched(false, true, r1 - r0, r1, hd, 1.0f,
-		                  dout + (size_t)r0 * C, C, v, C3,
-		                  0.0f, datt + (size_t)r0 * T, T, &dp);
-	}
-	/* softmax backward, the score scale folded in:
-	 * dS = scale * P * (dP - sum_j P dP) */
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-	for (long row = 0; row < (long)B * NH * T; row++) {
-		int t = (int)(row % T);
-		softmax_back_row(datt + row * T, att + row * T, t + 1, block_end(t, T),
-		                 scale);
-	}
-	/* dQ[r0:r1] += dS[r0:r1, 0:r1] K[0:r1] */
-	kern_batch dqb = pairs(B, NH, T, NT, TT, C3, hd, C3, hd);
-	for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
-		int r1 = block_end(r0, T);
-		be->sgemm_batched(false, false, r1 - r0, hd, r1, 1.0f,
-		                  datt + (size_t)r0 * T, T, k, C3,
-		                  1.0f, dq + (size_t)r0 * C3, C3, &dqb);
-	}
-	/* By column block [c0, c1), only rows t >= c0 are non-zero:
-	 * dK[c0:c1] += dS[c0:T, c0:c1]^T Q[c0:T]
-	 * dV[c0:c1] += P[c0:T, c0:c1]^T dY[c0:T] */
-	kern_batch dkb = pairs(B, NH, T, NT, TT, C3, hd, C3, hd);
-	kern_batch dvb = pairs(B, NH, T, NT, TT, C, hd, C3, hd);
-	for (int c0 = 0; c0 < T; c0 += KERN_ATT_BLOCK) {
-		int c1 = block_end(c0, T);
-		be->sgemm_batched(true, false, c1 - c0, hd, T - c0, 1.0f,
-		                  datt + (size_t)c0 * T + c0, T, q + (size_t)c0 * C3, C3,
-		                  1.0f, dk + (size_t)c0 * C3, C3, &dkb);
-		be->sgemm_batched(true, false, c1 - c0, hd, T - c0, 1.0f,
-		                  att + (size_t)c0 * T + c0, T, dout + (size_t)c0 * C, C,
-		                  1.0f, dv + (size_t)c0 * C3, C3, &dvb);
+	long npairs = (long)B * NH;
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && npairs > 1)
+	for (long pair = 0; pair < npairs; pair++) {
+		pair_ptrs pp = pair_at(pair, T, C, NH, qkv, dqkv, att, NULL, dout, NULL, datt);
+		for (int r0 = 0; r0 < T; r0 += KERN_ATT_BLOCK) {
+			int r1 = block_end(r0, T);
+			/* dP[r0:r1, 0:r1] = dY[r0:r1] V[0:r1]^T */
+			be->sgemm_serial(false, true, r1 - r0, r1, hd, 1.0f,
+			                 pp.dy + (size_t)r0 * C, C, pp.v, C3,
+			                 0.0f, pp.dp + (size_t)r0 * T, T);
+			/* dS = scale * P * (dP - sum_j P dP), the score scale folded in */
+			for (int t = r0; t < r1; t++)
+				softmax_back_row(pp.dp + (size_t)t * T, pp.p + (size_t)t * T,
+				                 t + 1, r1, scale);
+			/* dQ[r0:r1] += dS[r0:r1, 0:r1] K[0:r1] */
+			be->sgemm_serial(false, false, r1 - r0, hd, r1, 1.0f,
+			                 pp.dp + (size_t)r0 * T, T, pp.k, C3,
+			                 1.0f, pp.dq + (size_t)r0 * C3, C3);
+		}
+		/* By column block [c0, c1), only rows t >= c0 are non-zero:
+		 * dK[c0:c1] += dS[c0:T, c0:c1]^T Q[c0:T]
+		 * dV[c0:c1] += P[c0:T, c0:c1]^T dY[c0:T] */
+		for (int c0 = 0; c0 < T; c0 += KERN_ATT_BLOCK) {
+			int c1 = block_end(c0, T);
+			be->sgemm_serial(true, false, c1 - c0, hd, T - c0, 1.0f,
+			                 pp.dp + (size_t)c0 * T + c0, T, pp.q + (size_t)c0 * C3, C3,
+			                 1.0f, pp.dk + (size_t)c0 * C3, C3);
+			be->sgemm_serial(true, false, c1 - c0, hd, T - c0, 1.0f,
+			                 pp.p + (size_t)c0 * T + c0, T, pp.dy + (size_t)c0 * C, C,
+			                 1.0f, pp.dv + (size_t)c0 * C3, C3);
+		}
 	}
 }

@@ -42,6 +42,14 @@ typedef struct kern_backend {
 	void (*sgemm_bias)(bool ta, bool tb, int M, int N, int K, float alpha,
 	                   const float *A, int lda, const float *B, int ldb,
 	                   float beta, float *C, int ldc, const float *bias);
+	/* One product on the calling thread only, for a caller's own OpenMP
+	 * loop over independent problems (attention runs each (sample, head)
+	 * pair's products and softmax in one task): each output element is
+	 * computed exactly as sgemm_batched computes it.  May be called
+	 * inside OpenMP regions, from several threads at once. */
+	void (*sgemm_serial)(bool ta, bool tb, int M, int N, int K, float alpha,
+	                     const float *A, int lda, const float *B, int ldb,
+	                     float beta, float *C, int ldc);
 	/* n_outer * n_inner independent products of one shape; problem
 	 * (o, i) uses A + o*a_outer + i*a_inner, likewise B and C (strides
 	 * in floats), so that e.g. (sample, head) pairs of attention read

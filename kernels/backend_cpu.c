@@ -166,6 +166,7 @@ static const kern_backend backend_cpu = {
 	.name = "cpu",
 	.sgemm = cpu_sgemm,
 	.sgemm_bias = cpu_sgemm_bias,
+	.sgemm_serial = gemm1,
 	.sgemm_batched = cpu_sgemm_batched,
 	.set_threads = cpu_set_threads,
 	.threads = cpu_threads,
