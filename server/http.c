@@ -40,6 +40,7 @@ typedef struct conn_state {
 	int status;
 	struct timespec start;
 	bool held;                   /* suspended by http_hold, not yet run again */
+	bool answering_at_stop;      /* resumed by http_stop; its answer not yet sent */
 	struct conn_state *next_held;
 	char pathbuf[512];
 } conn_state;
@@ -54,6 +55,7 @@ static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
 static conn_state *held_list;
 static unsigned long hold_gen;
 static int held_pending;             /* resumed, not yet run again */
+static int held_answering;           /* run again by http_stop, answer not yet sent */
 static bool hold_stopping, timer_stop;
 
 const char *http_header(const http_req *req, const char *name)
@@ -360,6 +362,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		pthread_mutex_lock(&hold_lock);
 		st->held = false;
 		held_pending--;
+		if (hold_stopping) {
+			st->answering_at_stop = true;
+			held_answering++;
+		}
 		pthread_mutex_unlock(&hold_lock);
 	}
 	if (st->too_large) {
@@ -403,6 +409,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			}
 		if (!listed)
 			held_pending--;
+		pthread_mutex_unlock(&hold_lock);
+	}
+	if (st->answering_at_stop) {
+		pthread_mutex_lock(&hold_lock);
+		held_answering--;
 		pthread_mutex_unlock(&hold_lock);
 	}
 	if (st->resp)
@@ -466,6 +477,7 @@ cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
 	pthread_once(&hold_once, hold_init);
 	pthread_mutex_lock(&hold_lock);
 	hold_stopping = timer_stop = false;
+	held_answering = 0;
 	pthread_mutex_unlock(&hold_lock);
 	if (pthread_create(&s->timer, NULL, hold_timer, NULL) != 0) {
 		MHD_stop_daemon(s->daemon);
@@ -498,9 +510,9 @@ void http_stop(http_server *s)
 	resume_chain(c);
 	if (s->timer_started)
 		pthread_join(s->timer, NULL);
-	for (int i = 0; i < 200; i++) {        /* up to 2 s */
+	for (int i = 0; i < 200; i++) {        /* up to 2 s: run again and answered */
 		pthread_mutex_lock(&hold_lock);
-		int pending = held_pending;
+		int pending = held_pending + held_answering;
 		pthread_mutex_unlock(&hold_lock);
 		if (pending <= 0)
 			break;
