@@ -107,9 +107,11 @@ void kern_attention_forward(float *out, float *att, const float *qkv,
 	}
 }
 
-void kern_attention_backward(float *dqkv, float *datt, const float *dout,
-                             const float *qkv, const float *att,
-                             int B, int T, int C, int NH)
+/* beta 1: dqkv += gradient; beta 0: dqkv = gradient (each element of dq,
+ * dk and dv is written by exactly one product). */
+static void attention_backward(float *dqkv, float *datt, const float *dout,
+                               const float *qkv, const float *att,
+                               int B, int T, int C, int NH, float beta)
 {
 	const kern_backend *be = kern_backend_get();
 	int hd = C / NH, C3 = 3 * C, nt = be->threads();
@@ -131,7 +133,7 @@ void kern_attention_backward(float *dqkv, float *datt, const float *dout,
 			/* dQ[r0:r1] += dS[r0:r1, 0:r1] K[0:r1] */
 			be->sgemm_serial(false, false, r1 - r0, hd, r1, 1.0f,
 			                 pp.dp + (size_t)r0 * T, T, pp.k, C3,
-			                 1.0f, pp.dq + (size_t)r0 * C3, C3);
+			                 beta, pp.dq + (size_t)r0 * C3, C3);
 		}
 		/* By column block [c0, c1), only rows t >= c0 are non-zero:
 		 * dK[c0:c1] += dS[c0:T, c0:c1]^T Q[c0:T]
@@ -140,10 +142,24 @@ void kern_attention_backward(float *dqkv, float *datt, const float *dout,
 			int c1 = block_end(c0, T);
 			be->sgemm_serial(true, false, c1 - c0, hd, T - c0, 1.0f,
 			                 pp.dp + (size_t)c0 * T + c0, T, pp.q + (size_t)c0 * C3, C3,
-			                 1.0f, pp.dk + (size_t)c0 * C3, C3);
+			                 beta, pp.dk + (size_t)c0 * C3, C3);
 			be->sgemm_serial(true, false, c1 - c0, hd, T - c0, 1.0f,
 			                 pp.p + (size_t)c0 * T + c0, T, pp.dy + (size_t)c0 * C, C,
-			                 1.0f, pp.dv + (size_t)c0 * C3, C3);
+			                 beta, pp.dv + (size_t)c0 * C3, C3);
 		}
 	}
+}
+
+void kern_attention_backward(float *dqkv, float *datt, const float *dout,
+                             const float *qkv, const float *att,
+                             int B, int T, int C, int NH)
+{
+	attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, 1.0f);
+}
+
+void kern_attention_backward_set(float *dqkv, float *datt, const float *dout,
+                                 const float *qkv, const float *att,
+                                 int B, int T, int C, int NH)
+{
+	attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH, 0.0f);
 }

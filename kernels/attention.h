@@ -23,4 +23,9 @@ void kern_attention_backward(float *dqkv, float *datt, const float *dout,
                              const float *qkv, const float *att,
                              int B, int T, int C, int NH);
 
+/* The same, dqkv's old contents ignored (no zeroing pass needed). */
+void kern_attention_backward_set(float *dqkv, float *datt, const float *dout,
+                                 const float *qkv, const float *att,
+                                 int B, int T, int C, int NH);
+
 #endif

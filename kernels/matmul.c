@@ -45,15 +45,29 @@ void kern_colsum_add(float *dst, const float *src, int M, int N)
 	}
 }
 
-void kern_linear_backward(float *dinp, float *dW, float *dbias,
-                          const float *dout, const float *inp, const float *W,
-                          int M, int K, int N)
+static void linear_backward(float *dinp, float *dW, float *dbias,
+                            const float *dout, const float *inp, const float *W,
+                            int M, int K, int N, float beta)
 {
 	const kern_backend *be = kern_backend_get();
-	if (dinp)  /* dinp[M,K] += dout[M,N] @ W[K,N]^T */
-		be->sgemm(false, true, M, K, N, 1.0f, dout, N, W, N, 1.0f, dinp, K);
+	if (dinp)  /* dinp[M,K] = beta * dinp + dout[M,N] @ W[K,N]^T */
+		be->sgemm(false, true, M, K, N, 1.0f, dout, N, W, N, beta, dinp, K);
 	/* dW[K,N] += inp[M,K]^T @ dout[M,N] */
 	be->sgemm(true, false, K, N, M, 1.0f, inp, K, dout, N, 1.0f, dW, N);
 	if (dbias)
 		kern_colsum_add(dbias, dout, M, N);
+}
+
+void kern_linear_backward(float *dinp, float *dW, float *dbias,
+                          const float *dout, const float *inp, const float *W,
+                          int M, int K, int N)
+{
+	linear_backward(dinp, dW, dbias, dout, inp, W, M, K, N, 1.0f);
+}
+
+void kern_linear_backward_set(float *dinp, float *dW, float *dbias,
+                              const float *dout, const float *inp, const float *W,
+                              int M, int K, int N)
+{
+	linear_backward(dinp, dW, dbias, dout, inp, W, M, K, N, 0.0f);
 }

@@ -24,6 +24,12 @@ void kern_linear_backward(float *dinp, float *dW, float *dbias,
                           const float *dout, const float *inp, const float *W,
                           int M, int K, int N);
 
+/* The same, but dinp[M,K] = dout @ W^T, its old contents ignored (no
+ * zeroing pass needed); dW and dbias still accumulate. */
+void kern_linear_backward_set(float *dinp, float *dW, float *dbias,
+                              const float *dout, const float *inp, const float *W,
+                              int M, int K, int N);
+
 /* dst[N] += sum over the M rows of src[M,N], summed in double in row order
  * (deterministic on any thread count). */
 void kern_colsum_add(float *dst, const float *src, int M, int N);

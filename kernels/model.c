@@ -444,24 +444,19 @@ cot_err kern_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 		layer_acts *la = &a->layer[l];
 		const float *res_in = l > 0 ? a->layer[l - 1].res3 : a->encoded;
 		/* dres = d res3: through the MLP */
-		memset(a->dfchg, 0, (size_t)BT * F * sizeof(float));
-		kern_linear_backward(a->dfchg, g.fcprojw, g.fcprojb, a->dres,
+		kern_linear_backward_set(a->dfchg, g.fcprojw, g.fcprojb, a->dres,
 		                     la->fchg, p.fcprojw, BT, F, C);
 		kern_gelu_backward_set(a->dfch, la->fch, a->dfchg, (size_t)BT * F);
-		memset(a->dln, 0, btc);
-		kern_linear_backward(a->dln, g.fcw, g.fcb, a->dfch, la->ln2, p.fcw,
+		kern_linear_backward_set(a->dln, g.fcw, g.fcb, a->dfch, la->ln2, p.fcw,
 		                     BT, C, F);
 		kern_layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dln, la->res2,
 		                        p.ln2w, la->ln2_mean, la->ln2_rstd, BT, C);
 		/* dres = d res2: through the attention */
-		memset(a->datty, 0, btc);
-		kern_linear_backward(a->datty, g.attprojw, g.attprojb, a->dres,
+		kern_linear_backward_set(a->datty, g.attprojw, g.attprojb, a->dres,
 		                     la->atty, p.attprojw, BT, C, C);
-		memset(a->dqkv, 0, 3 * btc);
-		kern_attention_backward(a->dqkv, a->datt, a->datty, la->qkv, la->att,
+		kern_attention_backward_set(a->dqkv, a->datt, a->datty, la->qkv, la->att,
 		                        B, T, C, NH);
-		memset(a->dln, 0, btc);
-		kern_linear_backward(a->dln, g.qkvw, g.qkvb, a->dqkv, la->ln1, p.qkvw,
+		kern_linear_backward_set(a->dln, g.qkvw, g.qkvb, a->dqkv, la->ln1, p.qkvw,
 		                     BT, C, 3 * C);
 		kern_layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dln, res_in,
 		                        p.ln1w, la->ln1_mean, la->ln1_rstd, BT, C);
