@@ -8,6 +8,11 @@
  *                                      peer in (nat_acceptor), accept one TLS
  *                                      connection from it, receive --bytes,
  *                                      answer; prints "ACCEPTED plan=P bytes=N"
+ *   nat_driver map OPTS --map LEASE    open the listener, map its port on the
+ *                                      router (client/portmap.h), renew once,
+ *                                      remove; prints "MAPPED method addr port
+ *                                      ms=T", "RENEWED port", or on failure
+ *                                      "NOMAP ms=T error" (exit 1)
  *   nat_driver dial OPTS --peer ID     open the listener, register, dial the
  *                                      peer through the ladder (--rung nat,
  *                                      punch, relay or direct), TLS, send
@@ -16,6 +21,9 @@
  * OPTS: --server ADDR --nat-port P --host ID --token T --listen-port L
  *       [--listen-addr A] [--mapped-port M] --project NAME --version V
  *       --ca-dir DIR [--target ADDR:PORT] [--seconds S] [--bytes N]
+ *       [--map LEASE]: with observe, accept and dial, map the listener's port
+ *       first (printing the MAPPED line), register with it as mapped_port,
+ *       and remove the mapping at the end
  * Exit status 0 on success, 1 on failure (the reason on stderr). */
 #include <getopt.h>
 #include <pthread.h>
@@ -25,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "client/portmap.h"
 #include "shared/deadline.h"
 #include "shared/frame.h"
 #include "shared/listener.h"
@@ -38,7 +47,7 @@
 static nat_config cfg = { .listen_addr = "0.0.0.0" };
 static const char *project = "nattest", *ca_dir = NULL, *target = NULL, *rung = "nat";
 static int64_t version = 0, peer_id = 0;
-static int seconds = 30;
+static int seconds = 30, map_lease = 0;
 static long long nbytes = 1 << 20;
 
 static int fail(const char *what, const cot_errbuf *eb)
@@ -241,6 +250,7 @@ int main(int argc, char **argv)
 		{ "mapped-port", 1, NULL, 'm' }, { "project", 1, NULL, 'p' }, { "version", 1, NULL, 'v' },
 		{ "peer", 1, NULL, 'r' }, { "ca-dir", 1, NULL, 'c' }, { "target", 1, NULL, 'T' },
 		{ "seconds", 1, NULL, 'S' }, { "bytes", 1, NULL, 'b' }, { "rung", 1, NULL, 'R' },
+		{ "map", 1, NULL, 'M' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int c;
@@ -262,6 +272,7 @@ int main(int argc, char **argv)
 		case 'S': seconds = atoi(optarg); break;
 		case 'b': nbytes = atoll(optarg); break;
 		case 'R': rung = optarg; break;
+		case 'M': map_lease = atoi(optarg); break;
 		default: return 2;
 		}
 	}
@@ -285,6 +296,34 @@ int main(int argc, char **argv)
 	if (listener_open(cfg.listen_addr, cfg.listen_port, 0, &l, &eb))
 		return fail("could not listen", &eb);
 	cfg.listen_port = listener_port(l);
+	cl_portmap *pm = NULL;
+	if (map_lease > 0 || strcmp(cmd, "map") == 0) {
+		int64_t t0 = deadline_now_ms();
+		if (cl_portmap_open(strcmp(cfg.listen_addr, "0.0.0.0") ? cfg.listen_addr : NULL,
+		                    cfg.listen_port, map_lease > 0 ? map_lease : 60, &pm, &eb)) {
+			printf("NOMAP ms=%lld %s\n", (long long)(deadline_now_ms() - t0), eb.msg);
+			fprintf(stderr, "nat_driver: hint: %s\n", eb.hint);
+			listener_close(l);
+			return 1;
+		}
+		char ea[64];
+		uint16_t ep;
+		cl_portmap_external(pm, ea, &ep);
+		printf("MAPPED %s %s %u ms=%lld\n", cl_portmap_method(pm), ea[0] ? ea : "-", ep,
+		       (long long)(deadline_now_ms() - t0));
+		fflush(stdout);
+		cfg.mapped_port = ep;
+		if (strcmp(cmd, "map") == 0) {
+			int rc = 0;
+			if (cl_portmap_renew(pm, &eb))
+				rc = fail("could not renew", &eb);
+			else
+				printf("RENEWED %u\n", ep);
+			cl_portmap_close(pm);
+			listener_close(l);
+			return rc;
+		}
+	}
 	int rc = observe(deadline);
 	if (rc == 0 && strcmp(cmd, "observe") != 0) {
 		if (!ca_dir || !peer_id) {
@@ -303,6 +342,7 @@ int main(int argc, char **argv)
 			peer_ctx_free(ctx);
 		}
 	}
+	cl_portmap_close(pm);
 	listener_close(l);
 	return rc;
 }
