@@ -15,6 +15,13 @@
 #                           carrier-grade NAT: router NAME (on the hub at IDX)
 #                           NATs 100.64.IDX.0/24, where home router NAME-home
 #                           NATs LAN in front of host hIDX: two layers of NAT
+#   natns_upnp NAME IDX LAN PROTO
+#                           a home router like natns_router's "eim" that also
+#                           runs Debian's miniupnpd (nftables backend) on its
+#                           LAN side: PROTO "upnp" (UPnP IGD and NAT-PMP) or
+#                           "natpmp" (NAT-PMP only).  Its forward filter lets
+#                           in what a mapping forwards (ct status dnat).  Needs
+#                           $NAT_DATA (config, leases, log NAME-miniupnpd.log)
 #   natns_flush             flush connection tracking in every router
 #   natns_host NAME         the host namespace behind router NAME's site
 NATNS_ROUTERS=
@@ -73,6 +80,51 @@ natns_cgnat() {
 	ip -n "$NETNS_PREFIX-h$_i" route add default via "$_lan.1" || return 1
 	natns__nat "$_r" eth0 eim && natns__nat "$_r-home" eth0 eim || return 1
 	NATNS_ROUTERS="$NATNS_ROUTERS $_r $_r-home"
+}
+
+# miniupnpd 2.3.1 refuses a private external address (the hub's 10.231/16),
+# and ext_allow_private_ipv4 came later: the router declares a public-looking
+# stand-in (11.0.0.IDX), which only the UPnP answers carry.  Its DNAT rules
+# match on the WAN interface, so the server's dial-back to the router's hub
+# address is forwarded all the same.
+NATNS_MINIUPNPD=${NATNS_MINIUPNPD:-/usr/sbin/miniupnpd}
+
+natns_upnp() {
+	_r=$1 _i=$2 _lan=$3 _p=$4
+	natns_router "$_r" "$_i" "$_lan" eim || return 1
+	netns_exec "$_r" nft insert rule inet cotfilter cot_forward ct status dnat accept || return 1
+	# The table and chains miniupnpd's nftables backend fills (its defaults).
+	netns_exec "$_r" nft -f - <<NFT || return 1
+table inet filter {
+	chain forward { type filter hook forward priority 10; policy accept; jump miniupnpd; }
+	chain miniupnpd { }
+	chain prerouting { type nat hook prerouting priority -100; policy accept; jump prerouting_miniupnpd; }
+	chain postrouting { type nat hook postrouting priority 90; policy accept; jump postrouting_miniupnpd; }
+	chain prerouting_miniupnpd { }
+	chain postrouting_miniupnpd { }
+}
+NFT
+	_upnp=yes
+	[ "$_p" = natpmp ] && _upnp=no
+	cat >"$NAT_DATA/$_r-miniupnpd.conf" <<CONF || return 1
+ext_ifname=eth0
+ext_ip=11.0.0.$_i
+listening_ip=lan0
+enable_upnp=$_upnp
+enable_natpmp=yes
+secure_mode=yes
+system_uptime=yes
+min_lifetime=30
+uuid=67053115-2b9c-4e27-bc58-0738131d96$(printf %02d $((_i % 100)))
+lease_file=$NAT_DATA/$_r-miniupnpd.leases
+CONF
+	netns_bg "$_r" "$NATNS_MINIUPNPD" -d -f "$NAT_DATA/$_r-miniupnpd.conf" \
+		-P "$NAT_DATA/$_r-miniupnpd.pid" >"$NAT_DATA/$_r-miniupnpd.log" 2>&1
+	_n=50
+	while [ $_n -gt 0 ] && ! grep -q 'HTTP listening\|Listening for NAT-PMP' "$NAT_DATA/$_r-miniupnpd.log"; do
+		sleep 0.1; _n=$((_n - 1))
+	done
+	[ $_n -gt 0 ] || { cat "$NAT_DATA/$_r-miniupnpd.log" >&2; return 1; }
 }
 
 natns_flush() {
