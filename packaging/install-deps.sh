@@ -16,6 +16,7 @@ libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev
 libmicrohttpd-dev libopenblas-dev
 libminiupnpc-dev libnatpmp-dev
 nftables conntrack
+miniupnpd miniupnpd-nftables
 python3 ca-certificates curl procps iproute2 util-linux
 zip tar gzip
 chromium libxml2-utils
