@@ -318,7 +318,7 @@ static bool do_meet(relay_service *s, int fd, char **f, int nf)
 	return false;
 }
 
-/* ---- RELAY <project> <version> <host> <peer> <token> ---- */
+/* ---- RELAY <project> <version> <host> <peer> <token> <DIAL|ACCEPT> ---- */
 
 typedef struct {
 	relay_service *s;
@@ -462,14 +462,14 @@ static bool do_relay(relay_service *s, int fd, char **f, int nf)
 	cot_errbuf eb = { { 0 }, { 0 } };
 	long long version, host, peer;
 	int64_t project_id;
-	if (nf != 6) {
+	if (nf != 7 || (strcmp(f[6], "DIAL") != 0 && strcmp(f[6], "ACCEPT") != 0)) {
 		cot_seterr(&eb, COT_ERR_INVALID, "malformed RELAY line");
 		refuse(fd, COT_ERR_INVALID, &eb);
 		return false;
 	}
 	if (!pair_request(fd, f, &version, &host, &peer, &project_id))
 		return false;
-	rdv_half h = { fd, host, 0, deadline_after_ms(s->cfg.wait_s * 1000LL) };
+	rdv_half h = { fd, host, strcmp(f[6], "DIAL") == 0, deadline_after_ms(s->cfg.wait_s * 1000LL) };
 	rdv_half other;
 	cot_err rc = rdv_park(RDV_RELAY, project_id, version, peer, &h, &other, &eb);
 	if (rc) {

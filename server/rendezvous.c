@@ -133,7 +133,9 @@ static pair *pair_find(rdv_kind kind, int64_t project_id, int64_t version, int64
 cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t peer,
                  const rdv_half *h, rdv_half *partner, cot_errbuf *eb)
 {
-	int64_t lo = h->host < peer ? h->host : peer, hi = h->host < peer ? peer : h->host;
+	/* One meeting (or relay session) per direction: in an all-reduce two
+	 * aggregators each dial the other, and those are two connections. */
+	int64_t lo = h->dial ? h->host : peer, hi = h->dial ? peer : h->host;
 	cot_err rc = COT_OK;
 	partner->fd = -1;
 	pthread_mutex_lock(&mu);
@@ -161,7 +163,7 @@ cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t pee
 		if (p->half.host == h->host) {
 			rc = cot_seterr(eb, COT_ERR_CONFLICT, "host %lld already waits for host %lld",
 			                (long long)h->host, (long long)peer);
-		} else if (kind == RDV_MEET && p->half.dial == h->dial) {
+		} else if (p->half.dial == h->dial) {
 			rc = cot_seterr(eb, COT_ERR_CONFLICT, "both hosts asked to %s",
 			                h->dial ? "dial" : "accept");
 		} else {

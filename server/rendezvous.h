@@ -27,7 +27,7 @@ typedef enum { RDV_MEET, RDV_RELAY } rdv_kind;
 typedef struct {
 	int fd;                   /* the half's connection (owned by the table while parked) */
 	int64_t host;             /* who sent it */
-	int dial;                 /* MEET: 1 for the side that dials, 0 for the one that accepts */
+	int dial;                 /* 1 for the side that dials, 0 for the one that accepts */
 	int64_t expires_ms;       /* monotonic time the wait ends */
 } rdv_half;
 

@@ -85,7 +85,7 @@ static cot_err relay_connect(dialer *d, const dialer_target *t, int64_t deadline
                              cot_errbuf *eb)
 {
 	relay *r = (relay *)d;
-	return nat_relay_join(r->c, r->project, r->version, t->host_id, deadline, NULL, &res->fd, eb);
+	return nat_relay_join(r->c, r->project, r->version, t->host_id, true, deadline, NULL, &res->fd, eb);
 }
 
 static void relay_free(dialer *d)

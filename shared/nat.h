@@ -132,9 +132,11 @@ typedef struct {
 cot_err nat_meet(const nat_config *c, const char *project, int64_t version, int64_t peer, bool dial,
                  int64_t deadline, const volatile int *cancel, nat_meeting *m, cot_errbuf *eb);
 
-/* Join the relay for peer: on COT_OK *fd is the spliced connection (blocking
+/* Join the relay for peer, as the side that dials (the connection's
+ * sender) or the one that accepts: the two directions between two hosts are
+ * two sessions.  On COT_OK *fd is the spliced connection (blocking
  * mode off, TCP_NODELAY). */
-cot_err nat_relay_join(const nat_config *c, const char *project, int64_t version, int64_t peer,
+cot_err nat_relay_join(const nat_config *c, const char *project, int64_t version, int64_t peer, bool dial,
                        int64_t deadline, const volatile int *cancel, int *fd, cot_errbuf *eb);
 
 /* Punch: from the moment (plus a little, so that the acceptor's mapping is

@@ -91,7 +91,7 @@ static void *slot_main(void *arg)
 	 * direct attempt or punch fails.  The server holds our half until the
 	 * dialer comes or its wait ends (a 408 then: nothing to do). */
 	if (rfd < 0) {
-		cot_err rc = nat_relay_join(c, a->project, a->version, sl->peer, until, &a->stop, &rfd, &eb);
+		cot_err rc = nat_relay_join(c, a->project, a->version, sl->peer, false, until, &a->stop, &rfd, &eb);
 		if (rc) {
 			if (strcmp(m.plan, "relay") == 0)
 				log_warn("nat: could not relay host %lld: %s", (long long)sl->peer, eb.msg);

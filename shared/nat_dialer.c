@@ -57,7 +57,7 @@ static cot_err nat_connect(dialer *d, const dialer_target *t, int64_t deadline, 
 	}
 	res->rung = "relay";
 	cot_errbuf reb = { { 0 }, { 0 } };
-	rc = nat_relay_join(n->c, n->project, n->version, t->host_id, deadline, NULL, &res->fd, &reb);
+	rc = nat_relay_join(n->c, n->project, n->version, t->host_id, true, deadline, NULL, &res->fd, &reb);
 	if (rc)
 		return cot_seterr(eb, rc, "could not reach host %lld (plan %s): %s%s%s%srelay: %s",
 		                  (long long)t->host_id, m.plan, deb.msg, deb.msg[0] ? "; " : "", peb.msg,

@@ -234,12 +234,12 @@ cot_err nat_meet(const nat_config *c, const char *project, int64_t version, int6
 	return COT_OK;
 }
 
-cot_err nat_relay_join(const nat_config *c, const char *project, int64_t version, int64_t peer,
+cot_err nat_relay_join(const nat_config *c, const char *project, int64_t version, int64_t peer, bool dial,
                        int64_t deadline, const volatile int *cancel, int *fd, cot_errbuf *eb)
 {
 	char line[NAT_LINE_MAX], reply[NAT_LINE_MAX];
-	snprintf(line, sizeof line, "RELAY %s %lld %lld %lld %s", project, (long long)version,
-	         (long long)c->host_id, (long long)peer, c->token);
+	snprintf(line, sizeof line, "RELAY %s %lld %lld %lld %s %s", project, (long long)version,
+	         (long long)c->host_id, (long long)peer, c->token, dial ? "DIAL" : "ACCEPT");
 	cot_err rc = nat_request(c, 0, false, line, deadline, cancel, reply, fd, eb);
 	if (rc)
 		return rc;

@@ -117,7 +117,7 @@ static void *relay_main(void *arg)
 	cot_errbuf eb = { { 0 }, { 0 } };
 	int64_t deadline = deadline_after_ms(seconds * 1000LL);
 	int rfd = -1, lfd;
-	if (nat_relay_join(&cfg, project, version, peer_id, deadline, &relay_stop, &rfd, &eb)) {
+	if (nat_relay_join(&cfg, project, version, peer_id, false, deadline, &relay_stop, &rfd, &eb)) {
 		fail("could not join the relay", &eb);
 		return NULL;
 	}
