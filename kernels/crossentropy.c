@@ -47,7 +47,7 @@ double kern_crossentropy_forward(float *losses, const float *logits,
                                  const int32_t *targets, int N, int V)
 {
 	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 16) if (nt > 1)
 	for (int n = 0; n < N; n++) {
 		const float *l = logits + (size_t)n * V;
 		float mx, sum = row_sumexp(l, V, &mx);
@@ -78,7 +78,7 @@ static void ce_backward(float *dlogits, const float *logits,
                         int acc)
 {
 	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 16) if (nt > 1)
 	for (int n = 0; n < N; n++) {
 		ce_back_row(dlogits + (size_t)n * V, logits + (size_t)n * V,
 		            targets[n], dloss, V, acc);

@@ -44,7 +44,7 @@ void kern_gelu_forward(float *out, const float *inp, size_t n)
 {
 	int nt = kern_threads();
 	long nchunks = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && nchunks > 1)
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1 && nchunks > 1)
 	for (long ch = 0; ch < nchunks; ch++) {
 		size_t lo = (size_t)ch * GELU_CHUNK;
 		size_t hi = lo + GELU_CHUNK < n ? lo + GELU_CHUNK : n;
@@ -57,7 +57,7 @@ static void gelu_backward(float *dinp, const float *inp, const float *dout,
 {
 	int nt = kern_threads();
 	long nchunks = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && nchunks > 1)
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1 && nchunks > 1)
 	for (long ch = 0; ch < nchunks; ch++) {
 		size_t lo = (size_t)ch * GELU_CHUNK;
 		size_t hi = lo + GELU_CHUNK < n ? lo + GELU_CHUNK : n;

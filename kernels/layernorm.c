@@ -28,7 +28,7 @@ void kern_layernorm_forward(float *out, float *mean, float *rstd,
                             const float *bias, int N, int C)
 {
 	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 32) if (nt > 1)
 	for (int n = 0; n < N; n++)
 		ln_fwd_row(out + (size_t)n * C, &mean[n], &rstd[n], inp + (size_t)n * C,
 		           weight, bias, C);
@@ -94,14 +94,14 @@ void kern_layernorm_backward(float *dinp, float *dweight, float *dbias,
 	/* dinp: rows are independent.  With dnorm = dout * weight and
 	 * xhat = (x - mean) * rstd:
 	 *   dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)) */
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 32) if (nt > 1)
 	for (int n = 0; n < N; n++)
 		ln_bwd_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C,
 		           weight, mean[n], rstd[n], C);
 	/* dweight, dbias: each channel block summed over rows by one thread. */
 	enum { CB = 64 };
 	int nblocks = (C + CB - 1) / CB;
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
 	for (int b = 0; b < nblocks; b++) {
 		int c0 = b * CB, nc = C - c0 < CB ? C - c0 : CB;
 		ln_cols(dweight + c0, dbias + c0, dout + c0, inp + c0, mean, rstd, N, C, nc);

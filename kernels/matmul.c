@@ -38,7 +38,7 @@ void kern_colsum_add(float *dst, const float *src, int M, int N)
 	enum { CB = 64 };
 	int nt = kern_threads();
 	int nblocks = (N + CB - 1) / CB;
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && (long)M * N > 65536)
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && (long)M * N > 65536)
 	for (int b = 0; b < nblocks; b++) {
 		int c0 = b * CB, nc = N - c0 < CB ? N - c0 : CB;
 		colsum_block(dst + c0, src + c0, M, N, nc);

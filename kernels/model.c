@@ -480,7 +480,7 @@ void kern_scale_grads(kern_model *m, float s)
 	float *g = m->grads;
 	size_t n = m->n_params;
 	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && n > 65536)
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 65536) if (nt > 1 && n > 65536)
 	for (size_t i = 0; i < n; i++)
 		g[i] *= s;
 }

@@ -133,7 +133,7 @@ double kern_grad_norm(const kern_model *m)
 	double part[GROUP];
 	for (long g0 = 0; g0 < nblocks; g0 += GROUP) {
 		long ng = nblocks - g0 < GROUP ? nblocks - g0 : GROUP;
-		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && ng > 1)
+		#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && ng > 1)
 		for (long b = 0; b < ng; b++) {
 			size_t lo = (size_t)(g0 + b) * KERN_OPT_BLOCK;
 			size_t len = n - lo < KERN_OPT_BLOCK ? n - lo : KERN_OPT_BLOCK;
@@ -282,11 +282,11 @@ cot_err kern_opt_step(kern_model *m, const kern_opt_config *o,
 	int nt = kern_threads();
 	if (o->kind == KERN_OPT_ADAMW) {
 		float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
 			adamw_segment(m, o, &segs[i], lr, coef, step_size, bc2_sqrt);
 	} else {
-		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
 			lamb_moments(m, o, &segs[i], coef, (float)bc1, (float)bc2);
 		/* per-tensor trust ratios, segments summed in order */
@@ -302,7 +302,7 @@ cot_err kern_opt_step(kern_model *m, const kern_opt_config *o,
 				r = sqrt(p2) / sqrt(u2);
 			scale[v] = (float)(lr * r);
 		}
-		#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
 			lamb_apply(m, o, &segs[i], scale[segs[i].view], (float)bc1, (float)bc2);
 	}
