@@ -42,6 +42,13 @@ typedef struct kern_backend {
 	void (*sgemm_bias)(bool ta, bool tb, int M, int N, int K, float alpha,
 	                   const float *A, int lda, const float *B, int ldb,
 	                   float beta, float *C, int ldc, const float *bias);
+	/* As sgemm_bias with beta 1 on a copy: first C = R + bias (R[M,N],
+	 * leading dimension ldc, may not overlap C; bias may be NULL), then
+	 * C += alpha * op(A) op(B): a residual connection and the projection
+	 * that feeds it, the copy made per tile.  Outside OpenMP regions. */
+	void (*sgemm_residual)(bool ta, bool tb, int M, int N, int K, float alpha,
+	                       const float *A, int lda, const float *B, int ldb,
+	                       const float *R, float *C, int ldc, const float *bias);
 	/* One product on the calling thread only, for a caller's own OpenMP
 	 * loop over independent problems (attention runs each (sample, head)
 	 * pair's products and softmax in one task): each output element is

@@ -53,13 +53,20 @@ static int tile_of(int dim)
 	return t < 128 ? 128 : t > 512 ? 512 : t;
 }
 
-/* C[rows, 0:n) = beta * C + bias over a block of C (beta 0: C = bias). */
+/* Over a block of C: C = R + bias when R is given (bias may then be NULL),
+ * else C = beta * C + bias (beta 0: C = bias). */
 static void bias_block(float *C, int ldc, int rows, int n, float beta,
-                       const float *bias)
+                       const float *bias, const float *R)
 {
 	for (int i = 0; i < rows; i++) {
 		float *c = C + (size_t)i * ldc;
-		if (beta == 0.0f)
+		const float *r = R ? R + (size_t)i * ldc : NULL;
+		if (r && bias)
+			for (int j = 0; j < n; j++)
+				c[j] = r[j] + bias[j];
+		else if (r)
+			memcpy(c, r, sizeof(float) * (size_t)n);
+		else if (beta == 0.0f)
 			for (int j = 0; j < n; j++)
 				c[j] = bias[j];
 		else if (beta == 1.0f)
@@ -71,22 +78,25 @@ static void bias_block(float *C, int ldc, int rows, int n, float beta,
 	}
 }
 
-/* One tile: the bias pass (when bias is given) then a single-threaded
- * product with beta 1, or the plain product. */
+/* One tile: the bias (or residual) pass when one is given, then a
+ * single-threaded product with beta 1; or the plain product. */
 static void tile_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
                       const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc, const float *bias)
+                      float beta, float *C, int ldc, const float *bias,
+                      const float *R)
 {
-	if (bias) {
-		bias_block(C, ldc, M, N, beta, bias);
+	if (bias || R) {
+		bias_block(C, ldc, M, N, beta, bias, R);
 		beta = 1.0f;
 	}
 	gemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-static void cpu_sgemm_bias(bool ta, bool tb, int M, int N, int K, float alpha,
-                           const float *A, int lda, const float *B, int ldb,
-                           float beta, float *C, int ldc, const float *bias)
+/* The tiled product behind sgemm, sgemm_bias and sgemm_residual. */
+static void tiled(bool ta, bool tb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc, const float *bias,
+                  const float *R)
 {
 	if (M <= 0 || N <= 0)
 		return;
@@ -97,7 +107,7 @@ static void cpu_sgemm_bias(bool ta, bool tb, int M, int N, int K, float alpha,
 	int tile = tile_of(dim);
 	int ntiles = (dim + tile - 1) / tile;
 	if (ntiles < 2 || (double)M * N * K < 1e6) {
-		tile_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+		tile_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, R);
 		return;
 	}
 	/* nt == 1 still walks the same tiles, so the result does not depend on
@@ -110,13 +120,28 @@ static void cpu_sgemm_bias(bool ta, bool tb, int M, int N, int K, float alpha,
 		if (split_rows) {
 			const float *a = ta ? A + lo : A + (size_t)lo * lda;
 			tile_gemm(ta, tb, n, N, K, alpha, a, lda, B, ldb, beta,
-			          C + (size_t)lo * ldc, ldc, bias);
+			          C + (size_t)lo * ldc, ldc, bias,
+			          R ? R + (size_t)lo * ldc : NULL);
 		} else {
 			const float *b = tb ? B + (size_t)lo * ldb : B + lo;
 			tile_gemm(ta, tb, M, n, K, alpha, A, lda, b, ldb, beta,
-			          C + lo, ldc, bias ? bias + lo : NULL);
+			          C + lo, ldc, bias ? bias + lo : NULL, R ? R + lo : NULL);
 		}
 	}
+}
+
+static void cpu_sgemm_bias(bool ta, bool tb, int M, int N, int K, float alpha,
+                           const float *A, int lda, const float *B, int ldb,
+                           float beta, float *C, int ldc, const float *bias)
+{
+	tiled(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, NULL);
+}
+
+static void cpu_sgemm_residual(bool ta, bool tb, int M, int N, int K, float alpha,
+                               const float *A, int lda, const float *B, int ldb,
+                               const float *R, float *C, int ldc, const float *bias)
+{
+	tiled(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc, bias, R);
 }
 
 static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
@@ -167,6 +192,7 @@ static const kern_backend backend_cpu = {
 	.name = "cpu",
 	.sgemm = cpu_sgemm,
 	.sgemm_bias = cpu_sgemm_bias,
+	.sgemm_residual = cpu_sgemm_residual,
 	.sgemm_serial = gemm1,
 	.sgemm_batched = cpu_sgemm_batched,
 	.set_threads = cpu_set_threads,

@@ -20,6 +20,14 @@ void kern_linear_forward_add(float *out, const float *inp, const float *W,
 	                               1.0f, out, N, bias);
 }
 
+void kern_linear_forward_residual(float *out, const float *res, const float *inp,
+                                  const float *W, const float *bias,
+                                  int M, int K, int N)
+{
+	kern_backend_get()->sgemm_residual(false, false, M, N, K, 1.0f, inp, K, W, N,
+	                                   res, out, N, bias);
+}
+
 /* dst[0..nc) += column sums of the nc columns at src (row stride N). */
 KERN_SIMD static void colsum_block(float *dst, const float *src, int M, int N, int nc)
 {

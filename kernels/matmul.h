@@ -16,6 +16,13 @@ void kern_linear_forward(float *out, const float *inp, const float *W,
 void kern_linear_forward_add(float *out, const float *inp, const float *W,
                              const float *bias, int M, int K, int N);
 
+/* out[M,N] = res[M,N] + inp[M,K] @ W[K,N] + bias[N]: kern_linear_forward_add
+ * on a copy of res, the copy made per tile (no separate pass).  out must not
+ * overlap res or inp. */
+void kern_linear_forward_residual(float *out, const float *res, const float *inp,
+                                  const float *W, const float *bias,
+                                  int M, int K, int N);
+
 /* Accumulate the gradients of kern_linear_forward given dout[M,N]:
  *   dinp[M,K] += dout @ W^T      (skipped when dinp is NULL)
  *   dW[K,N]   += inp^T @ dout

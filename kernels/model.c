@@ -372,7 +372,6 @@ cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *target
 	const kern_view *lnf = &m->views[m->n_views - 2];
 	kern_embedding_forward(a->encoded, a->tokens, wte, wpe, B, T, C);
 	const float *res = a->encoded;
-	size_t btc = (size_t)BT * C * sizeof(float);
 	for (int l = 0; l < L; l++) {
 		set_ptrs p = set_at(m, m->params, kern_layer_set(c, l));
 		layer_acts *la = &a->layer[l];
@@ -380,16 +379,14 @@ cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *target
 		                       p.ln1w, p.ln1b, BT, C);
 		kern_linear_forward(la->qkv, la->ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
 		kern_attention_forward(la->atty, la->att, la->qkv, B, T, C, NH);
-		memcpy(la->res2, res, btc);
-		kern_linear_forward_add(la->res2, la->atty, p.attprojw, p.attprojb,
-		                        BT, C, C);
+		kern_linear_forward_residual(la->res2, res, la->atty, p.attprojw,
+		                             p.attprojb, BT, C, C);
 		kern_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2,
 		                       p.ln2w, p.ln2b, BT, C);
 		kern_linear_forward(la->fch, la->ln2, p.fcw, p.fcb, BT, C, F);
 		kern_gelu_forward(la->fchg, la->fch, (size_t)BT * F);
-		memcpy(la->res3, la->res2, btc);
-		kern_linear_forward_add(la->res3, la->fchg, p.fcprojw, p.fcprojb,
-		                        BT, F, C);
+		kern_linear_forward_residual(la->res3, la->res2, la->fchg, p.fcprojw,
+		                             p.fcprojb, BT, F, C);
 		res = la->res3;
 	}
 	kern_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, res,
@@ -472,7 +469,17 @@ cot_err kern_backward(kern_model *m, cot_errbuf *eb)
 
 void kern_zero_grad(kern_model *m)
 {
-	memset(m->grads, 0, m->n_params * sizeof(float));
+	/* in chunks over the threads: one thread's memset of a 19M-parameter
+	 * gradient is a serial stretch of several milliseconds per step */
+	enum { CHUNK = 1 << 18 };
+	size_t n = m->n_params;
+	long nchunks = (long)((n + CHUNK - 1) / CHUNK);
+	int nt = kern_threads();
+	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && nchunks > 1)
+	for (long c = 0; c < nchunks; c++) {
+		size_t lo = (size_t)c * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
+		memset(m->grads + lo, 0, len * sizeof(float));
+	}
 }
 
 void kern_scale_grads(kern_model *m, float s)

@@ -2,7 +2,8 @@
  * instead of adding to it (so the model skips a zeroing pass), must give
  * exactly what the accumulating ones give into zeros, whatever the output
  * held before (garbage and NaN included), and leave the accumulated weight
- * gradients as the accumulating ones do. */
+ * gradients as the accumulating ones do.  Likewise the residual projection,
+ * which copies the residual per tile, against a copy then an add. */
 #include "kernels/attention.h"
 #include "kernels/backend.h"
 #include "kernels/crossentropy.h"
@@ -93,6 +94,20 @@ int main(int argc, char **argv)
 		ok(memcmp(dW1, dW2, sizeof(float) * K * N) == 0 && memcmp(db1, db2, sizeof(float) * N) == 0,
 		   "linear: set still accumulates dW and dbias, bit for bit");
 		free(x); free(W); free(d); free(a); free(b); free(dW1); free(dW2); free(db1); free(db2);
+	}
+	{	/* the residual projection against copy-then-add, with and without bias */
+		int M = 1100, K = 300, N = 200;
+		float *x = randv((size_t)M * K), *W = randv((size_t)K * N), *r = randv((size_t)M * N);
+		float *bias = randv(N), *a = malloc(sizeof(float) * M * N), *b = junkv((size_t)M * N);
+		for (int withb = 0; withb < 2; withb++) {
+			memcpy(a, r, sizeof(float) * M * N);
+			kern_linear_forward_add(a, x, W, withb ? bias : NULL, M, K, N);
+			kern_linear_forward_residual(b, r, x, W, withb ? bias : NULL, M, K, N);
+			ok(memcmp(a, b, sizeof(float) * M * N) == 0,
+			   "residual projection%s equals copy then add, bit for bit",
+			   withb ? " with bias" : "");
+		}
+		free(x); free(W); free(r); free(bias); free(a); free(b);
 	}
 	{	/* attention, two row blocks and a ragged one */
 		int B = 2, T = 150, C = 64, NH = 4;
