@@ -483,7 +483,7 @@ bad:
 }
 
 cot_err cl_api_report(const cl_api_opts *o, const cl_project *p, cl_report_op op, int64_t wu,
-                      int64_t mb_done, double samples_per_sec, json_t **answer, cot_errbuf *eb)
+                      int64_t mb_done, double samples_per_sec, json_t **answer, time_t *date, cot_errbuf *eb)
 {
 	static const char *paths[] = { "", "heartbeat", "finish", "handback" };
 	if (op == CL_REPORT_NONE)
@@ -493,7 +493,7 @@ cot_err cl_api_report(const cl_api_opts *o, const cl_project *p, cl_report_op op
 	json_t *body = json_pack("{s:I, s:f}", "mb_done", (json_int_t)mb_done, "samples_per_sec",
 	                         samples_per_sec);
 	json_t *a;
-	cot_err rc = body ? request(o, "POST", url, p->host_token, body, &a, NULL, eb) : COT_ERR_NOMEM;
+	cot_err rc = body ? request(o, "POST", url, p->host_token, body, &a, date, eb) : COT_ERR_NOMEM;
 	json_decref(body);
 	if (rc)
 		return rc;

@@ -110,6 +110,6 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, jso
  * samples_per_sec.  On success *answer (when not NULL) is the server's
  * answer (new reference). */
 cot_err cl_api_report(const cl_api_opts *o, const cl_project *p, cl_report_op op, int64_t wu,
-                      int64_t mb_done, double samples_per_sec, json_t **answer, cot_errbuf *eb);
+                      int64_t mb_done, double samples_per_sec, json_t **answer, time_t *date, cot_errbuf *eb);
 
 #endif

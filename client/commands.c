@@ -149,7 +149,7 @@ static json_t *cmd_detach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errb
 		/* Give the rest back so nobody waits for its deadline. */
 		cot_errbuf e2 = { "", "" };
 		handed = cl_api_report(&o, &copy, CL_REPORT_HANDBACK, copy.work.id, copy.work.mb_reported,
-		                       0, NULL, &e2) == COT_OK;
+		                       0, NULL, NULL, &e2) == COT_OK;
 		if (!handed)
 			log_warn("project %s: could not hand back work unit %lld on detach: %s", copy.name,
 			         (long long)copy.work.id, e2.msg);

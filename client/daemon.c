@@ -209,7 +209,8 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 	pthread_mutex_unlock(&d->lock);
 	cot_errbuf eb = { "", "" };
 	json_t *answer = NULL;
-	cot_err rc = cl_api_report(&o, &copy, op, copy.work.id, mb, sps, &answer, &eb);
+	time_t date = 0;
+	cot_err rc = cl_api_report(&o, &copy, op, copy.work.id, mb, sps, &answer, &date, &eb);
 	pthread_mutex_lock(&d->lock);
 	/* The project may have been detached meanwhile. */
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0 || !d->st.projects[i].has_work ||
@@ -217,8 +218,17 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 		json_decref(answer);
 		return COT_OK;
 	}
-	if (answer)
+	if (answer) {
 		note_round(d, i, answer);
+		/* A heartbeat moves the deadline (doc/api.md): take the server's,
+		 * translated to our clock through its Date header. */
+		const char *dl = NULL;
+		int64_t t;
+		if (op == CL_REPORT_HEARTBEAT && date > 0 &&
+		    !cot_json_str(answer, "deadline", false, 10, 64, &dl, NULL) && dl &&
+		    (t = cl_api_parse_timestamp(dl)) > 0)
+			d->st.projects[i].work.deadline = (int64_t)time(NULL) + (t - (int64_t)date);
+	}
 	json_decref(answer);
 	if (rc == COT_ERR_CONFLICT || rc == COT_ERR_NOT_FOUND || rc == COT_ERR_FORBIDDEN || op == CL_REPORT_HANDBACK) {
 		/* The unit no longer counts: neither can a gradient that sums it. */
