@@ -62,7 +62,9 @@ void cl_daemon_remove_project(cl_daemon *d, int i)
 	if (i < 0 || i >= d->st.nprojects)
 		return;
 	/* A session the worker computes with right now is closed by the worker. */
-	if (d->rt[i].session != d->computing)
+	/* A session the worker or a round computes with right now is closed
+	 * by them. */
+	if (d->rt[i].session != d->computing && !d->rt[i].round_running)
 		cl_compute_close(d->rt[i].session);
 	cl_peer_free(&d->rt[i].peer);
 	cl_peer_forget(&d->st.projects[i], d->cfg.state_dir);
@@ -115,6 +117,14 @@ static void note_round(cl_daemon *d, int i, const json_t *answer)
 		rt->round_attempt = att;
 		d->interrupt = 1;                   /* stop computing: the round needs us */
 	}
+}
+
+int cl_daemon_find(cl_daemon *d, const char *url)
+{
+	for (int i = 0; i < d->st.nprojects; i++)
+		if (strcmp(d->st.projects[i].url, url) == 0)
+			return i;
+	return -1;
 }
 
 void cl_daemon_kick(cl_daemon *d)
@@ -596,6 +606,8 @@ int cl_daemon_pick(cl_daemon *d, int paused, double now)
 		total_share += d->st.projects[i].resource_share;
 	for (int i = 0; i < d->st.nprojects; i++) {
 		cl_project *p = &d->st.projects[i];
+		if (d->rt[i].round_running)
+			continue;                   /* its round thread has it */
 		int ready = cl_backoff_ready(&d->rt[i].bo, now);
 		if (p->has_work && (p->work.pending_op == CL_REPORT_FINISH || p->work.pending_op == CL_REPORT_HANDBACK)) {
 			if (ready)
@@ -652,17 +664,13 @@ void *cl_daemon_worker(void *arg)
 		for (int j = 0; j < d->st.nprojects; j++)
 			if (paused && d->rt[j].bo.failures == 0)
 				cl_daemon_activity(d, j, "waiting: %s", d->paused);
-		int r = -1;
-		for (int j = 0; j < d->st.nprojects && r < 0; j++)
-			if (d->rt[j].round_due)
-				r = j;
-		if (r >= 0) {
-			cl_daemon_round(d, r);
-			continue;
-		}
+		for (int j = 0; j < d->st.nprojects; j++)
+			if (d->rt[j].round_due && !d->rt[j].round_running)
+				cl_daemon_round_start(d, j);
 		int sc = -1;
 		for (int j = 0; j < d->st.nprojects && sc < 0 && !paused; j++)
-			if (cl_now_mono() >= d->rt[j].next_spot_at && d->st.projects[j].host_id > 0)
+			if (cl_now_mono() >= d->rt[j].next_spot_at && d->st.projects[j].host_id > 0 &&
+			    !d->rt[j].round_running)
 				sc = j;
 		if (sc >= 0) {
 			spot_checks(d, sc);

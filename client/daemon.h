@@ -48,6 +48,7 @@ typedef struct {
 	int round_due;             /* the round of round_version closed: take part */
 	int64_t round_version, round_attempt;
 	cl_peer peer;              /* identity and listener for averaging */
+	int round_running;         /* a round thread owns the session, the peer and the live unit */
 	double last_report;        /* monotonic seconds */
 	double last_account_check;
 	double next_spot_at;       /* monotonic seconds of the next spot-check pass */
@@ -70,6 +71,7 @@ typedef struct {
 	double last_mono;
 	volatile int interrupt;                /* compute should stop at the next microbatch */
 	cl_compute *computing;                 /* the session in use outside the lock, or NULL */
+	int rounds_running;                    /* round threads (daemon_round.c) */
 } cl_daemon;
 
 /* Effective preferences: defaults < account < config file < local. */
@@ -99,8 +101,19 @@ void cl_daemon_drop_gradient(cl_daemon *d, int i, const char *why);
  * work units of the version, average within the group the server plans,
  * step, report the outcome; on success the session holds version v+1 and
  * an empty gradient.  Lock held on entry and exit, released while waiting
- * on the network or computing. */
+ * on the network or computing.  Runs in a thread of its own (the worker
+ * goes on with other projects) while rt->round_running is set; nothing else
+ * touches that project's session meanwhile. */
 void cl_daemon_round(cl_daemon *d, int i);
+
+/* Start the round of project i in its own thread (lock held). */
+void cl_daemon_round_start(cl_daemon *d, int i);
+
+/* Wait up to timeout_s for running rounds to end (lock not held). */
+void cl_daemon_rounds_wait(cl_daemon *d, double timeout_s);
+
+/* The index of the project with this URL, or -1 (lock held). */
+int cl_daemon_find(cl_daemon *d, const char *url);
 
 /* The API options from the effective preferences. */
 void cl_daemon_api_opts(cl_daemon *d, cl_api_opts *o);

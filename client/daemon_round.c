@@ -56,10 +56,11 @@ typedef struct {
 	char params_sha[65];
 } round_job;
 
-static void activity(round_job *j, int i, const char *what)
+static void activity(round_job *j, const char *what)
 {
 	pthread_mutex_lock(&j->d->lock);
-	if (i < j->d->st.nprojects && strcmp(j->d->st.projects[i].url, j->p.url) == 0)
+	int i = cl_daemon_find(j->d, j->p.url);
+	if (i >= 0)
 		cl_daemon_activity(j->d, i, "round %lld: %s", (long long)j->v, what);
 	pthread_mutex_unlock(&j->d->lock);
 }
@@ -129,7 +130,7 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 }
 
 /* 2. Wait for our plan. */
-static cot_err wait_plan(round_job *j, int i, int after_gradient, cot_errbuf *eb)
+static cot_err wait_plan(round_job *j, int after_gradient, cot_errbuf *eb)
 {
 	double start = cl_now_mono(), last_check = start;
 	for (;;) {
@@ -158,7 +159,6 @@ static cot_err wait_plan(round_job *j, int i, int after_gradient, cot_errbuf *eb
 		}
 		if (now - t0 < 1)
 			sleep(1);                   /* a server that does not hold the request */
-		(void)i;
 	}
 }
 
@@ -211,7 +211,7 @@ static int included(const allreduce_result *r, int64_t host)
 }
 
 /* 4. The round's mean into j->sum. */
-static cot_err round_mean(round_job *j, int i, cot_errbuf *eb)
+static cot_err round_mean(round_job *j, cot_errbuf *eb)
 {
 	cot_err rc = cl_api_group_sum(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
 	                              (int64_t)j->res.total_samples, j->sum, j->m->n_params, NULL, eb);
@@ -221,8 +221,8 @@ static cot_err round_mean(round_job *j, int i, cot_errbuf *eb)
 		cl_round_mean(j->sum, j->m->n_params, j->res.total_samples, j->sum);
 		return COT_OK;
 	}
-	activity(j, i, "waiting for the other groups");
-	if ((rc = wait_plan(j, i, 1, eb)))
+	activity(j, "waiting for the other groups");
+	if ((rc = wait_plan(j, 1, eb)))
 		return rc;
 	cl_daemon *d = j->d;
 	char url[CL_URL_MAX + 128], dest[PATH_MAX];
@@ -304,15 +304,16 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 }
 
 /* The steps 1-6 outside the lock; *accepted as for outcome(). */
-static cot_err run(round_job *j, int i, int *accepted, cot_errbuf *eb)
+static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 {
-	activity(j, i, "reporting");
+	activity(j, "reporting");
 	cot_err rc = report_units(j, eb);
 	if (rc)
 		return rc;
 	/* The live unit is now returned on the server: drop it here too. */
 	pthread_mutex_lock(&j->d->lock);
-	if (i < j->d->st.nprojects && strcmp(j->d->st.projects[i].url, j->p.url) == 0) {
+	int i = cl_daemon_find(j->d, j->p.url);
+	if (i >= 0) {
 		cl_project *p = &j->d->st.projects[i];
 		if (p->has_work && p->work.id == j->live_wu) {
 			cl_project_mark_done(p, p->work.id);
@@ -323,15 +324,15 @@ static cot_err run(round_job *j, int i, int *accepted, cot_errbuf *eb)
 		}
 	}
 	pthread_mutex_unlock(&j->d->lock);
-	activity(j, i, "waiting for the averaging plan");
-	if ((rc = wait_plan(j, i, 0, eb)))
+	activity(j, "waiting for the averaging plan");
+	if ((rc = wait_plan(j, 0, eb)))
 		return rc;
 	if (!(j->sum = malloc(j->m->n_params * sizeof *j->sum)))
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the averaged gradient");
 	char what[96];
 	snprintf(what, sizeof what, "averaging in group %lld of %lld with %zu peers", (long long)j->plan.group,
 	         (long long)j->plan.n_groups, j->plan.n);
-	activity(j, i, what);
+	activity(j, what);
 	double t0 = cl_now_mono();
 	if ((rc = average(j, eb))) {
 		cot_errbuf e2 = { "", "" };
@@ -341,12 +342,12 @@ static cot_err run(round_job *j, int i, int *accepted, cot_errbuf *eb)
 	double t1 = cl_now_mono();
 	if (!included(&j->res, j->p.host_id))
 		return cot_seterr(eb, COT_ERR_CONFLICT, "our group averaged without us");
-	if ((rc = round_mean(j, i, eb)))
+	if ((rc = round_mean(j, eb)))
 		return rc;
-	activity(j, i, "optimizer step");
+	activity(j, "optimizer step");
 	if ((rc = step(j, eb)))
 		return rc;
-	activity(j, i, "reporting the outcome");
+	activity(j, "reporting the outcome");
 	if ((rc = outcome(j, 1, accepted, eb)))
 		return rc;
 	log_info("project %s: round %lld: averaged %llu samples of %zu peers (%zu dropped) in %.2f s; "
@@ -382,19 +383,18 @@ void cl_daemon_round(cl_daemon *d, int i)
 		j.live_wu = w->id;
 	}
 	cl_daemon_api_opts(d, &j.o);
-	d->computing = j.s;                     /* a detach leaves the session to us */
 	kern_set_threads(d->threads);
 	pthread_mutex_unlock(&d->lock);
 
 	cot_errbuf eb = { "", "" };
 	int accepted = 0;
-	cot_err rc = run(&j, i, &accepted, &eb);
+	cot_err rc = run(&j, &accepted, &eb);
 	free(j.sum);
 	allreduce_result_free(&j.res);
 
 	pthread_mutex_lock(&d->lock);
-	d->computing = NULL;
-	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, j.p.url) != 0 || d->rt[i].session != j.s) {
+	i = cl_daemon_find(d, j.p.url);         /* a detach may have moved or removed it */
+	if (i < 0 || d->rt[i].session != j.s) {
 		int held = 0;
 		for (int k = 0; k < d->st.nprojects; k++)
 			held |= d->rt[k].session == j.s;
@@ -403,6 +403,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 		cl_peer_free(&j.peer);
 		return;
 	}
+	rt = &d->rt[i];
 	rt->peer = j.peer;
 	if (rc || !accepted) {
 		if (rc)
@@ -417,4 +418,68 @@ void cl_daemon_round(cl_daemon *d, int i)
 	memset(&rt->acc, 0, sizeof rt->acc);
 	kern_zero_grad(j.m);
 	cl_daemon_activity(d, i, "round %lld committed", (long long)j.v);
+}
+
+typedef struct {
+	cl_daemon *d;
+	char url[CL_URL_MAX];
+} round_arg;
+
+static void *round_main(void *arg)
+{
+	round_arg *a = arg;
+	cl_daemon *d = a->d;
+	pthread_mutex_lock(&d->lock);
+	int i = cl_daemon_find(d, a->url);
+	if (i >= 0)
+		cl_daemon_round(d, i);
+	i = cl_daemon_find(d, a->url);
+	if (i >= 0)
+		d->rt[i].round_running = 0;
+	d->rounds_running--;
+	pthread_cond_broadcast(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+	free(a);
+	return NULL;
+}
+
+void cl_daemon_round_start(cl_daemon *d, int i)
+{
+	round_arg *a = malloc(sizeof *a);
+	pthread_t th;
+	pthread_attr_t at;
+	if (!a || pthread_attr_init(&at)) {
+		free(a);
+		cl_daemon_round(d, i);              /* no thread: take part inline */
+		return;
+	}
+	a->d = d;
+	snprintf(a->url, sizeof a->url, "%s", d->st.projects[i].url);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	d->rt[i].round_running = 1;
+	d->rounds_running++;
+	if (pthread_create(&th, &at, round_main, a)) {
+		d->rt[i].round_running = 0;
+		d->rounds_running--;
+		free(a);
+		cl_daemon_round(d, i);
+	}
+	pthread_attr_destroy(&at);
+}
+
+void cl_daemon_rounds_wait(cl_daemon *d, double timeout_s)
+{
+	double end = cl_now_mono() + timeout_s;
+	pthread_mutex_lock(&d->lock);
+	while (d->rounds_running > 0 && cl_now_mono() < end) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&d->wake, &d->lock, &ts);
+	}
+	pthread_mutex_unlock(&d->lock);
 }

@@ -233,10 +233,13 @@ int main(int argc, char **argv)
 	pthread_cond_broadcast(&d.wake);
 	pthread_mutex_unlock(&d.lock);
 	pthread_join(worker, NULL);
+	cl_daemon_rounds_wait(&d, 30);
 	cl_control_stop(ctl);
 	pthread_mutex_lock(&d.lock);
 	cl_daemon_save(&d);
 	for (int i = 0; i < d.st.nprojects; i++) {
+		if (d.rt[i].round_running)
+			continue;                   /* a round still ending owns them */
 		cl_compute_close(d.rt[i].session);
 		cl_peer_free(&d.rt[i].peer);
 	}
