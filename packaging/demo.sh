@@ -138,17 +138,6 @@ while [ "$(date +%s)" -lt "$end" ] && [ "$(version)" -lt "$ROUNDS" ]; do
 	printf '%4ds  %s\n' $(( $(date +%s) - start )) "$(progress)"
 done
 
-# The clients' speeds while computing (samples/s, each a recent average),
-# for the efficiency figure: what the machine computes when nobody waits on
-# a round.
-solo=0
-i=1
-while [ "$i" -le "$CLIENTS" ]; do
-	sps=$("$B/client/cotrainctl" --socket "$DIR/client$i/control.sock" --json status 2>/dev/null |
-		$PY -c 'import json,sys; print(sum(p.get("samples_per_sec", 0) for p in json.load(sys.stdin)["projects"]))' 2>/dev/null || echo 0)
-	solo=$($PY -c "print($solo + $sps)")
-	i=$((i + 1))
-done
 for p in $CPIDS; do kill "$p" 2>/dev/null || true; done
 for p in $CPIDS; do wait "$p" 2>/dev/null || true; done
 CPIDS=
@@ -156,14 +145,22 @@ CPIDS=
 say "loss curve"
 curl -fsS "$URL/v1/projects/demo/rounds?limit=1000" >"$DIR/rounds.json"
 "$top/packaging/demo/plot-loss.sh" "$DIR/rounds.json" || true
-$PY - "$DIR/rounds.json" "$solo" <<'PYEOF' || true
-import json, sys
-r = [x for x in json.load(open(sys.argv[1]))["rounds"] if x["state"] == "committed" and x.get("seconds")]
-solo = float(sys.argv[2])
-if r and solo > 0:
-    samples = sum(x["samples"] for x in r); secs = sum(x["seconds"] for x in r)
-    print("collaboration: %d samples in %.0f s of rounds = %.1f samples/s; the clients while computing: "
-          "%.1f samples/s; efficiency %.2f (goal 0.9)" % (samples, secs, samples / secs, solo, samples / secs / solo))
+# Efficiency: the collaboration's samples per second over the clients'
+# own speed computing together (samples per second while a round is open:
+# what they do when nobody waits on a round).  Round 0 also holds the
+# start-up (benchmarks, downloads) and is left out.
+$PY - "$DIR/rounds.json" <<'PYEOF' || true
+import datetime, json, sys
+t = datetime.datetime.fromisoformat
+r = [x for x in json.load(open(sys.argv[1]))["rounds"]
+     if x["state"] == "committed" and x["version"] > 0 and x.get("committed_at")]
+if r:
+    samples = sum(x["samples"] for x in r)
+    total = sum((t(x["committed_at"]) - t(x["opened_at"])).total_seconds() for x in r)
+    computing = sum((t(x["closed_at"]) - t(x["opened_at"])).total_seconds() for x in r)
+    print("collaboration: %d samples in %.0f s = %.1f samples/s; the clients computing together: "
+          "%.1f samples/s; efficiency %.2f (goal 0.9)" % (samples, total, samples / total,
+          samples / computing, computing / total))
 PYEOF
 
 say "a sample from the trained model"
