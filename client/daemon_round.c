@@ -114,9 +114,9 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 		                      .bandwidth = (double)d->cfg.peer_bandwidth, .can_aggregate = 1,
 		                      .has_loss = j->acc.u[k].mb > 0,
 		                      .loss = j->acc.u[k].mb > 0 ? j->acc.u[k].loss_sum / (double)j->acc.u[k].mb : 0 };
+		/* A unit with nothing done is reported too: the server returns it
+		 * at once instead of waiting for it until the report timeout. */
 		snprintf(r.endpoint, sizeof r.endpoint, "%s", j->peer.endpoint);
-		if (r.mb_done == 0)
-			continue;
 		for (int tries = 0;; tries++) {
 			rc = cl_api_round_report(&j->o, &j->p, j->acc.u[k].id, &r, NULL, eb);
 			if (rc != COT_ERR_NETWORK || tries >= 4 || d->stop)
