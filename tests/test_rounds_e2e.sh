@@ -64,7 +64,7 @@ if [ "$MODE" = groups ]; then plan 9; else plan 17; fi
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
 # Groups: a global batch large enough that all seven join each round.
-TARGET=$([ "$MODE" = groups ] && echo 672 || echo 192)
+TARGET=$([ "$MODE" = groups ] && echo 4032 || echo 192)
 cat >"$T/project.json" <<JSON
 {"name": "tiny", "title": "tiny rounds", "dataset": "tiny",
  "model": {"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256},
