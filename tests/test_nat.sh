@@ -24,9 +24,17 @@ plan 23
 	bail_out "could not migrate"
 # 1001, 1002 and 1005 in group 0, 1003 in group 1, 1004 registered but not in the round.
 nat_seed "1001:0 1002:0 1003:1 1004:- 1005:0"
-P=$(nat_free_port) || bail_out "no free port"
-nat_server "$T/server.log" 127.0.0.1 "$P" --relay-bandwidth 1000000 || {
-	cat "$T/server.log" >&2; bail_out "the server did not start"; }
+# A port found free may still be taken before the server binds it: try a
+# few.
+started=0
+for _try in 1 2 3 4 5; do
+	P=$(nat_free_port) || bail_out "no free port"
+	if nat_server "$T/server.log" 127.0.0.1 "$P" --relay-bandwidth 1000000; then
+		started=1
+		break
+	fi
+done
+[ $started = 1 ] || { cat "$T/server.log" >&2; bail_out "the server did not start"; }
 NP=$((P + 1))
 nat_drv mkca "$T" nattest || bail_out "could not make the CA"
 common() { echo "--server 127.0.0.1 --nat-port $NP --host $1 --token $(nat_token "$1") --ca-dir $T --seconds 20"; }

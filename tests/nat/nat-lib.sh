@@ -43,7 +43,9 @@ nat_port_free() {
 }
 
 nat_free_port() {
-	_p=$((20000 + ($$ * 7 + ${RANDOM:-0}) % 30000))
+	# Below the ephemeral range (32768 and up), where other tests' outgoing
+	# connections would take the port between the check and the bind.
+	_p=$((20000 + ($$ * 7 + ${RANDOM:-0}) % 12000))
 	_i=0
 	while [ $_i -lt 50 ]; do
 		if nat_port_free $_p && nat_port_free $((_p + 1)) && nat_port_free $((_p + 2)); then
