@@ -206,8 +206,3 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	return rc;
 }
 
-void cl_compute_discard(cl_compute *c)
-{
-	if (c)
-		kern_zero_grad(c->m);
-}

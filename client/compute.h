@@ -48,9 +48,6 @@ cot_err cl_compute_retarget(cl_compute *c, const cl_work *w, const char *cache_d
 struct kern_model;
 struct kern_model *cl_compute_model(cl_compute *c);
 
-/* Discard the accumulated gradient. */
-void cl_compute_discard(cl_compute *c);
-
 void cl_compute_close(cl_compute *c);
 
 #endif

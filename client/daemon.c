@@ -558,8 +558,6 @@ static void compute(cl_daemon *d, int i)
 	}
 	rt->acc.u[u].mb = k;
 	rt->acc.u[u].loss_sum += loss_sum;
-	if (k > done)
-		rt->last_loss = loss_sum / (double)(k - done);
 	if (k > w->mb_done)
 		w->mb_done = k;
 	w->samples_per_sec = rt->sps;
@@ -634,7 +632,7 @@ static void spot_checks(cl_daemon *d, int i)
 	cl_project copy = d->st.projects[i];
 	cl_api_opts o;
 	cl_daemon_api_opts(d, &o);
-	cl_spot_env env = { .cache_dir = d->cache_dir, .downloads_dir = d->downloads_dir,
+	cl_fetch_env env = { .cache_dir = d->cache_dir, .downloads_dir = d->downloads_dir,
 	                    .max_file_bytes = d->cfg.max_file_bytes, .timeout_s = d->cfg.http_timeout,
 	                    .cancel = &d->stop };
 	d->rt[i].next_spot_at = cl_now_mono() + d->cfg.spot_interval;

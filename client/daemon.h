@@ -39,7 +39,6 @@ typedef struct {
 	cl_backoff bo;
 	char activity[400];        /* shown by status */
 	double sps;                /* samples per second, recent */
-	double last_loss;          /* mean loss of the last microbatches computed */
 	int download_failures;     /* of the current work unit */
 	cl_compute *session;       /* the model of session_version, pointed at work unit session_wu */
 	int64_t session_version;

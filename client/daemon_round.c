@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #include "client/api_round.h"
-#include "client/download.h"
 #include "client/round.h"
 #include "client/shard_cache.h"
 #include "kernels/backend.h"
@@ -225,16 +224,12 @@ static cot_err round_mean(round_job *j, cot_errbuf *eb)
 	if ((rc = wait_plan(j, 1, eb)))
 		return rc;
 	cl_daemon *d = j->d;
-	char url[CL_URL_MAX + 128], dest[PATH_MAX];
-	snprintf(url, sizeof url, "%s/files/%s", j->p.base, j->plan.gradient_sha256);
-	int64_t size = (int64_t)j->m->n_params * 4;
-	if ((rc = cl_cache_path(d->cache_dir, j->plan.gradient_sha256, dest, sizeof dest, eb)))
-		return rc;
-	cl_download_req r = { .url = url, .sha256 = j->plan.gradient_sha256, .size = size, .max_bytes = size,
-	                      .bearer = j->p.host_token, .timeout_s = d->cfg.http_timeout,
-	                      .downloads_dir = d->downloads_dir, .dest_path = dest, .cancel = &d->stop };
-	cl_download_info info;
-	if ((rc = cl_download(&r, &info, eb)))
+	cl_fetch_env env = { .cache_dir = d->cache_dir, .downloads_dir = d->downloads_dir,
+	                     .max_file_bytes = d->cfg.max_file_bytes, .timeout_s = d->cfg.http_timeout,
+	                     .cancel = &d->stop };
+	char dest[PATH_MAX];
+	if ((rc = cl_cache_fetch(&env, j->p.base, j->p.host_token, j->plan.gradient_sha256,
+	                         (int64_t)j->m->n_params * 4, dest, sizeof dest, NULL, eb)))
 		return rc;
 	FILE *f = fopen(dest, "rb");
 	size_t got = f ? fread(j->sum, sizeof *j->sum, j->m->n_params, f) : 0;

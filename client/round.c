@@ -103,12 +103,10 @@ cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t
 		cl_plan_member *pm = &out->members[i];
 		long long id = 0, s = 0, lo = 0, hi = 0;
 		const char *ep = NULL;
-		bool agg = false;
 		if (!json_is_object(m) || cot_json_int(m, "host_id", true, 1, 1LL << 62, &id, &e) ||
 		    cot_json_int(m, "samples", true, 1, 1LL << 50, &s, &e) ||
 		    cot_json_int(m, "lo", true, 0, pc, &lo, &e) || cot_json_int(m, "hi", true, lo, pc, &hi, &e) ||
-		    cot_json_str(m, "endpoint", true, 3, 79, &ep, &e) ||
-		    cot_json_bool(m, "can_aggregate", false, &agg, &e)) {
+		    cot_json_str(m, "endpoint", true, 3, 79, &ep, &e)) {
 			if (!e.msg[0])
 				cot_seterr(&e, COT_ERR_INVALID, "members[%zu] is not an object", i);
 			return bad(eb, &e);
@@ -124,7 +122,6 @@ cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t
 		pm->samples = s;
 		pm->lo = (uint64_t)lo;
 		pm->hi = (uint64_t)hi;
-		pm->can_aggregate = agg;
 		group_samples += s;
 		if (id == host_id) {
 			out->self = i;

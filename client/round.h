@@ -26,7 +26,6 @@ typedef struct {
 	uint16_t port;
 	int64_t samples;
 	uint64_t lo, hi;              /* the elements it aggregates */
-	int can_aggregate;
 } cl_plan_member;
 
 typedef struct {

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "client/download.h"
 #include "shared/filestore.h"
 
 cot_err cl_cache_path(const char *cache_dir, const char *sha, char *buf, size_t len, cot_errbuf *eb)
@@ -132,4 +133,23 @@ int64_t cl_cache_trim(const char *cache_dir, int64_t max_bytes, const char *cons
 	}
 	free(v);
 	return freed;
+}
+
+cot_err cl_cache_fetch(const cl_fetch_env *env, const char *base, const char *bearer, const char *sha,
+                       int64_t size, char *dest, size_t destlen, int64_t *got_size, cot_errbuf *eb)
+{
+	char url[2048];
+	snprintf(url, sizeof url, "%s/files/%s", base, sha);
+	cot_err rc;
+	if (size < 0 && (rc = cl_download_size(url, bearer, env->timeout_s, &size, eb)))
+		return rc;
+	if (got_size)
+		*got_size = size;
+	if ((rc = cl_cache_path(env->cache_dir, sha, dest, destlen, eb)) || cl_cache_has(env->cache_dir, sha, size))
+		return rc;
+	cl_download_req r = { .url = url, .sha256 = sha, .size = size, .max_bytes = env->max_file_bytes,
+	                      .bearer = bearer, .timeout_s = env->timeout_s, .downloads_dir = env->downloads_dir,
+	                      .dest_path = dest, .cancel = env->cancel };
+	cl_download_info info;
+	return cl_download(&r, &info, eb);
 }

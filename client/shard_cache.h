@@ -21,6 +21,21 @@ cot_err cl_cache_path(const char *cache_dir, const char *sha, char *buf, size_t 
  * a cached file of another size is deleted and 0 returned. */
 int cl_cache_has(const char *cache_dir, const char *sha, int64_t size);
 
+/* Where and how files named by their sha256 are fetched from a server. */
+typedef struct {
+	const char *cache_dir, *downloads_dir;
+	int64_t max_file_bytes;
+	int timeout_s;
+	volatile int *cancel;
+} cl_fetch_env;
+
+/* Make sure <base>/files/<sha> (size bytes; size < 0: ask the server with
+ * HEAD first) is in the cache, downloading it when it is not; its path goes
+ * into dest and its size into *got_size (may be NULL).  Errors as
+ * cl_download. */
+cot_err cl_cache_fetch(const cl_fetch_env *env, const char *base, const char *bearer, const char *sha,
+                       int64_t size, char *dest, size_t destlen, int64_t *got_size, cot_errbuf *eb);
+
 /* Bytes the cache holds now. */
 int64_t cl_cache_bytes(const char *cache_dir);
 

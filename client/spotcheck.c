@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "client/compute.h"
-#include "client/download.h"
 #include "client/shard_cache.h"
 #include "kernels/model.h"
 #include "shared/fingerprint.h"
@@ -54,33 +53,19 @@ static cot_err parse_check(const json_t *c, const cl_project *p, spot_check *out
 
 /* Fetch file sha of the server into the cache as a work unit file f of
  * kind; size < 0: ask the server first. */
-static cot_err fetch(const cl_project *p, const cl_spot_env *env, const char *sha, int64_t size, cl_file *f,
+static cot_err fetch(const cl_project *p, const cl_fetch_env *env, const char *sha, int64_t size, cl_file *f,
                      const char *kind, cot_errbuf *eb)
 {
-	char url[CL_URL_MAX + 128], dest[PATH_MAX];
-	snprintf(url, sizeof url, "%s/files/%s", p->base, sha);
-	cot_err rc;
-	if (size < 0 && (rc = cl_download_size(url, p->host_token, env->timeout_s, &size, eb)))
-		return rc;
+	char dest[PATH_MAX];
 	snprintf(f->url, sizeof f->url, "/files/%s", sha);
 	snprintf(f->sha256, sizeof f->sha256, "%s", sha);
 	snprintf(f->kind, sizeof f->kind, "%s", kind);
-	f->size = size;
-	if (cl_cache_has(env->cache_dir, sha, size))
-		return COT_OK;
-	rc = cl_cache_path(env->cache_dir, sha, dest, sizeof dest, eb);
-	if (rc)
-		return rc;
-	cl_download_req r = { .url = url, .sha256 = sha, .size = size, .max_bytes = env->max_file_bytes,
-	                      .bearer = p->host_token, .timeout_s = env->timeout_s,
-	                      .downloads_dir = env->downloads_dir, .dest_path = dest, .cancel = env->cancel };
-	cl_download_info info;
-	return cl_download(&r, &info, eb);
+	return cl_cache_fetch(env, p->base, p->host_token, sha, size, dest, sizeof dest, &f->size, eb);
 }
 
 /* The checkpoint and the shards that hold the check's range, as a work
  * unit's files, from the dataset's manifest. */
-static cot_err gather(const cl_api_opts *o, const cl_project *p, const cl_spot_env *env, const spot_check *c,
+static cot_err gather(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, const spot_check *c,
                       cl_work *w, cot_errbuf *eb)
 {
 	json_t *info = NULL, *man = NULL;
@@ -98,11 +83,8 @@ static cot_err gather(const cl_api_opts *o, const cl_project *p, const cl_spot_e
 		rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent no usable dataset manifest: %s", e.msg);
 		goto out;
 	}
-	cl_file mf;
-	if ((rc = fetch(p, env, msha, msize, &mf, "manifest", eb)))
-		goto out;
 	char path[PATH_MAX];
-	if ((rc = cl_cache_path(env->cache_dir, msha, path, sizeof path, eb)))
+	if ((rc = cl_cache_fetch(env, p->base, p->host_token, msha, msize, path, sizeof path, NULL, eb)))
 		goto out;
 	json_error_t je;
 	if (!(man = json_load_file(path, 0, &je)) || !json_is_array(json_object_get(man, "shards"))) {
@@ -149,7 +131,7 @@ out:
 }
 
 /* Recompute the check's range and send the fingerprint of its gradient. */
-static cot_err answer(const cl_api_opts *o, const cl_project *p, const cl_spot_env *env, const spot_check *c,
+static cot_err answer(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, const spot_check *c,
                       cot_errbuf *eb)
 {
 	cl_work *w = malloc(sizeof *w);
@@ -182,7 +164,7 @@ static cot_err answer(const cl_api_opts *o, const cl_project *p, const cl_spot_e
 	return rc;
 }
 
-cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_spot_env *env, int *answered,
+cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, int *answered,
                           cot_errbuf *eb)
 {
 	*answered = 0;
@@ -193,31 +175,31 @@ cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_sp
 	cot_err rc = cl_api_http(o, &r, eb);
 	if (rc)
 		return rc;
-	json_t *todo = json_array();
+	json_t *checks = json_array();
 	const char *lists[] = { "own", "checking" };
-	for (int l = 0; a && todo && l < 2; l++) {
+	for (int l = 0; a && checks && l < 2; l++) {
 		const json_t *x = json_object_get(a, lists[l]);
 		for (size_t i = 0; json_is_array(x) && i < json_array_size(x); i++)
-			json_array_append(todo, json_array_get(x, i));
+			json_array_append(checks, json_array_get(x, i));
 	}
 	json_decref(a);
-	if (todo && json_array_size(todo) == 0) {
+	if (checks && json_array_size(checks) == 0) {
 		/* Nothing of ours: check someone else's work. */
 		snprintf(url, sizeof url, "%s/v1/projects/%s/spotchecks/claim", p->base, p->name);
 		json_t *c = NULL;
 		cl_http_req cr = { .method = "POST", .url = url, .bearer = p->host_token, .out = &c };
 		if ((rc = cl_api_http(o, &cr, eb))) {
-			json_decref(todo);
+			json_decref(checks);
 			return rc == COT_ERR_NOT_FOUND ? COT_OK : rc;   /* a server without spot checks */
 		}
 		if (c)
-			json_array_append_new(todo, c);
+			json_array_append_new(checks, c);
 	}
-	for (size_t i = 0; !rc && todo && i < json_array_size(todo) && i < MAX_CHECKS_A_PASS; i++) {
+	for (size_t i = 0; !rc && checks && i < json_array_size(checks) && i < MAX_CHECKS_A_PASS; i++) {
 		spot_check c;
-		if (!(rc = parse_check(json_array_get(todo, i), p, &c, eb)) && !(rc = answer(o, p, env, &c, eb)))
+		if (!(rc = parse_check(json_array_get(checks, i), p, &c, eb)) && !(rc = answer(o, p, env, &c, eb)))
 			(*answered)++;
 	}
-	json_decref(todo);
+	json_decref(checks);
 	return rc;
 }

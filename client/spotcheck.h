@@ -15,21 +15,14 @@
 #define CL_SPOTCHECK_H
 
 #include "client/api.h"
+#include "client/shard_cache.h"
 #include "client/state.h"
-
-/* Where and how spot-check files are fetched (the daemon's settings). */
-typedef struct {
-	const char *cache_dir, *downloads_dir;
-	int64_t max_file_bytes;
-	int timeout_s;
-	volatile int *cancel;
-} cl_spot_env;
 
 /* Answer every check of project p's own work that waits for us, then claim
  * and answer at most one check of another host's work.  *answered gets how
  * many fingerprints were sent.  Errors as the API's (the first one stops the
  * pass; the checks stay open on the server and are tried again later). */
-cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_spot_env *env, int *answered,
+cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, int *answered,
                           cot_errbuf *eb);
 
 #endif
