@@ -1,5 +1,6 @@
 /* cotrain-server: hosts: register under an account (receiving a host id and
- * a host token), show, revoke.  Only the owning account may see or revoke a
+ * a host token), show (with what the NAT service learned of it and the
+ * rungs of its latest round's connections, 0009_nat_links.sql), revoke.  Only the owning account may see or revoke a
  * host (403 for any other).  Host tokens are 32 random bytes in base64url; the
  * database keeps their sha256 only. */
 #include "server/api.h"
@@ -88,12 +89,14 @@ static bool owned(http_req *req, PGresult *r, long long account)
 
 static const dbc_stmt st_get = {
 	"host_get",
-	"SELECT account_id, json_build_object('id', id, 'account_id', account_id,"
-	"       'cpu_model', cpu_model, 'cores', cores, 'memory_bytes', memory_bytes, 'gpu', gpu,"
-	"       'flops', flops, 'client_version', client_version, 'os_name', os_name,"
-	"       'os_version', os_version, 'revoked', revoked, 'created_at', created_at,"
-	"       'last_seen', last_seen)::text"
-	"  FROM host WHERE id = $1",
+	"SELECT h.account_id, json_build_object('id', h.id, 'account_id', h.account_id,"
+	"       'cpu_model', h.cpu_model, 'cores', h.cores, 'memory_bytes', h.memory_bytes,"
+	"       'gpu', h.gpu, 'flops', h.flops, 'client_version', h.client_version,"
+	"       'os_name', h.os_name, 'os_version', h.os_version, 'revoked', h.revoked,"
+	"       'created_at', h.created_at, 'last_seen', h.last_seen,"
+	"       'reachability', host_reachability_json(h, true),"
+	"       'links', host_links_json(h.id))::text"
+	"  FROM host h WHERE h.id = $1",
 	1
 };
 

@@ -30,6 +30,8 @@
 #define GROUP_INCLUDED_MAX_LEN (GROUP_INCLUDED_MAX * 20)
 #define PLAN_WAIT_MAX 60
 #define ROUND_LIST_MAX 1000
+#define LINKS_MAX 256
+#define CONNECT_MS_MAX 600000
 
 /* "a.b.c.d:port" or "[v6]:port" with a port 1..65535. */
 static bool endpoint_valid(const char *s)
@@ -271,9 +273,67 @@ void api_round_plan(http_req *req)
 }
 
 static const dbc_stmt st_outcome = {
-	"round_outcome",
-	"SELECT status, body FROM round_outcome($1::bytea, $2, $3, $4, $5, $6::jsonb, $7)", 7
+	"round_outcome_links",
+	"SELECT status, body FROM round_outcome_links($1::bytea, $2, $3, $4, $5, $6::jsonb, $7,"
+	"                                             $8::jsonb)", 8
 };
+
+/* Check the outcome's optional "links" (the connections this host dialed:
+ * [{"peer": id, "rung": "direct"|"punch"|"relay", "connect_ms": 0..600000}],
+ * at most LINKS_MAX, each peer once) and write their canonical JSON text to
+ * *out (malloc'd; NULL when the field is absent or null).  COT_ERR_INVALID
+ * with a message naming the entry; COT_ERR_NOMEM. */
+static cot_err links_param(const json_t *body, char **out, cot_errbuf *eb)
+{
+	*out = NULL;
+	const json_t *links = json_object_get(body, "links");
+	if (!links || json_is_null(links))
+		return COT_OK;
+	if (!json_is_array(links) || json_array_size(links) > LINKS_MAX)
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "field \"links\" must be an array of at most %d connections", LINKS_MAX);
+	json_t *canon = json_array();
+	if (!canon)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	cot_err rc = COT_OK;
+	size_t i;
+	const json_t *l;
+	json_array_foreach(links, i, l) {
+		long long peer;
+		const char *rung;
+		double ms;
+		cot_errbuf fe = { "", "" };
+		if (!json_is_object(l)) {
+			rc = cot_seterr(eb, COT_ERR_INVALID, "links[%zu] must be an object", i);
+			break;
+		}
+		if (cot_json_int(l, "peer", true, 1, (1LL << 62), &peer, &fe) ||
+		    cot_json_str(l, "rung", true, 1, 16, &rung, &fe) ||
+		    cot_json_num(l, "connect_ms", true, 0, CONNECT_MS_MAX, &ms, &fe)) {
+			rc = cot_seterr(eb, COT_ERR_INVALID, "links[%zu]: %s", i, fe.msg);
+			break;
+		}
+		if (strcmp(rung, "direct") != 0 && strcmp(rung, "punch") != 0 && strcmp(rung, "relay") != 0) {
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "links[%zu]: field \"rung\" must be \"direct\", \"punch\" or \"relay\"", i);
+			break;
+		}
+		for (size_t j = 0; j < json_array_size(canon); j++)
+			if (json_integer_value(json_object_get(json_array_get(canon, j), "peer")) == peer)
+				rc = cot_seterr(eb, COT_ERR_INVALID, "links[%zu]: peer %lld is named twice", i, peer);
+		if (rc)
+			break;
+		if (json_array_append_new(canon, json_pack("{s:I, s:s, s:f}", "peer", (json_int_t)peer,
+		                                           "rung", rung, "connect_ms", ms))) {
+			rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+			break;
+		}
+	}
+	if (!rc && !(*out = json_dumps(canon, JSON_COMPACT)))
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	json_decref(canon);
+	return rc;
+}
 
 void api_round_outcome(http_req *req)
 {
@@ -286,7 +346,7 @@ void api_round_outcome(http_req *req)
 		return;
 	long long host = 0;
 	const char *status = NULL, *sha = NULL;
-	char *included = NULL;
+	char *included = NULL, *links = NULL;
 	cot_errbuf eb = { 0 };
 	if (cot_json_int(body, "host_id", true, 1, (1LL << 62), &host, &eb) ||
 	    cot_json_str(body, "status", true, 1, 16, &status, &eb)) {
@@ -329,6 +389,14 @@ void api_round_outcome(http_req *req)
 		                 "field \"included_hosts\" must be an array of host ids", NULL);
 		goto out;
 	}
+	cot_err lrc = links_param(body, &links, &eb);
+	if (lrc == COT_ERR_NOMEM) {
+		http_reply_error(req, 500, "internal_error", "out of memory", NULL);
+		goto out;
+	} else if (lrc) {
+		api_bad_request(req, &eb);
+		goto out;
+	}
 	char sv[24], sh[24];
 	snprintf(sv, sizeof sv, "%lld", version);
 	snprintf(sh, sizeof sh, "%lld", host);
@@ -336,7 +404,7 @@ void api_round_outcome(http_req *req)
 		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
 		goto out;
 	}
-	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha };
+	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha, links };
 	PGresult *r = api_exec(req, &st_outcome, params, NULL);
 	if (!r)
 		goto out;
@@ -355,6 +423,7 @@ void api_round_outcome(http_req *req)
 	PQclear(r);
 out:
 	free(included);
+	free(links);
 	json_decref(body);
 }
 

@@ -32,6 +32,8 @@ void web_page(http_req *req);
 void web_static(http_req *req);
 /* GET /v1/projects/{name}/dashboard?rounds=N */
 void web_dashboard(http_req *req);
+/* GET /v1/hosts/{id}/network: a host's class and rungs, public (web_api.c) */
+void web_host_network(http_req *req);
 
 /* GET /metrics */
 void metrics_get(http_req *req);

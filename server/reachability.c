@@ -10,25 +10,127 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/apiutil.h"
+#include "server/dbconn.h"
 #include "shared/deadline.h"
 #include "shared/log.h"
 
 #define BUCKETS 1024
 #define MAX_HOSTS 1000000
 
+#define FLUSH_BATCH 256
+
 typedef struct entry {
 	struct entry *next;
 	reach_info info;
 	double tokens;              /* relay token bucket, bytes */
 	int64_t tokens_ms;          /* when it was last filled */
+	uint64_t pend_in, pend_out, pend_sessions;   /* accounted, not yet in the row */
+	bool dirty;                 /* on the dirty list */
+	struct entry *dirty_next;
 } entry;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t flush_cv = PTHREAD_COND_INITIALIZER;
 static entry **table;
 static size_t n_entries;
+static entry *dirty;            /* entries with pending relay counts */
+static pthread_t flusher;
+static bool flusher_running, flusher_stop;
+
+static const dbc_stmt st_relay_add = {
+	"reach_relay_add",
+	"UPDATE host SET relay_bytes_in = relay_bytes_in + $2::bigint,"
+	"                relay_bytes_out = relay_bytes_out + $3::bigint,"
+	"                relay_sessions = relay_sessions + $4::bigint"
+	" WHERE id = $1::bigint",
+	4
+};
+
+typedef struct {
+	int64_t host;
+	uint64_t in, out, sessions;
+} pending;
+
+/* Put counts back on host's entry after a failed write.  Call with mu held. */
+static void repend(const pending *p);
+
+int reach_flush(void)
+{
+	int written = 0;
+	pending batch[FLUSH_BATCH];
+	for (;;) {
+		size_t n = 0;
+		pthread_mutex_lock(&mu);
+		while (dirty && n < FLUSH_BATCH) {
+			entry *e = dirty;
+			dirty = e->dirty_next;
+			e->dirty = false;
+			e->dirty_next = NULL;
+			batch[n++] = (pending){ e->info.host_id, e->pend_in, e->pend_out, e->pend_sessions };
+			e->pend_in = e->pend_out = e->pend_sessions = 0;
+		}
+		pthread_mutex_unlock(&mu);
+		if (n == 0)
+			return written;
+		size_t i = 0;
+		for (; i < n; i++) {
+			char h[24], in[24], out[24], ses[24];
+			snprintf(h, sizeof h, "%lld", (long long)batch[i].host);
+			snprintf(in, sizeof in, "%llu", (unsigned long long)batch[i].in);
+			snprintf(out, sizeof out, "%llu", (unsigned long long)batch[i].out);
+			snprintf(ses, sizeof ses, "%llu", (unsigned long long)batch[i].sessions);
+			const char *params[] = { h, in, out, ses };
+			PGresult *r = NULL;
+			char state[6];
+			cot_errbuf eb = { "", "" };
+			if (dbc_exec(&st_relay_add, params, &r, state, &eb)) {
+				log_warn("could not write the relay counts of host %lld: %s", (long long)batch[i].host,
+				         eb.msg);
+				break;
+			}
+			PQclear(r);
+			written++;
+		}
+		if (i < n) {
+			/* The database is away: keep the rest for the next flush. */
+			pthread_mutex_lock(&mu);
+			for (; i < n; i++)
+				repend(&batch[i]);
+			pthread_mutex_unlock(&mu);
+			return written;
+		}
+	}
+}
+
+/* The flush thread: writes pending relay counts every REACH_FLUSH_MS, and
+ * once more when told to stop. */
+static void *flush_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&mu);
+	while (!flusher_stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += REACH_FLUSH_MS / 1000;
+		ts.tv_nsec += (long)(REACH_FLUSH_MS % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&flush_cv, &mu, &ts);
+		pthread_mutex_unlock(&mu);
+		reach_flush();
+		pthread_mutex_lock(&mu);
+	}
+	pthread_mutex_unlock(&mu);
+	reach_flush();
+	dbc_close_thread();
+	return NULL;
+}
 
 int reach_init(void)
 {
@@ -36,6 +138,11 @@ int reach_init(void)
 	if (!table)
 		table = calloc(BUCKETS, sizeof *table);
 	int ok = table != NULL;
+	if (ok && !flusher_running) {
+		flusher_stop = false;
+		flusher_running = pthread_create(&flusher, NULL, flush_main, NULL) == 0;
+		ok = flusher_running;
+	}
 	pthread_mutex_unlock(&mu);
 	return ok ? 0 : -1;
 }
@@ -43,6 +150,15 @@ int reach_init(void)
 void reach_free(void)
 {
 	pthread_mutex_lock(&mu);
+	bool join = flusher_running;
+	flusher_stop = true;
+	flusher_running = false;
+	pthread_cond_broadcast(&flush_cv);
+	pthread_mutex_unlock(&mu);
+	if (join)
+		pthread_join(flusher, NULL);
+	pthread_mutex_lock(&mu);
+	dirty = NULL;
 	for (size_t i = 0; table && i < BUCKETS; i++) {
 		for (entry *e = table[i], *n; e; e = n) {
 			n = e->next;
@@ -76,6 +192,28 @@ static entry *find(int64_t host, bool create)
 	table[b] = e;
 	n_entries++;
 	return e;
+}
+
+static void mark_dirty(entry *e)
+{
+	if (!e->dirty) {
+		e->dirty = true;
+		e->dirty_next = dirty;
+		dirty = e;
+	}
+}
+
+static void repend(const pending *p)
+{
+	entry *e = find(p->host, true);
+	if (!e) {
+		log_warn("dropped relay counts of host %lld: the table is full", (long long)p->host);
+		return;
+	}
+	e->pend_in += p->in;
+	e->pend_out += p->out;
+	e->pend_sessions += p->sessions;
+	mark_dirty(e);
 }
 
 void reach_observe(int64_t host, const char *addr, uint16_t port, int which,
@@ -135,6 +273,33 @@ static bool dial_back(const char *addr, uint16_t port, int timeout_ms)
 	return ok;
 }
 
+static const dbc_stmt st_class = {
+	"reach_class",
+	"UPDATE host SET nat_class = $2, nat_mapping = $3, nat_public_addr = $4,"
+	"                nat_public_port = $5::integer, nat_observed_at = now()"
+	" WHERE id = $1::bigint",
+	5
+};
+
+/* Write a host's class and public endpoint to its row; errors are logged
+ * (the class in memory stands, and the next registration writes again).
+ * klass and mapping are static strings; addr at most REACH_ADDR_MAX. */
+static void store_class(int64_t host, const char *klass, const char *mapping, const char *addr,
+                        uint16_t port)
+{
+	char h[24], p[8];
+	snprintf(h, sizeof h, "%lld", (long long)host);
+	snprintf(p, sizeof p, "%u", port);
+	const char *params[] = { h, klass, mapping, addr[0] ? addr : NULL, p };
+	PGresult *r = NULL;
+	char state[6];
+	cot_errbuf eb = { "", "" };
+	if (dbc_exec(&st_class, params, &r, state, &eb))
+		log_warn("could not store the class of host %lld: %s", (long long)host, eb.msg);
+	else
+		PQclear(r);
+}
+
 const char *reach_classify(int64_t host, int timeout_ms)
 {
 	char addr[REACH_ADDR_MAX], local[REACH_ADDR_MAX];
@@ -153,9 +318,11 @@ const char *reach_classify(int64_t host, int timeout_ms)
 	bool reached = dial_back(addr, port, timeout_ms);
 
 	pthread_mutex_lock(&mu);
-	const char *k = "unknown";
+	const char *k = "unknown", *mapping = "unknown";
+	uint16_t public_port = 0;
 	e = find(host, false);
-	if (e && strcmp(e->info.addr, addr) == 0) {
+	bool decided = e && strcmp(e->info.addr, addr) == 0;
+	if (decided) {
 		reach_info *i = &e->info;
 		if (i->port_a && i->port_b)
 			i->mapping = i->port_a == i->port_b ? "independent" : "dependent";
@@ -164,10 +331,14 @@ const char *reach_classify(int64_t host, int timeout_ms)
 		else
 			i->klass = "nat";
 		k = i->klass;
+		mapping = i->mapping;
+		public_port = i->port_a ? i->port_a : i->port_b;
 		log_info("host %lld at %s port %u (advertised %u): %s, mapping %s", (long long)host, addr,
 		         i->port_a, i->adv_port, i->klass, i->mapping);
 	}
 	pthread_mutex_unlock(&mu);
+	if (decided)
+		store_class(host, k, mapping, addr, public_port);
 	return k;
 }
 
@@ -233,13 +404,45 @@ void reach_relay_account(int64_t host, uint64_t in, uint64_t out, bool new_sessi
 		e->info.relay_bytes_in += in;
 		e->info.relay_bytes_out += out;
 		e->info.relay_sessions += new_session;
+		e->pend_in += in;
+		e->pend_out += out;
+		e->pend_sessions += new_session;
+		if (in || out || new_session)
+			mark_dirty(e);
 	}
 	pthread_mutex_unlock(&mu);
 }
 
-static const dbc_stmt st_owner = {
-	"nat_host_owner", "SELECT account_id FROM host WHERE id = $1", 1
+void reach_relay_pending(int64_t host, uint64_t *in, uint64_t *out, uint64_t *sessions)
+{
+	*in = *out = *sessions = 0;
+	pthread_mutex_lock(&mu);
+	entry *e = find(host, false);
+	if (e) {
+		*in = e->pend_in;
+		*out = e->pend_out;
+		*sessions = e->pend_sessions;
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+static const dbc_stmt st_host_nat = {
+	"nat_host_row",
+	"SELECT account_id, nat_class, nat_mapping, nat_public_addr, nat_public_port,"
+	"       to_jsonb(nat_observed_at) #>> '{}', relay_bytes_in, relay_bytes_out, relay_sessions"
+	"  FROM host WHERE id = $1",
+	1
 };
+
+static json_int_t col_int(PGresult *r, int c)
+{
+	return PQgetisnull(r, 0, c) ? 0 : (json_int_t)strtoll(PQgetvalue(r, 0, c), NULL, 10);
+}
+
+static const char *col_str(PGresult *r, int c, const char *dflt)
+{
+	return PQgetisnull(r, 0, c) ? dflt : PQgetvalue(r, 0, c);
+}
 
 void api_host_nat(http_req *req)
 {
@@ -247,7 +450,7 @@ void api_host_nat(http_req *req)
 	if (!api_path_id(req, 0, "host", &id) || !api_account(req, &account))
 		return;
 	const char *params[] = { req->params[0] };
-	PGresult *r = api_exec(req, &st_owner, params, NULL);
+	PGresult *r = api_exec(req, &st_host_nat, params, NULL);
 	if (!r)
 		return;
 	char msg[128];
@@ -258,20 +461,36 @@ void api_host_nat(http_req *req)
 		snprintf(msg, sizeof msg, "host %lld belongs to another account", id);
 		http_reply_error(req, 403, "forbidden", msg, NULL);
 	} else {
+		/* Relay totals: the row's plus what is accounted and not yet written. */
+		uint64_t pin, pout, pses;
+		reach_relay_pending(id, &pin, &pout, &pses);
+		json_int_t rin = col_int(r, 6) + (json_int_t)pin, rout = col_int(r, 7) + (json_int_t)pout;
+		json_int_t rses = col_int(r, 8) + (json_int_t)pses;
+		const char *observed = col_str(r, 5, NULL);
 		reach_info i;
-		if (!reach_get(id, &i)) {
-			memset(&i, 0, sizeof i);
-			i.klass = "unknown";
-			i.mapping = "unknown";
+		json_t *o;
+		if (reach_get(id, &i) && i.observed_ms != 0) {
+			o = json_pack("{s:I, s:s, s:s, s:s?, s:i, s:i, s:i, s:s?, s:s}",
+			              "host_id", (json_int_t)id, "reachability", i.klass,
+			              "mapping", i.mapping, "public_addr", i.addr[0] ? i.addr : NULL,
+			              "public_port", i.port_a, "public_port_2", i.port_b,
+			              "advertised_port", i.adv_port, "observed_at", observed,
+			              "source", "memory");
+		} else {
+			o = json_pack("{s:I, s:s, s:s, s:s?, s:i, s:i, s:i, s:s?, s:s}",
+			              "host_id", (json_int_t)id,
+			              "reachability", col_str(r, 1, "unknown"),
+			              "mapping", col_str(r, 2, "unknown"),
+			              "public_addr", col_str(r, 3, NULL),
+			              "public_port", (int)col_int(r, 4), "public_port_2", 0,
+			              "advertised_port", 0, "observed_at", observed,
+			              "source", "database");
 		}
-		json_t *o = json_pack("{s:I, s:s, s:s, s:s?, s:i, s:i, s:i, s:I, s:I, s:I}",
-		                      "host_id", (json_int_t)id, "reachability", i.klass,
-		                      "mapping", i.mapping, "public_addr", i.addr[0] ? i.addr : NULL,
-		                      "public_port", i.port_a, "public_port_2", i.port_b,
-		                      "advertised_port", i.adv_port,
-		                      "relay_bytes_in", (json_int_t)i.relay_bytes_in,
-		                      "relay_bytes_out", (json_int_t)i.relay_bytes_out,
-		                      "relay_sessions", (json_int_t)i.relay_sessions);
+		if (o) {
+			json_object_set_new(o, "relay_bytes_in", json_integer(rin));
+			json_object_set_new(o, "relay_bytes_out", json_integer(rout));
+			json_object_set_new(o, "relay_sessions", json_integer(rses));
+		}
 		http_reply_json(req, 200, o);
 	}
 	PQclear(r);

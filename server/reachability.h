@@ -15,9 +15,15 @@
  *   unknown      nothing observed yet
  *
  * The table also holds each host's relay accounting (bytes relayed) and
- * the token bucket that caps its relay bandwidth.  It lives in memory: a
- * restarted server relearns it from the hosts' next registration.  Safe
- * for concurrent use. */
+ * the token bucket that caps its relay bandwidth.  It lives in memory, and
+ * is written through to the host's row (db/migrations/0009_nat_links.sql):
+ * the class and public endpoint each time reach_classify() decides (in the
+ * caller's thread, on its dbconn connection), the relay byte and session
+ * counts in batches, by a thread of this module at most every
+ * REACH_FLUSH_MS per host and once more in reach_free().  The broker itself
+ * only uses what is in memory: a restarted server relearns each host's
+ * endpoint at its next registration; the rows serve the views.  Safe for
+ * concurrent use. */
 #ifndef COT_SERVER_REACHABILITY_H
 #define COT_SERVER_REACHABILITY_H
 
@@ -28,6 +34,7 @@
 #include "server/http.h"
 
 #define REACH_ADDR_MAX 64
+#define REACH_FLUSH_MS 2000       /* relay counts reach the database this often */
 
 typedef struct {
 	int64_t host_id;
@@ -44,9 +51,12 @@ typedef struct {
 	uint64_t relay_sessions;
 } reach_info;
 
-/* Create the table (call once before the NAT service starts). */
+/* Create the table and start the thread that writes relay counts to the
+ * database (call once before the NAT service starts, after dbc_init).
+ * Returns 0, or -1 when out of memory or the thread could not start. */
 int reach_init(void);
-/* Drop everything (after the NAT service has stopped). */
+/* Write the relay counts not yet written, stop the thread and drop
+ * everything (after the NAT service has stopped). */
 void reach_free(void);
 
 /* Record an observation of host on service port `which` (0 or 1): the public
@@ -58,7 +68,9 @@ void reach_observe(int64_t host, const char *addr, uint16_t port, int which,
 
 /* Dial the host's advertised endpoint back (its observed public address, never
  * an address it names: the server cannot be made to dial a third party) for
- * at most timeout_ms and store its class.  Blocks; returns the class. */
+ * at most timeout_ms and store its class, in memory and in the host's row
+ * (a database error is logged; the class in memory stands).  Blocks;
+ * returns the class. */
 const char *reach_classify(int64_t host, int timeout_ms);
 
 /* Copy what is known of host into *out; false when nothing is. */
@@ -73,11 +85,22 @@ size_t reach_relay_take(int64_t host, size_t want, uint64_t cap, int *wait_ms);
 /* Give back n bytes taken with reach_relay_take and not used. */
 void reach_relay_refund(int64_t host, size_t n, uint64_t cap);
 
-/* Account bytes relayed from host (in) or to it (out), and sessions. */
+/* Account bytes relayed from host (in) or to it (out), and sessions.  Only
+ * memory is touched here; the flush thread writes the sums. */
 void reach_relay_account(int64_t host, uint64_t in, uint64_t out, bool new_session);
 
+/* The relay counts of host accounted but not yet in its row (zeros when
+ * none or the host is unknown): a view adds them to the row's totals. */
+void reach_relay_pending(int64_t host, uint64_t *in, uint64_t *out, uint64_t *sessions);
+
+/* Write every pending relay count now (the flush thread does this every
+ * REACH_FLUSH_MS).  Counts a database error leaves unwritten stay pending.
+ * Returns the number of hosts written. */
+int reach_flush(void);
+
 /* GET /v1/hosts/{id}/nat (account key of the host's owner): the host's
- * reachability and relay accounting. */
+ * reachability and relay accounting, from memory when this server has
+ * classified the host since it started, else from the host's row. */
 void api_host_nat(http_req *req);
 
 #endif

@@ -27,6 +27,7 @@ static const route routes[] = {
 	{ "GET",    "/v1/hosts/{}",                 api_host_get },
 	{ "DELETE", "/v1/hosts/{}",                 api_host_revoke },
 	{ "GET",    "/v1/hosts/{}/nat",             api_host_nat },
+	{ "GET",    "/v1/hosts/{}/network",         web_host_network },
 	{ "GET",    "/v1/projects",                 api_project_list },
 	{ "GET",    "/v1/projects/{}",              api_project_get },
 	{ "POST",   "/v1/projects/{}/work",         api_work_request },

@@ -1,5 +1,5 @@
 /* cotrain-server: the JSON behind the project page and the training
- * dashboard (public). */
+ * dashboard, and the network part of a host's page (public). */
 #include "server/credit.h"
 
 #include <errno.h>
@@ -71,6 +71,40 @@ void web_dashboard(http_req *req)
 	} else {
 		char msg[120];
 		snprintf(msg, sizeof msg, "project \"%s\" does not exist", req->params[0]);
+		http_reply_error(req, 404, "not_found", msg, NULL);
+	}
+	PQclear(r);
+}
+
+/* The public part of a host's reachability (no public endpoint: that is the
+ * volunteer's address, shown to its owner only by GET /v1/hosts/{id}) and
+ * its links (db/migrations/0009_nat_links.sql). */
+static const dbc_stmt st_host_network = {
+	"web_host_network",
+	"SELECT json_build_object('host_id', h.id,"
+	"       'reachability', host_reachability_json(h, false),"
+	"       'links', host_links_json(h.id))::text"
+	"  FROM host h JOIN account a ON a.id = h.account_id"
+	" WHERE h.id = $1 AND NOT a.disabled",
+	1
+};
+
+void web_host_network(http_req *req)
+{
+	long long id;
+	if (!api_path_id(req, 0, "host", &id))
+		return;
+	char ids[24];
+	snprintf(ids, sizeof ids, "%lld", id);
+	const char *params[] = { ids };
+	PGresult *r = api_exec(req, &st_host_network, params, NULL);
+	if (!r)
+		return;
+	if (PQntuples(r) == 1) {
+		http_reply_raw(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
+	} else {
+		char msg[80];
+		snprintf(msg, sizeof msg, "host %lld does not exist", id);
 		http_reply_error(req, 404, "not_found", msg, NULL);
 	}
 	PQclear(r);
