@@ -77,6 +77,8 @@ cot_err cl_api_round_report(const cl_api_opts *o, const cl_project *p, int64_t w
 	                         "can_aggregate", rep->can_aggregate);
 	if (body && rep->has_loss)
 		json_object_set_new(body, "loss", json_real(rep->loss));
+	if (body && rep->rtt)
+		json_object_set(body, "rtt", (json_t *)rep->rtt);
 	json_t *a = NULL;
 	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .json = body, .out = &a };
 	cot_err rc = body ? cl_api_http(o, &r, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
@@ -150,8 +152,8 @@ out:
 }
 
 cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok,
-                             const int64_t *included, size_t n, const char *params_sha256, json_t **answer,
-                             cot_errbuf *eb)
+                             const int64_t *included, size_t n, const char *params_sha256, cl_links *links,
+                             json_t **answer, cot_errbuf *eb)
 {
 	char url[CL_URL_MAX + 128];
 	round_url(url, sizeof url, p, version, "outcome");
@@ -164,6 +166,16 @@ cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t 
 	if (body && ok && params_sha256)
 		json_object_set_new(body, "params_sha256", json_string(params_sha256));
 	json_decref(inc);
+	if (body && links) {
+		json_t *ls = json_array();
+		pthread_mutex_lock(&links->mu);
+		for (size_t i = 0; ls && i < links->n; i++)
+			json_array_append_new(ls, json_pack("{s:I, s:s, s:f}", "peer", (json_int_t)links->l[i].peer,
+			                                    "rung", links->l[i].rung, "connect_ms", links->l[i].connect_ms));
+		pthread_mutex_unlock(&links->mu);
+		if (ls)
+			json_object_set_new(body, "links", ls);
+	}
 	json_t *a = NULL;
 	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .json = body, .out = &a };
 	cot_err rc = body && inc ? cl_api_http(o, &r, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");

@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "client/api.h"
+#include "client/links.h"
 
 /* GET /v1/projects/<name>/ca: the project CA certificate (PEM, malloc'd,
  * NUL-terminated, at most 64 KiB) into *pem.  local_ip (when not NULL)
@@ -29,6 +30,7 @@ typedef struct {
 	int can_aggregate;
 	int has_loss;
 	double loss;              /* mean loss over the samples */
+	const json_t *rtt;        /* {"<host id>": ms} measured to peers, or NULL */
 } cl_round_report;
 
 /* POST /v1/workunits/<wu>/report. */
@@ -47,9 +49,10 @@ cot_err cl_api_group_sum(const cl_api_opts *o, const cl_project *p, int64_t vers
                          cot_errbuf *eb);
 
 /* POST .../rounds/<v>/outcome: ok (with the included hosts and the sha256
- * of our parameters of v+1) or failed. */
+ * of our parameters of v+1) or failed; with links (may be NULL), the
+ * connections we dialed and the rung each took. */
 cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok,
-                             const int64_t *included, size_t n, const char *params_sha256, json_t **answer,
-                             cot_errbuf *eb);
+                             const int64_t *included, size_t n, const char *params_sha256, cl_links *links,
+                             json_t **answer, cot_errbuf *eb);
 
 #endif

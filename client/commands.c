@@ -35,9 +35,10 @@ static json_t *cmd_status(cl_daemon *d)
 		const cl_project *p = &d->st.projects[i];
 		double wait = d->rt[i].bo.next_at - cl_now_mono();
 		json_array_append_new(projects, json_pack(
-			"{s:s, s:s, s:I, s:f, s:s, s:f, s:I, s:f, s:o}", "name", p->name, "url", p->url,
+			"{s:s, s:s, s:I, s:f, s:s, s:s, s:s, s:f, s:I, s:f, s:o}", "name", p->name, "url", p->url,
 			"host_id", (json_int_t)p->host_id, "resource_share", p->resource_share,
-			"activity", d->rt[i].activity, "retry_in", wait > 0 ? wait : 0.0,
+			"activity", d->rt[i].activity, "network", d->rt[i].network, "links", d->rt[i].links,
+			"retry_in", wait > 0 ? wait : 0.0,
 			"mb_total", (json_int_t)p->mb_total, "samples_per_sec", d->rt[i].sps,
 			"work", p->has_work ? work_json(d, i) : json_null()));
 	}

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "client/round.h"
 #include "shared/log.h"
 
 #define CONFIG_MAX_BYTES (1 << 20)
@@ -33,6 +34,7 @@ void cl_config_defaults(cl_config *c)
 	c->peer_port = 0;
 	c->peer_bandwidth = 12500000;
 	c->spot_interval = 300;
+	c->port_mapping = 1;
 	c->prefs.set = 0;
 }
 
@@ -89,6 +91,21 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 			return cot_seterr(eb, COT_ERR_INVALID, "invalid value \"%.64s\" for \"%s\": expected a numeric IPv4 or IPv6 address",
 			                  v, key);
 		snprintf(dst, DIALER_ADDR_MAX, "%s", v);
+		return COT_OK;
+	}
+	if (strcmp(key, "nat_service") == 0) {
+		if (cl_parse_endpoint(v, c->nat_addr, &c->nat_port, eb))
+			return cot_seterr(eb, COT_ERR_INVALID, "invalid value \"%.64s\" for \"nat_service\": expected ADDRESS:PORT with a numeric address",
+			                  v);
+		return COT_OK;
+	}
+	if (strcmp(key, "port_mapping") == 0) {
+		if (strcmp(v, "true") == 0 || strcmp(v, "yes") == 0 || strcmp(v, "1") == 0)
+			c->port_mapping = 1;
+		else if (strcmp(v, "false") == 0 || strcmp(v, "no") == 0 || strcmp(v, "0") == 0)
+			c->port_mapping = 0;
+		else
+			return cot_seterr(eb, COT_ERR_INVALID, "invalid value \"%.64s\" for \"port_mapping\": expected true or false", v);
 		return COT_OK;
 	}
 	if (strcmp(key, "peer_bandwidth") == 0) {

@@ -27,6 +27,14 @@
  *                       address this host uses to reach the project server)
  *   peer_bandwidth      bytes/s this host can send and receive for averaging
  *                       (default 12500000, 100 Mbit/s)
+ *   nat_service         ADDR:PORT of the project server's NAT service
+ *                       (cotrain-server --relay-port; doc/nat.md): peers are
+ *                       then reached through its ladder (direct, hole
+ *                       punching, relay); default: dial peers directly
+ *   port_mapping        true | false: with nat_service, ask the home router
+ *                       to forward the listener's port (UPnP IGD, then
+ *                       NAT-PMP), renewed while running, removed on exit
+ *                       (default true)
  *   spot_interval       seconds between looks for spot checks to answer
  *                       (default 300)
  *   any preference key of prefs.h (max_threads, only_when_idle, ...), which
@@ -64,6 +72,9 @@ typedef struct {
 	char peer_address[DIALER_ADDR_MAX];  /* "" = auto */
 	int64_t peer_bandwidth;
 	int spot_interval;          /* seconds */
+	char nat_addr[DIALER_ADDR_MAX];      /* "" = no NAT service */
+	uint16_t nat_port;
+	int port_mapping;           /* ask the router for a port mapping (with nat_service) */
 	cl_prefs prefs;             /* only the keys the file sets */
 } cl_config;
 

@@ -153,6 +153,12 @@ static void print_status(const json_t *a)
 		       (long long)json_integer_value(json_object_get(p, "host_id")),
 		       json_number_value(json_object_get(p, "resource_share")));
 		printf("  %s\n", json_string_value(json_object_get(p, "activity")));
+		const char *net = json_string_value(json_object_get(p, "network"));
+		const char *links = json_string_value(json_object_get(p, "links"));
+		if (net && *net)
+			printf("  network: %s\n", net);
+		if (links && *links)
+			printf("  last round's connections: %s\n", links);
 		printf("  microbatches reported in all: %lld\n", (long long)json_integer_value(json_object_get(p, "mb_total")));
 		const json_t *w = json_object_get(p, "work");
 		if (!json_is_object(w))

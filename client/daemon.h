@@ -47,6 +47,8 @@ typedef struct {
 	int round_due;             /* the round of round_version closed: take part */
 	int64_t round_version, round_attempt;
 	cl_peer peer;              /* identity and listener for averaging */
+	char network[200];         /* how the NAT service sees us (cl_peer_network), for status */
+	char links[600];           /* the last round's connections (cl_links_summary), for status */
 	int round_running;         /* a round thread owns the session, the peer and the live unit */
 	double last_report;        /* monotonic seconds */
 	double last_account_check;

@@ -33,6 +33,7 @@
 #include "shared/hash.h"
 #include "shared/json.h"
 #include "shared/log.h"
+#include "shared/nat.h"
 
 #define PLAN_WAIT_S 30
 #define PLAN_GIVE_UP_S 1800        /* a round that plans nothing for this long is dead to us */
@@ -53,6 +54,7 @@ typedef struct {
 	float *sum;                 /* the group sum, then the mean */
 	allreduce_result res;
 	char params_sha[65];
+	cl_links links;             /* the connections we dialed */
 } round_job;
 
 static void activity(round_job *j, const char *what)
@@ -108,11 +110,20 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 	cot_err rc = cl_peer_ready(&j->peer, &j->o, &j->p, &d->cfg, eb);
 	if (rc)
 		return rc;
+	char net[200];
+	cl_peer_network(&j->peer, net, sizeof net);
+	pthread_mutex_lock(&d->lock);
+	int i = cl_daemon_find(d, j->p.url);
+	if (i >= 0)
+		snprintf(d->rt[i].network, sizeof d->rt[i].network, "%s", net);
+	pthread_mutex_unlock(&d->lock);
+	json_t *rtt = cl_peer_rtt_json(&j->peer);
 	for (int k = 0; k < j->acc.n; k++) {
 		cl_round_report r = { .mb_done = j->acc.u[k].mb, .samples = j->acc.u[k].mb * j->p.microbatch_size,
-		                      .bandwidth = (double)d->cfg.peer_bandwidth, .can_aggregate = 1,
+		                      .bandwidth = (double)d->cfg.peer_bandwidth, .can_aggregate = j->peer.can_aggregate,
 		                      .has_loss = j->acc.u[k].mb > 0,
-		                      .loss = j->acc.u[k].mb > 0 ? j->acc.u[k].loss_sum / (double)j->acc.u[k].mb : 0 };
+		                      .loss = j->acc.u[k].mb > 0 ? j->acc.u[k].loss_sum / (double)j->acc.u[k].mb : 0,
+		                      .rtt = rtt };
 		/* A unit with nothing done is reported too: the server returns it
 		 * at once instead of waiting for it until the report timeout. */
 		snprintf(r.endpoint, sizeof r.endpoint, "%s", j->peer.endpoint);
@@ -123,9 +134,10 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 			sleep(2u << tries);
 		}
 		if (rc)
-			return rc;
+			break;
 	}
-	return COT_OK;
+	json_decref(rtt);
+	return rc;
 }
 
 /* 2. Wait for our plan. */
@@ -181,22 +193,56 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		mem[k] = (allreduce_member){ .host_id = pl->members[k].host_id, .addr = pl->members[k].addr,
 		                             .port = pl->members[k].port, .start = pl->members[k].lo,
 		                             .end = pl->members[k].hi, .samples = (uint64_t)pl->members[k].samples };
+	/* Through the NAT service's ladder when there is one (doc/nat.md):
+	 * our dialer meets each aggregator, and as an aggregator we help the
+	 * others' connections in; without one, peers are dialed directly. */
+	nat_config nc;
+	bool nat = cl_peer_nat_config(&j->peer, &j->p, &j->d->cfg, &nc);
 	dialer *dl = NULL;
-	cot_err rc = dialer_direct_new(&dl, eb);
-	if (rc)
-		return rc;
-	peer_ctx *ctx = j->peer.ctx;
-	listener *lst = j->peer.lst;
+	nat_acceptor *acc = NULL;
 	int64_t left_ms = (pl->deadline - (int64_t)time(NULL)) * 1000;
 	if (left_ms < 5000)
 		left_ms = 5000;
+	int64_t deadline = deadline_after_ms(left_ms);
+	cot_err rc = nat ? nat_dialer_new(&nc, j->p.name, j->v, &dl, eb) : dialer_direct_new(&dl, eb);
+	if (rc || (rc = cl_links_dialer_new(dl, &j->links, &dl, eb)))
+		return rc;
+	const cl_plan_member *me = &pl->members[pl->self];
+	if (nat && me->hi > me->lo) {
+		int64_t others[CL_PLAN_MAX_MEMBERS];
+		size_t n = 0;
+		for (size_t k = 0; k < pl->n; k++)
+			if (k != pl->self)
+				others[n++] = pl->members[k].host_id;
+		if ((rc = nat_acceptor_start(&nc, j->p.name, j->v, others, n, deadline, &acc, eb))) {
+			dialer_free(dl);
+			return rc;
+		}
+	}
 	allreduce_params ap = { .members = mem, .n = pl->n, .self = pl->self, .round = j->v,
 	                        .grad = j->m->grads, .len = j->m->n_params, .send_comp = pl->comp,
-	                        .result_comp = pl->comp, .ctx = ctx, .dialer = dl, .lst = lst,
-	                        .collect_deadline = deadline_after_ms(left_ms / 2),
-	                        .deadline = deadline_after_ms(left_ms) };
+	                        .result_comp = pl->comp, .ctx = j->peer.ctx, .dialer = dl, .lst = j->peer.lst,
+	                        .collect_deadline = deadline_after_ms(left_ms / 2), .deadline = deadline };
 	rc = allreduce_run(&ap, j->sum, &j->res, eb);
+	size_t i = 0;
+	for (size_t k = 0; acc && k < pl->n; k++) {
+		if (k == pl->self)
+			continue;
+		const char *how = nat_acceptor_plan(acc, i++);
+		if (how[0])
+			log_info("project %s: round %lld: host %lld reached us by %s", j->p.name, (long long)j->v,
+			         (long long)pl->members[k].host_id, how);
+	}
+	nat_acceptor_stop(acc);
 	dialer_free(dl);
+	pthread_mutex_lock(&j->links.mu);
+	for (size_t k = 0; k < j->links.n; k++) {
+		const cl_link *l = &j->links.l[k];
+		log_info("project %s: round %lld: reached host %lld by %s in %.0f ms (rtt %.2f ms, %d connections)",
+		         j->p.name, (long long)j->v, (long long)l->peer, l->rung, l->connect_ms, l->rtt_ms, l->conns);
+	}
+	pthread_mutex_unlock(&j->links.mu);
+	cl_peer_note_links(&j->peer, &j->links);
 	return rc;
 }
 
@@ -275,7 +321,7 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 	for (;;) {
 		json_t *a = NULL;
 		cot_err rc = cl_api_round_outcome(&j->o, &j->p, j->v, ok, j->res.included, j->res.n_included,
-		                                  ok ? j->params_sha : NULL, &a, eb);
+		                                  ok ? j->params_sha : NULL, &j->links, &a, eb);
 		if (rc || !ok) {
 			json_decref(a);
 			return rc;
@@ -383,9 +429,13 @@ void cl_daemon_round(cl_daemon *d, int i)
 
 	cot_errbuf eb = { "", "" };
 	int accepted = 0;
+	cl_links_init(&j.links);
 	cot_err rc = run(&j, &accepted, &eb);
 	free(j.sum);
 	allreduce_result_free(&j.res);
+	char links[560];
+	cl_links_summary(&j.links, links, sizeof links);
+	cl_links_destroy(&j.links);
 
 	pthread_mutex_lock(&d->lock);
 	i = cl_daemon_find(d, j.p.url);         /* a detach may have moved or removed it */
@@ -400,6 +450,8 @@ void cl_daemon_round(cl_daemon *d, int i)
 	}
 	rt = &d->rt[i];
 	rt->peer = j.peer;
+	if (links[0])
+		snprintf(rt->links, sizeof rt->links, "round %lld: %s", (long long)j.v, links);
 	if (rc || !accepted) {
 		if (rc)
 			log_warn("project %s: round %lld: %s%s%s; its samples go back to the server's pool", j.p.name,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "client/api_round.h"
+#include "shared/deadline.h"
 #include "shared/log.h"
 #include "shared/pki.h"
 
@@ -111,12 +112,151 @@ static cot_err open_listener(cl_peer *pe, const cl_config *cfg, const char *loca
 	return COT_OK;
 }
 
+bool cl_peer_nat_config(const cl_peer *pe, const cl_project *p, const cl_config *cfg, nat_config *nc)
+{
+	if (!cfg->nat_addr[0] || !pe->lst)
+		return false;
+	uint16_t mapped = 0;
+	if (pe->pm) {
+		char ext[64];
+		cl_portmap_external(pe->pm, ext, &mapped);
+	}
+	*nc = (nat_config){ .server_addr = cfg->nat_addr, .server_port = cfg->nat_port, .host_id = p->host_id,
+	                    .token = p->host_token, .listen_addr = cfg->peer_listen,
+	                    .listen_port = listener_port(pe->lst), .mapped_port = mapped };
+	return true;
+}
+
+#define NAT_REGISTER_EVERY_S 300
+#define PORTMAP_LEASE_S 1800
+#define PORTMAP_RETRY_S 600
+
+/* Keep a port mapping on the home router for our listener: open one when
+ * none is held (at most every PORTMAP_RETRY_S), renew it at half its
+ * lease.  A router that does not answer is not an error: the ladder goes
+ * on without a mapping. */
+static void keep_port_mapping(cl_peer *pe, const cl_project *p, const cl_config *cfg)
+{
+	int64_t now = (int64_t)time(NULL);
+	cot_errbuf e2 = { "", "" };
+	if (pe->pm && deadline_now_ms() >= cl_portmap_renew_at(pe->pm) && cl_portmap_renew(pe->pm, &e2)) {
+		log_warn("project %s: could not renew the port mapping: %s", p->name, e2.msg);
+		cl_portmap_close(pe->pm);
+		pe->pm = NULL;
+		pe->pm_retry_at = 0;
+	}
+	if (pe->pm || now < pe->pm_retry_at)
+		return;
+	if (cl_portmap_open(cfg->peer_listen, listener_port(pe->lst), PORTMAP_LEASE_S, &pe->pm, &e2)) {
+		log_info("project %s: no port mapping on the router (%s); peers reach us through the NAT service",
+		         p->name, e2.msg);
+		pe->pm = NULL;
+		pe->pm_retry_at = now + PORTMAP_RETRY_S;
+		return;
+	}
+	char ext[64];
+	uint16_t port;
+	cl_portmap_external(pe->pm, ext, &port);
+	log_info("project %s: the router maps %s port %u to our port %u (%s)", p->name, ext, (unsigned)port,
+	         (unsigned)listener_port(pe->lst), cl_portmap_method(pe->pm));
+	pe->nat_observed_at = 0;             /* tell the NAT service at once */
+}
+
+/* Register with the NAT service: our public endpoint and whether peers can
+ * dial us. */
+static cot_err nat_register(cl_peer *pe, const cl_project *p, const cl_config *cfg, cot_errbuf *eb)
+{
+	if (!cfg->nat_addr[0] || !pe->lst)
+		return COT_OK;
+	if (cfg->port_mapping)
+		keep_port_mapping(pe, p, cfg);
+	int64_t now = (int64_t)time(NULL);
+	if (pe->nat_class[0] && now - pe->nat_observed_at < NAT_REGISTER_EVERY_S) {
+		snprintf(pe->endpoint, sizeof pe->endpoint, "%s", pe->nat_endpoint);
+		return COT_OK;
+	}
+	nat_config nc;
+	cl_peer_nat_config(pe, p, cfg, &nc);
+	nat_observation ob;
+	cot_errbuf e2 = { "", "" };
+	cot_err rc = nat_observe(&nc, deadline_after_ms(10000), &ob, &e2);
+	if (rc)
+		return cot_seterr(eb, rc, "could not register with the NAT service at %s:%u: %s", cfg->nat_addr,
+		                  (unsigned)cfg->nat_port, e2.msg);
+	/* What peers dial: the public address, at the mapped port when the
+	 * router forwards one. */
+	unsigned port = nc.mapped_port ? nc.mapped_port : ob.port;
+	if (strchr(ob.addr, ':'))
+		snprintf(pe->nat_endpoint, sizeof pe->nat_endpoint, "[%s]:%u", ob.addr, port);
+	else
+		snprintf(pe->nat_endpoint, sizeof pe->nat_endpoint, "%s:%u", ob.addr, port);
+	snprintf(pe->endpoint, sizeof pe->endpoint, "%s", pe->nat_endpoint);
+	pe->can_aggregate = strcmp(ob.klass, "public") == 0 || strcmp(ob.klass, "mapped") == 0 ||
+	                    (strcmp(ob.klass, "nat") == 0 && strcmp(ob.mapping, "independent") == 0);
+	if (strcmp(pe->nat_class, ob.klass) != 0 || strcmp(pe->nat_mapping, ob.mapping) != 0)
+		log_info("project %s: the NAT service sees this host at %s: %s, mapping %s", p->name, pe->endpoint,
+		         ob.klass, ob.mapping);
+	snprintf(pe->nat_class, sizeof pe->nat_class, "%s", ob.klass);
+	snprintf(pe->nat_mapping, sizeof pe->nat_mapping, "%s", ob.mapping);
+	pe->nat_observed_at = now;
+	return COT_OK;
+}
+
+void cl_peer_note_links(cl_peer *pe, cl_links *links)
+{
+	pthread_mutex_lock(&links->mu);
+	for (size_t i = 0; i < links->n; i++) {
+		const cl_link *l = &links->l[i];
+		if (l->rtt_ms < 0)
+			continue;
+		size_t k = 0;
+		while (k < pe->n_rtt && pe->rtt[k].host != l->peer)
+			k++;
+		if (k == pe->n_rtt && pe->n_rtt < CL_LINKS_MAX)
+			pe->n_rtt++;
+		if (k == CL_LINKS_MAX)
+			k--;                     /* full: the oldest goes */
+		memmove(&pe->rtt[1], &pe->rtt[0], k * sizeof pe->rtt[0]);
+		pe->rtt[0].host = l->peer;
+		pe->rtt[0].ms = l->rtt_ms;
+	}
+	pthread_mutex_unlock(&links->mu);
+}
+
+json_t *cl_peer_rtt_json(const cl_peer *pe)
+{
+	if (pe->n_rtt == 0)
+		return NULL;
+	json_t *o = json_object();
+	for (size_t i = 0; o && i < pe->n_rtt; i++) {
+		char k[24];
+		snprintf(k, sizeof k, "%lld", (long long)pe->rtt[i].host);
+		json_object_set_new(o, k, json_real(pe->rtt[i].ms));
+	}
+	return o;
+}
+
+void cl_peer_network(const cl_peer *pe, char *out, size_t len)
+{
+	out[0] = '\0';
+	if (!pe->nat_class[0])
+		return;
+	char ext[64] = "";
+	uint16_t port = 0;
+	if (pe->pm)
+		cl_portmap_external(pe->pm, ext, &port);
+	snprintf(out, len, "%s (mapping %s) at %s%s%s%s%s", pe->nat_class, pe->nat_mapping, pe->endpoint,
+	         pe->pm ? ", port mapped by " : "", pe->pm ? cl_portmap_method(pe->pm) : "",
+	         pe->can_aggregate ? "" : ", relay only: aggregates nothing", "");
+}
+
 cot_err cl_peer_ready(cl_peer *pe, const cl_api_opts *o, const cl_project *p, const cl_config *cfg,
                       cot_errbuf *eb)
 {
 	char local_ip[DIALER_ADDR_MAX] = "";
 	cot_err rc = cl_peer_pin_ca(o, p, cfg->state_dir, local_ip, sizeof local_ip, eb);
-	if (rc || (rc = open_listener(pe, cfg, local_ip, eb)))
+	pe->can_aggregate = 1;
+	if (rc || (rc = open_listener(pe, cfg, local_ip, eb)) || (rc = nat_register(pe, p, cfg, eb)))
 		return rc;
 	int64_t now = (int64_t)time(NULL);
 	if (pe->ctx && now < pe->cert_renew_at)
@@ -165,5 +305,6 @@ void cl_peer_free(cl_peer *pe)
 {
 	peer_ctx_free(pe->ctx);
 	listener_close(pe->lst);
+	cl_portmap_close(pe->pm);
 	memset(pe, 0, sizeof *pe);
 }

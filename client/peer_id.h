@@ -17,6 +17,10 @@
 
 #include "client/api.h"
 #include "client/conf.h"
+#include "client/links.h"
+#include "client/portmap.h"
+#include "shared/json.h"
+#include "shared/nat.h"
 #include "shared/listener.h"
 #include "shared/peer.h"
 
@@ -26,6 +30,18 @@ typedef struct {
 	int64_t cert_renew_at;
 	listener *lst;
 	char endpoint[80];         /* what peers dial: "addr:port" or "[v6]:port" */
+	int can_aggregate;         /* peers can reach us (always without a NAT service) */
+	char nat_class[16];        /* the NAT service's view of us, "" without one */
+	char nat_mapping[16];
+	char nat_endpoint[80];     /* our public endpoint as the NAT service saw it */
+	int64_t nat_observed_at;   /* time(NULL) of the last registration */
+	cl_portmap *pm;            /* our mapping on the home router, NULL when none */
+	int64_t pm_retry_at;       /* time(NULL) to ask for one again */
+	size_t n_rtt;              /* round-trip times measured to peers (links.h), newest first */
+	struct {
+		int64_t host;
+		double ms;
+	} rtt[CL_LINKS_MAX];
 } cl_peer;
 
 /* Fetch the project's CA and pin it (or check it against the pinned one).
@@ -36,9 +52,29 @@ cot_err cl_peer_pin_ca(const cl_api_opts *o, const cl_project *p, const char *st
                        size_t iplen, cot_errbuf *eb);
 
 /* Make pe usable for a round of project p: the CA pinned, our key, a fresh
- * enough certificate, the listener open and the endpoint known. */
+ * enough certificate, the listener open and the endpoint known.  With a
+ * NAT service configured, we ask the home router for a port mapping (when
+ * port_mapping is on; renewed at half its lease, retried every 10 minutes
+ * when no router answers) and register with the service (nat_observe, every
+ * 5 minutes): the endpoint is then our public one as the server sees it,
+ * and a host offers to aggregate when peers can reach it: public, port
+ * mapped, or behind a NAT that keeps its public port for every destination
+ * (hole punching works); not behind a symmetric NAT (relay only). */
 cot_err cl_peer_ready(cl_peer *pe, const cl_api_opts *o, const cl_project *p, const cl_config *cfg,
                       cot_errbuf *eb);
+
+/* The NAT service settings for project p (cfg's service, p's host) into
+ * nc, for nat_dialer_new and nat_acceptor_start; false without one. */
+bool cl_peer_nat_config(const cl_peer *pe, const cl_project *p, const cl_config *cfg, nat_config *nc);
+
+/* Remember the round-trip times of links (newest first, CL_LINKS_MAX at
+ * most), and write them as the report's "rtt" object ({"<host id>": ms});
+ * NULL when none is known. */
+void cl_peer_note_links(cl_peer *pe, cl_links *links);
+json_t *cl_peer_rtt_json(const cl_peer *pe);
+
+/* One line for status: how the NAT service sees us, "" without one. */
+void cl_peer_network(const cl_peer *pe, char *out, size_t len);
 
 /* Drop the identity files of project p (on detach). */
 void cl_peer_forget(const cl_project *p, const char *state_dir);

@@ -205,16 +205,22 @@ static void do_observe(relay_service *s, int fd, int which, char **f, int nf)
 }
 
 /* The endpoint a host can be met at for a plan: its advertised one for
- * "direct", the public one its listening port maps to for "punch". */
-static void endpoint_for(const reach_info *i, const char *plan, char *addr, uint16_t *port)
+ * "direct"; for "punch", the public endpoint of the very connection it
+ * met on (fd): the host punches from that connection's local port, so each
+ * meeting, and each connection of a pair, has a port of its own. */
+static void endpoint_for(const reach_info *i, int fd, const char *plan, char *addr, uint16_t *port)
 {
+	if (strcmp(plan, "punch") == 0) {
+		peer_of(fd, addr, port);
+		return;
+	}
 	if (strcmp(plan, "relay") == 0 || !i->addr[0]) {
 		strcpy(addr, "-");
 		*port = 0;
 		return;
 	}
 	strcpy(addr, i->addr);
-	*port = strcmp(plan, "direct") == 0 ? i->adv_port : i->port_a;
+	*port = i->adv_port;
 }
 
 static bool connectable(const reach_info *i)
@@ -222,18 +228,21 @@ static bool connectable(const reach_info *i)
 	return strcmp(i->klass, "public") == 0 || strcmp(i->klass, "mapped") == 0;
 }
 
+/* A host whose outgoing connections keep their public port whatever the
+ * destination: the port the server saw is the one its peer will see. */
+static bool punchable(const reach_info *i)
+{
+	return strcmp(i->klass, "public") == 0 || strcmp(i->mapping, "independent") == 0;
+}
+
 /* How dialer d reaches acceptor a: direct when a can be dialed; punch when
- * both sit behind NATs that keep one public port per local port; otherwise
- * the relay.  A dialer that can be dialed itself does not punch: the
- * acceptor's SYN would reach the dialer's listener first (no NAT stops it)
- * and take the very 4-tuple the dialer is about to connect from.  Such pairs
- * are rare: only reachable peers aggregate, and only aggregators accept. */
+ * a sits behind a NAT that keeps one public port per local port and d does
+ * too (or has no NAT); otherwise the relay. */
 static const char *plan_for(const reach_info *d, const reach_info *a)
 {
 	if (connectable(a))
 		return "direct";
-	if (strcmp(a->klass, "nat") == 0 && strcmp(a->mapping, "independent") == 0 &&
-	    strcmp(d->klass, "nat") == 0 && strcmp(d->mapping, "independent") == 0)
+	if (strcmp(a->klass, "nat") == 0 && punchable(a) && punchable(d))
 		return "punch";
 	return "relay";
 }
@@ -308,8 +317,8 @@ static bool do_meet(relay_service *s, int fd, char **f, int nf)
 	const char *plan = h.dial ? plan_for(&hi, &oi) : plan_for(&oi, &hi);
 	char a1[REACH_ADDR_MAX], a2[REACH_ADDR_MAX];
 	uint16_t p1, p2;
-	endpoint_for(&oi, plan, a1, &p1);
-	endpoint_for(&hi, plan, a2, &p2);
+	endpoint_for(&oi, other.fd, plan, a1, &p1);
+	endpoint_for(&hi, fd, plan, a2, &p2);
 	say(fd, "GO %s %s %u %d", plan, a1, p1, s->cfg.meet_lead_ms);
 	say(other.fd, "GO %s %s %u %d", plan, a2, p2, s->cfg.meet_lead_ms);
 	close(other.fd);

@@ -104,9 +104,10 @@ typedef struct pair {
 	struct pair *next;
 	rdv_kind kind;
 	int64_t project_id, version, lo, hi;
-	int attempts;
+	int meetings;             /* completed this round */
 	int64_t last_ms;
-	rdv_half half;            /* parked half (fd -1 when none) */
+	size_t n;                 /* parked halves, oldest first, all of one role */
+	rdv_half q[RDV_QUEUE_MAX];
 } pair;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -130,11 +131,21 @@ static pair *pair_find(rdv_kind kind, int64_t project_id, int64_t version, int64
 	return NULL;
 }
 
+/* Take the i-th parked half out of p's queue. */
+static rdv_half unqueue(pair *p, size_t i)
+{
+	rdv_half h = p->q[i];
+	memmove(&p->q[i], &p->q[i + 1], (p->n - i - 1) * sizeof p->q[0]);
+	p->n--;
+	n_parked--;
+	return h;
+}
+
 cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t peer,
                  const rdv_half *h, rdv_half *partner, cot_errbuf *eb)
 {
-	/* One meeting (or relay session) per direction: in an all-reduce two
-	 * aggregators each dial the other, and those are two connections. */
+	/* One queue per direction: in an all-reduce two aggregators each dial
+	 * the other, and those are different connections. */
 	int64_t lo = h->dial ? h->host : peer, hi = h->dial ? peer : h->host;
 	cot_err rc = COT_OK;
 	partner->fd = -1;
@@ -149,41 +160,38 @@ cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t pee
 			rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 			goto out;
 		}
-		*p = (pair){ pairs, kind, project_id, version, lo, hi, 0, 0, { -1, 0, 0, 0 } };
+		*p = (pair){ .next = pairs, .kind = kind, .project_id = project_id, .version = version,
+		             .lo = lo, .hi = hi };
 		pairs = p;
 		n_pairs++;
 	}
 	p->last_ms = h->expires_ms;
-	if (p->half.fd >= 0 && half_dead(&p->half)) {
-		close(p->half.fd);
-		p->half.fd = -1;
-		n_parked--;
-	}
-	if (p->half.fd >= 0) {
-		if (p->half.host == h->host) {
-			rc = cot_seterr(eb, COT_ERR_CONFLICT, "host %lld already waits for host %lld",
-			                (long long)h->host, (long long)peer);
-		} else if (p->half.dial == h->dial) {
-			rc = cot_seterr(eb, COT_ERR_CONFLICT, "both hosts asked to %s",
-			                h->dial ? "dial" : "accept");
-		} else {
-			*partner = p->half;
-			p->half.fd = -1;
-			n_parked--;
+	for (size_t i = p->n; i-- > 0;)
+		if (half_dead(&p->q[i]))
+			close(unqueue(p, i).fd);
+	if (p->n > 0 && p->q[0].dial != h->dial) {
+		/* The other role waits: the oldest half completes this one. */
+		if (p->meetings >= RDV_ATTEMPTS_MAX) {
+			rc = cot_seterr(eb, COT_ERR_CONFLICT, "hosts %lld and %lld already met %d times in round %lld",
+			                (long long)lo, (long long)hi, RDV_ATTEMPTS_MAX, (long long)version);
+			goto out;
 		}
+		p->meetings++;
+		*partner = unqueue(p, 0);
 		goto out;
 	}
-	if (p->attempts >= RDV_ATTEMPTS_MAX) {
-		rc = cot_seterr(eb, COT_ERR_CONFLICT, "hosts %lld and %lld already met %d times in round %lld",
-		                (long long)lo, (long long)hi, RDV_ATTEMPTS_MAX, (long long)version);
+	/* The same role: one more connection of this pair waits its turn. */
+	if (p->n >= RDV_QUEUE_MAX || p->meetings + (int)p->n >= RDV_ATTEMPTS_MAX) {
+		rc = cot_seterr(eb, COT_ERR_CONFLICT, "host %lld already has %zu halves waiting for host %lld%s",
+		                (long long)h->host, p->n, (long long)peer,
+		                p->n < RDV_QUEUE_MAX ? " and no meetings left this round" : "");
 		goto out;
 	}
 	if (n_parked >= RDV_PENDING_MAX) {
 		rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "too many hosts are waiting; try again later");
 		goto out;
 	}
-	p->attempts++;
-	p->half = *h;
+	p->q[p->n++] = *h;
 	n_parked++;
 out:
 	pthread_mutex_unlock(&mu);
@@ -197,12 +205,10 @@ void rdv_expire(int64_t now_ms, void (*expired)(int fd, int64_t host))
 	pthread_mutex_lock(&mu);
 	for (pair **pp = &pairs; *pp;) {
 		pair *p = *pp;
-		if (p->half.fd >= 0 && p->half.expires_ms <= now_ms && n < 64) {
-			gone[n++] = p->half;
-			p->half.fd = -1;
-			n_parked--;
-		}
-		if (p->half.fd < 0 && now_ms - p->last_ms > PAIR_IDLE_MS) {
+		for (size_t i = p->n; i-- > 0 && n < 64;)
+			if (p->q[i].expires_ms <= now_ms)
+				gone[n++] = unqueue(p, i);
+		if (p->n == 0 && now_ms - p->last_ms > PAIR_IDLE_MS) {
 			*pp = p->next;
 			free(p);
 			n_pairs--;
@@ -221,8 +227,8 @@ void rdv_clear(void)
 	while (pairs) {
 		pair *p = pairs;
 		pairs = p->next;
-		if (p->half.fd >= 0)
-			close(p->half.fd);
+		for (size_t i = 0; i < p->n; i++)
+			close(p->q[i].fd);
 		free(p);
 	}
 	n_parked = n_pairs = 0;

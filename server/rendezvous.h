@@ -7,8 +7,11 @@
  * server splices their two connections).  The first half to arrive is
  * parked here with its socket until the other half comes or its wait runs
  * out; rdv_park() returns the partner's socket when the pair is complete.
- * A host that sends the same half twice while it is parked, or a pair past
- * RDV_ATTEMPTS_MAX meetings of one kind in one round, is refused (replay).
+ * A pair may meet several times (one meeting per connection: an all-reduce
+ * opens two per sender and aggregator): halves of one role queue, oldest
+ * first, up to RDV_QUEUE_MAX, and a pair meets RDV_ATTEMPTS_MAX times of
+ * one kind in one round at most; beyond either bound a half is refused
+ * (replay).
  * Safe for concurrent use. */
 #ifndef COT_SERVER_RENDEZVOUS_H
 #define COT_SERVER_RENDEZVOUS_H
@@ -18,7 +21,8 @@
 
 #include "shared/error.h"
 
-#define RDV_ATTEMPTS_MAX 8        /* meetings of one kind per pair and round */
+#define RDV_ATTEMPTS_MAX 16       /* meetings of one kind per pair, direction and round */
+#define RDV_QUEUE_MAX 4           /* halves of one role waiting per pair and direction */
 #define RDV_PENDING_MAX 4096      /* parked halves at once */
 
 typedef enum { RDV_MEET, RDV_RELAY } rdv_kind;
@@ -45,11 +49,12 @@ cot_err rdv_pair_check(const char *project, int64_t version, int64_t a, int64_t 
 
 /* Park half h of a meeting of kind between h->host and peer in round
  * (project_id, version).  Returns COT_OK and:
- *   - *partner = the other half (taken out of the table: its fd is now the
- *     caller's) when it was waiting: the caller completes the meeting;
+ *   - *partner = the oldest half of the other role (taken out of the table:
+ *     its fd is now the caller's) when one was waiting: the caller
+ *     completes the meeting;
  *   - *partner->fd = -1 when h is parked: the table owns h->fd now.
- * COT_ERR_CONFLICT (409) for a replay (this host's half already parked, or
- * too many meetings of this pair), or when both halves want the same role;
+ * COT_ERR_CONFLICT (409) for a replay: RDV_QUEUE_MAX halves of this role
+ * already wait, or the pair has no meetings left this round;
  * COT_ERR_TOO_LARGE when the table is full.  On error h->fd stays the
  * caller's. */
 cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t peer,

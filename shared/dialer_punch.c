@@ -39,7 +39,7 @@ cot_err nat_punch_connect(const nat_config *c, const nat_meeting *m, int64_t dea
 	int tries = 0;
 	while (deadline_left_ms(end) > 0) {
 		tries++;
-		int s = nat_bound_connect(c, m->addr, m->port, 0, eb);
+		int s = nat_port_connect(c, m->local_port, m->addr, m->port, eb);
 		if (s < 0)
 			return COT_ERR_NETWORK;
 		rc = nat_connect_wait(s, m->addr, m->port, end, eb);

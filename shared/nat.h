@@ -14,9 +14,11 @@
  *      follows the plan and falls back to the relay.  dialer_result.rung
  *      says which rung connected: "direct", "punch" or "relay";
  *   3. on the accepting side (an aggregator), runs nat_acceptor_start() for
- *      the peers that will dial it: each meets its peer; for a punch it
- *      connects at the same moment from its listening port (TCP simultaneous
- *      open: each side's SYN opens its own NAT's mapping for the other's),
+ *      the peers that will dial it: it meets each peer once per connection
+ *      the peer opens; for a punch both connect at the same moment, each
+ *      from the port its meeting left from, to the public endpoint the
+ *      server saw for the other's meeting (TCP simultaneous open: each
+ *      side's SYN opens its own NAT's mapping for the other's),
  *      and when the dialer falls back to the relay it joins the relay; either
  *      connection is bridged to its own listener over loopback, so the
  *      accepting code (allreduce.c) sees one more incoming connection and
@@ -101,6 +103,11 @@ void nat_acceptor_stop(nat_acceptor *a);
 int nat_bound_connect(const nat_config *c, const char *addr, uint16_t port, int ttl,
                       cot_errbuf *eb);
 
+/* The same from local_port (SO_REUSEADDR and SO_REUSEPORT): a punch
+ * leaves from the port its meeting was made from. */
+int nat_port_connect(const nat_config *c, uint16_t local_port, const char *addr, uint16_t port,
+                     cot_errbuf *eb);
+
 /* The same from an ephemeral port. */
 int nat_plain_connect(const char *addr, uint16_t port, cot_errbuf *eb);
 
@@ -108,25 +115,31 @@ int nat_plain_connect(const char *addr, uint16_t port, cot_errbuf *eb);
  * COT_ERR_TIMEOUT or COT_ERR_NETWORK (eb names addr). */
 cot_err nat_connect_wait(int fd, const char *addr, uint16_t port, int64_t deadline, cot_errbuf *eb);
 
-/* Open a connection to the NAT service (port c->server_port + which), from
- * the listening port when bound, send line (without "\n") and read the
+/* Open a connection to the NAT service (port c->server_port + which), send
+ * line (without "\n") and read the
  * answer line into reply (NAT_LINE_MAX).  On COT_OK *fd (when fd is not
  * NULL) is the open connection; otherwise it is closed.  An "ERR status code
  * message" answer returns the matching error (401 COT_ERR_AUTH, 403
  * COT_ERR_FORBIDDEN, 404 COT_ERR_NOT_FOUND, 408 COT_ERR_TIMEOUT, 409
  * COT_ERR_CONFLICT, else COT_ERR_NETWORK) with the message in eb.  With
  * cancel, waiting for the answer ends (COT_ERR_TIMEOUT) once *cancel is set
- * (checked every 200 ms): how the acceptor's threads stop early. */
-cot_err nat_request(const nat_config *c, int which, bool bound, const char *line, int64_t deadline,
+ * (checked every 200 ms): how the acceptor's threads stop early.  With
+ * local_port, the connection leaves from a port of its own, bound with
+ * SO_REUSEADDR, whose number is stored there: a punch can leave from it
+ * again, and the NAT (when it maps independently of the destination) gives
+ * it the public port the server saw. */
+cot_err nat_request(const nat_config *c, int which, uint16_t *local_port, const char *line, int64_t deadline,
                     const volatile int *cancel, char *reply, int *fd, cot_errbuf *eb);
 
 /* The answer to MEET: the plan, the peer's endpoint for it and the moment
- * (monotonic ms) to connect. */
+ * (monotonic ms) to connect.  For a punch, the endpoint is the public one
+ * of the peer's meeting connection, and we punch from our meeting's port. */
 typedef struct {
 	char plan[8];
 	char addr[64];
 	uint16_t port;
 	int64_t moment;
+	uint16_t local_port;      /* the local port our meeting connection left from */
 } nat_meeting;
 
 cot_err nat_meet(const nat_config *c, const char *project, int64_t version, int64_t peer, bool dial,
@@ -140,7 +153,7 @@ cot_err nat_relay_join(const nat_config *c, const char *project, int64_t version
                        int64_t deadline, const volatile int *cancel, int *fd, cot_errbuf *eb);
 
 /* Punch: from the moment (plus a little, so that the acceptor's mapping is
- * open), connect from the listening port to m's endpoint, retrying refused
+ * open), connect from m's local port to m's endpoint, retrying refused
  * attempts, until deadline or the punch window ends.  On COT_OK *fd is the
  * connection, ready for the transport. */
 cot_err nat_punch_connect(const nat_config *c, const nat_meeting *m, int64_t deadline, int *fd,

@@ -36,9 +36,13 @@ static bool sockaddr_of(const char *addr, uint16_t port, struct sockaddr_storage
 	return false;
 }
 
-/* Connect (non-blocking) a fresh socket to addr:port; bound to c's listening
- * port when bound.  -1 with eb set on failure. */
-static int start_connect(const nat_config *c, bool bound, const char *addr, uint16_t port, int ttl,
+/* Connect (non-blocking) a fresh socket to addr:port.  With local_port
+ * >= 0 the socket is first bound to local_addr (NULL or "": the wildcard)
+ * and that port (0: one the kernel picks, for this socket alone) with
+ * SO_REUSEADDR and SO_REUSEPORT, so that later sockets can connect from the
+ * same port (a punch from the port of its meeting, registrations from the
+ * listening port).  -1 with eb set on failure. */
+static int start_connect(const char *local_addr, int local_port, const char *addr, uint16_t port, int ttl,
                          cot_errbuf *eb)
 {
 	struct sockaddr_storage to, from;
@@ -53,22 +57,25 @@ static int start_connect(const nat_config *c, bool bound, const char *addr, uint
 		return -1;
 	}
 	int one = 1;
-	if (bound) {
-		const char *la = c->listen_addr && *c->listen_addr ? c->listen_addr : "0.0.0.0";
+	if (local_port >= 0) {
+		const char *la = local_addr && *local_addr ? local_addr : "0.0.0.0";
 		/* An IPv4 target from a "::" listener: bind the IPv4 wildcard. */
 		if (to.ss_family == AF_INET && strchr(la, ':'))
 			la = "0.0.0.0";
-		if (!sockaddr_of(la, c->listen_port, &from, &fl) || from.ss_family != to.ss_family) {
+		if (to.ss_family == AF_INET6 && strcmp(la, "0.0.0.0") == 0)
+			la = "::";
+		if (!sockaddr_of(la, (uint16_t)local_port, &from, &fl) || from.ss_family != to.ss_family) {
 			close(fd);
-			cot_seterr(eb, COT_ERR_INVALID, "cannot reach %s from listening address %s", addr, la);
+			cot_seterr(eb, COT_ERR_INVALID, "cannot reach %s from address %s", addr, la);
 			return -1;
 		}
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-		setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+		if (local_port > 0)
+			setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
 		if (bind(fd, (struct sockaddr *)&from, fl) != 0) {
-			cot_seterr(eb, COT_ERR_IO, "could not bind to listening port %u: %s", c->listen_port,
-			           strerror(errno));
-			cot_sethint(eb, "The listener must set SO_REUSEPORT.");
+			cot_seterr(eb, COT_ERR_IO, "could not bind to port %d: %s", local_port, strerror(errno));
+			if (local_port > 0)
+				cot_sethint(eb, "A listener on that port must set SO_REUSEPORT.");
 			close(fd);
 			return -1;
 		}
@@ -90,12 +97,32 @@ static int start_connect(const nat_config *c, bool bound, const char *addr, uint
 
 int nat_bound_connect(const nat_config *c, const char *addr, uint16_t port, int ttl, cot_errbuf *eb)
 {
-	return start_connect(c, true, addr, port, ttl, eb);
+	return start_connect(c->listen_addr, c->listen_port, addr, port, ttl, eb);
+}
+
+int nat_port_connect(const nat_config *c, uint16_t local_port, const char *addr, uint16_t port,
+                     cot_errbuf *eb)
+{
+	return start_connect(c->listen_addr, local_port, addr, port, 0, eb);
 }
 
 int nat_plain_connect(const char *addr, uint16_t port, cot_errbuf *eb)
 {
-	return start_connect(NULL, false, addr, port, 0, eb);
+	return start_connect(NULL, -1, addr, port, 0, eb);
+}
+
+/* The local port of socket fd (0 when unknown). */
+static uint16_t local_port_of(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+		return 0;
+	if (ss.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return 0;
 }
 
 cot_err nat_connect_wait(int fd, const char *addr, uint16_t port, int64_t deadline, cot_errbuf *eb)
@@ -180,13 +207,17 @@ static cot_err send_all(int fd, const char *buf, size_t len, int64_t deadline, c
 	return COT_OK;
 }
 
-cot_err nat_request(const nat_config *c, int which, bool bound, const char *line, int64_t deadline,
+cot_err nat_request(const nat_config *c, int which, uint16_t *local_port, const char *line, int64_t deadline,
                     const volatile int *cancel, char *reply, int *fd, cot_errbuf *eb)
 {
 	uint16_t port = (uint16_t)(c->server_port + which);
-	int s = start_connect(c, bound, c->server_addr, port, 0, eb);
+	int s = start_connect(c->listen_addr, local_port ? 0 : -1, c->server_addr, port, 0, eb);
 	if (s < 0)
 		return COT_ERR_NETWORK;
+	if (local_port && !(*local_port = local_port_of(s))) {
+		close(s);
+		return cot_seterr(eb, COT_ERR_IO, "could not learn the local port of a connection");
+	}
 	cot_err rc = nat_connect_wait(s, c->server_addr, port, deadline, eb);
 	char buf[NAT_LINE_MAX + 1];
 	int n = snprintf(buf, sizeof buf, "%s\n", line);
@@ -218,7 +249,7 @@ cot_err nat_meet(const nat_config *c, const char *project, int64_t version, int6
 	char line[NAT_LINE_MAX], reply[NAT_LINE_MAX];
 	snprintf(line, sizeof line, "MEET %s %lld %lld %lld %s %s", project, (long long)version,
 	         (long long)c->host_id, (long long)peer, c->token, dial ? "DIAL" : "ACCEPT");
-	cot_err rc = nat_request(c, 0, false, line, deadline, cancel, reply, NULL, eb);
+	cot_err rc = nat_request(c, 0, &m->local_port, line, deadline, cancel, reply, NULL, eb);
 	if (rc)
 		return rc;
 	int64_t now = deadline_now_ms();
@@ -240,7 +271,7 @@ cot_err nat_relay_join(const nat_config *c, const char *project, int64_t version
 	char line[NAT_LINE_MAX], reply[NAT_LINE_MAX];
 	snprintf(line, sizeof line, "RELAY %s %lld %lld %lld %s %s", project, (long long)version,
 	         (long long)c->host_id, (long long)peer, c->token, dial ? "DIAL" : "ACCEPT");
-	cot_err rc = nat_request(c, 0, false, line, deadline, cancel, reply, fd, eb);
+	cot_err rc = nat_request(c, 0, NULL, line, deadline, cancel, reply, fd, eb);
 	if (rc)
 		return rc;
 	if (strcmp(reply, "OK relay") != 0) {

@@ -99,8 +99,18 @@ case $out in *"ERR 404 "*) ok 0 "a meeting in a round that does not exist is ref
 line MEET nattest 0 1001 1005 "$(nat_token 1001)" DIAL >"$T/first.out" &
 FPID=$!
 sleep 0.5
+# One meeting per connection: a few more halves of the same role queue
+# behind the first (an all-reduce opens two connections per pair); one more
+# than the broker's bound is a replay.
+QPIDS=
+for _q in 2 3 4; do
+	line MEET nattest 0 1001 1005 "$(nat_token 1001)" DIAL >"$T/queued$_q.out" &
+	QPIDS="$QPIDS $!"
+done
+sleep 0.5
 out=$(line MEET nattest 0 1001 1005 "$(nat_token 1001)" DIAL)
 case $out in *"ERR 409 "*) ok 0 "a replayed meeting is refused ($out)" ;; *) ok 1 "a replayed meeting is refused ($out)" ;; esac
+kill $QPIDS 2>/dev/null; wait $QPIDS 2>/dev/null
 out=$(line RELAY nattest 0 1005 1001 "$(nat_token 1005)")
 case $out in *"ERR 400 "*) ok 0 "a relay request without its direction is refused ($out)" ;; *) ok 1 "a relay request without its direction is refused ($out)" ;; esac
 out=$(line MEET nattest 0 1005 1001 "$(nat_token 1005)" ACCEPT)

@@ -90,7 +90,7 @@ pair() {
 	natns_flush
 }
 pair 11 20 "direct" "a NATed host dials a public host directly"
-pair 20 11 "relay" "a public host reaches a NATed host through the relay (punching would collide with its own listener)"
+pair 20 11 "punch" "a public host reaches a NATed host by hole punching (each punch leaves from the port of its own meeting)"
 pair 12 11 "punch" "two endpoint-independent home NATs connect directly by hole punching"
 pair 13 11 "relay" "a host behind a symmetric NAT reaches a NATed host through the relay"
 pair 11 13 "relay" "a NATed host reaches a host behind a symmetric NAT through the relay"

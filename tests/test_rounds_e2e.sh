@@ -16,7 +16,9 @@
 # With ROUNDS_MODE=groups (tests/test_rounds_groups.sh) seven clients train
 # in groups of at most three instead: a round averaged in three groups or
 # more still equals the single-process replay (the mean across groups is
-# the exact weighted mean of every contribution).
+# the exact weighted mean of every contribution).  They reach each other
+# through the server's NAT service (doc/nat.md), which on loopback finds
+# every host public and lets them dial directly.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 MODE=${ROUNDS_MODE:-faults}
@@ -47,7 +49,7 @@ start_client() { # N THREADS
 	"$B/client/cotrain-client" --state-dir "$T/cl$1" --socket "$T/cl$1/control.sock" \
 		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
 		--set only_on_ac=false --set idle_detection=none --set max_threads="$2" \
-		--set socket_group=nonexistent --set log_level=info --set spot_interval=2 2>>"$T/client$1.log" &
+		--set socket_group=nonexistent --set log_level=info --set spot_interval=2 $NAT_SET 2>>"$T/client$1.log" &
 	CPIDS="$CPIDS $!"
 	eval "CPID$1=$!"
 	# Each volunteer its own account: spot checks pair hosts of different
@@ -59,7 +61,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-if [ "$MODE" = groups ]; then plan 9; else plan 17; fi
+if [ "$MODE" = groups ]; then plan 10; else plan 17; fi
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -78,7 +80,13 @@ admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$
 is "$(sql "select count(*) from spot_policy s join project p on p.id = s.project_id where p.name = 'tiny'")" 1 \
 	"a new project gets the default spot-check policy"
 
-"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --wu-max 3 --reap-interval 1 \
+NAT_ARGS= NAT_SET=
+if [ "$MODE" = groups ]; then
+	NATP=$((20000 + $$ % 20000 * 2))
+	NAT_ARGS="--relay-port $NATP"
+	NAT_SET="--set nat_service=127.0.0.1:$NATP"
+fi
+"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --wu-max 3 --reap-interval 1 $NAT_ARGS \
 	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 8 --round-average-timeout 20 \
 	--round-max-group "$([ "$MODE" = groups ] && echo 3 || echo 16)" \
 	--log-level info 2>"$T/server.log" &
@@ -93,6 +101,8 @@ if [ "$MODE" = groups ]; then
 		version_at_least 3; }
 	wait_for 300 grouped
 	ok $? "seven clients commit rounds averaged in three groups or more ($(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'") groups a round)"
+	grep -q "reached us by direct" "$T"/client*.log
+	ok $? "peers met through the NAT service and dialed each other directly"
 	V=$(version)
 	for p in $CPIDS; do kill "$p" 2>/dev/null; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done

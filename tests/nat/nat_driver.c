@@ -288,7 +288,7 @@ int main(int argc, char **argv)
 		for (int i = optind; i < argc; i++)
 			snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i > optind ? " " : "",
 			         argv[i]);
-		(void)nat_request(&cfg, 0, false, line, deadline, NULL, reply, NULL, &eb);
+		(void)nat_request(&cfg, 0, NULL, line, deadline, NULL, reply, NULL, &eb);
 		printf("%s\n", reply[0] ? reply : eb.msg);
 		return 0;
 	}
