@@ -1,6 +1,7 @@
 /* cotrain-admin status: one screen on the state of the server: projects and
  * their versions, the microbatch pool and frontier, datasets, live work
- * units, hosts, accounts and teams. */
+ * units, hosts (with the class the NAT service gave each), accounts and
+ * teams. */
 #include "server/admin.h"
 
 #include <stdbool.h>
@@ -9,11 +10,14 @@
 #include <string.h>
 
 static const char usage[] =
-	"usage: cotrain-admin status [--work-units N]\n"
+	"usage: cotrain-admin status [--work-units N] [--hosts N]\n"
 	"\n"
 	"Shows the schema version, every project (version, checkpoint, frontier,\n"
-	"microbatches in the pool, live work units), the datasets, the hosts,\n"
-	"accounts and teams, and the N most recent live work units (default 20).\n";
+	"microbatches in the pool, live work units), the datasets, the hosts (how\n"
+	"many of each NAT class), accounts and teams, the N most recently seen\n"
+	"hosts with their class, mapping, public endpoint and relayed bytes\n"
+	"(--hosts, default 20), and the N most recent live work units\n"
+	"(--work-units, default 20).\n";
 
 /* Run a query without parameters and print its rows under a header with
  * the given printf formats (one %s per column). */
@@ -51,12 +55,13 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 		fputs(usage, stdout);
 		return ADMIN_OK;
 	}
-	long long n_wu = 20;
-	if (argc == 3 && strcmp(argv[1], "--work-units") == 0) {
-		if (!admin_parse_ll(argv[2], 0, 10000, &n_wu))
-			return admin_usage(usage, "status: --work-units must be an integer from 0 to 10000");
-	} else if (argc != 1) {
-		return admin_usage(usage, "status: unexpected argument \"%s\"", argv[1]);
+	long long n_wu = 20, n_hosts = 20;
+	for (int i = 1; i < argc; i += 2) {
+		bool wu = strcmp(argv[i], "--work-units") == 0;
+		if (!wu && strcmp(argv[i], "--hosts") != 0)
+			return admin_usage(usage, "status: unexpected argument \"%s\"", argv[i]);
+		if (i + 1 >= argc || !admin_parse_ll(argv[i + 1], 0, 10000, wu ? &n_wu : &n_hosts))
+			return admin_usage(usage, "status: %s must be an integer from 0 to 10000", argv[i]);
 	}
 	cot_errbuf eb = { "", "" };
 	if (admin_connect(ctx, true))
@@ -98,15 +103,37 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	          "  FROM dataset d ORDER BY d.name", dh, dw, 5))
 		return ADMIN_FAIL;
 
-	static const char *const hh[] = { "HOSTS", "SEEN_1H", "SEEN_24H", "REVOKED", "GFLOPS" };
-	static const int hw[] = { 6, 7, 8, 7, 10 };
+	static const char *const hh[] = { "HOSTS", "SEEN_1H", "SEEN_24H", "REVOKED", "GFLOPS",
+	                                  "PUBLIC", "MAPPED", "NAT", "UNKNOWN" };
+	static const int hw[] = { 6, 7, 8, 7, 10, 6, 6, 6, 7 };
 	if (table(ctx, "hosts", false,
 	          "SELECT count(*), count(*) FILTER (WHERE last_seen > now() - interval '1 hour'),"
 	          "       count(*) FILTER (WHERE last_seen > now() - interval '24 hours'),"
 	          "       count(*) FILTER (WHERE revoked),"
 	          "       to_char(coalesce(sum(flops) FILTER (WHERE NOT revoked"
-	          "                AND last_seen > now() - interval '24 hours'), 0) / 1e9, 'FM999999990.0')"
-	          "  FROM host", hh, hw, 5))
+	          "                AND last_seen > now() - interval '24 hours'), 0) / 1e9, 'FM999999990.0'),"
+	          "       count(*) FILTER (WHERE nat_class = 'public'),"
+	          "       count(*) FILTER (WHERE nat_class = 'mapped'),"
+	          "       count(*) FILTER (WHERE nat_class = 'nat'),"
+	          "       count(*) FILTER (WHERE coalesce(nat_class, 'unknown') = 'unknown')"
+	          "  FROM host", hh, hw, 9))
+		return ADMIN_FAIL;
+
+	static const char *const nh[] = { "ID", "ACCOUNT", "LAST_SEEN", "CLASS", "MAPPING",
+	                                  "PUBLIC_ENDPOINT", "OBSERVED", "RELAY_IN", "RELAY_OUT" };
+	static const int nw[] = { 8, 8, 16, 7, 11, 47, 16, 10, 10 };
+	char hsql[1024];
+	snprintf(hsql, sizeof hsql,
+	         "SELECT h.id, h.account_id, to_char(h.last_seen, 'YYYY-MM-DD HH24:MI'),"
+	         "       coalesce(h.nat_class, 'unknown'), coalesce(h.nat_mapping, 'unknown'),"
+	         "       CASE WHEN strpos(h.nat_public_addr, ':') > 0"
+	         "            THEN '[' || h.nat_public_addr || ']:' || h.nat_public_port"
+	         "            ELSE h.nat_public_addr || ':' || h.nat_public_port END,"
+	         "       to_char(h.nat_observed_at, 'YYYY-MM-DD HH24:MI'),"
+	         "       h.relay_bytes_in, h.relay_bytes_out"
+	         "  FROM host h WHERE NOT h.revoked ORDER BY h.last_seen DESC, h.id DESC LIMIT %lld",
+	         n_hosts);
+	if (table(ctx, "hosts seen most recently", true, hsql, nh, nw, 9))
 		return ADMIN_FAIL;
 
 	static const char *const ah[] = { "ACCOUNTS", "ADMINS", "DISABLED", "TEAMS" };
