@@ -1,7 +1,8 @@
 /* cotrain tests: the web site in headless Chromium (Debian's `chromium`),
  * against the real cotrain-server with data: the dashboard draws its
- * plots, the leaderboard lists its rows, and a user named with markup shows
- * as text, not as elements.  Screenshots are written under the build
+ * plots, the leaderboard lists its rows, a user named with markup shows
+ * as text, not as elements, and a host's page shows its NAT class and the
+ * rungs of its connections.  Screenshots are written under the build
  * folder (tests/web-screenshots/) for people to look at.  SKIP when
  * chromium is absent. */
 #include <stdio.h>
@@ -169,6 +170,29 @@ int main(void)
 	dom = dump_dom(chrome, url, shot);
 	ok(dom && strstr(dom, "cotrainctl attach") && strstr(dom, "webdemo"),
 	   "the project page says how to join");
+	free(dom);
+
+	/* The host page's network part (0009_nat_links.sql): the class, the
+	 * rungs of the latest round's connections, never the address. */
+	th_sql("UPDATE host SET nat_class = 'nat', nat_mapping = 'independent',"
+	       " nat_public_addr = '198.51.100.9', nat_public_port = 40000, nat_observed_at = now(),"
+	       " relay_bytes_in = 2500000, relay_bytes_out = 1200 WHERE id = %lld", hosts[0]);
+	th_sql("INSERT INTO round_link (project_id, version, host_id, peer_id, rung, connect_ms) VALUES"
+	       " (%lld, 7, %lld, %lld, 'relay', 830), (%lld, 7, %lld, %lld, 'punch', 40.5)",
+	       pid, hosts[0], hosts[1], pid, hosts[1], hosts[0]);
+	snprintf(url, sizeof url, "%s/host?id=%lld", th_url(), hosts[0]);
+	snprintf(shot, sizeof shot, "%s/host.png", shots);
+	dom = dump_dom(chrome, url, shot);
+	ok(dom && strstr(dom, "id=\"reachability\"") && strstr(dom, "behind NAT") &&
+	   strstr(dom, "2.5 MB") && !strstr(dom, "class=\"error\""),
+	   "the host page shows the host's reachability and relayed bytes");
+	ok(dom && strstr(dom, "id=\"links\"") && count(dom, "class=\"link\"") == 2 &&
+	   strstr(dom, "<td class=\"rung\">relay</td>") && strstr(dom, "<td class=\"rung\">punch</td>") &&
+	   strstr(dom, "Connections of round 7"),
+	   "  and the rung of each connection of its latest round, both ways");
+	ok(dom && strstr(dom, "1 rounds: 0 direct, 0 punched, 1 relayed"),
+	   "  and the rungs it dialed over its latest rounds");
+	ok(dom && !strstr(dom, "198.51.100.9"), "  but not its public address");
 	free(dom);
 	done_testing();
 	return exit_status();

@@ -311,8 +311,55 @@ async function pageTeam() {
 	        el('h2', {}, 'Recent grants'), grantsTable(t.grants));
 }
 
+function fmtBytes(n) {
+	if (n === null || n === undefined || !isFinite(n))
+		return '–';
+	const u = ['B', 'KB', 'MB', 'GB', 'TB'];
+	let i = 0;
+	for (n = Number(n); n >= 1000 && i < u.length - 1; i++)
+		n /= 1000;
+	return fmtNum(n, i ? 1 : 0) + ' ' + u[i];
+}
+
+const CLASS_TEXT = { public: 'public (can be dialed)', mapped: 'port mapped (can be dialed)',
+                     nat: 'behind NAT', unknown: 'not yet known' };
+
+/* The host's network position and the rungs of its connections, from
+ * /api/v1/hosts/{id}/network (public: no address in it). */
+function hostNetwork(n) {
+	const r = n.reachability || {}, l = n.links || {};
+	const last = l.last_20_rounds || {};
+	const rows = el('tbody', {});
+	const add = (list, dir) => {
+		for (const c of list || [])
+			rows.appendChild(el('tr', { class: 'link' }, el('td', {}, link('/host?id=' + c.peer, 'host ' + c.peer)),
+			                    el('td', {}, dir), el('td', { class: 'rung' }, String(c.rung)),
+			                    el('td', { class: 'num' }, fmtNum(c.connect_ms, 1))));
+	};
+	add(l.dialed, 'dialed');
+	add(l.accepted, 'dialed by');
+	const round = l.version === null || l.version === undefined ? null
+	            : el('p', { id: 'links-round' }, 'Connections of round ', fmtNum(l.version, 0), ' of ', utext(l.project), ':');
+	return el('div', { id: 'network' },
+	          el('h2', {}, 'Network'),
+	          el('div', { class: 'stats', id: 'reachability' },
+	             stat('reachability', CLASS_TEXT[r.class] || utext(r.class)),
+	             stat('NAT mapping', utext(r.mapping)),
+	             stat('relayed from it', fmtBytes(r.relay_bytes_in)),
+	             stat('relayed to it', fmtBytes(r.relay_bytes_out)),
+	             stat('observed', fmtTime(r.observed_at))),
+	          round || el('p', { id: 'links-round' }, 'No connections reported yet.'),
+	          round ? el('table', { id: 'links' }, el('thead', {}, el('tr', {}, el('th', {}, 'Peer'), el('th', {}, 'Direction'),
+	                     el('th', {}, 'Rung'), el('th', { class: 'num' }, 'Connect ms'))), rows) : null,
+	          el('p', { id: 'rungs' }, 'Connections it dialed over its latest ', fmtNum(last.rounds, 0), ' rounds: ',
+	             fmtNum(last.direct, 0), ' direct, ', fmtNum(last.punch, 0), ' punched, ',
+	             fmtNum(last.relay, 0), ' relayed.'));
+}
+
 async function pageHost() {
-	const h = await getJSON('/credit/hosts/' + idParam());
+	const id = idParam();
+	const [h, net] = await Promise.all([getJSON('/credit/hosts/' + id),
+	                                    getJSON('/hosts/' + id + '/network').catch(e => e)]);
 	document.title = 'Host ' + h.id;
 	setMain(el('h1', { id: 'name' }, 'Host ' + h.id),
 	        el('div', { class: 'stats' }, stat('owner', link('/user?id=' + h.owner_id, utext(h.owner_name))),
@@ -324,6 +371,8 @@ async function pageHost() {
 	           el('p', {}, 'OS: ', utext(h.os_name), ' ', utext(h.os_version)),
 	           el('p', {}, 'Measured speed: ', fmtNum(h.flops / 1e9, 1), ' GFLOP/s; client ', utext(h.client_version)),
 	           el('p', {}, 'Registered ', fmtTime(h.created_at), '; last seen ', fmtTime(h.last_seen))),
+	        net instanceof Error ? el('p', { class: 'error' }, 'Could not load the network view: ' + net.message)
+	                             : hostNetwork(net),
 	        el('h2', {}, 'Recent grants'), grantsTable(h.grants));
 }
 
