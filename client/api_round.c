@@ -170,8 +170,10 @@ cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t 
 		json_t *ls = json_array();
 		pthread_mutex_lock(&links->mu);
 		for (size_t i = 0; ls && i < links->n; i++)
-			json_array_append_new(ls, json_pack("{s:I, s:s, s:f}", "peer", (json_int_t)links->l[i].peer,
-			                                    "rung", links->l[i].rung, "connect_ms", links->l[i].connect_ms));
+			if (strcmp(links->l[i].rung, "direct") == 0 || strcmp(links->l[i].rung, "punch") == 0 ||
+			    strcmp(links->l[i].rung, "relay") == 0)   /* the server knows these rungs */
+				json_array_append_new(ls, json_pack("{s:I, s:s, s:f}", "peer", (json_int_t)links->l[i].peer,
+				                                    "rung", links->l[i].rung, "connect_ms", links->l[i].connect_ms));
 		pthread_mutex_unlock(&links->mu);
 		if (ls)
 			json_object_set_new(body, "links", ls);
