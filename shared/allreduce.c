@@ -29,13 +29,17 @@
 #include "shared/deadline.h"
 #include "shared/frame.h"
 #include "shared/hello.h"
+#include "shared/log.h"
 
 #include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,7 +48,7 @@ enum { C_NONE, C_OK, C_REFUSED, C_FAILED };
 /* Values per slice part and result part: a multiple of COMP_BLOCK, so that
  * the encodings of the parts, laid end to end, are the encoding of the whole
  * range (BLOCK8 blocks never straddle two parts). */
-#define PART_VALUES ((size_t)COMP_BLOCK * 64)
+#define PART_VALUES ((size_t)COMP_BLOCK * 4)
 
 /* Stream connections (frame.h's averaging range): member -> aggregator
  * STREAM (i64 round, i64 member) asks for the result parts; aggregator ->
@@ -83,6 +87,7 @@ struct run {
 	float *out;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	pthread_cond_t pace_cv;       /* a sender advanced (pacing only) */
 
 	/* aggregator side */
 	int agg;
@@ -119,7 +124,10 @@ struct run {
 	unsigned char *st_done;       /* the streamer for this aggregator ended */
 	size_t *st_parts;             /* result parts it decoded */
 	unsigned char *st_complete;   /* it got every part and STREAM_END 1 */
+	size_t *pace_next;            /* per aggregator: the next part our sender sends */
+	unsigned char *pacing;        /* per aggregator: its sender is sending parts */
 	int failed;
+	int64_t t0;                   /* when the call started (deadline clock), for traces */
 	cot_errbuf feb;
 };
 
@@ -128,9 +136,9 @@ static int64_t min64(int64_t a, int64_t b)
 	return a < b ? a : b;
 }
 
-/* Wait on r->cv (mu held) for at most 100 ms and never past deadline; 0 once
- * the deadline has passed. */
-static int wait_a_bit(run *r, int64_t deadline)
+/* Wait on cv (with r->mu held) for at most 100 ms and never past deadline;
+ * 0 once the deadline has passed. */
+static int wait_a_bit_on(run *r, pthread_cond_t *cv, int64_t deadline)
 {
 	int left = deadline_left_ms(deadline);
 	if (left <= 0)
@@ -142,8 +150,85 @@ static int wait_a_bit(run *r, int64_t deadline)
 	ts.tv_nsec += (long)left * 1000000L;
 	ts.tv_sec += ts.tv_nsec / 1000000000L;
 	ts.tv_nsec %= 1000000000L;
-	pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+	pthread_cond_timedwait(cv, &r->mu, &ts);
 	return 1;
+}
+
+/* The same on r->cv, which every change of the shared state signals. */
+static int wait_a_bit(run *r, int64_t deadline)
+{
+	return wait_a_bit_on(r, &r->cv, deadline);
+}
+
+/* A debug line of the exchange's timeline: milliseconds since the call
+ * started, so that the lines of all members (started together) line up. */
+#define TRACE(r, fmt, ...)                                                              \
+	log_debug("allreduce host %lld +%lld ms: " fmt,                                     \
+	          (long long)(r)->p->members[(r)->p->self].host_id,                         \
+	          (long long)(deadline_now_ms() - (r)->t0), __VA_ARGS__)
+
+/* Unsent bytes the kernel may hold per connection (TCP_NOTSENT_LOWAT).
+ * Without a bound the socket buffer grows to megabytes per connection, and
+ * which connection's bytes go out first is the kernel's choice, not ours:
+ * the pacing below would only pace copies into buffers.  128 KiB is 5 ms at
+ * 200 Mbit/s, plenty for a thread to come back and write more. */
+#define NOTSENT_LOWAT (128 * 1024)
+
+/* Bound the unsent bytes of a connection we are about to use (best effort:
+ * a kernel without the option still works, only less evenly). */
+static void tune_socket(int fd)
+{
+	int v = NOTSENT_LOWAT;
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
+}
+
+/* Parts of aggregator a's range. */
+static size_t parts_of(const allreduce_params *p, size_t a)
+{
+	return (size_t)((p->members[a].end - p->members[a].start + PART_VALUES - 1) / PART_VALUES);
+}
+
+/* Pacing of our slice over the aggregators (mu not held).  An aggregator
+ * streams part k of its result once EVERY member's part k has arrived, so a
+ * slow member's download waits on its own upload to each aggregator.  Left
+ * to TCP, the connections of one uplink share it unevenly, two slow members
+ * reach part k of a range at different times, and results come late and in
+ * bursts.  So our sender threads advance through their ranges at the same
+ * fraction: part k of aggregator a's n parts goes out only when k / n is at
+ * most (j + 1) / m for every other aggregator still sending (its next part
+ * j of m).  The sender furthest behind may always send, so this never
+ * deadlocks; a sender that has not connected yet, or has stopped, holds no
+ * one back. */
+static void pace_wait(run *r, size_t a, size_t k)
+{
+	const allreduce_params *p = r->p;
+	double mine = (double)k / (double)parts_of(p, a);
+	pthread_mutex_lock(&r->mu);
+	r->pace_next[a] = k;
+	r->pacing[a] = 1;
+	for (;;) {
+		int ok = 1;
+		for (size_t b = 0; ok && b < p->n; b++)
+			if (b != a && r->pacing[b] &&
+			    mine > (double)(r->pace_next[b] + 1) / (double)parts_of(p, b))
+				ok = 0;
+		if (ok || r->failed || !wait_a_bit_on(r, &r->pace_cv, p->collect_deadline))
+			break;
+	}
+	pthread_mutex_unlock(&r->mu);
+}
+
+/* Our sender to aggregator a sent a part (next is its next one), or stopped
+ * (next = SIZE_MAX): wake the senders that wait on it. */
+static void pace_done(run *r, size_t a, size_t next)
+{
+	pthread_mutex_lock(&r->mu);
+	if (next == SIZE_MAX)
+		r->pacing[a] = 0;
+	else
+		r->pace_next[a] = next;
+	pthread_cond_broadcast(&r->pace_cv);
+	pthread_mutex_unlock(&r->mu);
 }
 
 /* Record the first member-side failure (mu not held). */
@@ -267,10 +352,10 @@ static void spec_advance(run *r)
 		                  NULL);
 		pthread_mutex_lock(&r->mu);
 		r->spec_busy = 0;
-		if (ok)
-			r->spec_done++;
-		else
+		if (!ok)
 			r->spec_ok = 0;   /* the final path reports the overflow */
+		else if (++r->spec_done == r->n_parts)
+			TRACE(r, "all %zu result parts summed", r->n_parts);
 		pthread_cond_broadcast(&r->cv);
 	}
 }
@@ -546,6 +631,9 @@ static int handle_slice(run *r, peer_conn *c, size_t idx, cot_err rc0, const cot
 			take_slice(r, idx, (size_t)(start - me->start), (size_t)(end - start), data, dlen);
 		}
 		if (!late) {
+			if (k == 0 || k + 1 == r->n_parts)
+				TRACE(r, "slice part %zu of %zu from host %lld", k + 1, r->n_parts,
+				      (long long)p->members[idx].host_id);
 			r->parts_in[idx] = k + 1;
 			if (r->c[idx].state == C_OK)
 				spec_advance(r);
@@ -628,6 +716,7 @@ static void *handler_main(void *arg)
 	const allreduce_params *p = r->p;
 	peer_conn *c = NULL;
 	cot_errbuf eb = {0};
+	tune_socket(hd->fd);
 	if (peer_handshake(p->ctx, hd->fd, PEER_SERVER, 0, p->collect_deadline, &c, &eb))
 		return NULL;
 	int64_t id = peer_host_id(c);
@@ -833,14 +922,17 @@ static void *sender_main(void *arg)
 	dialer_result dr;
 	const char *step = "connect";
 	cot_err rc = dialer_connect(p->dialer, &t, p->collect_deadline, &dr, &eb);
-	if (!rc)
+	if (!rc) {
+		tune_socket(dr.fd);
 		rc = peer_handshake(p->ctx, dr.fd, PEER_CLIENT, m->host_id, p->collect_deadline, &c, &eb);
+	}
 	hello_msg ours = our_hello(p), theirs;
 	uint16_t ver;
 	if (!rc)
 		rc = hello_exchange(c, &ours, &theirs, &ver, p->collect_deadline, &eb);
 	if (rc)
 		goto out;
+	TRACE(r, "slice connection to host %lld ready", (long long)m->host_id);
 
 	step = "send our slice";
 	size_t n = (size_t)range_len(m);
@@ -849,8 +941,10 @@ static void *sender_main(void *arg)
 		rc = cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	for (uint64_t ps = m->start; !rc && ps < m->end; ps += PART_VALUES) {
+	size_t k = 0;
+	for (uint64_t ps = m->start; !rc && ps < m->end; ps += PART_VALUES, k++) {
 		uint64_t pe = m->end - ps > PART_VALUES ? ps + PART_VALUES : m->end;
+		pace_wait(r, s->agg, k);
 		size_t elen = comp_encoded_size(p->send_comp, (size_t)(pe - ps));
 		rc = comp_encode(p->send_comp, p->grad + ps, (size_t)(pe - ps), enc, elen, &eb);
 		if (rc)
@@ -867,9 +961,12 @@ static void *sender_main(void *arg)
 		if (!rc)
 			rc = peer_send_frame(c, ALLREDUCE_FRAME_SLICE, 0, w.buf, w.len, p->collect_deadline,
 			                     &eb);
+		pace_done(r, s->agg, k + 1);
 	}
+	pace_done(r, s->agg, SIZE_MAX);
 	if (rc)
 		goto out;
+	TRACE(r, "slice to host %lld sent", (long long)m->host_id);
 
 	step = "receive its ACCEPTED report";
 	rc = recv_from_agg(r, c, ALLREDUCE_FRAME_ACCEPTED, &pl, &len, &eb);
@@ -946,6 +1043,7 @@ static void *sender_main(void *arg)
 		free(ids);
 		goto out;
 	}
+	TRACE(r, "RESULT from host %lld", (long long)m->host_id);
 	pthread_mutex_lock(&r->mu);
 	r->rids[s->agg] = ids;
 	r->rids_n[s->agg] = nids;
@@ -982,8 +1080,10 @@ static void *streamer_main(void *arg)
 	dialer_target t = { m->addr, m->port, m->host_id };
 	dialer_result dr;
 	cot_err rc = dialer_connect(p->dialer, &t, p->collect_deadline, &dr, &eb);
-	if (!rc)
+	if (!rc) {
+		tune_socket(dr.fd);
 		rc = peer_handshake(p->ctx, dr.fd, PEER_CLIENT, m->host_id, p->collect_deadline, &c, &eb);
+	}
 	hello_msg ours = our_hello(p), theirs;
 	uint16_t ver;
 	if (!rc)
@@ -1033,6 +1133,9 @@ static void *streamer_main(void *arg)
 			finite = isfinite(r->out[i]);
 		if (!finite)
 			break;
+		if (got == 0 || got + 1 == n_parts)
+			TRACE(r, "result part %zu of %zu from host %lld", got + 1, n_parts,
+			      (long long)m->host_id);
 		got++;
 	}
 	free(pl);
@@ -1105,6 +1208,8 @@ static void run_free(run *r)
 	free(r->st_done);
 	free(r->st_parts);
 	free(r->st_complete);
+	free(r->pace_next);
+	free(r->pacing);
 	free(r->rep);
 	free(r->rep_n);
 	free(r->rids);
@@ -1114,6 +1219,7 @@ static void run_free(run *r)
 	free(r->res_payload);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
+	pthread_cond_destroy(&r->pace_cv);
 }
 
 /* The intersection of every aggregator's report, ascending (mu held). */
@@ -1152,6 +1258,7 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&r.cv, &ca);
+	pthread_cond_init(&r.pace_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&r.mu, NULL);
 	r.agg = range_len(me) > 0;
@@ -1170,6 +1277,9 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 	r.st_done = calloc(p->n, 1);
 	r.st_parts = calloc(p->n, sizeof *r.st_parts);
 	r.st_complete = calloc(p->n, 1);
+	r.pace_next = calloc(p->n, sizeof *r.pace_next);
+	r.pacing = calloc(p->n, 1);
+	r.t0 = deadline_now_ms();
 	r.n_parts = (r.a_len + PART_VALUES - 1) / PART_VALUES;
 	if (r.agg) {
 		r.spec_bytes = malloc(comp_encoded_size(p->result_comp, r.a_len));
@@ -1183,7 +1293,7 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 	int have_acceptor = 0;
 	if (!r.c || !r.claimed || !r.rep || !r.rep_n || !r.rids || !r.rids_n || !r.rtotal || !ss ||
 	    !fin || !r.claimed_stream || !r.parts_in || !r.order || !r.spec_x || !r.st_done ||
-	    !r.st_parts || !r.st_complete) {
+	    !r.st_parts || !r.st_complete || !r.pace_next || !r.pacing) {
 		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 		goto out;
 	}
@@ -1246,6 +1356,7 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 			;
 		if (freeze(&r))
 			agg_abort(&r, "out of memory");
+		TRACE(&r, "%s", "slices frozen");
 	}
 	while (r.rep_pending > 0 && !r.failed && wait_a_bit(&r, p->deadline))
 		;
