@@ -1,0 +1,172 @@
+#!/bin/sh
+# cotrain tests: a full collaborative training round across emulated NAT
+# sites, in network namespaces (root only; SKIP otherwise).  An "internet"
+# (the hub) holds cotrain-server (HTTP and the NAT service, --relay-port);
+# PostgreSQL stays in the root namespace on its unix socket, which every
+# namespace reaches through the filesystem.  Five home sites each run a
+# real cotrain-client daemon (tests/nat/netns-nat.sh builds the routers):
+#   U  a home router with a UPnP IGD (Debian's miniupnpd): the client maps
+#      its port, is classified "mapped" and is dialed directly;
+#   A, B  two endpoint-independent "home" NATs: hole punching between them;
+#   S  a symmetric NAT: it aggregates nothing, and its connections to NATed
+#      aggregators go through the relay (to the mapped one: direct);
+#   C  carrier-grade NAT (two endpoint-independent layers): port mapping
+#      fails cleanly and the ladder moves on (the design punches through
+#      both layers, doc/nat.md).
+# One group (--round-max-group 16), so every pair meets.  Asserts: rounds
+# commit with all five peers included, no fork (every included peer holds
+# the server's parameters), and each (dialer, aggregator) pair's rung, from
+# the dialers' logs, the aggregators' logs and table round_link.  The rung
+# matrix is printed as TAP comments.  Connection tracking is flushed
+# between the registration and the rounds, and between the rounds; everything
+# is torn down on every exit path.  Without miniupnpd the UPnP site is left
+# out (its checks SKIP with the reason) and four sites train.
+. "$top_srcdir/tests/tap.sh"
+B=$top_builddir
+. "$top_srcdir/tests/netns.sh"
+netns_require
+for c in nft conntrack; do
+	command -v $c >/dev/null 2>&1 || skip_all "$c is not installed (packaging/install-deps.sh)"
+done
+[ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
+. "$top_srcdir/tests/nat/netns-nat.sh"
+. "$top_srcdir/tests/nat/round-lib.sh"
+T=$(mktemp -d /tmp/cotrain-natround-XXXXXX)
+chmod 755 "$T"
+NAT_DATA=$T
+NETNS_EXIT_HOOK='nr_teardown'
+netns_init
+bail_out() { echo "Bail out! $*"; exit 1; }
+skip() { ok 0 "$1 # SKIP $2"; }
+
+ROUNDS=${NAT_ROUNDS:-2}
+plan 17
+
+# The sites: name, hub index, kind.  Host namespaces are hIDX.
+UPNP_WHY=
+[ -x "$NATNS_MINIUPNPD" ] || UPNP_WHY="miniupnpd is not installed (packaging/install-deps.sh)"
+SITES="A:11 B:12 S:13 C:15"
+[ -z "$UPNP_WHY" ] && SITES="U:16 $SITES"
+NSITES=$(echo $SITES | wc -w)
+
+netns_hub_new || bail_out "no hub"
+netns_hub_attach srv 1 0 || bail_out "no server namespace"
+natns_router r11 11 192.168.11 eim || bail_out "no router A"
+natns_router r12 12 192.168.12 eim || bail_out "no router B"
+natns_router r13 13 192.168.13 symmetric || bail_out "no router S"
+natns_cgnat r15 15 192.168.15 || bail_out "no CGNAT site"
+[ -z "$UPNP_WHY" ] && { natns_upnp r16 16 192.168.16 upnp || bail_out "no UPnP site"; }
+SRV=$(netns_ip 1)
+
+nr_project "$T" || bail_out "could not set up the project"
+nr_server "$T" "$SRV" 8080 7001 || bail_out "the server did not start"
+for s in $SITES; do
+	nr_client "${s%%:*}" "${s#*:}" "http://$SRV:8080/projects/tiny" "$SRV:7001" ||
+		bail_out "client ${s%%:*} did not start"
+done
+
+# Registration: how the NAT service classified each daemon.
+nr_wait 90 nr_all_registered
+want_class() { case $1 in U) echo "mapped independent" ;; S) echo "nat dependent" ;; *) echo "nat independent" ;; esac; }
+bad=
+for s in $SITES; do
+	n=${s%%:*}
+	got=$(nr_class "$n")
+	[ "$got" = "$(want_class "$n")" ] || bad="$bad $n:'$got'"
+	diag "site $n (host $(nr_host "$n")): $got; status: $(nr_status_net "$n")"
+done
+ok $([ -z "$bad" ]; echo $?) "each daemon is classified as its router makes it (U mapped, S dependent, the rest nat independent)${bad:+; wrong:$bad}"
+if [ -n "$UPNP_WHY" ]; then
+	skip "the daemon behind the UPnP IGD maps its port" "$UPNP_WHY"
+else
+	grep -q "the router maps .* (upnp)" "$T/clU.log"
+	ok $? "the daemon behind the UPnP IGD maps its port ($(grep -o 'the router maps .*' "$T/clU.log" | head -1))"
+fi
+line=$(grep -o "no port mapping on the router .*" "$T/clC.log" | head -1)
+ok $([ -n "$line" ]; echo $?) "behind carrier-grade NAT the port mapping fails cleanly and the daemon goes on (${line:-no such line})"
+natns_flush
+
+# The rounds: wait for ROUNDS committed rounds with every site included,
+# flushing connection tracking after each.
+FULL=
+for k in $(seq 1 "$ROUNDS"); do
+	if nr_wait 150 nr_full_round_after "${FULL##* }"; then
+		FULL="$FULL $NR_FOUND"
+		natns_flush
+	else
+		break
+	fi
+done
+FULL=${FULL# }
+nfull=$(echo $FULL | wc -w)
+ok $([ "$nfull" -ge 1 ]; echo $?) "a round commits with all $NSITES peers included (rounds: ${FULL:-none}; committed: $(nr_committed))"
+ok $([ "$nfull" -ge "$ROUNDS" ]; echo $?) "$ROUNDS rounds commit with all $NSITES peers included (${FULL:-none})"
+nr_stop_clients
+
+forks=$(nr_sql "select count(*) from round r join round_member m using (project_id, version)
+  where r.state = 'committed' and m.included and m.outcome = 'ok' and m.params_sha256 <> r.params_sha256")
+held=$(nr_sql "select count(*) from round r join round_member m using (project_id, version)
+  where r.state = 'committed' and m.included and m.params_sha256 = r.params_sha256
+    and r.version in ($(echo -1 $FULL | tr ' ' ','))")
+ok $([ "$forks" = 0 ] && [ "$held" = $((nfull * NSITES)) ]; echo $?) \
+	"no fork: every included peer holds the server's parameters ($held of $((nfull * NSITES)) in the full rounds, $forks forks)"
+
+# The aggregators of the first full round (hi > lo), and what S's range is.
+V1=${FULL%% *}
+aggs=$(nr_sql "select string_agg(host_id::text, ' ' order by host_id) from round_member m
+  join project p on p.id = m.project_id where p.name = 'tiny' and m.version = ${V1:-0} and m.hi > m.lo")
+HS=$(nr_host S)
+case " $aggs " in *" $HS "*) st=1 ;; *) st=0 ;; esac
+[ -n "$aggs" ] || st=1
+ok $st "the host behind the symmetric NAT aggregates nothing (aggregators of round ${V1:-?}: ${aggs:-none}; S is $HS)"
+naggs=$(echo $aggs | wc -w)
+ok $([ "$naggs" = $((NSITES - 1)) ]; echo $?) "every other host aggregates ($naggs aggregators)"
+
+# The rungs, from the dialers' logs, round by round.
+nr_rungs "$FULL" >"$T/rungs"
+nr_matrix "$T/rungs" "$SITES" | while IFS= read -r l; do diag "$l"; done
+exp_pairs=$(( (NSITES - 1) * (NSITES - 1) ))     # every host dials every aggregator but itself
+for v in $FULL; do
+	n=$(awk -v v="$v" '$1 == v' "$T/rungs" | wc -l)
+	[ "$n" = "$exp_pairs" ] || diag "round $v: $n pairs logged, $exp_pairs expected"
+done
+got_pairs=$(wc -l <"$T/rungs")
+ok $([ "$got_pairs" = $((exp_pairs * nfull)) ] && [ "$nfull" -ge 1 ]; echo $?) \
+	"every host reached every aggregator ($got_pairs pairs logged in $nfull full rounds, $exp_pairs a round)"
+
+# check DESC FILTER: the pairs matching FILTER (awk on "$4 dialer site, $5
+# aggregator site, $6 rung") all used the expected rung, and there is one.
+check_rungs() {
+	_desc=$1 _sel=$2 _want=$3
+	_all=$(awk "$_sel" "$T/rungs" | wc -l)
+	_bad=$(awk "($_sel) && \$6 != \"$_want\" { printf \" %s->%s:%s\", \$4, \$5, \$6 }" "$T/rungs")
+	ok $([ "$_all" -gt 0 ] && [ -z "$_bad" ]; echo $?) "$_desc: $_want ($_all pairs${_bad:+; otherwise:$_bad})"
+}
+if [ -n "$UPNP_WHY" ]; then
+	skip "the mapped aggregator is dialed directly by everyone" "$UPNP_WHY"
+	skip "the mapped host reaches NATed aggregators by hole punching" "$UPNP_WHY"
+else
+	check_rungs "the mapped aggregator is dialed directly by everyone (S included)" '$5 == "U"' direct
+	check_rungs "the mapped host reaches NATed aggregators by hole punching" '$4 == "U"' punch
+fi
+check_rungs "the two home NATs reach each other by hole punching" \
+	'($4 == "A" && $5 == "B") || ($4 == "B" && $5 == "A")' punch
+check_rungs "home and carrier-grade NAT reach each other by hole punching (through both layers)" \
+	'($4 ~ /^[AB]$/ && $5 == "C") || ($4 == "C" && $5 ~ /^[AB]$/)' punch
+check_rungs "the symmetric NAT reaches NATed aggregators through the relay" \
+	'$4 == "S" && $5 != "U"' relay
+
+# The other views: the aggregators' logs and the server's round_link.
+mism=$(nr_accept_mismatch "$T/rungs")
+ok $([ -z "$mism" ] && [ "$got_pairs" -gt 0 ]; echo $?) \
+	"each aggregator logged the same plan for each host that reached it${mism:+ (differ:$mism)}"
+if [ "$(nr_sql "select to_regclass('round_link') is not null")" = t ]; then
+	mism=$(nr_link_mismatch "$T/rungs")
+	ok $([ -z "$mism" ] && [ "$got_pairs" -gt 0 ]; echo $?) \
+		"the server stored each pair's rung in round_link as the dialer logged it${mism:+ (differ:$mism)}"
+else
+	skip "round_link holds each pair's rung" "table round_link does not exist (migration 0009)"
+fi
+kill -0 "$NR_SPID" 2>/dev/null
+ok $? "the server is still running"
+done_testing
