@@ -162,8 +162,18 @@ static void keep_port_mapping(cl_peer *pe, const cl_project *p, const cl_config 
 	pe->nat_observed_at = 0;             /* tell the NAT service at once */
 }
 
+/* Whether a host of this NAT class may aggregate: peers can reach it
+ * directly (public, mapped) or by hole punching (a NAT that keeps one public
+ * port per local port); behind a symmetric NAT only the relay reaches it. */
+static int nat_can_aggregate(const char *klass, const char *mapping)
+{
+	return strcmp(klass, "public") == 0 || strcmp(klass, "mapped") == 0 ||
+	       (strcmp(klass, "nat") == 0 && strcmp(mapping, "independent") == 0);
+}
+
 /* Register with the NAT service: our public endpoint and whether peers can
- * dial us. */
+ * dial us.  Sets pe->can_aggregate from the class, also when the last
+ * registration is recent enough to keep. */
 static cot_err nat_register(cl_peer *pe, const cl_project *p, const cl_config *cfg, cot_errbuf *eb)
 {
 	if (!cfg->nat_addr[0] || !pe->lst)
@@ -173,6 +183,7 @@ static cot_err nat_register(cl_peer *pe, const cl_project *p, const cl_config *c
 	int64_t now = (int64_t)time(NULL);
 	if (pe->nat_class[0] && now - pe->nat_observed_at < NAT_REGISTER_EVERY_S) {
 		snprintf(pe->endpoint, sizeof pe->endpoint, "%s", pe->nat_endpoint);
+		pe->can_aggregate = nat_can_aggregate(pe->nat_class, pe->nat_mapping);
 		return COT_OK;
 	}
 	nat_config nc;
@@ -191,8 +202,7 @@ static cot_err nat_register(cl_peer *pe, const cl_project *p, const cl_config *c
 	else
 		snprintf(pe->nat_endpoint, sizeof pe->nat_endpoint, "%s:%u", ob.addr, port);
 	snprintf(pe->endpoint, sizeof pe->endpoint, "%s", pe->nat_endpoint);
-	pe->can_aggregate = strcmp(ob.klass, "public") == 0 || strcmp(ob.klass, "mapped") == 0 ||
-	                    (strcmp(ob.klass, "nat") == 0 && strcmp(ob.mapping, "independent") == 0);
+	pe->can_aggregate = nat_can_aggregate(ob.klass, ob.mapping);
 	if (strcmp(pe->nat_class, ob.klass) != 0 || strcmp(pe->nat_mapping, ob.mapping) != 0)
 		log_info("project %s: the NAT service sees this host at %s: %s, mapping %s", p->name, pe->endpoint,
 		         ob.klass, ob.mapping);
