@@ -18,7 +18,7 @@
 # the server's parameters), and each (dialer, aggregator) pair's rung, from
 # the dialers' logs, the aggregators' logs and table round_link.  The rung
 # matrix is printed as TAP comments.  Connection tracking is flushed
-# between the registration and the rounds, and between the rounds; everything
+# while every daemon is stopped between two full rounds; everything
 # is torn down on every exit path.  Without miniupnpd the UPnP site is left
 # out (its checks SKIP with the reason) and four sites train.
 . "$top_srcdir/tests/tap.sh"
@@ -39,8 +39,7 @@ netns_init
 bail_out() { echo "Bail out! $*"; exit 1; }
 skip() { ok 0 "$1 # SKIP $2"; }
 
-ROUNDS=${NAT_ROUNDS:-2}
-plan 17
+plan 19
 
 # The sites: name, hub index, kind.  Host namespaces are hIDX.
 UPNP_WHY=
@@ -84,24 +83,41 @@ else
 fi
 line=$(grep -o "no port mapping on the router .*" "$T/clC.log" | head -1)
 ok $([ -n "$line" ]; echo $?) "behind carrier-grade NAT the port mapping fails cleanly and the daemon goes on (${line:-no such line})"
-natns_flush
 
-# The rounds: wait for ROUNDS committed rounds with every site included,
-# flushing connection tracking after each.
+# The rounds: one with every site included; then every daemon stops (the
+# UPnP mapping goes), the routers' connection tracking is flushed (only
+# with the daemons down: a router that forgets a live connection drops the
+# server's answers to it, and the daemon waits out its HTTP timeout), the
+# daemons start again, register again, and another round includes them all.
 FULL=
-for k in $(seq 1 "$ROUNDS"); do
-	if nr_wait 150 nr_full_round_after "${FULL##* }"; then
-		FULL="$FULL $NR_FOUND"
-		natns_flush
-	else
-		break
-	fi
-done
-FULL=${FULL# }
-nfull=$(echo $FULL | wc -w)
-ok $([ "$nfull" -ge 1 ]; echo $?) "a round commits with all $NSITES peers included (rounds: ${FULL:-none}; committed: $(nr_committed))"
-ok $([ "$nfull" -ge "$ROUNDS" ]; echo $?) "$ROUNDS rounds commit with all $NSITES peers included (${FULL:-none})"
+nr_wait 150 nr_full_round_after "" && FULL=$NR_FOUND
+ok $([ -n "$FULL" ]; echo $?) "a round commits with all $NSITES peers included (round ${FULL:-none}; committed rounds and their peers: $(nr_committed))"
 nr_stop_clients
+if [ -n "$UPNP_WHY" ]; then
+	skip "the UPnP mapping is removed when the daemon stops" "$UPNP_WHY"
+else
+	rules=$(netns_exec r16 nft list chain inet filter prerouting_miniupnpd 2>&1)
+	case $rules in *dnat*) st=1 ;; *) st=0 ;; esac
+	ok $st "the UPnP mapping is removed when the daemon stops"
+fi
+natns_flush
+left=0
+for r in $NATNS_ROUTERS; do left=$((left + $(netns_exec "$r" conntrack -C 2>/dev/null || echo 1))); done
+V0=$(nr_sql "select current_version from project where name = 'tiny'")
+for s in $SITES; do
+	nr_daemon "${s%%:*}" "${s#*:}" "$SRV:7001" || bail_out "client ${s%%:*} did not start again"
+done
+if nr_wait 150 nr_full_round_after "$((V0 - 1))"; then FULL="$FULL $NR_FOUND"; else NR_FOUND=; fi
+ok $([ -n "$NR_FOUND" ]; echo $?) \
+	"after a restart of every daemon, with the routers' connection tracking flushed ($left entries left), a round commits with all $NSITES peers again (round ${NR_FOUND:-none} of those from $V0: $(nr_committed "$V0"))"
+if [ -n "$UPNP_WHY" ]; then
+	skip "the restarted daemon maps its port again" "$UPNP_WHY"
+else
+	n=$(grep -c "the router maps .* (upnp)" "$T/clU.log")
+	ok $([ "$n" -ge 2 ]; echo $?) "the restarted daemon behind the UPnP IGD maps its port again ($n mappings made)"
+fi
+nr_stop_clients
+nfull=$(echo $FULL | wc -w)
 
 forks=$(nr_sql "select count(*) from round r join round_member m using (project_id, version)
   where r.state = 'committed' and m.included and m.outcome = 'ok' and m.params_sha256 <> r.params_sha256")

@@ -14,10 +14,13 @@
 #                           a cotrain-client daemon in namespace hIDX (log
 #                           T/clNAME.log, listener port 40000), attached to
 #                           URL with an account of its own
+#   nr_daemon NAME IDX NATSVC
+#                           (re)start the daemon of site NAME (attached or not)
 #   nr_host NAME            the daemon's host id
 #   nr_site HOST            the site name of a host id
 #   nr_class NAME           "CLASS MAPPING" as the NAT service last told NAME
 #   nr_all_registered       every daemon was classified
+#   nr_committed [V]        "VERSION:INCLUDED ..." of the committed rounds (from V)
 #   nr_full_round_after V   a committed round after version V (any when V is
 #                           empty) that included every site: in NR_FOUND
 #   nr_rungs "V..."         one line per pair each dialer logged in rounds V:
@@ -40,13 +43,15 @@ nr_wait() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sl
 nr_project() {
 	mkdir -p "$1/text"
 	head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$1/text/a.txt"
-	# A global batch large enough that every site takes part in each round.
+	# A global batch that takes the sites some seconds (about 4096 microbatches
+	# at 1-2 ms each, in units of 128): every site asks for work while the
+	# round is open, and each reports a handful of units.
 	cat >"$1/project.json" <<JSON
 {"name": "tiny", "title": "tiny rounds across NATs", "dataset": "tiny",
  "model": {"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256},
  "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "clip_norm": 1.0,
                "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
- "target_batch": ${NR_TARGET:-2048}, "microbatch_size": 2, "seed": 11, "work_unit_seconds": 10}
+ "target_batch": ${NR_TARGET:-8192}, "microbatch_size": 2, "seed": 11, "work_unit_seconds": 10}
 JSON
 	nr_admin db migrate >/dev/null && nr_admin dataset import --shard-tokens 16384 tiny "$1/text" >/dev/null &&
 		nr_admin project create "$1/project.json" >"$1/project.out"
@@ -54,27 +59,32 @@ JSON
 
 nr_server() {
 	netns_bg srv "$top_builddir/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$1/srv" --listen "$2" \
-		--port "$3" --relay-port "$4" --wu-max "${NR_WU_MAX:-32}" --reap-interval 1 --kdf-iterations 1000 \
+		--port "$3" --relay-port "$4" --wu-max "${NR_WU_MAX:-128}" --reap-interval 1 --kdf-iterations 1000 \
 		--round-interval 1 --round-report-timeout 8 --round-average-timeout 40 --round-max-group 16 \
 		--log-level info >/dev/null 2>"$1/server.log"
 	NR_SPID=$NETNS_LAST_PID
 	nr_wait 20 grep -qs 'listening on' "$1/server.log"
 }
 
-nr_client() {
-	_nm=$1 _ix=$2 _url=$3 _nat=$4
-	mkdir -p "$T/cl$_nm"
-	netns_bg "h$_ix" "$top_builddir/client/cotrain-client" --state-dir "$T/cl$_nm" --socket "$T/cl$_nm/control.sock" \
+# nr_daemon NAME IDX NATSVC: the daemon of site NAME in namespace hIDX.
+nr_daemon() {
+	mkdir -p "$T/cl$1"
+	netns_bg "h$2" "$top_builddir/client/cotrain-client" --state-dir "$T/cl$1" --socket "$T/cl$1/control.sock" \
 		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
 		--set only_on_ac=false --set idle_detection=none --set max_threads=1 \
 		--set socket_group=nonexistent --set log_level=info --set spot_interval=2 \
-		--set peer_port=40000 --set nat_service="$_nat" 2>>"$T/cl$_nm.log"
+		--set peer_port=40000 --set nat_service="$3" 2>>"$T/cl$1.log"
 	NR_PIDS="$NR_PIDS $NETNS_LAST_PID"
+	nr_wait 30 test -S "$T/cl$1/control.sock"
+}
+
+nr_client() {
+	_nm=$1 _ix=$2 _url=$3 _nat=$4
 	NR_SITES="$NR_SITES $_nm"
+	nr_daemon "$_nm" "$_ix" "$_nat" || return 1
 	_key=$(echo secretpassword | nr_admin user create --password-stdin "$_nm@example.org" "site $_nm" |
 		sed -n 's/^account key: //p')
-	nr_wait 30 test -S "$T/cl$_nm/control.sock" &&
-		"$top_builddir/client/cotrainctl" --socket "$T/cl$_nm/control.sock" attach "$_url" --key "$_key" >/dev/null
+	"$top_builddir/client/cotrainctl" --socket "$T/cl$_nm/control.sock" attach "$_url" --key "$_key" >/dev/null
 }
 
 nr_host() { grep -o '"host_id": *[0-9]*' "$T/cl$1/state.json" 2>/dev/null | grep -o '[0-9]*$' | head -1; }
@@ -101,7 +111,8 @@ nr_all_registered() {
 nr_committed() {
 	nr_sql "select coalesce(string_agg(r.version || ':' || (select count(*) from round_member m
 	    where m.project_id = r.project_id and m.version = r.version and m.included), ' ' order by r.version), 'none')
-	  from round r join project p on p.id = r.project_id where p.name = 'tiny' and r.state = 'committed'"
+	  from round r join project p on p.id = r.project_id where p.name = 'tiny' and r.state = 'committed'
+	    and r.version >= ${1:-0}"
 }
 
 nr_full_round_after() {
