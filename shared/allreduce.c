@@ -1456,6 +1456,7 @@ out:
 	}
 	if (rc)
 		allreduce_result_free(res);
+	TRACE(&r, "done: %s", rc ? eb->msg : "ok");
 	free(fin);
 	free(ss);
 	run_free(&r);

@@ -15,7 +15,22 @@
 #                              DIR/out.<I>; sets AR_WALL_S (the slowest member's
 #                              wall time, s), AR_OK (members that succeeded),
 #                              AR_SUMS (distinct checksums), AR_VERIFIED (members
-#                              whose verify said ok), AR_SAMPLES (distinct totals)
+#                              whose verify said ok), AR_SAMPLES (distinct totals),
+#                              AR_START_MS (when the members started, Unix ms),
+#                              AR_CPU_S (the members' CPU time, s, all together);
+#                              with AR_LINKS_MS set (e.g. 100), the hub's byte
+#                              counters every AR_LINKS_MS ms go to FILE.links
+#   ar_links FILE MBIT...      from FILE.links and FILE.shares of the last ar_run:
+#                              per peer, MB up and down on its link from the
+#                              start to the slowest member's end, against the
+#                              model (lb_shares: V(1 + (n-2)w) each way); busy:
+#                              those bytes over the shaped rate times that time;
+#                              and the seconds either way ran below half its
+#                              rate.  The hub's counters see veth's GSO packets,
+#                              which count their headers once: the MB are about
+#                              the payload, not the wire's bytes.  With
+#                              AR_TIMELINE=1 also a timeline in bins of
+#                              AR_BIN_MS (500) ms, Mbit/s up/down per link
 
 AR_PORT=7100
 
@@ -52,7 +67,16 @@ ar_plan() {
 ar_run() {
 	_f=$1
 	_now=$(date +%s%3N)
-	sed -i "s/^start_ms .*/start_ms $((_now + ${AR_LEAD_MS:-1500}))/" "$_f"
+	AR_START_MS=$((_now + ${AR_LEAD_MS:-1500}))
+	sed -i "s/^start_ms .*/start_ms $AR_START_MS/" "$_f"
+	_sampler=
+	if [ -n "${AR_LINKS_MS:-}" ]; then
+		# the hub's side of each link: pI rx is peer I's upload, tx its download
+		_iv=$(awk -v m="$AR_LINKS_MS" 'BEGIN {printf "%.3f", m / 1000}')
+		netns_bg hub sh -c "while :; do echo T \$(date +%s%3N); cat /proc/net/dev; sleep $_iv; done" \
+			>"$_f.links"
+		_sampler=$NETNS_LAST_PID
+	fi
 	_pids=
 	_i=1
 	while [ "$_i" -le "$AR_N" ]; do
@@ -63,10 +87,77 @@ ar_run() {
 		_i=$((_i + 1))
 	done
 	for _p in $_pids; do wait "$_p"; done
+	if [ -n "$_sampler" ]; then
+		sleep 0.3   # a sample after the end
+		kill "$_sampler" 2>/dev/null
+		wait "$_sampler" 2>/dev/null
+	fi
 	cat "$AR_DIR"/out.* >"$_f.out"
+	AR_CPU_S=$(awk '$1 == "cpu" {s += $6 + $8} END {printf "%.2f", s / 1000}' "$_f.out")
 	AR_WALL_S=$(awk '$1 == "member" {if ($6 > m) m = $6} END {printf "%.3f", m / 1000}' "$_f.out")
 	AR_OK=$(grep -c ' checksum ' "$_f.out")
 	AR_SUMS=$(awk '$7 == "checksum" {print $8}' "$_f.out" | sort -u | wc -l)
 	AR_SAMPLES=$(awk '$7 == "checksum" {print $10}' "$_f.out" | sort -u | tr '\n' ' ')
 	AR_VERIFIED=$(grep -c ' verify ok$' "$_f.out")
+}
+
+ar_links() {
+	_f=$1; shift
+	_end=$(awk -v s="$AR_START_MS" -v w="$AR_WALL_S" 'BEGIN {printf "%.0f", s + w * 1000}')
+	sed 's/:/: /' "$_f.links" | awk -v start="$AR_START_MS" -v end="$_end" -v rates="$*" \
+		-v bin="${AR_BIN_MS:-500}" -v timeline="${AR_TIMELINE:-0}" \
+		-v sharesf="$_f.shares" -v len="$(awk '$1 == "len" {print $2}' "$_f")" '
+	BEGIN {
+		nr = split(rates, R, " ")
+		while ((getline l < sharesf) > 0) {
+			split(l, f, " ")
+			if (f[1] == "peer") W[f[2] + 1] = f[6]
+		}
+	}
+	$1 == "T" { t = $2; next }
+	$1 ~ /^p[0-9]+:$/ {
+		i = substr($1, 2) + 0
+		k = ++ns[i]; ts[i, k] = t; up[i, k] = $2; dn[i, k] = $10
+		if (i > n) n = i
+	}
+	END {
+		if (!n) { print "  (no link samples)"; exit }
+		secs = (end - start) / 1000
+		printf "  link  Mbit/s   up: MB (model)  busy  <half s   down: MB (model)  busy  <half s\n"
+		for (i = 1; i <= n; i++) {
+			a = 1; b = ns[i]
+			for (k = 1; k <= ns[i]; k++) {
+				if (ts[i, k] <= start) a = k
+				if (ts[i, k] >= end) { b = k; break }
+			}
+			bu = up[i, b] - up[i, a]; bd = dn[i, b] - dn[i, a]
+			lu = ld = 0
+			for (k = a + 1; k <= b; k++) {
+				dt = (ts[i, k] - ts[i, k - 1]) / 1000
+				if (dt <= 0) continue
+				half = R[i] * 1e6 / 8 * dt / 2
+				if (up[i, k] - up[i, k - 1] < half) lu += dt
+				if (dn[i, k] - dn[i, k - 1] < half) ld += dt
+			}
+			model = len * 4 * (1 + (nr - 2) * W[i]) / 1e6
+			cap = R[i] * 1e6 / 8 * secs
+			printf "  p%-3d %6s  %7.1f (%5.1f)  %5.3f  %6.2f    %7.1f (%5.1f)  %5.3f  %6.2f\n", i, R[i],
+				bu / 1e6, model, bu / cap, lu, bd / 1e6, model, bd / cap, ld
+		}
+		if (!timeline) exit
+		printf "  timeline (s, Mbit/s up/down per link)\n"
+		for (i = 1; i <= n; i++)
+			for (k = 2; k <= ns[i]; k++) {
+				if (ts[i, k] <= start) continue
+				bi = int((ts[i, k] - start) / bin)
+				U[i, bi] += up[i, k] - up[i, k - 1]; D[i, bi] += dn[i, k] - dn[i, k - 1]
+				if (bi > mb) mb = bi
+			}
+		for (bi = 0; bi <= mb; bi++) {
+			printf "  %5.1f", bi * bin / 1000
+			for (i = 1; i <= n; i++)
+				printf "  %4.0f/%-4.0f", U[i, bi] * 8 / (bin / 1000) / 1e6, D[i, bi] * 8 / (bin / 1000) / 1e6
+			printf "\n"
+		}
+	}'
 }

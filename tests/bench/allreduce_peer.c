@@ -8,7 +8,9 @@
  *   allreduce_peer --plan FILE --self I --certs DIR
  *       run member I (0-based) of the plan; prints one line
  *       "member I host H wall_ms W checksum C total_samples T included K verify V"
- *       (V: ok, FAILED or skipped) and exits 0 on success, 1 on failure
+ *       (V: ok, FAILED or skipped) and exits 0 on success, 1 on failure; on
+ *       success first "cpu I host H user_ms U sys_ms S": the process's CPU
+ *       time up to the end of the all-reduce (gradient filling included)
  *   allreduce_peer --shares LEN MBIT...
  *       DeDLOC's shares for peers of these bandwidths (server/load_balance.h,
  *       every peer can aggregate): one line "peer I mbit B share W start S end E"
@@ -52,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -370,6 +373,11 @@ static int run_member(const char *plan_path, long self, const char *certs)
 		       (long long)wall, eb.msg);
 		goto done;
 	}
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	printf("cpu %ld host %lld user_ms %lld sys_ms %lld\n", self, (long long)me->host_id,
+	       (long long)ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000,
+	       (long long)ru.ru_stime.tv_sec * 1000 + ru.ru_stime.tv_usec / 1000);
 	const char *v = pl.verify ? verify(&pl, out) : "skipped";
 	printf("member %ld host %lld wall_ms %lld checksum %016llx total_samples %llu included %zu "
 	       "verify %s\n",

@@ -12,13 +12,30 @@
 #   - the measured wall time with those shares (the slowest member's), and
 #     its ratio to the bound (goal: within 1.15x);
 #   - the same all-reduce with equal shares (no load balancing) and the
-#     speed-up of load balancing over it (goal: above 1).
+#     speed-up of load balancing over it (goal: above 1);
+#   - the bound at TCP's goodput: the bound counts fp32 values only, but
+#     every byte on a shaped link also carries Ethernet, IP and TCP headers
+#     (about 5% at a 1500-byte MTU), so no protocol over TCP comes nearer
+#     than the plain-TCP efficiency measured above; the wall time over that
+#     figure says how much the all-reduce itself loses (reported beside the
+#     goal, never instead of it);
+#   - per link, from the hub's byte counters sampled every AR_LINKS_MS (100)
+#     ms during each run with optimal shares: bytes each way against the
+#     model (lb_shares counts V(1 + (n-2)w) each way: a peer sends and
+#     receives at once, and tc shapes each direction separately at the same
+#     rate, so the bound's model matches the shaping), how busy each
+#     direction was, and how long it ran below half its rate; the members'
+#     CPU time.
 # Timings are printed, never asserted; a run where the members disagree or
 # fail exits 1.  Needs root (SKIP otherwise).
 #
 # Environment: RATES (Mbit/s per peer), LEN (values), COMP (none, fp16,
 # 8bit), REPS (runs of each, default 1; the best is kept), DELAY_MS (one-way
-# delay added on each link, default 0).
+# delay added on each link, default 0), AR_LINKS_MS (link sampling interval,
+# ms; empty: no sampling), AR_TIMELINE=1 (also print each link's Mbit/s up
+# and down in bins of AR_BIN_MS, default 500 ms), COTRAIN_LOG=debug (each
+# member's timeline of connections, parts and results in DIR/err.*; kept with
+# KEEP=1).
 # Usage: tests/bench/bench-allreduce.sh [BUILDDIR]
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,7 +57,8 @@ fi
 netns_require
 netns_init
 DIR=$(mktemp -d /tmp/cot-arbench.XXXXXX)
-NETNS_EXIT_HOOK='rm -rf "$DIR"'
+NETNS_EXIT_HOOK='if [ "${KEEP:-0}" = 1 ]; then echo "kept $DIR" >&2; else rm -rf "$DIR"; fi'
+AR_LINKS_MS=${AR_LINKS_MS-100}
 netns_cleanup_stale
 
 # The hub with one namespace per peer, each link shaped both ways.
@@ -82,6 +100,11 @@ run_best() {
 		fi
 		echo "  $(basename "$1") run $((_r + 1)): $AR_WALL_S s; per member (host:s):" \
 			"$(awk '$1 == "member" {printf "%s:%.2f ", $4, $6 / 1000}' "$1.out")"
+		echo "    the members' CPU time, all together: $AR_CPU_S s"
+		if [ -n "$AR_LINKS_MS" ] && [ "$(basename "$1")" = lb ]; then
+			# shellcheck disable=SC2086
+			ar_links "$1" $RATES
+		fi
 		_best=$(awk -v a="${_best:-1e300}" -v b="$AR_WALL_S" 'BEGIN {print (b < a ? b : a)}')
 		_r=$((_r + 1))
 	done
@@ -111,3 +134,6 @@ printf "measured, optimal shares:                %8.3f s   ratio to bound %.3f (
 printf "measured, equal shares:                  %8.3f s   (its model time %.3f s)\n" "$eq" "$eqmodel"
 printf "speed-up of load balancing:              %8.3f x   (goal > 1)\n" \
 	"$(awk -v a="$lb" -v b="$eq" 'BEGIN {print b / a}')"
+tcpbound=$(awk -v b="$bound" -v t="$tcp" -v r="$rmin" 'BEGIN {printf "%.3f", b / (t / r)}')
+printf "the bound at plain TCP's goodput:        %8.3f s   ratio to it %.3f (the protocol's own loss)\n" \
+	"$tcpbound" "$(awk -v a="$lb" -v b="$tcpbound" 'BEGIN {print a / b}')"
