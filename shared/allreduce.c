@@ -23,7 +23,13 @@
  * names the included set; when that set is every member and every part was
  * streamed, its data is empty ("as streamed") and the members use the parts;
  * otherwise it carries the full sum of the included set as before, and the
- * streamed parts are overwritten. */
+ * streamed parts are overwritten.
+ *
+ * Pacing.  A member's sender threads advance through their aggregators'
+ * ranges at the same fraction (pace_wait), and every connection bounds the
+ * kernel's unsent bytes (tune_socket), so that two slow members reach part k
+ * of every range at about the same time and each aggregator can stream its
+ * results at their upload rate (doc/averaging.md, "Pacing"). */
 #include "shared/allreduce.h"
 
 #include "shared/deadline.h"
@@ -47,7 +53,10 @@ enum { C_NONE, C_OK, C_REFUSED, C_FAILED };
 
 /* Values per slice part and result part: a multiple of COMP_BLOCK, so that
  * the encodings of the parts, laid end to end, are the encoding of the whole
- * range (BLOCK8 blocks never straddle two parts). */
+ * range (BLOCK8 blocks never straddle two parts).  Small (64 KiB of fp32),
+ * because a result part waits for the part of the slowest sender, who
+ * shares its uplink among all aggregators: at 8 Mbit/s a 1 MiB part took a
+ * second, and the first results came that late. */
 #define PART_VALUES ((size_t)COMP_BLOCK * 4)
 
 /* Stream connections (frame.h's averaging range): member -> aggregator
