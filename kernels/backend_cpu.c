@@ -13,6 +13,7 @@
  * oversubscription.  The cost is packing the shared operand once per tile
  * instead of once per call: a few percent at the model's shapes. */
 #include "kernels/backend.h"
+#include "kernels/gemm.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -101,6 +102,13 @@ static void tiled(bool ta, bool tb, int M, int N, int K, float alpha,
 	if (M <= 0 || N <= 0)
 		return;
 	int nt = kern_threads();
+	/* Large products on a CPU with AVX-512: our own driver (gemm.h),
+	 * which packs the shared operand once per call. */
+	if ((double)M * N * K >= 1e6 && kern_gemm_usable()) {
+		kern_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+		          bias, R, nt);
+		return;
+	}
 	/* Split the longer of M and N; small products run as one call. */
 	bool split_rows = M >= N;
 	int dim = split_rows ? M : N;

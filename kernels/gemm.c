@@ -1,0 +1,504 @@
+/* cotrain kernels: the CPU backend's own GEMM driver.  See gemm.h.
+ *
+ * Layout (BLIS's, transposed for row-major C):
+ *  - op(B) [K,N] is packed once per call into panels of NR = 32 columns,
+ *    panel p holding op(B)[k][32p .. 32p+31] for k = 0..K-1 contiguously
+ *    (columns past N zero), the panels shared by all threads;
+ *  - C is cut into tiles of MC rows by NCP panels; a thread takes the next
+ *    tile, and for each block of KC rows of op(B) packs its tile's rows of
+ *    op(A) into micro-panels of MR = 12 rows (k-major, rows past M zero) in
+ *    its own buffer, then runs the micro-kernel over every (micro-panel,
+ *    panel) pair: the A micro-panel (12 x KC) stays in L1 while the tile's
+ *    B block (KC x 16 panels, 512 KiB) comes from L2;
+ *  - the micro-kernel keeps a 12 x 32 block of C in 24 zmm registers, one
+ *    fused multiply-add per (row, half, k), and adds it to C once per K
+ *    block through the epilogue (bias, residual, beta, alpha; masked at the
+ *    edges).
+ * Every function here that runs AVX-512 code is compiled for it with a
+ * target attribute and reached only after kern_gemm_usable(). */
+#include "kernels/gemm.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define GEMM_X86 1
+#include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f")))
+#else
+#define GEMM_X86 0
+#endif
+
+enum {
+	MR = 12,     /* rows of the micro-kernel's C block */
+	NR = 32,     /* columns: two 16-float vectors */
+	MC_MAX = 240, /* the most rows in a tile: 20 micro-panels */
+	NCP = 16,    /* panels (of NR columns) in a tile: 512 columns */
+	KC_MAX = 256 /* the longest K block */
+};
+
+/* ---- buffers: the calling thread's, reused between calls ------------- */
+
+typedef struct gemm_bufs {
+	float *b;        /* packed op(B) */
+	size_t b_n;      /* floats it holds */
+	float *a;        /* per-thread packed rows of op(A) */
+	size_t a_n;      /* floats it holds */
+} gemm_bufs;
+
+static pthread_key_t bufs_key;
+static pthread_once_t bufs_once = PTHREAD_ONCE_INIT;
+static bool bufs_key_ok;
+
+static void bufs_free(void *p)
+{
+	gemm_bufs *g = p;
+	if (!g)
+		return;
+	free(g->b);
+	free(g->a);
+	free(g);
+}
+
+static void bufs_init(void)
+{
+	bufs_key_ok = pthread_key_create(&bufs_key, bufs_free) == 0;
+}
+
+/* 64-byte aligned; from 2 MiB up, on 2 MiB boundaries and asking for
+ * transparent huge pages (rows of packed panels far apart would otherwise
+ * each cost a TLB entry).  The advice is only a hint. */
+static float *alloc_floats(size_t n)
+{
+	size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+	if (bytes < ((size_t)2 << 20))
+		return aligned_alloc(64, bytes ? bytes : 64);
+	size_t huge = (size_t)2 << 20;
+	bytes = (bytes + huge - 1) / huge * huge;
+	float *p = aligned_alloc(huge, bytes);
+#ifdef MADV_HUGEPAGE
+	if (p)
+		madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+	return p;
+}
+
+/* The calling thread's buffers with room for nb floats of packed B and na
+ * of packed A, or NULL when memory is short. */
+static gemm_bufs *bufs_get(size_t nb, size_t na)
+{
+	pthread_once(&bufs_once, bufs_init);
+	if (!bufs_key_ok)
+		return NULL;
+	gemm_bufs *g = pthread_getspecific(bufs_key);
+	if (!g) {
+		g = calloc(1, sizeof *g);
+		if (!g || pthread_setspecific(bufs_key, g) != 0) {
+			free(g);
+			return NULL;
+		}
+	}
+	if (g->b_n < nb) {
+		free(g->b);
+		g->b_n = 0;
+		if (!(g->b = alloc_floats(nb)))
+			return NULL;
+		g->b_n = nb;
+	}
+	if (g->a_n < na) {
+		free(g->a);
+		g->a_n = 0;
+		if (!(g->a = alloc_floats(na)))
+			return NULL;
+		g->a_n = na;
+	}
+	return g;
+}
+
+/* ---- usability ------------------------------------------------------- */
+
+static int usable = -1;
+static pthread_once_t usable_once = PTHREAD_ONCE_INIT;
+
+static void usable_init(void)
+{
+	const char *e = getenv("COTRAIN_GEMM");
+	bool want = !(e && strcmp(e, "blas") == 0);
+#if GEMM_X86
+	__builtin_cpu_init();
+	usable = want && __builtin_cpu_supports("avx512f");
+#else
+	(void)want;
+	usable = 0;
+#endif
+}
+
+bool kern_gemm_usable(void)
+{
+	pthread_once(&usable_once, usable_init);
+	return usable == 1;
+}
+
+#if GEMM_X86
+
+/* ---- packing --------------------------------------------------------- */
+
+typedef struct gemm_args {
+	bool ta, tb;
+	int M, N, K, lda, ldb, ldc;
+	int kc, nkb;          /* K block length (the last may be shorter), count */
+	int npanels, mc, pcols, nrt, nct;
+	float alpha, beta;
+	const float *A, *B, *bias, *R;
+	float *C, *bp, *abase;
+} gemm_args;
+
+/* Transpose 16 x 16: on entry r[i] is row i, on return r[k] is column k
+ * (lane i = old row i). */
+AVX512 static inline void transpose16(__m512 r[16])
+{
+	__m512 t[16];
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	/* r[4i + e], 128-bit lane j: rows 4i..4i+3 of column 4j + e */
+	for (int i = 0; i < 4; i++) {
+		r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+		r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+		r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+		r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+	}
+	for (int e = 0; e < 4; e++) {
+		t[e] = _mm512_shuffle_f32x4(r[e], r[4 + e], 0x88);
+		t[4 + e] = _mm512_shuffle_f32x4(r[e], r[4 + e], 0xdd);
+		t[8 + e] = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0x88);
+		t[12 + e] = _mm512_shuffle_f32x4(r[8 + e], r[12 + e], 0xdd);
+	}
+	for (int e = 0; e < 4; e++) {
+		r[e] = _mm512_shuffle_f32x4(t[e], t[8 + e], 0x88);
+		r[8 + e] = _mm512_shuffle_f32x4(t[e], t[8 + e], 0xdd);
+		r[4 + e] = _mm512_shuffle_f32x4(t[4 + e], t[12 + e], 0x88);
+		r[12 + e] = _mm512_shuffle_f32x4(t[4 + e], t[12 + e], 0xdd);
+	}
+}
+
+/* Columns k0..k0+kn (kn <= 16) of nrows <= 16 rows at src (row stride ld)
+ * as kn vectors: v[k] lane i = src[i][k0 + k], rows past nrows zero. */
+AVX512 static inline void load_t16(__m512 v[16], const float *src, long ld,
+                                   int nrows, int kn)
+{
+	__mmask16 m = kn >= 16 ? 0xffff : (__mmask16)((1u << kn) - 1);
+	for (int i = 0; i < 16; i++)
+		v[i] = i < nrows ? _mm512_maskz_loadu_ps(m, src + i * ld)
+		                 : _mm512_setzero_ps();
+	transpose16(v);
+}
+
+/* Panel p of op(B): bp[k * NR + j] = op(B)[k][NR p + j], zero past N. */
+AVX512 static void pack_b_panel(const gemm_args *g, int p)
+{
+	int j0 = p * NR, nr = g->N - j0 < NR ? g->N - j0 : NR, K = g->K;
+	float *dst = g->bp + (size_t)p * K * NR;
+	if (!g->tb) {
+		__mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+		__mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0
+		               : (__mmask16)((1u << (nr - 16)) - 1);
+		for (int k = 0; k < K; k++) {
+			const float *s = g->B + (size_t)k * g->ldb + j0;
+			_mm512_store_ps(dst + (size_t)k * NR, _mm512_maskz_loadu_ps(m0, s));
+			_mm512_store_ps(dst + (size_t)k * NR + 16,
+			                _mm512_maskz_loadu_ps(m1, s + 16));
+		}
+		return;
+	}
+	/* op(B)[k][j] = B[j][k]: a transposing copy, 16 x 16 at a time */
+	for (int k0 = 0; k0 < K; k0 += 16) {
+		int kn = K - k0 < 16 ? K - k0 : 16;
+		for (int h = 0; h < 2; h++) {
+			__m512 v[16];
+			int rows = nr - 16 * h;
+			rows = rows < 0 ? 0 : rows > 16 ? 16 : rows;
+			load_t16(v, g->B + (size_t)(j0 + 16 * h) * g->ldb + k0, g->ldb,
+			         rows, kn);
+			for (int k = 0; k < kn; k++)
+				_mm512_store_ps(dst + (size_t)(k0 + k) * NR + 16 * h, v[k]);
+		}
+	}
+}
+
+/* Rows i0..i0+mc of op(A), columns k0..k0+kc, into micro-panels:
+ * ap[r * kc * MR + k * MR + i] = op(A)[i0 + r MR + i][k0 + k], zero past
+ * the mc rows. */
+AVX512 static void pack_a_block(const gemm_args *g, float *ap, int i0, int mc,
+                                int k0, int kc)
+{
+	int npan = (mc + MR - 1) / MR;
+	if (g->ta) {
+		/* op(A)[i][k] = A[k][i]: the tile's rows are contiguous in each
+		 * row of A; read them once per k, 12 to each micro-panel */
+		for (int k = 0; k < kc; k++) {
+			const float *s = g->A + (size_t)(k0 + k) * g->lda + i0;
+			for (int r = 0; r < npan; r++) {
+				int rows = mc - r * MR < MR ? mc - r * MR : MR;
+				__mmask16 m = (__mmask16)((1u << rows) - 1);
+				_mm512_mask_storeu_ps(ap + ((size_t)r * kc + k) * MR, 0x0fff,
+				                      _mm512_maskz_loadu_ps(m, s + r * MR));
+			}
+		}
+		return;
+	}
+	for (int r = 0; r < npan; r++) {
+		float *d = ap + (size_t)r * kc * MR;
+		int rows = mc - r * MR < MR ? mc - r * MR : MR;
+		int ib = i0 + r * MR;
+		/* op(A) = A: a transposing copy, 12 rows x 16 k at a time */
+		for (int k = 0; k < kc; k += 16) {
+			int kn = kc - k < 16 ? kc - k : 16;
+			__m512 v[16];
+			load_t16(v, g->A + (size_t)ib * g->lda + k0 + k, g->lda, rows, kn);
+			for (int j = 0; j < kn; j++)
+				_mm512_mask_storeu_ps(d + (size_t)(k + j) * MR, 0x0fff, v[j]);
+		}
+	}
+}
+
+/* ---- the micro-kernel ------------------------------------------------ */
+
+/* One row of the epilogue: c[0..nr) = base + alpha * acc, where base is
+ * c's old value (later K blocks, or beta 1), beta * c, r, plus bias when
+ * given (first block only), or nothing (beta 0, no bias). */
+AVX512 static inline void store_row(float *c, const float *r, const float *bias,
+                                    __m512 v0, __m512 v1, __mmask16 m0,
+                                    __mmask16 m1, float alpha, float beta,
+                                    bool first)
+{
+	if (alpha != 1.0f) {
+		__m512 al = _mm512_set1_ps(alpha);
+		v0 = _mm512_mul_ps(al, v0);
+		v1 = _mm512_mul_ps(al, v1);
+	}
+	if (!first) {
+		v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
+		v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+	} else {
+		bool have = true;
+		__m512 b0, b1;
+		if (r) {
+			b0 = _mm512_maskz_loadu_ps(m0, r);
+			b1 = _mm512_maskz_loadu_ps(m1, r + 16);
+		} else if (beta == 0.0f) {
+			have = false;
+			b0 = b1 = _mm512_setzero_ps();
+		} else if (beta == 1.0f) {
+			b0 = _mm512_maskz_loadu_ps(m0, c);
+			b1 = _mm512_maskz_loadu_ps(m1, c + 16);
+		} else {
+			__m512 be = _mm512_set1_ps(beta);
+			b0 = _mm512_mul_ps(be, _mm512_maskz_loadu_ps(m0, c));
+			b1 = _mm512_mul_ps(be, _mm512_maskz_loadu_ps(m1, c + 16));
+		}
+		if (bias) {
+			__m512 x0 = _mm512_maskz_loadu_ps(m0, bias);
+			__m512 x1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+			b0 = have ? _mm512_add_ps(b0, x0) : x0;
+			b1 = have ? _mm512_add_ps(b1, x1) : x1;
+			have = true;
+		}
+		if (have) {
+			v0 = _mm512_add_ps(b0, v0);
+			v1 = _mm512_add_ps(b1, v1);
+		}
+	}
+	_mm512_mask_storeu_ps(c, m0, v0);
+	_mm512_mask_storeu_ps(c + 16, m1, v1);
+}
+
+/* C block [mr, nr] (mr <= MR, nr <= NR) at c: the epilogue of
+ * a[kc x MR] times b[kc x NR], both packed. */
+AVX512 static void micro_kernel(int kc, const float *restrict a,
+                                const float *restrict b, float *c, int ldc,
+                                const float *r, const float *bias, int mr,
+                                int nr, float alpha, float beta, bool first)
+{
+	__m512 c0a = _mm512_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a,
+	       c2a = c0a, c2b = c0a, c3a = c0a, c3b = c0a, c4a = c0a, c4b = c0a,
+	       c5a = c0a, c5b = c0a, c6a = c0a, c6b = c0a, c7a = c0a, c7b = c0a,
+	       c8a = c0a, c8b = c0a, c9a = c0a, c9b = c0a, c10a = c0a, c10b = c0a,
+	       c11a = c0a, c11b = c0a;
+	/* C's rows (and the residual's) come from L3 or memory: fetch them
+	 * while the products run, not when the epilogue needs them */
+	for (int i = 0; i < mr; i++) {
+		_mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);
+		_mm_prefetch((const char *)(c + (size_t)i * ldc + nr - 1), _MM_HINT_T0);
+		if (r) {
+			_mm_prefetch((const char *)(r + (size_t)i * ldc), _MM_HINT_T0);
+			_mm_prefetch((const char *)(r + (size_t)i * ldc + nr - 1), _MM_HINT_T0);
+		}
+	}
+	for (int k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), x;
+#define ROW(i) \
+		x = _mm512_set1_ps(a[i]); \
+		c##i##a = _mm512_fmadd_ps(x, b0, c##i##a); \
+		c##i##b = _mm512_fmadd_ps(x, b1, c##i##b);
+		ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+		ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11)
+#undef ROW
+		a += MR;
+		b += NR;
+	}
+	__m512 acc[MR][2] = {
+		{ c0a, c0b }, { c1a, c1b }, { c2a, c2b }, { c3a, c3b },
+		{ c4a, c4b }, { c5a, c5b }, { c6a, c6b }, { c7a, c7b },
+		{ c8a, c8b }, { c9a, c9b }, { c10a, c10b }, { c11a, c11b },
+	};
+	__mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+	__mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0
+	               : (__mmask16)((1u << (nr - 16)) - 1);
+	for (int i = 0; i < mr; i++)
+		store_row(c + (size_t)i * ldc, r ? r + (size_t)i * ldc : NULL,
+		          bias, acc[i][0], acc[i][1], m0, m1, alpha, beta, first);
+}
+
+/* ---- tiles ----------------------------------------------------------- */
+
+/* Tile t: rows [it mc, +mc) by panels [jt pcols, +pcols).  The tile's rows
+ * of op(A) are packed, all of K, into ap; its columns are walked in
+ * chunks of NCP panels, and for each chunk the K blocks in order (op(A)
+ * packed during the first chunk's pass, just before its use): the
+ * chunk's KC x 512 block of packed op(B) stays in L2 while every
+ * micro-panel of the tile passes over it, and the chunk of C stays in L2
+ * from one K block to the next. */
+AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
+{
+	int it = t / g->nct, jt = t % g->nct;
+	int i0 = it * g->mc, mc = g->M - i0 < g->mc ? g->M - i0 : g->mc;
+	int pa = jt * g->pcols, pb = pa + g->pcols < g->npanels ? pa + g->pcols : g->npanels;
+	int npan = (mc + MR - 1) / MR;
+	size_t kstride = (size_t)npan * MR * g->kc;  /* floats per K block */
+	for (int c0 = pa; c0 < pb; c0 += NCP) {
+		int c1 = c0 + NCP < pb ? c0 + NCP : pb;
+		for (int kb = 0; kb < g->nkb; kb++) {
+			int k0 = kb * g->kc, kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
+			bool first = kb == 0;
+			if (c0 == pa)  /* packed on first use: in L2 while it runs */
+				pack_a_block(g, ap + kb * kstride, i0, mc, k0, kc);
+			for (int r = 0; r < npan; r++) {
+				int ib = i0 + r * MR, mr = g->M - ib < MR ? g->M - ib : MR;
+				const float *a = ap + kb * kstride + (size_t)r * kc * MR;
+				for (int p = c0; p < c1; p++) {
+					int j0 = p * NR, nr = g->N - j0 < NR ? g->N - j0 : NR;
+					size_t co = (size_t)ib * g->ldc + j0;
+					micro_kernel(kc, a, g->bp + ((size_t)p * g->K + k0) * NR,
+					             g->C + co, g->ldc,
+					             first && g->R ? g->R + co : NULL,
+					             first && g->bias ? g->bias + j0 : NULL,
+					             mr, nr, g->alpha, first ? g->beta : 1.0f,
+					             first);
+				}
+			}
+		}
+	}
+}
+
+void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
+               const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc, const float *bias,
+               const float *R, int nt)
+{
+	if (M <= 0 || N <= 0)
+		return;
+	gemm_args g = {
+		.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
+		.ldc = ldc, .alpha = alpha, .beta = R ? 1.0f : beta, .A = A, .B = B,
+		.bias = bias, .R = R, .C = C,
+	};
+	if (K <= 0) {
+		/* no product: only the bias / residual / beta term */
+		g.K = 0;
+		K = 0;
+	}
+	g.nkb = K > 0 ? (K + KC_MAX - 1) / KC_MAX : 1;
+	g.kc = K > 0 ? (K + g.nkb - 1) / g.nkb : 0;
+	g.npanels = (N + NR - 1) / NR;
+	if (nt < 1)
+		nt = 1;
+	/* Tiles: which thread computes an element, never how, so their shape
+	 * may follow the thread count.  Row blocks of up to MC_MAX rows (each
+	 * pass of the tile's B block from L2 serves that many rows); when
+	 * that gives fewer than 4 tiles per thread (handed out dynamically, so
+	 * that a thread slowed by another process does fewer), the columns
+	 * are split too, or the rows are, down to 48 per block. */
+	int want = 4 * nt;
+	int nrt = (M + MC_MAX - 1) / MC_MAX;
+	int mc = (M + nrt - 1) / nrt;
+	mc = (mc + MR - 1) / MR * MR;
+	g.mc = mc;
+	g.nrt = (M + mc - 1) / mc;
+	int nct = g.nrt >= want ? 1 : (want + g.nrt - 1) / g.nrt;
+	if (nct > g.npanels)
+		nct = g.npanels;
+	if (g.nrt * nct < want && mc > 4 * MR) {
+		mc = (M + want / nct - 1) / (want / nct);
+		mc = (mc + MR - 1) / MR * MR;
+		g.mc = mc = mc < 4 * MR ? 4 * MR : mc;
+		g.nrt = (M + mc - 1) / mc;
+	}
+	g.pcols = (g.npanels + nct - 1) / nct;
+	g.nct = (g.npanels + g.pcols - 1) / g.pcols;
+	int ntiles = g.nrt * g.nct;
+	/* per thread: a tile's rows of op(A), all K blocks, rows rounded up */
+	size_t aper = (size_t)(g.mc + MR - 1) / MR * MR * g.kc * g.nkb;
+	aper = (aper + 15) / 16 * 16;
+	gemm_bufs *bf = bufs_get((size_t)g.npanels * (K > 0 ? K : 1) * NR,
+	                         aper * nt + 16);
+	if (!bf) {
+		/* out of memory: a plain, slow, still deterministic loop */
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < N; j++) {
+				float acc = 0.0f;
+				for (int k = 0; k < K; k++)
+					acc += (ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k])
+					       * (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+				float *c = C + (size_t)i * ldc + j;
+				float base = R ? R[(size_t)i * ldc + j]
+				             : beta == 0.0f ? 0.0f : beta * *c;
+				if (bias)
+					base += bias[j];
+				*c = base + alpha * acc;
+			}
+		return;
+	}
+	g.bp = bf->b;
+	g.abase = bf->a;
+	#pragma omp parallel num_threads(nt) if (nt > 1)
+	{
+		int me = omp_get_thread_num();
+		#pragma omp for schedule(dynamic, 1)
+		for (int p = 0; p < g.npanels; p++)
+			pack_b_panel(&g, p);
+		#pragma omp for schedule(dynamic, 1)
+		for (int t = 0; t < ntiles; t++)
+			run_tile(&g, t, g.abase + (size_t)me * aper);
+	}
+}
+
+#else  /* !GEMM_X86 */
+
+void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
+               const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc, const float *bias,
+               const float *R, int nt)
+{
+	(void)ta; (void)tb; (void)M; (void)N; (void)K; (void)alpha; (void)A;
+	(void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
+	(void)bias; (void)R; (void)nt;
+	abort();  /* kern_gemm_usable() is false here */
+}
+
+#endif

@@ -1,0 +1,43 @@
+/* cotrain kernels: the CPU backend's own GEMM driver (internal to
+ * backend_cpu.c).
+ *
+ * C[M,N] = (first R + bias, or beta * C + bias) + alpha * op(A) op(B), row
+ * major, for the model's large products, with an AVX-512 micro-kernel.
+ *
+ * Why a driver of our own: the backend must not let a result depend on the
+ * thread count, so it used to cut each product into tiles, one
+ * single-threaded OpenBLAS call each; every call packed the shared operand
+ * again (about 14% of a training step at width 512).  Here op(B) is packed
+ * once per call into 32-column panels, shared by all threads, and tiles of
+ * C (rows x columns, sizes from the shape only) are handed out dynamically;
+ * each tile packs its rows of op(A) into a per-thread buffer.
+ *
+ * Determinism: K is cut into blocks whose size depends on K only; every
+ * element of C is the sum of its K-blocks in order, each block summed from
+ * zero in a register in k order with fused multiply-adds, and added to C
+ * (the first block to the bias / residual / beta * C term).  Which thread
+ * runs a tile and how many there are never change an element's operations,
+ * so results are bit-identical on any thread count.  They differ from
+ * OpenBLAS's within rounding, and a CPU without AVX-512 uses the OpenBLAS
+ * path instead (deterministic too): results are per machine, as with the
+ * BLAS core. */
+#ifndef KERN_GEMM_H
+#define KERN_GEMM_H
+
+#include <stdbool.h>
+
+/* True when this CPU runs the micro-kernel (AVX-512F) and the environment
+ * does not ask for OpenBLAS (COTRAIN_GEMM=blas, read once). */
+bool kern_gemm_usable(void);
+
+/* The product above over nt threads (nt >= 1).  Must be called outside
+ * OpenMP parallel regions; only when kern_gemm_usable().  Semantics as the
+ * backend's sgemm_bias (R NULL) and sgemm_residual (R given, beta ignored):
+ * beta 0 ignores C's old contents (NaN included); bias and R may be NULL.
+ * R has leading dimension ldc and must not overlap C. */
+void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
+               const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc, const float *bias,
+               const float *R, int nt);
+
+#endif
