@@ -31,6 +31,12 @@
 #                              the payload, not the wire's bytes.  With
 #                              AR_TIMELINE=1 also a timeline in bins of
 #                              AR_BIN_MS (500) ms, Mbit/s up/down per link
+#   ar_trace                   from the members' debug logs of the last ar_run
+#                              (run with COTRAIN_LOG=debug): per member, in ms
+#                              from the start, when its slice connections were
+#                              ready (first..last), its first result part
+#                              arrived, its slices were all sent, its last
+#                              result part arrived, and it was done
 
 AR_PORT=7100
 
@@ -160,4 +166,25 @@ ar_links() {
 			printf "\n"
 		}
 	}'
+}
+
+ar_trace() {
+	_i=1
+	printf "  member  connected (ms)  first result  slices sent  last result   done\n"
+	while [ "$_i" -le "$AR_N" ]; do
+		sed -n 's/.* allreduce host \([0-9]*\) +\([0-9]*\) ms: \(.*\)/\1 \2 \3/p' "$AR_DIR/err.$_i" |
+		awk '{
+			h = $1; t = $2
+			if ($3 == "slice" && $4 == "connection") { if (c0 == "" || t < c0) c0 = t; if (t > c1) c1 = t }
+			else if ($3 == "result" && $4 == "part") {
+				if ($5 == 1 && (r0 == "" || t < r0)) r0 = t
+				if ($5 == $7 && t > r1) r1 = t
+			}
+			else if ($3 == "slice" && $4 == "to" && $7 == "sent" && t > s1) s1 = t
+			else if ($3 == "done:") d = t
+		} END {
+			printf "  %6s  %6s..%-6s  %12s  %11s  %11s  %6s\n", h, c0, c1, r0, s1, r1, d
+		}'
+		_i=$((_i + 1))
+	done
 }

@@ -33,9 +33,10 @@
 # 8bit), REPS (runs of each, default 1; the best is kept), DELAY_MS (one-way
 # delay added on each link, default 0), AR_LINKS_MS (link sampling interval,
 # ms; empty: no sampling), AR_TIMELINE=1 (also print each link's Mbit/s up
-# and down in bins of AR_BIN_MS, default 500 ms), COTRAIN_LOG=debug (each
-# member's timeline of connections, parts and results in DIR/err.*; kept with
-# KEEP=1).
+# and down in bins of AR_BIN_MS, default 500 ms), AR_TRACE=1 (members log at
+# debug level; per member, when its connections were ready, its first and
+# last result part came, its slices were sent, and it was done; the full logs
+# stay in DIR/err.* with KEEP=1).
 # Usage: tests/bench/bench-allreduce.sh [BUILDDIR]
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -59,6 +60,7 @@ netns_init
 DIR=$(mktemp -d /tmp/cot-arbench.XXXXXX)
 NETNS_EXIT_HOOK='if [ "${KEEP:-0}" = 1 ]; then echo "kept $DIR" >&2; else rm -rf "$DIR"; fi'
 AR_LINKS_MS=${AR_LINKS_MS-100}
+[ "${AR_TRACE:-0}" = 1 ] && export COTRAIN_LOG=debug
 netns_cleanup_stale
 
 # The hub with one namespace per peer, each link shaped both ways.
@@ -104,6 +106,9 @@ run_best() {
 		if [ -n "$AR_LINKS_MS" ] && [ "$(basename "$1")" = lb ]; then
 			# shellcheck disable=SC2086
 			ar_links "$1" $RATES
+		fi
+		if [ "${AR_TRACE:-0}" = 1 ] && [ "$(basename "$1")" = lb ]; then
+			ar_trace
 		fi
 		_best=$(awk -v a="${_best:-1e300}" -v b="$AR_WALL_S" 'BEGIN {print (b < a ? b : a)}')
 		_r=$((_r + 1))
