@@ -159,6 +159,19 @@ static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
 	cpu_sgemm_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
+/* sgemm_serial and each problem of sgemm_batched: our driver on the
+ * calling thread where it is used, else one OpenBLAS call (the choice
+ * depends on the CPU only, so the two always agree). */
+static void serial1(bool ta, bool tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb,
+                    float beta, float *C, int ldc)
+{
+	if (kern_gemm_usable())
+		kern_gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+	else
+		gemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 static void cpu_sgemm_batched(bool ta, bool tb, int M, int N, int K, float alpha,
                               const float *A, int lda, const float *B, int ldb,
                               float beta, float *C, int ldc, const kern_batch *bt)
@@ -167,7 +180,7 @@ static void cpu_sgemm_batched(bool ta, bool tb, int M, int N, int K, float alpha
 	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n > 1)
 	for (int p = 0; p < n; p++) {
 		long o = p / bt->n_inner, i = p % bt->n_inner;
-		gemm1(ta, tb, M, N, K, alpha, A + o * bt->a_outer + i * bt->a_inner, lda,
+		serial1(ta, tb, M, N, K, alpha, A + o * bt->a_outer + i * bt->a_inner, lda,
 		      B + o * bt->b_outer + i * bt->b_inner, ldb, beta,
 		      C + o * bt->c_outer + i * bt->c_inner, ldc);
 	}
@@ -201,7 +214,7 @@ static const kern_backend backend_cpu = {
 	.sgemm = cpu_sgemm,
 	.sgemm_bias = cpu_sgemm_bias,
 	.sgemm_residual = cpu_sgemm_residual,
-	.sgemm_serial = gemm1,
+	.sgemm_serial = serial1,
 	.sgemm_batched = cpu_sgemm_batched,
 	.set_threads = cpu_set_threads,
 	.threads = cpu_threads,

@@ -140,7 +140,18 @@ static void usable_init(void)
 bool kern_gemm_usable(void)
 {
 	pthread_once(&usable_once, usable_init);
-	return usable == 1;
+	return __atomic_load_n(&usable, __ATOMIC_RELAXED) == 1;
+}
+
+bool kern_gemm_enable(bool on)
+{
+	pthread_once(&usable_once, usable_init);
+	bool can = false;
+#if GEMM_X86
+	can = __builtin_cpu_supports("avx512f");
+#endif
+	__atomic_store_n(&usable, on && can ? 1 : 0, __ATOMIC_RELAXED);
+	return on && can;
 }
 
 #if GEMM_X86
@@ -406,13 +417,16 @@ AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
 	}
 }
 
-void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
-               const float *A, int lda, const float *B, int ldb,
-               float beta, float *C, int ldc, const float *bias,
-               const float *R, int nt)
+/* kern_gemm on nt threads, or with nt 0 on the calling thread alone (no
+ * OpenMP region: callable from inside one). */
+static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb,
+                     float beta, float *C, int ldc, const float *bias,
+                     const float *R, int nt)
 {
 	if (M <= 0 || N <= 0)
 		return;
+	bool serial = nt < 1;
 	gemm_args g = {
 		.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
 		.ldc = ldc, .alpha = alpha, .beta = R ? 1.0f : beta, .A = A, .B = B,
@@ -434,7 +448,7 @@ void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
 	 * that gives fewer than 4 tiles per thread (handed out dynamically, so
 	 * that a thread slowed by another process does fewer), the columns
 	 * are split too, or the rows are, down to 48 per block. */
-	int want = 4 * nt;
+	int want = nt > 1 ? 4 * nt : 1;
 	int nrt = (M + MC_MAX - 1) / MC_MAX;
 	int mc = (M + nrt - 1) / nrt;
 	mc = (mc + MR - 1) / MR * MR;
@@ -476,6 +490,13 @@ void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
 	}
 	g.bp = bf->b;
 	g.abase = bf->a;
+	if (serial) {
+		for (int p = 0; p < g.npanels; p++)
+			pack_b_panel(&g, p);
+		for (int t = 0; t < ntiles; t++)
+			run_tile(&g, t, g.abase);
+		return;
+	}
 	#pragma omp parallel num_threads(nt) if (nt > 1)
 	{
 		int me = omp_get_thread_num();
@@ -488,7 +509,34 @@ void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
 	}
 }
 
+void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
+               const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc, const float *bias,
+               const float *R, int nt)
+{
+	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, R,
+	         nt < 1 ? 1 : nt);
+}
+
+void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc)
+{
+	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL,
+	         NULL, 0);
+}
+
 #else  /* !GEMM_X86 */
+
+void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc)
+{
+	(void)ta; (void)tb; (void)M; (void)N; (void)K; (void)alpha; (void)A;
+	(void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
+	abort();  /* kern_gemm_usable() is false here */
+}
+
 
 void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb,

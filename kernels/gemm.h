@@ -30,6 +30,12 @@
  * does not ask for OpenBLAS (COTRAIN_GEMM=blas, read once). */
 bool kern_gemm_usable(void);
 
+/* Use the driver (on true, where the CPU can) or OpenBLAS from now on,
+ * whatever COTRAIN_GEMM said; returns whether the driver is now used.  For
+ * benchmarks and tests comparing the two in one process: call it between
+ * products, never while one runs. */
+bool kern_gemm_enable(bool on);
+
 /* The product above over nt threads (nt >= 1).  Must be called outside
  * OpenMP parallel regions; only when kern_gemm_usable().  Semantics as the
  * backend's sgemm_bias (R NULL) and sgemm_residual (R given, beta ignored):
@@ -39,5 +45,12 @@ void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb,
                float beta, float *C, int ldc, const float *bias,
                const float *R, int nt);
+
+/* The same product on the calling thread only, no OpenMP region (so it
+ * may run inside one, from several threads at once), without bias or
+ * residual; each element computed exactly as kern_gemm computes it. */
+void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc);
 
 #endif
