@@ -5,14 +5,21 @@
 # without the relay, the time to connect per rung, and the throughput of a
 # TLS stream through the relay beside the same stream over a punched (direct)
 # path between sites with the same shaped links, measured in this run, as a
-# ratio (goal: at least 0.8), and against the nominal link rate.  Root only;
-# not run by make check.
+# ratio (goal: at least 0.8), and against the nominal link rate.  Then a
+# real collaborative run (tests/nat/round-lib.sh: cotrain-client daemons at
+# the four NAT sites, a 3.2M-parameter model): the all-reduce time of its
+# rounds, first with every router endpoint-independent (every pair punched,
+# a direct path), then, with the daemons restarted, every router symmetric
+# (every pair through the relay), on the same shaped links in the same run.
+# Root only; not run by make check.
 #
-#   tests/bench/bench-nat.sh [MBIT] [DELAY_MS] [MIB]
+#   tests/bench/bench-nat.sh [MBIT] [DELAY_MS] [MIB] [ROUNDS]
+#
+# ROUNDS (3) full rounds are timed on each path; 0 leaves the run out.
 #
 # Run from the build directory (top_builddir), or set top_builddir.
 set -u
-MBIT=${1:-50} DELAY=${2:-0} MIB=${3:-16}
+MBIT=${1:-50} DELAY=${2:-0} MIB=${3:-16} ROUNDS=${4:-3}
 top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
 PG_BINDIR=${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
@@ -23,6 +30,7 @@ netns_check || { echo "SKIP: $NETNS_WHY"; exit 0; }
 [ -n "${COTRAIN_DB:-}" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 . "$top_srcdir/tests/nat/nat-lib.sh"
 . "$top_srcdir/tests/nat/netns-nat.sh"
+. "$top_srcdir/tests/nat/round-lib.sh"
 T=$(mktemp -d /tmp/cotrain-natbench-XXXXXX)
 NETNS_EXIT_HOOK='rm -rf "$T"'
 netns_init
@@ -45,6 +53,7 @@ SRV=$(netns_ip 1)
 netns_bg srv "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --listen "$SRV" \
 	--port 8080 --relay-port 7001 --round-interval 3600 --kdf-iterations 1000 --log-level warn \
 	>/dev/null 2>"$T/server.log"
+BSPID=$NETNS_LAST_PID
 n=100; while [ $n -gt 0 ] && ! grep -q 'listening on' "$T/server.log"; do sleep 0.1; n=$((n - 1)); done
 grep -q 'listening on' "$T/server.log" || die "the server did not start"
 
@@ -83,3 +92,52 @@ echo "  punched (direct) path: ${punch:-?} Mbit/s; relay: ${relay:-?} Mbit/s"
 awk -v p="${punch:-0}" -v r="${relay:-0}" -v m="$MBIT" 'BEGIN {
 	if (p > 0) printf "  relay / direct = %.2f (goal >= 0.8)\n", r / p
 	printf "  relay / nominal link = %.2f\n", r / m }'
+
+[ "$ROUNDS" -gt 0 ] 2>/dev/null || exit 0
+# The all-reduce of real rounds: punched (direct) paths against the relay.
+kill "$BSPID" 2>/dev/null
+wait "$BSPID" 2>/dev/null
+NR_MODEL='{"n_layer": 4, "n_shared": 4, "n_head": 4, "d_model": 256, "d_ff": 1024, "seq_len": 16, "vocab": 256}'
+NR_TARGET=1024 NR_WU_MAX=32
+# nat_seed chose its own ids: the sequences go past them.
+nr_sql "select setval(pg_get_serial_sequence('account', 'id'), (select max(id) from account));
+  select setval(pg_get_serial_sequence('host', 'id'), (select max(id) from host))" >/dev/null ||
+	die "the id sequences"
+nr_project "$T" || die "the round project"
+nr_server "$T" "$SRV" 8081 7011 || die "the round server"
+nr_renat r13 eim || die "r13 to eim"
+natns_flush
+for s in A:11 B:12 S:13 C:15; do
+	nr_client "${s%%:*}" "${s#*:}" "http://$SRV:8081/projects/tiny" "$SRV:7011" || die "client ${s%%:*}"
+done
+# rounds_after V K: K full rounds after version V, in FULL
+rounds_after() {
+	FULL= _v=$1
+	for _k in $(seq 1 "$2"); do
+		nr_wait 300 nr_full_round_after "$_v" || return 1
+		FULL="$FULL $NR_FOUND" _v=$NR_FOUND
+	done
+}
+median() { sort -g | awk '{ x[NR] = $1 } END { if (NR) print (NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2) }'; }
+rounds_after -1 "$ROUNDS" || die "no $ROUNDS rounds with all four sites (committed: $(nr_committed))"
+PUNCHED=$FULL
+nr_stop_clients
+for r in r11 r12 r13 r15; do nr_renat "$r" symmetric || die "$r to symmetric"; done
+natns_flush
+V0=$(nr_sql "select current_version from project where name = 'tiny'")
+for s in A:11 B:12 S:13 C:15; do nr_daemon "${s%%:*}" "${s#*:}" "$SRV:7011" || die "client ${s%%:*} again"; done
+rounds_after $((V0 - 1)) "$ROUNDS" || die "no $ROUNDS relayed rounds with all four sites (committed from $V0: $(nr_committed "$V0"))"
+RELAYED=$FULL
+nr_stop_clients
+nr_rungs "$PUNCHED $RELAYED" >"$T/rungs"
+nparams=$(sed -n 's/.*groups, \([0-9]*\) parameters.*/\1/p' "$T/server.log" | head -1)
+echo "all-reduce of real rounds, 4 sites (1 group), model of ${nparams:-3.2M} parameters, links $MBIT Mbit/s:"
+for ph in punched relayed; do
+	vs=$([ $ph = punched ] && echo "$PUNCHED" || echo "$RELAYED")
+	nr_allreduce_s "$vs" >"$T/ar.$ph"
+	rungs=$(for v in $vs; do awk -v v="$v" '$1 == v { print $6 }' "$T/rungs"; done | sort | uniq -c | awk '{ printf "%s%s %s", s, $1, $2; s = ", " }')
+	printf "  %-8s rounds %s: all-reduce %s s (median; the slowest member's), connections: %s\n" "$ph" \
+		"$(echo $vs)" "$(cut -d' ' -f2 "$T/ar.$ph" | median)" "$rungs"
+done
+awk -v d="$(cut -d' ' -f2 "$T/ar.punched" | median)" -v r="$(cut -d' ' -f2 "$T/ar.relayed" | median)" \
+	'BEGIN { if (d > 0) printf "  relay / direct all-reduce time = %.2f\n", r / d }'

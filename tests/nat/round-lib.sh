@@ -4,7 +4,8 @@
 # $COTRAIN_DB (tests/with-pgtmp) and $T (the run's temp dir).
 #
 #   nr_project T            project "tiny" (a tiny model, short work units, a
-#                           global batch every site joins), its dataset
+#                           global batch every site joins), its dataset;
+#                           NR_MODEL (JSON), NR_TARGET and NR_WU_MAX change them
 #   nr_server T ADDR PORT RELAY
 #                           cotrain-server in namespace "srv": HTTP on
 #                           ADDR:PORT, the NAT service on RELAY and RELAY+1,
@@ -30,10 +31,14 @@
 #                           the pairs where the aggregator's log, or the
 #                           server's round_link, names another rung (empty:
 #                           none)
+#   nr_allreduce_s "V..."   per round V, "V S": the slowest member's all-reduce
+#                           time (s) as the daemons logged it
+#   nr_renat ROUTER MODE    switch ROUTER's NAT to MODE (eim, symmetric)
 #   nr_stop_clients         stop the daemons (they remove their mappings)
 #   nr_teardown             NETNS_EXIT_HOOK: keep logs in $NAT_KEEP, rm T
 NR_SITES=
 NR_PIDS=
+NR_TINY='{"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256}'
 NR_SPID=
 
 nr_sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
@@ -48,7 +53,7 @@ nr_project() {
 	# round is open, and each reports a handful of units.
 	cat >"$1/project.json" <<JSON
 {"name": "tiny", "title": "tiny rounds across NATs", "dataset": "tiny",
- "model": {"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256},
+ "model": ${NR_MODEL:-$NR_TINY},
  "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "clip_norm": 1.0,
                "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
  "target_batch": ${NR_TARGET:-8192}, "microbatch_size": 2, "seed": 11, "work_unit_seconds": 10}
@@ -164,6 +169,26 @@ nr_link_mismatch() {
 		  where p.name = 'tiny' and l.version = $_v and l.host_id = $_d and l.peer_id = $_a")
 		[ "$_p" = "$_r" ] || printf ' %s->%s:%s/%s' "$_ds" "$_as" "$_r" "${_p:-none}"
 	done <"$1"
+}
+
+nr_allreduce_s() {
+	for _v in $1; do
+		cat "$T"/cl*.log | sed -n "s/.*project tiny: round $_v: averaged .* in \([0-9.]*\) s;.*/\1/p" |
+			sort -g | tail -1 | sed "s/^/$_v /"
+	done
+}
+
+nr_renat() {
+	_mode=
+	[ "$2" = symmetric ] && _mode=" random,fully-random"
+	netns_exec "$1" nft -f - <<NFT
+flush table ip cotnat
+table ip cotnat {
+	chain cot_post {
+		oifname "eth0" masquerade$_mode
+	}
+}
+NFT
 }
 
 nr_stop_clients() {
