@@ -848,7 +848,8 @@ static void *acceptor_main(void *arg)
 			break;
 		int fd = -1;
 		cot_errbuf eb = {0};
-		if (listener_accept(p->lst, min64(p->deadline, deadline_after_ms(50)), &fd, NULL, &eb))
+		/* 10 ms: the call's end waits for this loop to see stop_accept */
+		if (listener_accept(p->lst, min64(p->deadline, deadline_after_ms(10)), &fd, NULL, &eb))
 			continue;
 		if (!hs || nh == cap) {   /* more connections than a group can make */
 			close(fd);

@@ -10,7 +10,7 @@
  *       "member I host H wall_ms W checksum C total_samples T included K verify V"
  *       (V: ok, FAILED or skipped) and exits 0 on success, 1 on failure; on
  *       success first "cpu I host H user_ms U sys_ms S": the process's CPU
- *       time up to the end of the all-reduce (gradient filling included)
+ *       time in allreduce_run
  *   allreduce_peer --shares LEN MBIT...
  *       DeDLOC's shares for peers of these bandwidths (server/load_balance.h,
  *       every peer can aggregate): one line "peer I mbit B share W start S end E"
@@ -314,6 +314,12 @@ out:
 	return verdict;
 }
 
+/* Milliseconds from a to b. */
+static long long ms_between(const struct timeval *a, const struct timeval *b)
+{
+	return ((long long)b->tv_sec - a->tv_sec) * 1000 + ((long long)b->tv_usec - a->tv_usec) / 1000;
+}
+
 static int run_member(const char *plan_path, long self, const char *certs)
 {
 	static plan pl;
@@ -363,6 +369,8 @@ static int run_member(const char *plan_path, long self, const char *certs)
 		.deadline = t0 + (int64_t)pl.timeout_s * 1500,
 	};
 	allreduce_result res;
+	struct rusage ru0, ru;
+	getrusage(RUSAGE_SELF, &ru0);
 	cot_err rc = allreduce_run(&p, out, &res, &eb);
 	int64_t wall = deadline_now_ms() - t0;
 	if (wait < 0)
@@ -373,11 +381,9 @@ static int run_member(const char *plan_path, long self, const char *certs)
 		       (long long)wall, eb.msg);
 		goto done;
 	}
-	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	printf("cpu %ld host %lld user_ms %lld sys_ms %lld\n", self, (long long)me->host_id,
-	       (long long)ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000,
-	       (long long)ru.ru_stime.tv_sec * 1000 + ru.ru_stime.tv_usec / 1000);
+	       ms_between(&ru0.ru_utime, &ru.ru_utime), ms_between(&ru0.ru_stime, &ru.ru_stime));
 	const char *v = pl.verify ? verify(&pl, out) : "skipped";
 	printf("member %ld host %lld wall_ms %lld checksum %016llx total_samples %llu included %zu "
 	       "verify %s\n",
