@@ -49,6 +49,15 @@ typedef struct kern_backend {
 	void (*sgemm_residual)(bool ta, bool tb, int M, int N, int K, float alpha,
 	                       const float *A, int lda, const float *B, int ldb,
 	                       const float *R, float *C, int ldc, const float *bias);
+	/* As sgemm, and also colsum[j] += sum over k of op(B)[k][j], in
+	 * double in k order (kern_colsum_add's sum, bit for bit), in the
+	 * same pass over B where the backend can: a linear layer's weight
+	 * and bias gradients.  Returns false, having done nothing, where it
+	 * cannot (the caller then runs sgemm and the column sums apart).
+	 * Outside OpenMP regions. */
+	bool (*sgemm_colsum)(bool ta, bool tb, int M, int N, int K, float alpha,
+	                     const float *A, int lda, const float *B, int ldb,
+	                     float beta, float *C, int ldc, float *colsum);
 	/* One product on the calling thread only, for a caller's own OpenMP
 	 * loop over independent problems (attention runs each (sample, head)
 	 * pair's products and softmax in one task): each output element is

@@ -152,6 +152,16 @@ static void cpu_sgemm_residual(bool ta, bool tb, int M, int N, int K, float alph
 	tiled(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc, bias, R);
 }
 
+static bool cpu_sgemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
+                             const float *A, int lda, const float *B, int ldb,
+                             float beta, float *C, int ldc, float *colsum)
+{
+	if ((double)M * N * K < 1e6 || !kern_gemm_usable())
+		return false;
+	return kern_gemm_colsum(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+	                        ldc, colsum, kern_threads());
+}
+
 static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
                       const float *A, int lda, const float *B, int ldb,
                       float beta, float *C, int ldc)
@@ -214,6 +224,7 @@ static const kern_backend backend_cpu = {
 	.sgemm = cpu_sgemm,
 	.sgemm_bias = cpu_sgemm_bias,
 	.sgemm_residual = cpu_sgemm_residual,
+	.sgemm_colsum = cpu_sgemm_colsum,
 	.sgemm_serial = serial1,
 	.sgemm_batched = cpu_sgemm_batched,
 	.set_threads = cpu_set_threads,

@@ -165,12 +165,13 @@ typedef struct gemm_args {
 	int npanels, mc, pcols, nrt, nct;
 	float alpha, beta;
 	const float *A, *B, *bias, *R;
+	float *colsum;        /* += column sums of op(B), or NULL */
 	float *C, *bp, *abase;
 } gemm_args;
 
 /* Transpose 16 x 16: on entry r[i] is row i, on return r[k] is column k
  * (lane i = old row i). */
-AVX512 static inline void transpose16(__m512 r[16])
+AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
 {
 	__m512 t[16];
 	for (int i = 0; i < 8; i++) {
@@ -200,7 +201,7 @@ AVX512 static inline void transpose16(__m512 r[16])
 
 /* Columns k0..k0+kn (kn <= 16) of nrows <= 16 rows at src (row stride ld)
  * as kn vectors: v[k] lane i = src[i][k0 + k], rows past nrows zero. */
-AVX512 static inline void load_t16(__m512 v[16], const float *src, long ld,
+AVX512 static inline __attribute__((always_inline)) void load_t16(__m512 v[16], const float *src, long ld,
                                    int nrows, int kn)
 {
 	__mmask16 m = kn >= 16 ? 0xffff : (__mmask16)((1u << kn) - 1);
@@ -219,12 +220,37 @@ AVX512 static void pack_b_panel(const gemm_args *g, int p)
 		__mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
 		__mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0
 		               : (__mmask16)((1u << (nr - 16)) - 1);
+		if (!g->colsum) {
+			for (int k = 0; k < K; k++) {
+				const float *s = g->B + (size_t)k * g->ldb + j0;
+				_mm512_store_ps(dst + (size_t)k * NR, _mm512_maskz_loadu_ps(m0, s));
+				_mm512_store_ps(dst + (size_t)k * NR + 16,
+				                _mm512_maskz_loadu_ps(m1, s + 16));
+			}
+			return;
+		}
+		/* the same copy, summing each column in double in row order on
+		 * the way: kern_colsum_add's operations exactly */
+		__m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
 		for (int k = 0; k < K; k++) {
 			const float *s = g->B + (size_t)k * g->ldb + j0;
-			_mm512_store_ps(dst + (size_t)k * NR, _mm512_maskz_loadu_ps(m0, s));
-			_mm512_store_ps(dst + (size_t)k * NR + 16,
-			                _mm512_maskz_loadu_ps(m1, s + 16));
+			__m512 v0 = _mm512_maskz_loadu_ps(m0, s), v1 = _mm512_maskz_loadu_ps(m1, s + 16);
+			_mm512_store_ps(dst + (size_t)k * NR, v0);
+			_mm512_store_ps(dst + (size_t)k * NR + 16, v1);
+			s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(v0)));
+			s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
+			        _mm512_extractf64x4_pd(_mm512_castps_pd(v0), 1))));
+			s2 = _mm512_add_pd(s2, _mm512_cvtps_pd(_mm512_castps512_ps256(v1)));
+			s3 = _mm512_add_pd(s3, _mm512_cvtps_pd(_mm256_castpd_ps(
+			        _mm512_extractf64x4_pd(_mm512_castps_pd(v1), 1))));
 		}
+		double sum[NR];
+		_mm512_storeu_pd(sum, s0);
+		_mm512_storeu_pd(sum + 8, s1);
+		_mm512_storeu_pd(sum + 16, s2);
+		_mm512_storeu_pd(sum + 24, s3);
+		for (int j = 0; j < nr; j++)
+			g->colsum[j0 + j] += (float)sum[j];
 		return;
 	}
 	/* op(B)[k][j] = B[j][k]: a transposing copy, 16 x 16 at a time */
@@ -422,7 +448,7 @@ AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
 static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb,
                      float beta, float *C, int ldc, const float *bias,
-                     const float *R, int nt)
+                     const float *R, float *colsum, int nt)
 {
 	if (M <= 0 || N <= 0)
 		return;
@@ -430,7 +456,7 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 	gemm_args g = {
 		.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
 		.ldc = ldc, .alpha = alpha, .beta = R ? 1.0f : beta, .A = A, .B = B,
-		.bias = bias, .R = R, .C = C,
+		.bias = bias, .R = R, .C = C, .colsum = tb ? NULL : colsum,
 	};
 	if (K <= 0) {
 		/* no product: only the bias / residual / beta term */
@@ -515,7 +541,18 @@ void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
                const float *R, int nt)
 {
 	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, R,
-	         nt < 1 ? 1 : nt);
+	         NULL, nt < 1 ? 1 : nt);
+}
+
+bool kern_gemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc, float *colsum, int nt)
+{
+	if (tb || K <= 0 || M <= 0 || N <= 0)
+		return false;
+	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL,
+	         colsum, nt < 1 ? 1 : nt);
+	return true;
 }
 
 void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha,
@@ -523,10 +560,20 @@ void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha,
                       float beta, float *C, int ldc)
 {
 	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL,
-	         NULL, 0);
+	         NULL, NULL, 0);
 }
 
 #else  /* !GEMM_X86 */
+
+bool kern_gemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc, float *colsum, int nt)
+{
+	(void)ta; (void)tb; (void)M; (void)N; (void)K; (void)alpha; (void)A;
+	(void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
+	(void)colsum; (void)nt;
+	return false;
+}
 
 void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha,
                       const float *A, int lda, const float *B, int ldb,

@@ -46,6 +46,15 @@ void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
                float beta, float *C, int ldc, const float *bias,
                const float *R, int nt);
 
+/* kern_gemm without bias or residual, and colsum[j] += the sum over k of
+ * op(B)[k][j], summed in double in k order as kern_colsum_add does (bit
+ * for bit), while op(B) is packed: the linear layer's weight gradient and
+ * bias gradient in one pass over dout.  Only for tb false (returns false,
+ * doing nothing, otherwise or when M, N or K is 0). */
+bool kern_gemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc, float *colsum, int nt);
+
 /* The same product on the calling thread only, no OpenMP region (so it
  * may run inside one, from several threads at once), without bias or
  * residual; each element computed exactly as kern_gemm computes it. */

@@ -60,7 +60,11 @@ static void linear_backward(float *dinp, float *dW, float *dbias,
 	const kern_backend *be = kern_backend_get();
 	if (dinp)  /* dinp[M,K] = beta * dinp + dout[M,N] @ W[K,N]^T */
 		be->sgemm(false, true, M, K, N, 1.0f, dout, N, W, N, beta, dinp, K);
-	/* dW[K,N] += inp[M,K]^T @ dout[M,N] */
+	/* dW[K,N] += inp[M,K]^T @ dout[M,N], and dbias[N] += column sums of
+	 * dout, in one pass over dout where the backend can */
+	if (dbias && be->sgemm_colsum(true, false, K, N, M, 1.0f, inp, K, dout, N,
+	                              1.0f, dW, N, dbias))
+		return;
 	be->sgemm(true, false, K, N, M, 1.0f, inp, K, dout, N, 1.0f, dW, N);
 	if (dbias)
 		kern_colsum_add(dbias, dout, M, N);

@@ -8,9 +8,12 @@
  * |A| |B| sum, and byte-equal across thread counts.  The same products also
  * go through the backend's sgemm_bias / sgemm_residual (whichever path this
  * CPU takes) and must agree with the reference there too.  On a CPU
- * without AVX-512 the driver's own checks are skipped. */
+ * without AVX-512 the driver's own checks are skipped.  kern_gemm_colsum
+ * (weight and bias gradients in one pass) must equal kern_gemm plus
+ * kern_colsum_add bit for bit. */
 #include "kernels/backend.h"
 #include "kernels/gemm.h"
+#include "kernels/matmul.h"
 #include "kernels/rng.h"
 #include "tests/tap.h"
 
@@ -132,6 +135,40 @@ static void run_shape(const shape *s, kern_rng *rng)
 	free(R);
 }
 
+/* kern_gemm_colsum: the product bit-identical to kern_gemm's, the column
+ * sums bit-identical to kern_colsum_add's, on 1 and 2 threads */
+static void run_colsum(int M, int N, int K, kern_rng *rng)
+{
+	if (!kern_gemm_usable()) {
+		skip(2, "no AVX-512 on this CPU: the driver is not used");
+		return;
+	}
+	float *A = randv(rng, (size_t)K * M), *B = randv(rng, (size_t)K * N);
+	float *C0 = randv(rng, (size_t)M * N), *s0 = randv(rng, N);
+	size_t nc = (size_t)M * N;
+	float *C1 = malloc(nc * sizeof(float)), *C2 = malloc(nc * sizeof(float));
+	float *s1 = malloc(N * sizeof(float)), *s2 = malloc(N * sizeof(float));
+	if (!C1 || !C2 || !s1 || !s2)
+		bail_out("out of memory");
+	memcpy(C1, C0, nc * sizeof(float));
+	memcpy(s1, s0, N * sizeof(float));
+	kern_gemm(true, false, M, N, K, 1.0f, A, M, B, N, 1.0f, C1, N, NULL, NULL, 2);
+	kern_colsum_add(s1, B, K, N);
+	bool same = true;
+	for (int t = 1; t <= 2; t++) {
+		memcpy(C2, C0, nc * sizeof(float));
+		memcpy(s2, s0, N * sizeof(float));
+		bool did = kern_gemm_colsum(true, false, M, N, K, 1.0f, A, M, B, N, 1.0f,
+		                            C2, N, s2, t);
+		same = same && did && memcmp(C1, C2, nc * sizeof(float)) == 0;
+		if (t == 1)
+			ok(did && memcmp(s1, s2, N * sizeof(float)) == 0,
+			   "colsum %dx%dx%d: column sums equal kern_colsum_add's bit for bit", M, N, K);
+	}
+	ok(same, "colsum %dx%dx%d: product equals kern_gemm's on 1 and 2 threads", M, N, K);
+	free(A); free(B); free(C0); free(C1); free(C2); free(s0); free(s1); free(s2);
+}
+
 int main(void)
 {
 	kern_set_threads(2);
@@ -157,8 +194,11 @@ int main(void)
 		{ 700, 1100, 3, true, true, 1.0f, 0.0f, false, true },
 	};
 	int n = (int)(sizeof shapes / sizeof shapes[0]);
-	plan(3 * n);
+	plan(3 * n + 2 * 3);
 	for (int i = 0; i < n; i++)
 		run_shape(&shapes[i], &rng);
+	run_colsum(64, 192, 256, &rng);
+	run_colsum(131, 77, 300, &rng);
+	run_colsum(40, 530, 1030, &rng);
 	return exit_status();
 }
