@@ -206,8 +206,11 @@ static size_t parts_of(const allreduce_params *p, size_t a)
  * fraction: part k of aggregator a's n parts goes out only when k / n is at
  * most (j + 1) / m for every other aggregator still sending (its next part
  * j of m).  The sender furthest behind may always send, so this never
- * deadlocks; a sender that has not connected yet, or has stopped, holds no
- * one back. */
+ * deadlocks.  A sender still connecting counts as at part 0 (allreduce_run
+ * sets pacing for every aggregator before the threads start), so that the
+ * first connected one does not fill the uplink's queues before the others
+ * sent their part 0; a sender that stopped (done or failed) holds no one
+ * back. */
 static void pace_wait(run *r, size_t a, size_t k)
 {
 	const allreduce_params *p = r->p;
@@ -1060,6 +1063,7 @@ static void *sender_main(void *arg)
 	r->rtotal[s->agg] = total;
 	pthread_mutex_unlock(&r->mu);
 out:
+	pace_done(r, s->agg, SIZE_MAX);   /* hold no one back any more */
 	if (rc)
 		fail(r, "could not average with aggregator host %lld: could not %s: %s",
 		     (long long)m->host_id, step, eb.msg);
@@ -1107,6 +1111,8 @@ static void *streamer_main(void *arg)
 		if (!rc)
 			rc = peer_send_frame(c, FRAME_STREAM, 0, w.buf, w.len, p->collect_deadline, &eb);
 		frame_writer_free(&w);
+		if (!rc)
+			TRACE(r, "stream connection to host %lld ready", (long long)m->host_id);
 	}
 	while (!rc) {
 		frame_header h;
@@ -1341,6 +1347,12 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 			have_acceptor = 1;
 		}
 	}
+	/* Every sender is paced from the start, connected or not: one that
+	 * connects early must not run ahead on its aggregator while the others
+	 * still connect, or part 0 to the others queues behind its bytes and
+	 * the first results come late (pace_wait). */
+	for (size_t i = 0; i < p->n; i++)
+		r.pacing[i] = i != p->self && range_len(&p->members[i]) > 0;
 	for (size_t i = 0; i < p->n; i++) {
 		if (i == p->self || !range_len(&p->members[i]))
 			continue;
@@ -1348,6 +1360,8 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 		ss[n_senders].agg = i;
 		if (pthread_create(&ss[n_senders].th, NULL, sender_main, &ss[n_senders])) {
 			fail(&r, "could not start a thread");
+			for (size_t j = i; j < p->n; j++)
+				pace_done(&r, j, SIZE_MAX);
 			break;
 		}
 		ss[n_senders].have_st =
