@@ -39,7 +39,7 @@ netns_init
 bail_out() { echo "Bail out! $*"; exit 1; }
 skip() { ok 0 "$1 # SKIP $2"; }
 
-plan 19
+plan 21
 
 # The sites: name, hub index, kind.  Host namespaces are hIDX.
 UPNP_WHY=
@@ -74,7 +74,7 @@ for s in $SITES; do
 	[ "$got" = "$(want_class "$n")" ] || bad="$bad $n:'$got'"
 	diag "site $n (host $(nr_host "$n")): $got; status: $(nr_status_net "$n")"
 done
-ok $([ -z "$bad" ]; echo $?) "each daemon is classified as its router makes it (U mapped, S dependent, the rest nat independent)${bad:+; wrong:$bad}"
+ok $([ -z "$bad" ]; echo $?) "each daemon is classified as its router makes it (${UPNP_WHY:+no U; }U mapped, S nat dependent, the rest nat independent)${bad:+; wrong:$bad}"
 if [ -n "$UPNP_WHY" ]; then
 	skip "the daemon behind the UPnP IGD maps its port" "$UPNP_WHY"
 else
@@ -119,6 +119,14 @@ else
 	n=$(grep -c "the router maps .* (upnp)" "$T/clU.log")
 	ok $([ "$n" -ge 2 ]; echo $?) "the restarted daemon behind the UPnP IGD maps its port again ($n mappings made)"
 fi
+# What the volunteer sees (cotrainctl status) and the public host view.
+st=$("$top_builddir/client/cotrainctl" --socket "$T/clS/control.sock" status 2>&1 | sed -n "s/^ *last round's connections: //p")
+case $st in *relay*) r=0 ;; *) r=1 ;; esac
+ok $r "cotrainctl status at the symmetric site shows its last round's connections (${st:-none})"
+view=$(netns_exec srv curl -fsS "http://$SRV:8080/v1/hosts/$(nr_host S)/network" 2>&1)
+case $view in *'"dependent"'*'"relay"'*|*'"relay"'*'"dependent"'*) r=0 ;; *) r=1 ;; esac
+ok $r "the server's public view of the symmetric host shows its mapping and its relayed links"
+diag "GET /v1/hosts/$(nr_host S)/network: $(echo "$view" | cut -c1-400)"
 nr_stop_clients
 nfull=$(echo $FULL | wc -w)
 
