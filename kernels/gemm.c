@@ -166,6 +166,8 @@ typedef struct gemm_args {
 	float alpha, beta;
 	const float *A, *B, *bias, *R;
 	float *colsum;        /* += column sums of op(B), or NULL */
+	bool a_shared;        /* op(A) packed for all row tiles up front */
+	size_t aper;          /* floats of packed op(A) per row tile */
 	float *C, *bp, *abase;
 } gemm_args;
 
@@ -423,7 +425,7 @@ AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
 		for (int kb = 0; kb < g->nkb; kb++) {
 			int k0 = kb * g->kc, kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
 			bool first = kb == 0;
-			if (c0 == pa)  /* packed on first use: in L2 while it runs */
+			if (c0 == pa && !g->a_shared)  /* packed on first use: in L2 */
 				pack_a_block(g, ap + kb * kstride, i0, mc, k0, kc);
 			for (int r = 0; r < npan; r++) {
 				int ib = i0 + r * MR, mr = g->M - ib < MR ? g->M - ib : MR;
@@ -441,6 +443,22 @@ AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
 			}
 		}
 	}
+}
+
+/* Packing task p: panel p of op(B), or K block (p - npanels) % nkb of row
+ * block (p - npanels) / nkb of op(A) into its shared place. */
+AVX512 static void pack_task(const gemm_args *g, int p)
+{
+	if (p < g->npanels) {
+		pack_b_panel(g, p);
+		return;
+	}
+	p -= g->npanels;
+	int it = p / g->nkb, kb = p % g->nkb;
+	int i0 = it * g->mc, mc = g->M - i0 < g->mc ? g->M - i0 : g->mc;
+	int k0 = kb * g->kc, kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
+	size_t kstride = (size_t)((mc + MR - 1) / MR) * MR * g->kc;
+	pack_a_block(g, g->abase + (size_t)it * g->aper + kb * kstride, i0, mc, k0, kc);
 }
 
 /* kern_gemm on nt threads, or with nt 0 on the calling thread alone (no
@@ -492,11 +510,16 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 	g.pcols = (g.npanels + nct - 1) / nct;
 	g.nct = (g.npanels + g.pcols - 1) / g.pcols;
 	int ntiles = g.nrt * g.nct;
-	/* per thread: a tile's rows of op(A), all K blocks, rows rounded up */
+	/* A tile's rows of op(A), all K blocks, rows rounded up: one per
+	 * thread, packed by each tile; or, when the columns are split (a row
+	 * block then serves several tiles), one per row block, all packed up
+	 * front with op(B), so that none is packed twice. */
 	size_t aper = (size_t)(g.mc + MR - 1) / MR * MR * g.kc * g.nkb;
 	aper = (aper + 15) / 16 * 16;
+	g.aper = aper;
+	g.a_shared = g.nct > 1;
 	gemm_bufs *bf = bufs_get((size_t)g.npanels * (K > 0 ? K : 1) * NR,
-	                         aper * nt + 16);
+	                         aper * (size_t)(g.a_shared ? g.nrt : nt) + 16);
 	if (!bf) {
 		/* out of memory: a plain, slow, still deterministic loop */
 		for (int i = 0; i < M; i++)
@@ -516,22 +539,26 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 	}
 	g.bp = bf->b;
 	g.abase = bf->a;
+	/* packing tasks: the panels of op(B), then (a_shared) every K block
+	 * of every row block of op(A) */
+	int npack = g.npanels + (g.a_shared ? g.nrt * g.nkb : 0);
 	if (serial) {
-		for (int p = 0; p < g.npanels; p++)
-			pack_b_panel(&g, p);
+		for (int p = 0; p < npack; p++)
+			pack_task(&g, p);
 		for (int t = 0; t < ntiles; t++)
-			run_tile(&g, t, g.abase);
+			run_tile(&g, t, g.a_shared ? g.abase + (size_t)(t / g.nct) * aper
+			                           : g.abase);
 		return;
 	}
 	#pragma omp parallel num_threads(nt) if (nt > 1)
 	{
 		int me = omp_get_thread_num();
 		#pragma omp for schedule(dynamic, 1)
-		for (int p = 0; p < g.npanels; p++)
-			pack_b_panel(&g, p);
+		for (int p = 0; p < npack; p++)
+			pack_task(&g, p);
 		#pragma omp for schedule(dynamic, 1)
 		for (int t = 0; t < ntiles; t++)
-			run_tile(&g, t, g.abase + (size_t)me * aper);
+			run_tile(&g, t, g.abase + (size_t)(g.a_shared ? t / g.nct : me) * aper);
 	}
 }
 
