@@ -13,14 +13,18 @@
 #   C  carrier-grade NAT (two endpoint-independent layers): port mapping
 #      fails cleanly and the ladder moves on (the design punches through
 #      both layers, doc/nat.md).
-# One group (--round-max-group 16), so every pair meets.  Asserts: rounds
-# commit with all five peers included, no fork (every included peer holds
-# the server's parameters), and each (dialer, aggregator) pair's rung, from
-# the dialers' logs, the aggregators' logs and table round_link.  The rung
-# matrix is printed as TAP comments.  Connection tracking is flushed
-# while every daemon is stopped between two full rounds; everything
-# is torn down on every exit path.  Without miniupnpd the UPnP site is left
-# out (its checks SKIP with the reason) and four sites train.
+# One group (--round-max-group 16), so every pair meets.  Asserts: each
+# site's class; rounds commit with all five peers included, two before and
+# one after every daemon restarts (connection tracking is flushed while they
+# are all down: the UPnP mapping is removed and made again); no fork (every
+# included peer holds the server's parameters); the symmetric host
+# aggregates in no round; each (dialer, aggregator) pair's rung, from the
+# dialers' logs, the same in the aggregators' logs and in table round_link;
+# cotrainctl status and the public host view show the relayed links.  The
+# rung matrix and the mean time to connect per rung are printed as TAP
+# comments.  Everything is torn down on every exit path.  Without miniupnpd
+# the UPnP site is left out (its checks SKIP with the reason) and four
+# sites train.  NAT_KEEP=DIR keeps the logs.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 . "$top_srcdir/tests/netns.sh"
