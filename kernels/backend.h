@@ -49,6 +49,15 @@ typedef struct kern_backend {
 	void (*sgemm_residual)(bool ta, bool tb, int M, int N, int K, float alpha,
 	                       const float *A, int lda, const float *B, int ldb,
 	                       const float *R, float *C, int ldc, const float *bias);
+	/* As sgemm_bias, then on C a GELU post-op (kernels/gemm.h's
+	 * KERN_GEMM_GELU_FWD: G = gelu(C); KERN_GEMM_GELU_BWD: G = C *
+	 * gelu'(X)), G and X with leading dimension ldc, the values those of
+	 * the separate GELU pass; fused into the product's last pass over C
+	 * where the backend can.  Outside OpenMP regions. */
+	void (*sgemm_gelu)(bool ta, bool tb, int M, int N, int K, float alpha,
+	                   const float *A, int lda, const float *B, int ldb,
+	                   float beta, float *C, int ldc, const float *bias,
+	                   int op, float *G, const float *X);
 	/* As sgemm, and also colsum[j] += sum over k of op(B)[k][j], in
 	 * double in k order (kern_colsum_add's sum, bit for bit), in the
 	 * same pass over B where the backend can: a linear layer's weight

@@ -13,6 +13,7 @@
  * oversubscription.  The cost is packing the shared operand once per tile
  * instead of once per call: a few percent at the model's shapes. */
 #include "kernels/backend.h"
+#include "kernels/gelu.h"
 #include "kernels/gemm.h"
 
 #include <cblas.h>
@@ -152,6 +153,33 @@ static void cpu_sgemm_residual(bool ta, bool tb, int M, int N, int K, float alph
 	tiled(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc, bias, R);
 }
 
+static void cpu_sgemm_gelu(bool ta, bool tb, int M, int N, int K, float alpha,
+                           const float *A, int lda, const float *B, int ldb,
+                           float beta, float *C, int ldc, const float *bias,
+                           int op, float *G, const float *X)
+{
+	if ((double)M * N * K >= 1e6 && kern_gemm_usable()) {
+		kern_gemm_post(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+		               bias, op, G, X, kern_threads());
+		return;
+	}
+	tiled(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, NULL);
+	if (ldc == N) {
+		if (op == KERN_GEMM_GELU_FWD)
+			kern_gelu_forward(G, C, (size_t)M * N);
+		else
+			kern_gelu_backward_set(G, X, C, (size_t)M * N);
+		return;
+	}
+	for (int i = 0; i < M; i++) {
+		size_t o = (size_t)i * ldc;
+		if (op == KERN_GEMM_GELU_FWD)
+			kern_gelu_forward_span(G + o, C + o, (size_t)N);
+		else
+			kern_gelu_backward_set_span(G + o, X + o, C + o, (size_t)N);
+	}
+}
+
 static bool cpu_sgemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
                              const float *A, int lda, const float *B, int ldb,
                              float beta, float *C, int ldc, float *colsum)
@@ -225,6 +253,7 @@ static const kern_backend backend_cpu = {
 	.sgemm_bias = cpu_sgemm_bias,
 	.sgemm_residual = cpu_sgemm_residual,
 	.sgemm_colsum = cpu_sgemm_colsum,
+	.sgemm_gelu = cpu_sgemm_gelu,
 	.sgemm_serial = serial1,
 	.sgemm_batched = cpu_sgemm_batched,
 	.set_threads = cpu_set_threads,

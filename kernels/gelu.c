@@ -76,3 +76,14 @@ void kern_gelu_backward_set(float *dinp, const float *inp, const float *dout,
 {
 	gelu_backward(dinp, inp, dout, n, 0);
 }
+
+void kern_gelu_forward_span(float *out, const float *inp, size_t n)
+{
+	gelu_fwd(out, inp, n);
+}
+
+void kern_gelu_backward_set_span(float *dinp, const float *inp,
+                                 const float *dout, size_t n)
+{
+	gelu_bwd(dinp, inp, dout, n, 0);
+}

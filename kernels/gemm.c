@@ -18,6 +18,8 @@
  * target attribute and reached only after kern_gemm_usable(). */
 #include "kernels/gemm.h"
 
+#include "kernels/gelu.h"
+
 #include <omp.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -167,6 +169,9 @@ typedef struct gemm_args {
 	const float *A, *B, *bias, *R;
 	float *colsum;        /* += column sums of op(B), or NULL */
 	bool a_shared;        /* op(A) packed for all row tiles up front */
+	int post;             /* KERN_GEMM_GELU*: after the last K block */
+	float *G;             /* the post-op's output, leading dimension ldc */
+	const float *X;       /* its second input (GELU_BWD), the same */
 	size_t aper;          /* floats of packed op(A) per row tile */
 	float *C, *bp, *abase;
 } gemm_args;
@@ -406,6 +411,20 @@ AVX512 static void micro_kernel(int kc, const float *restrict a,
 
 /* ---- tiles ----------------------------------------------------------- */
 
+/* The post-op on a finished block of C (rows of nr at offset co), while
+ * it is in L1: the GELU functions' own code on each row, so the values are
+ * those of the separate pass. */
+static void post_op(const gemm_args *g, size_t co, int mr, int nr)
+{
+	for (int i = 0; i < mr; i++) {
+		size_t o = co + (size_t)i * g->ldc;
+		if (g->post == KERN_GEMM_GELU_FWD)
+			kern_gelu_forward_span(g->G + o, g->C + o, (size_t)nr);
+		else
+			kern_gelu_backward_set_span(g->G + o, g->X + o, g->C + o, (size_t)nr);
+	}
+}
+
 /* Tile t: rows [it mc, +mc) by panels [jt pcols, +pcols).  The tile's rows
  * of op(A) are packed, all of K, into ap; its columns are walked in
  * chunks of NCP panels, and for each chunk the K blocks in order (op(A)
@@ -439,6 +458,8 @@ AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
 					             first && g->bias ? g->bias + j0 : NULL,
 					             mr, nr, g->alpha, first ? g->beta : 1.0f,
 					             first);
+					if (g->post && kb == g->nkb - 1)
+						post_op(g, co, mr, nr);
 				}
 			}
 		}
@@ -466,7 +487,8 @@ AVX512 static void pack_task(const gemm_args *g, int p)
 static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb,
                      float beta, float *C, int ldc, const float *bias,
-                     const float *R, float *colsum, int nt)
+                     const float *R, float *colsum, int post, float *G,
+                     const float *X, int nt)
 {
 	if (M <= 0 || N <= 0)
 		return;
@@ -475,6 +497,7 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 		.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
 		.ldc = ldc, .alpha = alpha, .beta = R ? 1.0f : beta, .A = A, .B = B,
 		.bias = bias, .R = R, .C = C, .colsum = tb ? NULL : colsum,
+		.post = post, .G = G, .X = X,
 	};
 	if (K <= 0) {
 		/* no product: only the bias / residual / beta term */
@@ -568,7 +591,16 @@ void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
                const float *R, int nt)
 {
 	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, R,
-	         NULL, nt < 1 ? 1 : nt);
+	         NULL, 0, NULL, NULL, nt < 1 ? 1 : nt);
+}
+
+void kern_gemm_post(bool ta, bool tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb,
+                    float beta, float *C, int ldc, const float *bias,
+                    int post, float *G, const float *X, int nt)
+{
+	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, NULL,
+	         NULL, post, G, X, nt < 1 ? 1 : nt);
 }
 
 bool kern_gemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
@@ -578,7 +610,7 @@ bool kern_gemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
 	if (tb || K <= 0 || M <= 0 || N <= 0)
 		return false;
 	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL,
-	         colsum, nt < 1 ? 1 : nt);
+	         colsum, 0, NULL, NULL, nt < 1 ? 1 : nt);
 	return true;
 }
 
@@ -587,10 +619,21 @@ void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha,
                       float beta, float *C, int ldc)
 {
 	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL,
-	         NULL, NULL, 0);
+	         NULL, NULL, 0, NULL, NULL, 0);
 }
 
 #else  /* !GEMM_X86 */
+
+void kern_gemm_post(bool ta, bool tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb,
+                    float beta, float *C, int ldc, const float *bias,
+                    int post, float *G, const float *X, int nt)
+{
+	(void)ta; (void)tb; (void)M; (void)N; (void)K; (void)alpha; (void)A;
+	(void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
+	(void)bias; (void)post; (void)G; (void)X; (void)nt;
+	abort();  /* kern_gemm_usable() is false here */
+}
 
 bool kern_gemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
                       const float *A, int lda, const float *B, int ldb,

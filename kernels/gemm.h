@@ -46,6 +46,18 @@ void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
                float beta, float *C, int ldc, const float *bias,
                const float *R, int nt);
 
+/* kern_gemm (no residual) followed, on each finished block of C while it
+ * is in cache, by
+ *   KERN_GEMM_GELU_FWD: G = gelu(C)                 (X unused)
+ *   KERN_GEMM_GELU_BWD: G = C * gelu'(X)            (kern_gelu_backward_set)
+ * G and X with leading dimension ldc; the values are those of the separate
+ * GELU pass, bit for bit.  C is still written. */
+enum { KERN_GEMM_GELU_FWD = 1, KERN_GEMM_GELU_BWD = 2 };
+void kern_gemm_post(bool ta, bool tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb,
+                    float beta, float *C, int ldc, const float *bias,
+                    int post, float *G, const float *X, int nt);
+
 /* kern_gemm without bias or residual, and colsum[j] += the sum over k of
  * op(B)[k][j], summed in double in k order as kern_colsum_add does (bit
  * for bit), while op(B) is packed: the linear layer's weight gradient and

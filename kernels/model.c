@@ -407,8 +407,8 @@ cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *target
 		                             p.attprojb, BT, C, C);
 		kern_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2,
 		                       p.ln2w, p.ln2b, BT, C);
-		kern_linear_forward(la->fch, la->ln2, p.fcw, p.fcb, BT, C, F);
-		kern_gelu_forward(la->fchg, la->fch, (size_t)BT * F);
+		kern_linear_forward_gelu(la->fch, la->fchg, la->ln2, p.fcw, p.fcb,
+		                         BT, C, F);
 		kern_linear_forward_residual(la->res3, la->res2, la->fchg, p.fcprojw,
 		                             p.fcprojb, BT, F, C);
 		res = la->res3;
@@ -465,9 +465,9 @@ cot_err kern_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 		layer_acts *la = &a->layer[l];
 		const float *res_in = l > 0 ? a->layer[l - 1].res3 : a->encoded;
 		/* dres = d res3: through the MLP */
-		kern_linear_backward_set(a->dfchg, g.fcprojw, g.fcprojb, a->dres,
-		                     la->fchg, p.fcprojw, BT, F, C);
-		kern_gelu_backward_set(a->dfch, la->fch, a->dfchg, (size_t)BT * F);
+		kern_linear_backward_set_gelu(a->dfchg, a->dfch, la->fch, g.fcprojw,
+		                              g.fcprojb, a->dres, la->fchg, p.fcprojw,
+		                              BT, F, C);
 		kern_linear_backward_set(a->dln, g.fcw, g.fcb, a->dfch, la->ln2, p.fcw,
 		                     BT, C, F);
 		kern_layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dln, la->res2,

@@ -12,6 +12,7 @@
  * (weight and bias gradients in one pass) must equal kern_gemm plus
  * kern_colsum_add bit for bit. */
 #include "kernels/backend.h"
+#include "kernels/gelu.h"
 #include "kernels/gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/rng.h"
@@ -169,6 +170,42 @@ static void run_colsum(int M, int N, int K, kern_rng *rng)
 	free(A); free(B); free(C0); free(C1); free(C2); free(s0); free(s1); free(s2);
 }
 
+/* The backend's sgemm_gelu (fused where the driver runs): C as sgemm_bias
+ * computes it, G = gelu(C) or C * gelu'(X) as the separate GELU pass
+ * computes it, bit for bit, on 1 and 2 threads. */
+static void run_gelu(int M, int N, int K, int op, kern_rng *rng)
+{
+	const kern_backend *be = kern_backend_get();
+	size_t nc = (size_t)M * N;
+	float *A = randv(rng, (size_t)M * K), *B = randv(rng, (size_t)K * N);
+	float *bias = randv(rng, N), *X = randv(rng, nc);
+	float *C1 = malloc(nc * sizeof(float)), *G1 = malloc(nc * sizeof(float));
+	float *C2 = malloc(nc * sizeof(float)), *G2 = malloc(nc * sizeof(float));
+	if (!C1 || !G1 || !C2 || !G2)
+		bail_out("out of memory");
+	bool same = true;
+	for (int t = 1; t <= 2; t++) {
+		kern_set_threads(t);
+		be->sgemm_bias(false, op == KERN_GEMM_GELU_BWD, M, N, K, 1.0f, A, K, B,
+		               op == KERN_GEMM_GELU_BWD ? K : N, 0.0f, C1, N, bias);
+		if (op == KERN_GEMM_GELU_FWD)
+			kern_gelu_forward(G1, C1, nc);
+		else
+			kern_gelu_backward_set(G1, X, C1, nc);
+		for (size_t i = 0; i < nc; i++)
+			G2[i] = C2[i] = NAN;
+		be->sgemm_gelu(false, op == KERN_GEMM_GELU_BWD, M, N, K, 1.0f, A, K, B,
+		               op == KERN_GEMM_GELU_BWD ? K : N, 0.0f, C2, N, bias, op,
+		               G2, X);
+		same = same && memcmp(C1, C2, nc * sizeof(float)) == 0
+		       && memcmp(G1, G2, nc * sizeof(float)) == 0;
+	}
+	kern_set_threads(2);
+	ok(same, "sgemm_gelu %s %dx%dx%d: product and GELU equal the separate passes bit for bit",
+	   op == KERN_GEMM_GELU_FWD ? "forward" : "backward", M, N, K);
+	free(A); free(B); free(bias); free(X); free(C1); free(G1); free(C2); free(G2);
+}
+
 int main(void)
 {
 	kern_set_threads(2);
@@ -194,11 +231,15 @@ int main(void)
 		{ 700, 1100, 3, true, true, 1.0f, 0.0f, false, true },
 	};
 	int n = (int)(sizeof shapes / sizeof shapes[0]);
-	plan(3 * n + 2 * 3);
+	plan(3 * n + 2 * 3 + 4);
 	for (int i = 0; i < n; i++)
 		run_shape(&shapes[i], &rng);
 	run_colsum(64, 192, 256, &rng);
 	run_colsum(131, 77, 300, &rng);
 	run_colsum(40, 530, 1030, &rng);
+	run_gelu(300, 200, 64, KERN_GEMM_GELU_FWD, &rng);
+	run_gelu(131, 77, 300, KERN_GEMM_GELU_FWD, &rng);
+	run_gelu(300, 200, 64, KERN_GEMM_GELU_BWD, &rng);
+	run_gelu(131, 530, 600, KERN_GEMM_GELU_BWD, &rng);
 	return exit_status();
 }
