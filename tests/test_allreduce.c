@@ -330,6 +330,15 @@ static void test_sizes(void)
 	group_run(g, NULL);
 	check_group(g, ALL, "group of 4, fp16 slices, raw results");
 	group_free(g);
+
+	/* Ranges of many parts and of one, one empty: the senders pace their
+	 * parts over ranges of 8, 5 and 1 parts (doc/averaging.md, "Pacing"),
+	 * and the results stream part by part. */
+	uint64_t m4[] = { 120000, 120000, 190000, 200000 };
+	g = group_new(4, 200000, m4, s4);
+	group_run(g, NULL);
+	check_group(g, ALL, "group of 4, ranges of 8, 0, 5 and 1 parts");
+	group_free(g);
 }
 
 /* The reason member agg's aggregator gave for refusing member who, or NULL. */
@@ -364,6 +373,17 @@ static void test_bad_gradients(void)
 	group_run(g, NULL);
 	const int inc1[MAXN] = { 1, 0, 1, 1 };
 	check_group(g, inc1, "NaN in an 8-bit slice");
+	group_free(g);
+
+	/* A NaN in the second part of a range of several: the first parts were
+	 * already streamed as the sum over all members; the aggregator stops
+	 * streaming, and the full RESULT of the others replaces them. */
+	uint64_t m4[] = { 120000, 120000, 190000, 200000 };
+	g = group_new(4, 200000, m4, s4);
+	g->grad[3][150000] = NAN;      /* part 1 of member 2's range */
+	group_run(g, NULL);
+	const int inc3[MAXN] = { 1, 1, 1, 0 };
+	check_group(g, inc3, "NaN in a later part of a range of several");
 	group_free(g);
 
 	g = group_new(4, 3000, e4, s4);
