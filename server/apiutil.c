@@ -123,6 +123,18 @@ PGresult *api_exec(http_req *req, const dbc_stmt *stmt, const char *const *param
 	return NULL;
 }
 
+void api_reply_row(http_req *req, const dbc_stmt *stmt, const char *const *params, const char *missing)
+{
+	PGresult *r = api_exec(req, stmt, params, NULL);
+	if (!r)
+		return;
+	if (PQntuples(r) == 1)
+		http_reply_raw(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
+	else
+		http_reply_error(req, 404, "not_found", missing, NULL);
+	PQclear(r);
+}
+
 void api_relay(http_req *req, const dbc_stmt *stmt, const char *const *params)
 {
 	PGresult *r = api_exec(req, stmt, params, NULL);

@@ -45,6 +45,10 @@ PGresult *api_exec(http_req *req, const dbc_stmt *stmt, const char *const *param
  * with them as they are: the scheduler functions decide status and body. */
 void api_relay(http_req *req, const dbc_stmt *stmt, const char *const *params);
 
+/* Run a statement returning one JSON text in one row, or no row: answer 200
+ * with that text, or 404 "not_found" with message missing. */
+void api_reply_row(http_req *req, const dbc_stmt *stmt, const char *const *params, const char *missing);
+
 /* Answer 400 for a shape error described in eb; returns false. */
 bool api_bad_request(http_req *req, const cot_errbuf *eb);
 

@@ -272,15 +272,7 @@ void credit_entity(http_req *req)
 	char ids[24];
 	snprintf(ids, sizeof ids, "%lld", id);
 	const char *params[] = { ids };
-	PGresult *r = api_exec(req, stmts[k], params, NULL);
-	if (!r)
-		return;
-	if (PQntuples(r) == 1) {
-		http_reply_raw(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
-	} else {
-		char msg[80];
-		snprintf(msg, sizeof msg, "%s %lld does not exist", what[k], id);
-		http_reply_error(req, 404, "not_found", msg, NULL);
-	}
-	PQclear(r);
+	char msg[80];
+	snprintf(msg, sizeof msg, "%s %lld does not exist", what[k], id);
+	api_reply_row(req, stmts[k], params, msg);
 }

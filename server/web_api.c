@@ -63,17 +63,9 @@ void web_dashboard(http_req *req)
 	char ns[24];
 	snprintf(ns, sizeof ns, "%lld", n);
 	const char *params[] = { req->params[0], ns };
-	PGresult *r = api_exec(req, &st_dash, params, NULL);
-	if (!r)
-		return;
-	if (PQntuples(r) == 1) {
-		http_reply_raw(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
-	} else {
-		char msg[120];
-		snprintf(msg, sizeof msg, "project \"%s\" does not exist", req->params[0]);
-		http_reply_error(req, 404, "not_found", msg, NULL);
-	}
-	PQclear(r);
+	char msg[120];
+	snprintf(msg, sizeof msg, "project \"%.80s\" does not exist", req->params[0]);
+	api_reply_row(req, &st_dash, params, msg);
 }
 
 /* The public part of a host's reachability (no public endpoint: that is the
@@ -97,15 +89,7 @@ void web_host_network(http_req *req)
 	char ids[24];
 	snprintf(ids, sizeof ids, "%lld", id);
 	const char *params[] = { ids };
-	PGresult *r = api_exec(req, &st_host_network, params, NULL);
-	if (!r)
-		return;
-	if (PQntuples(r) == 1) {
-		http_reply_raw(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
-	} else {
-		char msg[80];
-		snprintf(msg, sizeof msg, "host %lld does not exist", id);
-		http_reply_error(req, 404, "not_found", msg, NULL);
-	}
-	PQclear(r);
+	char msg[80];
+	snprintf(msg, sizeof msg, "host %lld does not exist", id);
+	api_reply_row(req, &st_host_network, params, msg);
 }
