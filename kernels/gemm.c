@@ -25,7 +25,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define GEMM_X86 1
@@ -71,22 +70,10 @@ static void bufs_init(void)
 	bufs_key_ok = pthread_key_create(&bufs_key, bufs_free) == 0;
 }
 
-/* 64-byte aligned; from 2 MiB up, on 2 MiB boundaries and asking for
- * transparent huge pages (rows of packed panels far apart would otherwise
- * each cost a TLB entry).  The advice is only a hint. */
 static float *alloc_floats(size_t n)
 {
 	size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-	if (bytes < ((size_t)2 << 20))
-		return aligned_alloc(64, bytes ? bytes : 64);
-	size_t huge = (size_t)2 << 20;
-	bytes = (bytes + huge - 1) / huge * huge;
-	float *p = aligned_alloc(huge, bytes);
-#ifdef MADV_HUGEPAGE
-	if (p)
-		madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-	return p;
+	return aligned_alloc(64, bytes ? bytes : 64);
 }
 
 /* The calling thread's buffers with room for nb floats of packed B and na

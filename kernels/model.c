@@ -11,8 +11,6 @@
 #include "kernels/rng.h"
 
 #include <math.h>
-#include <stdint.h>
-#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,28 +227,6 @@ static void acts_free(struct kern_acts *a)
 	free(a);
 }
 
-/* n zeroed floats; from 2 MiB up on 2 MiB boundaries with transparent
- * huge pages asked for: the products walk activations and weights by rows
- * kilobytes apart, one TLB entry per row with 4 KiB pages.  Freed with
- * free().  The advice is a hint; without it this is calloc. */
-static float *floats_zeroed(size_t n)
-{
-	size_t bytes = n * sizeof(float), huge = (size_t)2 << 20;
-	if (n > SIZE_MAX / sizeof(float))
-		return NULL;
-	if (bytes < huge)
-		return calloc(n ? n : 1, sizeof(float));
-	bytes = (bytes + huge - 1) / huge * huge;
-	float *p = aligned_alloc(huge, bytes);
-	if (!p)
-		return NULL;
-#ifdef MADV_HUGEPAGE
-	madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-	memset(p, 0, bytes);
-	return p;
-}
-
 cot_err kern_model_create(const kern_config *c, int max_batch, kern_model **out,
                           cot_errbuf *eb)
 {
@@ -279,10 +255,10 @@ cot_err kern_model_create(const kern_config *c, int max_batch, kern_model **out,
 	m->n_params = kern_param_count(c);
 	m->n_views = kern_param_views(c, NULL, 0);
 	m->views = calloc((size_t)m->n_views, sizeof *m->views);
-	m->params = floats_zeroed(m->n_params);
-	m->grads = floats_zeroed(m->n_params);
-	m->m = floats_zeroed(m->n_params);
-	m->v = floats_zeroed(m->n_params);
+	m->params = calloc(m->n_params, sizeof(float));
+	m->grads = calloc(m->n_params, sizeof(float));
+	m->m = calloc(m->n_params, sizeof(float));
+	m->v = calloc(m->n_params, sizeof(float));
 	m->max_batch = max_batch;
 	if (!m->views || !m->params || !m->grads || !m->m || !m->v)
 		goto nomem;
@@ -298,7 +274,7 @@ cot_err kern_model_create(const kern_config *c, int max_batch, kern_model **out,
 		if (!a->layer || !a->tokens || !a->targets)
 			goto nomem;
 		size_t n = acts_layout(a, NULL, c, max_batch);
-		a->mem = floats_zeroed(n);
+		a->mem = calloc(n, sizeof(float));
 		if (!a->mem)
 			goto nomem;
 		acts_layout(a, a->mem, c, max_batch);
