@@ -2,8 +2,11 @@
 # tests/test_kernels_determinism on the BLAS core OpenBLAS loads with: the
 # C test re-executes itself with kern_blas_coretype_hint()'s core (as the
 # programs do); COTRAIN_BLAS_REEXEC forbids that, so this run covers the other
-# core.  On a CPU OpenBLAS knows both runs use the same core.
+# core.  On a CPU OpenBLAS knows both runs use the same core.  The large
+# products go through OpenBLAS too (COTRAIN_GEMM=blas: on a CPU with AVX-512
+# the backend's own driver would take them whatever the core).
 COTRAIN_BLAS_REEXEC=off
-export COTRAIN_BLAS_REEXEC
+COTRAIN_GEMM=blas
+export COTRAIN_BLAS_REEXEC COTRAIN_GEMM
 unset OPENBLAS_CORETYPE
 exec "$top_builddir/tests/test_kernels_determinism"
