@@ -22,8 +22,9 @@
  * is unchanged: the final RESULT still comes after the ACCEPTED reports and
  * names the included set; when that set is every member and every part was
  * streamed, its data is empty ("as streamed") and the members use the parts;
- * otherwise it carries the full sum of the included set as before, and the
- * streamed parts are overwritten.
+ * otherwise the full sum of the included set goes in RESULT_PARTs on the
+ * slice connection right before the RESULT (data empty again), and the
+ * streamed parts are overwritten: no range is too large for a frame.
  *
  * Pacing.  A member's sender threads advance through their aggregators'
  * ranges at the same fraction (pace_wait), and every connection bounds the
@@ -109,6 +110,8 @@ struct run {
 	size_t acc_len;
 	int agg_state;
 	unsigned char *res_payload;   /* our RESULT message, once AGG_RESULT */
+	unsigned char *fin_bytes;     /* the result encoding of our range, when it is not
+	                               * the streamed one: sent in parts before RESULT */
 	size_t res_len;
 	char abort_reason[256];
 	int stop_accept;
@@ -513,8 +516,10 @@ static cot_err agg_result(run *r, const int64_t *fin, size_t n_fin, uint64_t tot
 	return COT_OK;
 }
 
-/* Sum the included contributions (ascending host id) and build our RESULT;
- * our own copy of the range is decoded from the same bytes (mu held). */
+/* Sum the included contributions (ascending host id), keep its encoding in
+ * fin_bytes for the handlers to send in parts, and build our RESULT (empty
+ * data: "as sent in parts"); our own copy of the range is decoded from the
+ * same bytes (mu held). */
 static cot_err agg_finish(run *r, const int64_t *fin, size_t n_fin, uint64_t total,
                           cot_errbuf *eb)
 {
@@ -550,7 +555,9 @@ static cot_err agg_finish(run *r, const int64_t *fin, size_t n_fin, uint64_t tot
 		rc = comp_decode(p->result_comp, bytes, enc, r->out + me->start, r->a_len, eb);
 	if (rc)
 		goto out;
-	rc = agg_result(r, fin, n_fin, total, bytes, enc, eb);
+	r->fin_bytes = bytes;   /* the handlers send it in parts, then RESULT */
+	bytes = NULL;
+	rc = agg_result(r, fin, n_fin, total, NULL, 0, eb);
 out:
 	free(x);
 	free(sum);
@@ -681,10 +688,35 @@ static int handle_slice(run *r, peer_conn *c, size_t idx, cot_err rc0, const cot
  * summed, then STREAM_END (1 once every part went out, 0 when the
  * speculation stopped or the deadline came).  The parts are immutable once
  * spec_done has passed them, so they are sent without the lock. */
-static void stream_serve(run *r, peer_conn *c)
+/* Send part k of our range's result, taken from bytes (the result encoding
+ * of the whole range), as a RESULT_PART frame on c. */
+static cot_err send_part(run *r, peer_conn *c, const unsigned char *bytes, size_t k,
+                         cot_errbuf *eb)
 {
 	const allreduce_params *p = r->p;
 	const allreduce_member *me = &p->members[p->self];
+	size_t off = k * PART_VALUES, n = r->a_len - off;
+	if (n > PART_VALUES)
+		n = PART_VALUES;
+	size_t eoff = comp_encoded_size(p->result_comp, off);
+	size_t elen = comp_encoded_size(p->result_comp, n);
+	frame_writer w;
+	frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
+	frame_put_i64(&w, p->round);
+	frame_put_i64(&w, me->host_id);
+	frame_put_u64(&w, me->start + off);
+	frame_put_u64(&w, me->start + off + n);
+	frame_put_blob(&w, bytes + eoff, elen);
+	cot_err rc = frame_writer_error(&w);
+	if (!rc)
+		rc = peer_send_frame(c, FRAME_RESULT_PART, 0, w.buf, w.len, p->deadline, eb);
+	frame_writer_free(&w);
+	return rc;
+}
+
+static void stream_serve(run *r, peer_conn *c)
+{
+	const allreduce_params *p = r->p;
 	size_t sent = 0;
 	cot_errbuf eb = {0};
 	for (;;) {
@@ -696,26 +728,9 @@ static void stream_serve(run *r, peer_conn *c)
 		pthread_mutex_unlock(&r->mu);
 		if (sent == upto)
 			break;
-		for (; sent < upto; sent++) {
-			size_t off = sent * PART_VALUES, n = r->a_len - off;
-			if (n > PART_VALUES)
-				n = PART_VALUES;
-			size_t eoff = comp_encoded_size(p->result_comp, off);
-			size_t elen = comp_encoded_size(p->result_comp, n);
-			frame_writer w;
-			frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
-			frame_put_i64(&w, p->round);
-			frame_put_i64(&w, me->host_id);
-			frame_put_u64(&w, me->start + off);
-			frame_put_u64(&w, me->start + off + n);
-			frame_put_blob(&w, r->spec_bytes + eoff, elen);
-			cot_err rc = frame_writer_error(&w);
-			if (!rc)
-				rc = peer_send_frame(c, FRAME_RESULT_PART, 0, w.buf, w.len, p->deadline, &eb);
-			frame_writer_free(&w);
-			if (rc)
+		for (; sent < upto; sent++)
+			if (send_part(r, c, r->spec_bytes, sent, &eb))
 				return;
-		}
 	}
 	uint8_t complete = sent == r->n_parts;
 	peer_send_frame(c, FRAME_STREAM_END, 0, &complete, 1, p->deadline, &eb);
@@ -815,8 +830,15 @@ static void *handler_main(void *arg)
 		int state = r->agg_state;
 		pthread_mutex_unlock(&r->mu);
 		if (state == AGG_RESULT) {
-			peer_send_frame(c, ALLREDUCE_FRAME_RESULT, 0, r->res_payload, r->res_len,
-			                p->deadline, &eb);
+			/* The sum of the included set, when it is not what was
+			 * streamed, goes in parts before the RESULT (whose data is
+			 * then empty), so that no range is too large for a frame. */
+			cot_err rc2 = COT_OK;
+			for (size_t k = 0; r->fin_bytes && !rc2 && k < r->n_parts; k++)
+				rc2 = send_part(r, c, r->fin_bytes, k, &eb);
+			if (!rc2)
+				peer_send_frame(c, ALLREDUCE_FRAME_RESULT, 0, r->res_payload, r->res_len,
+				                p->deadline, &eb);
 		} else {
 			frame_writer w;
 			frame_writer_init(&w, FRAME_PAYLOAD_MIN_MAX);
@@ -895,17 +917,53 @@ static cot_err get_ids(const allreduce_params *p, frame_reader *rd, int64_t **id
 	return COT_OK;
 }
 
-/* Receive the next message from aggregator m: ACCEPTED or RESULT as want;
- * an ABORT or ERROR becomes the failure it reports.  *pl is the caller's. */
-static cot_err recv_from_agg(run *r, peer_conn *c, uint8_t want, unsigned char **pl,
-                             uint32_t *len, cot_errbuf *eb)
+/* Check RESULT_PART payload pl (len bytes) as part k of aggregator a's
+ * range and decode it into out.  COT_ERR_NETWORK when it is not that part,
+ * is malformed, or holds a value that is not finite. */
+static cot_err take_result_part(run *r, size_t a, size_t k, const unsigned char *pl, uint32_t len,
+                                cot_errbuf *eb)
+{
+	const allreduce_params *p = r->p;
+	const allreduce_member *m = &p->members[a];
+	frame_reader rd;
+	int64_t round = 0, agg = 0;
+	uint64_t start = 0, end = 0;
+	const unsigned char *data = NULL;
+	size_t dlen = 0;
+	uint64_t want = m->start + (uint64_t)k * PART_VALUES;
+	if (want >= m->end)
+		return cot_seterr(eb, COT_ERR_NETWORK, "more result parts than its range has");
+	uint64_t want_end = m->end - want > PART_VALUES ? want + PART_VALUES : m->end;
+	frame_reader_init(&rd, pl, len);
+	frame_get_i64(&rd, &round);
+	frame_get_i64(&rd, &agg);
+	frame_get_u64(&rd, &start);
+	frame_get_u64(&rd, &end);
+	frame_get_blob(&rd, &data, &dlen, FRAME_PAYLOAD_HARD_MAX);
+	if (frame_reader_end(&rd, "RESULT_PART", eb) || round != p->round || agg != m->host_id ||
+	    start != want || end != want_end)
+		return cot_seterr(eb, COT_ERR_NETWORK, "malformed RESULT_PART");
+	if (comp_decode(p->result_comp, data, dlen, r->out + start, (size_t)(end - start), eb))
+		return COT_ERR_NETWORK;
+	for (uint64_t i = start; i < end; i++)
+		if (!isfinite(r->out[i]))
+			return cot_seterr(eb, COT_ERR_NETWORK, "a result part holds a value that is not finite");
+	return COT_OK;
+}
+
+/* Receive the next message from aggregator m, of type want or want2 (its
+ * type in *type); an ABORT or ERROR becomes the failure it reports.  *pl is
+ * the caller's. */
+static cot_err recv_from_agg2(run *r, peer_conn *c, uint8_t want, uint8_t want2, uint8_t *type,
+                              unsigned char **pl, uint32_t *len, cot_errbuf *eb)
 {
 	frame_header h;
 	cot_err rc = peer_recv_frame(c, &h, pl, r->p->deadline, eb);
 	if (rc)
 		return rc;
 	*len = h.length;
-	if (h.type == want)
+	*type = h.type;
+	if (h.type == want || h.type == want2)
 		return COT_OK;
 	if (h.type == ALLREDUCE_FRAME_ABORT || h.type == FRAME_ERROR) {
 		uint16_t code;
@@ -916,6 +974,14 @@ static cot_err recv_from_agg(run *r, peer_conn *c, uint8_t want, unsigned char *
 		return COT_ERR_NETWORK;
 	}
 	return cot_seterr(eb, COT_ERR_NETWORK, "sent %s out of order", frame_type_name(h.type));
+}
+
+/* Receive the next message from aggregator m: ACCEPTED or RESULT as want. */
+static cot_err recv_from_agg(run *r, peer_conn *c, uint8_t want, unsigned char **pl,
+                             uint32_t *len, cot_errbuf *eb)
+{
+	uint8_t type;
+	return recv_from_agg2(r, c, want, want, &type, pl, len, eb);
 }
 
 static void *sender_main(void *arg)
@@ -1007,10 +1073,37 @@ static void *sender_main(void *arg)
 	free(pl);
 	pl = NULL;
 
+	/* When the sum is not the streamed one, it comes in parts before the
+	 * RESULT; the streamer writes the same range of out, so it must have
+	 * ended before the first of them is decoded. */
 	step = "receive its RESULT";
-	rc = recv_from_agg(r, c, ALLREDUCE_FRAME_RESULT, &pl, &len, &eb);
-	if (rc)
-		goto out;
+	size_t got = 0;
+	for (;;) {
+		uint8_t type = 0;
+		free(pl);
+		pl = NULL;
+		rc = recv_from_agg2(r, c, ALLREDUCE_FRAME_RESULT, FRAME_RESULT_PART, &type, &pl, &len,
+		                    &eb);
+		if (rc)
+			goto out;
+		if (type == ALLREDUCE_FRAME_RESULT)
+			break;
+		if (got == 0) {
+			pthread_mutex_lock(&r->mu);
+			while (!r->st_done[s->agg] && wait_a_bit(r, p->deadline))
+				;
+			int ended = r->st_done[s->agg];
+			pthread_mutex_unlock(&r->mu);
+			if (!ended) {
+				rc = cot_seterr(&eb, COT_ERR_TIMEOUT, "its result stream did not end");
+				goto out;
+			}
+		}
+		rc = take_result_part(r, s->agg, got, pl, len, &eb);
+		if (rc)
+			goto out;
+		got++;
+	}
 	uint64_t start = 0, end = 0, total = 0;
 	uint8_t comp = 0;
 	const unsigned char *data = NULL;
@@ -1040,10 +1133,11 @@ static void *sender_main(void *arg)
 		;
 	int st_done = r->st_done[s->agg], st_complete = r->st_complete[s->agg];
 	pthread_mutex_unlock(&r->mu);
-	if (dlen == 0) {   /* "as streamed": n > 0, so a real encoding is never empty */
-		if (!st_done || !st_complete)
+	if (dlen == 0) {   /* n > 0, so a real encoding is never empty */
+		/* "as sent in parts", or "as streamed" when no part came here */
+		if (got != parts_of(p, s->agg) && (got || !st_done || !st_complete))
 			rc = cot_seterr(&eb, COT_ERR_NETWORK,
-			                "its RESULT refers to streamed parts that did not all arrive");
+			                "its RESULT refers to result parts that did not all arrive");
 	} else {
 		step = "receive its RESULT";
 		rc = comp_decode(p->result_comp, data, dlen, r->out + m->start, n, &eb);
@@ -1125,29 +1219,8 @@ static void *streamer_main(void *arg)
 			complete = h.length == 1 && pl[0] == 1 && got == n_parts;
 			break;
 		}
-		if (h.type != FRAME_RESULT_PART || got == n_parts)
-			break;
-		frame_reader rd;
-		int64_t round = 0, agg = 0;
-		uint64_t start = 0, end = 0;
-		const unsigned char *data = NULL;
-		size_t dlen = 0;
-		uint64_t want = m->start + got * PART_VALUES;
-		uint64_t want_end = m->end - want > PART_VALUES ? want + PART_VALUES : m->end;
-		frame_reader_init(&rd, pl, h.length);
-		frame_get_i64(&rd, &round);
-		frame_get_i64(&rd, &agg);
-		frame_get_u64(&rd, &start);
-		frame_get_u64(&rd, &end);
-		frame_get_blob(&rd, &data, &dlen, FRAME_PAYLOAD_HARD_MAX);
-		if (frame_reader_end(&rd, "RESULT_PART", &eb) || round != p->round ||
-		    agg != m->host_id || start != want || end != want_end ||
-		    comp_decode(p->result_comp, data, dlen, r->out + start, (size_t)(end - start), &eb))
-			break;
-		int finite = 1;
-		for (uint64_t i = start; i < end && finite; i++)
-			finite = isfinite(r->out[i]);
-		if (!finite)
+		if (h.type != FRAME_RESULT_PART || got == n_parts ||
+		    take_result_part(r, s->agg, got, pl, h.length, &eb))
 			break;
 		if (got == 0 || got + 1 == n_parts)
 			TRACE(r, "result part %zu of %zu from host %lld", got + 1, n_parts,
@@ -1233,6 +1306,7 @@ static void run_free(run *r)
 	free(r->rtotal);
 	free(r->acc_payload);
 	free(r->res_payload);
+	free(r->fin_bytes);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	pthread_cond_destroy(&r->pace_cv);

@@ -386,6 +386,20 @@ static void test_bad_gradients(void)
 	check_group(g, inc3, "NaN in a later part of a range of several");
 	group_free(g);
 
+	/* One aggregator for a range of 68 MB (more than a frame may carry) and
+	 * a member dropped: the sum of the others is not the streamed one, so
+	 * it goes to every member in parts (a single RESULT frame could not
+	 * hold it). */
+	uint64_t big = 17u << 20, b3[] = { big, big, big }, sb[] = { 3, 5, 7 };
+	g = group_new(3, big, b3, sb);
+	g->collect_ms = 30000;
+	g->deadline_ms = 60000;
+	g->grad[2][big - 1] = NAN;
+	group_run(g, NULL);
+	const int inc4[MAXN] = { 1, 1, 0 };
+	check_group(g, inc4, "a member dropped from a range of 68 MB");
+	group_free(g);
+
 	g = group_new(4, 3000, e4, s4);
 	for (size_t j = 0; j < 3000; j++)
 		g->grad[3][j] *= 1000.0f;
