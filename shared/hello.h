@@ -23,8 +23,8 @@
 #include "shared/peer.h"
 #include "shared/pki.h"
 
-#define HELLO_PROTO_MIN 1         /* message-set versions this build speaks */
-#define HELLO_PROTO_MAX 1
+#define HELLO_PROTO_MIN 2         /* message-set versions this build speaks (2: pipelined parts, doc/peer-protocol.md) */
+#define HELLO_PROTO_MAX 2
 
 typedef struct {
 	uint16_t proto_min, proto_max;

@@ -383,7 +383,7 @@ int main(void)
 		is_int(peer_host_id(c), 1, "the client learns the server is host 1");
 		is_int(hello_exchange(c, &ours, &theirs, &version, deadline_after_ms(10000), &eb), COT_OK,
 		       "the HELLO exchange succeeds: %s", eb.msg);
-		ok(version == 1 && theirs.host_id == 1 && theirs.round == 17 && !strcmp(theirs.project, "demo"),
+		ok(version == HELLO_PROTO_MAX && theirs.host_id == 1 && theirs.round == 17 && !strcmp(theirs.project, "demo"),
 		   "the client learns the server's HELLO");
 		is_int(peer_send_frame(c, FRAME_SLICE, 77, "payload", 7, deadline_after_ms(5000), &eb), COT_OK, "a frame is sent");
 		frame_header h;
@@ -397,7 +397,7 @@ int main(void)
 	finish(j);
 	is_int(j->rc, COT_OK, "the server completes the handshake");
 	is_int(j->peer_id, 2, "the server learns the client is host 2");
-	ok(j->rc2 == COT_OK && j->version == 1 && j->theirs.host_id == 2, "the server agrees on version 1 with host 2");
+	ok(j->rc2 == COT_OK && j->version == HELLO_PROTO_MAX && j->theirs.host_id == 2, "the server agrees on the newest version with host 2");
 	is_int(j->rc3, COT_OK, "the server echoes: %s", j->eb3.msg);
 
 	/* 2. The client expects another host. */
