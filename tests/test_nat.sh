@@ -19,7 +19,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-plan 23
+plan 24
 "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" db migrate >/dev/null ||
 	bail_out "could not migrate"
 # 1001, 1002 and 1005 in group 0, 1003 in group 1, 1004 registered but not in the round.
@@ -88,6 +88,9 @@ out=$(line OBSERVE 1001 nat-token-forged-0123456789abcd 127.0.0.1 5 0)
 case $out in *"ERR 401 "*) ok 0 "a forged token is refused ($out)" ;; *) ok 1 "a forged token is refused ($out)" ;; esac
 out=$(line OBSERVE 1001 "$(nat_token 1002)" 127.0.0.1 5 0)
 case $out in *"ERR 403 "*) ok 0 "a host claiming another's id is refused ($out)" ;; *) ok 1 "a host claiming another's id is refused ($out)" ;; esac
+out=$(line OBSERVE 1004 "$(nat_token 1004)" 10.9.9.9 5 0)
+case $out in "SEEN 127.0.0.1 "*) case $out in *10.9.9.9*) st=1 ;; *) st=0 ;; esac ;; *) st=1 ;; esac
+ok $st "a host naming another address is recorded (and dialed back) at the address the server sees ($out)"
 out=$(line MEET nattest 0 1001 1003 "$(nat_token 1001)" DIAL)
 case $out in *"ERR 403 "*) ok 0 "a meeting with a host of another group is refused ($out)" ;; *) ok 1 "a meeting with a host of another group is refused ($out)" ;; esac
 out=$(line RELAY nattest 0 1001 1003 "$(nat_token 1001)" DIAL)
