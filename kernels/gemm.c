@@ -1,19 +1,23 @@
-/* cotrain kernels: the CPU backend's own GEMM driver.  See gemm.h.
+/* cotrain kernels: the CPU backend's own GEMM driver.  See gemm.h and
+ * doc/kernels.md ("The GEMM driver").
  *
  * Layout (BLIS's, transposed for row-major C):
  *  - op(B) [K,N] is packed once per call into panels of NR = 32 columns,
  *    panel p holding op(B)[k][32p .. 32p+31] for k = 0..K-1 contiguously
  *    (columns past N zero), the panels shared by all threads;
- *  - C is cut into tiles of MC rows by NCP panels; a thread takes the next
- *    tile, and for each block of KC rows of op(B) packs its tile's rows of
- *    op(A) into micro-panels of MR = 12 rows (k-major, rows past M zero) in
- *    its own buffer, then runs the micro-kernel over every (micro-panel,
- *    panel) pair: the A micro-panel (12 x KC) stays in L1 while the tile's
- *    B block (KC x 16 panels, 512 KiB) comes from L2;
+ *  - C is cut into tiles of up to MC_MAX rows (by all columns, or by a
+ *    column group when there would be too few tiles); threads take the
+ *    next tile.  A tile's rows of op(A) are packed into micro-panels of
+ *    MR = 12 rows (k-major, rows past M zero), per K block, in the
+ *    thread's buffer (or all up front, shared, when columns are split);
+ *    the tile's columns are walked in chunks of NCP panels and, per chunk,
+ *    the K blocks in order, running the micro-kernel over every
+ *    (micro-panel, panel) pair: the A micro-panel (12 x KC) stays in L1
+ *    while the chunk's B block (KC x 512 columns, 512 KiB) comes from L2;
  *  - the micro-kernel keeps a 12 x 32 block of C in 24 zmm registers, one
  *    fused multiply-add per (row, half, k), and adds it to C once per K
  *    block through the epilogue (bias, residual, beta, alpha; masked at the
- *    edges).
+ *    edges), then the optional GELU post-op on the finished block.
  * Every function here that runs AVX-512 code is compiled for it with a
  * target attribute and reached only after kern_gemm_usable(). */
 #include "kernels/gemm.h"
@@ -531,7 +535,8 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 	gemm_bufs *bf = bufs_get((size_t)g.npanels * (K > 0 ? K : 1) * NR,
 	                         aper * (size_t)(g.a_shared ? g.nrt : nt) + 16);
 	if (!bf) {
-		/* out of memory: a plain, slow, still deterministic loop */
+		/* out of memory: a plain, slow, still deterministic loop (these
+		 * results differ from the driver's within rounding) */
 		for (int i = 0; i < M; i++)
 			for (int j = 0; j < N; j++) {
 				float acc = 0.0f;
@@ -545,6 +550,18 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 					base += bias[j];
 				*c = base + alpha * acc;
 			}
+		if (g.colsum)  /* kern_colsum_add's sums */
+			for (int j = 0; j < N; j++) {
+				double acc = 0;
+				for (int k = 0; k < K; k++)
+					acc += B[(size_t)k * ldb + j];
+				g.colsum[j] += (float)acc;
+			}
+		if (post)
+			for (int i = 0; i < M; i += MR)
+				for (int j = 0; j < N; j += NR)
+					post_op(&g, (size_t)i * ldc + j, M - i < MR ? M - i : MR,
+					        N - j < NR ? N - j : NR);
 		return;
 	}
 	g.bp = bf->b;

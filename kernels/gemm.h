@@ -7,10 +7,10 @@
  * Why a driver of our own: the backend must not let a result depend on the
  * thread count, so it used to cut each product into tiles, one
  * single-threaded OpenBLAS call each; every call packed the shared operand
- * again (about 14% of a training step at width 512).  Here op(B) is packed
- * once per call into 32-column panels, shared by all threads, and tiles of
- * C (rows x columns, sizes from the shape only) are handed out dynamically;
- * each tile packs its rows of op(A) into a per-thread buffer.
+ * again (packing was about 14% of a training step at width 512).  Here
+ * op(B) is packed once per call into 32-column panels, shared by all
+ * threads, and tiles of C are handed out dynamically; each tile packs its
+ * rows of op(A) into a per-thread buffer.
  *
  * Determinism: K is cut into blocks whose size depends on K only; every
  * element of C is the sum of its K-blocks in order, each block summed from

@@ -94,16 +94,23 @@ void kern_layernorm_backward(float *dinp, float *dweight, float *dbias,
 	/* dinp: rows are independent.  With dnorm = dout * weight and
 	 * xhat = (x - mean) * rstd:
 	 *   dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)) */
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 32) if (nt > 1)
-	for (int n = 0; n < N; n++)
-		ln_bwd_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C,
-		           weight, mean[n], rstd[n], C);
-	/* dweight, dbias: each channel block summed over rows by one thread. */
+	/* dweight, dbias: each channel block summed over rows by one thread.
+	 * Both loops in one parallel region, without a barrier between them
+	 * (they write different arrays): a thread done with rows goes on to
+	 * channel blocks. */
 	enum { CB = 64 };
 	int nblocks = (C + CB - 1) / CB;
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-	for (int b = 0; b < nblocks; b++) {
-		int c0 = b * CB, nc = C - c0 < CB ? C - c0 : CB;
-		ln_cols(dweight + c0, dbias + c0, dout + c0, inp + c0, mean, rstd, N, C, nc);
+	#pragma omp parallel num_threads(nt) if (nt > 1)
+	{
+		#pragma omp for schedule(dynamic, 32) nowait
+		for (int n = 0; n < N; n++)
+			ln_bwd_row(dinp + (size_t)n * C, dout + (size_t)n * C,
+			           inp + (size_t)n * C, weight, mean[n], rstd[n], C);
+		#pragma omp for schedule(dynamic, 1)
+		for (int b = 0; b < nblocks; b++) {
+			int c0 = b * CB, nc = C - c0 < CB ? C - c0 : CB;
+			ln_cols(dweight + c0, dbias + c0, dout + c0, inp + c0, mean, rstd,
+			        N, C, nc);
+		}
 	}
 }

@@ -12,7 +12,9 @@ void kern_layernorm_forward(float *out, float *mean, float *rstd,
                             const float *bias, int N, int C);
 
 /* Accumulate: dinp[N,C] += d/dinp, dweight[C] += sum dout * xhat,
- * dbias[C] += sum dout, given dout[N,C] and the forward's inp, mean, rstd. */
+ * dbias[C] += sum dout, given dout[N,C] and the forward's inp, mean, rstd.
+ * dinp must not overlap dout or inp (the parameter sums read them while
+ * other rows of dinp are written). */
 void kern_layernorm_backward(float *dinp, float *dweight, float *dbias,
                              const float *dout, const float *inp,
                              const float *weight, const float *mean,

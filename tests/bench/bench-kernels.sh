@@ -6,7 +6,7 @@
 #
 # Environment: THREADS (2), BATCH (8), STEPS (5), MODELS ("demo sahaj"),
 # OPTIMIZERS ("adamw lamb"), REPEAT (3: runs per side, alternating),
-# CORETYPES ("hint loaded"), TORCH_PYTHON (/usr/bin/python3), top_srcdir /
+# CORETYPES ("hint loaded"; also "blas"), TORCH_PYTHON (/usr/bin/python3), top_srcdir /
 # top_builddir (guessed from this script and the cwd).
 #
 # Modes (CORETYPES):
@@ -17,7 +17,11 @@
 #           OMP_WAIT_POLICY=PASSIVE.  PyTorch gets the same two variables:
 #           it loads the same OpenBLAS, and it runs faster passive here.
 #   loaded  both sides on the OpenBLAS core as it loads (the re-exec
-#           forbidden), both passive.
+#           forbidden), both passive.  cotrain's large products do not
+#           depend on the core where its own GEMM driver runs (AVX-512).
+#   blas    as hint, with cotrain's GEMM driver off (COTRAIN_GEMM=blas):
+#           every product on OpenBLAS tiles, the path of a CPU without
+#           AVX-512 (not in the default list).
 #
 # Prints, per model and optimizer, over REPEAT alternating runs of each side:
 # training tokens/s (zero_grad, forward, backward, optimizer step; mean over
@@ -151,6 +155,14 @@ for mode in $CORETYPES; do
 		else
 			echo "== as cotrain's programs run: OPENBLAS_CORETYPE=$hint (kern_blas_coretype_hint), OMP_WAIT_POLICY=PASSIVE for both"
 			OPENBLAS_CORETYPE=$hint OMP_WAIT_POLICY=PASSIVE table
+		fi ;;
+	blas)
+		h=${hint#none}
+		echo "== cotrain's GEMM driver off (COTRAIN_GEMM=blas)${h:+, OPENBLAS_CORETYPE=$h}, OMP_WAIT_POLICY=PASSIVE for both"
+		if [ -n "$h" ]; then
+			COTRAIN_GEMM=blas OPENBLAS_CORETYPE=$h OMP_WAIT_POLICY=PASSIVE table
+		else
+			COTRAIN_GEMM=blas OMP_WAIT_POLICY=PASSIVE table
 		fi ;;
 	*)
 		echo "bench-kernels: unknown mode $mode in CORETYPES" >&2
