@@ -120,7 +120,7 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 	json_t *rtt = cl_peer_rtt_json(&j->peer);
 	for (int k = 0; k < j->acc.n; k++) {
 		cl_round_report r = { .mb_done = j->acc.u[k].mb, .samples = j->acc.u[k].mb * j->p.microbatch_size,
-		                      .bandwidth = (double)d->cfg.peer_bandwidth, .can_aggregate = j->peer.can_aggregate,
+		                      .bandwidth = (double)d->cfg.peer_bandwidth, .can_aggregate = cl_peer_can_aggregate(&j->peer),
 		                      .has_loss = j->acc.u[k].mb > 0,
 		                      .loss = j->acc.u[k].mb > 0 ? j->acc.u[k].loss_sum / (double)j->acc.u[k].mb : 0,
 		                      .rtt = rtt };

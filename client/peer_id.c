@@ -162,18 +162,14 @@ static void keep_port_mapping(cl_peer *pe, const cl_project *p, const cl_config 
 	pe->nat_observed_at = 0;             /* tell the NAT service at once */
 }
 
-/* Whether a host of this NAT class may aggregate: peers can reach it
- * directly (public, mapped) or by hole punching (a NAT that keeps one public
- * port per local port); behind a symmetric NAT only the relay reaches it. */
-static int nat_can_aggregate(const char *klass, const char *mapping)
+int cl_peer_can_aggregate(const cl_peer *pe)
 {
-	return strcmp(klass, "public") == 0 || strcmp(klass, "mapped") == 0 ||
-	       (strcmp(klass, "nat") == 0 && strcmp(mapping, "independent") == 0);
+	return !pe->nat_class[0] || strcmp(pe->nat_class, "public") == 0 || strcmp(pe->nat_class, "mapped") == 0 ||
+	       (strcmp(pe->nat_class, "nat") == 0 && strcmp(pe->nat_mapping, "independent") == 0);
 }
 
-/* Register with the NAT service: our public endpoint and whether peers can
- * dial us.  Sets pe->can_aggregate from the class, also when the last
- * registration is recent enough to keep. */
+/* Register with the NAT service (again when the last registration is
+ * NAT_REGISTER_EVERY_S old): our class and public endpoint. */
 static cot_err nat_register(cl_peer *pe, const cl_project *p, const cl_config *cfg, cot_errbuf *eb)
 {
 	if (!cfg->nat_addr[0] || !pe->lst)
@@ -181,11 +177,8 @@ static cot_err nat_register(cl_peer *pe, const cl_project *p, const cl_config *c
 	if (cfg->port_mapping)
 		keep_port_mapping(pe, p, cfg);
 	int64_t now = (int64_t)time(NULL);
-	if (pe->nat_class[0] && now - pe->nat_observed_at < NAT_REGISTER_EVERY_S) {
-		snprintf(pe->endpoint, sizeof pe->endpoint, "%s", pe->nat_endpoint);
-		pe->can_aggregate = nat_can_aggregate(pe->nat_class, pe->nat_mapping);
+	if (pe->nat_class[0] && now - pe->nat_observed_at < NAT_REGISTER_EVERY_S)
 		return COT_OK;
-	}
 	nat_config nc;
 	cl_peer_nat_config(pe, p, cfg, &nc);
 	nat_observation ob;
@@ -201,11 +194,9 @@ static cot_err nat_register(cl_peer *pe, const cl_project *p, const cl_config *c
 		snprintf(pe->nat_endpoint, sizeof pe->nat_endpoint, "[%s]:%u", ob.addr, port);
 	else
 		snprintf(pe->nat_endpoint, sizeof pe->nat_endpoint, "%s:%u", ob.addr, port);
-	snprintf(pe->endpoint, sizeof pe->endpoint, "%s", pe->nat_endpoint);
-	pe->can_aggregate = nat_can_aggregate(ob.klass, ob.mapping);
 	if (strcmp(pe->nat_class, ob.klass) != 0 || strcmp(pe->nat_mapping, ob.mapping) != 0)
-		log_info("project %s: the NAT service sees this host at %s: %s, mapping %s", p->name, pe->endpoint,
-		         ob.klass, ob.mapping);
+		log_info("project %s: the NAT service sees this host at %s: %s, mapping %s", p->name,
+		         pe->nat_endpoint, ob.klass, ob.mapping);
 	snprintf(pe->nat_class, sizeof pe->nat_class, "%s", ob.klass);
 	snprintf(pe->nat_mapping, sizeof pe->nat_mapping, "%s", ob.mapping);
 	pe->nat_observed_at = now;
@@ -255,9 +246,9 @@ void cl_peer_network(const cl_peer *pe, char *out, size_t len)
 	uint16_t port = 0;
 	if (pe->pm)
 		cl_portmap_external(pe->pm, ext, &port);
-	snprintf(out, len, "%s (mapping %s) at %s%s%s%s%s", pe->nat_class, pe->nat_mapping, pe->endpoint,
+	snprintf(out, len, "%s (mapping %s) at %s%s%s%s", pe->nat_class, pe->nat_mapping, pe->endpoint,
 	         pe->pm ? ", port mapped by " : "", pe->pm ? cl_portmap_method(pe->pm) : "",
-	         pe->can_aggregate ? "" : ", relay only: aggregates nothing", "");
+	         cl_peer_can_aggregate(pe) ? "" : ", relay only: aggregates nothing");
 }
 
 cot_err cl_peer_ready(cl_peer *pe, const cl_api_opts *o, const cl_project *p, const cl_config *cfg,
@@ -265,9 +256,10 @@ cot_err cl_peer_ready(cl_peer *pe, const cl_api_opts *o, const cl_project *p, co
 {
 	char local_ip[DIALER_ADDR_MAX] = "";
 	cot_err rc = cl_peer_pin_ca(o, p, cfg->state_dir, local_ip, sizeof local_ip, eb);
-	pe->can_aggregate = 1;
 	if (rc || (rc = open_listener(pe, cfg, local_ip, eb)) || (rc = nat_register(pe, p, cfg, eb)))
 		return rc;
+	if (pe->nat_class[0])
+		snprintf(pe->endpoint, sizeof pe->endpoint, "%s", pe->nat_endpoint);
 	int64_t now = (int64_t)time(NULL);
 	if (pe->ctx && now < pe->cert_renew_at)
 		return COT_OK;

@@ -30,7 +30,6 @@ typedef struct {
 	int64_t cert_renew_at;
 	listener *lst;
 	char endpoint[80];         /* what peers dial: "addr:port" or "[v6]:port" */
-	int can_aggregate;         /* peers can reach us (always without a NAT service) */
 	char nat_class[16];        /* the NAT service's view of us, "" without one */
 	char nat_mapping[16];
 	char nat_endpoint[80];     /* our public endpoint as the NAT service saw it */
@@ -72,6 +71,12 @@ bool cl_peer_nat_config(const cl_peer *pe, const cl_project *p, const cl_config 
  * NULL when none is known. */
 void cl_peer_note_links(cl_peer *pe, cl_links *links);
 json_t *cl_peer_rtt_json(const cl_peer *pe);
+
+/* Whether peers can reach us to aggregate: always without a NAT service;
+ * with one, when public, port mapped, or behind a NAT that keeps one public
+ * port per local port (hole punching); not behind a symmetric NAT (only the
+ * relay reaches us). */
+int cl_peer_can_aggregate(const cl_peer *pe);
 
 /* One line for status: how the NAT service sees us, "" without one. */
 void cl_peer_network(const cl_peer *pe, char *out, size_t len);

@@ -256,27 +256,44 @@ static void expired(int fd, int64_t host)
 	close(fd);
 }
 
-/* Parse and check MEET and RELAY lines: <project> <version> <host> <peer>
- * <token>.  On false the connection has been answered. */
-static bool pair_request(int fd, char **f, long long *version, long long *host, long long *peer,
-                         int64_t *project_id)
+/* Parse and check a MEET or RELAY line (<project> <version> <host> <peer>
+ * <token> <DIAL|ACCEPT>) and park its half *h.  Returns 1 when the other
+ * half was waiting (*other, now the caller's), 0 when *h is parked (the
+ * table keeps fd), -1 when refused (the connection has been answered). */
+static int park_request(relay_service *s, rdv_kind kind, int fd, char **f, int nf, rdv_half *h,
+                        rdv_half *other, long long *version, long long *peer)
 {
 	cot_errbuf eb = { { 0 }, { 0 } };
-	if (!project_name_ok(f[1]) || !num(f[2], 0, INT32_MAX, version) ||
-	    !num(f[3], 1, INT64_MAX, host) || !num(f[4], 1, INT64_MAX, peer)) {
+	long long host;
+	int64_t project_id;
+	if (nf != 7 || (strcmp(f[6], "DIAL") != 0 && strcmp(f[6], "ACCEPT") != 0) ||
+	    !project_name_ok(f[1]) || !num(f[2], 0, INT32_MAX, version) ||
+	    !num(f[3], 1, INT64_MAX, &host) || !num(f[4], 1, INT64_MAX, peer)) {
 		cot_seterr(&eb, COT_ERR_INVALID, "malformed %s line", f[0]);
 		refuse(fd, COT_ERR_INVALID, &eb);
-		return false;
+		return -1;
 	}
-	cot_err rc = rdv_auth(*host, f[5], &eb);
+	cot_err rc = rdv_auth(host, f[5], &eb);
 	if (!rc)
-		rc = rdv_pair_check(f[1], *version, *host, *peer, project_id, &eb);
+		rc = rdv_pair_check(f[1], *version, host, *peer, &project_id, &eb);
+	*h = (rdv_half){ fd, host, strcmp(f[6], "DIAL") == 0, deadline_after_ms(s->cfg.wait_s * 1000LL) };
+	if (!rc)
+		rc = rdv_park(kind, project_id, *version, *peer, h, other, &eb);
 	if (rc) {
-		log_warn("nat: refused %s of host %lld for host %lld: %s", f[0], *host, *peer, eb.msg);
+		log_warn("nat: refused %s of host %lld for host %lld: %s", f[0], host, *peer, eb.msg);
 		refuse(fd, rc, &eb);
-		return false;
+		return -1;
 	}
-	return true;
+	return other->fd >= 0;
+}
+
+/* What the server knows of host, or the class "unknown". */
+static void reach_or_unknown(int64_t host, reach_info *i)
+{
+	if (!reach_get(host, i)) {
+		memset(i, 0, sizeof *i);
+		i->klass = i->mapping = "unknown";
+	}
 }
 
 /* ---- MEET <project> <version> <host> <peer> <token> <DIAL|ACCEPT> ---- */
@@ -284,36 +301,15 @@ static bool pair_request(int fd, char **f, long long *version, long long *host, 
 /* Returns true when the table kept fd. */
 static bool do_meet(relay_service *s, int fd, char **f, int nf)
 {
-	cot_errbuf eb = { { 0 }, { 0 } };
-	long long version, host, peer;
-	int64_t project_id;
-	if (nf != 7 || (strcmp(f[6], "DIAL") != 0 && strcmp(f[6], "ACCEPT") != 0)) {
-		cot_seterr(&eb, COT_ERR_INVALID, "malformed MEET line");
-		refuse(fd, COT_ERR_INVALID, &eb);
-		return false;
-	}
-	if (!pair_request(fd, f, &version, &host, &peer, &project_id))
-		return false;
-	rdv_half h = { fd, host, strcmp(f[6], "DIAL") == 0, deadline_after_ms(s->cfg.wait_s * 1000LL) };
-	rdv_half other;
-	cot_err rc = rdv_park(RDV_MEET, project_id, version, peer, &h, &other, &eb);
-	if (rc) {
-		log_warn("nat: refused MEET of host %lld for host %lld: %s", host, peer, eb.msg);
-		refuse(fd, rc, &eb);
-		return false;
-	}
-	if (other.fd < 0)
-		return true;
+	long long version, peer;
+	rdv_half h, other;
+	int got = park_request(s, RDV_MEET, fd, f, nf, &h, &other, &version, &peer);
+	if (got <= 0)
+		return got == 0;
 	/* Both halves are here: tell each how to reach the other, and when. */
 	reach_info hi, oi;
-	if (!reach_get(host, &hi)) {
-		memset(&hi, 0, sizeof hi);
-		hi.klass = hi.mapping = "unknown";
-	}
-	if (!reach_get(peer, &oi)) {
-		memset(&oi, 0, sizeof oi);
-		oi.klass = oi.mapping = "unknown";
-	}
+	reach_or_unknown(h.host, &hi);
+	reach_or_unknown(peer, &oi);
 	const char *plan = h.dial ? plan_for(&hi, &oi) : plan_for(&oi, &hi);
 	char a1[REACH_ADDR_MAX], a2[REACH_ADDR_MAX];
 	uint16_t p1, p2;
@@ -322,8 +318,8 @@ static bool do_meet(relay_service *s, int fd, char **f, int nf)
 	say(fd, "GO %s %s %u %d", plan, a1, p1, s->cfg.meet_lead_ms);
 	say(other.fd, "GO %s %s %u %d", plan, a2, p2, s->cfg.meet_lead_ms);
 	close(other.fd);
-	log_info("nat: hosts %lld (%s) and %lld meet in round %lld: %s", host, h.dial ? "dials" : "accepts",
-	         peer, version, plan);
+	log_info("nat: hosts %lld (%s) and %lld meet in round %lld: %s", (long long)h.host,
+	         h.dial ? "dials" : "accepts", peer, version, plan);
 	return false;
 }
 
@@ -468,26 +464,12 @@ out:
 /* Returns true when fd was kept (parked or relayed). */
 static bool do_relay(relay_service *s, int fd, char **f, int nf)
 {
-	cot_errbuf eb = { { 0 }, { 0 } };
-	long long version, host, peer;
-	int64_t project_id;
-	if (nf != 7 || (strcmp(f[6], "DIAL") != 0 && strcmp(f[6], "ACCEPT") != 0)) {
-		cot_seterr(&eb, COT_ERR_INVALID, "malformed RELAY line");
-		refuse(fd, COT_ERR_INVALID, &eb);
-		return false;
-	}
-	if (!pair_request(fd, f, &version, &host, &peer, &project_id))
-		return false;
-	rdv_half h = { fd, host, strcmp(f[6], "DIAL") == 0, deadline_after_ms(s->cfg.wait_s * 1000LL) };
-	rdv_half other;
-	cot_err rc = rdv_park(RDV_RELAY, project_id, version, peer, &h, &other, &eb);
-	if (rc) {
-		log_warn("nat: refused RELAY of host %lld for host %lld: %s", host, peer, eb.msg);
-		refuse(fd, rc, &eb);
-		return false;
-	}
-	if (other.fd < 0)
-		return true;
+	long long version, peer;
+	rdv_half h, other;
+	int got = park_request(s, RDV_RELAY, fd, f, nf, &h, &other, &version, &peer);
+	if (got <= 0)
+		return got == 0;
+	int64_t host = h.host;
 	pthread_mutex_lock(&s->mu);
 	bool room = s->sessions < s->cfg.max_sessions && !atomic_load(&s->stop);
 	if (room)
@@ -506,7 +488,7 @@ static bool do_relay(relay_service *s, int fd, char **f, int nf)
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 		if (pthread_create(&t, &at, splice_main, ss) == 0) {
 			pthread_attr_destroy(&at);
-			log_info("nat: relaying hosts %lld and %lld of round %lld", host, peer, version);
+			log_info("nat: relaying hosts %lld and %lld of round %lld", (long long)host, peer, version);
 			return true;
 		}
 		pthread_attr_destroy(&at);
@@ -517,6 +499,7 @@ static bool do_relay(relay_service *s, int fd, char **f, int nf)
 		s->sessions--;
 		pthread_mutex_unlock(&s->mu);
 	}
+	cot_errbuf eb = { { 0 }, { 0 } };
 	cot_seterr(&eb, COT_ERR_TOO_LARGE, "the relay is full");
 	refuse(fd, COT_ERR_TOO_LARGE, &eb);
 	refuse(other.fd, COT_ERR_TOO_LARGE, &eb);
