@@ -155,7 +155,7 @@ typedef struct gemm_args {
 	bool ta, tb;
 	int M, N, K, lda, ldb, ldc;
 	int kc, nkb;          /* K block length (the last may be shorter), count */
-	int npanels, mc, pcols, nrt, nct;
+	int npanels, upan, mc, nrt, nct;  /* mc: the most rows in a tile */
 	float alpha, beta;
 	const float *A, *B, *bias, *R;
 	float *colsum;        /* += column sums of op(B), or NULL */
@@ -416,7 +416,18 @@ static void post_op(const gemm_args *g, size_t co, int mr, int nr)
 	}
 }
 
-/* Tile t: rows [it mc, +mc) by panels [jt pcols, +pcols).  The tile's rows
+/* Row tile it: rows [*i0, *i0 + *mc), whole micro-panels, the tiles
+ * differing by at most one. */
+static void tile_rows(const gemm_args *g, int it, int *i0, int *mc)
+{
+	int r0 = (int)((long)it * g->upan / g->nrt);
+	int r1 = (int)((long)(it + 1) * g->upan / g->nrt);
+	*i0 = r0 * MR;
+	*mc = (r1 * MR < g->M ? r1 * MR : g->M) - *i0;
+}
+
+/* Tile t: the rows of row tile t / nct by column group t % nct (panels
+ * [jt npanels / nct, (jt + 1) npanels / nct)).  The tile's rows
  * of op(A) are packed, all of K, into ap; its columns are walked in
  * chunks of NCP panels, and for each chunk the K blocks in order (op(A)
  * packed during the first chunk's pass, just before its use): the
@@ -425,9 +436,9 @@ static void post_op(const gemm_args *g, size_t co, int mr, int nr)
  * from one K block to the next. */
 AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
 {
-	int it = t / g->nct, jt = t % g->nct;
-	int i0 = it * g->mc, mc = g->M - i0 < g->mc ? g->M - i0 : g->mc;
-	int pa = jt * g->pcols, pb = pa + g->pcols < g->npanels ? pa + g->pcols : g->npanels;
+	int it = t / g->nct, jt = t % g->nct, i0, mc;
+	tile_rows(g, it, &i0, &mc);
+	int pa = jt * g->npanels / g->nct, pb = (jt + 1) * g->npanels / g->nct;
 	int npan = (mc + MR - 1) / MR;
 	size_t kstride = (size_t)npan * MR * g->kc;  /* floats per K block */
 	for (int c0 = pa; c0 < pb; c0 += NCP) {
@@ -466,8 +477,8 @@ AVX512 static void pack_task(const gemm_args *g, int p)
 		return;
 	}
 	p -= g->npanels;
-	int it = p / g->nkb, kb = p % g->nkb;
-	int i0 = it * g->mc, mc = g->M - i0 < g->mc ? g->M - i0 : g->mc;
+	int it = p / g->nkb, kb = p % g->nkb, i0, mc;
+	tile_rows(g, it, &i0, &mc);
 	int k0 = kb * g->kc, kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
 	size_t kstride = (size_t)((mc + MR - 1) / MR) * MR * g->kc;
 	pack_a_block(g, g->abase + (size_t)it * g->aper + kb * kstride, i0, mc, k0, kc);
@@ -505,30 +516,39 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 	 * pass of the tile's B block from L2 serves that many rows); when
 	 * that gives fewer than 4 tiles per thread (handed out dynamically, so
 	 * that a thread slowed by another process does fewer), the columns
-	 * are split too, or the rows are, down to 48 per block. */
+	 * are split too, or the rows are, down to 4 micro-panels per block.
+	 * The count is then made a multiple of the thread count, and the
+	 * blocks differ by at most one micro-panel (or panel): 9 equal tiles
+	 * on 2 threads kept one thread idle for a ninth of every product. */
 	int want = nt > 1 ? 4 * nt : 1;
-	int nrt = (M + MC_MAX - 1) / MC_MAX;
-	int mc = (M + nrt - 1) / nrt;
-	mc = (mc + MR - 1) / MR * MR;
-	g.mc = mc;
-	g.nrt = (M + mc - 1) / mc;
-	int nct = g.nrt >= want ? 1 : (want + g.nrt - 1) / g.nrt;
+	int upan = (M + MR - 1) / MR;             /* micro-panels of rows */
+	int nrt = (upan + MC_MAX / MR - 1) / (MC_MAX / MR);
+	int nct = nrt >= want ? 1 : (want + nrt - 1) / nrt;
 	if (nct > g.npanels)
 		nct = g.npanels;
-	if (g.nrt * nct < want && mc > 4 * MR) {
-		mc = (M + want / nct - 1) / (want / nct);
-		mc = (mc + MR - 1) / MR * MR;
-		g.mc = mc = mc < 4 * MR ? 4 * MR : mc;
-		g.nrt = (M + mc - 1) / mc;
+	if (nrt * nct < want) {
+		nrt = (want + nct - 1) / nct;
+		if (nrt > upan / 4)
+			nrt = upan / 4 > 0 ? upan / 4 : 1;
 	}
-	g.pcols = (g.npanels + nct - 1) / nct;
-	g.nct = (g.npanels + g.pcols - 1) / g.pcols;
+	while ((nrt * nct) % nt) {
+		if (nct == 1 && nrt < upan)
+			nrt++;
+		else if (nct < g.npanels)
+			nct++;
+		else
+			break;
+	}
+	g.upan = upan;
+	g.nrt = nrt;
+	g.nct = nct;
+	g.mc = (upan + nrt - 1) / nrt * MR;       /* the most rows in a tile */
 	int ntiles = g.nrt * g.nct;
 	/* A tile's rows of op(A), all K blocks, rows rounded up: one per
 	 * thread, packed by each tile; or, when the columns are split (a row
 	 * block then serves several tiles), one per row block, all packed up
 	 * front with op(B), so that none is packed twice. */
-	size_t aper = (size_t)(g.mc + MR - 1) / MR * MR * g.kc * g.nkb;
+	size_t aper = (size_t)g.mc * g.kc * g.nkb;
 	aper = (aper + 15) / 16 * 16;
 	g.aper = aper;
 	g.a_shared = g.nct > 1;
