@@ -113,6 +113,10 @@ const char *kern_blas_coretype_hint(void);
  * kern_blas_reexec_if_needed; set it (to anything) to forbid the re-exec. */
 #define KERN_BLAS_REEXEC_ENV "COTRAIN_BLAS_REEXEC"
 
+/* The spin count (GOMP_SPINCOUNT) every program runs with unless the
+ * environment sets a wait policy; see kern_blas_reexec_if_needed. */
+#define KERN_OMP_SPINCOUNT "10000"
+
 /* Call first thing in main(), before any thread, file, signal handler or
  * other state that exec would lose or leak.  Two settings the kernels need
  * are read by their libraries only when the process loads, so they can only
@@ -120,13 +124,17 @@ const char *kern_blas_coretype_hint(void);
  *  - OPENBLAS_CORETYPE = kern_blas_coretype_hint(), when the variable is
  *    unset and the hint names a core (4-5x faster products on CPUs that
  *    OpenBLAS 0.3.21 does not recognise);
- *  - OMP_WAIT_POLICY = PASSIVE, when neither it nor GOMP_SPINCOUNT is set:
- *    by default libgomp's idle threads spin for up to a few milliseconds at
- *    every barrier; when another process holds one of the cores (a
- *    volunteer's own work, which the client yields to), the spinning thread
- *    takes the CPU its partner needs, and a training step ran 2-3x slower
- *    on this project's 2-core test machine under load.  Sleeping costs a few
- *    microseconds per parallel region when the cores are idle.
+ *  - GOMP_SPINCOUNT = KERN_OMP_SPINCOUNT, when neither it nor
+ *    OMP_WAIT_POLICY is set: an idle OpenMP thread spins about 0.2 ms
+ *    (10000 pauses) before it sleeps.  libgomp's default (up to a few ms,
+ *    or for ever with OMP_WAIT_POLICY=ACTIVE) takes the CPU a partner
+ *    thread needs when another process holds one of the cores (a
+ *    volunteer's own work, which the client yields to); sleeping at once
+ *    (PASSIVE) lets an idle virtual CPU halt at every barrier, and on a
+ *    virtual machine the host then hands its core, and its caches, to
+ *    other guests.  Measured on the 2-core test VM, sahaj-sized steps
+ *    (doc/kernels.md): idle, 15% more tokens/s than PASSIVE; beside a busy
+ *    process, within 3% of it.
  * When either applies and KERN_BLAS_REEXEC_ENV is unset, sets them and the
  * marker and execv()s /proc/self/exe with the same argv (same pid, same
  * arguments, same environment plus these variables).  Returns only when

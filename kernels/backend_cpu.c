@@ -306,14 +306,14 @@ void kern_blas_reexec_if_needed(int argc, char **argv)
 	if (getenv(KERN_BLAS_REEXEC_ENV))
 		return;
 	const char *hint = getenv("OPENBLAS_CORETYPE") ? NULL : kern_blas_coretype_hint();
-	bool passive = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
-	if (!hint && !passive)
+	bool spin = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
+	if (!hint && !spin)
 		return;
 	/* the marker first: should the exec fail and the program later run
 	 * another of ours, that one does not try again either */
 	if (setenv(KERN_BLAS_REEXEC_ENV, hint ? hint : "-", 1) != 0
 	    || (hint && setenv("OPENBLAS_CORETYPE", hint, 1) != 0)
-	    || (passive && setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0))
+	    || (spin && setenv("GOMP_SPINCOUNT", KERN_OMP_SPINCOUNT, 1) != 0))
 		return;
 	execv("/proc/self/exe", argv);
 	/* Still here: run on as loaded (describe() names the core).  No log

@@ -14,11 +14,13 @@
 #           program, re-executes itself with OPENBLAS_CORETYPE set to
 #           kern_blas_coretype_hint() (OpenBLAS 0.3.21 runs generic SSE code
 #           on CPUs it does not know, Sapphire/Emerald Rapids among them) and
-#           OMP_WAIT_POLICY=PASSIVE.  PyTorch gets the same two variables:
-#           it loads the same OpenBLAS, and it runs faster passive here.
+#           GOMP_SPINCOUNT=$SPIN (KERN_OMP_SPINCOUNT: idle OpenMP threads
+#           spin about 0.2 ms, then sleep).  PyTorch gets the same two
+#           variables: it loads the same OpenBLAS and the same libgomp.
 #   loaded  both sides on the OpenBLAS core as it loads (the re-exec
-#           forbidden), both passive.  cotrain's large products do not
-#           depend on the core where its own GEMM driver runs (AVX-512).
+#           forbidden), both with GOMP_SPINCOUNT=$SPIN.  cotrain's large
+#           products do not depend on the core where its own GEMM driver
+#           runs (AVX-512).
 #   blas    as hint, with cotrain's GEMM driver off (COTRAIN_GEMM=blas):
 #           every product on OpenBLAS tiles, the path of a CPU without
 #           AVX-512 (not in the default list).
@@ -50,6 +52,9 @@ MODELS=${MODELS:-"demo sahaj"}
 OPTIMIZERS=${OPTIMIZERS:-"adamw lamb"}
 REPEAT=${REPEAT:-3}
 CORETYPES=${CORETYPES:-"hint loaded"}
+# the spin count cotrain's programs run with (KERN_OMP_SPINCOUNT in kernels/backend.h)
+SPIN=$(sed -n 's/^#define KERN_OMP_SPINCOUNT "\([0-9]*\)"$/\1/p' "$top_srcdir/kernels/backend.h")
+[ -n "$SPIN" ] || { echo "bench-kernels: no KERN_OMP_SPINCOUNT in $top_srcdir/kernels/backend.h" >&2; exit 2; }
 
 bench="$top_builddir/tests/bench/bench_kernels"
 torch_bench="$top_srcdir/tests/bench/bench_kernels_torch.py"
@@ -146,23 +151,23 @@ hint=$(COTRAIN_BLAS_REEXEC=off "$bench" --coretype-hint)
 for mode in $CORETYPES; do
 	case $mode in
 	loaded)
-		echo "== OpenBLAS as it loads${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}, OMP_WAIT_POLICY=PASSIVE for both"
-		COTRAIN_BLAS_REEXEC=off OMP_WAIT_POLICY=PASSIVE table ;;
+		echo "== OpenBLAS as it loads${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}, GOMP_SPINCOUNT=$SPIN for both"
+		COTRAIN_BLAS_REEXEC=off GOMP_SPINCOUNT=$SPIN table ;;
 	hint)
 		if [ "$hint" = none ]; then
-			echo "== as cotrain's programs run (no better OpenBLAS core for this CPU), OMP_WAIT_POLICY=PASSIVE for both"
-			OMP_WAIT_POLICY=PASSIVE table
+			echo "== as cotrain's programs run (no better OpenBLAS core for this CPU), GOMP_SPINCOUNT=$SPIN for both"
+			GOMP_SPINCOUNT=$SPIN table
 		else
-			echo "== as cotrain's programs run: OPENBLAS_CORETYPE=$hint (kern_blas_coretype_hint), OMP_WAIT_POLICY=PASSIVE for both"
-			OPENBLAS_CORETYPE=$hint OMP_WAIT_POLICY=PASSIVE table
+			echo "== as cotrain's programs run: OPENBLAS_CORETYPE=$hint (kern_blas_coretype_hint), GOMP_SPINCOUNT=$SPIN for both"
+			OPENBLAS_CORETYPE=$hint GOMP_SPINCOUNT=$SPIN table
 		fi ;;
 	blas)
 		h=${hint#none}
-		echo "== cotrain's GEMM driver off (COTRAIN_GEMM=blas)${h:+, OPENBLAS_CORETYPE=$h}, OMP_WAIT_POLICY=PASSIVE for both"
+		echo "== cotrain's GEMM driver off (COTRAIN_GEMM=blas)${h:+, OPENBLAS_CORETYPE=$h}, GOMP_SPINCOUNT=$SPIN for both"
 		if [ -n "$h" ]; then
-			COTRAIN_GEMM=blas OPENBLAS_CORETYPE=$h OMP_WAIT_POLICY=PASSIVE table
+			COTRAIN_GEMM=blas OPENBLAS_CORETYPE=$h GOMP_SPINCOUNT=$SPIN table
 		else
-			COTRAIN_GEMM=blas OMP_WAIT_POLICY=PASSIVE table
+			COTRAIN_GEMM=blas GOMP_SPINCOUNT=$SPIN table
 		fi ;;
 	*)
 		echo "bench-kernels: unknown mode $mode in CORETYPES" >&2
