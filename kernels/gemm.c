@@ -74,10 +74,20 @@ static void bufs_init(void)
 	bufs_key_ok = pthread_key_create(&bufs_key, bufs_free) == 0;
 }
 
-static float *alloc_floats(size_t n)
+/* *p holds at least n floats (*have of them, 64-byte aligned) on true;
+ * on false (out of memory) *p is NULL and *have 0.  Old contents are not
+ * kept. */
+static bool grow_floats(float **p, size_t *have, size_t n)
 {
+	if (*have >= n)
+		return true;
+	free(*p);
+	*have = 0;
 	size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-	return aligned_alloc(64, bytes ? bytes : 64);
+	if (!(*p = aligned_alloc(64, bytes ? bytes : 64)))
+		return false;
+	*have = n;
+	return true;
 }
 
 /* The calling thread's buffers with room for nb floats of packed B and na
@@ -95,20 +105,8 @@ static gemm_bufs *bufs_get(size_t nb, size_t na)
 			return NULL;
 		}
 	}
-	if (g->b_n < nb) {
-		free(g->b);
-		g->b_n = 0;
-		if (!(g->b = alloc_floats(nb)))
-			return NULL;
-		g->b_n = nb;
-	}
-	if (g->a_n < na) {
-		free(g->a);
-		g->a_n = 0;
-		if (!(g->a = alloc_floats(na)))
-			return NULL;
-		g->a_n = na;
-	}
+	if (!grow_floats(&g->b, &g->b_n, nb) || !grow_floats(&g->a, &g->a_n, na))
+		return NULL;
 	return g;
 }
 

@@ -14,7 +14,7 @@ T=$(mktemp -d /tmp/cotrain-nat-XXXXXX)
 NAT_DATA=$T
 NAT_SPID=
 cleanup() {
-	[ -n "$NAT_SPID" ] && kill "$NAT_SPID" 2>/dev/null && wait "$NAT_SPID" 2>/dev/null
+	nat_server_stop
 	[ -n "$NAT_KEEP" ] && cp "$T/server.log" "$NAT_KEEP"; rm -rf "$T"
 }
 trap cleanup EXIT INT TERM

@@ -15,13 +15,10 @@
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 . "$top_srcdir/tests/netns.sh"
-netns_require
-for c in nft conntrack; do
-	command -v $c >/dev/null 2>&1 || skip_all "$c is not installed (packaging/install-deps.sh)"
-done
+. "$top_srcdir/tests/nat/netns-nat.sh"
+natns_require
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 . "$top_srcdir/tests/nat/nat-lib.sh"
-. "$top_srcdir/tests/nat/netns-nat.sh"
 T=$(mktemp -d /tmp/cotrain-natns-XXXXXX)
 NAT_DATA=$T
 NETNS_EXIT_HOOK='[ -n "$NAT_KEEP" ] && cp "$T"/*.log "$NAT_KEEP"/ 2>/dev/null; rm -rf "$T"'

@@ -14,7 +14,7 @@ T=$(mktemp -d /tmp/cotrain-natp-XXXXXX)
 NAT_DATA=$T
 NAT_SPID=
 cleanup() {
-	[ -n "$NAT_SPID" ] && kill "$NAT_SPID" 2>/dev/null && wait "$NAT_SPID" 2>/dev/null
+	nat_server_stop
 	rm -rf "$T"
 }
 trap cleanup EXIT INT TERM
@@ -101,7 +101,7 @@ grep -A2 "^hosts$" "$T/status.out" | grep -q "PUBLIC  *MAPPED  *NAT  *UNKNOWN"
 ok $? "  and counts hosts per class"
 
 # A restart: the broker forgets, the row remembers.
-kill "$NAT_SPID"; wait "$NAT_SPID"; NAT_SPID=
+nat_server_stop
 start_server --relay-bandwidth 1000000
 nat=$(get /v1/hosts/1001/nat)
 echo "$nat" | grep -q '"reachability" *: *"public"' && echo "$nat" | grep -q '"source" *: *"database"' &&

@@ -28,12 +28,9 @@
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 . "$top_srcdir/tests/netns.sh"
-netns_require
-for c in nft conntrack; do
-	command -v $c >/dev/null 2>&1 || skip_all "$c is not installed (packaging/install-deps.sh)"
-done
-[ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 . "$top_srcdir/tests/nat/netns-nat.sh"
+natns_require
+[ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 . "$top_srcdir/tests/nat/round-lib.sh"
 T=$(mktemp -d /tmp/cotrain-natround-XXXXXX)
 chmod 755 "$T"

@@ -9,6 +9,7 @@
 #   nat_server LOG ADDR PORT [ARGS...]
 #                           start cotrain-server (HTTP on PORT, the NAT service
 #                           on PORT+1 and PORT+2) with output in LOG; sets NAT_SPID
+#   nat_server_stop         stop that server, if one runs, and wait for it
 #   nat_drv CMD ARGS...     run the driver
 
 NAT_B=${top_builddir:-.}
@@ -70,6 +71,11 @@ nat_server() {
 		sleep 0.1; _n=$((_n - 1))
 	done
 	return 1
+}
+
+nat_server_stop() {
+	[ -n "$NAT_SPID" ] && kill "$NAT_SPID" 2>/dev/null && wait "$NAT_SPID" 2>/dev/null
+	NAT_SPID=
 }
 
 nat_drv() { "$NAT_B/tests/nat/nat_driver" "$@"; }

@@ -24,7 +24,15 @@
 #                           $NAT_DATA (config, leases, log NAME-miniupnpd.log)
 #   natns_flush             flush connection tracking in every router
 #   natns_host NAME         the host namespace behind router NAME's site
+#   natns_require           netns_require, and skip_all without nft or conntrack
 NATNS_ROUTERS=
+
+natns_require() {
+	netns_require
+	for _c in nft conntrack; do
+		command -v $_c >/dev/null 2>&1 || skip_all "$_c is not installed (packaging/install-deps.sh)"
+	done
+}
 
 natns_filter() {
 	netns_exec "$1" nft -f - <<NFT
