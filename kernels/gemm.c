@@ -34,12 +34,18 @@
 #define GEMM_X86 1
 #include <immintrin.h>
 #define AVX512 __attribute__((target("avx512f")))
+#define AMX __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #else
 #define GEMM_X86 0
 #endif
 
 enum {
 	MR = 12,     /* rows of the micro-kernel's C block */
+	MRA = 32,    /* rows of the AMX kernel's C block (two 16-row tiles) */
+	KCH = 32,    /* k per AMX tile (16 pairs of bf16) */
 	NR = 32,     /* columns: two 16-float vectors */
 	MC_MAX = 240, /* the most rows in a tile: 20 micro-panels */
 	NCP = 16,    /* panels (of NR columns) in a tile: 512 columns */
@@ -113,18 +119,41 @@ static gemm_bufs *bufs_get(size_t nb, size_t na)
 /* ---- usability ------------------------------------------------------- */
 
 static int usable = -1;
+static int amx_ok = -1;   /* the CPU and the kernel let this process use AMX */
+static int amx_on = -1;   /* the driver uses it */
 static pthread_once_t usable_once = PTHREAD_ONCE_INIT;
+
+#if GEMM_X86
+/* AMX-BF16 and AVX512-BF16 on this CPU, and the kernel's permission for
+ * this process to use the tile data (Linux asks for it since 5.16: the
+ * 8 KiB of tile state is saved only for processes that request it). */
+static bool amx_init(void)
+{
+	unsigned a, b, c, d;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)
+	    || !(d & (1u << 22)) || !(d & (1u << 24)))  /* AMX-BF16, AMX-TILE */
+		return false;
+	if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5)))
+		return false;                               /* AVX512-BF16 */
+	enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+	return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+#endif
 
 static void usable_init(void)
 {
 	const char *e = getenv("COTRAIN_GEMM");
 	bool want = !(e && strcmp(e, "blas") == 0);
+	bool want_amx = want && !(e && strcmp(e, "avx512") == 0);
 #if GEMM_X86
 	__builtin_cpu_init();
 	usable = want && __builtin_cpu_supports("avx512f");
+	amx_ok = __builtin_cpu_supports("avx512f") && amx_init();
+	amx_on = want_amx && amx_ok;
 #else
 	(void)want;
-	usable = 0;
+	(void)want_amx;
+	usable = amx_ok = amx_on = 0;
 #endif
 }
 
@@ -145,6 +174,20 @@ bool kern_gemm_enable(bool on)
 	return on && can;
 }
 
+bool kern_gemm_amx(void)
+{
+	pthread_once(&usable_once, usable_init);
+	return __atomic_load_n(&amx_on, __ATOMIC_RELAXED) == 1;
+}
+
+bool kern_gemm_amx_enable(bool on)
+{
+	pthread_once(&usable_once, usable_init);
+	bool now = on && amx_ok == 1;
+	__atomic_store_n(&amx_on, now ? 1 : 0, __ATOMIC_RELAXED);
+	return now;
+}
+
 #if GEMM_X86
 
 /* ---- packing --------------------------------------------------------- */
@@ -154,6 +197,10 @@ typedef struct gemm_args {
 	int M, N, K, lda, ldb, ldc;
 	int kc, nkb;          /* K block length (the last may be shorter), count */
 	int npanels, upan, mc, nrt, nct;  /* mc: the most rows in a tile */
+	bool amx;             /* the AMX kernel (mr MRA) or the AVX-512 one (MR) */
+	int mr;               /* rows of a micro-panel */
+	int kcp;              /* AMX: k per packed K block, kc rounded up to KCH */
+	size_t bpanel;        /* floats of packed op(B) per panel */
 	float alpha, beta;
 	const float *A, *B, *bias, *R;
 	float *colsum;        /* += column sums of op(B), or NULL */
@@ -403,6 +450,240 @@ AVX512 static void micro_kernel(int kc, const float *restrict a,
 		          bias, acc[i][0], acc[i][1], m0, m1, alpha, beta, first);
 }
 
+/* ---- the AMX kernel ---------------------------------------------------
+ *
+ * fp32 products on the bf16 tile unit, to fp32 accuracy.  Each operand is
+ * split into three bf16 parts, x = h + m + l (8 significant bits each, 24
+ * in all: exact but for denormals, which the unit reads as zero), and a
+ * product is the six largest of the nine cross terms, hh + hm + hl + mh +
+ * mm + lh: those dropped (ml, lm, ll) are below 2^-24 of it.  The unit
+ * multiplies bf16 pairs exactly and accumulates in fp32, in a fixed order,
+ * so results do not depend on the thread count either.
+ *
+ * Packed layout, per micro-panel of op(A) (MRA = 32 rows) or panel of
+ * op(B) (NR = 32 columns), per K block (kcp k, zero past kc), per chunk of
+ * KCH = 32 k: the three parts h, m, l, each as two tiles of 16 rows x 64
+ * bytes.  An A tile holds 16 rows of 32 k; a B tile 16 pairs of k by 16
+ * columns, each row (k, k+1) interleaved per column, as TDPBF16PS reads
+ * them.  A chunk is 3 x 2 x 512 bf16 = 6 KiB. */
+
+enum { TILE_BF16 = 512, CHUNK_BF16 = 3 * 2 * TILE_BF16 };
+
+/* Eight tiles of 16 rows x 64 bytes: C in 0-3 (rows 0-15 / 16-31 by
+ * columns 0-15 / 16-31), A in 4-5, B in 6-7. */
+static const struct {
+	uint8_t palette, start_row, reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+} amx_cfg = {
+	1, 0, { 0 }, { 64, 64, 64, 64, 64, 64, 64, 64 },
+	{ 16, 16, 16, 16, 16, 16, 16, 16 },
+};
+
+static inline __mmask16 mask_n(int n)
+{
+	return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+/* The three bf16 parts of 32 floats, lo's 16 in the low half of each
+ * part[s]: x = h + m + l. */
+AMX static inline __attribute__((always_inline)) void split3(__m512 lo, __m512 hi,
+                                                             __m512i part[3])
+{
+	for (int s = 0; s < 3; s++) {
+		__m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+		part[s] = v;
+		__m512 flo = _mm512_castsi512_ps(_mm512_slli_epi32(
+		        _mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16));
+		__m512 fhi = _mm512_castsi512_ps(_mm512_slli_epi32(
+		        _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16));
+		lo = _mm512_sub_ps(lo, flo);
+		hi = _mm512_sub_ps(hi, fhi);
+	}
+}
+
+/* 32 bf16 (a in the low half, b in the high) as 16 pairs (a[n], b[n]). */
+AMX static inline __attribute__((always_inline)) __m512i interleave(__m512i v)
+{
+	const __m512i idx = _mm512_set_epi16(
+	        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+	        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	return _mm512_permutexvar_epi16(idx, v);
+}
+
+/* Panel p of op(B) in the AMX layout (and colsum, as pack_b_panel). */
+AMX static void pack_b_panel_amx(const gemm_args *g, int p)
+{
+	int j0 = p * NR, nr = g->N - j0 < NR ? g->N - j0 : NR;
+	uint16_t *dst = (uint16_t *)(g->bp + (size_t)p * g->bpanel);
+	__m512d sum[4] = { _mm512_setzero_pd(), _mm512_setzero_pd(),
+	                   _mm512_setzero_pd(), _mm512_setzero_pd() };
+	for (int kb = 0; kb < g->nkb; kb++) {
+		int k0 = kb * g->kc, kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
+		uint16_t *d = dst + (size_t)kb * g->kcp * NR * 3;
+		for (int c = 0; c < g->kcp; c += KCH, d += CHUNK_BF16) {
+			if (!g->tb) {
+				/* rows k, k + 1 of B interleaved per column */
+				for (int kp = 0; kp < KCH / 2; kp++) {
+					int k = c + 2 * kp;
+					for (int h = 0; h < 2; h++) {
+						__mmask16 m = mask_n(nr - 16 * h);
+						const float *src = g->B + (size_t)(k0 + k) * g->ldb + j0 + 16 * h;
+						/* the rows are a panel's width apart: the
+						 * prefetchers do not follow them from memory */
+						_mm_prefetch((const char *)(src + 16 * (size_t)g->ldb), _MM_HINT_T0);
+						_mm_prefetch((const char *)(src + 17 * (size_t)g->ldb), _MM_HINT_T0);
+						__m512 x0 = k < kc ? _mm512_maskz_loadu_ps(m, src)
+						                   : _mm512_setzero_ps();
+						__m512 x1 = k + 1 < kc ? _mm512_maskz_loadu_ps(m, src + g->ldb)
+						                       : _mm512_setzero_ps();
+						if (g->colsum) {  /* kern_colsum_add's sums: rows in order */
+							for (int q = 0; q < 2 && k + q < kc; q++) {
+								__m512 x = q ? x1 : x0;
+								sum[2 * h] = _mm512_add_pd(sum[2 * h],
+								        _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
+								sum[2 * h + 1] = _mm512_add_pd(sum[2 * h + 1],
+								        _mm512_cvtps_pd(_mm256_castpd_ps(
+								                _mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+							}
+						}
+						__m512i part[3];
+						split3(x0, x1, part);
+						for (int s = 0; s < 3; s++)
+							_mm512_store_si512(d + s * 2 * TILE_BF16 + h * TILE_BF16 + kp * 32,
+							                   interleave(part[s]));
+					}
+				}
+				continue;
+			}
+			/* op(B)[k][j] = B[j][k]: each row of B holds its column's
+			 * pairs in place; split, then transpose 16 x 16 pairs */
+			for (int h = 0; h < 2; h++) {
+				__m512 v[3][16];
+				int rows = nr - 16 * h;
+				for (int i = 0; i < 16; i++) {
+					__m512i part[3];
+					if (i < rows) {
+						const float *src = g->B + (size_t)(j0 + 16 * h + i) * g->ldb + k0 + c;
+						split3(_mm512_maskz_loadu_ps(mask_n(kc - c), src),
+						       _mm512_maskz_loadu_ps(mask_n(kc - c - 16), src + 16), part);
+					} else {
+						part[0] = part[1] = part[2] = _mm512_setzero_si512();
+					}
+					for (int s = 0; s < 3; s++)
+						v[s][i] = _mm512_castsi512_ps(part[s]);
+				}
+				for (int s = 0; s < 3; s++) {
+					transpose16(v[s]);
+					for (int kp = 0; kp < 16; kp++)
+						_mm512_store_ps(d + s * 2 * TILE_BF16 + h * TILE_BF16 + kp * 32,
+						                v[s][kp]);
+				}
+			}
+		}
+	}
+	if (g->colsum && !g->tb) {
+		double out[NR];
+		for (int q = 0; q < 4; q++)
+			_mm512_storeu_pd(out + 8 * q, sum[q]);
+		for (int j = 0; j < nr; j++)
+			g->colsum[j0 + j] += (float)out[j];
+	}
+}
+
+/* Rows i0..i0+mc of op(A) (not transposed: the AMX kernel is used only
+ * then), columns k0..k0+kc, in the AMX layout (one K block, kcp k, zero
+ * past kc and past the mc rows) at ap. */
+AMX static void pack_a_block_amx(const gemm_args *g, float *ap, int i0, int mc,
+                                 int k0, int kc)
+{
+	int npan = (mc + MRA - 1) / MRA;
+	for (int r = 0; r < npan; r++) {
+		uint16_t *d = (uint16_t *)ap + (size_t)r * g->kcp * MRA * 3;
+		for (int c = 0; c < g->kcp; c += KCH, d += CHUNK_BF16) {
+			/* a row of op(A) is a row of a tile */
+			for (int i = 0; i < MRA; i++) {
+				__m512i part[3];
+				if (r * MRA + i < mc) {
+					const float *src = g->A + (size_t)(i0 + r * MRA + i) * g->lda + k0 + c;
+					_mm_prefetch((const char *)(src + KCH), _MM_HINT_T0);
+					_mm_prefetch((const char *)(src + KCH + 16), _MM_HINT_T0);
+					split3(_mm512_maskz_loadu_ps(mask_n(kc - c), src),
+					       _mm512_maskz_loadu_ps(mask_n(kc - c - 16), src + 16), part);
+				} else {
+					part[0] = part[1] = part[2] = _mm512_setzero_si512();
+				}
+				for (int s = 0; s < 3; s++)
+					_mm512_store_si512(d + s * 2 * TILE_BF16 + (i / 16) * TILE_BF16
+					                   + (i % 16) * 32, part[s]);
+			}
+		}
+	}
+}
+
+AMX static void amx_begin(void)
+{
+	_tile_loadconfig(&amx_cfg);
+}
+
+AMX static void amx_end(void)
+{
+	_tile_release();
+}
+
+/* C block [mr, nr] (mr <= MRA, nr <= NR) at c: the epilogue of nch chunks
+ * of packed a (32 rows) times packed b (32 columns), tiles configured by
+ * amx_begin(). */
+AMX static void amx_kernel(int nch, const uint16_t *a, const uint16_t *b,
+                           float *c, int ldc, const float *r, const float *bias,
+                           int mr, int nr, float alpha, float beta, bool first)
+{
+	/* the packing's stores must land before the tile loads read them */
+	__asm__ volatile("" ::: "memory");
+	for (int i = 0; i < mr; i++) {
+		_mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);
+		_mm_prefetch((const char *)(c + (size_t)i * ldc + nr - 1), _MM_HINT_T0);
+		if (r) {
+			_mm_prefetch((const char *)(r + (size_t)i * ldc), _MM_HINT_T0);
+			_mm_prefetch((const char *)(r + (size_t)i * ldc + nr - 1), _MM_HINT_T0);
+		}
+	}
+	_tile_zero(0);
+	_tile_zero(1);
+	_tile_zero(2);
+	_tile_zero(3);
+#define DP4() do { _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); \
+	_tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7); } while (0)
+#define LOAD_A(s) do { _tile_loadd(4, a + (s) * 2 * TILE_BF16, 64); \
+	_tile_loadd(5, a + (s) * 2 * TILE_BF16 + TILE_BF16, 64); } while (0)
+#define LOAD_B(s) do { _tile_loadd(6, b + (s) * 2 * TILE_BF16, 64); \
+	_tile_loadd(7, b + (s) * 2 * TILE_BF16 + TILE_BF16, 64); } while (0)
+	/* per chunk, in this order: hh hm hl mh mm lh (A's tiles kept while
+	 * B's change: 18 tile loads for 24 products) */
+	for (int ch = 0; ch < nch; ch++, a += CHUNK_BF16, b += CHUNK_BF16) {
+		LOAD_A(0); LOAD_B(0); DP4();
+		LOAD_B(1); DP4();
+		LOAD_B(2); DP4();
+		LOAD_A(1); LOAD_B(0); DP4();
+		LOAD_B(1); DP4();
+		LOAD_A(2); LOAD_B(0); DP4();
+	}
+#undef DP4
+#undef LOAD_A
+#undef LOAD_B
+	float s[MRA * NR] __attribute__((aligned(64)));
+	_tile_stored(0, s, NR * sizeof(float));
+	_tile_stored(1, s + 16, NR * sizeof(float));
+	_tile_stored(2, s + 16 * NR, NR * sizeof(float));
+	_tile_stored(3, s + 16 * NR + 16, NR * sizeof(float));
+	__asm__ volatile("" : : "r"(s) : "memory");
+	__mmask16 m0 = mask_n(nr), m1 = mask_n(nr - 16);
+	for (int i = 0; i < mr; i++)
+		store_row(c + (size_t)i * ldc, r ? r + (size_t)i * ldc : NULL, bias,
+		          _mm512_load_ps(s + i * NR), _mm512_load_ps(s + i * NR + 16),
+		          m0, m1, alpha, beta, first);
+}
+
 /* ---- tiles ----------------------------------------------------------- */
 
 /* The post-op on a finished block of C (rows of nr at offset co), while
@@ -425,8 +706,8 @@ static void tile_rows(const gemm_args *g, int it, int *i0, int *mc)
 {
 	int r0 = (int)((long)it * g->upan / g->nrt);
 	int r1 = (int)((long)(it + 1) * g->upan / g->nrt);
-	*i0 = r0 * MR;
-	*mc = (r1 * MR < g->M ? r1 * MR : g->M) - *i0;
+	*i0 = r0 * g->mr;
+	*mc = (r1 * g->mr < g->M ? r1 * g->mr : g->M) - *i0;
 }
 
 /* Tile t: the rows of row tile t / nct by column group t % nct (panels
@@ -437,38 +718,65 @@ static void tile_rows(const gemm_args *g, int it, int *i0, int *mc)
  * chunk's KC x 512 block of packed op(B) stays in L2 while every
  * micro-panel of the tile passes over it, and the chunk of C stays in L2
  * from one K block to the next. */
+/* Floats of packed op(A) per micro-panel for a K block of kc. */
+static size_t a_panel_floats(const gemm_args *g, int kc)
+{
+	return g->amx ? (size_t)g->kcp * MRA * 3 / 2 : (size_t)kc * MR;
+}
+
+/* Rows i0..i0+mc of op(A), K block k0..k0+kc, packed for the kernel used. */
+AVX512 static void pack_a(const gemm_args *g, float *ap, int i0, int mc, int k0,
+                          int kc)
+{
+	if (g->amx)
+		pack_a_block_amx(g, ap, i0, mc, k0, kc);
+	else
+		pack_a_block(g, ap, i0, mc, k0, kc);
+}
+
 AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
 {
 	int it = t / g->nct, jt = t % g->nct, i0, mc;
 	tile_rows(g, it, &i0, &mc);
 	int pa = jt * g->npanels / g->nct, pb = (jt + 1) * g->npanels / g->nct;
-	int npan = (mc + MR - 1) / MR;
-	size_t kstride = (size_t)npan * MR * g->kc;  /* floats per K block */
+	int npan = (mc + g->mr - 1) / g->mr;
+	size_t kstride = (size_t)npan * a_panel_floats(g, g->kc);  /* per K block */
+	if (g->amx)
+		amx_begin();
 	for (int c0 = pa; c0 < pb; c0 += NCP) {
 		int c1 = c0 + NCP < pb ? c0 + NCP : pb;
 		for (int kb = 0; kb < g->nkb; kb++) {
 			int k0 = kb * g->kc, kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
 			bool first = kb == 0;
 			if (c0 == pa && !g->a_shared)  /* packed on first use: in L2 */
-				pack_a_block(g, ap + kb * kstride, i0, mc, k0, kc);
+				pack_a(g, ap + kb * kstride, i0, mc, k0, kc);
 			for (int r = 0; r < npan; r++) {
-				int ib = i0 + r * MR, mr = g->M - ib < MR ? g->M - ib : MR;
-				const float *a = ap + kb * kstride + (size_t)r * kc * MR;
+				int ib = i0 + r * g->mr, mr = g->M - ib < g->mr ? g->M - ib : g->mr;
+				const float *a = ap + kb * kstride + (size_t)r * a_panel_floats(g, kc);
 				for (int p = c0; p < c1; p++) {
 					int j0 = p * NR, nr = g->N - j0 < NR ? g->N - j0 : NR;
 					size_t co = (size_t)ib * g->ldc + j0;
-					micro_kernel(kc, a, g->bp + ((size_t)p * g->K + k0) * NR,
-					             g->C + co, g->ldc,
-					             first && g->R ? g->R + co : NULL,
-					             first && g->bias ? g->bias + j0 : NULL,
-					             mr, nr, g->alpha, first ? g->beta : 1.0f,
-					             first);
+					const float *R = first && g->R ? g->R + co : NULL;
+					const float *bias = first && g->bias ? g->bias + j0 : NULL;
+					float beta = first ? g->beta : 1.0f;
+					if (g->amx)
+						amx_kernel(g->kcp / KCH, (const uint16_t *)a,
+						           (const uint16_t *)(g->bp + (size_t)p * g->bpanel
+						                              + (size_t)kb * g->kcp * NR * 3 / 2),
+						           g->C + co, g->ldc, R, bias, mr, nr, g->alpha,
+						           beta, first);
+					else
+						micro_kernel(kc, a, g->bp + (size_t)p * g->bpanel + (size_t)k0 * NR,
+						             g->C + co, g->ldc, R, bias, mr, nr, g->alpha,
+						             beta, first);
 					if (g->post && kb == g->nkb - 1)
 						post_op(g, co, mr, nr);
 				}
 			}
 		}
 	}
+	if (g->amx)
+		amx_end();
 }
 
 /* Packing task p: panel p of op(B), or K block (p - npanels) % nkb of row
@@ -476,15 +784,18 @@ AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
 AVX512 static void pack_task(const gemm_args *g, int p)
 {
 	if (p < g->npanels) {
-		pack_b_panel(g, p);
+		if (g->amx)
+			pack_b_panel_amx(g, p);
+		else
+			pack_b_panel(g, p);
 		return;
 	}
 	p -= g->npanels;
 	int it = p / g->nkb, kb = p % g->nkb, i0, mc;
 	tile_rows(g, it, &i0, &mc);
 	int k0 = kb * g->kc, kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-	size_t kstride = (size_t)((mc + MR - 1) / MR) * MR * g->kc;
-	pack_a_block(g, g->abase + (size_t)it * g->aper + kb * kstride, i0, mc, k0, kc);
+	size_t kstride = (size_t)((mc + g->mr - 1) / g->mr) * a_panel_floats(g, g->kc);
+	pack_a(g, g->abase + (size_t)it * g->aper + kb * kstride, i0, mc, k0, kc);
 }
 
 /* kern_gemm on nt threads, or with nt 0 on the calling thread alone (no
@@ -512,6 +823,13 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 	g.nkb = K > 0 ? (K + KC_MAX - 1) / KC_MAX : 1;
 	g.kc = K > 0 ? (K + g.nkb - 1) / g.nkb : 0;
 	g.npanels = (N + NR - 1) / NR;
+	/* AMX where it was measured faster inside a training step: not for
+	 * a transposed op(A), the weight gradients, whose products ran up to
+	 * 20% slower than with AVX-512 (doc/kernels.md) */
+	g.amx = kern_gemm_amx() && !ta;
+	g.mr = g.amx ? MRA : MR;
+	g.kcp = (g.kc + KCH - 1) / KCH * KCH;
+	g.bpanel = g.amx ? (size_t)g.nkb * g.kcp * NR * 3 / 2 : (size_t)K * NR;
 	if (nt < 1)
 		nt = 1;
 	/* Tiles: which thread computes an element, never how, so their shape
@@ -524,8 +842,8 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 	 * blocks differ by at most one micro-panel (or panel): 9 equal tiles
 	 * on 2 threads kept one thread idle for a ninth of every product. */
 	int want = nt > 1 ? 4 * nt : 1;
-	int upan = (M + MR - 1) / MR;             /* micro-panels of rows */
-	int nrt = (upan + MC_MAX / MR - 1) / (MC_MAX / MR);
+	int upan = (M + g.mr - 1) / g.mr;         /* micro-panels of rows */
+	int nrt = (upan + MC_MAX / g.mr - 1) / (MC_MAX / g.mr);
 	int nct = nrt >= want ? 1 : (want + nrt - 1) / nrt;
 	if (nct > g.npanels)
 		nct = g.npanels;
@@ -545,17 +863,17 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 	g.upan = upan;
 	g.nrt = nrt;
 	g.nct = nct;
-	g.mc = (upan + nrt - 1) / nrt * MR;       /* the most rows in a tile */
+	g.mc = (upan + nrt - 1) / nrt * g.mr;     /* the most rows in a tile */
 	int ntiles = g.nrt * g.nct;
 	/* A tile's rows of op(A), all K blocks, rows rounded up: one per
 	 * thread, packed by each tile; or, when the columns are split (a row
 	 * block then serves several tiles), one per row block, all packed up
 	 * front with op(B), so that none is packed twice. */
-	size_t aper = (size_t)g.mc * g.kc * g.nkb;
+	size_t aper = (size_t)g.mc / g.mr * a_panel_floats(&g, g.kc) * g.nkb;
 	aper = (aper + 15) / 16 * 16;
 	g.aper = aper;
 	g.a_shared = g.nct > 1;
-	gemm_bufs *bf = bufs_get((size_t)g.npanels * (K > 0 ? K : 1) * NR,
+	gemm_bufs *bf = bufs_get((size_t)g.npanels * (g.bpanel > 0 ? g.bpanel : NR),
 	                         aper * (size_t)(g.a_shared ? g.nrt : nt) + 16);
 	if (!bf) {
 		/* out of memory: a plain, slow, still deterministic loop (these

@@ -36,6 +36,16 @@ bool kern_gemm_usable(void);
  * products, never while one runs. */
 bool kern_gemm_enable(bool on);
 
+/* True when the driver multiplies on the AMX tile unit (AMX-BF16, see
+ * gemm.c: fp32 accuracy from three bf16 parts per operand): the CPU has
+ * it, Linux grants it, and COTRAIN_GEMM is neither "blas" nor "avx512". */
+bool kern_gemm_amx(void);
+
+/* Use the AMX kernel (on true, where it can run) or the AVX-512 one from
+ * now on; returns whether AMX is now used.  As kern_gemm_enable: between
+ * products only. */
+bool kern_gemm_amx_enable(bool on);
+
 /* The product above over nt threads (nt >= 1).  Must be called outside
  * OpenMP parallel regions; only when kern_gemm_usable().  Semantics as the
  * backend's sgemm_bias (R NULL) and sgemm_residual (R given, beta ignored):

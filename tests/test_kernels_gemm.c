@@ -10,7 +10,9 @@
  * CPU takes) and must agree with the reference there too.  On a CPU
  * without AVX-512 the driver's own checks are skipped.  kern_gemm_colsum
  * (weight and bias gradients in one pass) must equal kern_gemm plus
- * kern_colsum_add bit for bit. */
+ * kern_colsum_add bit for bit.  Where the CPU has AMX-BF16 every check runs
+ * twice, with the AVX-512 kernel and with the AMX one (which must also
+ * reach fp32's accuracy, not bf16's: a single product a b within 2^-21). */
 #include "kernels/backend.h"
 #include "kernels/gelu.h"
 #include "kernels/gemm.h"
@@ -29,6 +31,8 @@ typedef struct {
 	float alpha, beta;
 	bool bias, res;
 } shape;
+
+static const char *kernel = "avx512";  /* the driver's kernel, for names */
 
 static float *randv(kern_rng *r, size_t n)
 {
@@ -95,8 +99,8 @@ static void run_shape(const shape *s, kern_rng *rng)
 	reference(s, A, B, C0, bias, R, ref, &scale);
 	double tol = 1e-5 * (scale > 1 ? scale : 1);
 	char what[160];
-	snprintf(what, sizeof what, "%dx%dx%d ta=%d tb=%d alpha=%g beta=%g%s%s",
-	         M, N, K, s->ta, s->tb, s->alpha, s->beta, s->bias ? " bias" : "",
+	snprintf(what, sizeof what, "[%s] %dx%dx%d ta=%d tb=%d alpha=%g beta=%g%s%s",
+	         kernel, M, N, K, s->ta, s->tb, s->alpha, s->beta, s->bias ? " bias" : "",
 	         s->res ? " residual" : "");
 	for (int t = 0; t < 4; t++) {
 		C[t] = malloc(nc * sizeof(float));
@@ -138,7 +142,7 @@ static void run_shape(const shape *s, kern_rng *rng)
 
 /* kern_gemm_colsum: the product bit-identical to kern_gemm's, the column
  * sums bit-identical to kern_colsum_add's, on 1 and 2 threads */
-static void run_colsum(int M, int N, int K, kern_rng *rng)
+static void run_colsum(bool ta, int M, int N, int K, kern_rng *rng)
 {
 	if (!kern_gemm_usable()) {
 		skip(2, "no AVX-512 on this CPU: the driver is not used");
@@ -153,20 +157,23 @@ static void run_colsum(int M, int N, int K, kern_rng *rng)
 		bail_out("out of memory");
 	memcpy(C1, C0, nc * sizeof(float));
 	memcpy(s1, s0, N * sizeof(float));
-	kern_gemm(true, false, M, N, K, 1.0f, A, M, B, N, 1.0f, C1, N, NULL, NULL, 2);
+	int lda = ta ? M : K;
+	kern_gemm(ta, false, M, N, K, 1.0f, A, lda, B, N, 1.0f, C1, N, NULL, NULL, 2);
 	kern_colsum_add(s1, B, K, N);
 	bool same = true;
 	for (int t = 1; t <= 2; t++) {
 		memcpy(C2, C0, nc * sizeof(float));
 		memcpy(s2, s0, N * sizeof(float));
-		bool did = kern_gemm_colsum(true, false, M, N, K, 1.0f, A, M, B, N, 1.0f,
+		bool did = kern_gemm_colsum(ta, false, M, N, K, 1.0f, A, lda, B, N, 1.0f,
 		                            C2, N, s2, t);
 		same = same && did && memcmp(C1, C2, nc * sizeof(float)) == 0;
 		if (t == 1)
 			ok(did && memcmp(s1, s2, N * sizeof(float)) == 0,
-			   "colsum %dx%dx%d: column sums equal kern_colsum_add's bit for bit", M, N, K);
+			   "[%s] colsum %dx%dx%d ta=%d: column sums equal kern_colsum_add's bit for bit",
+			   kernel, M, N, K, ta);
 	}
-	ok(same, "colsum %dx%dx%d: product equals kern_gemm's on 1 and 2 threads", M, N, K);
+	ok(same, "[%s] colsum %dx%dx%d ta=%d: product equals kern_gemm's on 1 and 2 threads",
+	   kernel, M, N, K, ta);
 	free(A); free(B); free(C0); free(C1); free(C2); free(s0); free(s1); free(s2);
 }
 
@@ -201,9 +208,55 @@ static void run_gelu(int M, int N, int K, int op, kern_rng *rng)
 		       && memcmp(G1, G2, nc * sizeof(float)) == 0;
 	}
 	kern_set_threads(2);
-	ok(same, "sgemm_gelu %s %dx%dx%d: product and GELU equal the separate passes bit for bit",
-	   op == KERN_GEMM_GELU_FWD ? "forward" : "backward", M, N, K);
+	ok(same, "[%s] sgemm_gelu %s %dx%dx%d: product and GELU equal the separate passes bit for bit",
+	   kernel, op == KERN_GEMM_GELU_FWD ? "forward" : "backward", M, N, K);
 	free(A); free(B); free(bias); free(X); free(C1); free(G1); free(C2); free(G2);
+}
+
+/* One term per element (K 1): C = a b within 2^-21 of the exact product,
+ * fp32's accuracy (the AMX kernel sums six partial products, rounding each
+ * addition in fp32: up to about 2^-22; bf16 parts alone would be 2^-8 off,
+ * two of them 2^-16). */
+static void run_precision(kern_rng *rng)
+{
+	if (!kern_gemm_usable()) {
+		skip(1, "no AVX-512 on this CPU: the driver is not used");
+		return;
+	}
+	enum { M = 64, N = 64 };
+	float *A = randv(rng, M), *B = randv(rng, N), *C = malloc(M * N * sizeof(float));
+	if (!C)
+		bail_out("out of memory");
+	kern_gemm(false, false, M, N, 1, 1.0f, A, 1, B, N, 0.0f, C, N, NULL, NULL, 1);
+	double worst = 0;
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			double exact = (double)A[i] * B[j];
+			double rel = fabs(C[i * N + j] - exact) / fabs(exact);
+			if (!(rel <= worst))
+				worst = isnan(rel) ? INFINITY : rel;
+		}
+	ok(worst <= 0x1p-21, "[%s] 64 x 64 single products: relative error %.3g <= 2^-21",
+	   kernel, worst);
+	free(A); free(B); free(C);
+}
+
+/* Every check above with the driver's current kernel. */
+static void run_all(const void *shapes_, int n, kern_rng *rng)
+{
+	const shape *shapes = shapes_;
+	for (int i = 0; i < n; i++)
+		run_shape(&shapes[i], rng);
+	run_colsum(true, 64, 192, 256, rng);
+	run_colsum(true, 131, 77, 300, rng);
+	run_colsum(true, 40, 530, 1030, rng);
+	run_colsum(false, 131, 77, 300, rng);
+	run_colsum(false, 40, 530, 1030, rng);
+	run_gelu(300, 200, 64, KERN_GEMM_GELU_FWD, rng);
+	run_gelu(131, 77, 300, KERN_GEMM_GELU_FWD, rng);
+	run_gelu(300, 200, 64, KERN_GEMM_GELU_BWD, rng);
+	run_gelu(131, 530, 600, KERN_GEMM_GELU_BWD, rng);
+	run_precision(rng);
 }
 
 int main(void)
@@ -231,15 +284,14 @@ int main(void)
 		{ 700, 1100, 3, true, true, 1.0f, 0.0f, false, true },
 	};
 	int n = (int)(sizeof shapes / sizeof shapes[0]);
-	plan(3 * n + 2 * 3 + 4);
-	for (int i = 0; i < n; i++)
-		run_shape(&shapes[i], &rng);
-	run_colsum(64, 192, 256, &rng);
-	run_colsum(131, 77, 300, &rng);
-	run_colsum(40, 530, 1030, &rng);
-	run_gelu(300, 200, 64, KERN_GEMM_GELU_FWD, &rng);
-	run_gelu(131, 77, 300, KERN_GEMM_GELU_FWD, &rng);
-	run_gelu(300, 200, 64, KERN_GEMM_GELU_BWD, &rng);
-	run_gelu(131, 530, 600, KERN_GEMM_GELU_BWD, &rng);
+	int per_kernel = 3 * n + 2 * 5 + 4 + 1;
+	plan(2 * per_kernel);
+	kern_gemm_amx_enable(false);
+	run_all(shapes, n, &rng);
+	kernel = "amx";
+	if (kern_gemm_amx_enable(true))
+		run_all(shapes, n, &rng);
+	else
+		skip(per_kernel, "no AMX-BF16 on this CPU, or the kernel does not grant it");
 	return exit_status();
 }
