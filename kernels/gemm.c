@@ -18,8 +18,13 @@
  *    fused multiply-add per (row, half, k), and adds it to C once per K
  *    block through the epilogue (bias, residual, beta, alpha; masked at the
  *    edges), then the optional GELU post-op on the finished block.
- * Every function here that runs AVX-512 code is compiled for it with a
- * target attribute and reached only after kern_gemm_usable(). */
+ * On a CPU with AMX-BF16, products whose op(A) is not transposed use the
+ * AMX kernel instead (32 x 32 blocks of C on the tile unit, fp32 accuracy
+ * from three bf16 parts per operand: "the AMX kernel" below), with the same
+ * tiles, K blocks and epilogues.
+ * Every function here that runs AVX-512 or AMX code is compiled for it with
+ * a target attribute and reached only after kern_gemm_usable() (and, for
+ * AMX, kern_gemm_amx()). */
 #include "kernels/gemm.h"
 
 #include "kernels/gelu.h"
@@ -148,7 +153,8 @@ static void usable_init(void)
 #if GEMM_X86
 	__builtin_cpu_init();
 	usable = want && __builtin_cpu_supports("avx512f");
-	amx_ok = __builtin_cpu_supports("avx512f") && amx_init();
+	amx_ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+	         && amx_init();
 	amx_on = want_amx && amx_ok;
 #else
 	(void)want;

@@ -2,7 +2,8 @@
  * backend_cpu.c).
  *
  * C[M,N] = (first R + bias, or beta * C + bias) + alpha * op(A) op(B), row
- * major, for the model's large products, with an AVX-512 micro-kernel.
+ * major, for the model's large products, with an AVX-512 micro-kernel or,
+ * where the CPU has AMX-BF16, an AMX kernel of fp32 accuracy.
  *
  * Why a driver of our own: the backend must not let a result depend on the
  * thread count, so it used to cut each product into tiles, one

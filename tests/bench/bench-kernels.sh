@@ -24,6 +24,9 @@
 #   blas    as hint, with cotrain's GEMM driver off (COTRAIN_GEMM=blas):
 #           every product on OpenBLAS tiles, the path of a CPU without
 #           AVX-512 (not in the default list).
+#   avx512  as hint, with the driver's AMX kernel off (COTRAIN_GEMM=avx512),
+#           the path of a CPU with AVX-512 but without AMX-BF16 (not in the
+#           default list).
 #
 # Prints, per model and optimizer, over REPEAT alternating runs of each side:
 # training tokens/s (zero_grad, forward, backward, optimizer step; mean over
@@ -161,13 +164,17 @@ for mode in $CORETYPES; do
 			echo "== as cotrain's programs run: OPENBLAS_CORETYPE=$hint (kern_blas_coretype_hint), GOMP_SPINCOUNT=$SPIN for both"
 			OPENBLAS_CORETYPE=$hint GOMP_SPINCOUNT=$SPIN table
 		fi ;;
-	blas)
+	blas|avx512)
 		h=${hint#none}
-		echo "== cotrain's GEMM driver off (COTRAIN_GEMM=blas)${h:+, OPENBLAS_CORETYPE=$h}, GOMP_SPINCOUNT=$SPIN for both"
-		if [ -n "$h" ]; then
-			COTRAIN_GEMM=blas OPENBLAS_CORETYPE=$h GOMP_SPINCOUNT=$SPIN table
+		if [ $mode = blas ]; then
+			echo "== cotrain's GEMM driver off (COTRAIN_GEMM=blas)${h:+, OPENBLAS_CORETYPE=$h}, GOMP_SPINCOUNT=$SPIN for both"
 		else
-			COTRAIN_GEMM=blas GOMP_SPINCOUNT=$SPIN table
+			echo "== cotrain's AMX kernel off (COTRAIN_GEMM=avx512)${h:+, OPENBLAS_CORETYPE=$h}, GOMP_SPINCOUNT=$SPIN for both"
+		fi
+		if [ -n "$h" ]; then
+			COTRAIN_GEMM=$mode OPENBLAS_CORETYPE=$h GOMP_SPINCOUNT=$SPIN table
+		else
+			COTRAIN_GEMM=$mode GOMP_SPINCOUNT=$SPIN table
 		fi ;;
 	*)
 		echo "bench-kernels: unknown mode $mode in CORETYPES" >&2
