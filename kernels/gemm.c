@@ -535,8 +535,8 @@ AMX static void pack_b_panel_amx(const gemm_args *g, int p)
 					for (int h = 0; h < 2; h++) {
 						__mmask16 m = mask_n(nr - 16 * h);
 						const float *src = g->B + (size_t)(k0 + k) * g->ldb + j0 + 16 * h;
-						/* the rows are a panel's width apart: the
-						 * prefetchers do not follow them from memory */
+						/* the panel reads 128 bytes of each row of
+						 * B, a whole row apart: fetch 16 rows ahead */
 						_mm_prefetch((const char *)(src + 16 * (size_t)g->ldb), _MM_HINT_T0);
 						_mm_prefetch((const char *)(src + 17 * (size_t)g->ldb), _MM_HINT_T0);
 						__m512 x0 = k < kc ? _mm512_maskz_loadu_ps(m, src)
