@@ -218,6 +218,12 @@ typedef struct gemm_args {
 	float *C, *bp, *abase;
 } gemm_args;
 
+/* The first n (clamped to 0..16) lanes of a vector. */
+static inline __mmask16 mask_n(int n)
+{
+	return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
 /* Transpose 16 x 16: on entry r[i] is row i, on return r[k] is column k
  * (lane i = old row i). */
 AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
@@ -253,11 +259,31 @@ AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16
 AVX512 static inline __attribute__((always_inline)) void load_t16(__m512 v[16], const float *src, long ld,
                                    int nrows, int kn)
 {
-	__mmask16 m = kn >= 16 ? 0xffff : (__mmask16)((1u << kn) - 1);
+	__mmask16 m = mask_n(kn);
 	for (int i = 0; i < 16; i++)
 		v[i] = i < nrows ? _mm512_maskz_loadu_ps(m, src + i * ld)
 		                 : _mm512_setzero_ps();
 	transpose16(v);
+}
+
+/* sum[0], sum[1] += the 16 floats of x (lanes 0-7, 8-15), in double:
+ * one row of kern_colsum_add's additions. */
+AVX512 static inline void colsum_add16(__m512d sum[2], __m512 x)
+{
+	sum[0] = _mm512_add_pd(sum[0], _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
+	sum[1] = _mm512_add_pd(sum[1], _mm512_cvtps_pd(_mm256_castpd_ps(
+	        _mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+}
+
+/* colsum[j0 + j] += sum's lane j (of NR), for the panel's nr columns. */
+AVX512 static void colsum_flush(const gemm_args *g, int j0, int nr,
+                                const __m512d sum[4])
+{
+	double out[NR];
+	for (int q = 0; q < 4; q++)
+		_mm512_storeu_pd(out + 8 * q, sum[q]);
+	for (int j = 0; j < nr; j++)
+		g->colsum[j0 + j] += (float)out[j];
 }
 
 /* Panel p of op(B): bp[k * NR + j] = op(B)[k][NR p + j], zero past N. */
@@ -266,9 +292,7 @@ AVX512 static void pack_b_panel(const gemm_args *g, int p)
 	int j0 = p * NR, nr = g->N - j0 < NR ? g->N - j0 : NR, K = g->K;
 	float *dst = g->bp + (size_t)p * K * NR;
 	if (!g->tb) {
-		__mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-		__mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0
-		               : (__mmask16)((1u << (nr - 16)) - 1);
+		__mmask16 m0 = mask_n(nr), m1 = mask_n(nr - 16);
 		if (!g->colsum) {
 			for (int k = 0; k < K; k++) {
 				const float *s = g->B + (size_t)k * g->ldb + j0;
@@ -280,26 +304,17 @@ AVX512 static void pack_b_panel(const gemm_args *g, int p)
 		}
 		/* the same copy, summing each column in double in row order on
 		 * the way: kern_colsum_add's operations exactly */
-		__m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+		__m512d sum[4] = { _mm512_setzero_pd(), _mm512_setzero_pd(),
+		                   _mm512_setzero_pd(), _mm512_setzero_pd() };
 		for (int k = 0; k < K; k++) {
 			const float *s = g->B + (size_t)k * g->ldb + j0;
 			__m512 v0 = _mm512_maskz_loadu_ps(m0, s), v1 = _mm512_maskz_loadu_ps(m1, s + 16);
 			_mm512_store_ps(dst + (size_t)k * NR, v0);
 			_mm512_store_ps(dst + (size_t)k * NR + 16, v1);
-			s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(v0)));
-			s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
-			        _mm512_extractf64x4_pd(_mm512_castps_pd(v0), 1))));
-			s2 = _mm512_add_pd(s2, _mm512_cvtps_pd(_mm512_castps512_ps256(v1)));
-			s3 = _mm512_add_pd(s3, _mm512_cvtps_pd(_mm256_castpd_ps(
-			        _mm512_extractf64x4_pd(_mm512_castps_pd(v1), 1))));
+			colsum_add16(sum, v0);
+			colsum_add16(sum + 2, v1);
 		}
-		double sum[NR];
-		_mm512_storeu_pd(sum, s0);
-		_mm512_storeu_pd(sum + 8, s1);
-		_mm512_storeu_pd(sum + 16, s2);
-		_mm512_storeu_pd(sum + 24, s3);
-		for (int j = 0; j < nr; j++)
-			g->colsum[j0 + j] += (float)sum[j];
+		colsum_flush(g, j0, nr, sum);
 		return;
 	}
 	/* op(B)[k][j] = B[j][k]: a transposing copy, 16 x 16 at a time */
@@ -331,7 +346,7 @@ AVX512 static void pack_a_block(const gemm_args *g, float *ap, int i0, int mc,
 			const float *s = g->A + (size_t)(k0 + k) * g->lda + i0;
 			for (int r = 0; r < npan; r++) {
 				int rows = mc - r * MR < MR ? mc - r * MR : MR;
-				__mmask16 m = (__mmask16)((1u << rows) - 1);
+				__mmask16 m = mask_n(rows);
 				_mm512_mask_storeu_ps(ap + ((size_t)r * kc + k) * MR, 0x0fff,
 				                      _mm512_maskz_loadu_ps(m, s + r * MR));
 			}
@@ -404,6 +419,22 @@ AVX512 static inline void store_row(float *c, const float *r, const float *bias,
 	_mm512_mask_storeu_ps(c + 16, m1, v1);
 }
 
+/* The mr rows of nr floats at c (and at r, the residual, when given):
+ * they come from L3 or memory, so a kernel fetches them while its
+ * products run, not when its epilogue needs them. */
+static inline __attribute__((always_inline)) void prefetch_block(
+        const float *c, const float *r, int ldc, int mr, int nr)
+{
+	for (int i = 0; i < mr; i++) {
+		_mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);
+		_mm_prefetch((const char *)(c + (size_t)i * ldc + nr - 1), _MM_HINT_T0);
+		if (r) {
+			_mm_prefetch((const char *)(r + (size_t)i * ldc), _MM_HINT_T0);
+			_mm_prefetch((const char *)(r + (size_t)i * ldc + nr - 1), _MM_HINT_T0);
+		}
+	}
+}
+
 /* C block [mr, nr] (mr <= MR, nr <= NR) at c: the epilogue of
  * a[kc x MR] times b[kc x NR], both packed. */
 AVX512 static void micro_kernel(int kc, const float *restrict a,
@@ -416,16 +447,7 @@ AVX512 static void micro_kernel(int kc, const float *restrict a,
 	       c5a = c0a, c5b = c0a, c6a = c0a, c6b = c0a, c7a = c0a, c7b = c0a,
 	       c8a = c0a, c8b = c0a, c9a = c0a, c9b = c0a, c10a = c0a, c10b = c0a,
 	       c11a = c0a, c11b = c0a;
-	/* C's rows (and the residual's) come from L3 or memory: fetch them
-	 * while the products run, not when the epilogue needs them */
-	for (int i = 0; i < mr; i++) {
-		_mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);
-		_mm_prefetch((const char *)(c + (size_t)i * ldc + nr - 1), _MM_HINT_T0);
-		if (r) {
-			_mm_prefetch((const char *)(r + (size_t)i * ldc), _MM_HINT_T0);
-			_mm_prefetch((const char *)(r + (size_t)i * ldc + nr - 1), _MM_HINT_T0);
-		}
-	}
+	prefetch_block(c, r, ldc, mr, nr);
 	for (int k = 0; k < kc; k++) {
 		__m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), x;
 		/* op(B) streams from L2 (from L3 on a chunk's first pass): ask
@@ -448,9 +470,7 @@ AVX512 static void micro_kernel(int kc, const float *restrict a,
 		{ c4a, c4b }, { c5a, c5b }, { c6a, c6b }, { c7a, c7b },
 		{ c8a, c8b }, { c9a, c9b }, { c10a, c10b }, { c11a, c11b },
 	};
-	__mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-	__mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0
-	               : (__mmask16)((1u << (nr - 16)) - 1);
+	__mmask16 m0 = mask_n(nr), m1 = mask_n(nr - 16);
 	for (int i = 0; i < mr; i++)
 		store_row(c + (size_t)i * ldc, r ? r + (size_t)i * ldc : NULL,
 		          bias, acc[i][0], acc[i][1], m0, m1, alpha, beta, first);
@@ -485,11 +505,6 @@ static const struct {
 	1, 0, { 0 }, { 64, 64, 64, 64, 64, 64, 64, 64 },
 	{ 16, 16, 16, 16, 16, 16, 16, 16 },
 };
-
-static inline __mmask16 mask_n(int n)
-{
-	return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
 
 /* The three bf16 parts of 32 floats, lo's 16 in the low half of each
  * part[s]: x = h + m + l. */
@@ -544,14 +559,8 @@ AMX static void pack_b_panel_amx(const gemm_args *g, int p)
 						__m512 x1 = k + 1 < kc ? _mm512_maskz_loadu_ps(m, src + g->ldb)
 						                       : _mm512_setzero_ps();
 						if (g->colsum) {  /* kern_colsum_add's sums: rows in order */
-							for (int q = 0; q < 2 && k + q < kc; q++) {
-								__m512 x = q ? x1 : x0;
-								sum[2 * h] = _mm512_add_pd(sum[2 * h],
-								        _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
-								sum[2 * h + 1] = _mm512_add_pd(sum[2 * h + 1],
-								        _mm512_cvtps_pd(_mm256_castpd_ps(
-								                _mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
-							}
+							for (int q = 0; q < 2 && k + q < kc; q++)
+								colsum_add16(sum + 2 * h, q ? x1 : x0);
 						}
 						__m512i part[3];
 						split3(x0, x1, part);
@@ -588,13 +597,8 @@ AMX static void pack_b_panel_amx(const gemm_args *g, int p)
 			}
 		}
 	}
-	if (g->colsum && !g->tb) {
-		double out[NR];
-		for (int q = 0; q < 4; q++)
-			_mm512_storeu_pd(out + 8 * q, sum[q]);
-		for (int j = 0; j < nr; j++)
-			g->colsum[j0 + j] += (float)out[j];
-	}
+	if (g->colsum && !g->tb)
+		colsum_flush(g, j0, nr, sum);
 }
 
 /* Rows i0..i0+mc of op(A) (not transposed: the AMX kernel is used only
@@ -646,14 +650,7 @@ AMX static void amx_kernel(int nch, const uint16_t *a, const uint16_t *b,
 {
 	/* the packing's stores must land before the tile loads read them */
 	__asm__ volatile("" ::: "memory");
-	for (int i = 0; i < mr; i++) {
-		_mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);
-		_mm_prefetch((const char *)(c + (size_t)i * ldc + nr - 1), _MM_HINT_T0);
-		if (r) {
-			_mm_prefetch((const char *)(r + (size_t)i * ldc), _MM_HINT_T0);
-			_mm_prefetch((const char *)(r + (size_t)i * ldc + nr - 1), _MM_HINT_T0);
-		}
-	}
+	prefetch_block(c, r, ldc, mr, nr);
 	_tile_zero(0);
 	_tile_zero(1);
 	_tile_zero(2);
