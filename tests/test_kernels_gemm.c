@@ -242,9 +242,8 @@ static void run_precision(kern_rng *rng)
 }
 
 /* Every check above with the driver's current kernel. */
-static void run_all(const void *shapes_, int n, kern_rng *rng)
+static void run_all(const shape *shapes, int n, kern_rng *rng)
 {
-	const shape *shapes = shapes_;
 	for (int i = 0; i < n; i++)
 		run_shape(&shapes[i], rng);
 	run_colsum(true, 64, 192, 256, rng);
