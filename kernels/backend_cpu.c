@@ -242,10 +242,10 @@ static const char *cpu_describe(void)
 {
 	static __thread char buf[160];
 	pthread_once(&cpu_once, cpu_init);
+	static const char *driver[] = { "", "AVX2 GEMM driver, ", "AVX-512 GEMM driver, ",
+	                                "AMX and AVX-512 GEMM driver, " };
 	snprintf(buf, sizeof buf, "cpu: %sOpenBLAS core %s, %d threads",
-	         !kern_gemm_usable() ? ""
-	         : kern_gemm_amx() ? "AMX and AVX-512 GEMM driver, " : "AVX-512 GEMM driver, ",
-	         openblas_get_corename(), cpu_threads());
+	         driver[kern_gemm_kind_now()], openblas_get_corename(), cpu_threads());
 	return buf;
 }
 

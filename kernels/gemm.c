@@ -38,6 +38,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define GEMM_X86 1
 #include <immintrin.h>
+#define AVX2 __attribute__((target("avx2,fma")))
 #define AVX512 __attribute__((target("avx512f")))
 #define AMX __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
 #include <cpuid.h>
@@ -49,11 +50,13 @@
 
 enum {
 	MR = 12,     /* rows of the micro-kernel's C block */
+	MR2 = 6,     /* rows of the AVX2 kernel's C block */
 	MRA = 32,    /* rows of the AMX kernel's C block (two 16-row tiles) */
 	KCH = 32,    /* k per AMX tile (16 pairs of bf16) */
 	NR = 32,     /* columns: two 16-float vectors */
 	MC_MAX = 240, /* the most rows in a tile: 20 micro-panels */
-	NCP = 16,    /* panels (of NR columns) in a tile: 512 columns */
+	NCP = 16,    /* panels (of NR columns) in a chunk: 512 columns */
+	NCP2 = 8,    /* the same for the AVX2 kernel (smaller L2 caches) */
 	KC_MAX = 256 /* the longest K block */
 };
 
@@ -121,12 +124,11 @@ static gemm_bufs *bufs_get(size_t nb, size_t na)
 	return g;
 }
 
-/* ---- usability ------------------------------------------------------- */
+/* ---- which kernel ---------------------------------------------------- */
 
-static int usable = -1;
-static int amx_ok = -1;   /* the CPU and the kernel let this process use AMX */
-static int amx_on = -1;   /* the driver uses it */
-static pthread_once_t usable_once = PTHREAD_ONCE_INIT;
+static int best = -1;     /* the best kernel this CPU runs (kern_gemm_kind) */
+static int kind_now = -1; /* the kernel in use */
+static pthread_once_t kind_once = PTHREAD_ONCE_INIT;
 
 #if GEMM_X86
 /* AMX-BF16 and AVX512-BF16 on this CPU, and the kernel's permission for
@@ -145,53 +147,55 @@ static bool amx_init(void)
 }
 #endif
 
-static void usable_init(void)
+static void kind_init(void)
 {
-	const char *e = getenv("COTRAIN_GEMM");
-	bool want = !(e && strcmp(e, "blas") == 0);
-	bool want_amx = want && !(e && strcmp(e, "avx512") == 0);
+	int b = KERN_GEMM_BLAS;
 #if GEMM_X86
 	__builtin_cpu_init();
-	usable = want && __builtin_cpu_supports("avx512f");
-	amx_ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-	         && amx_init();
-	amx_on = want_amx && amx_ok;
-#else
-	(void)want;
-	(void)want_amx;
-	usable = amx_ok = amx_on = 0;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		b = KERN_GEMM_AVX2;
+	if (__builtin_cpu_supports("avx512f"))
+		b = KERN_GEMM_AVX512;
+	if (b == KERN_GEMM_AVX512 && __builtin_cpu_supports("avx512bw") && amx_init())
+		b = KERN_GEMM_AMX;
 #endif
+	int cap = b;
+	const char *e = getenv("COTRAIN_GEMM");
+	for (int k = KERN_GEMM_BLAS; e && k <= KERN_GEMM_AVX512; k++)
+		if (strcmp(e, kern_gemm_kind_name(k)) == 0)
+			cap = k;
+	best = b;
+	kind_now = cap < b ? cap : b;
+}
+
+const char *kern_gemm_kind_name(kern_gemm_kind k)
+{
+	switch (k) {
+	case KERN_GEMM_AVX2: return "avx2";
+	case KERN_GEMM_AVX512: return "avx512";
+	case KERN_GEMM_AMX: return "amx";
+	default: return "blas";
+	}
+}
+
+kern_gemm_kind kern_gemm_kind_now(void)
+{
+	pthread_once(&kind_once, kind_init);
+	return (kern_gemm_kind)__atomic_load_n(&kind_now, __ATOMIC_RELAXED);
+}
+
+bool kern_gemm_use(kern_gemm_kind k)
+{
+	pthread_once(&kind_once, kind_init);
+	if ((int)k < KERN_GEMM_BLAS || (int)k > best)
+		return false;
+	__atomic_store_n(&kind_now, (int)k, __ATOMIC_RELAXED);
+	return true;
 }
 
 bool kern_gemm_usable(void)
 {
-	pthread_once(&usable_once, usable_init);
-	return __atomic_load_n(&usable, __ATOMIC_RELAXED) == 1;
-}
-
-bool kern_gemm_enable(bool on)
-{
-	pthread_once(&usable_once, usable_init);
-	bool can = false;
-#if GEMM_X86
-	can = __builtin_cpu_supports("avx512f");
-#endif
-	__atomic_store_n(&usable, on && can ? 1 : 0, __ATOMIC_RELAXED);
-	return on && can;
-}
-
-bool kern_gemm_amx(void)
-{
-	pthread_once(&usable_once, usable_init);
-	return __atomic_load_n(&amx_on, __ATOMIC_RELAXED) == 1;
-}
-
-bool kern_gemm_amx_enable(bool on)
-{
-	pthread_once(&usable_once, usable_init);
-	bool now = on && amx_ok == 1;
-	__atomic_store_n(&amx_on, now ? 1 : 0, __ATOMIC_RELAXED);
-	return now;
+	return kern_gemm_kind_now() != KERN_GEMM_BLAS;
 }
 
 #if GEMM_X86
@@ -203,8 +207,10 @@ typedef struct gemm_args {
 	int M, N, K, lda, ldb, ldc;
 	int kc, nkb;          /* K block length (the last may be shorter), count */
 	int npanels, upan, mc, nrt, nct;  /* mc: the most rows in a tile */
-	bool amx;             /* the AMX kernel (mr MRA) or the AVX-512 one (MR) */
+	kern_gemm_kind kind;  /* the kernel of this call: AVX2 (mr MR2), AVX-512
+	                       * (MR) or AMX (MRA) */
 	int mr;               /* rows of a micro-panel */
+	int ncp;              /* panels in a chunk of columns */
 	int kcp;              /* AMX: k per packed K block, kc rounded up to KCH */
 	size_t bpanel;        /* floats of packed op(B) per panel */
 	float alpha, beta;
@@ -476,6 +482,195 @@ AVX512 static void micro_kernel(int kc, const float *restrict a,
 		          bias, acc[i][0], acc[i][1], m0, m1, alpha, beta, first);
 }
 
+/* ---- the AVX2 kernel ---------------------------------------------------
+ *
+ * For CPUs without AVX-512: blocks of 6 x 16 of C in 12 ymm registers.
+ * op(B) is packed as for the AVX-512 kernel (32-column panels), each panel
+ * taken as two 16-column halves; op(A) in micro-panels of MR2 = 6 rows.
+ * Every element gets the AVX-512 kernel's operations (from zero, one
+ * fused multiply-add per k in order, then the same epilogue), so the two
+ * kernels give the same bits. */
+
+/* Panel p of op(B) (pack_b_panel's layout and column sums). */
+AVX2 static void pack_b_panel_avx2(const gemm_args *g, int p)
+{
+	int j0 = p * NR, nr = g->N - j0 < NR ? g->N - j0 : NR, K = g->K;
+	float *dst = g->bp + (size_t)p * K * NR;
+	if (!g->tb) {
+		double sum[NR] = { 0 };
+		for (int k = 0; k < K; k++) {
+			const float *s = g->B + (size_t)k * g->ldb + j0;
+			float *d = dst + (size_t)k * NR;
+			if (nr == NR) {
+				_mm256_store_ps(d, _mm256_loadu_ps(s));
+				_mm256_store_ps(d + 8, _mm256_loadu_ps(s + 8));
+				_mm256_store_ps(d + 16, _mm256_loadu_ps(s + 16));
+				_mm256_store_ps(d + 24, _mm256_loadu_ps(s + 24));
+			} else {
+				for (int j = 0; j < nr; j++)
+					d[j] = s[j];
+				for (int j = nr; j < NR; j++)
+					d[j] = 0.0f;
+			}
+			/* kern_colsum_add's sums: in double, rows in order */
+			if (g->colsum)
+				for (int j = 0; j < NR; j++)
+					sum[j] += d[j];
+		}
+		for (int j = 0; g->colsum && j < nr; j++)
+			g->colsum[j0 + j] += (float)sum[j];
+		return;
+	}
+	/* op(B)[k][j] = B[j][k]: a transposing copy, 8 x 8 at a time */
+	for (int k0 = 0; k0 < K; k0 += 8) {
+		int kn = K - k0 < 8 ? K - k0 : 8;
+		for (int jb = 0; jb < NR; jb += 8) {
+			float t[8][8];
+			for (int j = 0; j < 8; j++)
+				for (int k = 0; k < 8; k++)
+					t[k][j] = jb + j < nr && k < kn
+					          ? g->B[(size_t)(j0 + jb + j) * g->ldb + k0 + k] : 0.0f;
+			for (int k = 0; k < kn; k++)
+				_mm256_store_ps(dst + (size_t)(k0 + k) * NR + jb, _mm256_loadu_ps(t[k]));
+		}
+	}
+}
+
+/* Rows i0..i0+mc of op(A), columns k0..k0+kc, in micro-panels of MR2 rows:
+ * ap[r * kc * MR2 + k * MR2 + i] = op(A)[i0 + r MR2 + i][k0 + k], zero
+ * past the mc rows. */
+AVX2 static void pack_a_block_avx2(const gemm_args *g, float *ap, int i0, int mc,
+                                   int k0, int kc)
+{
+	int npan = (mc + MR2 - 1) / MR2;
+	for (int r = 0; r < npan; r++) {
+		float *d = ap + (size_t)r * kc * MR2;
+		int rows = mc - r * MR2 < MR2 ? mc - r * MR2 : MR2, ib = i0 + r * MR2;
+		if (g->ta) {
+			/* op(A)[i][k] = A[k][i]: 6 contiguous floats per k */
+			for (int k = 0; k < kc; k++) {
+				const float *s = g->A + (size_t)(k0 + k) * g->lda + ib;
+				for (int i = 0; i < MR2; i++)
+					d[(size_t)k * MR2 + i] = i < rows ? s[i] : 0.0f;
+			}
+			continue;
+		}
+		/* op(A) = A: row i of the panel is contiguous in k */
+		for (int i = 0; i < MR2; i++) {
+			const float *s = g->A + (size_t)(ib + i) * g->lda + k0;
+			for (int k = 0; k < kc; k++)
+				d[(size_t)k * MR2 + i] = i < rows ? s[k] : 0.0f;
+		}
+	}
+}
+
+/* The first n (clamped to 0..8) lanes of a vector, as a maskload mask. */
+AVX2 static inline __m256i mask8(int n)
+{
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* 16 floats of a row at p, the first n of them (the rest read as 0). */
+AVX2 static inline void load16(const float *p, int n, __m256 *v0, __m256 *v1)
+{
+	if (n >= 16) {
+		*v0 = _mm256_loadu_ps(p);
+		*v1 = _mm256_loadu_ps(p + 8);
+	} else {
+		*v0 = _mm256_maskload_ps(p, mask8(n));
+		*v1 = _mm256_maskload_ps(p + 8, mask8(n - 8));
+	}
+}
+
+/* store_row for a row of n <= 16 floats: the same operations. */
+AVX2 static inline void store_row_avx2(float *c, const float *r, const float *bias,
+                                       __m256 v0, __m256 v1, int n, float alpha,
+                                       float beta, bool first)
+{
+	__m256 b0, b1;
+	if (alpha != 1.0f) {
+		__m256 al = _mm256_set1_ps(alpha);
+		v0 = _mm256_mul_ps(al, v0);
+		v1 = _mm256_mul_ps(al, v1);
+	}
+	if (!first) {
+		load16(c, n, &b0, &b1);
+		v0 = _mm256_add_ps(b0, v0);
+		v1 = _mm256_add_ps(b1, v1);
+	} else {
+		bool have = true;
+		if (r) {
+			load16(r, n, &b0, &b1);
+		} else if (beta == 0.0f) {
+			have = false;
+			b0 = b1 = _mm256_setzero_ps();
+		} else {
+			load16(c, n, &b0, &b1);
+			if (beta != 1.0f) {
+				__m256 be = _mm256_set1_ps(beta);
+				b0 = _mm256_mul_ps(be, b0);
+				b1 = _mm256_mul_ps(be, b1);
+			}
+		}
+		if (bias) {
+			__m256 x0, x1;
+			load16(bias, n, &x0, &x1);
+			b0 = have ? _mm256_add_ps(b0, x0) : x0;
+			b1 = have ? _mm256_add_ps(b1, x1) : x1;
+			have = true;
+		}
+		if (have) {
+			v0 = _mm256_add_ps(b0, v0);
+			v1 = _mm256_add_ps(b1, v1);
+		}
+	}
+	if (n >= 16) {
+		_mm256_storeu_ps(c, v0);
+		_mm256_storeu_ps(c + 8, v1);
+	} else {
+		_mm256_maskstore_ps(c, mask8(n), v0);
+		_mm256_maskstore_ps(c + 8, mask8(n - 8), v1);
+	}
+}
+
+/* C block [mr, nr] (mr <= MR2, nr <= NR) at c: the epilogue of
+ * a[kc x MR2] times b[kc x NR], both packed. */
+AVX2 static void micro_kernel_avx2(int kc, const float *restrict a,
+                                   const float *restrict b, float *c, int ldc,
+                                   const float *r, const float *bias, int mr,
+                                   int nr, float alpha, float beta, bool first)
+{
+	prefetch_block(c, r, ldc, mr, nr);
+	for (int h = 0; h < 2 && 16 * h < nr; h++) {
+		const float *ak = a, *bk = b + 16 * h;
+		__m256 c0a = _mm256_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a,
+		       c2a = c0a, c2b = c0a, c3a = c0a, c3b = c0a, c4a = c0a,
+		       c4b = c0a, c5a = c0a, c5b = c0a;
+		for (int k = 0; k < kc; k++) {
+			__m256 b0 = _mm256_load_ps(bk), b1 = _mm256_load_ps(bk + 8), x;
+			_mm_prefetch((const char *)(bk + 24 * NR), _MM_HINT_T0);
+#define ROW(i) \
+			x = _mm256_broadcast_ss(ak + i); \
+			c##i##a = _mm256_fmadd_ps(x, b0, c##i##a); \
+			c##i##b = _mm256_fmadd_ps(x, b1, c##i##b);
+			ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+#undef ROW
+			ak += MR2;
+			bk += NR;
+		}
+		__m256 acc[MR2][2] = {
+			{ c0a, c0b }, { c1a, c1b }, { c2a, c2b },
+			{ c3a, c3b }, { c4a, c4b }, { c5a, c5b },
+		};
+		int n = nr - 16 * h < 16 ? nr - 16 * h : 16;
+		for (int i = 0; i < mr; i++)
+			store_row_avx2(c + (size_t)i * ldc + 16 * h,
+			               r ? r + (size_t)i * ldc + 16 * h : NULL,
+			               bias ? bias + 16 * h : NULL, acc[i][0], acc[i][1], n,
+			               alpha, beta, first);
+	}
+}
+
 /* ---- the AMX kernel ---------------------------------------------------
  *
  * fp32 products on the bf16 tile unit, to fp32 accuracy.  Each operand is
@@ -724,30 +919,31 @@ static void tile_rows(const gemm_args *g, int it, int *i0, int *mc)
 /* Floats of packed op(A) per micro-panel for a K block of kc. */
 static size_t a_panel_floats(const gemm_args *g, int kc)
 {
-	return g->amx ? (size_t)g->kcp * MRA * 3 / 2 : (size_t)kc * MR;
+	return g->kind == KERN_GEMM_AMX ? (size_t)g->kcp * MRA * 3 / 2 : (size_t)kc * g->mr;
 }
 
 /* Rows i0..i0+mc of op(A), K block k0..k0+kc, packed for the kernel used. */
-AVX512 static void pack_a(const gemm_args *g, float *ap, int i0, int mc, int k0,
-                          int kc)
+static void pack_a(const gemm_args *g, float *ap, int i0, int mc, int k0, int kc)
 {
-	if (g->amx)
+	if (g->kind == KERN_GEMM_AMX)
 		pack_a_block_amx(g, ap, i0, mc, k0, kc);
-	else
+	else if (g->kind == KERN_GEMM_AVX512)
 		pack_a_block(g, ap, i0, mc, k0, kc);
+	else
+		pack_a_block_avx2(g, ap, i0, mc, k0, kc);
 }
 
-AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
+static void run_tile(const gemm_args *g, int t, float *ap)
 {
 	int it = t / g->nct, jt = t % g->nct, i0, mc;
 	tile_rows(g, it, &i0, &mc);
 	int pa = jt * g->npanels / g->nct, pb = (jt + 1) * g->npanels / g->nct;
 	int npan = (mc + g->mr - 1) / g->mr;
 	size_t kstride = (size_t)npan * a_panel_floats(g, g->kc);  /* per K block */
-	if (g->amx)
+	if (g->kind == KERN_GEMM_AMX)
 		amx_begin();
-	for (int c0 = pa; c0 < pb; c0 += NCP) {
-		int c1 = c0 + NCP < pb ? c0 + NCP : pb;
+	for (int c0 = pa; c0 < pb; c0 += g->ncp) {
+		int c1 = c0 + g->ncp < pb ? c0 + g->ncp : pb;
 		for (int kb = 0; kb < g->nkb; kb++) {
 			int k0 = kb * g->kc, kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
 			bool first = kb == 0;
@@ -762,35 +958,41 @@ AVX512 static void run_tile(const gemm_args *g, int t, float *ap)
 					const float *R = first && g->R ? g->R + co : NULL;
 					const float *bias = first && g->bias ? g->bias + j0 : NULL;
 					float beta = first ? g->beta : 1.0f;
-					if (g->amx)
+					if (g->kind == KERN_GEMM_AMX)
 						amx_kernel(g->kcp / KCH, (const uint16_t *)a,
 						           (const uint16_t *)(g->bp + (size_t)p * g->bpanel
 						                              + (size_t)kb * g->kcp * NR * 3 / 2),
 						           g->C + co, g->ldc, R, bias, mr, nr, g->alpha,
 						           beta, first);
-					else
+					else if (g->kind == KERN_GEMM_AVX512)
 						micro_kernel(kc, a, g->bp + (size_t)p * g->bpanel + (size_t)k0 * NR,
 						             g->C + co, g->ldc, R, bias, mr, nr, g->alpha,
 						             beta, first);
+					else
+						micro_kernel_avx2(kc, a, g->bp + (size_t)p * g->bpanel
+						                  + (size_t)k0 * NR, g->C + co, g->ldc, R,
+						                  bias, mr, nr, g->alpha, beta, first);
 					if (g->post && kb == g->nkb - 1)
 						post_op(g, co, mr, nr);
 				}
 			}
 		}
 	}
-	if (g->amx)
+	if (g->kind == KERN_GEMM_AMX)
 		amx_end();
 }
 
 /* Packing task p: panel p of op(B), or K block (p - npanels) % nkb of row
  * block (p - npanels) / nkb of op(A) into its shared place. */
-AVX512 static void pack_task(const gemm_args *g, int p)
+static void pack_task(const gemm_args *g, int p)
 {
 	if (p < g->npanels) {
-		if (g->amx)
+		if (g->kind == KERN_GEMM_AMX)
 			pack_b_panel_amx(g, p);
-		else
+		else if (g->kind == KERN_GEMM_AVX512)
 			pack_b_panel(g, p);
+		else
+			pack_b_panel_avx2(g, p);
 		return;
 	}
 	p -= g->npanels;
@@ -829,10 +1031,13 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 	/* AMX where it was measured faster inside a training step: not for
 	 * a transposed op(A), the weight gradients, whose products ran up to
 	 * 20% slower than with AVX-512 (doc/kernels.md) */
-	g.amx = kern_gemm_amx() && !ta;
-	g.mr = g.amx ? MRA : MR;
+	g.kind = kern_gemm_kind_now();
+	if (g.kind == KERN_GEMM_AMX && ta)
+		g.kind = KERN_GEMM_AVX512;
+	g.mr = g.kind == KERN_GEMM_AMX ? MRA : g.kind == KERN_GEMM_AVX512 ? MR : MR2;
+	g.ncp = g.kind == KERN_GEMM_AVX2 ? NCP2 : NCP;
 	g.kcp = (g.kc + KCH - 1) / KCH * KCH;
-	g.bpanel = g.amx ? (size_t)g.nkb * g.kcp * NR * 3 / 2 : (size_t)K * NR;
+	g.bpanel = g.kind == KERN_GEMM_AMX ? (size_t)g.nkb * g.kcp * NR * 3 / 2 : (size_t)K * NR;
 	if (nt < 1)
 		nt = 1;
 	/* Tiles: which thread computes an element, never how, so their shape

@@ -2,8 +2,9 @@
  * backend_cpu.c).
  *
  * C[M,N] = (first R + bias, or beta * C + bias) + alpha * op(A) op(B), row
- * major, for the model's large products, with an AVX-512 micro-kernel or,
- * where the CPU has AMX-BF16, an AMX kernel of fp32 accuracy.
+ * major, for the model's large products, with an AVX2 or AVX-512
+ * micro-kernel or, where the CPU has AMX-BF16, an AMX kernel of fp32
+ * accuracy.
  *
  * Why a driver of our own: the backend must not let a result depend on the
  * thread count, so it used to cut each product into tiles, one
@@ -19,33 +20,41 @@
  * (the first block to the bias / residual / beta * C term).  Which thread
  * runs a tile and how many there are never change an element's operations,
  * so results are bit-identical on any thread count.  They differ from
- * OpenBLAS's within rounding, and a CPU without AVX-512 uses the OpenBLAS
- * path instead (deterministic too): results are per machine, as with the
- * BLAS core. */
+ * OpenBLAS's within rounding; a CPU without AVX2 and FMA uses the
+ * OpenBLAS path instead (deterministic too). */
 #ifndef KERN_GEMM_H
 #define KERN_GEMM_H
 
 #include <stdbool.h>
 
-/* True when this CPU runs the micro-kernel (AVX-512F) and the environment
- * does not ask for OpenBLAS (COTRAIN_GEMM=blas, read once). */
+/* The driver's micro-kernels, slowest first.  Each element of C gets the
+ * same operations from AVX2 and AVX-512 (one fused multiply-add per k in
+ * the same order, the same epilogue), so the two give the same bits; the
+ * AMX kernel's differ within rounding. */
+typedef enum {
+	KERN_GEMM_BLAS = 0,  /* the driver off: OpenBLAS tiles (backend_cpu.c) */
+	KERN_GEMM_AVX2,      /* 6 x 16 blocks of C, AVX2 and FMA */
+	KERN_GEMM_AVX512,    /* 12 x 32 blocks, AVX-512F */
+	KERN_GEMM_AMX        /* AMX-BF16 at fp32 accuracy where op(A) is not
+	                      * transposed, the AVX-512 kernel elsewhere */
+} kern_gemm_kind;
+
+/* The kernel in use: at first the best this CPU (and, for AMX, Linux)
+ * runs, lowered by COTRAIN_GEMM (read once): "blas" turns the driver off,
+ * "avx2" or "avx512" caps the kernel (other values are ignored). */
+kern_gemm_kind kern_gemm_kind_now(void);
+
+/* Use kernel k from now on, where this CPU runs it (KERN_GEMM_BLAS
+ * always); returns whether it is now used.  For benchmarks and tests that
+ * compare kernels in one process: call it between products, never while
+ * one runs. */
+bool kern_gemm_use(kern_gemm_kind k);
+
+/* "blas", "avx2", "avx512" or "amx". */
+const char *kern_gemm_kind_name(kern_gemm_kind k);
+
+/* kern_gemm_kind_now() != KERN_GEMM_BLAS: products go through the driver. */
 bool kern_gemm_usable(void);
-
-/* Use the driver (on true, where the CPU can) or OpenBLAS from now on,
- * whatever COTRAIN_GEMM said; returns whether the driver is now used.  For
- * benchmarks and tests comparing the two in one process: call it between
- * products, never while one runs. */
-bool kern_gemm_enable(bool on);
-
-/* True when the driver multiplies on the AMX tile unit (AMX-BF16, see
- * gemm.c: fp32 accuracy from three bf16 parts per operand): the CPU has
- * it, Linux grants it, and COTRAIN_GEMM is neither "blas" nor "avx512". */
-bool kern_gemm_amx(void);
-
-/* Use the AMX kernel (on true, where it can run) or the AVX-512 one from
- * now on; returns whether AMX is now used.  As kern_gemm_enable: between
- * products only. */
-bool kern_gemm_amx_enable(bool on);
 
 /* The product above over nt threads (nt >= 1).  Must be called outside
  * OpenMP parallel regions; only when kern_gemm_usable().  Semantics as the

@@ -7,12 +7,13 @@
  * Each result must be within 1e-5 of the reference relative to the largest
  * |A| |B| sum, and byte-equal across thread counts.  The same products also
  * go through the backend's sgemm_bias / sgemm_residual (whichever path this
- * CPU takes) and must agree with the reference there too.  On a CPU
- * without AVX-512 the driver's own checks are skipped.  kern_gemm_colsum
- * (weight and bias gradients in one pass) must equal kern_gemm plus
- * kern_colsum_add bit for bit.  Where the CPU has AMX-BF16 every check runs
- * twice, with the AVX-512 kernel and with the AMX one (which must also
- * reach fp32's accuracy, not bf16's: a single product a b within 2^-21). */
+ * CPU takes) and must agree with the reference there too.
+ * kern_gemm_colsum (weight and bias gradients in one pass) must equal
+ * kern_gemm plus kern_colsum_add bit for bit.  Every check runs once per
+ * kernel of the driver this CPU has (AVX2, AVX-512, AMX; the others are
+ * skipped), the AMX one reaching fp32's accuracy, not bf16's (a single
+ * product a b within 2^-21); where the CPU has both, the AVX2 and AVX-512
+ * kernels must give the same bits. */
 #include "kernels/backend.h"
 #include "kernels/gelu.h"
 #include "kernels/gemm.h"
@@ -32,7 +33,7 @@ typedef struct {
 	bool bias, res;
 } shape;
 
-static const char *kernel = "avx512";  /* the driver's kernel, for names */
+static const char *kernel = "avx2";  /* the driver's kernel, for names */
 
 static float *randv(kern_rng *r, size_t n)
 {
@@ -118,7 +119,7 @@ static void run_shape(const shape *s, kern_rng *rng)
 		   && memcmp(C[1], C[3], nc * sizeof(float)) == 0,
 		   "driver %s: bit-identical on 1, 2 and 3 threads", what);
 	} else {
-		skip(2, "no AVX-512 on this CPU: the driver is not used");
+		skip(2, "the GEMM driver is off");
 	}
 	/* the backend's entry points, whichever path this CPU takes */
 	const kern_backend *be = kern_backend_get();
@@ -145,7 +146,7 @@ static void run_shape(const shape *s, kern_rng *rng)
 static void run_colsum(bool ta, int M, int N, int K, kern_rng *rng)
 {
 	if (!kern_gemm_usable()) {
-		skip(2, "no AVX-512 on this CPU: the driver is not used");
+		skip(2, "the GEMM driver is off");
 		return;
 	}
 	float *A = randv(rng, (size_t)K * M), *B = randv(rng, (size_t)K * N);
@@ -220,7 +221,7 @@ static void run_gelu(int M, int N, int K, int op, kern_rng *rng)
 static void run_precision(kern_rng *rng)
 {
 	if (!kern_gemm_usable()) {
-		skip(1, "no AVX-512 on this CPU: the driver is not used");
+		skip(1, "the GEMM driver is off");
 		return;
 	}
 	enum { M = 64, N = 64 };
@@ -258,6 +259,42 @@ static void run_all(const shape *shapes, int n, kern_rng *rng)
 	run_precision(rng);
 }
 
+/* Every shape through the AVX2 and the AVX-512 kernels: the same bits. */
+static void run_same(const shape *shapes, int n, kern_rng *rng)
+{
+	if (!kern_gemm_use(KERN_GEMM_AVX512)) {
+		skip(1, "no AVX-512 on this CPU: only the AVX2 kernel runs");
+		return;
+	}
+	const char *differ = NULL;
+	for (int i = 0; i < n && !differ; i++) {
+		const shape *s = &shapes[i];
+		int M = s->M, N = s->N, K = s->K, lda = s->ta ? M : K, ldb = s->tb ? K : N;
+		size_t nc = (size_t)M * N;
+		float *A = randv(rng, (size_t)M * K), *B = randv(rng, (size_t)K * N);
+		float *C0 = randv(rng, nc), *bias = s->bias ? randv(rng, N) : NULL;
+		float *R = s->res ? randv(rng, nc) : NULL;
+		float *C[2];
+		for (int v = 0; v < 2; v++) {
+			if (!(C[v] = malloc(nc * sizeof(float))))
+				bail_out("out of memory");
+			memcpy(C[v], C0, nc * sizeof(float));
+			kern_gemm_use(v ? KERN_GEMM_AVX2 : KERN_GEMM_AVX512);
+			kern_gemm(s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, s->beta,
+			          C[v], N, bias, R, 2);
+		}
+		kern_gemm_use(KERN_GEMM_AVX512);
+		static char what[96];
+		if (memcmp(C[0], C[1], nc * sizeof(float)) != 0) {
+			snprintf(what, sizeof what, "%dx%dx%d ta=%d tb=%d", M, N, K, s->ta, s->tb);
+			differ = what;
+		}
+		free(A); free(B); free(C0); free(bias); free(R); free(C[0]); free(C[1]);
+	}
+	ok(!differ, "the AVX2 and AVX-512 kernels give the same bits on all %d shapes%s%s", n,
+	   differ ? "; they differ at " : "", differ ? differ : "");
+}
+
 int main(void)
 {
 	kern_set_threads(2);
@@ -284,13 +321,25 @@ int main(void)
 	};
 	int n = (int)(sizeof shapes / sizeof shapes[0]);
 	int per_kernel = 3 * n + 2 * 5 + 4 + 1;
-	plan(2 * per_kernel);
-	kern_gemm_amx_enable(false);
-	run_all(shapes, n, &rng);
-	kernel = "amx";
-	if (kern_gemm_amx_enable(true))
-		run_all(shapes, n, &rng);
+	static const struct {
+		kern_gemm_kind kind;
+		const char *why;    /* when this CPU lacks it */
+	} kinds[] = {
+		{ KERN_GEMM_AVX2, "no AVX2 and FMA on this CPU" },
+		{ KERN_GEMM_AVX512, "no AVX-512 on this CPU" },
+		{ KERN_GEMM_AMX, "no AMX-BF16 on this CPU, or the kernel does not grant it" },
+	};
+	plan(3 * per_kernel + 1);
+	for (int k = 0; k < 3; k++) {
+		kernel = kern_gemm_kind_name(kinds[k].kind);
+		if (kern_gemm_use(kinds[k].kind))
+			run_all(shapes, n, &rng);
+		else
+			skip(per_kernel, kinds[k].why);
+	}
+	if (kern_gemm_use(KERN_GEMM_AVX2))
+		run_same(shapes, n, &rng);
 	else
-		skip(per_kernel, "no AMX-BF16 on this CPU, or the kernel does not grant it");
+		skip(1, "no AVX2 and FMA on this CPU");
 	return exit_status();
 }
