@@ -3,7 +3,7 @@
 # C test re-executes itself with kern_blas_coretype_hint()'s core (as the
 # programs do); COTRAIN_BLAS_REEXEC forbids that, so this run covers the other
 # core.  On a CPU OpenBLAS knows both runs use the same core.  The large
-# products go through OpenBLAS too (COTRAIN_GEMM=blas: on a CPU with AVX-512
+# products go through OpenBLAS too (COTRAIN_GEMM=blas: on a CPU with AVX2
 # the backend's own driver would take them whatever the core).
 COTRAIN_BLAS_REEXEC=off
 COTRAIN_GEMM=blas

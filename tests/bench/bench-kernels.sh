@@ -20,13 +20,15 @@
 #   loaded  both sides on the OpenBLAS core as it loads (the re-exec
 #           forbidden), both with GOMP_SPINCOUNT=$SPIN.  cotrain's large
 #           products do not depend on the core where its own GEMM driver
-#           runs (AVX-512).
+#           runs (AVX2 and up).
 #   blas    as hint, with cotrain's GEMM driver off (COTRAIN_GEMM=blas):
 #           every product on OpenBLAS tiles, the path of a CPU without
-#           AVX-512 (not in the default list).
+#           AVX2 (not in the default list).
 #   avx512  as hint, with the driver's AMX kernel off (COTRAIN_GEMM=avx512),
 #           the path of a CPU with AVX-512 but without AMX-BF16 (not in the
 #           default list).
+#   avx2    as hint, with the driver on its AVX2 kernel (COTRAIN_GEMM=avx2),
+#           the path of a CPU without AVX-512 (not in the default list).
 #
 # Prints, per model and optimizer, over REPEAT alternating runs of each side:
 # training tokens/s (zero_grad, forward, backward, optimizer step; mean over
@@ -164,13 +166,14 @@ for mode in $CORETYPES; do
 			echo "== as cotrain's programs run: OPENBLAS_CORETYPE=$hint (kern_blas_coretype_hint), GOMP_SPINCOUNT=$SPIN for both"
 			OPENBLAS_CORETYPE=$hint GOMP_SPINCOUNT=$SPIN table
 		fi ;;
-	blas|avx512)
+	blas|avx512|avx2)
 		h=${hint#none}
-		if [ $mode = blas ]; then
-			echo "== cotrain's GEMM driver off (COTRAIN_GEMM=blas)${h:+, OPENBLAS_CORETYPE=$h}, GOMP_SPINCOUNT=$SPIN for both"
-		else
-			echo "== cotrain's AMX kernel off (COTRAIN_GEMM=avx512)${h:+, OPENBLAS_CORETYPE=$h}, GOMP_SPINCOUNT=$SPIN for both"
-		fi
+		case $mode in
+		blas) what="cotrain's GEMM driver off" ;;
+		avx512) what="cotrain's AMX kernel off" ;;
+		avx2) what="cotrain's GEMM driver on its AVX2 kernel" ;;
+		esac
+		echo "== $what (COTRAIN_GEMM=$mode)${h:+, OPENBLAS_CORETYPE=$h}, GOMP_SPINCOUNT=$SPIN for both"
 		if [ -n "$h" ]; then
 			COTRAIN_GEMM=$mode OPENBLAS_CORETYPE=$h GOMP_SPINCOUNT=$SPIN table
 		else
