@@ -21,10 +21,12 @@
  * On a CPU with AMX-BF16, products whose op(A) is not transposed use the
  * AMX kernel instead (32 x 32 blocks of C on the tile unit, fp32 accuracy
  * from three bf16 parts per operand: "the AMX kernel" below), with the same
- * tiles, K blocks and epilogues.
- * Every function here that runs AVX-512 or AMX code is compiled for it with
- * a target attribute and reached only after kern_gemm_usable() (and, for
- * AMX, kern_gemm_amx()). */
+ * tiles, K blocks and epilogues.  A CPU with AVX2 but not AVX-512 uses the
+ * AVX2 kernel (6 x 16 blocks, the same operations per element: "the AVX2
+ * kernel" below), with the same tiles and K blocks.
+ * Every function here that runs AVX2, AVX-512 or AMX code is compiled for
+ * it with a target attribute and reached only when the call's kind
+ * (kern_gemm_kind_now(), fixed per call) is that kernel. */
 #include "kernels/gemm.h"
 
 #include "kernels/gelu.h"
@@ -485,8 +487,9 @@ AVX512 static void micro_kernel(int kc, const float *restrict a,
 /* ---- the AVX2 kernel ---------------------------------------------------
  *
  * For CPUs without AVX-512: blocks of 6 x 16 of C in 12 ymm registers.
- * op(B) is packed as for the AVX-512 kernel (32-column panels), each panel
- * taken as two 16-column halves; op(A) in micro-panels of MR2 = 6 rows.
+ * op(B) is packed in the AVX-512 kernel's 32-column panels, each stored as
+ * two 16-column halves one after the other; op(A) in micro-panels of
+ * MR2 = 6 rows.  A tile walks panel, half, then micro-panel (run_tile).
  * Every element gets the AVX-512 kernel's operations (from zero, one
  * fused multiply-add per k in order, then the same epilogue), so the two
  * kernels give the same bits. */
