@@ -1177,11 +1177,13 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 	aper = (aper + 15) / 16 * 16;
 	g.aper = aper;
 	g.a_shared = g.nct > 1;
-	gemm_bufs *bf = bufs_get((size_t)g.npanels * (g.bpanel > 0 ? g.bpanel : NR),
-	                         aper * (size_t)(g.a_shared ? g.nrt : nt) + 16);
+	gemm_bufs *bf = g.kind == KERN_GEMM_BLAS ? NULL
+	                : bufs_get((size_t)g.npanels * (g.bpanel > 0 ? g.bpanel : NR),
+	                           aper * (size_t)(g.a_shared ? g.nrt : nt) + 16);
 	if (!bf) {
-		/* out of memory: a plain, slow, still deterministic loop (these
-		 * results differ from the driver's within rounding) */
+		/* out of memory, or called with the driver off (no kernel this
+		 * CPU surely runs): a plain, slow, still deterministic loop
+		 * (these results differ from the driver's within rounding) */
 		for (int i = 0; i < M; i++)
 			for (int j = 0; j < N; j++) {
 				float acc = 0.0f;

@@ -57,8 +57,9 @@ const char *kern_gemm_kind_name(kern_gemm_kind k);
 bool kern_gemm_usable(void);
 
 /* The product above over nt threads (nt >= 1).  Must be called outside
- * OpenMP parallel regions; only when kern_gemm_usable().  Semantics as the
- * backend's sgemm_bias (R NULL) and sgemm_residual (R given, beta ignored):
+ * OpenMP parallel regions; meant for when kern_gemm_usable() (otherwise a
+ * slow plain loop computes it).  Semantics as the backend's sgemm_bias
+ * (R NULL) and sgemm_residual (R given, beta ignored):
  * beta 0 ignores C's old contents (NaN included); bias and R may be NULL.
  * R has leading dimension ldc and must not overlap C. */
 void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
