@@ -83,13 +83,36 @@ static double max_err(const float *C, const double *ref, size_t n)
 	return e;
 }
 
+/* A shape's random operands: A, B, C's old contents, and the bias and
+ * residual when the shape has them. */
+typedef struct {
+	float *A, *B, *C0, *bias, *R;
+} operands;
+
+static operands operands_new(const shape *s, kern_rng *rng)
+{
+	size_t nc = (size_t)s->M * s->N;
+	operands o = { randv(rng, (size_t)s->M * s->K), randv(rng, (size_t)s->K * s->N),
+	               randv(rng, nc), s->bias ? randv(rng, s->N) : NULL,
+	               s->res ? randv(rng, nc) : NULL };
+	return o;
+}
+
+static void operands_free(operands *o)
+{
+	free(o->A);
+	free(o->B);
+	free(o->C0);
+	free(o->bias);
+	free(o->R);
+}
+
 static void run_shape(const shape *s, kern_rng *rng)
 {
 	int M = s->M, N = s->N, K = s->K, lda = s->ta ? M : K, ldb = s->tb ? K : N;
 	size_t nc = (size_t)M * N;
-	float *A = randv(rng, (size_t)M * K), *B = randv(rng, (size_t)K * N);
-	float *C0 = randv(rng, nc), *bias = s->bias ? randv(rng, N) : NULL;
-	float *R = s->res ? randv(rng, nc) : NULL;
+	operands o = operands_new(s, rng);
+	float *A = o.A, *B = o.B, *C0 = o.C0, *bias = o.bias, *R = o.R;
 	if (s->beta == 0.0f && !R)
 		for (size_t i = 0; i < nc; i++)
 			C0[i] = NAN;  /* beta 0 must ignore C */
@@ -134,11 +157,7 @@ static void run_shape(const shape *s, kern_rng *rng)
 	for (int t = 0; t < 4; t++)
 		free(C[t]);
 	free(ref);
-	free(A);
-	free(B);
-	free(C0);
-	free(bias);
-	free(R);
+	operands_free(&o);
 }
 
 /* kern_gemm_colsum: the product bit-identical to kern_gemm's, the column
@@ -271,17 +290,15 @@ static void run_same(const shape *shapes, int n, kern_rng *rng)
 		const shape *s = &shapes[i];
 		int M = s->M, N = s->N, K = s->K, lda = s->ta ? M : K, ldb = s->tb ? K : N;
 		size_t nc = (size_t)M * N;
-		float *A = randv(rng, (size_t)M * K), *B = randv(rng, (size_t)K * N);
-		float *C0 = randv(rng, nc), *bias = s->bias ? randv(rng, N) : NULL;
-		float *R = s->res ? randv(rng, nc) : NULL;
+		operands o = operands_new(s, rng);
 		float *C[2];
 		for (int v = 0; v < 2; v++) {
 			if (!(C[v] = malloc(nc * sizeof(float))))
 				bail_out("out of memory");
-			memcpy(C[v], C0, nc * sizeof(float));
+			memcpy(C[v], o.C0, nc * sizeof(float));
 			kern_gemm_use(v ? KERN_GEMM_AVX2 : KERN_GEMM_AVX512);
-			kern_gemm(s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, s->beta,
-			          C[v], N, bias, R, 2);
+			kern_gemm(s->ta, s->tb, M, N, K, s->alpha, o.A, lda, o.B, ldb, s->beta,
+			          C[v], N, o.bias, o.R, 2);
 		}
 		kern_gemm_use(KERN_GEMM_AVX512);
 		static char what[96];
@@ -289,7 +306,9 @@ static void run_same(const shape *shapes, int n, kern_rng *rng)
 			snprintf(what, sizeof what, "%dx%dx%d ta=%d tb=%d", M, N, K, s->ta, s->tb);
 			differ = what;
 		}
-		free(A); free(B); free(C0); free(bias); free(R); free(C[0]); free(C[1]);
+		operands_free(&o);
+		free(C[0]);
+		free(C[1]);
 	}
 	ok(!differ, "the AVX2 and AVX-512 kernels give the same bits on all %d shapes%s%s", n,
 	   differ ? "; they differ at " : "", differ ? differ : "");
@@ -302,19 +321,19 @@ static void run_off(const shape *s, kern_rng *rng)
 {
 	int M = s->M, N = s->N, K = s->K, lda = s->ta ? M : K, ldb = s->tb ? K : N;
 	size_t nc = (size_t)M * N;
-	float *A = randv(rng, (size_t)M * K), *B = randv(rng, (size_t)K * N);
-	float *C = randv(rng, nc), *bias = s->bias ? randv(rng, N) : NULL;
-	float *R = s->res ? randv(rng, nc) : NULL;
+	operands o = operands_new(s, rng);
 	double *ref = malloc(nc * sizeof *ref), scale;
 	if (!ref)
 		bail_out("out of memory");
-	reference(s, A, B, C, bias, R, ref, &scale);
+	reference(s, o.A, o.B, o.C0, o.bias, o.R, ref, &scale);
 	kern_gemm_use(KERN_GEMM_BLAS);
-	kern_gemm(s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, s->beta, C, N, bias, R, 2);
-	double e = max_err(C, ref, nc), tol = 1e-5 * (scale > 1 ? scale : 1);
+	kern_gemm(s->ta, s->tb, M, N, K, s->alpha, o.A, lda, o.B, ldb, s->beta, o.C0, N, o.bias,
+	          o.R, 2);
+	double e = max_err(o.C0, ref, nc), tol = 1e-5 * (scale > 1 ? scale : 1);
 	ok(e <= tol, "driver off: kern_gemm %dx%dx%d still computes the product (max error %.3g <= %.3g)",
 	   M, N, K, e, tol);
-	free(A); free(B); free(C); free(bias); free(R); free(ref);
+	operands_free(&o);
+	free(ref);
 }
 
 int main(void)
