@@ -138,6 +138,20 @@ held=$(nr_sql "select count(*) from round r join round_member m using (project_i
     and r.version in ($(echo -1 $FULL | tr ' ' ','))")
 ok $([ "$forks" = 0 ] && [ "$held" = $((nfull * NSITES)) ]; echo $?) \
 	"no fork: every included peer holds the server's parameters ($held of $((nfull * NSITES)) in the full rounds, $forks forks)"
+# A fork is rare (seen once in CI): say whose, and what its log and the
+# server's say of that round, since the logs go with the test.
+nr_sql "select r.version, m.host_id, m.params_sha256, r.params_sha256 from round r
+  join round_member m using (project_id, version) where r.state = 'committed' and m.included
+  and m.outcome = 'ok' and m.params_sha256 <> r.params_sha256" | tr '|' ' ' |
+while read -r v h got want; do
+	for s in $SITES; do
+		n=${s%%:*}
+		[ "$(nr_host "$n")" = "$h" ] || continue
+		diag "fork in round $v: site $n (host $h) holds $got, the server $want"
+		grep -h "round $v[:,]\|version $v\b" "$T/cl$n.log" "$T/server.log" | tail -40 |
+			while IFS= read -r l; do diag "  $l"; done
+	done
+done
 
 # The aggregators (hi > lo) of the full rounds; S aggregates in no round.
 HS=$(nr_host S)
