@@ -1026,8 +1026,8 @@ static void run_block(const gemm_args *g, const float *a, int ib, int p, int jo,
 		micro_kernel(kc, a, b + (size_t)k0 * NR, g->C + co, g->ldc, R, bias, mr, nr,
 		             g->alpha, beta, first);
 	else
-		micro_kernel_avx2(kc, a, b + (size_t)jo * g->K + (size_t)k0 * 16, g->C + co, g->ldc, R, bias,
-		                  mr, nr, g->alpha, beta, first);
+		micro_kernel_avx2(kc, a, b + (size_t)jo * g->K + (size_t)k0 * 16, g->C + co,
+		                  g->ldc, R, bias, mr, nr, g->alpha, beta, first);
 	if (g->post && kb == g->nkb - 1 && g->kind != KERN_GEMM_AVX2)
 		post_op(g, co, mr, nr);
 }
