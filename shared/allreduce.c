@@ -116,6 +116,9 @@ struct run {
 	char abort_reason[256];
 	int stop_accept;
 	unsigned char *claimed_stream;  /* a stream connection from this member */
+	unsigned char *stream_end;    /* per member, once its stream connection was
+	                               * served: 1 every part and STREAM_END 1 went
+	                               * out, 2 not */
 	size_t n_parts;               /* of our range */
 	size_t *parts_in;             /* per member: parts taken */
 	size_t *order;                /* member indices by ascending host id */
@@ -136,6 +139,10 @@ struct run {
 	unsigned char *st_done;       /* the streamer for this aggregator ended */
 	size_t *st_parts;             /* result parts it decoded */
 	unsigned char *st_complete;   /* it got every part and STREAM_END 1 */
+	unsigned char *st_abandon;    /* the sender takes the result parts from the
+	                               * slice connection: the streamer must not
+	                               * decode any more */
+	unsigned char *st_busy;       /* the streamer is decoding a part into out */
 	size_t *pace_next;            /* per aggregator: the next part our sender sends */
 	unsigned char *pacing;        /* per aggregator: its sender is sending parts */
 	int failed;
@@ -714,11 +721,14 @@ static cot_err send_part(run *r, peer_conn *c, const unsigned char *bytes, size_
 	return rc;
 }
 
-static void stream_serve(run *r, peer_conn *c)
+/* ... and record in stream_end[idx] whether all of it went out, which
+ * decides whether member idx's RESULT may say "as streamed". */
+static void stream_serve(run *r, peer_conn *c, size_t idx)
 {
 	const allreduce_params *p = r->p;
 	size_t sent = 0;
 	cot_errbuf eb = {0};
+	cot_err rc = COT_OK;
 	for (;;) {
 		pthread_mutex_lock(&r->mu);
 		while (sent == r->spec_done && sent < r->n_parts && r->spec_ok &&
@@ -728,12 +738,18 @@ static void stream_serve(run *r, peer_conn *c)
 		pthread_mutex_unlock(&r->mu);
 		if (sent == upto)
 			break;
-		for (; sent < upto; sent++)
-			if (send_part(r, c, r->spec_bytes, sent, &eb))
-				return;
+		for (; !rc && sent < upto; sent++)
+			rc = send_part(r, c, r->spec_bytes, sent, &eb);
+		if (rc)
+			break;
 	}
-	uint8_t complete = sent == r->n_parts;
-	peer_send_frame(c, FRAME_STREAM_END, 0, &complete, 1, p->deadline, &eb);
+	uint8_t complete = !rc && sent == r->n_parts;
+	if (!rc)
+		rc = peer_send_frame(c, FRAME_STREAM_END, 0, &complete, 1, p->deadline, &eb);
+	pthread_mutex_lock(&r->mu);
+	r->stream_end[idx] = !rc && complete ? 1 : 2;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
 }
 
 static void *handler_main(void *arg)
@@ -800,11 +816,16 @@ static void *handler_main(void *arg)
 		frame_reader_init(&rd, pl, h.length);
 		frame_get_i64(&rd, &round);
 		frame_get_i64(&rd, &from);
-		if (frame_reader_end(&rd, "STREAM", &eb) || round != p->round || from != id)
+		if (frame_reader_end(&rd, "STREAM", &eb) || round != p->round || from != id) {
 			peer_send_error(c, FRAME_ERR_PROTOCOL, "malformed STREAM",
 			                min64(p->deadline, deadline_after_ms(1000)));
-		else
-			stream_serve(r, c);
+			pthread_mutex_lock(&r->mu);
+			r->stream_end[idx] = 2;
+			pthread_cond_broadcast(&r->cv);
+			pthread_mutex_unlock(&r->mu);
+		} else {
+			stream_serve(r, c, (size_t)idx);
+		}
 		free(pl);
 		peer_close(c);
 		return NULL;
@@ -832,10 +853,28 @@ static void *handler_main(void *arg)
 		if (state == AGG_RESULT) {
 			/* The sum of the included set, when it is not what was
 			 * streamed, goes in parts before the RESULT (whose data is
-			 * then empty), so that no range is too large for a frame. */
+			 * then empty), so that no range is too large for a frame.
+			 * So does the streamed sum to a member whose stream
+			 * connection did not carry all of it: one that never came
+			 * (it was still being dialed, or failed, or the member
+			 * streams nothing), or broke.  A stream still being served
+			 * is waited for: it has every part to send. */
+			const unsigned char *parts = r->fin_bytes;
+			if (!parts) {
+				pthread_mutex_lock(&r->mu);
+				while (r->claimed_stream[idx] && !r->stream_end[idx] &&
+				       wait_a_bit(r, p->deadline))
+					;
+				if (r->stream_end[idx] != 1) {
+					parts = r->spec_bytes;
+					TRACE(r, "result to host %lld on the slice connection: its stream %s",
+					      (long long)id, r->claimed_stream[idx] ? "broke" : "never came");
+				}
+				pthread_mutex_unlock(&r->mu);
+			}
 			cot_err rc2 = COT_OK;
-			for (size_t k = 0; r->fin_bytes && !rc2 && k < r->n_parts; k++)
-				rc2 = send_part(r, c, r->fin_bytes, k, &eb);
+			for (size_t k = 0; parts && !rc2 && k < r->n_parts; k++)
+				rc2 = send_part(r, c, parts, k, &eb);
 			if (!rc2)
 				peer_send_frame(c, ALLREDUCE_FRAME_RESULT, 0, r->res_payload, r->res_len,
 				                p->deadline, &eb);
@@ -984,6 +1023,20 @@ static cot_err recv_from_agg(run *r, peer_conn *c, uint8_t want, unsigned char *
 	return recv_from_agg2(r, c, want, want, &type, pl, len, eb);
 }
 
+/* From now on the streamer for aggregator a decodes nothing more into out
+ * (it may still be dialing or reading); returns once it is not in the
+ * middle of a part, or COT_ERR_TIMEOUT at the deadline. */
+static cot_err streamer_stop(run *r, size_t a, cot_errbuf *eb)
+{
+	pthread_mutex_lock(&r->mu);
+	r->st_abandon[a] = 1;
+	while (r->st_busy[a] && wait_a_bit(r, r->p->deadline))
+		;
+	int busy = r->st_busy[a];
+	pthread_mutex_unlock(&r->mu);
+	return busy ? cot_seterr(eb, COT_ERR_TIMEOUT, "its result stream did not stop") : COT_OK;
+}
+
 static void *sender_main(void *arg)
 {
 	sender *s = arg;
@@ -1073,9 +1126,10 @@ static void *sender_main(void *arg)
 	free(pl);
 	pl = NULL;
 
-	/* When the sum is not the streamed one, it comes in parts before the
-	 * RESULT; the streamer writes the same range of out, so it must have
-	 * ended before the first of them is decoded. */
+	/* When the sum is not the streamed one, or the stream did not carry
+	 * all of it to us, it comes in parts before the RESULT; the streamer
+	 * writes the same range of out, so it must decode nothing more from
+	 * the first of them on (it may still be dialing, or reading). */
 	step = "receive its RESULT";
 	size_t got = 0;
 	for (;;) {
@@ -1088,17 +1142,11 @@ static void *sender_main(void *arg)
 			goto out;
 		if (type == ALLREDUCE_FRAME_RESULT)
 			break;
-		if (got == 0) {
-			pthread_mutex_lock(&r->mu);
-			while (!r->st_done[s->agg] && wait_a_bit(r, p->deadline))
-				;
-			int ended = r->st_done[s->agg];
-			pthread_mutex_unlock(&r->mu);
-			if (!ended) {
-				rc = cot_seterr(&eb, COT_ERR_TIMEOUT, "its result stream did not end");
-				goto out;
-			}
-		}
+		if (got == 0 && (rc = streamer_stop(r, s->agg, &eb)))
+			goto out;
+		if (got == 0)
+			TRACE(r, "result parts from host %lld on the slice connection",
+			      (long long)m->host_id);
 		rc = take_result_part(r, s->agg, got, pl, len, &eb);
 		if (rc)
 			goto out;
@@ -1125,20 +1173,27 @@ static void *sender_main(void *arg)
 		rc = cot_seterr(&eb, COT_ERR_NETWORK, "malformed RESULT");
 		goto out;
 	}
-	/* The streamer writes the same range of out: let it finish first (the
-	 * aggregator ends the stream once it decided). */
 	step = "receive its result parts";
-	pthread_mutex_lock(&r->mu);
-	while (!r->st_done[s->agg] && wait_a_bit(r, p->deadline))
-		;
-	int st_done = r->st_done[s->agg], st_complete = r->st_complete[s->agg];
-	pthread_mutex_unlock(&r->mu);
-	if (dlen == 0) {   /* n > 0, so a real encoding is never empty */
-		/* "as sent in parts", or "as streamed" when no part came here */
-		if (got != parts_of(p, s->agg) && (got || !st_done || !st_complete))
+	if (dlen == 0 && got == 0) {   /* n > 0, so a real encoding is never empty */
+		/* "as streamed": the stream must have carried every part (the
+		 * aggregator ends it once it decided) */
+		pthread_mutex_lock(&r->mu);
+		while (!r->st_done[s->agg] && wait_a_bit(r, p->deadline))
+			;
+		int complete = r->st_done[s->agg] && r->st_complete[s->agg];
+		pthread_mutex_unlock(&r->mu);
+		if (!complete)
+			rc = cot_seterr(&eb, COT_ERR_NETWORK,
+			                "its RESULT refers to result parts that did not all arrive");
+	} else if (dlen == 0) {
+		/* "as sent in parts" */
+		if (got != parts_of(p, s->agg))
 			rc = cot_seterr(&eb, COT_ERR_NETWORK,
 			                "its RESULT refers to result parts that did not all arrive");
 	} else {
+		rc = streamer_stop(r, s->agg, &eb);   /* the whole sum in the RESULT */
+	}
+	if (!rc && dlen > 0) {
 		step = "receive its RESULT";
 		rc = comp_decode(p->result_comp, data, dlen, r->out + m->start, n, &eb);
 		for (size_t i = 0; !rc && i < n; i++)
@@ -1169,7 +1224,8 @@ out:
 }
 
 /* Our second connection to aggregator s->agg: ask for its result parts and
- * decode them into out as they come.  Never fails the run by itself: it
+ * decode them into out as they come, until the sender takes them from the
+ * slice connection instead (st_abandon).  Never fails the run by itself: it
  * records what arrived (st_parts, st_complete) and ends (st_done); the
  * sender thread decides, from the aggregator's RESULT, whether the parts
  * count. */
@@ -1188,6 +1244,15 @@ static void *streamer_main(void *arg)
 	dialer_target t = { m->addr, m->port, m->host_id };
 	dialer_result dr;
 	cot_err rc = dialer_connect(p->dialer, &t, p->collect_deadline, &dr, &eb);
+	if (!rc) {
+		pthread_mutex_lock(&r->mu);
+		int abandoned = r->st_abandon[s->agg];
+		pthread_mutex_unlock(&r->mu);
+		if (abandoned) {   /* too late: the result came on the slice connection */
+			close(dr.fd);
+			rc = COT_ERR_NETWORK;
+		}
+	}
 	if (!rc) {
 		tune_socket(dr.fd);
 		rc = peer_handshake(p->ctx, dr.fd, PEER_CLIENT, m->host_id, p->collect_deadline, &c, &eb);
@@ -1219,8 +1284,20 @@ static void *streamer_main(void *arg)
 			complete = h.length == 1 && pl[0] == 1 && got == n_parts;
 			break;
 		}
-		if (h.type != FRAME_RESULT_PART || got == n_parts ||
-		    take_result_part(r, s->agg, got, pl, h.length, &eb))
+		if (h.type != FRAME_RESULT_PART || got == n_parts)
+			break;
+		pthread_mutex_lock(&r->mu);
+		int abandoned = r->st_abandon[s->agg];
+		r->st_busy[s->agg] = !abandoned;
+		pthread_mutex_unlock(&r->mu);
+		if (abandoned)
+			break;
+		rc = take_result_part(r, s->agg, got, pl, h.length, &eb);
+		pthread_mutex_lock(&r->mu);
+		r->st_busy[s->agg] = 0;
+		pthread_cond_broadcast(&r->cv);
+		pthread_mutex_unlock(&r->mu);
+		if (rc)
 			break;
 		if (got == 0 || got + 1 == n_parts)
 			TRACE(r, "result part %zu of %zu from host %lld", got + 1, n_parts,
@@ -1297,6 +1374,9 @@ static void run_free(run *r)
 	free(r->st_done);
 	free(r->st_parts);
 	free(r->st_complete);
+	free(r->st_abandon);
+	free(r->st_busy);
+	free(r->stream_end);
 	free(r->pace_next);
 	free(r->pacing);
 	free(r->rep);
@@ -1367,6 +1447,9 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 	r.st_done = calloc(p->n, 1);
 	r.st_parts = calloc(p->n, sizeof *r.st_parts);
 	r.st_complete = calloc(p->n, 1);
+	r.st_abandon = calloc(p->n, 1);
+	r.st_busy = calloc(p->n, 1);
+	r.stream_end = calloc(p->n, 1);
 	r.pace_next = calloc(p->n, sizeof *r.pace_next);
 	r.pacing = calloc(p->n, 1);
 	r.t0 = deadline_now_ms();
@@ -1383,7 +1466,8 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 	int have_acceptor = 0;
 	if (!r.c || !r.claimed || !r.rep || !r.rep_n || !r.rids || !r.rids_n || !r.rtotal || !ss ||
 	    !fin || !r.claimed_stream || !r.parts_in || !r.order || !r.spec_x || !r.st_done ||
-	    !r.st_parts || !r.st_complete || !r.pace_next || !r.pacing) {
+	    !r.st_parts || !r.st_complete || !r.st_abandon || !r.st_busy || !r.stream_end ||
+	    !r.pace_next || !r.pacing) {
 		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 		goto out;
 	}
@@ -1438,9 +1522,9 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 				pace_done(&r, j, SIZE_MAX);
 			break;
 		}
-		ss[n_senders].have_st =
+		ss[n_senders].have_st = !p->no_stream &&
 			!pthread_create(&ss[n_senders].st, NULL, streamer_main, &ss[n_senders]);
-		if (!ss[n_senders].have_st) {   /* the sender then waits for it in vain */
+		if (!ss[n_senders].have_st) {   /* results come on the slice connection */
 			pthread_mutex_lock(&r.mu);
 			r.st_done[i] = 1;
 			pthread_mutex_unlock(&r.mu);

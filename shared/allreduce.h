@@ -66,6 +66,10 @@ typedef struct {
 	listener *lst;                    /* ours; needed when our range is not empty */
 	int64_t collect_deadline;         /* slices must have arrived by then */
 	int64_t deadline;                 /* the whole exchange ends by then */
+	int no_stream;                    /* 1: open no stream connections; every
+	                                   * aggregator then sends us its result on
+	                                   * the slice connection (one connection
+	                                   * per aggregator instead of two) */
 } allreduce_params;
 
 typedef struct {
