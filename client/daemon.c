@@ -367,13 +367,32 @@ static void get_work(cl_daemon *d, int i)
 	cl_daemon_save(d);
 }
 
-/* True when f is the checkpoint of the version project i's session already
- * holds (its own step of the last round, identical to the server's). */
-static int session_has(const cl_daemon *d, int i, const cl_file *f)
+/* The checkpoint work unit w starts from, "" when none (version 0: the
+ * model made from the project's seed). */
+static const char *work_checkpoint(const cl_work *w)
+{
+	for (int k = 0; k < w->nfiles; k++)
+		if (strcmp(w->files[k].kind, "checkpoint") == 0)
+			return w->files[k].sha256;
+	return "";
+}
+
+/* True when project i's session holds the model its work unit starts from:
+ * the same version and the same checkpoint (its own step of the last round
+ * equals the server's v+1 only when that round committed the attempt the
+ * step was accepted in). */
+static int session_fits(const cl_daemon *d, int i)
 {
 	const cl_runtime *rt = &d->rt[i];
-	return strcmp(f->kind, "checkpoint") == 0 && rt->session && d->st.projects[i].has_work &&
-	       rt->session_version == d->st.projects[i].work.version;
+	const cl_work *w = &d->st.projects[i].work;
+	return rt->session && d->st.projects[i].has_work && rt->session_version == w->version &&
+	       strcmp(rt->session_ckpt, work_checkpoint(w)) == 0;
+}
+
+/* True when f is the checkpoint project i's session already holds. */
+static int session_has(const cl_daemon *d, int i, const cl_file *f)
+{
+	return strcmp(f->kind, "checkpoint") == 0 && session_fits(d, i);
 }
 
 /* Make sure every file of project i's work unit is cached (lock held;
@@ -471,6 +490,12 @@ static void compute(cl_daemon *d, int i)
 	}
 	if (rt->session && rt->session_version != w->version)
 		cl_daemon_drop_gradient(d, i, "the model moved to another version");
+	else if (rt->session && !session_fits(d, i)) {
+		log_info("project %s: our model of version %lld is not the checkpoint work unit %lld starts "
+		         "from: loading %s", p->name, (long long)w->version, (long long)w->id,
+		         work_checkpoint(w));
+		cl_daemon_drop_gradient(d, i, "the work unit starts from another checkpoint");
+	}
 	if (!rt->session) {
 		cot_errbuf eb = { "", "" };
 		cot_err rc = cl_compute_open(p, w, d->cache_dir, &rt->session, &eb);
@@ -483,6 +508,7 @@ static void compute(cl_daemon *d, int i)
 			return;
 		}
 		rt->session_version = w->version;
+		snprintf(rt->session_ckpt, sizeof rt->session_ckpt, "%s", work_checkpoint(w));
 		rt->session_wu = w->id;
 		memset(&rt->acc, 0, sizeof rt->acc);
 	} else if (rt->session_wu != w->id) {

@@ -42,6 +42,8 @@ typedef struct {
 	int download_failures;     /* of the current work unit */
 	cl_compute *session;       /* the model of session_version, pointed at work unit session_wu */
 	int64_t session_version;
+	char session_ckpt[65];     /* the server's checkpoint the session's model equals ("" for the
+	                            * seed's initial model): its work units must name the same */
 	int64_t session_wu;
 	cl_round_acc acc;          /* the work units whose microbatches the session's gradient sums */
 	int round_due;             /* the round of round_version closed: take part */

@@ -54,6 +54,7 @@ typedef struct {
 	float *sum;                 /* the group sum, then the mean */
 	allreduce_result res;
 	char params_sha[65];
+	char ckpt_sha[65];          /* the server's checkpoint of v+1 when accepted ("" if unsaid) */
 	cl_links links;             /* the connections we dialed */
 } round_job;
 
@@ -332,6 +333,10 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 		int reopened = st && strcmp(st, "open") == 0;
 		if (json_is_boolean(acc))
 			*accepted = json_is_true(acc);
+		const char *ck = NULL;
+		if (*accepted && !cot_json_str(a, "checkpoint_sha256", true, 64, 64, &ck, NULL) &&
+		    hash_is_sha256_hex(ck))
+			snprintf(j->ckpt_sha, sizeof j->ckpt_sha, "%s", ck);
 		json_decref(a);
 		if (json_is_boolean(acc))
 			return COT_OK;
@@ -459,8 +464,11 @@ void cl_daemon_round(cl_daemon *d, int i)
 		cl_daemon_drop_gradient(d, i, rc ? "the round failed for this host" : "our parameters differ");
 		return;
 	}
-	/* The session now holds v+1, exactly the server's. */
+	/* The session now holds v+1, exactly the server's of the attempt it
+	 * took part in: its work units must name that attempt's checkpoint
+	 * (another attempt may still commit instead). */
 	rt->session_version = j.v + 1;
+	snprintf(rt->session_ckpt, sizeof rt->session_ckpt, "%s", j.ckpt_sha);
 	rt->session_wu = 0;
 	memset(&rt->acc, 0, sizeof rt->acc);
 	kern_zero_grad(j.m);

@@ -291,9 +291,13 @@ int main(void)
 	r = outcome(&A, "ok", mine_sha);
 	is_str(th_json_str(&r, "round.state"), "averaging", "one included peer of three reported: averaging");
 	ok(json_is_true(json_object_get(r.json, "accepted")), "A's hash matches the server's: accepted");
+	is_str(th_json_str(&r, "checkpoint_sha256"), server_ckpt,
+	       "A learns the checkpoint its v+1 equals (the round may still fail)");
+	ok(!json_object_get(r.json, "reload"), "A is not told to reload");
 	th_resp_free(&r);
 	r = outcome(&B, "ok", wrong);
 	ok(json_is_false(json_object_get(r.json, "accepted")), "B's hash differs: not accepted");
+	ok(!json_object_get(r.json, "checkpoint_sha256"), "B is told no checkpoint of its own");
 	is_str(th_json_str(&r, "reload.checkpoint_sha256"), server_ckpt, "B is told to reload checkpoint 1");
 	is_str(th_json_str(&r, "round.state"), "averaging", "C has not reported: averaging");
 	th_resp_free(&r);
