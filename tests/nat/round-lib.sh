@@ -16,7 +16,9 @@
 #                           T/clNAME.log, listener port 40000), attached to
 #                           URL with an account of its own
 #   nr_daemon NAME IDX NATSVC
-#                           (re)start the daemon of site NAME (attached or not)
+#                           (re)start the daemon of site NAME (attached or not),
+#                           logging at NR_LOG_LEVEL (info; debug traces the
+#                           all-reduce)
 #   nr_host NAME            the daemon's host id
 #   nr_site HOST            the site name of a host id
 #   nr_class NAME           "CLASS MAPPING" as the NAT service last told NAME
@@ -24,7 +26,8 @@
 #   nr_committed [V]        "VERSION:INCLUDED ..." of the committed rounds (from V)
 #   nr_full_round_after V   a committed round after version V (any when V is
 #                           empty) that included every site: in NR_FOUND
-#   nr_rungs "V..."         one line per pair each dialer logged in rounds V:
+#   nr_rungs "V..."         one line per pair each dialer logged in rounds V
+#                           (the last attempt of a round that ran again):
 #                           "V DIALER AGGREGATOR DSITE ASITE RUNG MS"
 #   nr_matrix RUNGS SITES   the rung matrix (dialers by aggregators), lines
 #   nr_accept_mismatch RUNGS, nr_link_mismatch RUNGS
@@ -77,7 +80,7 @@ nr_daemon() {
 	netns_bg "h$2" "$top_builddir/client/cotrain-client" --state-dir "$T/cl$1" --socket "$T/cl$1/control.sock" \
 		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
 		--set only_on_ac=false --set idle_detection=none --set max_threads=1 \
-		--set socket_group=nonexistent --set log_level=info --set spot_interval=2 \
+		--set socket_group=nonexistent --set log_level="${NR_LOG_LEVEL:-info}" --set spot_interval=2 \
 		--set peer_port=40000 --set nat_service="$3" 2>>"$T/cl$1.log"
 	NR_PIDS="$NR_PIDS $NETNS_LAST_PID"
 	nr_wait 30 test -S "$T/cl$1/control.sock"
@@ -132,10 +135,14 @@ nr_full_round_after() {
 nr_rungs() {
 	for _s in $NR_SITES; do
 		for _v in $1; do
+			# a round that failed and ran again logs its pairs again: the
+			# last line per aggregator is the attempt that committed
 			sed -n "s/.*project tiny: round $_v: reached host \([0-9]*\) by \([a-z]*\) in \([0-9.]*\) ms.*/\1 \2 \3/p" \
-				"$T/cl$_s.log" | while read -r _a _r _ms; do
-				echo "$_v $(nr_host "$_s") $_a $_s $(nr_site "$_a") $_r $_ms"
-			done
+				"$T/cl$_s.log" |
+				awk '!($1 in l) { o[++n] = $1 } { l[$1] = $0 } END { for (i = 1; i <= n; i++) print l[o[i]] }' |
+				while read -r _a _r _ms; do
+					echo "$_v $(nr_host "$_s") $_a $_s $(nr_site "$_a") $_r $_ms"
+				done
 		done
 	done
 }
