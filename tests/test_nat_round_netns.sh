@@ -138,8 +138,10 @@ held=$(nr_sql "select count(*) from round r join round_member m using (project_i
     and r.version in ($(echo -1 $FULL | tr ' ' ','))")
 ok $([ "$forks" = 0 ] && [ "$held" = $((nfull * NSITES)) ]; echo $?) \
 	"no fork: every included peer holds the server's parameters ($held of $((nfull * NSITES)) in the full rounds, $forks forks)"
-# A fork is rare (seen once in CI): say whose, and what its log and the
-# server's say of that round, since the logs go with the test.
+# On a fork, say whose, and what its log and the server's say of that
+# round, since the logs go with the test.  (The forks seen here were peers
+# that kept a v+1 accepted in an attempt that did not commit: the client
+# now checks the work unit's checkpoint, doc/client.md.)
 nr_sql "select r.version, m.host_id, m.params_sha256, r.params_sha256 from round r
   join round_member m using (project_id, version) where r.state = 'committed' and m.included
   and m.outcome = 'ok' and m.params_sha256 <> r.params_sha256" | tr '|' ' ' |
