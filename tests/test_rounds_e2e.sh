@@ -12,7 +12,11 @@
 #   - a peer frozen in the middle of averaging (SIGSTOP past the collect
 #     deadline), and one killed there (SIGKILL), do not stop the run: the
 #     round commits without it or fails and is trained again, and the run
-#     goes on.
+#     goes on;
+#   - a peer whose v+1 was accepted in an attempt that then failed (another
+#     peer's outcome held back by a trigger until the deadline), and that
+#     sat out the attempt that committed (SIGSTOP), loads the committed
+#     checkpoint instead of training on from its own v+1.
 # With ROUNDS_MODE=groups (tests/test_rounds_groups.sh) seven clients train
 # in groups of at most three instead: a round averaged in three groups or
 # more still equals the single-process replay (the mean across groups is
@@ -61,7 +65,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-if [ "$MODE" = groups ]; then plan 10; else plan 17; fi
+if [ "$MODE" = groups ]; then plan 10; else plan 19; fi
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -142,6 +146,51 @@ ok $([ $killed = 1 ]; echo $?) "a peer is killed while its round averages"
 v0=$(version)
 wait_for 180 version_at_least $((v0 + 2))
 ok $? "the run goes on past a killed peer (version $v0 -> $(version))"
+
+# Accepted, then not committed: host 2's ok outcome is held back (the
+# server answers it 500) while host 1's is taken and accepted; host 1 then
+# sleeps (SIGSTOP) while the round fails at its deadline and the next
+# attempt commits without it, and wakes with a v+1 that is not the
+# project's.
+H1=$(host_of 1) H2=$(host_of 2)
+sql "create function test_hold_outcome() returns trigger language plpgsql as \$\$
+  begin
+    if new.host_id = $H2 and new.outcome = 'ok' then raise exception 'test: outcome held back'; end if;
+    return new;
+  end \$\$;
+  create trigger test_hold_outcome before update of outcome on round_member
+    for each row execute function test_hold_outcome()" >/dev/null
+member_ok() { [ "$(sql "select count(*) from round_member m join project p on p.id = m.project_id
+  where p.name = 'tiny' and m.version = $(version) and m.host_id = $1 and m.outcome = 'ok'")" = 1 ]; }
+in_plan() { averaging_with "$H1" && averaging_with "$H2"; }
+attempt_of() { sql "select attempt from round r join project p on p.id = r.project_id
+  where p.name = 'tiny' and r.version = $1"; }
+failed_again() { [ "$(attempt_of "$va")" -gt "$a0" ]; }
+slept=0 va=0 a0=0
+if wait_for 120 in_plan && va=$(version) && a0=$(attempt_of "$va") && wait_for 60 member_ok "$H1"; then
+	kill -STOP "$CPID1" && slept=1
+	wait_for 60 failed_again
+fi
+sql "drop trigger test_hold_outcome on round_member; drop function test_hold_outcome()" >/dev/null
+wait_for 120 version_at_least $((va + 1))
+ok $([ $slept = 1 ] && [ "$(attempt_of "$va")" -gt "$a0" ] && version_at_least $((va + 1)) &&
+	[ "$(sql "select count(*) from round_member m join project p on p.id = m.project_id
+	  where p.name = 'tiny' and m.version = $va and m.host_id = $H1")" = 0 ]; echo $?) \
+	"a peer accepted in an attempt of round $va that failed sat out the attempt $(attempt_of "$va") that committed"
+# Round va+1 is held open (a target out of reach) until host 1 took a
+# work unit of it, so that it wakes into exactly that version.
+vb=$((va + 1))
+tb=$(sql "select target_batch from project where name = 'tiny'")
+sql "update project set target_batch = 1000000 where name = 'tiny'" >/dev/null
+kill -CONT "$CPID1"
+took() { [ "$(sql "select count(*) from work_unit where host_id = $H1 and version = $vb")" -ge 1 ]; }
+wait_for 60 took
+sql "update project set target_batch = $tb where name = 'tiny'" >/dev/null
+joined() { [ "$(sql "select count(*) from round_member m join round r using (project_id, version)
+  where r.state = 'committed' and r.version = $vb and m.host_id = $H1 and m.included")" = 1 ]; }
+wait_for 180 joined
+ok $([ $? = 0 ] && grep -q "our model of version $vb is not the checkpoint" "$T/client1.log"; echo $?) \
+	"it loads the committed checkpoint of version $vb instead of its own, and takes part in round $vb"
 V=$(version)
 for p in $CPIDS; do kill "$p" 2>/dev/null; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done
