@@ -691,10 +691,6 @@ static int handle_slice(run *r, peer_conn *c, size_t idx, cot_err rc0, const cot
 	return usable ? 0 : -1;
 }
 
-/* Serve member idx's stream connection: send each result part once it is
- * summed, then STREAM_END (1 once every part went out, 0 when the
- * speculation stopped or the deadline came).  The parts are immutable once
- * spec_done has passed them, so they are sent without the lock. */
 /* Send part k of our range's result, taken from bytes (the result encoding
  * of the whole range), as a RESULT_PART frame on c. */
 static cot_err send_part(run *r, peer_conn *c, const unsigned char *bytes, size_t k,
@@ -721,8 +717,12 @@ static cot_err send_part(run *r, peer_conn *c, const unsigned char *bytes, size_
 	return rc;
 }
 
-/* ... and record in stream_end[idx] whether all of it went out, which
- * decides whether member idx's RESULT may say "as streamed". */
+/* Serve member idx's stream connection: send each result part once it is
+ * summed, then STREAM_END (1 once every part went out, 0 when the
+ * speculation stopped or the deadline came), and record in stream_end[idx]
+ * whether all of it went out: that decides whether member idx's RESULT may
+ * say "as streamed".  The parts are immutable once spec_done has passed
+ * them, so they are sent without the lock. */
 static void stream_serve(run *r, peer_conn *c, size_t idx)
 {
 	const allreduce_params *p = r->p;
