@@ -204,26 +204,45 @@ cot_err cl_control_start(const char *path, const char *group, cl_ctl_handler h, 
 		cot_seterr(eb, COT_ERR_IO, "could not create the control socket: %s", strerror(errno));
 		goto fail;
 	}
-	/* Bind with no permissions for others, then open it to the group. */
+	/* Bound under a temporary name with no permissions for others, opened
+	 * to the group, listening, and only then renamed into place: a client
+	 * that finds the socket can connect (between bind and listen it would
+	 * be refused). */
+	struct sockaddr_un tmp = { .sun_family = AF_UNIX };
+	if (snprintf(tmp.sun_path, sizeof tmp.sun_path, "%s.%ld", path, (long)getpid()) >=
+	    (int)sizeof tmp.sun_path) {
+		cot_seterr(eb, COT_ERR_TOO_LARGE, "control socket path \"%s\" is too long for its temporary name", path);
+		goto fail;
+	}
+	unlink(tmp.sun_path);
 	mode_t old = umask(0177);
-	int b = bind(c->fd, (struct sockaddr *)&sa, sizeof sa);
+	int b = bind(c->fd, (struct sockaddr *)&tmp, sizeof tmp);
 	umask(old);
 	if (b < 0 || listen(c->fd, 16) < 0) {
-		cot_seterr(eb, COT_ERR_IO, "could not listen on control socket \"%s\": %s", path, strerror(errno));
+		cot_seterr(eb, COT_ERR_IO, "could not listen on control socket \"%s\": %s", tmp.sun_path, strerror(errno));
+		if (b == 0)
+			unlink(tmp.sun_path);
 		goto fail;
 	}
 	struct group gr, *grp = NULL;
 	char gbuf[4096];
+	int shared = 0;
 	if (group && group[0] && getgrnam_r(group, &gr, gbuf, sizeof gbuf, &grp) == 0 && grp) {
-		if (chown(path, (uid_t)-1, grp->gr_gid) == 0 && chmod(path, 0660) == 0)
-			log_info("control socket %s: owner and group \"%s\" may control the client", path, group);
-		else
+		shared = chown(tmp.sun_path, (uid_t)-1, grp->gr_gid) == 0 && chmod(tmp.sun_path, 0660) == 0;
+		if (!shared)
 			log_warn("could not give control socket \"%s\" to group \"%s\": %s; only its owner may control the client",
 			         path, group, strerror(errno));
-	} else {
+	}
+	if (rename(tmp.sun_path, path) != 0) {
+		cot_seterr(eb, COT_ERR_IO, "could not create control socket \"%s\": %s", path, strerror(errno));
+		unlink(tmp.sun_path);
+		goto fail;
+	}
+	if (shared)
+		log_info("control socket %s: owner and group \"%s\" may control the client", path, group);
+	else if (!grp)
 		log_info("control socket %s: group \"%s\" does not exist, so only the owner (and root) may control the client",
 		         path, group ? group : "");
-	}
 	if (pthread_create(&c->thread, NULL, serve, c) != 0) {
 		cot_seterr(eb, COT_ERR_IO, "could not start the control thread");
 		unlink(path);
