@@ -1,10 +1,13 @@
 # cotrain tests: TAP helpers for shell tests.  Source it: . "$top_srcdir/tests/tap.sh"
-#   plan N | skip_all REASON | ok COND-EXIT-STATUS DESC... | is GOT WANT DESC | done_testing
+#   plan N | skip_all REASON | bail_out REASON | ok COND-EXIT-STATUS DESC... | is GOT WANT DESC |
+#   done_testing
 _tap_n=0
 _tap_failed=0
 _tap_planned=
 plan() { _tap_planned=$1; echo "1..$1"; }
 skip_all() { echo "1..0 # SKIP $*"; exit 0; }
+# bail_out REASON: stop the whole test (the harness counts it an error)
+bail_out() { echo "Bail out! $*"; exit 1; }
 diag() { echo "$*" | sed 's/^/# /'; }
 # ok STATUS DESC: STATUS is an exit status (0 = pass), e.g. ok $? "it ran"
 ok() {

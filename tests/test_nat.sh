@@ -6,7 +6,6 @@
 # host claiming another's id, a pair not in one group, a host not in the
 # round, an unknown round, a replayed meeting, malformed and overlong lines.
 . "$top_srcdir/tests/tap.sh"
-bail_out() { echo "Bail out! $*"; exit 1; }
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 . "$top_srcdir/tests/nat/nat-lib.sh"

@@ -23,7 +23,6 @@ T=$(mktemp -d /tmp/cotrain-natns-XXXXXX)
 NAT_DATA=$T
 NETNS_EXIT_HOOK='[ -n "$NAT_KEEP" ] && cp "$T"/*.log "$NAT_KEEP"/ 2>/dev/null; rm -rf "$T"'
 netns_init
-bail_out() { echo "Bail out! $*"; exit 1; }
 
 plan 19
 "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" db migrate >/dev/null ||

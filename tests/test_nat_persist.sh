@@ -6,7 +6,6 @@
 # owner's and the public host views, `cotrain-admin status`, and
 # GET /v1/hosts/{id}/nat answering from the row after a restart.
 . "$top_srcdir/tests/tap.sh"
-bail_out() { echo "Bail out! $*"; exit 1; }
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 . "$top_srcdir/tests/nat/nat-lib.sh"

@@ -37,7 +37,6 @@ chmod 755 "$T"
 NAT_DATA=$T
 NETNS_EXIT_HOOK='nr_teardown'
 netns_init
-bail_out() { echo "Bail out! $*"; exit 1; }
 skip() { ok 0 "$1 # SKIP $2"; }
 
 plan 21
