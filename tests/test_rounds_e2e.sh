@@ -86,7 +86,9 @@ is "$(sql "select count(*) from spot_policy s join project p on p.id = s.project
 
 NAT_ARGS= NAT_SET=
 if [ "$MODE" = groups ]; then
-	NATP=$((20000 + $$ % 20000 * 2))
+	# two ports (N, N+1) below Linux's ephemeral range (32768-60999),
+	# where an outgoing connection could hold one
+	NATP=$((20000 + $$ % 6000 * 2))
 	NAT_ARGS="--relay-port $NATP"
 	NAT_SET="--set nat_service=127.0.0.1:$NATP"
 fi
