@@ -978,14 +978,6 @@ static void tile_rows(const gemm_args *g, int it, int *i0, int *mc)
 	*mc = (r1 * g->mr < g->M ? r1 * g->mr : g->M) - *i0;
 }
 
-/* Tile t: the rows of row tile t / nct by column group t % nct (panels
- * [jt npanels / nct, (jt + 1) npanels / nct)).  The tile's rows
- * of op(A) are packed, all of K, into ap; its columns are walked in
- * chunks of NCP panels, and for each chunk the K blocks in order (op(A)
- * packed during the first chunk's pass, just before its use): the
- * chunk's KC x 512 block of packed op(B) stays in L2 while every
- * micro-panel of the tile passes over it, and the chunk of C stays in L2
- * from one K block to the next. */
 /* Floats of packed op(A) per micro-panel for a K block of kc. */
 static size_t a_panel_floats(const gemm_args *g, int kc)
 {
@@ -1032,6 +1024,14 @@ static void run_block(const gemm_args *g, const float *a, int ib, int p, int jo,
 		post_op(g, co, mr, nr);
 }
 
+/* Tile t: the rows of row tile t / nct by column group t % nct (panels
+ * [jt npanels / nct, (jt + 1) npanels / nct)).  The tile's rows
+ * of op(A) are packed, all of K, into ap; its columns are walked in
+ * chunks of ncp panels, and for each chunk the K blocks in order (op(A)
+ * packed during the first chunk's pass, just before its use): the
+ * chunk's block of packed op(B) (KC x 512 columns, 256 for the AVX2
+ * kernel) stays in L2 while every micro-panel of the tile passes over it,
+ * and the chunk of C stays in L2 from one K block to the next. */
 static void run_tile(const gemm_args *g, int t, float *ap)
 {
 	int it = t / g->nct, jt = t % g->nct, i0, mc;
@@ -1045,10 +1045,10 @@ static void run_tile(const gemm_args *g, int t, float *ap)
 		int c1 = c0 + g->ncp < pb ? c0 + g->ncp : pb;
 		for (int kb = 0; kb < g->nkb; kb++) {
 			int k0 = kb * g->kc, kc = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-			const float *akb = ap + kb * kstride;
+			float *akb = ap + kb * kstride;
 			size_t apan = a_panel_floats(g, kc);
 			if (c0 == pa && !g->a_shared)  /* packed on first use: in L2 */
-				pack_a(g, ap + kb * kstride, i0, mc, k0, kc);
+				pack_a(g, akb, i0, mc, k0, kc);
 			if (g->kind == KERN_GEMM_AVX2) {
 				/* a 16-column half of a panel of op(B) (16 KiB at the
 				 * longest K block) stays in L1 while the tile's

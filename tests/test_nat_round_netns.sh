@@ -130,8 +130,12 @@ diag "GET /v1/hosts/$(nr_host S)/network: $(echo "$view" | cut -c1-400)"
 nr_stop_clients
 nfull=$(echo $FULL | wc -w)
 
-forks=$(nr_sql "select count(*) from round r join round_member m using (project_id, version)
-  where r.state = 'committed' and m.included and m.outcome = 'ok' and m.params_sha256 <> r.params_sha256")
+# "VERSION HOST GOT WANT" per included peer whose parameters are not the
+# server's
+forked=$(nr_sql "select r.version, m.host_id, m.params_sha256, r.params_sha256 from round r
+  join round_member m using (project_id, version) where r.state = 'committed' and m.included
+  and m.outcome = 'ok' and m.params_sha256 <> r.params_sha256" | tr '|' ' ')
+forks=$(printf '%s' "$forked" | grep -c .)
 held=$(nr_sql "select count(*) from round r join round_member m using (project_id, version)
   where r.state = 'committed' and m.included and m.params_sha256 = r.params_sha256
     and r.version in ($(echo -1 $FULL | tr ' ' ','))")
@@ -141,17 +145,12 @@ ok $([ "$forks" = 0 ] && [ "$held" = $((nfull * NSITES)) ]; echo $?) \
 # round, since the logs go with the test.  (The forks seen here were peers
 # that kept a v+1 accepted in an attempt that did not commit: the client
 # now checks the work unit's checkpoint, doc/client.md.)
-nr_sql "select r.version, m.host_id, m.params_sha256, r.params_sha256 from round r
-  join round_member m using (project_id, version) where r.state = 'committed' and m.included
-  and m.outcome = 'ok' and m.params_sha256 <> r.params_sha256" | tr '|' ' ' |
-while read -r v h got want; do
-	for s in $SITES; do
-		n=${s%%:*}
-		[ "$(nr_host "$n")" = "$h" ] || continue
-		diag "fork in round $v: site $n (host $h) holds $got, the server $want"
-		grep -h "round $v[:,]\|version $v\b" "$T/cl$n.log" "$T/server.log" | tail -40 |
-			while IFS= read -r l; do diag "  $l"; done
-	done
+printf '%s\n' "$forked" | while read -r v h got want; do
+	[ -n "$v" ] || continue
+	n=$(nr_site "$h")
+	diag "fork in round $v: site $n (host $h) holds $got, the server $want"
+	grep -h "round $v[:,]\|version $v\b" "$T/cl$n.log" "$T/server.log" | tail -40 |
+		while IFS= read -r l; do diag "  $l"; done
 done
 
 # The aggregators (hi > lo) of the full rounds; S aggregates in no round.
