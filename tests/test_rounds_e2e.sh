@@ -24,6 +24,7 @@
 # through the server's NAT service (doc/nat.md), which on loopback finds
 # every host public and lets them dial directly.
 . "$top_srcdir/tests/tap.sh"
+. "$top_srcdir/tests/invariants.sh"
 B=$top_builddir
 MODE=${ROUNDS_MODE:-faults}
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
@@ -65,7 +66,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-if [ "$MODE" = groups ]; then plan 10; else plan 19; fi
+if [ "$MODE" = groups ]; then plan 11; else plan 20; fi
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -206,11 +207,26 @@ checks=$(sql "select count(*) filter (where state = 'agreed') || ' ' || count(*)
   from spot_check")
 ok $([ "${checks% *}" -ge 2 ] && [ "${checks#* }" = 0 ]; echo $?) \
 	"spot checks answered by the clients agree (agreed, disagreed: $checks)"
-credit=$(sql "select round(sum(g.credit)::numeric, 9) = round((sum(g.flops) / 4.32e11)::numeric, 9)
-    and sum(g.samples) <= (select sum(m.samples) from round_member m join round r using (project_id, version)
-                            where r.state = 'committed' and m.accepted)
-  from credit_grant g where g.kind = 'round' and g.status = 'granted'")
-is "$credit" t "credit granted after agreeing checks is the FLOPs of accepted samples over 4.32e11"
+# Credit from the model's FLOPs per sample as the project file gives them
+# (forward: per layer 2T(4C^2 + 2CF) for the products and 2CT(T+1) for
+# attention, plus 2TCV for the head; training is three times the forward),
+# against the samples the included peers reported, round by round.
+FPS=$(awk 'BEGIN { L = 2; T = 16; C = 64; F = 256; V = 256
+  printf "%.17g", 3 * (L * (2 * T * (4 * C * C + 2 * C * F) + 2 * C * T * (T + 1)) + 2 * T * C * V) }')
+bad_credit=$(sql "with g as (select version, host_id, samples, credit from credit_grant
+    where kind = 'round' and status = 'granted'),
+  rep as (select rr.version, rr.host_id, sum(rr.mb_done) * 2 as samples
+    from round_report rr join round_member m on m.project_id = rr.project_id and m.version = rr.version
+      and m.host_id = rr.host_id and m.accepted
+    join round r on r.project_id = rr.project_id and r.version = rr.version and r.state = 'committed'
+    group by rr.version, rr.host_id)
+  select string_agg(format('v%s host %s: %s samples, %s credit', g.version, g.host_id, g.samples, g.credit), '; ')
+  from g left join rep using (version, host_id)
+  where g.samples is distinct from rep.samples
+     or abs(g.credit - $FPS * rep.samples / 4.32e11) > 1e-9 * g.credit")
+ngranted=$(sql "select count(distinct version) from credit_grant where kind = 'round' and status = 'granted'")
+ok $([ "$ngranted" -ge 2 ] && [ -z "$bad_credit" ]; echo $?) \
+	"credit granted in $ngranted rounds is the accepted peers' reported samples x $FPS FLOPs / 4.32e11${bad_credit:+ (wrong: $bad_credit)}"
 fi
 
 # The model never forks: in every committed round, every peer whose
@@ -232,7 +248,8 @@ sql "select rr.version, w.lo, w.lo + rr.mb_done
   where p.name = 'tiny' and r.state = 'committed' and m.included and rr.mb_done > 0
   order by rr.version, w.lo" | tr '|' ' ' >"$T/rounds.txt"
 nrounds=$(cut -d' ' -f1 "$T/rounds.txt" | sort -un | wc -l)
-is "$nrounds" "$V" "the committed rounds' work units are known for every version"
+ok $([ "$V" -ge 3 ] && [ "$nrounds" = "$V" ]; echo $?) \
+	"the committed rounds' work units are known for every version ($nrounds of $V, at least 3)"
 samples_ok=$(sql "select bool_and(r.samples_counted = r.target) from (
   select r.version, coalesce(r.gradient_samples, 0) as samples_counted,
          (select sum(rr.mb_done) * 2 from round_report rr join round_member m
@@ -253,10 +270,12 @@ mkdir -p "$T/replay"
 "$B/tests/replay_rounds" --project "$T/project.json" --rounds "$T/rounds-cmp.txt" --store "$T/srv/files" \
 	--manifest "$MANIFEST" --checkpoint "$(ck 0)" --out "$T/replay" >"$T/replay.out" 2>"$T/replay.err"
 ok $? "the single-process replay of the same global batches runs" || cat "$T/replay.err" >&2
+coverage_exact tiny "after the run and its faults, the stream is tiled exactly by the pool, live units and trained ranges"
 
 worst=ok
+[ "$VC" -ge 3 ] || worst="only $VC versions to compare"
 v=1
-while [ $v -le "$VC" ]; do
+while [ "$worst" = ok ] && [ $v -le "$VC" ]; do
 	if ! "$B/tests/replay_rounds" --compare "$T/replay/v$v.safetensors" "$(ck $v)" --tolerance 1e-5 \
 		>"$T/cmp$v.out" 2>&1; then
 		worst="version $v: $(cat "$T/cmp$v.out")"
@@ -272,9 +291,9 @@ sql "select version, loss from round r join project p on p.id = r.project_id
   where p.name = 'tiny' and r.state = 'committed' order by version" | tr '|' ' ' >"$T/loss.server"
 awk '$1 == "round" { print $2, $6 }' "$T/replay.out" >"$T/loss.replay"
 cmp_loss=$(awk 'NR == FNR { s[$1] = $2; next }
-  { if (!($1 in s) || s[$1] == "") { print "no server loss for round " $1; exit }
+  { m++; if (!($1 in s) || s[$1] == "") { print "no server loss for round " $1; exit }
     d = s[$1] - $2; if (d < 0) d = -d; if (d > 1e-4 * ($2 > 1 ? $2 : 1)) { print "round " $1 ": server " s[$1] ", replay " $2; exit } }
-  END { }' "$T/loss.server" "$T/loss.replay")
+  END { if (m < n) print "the replay has " m + 0 " rounds of " n }' n="$VC" "$T/loss.server" "$T/loss.replay")
 is "${cmp_loss:-same}" same "the loss curve matches the replay's ($(tr '\n' ' ' <"$T/loss.server"))"
 first=$(head -1 "$T/loss.replay" | cut -d' ' -f2)
 last=$(tail -1 "$T/loss.replay" | cut -d' ' -f2)

@@ -1,0 +1,47 @@
+# cotrain tests: invariants checked at the end of every end-to-end run, from
+# the work units and the stream, never from a round's own totals.  Source it
+# after tests/tap.sh; the test sets COTRAIN_DB and PG_BINDIR (with-pgtmp).
+#
+#   coverage_exact PROJECT DESC   one TAP check: the stream [0, frontier) is
+#       tiled exactly, with no gap and no overlap, by the pool, the live work
+#       units, the microbatches that committed rounds trained on (the reports
+#       of their included peers, the ranges the replay trains on) and the
+#       finished parts of work units of the version still open.  A microbatch
+#       lost or trained twice by a failed round, a reopened round, an expired
+#       work unit or a restart breaks the tiling.
+
+_inv_sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
+
+# Prints "lo hi kind" per piece of the tiling, ordered by lo.
+_inv_pieces() {
+	_inv_sql "with p as (select id, frontier, current_version from project where name = '$1'),
+	  iv as (
+	    select b.lo, b.hi, 'pool' as kind from mb_pool b, p where b.project_id = p.id
+	    union all
+	    select w.lo, w.hi, 'live' from work_unit w, p where w.project_id = p.id and w.state = 'live'
+	    union all
+	    select w.lo, w.lo + rr.mb_done, 'trained-v' || rr.version
+	      from round_report rr join work_unit w on w.id = rr.work_unit_id
+	      join round r on r.project_id = rr.project_id and r.version = rr.version
+	      join round_member m on m.project_id = rr.project_id and m.version = rr.version
+	                         and m.host_id = rr.host_id, p
+	     where rr.project_id = p.id and r.state = 'committed' and m.included and rr.mb_done > 0
+	    union all
+	    select w.lo, w.lo + w.mb_done, 'pending-v' || w.version from work_unit w, p
+	     where w.project_id = p.id and w.state <> 'live' and w.mb_done > 0
+	       and w.version >= p.current_version)
+	  select lo, hi, kind from iv order by lo, hi" | tr '|' ' '
+}
+
+coverage_exact() {
+	_proj=$1; shift
+	_front=$(_inv_sql "select frontier from project where name = '$_proj'")
+	_bad=$(_inv_pieces "$_proj" | awk -v f="${_front:-0}" '
+	  { if ($1 != at) { printf "%s at %d: [%d, %d) %s; ", ($1 > at ? "gap" : "overlap"), at, $1, $2, $3; n++ }
+	    if ($2 > at) at = $2; trained += ($3 ~ /^trained/) ? $2 - $1 : 0; pieces++ }
+	  END { if (at != f) printf "the tiling ends at %d, the frontier is %d; ", at, f
+	        if (trained == 0) printf "no microbatch was trained; "
+	        if (pieces == 0) printf "nothing to tile; " }')
+	_trained=$(_inv_pieces "$_proj" | awk '$3 ~ /^trained/ { n += $2 - $1 } END { print n + 0 }')
+	ok $([ -z "$_bad" ]; echo $?) "$* ($_trained microbatches trained, frontier ${_front:-none})${_bad:+: $_bad}"
+}
