@@ -270,7 +270,7 @@ mkdir -p "$T/replay"
 "$B/tests/replay_rounds" --project "$T/project.json" --rounds "$T/rounds-cmp.txt" --store "$T/srv/files" \
 	--manifest "$MANIFEST" --checkpoint "$(ck 0)" --out "$T/replay" >"$T/replay.out" 2>"$T/replay.err"
 ok $? "the single-process replay of the same global batches runs" || cat "$T/replay.err" >&2
-coverage_exact tiny "after the run and its faults, the stream is tiled exactly by the pool, live units and trained ranges"
+coverage_exact tiny "at the end of the run, the stream is tiled exactly by the pool, live units and trained ranges"
 
 worst=ok
 [ "$VC" -ge 3 ] || worst="only $VC versions to compare"
