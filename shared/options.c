@@ -266,6 +266,8 @@ void opt_help(const opt_program *p, FILE *f)
 	fprintf(f, "usage: %s %s\n", p->prog, p->synopsis);
 	if (p->intro)
 		fputs(p->intro, f);
+	if (p->commands)
+		p->commands(f);
 	bool any_short = false;
 	int col = 0;
 	char left[MAX_OPTS][96];

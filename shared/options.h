@@ -61,6 +61,7 @@ typedef struct {
 	const char *prog;      /* "cotrain-server" */
 	const char *synopsis;  /* after "usage: PROG ": "[OPTION]..." */
 	const char *intro;     /* after the synopsis line, before the options; may be NULL */
+	void (*commands)(FILE *f); /* prints the program's commands after the intro; may be NULL */
 	const char *outro;     /* after the options; may be NULL */
 	const opt_spec *opts;
 	bool stop_at_command;  /* options end at the first non-option (a command follows) */
