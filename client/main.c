@@ -38,8 +38,8 @@
 typedef struct {
 	const char *config;
 	int nset;
-	const char *key[MAX_SETS];
-	char *val[MAX_SETS];      /* owned: freed by apply_sets */
+	const char *key[MAX_SETS]; /* NULL: --set, val holds "KEY\0VALUE" */
+	char *val[MAX_SETS];       /* owned: freed by apply_sets */
 } client_cli;
 
 /* Remember KEY=VALUE (spec->key names the key for -d, -s, -l; --set has
@@ -52,18 +52,15 @@ static cot_err remember(void *settings, const opt_spec *o, const char *arg, cot_
 	char *v = strdup(arg);
 	if (!v)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
-	const char *key = o->key;
-	if (!key) {
+	if (!o->key) {   /* --set: "KEY\0VALUE" in v */
 		char *eq = strchr(v, '=');
 		if (!eq) {
 			free(v);
 			return cot_seterr(eb, COT_ERR_INVALID, "--set needs KEY=VALUE, not \"%s\"", arg);
 		}
 		*eq = '\0';
-		key = v;
-		memmove(v + strlen(v) + 1, eq + 1, strlen(eq + 1) + 1);
 	}
-	cli->key[cli->nset] = key;
+	cli->key[cli->nset] = o->key;
 	cli->val[cli->nset++] = v;
 	return COT_OK;
 }
