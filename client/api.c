@@ -9,6 +9,7 @@
 
 #include <curl/curl.h>
 
+#include "kernels/model_json.h"
 #include "shared/hash.h"
 #include "shared/json.h"
 
@@ -342,18 +343,11 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
 		                  p->name, e2.msg);
 	}
 	const json_t *model = json_object_get(json_object_get(a, "config"), "model");
-	const char *names[] = { "n_layer", "n_shared", "n_head", "d_model", "d_ff", "seq_len", "vocab" };
-	int *dims[] = { &tmp.model.n_layer, &tmp.model.n_shared, &tmp.model.n_head, &tmp.model.d_model,
-	                &tmp.model.d_ff, &tmp.model.seq_len, &tmp.model.vocab };
 	long long seed = 0;
-	for (int i = 0; i < 7; i++) {
-		long long v = 0;
-		if (cot_json_int(model, names[i], true, 1, 1 << 20, &v, &e2)) {
-			json_decref(a);
-			return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid model for project \"%s\": %s",
-			                  p->name, e2.msg);
-		}
-		*dims[i] = (int)v;
+	if (kern_model_config_from_json(model, "config.model", 0, &tmp.model, &e2)) {
+		json_decref(a);
+		return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid model for project \"%s\": %s",
+		                  p->name, e2.msg);
 	}
 	if (cot_json_int(a, "seed", false, -(1LL << 62), 1LL << 62, &seed, &e2)) {
 		json_decref(a);

@@ -8,6 +8,7 @@
  * root, or in its group).  With --json the daemon's answer is printed as
  * JSON on stdout, errors included, and the exit status is the same. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,51 +19,12 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "shared/options.h"
 
 #define DEFAULT_SOCKET "/run/cotrain-client/control.sock"
 #define ANSWER_MAX (4 << 20)
 
 enum { EX_OK = 0, EX_REFUSED = 1, EX_USAGE = 2, EX_NOTRUNNING = 3, EX_PERM = 4 };
-
-static int json_out;
-
-static const struct {
-	const char *name, *args, *help;
-} cmds[] = {
-	{ "status", "", "projects, current work with progress, samples per second, time left" },
-	{ "attach", "URL (--key KEY | --email EMAIL --password-stdin) [--share N]",
-	  "attach to the project at URL (https://server/projects/NAME)" },
-	{ "detach", "PROJECT", "detach from a project (by name or URL), handing back its work" },
-	{ "suspend", "", "stop computing until resume (survives restarts)" },
-	{ "resume", "", "compute again" },
-	{ "prefs", "[get | set KEY=VALUE... | unset KEY...]",
-	  "show or change local preferences (they override the account's and the config file's)" },
-	{ "log", "[-n LINES]", "the daemon's recent log lines (default 50)" },
-};
-#define NCMDS (int)(sizeof cmds / sizeof cmds[0])
-
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: cotrainctl [--socket PATH] [--json] COMMAND [ARG]...\n"
-	           "Control the cotrain-client daemon.\n\nCommands:\n");
-	for (int i = 0; i < NCMDS; i++)
-		fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].help);
-	fprintf(f, "\nOptions:\n"
-	           "  --socket PATH  the daemon's socket (default $COTRAIN_SOCKET, else %s)\n"
-	           "  --json         print the answer as JSON\n"
-	           "  -h, --help     this help; COMMAND --help for a command's\n\n"
-	           "Exit status: 0 ok, 1 refused by the daemon, 2 bad usage, 3 daemon not running,\n"
-	           "4 permission denied (join the daemon's group, e.g. cotrain).\n",
-	           DEFAULT_SOCKET);
-}
-
-static void cmd_usage(FILE *f, int i)
-{
-	fprintf(f, "usage: cotrainctl [--json] %s %s\n%s\n", cmds[i].name, cmds[i].args, cmds[i].help);
-	if (strcmp(cmds[i].name, "prefs") == 0)
-		fprintf(f, "\nKeys: max_threads, cpu_percent, only_when_idle, idle_after (s), only_on_ac,\n"
-		           "download_limit, upload_limit (bytes/s), disk_max, memory_max (bytes; k M G T).\n");
-}
 
 /* Send req, read the answer.  Returns the answer or NULL with *ex set. */
 static json_t *call(const char *path, json_t *req, int *ex)
@@ -200,31 +162,208 @@ static void print_error(const json_t *a)
 		fprintf(stderr, "hint: %s\n", json_string_value(json_object_get(e, "hint")));
 }
 
-int main(int argc, char **argv)
+/* ---- the commands: each builds its request from its arguments and prints
+ * the daemon's answer ------------------------------------------------------ */
+
+/* A builder takes the command's arguments (argv[0] is the first after the
+ * command's name) and adds them to req; it returns 0, or EX_USAGE for bad
+ * arguments (the caller prints the command's usage). */
+typedef int (*cmd_build)(int argc, char **argv, json_t *req);
+typedef void (*cmd_print)(const json_t *a);
+
+static int build_none(int argc, char **argv, json_t *req)
 {
-	const char *sock = getenv("COTRAIN_SOCKET");
-	if (!sock || !*sock)
-		sock = DEFAULT_SOCKET;
-	int i = 1;
-	for (; i < argc && argv[i][0] == '-'; i++) {
-		if (strcmp(argv[i], "--json") == 0)
-			json_out = 1;
-		else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
-			sock = argv[++i];
-		else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-			usage(stdout);
-			return EX_OK;
-		} else if (strcmp(argv[i], "--version") == 0) {
-			printf("cotrainctl %s\n", PACKAGE_VERSION);
-			return EX_OK;
-		} else {
-			fprintf(stderr, "cotrainctl: unknown option \"%s\"\n", argv[i]);
-			usage(stderr);
+	(void)argv, (void)req;
+	return argc ? EX_USAGE : EX_OK;
+}
+
+static int build_attach(int argc, char **argv, json_t *req)
+{
+	const char *url = NULL, *key = NULL, *email = NULL;
+	int pw_stdin = 0;
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--key") == 0 && i + 1 < argc)
+			key = argv[++i];
+		else if (strcmp(argv[i], "--email") == 0 && i + 1 < argc)
+			email = argv[++i];
+		else if (strcmp(argv[i], "--password-stdin") == 0)
+			pw_stdin = 1;
+		else if (strcmp(argv[i], "--share") == 0 && i + 1 < argc) {
+			char *end;
+			double sh = strtod(argv[++i], &end);
+			if (*end || !(sh > 0))
+				return EX_USAGE;
+			json_object_set_new(req, "resource_share", json_real(sh));
+		} else if (argv[i][0] != '-' && !url)
+			url = argv[i];
+		else
+			return EX_USAGE;
+	}
+	if (!url || (!key && !(email && pw_stdin)))
+		return EX_USAGE;
+	json_object_set_new(req, "url", json_string(url));
+	if (key)
+		json_object_set_new(req, "account_key", json_string(key));
+	if (email) {
+		char pw[1025];
+		if (!fgets(pw, sizeof pw, stdin)) {
+			fprintf(stderr, "cotrainctl: no password on standard input\n");
 			return EX_USAGE;
 		}
+		pw[strcspn(pw, "\r\n")] = '\0';
+		json_object_set_new(req, "email", json_string(email));
+		json_object_set_new(req, "password", json_string(pw));
 	}
+	return EX_OK;
+}
+
+static int build_detach(int argc, char **argv, json_t *req)
+{
+	if (argc != 1)
+		return EX_USAGE;
+	json_object_set_new(req, "project", json_string(argv[0]));
+	return EX_OK;
+}
+
+static int build_prefs(int argc, char **argv, json_t *req)
+{
+	int i = 0;
+	const char *sub = i < argc ? argv[i++] : "get";
+	if (strcmp(sub, "get") == 0)
+		return i != argc ? EX_USAGE : EX_OK;
+	if (strcmp(sub, "set") != 0 && strcmp(sub, "unset") != 0)
+		return EX_USAGE;
+	json_t *coll = sub[0] == 's' ? json_object() : json_array();
+	json_object_set_new(req, sub, coll);
+	if (i == argc)
+		return EX_USAGE;
+	for (; i < argc; i++) {
+		if (sub[0] == 's') {
+			char *eq = strchr(argv[i], '=');
+			if (!eq)
+				return EX_USAGE;
+			*eq = '\0';
+			json_object_set_new(coll, argv[i], json_string(eq + 1));
+		} else {
+			json_array_append_new(coll, json_string(argv[i]));
+		}
+	}
+	return EX_OK;
+}
+
+static int build_log(int argc, char **argv, json_t *req)
+{
+	if (argc == 0)
+		return EX_OK;
+	char *end = NULL;
+	long n = argc == 2 && strcmp(argv[0], "-n") == 0 ? strtol(argv[1], &end, 10) : 0;
+	if (!end || *end || n < 1)
+		return EX_USAGE;
+	json_object_set_new(req, "lines", json_integer(n));
+	return EX_OK;
+}
+
+static void print_log(const json_t *a)
+{
+	size_t k;
+	const json_t *l;
+	json_array_foreach(json_object_get(a, "lines"), k, l)
+		printf("%s\n", json_string_value(l));
+}
+
+static void print_attach(const json_t *a)
+{
+	printf("attached to %s as host %lld\n", json_string_value(json_object_get(a, "project")),
+	       (long long)json_integer_value(json_object_get(a, "host_id")));
+}
+
+static void print_detach(const json_t *a)
+{
+	printf("detached from %s\n", json_string_value(json_object_get(a, "project")));
+}
+
+static void print_suspended(const json_t *a)
+{
+	(void)a;
+	printf("suspended\n");
+}
+
+static void print_resumed(const json_t *a)
+{
+	(void)a;
+	printf("resumed\n");
+}
+
+static const struct {
+	const char *name, *args, *help;
+	cmd_build build;
+	cmd_print print;
+} cmds[] = {
+	{ "status", "", "projects, current work with progress, samples per second, time left",
+	  build_none, print_status },
+	{ "attach", "URL (--key KEY | --email EMAIL --password-stdin) [--share N]",
+	  "attach to the project at URL (https://server/projects/NAME)", build_attach, print_attach },
+	{ "detach", "PROJECT", "detach from a project (by name or URL), handing back its work",
+	  build_detach, print_detach },
+	{ "suspend", "", "stop computing until resume (survives restarts)", build_none, print_suspended },
+	{ "resume", "", "compute again", build_none, print_resumed },
+	{ "prefs", "[get | set KEY=VALUE... | unset KEY...]",
+	  "show or change local preferences (they override the account's and the config file's)",
+	  build_prefs, print_prefs },
+	{ "log", "[-n LINES]", "the daemon's recent log lines (default 50)", build_log, print_log },
+};
+#define NCMDS (int)(sizeof cmds / sizeof cmds[0])
+
+static void list_commands(FILE *f)
+{
+	fprintf(f, "\nCommands:\n");
+	for (int i = 0; i < NCMDS; i++)
+		fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].help);
+}
+
+static void cmd_usage(FILE *f, int i)
+{
+	fprintf(f, "usage: cotrainctl [--json] %s %s\n%s\n", cmds[i].name, cmds[i].args, cmds[i].help);
+	if (strcmp(cmds[i].name, "prefs") == 0)
+		fprintf(f, "\nKeys: max_threads, cpu_percent, only_when_idle, idle_after (s), only_on_ac,\n"
+		           "download_limit, upload_limit (bytes/s), disk_max, memory_max (bytes; k M G T).\n");
+}
+
+/* ---- the global options --------------------------------------------------- */
+
+typedef struct {
+	const char *socket;
+	int json;
+} ctl_cli;
+
+static const opt_spec ctl_opts[] = {
+	{ "socket", 0, OPT_STRING, offsetof(ctl_cli, socket), .metavar = "PATH",
+	  .help = "the daemon's socket (default $COTRAIN_SOCKET, else " DEFAULT_SOCKET ")" },
+	{ "json", 0, OPT_FLAG, offsetof(ctl_cli, json), .help = "print the answer as JSON" },
+	{ "help", 'h', OPT_HELP, .help = "this help; COMMAND --help for a command's" },
+	{ "version", 0, OPT_VERSION, .help = "the version" },
+	{ NULL }
+};
+
+static const opt_program ctl_prog = {
+	.prog = "cotrainctl", .synopsis = "[--socket PATH] [--json] COMMAND [ARG]...",
+	.intro = "Control the cotrain-client daemon.\n", .commands = list_commands,
+	.outro = "Exit status: 0 ok, 1 refused by the daemon, 2 bad usage, 3 daemon not running,\n"
+	         "4 permission denied (join the daemon's group, e.g. cotrain).\n",
+	.opts = ctl_opts, .stop_at_command = true, .allow_args = true,
+};
+
+int main(int argc, char **argv)
+{
+	ctl_cli cli = { .socket = getenv("COTRAIN_SOCKET") };
+	if (!cli.socket || !*cli.socket)
+		cli.socket = DEFAULT_SOCKET;
+	int i;
+	opt_result orc = opt_parse(&ctl_prog, argc, argv, &cli, &i);
+	if (orc)
+		return orc == OPT_EXIT ? EX_OK : EX_USAGE;
 	if (i >= argc) {
-		usage(stderr);
+		opt_help(&ctl_prog, stderr);
 		return EX_USAGE;
 	}
 	const char *cmd = argv[i++];
@@ -234,7 +373,7 @@ int main(int argc, char **argv)
 			ci = k;
 	if (ci < 0) {
 		fprintf(stderr, "cotrainctl: unknown command \"%s\"\n", cmd);
-		usage(stderr);
+		opt_help(&ctl_prog, stderr);
 		return EX_USAGE;
 	}
 	for (int k = i; k < argc; k++)
@@ -243,121 +382,24 @@ int main(int argc, char **argv)
 			return EX_OK;
 		}
 	json_t *req = json_pack("{s:s}", "cmd", cmd);
-	int bad = 0;
-	if (strcmp(cmd, "attach") == 0) {
-		const char *url = NULL, *key = NULL, *email = NULL;
-		int pw_stdin = 0;
-		for (; i < argc; i++) {
-			if (strcmp(argv[i], "--key") == 0 && i + 1 < argc)
-				key = argv[++i];
-			else if (strcmp(argv[i], "--email") == 0 && i + 1 < argc)
-				email = argv[++i];
-			else if (strcmp(argv[i], "--password-stdin") == 0)
-				pw_stdin = 1;
-			else if (strcmp(argv[i], "--share") == 0 && i + 1 < argc) {
-				char *end;
-				double sh = strtod(argv[++i], &end);
-				if (*end || !(sh > 0)) {
-					bad = 1;
-					break;
-				}
-				json_object_set_new(req, "resource_share", json_real(sh));
-			} else if (argv[i][0] != '-' && !url)
-				url = argv[i];
-			else
-				bad = 1;
-		}
-		if (!url || (!key && !(email && pw_stdin)))
-			bad = 1;
-		if (!bad) {
-			json_object_set_new(req, "url", json_string(url));
-			if (key)
-				json_object_set_new(req, "account_key", json_string(key));
-			if (email) {
-				char pw[1025];
-				if (!fgets(pw, sizeof pw, stdin)) {
-					fprintf(stderr, "cotrainctl: no password on standard input\n");
-					return EX_USAGE;
-				}
-				pw[strcspn(pw, "\r\n")] = '\0';
-				json_object_set_new(req, "email", json_string(email));
-				json_object_set_new(req, "password", json_string(pw));
-			}
-		}
-	} else if (strcmp(cmd, "detach") == 0) {
-		if (i + 1 != argc)
-			bad = 1;
-		else
-			json_object_set_new(req, "project", json_string(argv[i]));
-	} else if (strcmp(cmd, "prefs") == 0) {
-		const char *sub = i < argc ? argv[i++] : "get";
-		if (strcmp(sub, "get") == 0) {
-			bad = i != argc;
-		} else if (strcmp(sub, "set") == 0 || strcmp(sub, "unset") == 0) {
-			json_t *coll = sub[0] == 's' ? json_object() : json_array();
-			if (i == argc)
-				bad = 1;
-			for (; i < argc; i++) {
-				if (sub[0] == 's') {
-					char *eq = strchr(argv[i], '=');
-					if (!eq) {
-						bad = 1;
-						break;
-					}
-					*eq = '\0';
-					json_object_set_new(coll, argv[i], json_string(eq + 1));
-				} else {
-					json_array_append_new(coll, json_string(argv[i]));
-				}
-			}
-			json_object_set_new(req, sub, coll);
-		} else {
-			bad = 1;
-		}
-	} else if (strcmp(cmd, "log") == 0) {
-		if (i < argc) {
-			char *end = NULL;
-			long n = i + 2 == argc && strcmp(argv[i], "-n") == 0 ? strtol(argv[i + 1], &end, 10) : 0;
-			if (!end || *end || n < 1)
-				bad = 1;
-			else
-				json_object_set_new(req, "lines", json_integer(n));
-		}
-	} else if (i != argc) {
-		bad = 1;
-	}
-	if (bad) {
+	if (!req || cmds[ci].build(argc - i, argv + i, req)) {
 		cmd_usage(stderr, ci);
 		json_decref(req);
 		return EX_USAGE;
 	}
 	int ex;
-	json_t *a = call(sock, req, &ex);
+	json_t *a = call(cli.socket, req, &ex);
 	json_decref(req);
 	if (!a)
 		return ex;
-	if (json_out) {
+	if (cli.json) {
 		char *s = json_dumps(a, JSON_INDENT(2) | JSON_SORT_KEYS);
 		printf("%s\n", s ? s : "{}");
 		free(s);
 	} else if (ex != EX_OK) {
 		print_error(a);
-	} else if (strcmp(cmd, "status") == 0) {
-		print_status(a);
-	} else if (strcmp(cmd, "prefs") == 0) {
-		print_prefs(a);
-	} else if (strcmp(cmd, "log") == 0) {
-		size_t k;
-		const json_t *l;
-		json_array_foreach(json_object_get(a, "lines"), k, l)
-			printf("%s\n", json_string_value(l));
-	} else if (strcmp(cmd, "attach") == 0) {
-		printf("attached to %s as host %lld\n", json_string_value(json_object_get(a, "project")),
-		       (long long)json_integer_value(json_object_get(a, "host_id")));
-	} else if (strcmp(cmd, "detach") == 0) {
-		printf("detached from %s\n", json_string_value(json_object_get(a, "project")));
 	} else {
-		printf("%s\n", strcmp(cmd, "suspend") == 0 ? "suspended" : "resumed");
+		cmds[ci].print(a);
 	}
 	json_decref(a);
 	return ex;

@@ -10,7 +10,7 @@
  * says why), 2 for bad usage. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,23 +30,81 @@
 #include "client/priority.h"
 #include "kernels/backend.h"
 #include "shared/log.h"
+#include "shared/options.h"
 
-static void usage(FILE *f)
+/* The command line: the file to read, then the keys to set over it, in
+ * their order (the file is read only once the whole line is known). */
+#define MAX_SETS 256
+typedef struct {
+	const char *config;
+	int nset;
+	const char *key[MAX_SETS]; /* NULL: --set, val holds "KEY\0VALUE" */
+	char *val[MAX_SETS];       /* owned: freed by apply_sets */
+} client_cli;
+
+/* Remember KEY=VALUE (spec->key names the key for -d, -s, -l; --set has
+ * none and splits its argument). */
+static cot_err remember(void *settings, const opt_spec *o, const char *arg, cot_errbuf *eb)
 {
-	fprintf(f,
-	        "usage: cotrain-client [OPTION]...\n"
-	        "Compute for cotrain projects in the background, at idle priority.\n\n"
-	        "  -c, --config FILE      configuration file (default %s; a missing\n"
-	        "                         default file means built-in defaults)\n"
-	        "  -d, --state-dir DIR    state folder (default %s)\n"
-	        "  -s, --socket PATH      control socket (default STATE_DIR/control.sock)\n"
-	        "  -l, --log-level LEVEL  debug, info, warn or error\n"
-	        "      --set KEY=VALUE    any configuration key, after the file\n"
-	        "  -h, --help             this help\n"
-	        "  -V, --version          the version\n\n"
-	        "Control it with cotrainctl.  See doc/client.md.\n",
-	        CL_DEFAULT_CONFIG, CL_DEFAULT_STATE);
+	client_cli *cli = settings;
+	if (cli->nset == MAX_SETS)
+		return cot_seterr(eb, COT_ERR_INVALID, "too many settings on the command line (at most %d)", MAX_SETS);
+	char *v = strdup(arg);
+	if (!v)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	if (!o->key) {   /* --set: "KEY\0VALUE" in v */
+		char *eq = strchr(v, '=');
+		if (!eq) {
+			free(v);
+			return cot_seterr(eb, COT_ERR_INVALID, "--set needs KEY=VALUE, not \"%s\"", arg);
+		}
+		*eq = '\0';
+	}
+	cli->key[cli->nset] = o->key;
+	cli->val[cli->nset++] = v;
+	return COT_OK;
 }
+
+/* Set the remembered keys over the file's, in order; frees them.  COT_OK or
+ * the first refusal in eb. */
+static cot_err apply_sets(client_cli *cli, cl_config *cfg, cot_errbuf *eb)
+{
+	cot_err rc = COT_OK;
+	for (int i = 0; i < cli->nset; i++) {
+		const char *key = cli->key[i] ? cli->key[i] : cli->val[i];
+		const char *val = cli->key[i] ? cli->val[i] : cli->val[i] + strlen(cli->val[i]) + 1;
+		if (!rc)
+			rc = cl_config_set(cfg, key, val, eb);
+		free(cli->val[i]);
+	}
+	cli->nset = 0;
+	return rc;
+}
+
+#define F(field) offsetof(client_cli, field)
+static const opt_spec client_opts[] = {
+	{ "config", 'c', OPT_STRING, F(config), .metavar = "FILE",
+	  .help = "configuration file (default " CL_DEFAULT_CONFIG "; a missing default file means built-in defaults)" },
+	{ "state-dir", 'd', OPT_CALL, .set = remember, .key = "state_dir", .metavar = "DIR",
+	  .help = "state folder (default " CL_DEFAULT_STATE ")" },
+	{ "socket", 's', OPT_CALL, .set = remember, .key = "socket", .metavar = "PATH",
+	  .help = "control socket (default STATE_DIR/control.sock)" },
+	{ "log-level", 'l', OPT_CALL, .set = remember, .key = "log_level", .metavar = "LEVEL",
+	  .help = "debug, info, warn or error" },
+	{ "set", 0, OPT_CALL, .set = remember, .metavar = "KEY=VALUE",
+	  .help = "any configuration key, after the file" },
+	{ "help", 'h', OPT_HELP, .help = "this help" },
+	{ "version", 'V', OPT_VERSION, .help = "the version" },
+	{ NULL }
+};
+#undef F
+
+static const opt_program client_prog = {
+	.prog = "cotrain-client", .synopsis = "[OPTION]...",
+	.intro = "Compute for cotrain projects in the background, at idle priority.\n",
+	.outro = "Control it with cotrainctl.  See doc/client.md.\n",
+	.opts = client_opts,
+};
 
 static int fatal(const char *what, const cot_errbuf *eb)
 {
@@ -62,65 +120,22 @@ int main(int argc, char **argv)
 	cot_log_set_ident("cotrain-client");
 	static cl_daemon d;
 	cl_config_defaults(&d.cfg);
-	const char *config = NULL;
-	enum { OPT_SET = 256 };
-	static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' }, { "state-dir", required_argument, NULL, 'd' },
-		{ "socket", required_argument, NULL, 's' }, { "log-level", required_argument, NULL, 'l' },
-		{ "set", required_argument, NULL, OPT_SET }, { "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 }
-	};
-	/* Two passes: the file first, then the command line over it. */
-	int c;
-	while ((c = getopt_long(argc, argv, "c:d:s:l:hV", opts, NULL)) != -1) {
-		if (c == 'c')
-			config = optarg;
-		else if (c == 'h') {
-			usage(stdout);
-			return 0;
-		} else if (c == 'V') {
-			printf("cotrain-client %s\n", PACKAGE_VERSION);
-			return 0;
-		} else if (c == '?') {
-			usage(stderr);
-			return 2;
-		}
+	client_cli cli = { 0 };
+	opt_result orc = opt_parse(&client_prog, argc, argv, &cli, NULL);
+	if (orc) {
+		apply_sets(&cli, &d.cfg, &(cot_errbuf){ "", "" });    /* frees them */
+		return orc == OPT_EXIT ? 0 : 2;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "cotrain-client: unexpected argument \"%s\"\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
+	/* The file first, then the command line over it. */
 	cot_errbuf eb = { "", "" };
-	cot_err rc = cl_config_load(&d.cfg, config ? config : CL_DEFAULT_CONFIG, &eb);
-	if (rc && !(rc == COT_ERR_NOT_FOUND && !config))
+	cot_err rc = cl_config_load(&d.cfg, cli.config ? cli.config : CL_DEFAULT_CONFIG, &eb);
+	if (rc && !(rc == COT_ERR_NOT_FOUND && !cli.config)) {
+		apply_sets(&cli, &d.cfg, &(cot_errbuf){ "", "" });
 		return fatal("cannot read the configuration", &eb);
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:d:s:l:hV", opts, NULL)) != -1) {
-		const char *key = NULL;
-		char kv[4096];
-		const char *val = optarg;
-		if (c == 'd')
-			key = "state_dir";
-		else if (c == 's')
-			key = "socket";
-		else if (c == 'l')
-			key = "log_level";
-		else if (c == OPT_SET) {
-			snprintf(kv, sizeof kv, "%s", optarg);
-			char *eq = strchr(kv, '=');
-			if (!eq) {
-				fprintf(stderr, "cotrain-client: --set needs KEY=VALUE, not \"%s\"\n", optarg);
-				return 2;
-			}
-			*eq = '\0';
-			key = kv;
-			val = eq + 1;
-		}
-		if (key && (rc = cl_config_set(&d.cfg, key, val, &eb))) {
-			fprintf(stderr, "cotrain-client: %s\n", eb.msg);
-			return 2;
-		}
+	}
+	if ((rc = apply_sets(&cli, &d.cfg, &eb))) {
+		fprintf(stderr, "cotrain-client: %s\n", eb.msg);
+		return 2;
 	}
 	if ((rc = cl_config_finish(&d.cfg, &eb)))
 		return fatal("bad configuration", &eb);

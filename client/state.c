@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "kernels/model_json.h"
 #include "shared/hash.h"
 #include "shared/json.h"
 
@@ -99,9 +100,7 @@ static json_t *project_to_json(const cl_project *p)
 		if (p->recent_done[i])
 			json_array_append_new(done, json_integer(p->recent_done[i]));
 	const cl_model_shape *m = &p->model;
-	json_t *model = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "n_layer", m->n_layer,
-	                          "n_shared", m->n_shared, "n_head", m->n_head, "d_model", m->d_model,
-	                          "d_ff", m->d_ff, "seq_len", m->seq_len, "vocab", m->vocab);
+	json_t *model = kern_model_config_to_json(m);
 	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:f, s:f, s:o, s:I, s:I, s:I, s:f, s:o, s:o, s:I, s:I, s:o}",
 	                 "url", p->url, "base", p->base, "name", p->name,
 	                 "account_key", p->account_key, "host_id", (json_int_t)p->host_id,
@@ -249,17 +248,8 @@ static cot_err project_from_json(cl_project *p, const json_t *o, cot_errbuf *eb)
 	TRY(cot_json_num(o, "flops_per_sample", true, 0, 1e30, &p->flops_per_sample, eb));
 	TRY(get_i64(o, "mb_total", 0, BIG, &p->mb_total, eb));
 	TRY(get_i64(o, "seed", -BIG, BIG, &p->seed, eb));
-	const json_t *m = json_object_get(o, "model");
-	if (!json_is_object(m))
-		return cot_seterr(eb, COT_ERR_CORRUPT, "\"model\" must be an object");
-	int *dims[] = { &p->model.n_layer, &p->model.n_shared, &p->model.n_head, &p->model.d_model,
-	                &p->model.d_ff, &p->model.seq_len, &p->model.vocab };
-	const char *names[] = { "n_layer", "n_shared", "n_head", "d_model", "d_ff", "seq_len", "vocab" };
-	for (int i = 0; i < 7; i++) {
-		long long v = 0;
-		TRY(cot_json_int(m, names[i], true, 0, 1 << 20, &v, eb));
-		*dims[i] = (int)v;
-	}
+	if (kern_model_config_from_json(json_object_get(o, "model"), "model", KERN_MODEL_JSON_STORED, &p->model, eb))
+		return COT_ERR_CORRUPT;
 	p->account_prefs.set = 0;
 	TRY(cl_prefs_from_json(&p->account_prefs, json_object_get(o, "account_prefs"), eb));
 	const json_t *done = json_object_get(o, "recent_done");

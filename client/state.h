@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "client/prefs.h"
+#include "kernels/model.h"
 #include "shared/error.h"
 
 #define CL_STATE_FORMAT   "cotrain-client-state"
@@ -69,10 +70,9 @@ typedef struct {
 	int64_t pending_mb;
 } cl_work;
 
-/* The model's shape (kern_config's fields), from the project file. */
-typedef struct {
-	int n_layer, n_shared, n_head, d_model, d_ff, seq_len, vocab;
-} cl_model_shape;
+/* The model's shape, from the project file (kernels/model_json.h); all
+ * zeros until the project's information is fetched. */
+typedef kern_config cl_model_shape;
 
 typedef struct {
 	char url[CL_URL_MAX];         /* as given to attach */

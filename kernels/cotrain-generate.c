@@ -6,10 +6,9 @@
 #include "config.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,58 +18,42 @@
 #include "kernels/generate.h"
 #include "kernels/model.h"
 #include "kernels/tokenizer.h"
+#include "shared/options.h"
 
 #define PROG "cotrain-generate"
 
-static void usage(FILE *fp)
-{
-	fprintf(fp,
-	        "Usage: " PROG " --checkpoint FILE [OPTION]...\n"
-	        "Continue a prompt with a cotrain model checkpoint and print the "
-	        "prompt and\nits continuation.\n\n"
-	        "  -c, --checkpoint FILE   the checkpoint (a .safetensors file)\n"
-	        "  -p, --prompt TEXT       text to continue (default: a newline)\n"
-	        "  -n, --tokens N          tokens to generate (default: 256)\n"
-	        "  -k, --top-k K           sample from the K most likely tokens; "
-	        "1 is greedy,\n"
-	        "                          0 the whole vocabulary (default: 40)\n"
-	        "  -t, --temperature T     divide logits by T before sampling; "
-	        "0 is greedy\n"
-	        "                          (default: 1.0)\n"
-	        "  -s, --seed S            seed of the sampler (default: 1)\n"
-	        "  -j, --threads N         CPU threads (default: all)\n"
-	        "  -h, --help              show this help and exit\n\n"
-	        "The same checkpoint, prompt, options and thread count give the "
-	        "same text.\nExit status: 0 on success, 1 on a runtime error, "
-	        "2 on a usage error.\n");
-}
+typedef struct {
+	const char *ckpt, *prompt;
+	gen_options o;
+	int threads;
+} gen_cli;
 
-static _Noreturn void bad_usage(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-static _Noreturn void bad_usage(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, PROG ": ");
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\nTry \"" PROG " --help\" for more information.\n");
-	exit(2);
-}
+#define F(field) offsetof(gen_cli, field)
+static const opt_spec gen_opts[] = {
+	{ "checkpoint", 'c', OPT_STRING, F(ckpt), .metavar = "FILE", .help = "the checkpoint (a .safetensors file)" },
+	{ "prompt", 'p', OPT_STRING, F(prompt), .metavar = "TEXT", .help = "text to continue (default: a newline)" },
+	{ "tokens", 'n', OPT_INT, F(o.n_tokens), 0, GEN_MAX_TOKENS, .def = "256", .metavar = "N",
+	  .help = "tokens to generate" },
+	{ "top-k", 'k', OPT_INT, F(o.top_k), 0, INT_MAX, .def = "40", .metavar = "K",
+	  .help = "sample from the K most likely tokens; 1 is greedy, 0 the whole vocabulary" },
+	{ "temperature", 't', OPT_FLOAT, F(o.temperature), .dmin = 0, .dmax = 1e6, .def = "1.0", .metavar = "T",
+	  .help = "divide logits by T before sampling; 0 is greedy" },
+	{ "seed", 's', OPT_U64, F(o.seed), .def = "1", .metavar = "S", .help = "seed of the sampler" },
+	{ "threads", 'j', OPT_INT, F(threads), 1, 4096, .metavar = "N", .help = "CPU threads (default: all)" },
+	{ "help", 'h', OPT_HELP, .help = "show this help and exit" },
+	{ "version", 0, OPT_VERSION, .help = "show the version and exit" },
+	{ NULL }
+};
+#undef F
 
-static long parse_long(const char *s, const char *opt, long lo, long hi)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi) {
-		fprintf(stderr, PROG ": invalid value \"%s\" for %s: expected an "
-		        "integer from %ld to %ld\n", s, opt, lo, hi);
-		fprintf(stderr, "Try \"" PROG " --help\" for more information.\n");
-		exit(2);
-	}
-	return v;
-}
+static const opt_program gen_prog = {
+	.prog = PROG, .synopsis = "--checkpoint FILE [OPTION]...",
+	.intro = "Continue a prompt with a cotrain model checkpoint and print the prompt and\n"
+	         "its continuation.\n",
+	.outro = "The same checkpoint, prompt, options and thread count give the same text.\n"
+	         "Exit status: 0 on success, 1 on a runtime error, 2 on a usage error.\n",
+	.opts = gen_opts,
+};
 
 static int fail(cot_err rc, const cot_errbuf *eb)
 {
@@ -84,73 +67,18 @@ static int fail(cot_err rc, const cot_errbuf *eb)
 int main(int argc, char **argv)
 {
 	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
-	static const struct option opts[] = {
-		{"checkpoint", required_argument, NULL, 'c'},
-		{"prompt", required_argument, NULL, 'p'},
-		{"tokens", required_argument, NULL, 'n'},
-		{"top-k", required_argument, NULL, 'k'},
-		{"temperature", required_argument, NULL, 't'},
-		{"seed", required_argument, NULL, 's'},
-		{"threads", required_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *ckpt = NULL, *prompt = "\n";
-	gen_options o = {.n_tokens = 256, .top_k = 40, .temperature = 1.0f,
-	                 .seed = 1};
-	long threads = 0;
-	int c;
-
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":c:p:n:k:t:s:j:h", opts, NULL)) !=
-	       -1) {
-		switch (c) {
-		case 'c': ckpt = optarg; break;
-		case 'p': prompt = optarg; break;
-		case 'n':
-			o.n_tokens = (int)parse_long(optarg, "--tokens", 0,
-			                             GEN_MAX_TOKENS);
-			break;
-		case 'k':
-			o.top_k = (int)parse_long(optarg, "--top-k", 0, INT_MAX);
-			break;
-		case 't': {
-			char *end;
-			errno = 0;
-			double t = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !isfinite(t) || t < 0 ||
-			    t > 1e6)
-				bad_usage("invalid value \"%s\" for --temperature: "
-				          "expected a number from 0 to 1e6", optarg);
-			o.temperature = (float)t;
-			break;
-		}
-		case 's': {
-			char *end;
-			errno = 0;
-			unsigned long long s = strtoull(optarg, &end, 10);
-			if (errno || end == optarg || *end || optarg[0] == '-')
-				bad_usage("invalid value \"%s\" for --seed: expected "
-				          "an unsigned 64-bit integer", optarg);
-			o.seed = s;
-			break;
-		}
-		case 'j':
-			threads = parse_long(optarg, "--threads", 1, 4096);
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case ':':
-			bad_usage("option \"%s\" needs a value", argv[optind - 1]);
-		default:
-			bad_usage("unknown option \"%s\"", argv[optind - 1]);
-		}
+	gen_cli cli = { .prompt = "\n" };
+	opt_result orc = opt_parse(&gen_prog, argc, argv, &cli, NULL);
+	if (orc)
+		return orc == OPT_EXIT ? 0 : 2;
+	if (!cli.ckpt) {
+		fprintf(stderr, PROG ": no checkpoint given; use --checkpoint FILE\n"
+		        "Try \"" PROG " --help\" for more information.\n");
+		return 2;
 	}
-	if (optind < argc)
-		bad_usage("unexpected argument \"%s\"", argv[optind]);
-	if (!ckpt)
-		bad_usage("no checkpoint given; use --checkpoint FILE");
+	const char *ckpt = cli.ckpt, *prompt = cli.prompt;
+	gen_options o = cli.o;
+	int threads = cli.threads;
 
 	if (threads > 0)
 		kern_set_threads((int)threads);

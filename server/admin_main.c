@@ -4,7 +4,7 @@
 #include "server/export_stats.h"
 
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +13,45 @@
 
 #include "kernels/backend.h"
 #include "shared/log.h"
+#include "shared/options.h"
 
-static const char usage_text[] =
-	"usage: cotrain-admin [--data-dir DIR] [--db CONNINFO] COMMAND [ARGS...]\n"
-	"\n"
+/* The command groups, each with its own argv ([0] the group's name). */
+static int help_main(admin_ctx *ctx, int argc, char **argv);
+
+static int export_main(admin_ctx *ctx, int argc, char **argv)
+{
+	return admin_export_main(ctx, argc, argv);   /* export_stats.h takes a void * */
+}
+
+static const struct {
+	const char *name;
+	int (*run)(admin_ctx *ctx, int argc, char **argv);
+} groups[] = {
+	{ "db", admin_db_main },
+	{ "dataset", admin_dataset_main },
+	{ "project", admin_project_main },
+	{ "user", admin_user_main },
+	{ "team", admin_team_main },
+	{ "status", admin_status_main },
+	{ "export", export_main },
+	{ "help", help_main },
+};
+
+static const opt_spec admin_opts[] = {
+	{ "data-dir", 0, OPT_STRING, offsetof(admin_ctx, data_dir), .metavar = "DIR",
+	  .help = "the server's data folder (default $COTRAIN_DATA_DIR, else " ADMIN_DEFAULT_DATA_DIR
+	          "); the file store is DIR/files" },
+	{ "db", 0, OPT_STRING, offsetof(admin_ctx, conninfo), .metavar = "CONNINFO",
+	  .help = "a libpq connection string (default $COTRAIN_DB, else the embedded PostgreSQL "
+	          "cluster in DIR/pg, started if needed)" },
+	{ "help", 'h', OPT_HELP, .help = "this text; every command also takes --help" },
+	{ "version", 0, OPT_VERSION, .help = "the version" },
+	{ NULL }
+};
+
+static const opt_program admin_prog = {
+	.prog = "cotrain-admin", .synopsis = "[--data-dir DIR] [--db CONNINFO] COMMAND [ARGS...]",
+	.intro = "\n"
 	"The maintainer's tool for a cotrain project server.\n"
 	"\n"
 	"Commands:\n"
@@ -34,16 +69,27 @@ static const char usage_text[] =
 	"  team create [--description TEXT] [--founder EMAIL] NAME\n"
 	"  team list | team add TEAM EMAIL... | team remove EMAIL... | team delete TEAM\n"
 	"  status                         projects, versions, datasets, pool, work, hosts\n"
-	"  export stats DIR               BOINC-style statistics export (tables.xml, *.gz)\n"
-	"\n"
-	"Options:\n"
-	"  --data-dir DIR    the server's data folder (default $COTRAIN_DATA_DIR, else\n"
-	"                    " ADMIN_DEFAULT_DATA_DIR "); the file store is DIR/files\n"
-	"  --db CONNINFO     a libpq connection string (default $COTRAIN_DB, else the\n"
-	"                    embedded PostgreSQL cluster in DIR/pg, started if needed)\n"
-	"  -h, --help        this text; every command also takes --help\n"
-	"\n"
-	"Exit status: 0 success, 1 error, 2 bad command line.\n";
+	"  export stats DIR               BOINC-style statistics export (tables.xml, *.gz)\n",
+	.outro = "Exit status: 0 success, 1 error, 2 bad command line.\n",
+	.opts = admin_opts, .stop_at_command = true, .allow_args = true,
+};
+
+static int help_main(admin_ctx *ctx, int argc, char **argv)
+{
+	(void)ctx, (void)argc, (void)argv;
+	opt_help(&admin_prog, stdout);
+	return ADMIN_OK;
+}
+
+/* "cotrain-admin: WHAT" and the help on stderr; ADMIN_USAGE. */
+static int main_usage(const char *fmt, const char *arg)
+{
+	fputs("cotrain-admin: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputc('\n', stderr);
+	opt_help(&admin_prog, stderr);
+	return ADMIN_USAGE;
+}
 
 int admin_fail(const cot_errbuf *eb)
 {
@@ -167,25 +213,14 @@ void admin_rollback(admin_ctx *ctx)
 int main(int argc, char **argv)
 {
 	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
-	static const struct option opts[] = {
-		{ "data-dir", required_argument, NULL, 'd' },
-		{ "db", required_argument, NULL, 'b' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	admin_ctx ctx = { 0 };
 	cot_log_set_ident("cotrain-admin");
 	ctx.data_dir = getenv("COTRAIN_DATA_DIR");
 	ctx.conninfo = getenv("COTRAIN_DB");
-	int c;
-	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'd': ctx.data_dir = optarg; break;
-		case 'b': ctx.conninfo = optarg; break;
-		case 'h': fputs(usage_text, stdout); return ADMIN_OK;
-		default: fputs(usage_text, stderr); return ADMIN_USAGE;
-		}
-	}
+	int first;
+	opt_result orc = opt_parse(&admin_prog, argc, argv, &ctx, &first);
+	if (orc)
+		return orc == OPT_EXIT ? ADMIN_OK : ADMIN_USAGE;
 	if (!ctx.data_dir || !*ctx.data_dir)
 		ctx.data_dir = ADMIN_DEFAULT_DATA_DIR;
 	if (ctx.conninfo && !*ctx.conninfo)
@@ -193,33 +228,16 @@ int main(int argc, char **argv)
 	if (strlen(ctx.data_dir) > 300)
 		return admin_failf("data directory path is too long");
 	snprintf(ctx.store_dir, sizeof ctx.store_dir, "%s/files", ctx.data_dir);
-	if (optind >= argc)
-		return admin_usage(usage_text, "no command given");
+	if (first >= argc)
+		return main_usage("%s", "no command given");
 
-	const char *cmd = argv[optind];
-	/* Groups get their own argv: [0] is the group's name, [1] the command. */
-	int sub_argc = argc - optind;
-	char **sub_argv = argv + optind;
-	int rc;
-	if (strcmp(cmd, "db") == 0)
-		rc = admin_db_main(&ctx, sub_argc, sub_argv);
-	else if (strcmp(cmd, "dataset") == 0)
-		rc = admin_dataset_main(&ctx, sub_argc, sub_argv);
-	else if (strcmp(cmd, "project") == 0)
-		rc = admin_project_main(&ctx, sub_argc, sub_argv);
-	else if (strcmp(cmd, "user") == 0)
-		rc = admin_user_main(&ctx, sub_argc, sub_argv);
-	else if (strcmp(cmd, "team") == 0)
-		rc = admin_team_main(&ctx, sub_argc, sub_argv);
-	else if (strcmp(cmd, "status") == 0)
-		rc = admin_status_main(&ctx, sub_argc, sub_argv);
-	else if (strcmp(cmd, "export") == 0)
-		rc = admin_export_main(&ctx, sub_argc, sub_argv);
-	else if (strcmp(cmd, "help") == 0) {
-		fputs(usage_text, stdout);
-		rc = ADMIN_OK;
-	} else
-		rc = admin_usage(usage_text, "unknown command \"%s\"", cmd);
+	const char *cmd = argv[first];
+	int g = 0, ng = (int)(sizeof groups / sizeof groups[0]);
+	while (g < ng && strcmp(cmd, groups[g].name) != 0)
+		g++;
+	if (g == ng)
+		return main_usage("unknown command \"%s\"", cmd);
+	int rc = groups[g].run(&ctx, argc - first, argv + first);
 	if (ctx.db)
 		PQfinish(ctx.db);
 	db_target_close(&ctx.target);

@@ -5,7 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,195 +24,118 @@
 #include "shared/pki.h"
 #include "shared/db.h"
 #include "shared/log.h"
+#include "shared/options.h"
 #include "shared/password.h"
 
-static void usage(FILE *f)
+/* Everything the command line sets: the settings the modules share, and
+ * the few main keeps. */
+typedef struct {
+	srv_config cfg;
+	relay_config relay;
+	const char *data_dir, *db, *stats_dir;
+	int stats_interval;
+} server_cli;
+
+static cot_err set_log_level(void *settings, const opt_spec *o, const char *arg, cot_errbuf *eb)
 {
-	fprintf(f,
-"Usage: cotrain-server [OPTION]...\n"
-"The cotrain project server: the v1 JSON API, the work-unit scheduler, the\n"
-"round coordinator, the project CA and the file store, over PostgreSQL.\n"
-"\n"
-"  --data-dir DIR        data directory: files/ (the store) and pg/ (the embedded\n"
-"                        database); default $COTRAIN_DATA_DIR or /var/lib/cotrain\n"
-"  --db CONNINFO         libpq connection string (default $COTRAIN_DB; without\n"
-"                        either, a private PostgreSQL cluster in DIR/pg is started\n"
-"                        and stopped on exit)\n"
-"  --listen ADDR         address to listen on (default 127.0.0.1)\n"
-"  --port N              TCP port (default 8080; 0 picks a free one)\n"
-"  --threads N           HTTP worker threads = database connections (default\n"
-"                        twice the CPUs, at least 4)\n"
-"  --reap-interval S     seconds between passes expiring overdue work units\n"
-"                        (default 10)\n"
-"  --kdf-iterations N    PBKDF2 iterations for new passwords (default %d)\n"
-"  --wu-max N            most microbatches in one work unit (default 100000)\n"
-"  --pool-chunk N        microbatches carved off the frontier at once\n"
-"                        (default 65536)\n"
-"  --body-limit BYTES    largest request body (default 65536)\n"
-"  --cert-lifetime S     lifetime of host certificates (default 21600)\n"
-"  --round-interval S    seconds between the round coordinator's passes\n"
-"                        (default 2)\n"
-"  --round-report-timeout S  seconds after a round closes before hosts that\n"
-"                        have not reported are dropped (default 120)\n"
-"  --round-average-timeout S  seconds from the plan to the outcomes' deadline\n"
-"                        (default 600)\n"
-"  --round-max-group N   most peers in one averaging group (default 16)\n"
-"  --round-close-fraction F  close a round early from this fraction of its\n"
-"                        target (default 0.9)...\n"
-"  --round-straggler-budget S  ...when filling the rest would take longer\n"
-"                        than S seconds at the live units' speed (default 60)\n"
-"  --relay-port N        the NAT service (rendezvous and relay, doc/nat.md) on\n"
-"                        TCP ports N and N+1 (default 0: off)\n"
-"  --relay-listen ADDR   its address (default: the --listen address)\n"
-"  --relay-bandwidth B   relay cap per host, bytes/s each way (default 0: none)\n"
-"  --relay-idle S        close a relay session idle for S seconds (default 60)\n"
-"  --stats-dir DIR       write the BOINC-style statistics export there\n"
-"                        (doc/credit.md), at start and every --stats-interval\n"
-"  --stats-interval S    seconds between exports (default 86400)\n"
-"  --timeout S           idle connection timeout (default 60)\n"
-"  --log-level L         debug, info, warn or error (default info)\n"
-"  --help                show this help and exit\n"
-"\n"
-"Prints \"cotrain-server: listening on http://ADDR:PORT\" once it serves (on\n"
-"stdout and on stderr).\n"
-"Stops cleanly on SIGINT or SIGTERM.\n", PASSWORD_DEFAULT_ITERATIONS);
+	(void)settings, (void)o, (void)eb;
+	int lvl = cot_log_parse_level(arg);
+	if (lvl < 0)
+		return COT_ERR_INVALID;
+	cot_log_set_level((cot_log_level)lvl);
+	return COT_OK;
 }
 
-/* Parse a decimal integer option in [min, max]; exits with a message. */
-static long long int_opt(const char *name, const char *s, long long min, long long max)
-{
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (errno || end == s || *end || v < min || v > max) {
-		fprintf(stderr, "cotrain-server: invalid value \"%s\" for --%s (want %lld to %lld)\n",
-		        s, name, min, max);
-		exit(2);
-	}
-	return v;
-}
+_Static_assert(PKI_HOST_LIFETIME_DEFAULT_S == 21600, "--cert-lifetime's default in the table below");
+
+#define F(field) offsetof(server_cli, field)
+static const opt_spec server_opts[] = {
+	{ "data-dir", 0, OPT_STRING, F(data_dir), .metavar = "DIR",
+	  .help = "data directory: files/ (the store) and pg/ (the embedded database); "
+	          "default $COTRAIN_DATA_DIR or /var/lib/cotrain" },
+	{ "db", 0, OPT_STRING, F(db), .metavar = "CONNINFO",
+	  .help = "libpq connection string (default $COTRAIN_DB; without either, a private PostgreSQL "
+	          "cluster in DIR/pg is started and stopped on exit)" },
+	{ "listen", 0, OPT_STRING, F(cfg.listen), .def = "127.0.0.1", .metavar = "ADDR",
+	  .help = "address to listen on" },
+	{ "port", 0, OPT_INT, F(cfg.port), 0, 65535, .def = "8080", .metavar = "N",
+	  .help = "TCP port; 0 picks a free one" },
+	{ "threads", 0, OPT_INT, F(cfg.threads), 1, 256, .metavar = "N",
+	  .help = "HTTP worker threads = database connections (default twice the CPUs, at least 4)" },
+	{ "reap-interval", 0, OPT_INT, F(cfg.reap_interval), 1, 86400, .def = "10", .metavar = "S",
+	  .help = "seconds between passes expiring overdue work units" },
+	{ "kdf-iterations", 0, OPT_INT, F(cfg.kdf_iterations), PASSWORD_MIN_ITERATIONS, PASSWORD_MAX_ITERATIONS,
+	  .def = OPT_STR(PASSWORD_DEFAULT_ITERATIONS), .metavar = "N", .help = "PBKDF2 iterations for new passwords" },
+	{ "wu-max", 0, OPT_LLONG, F(cfg.wu_max), 1, 1LL << 40, .def = "100000", .metavar = "N",
+	  .help = "most microbatches in one work unit" },
+	{ "pool-chunk", 0, OPT_LLONG, F(cfg.pool_chunk), 1, 1LL << 40, .def = "65536", .metavar = "N",
+	  .help = "microbatches carved off the frontier at once" },
+	{ "body-limit", 0, OPT_SIZE, F(cfg.body_limit), 1024, 64 << 20, .def = "65536", .metavar = "BYTES",
+	  .help = "largest request body" },
+	{ "cert-lifetime", 0, OPT_INT, F(cfg.cert_lifetime), PKI_HOST_LIFETIME_MIN_S, PKI_HOST_LIFETIME_MAX_S,
+	  .def = "21600", .metavar = "S", .help = "lifetime of host certificates" },
+	{ "round-interval", 0, OPT_INT, F(cfg.round_interval), 1, 3600, .def = "2", .metavar = "S",
+	  .help = "seconds between the round coordinator's passes" },
+	{ "round-report-timeout", 0, OPT_INT, F(cfg.round_report_timeout), 1, 86400, .def = "120",
+	  .metavar = "S", .help = "seconds after a round closes before hosts that have not reported are dropped" },
+	{ "round-average-timeout", 0, OPT_INT, F(cfg.round_average_timeout), 1, 86400, .def = "600",
+	  .metavar = "S", .help = "seconds from the plan to the outcomes' deadline" },
+	{ "round-max-group", 0, OPT_INT, F(cfg.round_max_group), 2, 1024, .def = "16", .metavar = "N",
+	  .help = "most peers in one averaging group" },
+	{ "round-close-fraction", 0, OPT_DOUBLE, F(cfg.round_close_fraction), .dmin = 0, .dmax = 1,
+	  .min_open = true, .def = "0.9", .metavar = "F",
+	  .help = "close a round early from this fraction of its target..." },
+	{ "round-straggler-budget", 0, OPT_INT, F(cfg.round_straggler_budget), 0, 86400, .def = "60",
+	  .metavar = "S", .help = "...when filling the rest would take longer than S seconds at the live units' speed" },
+	{ "relay-port", 0, OPT_INT, F(relay.port), 0, 65534, .def = "0", .metavar = "N",
+	  .help = "the NAT service (rendezvous and relay, doc/nat.md) on TCP ports N and N+1; 0 is off" },
+	{ "relay-listen", 0, OPT_STRING, F(relay.listen), .metavar = "ADDR",
+	  .help = "its address (default: the --listen address)" },
+	{ "relay-bandwidth", 0, OPT_U64, F(relay.bandwidth), 0, 1LL << 40, .def = "0", .metavar = "B",
+	  .help = "relay cap per host, bytes/s each way; 0 is none" },
+	{ "relay-idle", 0, OPT_INT, F(relay.idle_s), 1, 86400, .def = "60", .metavar = "S",
+	  .help = "close a relay session idle for S seconds" },
+	{ "stats-dir", 0, OPT_STRING, F(stats_dir), .metavar = "DIR",
+	  .help = "write the BOINC-style statistics export there (doc/credit.md), at start and every "
+	          "--stats-interval" },
+	{ "stats-interval", 0, OPT_INT, F(stats_interval), 60, 86400 * 30, .def = "86400", .metavar = "S",
+	  .help = "seconds between exports" },
+	{ "timeout", 0, OPT_INT, F(cfg.conn_timeout), 1, 86400, .def = "60", .metavar = "S",
+	  .help = "idle connection timeout" },
+	{ "log-level", 0, OPT_CALL, 0, .metavar = "L", .set = set_log_level,
+	  .expect = "debug, info, warn or error", .help = "debug, info, warn or error (default info)" },
+	{ "help", 0, OPT_HELP, .help = "show this help and exit" },
+	{ "version", 0, OPT_VERSION, .help = "show the version and exit" },
+	{ NULL }
+};
+#undef F
+
+static const opt_program server_prog = {
+	.prog = "cotrain-server", .synopsis = "[OPTION]...",
+	.intro = "The cotrain project server: the v1 JSON API, the work-unit scheduler, the\n"
+	         "round coordinator, the project CA and the file store, over PostgreSQL.\n",
+	.outro = "Prints \"cotrain-server: listening on http://ADDR:PORT\" once it serves (on\n"
+	         "stdout and on stderr).\n"
+	         "Stops cleanly on SIGINT or SIGTERM.\n",
+	.opts = server_opts,
+};
 
 int main(int argc, char **argv)
 {
 	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
-	srv_config cfg = {
-		.listen = "127.0.0.1", .port = 8080, .threads = 0, .reap_interval = 10,
-		.kdf_iterations = PASSWORD_DEFAULT_ITERATIONS, .body_limit = 65536,
-		.conn_timeout = 60, .wu_max = 100000, .pool_chunk = 65536,
-		.cert_lifetime = PKI_HOST_LIFETIME_DEFAULT_S, .round_interval = 2,
-		.round_report_timeout = 120, .round_average_timeout = 600, .round_max_group = 16,
-		.round_close_fraction = 0.9, .round_straggler_budget = 60,
-	};
-	const char *data_dir = getenv("COTRAIN_DATA_DIR");
-	const char *db = getenv("COTRAIN_DB");
-	enum { O_DATA = 256, O_DB, O_LISTEN, O_PORT, O_THREADS, O_REAP, O_KDF, O_WUMAX, O_CHUNK,
-	       O_BODY, O_TIMEOUT, O_LOG, O_HELP, O_CERT, O_RINT, O_RREP, O_RAVG, O_RGRP, O_RFRAC,
-	       O_RBUDGET, O_RELAY_PORT, O_RELAY_LISTEN, O_RELAY_BW, O_RELAY_IDLE, O_STATS_DIR, O_STATS_INT };
-	const char *stats_dir = NULL;
-	int stats_interval = 86400;
-	relay_config relay_cfg = { .listen = NULL, .port = 0, .bandwidth = 0, .idle_s = 60,
-	                           .wait_s = 15, .max_sessions = 1024, .meet_lead_ms = 300,
-	                           .dialback_ms = 1500 };
-	static const struct option opts[] = {
-		{ "data-dir", required_argument, NULL, O_DATA },
-		{ "db", required_argument, NULL, O_DB },
-		{ "listen", required_argument, NULL, O_LISTEN },
-		{ "port", required_argument, NULL, O_PORT },
-		{ "threads", required_argument, NULL, O_THREADS },
-		{ "reap-interval", required_argument, NULL, O_REAP },
-		{ "kdf-iterations", required_argument, NULL, O_KDF },
-		{ "wu-max", required_argument, NULL, O_WUMAX },
-		{ "pool-chunk", required_argument, NULL, O_CHUNK },
-		{ "body-limit", required_argument, NULL, O_BODY },
-		{ "timeout", required_argument, NULL, O_TIMEOUT },
-		{ "log-level", required_argument, NULL, O_LOG },
-		{ "help", no_argument, NULL, O_HELP },
-		{ "cert-lifetime", required_argument, NULL, O_CERT },
-		{ "round-interval", required_argument, NULL, O_RINT },
-		{ "round-report-timeout", required_argument, NULL, O_RREP },
-		{ "round-average-timeout", required_argument, NULL, O_RAVG },
-		{ "round-max-group", required_argument, NULL, O_RGRP },
-		{ "round-close-fraction", required_argument, NULL, O_RFRAC },
-		{ "round-straggler-budget", required_argument, NULL, O_RBUDGET },
-		{ "relay-port", required_argument, NULL, O_RELAY_PORT },
-		{ "relay-listen", required_argument, NULL, O_RELAY_LISTEN },
-		{ "relay-bandwidth", required_argument, NULL, O_RELAY_BW },
-		{ "relay-idle", required_argument, NULL, O_RELAY_IDLE },
-		{ "stats-dir", required_argument, NULL, O_STATS_DIR },
-		{ "stats-interval", required_argument, NULL, O_STATS_INT },
-		{ NULL, 0, NULL, 0 }
-	};
 	cot_log_set_ident("cotrain-server");
-	int c;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case O_DATA: data_dir = optarg; break;
-		case O_DB: db = optarg; break;
-		case O_LISTEN: cfg.listen = optarg; break;
-		case O_PORT: cfg.port = (int)int_opt("port", optarg, 0, 65535); break;
-		case O_THREADS: cfg.threads = (int)int_opt("threads", optarg, 1, 256); break;
-		case O_REAP: cfg.reap_interval = (int)int_opt("reap-interval", optarg, 1, 86400); break;
-		case O_KDF:
-			cfg.kdf_iterations = (int)int_opt("kdf-iterations", optarg, PASSWORD_MIN_ITERATIONS,
-			                                  PASSWORD_MAX_ITERATIONS);
-			break;
-		case O_WUMAX: cfg.wu_max = int_opt("wu-max", optarg, 1, 1LL << 40); break;
-		case O_CHUNK: cfg.pool_chunk = int_opt("pool-chunk", optarg, 1, 1LL << 40); break;
-		case O_BODY: cfg.body_limit = (size_t)int_opt("body-limit", optarg, 1024, 64 << 20); break;
-		case O_TIMEOUT: cfg.conn_timeout = (int)int_opt("timeout", optarg, 1, 86400); break;
-		case O_LOG: {
-			int lvl = cot_log_parse_level(optarg);
-			if (lvl < 0) {
-				fprintf(stderr, "cotrain-server: invalid log level \"%s\"\n", optarg);
-				return 2;
-			}
-			cot_log_set_level((cot_log_level)lvl);
-			break;
-		}
-		case O_CERT:
-			cfg.cert_lifetime = (int)int_opt("cert-lifetime", optarg, PKI_HOST_LIFETIME_MIN_S,
-			                                 PKI_HOST_LIFETIME_MAX_S);
-			break;
-		case O_RINT: cfg.round_interval = (int)int_opt("round-interval", optarg, 1, 3600); break;
-		case O_RREP:
-			cfg.round_report_timeout = (int)int_opt("round-report-timeout", optarg, 1, 86400);
-			break;
-		case O_RAVG:
-			cfg.round_average_timeout = (int)int_opt("round-average-timeout", optarg, 1, 86400);
-			break;
-		case O_RGRP: cfg.round_max_group = (int)int_opt("round-max-group", optarg, 2, 1024); break;
-		case O_RFRAC: {
-			char *end;
-			errno = 0;
-			double f = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(f > 0 && f <= 1)) {
-				fprintf(stderr, "cotrain-server: invalid value \"%s\" for --round-close-fraction"
-				        " (want more than 0, at most 1)\n", optarg);
-				return 2;
-			}
-			cfg.round_close_fraction = f;
-			break;
-		}
-		case O_RBUDGET:
-			cfg.round_straggler_budget = (int)int_opt("round-straggler-budget", optarg, 0, 86400);
-			break;
-		case O_RELAY_PORT: relay_cfg.port = (int)int_opt("relay-port", optarg, 0, 65534); break;
-		case O_RELAY_LISTEN: relay_cfg.listen = optarg; break;
-		case O_RELAY_BW:
-			relay_cfg.bandwidth = (uint64_t)int_opt("relay-bandwidth", optarg, 0, 1LL << 40);
-			break;
-		case O_RELAY_IDLE: relay_cfg.idle_s = (int)int_opt("relay-idle", optarg, 1, 86400); break;
-		case O_STATS_DIR: stats_dir = optarg; break;
-		case O_STATS_INT: stats_interval = (int)int_opt("stats-interval", optarg, 60, 86400 * 30); break;
-		case O_HELP: usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "cotrain-server: unexpected argument \"%s\"\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
+	server_cli cli = {
+		.cfg = { .threads = 0 },
+		.relay = { .wait_s = 15, .max_sessions = 1024, .meet_lead_ms = 300, .dialback_ms = 1500 },
+		.data_dir = getenv("COTRAIN_DATA_DIR"), .db = getenv("COTRAIN_DB"),
+	};
+	opt_result orc = opt_parse(&server_prog, argc, argv, &cli, NULL);
+	if (orc)
+		return orc == OPT_EXIT ? 0 : 2;
+	srv_config cfg = cli.cfg;
+	relay_config relay_cfg = cli.relay;
+	const char *data_dir = cli.data_dir, *db = cli.db, *stats_dir = cli.stats_dir;
+	int stats_interval = cli.stats_interval;
 	if (db && !*db)
 		db = NULL;
 	if (cfg.threads == 0) {

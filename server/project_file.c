@@ -9,6 +9,8 @@
 
 #include <jansson.h>
 
+#include "kernels/model_json.h"
+
 const char *pf_opt_type_name(pf_opt_type t)
 {
 	return t == PF_OPT_ADAMW ? "adamw" : "lamb";
@@ -218,46 +220,14 @@ static int name_ok(const char *s, bool project)
 
 static cot_err parse_model(const scope *top, pf_model *m)
 {
-	static const char *const keys[] = { "n_layer", "n_shared", "n_head", "d_model", "d_ff",
-	                                    "seq_len", "vocab", NULL };
 	const json_t *o;
 	cot_err rc = get_obj(top, "model", true, &o);
 	if (rc)
 		return rc;
 	scope s = { o, "model", top->eb };
-	if ((rc = only_keys(&s, keys)))
+	if ((rc = only_keys(&s, (const char *const *)kern_model_json_keys)) ||
+	    (rc = kern_model_config_from_json(o, "model", KERN_MODEL_JSON_DEFAULTS, m, s.eb)))
 		return rc;
-	long long n_layer = 0, n_shared = -1, n_head = 0, d_model = 0, d_ff = -1, seq_len = 0, vocab = 256;
-	if ((rc = get_int(&s, "n_layer", true, 1, 256, &n_layer)) ||
-	    (rc = get_int(&s, "n_shared", false, 1, 256, &n_shared)) ||
-	    (rc = get_int(&s, "n_head", true, 1, 256, &n_head)) ||
-	    (rc = get_int(&s, "d_model", true, 1, 16384, &d_model)) ||
-	    (rc = get_int(&s, "d_ff", false, 1, 16384, &d_ff)) ||
-	    (rc = get_int(&s, "seq_len", true, 2, 8192, &seq_len)) ||
-	    (rc = get_int(&s, "vocab", false, 2, 262144, &vocab)))
-		return rc;
-	if (n_shared < 0)
-		n_shared = n_layer;
-	if (d_ff < 0)
-		d_ff = 4 * d_model;
-	if (n_shared > n_layer) {
-		cot_seterr(s.eb, COT_ERR_INVALID, "field \"model.n_shared\" must not exceed model.n_layer (%lld)", n_layer);
-		cot_sethint(s.eb, "Block l uses parameter set l * n_shared / n_layer; "
-		            "n_shared = n_layer means no sharing, 1 shares one set among all blocks.");
-		return COT_ERR_INVALID;
-	}
-	if (d_model % n_head != 0) {
-		cot_seterr(s.eb, COT_ERR_INVALID, "field \"model.d_model\" must be a multiple of model.n_head (%lld)", n_head);
-		cot_sethint(s.eb, "It is %lld; every attention head gets d_model / n_head dimensions.", d_model);
-		return COT_ERR_INVALID;
-	}
-	m->n_layer = (int)n_layer;
-	m->n_shared = (int)n_shared;
-	m->n_head = (int)n_head;
-	m->d_model = (int)d_model;
-	m->d_ff = (int)d_ff;
-	m->seq_len = (int)seq_len;
-	m->vocab = (int)vocab;
 	int64_t np = pf_param_count(m);
 	if (np > PF_MAX_PARAMS) {
 		cot_seterr(s.eb, COT_ERR_INVALID, "field \"model\" describes too large a model: %lld parameters", (long long)np);
@@ -332,13 +302,12 @@ static char *normalize(const pf_project *p)
 	const pf_optimizer *o = &p->opt;
 	json_t *j = json_pack(
 		"{s:s, s:s, s:s, s:s,"
-		" s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i},"
+		" s:o,"
 		" s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:{s:I, s:I, s:s, s:f}},"
 		" s:i, s:i, s:I, s:i}",
 		"name", p->name, "title", p->title, "description", p->description ? p->description : "",
 		"dataset", p->dataset,
-		"model", "n_layer", m->n_layer, "n_shared", m->n_shared, "n_head", m->n_head,
-		"d_model", m->d_model, "d_ff", m->d_ff, "seq_len", m->seq_len, "vocab", m->vocab,
+		"model", kern_model_config_to_json(m),
 		"optimizer", "type", pf_opt_type_name(o->type), "lr", o->lr, "beta1", o->beta1,
 		"beta2", o->beta2, "eps", o->eps, "weight_decay", o->weight_decay, "clip_norm", o->clip_norm,
 		"schedule", "warmup_steps", (json_int_t)o->warmup_steps, "total_steps", (json_int_t)o->total_steps,

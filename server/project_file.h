@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/model.h"
 #include "shared/error.h"
 
 #define PF_MAX_BYTES       (1u << 20)   /* bytes of project file accepted */
@@ -36,16 +37,9 @@
 #define PF_DESCRIPTION_MAX 10000
 #define PF_MAX_PARAMS      (1ll << 32)  /* parameters of one model */
 
-typedef struct {
-	int n_layer;        /* transformer blocks applied */
-	int n_shared;       /* parameter sets (ALBERT sharing), <= n_layer; block l uses
-	                     * set l * n_shared / n_layer */
-	int n_head;
-	int d_model;
-	int d_ff;           /* MLP hidden width */
-	int seq_len;        /* tokens per sample */
-	int vocab;
-} pf_model;
+/* The model's shape: the kernels' own (kernels/model.h), read and written
+ * through kernels/model_json.h. */
+typedef kern_config pf_model;
 
 typedef enum { PF_OPT_LAMB, PF_OPT_ADAMW } pf_opt_type;
 typedef enum { PF_DECAY_CONSTANT, PF_DECAY_LINEAR, PF_DECAY_COSINE } pf_decay;

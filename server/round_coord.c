@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "kernels/model.h"
+#include "kernels/model_json.h"
 #include "server/dbconn.h"
 #include "server/grouping.h"
 #include "server/http.h"
@@ -91,14 +92,6 @@ static bool run(const dbc_stmt *st, const char *const *params, PGresult **out)
 	return true;
 }
 
-static int model_int(const json_t *m, const char *key, int dflt)
-{
-	json_t *v = json_object_get(m, key);
-	if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= (1 << 30))
-		return (int)json_integer_value(v);
-	return dflt;
-}
-
 /* The parameter count of the project's model (config "model"), or 0 with eb
  * filled when it is not a valid model. */
 static uint64_t param_count(const json_t *model, cot_errbuf *eb)
@@ -108,14 +101,8 @@ static uint64_t param_count(const json_t *model, cot_errbuf *eb)
 		return 0;
 	}
 	kern_config c;
-	c.n_layer = model_int(model, "n_layer", 0);
-	c.n_shared = model_int(model, "n_shared", c.n_layer);
-	c.n_head = model_int(model, "n_head", 0);
-	c.d_model = model_int(model, "d_model", 0);
-	c.d_ff = model_int(model, "d_ff", 4 * c.d_model);
-	c.seq_len = model_int(model, "seq_len", 0);
-	c.vocab = model_int(model, "vocab", 0);
-	if (kern_config_validate(&c, eb))
+	if (kern_model_config_from_json(model, "model", KERN_MODEL_JSON_DEFAULTS, &c, eb) ||
+	    kern_config_validate(&c, eb))
 		return 0;
 	return (uint64_t)kern_param_count(&c);
 }

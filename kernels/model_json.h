@@ -1,0 +1,44 @@
+/* cotrain kernels: the model's shape as JSON, in one place.
+ *
+ * The "model" object of a project config ({"n_layer", "n_shared",
+ * "n_head", "d_model", "d_ff", "seq_len", "vocab"}, doc/project-file.md) is
+ * written by the server's project files and read by the round coordinator,
+ * the client's API calls and the client's state file; all of them go
+ * through these two functions, as the optimizer settings go through
+ * opt_json.h. */
+#ifndef KERN_MODEL_JSON_H
+#define KERN_MODEL_JSON_H
+
+#include <jansson.h>
+
+#include "kernels/model.h"
+#include "shared/error.h"
+
+/* The keys of the object, NULL-terminated, in the order they are written. */
+extern const char *const kern_model_json_keys[];
+
+enum {
+	/* n_shared, d_ff and vocab may be absent: then n_layer, 4 * d_model
+	 * and 256 (a project file's defaults). */
+	KERN_MODEL_JSON_DEFAULTS = 1 << 0,
+	/* The client's own saved copy (its state file): every key present,
+	 * each 0..2^20 (0: not known yet), no check across fields; the shape is
+	 * checked again before anything computes with it. */
+	KERN_MODEL_JSON_STORED = 1 << 1,
+};
+
+/* The object {"n_layer": ..., "vocab": ...} of c, keys in
+ * kern_model_json_keys' order; a new reference, NULL when out of memory. */
+json_t *kern_model_config_to_json(const kern_config *c);
+
+/* Read model (an object; path names it in messages, as "model") into *c.
+ * Each field must be an integer in its range (1..KERN_MAX_LAYERS layers and
+ * sets, 1..256 heads, 1..KERN_MAX_DIM d_model and d_ff, 2..KERN_MAX_SEQ seq_len,
+ * 2..KERN_MAX_VOCAB vocab), n_shared at most n_layer, d_model a multiple of
+ * n_head.  Keys not in the list are left to the caller.  COT_ERR_INVALID
+ * with a message naming the field ("field \"model.n_head\" must be an
+ * integer between 1 and 256", hint "It is 0."); *c is then unchanged. */
+cot_err kern_model_config_from_json(const json_t *model, const char *path, unsigned flags, kern_config *c,
+                                    cot_errbuf *eb);
+
+#endif
