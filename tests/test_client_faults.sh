@@ -42,9 +42,17 @@ PORT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["port"])'
 SMALL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["small"]["sha256"])' "$T/info.json")
 
 mkdir -p "$T/cl"
-TMPFS=
-if [ -n "$COTRAIN_IN_MNTNS" ] && mount -t tmpfs -o size=512k tmpfs "$T/cl" 2>/dev/null; then
+TMPFS= NO_TMPFS=
+if [ "$(id -u)" != 0 ]; then
+	NO_TMPFS="needs root to put the state folder on a tiny tmpfs"
+elif ! command -v unshare >/dev/null; then
+	NO_TMPFS="needs unshare (Debian package util-linux) to put the state folder on a tiny tmpfs"
+elif [ -z "$COTRAIN_IN_MNTNS" ]; then
+	bail_out "running as root, but unshare -m could not make a private mount namespace"
+elif mount -t tmpfs -o size=512k tmpfs "$T/cl" 2>"$T/mount.err"; then
 	TMPFS=1
+else
+	bail_out "running as root in a private mount namespace, but could not mount a tmpfs: $(cat "$T/mount.err")"
 fi
 "$B/client/cotrain-client" --state-dir "$T/cl" --socket "$T/ctl.sock" \
 	--set heartbeat_interval=1 --set retry_base=1 --set retry_max=1 --set benchmark_seconds=1 \
@@ -114,11 +122,11 @@ if [ -n "$TMPFS" ]; then
 			"read-only state folder: refused with a clear message, daemon alive ($(cat "$T/susp.out"))"
 		umount "$T/cl"
 	else
-		skip 1 "could not make the state folder read-only"
+		ok 1 "read-only state folder: the bind mount could not be made read-only as root"
 	fi
 	head -1 "$T/cl/state.json" | grep -q '^cotrain-client-state 1 '
 	ok $? "state.json is intact"
 else
-	skip 5 "needs root and unshare -m to put the state folder on a tiny tmpfs"
+	skip 5 "$NO_TMPFS"
 fi
 done_testing

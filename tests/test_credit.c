@@ -526,8 +526,12 @@ static void test_export(void)
 	         "assert b[0].find('cpid').text == cpid, 'cpid'\n"
 	         "EOF", dir, total, email ? email : "");
 	ok(system(cmd) == 0, "the export parses as XML: counts, total credit %.6f, the cpid, a hostile name intact", total);
-	snprintf(cmd, sizeof cmd, "xmllint --noout '%s/out/tables.xml' 2>/dev/null || ! command -v xmllint >/dev/null", dir);
-	ok(system(cmd) == 0, "xmllint accepts tables.xml");
+	if (system("command -v xmllint >/dev/null 2>&1") == 0) {
+		snprintf(cmd, sizeof cmd, "xmllint --noout '%s/out/tables.xml'", dir);
+		ok(system(cmd) == 0, "xmllint accepts tables.xml");
+	} else {
+		skip(1, "xmllint is not installed (Debian package libxml2-utils)");
+	}
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 	if (system(cmd))
 		diag("could not remove %s", dir);

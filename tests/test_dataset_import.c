@@ -296,7 +296,8 @@ int main(void)
 	/* Archives written by the tar and zip commands. */
 	snprintf(cmd, sizeof cmd, "cd '%s' && tar -czf ../cli.tgz a.txt b/c.txt b/d.txt e-z.txt && "
 	         "tar -cf ../cli.tar a.txt b/c.txt b/d.txt e-z.txt", src);
-	if (run(cmd)) {
+	if (system("command -v tar >/dev/null 2>&1") == 0) {
+		ok(run(cmd), "tar writes the archives: %s", cmd);
 		snprintf(p, sizeof p, "%s/cli.tgz", root);
 		in[0] = p;
 		ok(ds_import(store, "tiny", 4096, in, 1, &r, &eb) == COT_OK && same_shards(&folder, &r),
@@ -307,7 +308,7 @@ int main(void)
 		   "a .tar from tar gives the folder's shards");
 		ds_result_free(&r);
 	} else {
-		skip(2, "the tar command failed");
+		skip(3, "no tar command (Debian package tar)");
 	}
 	if (system("command -v zip >/dev/null 2>&1") == 0) {
 		snprintf(cmd, sizeof cmd, "cd '%s' && zip -q ../cli.zip a.txt b/c.txt b/d.txt e-z.txt", src);
@@ -317,7 +318,7 @@ int main(void)
 		   "a .zip from zip gives the folder's shards");
 		ds_result_free(&r);
 	} else {
-		skip(1, "no zip command");
+		skip(1, "no zip command (Debian package zip)");
 	}
 
 	/* An archive inside a folder is expanded in place. */
@@ -360,11 +361,12 @@ int main(void)
 	snprintf(cmd, sizeof cmd, "cd '%s/bad' && tar -czf ../bad.tar.gz in.txt", root);
 	snprintf(p, sizeof p, "%s/bad.tar.gz", root);
 	in[0] = p;
-	if (run(cmd)) {
+	if (system("command -v tar >/dev/null 2>&1") == 0) {
+		ok(run(cmd), "tar writes the archive holding bad UTF-8");
 		is_int(ds_import(store, "tiny", 4096, in, 1, &r, &eb), COT_ERR_INVALID, "refuse an archive holding bad UTF-8");
 		ok(strstr(eb.msg, "bad.tar.gz:in.txt") && strstr(eb.msg, "offset 10"), "naming archive and entry: %s", eb.msg);
 	} else {
-		skip(2, "tar failed");
+		skip(3, "no tar command (Debian package tar)");
 	}
 
 	/* Corrupt archives. */

@@ -78,6 +78,32 @@ static int count(const char *hay, const char *needle)
 	return n;
 }
 
+/* The value of attribute attr of the <canvas> labelled title in dom, in a
+ * static buffer ("" when there is no such canvas or attribute). */
+static const char *canvas_attr(const char *dom, const char *title, const char *attr)
+{
+	static char val[64];
+	char want[160];
+	val[0] = 0;
+	snprintf(want, sizeof want, "aria-label=\"%s\"", title);
+	for (const char *c = strstr(dom, "<canvas"); c; c = strstr(c + 1, "<canvas")) {
+		const char *end = strchr(c, '>');
+		const char *lab = strstr(c, want);
+		if (!end || !lab || lab > end)
+			continue;
+		char key[64];
+		snprintf(key, sizeof key, " %s=\"", attr);
+		const char *a = strstr(c, key);
+		if (a && a < end) {
+			a += strlen(key);
+			size_t n = strcspn(a, "\"");
+			snprintf(val, sizeof val, "%.*s", (int)(n < sizeof val ? n : sizeof val - 1), a);
+		}
+		break;
+	}
+	return val;
+}
+
 /* A committed round v at minute v, with n hosts' samples. */
 static void round_committed(long long pid, int v, long long *hosts, int n)
 {
@@ -135,7 +161,11 @@ int main(void)
 	ok(dom != NULL, "the dashboard loads in headless Chromium");
 	if (dom) {
 		ok(count(dom, "<canvas") == 4, "the dashboard has its four plots");
-		ok(strstr(dom, "data-points=\"8\"") != NULL, "a plot was drawn with the 8 committed rounds");
+		static const char *const plots[] = { "Loss", "Samples per second (per round)",
+		                                     "Time per round (s)", "Peers per round" };
+		for (size_t i = 0; i < sizeof plots / sizeof plots[0]; i++)
+			is_str(canvas_attr(dom, plots[i], "data-points"), "8",
+			       "the plot \"%s\" was drawn with the 8 committed rounds", plots[i]);
 		ok(strstr(dom, "Loading") == NULL && strstr(dom, "class=\"error\"") == NULL,
 		   "the dashboard's data loaded without error");
 	}
