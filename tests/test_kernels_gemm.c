@@ -1,4 +1,4 @@
-/* The backend's GEMM driver (kernels/gemm.c) against a double-precision
+/* The backend's GEMM driver (kernels/gemm*.c) against a double-precision
  * reference, and bit-identical on 1, 2 and 3 threads.
  *
  * Every transpose combination, shapes with ragged edges (rows not a multiple
