@@ -31,7 +31,7 @@
  * kernel's unsent bytes (tune_socket), so that two slow members reach part k
  * of every range at about the same time and each aggregator can stream its
  * results at their upload rate (doc/averaging.md, "Pacing"). */
-#include "shared/allreduce.h"
+#include "shared/averaging/allreduce.h"
 
 #include "shared/deadline.h"
 #include "shared/frame.h"
