@@ -449,7 +449,7 @@ static int handle_slice(run *r, peer_conn *c, size_t idx, cot_err rc, cot_errbuf
 			pl = NULL;
 			rc = peer_recv_frame(c, &h, &pl, p->collect_deadline, eb);
 		}
-		ar_slice_msg m;
+		ar_slice_msg m = {0};
 		if (rc)
 			snprintf(why, sizeof why, "no slice: %.120s", eb->msg);
 		else
