@@ -6,7 +6,7 @@
  *      gradient sums (the live one is returned to the pool past mb_done);
  *   2. wait for the plan (long poll), giving up when the round fails and
  *      opens again, or the server says we are not in it;
- *   3. all-reduce the gradient SUM within the group (shared/allreduce.h);
+ *   3. all-reduce the gradient SUM within the group (shared/averaging/allreduce.h);
  *   4. upload the group's sum; the mean is sum / total with one group, or
  *      the server's mean over every group's sum, downloaded;
  *   5. one optimizer step with the project's settings, the sha256 of the
@@ -28,7 +28,7 @@
 #include "kernels/backend.h"
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
-#include "shared/allreduce.h"
+#include "shared/averaging/allreduce.h"
 #include "shared/deadline.h"
 #include "shared/hash.h"
 #include "shared/json.h"

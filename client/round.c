@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "client/api.h"
-#include "shared/compress.h"
+#include "shared/averaging/compress.h"
 #include "shared/hash.h"
 #include "shared/json.h"
 

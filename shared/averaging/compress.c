@@ -1,5 +1,5 @@
 /* cotrain: wire compression of fp32 slices (see compress.h). */
-#include "shared/compress.h"
+#include "shared/averaging/compress.h"
 
 #include <math.h>
 #include <string.h>

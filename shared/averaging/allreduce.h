@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/compress.h"
+#include "shared/averaging/compress.h"
 #include "shared/dialer.h"
 #include "shared/error.h"
 #include "shared/listener.h"
