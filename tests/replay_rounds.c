@@ -38,13 +38,27 @@
  * --out it writes DIR/vV+1.safetensors after each round.  Exit 0, or 2 with
  * a message on stderr.
  *
- * Compare: loads two checkpoints and prints
+ * Compare: loads two checkpoints and, element by element over the
+ * parameters and both optimizer moments (a mean gradient off by a factor
+ * shows in the moments even where AdamW's step hides it), prints
  *
  *   max relative difference R (max abs difference D, max abs value M)
  *
- * R = D / M over the parameters (M the largest |value| of either file; R 0
- * when both are all zero and equal).  Exit 1 when R exceeds the tolerance
- * (default 1e-5) or the files' models or steps differ, 2 on an error. */
+ * for the parameters, then one line per buffer ("params R", "m R", "v R").
+ * R = max over elements of |a - b| / max(|a|, |b|, F), where the absolute
+ * floor F of a buffer is the RMS of its values in A: an element larger than
+ * its buffer's typical size is held to tol of itself, a smaller one (a bias
+ * near zero, a gradient that cancels, whose fp32 sum in another order
+ * differs relatively much and, through AdamW's m / sqrt(v), moves its
+ * parameter by up to lr x that) to tol x the RMS, far below the largest
+ * value (LayerNorm gains near 1) that a max |a - b| / max |value| would
+ * measure every element against.  D and M are the largest |a - b| and
+ * |value| over all three buffers (diagnostics).  Exit 1 when the
+ * parameters' R exceeds the tolerance (default 1e-5), a moment's R exceeds 10x it (the
+ * moments are near the last gradients themselves, whose fp32 sums in
+ * another order differ by about 1e-5 of their RMS; a gradient off by a
+ * factor moves them by that factor), or the files' models or steps differ;
+ * 2 on an error. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -522,19 +536,33 @@ static int compare(const char *pa, const char *pb, double tol)
 		ret = 1;
 		goto out;
 	}
-	double dmax = 0, vmax = 0;
-	for (size_t i = 0; i < a->n_params; i++) {
-		double x = a->params[i], y = b->params[i], dd = fabs(x - y);
-		if (dd > dmax)
-			dmax = dd;
-		if (fabs(x) > vmax)
-			vmax = fabs(x);
-		if (fabs(y) > vmax)
-			vmax = fabs(y);
+	const float *bufs[3][2] = { { a->params, b->params }, { a->m, b->m }, { a->v, b->v } };
+	static const char *const names[3] = { "params", "m", "v" };
+	double dmax = 0, vmax = 0, brel[3];
+	int over = 0;
+	for (int k = 0; k < 3; k++) {
+		const float *x = bufs[k][0], *y = bufs[k][1];
+		double ss = 0;
+		for (size_t i = 0; i < a->n_params; i++)
+			ss += (double)x[i] * x[i];
+		double floor = sqrt(ss / (double)(a->n_params ? a->n_params : 1));
+		brel[k] = 0;
+		for (size_t i = 0; i < a->n_params; i++) {
+			double xi = x[i], yi = y[i], dd = fabs(xi - yi);
+			double scale = fmax(fmax(fabs(xi), fabs(yi)), floor);
+			double r = dd == 0 ? 0 : scale > 0 ? dd / scale : INFINITY;
+			if (!(r <= brel[k]))
+				brel[k] = r;   /* NaN too */
+			dmax = fmax(dmax, dd);
+			vmax = fmax(vmax, fmax(fabs(xi), fabs(yi)));
+		}
+		if (!(brel[k] <= (k == 0 ? tol : 10 * tol)))
+			over = 1;
 	}
-	double rel = vmax > 0 ? dmax / vmax : 0;
-	printf("max relative difference %.6g (max abs difference %.6g, max abs value %.6g)\n", rel, dmax, vmax);
-	ret = rel > tol || !(rel == rel) ? 1 : 0;
+	printf("max relative difference %.6g (max abs difference %.6g, max abs value %.6g)\n", brel[0], dmax, vmax);
+	for (int k = 0; k < 3; k++)
+		printf("%s %.6g\n", names[k], brel[k]);
+	ret = over;
 	if (a->step != b->step) {
 		printf("the checkpoints differ in step: %ld and %ld\n", a->step, b->step);
 		ret = 1;

@@ -306,6 +306,49 @@ int main(int argc, char **argv)
 	is_int(st, 1, "a parameter off by 1e-3 fails the default tolerance (%g)", rel_diff_field(out));
 	st = run(out, sizeof out, "--compare replay/v1.safetensors perturbed.safetensors --tolerance 0.5");
 	is_int(st, 0, "and passes a loose one");
+	/* The moments: a mean gradient 0.8x the true one moves AdamW's
+	 * parameters by almost nothing, but its first moment by 20%. */
+	if (ckpt_load_new(path, 0, &p, &eb))
+		bail_out("load: %s", eb.msg);
+	p->params[p->n_params / 2] -= 1e-3f;
+	for (size_t i = 0; i < p->n_params; i++)
+		p->m[i] *= 0.8f;
+	if (ckpt_save(p, path, &eb))
+		bail_out("ckpt_save: %s", eb.msg);
+	st = run(out, sizeof out, "--compare replay/v1.safetensors perturbed.safetensors");
+	is_int(st, 1, "a first moment 0.8x fails (%s)", strstr(out, "\nm ") ? strstr(out, "\nm ") + 1 : out);
+	/* Per element: one parameter of 0.5-1x the RMS off by 1% of itself
+	 * fails, though that is far below 1e-5 of the largest parameter. */
+	kern_model_free(p);
+	if (ckpt_load_new(path, 0, &p, &eb) == COT_OK) {
+		size_t at = 0;
+		double rms = 0;
+		for (size_t i = 0; i < p->n_params; i++)
+			rms += (double)p->params[i] * p->params[i];
+		rms = sqrt(rms / (double)p->n_params);
+		for (size_t i = 0; i < p->n_params; i++)
+			if (fabsf(p->params[i]) > 0.5 * rms && fabsf(p->params[i]) < rms)
+				at = i;
+		kern_model_free(p);
+		snprintf(path, sizeof path, "%s/replay/v1.safetensors", dir);
+		if (ckpt_load_new(path, 0, &p, &eb))
+			bail_out("load: %s", eb.msg);
+		p->params[at] *= 1.01f;
+		snprintf(path, sizeof path, "%s/perturbed.safetensors", dir);
+		if (ckpt_save(p, path, &eb))
+			bail_out("ckpt_save: %s", eb.msg);
+		st = run(out, sizeof out, "--compare replay/v1.safetensors perturbed.safetensors");
+		is_int(st, 1, "one parameter (%g, under the RMS) off by 1%% fails (%g)", (double)p->params[at],
+		       rel_diff_field(out));
+		p->params[at] = NAN;
+		if (ckpt_save(p, path, &eb))
+			bail_out("ckpt_save: %s", eb.msg);
+		st = run(out, sizeof out, "--compare replay/v1.safetensors perturbed.safetensors --tolerance 1");
+		is_int(st, 2, "a checkpoint holding a NaN is refused, whatever the tolerance");
+	} else {
+		bail_out("load: %s", eb.msg);
+	}
+	kern_model_free(p);
 	st = run(out, sizeof out, "--compare replay2/v1.safetensors replay2/v2.safetensors --tolerance 1");
 	is_int(st, 1, "checkpoints of different steps do not compare equal");
 	st = run(out, sizeof out, "--compare replay/v1.safetensors missing.safetensors");
