@@ -1,9 +1,14 @@
 #!/usr/bin/python3
-"""Write tests/data/torch_reference.bin: what PyTorch computes for two tiny
-cotrain models, for tests/test_kernels_torch.c to match.
+"""Write tests/data/torch_reference.bin (two tiny cotrain models) or, with
+--tiled, tests/data/torch_reference_tiled.bin (one model whose attention and
+products take the kernels' multi-block and tiled paths): what PyTorch
+computes, for tests/test_kernels_torch.c to match.
 
 Run with a python3 that has torch (Debian's python3-torch):
     /usr/bin/python3 tests/gen_torch_reference.py tests/data/torch_reference.bin
+    /usr/bin/python3 tests/gen_torch_reference.py --tiled tests/data/torch_reference_tiled.bin
+Each file is written from its own seed, so either can be regenerated alone
+(a different torch version may change the last bits of its values).
 
 The model is written out here op by op, in cotrain's parameter layout
 (kernels/model.h: GPT-2 names, linear weights [in, out], block l uses
@@ -18,6 +23,14 @@ clipped by torch.nn.utils.clip_grad_norm_, with the learning-rate schedule
 of kernels/optimizer.h (warmup and decay both active).  Case "b" (L=2, S=1,
 ALBERT sharing): weights, batch, logits, loss, gradients.
 
+Case "c" (--tiled; L=2, S=1, T=96, B=3, C=32, F=128, V=128): weights, batch,
+logits, loss, gradients.  T is above the attention's row block
+(KERN_ATT_BLOCK, 64 in kernels/attention.h), so the forward and backward run
+over a full and a partial block; the MLP and head products are B*T x 128 x 32
+= 1.18e6 multiply-adds, above the 1e6 where kernels/backend_cpu.c hands a
+product to its GEMM driver or cuts it into OpenBLAS tiles (3 row tiles of
+128 here).  About 310 KB.
+
 File format (little-endian): magic b"CTREF001", uint32 record count, then per
 record: uint32 name length, name, uint32 dtype (0 float32, 1 int32), uint32
 ndim, uint32 shape[ndim], the data.
@@ -30,7 +43,6 @@ import torch
 import torch.nn.functional as F
 
 torch.set_num_threads(1)
-torch.manual_seed(1234)
 
 SET_NAMES = [
     ("ln_1.weight", lambda C, Fd: (C,)), ("ln_1.bias", lambda C, Fd: (C,)),
@@ -230,11 +242,21 @@ def case(w, tag, cfg, B, with_opt):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "tests/data/torch_reference.bin"
+    args = sys.argv[1:]
+    tiled = bool(args) and args[0] == "--tiled"
+    if tiled:
+        args = args[1:]
     w = Writer()
     # config: n_layer, n_shared, n_head, d_model, seq_len, vocab, d_ff
-    case(w, "a", (2, 2, 2, 32, 16, 256, 128), 2, True)
-    case(w, "b", (2, 1, 2, 32, 16, 256, 128), 2, False)
+    if tiled:
+        path = args[0] if args else "tests/data/torch_reference_tiled.bin"
+        torch.manual_seed(5678)
+        case(w, "c", (2, 1, 2, 32, 96, 128, 128), 3, False)
+    else:
+        path = args[0] if args else "tests/data/torch_reference.bin"
+        torch.manual_seed(1234)
+        case(w, "a", (2, 2, 2, 32, 16, 256, 128), 2, True)
+        case(w, "b", (2, 1, 2, 32, 16, 256, 128), 2, False)
     w.save(path)
     print("wrote", path)
 

@@ -5,8 +5,15 @@
  * A model big enough for the backend to tile its products (1024-row GEMMs,
  * two attention row blocks) runs forward, backward, an AdamW step and a LAMB
  * step with 1, 2 and 3 threads, twice with 2; loss, logits, gradients,
- * parameters and moments must be equal byte for byte (memcmp). */
+ * parameters and moments must be equal byte for byte (memcmp).
+ *
+ * COTRAIN_GEMM=blas|avx2|avx512 (the tests/test_kernels_determinism_*.sh
+ * wrappers) asks for one GEMM kernel: the test skips, naming what the CPU
+ * lacks, where the driver (kernels/gemm.h) cannot run it here, and fails
+ * where it could but runs another, so that a forced run never passes on
+ * the kernel it was not meant to cover. */
 #include "kernels/backend.h"
+#include "kernels/gemm.h"
 #include "kernels/model.h"
 #include "kernels/optimizer.h"
 #include "kernels/rng.h"
@@ -95,6 +102,39 @@ static void compare(const result *a, const result *b, const char *what)
 	   "%s: parameters and moments after 2 LAMB steps", what);
 }
 
+/* What a CPU needs for each forced kernel, for the skip message. */
+static const char *needs(kern_gemm_kind k)
+{
+	return k == KERN_GEMM_AVX512 ? "AVX-512F" : k == KERN_GEMM_AVX2 ? "AVX2 and FMA"
+	       : "nothing";
+}
+
+/* With COTRAIN_GEMM set: skip_all where the driver cannot run the kernel
+ * it names on this CPU; otherwise the kernel must be the one in use (a
+ * failed test line, and the caller stops, when it is not). */
+static bool forced_kernel_in_use(void)
+{
+	const char *want = getenv("COTRAIN_GEMM");
+	kern_gemm_kind now = kern_gemm_kind_now();
+	if (!want) {
+		diag("GEMM kernel: %s (the best this CPU runs)", kern_gemm_kind_name(now));
+		return true;
+	}
+	int k = -1;
+	for (int i = KERN_GEMM_BLAS; i <= KERN_GEMM_AVX512; i++)
+		if (strcmp(want, kern_gemm_kind_name((kern_gemm_kind)i)) == 0)
+			k = i;
+	if (k < 0)
+		bail_out("COTRAIN_GEMM=%s names no kernel the driver can be forced to "
+		         "(blas, avx2, avx512)", want);
+	if (now != (kern_gemm_kind)k && !kern_gemm_use((kern_gemm_kind)k))
+		skip_all("COTRAIN_GEMM=%s: this CPU lacks %s, the GEMM driver runs its %s "
+		         "kernel instead", want, needs((kern_gemm_kind)k),
+		         kern_gemm_kind_name(now));
+	return ok(now == (kern_gemm_kind)k, "COTRAIN_GEMM=%s: the GEMM driver runs the "
+	          "%s kernel (it runs %s)", want, want, kern_gemm_kind_name(now));
+}
+
 static void free_result(result *r)
 {
 	free(r->logits); free(r->grads); free(r->p_adamw); free(r->m_adamw);
@@ -106,6 +146,10 @@ int main(int argc, char **argv)
 	kern_blas_reexec_if_needed(argc, argv);  /* the core the programs run on */
 	plan_lazy();
 	diag("%s", kern_backend_get()->describe());
+	if (!forced_kernel_in_use()) {
+		done_testing();
+		return exit_status();
+	}
 	int n = 2 * B * cfg.seq_len;
 	int32_t *tok = malloc(sizeof(int32_t) * n), *tg = malloc(sizeof(int32_t) * n);
 	kern_rng rng;

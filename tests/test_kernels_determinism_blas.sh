@@ -4,4 +4,7 @@
 # own covers the backend's GEMM driver where the CPU has AVX2.
 COTRAIN_GEMM=blas
 export COTRAIN_GEMM
-exec "$top_builddir/tests/test_kernels_determinism"
+. "$top_srcdir/tests/tap.sh"
+prog=$top_builddir/tests/test_kernels_determinism
+[ -x "$prog" ] || bail_out "$prog is missing (make check builds it)"
+exec "$prog"

@@ -9,4 +9,7 @@ COTRAIN_BLAS_REEXEC=off
 COTRAIN_GEMM=blas
 export COTRAIN_BLAS_REEXEC COTRAIN_GEMM
 unset OPENBLAS_CORETYPE
-exec "$top_builddir/tests/test_kernels_determinism"
+. "$top_srcdir/tests/tap.sh"
+prog=$top_builddir/tests/test_kernels_determinism
+[ -x "$prog" ] || bail_out "$prog is missing (make check builds it)"
+exec "$prog"

@@ -1,7 +1,13 @@
 /* The model against PyTorch: tests/data/torch_reference.bin, written by
  * tests/gen_torch_reference.py, holds PyTorch's logits, loss and gradients
  * for two tiny models (one with cross-layer sharing) on given weights and a
- * given batch, and the parameters after 3 AdamW and 3 LAMB steps.
+ * given batch, and the parameters after 3 AdamW and 3 LAMB steps;
+ * tests/data/torch_reference_tiled.bin (gen_torch_reference.py --tiled)
+ * holds the same for a model whose attention spans more than one row block
+ * and whose MLP and head products are large enough for the backend to hand
+ * them to its GEMM driver or cut them into OpenBLAS tiles.  That case runs
+ * once on each GEMM kernel this CPU has (kernels/gemm.h), OpenBLAS tiles
+ * included.
  *
  * Tolerances: the loss within 1e-5 relative; logits, every gradient and
  * every parameter within 1e-4 relative, measured per tensor as
@@ -10,7 +16,9 @@
  * steps amplify float noise in near-zero gradients), and their updates
  * (params after - params before) must also agree within 1e-3 relative, so
  * that a step that did nothing could not pass on the parameters alone. */
+#include "kernels/attention.h"
 #include "kernels/backend.h"
+#include "kernels/gemm.h"
 #include "kernels/model.h"
 #include "kernels/optimizer.h"
 #include "tests/tap.h"
@@ -33,6 +41,11 @@ typedef struct {
 static record *recs;
 static int nrecs;
 
+/* Products of at least this many multiply-adds go to the GEMM driver or
+ * to OpenBLAS tiles (kernels/backend_cpu.c). */
+#define TILED_MIN_MACS 1e6
+
+/* Append the records of the reference file at path to recs. */
 static void load(const char *path)
 {
 	FILE *f = fopen(path, "rb");
@@ -43,9 +56,12 @@ static void load(const char *path)
 	if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "CTREF001", 8) != 0
 	    || fread(&count, 4, 1, f) != 1 || count > 10000)
 		bail_out("%s is not a reference file", path);
-	recs = calloc(count, sizeof *recs);
+	recs = realloc(recs, (nrecs + count) * sizeof *recs);
+	if (!recs)
+		bail_out("out of memory");
+	memset(recs + nrecs, 0, count * sizeof *recs);
 	for (uint32_t i = 0; i < count; i++) {
-		record *r = &recs[i];
+		record *r = &recs[nrecs + i];
 		uint32_t len, dt, nd;
 		if (fread(&len, 4, 1, f) != 1 || len >= sizeof r->name
 		    || fread(r->name, 1, len, f) != len || fread(&dt, 4, 1, f) != 1
@@ -63,7 +79,7 @@ static void load(const char *path)
 		if (fread(r->data, 4, r->n, f) != r->n)
 			bail_out("%s: truncated at %s", path, r->name);
 	}
-	nrecs = (int)count;
+	nrecs += (int)count;
 	fclose(f);
 }
 
@@ -188,7 +204,8 @@ static void check_optimizer(kern_model *m, const char *tag, const char *kind,
 	free(init);
 }
 
-static void check_case(const char *tag, bool with_opt)
+/* Compare one case with torch; label names it in the test lines. */
+static void check_case(const char *tag, const char *label, bool with_opt)
 {
 	const record *rc = get(tag, "config", 1);
 	const int32_t *c = rc->data;
@@ -207,17 +224,18 @@ static void check_case(const char *tag, bool with_opt)
 		bail_out("model pass: %s", eb.msg);
 	float want = *(const float *)get(tag, "loss", 0)->data;
 	ok(fabs(loss - want) <= 1e-5 * fabs(want),
-	   "%s (L%d S%d): loss %.7f, torch %.7f", tag, cfg.n_layer, cfg.n_shared, loss, want);
+	   "%s (L%d S%d T%d): loss %.7f, torch %.7f", label, cfg.n_layer, cfg.n_shared,
+	   cfg.seq_len, loss, want);
 	const record *lg = get(tag, "logits", 0);
 	double e = rel_err(kern_logits(m), lg->data, lg->n);
-	ok(e <= 1e-4, "%s: logits match torch, relative error %.3g", tag, e);
+	ok(e <= 1e-4, "%s: logits match torch, relative error %.3g", label, e);
 	for (int v = 0; v < m->n_views; v++) {
 		char what[128];
 		snprintf(what, sizeof what, "grad.%s", m->views[v].name);
 		const record *r = get(tag, what, 0);
 		e = rel_err(m->grads + m->views[v].offset, r->data, r->n);
 		ok(e <= 1e-4, "%s: gradient of %s matches torch, relative error %.3g",
-		   tag, m->views[v].name, e);
+		   label, m->views[v].name, e);
 	}
 	if (with_opt) {
 		check_optimizer(m, tag, "adamw", KERN_OPT_ADAMW);
@@ -226,18 +244,43 @@ static void check_case(const char *tag, bool with_opt)
 	kern_model_free(m);
 }
 
+/* Case c must take the paths it was made for: attention over more than
+ * one row block, MLP and head products of at least TILED_MIN_MACS. */
+static void check_tiled_shape(const char *tag)
+{
+	const int32_t *c = get(tag, "config", 1)->data;
+	int T = c[4], C = c[3], V = c[5], F = c[6];
+	double M = (double)get(tag, "tokens", 1)->shape[0] * T;
+	ok(T > KERN_ATT_BLOCK && M * C * F >= TILED_MIN_MACS && M * C * V >= TILED_MIN_MACS,
+	   "%s: T %d > attention block %d; B*T x C x F = %.3g and B*T x C x V = %.3g "
+	   "multiply-adds >= %.3g", tag, T, KERN_ATT_BLOCK, M * C * F, M * C * V,
+	   TILED_MIN_MACS);
+}
+
 int main(int argc, char **argv)
 {
 	kern_blas_reexec_if_needed(argc, argv);  /* the core the programs run on */
 	const char *src = getenv("top_srcdir");
 	char path[4096];
-	snprintf(path, sizeof path, "%s/tests/data/torch_reference.bin", src ? src : ".");
 	plan_lazy();
 	diag("%s", kern_backend_get()->describe());
 	kern_set_threads(2);
+	snprintf(path, sizeof path, "%s/tests/data/torch_reference.bin", src ? src : ".");
 	load(path);
-	check_case("a", true);
-	check_case("b", false);
+	snprintf(path, sizeof path, "%s/tests/data/torch_reference_tiled.bin", src ? src : ".");
+	load(path);
+	check_case("a", "a", true);
+	check_case("b", "b", false);
+	check_tiled_shape("c");
+	kern_gemm_kind now = kern_gemm_kind_now();
+	for (int k = KERN_GEMM_BLAS; k <= KERN_GEMM_AMX; k++) {
+		if (!kern_gemm_use((kern_gemm_kind)k))
+			continue;  /* not on this CPU */
+		char label[32];
+		snprintf(label, sizeof label, "c on %s", kern_gemm_kind_name((kern_gemm_kind)k));
+		check_case("c", label, false);
+	}
+	kern_gemm_use(now);
 	for (int i = 0; i < nrecs; i++)
 		free(recs[i].data);
 	free(recs);
