@@ -125,8 +125,7 @@ void api_project_ca(http_req *req)
 static const dbc_stmt st_host_auth = {
 	"cert_host_auth",
 	"SELECT h.id, (SELECT 1 FROM project WHERE name = $2)"
-	"  FROM host h JOIN account a ON a.id = h.account_id"
-	" WHERE h.token_hash = $1::bytea AND NOT h.revoked AND NOT a.disabled",
+	"  FROM host_auth($1::bytea) AS h(id) WHERE h.id IS NOT NULL",
 	2
 };
 

@@ -1,6 +1,6 @@
 /* cotrain-server: hosts: register under an account (receiving a host id and
  * a host token), show (with what the NAT service learned of it and the
- * rungs of its latest round's connections, 0009_nat_links.sql), revoke.  Only the owning account may see or revoke a
+ * rungs of its latest round's connections, db/functions/nat.sql), revoke.  Only the owning account may see or revoke a
  * host (403 for any other).  Host tokens are 32 random bytes in base64url; the
  * database keeps their sha256 only. */
 #include "server/api.h"

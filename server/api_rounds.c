@@ -1,6 +1,5 @@
-/* cotrain-server: the routes of a training round (db/migrations/
- * 0003_rounds.sql holds the state machine, 0005_round_groups.sql the group
- * sums): a work unit's report once the round closes, a host's averaging
+/* cotrain-server: the routes of a training round (db/functions/round.sql
+ * holds the state machine, round_averaging.sql the group sums): a work unit's report once the round closes, a host's averaging
  * plan (a long poll), each group's gradient sum (from which the server
  * computes the round's mean gradient and v+1 itself, round_step.h), a
  * host's outcome, and the list of a project's rounds.  Like api_work.c,

@@ -1,5 +1,5 @@
 /* cotrain-server: the scheduler's routes.  Each is one call of a PL/pgSQL
- * function of db/migrations/0002_scheduler.sql (one round trip), which
+ * function of db/functions/sched.sql (one round trip), which
  * authenticates the host token, checks ownership and state, changes what it
  * must and answers with the HTTP status and JSON body relayed here.  This
  * file only checks the request's shape. */

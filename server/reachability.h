@@ -16,7 +16,7 @@
  *
  * The table also holds each host's relay accounting (bytes relayed) and
  * the token bucket that caps its relay bandwidth.  It lives in memory, and
- * is written through to the host's row (db/migrations/0009_nat_links.sql):
+ * is written through to the host's row (its columns: db/migrations/0009_nat_links.sql):
  * the class and public endpoint each time reach_classify() decides (in the
  * caller's thread, on its dbconn connection), the relay byte and session
  * counts in batches, by a thread of this module at most every

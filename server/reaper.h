@@ -1,5 +1,5 @@
 /* cotrain-server: the reaper thread.  Every interval it expires the live
- * work units whose deadline has passed (sched_reap in 0002_scheduler.sql,
+ * work units whose deadline has passed (sched_reap in db/functions/sched.sql,
  * FOR UPDATE SKIP LOCKED, so it never waits on a heartbeat) and so returns
  * their unprocessed microbatches to the pool.  It uses its own database
  * connection; errors are logged and retried at the next pass. */

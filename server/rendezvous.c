@@ -16,8 +16,7 @@
 
 static const dbc_stmt st_auth = {
 	"nat_host_auth",
-	"SELECT h.id FROM host h JOIN account a ON a.id = h.account_id"
-	" WHERE h.token_hash = $1::bytea AND NOT h.revoked AND NOT a.disabled",
+	"SELECT id FROM host_auth($1::bytea) AS id WHERE id IS NOT NULL",
 	1
 };
 

@@ -2,7 +2,7 @@
  *
  * Every config->round_interval seconds (and at once when round_coord_wake is
  * called, as after a report) it makes one pass over the rounds in the
- * database (db/migrations/0003_rounds.sql):
+ * database (db/functions/round.sql, round_plan.sql):
  *   1. closes open rounds whose samples reached the target, or that reached
  *      round_close_fraction of it while the live work units, at their
  *      reported speed, would need more than round_straggler_budget seconds

@@ -1,5 +1,5 @@
 /* cotrain-server: the hosts' side of spot checks (doc/api.md, "Spot
- * checks"); the rules live in db/migrations/0006_credit.sql. */
+ * checks"); the rules live in db/functions/spotcheck.sql. */
 #include "server/credit.h"
 
 #include <math.h>

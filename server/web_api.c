@@ -70,7 +70,7 @@ void web_dashboard(http_req *req)
 
 /* The public part of a host's reachability (no public endpoint: that is the
  * volunteer's address, shown to its owner only by GET /v1/hosts/{id}) and
- * its links (db/migrations/0009_nat_links.sql). */
+ * its links (db/functions/nat.sql). */
 static const dbc_stmt st_host_network = {
 	"web_host_network",
 	"SELECT json_build_object('host_id', h.id,"

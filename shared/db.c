@@ -1,7 +1,8 @@
-/* cotrain: connections, migrations, the embedded default. */
+/* cotrain: connections, migrations and function files, the embedded default. */
 #include "config.h"
 #include "shared/db.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,11 +106,52 @@ cot_err db_schema_check(PGconn *c, cot_errbuf *eb)
 		cot_sethint(eb, "Upgrade cotrain to the version that migrated this database.");
 		return COT_ERR_SCHEMA;
 	}
+	int pending = db_functions_pending(c, eb);
+	if (pending < 0)
+		return COT_ERR_DB;
+	if (pending > 0) {
+		cot_seterr(eb, COT_ERR_SCHEMA, "%d of this build's %d function files %s not applied to the database",
+		           pending, db_n_function_files, pending == 1 ? "is" : "are");
+		cot_sethint(eb, "Run \"cotrain-admin db migrate\".");
+		return COT_ERR_SCHEMA;
+	}
 	return COT_OK;
 }
 
-/* Apply or verify one migration inside an open transaction that holds the
- * schema_migrations lock.  *did is set when it was applied now. */
+int db_functions_pending(PGconn *c, cot_errbuf *eb)
+{
+	PGresult *r = PQexec(c, "SELECT to_regclass('schema_function_files') IS NOT NULL");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		db_result_error(r, eb, "could not read schema_function_files");
+		PQclear(r);
+		return -1;
+	}
+	int has = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	PQclear(r);
+	if (!has)
+		return db_n_function_files;
+	r = PQexec(c, "SELECT name, checksum FROM schema_function_files");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		db_result_error(r, eb, "could not read schema_function_files");
+		PQclear(r);
+		return -1;
+	}
+	int pending = 0;
+	for (int i = 0; i < db_n_function_files; i++) {
+		char sum[65];
+		sha256_hex(db_function_files[i].sql, sum);
+		bool same = false;
+		for (int j = 0; j < PQntuples(r) && !same; j++)
+			same = strcmp(PQgetvalue(r, j, 0), db_function_files[i].name) == 0 &&
+			       strcmp(PQgetvalue(r, j, 1), sum) == 0;
+		pending += !same;
+	}
+	PQclear(r);
+	return pending;
+}
+
+/* Apply or verify one migration inside db_migrate's transaction, which holds
+ * the schema_migrations lock.  *did is set when it was applied now. */
 static cot_err migrate_one(PGconn *c, const db_migration *m, int *did, cot_errbuf *eb)
 {
 	char vs[16], sum[65];
@@ -152,10 +194,78 @@ static cot_err migrate_one(PGconn *c, const db_migration *m, int *did, cot_errbu
 	return e;
 }
 
-cot_err db_migrate(PGconn *c, int *applied, cot_errbuf *eb)
+/* Apply one function file inside the migration's transaction when the
+ * checksum recorded for it differs from its text's (or none is), and record
+ * the new one.  *did is set when it was applied now. */
+static cot_err apply_function_file(PGconn *c, const db_function_file *f, int *did, cot_errbuf *eb)
 {
+	char sum[65];
+	sha256_hex(f->sql, sum);
+	const char *p2[2] = { f->name, sum };
+	PGresult *r = PQexecParams(c, "SELECT 1 FROM schema_function_files WHERE name = $1 AND checksum = $2",
+	                           2, NULL, p2, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		cot_err e = db_result_error(r, eb, "could not read schema_function_files");
+		PQclear(r);
+		return e;
+	}
+	int same = PQntuples(r) == 1;
+	PQclear(r);
+	*did = 0;
+	if (same)
+		return COT_OK;
+
+	char what[160];
+	snprintf(what, sizeof what, "function file %s failed", f->name);
+	cot_err e = exec_ok(c, f->sql, eb, what);
+	if (e)
+		return e;
+	r = PQexecParams(c,
+	    "INSERT INTO schema_function_files (name, checksum) VALUES ($1, $2)"
+	    " ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()",
+	    2, NULL, p2, NULL, NULL, 0);
+	e = PQresultStatus(r) == PGRES_COMMAND_OK ? COT_OK
+	                                          : db_result_error(r, eb, "could not record function file");
+	PQclear(r);
+	*did = 1;
+	return e;
+}
+
+/* The body of db_migrate, inside its transaction. */
+static cot_err migrate_all(PGconn *c, int *applied, int *files, cot_errbuf *eb)
+{
+	cot_err e = exec_ok(c, "LOCK TABLE schema_migrations IN EXCLUSIVE MODE", eb,
+	                    "could not lock schema_migrations");
+	for (int i = 0; !e && i < db_n_migrations; i++) {
+		int did = 0;
+		e = migrate_one(c, &db_migrations[i], &did, eb);
+		*applied += did;
+	}
+	/* The functions after every migration: a migration may drop or change
+	 * what a function uses, and it runs against the functions the previous
+	 * migrate left (on a fresh database, the definitions the migrations
+	 * themselves carry).  See db/README. */
+	if (!e)
+		e = exec_ok(c,
+		    "CREATE TABLE IF NOT EXISTS schema_function_files ("
+		    " name text PRIMARY KEY, checksum text NOT NULL,"
+		    " applied_at timestamptz NOT NULL DEFAULT now())",
+		    eb, "could not create schema_function_files");
+	for (int i = 0; !e && i < db_n_function_files; i++) {
+		int did = 0;
+		e = apply_function_file(c, &db_function_files[i], &did, eb);
+		*files += did;
+	}
+	return e;
+}
+
+cot_err db_migrate(PGconn *c, int *applied, int *files, cot_errbuf *eb)
+{
+	int n_applied = 0, n_files = 0;
 	if (applied)
 		*applied = 0;
+	if (files)
+		*files = 0;
 	cot_err e = exec_ok(c,
 	    "CREATE TABLE IF NOT EXISTS schema_migrations ("
 	    " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
@@ -163,22 +273,21 @@ cot_err db_migrate(PGconn *c, int *applied, cot_errbuf *eb)
 	    eb, "could not create schema_migrations");
 	if (e)
 		return e;
-	for (int i = 0; i < db_n_migrations; i++) {
-		int did = 0;
-		e = exec_ok(c, "BEGIN; LOCK TABLE schema_migrations IN EXCLUSIVE MODE", eb,
-		            "could not lock schema_migrations");
-		if (!e)
-			e = migrate_one(c, &db_migrations[i], &did, eb);
-		if (e) {
-			PQclear(PQexec(c, "ROLLBACK"));
-			return e;
-		}
-		e = exec_ok(c, "COMMIT", eb, "could not commit migration");
-		if (e)
-			return e;
-		if (did && applied)
-			(*applied)++;
+	e = exec_ok(c, "BEGIN", eb, "could not begin the migration");
+	if (e)
+		return e;
+	e = migrate_all(c, &n_applied, &n_files, eb);
+	if (e) {
+		PQclear(PQexec(c, "ROLLBACK"));
+		return e;
 	}
+	e = exec_ok(c, "COMMIT", eb, "could not commit the migration");
+	if (e)
+		return e;
+	if (applied)
+		*applied = n_applied;
+	if (files)
+		*files = n_files;
 	return COT_OK;
 }
 

@@ -1,9 +1,15 @@
-/* cotrain: the database: connections, migrations, and where it lives.
+/* cotrain: the database: connections, migrations, functions, and where it
+ * lives.
  *
- * Migrations are the files db/migrations/NNNN_name.sql, embedded into every
- * binary at build time.  Each is applied once, in its own transaction, and
- * recorded in schema_migrations with the sha256 of its text.  Programs check
- * the schema version at start and refuse a mismatch. */
+ * Migrations are the files db/migrations/NNNN_name.sql (table changes and
+ * data moves, never edited once landed); function files are
+ * db/functions/name.sql, the current definition of every function, each
+ * idempotent (db/README).  Both are embedded into every binary at build
+ * time.  Migrating applies the pending migrations in version order, each
+ * recorded in schema_migrations with the sha256 of its text, then every
+ * function file whose sha256 differs from the one recorded in
+ * schema_function_files, in name order; all in one transaction.  Programs
+ * check at start that both are this build's and refuse otherwise. */
 #ifndef COT_DB_H
 #define COT_DB_H
 
@@ -18,9 +24,17 @@ typedef struct {
 	const char *sql;
 } db_migration;
 
-/* The embedded migrations, in version order (generated, db/db.am). */
+typedef struct {
+	const char *name;     /* file name, "sched.sql" */
+	const char *sql;
+} db_function_file;
+
+/* The embedded migrations, in version order, and function files, in name
+ * order (generated, db/db.am). */
 extern const db_migration db_migrations[];
 extern const int db_n_migrations;
+extern const db_function_file db_function_files[];
+extern const int db_n_function_files;
 
 /* The schema version this build expects: the last embedded migration. */
 int db_schema_expected(void);
@@ -29,16 +43,25 @@ int db_schema_expected(void);
  * connection the caller PQfinish()es; on error eb holds libpq's message. */
 cot_err db_connect(const char *conninfo, PGconn **out, cot_errbuf *eb);
 
-/* Apply every embedded migration the database lacks, each in a transaction,
- * serialised against concurrent migrators.  *applied (when not NULL) gets the
- * number applied now.  A recorded migration whose text differs from the
- * embedded one is an error (migrations are never edited once landed). */
-cot_err db_migrate(PGconn *c, int *applied, cot_errbuf *eb);
+/* Apply every embedded migration the database lacks, in version order, then
+ * every embedded function file whose checksum differs from the one recorded
+ * for it (or that was never applied), in name order: all in one
+ * transaction, serialised against concurrent migrators, so that on error
+ * nothing changes.  *applied and *files (when not NULL) get the number of
+ * migrations and function files applied now.  A recorded migration whose
+ * text differs from the embedded one is an error (migrations are never
+ * edited once landed). */
+cot_err db_migrate(PGconn *c, int *applied, int *files, cot_errbuf *eb);
+
+/* The number of embedded function files not applied as they are (never
+ * applied, or applied with another checksum), or -1 on error. */
+int db_functions_pending(PGconn *c, cot_errbuf *eb);
 
 /* The database's schema version (0 for an empty database), or -1 on error. */
 int db_schema_version(PGconn *c, cot_errbuf *eb);
 
-/* COT_OK when the database's schema is exactly what this build expects;
+/* COT_OK when the database's schema is exactly what this build expects:
+ * its schema version, and every function file applied as embedded;
  * COT_ERR_SCHEMA with a hint otherwise. */
 cot_err db_schema_check(PGconn *c, cot_errbuf *eb);
 

@@ -1,4 +1,4 @@
-/* cotrain tests: credit (db/migrations/0006_credit.sql and its routes)
+/* cotrain tests: credit (db/functions/credit.sql, spotcheck.sql and their routes)
  * through the real cotrain-server and PostgreSQL.
  *
  * Rounds are committed the way the round code does it (members marked

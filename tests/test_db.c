@@ -1,4 +1,4 @@
-/* cotrain tests: migrations, schema checks, the embedded default, and the
+/* cotrain tests: migrations, function files, schema checks, the embedded default, and the
  * private cluster's clean-up when its starter dies. */
 #include <errno.h>
 #include <signal.h>
@@ -40,20 +40,41 @@ static void test_migrations(void)
 	is_int(db_schema_check(c, &eb), COT_ERR_SCHEMA, "schema check refuses an empty database");
 	ok(strstr(eb.hint, "cotrain-admin db migrate") != NULL, "with a hint to migrate (\"%s\")", eb.hint);
 
-	int applied = -1;
-	is_int(db_migrate(c, &applied, &eb), COT_OK, "migrations apply to an empty database");
+	int applied = -1, files = -1;
+	is_int(db_migrate(c, &applied, &files, &eb), COT_OK, "migrations apply to an empty database");
 	is_int(applied, db_n_migrations, "all %d migrations applied", db_n_migrations);
+	is_int(files, db_n_function_files, "then all %d function files", db_n_function_files);
 	is_int(db_schema_check(c, &eb), COT_OK, "schema check passes after migrating");
 	is_int(count(c, "SELECT count(*) FROM schema_migrations"), db_n_migrations, "each migration recorded");
+	is_int(count(c, "SELECT count(*) FROM schema_function_files"), db_n_function_files,
+	       "each function file recorded");
 	is_int(count(c, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'work_unit'"), 1,
 	       "tables exist");
+	is_int(count(c, "SELECT count(*) FROM pg_proc WHERE proname = 'host_auth'"), 1,
+	       "functions exist");
 
-	is_int(db_migrate(c, &applied, &eb), COT_OK, "migrating again succeeds");
-	is_int(applied, 0, "and applies nothing");
+	is_int(db_migrate(c, &applied, &files, &eb), COT_OK, "migrating again succeeds");
+	is_int(applied + files, 0, "and applies nothing");
+
+	/* A function file whose recorded checksum is not its text's (it changed
+	 * since it was applied) is refused by the check and applied again by
+	 * migrate, alone. */
+	PQclear(PQexec(c, "CREATE OR REPLACE FUNCTION host_auth(p_token_hash bytea) RETURNS bigint"
+	                  " LANGUAGE sql STABLE AS $$ SELECT 42::bigint $$;"
+	                  "UPDATE schema_function_files SET checksum = 'old' WHERE name = 'host_auth.sql'"));
+	is_int(db_functions_pending(c, &eb), 1, "a changed function file is pending");
+	is_int(db_schema_check(c, &eb), COT_ERR_SCHEMA, "schema check refuses a pending function file");
+	ok(strstr(eb.hint, "cotrain-admin db migrate") != NULL, "with a hint to migrate (\"%s\")", eb.hint);
+	is_int(db_migrate(c, &applied, &files, &eb), COT_OK, "migrate applies it");
+	ok(applied == 0 && files == 1, "that file only (%d migrations, %d files)", applied, files);
+	is_int(count(c, "SELECT count(*) FROM pg_proc WHERE proname = 'host_auth' AND prolang ="
+	                " (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')"), 1,
+	       "its definition is back");
+	is_int(db_schema_check(c, &eb), COT_OK, "schema check passes again");
 
 	/* An edited migration is detected, and nothing changes. */
 	PQclear(PQexec(c, "UPDATE schema_migrations SET checksum = 'edited' WHERE version = 1"));
-	is_int(db_migrate(c, &applied, &eb), COT_ERR_SCHEMA, "an edited migration is refused");
+	is_int(db_migrate(c, &applied, &files, &eb), COT_ERR_SCHEMA, "an edited migration is refused");
 	ok(strstr(eb.msg, "differs") != NULL, "message says it differs: %s", eb.msg);
 
 	/* A database newer than the build is refused too. */

@@ -1,5 +1,5 @@
 /* cotrain tests: the rungs hosts report with their round outcome ("links",
- * db/migrations/0009_nat_links.sql) and the views of a host's network
+ * db/functions/nat.sql) and the views of a host's network
  * position, through the real cotrain-server and PostgreSQL.
  *
  * Round 0 of a project is put in 'averaging' with hosts A, B and C as its

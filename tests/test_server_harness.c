@@ -71,7 +71,7 @@ void th_start(const char *const *extra_args)
 	cot_errbuf eb = { "", "" };
 	if (db_connect(conninfo, &db, &eb))
 		bail_out("%s", eb.msg);
-	if (db_migrate(db, NULL, &eb))
+	if (db_migrate(db, NULL, NULL, &eb))
 		bail_out("could not migrate: %s", eb.msg);
 
 	snprintf(data_dir, sizeof data_dir, "/tmp/cotrain-srvtest-XXXXXX");

@@ -188,7 +188,7 @@ int main(int argc, char **argv)
 
 	PGconn *db;
 	cot_errbuf eb = { "", "" };
-	if (db_connect(conninfo, &db, &eb) || db_migrate(db, NULL, &eb))
+	if (db_connect(conninfo, &db, &eb) || db_migrate(db, NULL, NULL, &eb))
 		die("%s", eb.msg);
 	exec_sql(db,
 		"INSERT INTO file (sha256, size, kind) VALUES"

@@ -1,0 +1,212 @@
+-- cotrain functions: credit (doc/credit.md).
+--
+-- Unit: BOINC's cobblestone, 1 credit = 4.32e11 floating-point operations;
+-- a host earns project.flops_per_sample x the samples it contributed to a
+-- committed round, only when it was accepted (its parameters hash matched
+-- the server's).  Every grant is one row of credit_grant, so every total can
+-- be explained; the totals and the recent average credit (RAC) of accounts,
+-- teams and hosts are kept beside them, updated as BOINC does at grant time
+-- and decayed on read to "now".  A grant waits ('pending') while a spot
+-- check of the host's work is open (spotcheck.sql).
+
+-- "Now", injectable for tests: the session setting cotrain.now when set,
+-- else now().
+CREATE OR REPLACE FUNCTION credit_now() RETURNS timestamptz LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('cotrain.now', true), '')::timestamptz, now())
+$$;
+
+-- FLOPs per credit (BOINC's cobblestone) and the RAC half-life, seconds.
+CREATE OR REPLACE FUNCTION credit_flops_per_credit() RETURNS double precision LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 4.32e11::double precision $$;
+CREATE OR REPLACE FUNCTION credit_half_life() RETURNS double precision LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 604800::double precision $$;
+
+-- RAC decayed from its time p_time to p_now (work = 0).
+CREATE OR REPLACE FUNCTION credit_rac_at(p_rac double precision, p_time timestamptz, p_now timestamptz)
+RETURNS double precision LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_time IS NULL OR p_rac <= 0 THEN 0
+                ELSE p_rac * exp(-greatest(extract(epoch FROM p_now - p_time), 0)
+                                 * ln(2) / credit_half_life()) END
+$$;
+
+-- An ordering key of a RAC that does not depend on "now": the RAC decays by
+-- the same factor for everyone, so log2(rac) + time/half-life orders RACs
+-- read at any later instant.  Indexed for the leaderboards.
+CREATE OR REPLACE FUNCTION credit_rac_key(p_rac double precision, p_time timestamptz)
+RETURNS double precision LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_time IS NULL OR p_rac <= 0 THEN -1e300
+                ELSE log(2::numeric, p_rac::numeric)::double precision
+                     + extract(epoch FROM p_time) / credit_half_life() END
+$$;
+
+-- BOINC's update_average (lib/util.cpp): add p_work credit done between
+-- p_start and p_now to the average p_rac last updated at p_time.
+CREATE OR REPLACE FUNCTION credit_rac_add(p_rac double precision, p_time timestamptz,
+                               p_work double precision, p_start timestamptz,
+                               p_now timestamptz) RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_diff   double precision;
+    v_weight double precision;
+    v_avg    double precision := coalesce(p_rac, 0);
+BEGIN
+    IF p_time IS NOT NULL THEN
+        v_diff := greatest(extract(epoch FROM p_now - p_time), 0);
+        v_weight := exp(-v_diff * ln(2) / credit_half_life());
+        v_avg := v_avg * v_weight;
+        IF 1 - v_weight > 1e-6 THEN
+            v_avg := v_avg + (1 - v_weight) * (p_work / (v_diff / 86400));
+        ELSE
+            v_avg := v_avg + ln(2) * p_work * 86400 / credit_half_life();
+        END IF;
+    ELSIF p_work > 0 THEN
+        v_diff := extract(epoch FROM p_now - coalesce(p_start, p_now));
+        IF v_diff > 1 THEN
+            v_avg := p_work / (v_diff / 86400);
+        ELSE
+            v_avg := ln(2) * p_work * 86400 / credit_half_life();
+        END IF;
+    END IF;
+    RETURN v_avg;
+END
+$$;
+
+-- Add p_credit (granted at p_now for work begun at p_start) to the totals
+-- of a host, its account and the team.
+CREATE OR REPLACE FUNCTION credit_add(p_host bigint, p_account bigint, p_team bigint,
+                           p_credit double precision, p_start timestamptz, p_now timestamptz)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO host_credit AS c (host_id, total, rac, rac_time, rac_key)
+    VALUES (p_host, p_credit, credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now,
+            credit_rac_key(credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now))
+    ON CONFLICT (host_id) DO UPDATE
+       SET total = c.total + p_credit,
+           rac = credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
+           rac_time = p_now,
+           rac_key = credit_rac_key(credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
+                                    p_now);
+    INSERT INTO account_credit AS c (account_id, total, rac, rac_time, rac_key)
+    VALUES (p_account, p_credit, credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now,
+            credit_rac_key(credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now))
+    ON CONFLICT (account_id) DO UPDATE
+       SET total = c.total + p_credit,
+           rac = credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
+           rac_time = p_now,
+           rac_key = credit_rac_key(credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
+                                    p_now);
+    IF p_team IS NOT NULL THEN
+        INSERT INTO team_credit AS c (team_id, total, rac, rac_time, rac_key)
+        VALUES (p_team, p_credit, credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now,
+                credit_rac_key(credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now))
+        ON CONFLICT (team_id) DO UPDATE
+           SET total = c.total + p_credit,
+               rac = credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
+               rac_time = p_now,
+               rac_key = credit_rac_key(credit_rac_add(c.rac, c.rac_time, p_credit, p_start,
+                                                       p_now), p_now);
+    END IF;
+END
+$$;
+
+-- Turn a pending grant into a granted one (counted from p_now).
+CREATE OR REPLACE FUNCTION credit_release(p_grant bigint, p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    g record;
+BEGIN
+    UPDATE credit_grant SET status = 'granted', granted_at = p_now
+     WHERE id = p_grant AND status = 'pending'
+    RETURNING * INTO g;
+    IF FOUND THEN
+        -- Credit of a team the account has left still counts for the team it
+        -- earned it in (the grant's team_id).
+        PERFORM credit_add(g.host_id, g.account_id, g.team_id, g.credit, g.work_start, p_now);
+    END IF;
+END
+$$;
+
+-- Grant the credit of committed round p_version of p_project: one 'round'
+-- row per accepted member, pending when a spot check of one of its work
+-- ranges is opened (chosen with spot_rate), else granted at once.
+-- Idempotent: a member that already has its row gets nothing more.  Returns
+-- the number of rows inserted.  Nothing for a round that is not committed.
+CREATE OR REPLACE FUNCTION credit_grant_round(p_project bigint, p_version integer,
+                                   p_now timestamptz DEFAULT credit_now())
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    ro   record;
+    pr   record;
+    pol  spot_policy;
+    m    record;
+    wu   record;
+    v_rec integer;
+    v_grant bigint;
+    v_check bigint;
+    v_n  integer := 0;
+BEGIN
+    SELECT * INTO ro FROM round WHERE project_id = p_project AND version = p_version;
+    IF NOT FOUND OR ro.state <> 'committed' THEN
+        RETURN 0;
+    END IF;
+    SELECT flops_per_sample, microbatch_size INTO pr FROM project WHERE id = p_project;
+    pol := spot_policy_of(p_project);
+    FOR m IN
+        SELECT rm.host_id, rm.samples, h.account_id, a.team_id
+          FROM round_member rm
+          JOIN host h ON h.id = rm.host_id
+          JOIN account a ON a.id = h.account_id
+         WHERE rm.project_id = p_project AND rm.version = p_version
+           AND rm.accepted IS TRUE AND rm.samples > 0
+         ORDER BY rm.host_id
+    LOOP
+        INSERT INTO credit_grant (kind, project_id, version, host_id, account_id, team_id,
+                                  samples, flops, credit, status, work_start, created_at)
+        VALUES ('round', p_project, p_version, m.host_id, m.account_id, m.team_id, m.samples,
+                pr.flops_per_sample * m.samples,
+                pr.flops_per_sample * m.samples / credit_flops_per_credit(),
+                'pending', ro.opened_at, p_now)
+        ON CONFLICT (project_id, version, host_id, kind) DO NOTHING
+        RETURNING id INTO v_grant;
+        IF v_grant IS NULL THEN
+            CONTINUE;
+        END IF;
+        v_n := v_n + 1;
+        SELECT coalesce((SELECT consecutive FROM host_check_record WHERE host_id = m.host_id), 0)
+          INTO v_rec;
+        v_check := NULL;
+        IF random() < spot_rate(pol, v_rec) THEN
+            -- One of its committed ranges, at random.
+            SELECT w.id, w.lo, w.lo + w.mb_done AS hi, w.mb_done INTO wu
+              FROM work_unit w
+             WHERE w.project_id = p_project AND w.version = p_version AND w.host_id = m.host_id
+               AND w.mb_done > 0 AND w.state IN ('done', 'returned')
+             ORDER BY random() LIMIT 1;
+            IF FOUND THEN
+                INSERT INTO spot_check (project_id, version, work_unit_id, host_id, lo, hi,
+                                        samples, seed, k, tolerance, created_at, deadline)
+                VALUES (p_project, p_version, wu.id, m.host_id, wu.lo, wu.hi,
+                        wu.mb_done * pr.microbatch_size,
+                        ('x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16))
+                            ::bit(64)::bigint,
+                        pol.k, pol.tolerance, p_now,
+                        p_now + make_interval(secs => pol.deadline_s))
+                RETURNING id INTO v_check;
+                UPDATE credit_grant SET spot_check_id = v_check WHERE id = v_grant;
+            END IF;
+        END IF;
+        IF v_check IS NULL THEN
+            PERFORM credit_release(v_grant, p_now);
+        END IF;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+
+-- The round commit path: grant when a round turns committed.
+CREATE OR REPLACE FUNCTION credit_round_committed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM credit_grant_round(NEW.project_id, NEW.version, credit_now());
+    RETURN NULL;
+END
+$$;

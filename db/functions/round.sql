@@ -1,0 +1,373 @@
+-- cotrain functions: a training round's life (doc/api.md, "Rounds").  A
+-- round trains version v of a project into v+1:
+--
+--   open       work units of v go out; heartbeats add up the samples
+--   closing    the target was reached (or the stragglers are not worth
+--              waiting for): no new work for v; every host holding gradients
+--              for v reports the exact count of each of its work units
+--              (round_report.sql) and the unprocessed rest goes back to the
+--              pool
+--   averaging  the plan exists (round_plan.sql); the groups average and
+--              upload their sums, the server takes its own optimizer step to
+--              v+1, peers report their outcome (round_averaging.sql)
+--   committed  v+1 exists and every included peer reported ok:
+--              project.current_version = v + 1, round v + 1 is open
+--
+-- A round that fails (a peer reports failure, no peer holds the server's
+-- parameters, the averaging deadline passes, nobody reports) returns every
+-- range of its work units to the pool and is open again, as its next
+-- attempt, in the same transaction: no sample is lost and none is counted
+-- twice; the reason is kept in last_failure.
+
+-- Trigger project_round_ins: a new project's current version gets its
+-- (open) round.
+CREATE OR REPLACE FUNCTION round_project_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO round (project_id, version) VALUES (NEW.id, NEW.current_version)
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END
+$$;
+
+-- {"state", "version", "attempt"} of a round that is not open (what a client
+-- must know to stop), or NULL while it is open or does not exist.
+CREATE OR REPLACE FUNCTION round_note(p_project bigint, p_version integer) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT state, attempt INTO r FROM round WHERE project_id = p_project AND version = p_version;
+    IF NOT FOUND OR r.state = 'open' THEN
+        RETURN NULL;
+    END IF;
+    RETURN jsonb_build_object('state', r.state, 'version', p_version, 'attempt', r.attempt);
+END
+$$;
+
+-- After samples were added to version p_version: close its round when they
+-- reach the target.  Returns round_note().
+CREATE OR REPLACE FUNCTION round_progress(p_project bigint, p_version integer, p_accumulated bigint,
+                               p_target bigint) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_accumulated >= p_target THEN
+        UPDATE round SET state = 'closing', close_reason = 'target', closed_at = now()
+         WHERE project_id = p_project AND version = p_version AND state = 'open';
+    END IF;
+    RETURN round_note(p_project, p_version);
+END
+$$;
+
+-- Add "round" (when the round is not open) to a scheduler answer.
+CREATE OR REPLACE FUNCTION round_annotate(p_wu bigint, p_status integer, p_body text)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    b jsonb;
+    w record;
+    n jsonb;
+BEGIN
+    IF p_status <> 200 THEN
+        RETURN QUERY SELECT p_status, p_body;
+        RETURN;
+    END IF;
+    b := p_body::jsonb;
+    SELECT project_id, version INTO w FROM work_unit WHERE id = p_wu;
+    n := round_progress(w.project_id, w.version, (b->>'accumulated_samples')::bigint,
+                        (b->>'target_batch')::bigint);
+    IF n IS NOT NULL THEN
+        b := b || jsonb_build_object('round', n);
+    END IF;
+    RETURN QUERY SELECT 200, b::text;
+END
+$$;
+
+-- Authenticate a host token for host p_host and find project p_project and
+-- its round p_version.  status NULL when all is well; else the answer.
+CREATE OR REPLACE FUNCTION round_lookup(p_token_hash bytea, p_project text, p_version integer, p_host bigint,
+                             OUT status integer, OUT body text, OUT project_id bigint,
+                             OUT state text, OUT attempt integer, OUT config jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_host bigint;
+    r      record;
+BEGIN
+    v_host := host_auth(p_token_hash);
+    IF v_host IS NULL THEN
+        status := 401;
+        body := api_error('unauthorized', 'host token is not valid',
+                          'Register the host again to get a new token.');
+        RETURN;
+    END IF;
+    IF v_host <> p_host THEN
+        status := 403;
+        body := api_error('forbidden',
+            format('this token belongs to host %s, not to host %s', v_host, p_host));
+        RETURN;
+    END IF;
+    SELECT p.id, p.config INTO r FROM project p WHERE p.name = p_project;
+    IF NOT FOUND THEN
+        status := 404;
+        body := api_error('not_found', format('project "%s" does not exist', p_project));
+        RETURN;
+    END IF;
+    project_id := r.id;
+    config := r.config;
+    SELECT ro.state, ro.attempt INTO state, attempt FROM round ro
+     WHERE ro.project_id = r.id AND ro.version = p_version FOR UPDATE;
+    IF NOT FOUND THEN
+        status := 404;
+        body := api_error('not_found',
+            format('project "%s" has no round for version %s', p_project, p_version));
+    END IF;
+END
+$$;
+
+-- The coordinator's pass over open rounds (the current version of active
+-- projects): close those whose samples reached the target, and those that
+-- reached p_fraction of it when the live work units of the version, at the
+-- summed samples_per_sec of their last heartbeats (within wu_seconds), would
+-- need more than p_budget_s seconds to fill the rest.  Returns how many
+-- closed.
+CREATE OR REPLACE FUNCTION round_close_due(p_fraction double precision, p_budget_s double precision)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    r      record;
+    v_acc  bigint;
+    v_sps  double precision;
+    v_why  text;
+    n      integer := 0;
+BEGIN
+    FOR r IN SELECT ro.project_id, ro.version, p.target_batch, p.microbatch_size, p.wu_seconds
+               FROM round ro JOIN project p ON p.id = ro.project_id AND p.current_version = ro.version
+              WHERE ro.state = 'open' AND p.active LOOP
+        v_acc := sched_accumulated(r.project_id, r.version, r.microbatch_size);
+        v_why := NULL;
+        IF v_acc >= r.target_batch THEN
+            v_why := 'target';
+        ELSIF v_acc > 0 AND v_acc >= p_fraction * r.target_batch THEN
+            SELECT coalesce(sum(samples_per_sec), 0) INTO v_sps FROM work_unit
+             WHERE project_id = r.project_id AND version = r.version AND state = 'live'
+               AND last_heartbeat > now() - make_interval(secs => r.wu_seconds);
+            IF v_sps <= 0 OR (r.target_batch - v_acc) / v_sps > p_budget_s THEN
+                v_why := 'stragglers';
+            END IF;
+        END IF;
+        IF v_why IS NOT NULL THEN
+            UPDATE round SET state = 'closing', close_reason = v_why, closed_at = now()
+             WHERE project_id = r.project_id AND version = r.version AND state = 'open';
+            IF FOUND THEN
+                n := n + 1;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- Give up every work unit of version p_version that is not counted: return
+-- its range to the pool (all of it for a live unit, the finished part
+-- otherwise, the rest being there already), set mb_done to 0 (so the
+-- version's progress forgets its samples) and mark it expired.  A unit
+-- counts when p_keep_reported and it was reported, or finished by a host
+-- that reported another.  Returns how many were dropped.
+CREATE OR REPLACE FUNCTION round_drop_units(p_project bigint, p_version integer, p_keep_reported boolean)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    WITH reporters AS (
+        SELECT DISTINCT host_id FROM round_report
+         WHERE project_id = p_project AND version = p_version
+    ), doomed AS (
+        SELECT w.id FROM work_unit w
+         WHERE w.project_id = p_project AND w.version = p_version
+           AND (w.mb_done > 0 OR w.state = 'live')
+           AND NOT (p_keep_reported AND (
+                    EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)
+                    OR (w.state = 'done' AND w.host_id IN (SELECT host_id FROM reporters))))
+           FOR UPDATE
+    ), dropped AS (
+        UPDATE work_unit w SET state = 'expired', mb_done = 0,
+                               finished_at = coalesce(w.finished_at, now())
+          FROM doomed d, work_unit old
+         WHERE w.id = d.id AND old.id = d.id
+        RETURNING w.project_id, old.lo,
+                  CASE WHEN old.state = 'live' THEN old.hi ELSE old.lo + old.mb_done END AS hi
+    ), pooled AS (
+        INSERT INTO mb_pool (project_id, lo, hi)
+        SELECT project_id, lo, hi FROM dropped WHERE lo < hi
+    )
+    SELECT count(*) INTO n FROM dropped;
+    RETURN n;
+END
+$$;
+
+-- Drop the work units of version p_version whose host is in the plan but
+-- in no group's included set: like round_drop_units, their finished part
+-- goes back to the pool and their samples stop counting.  Returns how many.
+CREATE OR REPLACE FUNCTION round_drop_excluded(p_project bigint, p_version integer)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    WITH doomed AS (
+        SELECT w.id FROM work_unit w
+         WHERE w.project_id = p_project AND w.version = p_version
+           AND (w.mb_done > 0 OR w.state = 'live')
+           AND w.host_id IN (SELECT m.host_id FROM round_member m
+                              WHERE m.project_id = p_project AND m.version = p_version
+                                AND m.included IS NOT TRUE)
+           FOR UPDATE
+    ), dropped AS (
+        UPDATE work_unit w SET state = 'expired', mb_done = 0,
+                               finished_at = coalesce(w.finished_at, now())
+          FROM doomed d, work_unit old
+         WHERE w.id = d.id AND old.id = d.id
+        RETURNING w.project_id, old.lo,
+                  CASE WHEN old.state = 'live' THEN old.hi ELSE old.lo + old.mb_done END AS hi
+    ), pooled AS (
+        INSERT INTO mb_pool (project_id, lo, hi)
+        SELECT project_id, lo, hi FROM dropped WHERE lo < hi
+    )
+    SELECT count(*) INTO n FROM dropped;
+    RETURN n;
+END
+$$;
+
+-- A round fails: every range of its work units goes back to the pool; its
+-- reports, plan, group sums and the server's step (gradient, checkpoint
+-- v+1, the mean's samples, the loss) are forgotten; it opens again as the
+-- next attempt with p_reason as its last_failure.
+CREATE OR REPLACE FUNCTION round_fail(p_project bigint, p_version integer, p_reason text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM round WHERE project_id = p_project AND version = p_version FOR UPDATE;
+    DELETE FROM round_report WHERE project_id = p_project AND version = p_version;
+    PERFORM round_drop_units(p_project, p_version, false);
+    DELETE FROM round_group_sum WHERE project_id = p_project AND version = p_version;
+    DELETE FROM round_member WHERE project_id = p_project AND version = p_version;
+    UPDATE round SET state = 'open', attempt = attempt + 1, last_failure = p_reason,
+                     close_reason = NULL, samples = NULL, n_groups = NULL, param_count = NULL,
+                     plan_deadline = NULL, params_sha256 = NULL, closed_at = NULL,
+                     planned_at = NULL, opened_at = now(),
+                     gradient_sha256 = NULL, checkpoint_sha256 = NULL,
+                     gradient_samples = NULL, loss = NULL
+     WHERE project_id = p_project AND version = p_version;
+END
+$$;
+
+-- The coordinator's pass over rounds in averaging whose deadline passed:
+-- they fail.  Returns how many.
+CREATE OR REPLACE FUNCTION round_expire_averaging() RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    FOR r IN SELECT project_id, version FROM round
+              WHERE state = 'averaging' AND plan_deadline < now()
+                FOR UPDATE SKIP LOCKED LOOP
+        PERFORM round_fail(r.project_id, r.version, 'the averaging deadline passed');
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- Commit round p_version when it is averaging, the server's v+1 exists
+-- (which needs every group's sum) and every included peer reported ok: each
+-- included peer is accepted when its hash equals the server's, the others
+-- (and every peer no group included) are not; with no included peer
+-- accepted the round fails.  The round's loss is the sample-weighted mean of
+-- the reported losses of the units whose samples count.  The caller holds
+-- the round's row lock.
+CREATE OR REPLACE FUNCTION round_try_commit(p_project bigint, p_version integer) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    ro     record;
+    v_left bigint;
+    v_ok   bigint;
+BEGIN
+    SELECT state, params_sha256, checkpoint_sha256, gradient_sha256 INTO ro FROM round
+     WHERE project_id = p_project AND version = p_version;
+    IF NOT FOUND OR ro.state <> 'averaging' OR ro.checkpoint_sha256 IS NULL
+       OR ro.gradient_sha256 IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT count(*) FILTER (WHERE included AND outcome IS DISTINCT FROM 'ok'),
+           count(*) FILTER (WHERE included AND params_sha256 = ro.params_sha256)
+      INTO v_left, v_ok
+      FROM round_member WHERE project_id = p_project AND version = p_version;
+    IF v_left > 0 THEN
+        RETURN;
+    END IF;
+    IF v_ok = 0 THEN
+        PERFORM round_fail(p_project, p_version,
+                           'no peer holds the parameters computed from the group sums');
+        RETURN;
+    END IF;
+    UPDATE round_member
+       SET accepted = coalesce(included AND params_sha256 = ro.params_sha256, false)
+     WHERE project_id = p_project AND version = p_version;
+    UPDATE round SET state = 'committed', committed_at = now(),
+                     loss = (SELECT sum(rr.loss * w.mb_done::double precision)
+                                    / nullif(sum(w.mb_done::double precision), 0)
+                               FROM round_report rr JOIN work_unit w ON w.id = rr.work_unit_id
+                              WHERE rr.project_id = p_project AND rr.version = p_version
+                                AND rr.loss IS NOT NULL AND w.mb_done > 0)
+     WHERE project_id = p_project AND version = p_version;
+    INSERT INTO model_version (project_id, version, checkpoint_sha256)
+    VALUES (p_project, p_version + 1, ro.checkpoint_sha256)
+    ON CONFLICT (project_id, version) DO UPDATE SET checkpoint_sha256 = EXCLUDED.checkpoint_sha256;
+    INSERT INTO round (project_id, version) VALUES (p_project, p_version + 1)
+    ON CONFLICT DO NOTHING;
+    UPDATE project SET current_version = p_version + 1
+     WHERE id = p_project AND current_version = p_version;
+END
+$$;
+
+-- The rounds of project p_project, newest first: at most p_limit, of
+-- versions below p_before (NULL: all).  404 for an unknown project.
+-- "samples" counts what the round holds: the mean's samples once it
+-- exists, the plan's while averaging, the accumulated ones while open or
+-- closing; "n_peers" likewise the included hosts, the plan's peers, or the
+-- hosts holding work of the version.
+CREATE OR REPLACE FUNCTION round_list(p_project text, p_limit integer, p_before integer)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    p record;
+BEGIN
+    SELECT * INTO p FROM project WHERE name = p_project;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 404, api_error('not_found', format('project "%s" does not exist', p_project));
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 200, jsonb_build_object('rounds', coalesce((
+        SELECT jsonb_agg(jsonb_build_object(
+                   'version', r.version, 'attempt', r.attempt, 'state', r.state,
+                   'target_batch', p.target_batch,
+                   'samples', CASE
+                        WHEN r.gradient_samples IS NOT NULL THEN r.gradient_samples
+                        WHEN r.state IN ('open', 'closing')
+                            THEN sched_accumulated(p.id, r.version, p.microbatch_size)
+                        ELSE r.samples END,
+                   'loss', r.loss,
+                   'n_peers', CASE
+                        WHEN r.gradient_sha256 IS NOT NULL THEN
+                            (SELECT count(*) FROM round_member m
+                              WHERE m.project_id = p.id AND m.version = r.version AND m.included)
+                        WHEN r.state = 'averaging' THEN
+                            (SELECT count(*) FROM round_member m
+                              WHERE m.project_id = p.id AND m.version = r.version)
+                        ELSE (SELECT count(DISTINCT w.host_id) FROM work_unit w
+                               WHERE w.project_id = p.id AND w.version = r.version
+                                 AND (w.state = 'live' OR w.mb_done > 0)) END,
+                   'n_groups', r.n_groups,
+                   'opened_at', r.opened_at, 'closed_at', r.closed_at,
+                   'committed_at', r.committed_at,
+                   'seconds', extract(epoch FROM r.committed_at - r.opened_at)::double precision)
+                   ORDER BY r.version DESC)
+          FROM (SELECT * FROM round ro
+                 WHERE ro.project_id = p.id AND (p_before IS NULL OR ro.version < p_before)
+                 ORDER BY ro.version DESC LIMIT p_limit) r), '[]'::jsonb))::text;
+END
+$$;

@@ -1,0 +1,329 @@
+-- cotrain functions: averaging across groups and the server's step
+-- (doc/api.md, "Rounds", "The server's step").
+--
+-- Every group of the plan averages on its own; each member that finished
+-- the group's all-reduce uploads the group's gradient SUM with the hosts it
+-- holds ("included", ascending host ids) and their samples.  The first valid
+-- upload per group is kept (round_group_sum, the bytes in the file store).
+-- When every group has a kept sum, the server computes the round's mean
+-- gradient (sum of the group sums in ascending group order, in double,
+-- divided by the total of their samples, rounded once to fp32), drops the
+-- work units of every plan host that no group included (their ranges go back
+-- to the pool), and takes its own optimizer step to v+1.  The round commits
+-- once v+1 exists and every included host reported ok (round_try_commit);
+-- hosts no group included are ignored (their outcome answers accepted: false
+-- and reload).
+
+-- The answer to a peer's outcome: its status and the round's state; once
+-- the server computed v+1, its "params_sha256" and whether the peer is
+-- "accepted" (it is included and its hash equals the server's; a peer no
+-- group included never is).  A peer not accepted gets "reload" (checkpoint
+-- v+1 to load instead of its own parameters); an accepted one gets
+-- "checkpoint_sha256", the checkpoint its parameters are (a later attempt of
+-- the round may commit another v+1, so the client compares it with the
+-- checkpoint of its next work unit: client/daemon.c).
+CREATE OR REPLACE FUNCTION round_outcome_body(p_project bigint, p_version integer, p_host bigint)
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    ro record;
+    m  record;
+    b  jsonb;
+BEGIN
+    SELECT * INTO ro FROM round WHERE project_id = p_project AND version = p_version;
+    SELECT * INTO m FROM round_member
+     WHERE project_id = p_project AND version = p_version AND host_id = p_host;
+    b := jsonb_build_object('version', p_version, 'host_id', p_host,
+        'status', coalesce(m.outcome, 'failed'),
+        'round', jsonb_build_object('state', ro.state, 'version', p_version,
+                                    'attempt', ro.attempt, 'last_failure', ro.last_failure));
+    IF m.included IS FALSE THEN
+        b := b || jsonb_build_object('accepted', false);
+        IF ro.params_sha256 IS NOT NULL THEN
+            b := b || jsonb_build_object('params_sha256', ro.params_sha256);
+        END IF;
+    ELSIF m.outcome = 'ok' AND ro.params_sha256 IS NOT NULL THEN
+        b := b || jsonb_build_object('params_sha256', ro.params_sha256,
+                                     'accepted', m.params_sha256 = ro.params_sha256);
+    END IF;
+    IF ro.checkpoint_sha256 IS NOT NULL AND b->'accepted' = 'false'::jsonb THEN
+        b := b || jsonb_build_object('reload', jsonb_build_object(
+            'version', p_version + 1, 'checkpoint_sha256', ro.checkpoint_sha256,
+            'url', '/files/' || ro.checkpoint_sha256));
+    ELSIF ro.checkpoint_sha256 IS NOT NULL AND b->'accepted' = 'true'::jsonb THEN
+        b := b || jsonb_build_object('checkpoint_sha256', ro.checkpoint_sha256);
+    END IF;
+    RETURN b::text;
+END
+$$;
+
+-- A peer's outcome of averaging.  The round commits in round_try_commit,
+-- once the server's own v+1 exists and every included peer said ok; peers
+-- whose hash differs are not accepted, and do not fail the round.  A peer
+-- that its group's kept sum does not include is ignored (its outcome is
+-- stored and answered, never fails or holds up the round, in 'averaging' or
+-- 'committed'); a 'failed' from any other peer fails the round
+-- (round_fail).  The same outcome again answers the same; a different one
+-- is 409.
+CREATE OR REPLACE FUNCTION round_outcome(p_token_hash bytea, p_project text, p_version integer,
+                              p_host bigint, p_status text, p_included jsonb, p_sha256 text)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    c       record;
+    m       record;
+BEGIN
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    SELECT * INTO m FROM round_member rm
+     WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.host_id = p_host;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 409, api_error('conflict',
+            format('host %s is not in the plan of round %s', p_host, p_version),
+            'Drop the gradients of this version, load the latest checkpoint and ask for new work.');
+        RETURN;
+    END IF;
+    IF m.outcome IS NOT NULL THEN
+        IF m.outcome = p_status AND m.params_sha256 IS NOT DISTINCT FROM p_sha256
+           AND m.included_hosts = p_included THEN
+            RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
+        ELSE
+            RETURN QUERY SELECT 409, api_error('conflict',
+                format('host %s already reported a different outcome for round %s', p_host, p_version));
+        END IF;
+        RETURN;
+    END IF;
+    IF c.state <> 'averaging' AND NOT (c.state = 'committed' AND m.included IS FALSE) THEN
+        RETURN QUERY SELECT 409, api_error('conflict',
+            format('round %s is %s, not averaging', p_version, c.state));
+        RETURN;
+    END IF;
+    UPDATE round_member SET outcome = p_status, included_hosts = p_included,
+                            params_sha256 = p_sha256, outcome_at = now()
+     WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
+    IF m.included IS FALSE THEN
+        RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
+        RETURN;
+    END IF;
+    IF p_status = 'failed' THEN
+        PERFORM round_fail(c.project_id, p_version, format('host %s failed to average', p_host));
+        RETURN QUERY SELECT 200, jsonb_build_object('version', p_version, 'host_id', p_host,
+            'status', p_status,
+            'round', (SELECT jsonb_build_object('state', r.state, 'version', p_version,
+                                                'attempt', r.attempt, 'last_failure', r.last_failure)
+                        FROM round r WHERE r.project_id = c.project_id AND r.version = p_version))::text;
+        RETURN;
+    END IF;
+    PERFORM round_try_commit(c.project_id, p_version);
+    RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
+END
+$$;
+
+-- The answer to a group sum upload.
+CREATE OR REPLACE FUNCTION round_group_sum_body(p_project bigint, p_version integer, p_group integer)
+RETURNS text LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    ro record;
+    b  jsonb;
+BEGIN
+    SELECT * INTO ro FROM round r WHERE r.project_id = p_project AND r.version = p_version;
+    b := jsonb_build_object('version', p_version, 'group', p_group,
+        'group_sum_sha256', (SELECT s.sum_sha256 FROM round_group_sum s
+                              WHERE s.project_id = p_project AND s.version = p_version
+                                AND s.group_id = p_group),
+        'groups_in', (SELECT count(*) FROM round_group_sum s
+                       WHERE s.project_id = p_project AND s.version = p_version),
+        'n_groups', ro.n_groups,
+        'round', jsonb_build_object('state', ro.state, 'version', p_version,
+                                    'attempt', ro.attempt));
+    IF ro.gradient_sha256 IS NOT NULL THEN
+        b := b || jsonb_build_object('gradient_sha256', ro.gradient_sha256,
+                                     'params_sha256', ro.params_sha256);
+    END IF;
+    RETURN b::text;
+END
+$$;
+
+-- Before a group sum's bytes are read: may host p_host upload the sum of
+-- its group over the hosts p_included (a JSON array of ascending host ids)
+-- with p_samples samples?  status NULL when it may, with the round's
+-- attempt, the host's group and param_count; else the answer: 401/403/404
+-- as round_lookup; 409 when the host is not in the plan, the round is not
+-- averaging (a repeat of the group's kept sum is let through after the
+-- commit, to be answered as before) or the group already kept a sum over
+-- other hosts; 400 when an included host is not a member of the uploader's
+-- group, the uploader is not included, or p_samples is not the sum of their
+-- planned samples.
+CREATE OR REPLACE FUNCTION round_group_sum_begin(p_token_hash bytea, p_project text, p_version integer,
+                                      p_host bigint, p_samples bigint, p_included jsonb,
+                                      OUT status integer, OUT body text, OUT project_id bigint,
+                                      OUT attempt integer, OUT group_id integer,
+                                      OUT param_count bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    c     record;
+    m     record;
+    kept  record;
+    v_n   integer;
+    v_in  integer;
+    v_sum bigint;
+    v_bad bigint;
+BEGIN
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    IF c.status IS NOT NULL THEN
+        status := c.status;
+        body := c.body;
+        RETURN;
+    END IF;
+    project_id := c.project_id;
+    attempt := c.attempt;
+    SELECT * INTO m FROM round_member rm
+     WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.host_id = p_host;
+    IF NOT FOUND THEN
+        status := 409;
+        body := api_error('conflict',
+            format('host %s is not in the plan of round %s', p_host, p_version),
+            'Only a peer of the round''s plan may upload its group''s sum.');
+        RETURN;
+    END IF;
+    group_id := m.group_id;
+    SELECT * INTO kept FROM round_group_sum s
+     WHERE s.project_id = c.project_id AND s.version = p_version AND s.group_id = m.group_id;
+    IF c.state <> 'averaging' AND NOT (c.state = 'committed' AND kept.sum_sha256 IS NOT NULL) THEN
+        status := 409;
+        body := api_error('conflict', format('round %s is %s, not averaging', p_version, c.state));
+        RETURN;
+    END IF;
+    v_n := jsonb_array_length(p_included);
+    SELECT count(*), coalesce(sum(g.samples), 0) INTO v_in, v_sum
+      FROM round_member g
+     WHERE g.project_id = c.project_id AND g.version = p_version AND g.group_id = m.group_id
+       AND g.host_id IN (SELECT (e #>> '{}')::bigint FROM jsonb_array_elements(p_included) e);
+    IF v_in <> v_n THEN
+        SELECT (e #>> '{}')::bigint INTO v_bad FROM jsonb_array_elements(p_included) e
+         WHERE (e #>> '{}')::bigint NOT IN (
+                   SELECT g.host_id FROM round_member g
+                    WHERE g.project_id = c.project_id AND g.version = p_version
+                      AND g.group_id = m.group_id)
+         LIMIT 1;
+        status := 400;
+        body := api_error('invalid',
+            format('host %s is not a member of group %s of round %s', v_bad, m.group_id, p_version),
+            'List only members of your group (the plan''s "members"), in ascending order.');
+        RETURN;
+    END IF;
+    IF NOT p_included @> to_jsonb(p_host) THEN
+        status := 400;
+        body := api_error('invalid', format('host %s uploads a sum that does not include itself', p_host),
+                          'Upload only a sum that holds your own contribution.');
+        RETURN;
+    END IF;
+    IF p_samples <> v_sum THEN
+        status := 400;
+        body := api_error('invalid',
+            format('the sum is over %s samples, the plan gives the included hosts %s', p_samples, v_sum),
+            'Send the sum of the plan''s "samples" of the included hosts.');
+        RETURN;
+    END IF;
+    IF kept.sum_sha256 IS NOT NULL AND kept.included <> p_included THEN
+        status := 409;
+        body := api_error('conflict',
+            format('group %s of round %s already has a sum over other hosts', m.group_id, p_version),
+            'Every member of a group must upload the same sum; this one was not kept.');
+        RETURN;
+    END IF;
+    SELECT r.param_count INTO param_count FROM round r
+     WHERE r.project_id = c.project_id AND r.version = p_version;
+END
+$$;
+
+-- Keep a group's sum (stored in the file store as p_sha) unless attempt
+-- p_attempt is over (409) or the group kept one already (the same bytes and
+-- hosts: 200, others: 409).  Marks the group's members included or not.
+-- Answers (status, body, compute): compute is true when every group of the
+-- plan has a kept sum and the mean is not computed yet; then "sums" lists
+-- them [{"group", "sha256", "samples"}, ...] in ascending group order, with
+-- checkpoint v's name and the project's config, for the caller to compute
+-- the mean and v+1 and record them with round_mean_store.
+CREATE OR REPLACE FUNCTION round_group_sum_store(p_project bigint, p_version integer, p_attempt integer,
+                                      p_group integer, p_host bigint, p_samples bigint,
+                                      p_included jsonb, p_sha text,
+                                      OUT status integer, OUT body text, OUT compute boolean,
+                                      OUT sums text, OUT checkpoint_sha256 text, OUT config text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    ro   record;
+    kept record;
+    v_in bigint;
+BEGIN
+    compute := false;
+    SELECT * INTO ro FROM round r WHERE r.project_id = p_project AND r.version = p_version
+       FOR UPDATE;
+    SELECT * INTO kept FROM round_group_sum s
+     WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = p_group;
+    IF FOUND AND ro.attempt = p_attempt THEN
+        IF kept.sum_sha256 <> p_sha OR kept.included <> p_included THEN
+            status := 409;
+            body := api_error('conflict',
+                format('group %s of round %s already has a different sum (sha256 %s)', p_group,
+                       p_version, kept.sum_sha256),
+                'Every member of a group must hold the same sum after the all-reduce.');
+            RETURN;
+        END IF;
+    ELSIF ro.state <> 'averaging' OR ro.attempt <> p_attempt THEN
+        status := 409;
+        body := api_error('conflict', format('round %s is no longer averaging this attempt', p_version));
+        RETURN;
+    ELSE
+        INSERT INTO round_group_sum (project_id, version, group_id, host_id, samples, included,
+                                     sum_sha256)
+        VALUES (p_project, p_version, p_group, p_host, p_samples, p_included, p_sha);
+        UPDATE round_member rm
+           SET included = p_included @> to_jsonb(rm.host_id)
+         WHERE rm.project_id = p_project AND rm.version = p_version AND rm.group_id = p_group;
+    END IF;
+    status := 200;
+    body := round_group_sum_body(p_project, p_version, p_group);
+    SELECT count(*) INTO v_in FROM round_group_sum s
+     WHERE s.project_id = p_project AND s.version = p_version;
+    IF ro.state = 'averaging' AND ro.gradient_sha256 IS NULL AND v_in = ro.n_groups THEN
+        compute := true;
+        sums := (SELECT jsonb_agg(jsonb_build_object('group', s.group_id, 'sha256', s.sum_sha256,
+                                                     'samples', s.samples) ORDER BY s.group_id)
+                   FROM round_group_sum s
+                  WHERE s.project_id = p_project AND s.version = p_version)::text;
+        SELECT mv.checkpoint_sha256 INTO checkpoint_sha256 FROM model_version mv
+         WHERE mv.project_id = p_project AND mv.version = p_version;
+        SELECT p.config::text INTO config FROM project p WHERE p.id = p_project;
+    END IF;
+END
+$$;
+
+-- Record the round's mean gradient (p_gradient, over p_total samples) and
+-- the server's v+1 (checkpoint p_checkpoint of p_size bytes, parameters
+-- hashing to p_params) unless attempt p_attempt is over or the mean was
+-- recorded already (then nothing changes); drop the work units of the hosts
+-- no group included; commit when every included peer already reported
+-- (round_try_commit).  Returns the group sum answer for group p_group.
+CREATE OR REPLACE FUNCTION round_mean_store(p_project bigint, p_version integer, p_attempt integer,
+                                 p_group integer, p_gradient text, p_total bigint,
+                                 p_checkpoint text, p_size bigint, p_params text)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    ro record;
+BEGIN
+    SELECT * INTO ro FROM round r WHERE r.project_id = p_project AND r.version = p_version
+       FOR UPDATE;
+    IF ro.state = 'averaging' AND ro.attempt = p_attempt AND ro.gradient_sha256 IS NULL THEN
+        INSERT INTO file (sha256, size, kind) VALUES (p_checkpoint, p_size, 'checkpoint')
+        ON CONFLICT DO NOTHING;
+        UPDATE round SET gradient_sha256 = p_gradient, gradient_samples = p_total,
+                         checkpoint_sha256 = p_checkpoint, params_sha256 = p_params
+         WHERE project_id = p_project AND version = p_version;
+        PERFORM round_drop_excluded(p_project, p_version);
+        PERFORM round_try_commit(p_project, p_version);
+    END IF;
+    RETURN round_group_sum_body(p_project, p_version, p_group);
+END
+$$;

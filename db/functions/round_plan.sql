@@ -1,0 +1,149 @@
+-- cotrain functions: a round's plan (doc/api.md, "Rounds"): the
+-- coordinator starts it from the reports (round_plan_begin), computes the
+-- groups and shares in C (server/round_coord.c) and stores them
+-- (round_plan_store); each peer fetches its part (round_plan_get).
+
+-- Start planning a closing round: NULL while some work unit of the version
+-- is not reported (a live unit, or a finished unit without its own report)
+-- and the report deadline (closed_at + p_report_timeout_s) has not passed.
+-- (A host reports its units one request at a time: planning after its first
+-- report would leave its other units out.)  Otherwise drops every unit that
+-- does not count (round_drop_units) and returns {"model": the project's
+-- model, "peers": [{"host_id", "samples", "endpoint", "bandwidth",
+-- "can_aggregate", "rtt"}, ...] ordered by host id} from each host's reports
+-- (samples summed over its counted units; the rest from its latest report).
+-- With no peer left the round fails (and reopens) and "peers" is empty.
+-- After this no report can change the peers: every unit left is reported or
+-- finished.
+CREATE OR REPLACE FUNCTION round_plan_begin(p_project bigint, p_version integer,
+                                 p_report_timeout_s double precision)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    r       record;
+    v_pend  bigint;
+    v_peers jsonb;
+BEGIN
+    SELECT ro.state, ro.closed_at, p.microbatch_size, p.config INTO r
+      FROM round ro JOIN project p ON p.id = ro.project_id
+     WHERE ro.project_id = p_project AND ro.version = p_version
+       FOR UPDATE OF ro;
+    IF NOT FOUND OR r.state <> 'closing' THEN
+        RETURN NULL;
+    END IF;
+    SELECT count(*) INTO v_pend FROM work_unit w
+     WHERE w.project_id = p_project AND w.version = p_version
+       AND (w.state = 'live'
+            OR (w.state = 'done' AND NOT EXISTS (
+                    SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)));
+    IF v_pend > 0 AND r.closed_at + make_interval(secs => p_report_timeout_s) > now() THEN
+        RETURN NULL;
+    END IF;
+    PERFORM round_drop_units(p_project, p_version, true);
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'host_id', h.host_id, 'samples', h.samples, 'endpoint', l.endpoint,
+               'bandwidth', l.bandwidth, 'can_aggregate', l.can_aggregate, 'rtt', l.rtt)
+               ORDER BY h.host_id), '[]'::jsonb)
+      INTO v_peers
+      FROM (SELECT w.host_id, sum(w.mb_done) * r.microbatch_size AS samples
+              FROM work_unit w
+             WHERE w.project_id = p_project AND w.version = p_version AND w.mb_done > 0
+               AND w.host_id IN (SELECT host_id FROM round_report
+                                  WHERE project_id = p_project AND version = p_version)
+             GROUP BY w.host_id) h
+      CROSS JOIN LATERAL (
+            SELECT rr.endpoint, rr.bandwidth, rr.can_aggregate, rr.rtt FROM round_report rr
+             WHERE rr.project_id = p_project AND rr.version = p_version AND rr.host_id = h.host_id
+             ORDER BY rr.reported_at DESC, rr.work_unit_id DESC LIMIT 1) l;
+    IF v_peers = '[]'::jsonb THEN
+        PERFORM round_fail(p_project, p_version, 'no host reported gradients');
+    END IF;
+    RETURN jsonb_build_object('model', r.config->'model', 'peers', v_peers);
+END
+$$;
+
+-- Store the plan computed from round_plan_begin's peers: p_members is
+-- [{"host_id", "group", "samples", "endpoint", "bandwidth", "can_aggregate",
+-- "lo", "hi"}, ...].  The round goes to 'averaging' with outcomes due
+-- p_average_timeout_s from now.  False when the round is no longer closing.
+CREATE OR REPLACE FUNCTION round_plan_store(p_project bigint, p_version integer, p_param_count bigint,
+                                 p_members jsonb, p_average_timeout_s double precision)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM round WHERE project_id = p_project AND version = p_version
+                           AND state = 'closing' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO round_member (project_id, version, host_id, group_id, samples, endpoint,
+                              bandwidth, can_aggregate, lo, hi)
+    SELECT p_project, p_version, (m->>'host_id')::bigint, (m->>'group')::integer,
+           (m->>'samples')::bigint, m->>'endpoint', (m->>'bandwidth')::double precision,
+           (m->>'can_aggregate')::boolean, (m->>'lo')::bigint, (m->>'hi')::bigint
+      FROM jsonb_array_elements(p_members) m;
+    UPDATE round SET state = 'averaging', planned_at = now(),
+                     plan_deadline = now() + make_interval(secs => p_average_timeout_s),
+                     param_count = p_param_count,
+                     samples = (SELECT sum(samples) FROM round_member
+                                 WHERE project_id = p_project AND version = p_version),
+                     n_groups = (SELECT count(DISTINCT group_id) FROM round_member
+                                  WHERE project_id = p_project AND version = p_version)
+     WHERE project_id = p_project AND version = p_version;
+    RETURN true;
+END
+$$;
+
+-- The plan of round p_version for host p_host: 200 with its group, or 204
+-- (body: {"state", "attempt"}) while there is none yet, 409 when the host is
+-- not in it (it reported nothing, or too late).  Once the mean gradient
+-- exists the plan also carries "gradient" {"sha256", "url", "samples"} and
+-- the server's "params_sha256".
+CREATE OR REPLACE FUNCTION round_plan_get(p_token_hash bytea, p_project text, p_version integer,
+                                          p_host bigint)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    c  record;
+    ro record;
+    m  record;
+    b  jsonb;
+BEGIN
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    IF c.state IN ('open', 'closing') THEN
+        RETURN QUERY SELECT 204, jsonb_build_object('state', c.state, 'attempt', c.attempt)::text;
+        RETURN;
+    END IF;
+    SELECT * INTO m FROM round_member rm
+     WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.host_id = p_host;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 409, api_error('conflict',
+            format('host %s is not in the plan of round %s', p_host, p_version),
+            'Drop the gradients of this version, load the latest checkpoint and ask for new work.');
+        RETURN;
+    END IF;
+    SELECT * INTO ro FROM round r WHERE r.project_id = c.project_id AND r.version = p_version;
+    b := jsonb_build_object(
+        'project', p_project, 'version', p_version, 'attempt', ro.attempt, 'state', ro.state,
+        'host_id', p_host, 'group', m.group_id, 'n_groups', ro.n_groups,
+        'round_samples', ro.samples, 'param_count', ro.param_count,
+        'deadline', ro.plan_deadline,
+        'compression', coalesce(c.config->'compression', '"none"'::jsonb),
+        'members', (SELECT jsonb_agg(jsonb_build_object(
+                        'host_id', g.host_id, 'endpoint', g.endpoint, 'samples', g.samples,
+                        'can_aggregate', g.can_aggregate, 'lo', g.lo, 'hi', g.hi)
+                        ORDER BY g.host_id)
+                      FROM round_member g
+                     WHERE g.project_id = c.project_id AND g.version = p_version
+                       AND g.group_id = m.group_id));
+    IF ro.gradient_sha256 IS NOT NULL THEN
+        b := b || jsonb_build_object(
+            'gradient', jsonb_build_object('sha256', ro.gradient_sha256,
+                                           'url', '/files/' || ro.gradient_sha256,
+                                           'samples', ro.gradient_samples),
+            'params_sha256', ro.params_sha256);
+    END IF;
+    RETURN QUERY SELECT 200, b::text;
+END
+$$;

@@ -1,0 +1,460 @@
+-- cotrain functions: the scheduler (doc/api.md, "Work").  The server's hot
+-- paths (work assignment, heartbeat, hand-back, finish, reaping) are
+-- PL/pgSQL functions so each is ONE round trip; every one authenticates the
+-- host by the sha256 of its token (host_auth), validates before it writes,
+-- and answers (status, body).  A refused call changes nothing.
+--
+-- Invariant (see doc/api.md): every stream microbatch below project.frontier
+-- is in exactly one of: a mb_pool row, a live work unit's [lo, hi), or the
+-- finished part [lo, lo + mb_done) of a done, returned or expired work unit.
+--
+-- Microbatches done per model version are kept in version_progress by the
+-- triggers work_unit_progress_* (db/migrations/0002_scheduler.sql), so the
+-- accumulated samples of a round are a read of a few rows.
+
+-- Helpers called on hot paths are PL/pgSQL, not LANGUAGE sql: a SQL function
+-- that cannot be inlined is planned again on every call, while PL/pgSQL keeps
+-- its plans for the session.
+CREATE OR REPLACE FUNCTION sched_progress_add(p_project bigint, p_version integer, p_slot bigint, p_delta bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO version_progress AS vp (project_id, version, slot, mb_done)
+    VALUES (p_project, p_version, (p_slot % 16)::smallint, p_delta)
+    ON CONFLICT (project_id, version, slot) DO UPDATE SET mb_done = vp.mb_done + EXCLUDED.mb_done;
+END
+$$;
+
+-- Triggers work_unit_progress_ins, _upd and _del: keep version_progress
+-- equal to sum(mb_done) of each version's work units.
+CREATE OR REPLACE FUNCTION sched_progress_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.project_id = OLD.project_id AND NEW.version = OLD.version THEN
+        PERFORM sched_progress_add(NEW.project_id, NEW.version, NEW.id, NEW.mb_done - OLD.mb_done);
+        RETURN NULL;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.mb_done <> 0 THEN
+        -- A plain UPDATE: when a project is deleted its counters may be gone
+        -- already, and must not be re-created.
+        UPDATE version_progress SET mb_done = mb_done - OLD.mb_done
+         WHERE project_id = OLD.project_id AND version = OLD.version
+           AND slot = (OLD.id % 16)::smallint;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.mb_done <> 0 THEN
+        PERFORM sched_progress_add(NEW.project_id, NEW.version, NEW.id, NEW.mb_done);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Samples accumulated for one model version: sum(mb_done) * microbatch_size
+-- over the version's work units, whatever their state.
+CREATE OR REPLACE FUNCTION sched_accumulated(p_project bigint, p_version integer, p_microbatch_size integer)
+RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT coalesce(sum(mb_done), 0)::bigint * p_microbatch_size
+              FROM version_progress WHERE project_id = p_project AND version = p_version);
+END
+$$;
+
+-- The shards of a dataset that hold any token of [p_a, p_b), as a JSON array
+-- (possibly empty), in index order.  Uses shard_tokens_idx for both bounds.
+CREATE OR REPLACE FUNCTION sched_shards(p_dataset bigint, p_a bigint, p_b bigint) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_a >= p_b THEN
+        RETURN '[]'::jsonb;
+    END IF;
+    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'kind', 'shard', 'idx', s.idx, 'first_token', s.first_token,
+                       'n_tokens', s.n_tokens, 'url', '/files/' || s.sha256,
+                       'sha256', s.sha256, 'size', f.size) ORDER BY s.first_token), '[]'::jsonb)
+              FROM shard s JOIN file f ON f.sha256 = s.sha256
+             WHERE s.dataset_id = p_dataset
+               AND s.first_token < p_b
+               AND s.first_token >= coalesce((SELECT max(first_token) FROM shard
+                                               WHERE dataset_id = p_dataset AND first_token <= p_a), 0));
+END
+$$;
+
+-- The files a work unit needs: the checkpoint of its version (when the
+-- version has one) and the dataset shards that cover the tokens of its
+-- microbatches.  Stream microbatch g is microbatch m = g % mb_per_epoch of
+-- its epoch, and microbatch m of an epoch is made of the samples whose tokens
+-- lie in [m*T, (m+1)*T + 1) with T = microbatch_size * seq_len (one extra
+-- token: the last target).  A range that wraps an epoch needs two spans; one
+-- of a whole epoch or more needs every shard.
+CREATE OR REPLACE FUNCTION sched_files(p_project bigint, p_version integer, p_dataset bigint,
+                            p_n_tokens bigint, p_tokens_per_mb bigint, p_mb_per_epoch bigint,
+                            p_lo bigint, p_hi bigint)
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_ckpt  jsonb;
+    v_elo   bigint;
+    v_ehi   bigint;
+    v_files jsonb;
+BEGIN
+    SELECT jsonb_build_object('kind', 'checkpoint', 'version', p_version,
+                              'url', '/files/' || f.sha256, 'sha256', f.sha256, 'size', f.size)
+      INTO v_ckpt
+      FROM model_version mv JOIN file f ON f.sha256 = mv.checkpoint_sha256
+     WHERE mv.project_id = p_project AND mv.version = p_version;
+    v_files := CASE WHEN v_ckpt IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(v_ckpt) END;
+    IF p_hi - p_lo >= p_mb_per_epoch THEN
+        RETURN v_files || sched_shards(p_dataset, 0, p_n_tokens);
+    END IF;
+    v_elo := p_lo % p_mb_per_epoch;
+    v_ehi := v_elo + (p_hi - p_lo);
+    IF v_ehi <= p_mb_per_epoch THEN
+        RETURN v_files || sched_shards(p_dataset, v_elo * p_tokens_per_mb,
+                                       least(v_ehi * p_tokens_per_mb + 1, p_n_tokens));
+    END IF;
+    RETURN v_files
+        || sched_shards(p_dataset, 0, least((v_ehi - p_mb_per_epoch) * p_tokens_per_mb + 1, p_n_tokens))
+        || sched_shards(p_dataset, v_elo * p_tokens_per_mb,
+                        least(p_mb_per_epoch * p_tokens_per_mb + 1, p_n_tokens));
+END
+$$;
+
+-- Hand host p_host_id (authenticated by p_token_hash) a work unit of project
+-- p_project.  Its size n = clamp(round(flops * wu_seconds /
+-- (flops_per_sample * microbatch_size)), 1, p_wu_max) microbatches, taken
+-- from the lowest free pool range that no other transaction holds (SKIP
+-- LOCKED), or, when none is free, carved off the frontier as a chunk of
+-- max(p_chunk, n), cut at the end of the epoch, whose rest goes to the pool (so the project row is locked
+-- once per chunk, not once per work unit).  A range larger than n gives its
+-- top n microbatches: only mb_pool.hi changes, which no index covers, so the
+-- update is HOT and the (project_id, lo) index never fills with dead entries
+-- at the very place every assignment starts its scan.  Deadline: now + 2 * wu_seconds;
+-- heartbeats push it to at least now + wu_seconds.
+--
+-- Work for a round that is not open is refused: 409 with the round's state
+-- and a retry_after in seconds.  Peers stay out of the next version until it
+-- exists (its parameters are the outcome of this round).
+CREATE OR REPLACE FUNCTION sched_assign(p_token_hash bytea, p_host_id bigint, p_project text,
+                                        p_wu_max bigint, p_chunk bigint)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    v_host     record;
+    v_proj     record;
+    v_free     record;
+    v_n        bigint;
+    v_lo       bigint;
+    v_hi       bigint;
+    v_wu       bigint;
+    v_deadline timestamptz;
+BEGIN
+    SELECT h.id, h.flops, h.last_seen INTO v_host FROM host h WHERE h.id = host_auth(p_token_hash);
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 401, api_error('unauthorized', 'host token is not valid',
+                                           'Register the host again to get a new token.');
+        RETURN;
+    END IF;
+    IF v_host.id <> p_host_id THEN
+        RETURN QUERY SELECT 403, api_error('forbidden',
+            format('this token belongs to host %s, not to host %s', v_host.id, p_host_id));
+        RETURN;
+    END IF;
+
+    SELECT p.id, p.active, p.current_version, p.wu_seconds, p.flops_per_sample,
+           p.microbatch_size, p.seq_len, p.mb_per_epoch, p.seed, p.target_batch,
+           p.dataset_id, d.n_tokens, d.name AS dataset, r.state AS round_state,
+           r.attempt AS round_attempt
+      INTO v_proj
+      FROM project p JOIN dataset d ON d.id = p.dataset_id
+      LEFT JOIN round r ON r.project_id = p.id AND r.version = p.current_version
+     WHERE p.name = p_project;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 404, api_error('not_found', format('project "%s" does not exist', p_project));
+        RETURN;
+    END IF;
+    IF NOT v_proj.active THEN
+        RETURN QUERY SELECT 409, api_error('conflict', format('project "%s" is not active', p_project),
+                                           'Ask for work again later.');
+        RETURN;
+    END IF;
+    IF v_proj.round_state <> 'open' THEN
+        RETURN QUERY SELECT 409, jsonb_build_object(
+            'error', jsonb_build_object(
+                'code', 'conflict',
+                'message', format('round %s of project "%s" is %s', v_proj.current_version,
+                                  p_project, v_proj.round_state),
+                'hint', 'Report the work units of this version, then ask for work again once the next version is out.'),
+            'round', jsonb_build_object('state', v_proj.round_state, 'version', v_proj.current_version,
+                                        'attempt', v_proj.round_attempt),
+            'retry_after', 10)::text;
+        RETURN;
+    END IF;
+
+    v_n := least(greatest(round(v_host.flops * v_proj.wu_seconds
+                                / (v_proj.flops_per_sample * v_proj.microbatch_size)), 1),
+                 p_wu_max)::bigint;
+
+    SELECT id, lo, hi INTO v_free
+      FROM mb_pool WHERE project_id = v_proj.id
+     ORDER BY lo LIMIT 1 FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        v_hi := v_free.hi;
+        IF v_free.hi - v_free.lo <= v_n THEN
+            v_lo := v_free.lo;
+            DELETE FROM mb_pool WHERE id = v_free.id;
+        ELSE
+            v_lo := v_free.hi - v_n;
+            UPDATE mb_pool SET hi = v_lo WHERE id = v_free.id;
+        END IF;
+    ELSE
+        -- A chunk never crosses the end of an epoch, so the stream is used
+        -- epoch by epoch: no microbatch of epoch e+1 before all of epoch e
+        -- has been handed out.
+        SELECT frontier INTO v_lo FROM project WHERE id = v_proj.id FOR UPDATE;
+        v_hi := least(v_lo + greatest(p_chunk, v_n),
+                      (v_lo / v_proj.mb_per_epoch + 1) * v_proj.mb_per_epoch);
+        UPDATE project SET frontier = v_hi WHERE id = v_proj.id;
+        IF v_hi - v_lo > v_n THEN
+            INSERT INTO mb_pool (project_id, lo, hi) VALUES (v_proj.id, v_lo + v_n, v_hi);
+            v_hi := v_lo + v_n;
+        END IF;
+    END IF;
+
+    v_deadline := now() + make_interval(secs => 2 * v_proj.wu_seconds);
+    INSERT INTO work_unit (project_id, host_id, version, lo, hi, deadline)
+    VALUES (v_proj.id, v_host.id, v_proj.current_version, v_lo, v_hi, v_deadline)
+    RETURNING id INTO v_wu;
+    IF v_host.last_seen < now() - interval '1 minute' THEN
+        UPDATE host SET last_seen = now() WHERE id = v_host.id;
+    END IF;
+
+    RETURN QUERY SELECT 200, jsonb_build_object(
+        'work_unit_id', v_wu,
+        'project', p_project,
+        'version', v_proj.current_version,
+        'lo', v_lo,
+        'hi', v_hi,
+        'microbatch_size', v_proj.microbatch_size,
+        'seq_len', v_proj.seq_len,
+        'mb_per_epoch', v_proj.mb_per_epoch,
+        'seed', v_proj.seed,
+        'dataset', v_proj.dataset,
+        'deadline', v_deadline,
+        'heartbeat_interval', greatest(1, v_proj.wu_seconds / 4),
+        'target_batch', v_proj.target_batch,
+        'files', sched_files(v_proj.id, v_proj.current_version, v_proj.dataset_id, v_proj.n_tokens,
+                             v_proj.microbatch_size::bigint * v_proj.seq_len, v_proj.mb_per_epoch,
+                             v_lo, v_hi))::text;
+END
+$$;
+
+-- The checks shared by heartbeat, hand-back and finish: the token is valid,
+-- the work unit exists, is the host's and is live, and p_mb_done (when not
+-- NULL) is within it and not below what was reported.  Locks the work unit
+-- row.  Returns NULL when all pass, else (status, body) to answer with; w
+-- receives the work unit and its project's settings.
+CREATE OR REPLACE FUNCTION sched_check(p_token_hash bytea, p_wu bigint, p_mb_done bigint,
+                            OUT status integer, OUT body text,
+                            OUT w_project bigint, OUT w_version integer, OUT w_lo bigint,
+                            OUT w_hi bigint, OUT w_mb_done bigint, OUT w_deadline timestamptz,
+                            OUT pr_wu_seconds integer, OUT pr_microbatch_size integer,
+                            OUT pr_target_batch integer, OUT pr_current_version integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_host  bigint;
+    w       record;
+BEGIN
+    v_host := host_auth(p_token_hash);
+    IF v_host IS NULL THEN
+        status := 401;
+        body := api_error('unauthorized', 'host token is not valid',
+                          'Register the host again to get a new token.');
+        RETURN;
+    END IF;
+    SELECT wu.host_id, wu.project_id, wu.version, wu.lo, wu.hi, wu.mb_done, wu.state, wu.deadline,
+           p.wu_seconds, p.microbatch_size, p.target_batch, p.current_version
+      INTO w
+      FROM work_unit wu JOIN project p ON p.id = wu.project_id
+     WHERE wu.id = p_wu
+       FOR UPDATE OF wu;
+    IF NOT FOUND THEN
+        status := 404;
+        body := api_error('not_found', format('work unit %s does not exist', p_wu));
+        RETURN;
+    END IF;
+    IF w.host_id <> v_host THEN
+        status := 403;
+        body := api_error('forbidden', format('work unit %s belongs to another host', p_wu));
+        RETURN;
+    END IF;
+    IF w.state <> 'live' THEN
+        status := 409;
+        body := api_error('conflict',
+            format('work unit %s is %s', p_wu,
+                   CASE w.state WHEN 'returned' THEN 'already handed back'
+                                WHEN 'done' THEN 'already finished'
+                                ELSE 'expired' END),
+            'Drop it and ask for new work.');
+        RETURN;
+    END IF;
+    IF p_mb_done IS NOT NULL AND p_mb_done > w.hi - w.lo THEN
+        status := 400;
+        body := api_error('invalid',
+            format('mb_done %s is more than the %s microbatches of work unit %s',
+                   p_mb_done, w.hi - w.lo, p_wu));
+        RETURN;
+    END IF;
+    IF p_mb_done IS NOT NULL AND p_mb_done < w.mb_done THEN
+        status := 400;
+        body := api_error('invalid',
+            format('mb_done cannot decrease: work unit %s already reported %s', p_wu, w.mb_done));
+        RETURN;
+    END IF;
+    w_project := w.project_id; w_version := w.version; w_lo := w.lo; w_hi := w.hi;
+    w_mb_done := w.mb_done; w_deadline := w.deadline;
+    pr_wu_seconds := w.wu_seconds; pr_microbatch_size := w.microbatch_size;
+    pr_target_batch := w.target_batch; pr_current_version := w.current_version;
+END
+$$;
+
+-- Heartbeat, hand-back and finish answer (status, body); each 200 answer
+-- goes through round_annotate, which closes the unit's round once its
+-- samples reach the target and adds "round" when that round is not open.
+
+-- A heartbeat: microbatches done so far (from lo, in order) and the host's
+-- speed.  Extends the deadline to at least now + wu_seconds.
+CREATE OR REPLACE FUNCTION sched_heartbeat(p_token_hash bytea, p_wu bigint, p_mb_done bigint, p_sps real)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    c          record;
+    v_deadline timestamptz;
+BEGIN
+    SELECT * INTO c FROM sched_check(p_token_hash, p_wu, p_mb_done);
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    v_deadline := greatest(c.w_deadline, now() + make_interval(secs => c.pr_wu_seconds));
+    UPDATE work_unit SET mb_done = p_mb_done, samples_per_sec = p_sps,
+                         last_heartbeat = now(), deadline = v_deadline
+     WHERE id = p_wu;
+    RETURN QUERY SELECT * FROM round_annotate(p_wu, 200, json_build_object(
+        'work_unit_id', p_wu, 'state', 'live', 'mb_done', p_mb_done,
+        'deadline', v_deadline, 'version', c.w_version,
+        'current_version', c.pr_current_version,
+        'accumulated_samples', sched_accumulated(c.w_project, c.w_version, c.pr_microbatch_size),
+        'target_batch', c.pr_target_batch)::text);
+END
+$$;
+
+-- Hand back the unprocessed rest [lo + mb_done, hi) to the pool; the work
+-- unit becomes 'returned'.  A repeat of the same hand-back (same host, same
+-- mb_done: a client that died before it recorded our answer sends it again)
+-- is answered 200 with the same body and changes nothing; any other report
+-- on a work unit that is no longer live is 409.
+CREATE OR REPLACE FUNCTION sched_handback(p_token_hash bytea, p_wu bigint, p_mb_done bigint)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+    r record;
+BEGIN
+    SELECT * INTO c FROM sched_check(p_token_hash, p_wu, p_mb_done);
+    IF c.status = 409 THEN
+        -- sched_check has checked the token and that the work unit is this
+        -- host's before it answers 409.
+        SELECT wu.project_id, wu.version, wu.lo, wu.hi, wu.mb_done,
+               p.microbatch_size, p.target_batch, p.current_version
+          INTO r
+          FROM work_unit wu JOIN project p ON p.id = wu.project_id
+         WHERE wu.id = p_wu AND wu.state = 'returned' AND wu.mb_done = p_mb_done;
+        IF FOUND THEN
+            RETURN QUERY SELECT * FROM round_annotate(p_wu, 200, json_build_object(
+                'work_unit_id', p_wu, 'state', 'returned', 'mb_done', r.mb_done,
+                'returned_lo', r.lo + r.mb_done, 'returned_hi', r.hi,
+                'version', r.version, 'current_version', r.current_version,
+                'accumulated_samples', sched_accumulated(r.project_id, r.version, r.microbatch_size),
+                'target_batch', r.target_batch)::text);
+            RETURN;
+        END IF;
+    END IF;
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    UPDATE work_unit SET mb_done = p_mb_done, state = 'returned',
+                         last_heartbeat = now(), finished_at = now()
+     WHERE id = p_wu;
+    IF c.w_lo + p_mb_done < c.w_hi THEN
+        INSERT INTO mb_pool (project_id, lo, hi) VALUES (c.w_project, c.w_lo + p_mb_done, c.w_hi);
+    END IF;
+    RETURN QUERY SELECT * FROM round_annotate(p_wu, 200, json_build_object(
+        'work_unit_id', p_wu, 'state', 'returned', 'mb_done', p_mb_done,
+        'returned_lo', c.w_lo + p_mb_done, 'returned_hi', c.w_hi,
+        'version', c.w_version, 'current_version', c.pr_current_version,
+        'accumulated_samples', sched_accumulated(c.w_project, c.w_version, c.pr_microbatch_size),
+        'target_batch', c.pr_target_batch)::text);
+END
+$$;
+
+-- The whole range is done; the work unit becomes 'done'.  A repeated finish
+-- from the same host is answered 200 with the same body and changes
+-- nothing; a finish of a work unit handed back or expired is 409.
+CREATE OR REPLACE FUNCTION sched_finish(p_token_hash bytea, p_wu bigint)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+    r record;
+BEGIN
+    SELECT * INTO c FROM sched_check(p_token_hash, p_wu, NULL);
+    IF c.status = 409 THEN
+        -- sched_check has checked the token and that the work unit is this
+        -- host's before it answers 409.
+        SELECT wu.project_id, wu.version, wu.lo, wu.hi,
+               p.microbatch_size, p.target_batch, p.current_version
+          INTO r
+          FROM work_unit wu JOIN project p ON p.id = wu.project_id
+         WHERE wu.id = p_wu AND wu.state = 'done';
+        IF FOUND THEN
+            RETURN QUERY SELECT * FROM round_annotate(p_wu, 200, json_build_object(
+                'work_unit_id', p_wu, 'state', 'done', 'mb_done', r.hi - r.lo,
+                'version', r.version, 'current_version', r.current_version,
+                'accumulated_samples', sched_accumulated(r.project_id, r.version, r.microbatch_size),
+                'target_batch', r.target_batch)::text);
+            RETURN;
+        END IF;
+    END IF;
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    UPDATE work_unit SET mb_done = hi - lo, state = 'done',
+                         last_heartbeat = now(), finished_at = now()
+     WHERE id = p_wu;
+    RETURN QUERY SELECT * FROM round_annotate(p_wu, 200, json_build_object(
+        'work_unit_id', p_wu, 'state', 'done', 'mb_done', c.w_hi - c.w_lo,
+        'version', c.w_version, 'current_version', c.pr_current_version,
+        'accumulated_samples', sched_accumulated(c.w_project, c.w_version, c.pr_microbatch_size),
+        'target_batch', c.pr_target_batch)::text);
+END
+$$;
+
+-- Expire up to p_limit live work units whose deadline has passed, oldest
+-- first, skipping any that a heartbeat holds right now, and return their
+-- unprocessed rest to the pool.  Returns how many expired; the reaper calls
+-- again while that equals p_limit.
+CREATE OR REPLACE FUNCTION sched_reap(p_limit integer) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    WITH due AS (
+        SELECT id FROM work_unit
+         WHERE state = 'live' AND deadline < now()
+         ORDER BY deadline LIMIT p_limit
+           FOR UPDATE SKIP LOCKED
+    ), expired AS (
+        UPDATE work_unit w SET state = 'expired', finished_at = now()
+          FROM due WHERE w.id = due.id
+        RETURNING w.project_id, w.lo + w.mb_done AS lo, w.hi
+    ), pooled AS (
+        INSERT INTO mb_pool (project_id, lo, hi)
+        SELECT project_id, lo, hi FROM expired WHERE lo < hi
+    )
+    SELECT count(*) INTO n FROM expired;
+    RETURN n;
+END
+$$;
