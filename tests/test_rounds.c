@@ -4,6 +4,7 @@
  * stays exactly tiled), a host that never reports dropped at the report
  * deadline, the plan (groups, shares), the outcomes (committing needs the
  * server's own step: tests/test_round_step.c), the straggler rule, and hostile requests that change nothing. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,9 +156,17 @@ static void group_sum_refusals(const long long group_of[3])
 	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld", u->id, su, u->id);
 	sum_refused(u, q, g, TH_PARAMS - 1, 400, "invalid", "a short sum (refused by Content-Length)");
 	sum_refused(u, q, g, TH_PARAMS + 1, 413, "too_large", "a long sum (refused by Content-Length)");
-	g[7] = 1.0f / 0.0f;
-	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "a sum that is not finite");
-	g[7] = 0;
+	/* Each way a float is not finite, at the start, inside and at the end. */
+	static const struct { float v; int at; const char *what; } nonfinite[] = {
+		{ INFINITY, 7, "a sum holding +Inf" }, { -INFINITY, 0, "a sum holding -Inf" },
+		{ NAN, TH_PARAMS - 1, "a sum holding NaN (last value)" }, { -NAN, 3, "a sum holding -NaN" },
+	};
+	for (size_t i = 0; i < sizeof nonfinite / sizeof nonfinite[0]; i++) {
+		float keep = g[nonfinite[i].at];
+		g[nonfinite[i].at] = nonfinite[i].v;
+		sum_refused(u, q, g, TH_PARAMS, 400, "invalid", nonfinite[i].what);
+		g[nonfinite[i].at] = keep;
+	}
 	char path[800];
 	snprintf(path, sizeof path, "/v1/projects/r1/rounds/9/group_sum?%s", q);
 	th_raw_refused(path, u->token, g, TH_PARAMS * sizeof *g, 404, "not_found", "an unknown round");
@@ -410,6 +419,31 @@ static void test_round(long long pid)
 	th_coverage_exact(pid, "after the outcomes");
 }
 
+/* The failure paths keep the stream tiled exactly: a round that fails
+ * gives its whole range back (finished parts included, their samples
+ * forgotten), the reopened round hands it out again, and a unit that
+ * expires gives back its unfinished rest. */
+static void test_failure_coverage(long long pid)
+{
+	th_sql("SELECT round_fail(%lld, 0, 'test: failed on purpose')", pid);
+	is_int(th_sql_int("SELECT attempt FROM round WHERE project_id = %lld AND version = 0", pid), 2,
+	       "a failed round reopens as its next attempt");
+	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE project_id = %lld AND version = 0"
+	                  " AND (mb_done > 0 OR state = 'live')", pid),
+	       0, "its work units hold no samples and none is live");
+	ok(th_sql_int("SELECT count(*) FROM mb_pool WHERE project_id = %lld", pid) >= 1,
+	   "its ranges are back in the pool");
+	th_coverage_exact(pid, "after a failed round");
+	th_ask_work(&E, "r1", 0);
+	ok(E.lo == 0, "the reopened round hands out the stream from its start again ([%lld, %lld))", E.lo, E.hi);
+	th_resp r = th_heartbeat(&E, 3, 1.0);
+	th_resp_free(&r);
+	th_coverage_exact(pid, "after a unit of the reopened round");
+	th_sql("UPDATE work_unit SET deadline = now() - interval '1 second' WHERE id = %lld", E.wu);
+	is_int(th_sql_int("SELECT sched_reap(1000)"), 1, "the reaper expires the unit past its deadline");
+	th_coverage_exact(pid, "after an expired unit");
+}
+
 static void test_stragglers(void)
 {
 	long long pid = th_seed_project("r2", 600, 1e6, 4, 16, 4, 100000);
@@ -455,6 +489,7 @@ int main(void)
 
 	test_certificates();
 	test_round(pid);
+	test_failure_coverage(pid);
 	test_stragglers();
 
 	/* A long poll held when the server stops: answered at once, and the
