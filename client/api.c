@@ -9,8 +9,8 @@
 
 #include <curl/curl.h>
 
-#include "shared/hash.h"
-#include "shared/json.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
 
 typedef struct {
 	char *buf;

@@ -6,7 +6,7 @@
  *      gradient sums (the live one is returned to the pool past mb_done);
  *   2. wait for the plan (long poll), giving up when the round fails and
  *      opens again, or the server says we are not in it;
- *   3. all-reduce the gradient SUM within the group (shared/allreduce.h);
+ *   3. all-reduce the gradient SUM within the group (shared/averaging/allreduce.h);
  *   4. upload the group's sum; the mean is sum / total with one group, or
  *      the server's mean over every group's sum, downloaded;
  *   5. one optimizer step with the project's settings, the sha256 of the
@@ -28,12 +28,12 @@
 #include "kernels/backend.h"
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
-#include "shared/allreduce.h"
-#include "shared/deadline.h"
-#include "shared/hash.h"
-#include "shared/json.h"
-#include "shared/log.h"
-#include "shared/nat.h"
+#include "shared/averaging/allreduce.h"
+#include "shared/common/deadline.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
+#include "shared/common/log.h"
+#include "shared/nat/nat.h"
 
 #define PLAN_WAIT_S 30
 #define PLAN_GIVE_UP_S 1800        /* a round that plans nothing for this long is dead to us */

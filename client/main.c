@@ -29,7 +29,7 @@
 #include "client/logring.h"
 #include "client/priority.h"
 #include "kernels/backend.h"
-#include "shared/log.h"
+#include "shared/common/log.h"
 
 static void usage(FILE *f)
 {

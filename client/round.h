@@ -2,7 +2,7 @@
  * (DESIGN.md, "The training round"; doc/api.md, "Rounds").
  *
  * The daemon (daemon_round.c) reports its work units, fetches its averaging
- * plan, runs the all-reduce within its group (shared/allreduce.h), turns the
+ * plan, runs the all-reduce within its group (shared/averaging/allreduce.h), turns the
  * round's gradient sum into the mean every peer feeds its optimizer, takes
  * the step and reports the hash of its new parameters.  Here: the plan,
  * checked as hostile input, and the arithmetic that must be bit-identical
@@ -15,8 +15,8 @@
 
 #include <jansson.h>
 
-#include "shared/dialer.h"
-#include "shared/error.h"
+#include "shared/peer/dialer.h"
+#include "shared/common/error.h"
 
 #define CL_PLAN_MAX_MEMBERS 256
 

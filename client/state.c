@@ -12,8 +12,8 @@
 
 #include <jansson.h>
 
-#include "shared/hash.h"
-#include "shared/json.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
 
 static const char *op_names[] = { "none", "heartbeat", "finish", "handback" };
 

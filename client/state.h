@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #include "client/prefs.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define CL_STATE_FORMAT   "cotrain-client-state"
 #define CL_STATE_VERSION  1

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "kernels/backend.h"
-#include "shared/log.h"
+#include "shared/common/log.h"
 
 static const char usage_text[] =
 	"usage: cotrain-admin [--data-dir DIR] [--db CONNINFO] COMMAND [ARGS...]\n"

@@ -21,10 +21,10 @@
 #include "server/round_coord.h"
 #include "server/relay.h"
 #include "kernels/backend.h"
-#include "shared/pki.h"
-#include "shared/db.h"
-#include "shared/log.h"
-#include "shared/password.h"
+#include "shared/peer/pki.h"
+#include "shared/database/db.h"
+#include "shared/common/log.h"
+#include "shared/database/password.h"
 
 static void usage(FILE *f)
 {

@@ -21,8 +21,8 @@
 #include "server/dbconn.h"
 #include "server/reachability.h"
 #include "server/rendezvous.h"
-#include "shared/deadline.h"
-#include "shared/log.h"
+#include "shared/common/deadline.h"
+#include "shared/common/log.h"
 
 #define LINE_MAX_BYTES 448      /* a MEET line with a 256-byte token fits */
 #define LINE_TIMEOUT_MS 3000

@@ -1,4 +1,4 @@
-/* cotrain tests: the butterfly all-reduce (shared/allreduce.h) between member
+/* cotrain tests: the butterfly all-reduce (shared/averaging/allreduce.h) between member
  * threads over loopback TLS, with certificates from a test CA.
  *
  * Each case starts one thread per member (its own identity, listener and
@@ -7,14 +7,14 @@
  * wire does, add in ascending host id order in double, round once, apply the
  * result compression), and the dropped contributions.  alarm() bounds the
  * whole test. */
-#include "shared/allreduce.h"
-#include "shared/compress.h"
-#include "shared/deadline.h"
-#include "shared/dialer.h"
-#include "shared/hello.h"
-#include "shared/listener.h"
-#include "shared/peer.h"
-#include "shared/pki.h"
+#include "shared/averaging/allreduce.h"
+#include "shared/averaging/compress.h"
+#include "shared/common/deadline.h"
+#include "shared/peer/dialer.h"
+#include "shared/peer/hello.h"
+#include "shared/peer/listener.h"
+#include "shared/peer/peer.h"
+#include "shared/peer/pki.h"
 #include "tests/tap.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
-/* cotrain tests: wire compression of fp32 slices (shared/compress.h). */
-#include "shared/compress.h"
+/* cotrain tests: wire compression of fp32 slices (shared/averaging/compress.h). */
+#include "shared/averaging/compress.h"
 #include "tests/tap.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* cotrain bench: one member of a butterfly all-reduce (shared/allreduce.h),
+/* cotrain bench: one member of a butterfly all-reduce (shared/averaging/allreduce.h),
  * run as its own process, for benchmarks and tests in network namespaces
  * (tests/bench/bench-allreduce.sh, tests/test_allreduce_netns.sh).
  *
@@ -37,13 +37,13 @@
  * The checksum is FNV-1a 64 over the result's bytes: identical bytes at every
  * member give the same checksum.  Wall time is from T to allreduce_run's
  * return, so the slowest member's wall time is the group's. */
-#include "shared/allreduce.h"
-#include "shared/compress.h"
-#include "shared/deadline.h"
-#include "shared/dialer.h"
-#include "shared/listener.h"
-#include "shared/peer.h"
-#include "shared/pki.h"
+#include "shared/averaging/allreduce.h"
+#include "shared/averaging/compress.h"
+#include "shared/common/deadline.h"
+#include "shared/peer/dialer.h"
+#include "shared/peer/listener.h"
+#include "shared/peer/peer.h"
+#include "shared/peer/pki.h"
 #include "server/load_balance.h"
 
 #include <errno.h>

@@ -1,0 +1,109 @@
+/* cotrain: butterfly all-reduce of a gradient within one averaging group.
+ *
+ * Each member holds a gradient SUM over its own samples (fp32, V values) and
+ * aggregates one contiguous range of the vector (server/load_balance.h;
+ * empty for members that cannot accept connections).  Every member sends
+ * each aggregator its slice; each aggregator checks the contributions,
+ * agrees with the others on one included set, sums exactly that set and
+ * returns the same bytes to every member.  doc/averaging.md gives the
+ * messages and the fault rule; in short:
+ *
+ *   - a sender that fails, stalls past the collect deadline, or whose slice
+ *     is refused (NaN/Inf, norm outlier, malformed) by ANY aggregator is
+ *     dropped by ALL of them (the included set is the intersection of every
+ *     aggregator's ACCEPTED report), and its samples are reported dropped;
+ *   - an aggregator that fails aborts the round for the whole group with
+ *     COT_ERR_NETWORK: no member ever ends with part of the vector
+ *     un-averaged.  The server reruns averaging without that peer.
+ *
+ * The output is the group SUM (not the mean) plus the total samples, so that
+ * a later stage across groups can add sums before one division.  The sum is
+ * exact up to one rounding: each aggregator adds the included contributions
+ * (as decoded from the wire) in ascending host id order in double and rounds
+ * to fp32 once, then applies result_comp once; every member decodes the same
+ * bytes. */
+#ifndef COT_ALLREDUCE_H
+#define COT_ALLREDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/averaging/compress.h"
+#include "shared/peer/dialer.h"
+#include "shared/common/error.h"
+#include "shared/peer/listener.h"
+#include "shared/peer/peer.h"
+
+/* Averaging message types (the 0x10..0x1f range of frame.h). */
+#define ALLREDUCE_FRAME_SLICE 0x10     /* FRAME_SLICE: sender -> aggregator */
+#define ALLREDUCE_FRAME_RESULT 0x11    /* FRAME_RESULT: aggregator -> sender */
+#define ALLREDUCE_FRAME_ABORT 0x12     /* FRAME_ABORT: aggregator -> sender */
+#define ALLREDUCE_FRAME_ACCEPTED 0x13  /* aggregator -> sender: whom it accepted */
+
+#define ALLREDUCE_MAX_MEMBERS 256
+#define ALLREDUCE_OUTLIER_DEFAULT 10.0 /* norm per sample above 10x the median */
+
+typedef struct {
+	int64_t host_id;          /* > 0, unique in the group */
+	const char *addr;         /* numeric address of its listener (aggregators) */
+	uint16_t port;
+	uint64_t start, end;      /* the range [start, end) it aggregates; may be empty */
+	uint64_t samples;         /* samples in its gradient sum */
+} allreduce_member;
+
+typedef struct {
+	const allreduce_member *members;  /* n members; ranges tile [0, len) */
+	size_t n;
+	size_t self;                      /* our index in members */
+	int64_t round;                    /* model version being averaged (HELLO round) */
+	const float *grad;                /* our gradient sum, len values */
+	size_t len;
+	int send_comp;                    /* comp_kind of slices (the group agrees) */
+	int result_comp;                  /* comp_kind of results */
+	double outlier_factor;            /* 0: ALLREDUCE_OUTLIER_DEFAULT; < 0: off */
+	peer_ctx *ctx;                    /* our identity */
+	dialer *dialer;                   /* to reach the aggregators */
+	listener *lst;                    /* ours; needed when our range is not empty */
+	int64_t collect_deadline;         /* slices must have arrived by then */
+	int64_t deadline;                 /* the whole exchange ends by then */
+	int no_stream;                    /* 1: open no stream connections; every
+	                                   * aggregator then sends us its result on
+	                                   * the slice connection (one connection
+	                                   * per aggregator instead of two) */
+} allreduce_params;
+
+typedef struct {
+	int64_t host_id;
+	uint64_t samples;
+	char reason[160];                 /* why (only when we refused it ourselves) */
+} allreduce_drop;
+
+typedef struct {
+	uint64_t total_samples;           /* samples of the included contributions */
+	int64_t *included;                /* ascending host ids; n_included */
+	size_t n_included;
+	allreduce_drop *dropped;          /* members left out, with their samples */
+	size_t n_dropped;
+	uint64_t dropped_samples;
+	allreduce_drop *refused;          /* senders our aggregator refused, and why */
+	size_t n_refused;
+} allreduce_result;
+
+/* Run the all-reduce for member p->self.  On COT_OK out[0..len) holds the
+ * group's gradient SUM (identical bytes at every member that succeeds) and
+ * *res what was included and dropped; free it with allreduce_result_free.
+ * Errors: COT_ERR_INVALID for bad parameters (nothing sent);
+ * COT_ERR_NETWORK when some aggregator's range could not be reduced or the
+ * aggregators disagreed (the round must be rerun without the failed peer;
+ * eb names it); COT_ERR_NOMEM.  Returns by p->deadline (plus the time to
+ * tear down threads, which is bounded by the same deadline). */
+cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *res,
+                      cot_errbuf *eb);
+
+void allreduce_result_free(allreduce_result *res);
+
+/* The exact arithmetic every aggregator uses, for tests and the server:
+ * out[i] = (float)(sum over k of (double)x[k][i]), k ascending as given. */
+void allreduce_sum(const float *const *x, size_t k, size_t len, float *out);
+
+#endif
