@@ -12,6 +12,8 @@
 
 #include <openssl/evp.h>
 
+#include "shared/common/hash.h"
+
 #define FS_CHUNK (1u << 16)   /* bytes read at a time */
 
 struct fs_writer {
@@ -24,14 +26,7 @@ struct fs_writer {
 
 int fs_sha_valid(const char *s)
 {
-	if (!s)
-		return 0;
-	for (int i = 0; i < FS_SHA_HEX_LEN; i++) {
-		char c = s[i];
-		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-			return 0;
-	}
-	return s[FS_SHA_HEX_LEN] == '\0';
+	return s && hash_is_sha256_hex(s);
 }
 
 cot_err fs_path(const char *store_dir, const char *sha, char *buf, size_t len,
@@ -151,16 +146,6 @@ void fs_writer_abort(fs_writer *w)
 	free(w);
 }
 
-static void hex_encode(const unsigned char *in, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[in[i] >> 4];
-		out[2 * i + 1] = digits[in[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 cot_err fs_writer_commit(fs_writer *w, char sha_hex[FS_SHA_HEX_LEN + 1],
                          uint64_t *size, cot_errbuf *eb)
 {
@@ -173,7 +158,7 @@ cot_err fs_writer_commit(fs_writer *w, char sha_hex[FS_SHA_HEX_LEN + 1],
 		rc = cot_seterr(eb, COT_ERR_INTERNAL, "sha256 digest failed");
 		goto fail;
 	}
-	hex_encode(digest, 32, hex);
+	hash_hex(digest, 32, hex);
 	if (fchmod(w->fd, 0644) != 0 || fsync(w->fd) != 0) {
 		rc = cot_seterr(eb, COT_ERR_IO, "could not sync file \"%s\": %s", w->tmp_path, strerror(errno));
 		goto fail;
@@ -321,7 +306,7 @@ cot_err fs_verify(const char *store_dir, const char *sha, uint64_t *size, cot_er
 	if (rc)
 		return rc;
 	char hex[FS_SHA_HEX_LEN + 1];
-	hex_encode(digest, 32, hex);
+	hash_hex(digest, 32, hex);
 	if (strcmp(hex, sha) != 0)
 		return cot_seterr(eb, COT_ERR_CORRUPT, "stored file \"%s\" is corrupt: its sha256 is %s", path, hex);
 	if (size)

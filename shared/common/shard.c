@@ -9,29 +9,17 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <jansson.h>
-#include <openssl/evp.h>
+
+#include "shared/common/hash.h"
 
 #define SHARD_FORMAT  "cotrain-shard"
 #define SHARD_VERSION 1
 
-static void hex_encode(const unsigned char *in, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[in[i] >> 4];
-		out[2 * i + 1] = digits[in[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 static cot_err sha256_hex(const void *data, size_t len, char out[FS_SHA_HEX_LEN + 1],
                           cot_errbuf *eb)
 {
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int mdlen = 0;
-	if (EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32)
+	if (hash_sha256_hex(data, len, out))
 		return cot_seterr(eb, COT_ERR_INTERNAL, "sha256 digest failed");
-	hex_encode(md, 32, out);
 	return COT_OK;
 }
 

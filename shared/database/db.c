@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
+#include "shared/common/hash.h"
 
 #define DB_NAME "cotrain"
 
@@ -43,15 +43,6 @@ cot_err db_connect(const char *conninfo, PGconn **out, cot_errbuf *eb)
 	PQsetNoticeProcessor(c, NULL, NULL);
 	*out = c;
 	return COT_OK;
-}
-
-static void sha256_hex(const char *s, char out[65])
-{
-	unsigned char md[32];
-	unsigned int len = 0;
-	EVP_Digest(s, strlen(s), md, &len, EVP_sha256(), NULL);
-	for (int i = 0; i < 32; i++)
-		sprintf(out + 2 * i, "%02x", md[i]);
 }
 
 static cot_err exec_ok(PGconn *c, const char *sql, cot_errbuf *eb, const char *what)
@@ -112,9 +103,10 @@ cot_err db_schema_check(PGconn *c, cot_errbuf *eb)
  * schema_migrations lock.  *did is set when it was applied now. */
 static cot_err migrate_one(PGconn *c, const db_migration *m, int *did, cot_errbuf *eb)
 {
-	char vs[16], sum[65];
+	char vs[16], sum[HASH_SHA256_HEX_LEN + 1];
 	snprintf(vs, sizeof vs, "%d", m->version);
-	sha256_hex(m->sql, sum);
+	if (hash_sha256_hex(m->sql, strlen(m->sql), sum))
+		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash migration %04d_%s", m->version, m->name);
 	const char *p1[1] = { vs };
 	PGresult *r = PQexecParams(c, "SELECT name, checksum FROM schema_migrations WHERE version = $1",
 	                           1, NULL, p1, NULL, NULL, 0);
