@@ -35,8 +35,8 @@
 
 #include "shared/peer/dialer.h"
 #include "shared/common/error.h"
+#include "shared/nat/nat_line.h"
 
-#define NAT_LINE_MAX 512
 #define NAT_PUNCH_WINDOW_MS 4000       /* how long a punch keeps trying after the moment */
 
 typedef struct {
@@ -116,8 +116,9 @@ int nat_plain_connect(const char *addr, uint16_t port, cot_errbuf *eb);
 cot_err nat_connect_wait(int fd, const char *addr, uint16_t port, int64_t deadline, cot_errbuf *eb);
 
 /* Open a connection to the NAT service (port c->server_port + which), send
- * line (without "\n") and read the
- * answer line into reply (NAT_LINE_MAX).  On COT_OK *fd (when fd is not
+ * line (without "\n"; sent as given even when longer than the protocol
+ * allows, which the service then refuses) and read the answer line into
+ * reply (NAT_LINE_MAX, nat_line.h).  On COT_OK *fd (when fd is not
  * NULL) is the open connection; otherwise it is closed.  An "ERR status code
  * message" answer returns the matching error (401 COT_ERR_AUTH, 403
  * COT_ERR_FORBIDDEN, 404 COT_ERR_NOT_FOUND, 408 COT_ERR_TIMEOUT, 409

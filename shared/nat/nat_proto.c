@@ -150,40 +150,22 @@ cot_err nat_connect_wait(int fd, const char *addr, uint16_t port, int64_t deadli
 	}
 }
 
-/* Read one line (up to NAT_LINE_MAX - 1 bytes before "\n") byte by byte, so
- * that nothing after it is consumed. */
-static cot_err read_line(int fd, char *out, int64_t deadline, const volatile int *cancel,
-                         cot_errbuf *eb)
+/* Read the NAT service's answer line: nat_line_read, its message naming the
+ * service. */
+static cot_err read_answer(int fd, char out[NAT_LINE_MAX], int64_t deadline, const volatile int *cancel,
+                           cot_errbuf *eb)
 {
-	size_t n = 0;
-	for (;;) {
-		char ch;
-		ssize_t r = recv(fd, &ch, 1, 0);
-		if (r == 1) {
-			if (ch == '\n') {
-				out[n] = '\0';
-				return COT_OK;
-			}
-			if (n == NAT_LINE_MAX - 1)
-				return cot_seterr(eb, COT_ERR_INVALID, "the NAT service sent an overlong line");
-			out[n++] = ch;
-			continue;
-		}
-		if (r == 0)
-			return cot_seterr(eb, COT_ERR_NETWORK, "the NAT service closed the connection");
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return cot_seterr(eb, COT_ERR_NETWORK, "could not read from the NAT service: %s",
-			                  strerror(errno));
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int left = deadline_left_ms(deadline);
-		if (left == 0)
-			return cot_seterr(eb, COT_ERR_TIMEOUT, "timed out waiting for the NAT service");
-		if (cancel && *cancel)
-			return cot_seterr(eb, COT_ERR_TIMEOUT, "cancelled");
-		poll(&p, 1, cancel && left > 200 ? 200 : left);
+	cot_err rc = nat_line_read(fd, out, deadline, cancel, eb);
+	if (!rc)
+		return COT_OK;
+	if (rc == COT_ERR_TOO_LARGE)
+		rc = COT_ERR_INVALID;   /* an answer the protocol does not allow */
+	if (eb) {
+		char detail[sizeof eb->msg];
+		snprintf(detail, sizeof detail, "%s", eb->msg);
+		cot_seterr(eb, rc, "could not read the NAT service's answer: %s", detail);
 	}
+	return rc;
 }
 
 static cot_err send_all(int fd, const char *buf, size_t len, int64_t deadline, cot_errbuf *eb)
@@ -219,14 +201,20 @@ cot_err nat_request(const nat_config *c, int which, uint16_t *local_port, const 
 		return cot_seterr(eb, COT_ERR_IO, "could not learn the local port of a connection");
 	}
 	cot_err rc = nat_connect_wait(s, c->server_addr, port, deadline, eb);
-	char buf[NAT_LINE_MAX + 1];
-	int n = snprintf(buf, sizeof buf, "%s\n", line);
-	if (!rc && (n < 0 || (size_t)n >= sizeof buf))
-		rc = cot_seterr(eb, COT_ERR_INVALID, "NAT request too long");
+	/* The line goes out as given, in one send with its "\n": the service,
+	 * not the client, judges its length (nat_line.h). */
+	size_t len = strlen(line);
+	char *buf = rc ? NULL : malloc(len + 2);
+	if (!rc && !buf)
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	if (!rc) {
+		memcpy(buf, line, len);
+		buf[len] = '\n';
+		rc = send_all(s, buf, len + 1, deadline, eb);
+	}
+	free(buf);
 	if (!rc)
-		rc = send_all(s, buf, (size_t)n, deadline, eb);
-	if (!rc)
-		rc = read_line(s, reply, deadline, cancel, eb);
+		rc = read_answer(s, reply, deadline, cancel, eb);
 	if (!rc && strncmp(reply, "ERR ", 4) == 0) {
 		int status = atoi(reply + 4);
 		const char *msg = strchr(reply + 4, ' ');
@@ -309,7 +297,7 @@ cot_err nat_observe(const nat_config *c, int64_t deadline, nat_observation *out,
 		if (!rc)
 			rc = send_all(s, line, (size_t)n, deadline, eb);
 		if (!rc)
-			rc = read_line(s, reply, deadline, NULL, eb);
+			rc = read_answer(s, reply, deadline, NULL, eb);
 		close(s);
 		if (rc)
 			return rc;
