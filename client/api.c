@@ -10,8 +10,8 @@
 #include <curl/curl.h>
 
 #include "kernels/model_json.h"
-#include "shared/hash.h"
-#include "shared/json.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
 
 typedef struct {
 	char *buf;

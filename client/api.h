@@ -21,7 +21,7 @@
 #include <jansson.h>
 
 #include "client/state.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define CL_API_MAX_ANSWER (1 << 20)
 

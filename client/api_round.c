@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shared/json.h"
+#include "shared/common/json.h"
 
 #define PEM_MAX (64 * 1024)
 

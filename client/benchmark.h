@@ -9,7 +9,7 @@
 #ifndef CL_BENCHMARK_H
 #define CL_BENCHMARK_H
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 /* FLOP/s measured with threads threads over about seconds seconds (at least
  * three steps); 0 on failure with a detail in eb. */

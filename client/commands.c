@@ -10,8 +10,8 @@
 
 #include "client/hostinfo.h"
 #include "client/logring.h"
-#include "shared/json.h"
-#include "shared/log.h"
+#include "shared/common/json.h"
+#include "shared/common/log.h"
 
 static json_t *work_json(const cl_daemon *d, int i)
 {

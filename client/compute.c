@@ -9,9 +9,9 @@
 #include "client/shard_cache.h"
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
-#include "shared/filestore.h"
-#include "shared/microbatch.h"
-#include "shared/shard.h"
+#include "shared/common/filestore.h"
+#include "shared/common/microbatch.h"
+#include "shared/common/shard.h"
 
 struct cl_compute {
 	kern_model *m;

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "client/state.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 typedef struct cl_compute cl_compute;
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "client/round.h"
-#include "shared/log.h"
+#include "shared/common/log.h"
 
 #define CONFIG_MAX_BYTES (1 << 20)
 #define LINE_MAX_BYTES   4096

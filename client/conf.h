@@ -46,8 +46,8 @@
 #include <stdint.h>
 
 #include "client/prefs.h"
-#include "shared/dialer.h"
-#include "shared/error.h"
+#include "shared/peer/dialer.h"
+#include "shared/common/error.h"
 
 #define CL_DEFAULT_CONFIG "/etc/cotrain/client.conf"
 #define CL_DEFAULT_STATE  "/var/lib/cotrain-client"

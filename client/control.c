@@ -14,7 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "shared/log.h"
+#include "shared/common/log.h"
 
 struct cl_control {
 	int fd;

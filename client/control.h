@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define CL_CTL_MAX_REQUEST (64 << 10)
 #define CL_CTL_TIMEOUT_S   5      /* to read a request */

@@ -19,7 +19,7 @@
 #include <jansson.h>
 
 #include "config.h"
-#include "shared/options.h"
+#include "shared/common/options.h"
 
 #define DEFAULT_SOCKET "/run/cotrain-client/control.sock"
 #define ANSWER_MAX (4 << 20)

@@ -16,8 +16,8 @@
 #include "client/shard_cache.h"
 #include "client/spotcheck.h"
 #include "kernels/backend.h"
-#include "shared/json.h"
-#include "shared/log.h"
+#include "shared/common/json.h"
+#include "shared/common/log.h"
 
 #define ACCOUNT_CHECK_S 3600
 #define DEADLINE_MARGIN_S 5

@@ -29,11 +29,11 @@
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
 #include "shared/averaging/allreduce.h"
-#include "shared/deadline.h"
-#include "shared/hash.h"
-#include "shared/json.h"
-#include "shared/log.h"
-#include "shared/nat.h"
+#include "shared/common/deadline.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
+#include "shared/common/log.h"
+#include "shared/nat/nat.h"
 
 #define PLAN_WAIT_S 30
 #define PLAN_GIVE_UP_S 1800        /* a round that plans nothing for this long is dead to us */

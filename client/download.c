@@ -13,7 +13,7 @@
 
 #include <curl/curl.h>
 
-#include "shared/hash.h"
+#include "shared/common/hash.h"
 
 typedef struct {
 	const cl_download_req *r;

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 typedef struct {
 	const char *url;            /* absolute http(s) URL */

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "shared/hash.h"
+#include "shared/common/hash.h"
 
 void cl_hostinfo_read(cl_hostinfo *h)
 {

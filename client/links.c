@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "shared/deadline.h"
+#include "shared/common/deadline.h"
 
 void cl_links_init(cl_links *ls)
 {

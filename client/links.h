@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/dialer.h"
-#include "shared/error.h"
+#include "shared/peer/dialer.h"
+#include "shared/common/error.h"
 
 #define CL_LINKS_MAX 64
 

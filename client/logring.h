@@ -1,7 +1,7 @@
 /* cotrain client: the daemon's recent log lines, for "cotrainctl log".
  *
  * cl_logring_start() puts a pipe in place of stderr: a thread reads every
- * line written to it (shared/log.c writes each line with one write), passes
+ * line written to it (shared/common/log.c writes each line with one write), passes
  * it on unchanged to the original stderr (the terminal, or journald under
  * systemd), and keeps the last CL_LOGRING_LINES lines in memory. */
 #ifndef CL_LOGRING_H
@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define CL_LOGRING_LINES 500
 

@@ -29,8 +29,8 @@
 #include "client/logring.h"
 #include "client/priority.h"
 #include "kernels/backend.h"
-#include "shared/log.h"
-#include "shared/options.h"
+#include "shared/common/log.h"
+#include "shared/common/options.h"
 
 /* The command line: the file to read, then the keys to set over it, in
  * their order (the file is read only once the whole line is known). */

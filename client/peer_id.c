@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "client/api_round.h"
-#include "shared/deadline.h"
-#include "shared/log.h"
-#include "shared/pki.h"
+#include "shared/common/deadline.h"
+#include "shared/common/log.h"
+#include "shared/peer/pki.h"
 
 #define PEER_PATH_MAX (PATH_MAX + 128)
 

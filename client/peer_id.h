@@ -19,10 +19,10 @@
 #include "client/conf.h"
 #include "client/links.h"
 #include "client/portmap.h"
-#include "shared/json.h"
-#include "shared/nat.h"
-#include "shared/listener.h"
-#include "shared/peer.h"
+#include "shared/common/json.h"
+#include "shared/nat/nat.h"
+#include "shared/peer/listener.h"
+#include "shared/peer/peer.h"
 
 typedef struct {
 	peer_ctx *ctx;             /* our identity; NULL until ready */

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shared/deadline.h"
-#include "shared/log.h"
+#include "shared/common/deadline.h"
+#include "shared/common/log.h"
 
 #define UPNP_DISCOVER_MS 1200   /* per SSDP search type (two types) */
 #define PORTMAP_TRIES 4         /* external ports tried when the first is taken */

@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define PORTMAP_TIMEOUT_MS 6000   /* bound on one open or renew, both protocols */
 #define PORTMAP_LEASE_MIN 30      /* seconds */

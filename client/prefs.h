@@ -28,7 +28,7 @@
 
 #include <jansson.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 typedef enum {
 	PREF_MAX_THREADS, PREF_CPU_PERCENT, PREF_ONLY_WHEN_IDLE, PREF_IDLE_AFTER,

@@ -10,7 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "shared/log.h"
+#include "shared/common/log.h"
 
 #define IOPRIO_CLASS_SHIFT 13
 #define IOPRIO_CLASS_IDLE  3

@@ -8,8 +8,8 @@
 
 #include "client/api.h"
 #include "shared/averaging/compress.h"
-#include "shared/hash.h"
-#include "shared/json.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
 
 cot_err cl_parse_endpoint(const char *s, char addr[DIALER_ADDR_MAX], uint16_t *port, cot_errbuf *eb)
 {

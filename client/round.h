@@ -15,8 +15,8 @@
 
 #include <jansson.h>
 
-#include "shared/dialer.h"
-#include "shared/error.h"
+#include "shared/peer/dialer.h"
+#include "shared/common/error.h"
 
 #define CL_PLAN_MAX_MEMBERS 256
 

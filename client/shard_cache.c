@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "client/download.h"
-#include "shared/filestore.h"
+#include "shared/common/filestore.h"
 
 cot_err cl_cache_path(const char *cache_dir, const char *sha, char *buf, size_t len, cot_errbuf *eb)
 {

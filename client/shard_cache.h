@@ -1,6 +1,6 @@
 /* cotrain client: the bounded cache of downloaded files (checkpoints and
  * dataset shards), <state_dir>/cache/<aa>/<sha256>, the layout of
- * shared/filestore.h.  A file enters only by rename after its sha256 was
+ * shared/common/filestore.h.  A file enters only by rename after its sha256 was
  * checked (download.c), so whatever is in the cache is whole.  Using a file
  * refreshes its modification time; trimming deletes the least recently used
  * files, never a pinned one (a file of a current work unit), until the cache
@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 /* Path of the cached file named sha into buf; creates <cache>/<aa>/.
  * COT_ERR_INVALID for a bad name, COT_ERR_IO, COT_ERR_TOO_LARGE. */

@@ -9,9 +9,9 @@
 #include "client/compute.h"
 #include "client/shard_cache.h"
 #include "kernels/model.h"
-#include "shared/fingerprint.h"
-#include "shared/hash.h"
-#include "shared/json.h"
+#include "shared/common/fingerprint.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
 
 #define MAX_CHECKS_A_PASS 8
 #define MANIFEST_MAX (16 << 20)

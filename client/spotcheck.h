@@ -4,7 +4,7 @@
  * The server picks, after a round committed, some of a host's work ranges
  * to check: the host and a second host (the checker) each recompute the
  * range's gradient on the round's checkpoint and send its fingerprint
- * (shared/fingerprint.h); the host's credit for the round waits until both
+ * (shared/common/fingerprint.h); the host's credit for the round waits until both
  * agree.  A client answers the checks of its own work and, now and then,
  * claims one check of another host's work.
  *

@@ -13,8 +13,8 @@
 #include <jansson.h>
 
 #include "kernels/model_json.h"
-#include "shared/hash.h"
-#include "shared/json.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
 
 static const char *op_names[] = { "none", "heartbeat", "finish", "handback" };
 

@@ -33,7 +33,7 @@
 
 #include "client/prefs.h"
 #include "kernels/model.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define CL_STATE_FORMAT   "cotrain-client-state"
 #define CL_STATE_VERSION  1

@@ -23,7 +23,7 @@
 #define KERN_CHECKPOINT_H
 
 #include "kernels/model.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define CKPT_FORMAT          "cotrain-checkpoint"
 #define CKPT_FORMAT_VERSION  1

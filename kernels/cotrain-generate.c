@@ -18,7 +18,7 @@
 #include "kernels/generate.h"
 #include "kernels/model.h"
 #include "kernels/tokenizer.h"
-#include "shared/options.h"
+#include "shared/common/options.h"
 
 #define PROG "cotrain-generate"
 

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/model.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define GEN_MAX_TOKENS (1 << 20)   /* tokens one call may generate */
 

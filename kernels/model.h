@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 /* Bounds checked by kern_config_validate. */
 #define KERN_MAX_LAYERS   256

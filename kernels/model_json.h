@@ -12,7 +12,7 @@
 #include <jansson.h>
 
 #include "kernels/model.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 /* The keys of the object, NULL-terminated, in the order they are written. */
 extern const char *const kern_model_json_keys[];

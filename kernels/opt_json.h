@@ -7,7 +7,7 @@
 #define KERN_OPT_JSON_H
 
 #include "kernels/optimizer.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 /* The optimizer settings of a project config (JSON text, its "optimizer"
  * object as doc/project-file.md describes; absent fields take the defaults

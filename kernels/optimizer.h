@@ -29,7 +29,7 @@
 #include <stdbool.h>
 
 #include "kernels/model.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define KERN_OPT_BLOCK 8192
 

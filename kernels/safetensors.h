@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define ST_HEADER_MAX   (16u << 20)  /* bytes of JSON header we accept */
 #define ST_MAX_TENSORS  65536        /* tensors in one file */

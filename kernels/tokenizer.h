@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define TOK_NAME  "byte"
 #define TOK_VOCAB 256

@@ -13,8 +13,8 @@
 
 #include <libpq-fe.h>
 
-#include "shared/db.h"
-#include "shared/error.h"
+#include "shared/database/db.h"
+#include "shared/common/error.h"
 
 enum { ADMIN_OK = 0, ADMIN_FAIL = 1, ADMIN_USAGE = 2 };
 

@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 
 #include "kernels/backend.h"
-#include "shared/log.h"
-#include "shared/options.h"
+#include "shared/common/log.h"
+#include "shared/common/options.h"
 
 /* The command groups, each with its own argv ([0] the group's name). */
 static int help_main(admin_ctx *ctx, int argc, char **argv);

@@ -26,7 +26,7 @@
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "server/project_file.h"
-#include "shared/filestore.h"
+#include "shared/common/filestore.h"
 
 static const char usage[] =
 	"usage: cotrain-admin project create FILE\n"

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shared/hash.h"
-#include "shared/password.h"
+#include "shared/common/hash.h"
+#include "shared/database/password.h"
 
 #define KEY_BYTES 32
 #define KEY_CHARS 48

@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "server/apiutil.h"
-#include "shared/hash.h"
-#include "shared/json.h"
-#include "shared/password.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
+#include "shared/database/password.h"
 
 #define KEY_BYTES 32
 #define KEY_CHARS 48

@@ -1,5 +1,5 @@
 /* cotrain-server: the project CA and host certificates for the peer
- * transport (shared/pki.h).
+ * transport (shared/peer/pki.h).
  *
  * Each project's CA lives in <data dir>/ca/<project>.crt and .key (0600),
  * created the first time anyone asks for it.  Creation is serialised by a
@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "server/apiutil.h"
-#include "shared/json.h"
-#include "shared/log.h"
-#include "shared/pki.h"
+#include "shared/common/json.h"
+#include "shared/common/log.h"
+#include "shared/peer/pki.h"
 
 static pthread_mutex_t ca_lock = PTHREAD_MUTEX_INITIALIZER;
 

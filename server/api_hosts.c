@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "server/apiutil.h"
-#include "shared/hash.h"
-#include "shared/json.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
 
 static const dbc_stmt st_register = {
 	"host_register",

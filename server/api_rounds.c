@@ -16,10 +16,10 @@
 #include "server/apiutil.h"
 #include "server/round_coord.h"
 #include "server/round_step.h"
-#include "shared/filestore.h"
-#include "shared/hash.h"
-#include "shared/json.h"
-#include "shared/log.h"
+#include "shared/common/filestore.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
+#include "shared/common/log.h"
 
 #define RTT_MAX_ENTRIES 4096
 #define RTT_MAX_MS 1e6

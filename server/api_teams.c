@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "server/apiutil.h"
-#include "shared/json.h"
+#include "shared/common/json.h"
 
 static const dbc_stmt st_create = {
 	"team_create",

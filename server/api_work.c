@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "server/apiutil.h"
-#include "shared/json.h"
+#include "shared/common/json.h"
 
 static const dbc_stmt st_assign = {
 	"sched_assign",

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "shared/hash.h"
-#include "shared/json.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
 
 bool api_bad_request(http_req *req, const cot_errbuf *eb)
 {

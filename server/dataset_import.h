@@ -25,9 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/error.h"
-#include "shared/filestore.h"
-#include "shared/shard.h"
+#include "shared/common/error.h"
+#include "shared/common/filestore.h"
+#include "shared/common/shard.h"
 
 #define DS_SEPARATOR          "\n\n"          /* between consecutive documents */
 #define DS_SHARD_TOKENS_DEFAULT (1u << 20)

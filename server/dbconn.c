@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shared/db.h"
-#include "shared/log.h"
+#include "shared/database/db.h"
+#include "shared/common/log.h"
 
 #define MAX_STMTS 64
 

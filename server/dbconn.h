@@ -12,7 +12,7 @@
 
 #include <libpq-fe.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 typedef struct {
 	const char *name;     /* unique statement name */

@@ -14,7 +14,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 
-#include "shared/log.h"
+#include "shared/common/log.h"
 
 /* An output file: gzip through libarchive's raw format, or plain. */
 typedef struct {

@@ -9,7 +9,7 @@
 
 #include <libpq-fe.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 /* Write the export into dir (created when missing) over connection c.  The
  * files are written under temporary names and renamed into place, so a

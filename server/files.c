@@ -1,5 +1,5 @@
 /* cotrain-server: GET and HEAD /files/<sha256> from the content-addressed
- * store (shared/filestore.h layout).  Files never change under a name, so
+ * store (shared/common/filestore.h layout).  Files never change under a name, so
  * the ETag is the name itself, If-None-Match answers 304, and responses may
  * be cached for ever.  One byte range per request (206, or 416 when it
  * starts past the end); a list of ranges is answered with the whole file,
@@ -17,8 +17,8 @@
 
 #include <microhttpd.h>
 
-#include "shared/filestore.h"
-#include "shared/hash.h"
+#include "shared/common/filestore.h"
+#include "shared/common/hash.h"
 
 /* Parse a Range header against size.  Returns 1 with [*off, *off + *len)
  * for one satisfiable range, 0 to send the whole file (no header, an unknown

@@ -13,7 +13,7 @@
 
 #include <stdbool.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 /* Distance used for an unknown round-trip time. */
 #define GRP_RTT_UNKNOWN_MS 1e4

@@ -15,7 +15,7 @@
 
 #include "server/metrics.h"
 #include "server/router.h"
-#include "shared/log.h"
+#include "shared/common/log.h"
 
 struct http_server {
 	struct MHD_Daemon *daemon;

@@ -16,7 +16,7 @@
 #include <jansson.h>
 
 #include "server/settings.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define HTTP_MAX_PARAMS 4
 

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 typedef struct {
 	double bandwidth;      /* bytes per second, > 0 */

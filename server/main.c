@@ -21,11 +21,11 @@
 #include "server/round_coord.h"
 #include "server/relay.h"
 #include "kernels/backend.h"
-#include "shared/pki.h"
-#include "shared/db.h"
-#include "shared/log.h"
-#include "shared/options.h"
-#include "shared/password.h"
+#include "shared/peer/pki.h"
+#include "shared/database/db.h"
+#include "shared/common/log.h"
+#include "shared/common/options.h"
+#include "shared/database/password.h"
 
 /* Everything the command line sets: the settings the modules share, and
  * the few main keeps. */

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "kernels/model.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define PF_MAX_BYTES       (1u << 20)   /* bytes of project file accepted */
 #define PF_NAME_MAX        64

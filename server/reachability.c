@@ -15,8 +15,8 @@
 
 #include "server/apiutil.h"
 #include "server/dbconn.h"
-#include "shared/deadline.h"
-#include "shared/log.h"
+#include "shared/common/deadline.h"
+#include "shared/common/log.h"
 
 #define BUCKETS 1024
 #define MAX_HOSTS 1000000

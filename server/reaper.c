@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "server/dbconn.h"
-#include "shared/log.h"
+#include "shared/common/log.h"
 
 #define REAP_BATCH 1000
 #define REAP_BATCH_S "1000"

@@ -6,7 +6,7 @@
 #ifndef COT_SERVER_REAPER_H
 #define COT_SERVER_REAPER_H
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 typedef struct reaper reaper;
 

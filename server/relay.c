@@ -21,11 +21,11 @@
 #include "server/dbconn.h"
 #include "server/reachability.h"
 #include "server/rendezvous.h"
-#include "shared/deadline.h"
-#include "shared/log.h"
+#include "shared/common/deadline.h"
+#include "shared/common/log.h"
+#include "shared/nat/nat_line.h"
 
-#define LINE_MAX_BYTES 448      /* a MEET line with a 256-byte token fits */
-#define LINE_TIMEOUT_MS 3000
+#define LINE_TIMEOUT_MS 3000   /* for the request line */
 #define WORKERS 8
 #define QUEUE_MAX 1024
 #define SPLICE_BUF 65536
@@ -55,11 +55,12 @@ struct relay_service {
 };
 
 /* Write one line (printf-style, "\n" added) to fd, which is blocking with a
- * send timeout; best effort. */
+ * send timeout; best effort.  Cut to NAT_LINE_MAX - 1 bytes before the "\n",
+ * the most the client reads (nat_line.h). */
 static void say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(int fd, const char *fmt, ...)
 {
-	char buf[640];
+	char buf[NAT_LINE_MAX + 1];
 	va_list ap;
 	va_start(ap, fmt);
 	int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
@@ -87,42 +88,6 @@ static void refuse(int fd, cot_err e, const cot_errbuf *eb)
 	           : e == COT_ERR_TIMEOUT ? 408 : e == COT_ERR_INVALID ? 400
 	           : e == COT_ERR_TOO_LARGE || e == COT_ERR_DB ? 503 : 500;
 	say(fd, "ERR %d %s %s", status, cot_strerror(e), eb->msg);
-}
-
-/* Read one request line (up to LINE_MAX_BYTES, ending in "\n") within
- * LINE_TIMEOUT_MS, byte by byte, so that nothing after it is consumed.
- * COT_ERR_TOO_LARGE, COT_ERR_TIMEOUT, COT_ERR_NETWORK. */
-static cot_err read_line(int fd, char *line, cot_errbuf *eb)
-{
-	int64_t deadline = deadline_after_ms(LINE_TIMEOUT_MS);
-	size_t n = 0;
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int left = deadline_left_ms(deadline);
-		if (left == 0)
-			return cot_seterr(eb, COT_ERR_TIMEOUT, "no request line within %d ms", LINE_TIMEOUT_MS);
-		int r = poll(&p, 1, left);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			continue;
-		char c;
-		ssize_t got = recv(fd, &c, 1, MSG_DONTWAIT);
-		if (got < 0 && (errno == EAGAIN || errno == EINTR))
-			continue;
-		if (got <= 0)
-			return cot_seterr(eb, COT_ERR_NETWORK, "connection closed before the request line");
-		if (c == '\n') {
-			if (n && line[n - 1] == '\r')
-				n--;
-			line[n] = '\0';
-			return COT_OK;
-		}
-		if (n == LINE_MAX_BYTES - 1)
-			return cot_seterr(eb, COT_ERR_TOO_LARGE, "request line longer than %d bytes",
-			                  LINE_MAX_BYTES - 1);
-		line[n++] = c;
-	}
 }
 
 /* A decimal integer field in [min, max]. */
@@ -512,9 +477,9 @@ static void handle(relay_service *s, int fd, int which)
 {
 	struct timeval tv = { 2, 0 };
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-	char line[LINE_MAX_BYTES];
+	char line[NAT_LINE_MAX];
 	cot_errbuf eb = { { 0 }, { 0 } };
-	cot_err rc = read_line(fd, line, &eb);
+	cot_err rc = nat_line_read(fd, line, deadline_after_ms(LINE_TIMEOUT_MS), NULL, &eb);
 	if (rc) {
 		refuse(fd, rc == COT_ERR_TOO_LARGE ? COT_ERR_INVALID : rc, &eb);
 		close(fd);

@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 typedef struct {
 	const char *listen;       /* numeric address to bind ("0.0.0.0") */

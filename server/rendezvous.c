@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "server/dbconn.h"
-#include "shared/hash.h"
+#include "shared/common/hash.h"
 
 #define PAIR_IDLE_MS (3600 * 1000)
 

@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define RDV_ATTEMPTS_MAX 16       /* meetings of one kind per pair, direction and round */
 #define RDV_QUEUE_MAX 4           /* halves of one role waiting per pair and direction */

@@ -18,7 +18,7 @@
 #include "server/grouping.h"
 #include "server/http.h"
 #include "server/load_balance.h"
-#include "shared/log.h"
+#include "shared/common/log.h"
 
 /* Peers grouped together at most: grp_form needs an n*n matrix. */
 #define GROUPING_CHUNK 1024

@@ -24,7 +24,7 @@
 #define COT_SERVER_ROUND_COORD_H
 
 #include "server/settings.h"
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 typedef struct round_coord round_coord;
 

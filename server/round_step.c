@@ -16,7 +16,7 @@
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
-#include "shared/hash.h"
+#include "shared/common/hash.h"
 
 /* Gradients and hashes are little-endian fp32 on the wire and in memory. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

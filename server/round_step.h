@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 #include "kernels/optimizer.h"
-#include "shared/error.h"
-#include "shared/filestore.h"
+#include "shared/common/error.h"
+#include "shared/common/filestore.h"
 
 /* Compute v+1: load the checkpoint named ckpt_sha from store_dir, take one
  * step with grad[0..n) (n must be the model's parameter count) and the

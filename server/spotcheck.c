@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "server/apiutil.h"
-#include "shared/fingerprint.h"
+#include "shared/common/fingerprint.h"
 
 static const dbc_stmt st_list = {
 	"spot_list", "SELECT status, body FROM spot_list($1::bytea, $2::bigint)", 2

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shared/pgcluster.h"
+#include "shared/database/pgcluster.h"
 #include "tests/tap.h"
 
 static pgc_cluster *cluster;

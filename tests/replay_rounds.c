@@ -25,7 +25,7 @@
  * lo, HI = lo + mb_done).  '#' starts a comment.  The versions must be
  * v0, v0+1, ... without a gap; ranges of one round must not overlap.  For
  * each round, in order of version and then LO: the gradient SUM over every
- * sample of its ranges as the client computes it (shared/microbatch.h, then
+ * sample of its ranges as the client computes it (shared/common/microbatch.h, then
  * kern_forward and kern_backward_scaled(B), microbatch by microbatch),
  * divided by the round's samples (mean[i] = (float)((double)sum[i]/total),
  * as the all-reduce rounds its double sum once), one kern_opt_step.  It
@@ -77,10 +77,10 @@
 #include "kernels/opt_json.h"
 #include "kernels/optimizer.h"
 #include "server/project_file.h"
-#include "shared/filestore.h"
-#include "shared/hash.h"
-#include "shared/microbatch.h"
-#include "shared/shard.h"
+#include "shared/common/filestore.h"
+#include "shared/common/hash.h"
+#include "shared/common/microbatch.h"
+#include "shared/common/shard.h"
 
 #define MAX_SHARDS      65536
 #define MAX_RANGES      1000000

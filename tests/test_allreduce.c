@@ -9,12 +9,12 @@
  * whole test. */
 #include "shared/averaging/allreduce.h"
 #include "shared/averaging/compress.h"
-#include "shared/deadline.h"
-#include "shared/dialer.h"
-#include "shared/hello.h"
-#include "shared/listener.h"
-#include "shared/peer.h"
-#include "shared/pki.h"
+#include "shared/common/deadline.h"
+#include "shared/peer/dialer.h"
+#include "shared/peer/hello.h"
+#include "shared/peer/listener.h"
+#include "shared/peer/peer.h"
+#include "shared/peer/pki.h"
 #include "tests/tap.h"
 
 #include <math.h>

@@ -26,7 +26,7 @@
 #include "client/idle.h"
 #include "client/power.h"
 #include "client/state.h"
-#include "shared/log.h"
+#include "shared/common/log.h"
 #include "tests/tap.h"
 
 static char dir[64];

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "kernels/model.h"
-#include "shared/fingerprint.h"
+#include "shared/common/fingerprint.h"
 #include "tests/pgtmp.h"
 #include "tests/tap.h"
 #include "tests/test_server_harness.h"

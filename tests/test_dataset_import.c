@@ -3,8 +3,8 @@
  * with the tar and zip commands when present) is the same, shard for shard;
  * bad UTF-8 and corrupt archives are refused with a clear message. */
 #include "server/dataset_import.h"
-#include "shared/filestore.h"
-#include "shared/shard.h"
+#include "shared/common/filestore.h"
+#include "shared/common/shard.h"
 #include "tests/tap.h"
 
 #include <archive.h>

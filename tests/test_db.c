@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "shared/db.h"
-#include "shared/pgcluster.h"
+#include "shared/database/db.h"
+#include "shared/database/pgcluster.h"
 #include "tests/pgtmp.h"
 #include "tests/tap.h"
 

@@ -1,5 +1,5 @@
 /* cotrain tests: the content-addressed file store. */
-#include "shared/filestore.h"
+#include "shared/common/filestore.h"
 #include "tests/tap.h"
 
 #include <limits.h>

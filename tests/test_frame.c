@@ -1,6 +1,6 @@
 /* cotrain tests: frame headers, payload codecs, ERROR and HELLO messages. */
-#include "shared/frame.h"
-#include "shared/hello.h"
+#include "shared/peer/frame.h"
+#include "shared/peer/hello.h"
 #include "tests/tap.h"
 
 #include <math.h>

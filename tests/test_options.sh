@@ -1,5 +1,5 @@
 #!/bin/sh
-# cotrain tests: the command line of every program (shared/options.h):
+# cotrain tests: the command line of every program (shared/common/options.h):
 # --version exits 0 with "PROGRAM (cotrain) VERSION"; --help exits 0 and
 # lists every option; a value out of range and a malformed one are refused
 # with a message naming the option and exit 2; an unknown option exits 2.

@@ -5,13 +5,13 @@
  * deadline, and alarm() bounds the whole test, so a hang fails instead of
  * waiting forever.  Sockets get small kernel buffers, so that "the sender
  * blocks until the receiver reads" does not depend on timing. */
-#include "shared/deadline.h"
-#include "shared/dialer.h"
-#include "shared/frame.h"
-#include "shared/hello.h"
-#include "shared/listener.h"
-#include "shared/peer.h"
-#include "shared/pki.h"
+#include "shared/common/deadline.h"
+#include "shared/peer/dialer.h"
+#include "shared/peer/frame.h"
+#include "shared/peer/hello.h"
+#include "shared/peer/listener.h"
+#include "shared/peer/peer.h"
+#include "shared/peer/pki.h"
 #include "tests/tap.h"
 
 #include <arpa/inet.h>

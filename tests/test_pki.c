@@ -1,5 +1,5 @@
 /* cotrain tests: the project CA, host certificates and their verification. */
-#include "shared/pki.h"
+#include "shared/peer/pki.h"
 #include "tests/tap.h"
 
 #include <limits.h>

@@ -2,7 +2,7 @@
  * test compares a collaborative run with: one round of one range replayed
  * from a manifest and a file store equals a direct kern_forward / backward /
  * opt_step on those samples as one batch (the samples cut from the text
- * here, independently of shared/microbatch.c, across an epoch's end and
+ * here, independently of shared/common/microbatch.c, across an epoch's end and
  * across shards); a second round continues from the first; bare shards and
  * the seed's version 0 give the same bits; --compare passes equal files and
  * fails a perturbed one; hostile rounds files and missing tokens are refused
@@ -20,9 +20,9 @@
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
 #include "kernels/optimizer.h"
-#include "shared/hash.h"
-#include "shared/microbatch.h"
-#include "shared/shard.h"
+#include "shared/common/hash.h"
+#include "shared/common/microbatch.h"
+#include "shared/common/shard.h"
 #include "tests/tap.h"
 
 #define T        8

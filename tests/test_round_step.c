@@ -19,8 +19,8 @@
 
 #include "kernels/checkpoint.h"
 #include "kernels/optimizer.h"
-#include "shared/filestore.h"
-#include "shared/hash.h"
+#include "shared/common/filestore.h"
+#include "shared/common/hash.h"
 #include "tests/tap.h"
 #include "tests/test_server_harness.h"
 

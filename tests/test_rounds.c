@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shared/pki.h"
+#include "shared/peer/pki.h"
 #include "tests/tap.h"
 #include "tests/test_server_harness.h"
 

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shared/db.h"
+#include "shared/database/db.h"
 #include "tests/pgtmp.h"
 #include "tests/tap.h"
 #include "tests/test_server_harness.h"

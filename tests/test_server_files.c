@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shared/filestore.h"
+#include "shared/common/filestore.h"
 #include "tests/tap.h"
 #include "tests/test_server_harness.h"
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shared/db.h"
+#include "shared/database/db.h"
 #include "tests/pgtmp.h"
 #include "tests/tap.h"
 

@@ -3,9 +3,9 @@
  * shape checks (shared/json). */
 #include <string.h>
 
-#include "shared/hash.h"
-#include "shared/json.h"
-#include "shared/password.h"
+#include "shared/common/hash.h"
+#include "shared/common/json.h"
+#include "shared/database/password.h"
 #include "tests/tap.h"
 
 static void test_hash(void)

@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "shared/pgcluster.h"
+#include "shared/database/pgcluster.h"
 
 int main(int argc, char **argv)
 {

@@ -29,10 +29,10 @@
 #include <stdint.h>
 
 #include "shared/averaging/compress.h"
-#include "shared/dialer.h"
-#include "shared/error.h"
-#include "shared/listener.h"
-#include "shared/peer.h"
+#include "shared/peer/dialer.h"
+#include "shared/common/error.h"
+#include "shared/peer/listener.h"
+#include "shared/peer/peer.h"
 
 /* Averaging message types (the 0x10..0x1f range of frame.h). */
 #define ALLREDUCE_FRAME_SLICE 0x10     /* FRAME_SLICE: sender -> aggregator */

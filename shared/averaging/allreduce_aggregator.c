@@ -12,7 +12,7 @@
 #include "shared/averaging/allreduce_internal.h"
 #include "shared/averaging/allreduce_msg.h"
 
-#include "shared/frame.h"
+#include "shared/peer/frame.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -15,9 +15,9 @@
 #include <stdint.h>
 
 #include "shared/averaging/allreduce.h"
-#include "shared/deadline.h"
-#include "shared/hello.h"
-#include "shared/log.h"
+#include "shared/common/deadline.h"
+#include "shared/peer/hello.h"
+#include "shared/common/log.h"
 
 /* Values per slice part and result part: a multiple of COMP_BLOCK, so that
  * the encodings of the parts, laid end to end, are the encoding of the whole

@@ -25,8 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/error.h"
-#include "shared/frame.h"
+#include "shared/common/error.h"
+#include "shared/peer/frame.h"
 
 /* Stream connections (frame.h's averaging range, after allreduce.h's). */
 #define FRAME_STREAM 0x14

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shared/error.h"
+#include "shared/common/error.h"
 
 #define COMP_BLOCK 4096                 /* values per BLOCK8 block */
 #define COMP_AUTO_BLOCK8_MIN (1u << 16) /* "auto": 8-bit from this many values */

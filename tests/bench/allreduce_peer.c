@@ -39,11 +39,11 @@
  * return, so the slowest member's wall time is the group's. */
 #include "shared/averaging/allreduce.h"
 #include "shared/averaging/compress.h"
-#include "shared/deadline.h"
-#include "shared/dialer.h"
-#include "shared/listener.h"
-#include "shared/peer.h"
-#include "shared/pki.h"
+#include "shared/common/deadline.h"
+#include "shared/peer/dialer.h"
+#include "shared/peer/listener.h"
+#include "shared/peer/peer.h"
+#include "shared/peer/pki.h"
 #include "server/load_balance.h"
 
 #include <errno.h>

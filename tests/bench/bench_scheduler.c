@@ -30,7 +30,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "shared/db.h"
+#include "shared/database/db.h"
 
 #define MAX_SAMPLES 4000000
 

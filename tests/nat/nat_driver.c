@@ -34,13 +34,13 @@
 #include <unistd.h>
 
 #include "client/portmap.h"
-#include "shared/deadline.h"
-#include "shared/frame.h"
-#include "shared/listener.h"
-#include "shared/log.h"
-#include "shared/nat.h"
-#include "shared/peer.h"
-#include "shared/pki.h"
+#include "shared/common/deadline.h"
+#include "shared/peer/frame.h"
+#include "shared/peer/listener.h"
+#include "shared/common/log.h"
+#include "shared/nat/nat.h"
+#include "shared/peer/peer.h"
+#include "shared/peer/pki.h"
 
 #define CHUNK (1u << 20)
 
