@@ -1,5 +1,5 @@
 /* cotrain client: taking part in a collaborative round (see daemon.h,
- * cl_daemon_round; DESIGN.md "The training round"; doc/api.md "Rounds").
+ * cl_daemon_round; doc/design.md "The round"; doc/api.md "Rounds").
  *
  * The steps, each bounded in time:
  *   1. report every work unit of the version whose microbatches the

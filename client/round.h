@@ -1,5 +1,5 @@
 /* cotrain client: the parts of a collaborative round that need no network
- * (DESIGN.md, "The training round"; doc/api.md, "Rounds").
+ * (doc/design.md, "The round"; doc/api.md, "Rounds").
  *
  * The daemon (daemon_round.c) reports its work units, fetches its averaging
  * plan, runs the all-reduce within its group (shared/averaging/allreduce.h), turns the

@@ -1,6 +1,6 @@
 /* cotrain kernels: the compute backend, one small vtable chosen once.
  *
- * Every matrix product of the model goes through kern_backend()->sgemm or
+ * Every matrix product of the model goes through kern_backend_get()->sgemm or
  * ->sgemm_batched; every other loop is plain C with OpenMP in the layer
  * files.  Matrices are row-major: element (i, j) of a matrix with leading
  * dimension ld sits at [i * ld + j].  op(X) is X or its transpose.
@@ -12,7 +12,7 @@
  * a way that depends on the thread count.
  *
  * The CPU backend (backend_cpu.c, OpenBLAS + OpenMP) is the only one built
- * today; a CUDA backend would add a second vtable and change kern_backend()
+ * today; a CUDA backend would add a second vtable and change kern_backend_get()
  * only, not its callers. */
 #ifndef KERN_BACKEND_H
 #define KERN_BACKEND_H

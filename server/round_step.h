@@ -1,5 +1,5 @@
-/* cotrain-server: the server's own optimizer step of a round (DESIGN.md,
- * "The training round", step 6; doc/api.md, "The server's step").
+/* cotrain-server: the server's own optimizer step of a round (doc/design.md,
+ * "The round"; doc/api.md, "The server's step").
  *
  * From checkpoint v and the round's averaged gradient (the mean over the
  * round's samples, as every peer feeds it to its optimizer) the server

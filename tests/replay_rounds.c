@@ -1,5 +1,5 @@
 /* cotrain tests: the single-process replay trainer of the equivalence test
- * (issue 5: "4 clients training collaboratively for several rounds match a
+ * ("4 clients training collaboratively for several rounds match a
  * single process that trains on the same global batches in the same
  * order").
  *

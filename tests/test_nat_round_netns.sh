@@ -26,6 +26,7 @@
 # the UPnP site is left out (its checks SKIP with the reason) and four
 # sites train.  NAT_KEEP=DIR keeps the logs.
 . "$top_srcdir/tests/tap.sh"
+. "$top_srcdir/tests/invariants.sh"
 B=$top_builddir
 . "$top_srcdir/tests/netns.sh"
 . "$top_srcdir/tests/nat/netns-nat.sh"
@@ -39,7 +40,7 @@ NETNS_EXIT_HOOK='nr_teardown'
 netns_init
 skip() { ok 0 "$1 # SKIP $2"; }
 
-plan 21
+plan 22
 
 # The sites: name, hub index, kind.  Host namespaces are hIDX.
 UPNP_WHY=
@@ -139,7 +140,7 @@ forks=$(printf '%s' "$forked" | grep -c .)
 held=$(nr_sql "select count(*) from round r join round_member m using (project_id, version)
   where r.state = 'committed' and m.included and m.params_sha256 = r.params_sha256
     and r.version in ($(echo -1 $FULL | tr ' ' ','))")
-ok $([ "$forks" = 0 ] && [ "$held" = $((nfull * NSITES)) ]; echo $?) \
+ok $([ "$nfull" -ge 1 ] && [ "$forks" = 0 ] && [ "$held" = $((nfull * NSITES)) ]; echo $?) \
 	"no fork: every included peer holds the server's parameters ($held of $((nfull * NSITES)) in the full rounds, $forks forks)"
 # On a fork, say whose, and what its log and the server's say of that
 # round, since the logs go with the test.  (The forks seen here were peers
@@ -207,6 +208,7 @@ ok $([ -z "$mism" ] && [ "$got_pairs" -gt 0 ]; echo $?) \
 mism=$(nr_link_mismatch "$T/rungs")
 ok $([ -z "$mism" ] && [ "$got_pairs" -gt 0 ]; echo $?) \
 	"the server stored each pair's rung in round_link as the dialer logged it${mism:+ (differ:$mism)}"
+coverage_exact tiny "after the daemons' restarts, the stream is tiled exactly by the pool, live units and trained ranges"
 kill -0 "$NR_SPID" 2>/dev/null
 ok $? "the server is still running"
 done_testing

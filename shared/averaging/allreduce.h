@@ -14,7 +14,8 @@
  *     aggregator's ACCEPTED report), and its samples are reported dropped;
  *   - an aggregator that fails aborts the round for the whole group with
  *     COT_ERR_NETWORK: no member ever ends with part of the vector
- *     un-averaged.  The server reruns averaging without that peer.
+ *     un-averaged.  The server then fails the whole round, every range goes
+ *     back to the pool, and the round opens again as its next attempt.
  *
  * The output is the group SUM (not the mean) plus the total samples, so that
  * a later stage across groups can add sums before one division.  The sum is

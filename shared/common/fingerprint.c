@@ -1,4 +1,4 @@
-/* cotrain: gradient fingerprints for spot checks (see spotcheck.h). */
+/* cotrain: gradient fingerprints for spot checks (contract in fingerprint.h). */
 #include "shared/common/fingerprint.h"
 
 #include <math.h>

@@ -2,9 +2,9 @@
  *
  * A dialer turns a target (a peer's address and host id) into a connected,
  * non-blocking TCP socket before a deadline.  Dialers are rungs of the NAT
- * ladder of DESIGN.md: "direct" dials the peer's address; later issues add
- * "punch" (simultaneous open, timed by the server) and "relay" (through the
- * server), and a ladder tries its rungs in order.  Callers (the averaging
+ * ladder (doc/nat.md): "direct" dials the peer's address (here), "punch"
+ * (simultaneous open, timed by the server) and "relay" (through the server)
+ * live in shared/nat/, and the ladder there tries its rungs in order.  Callers (the averaging
  * code) only ever see dialer_connect(), so new rungs need no change there; the
  * TLS layer (peer.h) takes the socket the dialer returns.
  *

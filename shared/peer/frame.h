@@ -38,11 +38,13 @@ enum frame_type {
 	FRAME_HELLO = 0x01,   /* versions, project, host, round: see hello.h */
 	FRAME_READY = 0x02,   /* HELLO accepted; empty payload */
 	FRAME_ERROR = 0x03,   /* u16 code (enum frame_error), str reason; then close */
-	/* 0x10..0x1f: averaging (issue 5) */
-	FRAME_SLICE = 0x10,   /* reserved: a peer's slice of the gradient to an aggregator */
-	FRAME_RESULT = 0x11,  /* reserved: an aggregator's averaged slice */
-	FRAME_ABORT = 0x12,   /* reserved: leave the round */
-	/* 0x20..0x2f: reserved for NAT traversal and the relay */
+	/* 0x10..0x1f: the all-reduce's messages, read by shared/averaging/ itself
+	 * (allreduce_msg.h: also ACCEPTED 0x13, STREAM 0x14, RESULT_PART 0x15,
+	 * STREAM_END 0x16); frame_type_known() answers for this layer's own. */
+	FRAME_SLICE = 0x10,   /* a peer's slice of the gradient to an aggregator */
+	FRAME_RESULT = 0x11,  /* an aggregator's summed slice */
+	FRAME_ABORT = 0x12,   /* leave the round */
+	/* 0x20..0xff: unassigned (the NAT service speaks a line protocol, not frames) */
 };
 
 /* Codes carried by FRAME_ERROR: stable on the wire, unlike cot_err values. */

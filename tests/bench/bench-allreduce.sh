@@ -1,7 +1,7 @@
 #!/bin/sh
 # cotrain bench: all-reduce of an 18M-parameter fp32 gradient among 8 peers,
 # each in its own network namespace behind one hub, links shaped with tc (htb,
-# both directions) to two at 200, four at 100 and two at 50 Mbit/s (issue 5).
+# both directions) to two at 200, four at 100 and two at 50 Mbit/s.
 #
 # Prints, from one run:
 #   - the efficiency of a plain TCP transfer over one shaped 100 Mbit/s link
