@@ -382,8 +382,11 @@ CREATE TABLE public.host (
     relay_bytes_in bigint DEFAULT 0 NOT NULL,
     relay_bytes_out bigint DEFAULT 0 NOT NULL,
     relay_sessions bigint DEFAULT 0 NOT NULL,
+    revoked_at timestamp with time zone,
+    cpid_seed text DEFAULT replace((gen_random_uuid())::text, '-'::text, ''::text) NOT NULL,
     CONSTRAINT host_client_version_check CHECK ((length(client_version) <= 64)),
     CONSTRAINT host_cores_check CHECK (((cores >= 1) AND (cores <= 4096))),
+    CONSTRAINT host_cpid_seed_check CHECK ((cpid_seed ~ '^[0-9a-f]{32}$'::text)),
     CONSTRAINT host_cpu_model_check CHECK ((length(cpu_model) <= 256)),
     CONSTRAINT host_flops_check CHECK ((flops > (0)::double precision)),
     CONSTRAINT host_gpu_check CHECK ((length(gpu) <= 256)),
@@ -2179,6 +2182,31 @@ END
 $$;
 
 --
+-- Name: stats_deleted_stamp(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.stats_deleted_stamp() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_TABLE_NAME = 'account' THEN
+        IF NEW.disabled AND NOT OLD.disabled THEN
+            NEW.disabled_at := now();
+        ELSIF NOT NEW.disabled THEN
+            NEW.disabled_at := NULL;
+        END IF;
+    ELSE
+        IF NEW.revoked AND NOT OLD.revoked THEN
+            NEW.revoked_at := now();
+        ELSIF NOT NEW.revoked THEN
+            NEW.revoked_at := NULL;
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+--
 -- Name: account; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -2193,6 +2221,8 @@ CREATE TABLE public.account (
     disabled boolean DEFAULT false NOT NULL,
     prefs jsonb DEFAULT '{}'::jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    show_hosts boolean DEFAULT true NOT NULL,
+    disabled_at timestamp with time zone,
     CONSTRAINT account_email_check CHECK (((length(email) >= 3) AND (length(email) <= 254))),
     CONSTRAINT account_name_check CHECK (((length(name) >= 1) AND (length(name) <= 100)))
 );
@@ -3188,6 +3218,18 @@ CREATE INDEX work_unit_live_deadline_idx ON public.work_unit USING btree (deadli
 --
 
 CREATE INDEX work_unit_version_idx ON public.work_unit USING btree (project_id, version);
+
+--
+-- Name: account account_disabled_at; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER account_disabled_at BEFORE UPDATE OF disabled ON public.account FOR EACH ROW EXECUTE FUNCTION public.stats_deleted_stamp();
+
+--
+-- Name: host host_revoked_at; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER host_revoked_at BEFORE UPDATE OF revoked ON public.host FOR EACH ROW EXECUTE FUNCTION public.stats_deleted_stamp();
 
 --
 -- Name: project project_round_ins; Type: TRIGGER; Schema: public; Owner: -

@@ -13,8 +13,11 @@ int admin_export_main(void *vctx, int argc, char **argv)
 	admin_ctx *ctx = vctx;
 	if (admin_wants_help(argc, argv)) {
 		fputs(usage, stdout);
-		fputs("Writes DIR/tables.xml, DIR/user.gz, DIR/team.gz and DIR/host.gz in BOINC's\n"
-		      "db_dump layout, for stats sites to fetch (serve DIR as <project URL>/stats/).\n",
+		fputs("Writes what BOINC's db_dump writes (tables.xml, user.gz, user_deleted.gz,\n"
+		      "host.gz, host_deleted.gz, team.gz, db_dump.xml), for stats sites to fetch\n"
+		      "(serve DIR as <project URL>/stats/).  The files are written into .DIR.new\n"
+		      "beside DIR, which is then swapped with DIR in one step; the previous\n"
+		      "generation stays as .DIR.old until the next export (doc/credit.md).\n",
 		      stdout);
 		return ADMIN_OK;
 	}

@@ -11,6 +11,7 @@
 void api_account_create(http_req *req);
 void api_account_login(http_req *req);
 void api_account_get(http_req *req);
+void api_account_update(http_req *req);
 void api_account_logout(http_req *req);
 
 void api_team_create(http_req *req);

@@ -63,6 +63,8 @@ void api_account_create(http_req *req)
 		http_reply_error(req, 400, "invalid", "field \"email\" is not an email address", NULL);
 		goto out;
 	}
+	if (!api_text_ok(req, "name", name) || !api_text_ok(req, "email", email))
+		goto out;
 	char phash[PASSWORD_HASH_MAX], cpid_raw[16], cpid[33], key[KEY_CHARS], hp[API_HASH_PARAM_LEN];
 	if (password_hash(password, req->cfg->kdf_iterations, phash, sizeof phash, &eb) ||
 	    hash_random(cpid_raw, sizeof cpid_raw)) {
@@ -141,11 +143,17 @@ out:
 	json_decref(body);
 }
 
+/* The account as GET /v1/account shows it: cpid is the cross-project id the
+ * stats export publishes, md5(cross_project_id || lower(email)). */
+#define ACCOUNT_JSON \
+	"json_build_object('id', a.id, 'email', a.email, 'name', a.name," \
+	"                  'team_id', a.team_id, 'created_at', a.created_at," \
+	"                  'prefs', a.prefs, 'show_hosts', a.show_hosts," \
+	"                  'cpid', md5(a.cross_project_id || lower(a.email)))::text"
+
 static const dbc_stmt st_get = {
 	"account_get",
-	"SELECT json_build_object('id', a.id, 'email', a.email, 'name', a.name,"
-	"                         'team_id', a.team_id, 'created_at', a.created_at,"
-	"                         'prefs', a.prefs)::text"
+	"SELECT " ACCOUNT_JSON
 	"  FROM account_key k JOIN account a ON a.id = k.account_id"
 	" WHERE k.key_hash = $1::bytea AND NOT k.revoked AND NOT a.disabled",
 	1
@@ -190,4 +198,82 @@ void api_account_logout(http_req *req)
 	else
 		http_reply_error(req, 401, "unauthorized", "account key is not valid", NULL);
 	PQclear(r);
+}
+
+static const dbc_stmt st_update = {
+	"account_update",
+	"UPDATE account a SET name = coalesce($2, a.name),"
+	"       cross_project_id = coalesce($3, a.cross_project_id),"
+	"       show_hosts = coalesce($4::boolean, a.show_hosts)"
+	" WHERE a.id = $1 AND NOT a.disabled RETURNING " ACCOUNT_JSON,
+	4
+};
+
+/* A BOINC cross-project id: 32 hex digits (BOINC draws them as md5 hex),
+ * written into out in lowercase, as BOINC stores them. */
+static bool cross_project_id_ok(const char *s, char out[33])
+{
+	size_t n = 0;
+	for (; s[n]; n++) {
+		char c = s[n];
+		if (n == 32 || !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
+			return false;
+		out[n] = (char)(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c);
+	}
+	out[n] = '\0';
+	return n == 32;
+}
+
+void api_account_update(http_req *req)
+{
+	long long account;
+	if (!api_account(req, &account))
+		return;
+	json_t *body;
+	if (!api_body(req, false, &body))
+		return;
+	const char *name = NULL, *cpid = NULL;
+	cot_errbuf eb = { 0 };
+	const json_t *sh = json_object_get(body, "show_hosts");
+	if (cot_json_str(body, "name", false, 1, 100, &name, &eb) ||
+	    cot_json_str(body, "cross_project_id", false, 0, 64, &cpid, &eb)) {
+		api_bad_request(req, &eb);
+		goto out;
+	}
+	if (sh && !json_is_boolean(sh)) {
+		http_reply_error(req, 400, "invalid", "field \"show_hosts\" must be true or false", NULL);
+		goto out;
+	}
+	const char *known[] = { "name", "cross_project_id", "show_hosts" };
+	const char *key;
+	json_t *v;
+	json_object_foreach(body, key, v) {
+		bool found = false;
+		for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+			found |= strcmp(key, known[i]) == 0;
+		if (!found) {
+			char msg[200];
+			snprintf(msg, sizeof msg, "field \"%.100s\" cannot be changed here", key);
+			http_reply_error(req, 400, "invalid", msg,
+			                 "The fields are name, cross_project_id and show_hosts.");
+			goto out;
+		}
+	}
+	if (name && !api_text_ok(req, "name", name))
+		goto out;
+	char cp[33];
+	if (cpid && !cross_project_id_ok(cpid, cp)) {
+		http_reply_error(req, 400, "invalid",
+		                 "field \"cross_project_id\" is not a BOINC cross-project id",
+		                 "A cross-project id is 32 hexadecimal digits; BOINC clients keep it as "
+		                 "<cross_project_id> in each project of client_state.xml.");
+		goto out;
+	}
+	char acc[24];
+	snprintf(acc, sizeof acc, "%lld", account);
+	const char *params[] = { acc, name, cpid ? cp : NULL,
+		                 sh ? (json_is_true(sh) ? "true" : "false") : NULL };
+	api_reply_row(req, &st_update, params, "the account does not exist");
+out:
+	json_decref(body);
 }

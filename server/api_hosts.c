@@ -44,6 +44,10 @@ void api_host_register(http_req *req)
 		api_bad_request(req, &eb);
 		goto out;
 	}
+	if (!api_text_ok(req, "cpu_model", cpu) || !api_text_ok(req, "gpu", gpu) ||
+	    !api_text_ok(req, "client_version", version) || !api_text_ok(req, "os_name", os_name) ||
+	    !api_text_ok(req, "os_version", os_version))
+		goto out;
 	char token[48], hp[API_HASH_PARAM_LEN];
 	unsigned char md[HASH_SHA256_LEN];
 	if (hash_random_token(32, token, sizeof token) || hash_sha256(token, strlen(token), md)) {

@@ -31,6 +31,8 @@ void api_team_create(http_req *req)
 		api_bad_request(req, &eb);
 		goto out;
 	}
+	if (!api_text_ok(req, "name", name) || !api_text_ok(req, "description", description))
+		goto out;
 	char acc[24];
 	snprintf(acc, sizeof acc, "%lld", account);
 	const char *params[] = { name, description, acc };

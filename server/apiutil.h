@@ -49,6 +49,12 @@ void api_relay(http_req *req, const dbc_stmt *stmt, const char *const *params);
  * with that text, or 404 "not_found" with message missing. */
 void api_reply_row(http_req *req, const dbc_stmt *stmt, const char *const *params, const char *missing);
 
+/* Whether text a user typed (a name, a description, a host's model) can be
+ * carried by the XML of the stats export: no U+FFFE or U+FFFF, no control
+ * character other than tab and newline (s is valid UTF-8: Jansson checked
+ * it).  Answers 400 naming field and returns false otherwise. */
+bool api_text_ok(http_req *req, const char *field, const char *s);
+
 /* Answer 400 for a shape error described in eb; returns false. */
 bool api_bad_request(http_req *req, const cot_errbuf *eb);
 

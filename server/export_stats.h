@@ -1,9 +1,10 @@
-/* cotrain: the statistics export in BOINC's db_dump layout (doc/credit.md),
- * for third-party stats sites: DIR/tables.xml, DIR/user.gz, DIR/team.gz and
- * DIR/host.gz (gzip written with libarchive).  Users carry BOINC's
- * cross-project id, cpid = md5(account.cross_project_id || lower(email)).
- * Totals and expavg_credit/expavg_time are the stored RAC and its time, as
- * BOINC exports them (readers decay them). */
+/* cotrain: the statistics export as BOINC's db_dump writes it with its
+ * default spec (doc/credit.md, "Stats export"), for third-party stats sites:
+ * DIR/tables.xml, user.gz, user_deleted.gz, host.gz, host_deleted.gz,
+ * team.gz and db_dump.xml, in db_dump's byte conventions (xml_escape's
+ * escaping, %f numbers, its inclusion rules and optional elements).  Users
+ * carry BOINC's cross-project id, cpid = md5(account.cross_project_id ||
+ * lower(email)); hosts host_cpid = md5(host.cpid_seed || lower(email)). */
 #ifndef COT_SERVER_EXPORT_STATS_H
 #define COT_SERVER_EXPORT_STATS_H
 
@@ -11,10 +12,13 @@
 
 #include "shared/common/error.h"
 
-/* Write the export into dir (created when missing) over connection c.  The
- * files are written under temporary names and renamed into place, so a
- * reader never sees a half-written file.  COT_ERR_IO or COT_ERR_DB with a
- * message in eb. */
+/* Write the export as the folder dir over connection c, from one snapshot:
+ * every file goes into the sibling .NAME.new, which then replaces dir in
+ * one atomic exchange (the previous generation is kept as .NAME.old until
+ * the next export), so dir always holds one whole generation.  Exports of
+ * one dir are serialised by flock on .NAME.lock.  COT_ERR_IO, COT_ERR_DB or
+ * COT_ERR_INVALID (dir not a folder path) with a message in eb; on error dir
+ * is left as it was. */
 cot_err stats_export(PGconn *c, const char *dir, cot_errbuf *eb);
 
 /* A thread that runs stats_export every interval_s seconds (first at once)

@@ -18,6 +18,7 @@ static const route routes[] = {
 	{ "POST",   "/v1/accounts",                 api_account_create },
 	{ "POST",   "/v1/accounts/login",           api_account_login },
 	{ "GET",    "/v1/account",                  api_account_get },
+	{ "PATCH",  "/v1/account",                  api_account_update },
 	{ "POST",   "/v1/account/logout",           api_account_logout },
 	{ "POST",   "/v1/teams",                    api_team_create },
 	{ "GET",    "/v1/teams/{}",                 api_team_get },
