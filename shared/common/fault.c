@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shared/common/log.h"
@@ -64,6 +66,23 @@ cot_err fault_init(cot_errbuf *eb)
 	return COT_OK;
 }
 
+/* Give the line just logged time to leave a pipe on stderr (the client
+ * copies its stderr through one, client/logring.c) before the process
+ * stops or dies: wait until the pipe is empty (at most 1 s), then a little
+ * for the reader to write it out. */
+static void drain_stderr(void)
+{
+	struct timespec ten_ms = { 0, 10 * 1000 * 1000 };
+	for (int i = 0; i < 100; i++) {
+		int n = 0;
+		if (ioctl(STDERR_FILENO, FIONREAD, &n) != 0 || n <= 0)
+			break;
+		nanosleep(&ten_ms, NULL);
+	}
+	struct timespec settle = { 0, 50 * 1000 * 1000 };
+	nanosleep(&settle, NULL);
+}
+
 void fault_point(const char *name, int64_t version)
 {
 	if (point < 0 || strcmp(points[point], name) != 0 || (only_version >= 0 && version != only_version))
@@ -72,6 +91,7 @@ void fault_point(const char *name, int64_t version)
 	if (!atomic_compare_exchange_strong(&fired, &expected, 1))
 		return;
 	log_warn("fault point %s: %s (round %lld)", name, actions[action], (long long)version);
+	drain_stderr();
 	switch (action) {
 	case 0:
 		raise(SIGSTOP);
