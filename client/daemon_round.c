@@ -30,6 +30,7 @@
 #include "kernels/opt_json.h"
 #include "shared/averaging/allreduce.h"
 #include "shared/common/deadline.h"
+#include "shared/common/fault.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
 #include "shared/common/log.h"
@@ -373,6 +374,11 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 	activity(j, "waiting for the averaging plan");
 	if ((rc = wait_plan(j, 0, eb)))
 		return rc;
+	const cl_plan_member *me = &j->plan.members[j->plan.self];
+	log_info("project %s: round %lld: attempt %lld planned: group %lld of %lld, %zu peers, we aggregate [%lld, %lld)",
+	         j->p.name, (long long)j->v, (long long)j->plan.attempt, (long long)j->plan.group,
+	         (long long)j->plan.n_groups, j->plan.n, (long long)me->lo, (long long)me->hi);
+	fault_point("before-slices", j->v);
 	if (!(j->sum = malloc(j->m->n_params * sizeof *j->sum)))
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the averaged gradient");
 	char what[96];
@@ -393,6 +399,7 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 	activity(j, "optimizer step");
 	if ((rc = step(j, eb)))
 		return rc;
+	fault_point("before-outcome", j->v);
 	activity(j, "reporting the outcome");
 	if ((rc = outcome(j, 1, accepted, eb)))
 		return rc;

@@ -29,6 +29,7 @@
 #include "client/logring.h"
 #include "client/priority.h"
 #include "kernels/backend.h"
+#include "shared/common/fault.h"
 #include "shared/common/log.h"
 #include "shared/common/options.h"
 
@@ -140,6 +141,8 @@ int main(int argc, char **argv)
 	if ((rc = cl_config_finish(&d.cfg, &eb)))
 		return fatal("bad configuration", &eb);
 	cot_log_set_level((cot_log_level)d.cfg.log_level);
+	if ((rc = fault_init(&eb)))                 /* a test hook, off unless COTRAIN_FAULT is set */
+		return fatal("bad test hook", &eb);
 
 	/* Threads a library started at load time compute too: idle them now,
 	 * before our own threads exist. */

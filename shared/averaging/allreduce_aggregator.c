@@ -429,8 +429,11 @@ static void slice_done(run *r, size_t idx, int late, int usable, const char *why
 		snprintf(c->reason, sizeof c->reason, "%s", why);
 	}
 	r->arrived++;
+	int some = r->arrived < r->p->n - 1;
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->mu);
+	if (some)                        /* a test hook: some members' slices are in, not all */
+		fault_point("aggregator-mid-sum", r->p->round);
 }
 
 /* Read and check member idx's SLICE parts, the first already received (h,

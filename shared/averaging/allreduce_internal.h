@@ -16,6 +16,7 @@
 
 #include "shared/averaging/allreduce.h"
 #include "shared/common/deadline.h"
+#include "shared/common/fault.h"
 #include "shared/peer/hello.h"
 #include "shared/common/log.h"
 

@@ -223,6 +223,8 @@ static cot_err send_slice(run *r, member_state *a, peer_conn *c, cot_errbuf *eb)
 		if (!rc)
 			rc = peer_send_frame(c, ALLREDUCE_FRAME_SLICE, 0, w.buf, w.len, p->collect_deadline,
 			                     eb);
+		if (!rc && pe < m->end)
+			fault_point("mid-slice", p->round);   /* a test hook: part of a slice is out */
 		ar_pace_done(r, a->idx, k + 1);
 	}
 	ar_pace_done(r, a->idx, SIZE_MAX);
