@@ -145,6 +145,8 @@ static void group_sum_refusals(const long long group_of[3])
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "a sum that leaves the uploader out");
 	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld", u->id, su + 1, u->id);
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "samples that are not the included hosts' total");
+	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld", u->id, su - 1, u->id);
+	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "samples one short of the included hosts' total");
 	snprintf(q, sizeof q, "host_id=%lld&samples=0&included=%lld", u->id, u->id);
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "samples=0");
 	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld", other->id, su, u->id);
@@ -460,6 +462,12 @@ static void test_stragglers(void)
 		snprintf(pp, sizeof pp, "/v1/projects/r2/rounds/0/plan?host_id=%lld&%s", h.id, bad[i]);
 		th_refused("GET", pp, h.token, NULL, 400, "invalid", bad[i]);
 	}
+	/* With --round-close-fraction 0 a round may close at any sample, but
+	 * never at none: closed empty, it would fail for want of reports and
+	 * open again, over and over. */
+	th_sql("SELECT round_close_due(0, 60)");
+	is_int(th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'open'", pid), 1,
+	       "a round without samples stays open whatever the fraction");
 	th_ask_work(&h, "r2", 0);
 	th_resp r = th_heartbeat(&h, 8, 0.001);       /* 32 of 64 samples, and crawling */
 	ok(!json_object_get(r.json, "round"), "half the target: the heartbeat finds the round open");
