@@ -481,6 +481,28 @@ static void test_stragglers(void)
 	th_coverage_exact(pid, "straggler round");
 }
 
+/* A target lowered (by the project's admin) to the samples a round already
+ * holds closes it at the coordinator's next pass, for the target, although
+ * its one unit is live and fast: nothing is left to wait for. */
+static void test_target_lowered(void)
+{
+	long long pid = th_seed_project("r3", 600, 1e6, 4, 16, 4, 100000);
+	th_sql("UPDATE project SET target_batch = 64, config = '{\"model\": " TH_MODEL "}' WHERE id = %lld", pid);
+	th_host h = B;
+	th_ask_work(&h, "r3", 0);
+	th_resp r = th_heartbeat(&h, 4, 1e6);      /* 16 of 64 samples, fast */
+	ok(!json_object_get(r.json, "round"), "a quarter of the target: the round is open");
+	th_resp_free(&r);
+	th_sql("UPDATE project SET target_batch = 16 WHERE id = %lld", pid);
+	time_t t0 = time(NULL);
+	while (th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing'", pid) == 0 &&
+	       time(NULL) - t0 < 10)
+		usleep(100000);
+	is_int(th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing'"
+	                  " AND close_reason = 'target'", pid),
+	       1, "the target lowered to the samples in: the coordinator closes the round for the target");
+}
+
 int main(void)
 {
 	const char *args[] = { "--round-interval", "1", "--round-report-timeout", "3",
@@ -499,6 +521,7 @@ int main(void)
 	test_round(pid);
 	test_failure_coverage(pid);
 	test_stragglers();
+	test_target_lowered();
 
 	/* A long poll held when the server stops: answered at once, and the
 	 * server still exits cleanly. */
