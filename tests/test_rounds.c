@@ -141,6 +141,9 @@ static void group_sum_refusals(const long long group_of[3])
 	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld,%lld", u->id, 40LL,
 	         A.id, B.id);
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "a host of another group included");
+	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld,%lld", u->id, su, A.id, B.id);
+	sum_refused(u, q, g, TH_PARAMS, 400, "invalid",
+	            "a host of another group included, with the samples of this group's alone");
 	snprintf(q, sizeof q, "host_id=%lld&samples=16&included=%lld", u->id, C.id);
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "a sum that leaves the uploader out");
 	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld", u->id, su + 1, u->id);
