@@ -440,6 +440,15 @@ static void test_bad_gradients(void)
 	ok(all, "every aggregator refused the outlier for its norm (\"%s\")",
 	   refused_by(g, 0, 3) ? refused_by(g, 0, 3) : "none");
 	group_free(g);
+
+	/* A member with 100 times the samples of the others sends a sum 100
+	 * times larger: its norm per sample is theirs, so it is no outlier. */
+	uint64_t sm[] = { 2, 3, 4, 200 };
+	g = group_new(4, 3000, e4, sm);
+	group_run(g, NULL);
+	const int inc5[MAXN] = { 1, 1, 1, 1 };
+	check_group(g, inc5, "one member with 100 times the samples of the others");
+	group_free(g);
 }
 
 static void test_faults(void)

@@ -313,8 +313,8 @@ static void test_spot_checks(void)
 	r = call("POST", "/v1/spotchecks/1/fingerprint", A.token, "{\"values\": [1, 2]}");
 	ok(r.status == 400 || r.status == 403, "a fingerprint of the wrong length is refused (%ld)", r.status);
 	th_resp_free(&r);
-	r = call("POST", "/v1/spotchecks/1/fingerprint", A.token, "{\"values\": [1, \"x\"]}");
-	ok(th_is_error(&r, 400, "invalid", "a non-number value"), "a non-number value is refused");
+	r = call("POST", "/v1/spotchecks/1/fingerprint", A.token, "{\"values\": [1, 2, 3, 4, 5, 6, 7, \"x\"]}");
+	ok(th_is_error(&r, 400, "invalid", "a non-number value"), "a non-number value among k = 8 is refused");
 	th_resp_free(&r);
 	r = call("POST", "/v1/spotchecks/1/fingerprint", "not-a-valid-token-at-all", "{\"values\": [1]}");
 	ok(r.status == 401, "a bad token is refused");
@@ -494,13 +494,20 @@ static void test_export(void)
 		ok(false, "could not set up the export");
 		return;
 	}
+	/* The credit of the four users; then a disabled account with credit of
+	 * its own, which the export leaves out, totals included. */
+	double total = sql_double("SELECT sum(total) FROM account_credit");
+	th_sql("WITH a AS (INSERT INTO account (email, name, password_hash, cross_project_id, disabled)"
+	       " VALUES ('gone@example.org', 'gone', 'x', 'x', true) RETURNING id)"
+	       " INSERT INTO account_credit (account_id, total) SELECT id, 1000 FROM a");
 	char cmd[2048];
 	snprintf(cmd, sizeof cmd, "'%s/server/cotrain-admin' --db '%s' export stats '%s/out' >/dev/null",
 	         bd, pgtmp_conninfo(), dir);
 	ok(system(cmd) == 0, "cotrain-admin export stats writes the export");
-	double total = sql_double("SELECT sum(total) FROM account_credit");
-	/* BOINC's db_dump leaves out users and hosts without credit. */
-	int nusers = (int)sql_double("SELECT count(*) FROM account_credit WHERE total > 0");
+	/* BOINC's db_dump leaves out users and hosts without credit, and
+	 * disabled accounts. */
+	int nusers = (int)sql_double("SELECT count(*) FROM account_credit c JOIN account a ON a.id = c.account_id"
+	                             " WHERE c.total > 0 AND NOT a.disabled");
 	int nhosts = (int)sql_double("SELECT count(*) FROM host_credit WHERE total > 0");
 	char *email = NULL;
 	PGresult *pr = PQexec(th_db(), "SELECT md5(cross_project_id || lower(email)), id FROM account"
@@ -530,7 +537,7 @@ static void test_export(void)
 	         "assert len(b) == 1 and b[0].find('name').text == '<b>x</b><script>alert(1)</script>', 'name'\n"
 	         "assert b[0].find('cpid').text == cpid, 'cpid'\n"
 	         "EOF", dir, total, email ? email : "", nusers, nhosts);
-	ok(system(cmd) == 0, "the export parses as XML: counts, total credit %.6f, the cpid, a hostile name intact", total);
+	ok(system(cmd) == 0, "the export parses as XML: counts, total credit %.6f (a disabled account's left out), the cpid, a hostile name intact", total);
 	if (system("command -v xmllint >/dev/null 2>&1") == 0) {
 		snprintf(cmd, sizeof cmd, "xmllint --noout '%s/out/tables.xml'", dir);
 		ok(system(cmd) == 0, "xmllint accepts tables.xml");

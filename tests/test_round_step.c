@@ -97,19 +97,22 @@ static void report(th_host *h, long long mb_done, double loss, th_host *near, th
 	th_resp_free(&r);
 }
 
-/* Round 0 of s1: A 4, B 2, C 4, D 4 microbatches of 4 samples (the target
+/* Round 0 of s1: A 4 (in two units of 2, held at once, as a client with
+ * two workers does), B 2, C 4, D 4 microbatches of 4 samples (the target
  * is 56); A and B close to each other, C and D too. */
 static void fill_and_plan(void)
 {
-	th_host *hs[] = { &A, &B, &C, &D };
-	long long done[] = { 4, 2, 4, 4 };
-	for (int i = 0; i < 4; i++)
+	th_host A2 = A;
+	th_host *hs[] = { &A, &A2, &B, &C, &D };
+	long long done[] = { 2, 2, 2, 4, 4 };
+	for (int i = 0; i < 5; i++)
 		th_ask_work(hs[i], "s1", 0);
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 5; i++) {
 		th_resp r = th_heartbeat(hs[i], done[i], 1e6);
 		th_resp_free(&r);
 	}
-	report(&A, 4, 2.0, &B, &C, &D);
+	report(&A, 2, 1.5, &B, &C, &D);
+	report(&A2, 2, 2.5, &B, &C, &D);
 	report(&B, 2, 4.0, &A, &C, &D);
 	report(&C, 4, 3.0, &D, &A, &B);
 	report(&D, 4, 100.0, &C, &A, &B);
@@ -118,6 +121,8 @@ static void fill_and_plan(void)
 	th_resp r = th_call("GET", path, A.token, NULL, 200, "the plan (long poll)");
 	is_int(th_json_int(&r, "round_samples"), 56, "the plan: 56 samples in the round");
 	is_int(th_json_int(&r, "n_groups"), 2, "two groups");
+	is_int(th_sql_int("SELECT samples FROM round_member WHERE version = 0 AND host_id = %lld", A.id), 16,
+	       "A's two units count together: 16 samples in the plan");
 	long st = r.status;
 	th_resp_free(&r);
 	if (st != 200)
@@ -314,8 +319,9 @@ int main(void)
 	is_int(th_sql_int("SELECT count(*) FROM model_version WHERE project_id = %lld AND version = 1 AND checkpoint_sha256 = '%s'", pid, server_ckpt),
 	       1, "model version 1 has the server's checkpoint");
 
-	/* The rounds list: the loss is weighted by the counted samples (A 16 at
-	 * 2.0, B 8 at 4.0, C 16 at 3.0; D's 100.0 does not count): 2.8. */
+	/* The rounds list: the loss is weighted by the counted samples (A 8 at
+	 * 1.5 and 8 at 2.5, B 8 at 4.0, C 16 at 3.0; D's 100.0 does not
+	 * count): 2.8. */
 	r = th_call("GET", "/v1/projects/s1/rounds", NULL, NULL, 200, "the rounds list");
 	json_t *rounds = json_object_get(r.json, "rounds");
 	json_t *r1 = json_array_get(rounds, 0), *r0 = json_array_get(rounds, 1);

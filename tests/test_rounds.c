@@ -141,10 +141,15 @@ static void group_sum_refusals(const long long group_of[3])
 	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld,%lld", u->id, 40LL,
 	         A.id, B.id);
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "a host of another group included");
+	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld,%lld", u->id, su, A.id, B.id);
+	sum_refused(u, q, g, TH_PARAMS, 400, "invalid",
+	            "a host of another group included, with the samples of this group's alone");
 	snprintf(q, sizeof q, "host_id=%lld&samples=16&included=%lld", u->id, C.id);
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "a sum that leaves the uploader out");
 	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld", u->id, su + 1, u->id);
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "samples that are not the included hosts' total");
+	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld", u->id, su - 1, u->id);
+	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "samples one short of the included hosts' total");
 	snprintf(q, sizeof q, "host_id=%lld&samples=0&included=%lld", u->id, u->id);
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "samples=0");
 	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld", other->id, su, u->id);
@@ -460,6 +465,12 @@ static void test_stragglers(void)
 		snprintf(pp, sizeof pp, "/v1/projects/r2/rounds/0/plan?host_id=%lld&%s", h.id, bad[i]);
 		th_refused("GET", pp, h.token, NULL, 400, "invalid", bad[i]);
 	}
+	/* With --round-close-fraction 0 a round may close at any sample, but
+	 * never at none: closed empty, it would fail for want of reports and
+	 * open again, over and over. */
+	th_sql("SELECT round_close_due(0, 60)");
+	is_int(th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'open'", pid), 1,
+	       "a round without samples stays open whatever the fraction");
 	th_ask_work(&h, "r2", 0);
 	th_resp r = th_heartbeat(&h, 8, 0.001);       /* 32 of 64 samples, and crawling */
 	ok(!json_object_get(r.json, "round"), "half the target: the heartbeat finds the round open");
@@ -471,6 +482,28 @@ static void test_stragglers(void)
 	is_int(th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing' AND close_reason = 'stragglers'", pid),
 	       1, "the round closed early: the rest would take longer than the budget");
 	th_coverage_exact(pid, "straggler round");
+}
+
+/* A target lowered (by the project's admin) to the samples a round already
+ * holds closes it at the coordinator's next pass, for the target, although
+ * its one unit is live and fast: nothing is left to wait for. */
+static void test_target_lowered(void)
+{
+	long long pid = th_seed_project("r3", 600, 1e6, 4, 16, 4, 100000);
+	th_sql("UPDATE project SET target_batch = 64, config = '{\"model\": " TH_MODEL "}' WHERE id = %lld", pid);
+	th_host h = B;
+	th_ask_work(&h, "r3", 0);
+	th_resp r = th_heartbeat(&h, 4, 1e6);      /* 16 of 64 samples, fast */
+	ok(!json_object_get(r.json, "round"), "a quarter of the target: the round is open");
+	th_resp_free(&r);
+	th_sql("UPDATE project SET target_batch = 16 WHERE id = %lld", pid);
+	time_t t0 = time(NULL);
+	while (th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing'", pid) == 0 &&
+	       time(NULL) - t0 < 10)
+		usleep(100000);
+	is_int(th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing'"
+	                  " AND close_reason = 'target'", pid),
+	       1, "the target lowered to the samples in: the coordinator closes the round for the target");
 }
 
 int main(void)
@@ -491,6 +524,7 @@ int main(void)
 	test_round(pid);
 	test_failure_coverage(pid);
 	test_stragglers();
+	test_target_lowered();
 
 	/* A long poll held when the server stops: answered at once, and the
 	 * server still exits cleanly. */

@@ -336,6 +336,14 @@ static void test_scheduler(void)
 	is_int(th_json_int(&r, "accumulated_samples"), 20, "accumulated samples = 5 microbatches x 4");
 	is_int(th_json_int(&r, "target_batch"), 4096, "heartbeat shows the target");
 	th_resp_free(&r);
+	/* A heartbeat keeps its unit alive: a deadline a second away moves to
+	 * at least wu_seconds (60 s) ahead. */
+	th_sql("UPDATE work_unit SET deadline = now() + interval '1 second' WHERE id = %lld", wu1);
+	r = call("POST", path, token_a, "{\"mb_done\": 5}", 200, "heartbeat a second before the deadline");
+	th_resp_free(&r);
+	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld"
+	                  " AND deadline > now() + interval '50 seconds'", wu1), 1,
+	       "the heartbeat pushed the deadline to wu_seconds ahead");
 	refused("POST", path, token_b, "{\"mb_done\": 6}", 403, "forbidden", "heartbeat on another host's work unit");
 	refused("POST", path, token_a, "{\"mb_done\": 16}", 400, "invalid", "mb_done past the range");
 	refused("POST", path, token_a, "{\"mb_done\": 3}", 400, "invalid", "mb_done decreasing");

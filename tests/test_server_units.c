@@ -1,8 +1,12 @@
 /* cotrain tests: the server's building blocks without a server: sha256 and
- * encodings (shared/hash), password storage (shared/password) and JSON
- * shape checks (shared/json). */
+ * encodings (shared/hash), password storage (shared/password), JSON shape
+ * checks (shared/json) and the spot checks' gradient fingerprint
+ * (shared/common/fingerprint). */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "shared/common/fingerprint.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
 #include "shared/database/password.h"
@@ -90,11 +94,67 @@ static void test_json(void)
 	ok(cot_json_parse_object("{\"a\":\"\\u0000\"}", 14, &o, &eb) == COT_ERR_INVALID, "NUL in string refused");
 }
 
+/* The fingerprint is k random projections of the gradient, each scaled by
+ * 1/sqrt(n) (fingerprint.h): what a spot check can see of a cheat depends on
+ * each projection using its own signs.  Checked by what follows from that,
+ * not by the formula: a gradient of n ones gives k values whose squares
+ * average about 1 (each is a sum of n random signs over sqrt(n)); the
+ * gradient with its values in another order, or the same gradient under
+ * another seed, gives a fingerprint far from the first; a rounding-level
+ * change stays well inside the default tolerance (1e-3). */
+static void test_fingerprint(void)
+{
+	enum { N = 4096, K = 256 };
+	float *g = malloc(N * sizeof *g), *h = malloc(N * sizeof *h);
+	double a[K], b[K];
+	if (!g || !h)
+		bail_out("out of memory");
+	for (size_t i = 0; i < N; i++)
+		g[i] = 1.0f;
+	spot_fingerprint_compute(g, N, 12345, K, a);
+	double sq = 0, big = 0;
+	for (int j = 0; j < K; j++) {
+		sq += a[j] * a[j];
+		big = fabs(a[j]) > big ? fabs(a[j]) : big;
+	}
+	ok(sq / K > 0.7 && sq / K < 1.3 && big < 6,
+	   "n ones: the %d values are sums of random signs over sqrt(n) (mean square %.3f, max %.2f)",
+	   K, sq / K, big);
+
+	uint32_t x = 2463534242u;
+	for (size_t i = 0; i < N; i++) {
+		x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+		g[i] = (float)((double)x / 4294967296.0 - 0.5);
+		h[N - 1 - i] = g[i];
+	}
+	spot_fingerprint_compute(g, N, 777, K, a);
+	spot_fingerprint_compute(h, N, 777, K, b);
+	double d = spot_fingerprint_distance(a, b, K);
+	ok(d > 0.5, "the same values in reverse order: distance %.3f, far from agreeing", d);
+	spot_fingerprint_compute(g, N, 778, K, b);
+	d = spot_fingerprint_distance(a, b, K);
+	ok(d > 0.5, "the same gradient under another seed: distance %.3f", d);
+	int same = 0;
+	for (int j = 1; j < K; j++)
+		same += a[j] == a[0];
+	ok(same == 0, "the %d projections differ from one another (%d equal the first)", K, same);
+	memcpy(h, g, N * sizeof *g);
+	h[17] = nextafterf(h[17], 1.0f);
+	spot_fingerprint_compute(h, N, 777, K, b);
+	d = spot_fingerprint_distance(a, b, K);
+	ok(d < 1e-5, "one value changed by one ulp: distance %.2g, within the tolerance", d);
+	spot_fingerprint_compute(g, N, 777, K, b);
+	ok(memcmp(a, b, sizeof a) == 0, "the same gradient and seed give the same bits");
+	free(g);
+	free(h);
+}
+
 int main(void)
 {
 	plan_lazy();
 	test_hash();
 	test_password();
 	test_json();
+	test_fingerprint();
 	return exit_status();
 }

@@ -77,7 +77,9 @@ EOF
 	fi
 	cp "$S/orig" "$S/src/$file"
 	touch "$S/src/$file"
-	echo "line $n: $verdict: $file: $(printf '%s' "$line" | awk -F ' @@ ' '{print $2 " -> " $3}' | cut -c1-110) [$tests]"
+	# printf, not echo: dash's echo would turn the list's "\n" into newlines.
+	printf 'line %s: %s: %s: %s [%s]\n' "$n" "$verdict" "$file" \
+		"$(printf '%s' "$line" | awk -F ' @@ ' '{print $2 " -> " $3}' | cut -c1-110)" "$tests"
 done <"$list"
 # Leave the scratch build as the unmutated tree was (for the next run's make).
 echo "$caught caught / $listed listed"
