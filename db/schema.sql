@@ -499,30 +499,15 @@ $$;
 CREATE FUNCTION public.round_drop_excluded(p_project bigint, p_version integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    n integer;
 BEGIN
-    WITH doomed AS (
+    RETURN round_give_back(ARRAY(
         SELECT w.id FROM work_unit w
          WHERE w.project_id = p_project AND w.version = p_version
            AND (w.mb_done > 0 OR w.state = 'live')
            AND w.host_id IN (SELECT m.host_id FROM round_member m
                               WHERE m.project_id = p_project AND m.version = p_version
                                 AND m.included IS NOT TRUE)
-           FOR UPDATE
-    ), dropped AS (
-        UPDATE work_unit w SET state = 'expired', mb_done = 0,
-                               finished_at = coalesce(w.finished_at, now())
-          FROM doomed d, work_unit old
-         WHERE w.id = d.id AND old.id = d.id
-        RETURNING w.project_id, old.lo,
-                  CASE WHEN old.state = 'live' THEN old.hi ELSE old.lo + old.mb_done END AS hi
-    ), pooled AS (
-        INSERT INTO mb_pool (project_id, lo, hi)
-        SELECT project_id, lo, hi FROM dropped WHERE lo < hi
-    )
-    SELECT count(*) INTO n FROM dropped;
-    RETURN n;
+           FOR UPDATE));
 END
 $$;
 
@@ -533,33 +518,17 @@ $$;
 CREATE FUNCTION public.round_drop_units(p_project bigint, p_version integer, p_keep_reported boolean) RETURNS integer
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    n integer;
 BEGIN
-    WITH reporters AS (
-        SELECT DISTINCT host_id FROM round_report
-         WHERE project_id = p_project AND version = p_version
-    ), doomed AS (
+    RETURN round_give_back(ARRAY(
         SELECT w.id FROM work_unit w
          WHERE w.project_id = p_project AND w.version = p_version
            AND (w.mb_done > 0 OR w.state = 'live')
            AND NOT (p_keep_reported AND (
                     EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)
-                    OR (w.state = 'done' AND w.host_id IN (SELECT host_id FROM reporters))))
-           FOR UPDATE
-    ), dropped AS (
-        UPDATE work_unit w SET state = 'expired', mb_done = 0,
-                               finished_at = coalesce(w.finished_at, now())
-          FROM doomed d, work_unit old
-         WHERE w.id = d.id AND old.id = d.id
-        RETURNING w.project_id, old.lo,
-                  CASE WHEN old.state = 'live' THEN old.hi ELSE old.lo + old.mb_done END AS hi
-    ), pooled AS (
-        INSERT INTO mb_pool (project_id, lo, hi)
-        SELECT project_id, lo, hi FROM dropped WHERE lo < hi
-    )
-    SELECT count(*) INTO n FROM dropped;
-    RETURN n;
+                    OR (w.state = 'done' AND w.host_id IN (
+                        SELECT rr.host_id FROM round_report rr
+                         WHERE rr.project_id = p_project AND rr.version = p_version))))
+           FOR UPDATE));
 END
 $$;
 
@@ -604,6 +573,32 @@ BEGIN
                      gradient_sha256 = NULL, checkpoint_sha256 = NULL,
                      gradient_samples = NULL, loss = NULL
      WHERE project_id = p_project AND version = p_version;
+END
+$$;
+
+--
+-- Name: round_give_back(bigint[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_give_back(p_units bigint[]) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    n integer;
+BEGIN
+    WITH dropped AS (
+        UPDATE work_unit w SET state = 'expired', mb_done = 0,
+                               finished_at = coalesce(w.finished_at, now())
+          FROM work_unit old
+         WHERE w.id = ANY (p_units) AND old.id = w.id
+        RETURNING w.project_id, old.lo,
+                  CASE WHEN old.state = 'live' THEN old.hi ELSE old.lo + old.mb_done END AS hi
+    ), pooled AS (
+        INSERT INTO mb_pool (project_id, lo, hi)
+        SELECT project_id, lo, hi FROM dropped WHERE lo < hi
+    )
+    SELECT count(*) INTO n FROM dropped;
+    RETURN n;
 END
 $$;
 

@@ -164,33 +164,22 @@ BEGIN
 END
 $$;
 
--- Give up every work unit of version p_version that is not counted: return
--- its range to the pool (all of it for a live unit, the finished part
--- otherwise, the rest being there already), set mb_done to 0 (so the
--- version's progress forgets its samples) and mark it expired.  A unit
--- counts when p_keep_reported and it was reported, or finished by a host
--- that reported another.  Returns how many were dropped.
-CREATE OR REPLACE FUNCTION round_drop_units(p_project bigint, p_version integer, p_keep_reported boolean)
+-- Give back the work units p_units (their rows locked by the caller): each
+-- becomes 'expired' with mb_done 0, so the version's progress forgets its
+-- samples, and its range returns to the pool: all of it for a live unit,
+-- its finished part otherwise (the rest is in the pool already).  Returns
+-- how many.  The one place a round takes work back (round_drop_units,
+-- round_drop_excluded).
+CREATE OR REPLACE FUNCTION round_give_back(p_units bigint[])
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     n integer;
 BEGIN
-    WITH reporters AS (
-        SELECT DISTINCT host_id FROM round_report
-         WHERE project_id = p_project AND version = p_version
-    ), doomed AS (
-        SELECT w.id FROM work_unit w
-         WHERE w.project_id = p_project AND w.version = p_version
-           AND (w.mb_done > 0 OR w.state = 'live')
-           AND NOT (p_keep_reported AND (
-                    EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)
-                    OR (w.state = 'done' AND w.host_id IN (SELECT host_id FROM reporters))))
-           FOR UPDATE
-    ), dropped AS (
+    WITH dropped AS (
         UPDATE work_unit w SET state = 'expired', mb_done = 0,
                                finished_at = coalesce(w.finished_at, now())
-          FROM doomed d, work_unit old
-         WHERE w.id = d.id AND old.id = d.id
+          FROM work_unit old
+         WHERE w.id = ANY (p_units) AND old.id = w.id
         RETURNING w.project_id, old.lo,
                   CASE WHEN old.state = 'live' THEN old.hi ELSE old.lo + old.mb_done END AS hi
     ), pooled AS (
@@ -202,35 +191,39 @@ BEGIN
 END
 $$;
 
+-- Give up every work unit of version p_version that is not counted (see
+-- round_give_back).  A unit counts when p_keep_reported and it was
+-- reported, or finished by a host that reported another.  Returns how many
+-- were dropped.
+CREATE OR REPLACE FUNCTION round_drop_units(p_project bigint, p_version integer, p_keep_reported boolean)
+RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN round_give_back(ARRAY(
+        SELECT w.id FROM work_unit w
+         WHERE w.project_id = p_project AND w.version = p_version
+           AND (w.mb_done > 0 OR w.state = 'live')
+           AND NOT (p_keep_reported AND (
+                    EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)
+                    OR (w.state = 'done' AND w.host_id IN (
+                        SELECT rr.host_id FROM round_report rr
+                         WHERE rr.project_id = p_project AND rr.version = p_version))))
+           FOR UPDATE));
+END
+$$;
+
 -- Drop the work units of version p_version whose host is in the plan but
--- in no group's included set: like round_drop_units, their finished part
--- goes back to the pool and their samples stop counting.  Returns how many.
+-- in no group's included set (see round_give_back).  Returns how many.
 CREATE OR REPLACE FUNCTION round_drop_excluded(p_project bigint, p_version integer)
 RETURNS integer LANGUAGE plpgsql AS $$
-DECLARE
-    n integer;
 BEGIN
-    WITH doomed AS (
+    RETURN round_give_back(ARRAY(
         SELECT w.id FROM work_unit w
          WHERE w.project_id = p_project AND w.version = p_version
            AND (w.mb_done > 0 OR w.state = 'live')
            AND w.host_id IN (SELECT m.host_id FROM round_member m
                               WHERE m.project_id = p_project AND m.version = p_version
                                 AND m.included IS NOT TRUE)
-           FOR UPDATE
-    ), dropped AS (
-        UPDATE work_unit w SET state = 'expired', mb_done = 0,
-                               finished_at = coalesce(w.finished_at, now())
-          FROM doomed d, work_unit old
-         WHERE w.id = d.id AND old.id = d.id
-        RETURNING w.project_id, old.lo,
-                  CASE WHEN old.state = 'live' THEN old.hi ELSE old.lo + old.mb_done END AS hi
-    ), pooled AS (
-        INSERT INTO mb_pool (project_id, lo, hi)
-        SELECT project_id, lo, hi FROM dropped WHERE lo < hi
-    )
-    SELECT count(*) INTO n FROM dropped;
-    RETURN n;
+           FOR UPDATE));
 END
 $$;
 
