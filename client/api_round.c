@@ -131,7 +131,8 @@ cot_err cl_api_group_sum(const cl_api_opts *o, const cl_project *p, int64_t vers
 	}
 	int w = snprintf(what, cap, "group_sum?host_id=%lld&samples=%lld&included=", (long long)p->host_id,
 	                 (long long)samples);
-	if ((rc = id_list(included, n, what + w, cap - (size_t)w, eb)))
+	rc = id_list(included, n, what + w, cap - (size_t)w, eb);
+	if (rc)
 		goto out;
 	round_url(url, cap + CL_URL_MAX + 128, p, version, what);
 	/* The body is param_count * 4 bytes; give it time beyond one request's. */

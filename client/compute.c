@@ -80,12 +80,14 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 		if (strcmp(f->kind, "shard") != 0 && f->kind[0] != '\0')
 			continue;
 		char path[PATH_MAX];
-		if ((rc = fs_path(cache_dir, f->sha256, path, sizeof path, eb)))
+		rc = fs_path(cache_dir, f->sha256, path, sizeof path, eb);
+		if (rc)
 			return rc;
 		shard_meta meta;
 		mb_span *s = &c->spans[c->nspans];
 		unsigned char *tokens = NULL;
-		if ((rc = shard_read(path, SHARD_TOKENS_MAX, &meta, &tokens, &e2)))
+		rc = shard_read(path, SHARD_TOKENS_MAX, &meta, &tokens, &e2);
+		if (rc)
 			return cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT, "could not read shard %s: %s",
 			                  f->sha256, e2.msg);
 		s->tokens = tokens;
@@ -139,10 +141,12 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 		if (strcmp(f->kind, "checkpoint") != 0)
 			continue;
 		char path[PATH_MAX];
-		if ((rc = fs_path(cache_dir, f->sha256, path, sizeof path, eb)))
+		rc = fs_path(cache_dir, f->sha256, path, sizeof path, eb);
+		if (rc)
 			goto fail;
 		ckpt = f;
-		if ((rc = ckpt_load_new(path, (int)c->B, &c->m, &e2))) {
+		rc = ckpt_load_new(path, (int)c->B, &c->m, &e2);
+		if (rc) {
 			rc = cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT,
 			                "could not load checkpoint %s: %s", f->sha256, e2.msg);
 			goto fail;
@@ -160,13 +164,15 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 		break;
 	}
 	if (!ckpt) {
-		if ((rc = kern_model_create(&kc, (int)c->B, &c->m, &e2))) {
+		rc = kern_model_create(&kc, (int)c->B, &c->m, &e2);
+		if (rc) {
 			rc = cot_seterr(eb, rc, "could not create the model: %s", e2.msg);
 			goto fail;
 		}
 		kern_model_init(c->m, (uint64_t)p->seed);
 	}
-	if ((rc = load_range(c, w, cache_dir, eb)))
+	rc = load_range(c, w, cache_dir, eb);
+	if (rc)
 		goto fail;
 	kern_zero_grad(c->m);
 	*out = c;

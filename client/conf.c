@@ -109,7 +109,8 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 		return COT_OK;
 	}
 	if (strcmp(key, "peer_bandwidth") == 0) {
-		if ((rc = set_int(key, v, 1000, 1LL << 40, &n, eb)))
+		rc = set_int(key, v, 1000, 1LL << 40, &n, eb);
+		if (rc)
 			return rc;
 		c->peer_bandwidth = n;
 		return COT_OK;
@@ -143,7 +144,8 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 	};
 	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
 		if (strcmp(key, ints[i].name) == 0) {
-			if ((rc = set_int(key, v, ints[i].min, ints[i].max, &n, eb)))
+			rc = set_int(key, v, ints[i].min, ints[i].max, &n, eb);
+			if (rc)
 				return rc;
 			*ints[i].dst = (int)n;
 			return COT_OK;
@@ -213,7 +215,8 @@ cot_err cl_config_load(cl_config *c, const char *path, cot_errbuf *eb)
 			val++;
 		}
 		cot_errbuf e2 = { "", "" };
-		if ((rc = cl_config_set(c, key, val, &e2))) {
+		rc = cl_config_set(c, key, val, &e2);
+		if (rc) {
 			cot_seterr(eb, rc, "%s:%d: %s", path, lineno, e2.msg);
 			break;
 		}

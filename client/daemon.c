@@ -554,7 +554,8 @@ static void compute(cl_daemon *d, int i)
 	double t0 = cl_now_mono();
 	while (k < n && !d->stop && !d->interrupt) {
 		float loss;
-		if ((rc = cl_compute_microbatch(s, lo + k, &loss, &eb)))
+		rc = cl_compute_microbatch(s, lo + k, &loss, &eb);
+		if (rc)
 			break;
 		loss_sum += loss;
 		k++;

@@ -216,7 +216,8 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		for (size_t k = 0; k < pl->n; k++)
 			if (k != pl->self)
 				others[n++] = pl->members[k].host_id;
-		if ((rc = nat_acceptor_start(&nc, j->p.name, j->v, others, n, deadline, &acc, eb))) {
+		rc = nat_acceptor_start(&nc, j->p.name, j->v, others, n, deadline, &acc, eb);
+		if (rc) {
 			dialer_free(dl);
 			return rc;
 		}
@@ -269,7 +270,8 @@ static cot_err round_mean(round_job *j, cot_errbuf *eb)
 		return COT_OK;
 	}
 	activity(j, "waiting for the other groups");
-	if ((rc = wait_plan(j, 1, eb)))
+	rc = wait_plan(j, 1, eb);
+	if (rc)
 		return rc;
 	cl_daemon *d = j->d;
 	cl_fetch_env env = { .cache_dir = d->cache_dir, .downloads_dir = d->downloads_dir,
@@ -308,7 +310,8 @@ static cot_err step(round_job *j, cot_errbuf *eb)
 		return cot_seterr(eb, COT_ERR_CONFLICT, "our model has taken %ld steps, not %lld", j->m->step,
 		                  (long long)j->v);
 	memcpy(j->m->grads, j->sum, j->m->n_params * sizeof *j->sum);
-	if ((rc = kern_opt_step(j->m, &oc, NULL, eb)))
+	rc = kern_opt_step(j->m, &oc, NULL, eb);
+	if (rc)
 		return rc;
 	if (hash_sha256_hex(j->m->params, j->m->n_params * sizeof *j->m->params, j->params_sha))
 		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash the parameters");
@@ -372,7 +375,8 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 	}
 	pthread_mutex_unlock(&j->d->lock);
 	activity(j, "waiting for the averaging plan");
-	if ((rc = wait_plan(j, 0, eb)))
+	rc = wait_plan(j, 0, eb);
+	if (rc)
 		return rc;
 	const cl_plan_member *me = &j->plan.members[j->plan.self];
 	log_info("project %s: round %lld: attempt %lld planned: group %lld of %lld, %zu peers, we aggregate [%lld, %lld)",
@@ -386,7 +390,8 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 	         (long long)j->plan.n_groups, j->plan.n);
 	activity(j, what);
 	double t0 = cl_now_mono();
-	if ((rc = average(j, eb))) {
+	rc = average(j, eb);
+	if (rc) {
 		cot_errbuf e2 = { "", "" };
 		outcome(j, 0, accepted, &e2);       /* the server reruns the round */
 		return rc;
@@ -394,14 +399,17 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 	double t1 = cl_now_mono();
 	if (!included(&j->res, j->p.host_id))
 		return cot_seterr(eb, COT_ERR_CONFLICT, "our group averaged without us");
-	if ((rc = round_mean(j, eb)))
+	rc = round_mean(j, eb);
+	if (rc)
 		return rc;
 	activity(j, "optimizer step");
-	if ((rc = step(j, eb)))
+	rc = step(j, eb);
+	if (rc)
 		return rc;
 	fault_point("before-outcome", j->v);
 	activity(j, "reporting the outcome");
-	if ((rc = outcome(j, 1, accepted, eb)))
+	rc = outcome(j, 1, accepted, eb);
+	if (rc)
 		return rc;
 	log_info("project %s: round %lld: averaged %llu samples of %zu peers (%zu dropped) in %.2f s; "
 	         "parameters %s%s", j->p.name, (long long)j->v, (unsigned long long)j->res.total_samples,

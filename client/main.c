@@ -134,14 +134,17 @@ int main(int argc, char **argv)
 		apply_sets(&cli, &d.cfg, &(cot_errbuf){ "", "" });
 		return fatal("cannot read the configuration", &eb);
 	}
-	if ((rc = apply_sets(&cli, &d.cfg, &eb))) {
+	rc = apply_sets(&cli, &d.cfg, &eb);
+	if (rc) {
 		fprintf(stderr, "cotrain-client: %s\n", eb.msg);
 		return 2;
 	}
-	if ((rc = cl_config_finish(&d.cfg, &eb)))
+	rc = cl_config_finish(&d.cfg, &eb);
+	if (rc)
 		return fatal("bad configuration", &eb);
 	cot_log_set_level((cot_log_level)d.cfg.log_level);
-	if ((rc = fault_init(&eb)))                 /* a test hook, off unless COTRAIN_FAULT is set */
+	rc = fault_init(&eb);                       /* a test hook, off unless COTRAIN_FAULT is set */
+	if (rc)
 		return fatal("bad test hook", &eb);
 
 	/* Threads a library started at load time compute too: idle them now,
@@ -184,7 +187,8 @@ int main(int argc, char **argv)
 
 	if (cl_state_init(&d.st))
 		return fatal("cannot start", &(cot_errbuf){ "out of memory", "" });
-	if ((rc = cl_state_load(&d.st, d.cfg.state_dir, &eb)))
+	rc = cl_state_load(&d.st, d.cfg.state_dir, &eb);
+	if (rc)
 		return fatal("cannot load the state", &eb);
 	if (eb.msg[0]) {
 		log_error("%s", eb.msg);
@@ -193,7 +197,8 @@ int main(int argc, char **argv)
 		eb.msg[0] = eb.hint[0] = '\0';
 	}
 	/* Prove the folder takes writes now, not at the first report. */
-	if ((rc = cl_state_save(&d.st, d.cfg.state_dir, &eb)))
+	rc = cl_state_save(&d.st, d.cfg.state_dir, &eb);
+	if (rc)
 		return fatal("cannot save the state", &eb);
 
 	cl_hostinfo_read(&d.hw);
@@ -224,7 +229,8 @@ int main(int argc, char **argv)
 		cl_backoff_init(&d.rt[i].bo, d.cfg.retry_base, d.cfg.retry_max);
 
 	cl_control *ctl;
-	if ((rc = cl_control_start(d.cfg.socket, d.cfg.socket_group, cl_commands_handle, &d, &ctl, &eb)))
+	rc = cl_control_start(d.cfg.socket, d.cfg.socket_group, cl_commands_handle, &d, &ctl, &eb);
+	if (rc)
 		return fatal("cannot open the control socket", &eb);
 	pthread_t worker;
 	if (pthread_create(&worker, NULL, cl_daemon_worker, &d) != 0) {

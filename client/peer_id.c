@@ -42,7 +42,8 @@ cot_err cl_peer_pin_ca(const cl_api_opts *o, const cl_project *p, const char *st
 	cot_errbuf e2 = { "", "" };
 	pki_trust *t = NULL;
 	if (access(path, F_OK) == 0) {
-		if ((rc = pki_read_file(path, &pinned, &plen, eb)))
+		rc = pki_read_file(path, &pinned, &plen, eb);
+		if (rc)
 			goto out;
 		if (strcmp(pinned, got) != 0) {
 			rc = cot_seterr(eb, COT_ERR_AUTH, "project \"%s\" now shows another CA certificate than the one pinned at attach",
@@ -53,7 +54,8 @@ cot_err cl_peer_pin_ca(const cl_api_opts *o, const cl_project *p, const char *st
 		goto out;
 	}
 	/* The first sight: it must at least be this project's CA. */
-	if ((rc = pki_trust_new(got, strlen(got), p->name, &t, &e2))) {
+	rc = pki_trust_new(got, strlen(got), p->name, &t, &e2);
+	if (rc) {
 		rc = cot_seterr(eb, COT_ERR_AUTH, "project \"%s\" sent an unusable CA certificate: %s", p->name, e2.msg);
 		goto out;
 	}
@@ -276,7 +278,8 @@ cot_err cl_peer_ready(cl_peer *pe, const cl_api_opts *o, const cl_project *p, co
 	                     .cert_len = strlen(cert), .key_pem = key, .key_len = klen };
 	peer_ctx *ctx = NULL;
 	cot_errbuf e2 = { "", "" };
-	if ((rc = peer_ctx_new(&id, &ctx, &e2))) {
+	rc = peer_ctx_new(&id, &ctx, &e2);
+	if (rc) {
 		rc = cot_seterr(eb, rc, "the certificate from project \"%s\" is not usable: %s", p->name, e2.msg);
 		goto out;
 	}

@@ -84,14 +84,16 @@ static cot_err gather(const cl_api_opts *o, const cl_project *p, const cl_fetch_
 		goto out;
 	}
 	char path[PATH_MAX];
-	if ((rc = cl_cache_fetch(env, p->base, p->host_token, msha, msize, path, sizeof path, NULL, eb)))
+	rc = cl_cache_fetch(env, p->base, p->host_token, msha, msize, path, sizeof path, NULL, eb);
+	if (rc)
 		goto out;
 	json_error_t je;
 	if (!(man = json_load_file(path, 0, &je)) || !json_is_array(json_object_get(man, "shards"))) {
 		rc = cot_seterr(eb, COT_ERR_CORRUPT, "dataset manifest %s is not readable", msha);
 		goto out;
 	}
-	if ((rc = fetch(p, env, c->checkpoint, -1, &w->files[0], "checkpoint", eb)))
+	rc = fetch(p, env, c->checkpoint, -1, &w->files[0], "checkpoint", eb);
+	if (rc)
 		goto out;
 	w->nfiles = 1;
 	/* A range never crosses an epoch's end: its tokens are one span. */
@@ -117,7 +119,8 @@ static cot_err gather(const cl_api_opts *o, const cl_project *p, const cl_fetch_
 			                CL_MAX_FILES);
 			goto out;
 		}
-		if ((rc = fetch(p, env, sha, size, &w->files[w->nfiles], "shard", eb)))
+		rc = fetch(p, env, sha, size, &w->files[w->nfiles], "shard", eb);
+		if (rc)
 			goto out;
 		w->nfiles++;
 	}
@@ -188,7 +191,8 @@ cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fe
 		snprintf(url, sizeof url, "%s/v1/projects/%s/spotchecks/claim", p->base, p->name);
 		json_t *c = NULL;
 		cl_http_req cr = { .method = "POST", .url = url, .bearer = p->host_token, .out = &c };
-		if ((rc = cl_api_http(o, &cr, eb))) {
+		rc = cl_api_http(o, &cr, eb);
+		if (rc) {
 			json_decref(checks);
 			return rc == COT_ERR_NOT_FOUND ? COT_OK : rc;   /* a server without spot checks */
 		}

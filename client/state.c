@@ -325,7 +325,8 @@ cot_err cl_state_from_text(cl_state *s, const char *buf, size_t len, cot_errbuf 
 		goto bad;
 	}
 	for (size_t i = 0; i < json_array_size(projects); i++) {
-		if ((rc = project_from_json(&tmp.projects[i], json_array_get(projects, i), &e2)))
+		rc = project_from_json(&tmp.projects[i], json_array_get(projects, i), &e2);
+		if (rc)
 			goto bad;
 		tmp.nprojects++;
 	}

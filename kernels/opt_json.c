@@ -84,7 +84,8 @@ cot_err kern_opt_config_from_json(const char *config_json, kern_opt_config *o, c
 				goto out;
 			}
 		}
-		if ((rc = num(s, "min_lr_ratio", &o->min_lr_ratio, eb)))
+		rc = num(s, "min_lr_ratio", &o->min_lr_ratio, eb);
+		if (rc)
 			goto out;
 	}
 	rc = kern_opt_validate(o, eb);

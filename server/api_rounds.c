@@ -532,7 +532,8 @@ static void compute_mean(http_req *req, long long version, const char *project_i
 	}
 	char gsha[FS_SHA_HEX_LEN + 1], ckpt[FS_SHA_HEX_LEN + 1], psha[FS_SHA_HEX_LEN + 1];
 	uint64_t size = 0;
-	if ((rc = round_step_mean(req->cfg->files_dir, names, (int)ns, total, mean, n, &eb)))
+	rc = round_step_mean(req->cfg->files_dir, names, (int)ns, total, mean, n, &eb);
+	if (rc)
 		goto out;
 	if (hash_sha256_hex(mean, n * sizeof *mean, gsha)) {
 		rc = cot_seterr(&eb, COT_ERR_INTERNAL, "could not hash the mean gradient");

@@ -240,7 +240,8 @@ static cot_err import_file(importer *im, const char *path)
 			rc = doc_end(im);
 			break;
 		}
-		if ((rc = doc_data(im, im->chunk, (size_t)n)) != COT_OK)
+		rc = doc_data(im, im->chunk, (size_t)n);
+		if (rc)
 			break;
 	}
 	close(fd);
@@ -295,7 +296,8 @@ static cot_err import_archive(importer *im, const char *path)
 				rc = doc_end(im);
 				break;
 			}
-			if ((rc = doc_data(im, im->chunk, (size_t)n)) != COT_OK)
+			rc = doc_data(im, im->chunk, (size_t)n);
+			if (rc)
 				break;
 		}
 		if (rc)

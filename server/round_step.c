@@ -63,7 +63,8 @@ cot_err round_step_mean(const char *store_dir, const char *const *sums, int n_su
 	pthread_mutex_lock(&step_lock);
 	for (int k = 0; k < n_sums && !rc; k++) {
 		char path[4300];
-		if ((rc = fs_path(store_dir, sums[k], path, sizeof path, eb)))
+		rc = fs_path(store_dir, sums[k], path, sizeof path, eb);
+		if (rc)
 			break;
 		FILE *f = fopen(path, "rb");
 		if (!f) {
@@ -111,11 +112,13 @@ cot_err round_step_compute(const char *store_dir, const char *ckpt_sha, const ch
 	if (rc)
 		return rc;
 	char path[4300];
-	if ((rc = fs_path(store_dir, ckpt_sha, path, sizeof path, eb)))
+	rc = fs_path(store_dir, ckpt_sha, path, sizeof path, eb);
+	if (rc)
 		return rc;
 	pthread_mutex_lock(&step_lock);
 	kern_model *m = NULL;
-	if ((rc = ckpt_load_new(path, 0, &m, eb)))
+	rc = ckpt_load_new(path, 0, &m, eb);
+	if (rc)
 		goto out;
 	if (m->n_params != n) {
 		rc = cot_seterr(eb, COT_ERR_CONFLICT, "the gradient has %zu values, the model %zu parameters",

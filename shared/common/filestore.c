@@ -177,7 +177,8 @@ cot_err fs_writer_commit(fs_writer *w, char sha_hex[FS_SHA_HEX_LEN + 1],
 		rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "store directory path is too long");
 		goto fail;
 	}
-	if ((rc = ensure_dir(dir, eb)) != COT_OK) {
+	rc = ensure_dir(dir, eb);
+	if (rc) {
 		unlink(w->tmp_path);
 		goto fail;
 	}
@@ -211,7 +212,8 @@ cot_err fs_put_buffer(const char *store_dir, const void *buf, size_t len,
 	cot_err rc = fs_writer_open(store_dir, &w, eb);
 	if (rc)
 		return rc;
-	if ((rc = fs_writer_write(w, buf, len, eb)) != COT_OK) {
+	rc = fs_writer_write(w, buf, len, eb);
+	if (rc) {
 		fs_writer_abort(w);
 		return rc;
 	}
@@ -249,7 +251,8 @@ cot_err fs_put_file(const char *store_dir, const char *path,
 		}
 		if (n == 0)
 			break;
-		if ((rc = fs_writer_write(w, chunk, (size_t)n, eb)) != COT_OK)
+		rc = fs_writer_write(w, chunk, (size_t)n, eb);
+		if (rc)
 			break;
 	}
 	free(chunk);

@@ -122,7 +122,8 @@ cot_err shard_write(const char *store_dir, shard_meta *meta,
 	json_text[tlen] = '\0';
 
 	sink s = { NULL, eb, COT_OK };
-	if ((rc = fs_writer_open(store_dir, &s.w, eb)) != COT_OK) {
+	rc = fs_writer_open(store_dir, &s.w, eb);
+	if (rc) {
 		free(json_text);
 		return rc;
 	}
@@ -277,7 +278,8 @@ cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta,
 				rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 				break;
 			}
-			if ((rc = read_all(a, path, "shard.json", (unsigned char *)json_text, (size_t)sz, eb)))
+			rc = read_all(a, path, "shard.json", (unsigned char *)json_text, (size_t)sz, eb);
+			if (rc)
 				break;
 			json_text[sz] = '\0';
 			rc = parse_meta(path, json_text, (size_t)sz, meta, eb);
@@ -294,10 +296,12 @@ cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta,
 				rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 				break;
 			}
-			if ((rc = read_all(a, path, "tokens.u8", tok, meta->n_tokens, eb)))
+			rc = read_all(a, path, "tokens.u8", tok, meta->n_tokens, eb);
+			if (rc)
 				break;
 			char sha[FS_SHA_HEX_LEN + 1];
-			if ((rc = sha256_hex(tok, meta->n_tokens, sha, eb)))
+			rc = sha256_hex(tok, meta->n_tokens, sha, eb);
+			if (rc)
 				break;
 			if (strcmp(sha, meta->tokens_sha256) != 0)
 				rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: tokens.u8 does not match its sha256", path);

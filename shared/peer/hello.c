@@ -100,7 +100,8 @@ cot_err hello_exchange(peer_conn *c, const hello_msg *ours, hello_msg *theirs, u
 	if (rc)
 		return rc;
 
-	if ((rc = peer_recv_frame(c, &h, &p, deadline, eb)))
+	rc = peer_recv_frame(c, &h, &p, deadline, eb);
+	if (rc)
 		return rc;
 	if (h.type == FRAME_ERROR)
 		rc = peer_refused(p, h.length, eb);
@@ -117,9 +118,11 @@ cot_err hello_exchange(peer_conn *c, const hello_msg *ours, hello_msg *theirs, u
 
 	peer_set_send_max(c, theirs->max_payload);
 	peer_set_max_payload(c, ours->max_payload);
-	if ((rc = peer_send_frame(c, FRAME_READY, 0, NULL, 0, deadline, eb)))
+	rc = peer_send_frame(c, FRAME_READY, 0, NULL, 0, deadline, eb);
+	if (rc)
 		return rc;
-	if ((rc = peer_recv_frame(c, &h, &p, deadline, eb)))
+	rc = peer_recv_frame(c, &h, &p, deadline, eb);
+	if (rc)
 		return rc;
 	if (h.type == FRAME_ERROR)
 		rc = peer_refused(p, h.length, eb);

@@ -149,7 +149,8 @@ cot_err peer_ctx_new(const peer_identity *id, peer_ctx **out, cot_errbuf *eb)
 		goto fail;
 	/* Our own certificate must pass the checks peers will make, except the
 	 * validity window (see peer.h). */
-	if ((rc = pki_trust_verify(ctx->trust, cert, PKI_NO_TIME_CHECK, &ctx->host_id, eb))) {
+	rc = pki_trust_verify(ctx->trust, cert, PKI_NO_TIME_CHECK, &ctx->host_id, eb);
+	if (rc) {
 		cot_sethint(eb, "The host certificate must come from this project's server.");
 		goto fail;
 	}
@@ -288,7 +289,8 @@ cot_err peer_handshake(peer_ctx *ctx, int fd, peer_role role, int64_t expect_hos
 			break;
 		int e = SSL_get_error(c->ssl, r);
 		if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-			if ((rc = wait_ready(c, e, deadline, "in the TLS handshake with", eb)))
+			rc = wait_ready(c, e, deadline, "in the TLS handshake with", eb);
+			if (rc)
 				goto done;
 			continue;
 		}
@@ -498,7 +500,8 @@ cot_err peer_recv_frame(peer_conn *c, frame_header *h, unsigned char **payload, 
 			c->broken = true;
 		goto done;
 	}
-	if ((rc = frame_header_decode(hb, c->recv_max, h, eb))) {
+	rc = frame_header_decode(hb, c->recv_max, h, eb);
+	if (rc) {
 		c->broken = true;
 		goto done;
 	}

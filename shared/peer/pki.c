@@ -358,7 +358,8 @@ cot_err pki_ca_create(const char *project, int lifetime_days, pki_ca **out, cot_
 		rc = ssl_fail(eb, COT_ERR_NOMEM, "could not make the CA certificate");
 		goto fail;
 	}
-	if ((rc = set_random_serial(x, eb)))
+	rc = set_random_serial(x, eb);
+	if (rc)
 		goto fail;
 	if (!X509_gmtime_adj(X509_getm_notBefore(x), -PKI_CLOCK_SKEW_S) ||
 	    !X509_time_adj_ex(X509_getm_notAfter(x), lifetime_days, 0, NULL) ||
@@ -441,14 +442,16 @@ cot_err pki_ca_load(const char *cert_path, const char *key_path, pki_ca **out, c
 	pki_ca *ca = calloc(1, sizeof *ca);
 	if (!ca)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
-	if ((rc = read_file(cert_path, false, &pem, &len, eb)))
+	rc = read_file(cert_path, false, &pem, &len, eb);
+	if (rc)
 		goto fail;
 	rc = pki_parse_cert(pem, len, &ca->cert, eb);
 	free(pem);
 	pem = NULL;
 	if (rc || (rc = check_ca_cert(ca->cert, ca->project, eb)))
 		goto fail;
-	if ((rc = read_file(key_path, true, &pem, &len, eb)))
+	rc = read_file(key_path, true, &pem, &len, eb);
+	if (rc)
 		goto fail;
 	rc = pki_parse_key(pem, len, &ca->key, eb);
 	OPENSSL_cleanse(pem, len);
@@ -506,7 +509,8 @@ cot_err pki_ca_sign_host(const pki_ca *ca, const char *pubkey_pem, size_t len, i
 		rc = ssl_fail(eb, COT_ERR_NOMEM, "could not make a host certificate");
 		goto done;
 	}
-	if ((rc = set_random_serial(x, eb)))
+	rc = set_random_serial(x, eb);
+	if (rc)
 		goto done;
 	if (!ASN1_TIME_set(X509_getm_notBefore(x), (time_t)not_before) ||
 	    !ASN1_TIME_set(X509_getm_notAfter(x), (time_t)(not_before + lifetime_s)) ||
@@ -549,7 +553,8 @@ cot_err pki_host_key_generate(char **key_pem, char **pub_pem, cot_errbuf *eb)
 		rc = ssl_fail(eb, COT_ERR_NOMEM, "could not write a host key");
 		goto done;
 	}
-	if ((rc = bio_to_string(b, &priv, eb)))
+	rc = bio_to_string(b, &priv, eb);
+	if (rc)
 		goto done;
 	BIO_free(b);
 	b = BIO_new(BIO_s_mem());
@@ -557,7 +562,8 @@ cot_err pki_host_key_generate(char **key_pem, char **pub_pem, cot_errbuf *eb)
 		rc = ssl_fail(eb, COT_ERR_NOMEM, "could not write a host public key");
 		goto done;
 	}
-	if ((rc = bio_to_string(b, pub_pem, eb)))
+	rc = bio_to_string(b, pub_pem, eb);
+	if (rc)
 		goto done;
 	*key_pem = priv;
 	priv = NULL;
@@ -598,7 +604,8 @@ cot_err pki_trust_new(const char *ca_pem, size_t len, const char *project, pki_t
 	cot_err rc = pki_parse_cert(ca_pem, len, &t->ca, eb);
 	if (rc)
 		goto fail;
-	if ((rc = check_ca_cert(t->ca, t->project, eb)))
+	rc = check_ca_cert(t->ca, t->project, eb);
+	if (rc)
 		goto fail;
 	if (strcmp(t->project, project) != 0) {
 		rc = cot_seterr(eb, COT_ERR_AUTH, "CA certificate is for project \"%s\", not \"%s\"",
