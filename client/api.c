@@ -17,7 +17,7 @@ typedef struct {
 	char *buf;
 	size_t len;
 	int overflow;
-	time_t date;       /* the server's Date header, 0 when absent */
+	time_t date; /* the server's Date header, 0 when absent */
 } answer_buf;
 
 static size_t on_body(char *data, size_t size, size_t n, void *arg)
@@ -56,13 +56,20 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
 static cot_err status_err(long code)
 {
 	switch (code) {
-	case 400: return COT_ERR_INVALID;
-	case 401: return COT_ERR_AUTH;
-	case 403: return COT_ERR_FORBIDDEN;
-	case 404: return COT_ERR_NOT_FOUND;
-	case 409: return COT_ERR_CONFLICT;
-	case 413: return COT_ERR_TOO_LARGE;
-	default:  return COT_ERR_NETWORK;
+	case 400:
+		return COT_ERR_INVALID;
+	case 401:
+		return COT_ERR_AUTH;
+	case 403:
+		return COT_ERR_FORBIDDEN;
+	case 404:
+		return COT_ERR_NOT_FOUND;
+	case 409:
+		return COT_ERR_CONFLICT;
+	case 413:
+		return COT_ERR_TOO_LARGE;
+	default:
+		return COT_ERR_NETWORK;
 	}
 }
 
@@ -86,7 +93,8 @@ cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb)
 	if (payload)
 		h = curl_slist_append(h, "Content-Type: application/json");
 	if (r->raw) {
-		snprintf(ctype, sizeof ctype, "Content-Type: %s", r->ctype ? r->ctype : "application/octet-stream");
+		snprintf(ctype, sizeof ctype, "Content-Type: %s",
+		         r->ctype ? r->ctype : "application/octet-stream");
 		h = curl_slist_append(h, ctype);
 	}
 	if (r->bearer && r->bearer[0]) {
@@ -142,7 +150,8 @@ cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb)
 
 	cot_err rc = COT_OK;
 	if (a.overflow) {
-		rc = cot_seterr(eb, COT_ERR_NETWORK, "answer from %s is larger than %d bytes", url, CL_API_MAX_ANSWER);
+		rc = cot_seterr(eb, COT_ERR_NETWORK, "answer from %s is larger than %d bytes", url,
+		                CL_API_MAX_ANSWER);
 		goto out;
 	}
 	if (cc != CURLE_OK) {
@@ -151,15 +160,15 @@ cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb)
 		goto out;
 	}
 	if (code == 204)
-		goto out;                         /* no content: *out stays NULL */
+		goto out; /* no content: *out stays NULL */
 	json_t *j = NULL;
 	cot_errbuf jeb = { "", "" };
 	cot_err prc = a.buf ? cot_json_parse_object(a.buf, a.len, &j, &jeb)
 	                    : cot_seterr(&jeb, COT_ERR_INVALID, "empty answer");
 	if (code >= 200 && code < 300) {
 		if (prc) {
-			rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid answer to %s %s: %s", method, url,
-			                jeb.msg);
+			rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid answer to %s %s: %s",
+			                method, url, jeb.msg);
 			goto out;
 		}
 		if (r->out)
@@ -195,34 +204,39 @@ out:
 static cot_err request(const cl_api_opts *o, const char *method, const char *url, const char *bearer,
                        const json_t *body, json_t **out, time_t *date, cot_errbuf *eb)
 {
-	cl_http_req r = { .method = method, .url = url, .bearer = bearer, .json = body, .out = out, .date = date };
+	cl_http_req r = {
+		.method = method, .url = url, .bearer = bearer, .json = body, .out = out, .date = date
+	};
 	cot_err rc = cl_api_http(o, &r, eb);
 	if (!rc && !*out)
 		rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent no answer to %s %s", method, url);
 	return rc;
 }
 
-cot_err cl_api_parse_project_url(const char *url, char *base, size_t baselen, char *name,
-                                 size_t namelen, cot_errbuf *eb)
+cot_err cl_api_parse_project_url(const char *url, char *base, size_t baselen, char *name, size_t namelen,
+                                 cot_errbuf *eb)
 {
 	const char *scheme_end = strstr(url, "://");
 	const char *p = strstr(url, "/projects/");
 	if (!scheme_end || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) || !p ||
 	    p < scheme_end + 3) {
 		cot_seterr(eb, COT_ERR_INVALID, "\"%.200s\" is not a project URL", url);
-		cot_sethint(eb, "Use the URL shown on the project's page, such as https://example.org/projects/demo.");
+		cot_sethint(eb, "Use the URL shown on the project's page, such as "
+		                "https://example.org/projects/demo.");
 		return COT_ERR_INVALID;
 	}
 	const char *n = p + strlen("/projects/");
 	size_t nlen = strcspn(n, "/?#");
 	if (nlen == 0 || nlen > CL_NAME_MAX || nlen >= namelen || (n[nlen] == '/' && n[nlen + 1] != '\0') ||
 	    n[nlen] == '?' || n[nlen] == '#') {
-		cot_seterr(eb, COT_ERR_INVALID, "\"%.200s\" is not a project URL: no project name after /projects/", url);
+		cot_seterr(eb, COT_ERR_INVALID,
+		           "\"%.200s\" is not a project URL: no project name after /projects/", url);
 		return COT_ERR_INVALID;
 	}
 	for (size_t i = 0; i < nlen; i++)
 		if (!((n[i] >= 'a' && n[i] <= 'z') || (n[i] >= '0' && n[i] <= '9') || n[i] == '-'))
-			return cot_seterr(eb, COT_ERR_INVALID, "\"%.200s\" is not a project URL: bad project name", url);
+			return cot_seterr(eb, COT_ERR_INVALID,
+			                  "\"%.200s\" is not a project URL: bad project name", url);
 	size_t blen = (size_t)(p - url);
 	if (blen >= 3 && strncmp(p - 3, "/v1", 3) == 0)
 		blen -= 3;
@@ -235,8 +249,8 @@ cot_err cl_api_parse_project_url(const char *url, char *base, size_t baselen, ch
 	return COT_OK;
 }
 
-cot_err cl_api_login(const cl_api_opts *o, const char *base, const char *email,
-                     const char *password, char key[CL_TOKEN_MAX], cot_errbuf *eb)
+cot_err cl_api_login(const cl_api_opts *o, const char *base, const char *email, const char *password,
+                     char key[CL_TOKEN_MAX], cot_errbuf *eb)
 {
 	char url[CL_URL_MAX + 64];
 	snprintf(url, sizeof url, "%s/v1/accounts/login", base);
@@ -270,7 +284,8 @@ cot_err cl_api_account(const cl_api_opts *o, const char *base, const char *key, 
 		cot_errbuf e2 = { "", "" };
 		cl_prefs tmp = { .set = 0 };
 		if (cl_prefs_from_json(&tmp, pj, &e2))
-			rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent invalid account preferences: %s", e2.msg);
+			rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent invalid account preferences: %s",
+			                e2.msg);
 		else
 			*prefs = tmp;
 	}
@@ -278,16 +293,15 @@ cot_err cl_api_account(const cl_api_opts *o, const char *base, const char *key, 
 	return rc;
 }
 
-cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char *key,
-                             const cl_hostinfo *h, int64_t *host_id, char token[CL_TOKEN_MAX],
-                             cot_errbuf *eb)
+cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char *key, const cl_hostinfo *h,
+                             int64_t *host_id, char token[CL_TOKEN_MAX], cot_errbuf *eb)
 {
 	char url[CL_URL_MAX + 64];
 	snprintf(url, sizeof url, "%s/v1/hosts", base);
 	json_t *body = json_pack("{s:s, s:i, s:I, s:s, s:f, s:s, s:s, s:s}", "cpu_model", h->cpu_model,
-	                         "cores", h->cores, "memory_bytes", (json_int_t)h->memory_bytes,
-	                         "gpu", h->gpu, "flops", h->flops, "client_version", h->client_version,
-	                         "os_name", h->os_name, "os_version", h->os_version);
+	                         "cores", h->cores, "memory_bytes", (json_int_t)h->memory_bytes, "gpu",
+	                         h->gpu, "flops", h->flops, "client_version", h->client_version, "os_name",
+	                         h->os_name, "os_version", h->os_version);
 	json_t *a;
 	cot_err rc = body ? request(o, "POST", url, key, body, &a, NULL, eb) : COT_ERR_NOMEM;
 	json_decref(body);
@@ -298,7 +312,8 @@ cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char 
 	cot_errbuf e2 = { "", "" };
 	if (cot_json_int(a, "host_id", true, 1, 1LL << 62, &id, &e2) ||
 	    cot_json_str(a, "host_token", true, 8, CL_TOKEN_MAX - 1, &t, &e2)) {
-		rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid host registration answer: %s", e2.msg);
+		rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid host registration answer: %s",
+		                e2.msg);
 	} else {
 		*host_id = id;
 		memcpy(token, t, strlen(t) + 1);
@@ -339,8 +354,8 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
 		if (!e2.msg[0])
 			cot_seterr(&e2, COT_ERR_INVALID, "field \"config\" must be an object");
 		json_decref(a);
-		return cot_seterr(eb, COT_ERR_NETWORK, "server sent invalid information on project \"%s\": %s",
-		                  p->name, e2.msg);
+		return cot_seterr(eb, COT_ERR_NETWORK,
+		                  "server sent invalid information on project \"%s\": %s", p->name, e2.msg);
 	}
 	const json_t *model = json_object_get(json_object_get(a, "config"), "model");
 	long long seed = 0;
@@ -386,8 +401,9 @@ int64_t cl_api_parse_timestamp(const char *s)
 	} else if (*p != 'Z' && *p != '\0') {
 		return -1;
 	}
-	struct tm tm = { .tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h,
-	                 .tm_min = mi, .tm_sec = sec };
+	struct tm tm = {
+		.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h, .tm_min = mi, .tm_sec = sec
+	};
 	return (int64_t)timegm(&tm) - off;
 }
 
@@ -398,8 +414,13 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, jso
 	json_t *body = json_pack("{s:I}", "host_id", (json_int_t)p->host_id);
 	json_t *a = NULL;
 	time_t date = 0;
-	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .json = body, .out = &a,
-	                  .err_body = refusal, .date = &date };
+	cl_http_req r = { .method = "POST",
+		          .url = url,
+		          .bearer = p->host_token,
+		          .json = body,
+		          .out = &a,
+		          .err_body = refusal,
+		          .date = &date };
 	cot_err rc = body ? cl_api_http(o, &r, eb) : COT_ERR_NOMEM;
 	json_decref(body);
 	if (rc)
@@ -421,8 +442,9 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, jso
 		goto bad;
 	/* The scheduler never carves a work unit across an epoch's end. */
 	if (hi - lo > tmp.mb_per_epoch) {
-		cot_seterr(&e2, COT_ERR_INVALID, "range [%lld, %lld) is longer than an epoch (%lld microbatches)",
-		           lo, hi, (long long)tmp.mb_per_epoch);
+		cot_seterr(&e2, COT_ERR_INVALID,
+		           "range [%lld, %lld) is longer than an epoch (%lld microbatches)", lo, hi,
+		           (long long)tmp.mb_per_epoch);
 		goto bad;
 	}
 	int64_t dl = cl_api_parse_timestamp(deadline);
@@ -431,7 +453,8 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, jso
 		goto bad;
 	}
 	if (!json_is_array(files) || json_array_size(files) > CL_MAX_FILES) {
-		cot_seterr(&e2, COT_ERR_INVALID, "field \"files\" must be an array of at most %d files", CL_MAX_FILES);
+		cot_seterr(&e2, COT_ERR_INVALID, "field \"files\" must be an array of at most %d files",
+		           CL_MAX_FILES);
 		goto bad;
 	}
 	for (size_t i = 0; i < json_array_size(files); i++) {
@@ -476,16 +499,16 @@ bad:
 	return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid work unit: %s", e2.msg);
 }
 
-cot_err cl_api_report(const cl_api_opts *o, const cl_project *p, cl_report_op op, int64_t wu,
-                      int64_t mb_done, double samples_per_sec, json_t **answer, time_t *date, cot_errbuf *eb)
+cot_err cl_api_report(const cl_api_opts *o, const cl_project *p, cl_report_op op, int64_t wu, int64_t mb_done,
+                      double samples_per_sec, json_t **answer, time_t *date, cot_errbuf *eb)
 {
 	static const char *paths[] = { "", "heartbeat", "finish", "handback" };
 	if (op == CL_REPORT_NONE)
 		return cot_seterr(eb, COT_ERR_INTERNAL, "no report to send");
 	char url[CL_URL_MAX + 128];
 	snprintf(url, sizeof url, "%s/v1/workunits/%lld/%s", p->base, (long long)wu, paths[op]);
-	json_t *body = json_pack("{s:I, s:f}", "mb_done", (json_int_t)mb_done, "samples_per_sec",
-	                         samples_per_sec);
+	json_t *body =
+	        json_pack("{s:I, s:f}", "mb_done", (json_int_t)mb_done, "samples_per_sec", samples_per_sec);
 	json_t *a;
 	cot_err rc = body ? request(o, "POST", url, p->host_token, body, &a, date, eb) : COT_ERR_NOMEM;
 	json_decref(body);

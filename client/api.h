@@ -27,7 +27,7 @@
 
 typedef struct {
 	int timeout_s;
-	int64_t upload_limit;      /* bytes/s, 0 = unlimited */
+	int64_t upload_limit; /* bytes/s, 0 = unlimited */
 } cl_api_opts;
 
 /* One HTTP request to a server (the building block of every call here and
@@ -58,16 +58,16 @@ cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb);
 /* Split a project URL "http[s]://host[:port][/prefix]/projects/<name>" (or
  * ".../v1/projects/<name>") into the server base URL and the name.
  * COT_ERR_INVALID with a hint when it does not look like one. */
-cot_err cl_api_parse_project_url(const char *url, char *base, size_t baselen, char *name,
-                                 size_t namelen, cot_errbuf *eb);
+cot_err cl_api_parse_project_url(const char *url, char *base, size_t baselen, char *name, size_t namelen,
+                                 cot_errbuf *eb);
 
 /* "2026-11-21T23:47:32.123456+00:00" (PostgreSQL's JSON timestamptz) to
  * unix seconds; -1 when malformed. */
 int64_t cl_api_parse_timestamp(const char *s);
 
 /* POST /v1/accounts/login: the account key for email and password. */
-cot_err cl_api_login(const cl_api_opts *o, const char *base, const char *email,
-                     const char *password, char key[CL_TOKEN_MAX], cot_errbuf *eb);
+cot_err cl_api_login(const cl_api_opts *o, const char *base, const char *email, const char *password,
+                     char key[CL_TOKEN_MAX], cot_errbuf *eb);
 
 /* GET /v1/account: checks the key; the account's computing preferences
  * (the "prefs" object, when the server sends one) go into *prefs (keys not
@@ -87,9 +87,8 @@ typedef struct {
 } cl_hostinfo;
 
 /* POST /v1/hosts with the account key: a new host id and token. */
-cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char *key,
-                             const cl_hostinfo *h, int64_t *host_id, char token[CL_TOKEN_MAX],
-                             cot_errbuf *eb);
+cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char *key, const cl_hostinfo *h,
+                             int64_t *host_id, char token[CL_TOKEN_MAX], cot_errbuf *eb);
 
 /* GET /v1/projects/<name>: the project's parameters into p (seq_len,
  * microbatch_size, mb_per_epoch, flops_per_sample).  *info (when not NULL)
@@ -104,12 +103,13 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
  * is COT_ERR_NETWORK with a detail.  When refusal is not NULL and the
  * server refused (409: a round is not open), *refusal owns its answer
  * (with "round" and "retry_after"). */
-cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, json_t **refusal, cot_errbuf *eb);
+cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, json_t **refusal,
+                            cot_errbuf *eb);
 
 /* POST /v1/workunits/<id>/{heartbeat,handback,finish} with mb_done and
  * samples_per_sec.  On success *answer (when not NULL) is the server's
  * answer (new reference). */
-cot_err cl_api_report(const cl_api_opts *o, const cl_project *p, cl_report_op op, int64_t wu,
-                      int64_t mb_done, double samples_per_sec, json_t **answer, time_t *date, cot_errbuf *eb);
+cot_err cl_api_report(const cl_api_opts *o, const cl_project *p, cl_report_op op, int64_t wu, int64_t mb_done,
+                      double samples_per_sec, json_t **answer, time_t *date, cot_errbuf *eb);
 
 #endif

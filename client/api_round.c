@@ -27,13 +27,15 @@ static cot_err pem_field(const json_t *a, const char *key, char **out, cot_errbu
 	return COT_OK;
 }
 
-cot_err cl_api_project_ca(const cl_api_opts *o, const cl_project *p, char **pem, char *local_ip,
-                          size_t iplen, cot_errbuf *eb)
+cot_err cl_api_project_ca(const cl_api_opts *o, const cl_project *p, char **pem, char *local_ip, size_t iplen,
+                          cot_errbuf *eb)
 {
 	char url[CL_URL_MAX + 128];
 	snprintf(url, sizeof url, "%s/v1/projects/%s/ca", p->base, p->name);
 	json_t *a = NULL;
-	cl_http_req r = { .method = "GET", .url = url, .out = &a, .local_ip = local_ip, .local_ip_len = iplen };
+	cl_http_req r = {
+		.method = "GET", .url = url, .out = &a, .local_ip = local_ip, .local_ip_len = iplen
+	};
 	cot_err rc = cl_api_http(o, &r, eb);
 	if (!rc && !a)
 		rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent no CA certificate");
@@ -73,8 +75,8 @@ cot_err cl_api_round_report(const cl_api_opts *o, const cl_project *p, int64_t w
 	char url[CL_URL_MAX + 128];
 	snprintf(url, sizeof url, "%s/v1/workunits/%lld/report", p->base, (long long)wu);
 	json_t *body = json_pack("{s:I, s:I, s:s, s:f, s:b}", "mb_done", (json_int_t)rep->mb_done, "samples",
-	                         (json_int_t)rep->samples, "endpoint", rep->endpoint, "bandwidth", rep->bandwidth,
-	                         "can_aggregate", rep->can_aggregate);
+	                         (json_int_t)rep->samples, "endpoint", rep->endpoint, "bandwidth",
+	                         rep->bandwidth, "can_aggregate", rep->can_aggregate);
 	if (body && rep->has_loss)
 		json_object_set_new(body, "loss", json_real(rep->loss));
 	if (body && rep->rtt)
@@ -99,8 +101,9 @@ cot_err cl_api_round_plan(const cl_api_opts *o, const cl_project *p, int64_t ver
 	snprintf(what, sizeof what, "plan?host_id=%lld&wait=%d%s", (long long)p->host_id, wait_s,
 	         after_gradient ? "&after=gradient" : "");
 	round_url(url, sizeof url, p, version, what);
-	cl_http_req r = { .method = "GET", .url = url, .bearer = p->host_token, .out = plan,
-	                  .extra_timeout_s = wait_s };
+	cl_http_req r = {
+		.method = "GET", .url = url, .bearer = p->host_token, .out = plan, .extra_timeout_s = wait_s
+	};
 	return cl_api_http(o, &r, eb);
 }
 
@@ -137,8 +140,13 @@ cot_err cl_api_group_sum(const cl_api_opts *o, const cl_project *p, int64_t vers
 	round_url(url, cap + CL_URL_MAX + 128, p, version, what);
 	/* The body is param_count * 4 bytes; give it time beyond one request's. */
 	json_t *a = NULL;
-	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .raw = sum,
-	                  .rawlen = len * sizeof *sum, .out = &a, .extra_timeout_s = 600 };
+	cl_http_req r = { .method = "POST",
+		          .url = url,
+		          .bearer = p->host_token,
+		          .raw = sum,
+		          .rawlen = len * sizeof *sum,
+		          .out = &a,
+		          .extra_timeout_s = 600 };
 	rc = cl_api_http(o, &r, eb);
 	if (!rc && !a)
 		rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent no answer to the group sum");
@@ -158,7 +166,8 @@ cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t 
 {
 	char url[CL_URL_MAX + 128];
 	round_url(url, sizeof url, p, version, "outcome");
-	json_t *body = json_pack("{s:I, s:s}", "host_id", (json_int_t)p->host_id, "status", ok ? "ok" : "failed");
+	json_t *body =
+	        json_pack("{s:I, s:s}", "host_id", (json_int_t)p->host_id, "status", ok ? "ok" : "failed");
 	json_t *inc = json_array();
 	for (size_t i = 0; inc && i < n; i++)
 		json_array_append_new(inc, json_integer((json_int_t)included[i]));
@@ -171,10 +180,13 @@ cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t 
 		json_t *ls = json_array();
 		pthread_mutex_lock(&links->mu);
 		for (size_t i = 0; ls && i < links->n; i++)
-			if (strcmp(links->l[i].rung, "direct") == 0 || strcmp(links->l[i].rung, "punch") == 0 ||
-			    strcmp(links->l[i].rung, "relay") == 0)   /* the server knows these rungs */
-				json_array_append_new(ls, json_pack("{s:I, s:s, s:f}", "peer", (json_int_t)links->l[i].peer,
-				                                    "rung", links->l[i].rung, "connect_ms", links->l[i].connect_ms));
+			if (strcmp(links->l[i].rung, "direct") == 0 ||
+			    strcmp(links->l[i].rung, "punch") == 0 ||
+			    strcmp(links->l[i].rung, "relay") == 0) /* the server knows these rungs */
+				json_array_append_new(ls, json_pack("{s:I, s:s, s:f}", "peer",
+				                                    (json_int_t)links->l[i].peer, "rung",
+				                                    links->l[i].rung, "connect_ms",
+				                                    links->l[i].connect_ms));
 		pthread_mutex_unlock(&links->mu);
 		if (ls)
 			json_object_set_new(body, "links", ls);

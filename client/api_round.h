@@ -15,8 +15,8 @@
 /* GET /v1/projects/<name>/ca: the project CA certificate (PEM, malloc'd,
  * NUL-terminated, at most 64 KiB) into *pem.  local_ip (when not NULL)
  * receives our address on the connection to the server. */
-cot_err cl_api_project_ca(const cl_api_opts *o, const cl_project *p, char **pem, char *local_ip,
-                          size_t iplen, cot_errbuf *eb);
+cot_err cl_api_project_ca(const cl_api_opts *o, const cl_project *p, char **pem, char *local_ip, size_t iplen,
+                          cot_errbuf *eb);
 
 /* POST /v1/hosts/<id>/certificate: a certificate for our public key
  * (PEM); *cert_pem malloc'd; *lifetime its validity in seconds. */
@@ -25,12 +25,12 @@ cot_err cl_api_host_certificate(const cl_api_opts *o, const cl_project *p, const
 
 typedef struct {
 	int64_t mb_done, samples;
-	char endpoint[80];        /* "a.b.c.d:port" or "[v6]:port" */
-	double bandwidth;         /* bytes/s */
+	char endpoint[80]; /* "a.b.c.d:port" or "[v6]:port" */
+	double bandwidth;  /* bytes/s */
 	int can_aggregate;
 	int has_loss;
-	double loss;              /* mean loss over the samples */
-	const json_t *rtt;        /* {"<host id>": ms} measured to peers, or NULL */
+	double loss;       /* mean loss over the samples */
+	const json_t *rtt; /* {"<host id>": ms} measured to peers, or NULL */
 } cl_round_report;
 
 /* POST /v1/workunits/<wu>/report. */

@@ -35,10 +35,7 @@ void cl_backoff_ok(cl_backoff *b)
 	b->next_at = 0;
 }
 
-int cl_backoff_ready(const cl_backoff *b, double now)
-{
-	return now >= b->next_at;
-}
+int cl_backoff_ready(const cl_backoff *b, double now) { return now >= b->next_at; }
 
 double cl_now_mono(void)
 {

@@ -12,10 +12,10 @@
 #include <stdint.h>
 
 typedef struct {
-	double base_s;       /* delay after the first failure, seconds (> 0) */
-	double max_s;        /* cap, seconds (>= base_s) */
-	unsigned failures;   /* consecutive failures so far */
-	double next_at;      /* monotonic time (seconds) before which not to retry */
+	double base_s;     /* delay after the first failure, seconds (> 0) */
+	double max_s;      /* cap, seconds (>= base_s) */
+	unsigned failures; /* consecutive failures so far */
+	double next_at;    /* monotonic time (seconds) before which not to retry */
 } cl_backoff;
 
 /* A backoff with no failures yet. */

@@ -9,8 +9,13 @@
 
 double cl_benchmark(int threads, double seconds, cot_errbuf *eb)
 {
-	kern_config c = { .n_layer = 2, .n_shared = 2, .n_head = 4, .d_model = 128, .seq_len = 64,
-	                  .vocab = 256, .d_ff = 512 };
+	kern_config c = { .n_layer = 2,
+		          .n_shared = 2,
+		          .n_head = 4,
+		          .d_model = 128,
+		          .seq_len = 64,
+		          .vocab = 256,
+		          .d_ff = 512 };
 	enum { B = 4 };
 	kern_model *m;
 	if (kern_model_create(&c, B, &m, eb))

@@ -23,9 +23,9 @@ static json_t *work_json(const cl_daemon *d, int i)
 	json_t *eta = mbps > 0 ? json_real((double)(total - w->mb_done) / mbps) : json_null();
 	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:I}", "id", (json_int_t)w->id,
 	                 "version", (json_int_t)w->version, "lo", (json_int_t)w->lo, "hi", (json_int_t)w->hi,
-	                 "mb_done", (json_int_t)w->mb_done, "mb_total", (json_int_t)total,
-	                 "mb_reported", (json_int_t)w->mb_reported, "samples_per_sec", sps,
-	                 "eta_seconds", eta, "deadline", (json_int_t)w->deadline);
+	                 "mb_done", (json_int_t)w->mb_done, "mb_total", (json_int_t)total, "mb_reported",
+	                 (json_int_t)w->mb_reported, "samples_per_sec", sps, "eta_seconds", eta, "deadline",
+	                 (json_int_t)w->deadline);
 }
 
 static json_t *cmd_status(cl_daemon *d)
@@ -34,18 +34,20 @@ static json_t *cmd_status(cl_daemon *d)
 	for (int i = 0; i < d->st.nprojects; i++) {
 		const cl_project *p = &d->st.projects[i];
 		double wait = d->rt[i].bo.next_at - cl_now_mono();
-		json_array_append_new(projects, json_pack(
-			"{s:s, s:s, s:I, s:f, s:s, s:s, s:s, s:f, s:I, s:f, s:o}", "name", p->name, "url", p->url,
-			"host_id", (json_int_t)p->host_id, "resource_share", p->resource_share,
-			"activity", d->rt[i].activity, "network", d->rt[i].network, "links", d->rt[i].links,
-			"retry_in", wait > 0 ? wait : 0.0,
-			"mb_total", (json_int_t)p->mb_total, "samples_per_sec", d->rt[i].sps,
-			"work", p->has_work ? work_json(d, i) : json_null()));
+		json_array_append_new(projects,
+		                      json_pack("{s:s, s:s, s:I, s:f, s:s, s:s, s:s, s:f, s:I, s:f, s:o}",
+		                                "name", p->name, "url", p->url, "host_id",
+		                                (json_int_t)p->host_id, "resource_share", p->resource_share,
+		                                "activity", d->rt[i].activity, "network", d->rt[i].network,
+		                                "links", d->rt[i].links, "retry_in", wait > 0 ? wait : 0.0,
+		                                "mb_total", (json_int_t)p->mb_total, "samples_per_sec",
+		                                d->rt[i].sps, "work",
+		                                p->has_work ? work_json(d, i) : json_null()));
 	}
-	return json_pack("{s:b, s:o, s:i, s:f, s:s, s:b, s:o}", "suspended", d->st.suspended,
-	                 "paused", d->paused[0] ? json_string(d->paused) : json_null(), "threads", d->threads,
-	                 "benchmark_flops", d->st.bench_flops, "state_dir", d->cfg.state_dir,
-	                 "state_error", d->state_error, "projects", projects);
+	return json_pack("{s:b, s:o, s:i, s:f, s:s, s:b, s:o}", "suspended", d->st.suspended, "paused",
+	                 d->paused[0] ? json_string(d->paused) : json_null(), "threads", d->threads,
+	                 "benchmark_flops", d->st.bench_flops, "state_dir", d->cfg.state_dir, "state_error",
+	                 d->state_error, "projects", projects);
 }
 
 /* attach: {"url", "account_key" | "email"+"password", "resource_share"}.
@@ -61,7 +63,8 @@ static json_t *cmd_attach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errb
 	    (*rc = cot_json_num(req, "resource_share", false, 0.001, 1e6, &share, eb)))
 		return NULL;
 	if (!key && !(email && password)) {
-		*rc = cot_seterr(eb, COT_ERR_INVALID, "attach needs an account key, or an email and a password");
+		*rc = cot_seterr(eb, COT_ERR_INVALID,
+		                 "attach needs an account key, or an email and a password");
 		return NULL;
 	}
 	cl_project *p = calloc(1, sizeof *p);
@@ -87,7 +90,8 @@ static json_t *cmd_attach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errb
 		goto out;
 	}
 	if (full) {
-		*rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "cannot attach more than %d projects", CL_MAX_PROJECTS);
+		*rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "cannot attach more than %d projects",
+		                 CL_MAX_PROJECTS);
 		goto out;
 	}
 	if (key)
@@ -109,10 +113,13 @@ static json_t *cmd_attach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errb
 		cl_backoff_init(&d->rt[i].bo, d->cfg.retry_base, d->cfg.retry_max);
 		if ((*rc = cl_daemon_save(d))) {
 			cl_daemon_remove_project(d, i);
-			cot_seterr(eb, *rc, "could not save the state; project \"%s\" was not attached", p->name);
+			cot_seterr(eb, *rc, "could not save the state; project \"%s\" was not attached",
+			           p->name);
 		} else {
-			log_info("attached to project %s at %s as host %lld", p->name, p->base, (long long)p->host_id);
-			answer = json_pack("{s:s, s:I}", "project", p->name, "host_id", (json_int_t)p->host_id);
+			log_info("attached to project %s at %s as host %lld", p->name, p->base,
+			         (long long)p->host_id);
+			answer = json_pack("{s:s, s:I}", "project", p->name, "host_id",
+			                   (json_int_t)p->host_id);
 		}
 	}
 	pthread_cond_broadcast(&d->wake);
@@ -149,8 +156,8 @@ static json_t *cmd_detach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errb
 	if (copy.has_work && copy.work.pending_op != CL_REPORT_FINISH) {
 		/* Give the rest back so nobody waits for its deadline. */
 		cot_errbuf e2 = { "", "" };
-		handed = cl_api_report(&o, &copy, CL_REPORT_HANDBACK, copy.work.id, copy.work.mb_reported,
-		                       0, NULL, NULL, &e2) == COT_OK;
+		handed = cl_api_report(&o, &copy, CL_REPORT_HANDBACK, copy.work.id, copy.work.mb_reported, 0,
+		                       NULL, NULL, &e2) == COT_OK;
 		if (!handed)
 			log_warn("project %s: could not hand back work unit %lld on detach: %s", copy.name,
 			         (long long)copy.work.id, e2.msg);
@@ -184,9 +191,9 @@ static json_t *prefs_answer(cl_daemon *d)
 	cl_daemon_prefs(d, &eff);
 	for (int i = 0; i < d->st.nprojects; i++)
 		cl_prefs_overlay(&acc, &d->st.projects[i].account_prefs);
-	return json_pack("{s:o, s:o, s:o, s:o}", "effective", cl_prefs_to_json(&eff),
-	                 "local", cl_prefs_to_json(&d->st.local_prefs),
-	                 "config", cl_prefs_to_json(&d->cfg.prefs), "account", cl_prefs_to_json(&acc));
+	return json_pack("{s:o, s:o, s:o, s:o}", "effective", cl_prefs_to_json(&eff), "local",
+	                 cl_prefs_to_json(&d->st.local_prefs), "config", cl_prefs_to_json(&d->cfg.prefs),
+	                 "account", cl_prefs_to_json(&acc));
 }
 
 /* prefs: {"set": {"key": "text", ...}, "unset": ["key", ...]}; both
@@ -202,12 +209,14 @@ static json_t *cmd_prefs(cl_daemon *d, const json_t *req, cot_err *rc, cot_errbu
 	cl_prefs tmp = d->st.local_prefs;
 	const char *k;
 	json_t *v;
-	json_object_foreach((json_t *)set, k, v) {
+	json_object_foreach((json_t *)set, k, v)
+	{
 		int key = cl_prefs_key(k);
 		char text[64];
 		if (key < 0) {
 			*rc = cot_seterr(eb, COT_ERR_INVALID, "unknown preference \"%.64s\"", k);
-			cot_sethint(eb, "Known: max_threads, cpu_percent, only_when_idle, idle_after, only_on_ac, download_limit, upload_limit, disk_max, memory_max.");
+			cot_sethint(eb, "Known: max_threads, cpu_percent, only_when_idle, idle_after, "
+			                "only_on_ac, download_limit, upload_limit, disk_max, memory_max.");
 			goto fail;
 		}
 		if (json_is_string(v))
@@ -217,14 +226,16 @@ static json_t *cmd_prefs(cl_daemon *d, const json_t *req, cot_err *rc, cot_errbu
 		else if (json_is_boolean(v))
 			snprintf(text, sizeof text, "%s", json_is_true(v) ? "true" : "false");
 		else {
-			*rc = cot_seterr(eb, COT_ERR_INVALID, "preference \"%s\" needs a string, integer or boolean", k);
+			*rc = cot_seterr(eb, COT_ERR_INVALID,
+			                 "preference \"%s\" needs a string, integer or boolean", k);
 			goto fail;
 		}
 		if ((*rc = cl_prefs_set_text(&tmp, (cl_pref_key)key, text, eb)))
 			goto fail;
 	}
 	size_t idx;
-	json_array_foreach(unset, idx, v) {
+	json_array_foreach(unset, idx, v)
+	{
 		int key = json_is_string(v) ? cl_prefs_key(json_string_value(v)) : -1;
 		if (key < 0) {
 			*rc = cot_seterr(eb, COT_ERR_INVALID, "unknown preference in \"unset\"");

@@ -15,12 +15,12 @@
 
 struct cl_compute {
 	kern_model *m;
-	int64_t lo, hi;           /* stream microbatches allowed */
+	int64_t lo, hi; /* stream microbatches allowed */
 	int64_t mb_per_epoch, B, T;
 	mb_shape shape;
 	int nspans;
 	mb_span spans[CL_MAX_FILES];
-	int32_t *in, *tgt;        /* B*T each */
+	int32_t *in, *tgt; /* B*T each */
 };
 
 static void to_config(const cl_project *p, kern_config *c)
@@ -44,7 +44,8 @@ int64_t cl_compute_memory_estimate(const cl_project *p)
 	double bt = (double)p->microbatch_size * c.seq_len;
 	/* params, grads, two moments; activations: about 16 C and 2 heads*T
 	 * floats per token per layer, plus the logits. */
-	double acts = bt * (c.n_layer * (16.0 * c.d_model + 2.0 * c.n_head * c.seq_len + 2.0 * c.d_ff) + 2.0 * c.vocab);
+	double acts = bt * (c.n_layer * (16.0 * c.d_model + 2.0 * c.n_head * c.seq_len + 2.0 * c.d_ff) +
+	                    2.0 * c.vocab);
 	return (int64_t)(4 * (4 * n + acts));
 }
 
@@ -88,8 +89,8 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 		unsigned char *tokens = NULL;
 		rc = shard_read(path, SHARD_TOKENS_MAX, &meta, &tokens, &e2);
 		if (rc)
-			return cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT, "could not read shard %s: %s",
-			                  f->sha256, e2.msg);
+			return cot_seterr(eb, rc == COT_ERR_NOMEM ? rc : COT_ERR_CORRUPT,
+			                  "could not read shard %s: %s", f->sha256, e2.msg);
 		s->tokens = tokens;
 		s->first = meta.first_token;
 		s->n = meta.n_tokens;
@@ -100,7 +101,9 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 	int64_t n = c->hi - c->lo;
 	for (int64_t k = 0; k < n && k < c->mb_per_epoch; k++)
 		if (mb_fill(&c->shape, c->spans, c->nspans, c->lo + k, NULL, NULL, &e2))
-			return cot_seterr(eb, COT_ERR_INVALID, "the shards of work unit %lld do not hold the tokens of microbatch %lld",
+			return cot_seterr(eb, COT_ERR_INVALID,
+			                  "the shards of work unit %lld do not hold the tokens of microbatch "
+			                  "%lld",
 			                  (long long)w->id, (long long)(c->lo + k));
 	return COT_OK;
 }
@@ -113,10 +116,15 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 	to_config(p, &kc);
 	cot_errbuf e2 = { "", "" };
 	if (kern_config_validate(&kc, &e2))
-		return cot_seterr(eb, COT_ERR_INVALID, "project \"%s\" has an unusable model: %s", p->name, e2.msg);
-	if (kc.seq_len != p->seq_len || p->microbatch_size < 1 || p->microbatch_size > 65536 || p->mb_per_epoch < 1)
-		return cot_seterr(eb, COT_ERR_INVALID, "work unit %lld does not fit project \"%s\": seq_len %lld, microbatch size %lld",
-		                  (long long)w->id, p->name, (long long)p->seq_len, (long long)p->microbatch_size);
+		return cot_seterr(eb, COT_ERR_INVALID, "project \"%s\" has an unusable model: %s", p->name,
+		                  e2.msg);
+	if (kc.seq_len != p->seq_len || p->microbatch_size < 1 || p->microbatch_size > 65536 ||
+	    p->mb_per_epoch < 1)
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "work unit %lld does not fit project \"%s\": seq_len %lld, microbatch size "
+		                  "%lld",
+		                  (long long)w->id, p->name, (long long)p->seq_len,
+		                  (long long)p->microbatch_size);
 	cl_compute *c = calloc(1, sizeof *c);
 	if (!c)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
@@ -153,11 +161,14 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 		}
 		kern_config got = c->m->config;
 		if (memcmp(&got, &kc, sizeof kc) != 0) {
-			rc = cot_seterr(eb, COT_ERR_INVALID, "checkpoint %s does not hold the project's model", f->sha256);
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "checkpoint %s does not hold the project's model", f->sha256);
 			goto fail;
 		}
 		if (c->m->step != w->version) {
-			rc = cot_seterr(eb, COT_ERR_INVALID, "checkpoint %s has taken %ld steps, not %lld (the work unit's version)",
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "checkpoint %s has taken %ld steps, not %lld (the work unit's "
+			                "version)",
 			                f->sha256, c->m->step, (long long)w->version);
 			goto fail;
 		}
@@ -186,20 +197,17 @@ cot_err cl_compute_retarget(cl_compute *c, const cl_work *w, const char *cache_d
 {
 	cot_err rc = load_range(c, w, cache_dir, eb);
 	if (rc)
-		c->hi = c->lo;                      /* nothing may be computed from a half-loaded range */
+		c->hi = c->lo; /* nothing may be computed from a half-loaded range */
 	return rc;
 }
 
-kern_model *cl_compute_model(cl_compute *c)
-{
-	return c ? c->m : NULL;
-}
+kern_model *cl_compute_model(cl_compute *c) { return c ? c->m : NULL; }
 
 cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf *eb)
 {
 	if (g < c->lo || g >= c->hi)
-		return cot_seterr(eb, COT_ERR_INVALID, "microbatch %lld is outside [%lld, %lld)", (long long)g,
-		                  (long long)c->lo, (long long)c->hi);
+		return cot_seterr(eb, COT_ERR_INVALID, "microbatch %lld is outside [%lld, %lld)",
+		                  (long long)g, (long long)c->lo, (long long)c->hi);
 	cot_err rc = mb_fill(&c->shape, c->spans, c->nspans, g, c->in, c->tgt, eb);
 	if (rc)
 		return rc;
@@ -211,4 +219,3 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 		*loss = l;
 	return rc;
 }
-

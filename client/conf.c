@@ -13,7 +13,7 @@
 #include "shared/common/log.h"
 
 #define CONFIG_MAX_BYTES (1 << 20)
-#define LINE_MAX_BYTES   4096
+#define LINE_MAX_BYTES 4096
 
 void cl_config_defaults(cl_config *c)
 {
@@ -38,15 +38,16 @@ void cl_config_defaults(cl_config *c)
 	c->prefs.set = 0;
 }
 
-static cot_err set_int(const char *key, const char *v, long long min, long long max,
-                       long long *out, cot_errbuf *eb)
+static cot_err set_int(const char *key, const char *v, long long min, long long max, long long *out,
+                       cot_errbuf *eb)
 {
 	char *end;
 	errno = 0;
 	long long n = strtoll(v, &end, 10);
 	if (end == v || *end || errno || n < min || n > max)
 		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "invalid value \"%.64s\" for \"%s\": expected an integer between %lld and %lld",
+		                  "invalid value \"%.64s\" for \"%s\": expected an integer between %lld and "
+		                  "%lld",
 		                  v, key, min, max);
 	*out = n;
 	return COT_OK;
@@ -55,7 +56,8 @@ static cot_err set_int(const char *key, const char *v, long long min, long long 
 static cot_err set_path(const char *key, const char *v, char *dst, size_t len, cot_errbuf *eb)
 {
 	if (v[0] != '/')
-		return cot_seterr(eb, COT_ERR_INVALID, "\"%s\" must be an absolute path, not \"%.64s\"", key, v);
+		return cot_seterr(eb, COT_ERR_INVALID, "\"%s\" must be an absolute path, not \"%.64s\"", key,
+		                  v);
 	if (strlen(v) >= len)
 		return cot_seterr(eb, COT_ERR_TOO_LARGE, "value of \"%s\" is too long", key);
 	memcpy(dst, v, strlen(v) + 1);
@@ -87,15 +89,20 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 	if (strcmp(key, "peer_listen") == 0 || strcmp(key, "peer_address") == 0) {
 		char *dst = key[5] == 'l' ? c->peer_listen : c->peer_address;
 		unsigned char buf[16];
-		if (strlen(v) >= DIALER_ADDR_MAX || (inet_pton(AF_INET, v, buf) != 1 && inet_pton(AF_INET6, v, buf) != 1))
-			return cot_seterr(eb, COT_ERR_INVALID, "invalid value \"%.64s\" for \"%s\": expected a numeric IPv4 or IPv6 address",
+		if (strlen(v) >= DIALER_ADDR_MAX ||
+		    (inet_pton(AF_INET, v, buf) != 1 && inet_pton(AF_INET6, v, buf) != 1))
+			return cot_seterr(eb, COT_ERR_INVALID,
+			                  "invalid value \"%.64s\" for \"%s\": expected a numeric IPv4 or "
+			                  "IPv6 address",
 			                  v, key);
 		snprintf(dst, DIALER_ADDR_MAX, "%s", v);
 		return COT_OK;
 	}
 	if (strcmp(key, "nat_service") == 0) {
 		if (cl_parse_endpoint(v, c->nat_addr, &c->nat_port, eb))
-			return cot_seterr(eb, COT_ERR_INVALID, "invalid value \"%.64s\" for \"nat_service\": expected ADDRESS:PORT with a numeric address",
+			return cot_seterr(eb, COT_ERR_INVALID,
+			                  "invalid value \"%.64s\" for \"nat_service\": expected "
+			                  "ADDRESS:PORT with a numeric address",
 			                  v);
 		return COT_OK;
 	}
@@ -105,7 +112,10 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 		else if (strcmp(v, "false") == 0 || strcmp(v, "no") == 0 || strcmp(v, "0") == 0)
 			c->port_mapping = 0;
 		else
-			return cot_seterr(eb, COT_ERR_INVALID, "invalid value \"%.64s\" for \"port_mapping\": expected true or false", v);
+			return cot_seterr(eb, COT_ERR_INVALID,
+			                  "invalid value \"%.64s\" for \"port_mapping\": expected true or "
+			                  "false",
+			                  v);
 		return COT_OK;
 	}
 	if (strcmp(key, "peer_bandwidth") == 0) {
@@ -119,7 +129,9 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 		int l = cot_log_parse_level(v);
 		if (l < 0)
 			return cot_seterr(eb, COT_ERR_INVALID,
-			                  "invalid value \"%.64s\" for \"log_level\": expected debug, info, warn or error", v);
+			                  "invalid value \"%.64s\" for \"log_level\": expected debug, info, "
+			                  "warn or error",
+			                  v);
 		c->log_level = l;
 		return COT_OK;
 	}
@@ -131,9 +143,15 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 				return COT_OK;
 			}
 		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "invalid value \"%.64s\" for \"idle_detection\": expected auto, logind, tty or none", v);
+		                  "invalid value \"%.64s\" for \"idle_detection\": expected auto, logind, "
+		                  "tty or none",
+		                  v);
 	}
-	struct { const char *name; int *dst; long long min, max; } ints[] = {
+	struct {
+		const char *name;
+		int *dst;
+		long long min, max;
+	} ints[] = {
 		{ "heartbeat_interval", &c->heartbeat_interval, 1, 86400 },
 		{ "retry_base", &c->retry_base, 1, 3600 },
 		{ "retry_max", &c->retry_max, 1, 86400 },
@@ -155,7 +173,9 @@ cot_err cl_config_set(cl_config *c, const char *key, const char *v, cot_errbuf *
 		cl_prefs tmp = { .set = 0 };
 		if (cl_prefs_set_text(&tmp, PREF_DISK_MAX, v, NULL))
 			return cot_seterr(eb, COT_ERR_INVALID,
-			                  "invalid value \"%.64s\" for \"max_file_bytes\": expected a byte count between 1M and 1P", v);
+			                  "invalid value \"%.64s\" for \"max_file_bytes\": expected a byte "
+			                  "count between 1M and 1P",
+			                  v);
 		c->max_file_bytes = tmp.v[PREF_DISK_MAX];
 		return COT_OK;
 	}
@@ -180,13 +200,16 @@ cot_err cl_config_load(cl_config *c, const char *path, cot_errbuf *eb)
 	FILE *f = fopen(path, "r");
 	if (!f) {
 		if (errno == ENOENT)
-			return cot_seterr(eb, COT_ERR_NOT_FOUND, "configuration file \"%s\" does not exist", path);
-		return cot_seterr(eb, COT_ERR_IO, "could not open configuration file \"%s\": %s", path, strerror(errno));
+			return cot_seterr(eb, COT_ERR_NOT_FOUND, "configuration file \"%s\" does not exist",
+			                  path);
+		return cot_seterr(eb, COT_ERR_IO, "could not open configuration file \"%s\": %s", path,
+		                  strerror(errno));
 	}
 	struct stat st;
 	if (fstat(fileno(f), &st) == 0 && st.st_size > CONFIG_MAX_BYTES) {
 		fclose(f);
-		return cot_seterr(eb, COT_ERR_TOO_LARGE, "configuration file \"%s\" is larger than 1 MiB", path);
+		return cot_seterr(eb, COT_ERR_TOO_LARGE, "configuration file \"%s\" is larger than 1 MiB",
+		                  path);
 	}
 	char line[LINE_MAX_BYTES];
 	int lineno = 0;
@@ -195,8 +218,8 @@ cot_err cl_config_load(cl_config *c, const char *path, cot_errbuf *eb)
 		lineno++;
 		size_t len = strlen(line);
 		if (len == sizeof line - 1 && line[len - 1] != '\n' && !feof(f)) {
-			rc = cot_seterr(eb, COT_ERR_INVALID, "%s:%d: line is longer than %d bytes", path, lineno,
-			                LINE_MAX_BYTES - 1);
+			rc = cot_seterr(eb, COT_ERR_INVALID, "%s:%d: line is longer than %d bytes", path,
+			                lineno, LINE_MAX_BYTES - 1);
 			break;
 		}
 		char *s = trim(line);
@@ -222,7 +245,8 @@ cot_err cl_config_load(cl_config *c, const char *path, cot_errbuf *eb)
 		}
 	}
 	if (!rc && ferror(f))
-		rc = cot_seterr(eb, COT_ERR_IO, "could not read configuration file \"%s\": %s", path, strerror(errno));
+		rc = cot_seterr(eb, COT_ERR_IO, "could not read configuration file \"%s\": %s", path,
+		                strerror(errno));
 	fclose(f);
 	return rc;
 }

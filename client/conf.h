@@ -50,7 +50,7 @@
 #include "shared/common/error.h"
 
 #define CL_DEFAULT_CONFIG "/etc/cotrain/client.conf"
-#define CL_DEFAULT_STATE  "/var/lib/cotrain-client"
+#define CL_DEFAULT_STATE "/var/lib/cotrain-client"
 
 typedef enum { IDLE_AUTO, IDLE_LOGIND, IDLE_TTY, IDLE_NONE } cl_idle_mode;
 
@@ -58,10 +58,10 @@ typedef struct {
 	char state_dir[PATH_MAX];
 	char socket[PATH_MAX];
 	char socket_group[64];
-	int log_level;              /* cot_log_level */
-	int heartbeat_interval;     /* seconds */
-	int retry_base, retry_max;  /* seconds */
-	int http_timeout;           /* seconds */
+	int log_level;             /* cot_log_level */
+	int heartbeat_interval;    /* seconds */
+	int retry_base, retry_max; /* seconds */
+	int http_timeout;          /* seconds */
 	int64_t max_file_bytes;
 	int benchmark_seconds;
 	cl_idle_mode idle_mode;
@@ -69,13 +69,13 @@ typedef struct {
 	char power_supply_dir[PATH_MAX];
 	char peer_listen[DIALER_ADDR_MAX];
 	int peer_port;
-	char peer_address[DIALER_ADDR_MAX];  /* "" = auto */
+	char peer_address[DIALER_ADDR_MAX]; /* "" = auto */
 	int64_t peer_bandwidth;
-	int spot_interval;          /* seconds */
-	char nat_addr[DIALER_ADDR_MAX];      /* "" = no NAT service */
+	int spot_interval;              /* seconds */
+	char nat_addr[DIALER_ADDR_MAX]; /* "" = no NAT service */
 	uint16_t nat_port;
-	int port_mapping;           /* ask the router for a port mapping (with nat_service) */
-	cl_prefs prefs;             /* only the keys the file sets */
+	int port_mapping; /* ask the router for a port mapping (with nat_service) */
+	cl_prefs prefs;   /* only the keys the file sets */
 } cl_config;
 
 /* Fill c with the defaults (socket empty: derived from state_dir by

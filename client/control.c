@@ -27,8 +27,8 @@ struct cl_control {
 
 json_t *cl_ctl_error_json(cot_err rc, const cot_errbuf *eb)
 {
-	json_t *err = json_pack("{s:s, s:s}", "code", cot_strerror(rc),
-	                        "message", eb && eb->msg[0] ? eb->msg : cot_strerror(rc));
+	json_t *err = json_pack("{s:s, s:s}", "code", cot_strerror(rc), "message",
+	                        eb && eb->msg[0] ? eb->msg : cot_strerror(rc));
 	if (err && eb && eb->hint[0])
 		json_object_set_new(err, "hint", json_string(eb->hint));
 	return json_pack("{s:b, s:o}", "ok", 0, "error", err);
@@ -37,7 +37,8 @@ json_t *cl_ctl_error_json(cot_err rc, const cot_errbuf *eb)
 static void send_json(int fd, json_t *j)
 {
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	const char *out = s ? s : "{\"ok\":false,\"error\":{\"code\":\"nomem\",\"message\":\"out of memory\"}}";
+	const char *out =
+	        s ? s : "{\"ok\":false,\"error\":{\"code\":\"nomem\",\"message\":\"out of memory\"}}";
 	size_t len = strlen(out), off = 0;
 	while (off < len) {
 		ssize_t n = send(fd, out + off, len - off, MSG_NOSIGNAL);
@@ -62,19 +63,20 @@ static long read_request(int fd, char *buf, size_t cap, cot_err *rc, cot_errbuf 
 		if (pr < 0 && errno == EINTR)
 			continue;
 		if (pr == 0) {
-			*rc = cot_seterr(eb, COT_ERR_TIMEOUT, "control request not received within %d seconds",
-			                 CL_CTL_TIMEOUT_S);
+			*rc = cot_seterr(eb, COT_ERR_TIMEOUT,
+			                 "control request not received within %d seconds", CL_CTL_TIMEOUT_S);
 			return -1;
 		}
 		ssize_t n = recv(fd, buf + have, cap - have, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			*rc = cot_seterr(eb, COT_ERR_IO, "could not read control request: %s", strerror(errno));
+			*rc = cot_seterr(eb, COT_ERR_IO, "could not read control request: %s",
+			                 strerror(errno));
 			return -1;
 		}
 		if (n == 0)
-			return (long)have;       /* EOF ends the request too */
+			return (long)have; /* EOF ends the request too */
 		char *nl = memchr(buf + have, '\n', (size_t)n);
 		have += (size_t)n;
 		if (nl)
@@ -144,7 +146,8 @@ static void *serve(void *arg)
 {
 	cl_control *c = arg;
 	for (;;) {
-		struct pollfd p[2] = { { .fd = c->fd, .events = POLLIN }, { .fd = c->stop_pipe[0], .events = POLLIN } };
+		struct pollfd p[2] = { { .fd = c->fd, .events = POLLIN },
+			               { .fd = c->stop_pipe[0], .events = POLLIN } };
 		if (poll(p, 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -166,13 +169,14 @@ static void *serve(void *arg)
 	return NULL;
 }
 
-cot_err cl_control_start(const char *path, const char *group, cl_ctl_handler h, void *ctx,
-                         cl_control **out, cot_errbuf *eb)
+cot_err cl_control_start(const char *path, const char *group, cl_ctl_handler h, void *ctx, cl_control **out,
+                         cot_errbuf *eb)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	if (strlen(path) >= sizeof sa.sun_path)
-		return cot_seterr(eb, COT_ERR_TOO_LARGE, "control socket path \"%s\" is longer than %zu bytes",
-		                  path, sizeof sa.sun_path - 1);
+		return cot_seterr(eb, COT_ERR_TOO_LARGE,
+		                  "control socket path \"%s\" is longer than %zu bytes", path,
+		                  sizeof sa.sun_path - 1);
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 
 	/* A live daemon answers; a stale file refuses. */
@@ -211,7 +215,8 @@ cot_err cl_control_start(const char *path, const char *group, cl_ctl_handler h, 
 	struct sockaddr_un tmp = { .sun_family = AF_UNIX };
 	if (snprintf(tmp.sun_path, sizeof tmp.sun_path, "%s.%ld", path, (long)getpid()) >=
 	    (int)sizeof tmp.sun_path) {
-		cot_seterr(eb, COT_ERR_TOO_LARGE, "control socket path \"%s\" is too long for its temporary name", path);
+		cot_seterr(eb, COT_ERR_TOO_LARGE,
+		           "control socket path \"%s\" is too long for its temporary name", path);
 		goto fail;
 	}
 	unlink(tmp.sun_path);
@@ -219,7 +224,8 @@ cot_err cl_control_start(const char *path, const char *group, cl_ctl_handler h, 
 	int b = bind(c->fd, (struct sockaddr *)&tmp, sizeof tmp);
 	umask(old);
 	if (b < 0 || listen(c->fd, 16) < 0) {
-		cot_seterr(eb, COT_ERR_IO, "could not listen on control socket \"%s\": %s", tmp.sun_path, strerror(errno));
+		cot_seterr(eb, COT_ERR_IO, "could not listen on control socket \"%s\": %s", tmp.sun_path,
+		           strerror(errno));
 		if (b == 0)
 			unlink(tmp.sun_path);
 		goto fail;
@@ -230,18 +236,21 @@ cot_err cl_control_start(const char *path, const char *group, cl_ctl_handler h, 
 	if (group && group[0] && getgrnam_r(group, &gr, gbuf, sizeof gbuf, &grp) == 0 && grp) {
 		shared = chown(tmp.sun_path, (uid_t)-1, grp->gr_gid) == 0 && chmod(tmp.sun_path, 0660) == 0;
 		if (!shared)
-			log_warn("could not give control socket \"%s\" to group \"%s\": %s; only its owner may control the client",
+			log_warn("could not give control socket \"%s\" to group \"%s\": %s; only its owner "
+			         "may control the client",
 			         path, group, strerror(errno));
 	}
 	if (rename(tmp.sun_path, path) != 0) {
-		cot_seterr(eb, COT_ERR_IO, "could not create control socket \"%s\": %s", path, strerror(errno));
+		cot_seterr(eb, COT_ERR_IO, "could not create control socket \"%s\": %s", path,
+		           strerror(errno));
 		unlink(tmp.sun_path);
 		goto fail;
 	}
 	if (shared)
 		log_info("control socket %s: owner and group \"%s\" may control the client", path, group);
 	else if (!grp)
-		log_info("control socket %s: group \"%s\" does not exist, so only the owner (and root) may control the client",
+		log_info("control socket %s: group \"%s\" does not exist, so only the owner (and root) may "
+		         "control the client",
 		         path, group ? group : "");
 	if (pthread_create(&c->thread, NULL, serve, c) != 0) {
 		cot_seterr(eb, COT_ERR_IO, "could not start the control thread");

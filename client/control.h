@@ -20,7 +20,7 @@
 #include "shared/common/error.h"
 
 #define CL_CTL_MAX_REQUEST (64 << 10)
-#define CL_CTL_TIMEOUT_S   5      /* to read a request */
+#define CL_CTL_TIMEOUT_S 5 /* to read a request */
 
 /* Called for each valid request (an object with a string "cmd").  Returns a
  * new JSON object, the answer without "ok" (added here), or NULL with rc and
@@ -33,8 +33,8 @@ typedef struct cl_control cl_control;
  * serves it.  A stale socket file (nobody listening) is replaced; a live one
  * means another daemon: COT_ERR_EXISTS.  COT_ERR_IO, COT_ERR_TOO_LARGE (path
  * longer than a socket address holds).  On success *out owns the thread. */
-cot_err cl_control_start(const char *path, const char *group, cl_ctl_handler h, void *ctx,
-                         cl_control **out, cot_errbuf *eb);
+cot_err cl_control_start(const char *path, const char *group, cl_ctl_handler h, void *ctx, cl_control **out,
+                         cot_errbuf *eb);
 
 /* Stop the thread, close and remove the socket.  NULL allowed. */
 void cl_control_stop(cl_control *c);

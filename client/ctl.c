@@ -42,13 +42,17 @@ static json_t *call(const char *path, json_t *req, int *ex)
 		if (fd >= 0)
 			close(fd);
 		if (e == EACCES || e == EPERM) {
-			fprintf(stderr, "cotrainctl: permission denied on \"%s\"\n"
-			                "hint: only the daemon's user, root and members of its group (usually cotrain) may control it\n",
+			fprintf(stderr,
+			        "cotrainctl: permission denied on \"%s\"\n"
+			        "hint: only the daemon's user, root and members of its group (usually "
+			        "cotrain) may control it\n",
 			        path);
 			*ex = EX_PERM;
 		} else {
-			fprintf(stderr, "cotrainctl: could not connect to cotrain-client at \"%s\": %s\n"
-			                "hint: is the daemon running?  Start it with \"systemctl start cotrain-client\", or pass --socket\n",
+			fprintf(stderr,
+			        "cotrainctl: could not connect to cotrain-client at \"%s\": %s\n"
+			        "hint: is the daemon running?  Start it with \"systemctl start "
+			        "cotrain-client\", or pass --socket\n",
 			        path, strerror(e));
 			*ex = EX_NOTRUNNING;
 		}
@@ -102,15 +106,18 @@ static void print_status(const json_t *a)
 {
 	const json_t *paused = json_object_get(a, "paused");
 	printf("computing: %s\n", json_is_string(paused) ? json_string_value(paused) : "yes");
-	printf("threads: %lld, benchmark: %.3g GFLOP/s\n", (long long)json_integer_value(json_object_get(a, "threads")),
+	printf("threads: %lld, benchmark: %.3g GFLOP/s\n",
+	       (long long)json_integer_value(json_object_get(a, "threads")),
 	       json_number_value(json_object_get(a, "benchmark_flops")) / 1e9);
 	const json_t *projects = json_object_get(a, "projects");
 	if (json_array_size(projects) == 0)
 		printf("no project attached; attach one with \"cotrainctl attach URL --key KEY\"\n");
 	size_t i;
 	const json_t *p;
-	json_array_foreach(projects, i, p) {
-		printf("\nproject %s (%s), host %lld, share %g\n", json_string_value(json_object_get(p, "name")),
+	json_array_foreach(projects, i, p)
+	{
+		printf("\nproject %s (%s), host %lld, share %g\n",
+		       json_string_value(json_object_get(p, "name")),
 		       json_string_value(json_object_get(p, "url")),
 		       (long long)json_integer_value(json_object_get(p, "host_id")),
 		       json_number_value(json_object_get(p, "resource_share")));
@@ -121,7 +128,8 @@ static void print_status(const json_t *a)
 			printf("  network: %s\n", net);
 		if (links && *links)
 			printf("  last round's connections: %s\n", links);
-		printf("  microbatches reported in all: %lld\n", (long long)json_integer_value(json_object_get(p, "mb_total")));
+		printf("  microbatches reported in all: %lld\n",
+		       (long long)json_integer_value(json_object_get(p, "mb_total")));
 		const json_t *w = json_object_get(p, "work");
 		if (!json_is_object(w))
 			continue;
@@ -136,9 +144,11 @@ static void print_status(const json_t *a)
 		bar[30] = '\0';
 		if (json_is_number(eta))
 			fmt_duration(json_number_value(eta), left, sizeof left);
-		printf("  work unit %lld (version %lld): [%s] %lld/%lld microbatches, %.1f samples/s, %s left\n",
+		printf("  work unit %lld (version %lld): [%s] %lld/%lld microbatches, %.1f samples/s, %s "
+		       "left\n",
 		       (long long)json_integer_value(json_object_get(w, "id")),
-		       (long long)json_integer_value(json_object_get(w, "version")), bar, done, total, sps, left);
+		       (long long)json_integer_value(json_object_get(w, "version")), bar, done, total, sps,
+		       left);
 	}
 }
 
@@ -147,7 +157,8 @@ static void print_prefs(const json_t *a)
 	const json_t *eff = json_object_get(a, "effective"), *loc = json_object_get(a, "local");
 	const char *k;
 	const json_t *v;
-	json_object_foreach((json_t *)eff, k, v) {
+	json_object_foreach((json_t *)eff, k, v)
+	{
 		char *s = json_dumps(v, JSON_ENCODE_ANY);
 		printf("%-16s %-14s%s\n", k, s ? s : "?", json_object_get(loc, k) ? " (local)" : "");
 		free(s);
@@ -157,7 +168,8 @@ static void print_prefs(const json_t *a)
 static void print_error(const json_t *a)
 {
 	const json_t *e = json_object_get(a, "error");
-	fprintf(stderr, "cotrainctl: %s\n", json_string_value(json_object_get(e, "message")) ?: "the daemon refused");
+	fprintf(stderr, "cotrainctl: %s\n",
+	        json_string_value(json_object_get(e, "message")) ?: "the daemon refused");
 	if (json_is_string(json_object_get(e, "hint")))
 		fprintf(stderr, "hint: %s\n", json_string_value(json_object_get(e, "hint")));
 }
@@ -267,8 +279,7 @@ static void print_log(const json_t *a)
 {
 	size_t k;
 	const json_t *l;
-	json_array_foreach(json_object_get(a, "lines"), k, l)
-		printf("%s\n", json_string_value(l));
+	json_array_foreach(json_object_get(a, "lines"), k, l) printf("%s\n", json_string_value(l));
 }
 
 static void print_attach(const json_t *a)
@@ -299,17 +310,17 @@ static const struct {
 	cmd_build build;
 	cmd_print print;
 } cmds[] = {
-	{ "status", "", "projects, current work with progress, samples per second, time left",
-	  build_none, print_status },
+	{ "status", "", "projects, current work with progress, samples per second, time left", build_none,
+	  print_status },
 	{ "attach", "URL (--key KEY | --email EMAIL --password-stdin) [--share N]",
 	  "attach to the project at URL (https://server/projects/NAME)", build_attach, print_attach },
-	{ "detach", "PROJECT", "detach from a project (by name or URL), handing back its work",
-	  build_detach, print_detach },
+	{ "detach", "PROJECT", "detach from a project (by name or URL), handing back its work", build_detach,
+	  print_detach },
 	{ "suspend", "", "stop computing until resume (survives restarts)", build_none, print_suspended },
 	{ "resume", "", "compute again", build_none, print_resumed },
 	{ "prefs", "[get | set KEY=VALUE... | unset KEY...]",
-	  "show or change local preferences (they override the account's and the config file's)",
-	  build_prefs, print_prefs },
+	  "show or change local preferences (they override the account's and the config file's)", build_prefs,
+	  print_prefs },
 	{ "log", "[-n LINES]", "the daemon's recent log lines (default 50)", build_log, print_log },
 };
 #define NCMDS (int)(sizeof cmds / sizeof cmds[0])
@@ -325,8 +336,9 @@ static void cmd_usage(FILE *f, int i)
 {
 	fprintf(f, "usage: cotrainctl [--json] %s %s\n%s\n", cmds[i].name, cmds[i].args, cmds[i].help);
 	if (strcmp(cmds[i].name, "prefs") == 0)
-		fprintf(f, "\nKeys: max_threads, cpu_percent, only_when_idle, idle_after (s), only_on_ac,\n"
-		           "download_limit, upload_limit (bytes/s), disk_max, memory_max (bytes; k M G T).\n");
+		fprintf(f,
+		        "\nKeys: max_threads, cpu_percent, only_when_idle, idle_after (s), only_on_ac,\n"
+		        "download_limit, upload_limit (bytes/s), disk_max, memory_max (bytes; k M G T).\n");
 }
 
 /* ---- the global options --------------------------------------------------- */
@@ -346,11 +358,15 @@ static const opt_spec ctl_opts[] = {
 };
 
 static const opt_program ctl_prog = {
-	.prog = "cotrainctl", .synopsis = "[--socket PATH] [--json] COMMAND [ARG]...",
-	.intro = "Control the cotrain-client daemon.\n", .commands = list_commands,
+	.prog = "cotrainctl",
+	.synopsis = "[--socket PATH] [--json] COMMAND [ARG]...",
+	.intro = "Control the cotrain-client daemon.\n",
+	.commands = list_commands,
 	.outro = "Exit status: 0 ok, 1 refused by the daemon, 2 bad usage, 3 daemon not running,\n"
 	         "4 permission denied (join the daemon's group, e.g. cotrain).\n",
-	.opts = ctl_opts, .stop_at_command = true, .allow_args = true,
+	.opts = ctl_opts,
+	.stop_at_command = true,
+	.allow_args = true,
 };
 
 int main(int argc, char **argv)

@@ -21,7 +21,7 @@
 
 #define ACCOUNT_CHECK_S 3600
 #define DEADLINE_MARGIN_S 5
-#define ROUND_RETRY_MAX_S 2   /* seconds between asks for work while a round commits */
+#define ROUND_RETRY_MAX_S 2 /* seconds between asks for work while a round commits */
 
 void cl_daemon_prefs(cl_daemon *d, cl_prefs *out)
 {
@@ -77,8 +77,8 @@ void cl_daemon_drop_gradient(cl_daemon *d, int i, const char *why)
 {
 	cl_runtime *rt = &d->rt[i];
 	if (rt->session && rt->acc.n > 0)
-		log_warn("project %s: dropping the gradient of version %lld (%d work units): %s", d->st.projects[i].name,
-		         (long long)rt->session_version, rt->acc.n, why);
+		log_warn("project %s: dropping the gradient of version %lld (%d work units): %s",
+		         d->st.projects[i].name, (long long)rt->session_version, rt->acc.n, why);
 	if (rt->session != d->computing)
 		cl_compute_close(rt->session);
 	rt->session = NULL;
@@ -110,12 +110,12 @@ static void note_round(cl_daemon *d, int i, const json_t *answer)
 	cl_runtime *rt = &d->rt[i];
 	if (strcmp(st, "open") != 0 && rt->session && rt->session_version == v && rt->acc.n > 0) {
 		if (!rt->round_due)
-			log_info("project %s: round %lld is %s; reporting %d work units", d->st.projects[i].name, v, st,
-			         rt->acc.n);
+			log_info("project %s: round %lld is %s; reporting %d work units",
+			         d->st.projects[i].name, v, st, rt->acc.n);
 		rt->round_due = 1;
 		rt->round_version = v;
 		rt->round_attempt = att;
-		d->interrupt = 1;                   /* stop computing: the round needs us */
+		d->interrupt = 1; /* stop computing: the round needs us */
 	}
 }
 
@@ -211,7 +211,7 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 	w->pending_op = op;
 	w->pending_mb = mb;
 	if (cl_daemon_save(d))
-		return COT_ERR_IO;                  /* nothing is sent unjournaled */
+		return COT_ERR_IO; /* nothing is sent unjournaled */
 	cl_project copy = *p;
 	double sps = d->rt[i].sps;
 	cl_api_opts o;
@@ -223,8 +223,8 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 	cot_err rc = cl_api_report(&o, &copy, op, copy.work.id, mb, sps, &answer, &date, &eb);
 	pthread_mutex_lock(&d->lock);
 	/* The project may have been detached meanwhile. */
-	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0 || !d->st.projects[i].has_work ||
-	    d->st.projects[i].work.id != copy.work.id) {
+	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0 ||
+	    !d->st.projects[i].has_work || d->st.projects[i].work.id != copy.work.id) {
 		json_decref(answer);
 		return COT_OK;
 	}
@@ -240,11 +240,13 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 			d->st.projects[i].work.deadline = (int64_t)time(NULL) + (t - (int64_t)date);
 	}
 	json_decref(answer);
-	if (rc == COT_ERR_CONFLICT || rc == COT_ERR_NOT_FOUND || rc == COT_ERR_FORBIDDEN || op == CL_REPORT_HANDBACK) {
+	if (rc == COT_ERR_CONFLICT || rc == COT_ERR_NOT_FOUND || rc == COT_ERR_FORBIDDEN ||
+	    op == CL_REPORT_HANDBACK) {
 		/* The unit no longer counts: neither can a gradient that sums it. */
 		if (acc_find(&d->rt[i].acc, copy.work.id) >= 0)
-			cl_daemon_drop_gradient(d, i, rc ? "the server no longer counts one of its work units"
-			                                 : "one of its work units was handed back");
+			cl_daemon_drop_gradient(d, i,
+			                        rc ? "the server no longer counts one of its work units"
+			                           : "one of its work units was handed back");
 	}
 	p = &d->st.projects[i];
 	w = &p->work;
@@ -268,8 +270,11 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 			log_warn("project %s: %s of work unit %lld: %s; dropping it", p->name, names[op],
 			         (long long)w->id, eb.msg);
 		else
-			log_info("project %s: work unit %lld %s with %lld microbatches", p->name, (long long)w->id,
-			         op == CL_REPORT_FINISH ? "finished" : op == CL_REPORT_HANDBACK ? "handed back" : "reported",
+			log_info("project %s: work unit %lld %s with %lld microbatches", p->name,
+			         (long long)w->id,
+			         op == CL_REPORT_FINISH     ? "finished"
+			         : op == CL_REPORT_HANDBACK ? "handed back"
+			                                    : "reported",
 			         (long long)mb);
 		if (op == CL_REPORT_FINISH || op == CL_REPORT_HANDBACK || rc) {
 			if (rc == COT_OK)
@@ -293,7 +298,8 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 static void hand_back(cl_daemon *d, int i, const char *why)
 {
 	cl_work *w = &d->st.projects[i].work;
-	log_warn("project %s: handing back work unit %lld: %s", d->st.projects[i].name, (long long)w->id, why);
+	log_warn("project %s: handing back work unit %lld: %s", d->st.projects[i].name, (long long)w->id,
+	         why);
 	send_report(d, i, CL_REPORT_HANDBACK, w->mb_done);
 }
 
@@ -319,7 +325,7 @@ static void get_work(cl_daemon *d, int i)
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0) {
 		free(w);
 		json_decref(refusal);
-		return;                             /* detached meanwhile */
+		return; /* detached meanwhile */
 	}
 	cl_project *p = &d->st.projects[i];
 	if (rc == COT_ERR_CONFLICT && json_is_object(json_object_get(refusal, "round"))) {
@@ -332,7 +338,8 @@ static void get_work(cl_daemon *d, int i)
 		if (!d->rt[i].round_due) {
 			/* A round commits seconds after it plans; asking again soon
 			 * lets this host join the next one from its start. */
-			d->rt[i].bo.next_at = cl_now_mono() + (double)(after < ROUND_RETRY_MAX_S ? after : ROUND_RETRY_MAX_S);
+			d->rt[i].bo.next_at = cl_now_mono() +
+			                      (double)(after < ROUND_RETRY_MAX_S ? after : ROUND_RETRY_MAX_S);
 			cl_daemon_activity(d, i, "waiting for the round to commit");
 		}
 		return;
@@ -344,7 +351,8 @@ static void get_work(cl_daemon *d, int i)
 		return;
 	}
 	if (cl_project_recently_done(p, w->id)) {
-		log_warn("project %s: server handed out work unit %lld again, which this client already reported",
+		log_warn("project %s: server handed out work unit %lld again, which this client already "
+		         "reported",
 		         p->name, (long long)w->id);
 		free(w);
 		fail(d, i, "asking for work", &(cot_errbuf){ "a finished work unit came back", "" });
@@ -362,8 +370,8 @@ static void get_work(cl_daemon *d, int i)
 	cl_backoff_ok(&d->rt[i].bo);
 	d->rt[i].download_failures = 0;
 	log_info("project %s: work unit %lld: version %lld, microbatches [%lld, %lld), %d files", p->name,
-	         (long long)p->work.id, (long long)p->work.version, (long long)p->work.lo, (long long)p->work.hi,
-	         p->work.nfiles);
+	         (long long)p->work.id, (long long)p->work.version, (long long)p->work.lo,
+	         (long long)p->work.hi, p->work.nfiles);
 	cl_daemon_save(d);
 }
 
@@ -408,8 +416,8 @@ static int fetch_files(cl_daemon *d, int i)
 		need += w->files[k].size;
 	if (need > prefs.v[PREF_DISK_MAX]) {
 		char why[160];
-		snprintf(why, sizeof why, "its files need %lld bytes, more than disk_max (%lld)", (long long)need,
-		         (long long)prefs.v[PREF_DISK_MAX]);
+		snprintf(why, sizeof why, "its files need %lld bytes, more than disk_max (%lld)",
+		         (long long)need, (long long)prefs.v[PREF_DISK_MAX]);
 		hand_back(d, i, why);
 		return 0;
 	}
@@ -435,10 +443,16 @@ static int fetch_files(cl_daemon *d, int i)
 			fail(d, i, "download", &eb);
 			return 0;
 		}
-		cl_download_req r = { .url = url, .sha256 = f.sha256, .size = f.size,
-		                      .max_bytes = d->cfg.max_file_bytes, .bearer = p->host_token,
-		                      .rate_limit = prefs.v[PREF_DOWNLOAD_LIMIT], .timeout_s = d->cfg.http_timeout,
-		                      .downloads_dir = d->downloads_dir, .dest_path = dest, .cancel = &d->stop };
+		cl_download_req r = { .url = url,
+			              .sha256 = f.sha256,
+			              .size = f.size,
+			              .max_bytes = d->cfg.max_file_bytes,
+			              .bearer = p->host_token,
+			              .rate_limit = prefs.v[PREF_DOWNLOAD_LIMIT],
+			              .timeout_s = d->cfg.http_timeout,
+			              .downloads_dir = d->downloads_dir,
+			              .dest_path = dest,
+			              .cancel = &d->stop };
 		char name[CL_NAME_MAX + 1], wurl[CL_URL_MAX];
 		int64_t wu = w->id;
 		snprintf(name, sizeof name, "%s", p->name);
@@ -448,14 +462,14 @@ static int fetch_files(cl_daemon *d, int i)
 		cl_download_info info;
 		cot_err rc = cl_download(&r, &info, &eb);
 		pthread_mutex_lock(&d->lock);
-		if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, wurl) != 0 || !d->st.projects[i].has_work ||
-		    d->st.projects[i].work.id != wu)
+		if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, wurl) != 0 ||
+		    !d->st.projects[i].has_work || d->st.projects[i].work.id != wu)
 			return 0;
 		p = &d->st.projects[i];
 		w = &p->work;
 		if (rc == COT_OK) {
-			log_info("project %s: downloaded %s (%lld bytes%s)", name, f.sha256, (long long)f.size,
-			         info.resumed_from ? ", resumed" : "");
+			log_info("project %s: downloaded %s (%lld bytes%s)", name, f.sha256,
+			         (long long)f.size, info.resumed_from ? ", resumed" : "");
 			continue;
 		}
 		if (rc == COT_ERR_TOO_LARGE || rc == COT_ERR_NOT_FOUND || rc == COT_ERR_INVALID ||
@@ -483,7 +497,8 @@ static void compute(cl_daemon *d, int i)
 	int64_t est = cl_compute_memory_estimate(p);
 	if (prefs.v[PREF_MEMORY_MAX] > 0 && est > prefs.v[PREF_MEMORY_MAX]) {
 		char why[160];
-		snprintf(why, sizeof why, "the model needs about %lld bytes of memory, more than memory_max (%lld)",
+		snprintf(why, sizeof why,
+		         "the model needs about %lld bytes of memory, more than memory_max (%lld)",
 		         (long long)est, (long long)prefs.v[PREF_MEMORY_MAX]);
 		hand_back(d, i, why);
 		return;
@@ -492,8 +507,8 @@ static void compute(cl_daemon *d, int i)
 		cl_daemon_drop_gradient(d, i, "the model moved to another version");
 	else if (rt->session && !session_fits(d, i)) {
 		log_info("project %s: our model of version %lld is not the checkpoint work unit %lld starts "
-		         "from: loading %s", p->name, (long long)w->version, (long long)w->id,
-		         work_checkpoint(w));
+		         "from: loading %s",
+		         p->name, (long long)w->version, (long long)w->id, work_checkpoint(w));
 		cl_daemon_drop_gradient(d, i, "the work unit starts from another checkpoint");
 	}
 	if (!rt->session) {
@@ -608,7 +623,7 @@ static void compute(cl_daemon *d, int i)
 			cl_daemon_save(d);
 		}
 	} else if (d->interrupt || d->stop) {
-		cl_daemon_save(d);                  /* keep what was computed */
+		cl_daemon_save(d); /* keep what was computed */
 	}
 }
 
@@ -632,9 +647,10 @@ int cl_daemon_pick(cl_daemon *d, int paused, double now)
 	for (int i = 0; i < d->st.nprojects; i++) {
 		cl_project *p = &d->st.projects[i];
 		if (d->rt[i].round_running)
-			continue;                   /* its round thread has it */
+			continue; /* its round thread has it */
 		int ready = cl_backoff_ready(&d->rt[i].bo, now);
-		if (p->has_work && (p->work.pending_op == CL_REPORT_FINISH || p->work.pending_op == CL_REPORT_HANDBACK)) {
+		if (p->has_work &&
+		    (p->work.pending_op == CL_REPORT_FINISH || p->work.pending_op == CL_REPORT_HANDBACK)) {
 			if (ready)
 				return i;
 			continue;
@@ -659,9 +675,11 @@ static void spot_checks(cl_daemon *d, int i)
 	cl_project copy = d->st.projects[i];
 	cl_api_opts o;
 	cl_daemon_api_opts(d, &o);
-	cl_fetch_env env = { .cache_dir = d->cache_dir, .downloads_dir = d->downloads_dir,
-	                    .max_file_bytes = d->cfg.max_file_bytes, .timeout_s = d->cfg.http_timeout,
-	                    .cancel = &d->stop };
+	cl_fetch_env env = { .cache_dir = d->cache_dir,
+		             .downloads_dir = d->downloads_dir,
+		             .max_file_bytes = d->cfg.max_file_bytes,
+		             .timeout_s = d->cfg.http_timeout,
+		             .cancel = &d->stop };
 	d->rt[i].next_spot_at = cl_now_mono() + d->cfg.spot_interval;
 	kern_set_threads(d->threads);
 	pthread_mutex_unlock(&d->lock);
@@ -670,7 +688,8 @@ static void spot_checks(cl_daemon *d, int i)
 	cot_err rc = cl_spotchecks_run(&o, &copy, &env, &n, &eb);
 	pthread_mutex_lock(&d->lock);
 	if (rc)
-		log_warn("project %s: spot checks: %s%s%s", copy.name, eb.msg, eb.hint[0] ? ". " : "", eb.hint);
+		log_warn("project %s: spot checks: %s%s%s", copy.name, eb.msg, eb.hint[0] ? ". " : "",
+		         eb.hint);
 	else if (n)
 		log_info("project %s: answered %d spot check%s", copy.name, n, n == 1 ? "" : "s");
 }
@@ -683,7 +702,7 @@ void *cl_daemon_worker(void *arg)
 	while (!d->stop) {
 		cl_daemon_check_clock(d, (int64_t)time(NULL), cl_now_mono());
 		if (d->state_error)
-			cl_daemon_save(d);              /* try again */
+			cl_daemon_save(d); /* try again */
 		update_paused(d);
 		int paused = d->paused[0] != '\0';
 		for (int j = 0; j < d->st.nprojects; j++)
@@ -711,7 +730,8 @@ void *cl_daemon_worker(void *arg)
 			continue;
 		}
 		cl_project *p = &d->st.projects[i];
-		if (p->has_work && (p->work.pending_op == CL_REPORT_FINISH || p->work.pending_op == CL_REPORT_HANDBACK)) {
+		if (p->has_work &&
+		    (p->work.pending_op == CL_REPORT_FINISH || p->work.pending_op == CL_REPORT_HANDBACK)) {
 			send_report(d, i, p->work.pending_op, p->work.pending_mb);
 			continue;
 		}

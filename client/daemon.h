@@ -37,24 +37,24 @@ typedef struct {
 /* What the daemon knows of a project that is not saved. */
 typedef struct {
 	cl_backoff bo;
-	char activity[400];        /* shown by status */
-	double sps;                /* samples per second, recent */
-	int download_failures;     /* of the current work unit */
-	cl_compute *session;       /* the model of session_version, pointed at work unit session_wu */
+	char activity[400];    /* shown by status */
+	double sps;            /* samples per second, recent */
+	int download_failures; /* of the current work unit */
+	cl_compute *session;   /* the model of session_version, pointed at work unit session_wu */
 	int64_t session_version;
-	char session_ckpt[65];     /* the server's checkpoint the session's model equals ("" for the
+	char session_ckpt[65]; /* the server's checkpoint the session's model equals ("" for the
 	                            * seed's initial model): its work units must name the same */
 	int64_t session_wu;
-	cl_round_acc acc;          /* the work units whose microbatches the session's gradient sums */
-	int round_due;             /* the round of round_version closed: take part */
+	cl_round_acc acc; /* the work units whose microbatches the session's gradient sums */
+	int round_due;    /* the round of round_version closed: take part */
 	int64_t round_version, round_attempt;
-	cl_peer peer;              /* identity and listener for averaging */
-	char network[200];         /* how the NAT service sees us (cl_peer_network), for status */
-	char links[600];           /* the last round's connections (cl_links_summary), for status */
-	int round_running;         /* a round thread owns the session, the peer and the live unit */
-	double last_report;        /* monotonic seconds */
+	cl_peer peer;       /* identity and listener for averaging */
+	char network[200];  /* how the NAT service sees us (cl_peer_network), for status */
+	char links[600];    /* the last round's connections (cl_links_summary), for status */
+	int round_running;  /* a round thread owns the session, the peer and the live unit */
+	double last_report; /* monotonic seconds */
 	double last_account_check;
-	double next_spot_at;       /* monotonic seconds of the next spot-check pass */
+	double next_spot_at; /* monotonic seconds of the next spot-check pass */
 } cl_runtime;
 
 typedef struct {
@@ -64,17 +64,17 @@ typedef struct {
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	volatile int stop;
-	cl_state st;                           /* under lock */
-	cl_runtime rt[CL_MAX_PROJECTS];        /* parallel to st.projects, under lock */
-	char paused[160];                      /* why compute waits, "" when it runs */
+	cl_state st;                    /* under lock */
+	cl_runtime rt[CL_MAX_PROJECTS]; /* parallel to st.projects, under lock */
+	char paused[160];               /* why compute waits, "" when it runs */
 	const char *idle_source;
 	int threads;
-	int state_error;                       /* the last save failed */
+	int state_error; /* the last save failed */
 	int64_t last_wall;
 	double last_mono;
-	volatile int interrupt;                /* compute should stop at the next microbatch */
-	cl_compute *computing;                 /* the session in use outside the lock, or NULL */
-	int rounds_running;                    /* round threads (daemon_round.c) */
+	volatile int interrupt; /* compute should stop at the next microbatch */
+	cl_compute *computing;  /* the session in use outside the lock, or NULL */
+	int rounds_running;     /* round threads (daemon_round.c) */
 } cl_daemon;
 
 /* Effective preferences: defaults < account < config file < local. */

@@ -37,26 +37,26 @@
 #include "shared/nat/nat.h"
 
 #define PLAN_WAIT_S 30
-#define PLAN_GIVE_UP_S 1800        /* a round that plans nothing for this long is dead to us */
+#define PLAN_GIVE_UP_S 1800 /* a round that plans nothing for this long is dead to us */
 #define OUTCOME_RETRY_S 2
 
 /* Everything one round needs outside the lock. */
 typedef struct {
 	cl_daemon *d;
-	cl_project p;               /* a copy */
+	cl_project p; /* a copy */
 	cl_api_opts o;
 	cl_round_acc acc;
-	cl_peer peer;               /* taken from the runtime for the round */
+	cl_peer peer; /* taken from the runtime for the round */
 	int64_t v, attempt;
-	int64_t live_wu;            /* the unit still live on the server, 0 when none */
+	int64_t live_wu; /* the unit still live on the server, 0 when none */
 	cl_compute *s;
 	kern_model *m;
 	cl_plan plan;
-	float *sum;                 /* the group sum, then the mean */
+	float *sum; /* the group sum, then the mean */
 	allreduce_result res;
 	char params_sha[65];
-	char ckpt_sha[65];          /* the server's checkpoint of v+1 when accepted ("" if unsaid) */
-	cl_links links;             /* the connections we dialed */
+	char ckpt_sha[65]; /* the server's checkpoint of v+1 when accepted ("" if unsaid) */
+	cl_links links;    /* the connections we dialed */
 } round_job;
 
 static void activity(round_job *j, const char *what)
@@ -121,11 +121,15 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 	pthread_mutex_unlock(&d->lock);
 	json_t *rtt = cl_peer_rtt_json(&j->peer);
 	for (int k = 0; k < j->acc.n; k++) {
-		cl_round_report r = { .mb_done = j->acc.u[k].mb, .samples = j->acc.u[k].mb * j->p.microbatch_size,
-		                      .bandwidth = (double)d->cfg.peer_bandwidth, .can_aggregate = cl_peer_can_aggregate(&j->peer),
-		                      .has_loss = j->acc.u[k].mb > 0,
-		                      .loss = j->acc.u[k].mb > 0 ? j->acc.u[k].loss_sum / (double)j->acc.u[k].mb : 0,
-		                      .rtt = rtt };
+		cl_round_report r = { .mb_done = j->acc.u[k].mb,
+			              .samples = j->acc.u[k].mb * j->p.microbatch_size,
+			              .bandwidth = (double)d->cfg.peer_bandwidth,
+			              .can_aggregate = cl_peer_can_aggregate(&j->peer),
+			              .has_loss = j->acc.u[k].mb > 0,
+			              .loss = j->acc.u[k].mb > 0
+			                              ? j->acc.u[k].loss_sum / (double)j->acc.u[k].mb
+			                              : 0,
+			              .rtt = rtt };
 		/* A unit with nothing done is reported too: the server returns it
 		 * at once instead of waiting for it until the report timeout. */
 		snprintf(r.endpoint, sizeof r.endpoint, "%s", j->peer.endpoint);
@@ -160,18 +164,19 @@ static cot_err wait_plan(round_job *j, int after_gradient, cot_errbuf *eb)
 			if (!after_gradient || j->plan.has_gradient)
 				return COT_OK;
 		} else if (rc && rc != COT_ERR_NETWORK) {
-			return rc;                  /* 409: not in the plan; 404: no such round */
+			return rc; /* 409: not in the plan; 404: no such round */
 		}
 		double now = cl_now_mono();
 		if (now - start > PLAN_GIVE_UP_S)
-			return cot_seterr(eb, COT_ERR_TIMEOUT, "no averaging plan came in %d s", PLAN_GIVE_UP_S);
+			return cot_seterr(eb, COT_ERR_TIMEOUT, "no averaging plan came in %d s",
+			                  PLAN_GIVE_UP_S);
 		if (now - last_check >= PLAN_WAIT_S && !after_gradient) {
 			last_check = now;
 			if (round_reopened(j))
 				return cot_seterr(eb, COT_ERR_CONFLICT, "the round failed and opened again");
 		}
 		if (now - t0 < 1)
-			sleep(1);                   /* a server that does not hold the request */
+			sleep(1); /* a server that does not hold the request */
 	}
 }
 
@@ -192,9 +197,12 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 	}
 	allreduce_member mem[CL_PLAN_MAX_MEMBERS];
 	for (size_t k = 0; k < pl->n; k++)
-		mem[k] = (allreduce_member){ .host_id = pl->members[k].host_id, .addr = pl->members[k].addr,
-		                             .port = pl->members[k].port, .start = pl->members[k].lo,
-		                             .end = pl->members[k].hi, .samples = (uint64_t)pl->members[k].samples };
+		mem[k] = (allreduce_member){ .host_id = pl->members[k].host_id,
+			                     .addr = pl->members[k].addr,
+			                     .port = pl->members[k].port,
+			                     .start = pl->members[k].lo,
+			                     .end = pl->members[k].hi,
+			                     .samples = (uint64_t)pl->members[k].samples };
 	/* Through the NAT service's ladder when there is one (doc/nat.md):
 	 * our dialer meets each aggregator, and as an aggregator we help the
 	 * others' connections in; without one, peers are dialed directly. */
@@ -222,10 +230,19 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 			return rc;
 		}
 	}
-	allreduce_params ap = { .members = mem, .n = pl->n, .self = pl->self, .round = j->v,
-	                        .grad = j->m->grads, .len = j->m->n_params, .send_comp = pl->comp,
-	                        .result_comp = pl->comp, .ctx = j->peer.ctx, .dialer = dl, .lst = j->peer.lst,
-	                        .collect_deadline = deadline_after_ms(left_ms / 2), .deadline = deadline };
+	allreduce_params ap = { .members = mem,
+		                .n = pl->n,
+		                .self = pl->self,
+		                .round = j->v,
+		                .grad = j->m->grads,
+		                .len = j->m->n_params,
+		                .send_comp = pl->comp,
+		                .result_comp = pl->comp,
+		                .ctx = j->peer.ctx,
+		                .dialer = dl,
+		                .lst = j->peer.lst,
+		                .collect_deadline = deadline_after_ms(left_ms / 2),
+		                .deadline = deadline };
 	rc = allreduce_run(&ap, j->sum, &j->res, eb);
 	size_t i = 0;
 	for (size_t k = 0; acc && k < pl->n; k++) {
@@ -233,16 +250,18 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 			continue;
 		const char *how = nat_acceptor_plan(acc, i++);
 		if (how[0])
-			log_info("project %s: round %lld: host %lld reached us by %s", j->p.name, (long long)j->v,
-			         (long long)pl->members[k].host_id, how);
+			log_info("project %s: round %lld: host %lld reached us by %s", j->p.name,
+			         (long long)j->v, (long long)pl->members[k].host_id, how);
 	}
 	nat_acceptor_stop(acc);
 	dialer_free(dl);
 	pthread_mutex_lock(&j->links.mu);
 	for (size_t k = 0; k < j->links.n; k++) {
 		const cl_link *l = &j->links.l[k];
-		log_info("project %s: round %lld: reached host %lld by %s in %.0f ms (rtt %.2f ms, %d connections)",
-		         j->p.name, (long long)j->v, (long long)l->peer, l->rung, l->connect_ms, l->rtt_ms, l->conns);
+		log_info("project %s: round %lld: reached host %lld by %s in %.0f ms (rtt %.2f ms, %d "
+		         "connections)",
+		         j->p.name, (long long)j->v, (long long)l->peer, l->rung, l->connect_ms, l->rtt_ms,
+		         l->conns);
 	}
 	pthread_mutex_unlock(&j->links.mu);
 	cl_peer_note_links(&j->peer, &j->links);
@@ -274,9 +293,11 @@ static cot_err round_mean(round_job *j, cot_errbuf *eb)
 	if (rc)
 		return rc;
 	cl_daemon *d = j->d;
-	cl_fetch_env env = { .cache_dir = d->cache_dir, .downloads_dir = d->downloads_dir,
-	                     .max_file_bytes = d->cfg.max_file_bytes, .timeout_s = d->cfg.http_timeout,
-	                     .cancel = &d->stop };
+	cl_fetch_env env = { .cache_dir = d->cache_dir,
+		             .downloads_dir = d->downloads_dir,
+		             .max_file_bytes = d->cfg.max_file_bytes,
+		             .timeout_s = d->cfg.http_timeout,
+		             .cancel = &d->stop };
 	char dest[PATH_MAX];
 	if ((rc = cl_cache_fetch(&env, j->p.base, j->p.host_token, j->plan.gradient_sha256,
 	                         (int64_t)j->m->n_params * 4, dest, sizeof dest, NULL, eb)))
@@ -287,7 +308,8 @@ static cot_err round_mean(round_job *j, cot_errbuf *eb)
 		fclose(f);
 	unlink(dest);
 	if (got != j->m->n_params)
-		return cot_seterr(eb, COT_ERR_IO, "could not read the round's gradient %s", j->plan.gradient_sha256);
+		return cot_seterr(eb, COT_ERR_IO, "could not read the round's gradient %s",
+		                  j->plan.gradient_sha256);
 	return COT_OK;
 }
 
@@ -347,7 +369,8 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 		if (reopened)
 			return cot_seterr(eb, COT_ERR_CONFLICT, "the round failed and opened again");
 		if (j->d->stop || (int64_t)time(NULL) > j->plan.deadline + 60)
-			return cot_seterr(eb, COT_ERR_TIMEOUT, "the server did not compute version %lld in time",
+			return cot_seterr(eb, COT_ERR_TIMEOUT,
+			                  "the server did not compute version %lld in time",
 			                  (long long)j->v + 1);
 		sleep(OUTCOME_RETRY_S);
 	}
@@ -379,21 +402,22 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 	if (rc)
 		return rc;
 	const cl_plan_member *me = &j->plan.members[j->plan.self];
-	log_info("project %s: round %lld: attempt %lld planned: group %lld of %lld, %zu peers, we aggregate [%lld, %lld)",
+	log_info("project %s: round %lld: attempt %lld planned: group %lld of %lld, %zu peers, we aggregate "
+	         "[%lld, %lld)",
 	         j->p.name, (long long)j->v, (long long)j->plan.attempt, (long long)j->plan.group,
 	         (long long)j->plan.n_groups, j->plan.n, (long long)me->lo, (long long)me->hi);
 	fault_point("before-slices", j->v);
 	if (!(j->sum = malloc(j->m->n_params * sizeof *j->sum)))
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the averaged gradient");
 	char what[96];
-	snprintf(what, sizeof what, "averaging in group %lld of %lld with %zu peers", (long long)j->plan.group,
-	         (long long)j->plan.n_groups, j->plan.n);
+	snprintf(what, sizeof what, "averaging in group %lld of %lld with %zu peers",
+	         (long long)j->plan.group, (long long)j->plan.n_groups, j->plan.n);
 	activity(j, what);
 	double t0 = cl_now_mono();
 	rc = average(j, eb);
 	if (rc) {
 		cot_errbuf e2 = { "", "" };
-		outcome(j, 0, accepted, &e2);       /* the server reruns the round */
+		outcome(j, 0, accepted, &e2); /* the server reruns the round */
 		return rc;
 	}
 	double t1 = cl_now_mono();
@@ -412,8 +436,9 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 	if (rc)
 		return rc;
 	log_info("project %s: round %lld: averaged %llu samples of %zu peers (%zu dropped) in %.2f s; "
-	         "parameters %s%s", j->p.name, (long long)j->v, (unsigned long long)j->res.total_samples,
-	         j->res.n_included, j->res.n_dropped, t1 - t0, j->params_sha,
+	         "parameters %s%s",
+	         j->p.name, (long long)j->v, (unsigned long long)j->res.total_samples, j->res.n_included,
+	         j->res.n_dropped, t1 - t0, j->params_sha,
 	         *accepted ? "" : " differ from the server's: loading its checkpoint");
 	return COT_OK;
 }
@@ -421,10 +446,14 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 void cl_daemon_round(cl_daemon *d, int i)
 {
 	cl_runtime *rt = &d->rt[i];
-	round_job j = { .d = d, .p = d->st.projects[i], .v = rt->round_version, .attempt = rt->round_attempt,
-	                .acc = rt->acc, .s = rt->session };
+	round_job j = { .d = d,
+		        .p = d->st.projects[i],
+		        .v = rt->round_version,
+		        .attempt = rt->round_attempt,
+		        .acc = rt->acc,
+		        .s = rt->session };
 	rt->round_due = 0;
-	j.peer = rt->peer;                      /* ours for the round; given back at the end */
+	j.peer = rt->peer; /* ours for the round; given back at the end */
 	memset(&rt->peer, 0, sizeof rt->peer);
 	if (!j.s || rt->session_version != j.v || j.acc.n == 0) {
 		rt->peer = j.peer;
@@ -438,7 +467,8 @@ void cl_daemon_round(cl_daemon *d, int i)
 		for (int k = 0; k < j.acc.n; k++)
 			if (j.acc.u[k].id == w->id && j.acc.u[k].mb < w->mb_reported) {
 				rt->peer = j.peer;
-				cl_daemon_drop_gradient(d, i, "its gradient lacks microbatches already reported");
+				cl_daemon_drop_gradient(d, i,
+				                        "its gradient lacks microbatches already reported");
 				return;
 			}
 		j.live_wu = w->id;
@@ -458,7 +488,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 	cl_links_destroy(&j.links);
 
 	pthread_mutex_lock(&d->lock);
-	i = cl_daemon_find(d, j.p.url);         /* a detach may have moved or removed it */
+	i = cl_daemon_find(d, j.p.url); /* a detach may have moved or removed it */
 	if (i < 0 || d->rt[i].session != j.s) {
 		int held = 0;
 		for (int k = 0; k < d->st.nprojects; k++)
@@ -474,9 +504,10 @@ void cl_daemon_round(cl_daemon *d, int i)
 		snprintf(rt->links, sizeof rt->links, "round %lld: %s", (long long)j.v, links);
 	if (rc || !accepted) {
 		if (rc)
-			log_warn("project %s: round %lld: %s%s%s; its samples go back to the server's pool", j.p.name,
-			         (long long)j.v, eb.msg, eb.hint[0] ? ". " : "", eb.hint);
-		cl_daemon_drop_gradient(d, i, rc ? "the round failed for this host" : "our parameters differ");
+			log_warn("project %s: round %lld: %s%s%s; its samples go back to the server's pool",
+			         j.p.name, (long long)j.v, eb.msg, eb.hint[0] ? ". " : "", eb.hint);
+		cl_daemon_drop_gradient(d, i,
+		                        rc ? "the round failed for this host" : "our parameters differ");
 		return;
 	}
 	/* The session now holds v+1, exactly the server's of the attempt it
@@ -520,7 +551,7 @@ void cl_daemon_round_start(cl_daemon *d, int i)
 	pthread_attr_t at;
 	if (!a || pthread_attr_init(&at)) {
 		free(a);
-		cl_daemon_round(d, i);              /* no thread: take part inline */
+		cl_daemon_round(d, i); /* no thread: take part inline */
 		return;
 	}
 	a->d = d;

@@ -18,12 +18,12 @@
 typedef struct {
 	const cl_download_req *r;
 	int fd;
-	int64_t offset;         /* bytes in the part before this transfer */
-	int64_t written;        /* bytes written in this transfer */
-	int restarted;          /* the server ignored Range: we truncated */
-	int checked;            /* status and range checked at the first body byte */
-	int64_t range_start;    /* from Content-Range, -1 when absent */
-	cot_err rc;             /* why the write callback stopped the transfer */
+	int64_t offset;      /* bytes in the part before this transfer */
+	int64_t written;     /* bytes written in this transfer */
+	int restarted;       /* the server ignored Range: we truncated */
+	int checked;         /* status and range checked at the first body byte */
+	int64_t range_start; /* from Content-Range, -1 when absent */
+	cot_err rc;          /* why the write callback stopped the transfer */
 	cot_errbuf *eb;
 	CURL *curl;
 } xfer;
@@ -58,12 +58,13 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg)
 		long code = 0;
 		curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &code);
 		if (code != 200 && code != 206)
-			return len;       /* an error page: discard, judged after */
+			return len; /* an error page: discard, judged after */
 		x->checked = 1;
 		if (x->offset > 0 && (code == 200 || x->range_start != x->offset)) {
 			/* Range ignored or answered for other bytes: start over. */
 			if (ftruncate(x->fd, 0) < 0 || lseek(x->fd, 0, SEEK_SET) < 0) {
-				x->rc = cot_seterr(x->eb, COT_ERR_IO, "could not truncate partial download: %s",
+				x->rc = cot_seterr(x->eb, COT_ERR_IO,
+				                   "could not truncate partial download: %s",
 				                   strerror(errno));
 				return 0;
 			}
@@ -90,9 +91,11 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg)
 			continue;
 		if (w <= 0) {
 			int e = w < 0 ? errno : ENOSPC;
-			x->rc = cot_seterr(x->eb, COT_ERR_IO, "could not write downloaded data: %s", strerror(e));
+			x->rc = cot_seterr(x->eb, COT_ERR_IO, "could not write downloaded data: %s",
+			                   strerror(e));
 			if (e == ENOSPC || e == EDQUOT)
-				cot_sethint(x->eb, "Free disk space or lower disk_max; the download resumes where it stopped.");
+				cot_sethint(x->eb, "Free disk space or lower disk_max; the download resumes "
+				                   "where it stopped.");
 			return 0;
 		}
 		off += (size_t)w;
@@ -117,8 +120,9 @@ static cot_err verify_and_install(const cl_download_req *r, const char *part, co
 	if (size != r->size || strcmp(got, r->sha256) != 0) {
 		unlink(part);
 		if (size != r->size)
-			rc = cot_seterr(eb, COT_ERR_CORRUPT, "downloaded file %s has %lld bytes, expected %lld",
-			                r->sha256, size, (long long)r->size);
+			rc = cot_seterr(eb, COT_ERR_CORRUPT,
+			                "downloaded file %s has %lld bytes, expected %lld", r->sha256, size,
+			                (long long)r->size);
 		else
 			rc = cot_seterr(eb, COT_ERR_CORRUPT, "downloaded file has sha256 %s, expected %s",
 			                got, r->sha256);
@@ -156,12 +160,15 @@ cot_err cl_download(const cl_download_req *r, cl_download_info *info, cot_errbuf
 	if (!hash_is_sha256_hex(r->sha256))
 		return cot_seterr(eb, COT_ERR_INVALID, "invalid sha256 \"%.80s\"", r->sha256);
 	if (strncmp(r->url, "http://", 7) != 0 && strncmp(r->url, "https://", 8) != 0)
-		return cot_seterr(eb, COT_ERR_INVALID, "refusing to download from \"%.200s\": only http and https URLs are allowed",
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "refusing to download from \"%.200s\": only http and https URLs are "
+		                  "allowed",
 		                  r->url);
 	if (r->size < 0 || r->size > r->max_bytes) {
 		cot_seterr(eb, COT_ERR_TOO_LARGE, "file %s is %lld bytes, more than the %lld bytes allowed",
 		           r->sha256, (long long)r->size, (long long)r->max_bytes);
-		cot_sethint(eb, "Raise max_file_bytes in the configuration if the project really needs files this large.");
+		cot_sethint(eb, "Raise max_file_bytes in the configuration if the project really needs files "
+		                "this large.");
 		return COT_ERR_TOO_LARGE;
 	}
 	if (mkdir(r->downloads_dir, 0700) < 0 && errno != EEXIST)
@@ -179,15 +186,16 @@ cot_err cl_download(const cl_download_req *r, cl_download_info *info, cot_errbuf
 		return cot_seterr(eb, COT_ERR_IO, "could not stat \"%s\": %s", part, strerror(errno));
 	}
 	int64_t have = st.st_size;
-	if (have > r->size) {               /* cannot be ours: start over */
+	if (have > r->size) { /* cannot be ours: start over */
 		if (ftruncate(fd, 0) < 0) {
 			close(fd);
-			return cot_seterr(eb, COT_ERR_IO, "could not truncate \"%s\": %s", part, strerror(errno));
+			return cot_seterr(eb, COT_ERR_IO, "could not truncate \"%s\": %s", part,
+			                  strerror(errno));
 		}
 		have = 0;
 	}
 	info->resumed_from = have;
-	if (have == r->size) {              /* complete already: only verify */
+	if (have == r->size) { /* complete already: only verify */
 		close(fd);
 		return verify_and_install(r, part, eb);
 	}
@@ -236,7 +244,10 @@ cot_err cl_download(const cl_download_req *r, cl_download_info *info, cot_errbuf
 		 * few MB arrive uncapped.  Smaller reads keep a burst near half a
 		 * second's worth. */
 		int64_t buf = r->rate_limit / 200;
-		curl_easy_setopt(c, CURLOPT_BUFFERSIZE, (long)(buf < 1024 ? 1024 : buf > 16384 ? 16384 : buf));
+		curl_easy_setopt(c, CURLOPT_BUFFERSIZE,
+		                 (long)(buf < 1024    ? 1024
+		                        : buf > 16384 ? 16384
+		                                      : buf));
 	}
 	if (have > 0)
 		curl_easy_setopt(c, CURLOPT_RESUME_FROM_LARGE, (curl_off_t)have);
@@ -259,9 +270,10 @@ cot_err cl_download(const cl_download_req *r, cl_download_info *info, cot_errbuf
 		            (long long)(x.offset + x.written));
 		return COT_ERR_NETWORK;
 	}
-	if (code == 416) {                   /* our part is not a prefix of it */
+	if (code == 416) { /* our part is not a prefix of it */
 		unlink(part);
-		return cot_seterr(eb, COT_ERR_NETWORK, "server refused the byte range for %s; starting over", r->url);
+		return cot_seterr(eb, COT_ERR_NETWORK, "server refused the byte range for %s; starting over",
+		                  r->url);
 	}
 	if (code == 404)
 		return cot_seterr(eb, COT_ERR_NOT_FOUND, "file %s is not on the server (404)", r->url);
@@ -272,8 +284,8 @@ cot_err cl_download(const cl_download_req *r, cl_download_info *info, cot_errbuf
 	if (fsync_err)
 		return cot_seterr(eb, COT_ERR_IO, "could not write \"%s\": %s", part, strerror(fsync_err));
 	if (x.offset + x.written < r->size)
-		return cot_seterr(eb, COT_ERR_NETWORK, "download of %s ended after %lld of %lld bytes", r->url,
-		                  (long long)(x.offset + x.written), (long long)r->size);
+		return cot_seterr(eb, COT_ERR_NETWORK, "download of %s ended after %lld of %lld bytes",
+		                  r->url, (long long)(x.offset + x.written), (long long)r->size);
 	return verify_and_install(r, part, eb);
 }
 
@@ -306,7 +318,8 @@ cot_err cl_download_size(const char *url, const char *bearer, int timeout_s, int
 	if (code == 404)
 		return cot_seterr(eb, COT_ERR_NOT_FOUND, "%s is not on the server", url);
 	if (code != 200 || len < 0)
-		return cot_seterr(eb, COT_ERR_NETWORK, "server answered HTTP %ld without a size to HEAD %s", code, url);
+		return cot_seterr(eb, COT_ERR_NETWORK, "server answered HTTP %ld without a size to HEAD %s",
+		                  code, url);
 	*size = (int64_t)len;
 	return COT_OK;
 }

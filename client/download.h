@@ -17,21 +17,21 @@
 #include "shared/common/error.h"
 
 typedef struct {
-	const char *url;            /* absolute http(s) URL */
-	const char *sha256;         /* expected, 64 lowercase hex digits */
-	int64_t size;               /* expected size in bytes (>= 0) */
-	int64_t max_bytes;          /* refuse anything larger */
-	const char *bearer;         /* Authorization: Bearer ..., or NULL */
-	int64_t rate_limit;         /* bytes/s, 0 = unlimited */
-	int timeout_s;              /* give up when no byte arrives for this long */
-	const char *downloads_dir;  /* where the .part lives (created if missing) */
-	const char *dest_path;      /* where the verified file goes */
-	volatile int *cancel;       /* when non-NULL and set, stop (COT_ERR_TIMEOUT) */
+	const char *url;           /* absolute http(s) URL */
+	const char *sha256;        /* expected, 64 lowercase hex digits */
+	int64_t size;              /* expected size in bytes (>= 0) */
+	int64_t max_bytes;         /* refuse anything larger */
+	const char *bearer;        /* Authorization: Bearer ..., or NULL */
+	int64_t rate_limit;        /* bytes/s, 0 = unlimited */
+	int timeout_s;             /* give up when no byte arrives for this long */
+	const char *downloads_dir; /* where the .part lives (created if missing) */
+	const char *dest_path;     /* where the verified file goes */
+	volatile int *cancel;      /* when non-NULL and set, stop (COT_ERR_TIMEOUT) */
 } cl_download_req;
 
 typedef struct {
-	int64_t resumed_from;       /* bytes already there when the attempt began */
-	int64_t fetched;            /* bytes received in this attempt */
+	int64_t resumed_from; /* bytes already there when the attempt began */
+	int64_t fetched;      /* bytes received in this attempt */
 	long http_status;
 } cl_download_info;
 

@@ -16,7 +16,8 @@ int cl_idle_parse_loginctl(const char *out, double now_us, double *secs)
 {
 	int hint = -1;
 	unsigned long long since = 0;
-	for (const char *line = out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+	for (const char *line = out; line && *line;
+	     line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
 		if (strncmp(line, "IdleHint=", 9) == 0) {
 			if (strncmp(line + 9, "yes", 3) == 0)
 				hint = 1;

@@ -16,10 +16,7 @@ void cl_links_init(cl_links *ls)
 	pthread_mutex_init(&ls->mu, NULL);
 }
 
-void cl_links_destroy(cl_links *ls)
-{
-	pthread_mutex_destroy(&ls->mu);
-}
+void cl_links_destroy(cl_links *ls) { pthread_mutex_destroy(&ls->mu); }
 
 typedef struct {
 	dialer base;
@@ -97,9 +94,10 @@ void cl_links_summary(cl_links *ls, char *out, size_t len)
 	pthread_mutex_lock(&ls->mu);
 	for (size_t i = 0; i < ls->n && o < len; i++) {
 		const cl_link *l = &ls->l[i];
-		int w = l->rtt_ms >= 0
-		      ? snprintf(out + o, len - o, "%shost %lld %s %.1f ms", i ? ", " : "", (long long)l->peer, l->rung, l->rtt_ms)
-		      : snprintf(out + o, len - o, "%shost %lld %s", i ? ", " : "", (long long)l->peer, l->rung);
+		int w = l->rtt_ms >= 0 ? snprintf(out + o, len - o, "%shost %lld %s %.1f ms", i ? ", " : "",
+		                                  (long long)l->peer, l->rung, l->rtt_ms)
+		                       : snprintf(out + o, len - o, "%shost %lld %s", i ? ", " : "",
+		                                  (long long)l->peer, l->rung);
 		if (w < 0)
 			break;
 		o += (size_t)w;

@@ -23,10 +23,10 @@
 
 typedef struct {
 	int64_t peer;
-	char rung[8];             /* "direct", "punch", "relay" */
-	double connect_ms;        /* the first connection's dialer_connect, all rungs tried */
-	double rtt_ms;            /* the kernel's smoothed RTT; < 0 when not measured */
-	int conns;                /* connections opened to this peer */
+	char rung[8];      /* "direct", "punch", "relay" */
+	double connect_ms; /* the first connection's dialer_connect, all rungs tried */
+	double rtt_ms;     /* the kernel's smoothed RTT; < 0 when not measured */
+	int conns;         /* connections opened to this peer */
 } cl_link;
 
 typedef struct {

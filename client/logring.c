@@ -51,7 +51,7 @@ static void *reader(void *arg)
 				ring_push(buf + start, i - start);
 				start = i + 1;
 			}
-		if (start == 0 && have == sizeof buf) {   /* an overlong line */
+		if (start == 0 && have == sizeof buf) { /* an overlong line */
 			ring_push(buf, have);
 			start = have;
 		}

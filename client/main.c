@@ -49,11 +49,12 @@ static cot_err remember(void *settings, const opt_spec *o, const char *arg, cot_
 {
 	client_cli *cli = settings;
 	if (cli->nset == MAX_SETS)
-		return cot_seterr(eb, COT_ERR_INVALID, "too many settings on the command line (at most %d)", MAX_SETS);
+		return cot_seterr(eb, COT_ERR_INVALID, "too many settings on the command line (at most %d)",
+		                  MAX_SETS);
 	char *v = strdup(arg);
 	if (!v)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
-	if (!o->key) {   /* --set: "KEY\0VALUE" in v */
+	if (!o->key) { /* --set: "KEY\0VALUE" in v */
 		char *eq = strchr(v, '=');
 		if (!eq) {
 			free(v);
@@ -85,7 +86,8 @@ static cot_err apply_sets(client_cli *cli, cl_config *cfg, cot_errbuf *eb)
 #define F(field) offsetof(client_cli, field)
 static const opt_spec client_opts[] = {
 	{ "config", 'c', OPT_STRING, F(config), .metavar = "FILE",
-	  .help = "configuration file (default " CL_DEFAULT_CONFIG "; a missing default file means built-in defaults)" },
+	  .help = "configuration file (default " CL_DEFAULT_CONFIG
+	          "; a missing default file means built-in defaults)" },
 	{ "state-dir", 'd', OPT_CALL, .set = remember, .key = "state_dir", .metavar = "DIR",
 	  .help = "state folder (default " CL_DEFAULT_STATE ")" },
 	{ "socket", 's', OPT_CALL, .set = remember, .key = "socket", .metavar = "PATH",
@@ -101,7 +103,8 @@ static const opt_spec client_opts[] = {
 #undef F
 
 static const opt_program client_prog = {
-	.prog = "cotrain-client", .synopsis = "[OPTION]...",
+	.prog = "cotrain-client",
+	.synopsis = "[OPTION]...",
 	.intro = "Compute for cotrain projects in the background, at idle priority.\n",
 	.outro = "Control it with cotrainctl.  See doc/client.md.\n",
 	.opts = client_opts,
@@ -117,14 +120,14 @@ static int fatal(const char *what, const cot_errbuf *eb)
 
 int main(int argc, char **argv)
 {
-	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
+	kern_blas_reexec_if_needed(argc, argv); /* first: may re-exec with a faster BLAS core */
 	cot_log_set_ident("cotrain-client");
 	static cl_daemon d;
 	cl_config_defaults(&d.cfg);
 	client_cli cli = { 0 };
 	opt_result orc = opt_parse(&client_prog, argc, argv, &cli, NULL);
 	if (orc) {
-		apply_sets(&cli, &d.cfg, &(cot_errbuf){ "", "" });    /* frees them */
+		apply_sets(&cli, &d.cfg, &(cot_errbuf){ "", "" }); /* frees them */
 		return orc == OPT_EXIT ? 0 : 2;
 	}
 	/* The file first, then the command line over it. */
@@ -143,7 +146,7 @@ int main(int argc, char **argv)
 	if (rc)
 		return fatal("bad configuration", &eb);
 	cot_log_set_level((cot_log_level)d.cfg.log_level);
-	rc = fault_init(&eb);                       /* a test hook, off unless COTRAIN_FAULT is set */
+	rc = fault_init(&eb); /* a test hook, off unless COTRAIN_FAULT is set */
 	if (rc)
 		return fatal("bad test hook", &eb);
 
@@ -159,7 +162,8 @@ int main(int argc, char **argv)
 	}
 	char lockpath[PATH_MAX];
 	if (snprintf(lockpath, sizeof lockpath, "%s/lock", d.cfg.state_dir) >= (int)sizeof lockpath ||
-	    snprintf(d.cache_dir, sizeof d.cache_dir, "%s/cache", d.cfg.state_dir) >= (int)sizeof d.cache_dir ||
+	    snprintf(d.cache_dir, sizeof d.cache_dir, "%s/cache", d.cfg.state_dir) >=
+	            (int)sizeof d.cache_dir ||
 	    snprintf(d.downloads_dir, sizeof d.downloads_dir, "%s/downloads", d.cfg.state_dir) >=
 	            (int)sizeof d.downloads_dir)
 		return fatal("cannot start", &(cot_errbuf){ "state directory path is too long", "" });
@@ -167,11 +171,13 @@ int main(int argc, char **argv)
 	if (lockfd < 0) {
 		cot_seterr(&eb, COT_ERR_IO, "state directory \"%s\" is not writable: %s", d.cfg.state_dir,
 		           strerror(errno));
-		cot_sethint(&eb, "Make it writable by the user the client runs as, or choose another with --state-dir.");
+		cot_sethint(&eb, "Make it writable by the user the client runs as, or choose another with "
+		                 "--state-dir.");
 		return fatal("cannot start", &eb);
 	}
 	if (flock(lockfd, LOCK_EX | LOCK_NB) < 0) {
-		cot_seterr(&eb, COT_ERR_EXISTS, "another cotrain-client uses state directory \"%s\"", d.cfg.state_dir);
+		cot_seterr(&eb, COT_ERR_EXISTS, "another cotrain-client uses state directory \"%s\"",
+		           d.cfg.state_dir);
 		return fatal("cannot start", &eb);
 	}
 
@@ -263,7 +269,7 @@ int main(int argc, char **argv)
 	cl_daemon_save(&d);
 	for (int i = 0; i < d.st.nprojects; i++) {
 		if (d.rt[i].round_running)
-			continue;                   /* a round still ending owns them */
+			continue; /* a round still ending owns them */
 		cl_compute_close(d.rt[i].session);
 		cl_peer_free(&d.rt[i].peer);
 	}

@@ -26,7 +26,8 @@ static cot_err ensure_dir(const char *state_dir, cot_errbuf *eb)
 	char dir[PEER_PATH_MAX];
 	snprintf(dir, sizeof dir, "%s/peer", state_dir);
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-		return cot_seterr(eb, COT_ERR_IO, "could not create directory \"%s\": %s", dir, strerror(errno));
+		return cot_seterr(eb, COT_ERR_IO, "could not create directory \"%s\": %s", dir,
+		                  strerror(errno));
 	return COT_OK;
 }
 
@@ -46,9 +47,13 @@ cot_err cl_peer_pin_ca(const cl_api_opts *o, const cl_project *p, const char *st
 		if (rc)
 			goto out;
 		if (strcmp(pinned, got) != 0) {
-			rc = cot_seterr(eb, COT_ERR_AUTH, "project \"%s\" now shows another CA certificate than the one pinned at attach",
+			rc = cot_seterr(eb, COT_ERR_AUTH,
+			                "project \"%s\" now shows another CA certificate than the one pinned "
+			                "at attach",
 			                p->name);
-			cot_sethint(eb, "If the project really changed its CA, detach and attach again; otherwise someone else answers at %s.",
+			cot_sethint(eb,
+			            "If the project really changed its CA, detach and attach again; "
+			            "otherwise someone else answers at %s.",
 			            p->base);
 		}
 		goto out;
@@ -56,7 +61,8 @@ cot_err cl_peer_pin_ca(const cl_api_opts *o, const cl_project *p, const char *st
 	/* The first sight: it must at least be this project's CA. */
 	rc = pki_trust_new(got, strlen(got), p->name, &t, &e2);
 	if (rc) {
-		rc = cot_seterr(eb, COT_ERR_AUTH, "project \"%s\" sent an unusable CA certificate: %s", p->name, e2.msg);
+		rc = cot_seterr(eb, COT_ERR_AUTH, "project \"%s\" sent an unusable CA certificate: %s",
+		                p->name, e2.msg);
 		goto out;
 	}
 	rc = pki_write_file(path, got, strlen(got), 0644, eb);
@@ -89,7 +95,8 @@ static cot_err load_key(const cl_project *p, const char *state_dir, char **key, 
 		return rc;
 	*klen = strlen(*key);
 	*publen = strlen(*pub);
-	if ((rc = pki_write_file(kpath, *key, *klen, 0600, eb)) || (rc = pki_write_file(ppath, *pub, *publen, 0644, eb))) {
+	if ((rc = pki_write_file(kpath, *key, *klen, 0600, eb)) ||
+	    (rc = pki_write_file(ppath, *pub, *publen, 0644, eb))) {
 		free(*key);
 		free(*pub);
 		*key = *pub = NULL;
@@ -106,9 +113,11 @@ static cot_err open_listener(cl_peer *pe, const cl_config *cfg, const char *loca
 	}
 	const char *addr = cfg->peer_address[0] ? cfg->peer_address : local_ip;
 	if (!addr || !addr[0])
-		return cot_seterr(eb, COT_ERR_NETWORK, "could not tell which address peers can reach this host at");
+		return cot_seterr(eb, COT_ERR_NETWORK,
+		                  "could not tell which address peers can reach this host at");
 	if (strchr(addr, ':'))
-		snprintf(pe->endpoint, sizeof pe->endpoint, "[%s]:%u", addr, (unsigned)listener_port(pe->lst));
+		snprintf(pe->endpoint, sizeof pe->endpoint, "[%s]:%u", addr,
+		         (unsigned)listener_port(pe->lst));
 	else
 		snprintf(pe->endpoint, sizeof pe->endpoint, "%s:%u", addr, (unsigned)listener_port(pe->lst));
 	return COT_OK;
@@ -123,9 +132,13 @@ bool cl_peer_nat_config(const cl_peer *pe, const cl_project *p, const cl_config 
 		char ext[64];
 		cl_portmap_external(pe->pm, ext, &mapped);
 	}
-	*nc = (nat_config){ .server_addr = cfg->nat_addr, .server_port = cfg->nat_port, .host_id = p->host_id,
-	                    .token = p->host_token, .listen_addr = cfg->peer_listen,
-	                    .listen_port = listener_port(pe->lst), .mapped_port = mapped };
+	*nc = (nat_config){ .server_addr = cfg->nat_addr,
+		            .server_port = cfg->nat_port,
+		            .host_id = p->host_id,
+		            .token = p->host_token,
+		            .listen_addr = cfg->peer_listen,
+		            .listen_port = listener_port(pe->lst),
+		            .mapped_port = mapped };
 	return true;
 }
 
@@ -150,7 +163,8 @@ static void keep_port_mapping(cl_peer *pe, const cl_project *p, const cl_config 
 	if (pe->pm || now < pe->pm_retry_at)
 		return;
 	if (cl_portmap_open(cfg->peer_listen, listener_port(pe->lst), PORTMAP_LEASE_S, &pe->pm, &e2)) {
-		log_info("project %s: no port mapping on the router (%s); peers reach us through the NAT service",
+		log_info("project %s: no port mapping on the router (%s); peers reach us through the NAT "
+		         "service",
 		         p->name, e2.msg);
 		pe->pm = NULL;
 		pe->pm_retry_at = now + PORTMAP_RETRY_S;
@@ -161,12 +175,13 @@ static void keep_port_mapping(cl_peer *pe, const cl_project *p, const cl_config 
 	cl_portmap_external(pe->pm, ext, &port);
 	log_info("project %s: the router maps %s port %u to our port %u (%s)", p->name, ext, (unsigned)port,
 	         (unsigned)listener_port(pe->lst), cl_portmap_method(pe->pm));
-	pe->nat_observed_at = 0;             /* tell the NAT service at once */
+	pe->nat_observed_at = 0; /* tell the NAT service at once */
 }
 
 int cl_peer_can_aggregate(const cl_peer *pe)
 {
-	return !pe->nat_class[0] || strcmp(pe->nat_class, "public") == 0 || strcmp(pe->nat_class, "mapped") == 0 ||
+	return !pe->nat_class[0] || strcmp(pe->nat_class, "public") == 0 ||
+	       strcmp(pe->nat_class, "mapped") == 0 ||
 	       (strcmp(pe->nat_class, "nat") == 0 && strcmp(pe->nat_mapping, "independent") == 0);
 }
 
@@ -187,8 +202,8 @@ static cot_err nat_register(cl_peer *pe, const cl_project *p, const cl_config *c
 	cot_errbuf e2 = { "", "" };
 	cot_err rc = nat_observe(&nc, deadline_after_ms(10000), &ob, &e2);
 	if (rc)
-		return cot_seterr(eb, rc, "could not register with the NAT service at %s:%u: %s", cfg->nat_addr,
-		                  (unsigned)cfg->nat_port, e2.msg);
+		return cot_seterr(eb, rc, "could not register with the NAT service at %s:%u: %s",
+		                  cfg->nat_addr, (unsigned)cfg->nat_port, e2.msg);
 	/* What peers dial: the public address, at the mapped port when the
 	 * router forwards one. */
 	unsigned port = nc.mapped_port ? nc.mapped_port : ob.port;
@@ -218,7 +233,7 @@ void cl_peer_note_links(cl_peer *pe, cl_links *links)
 		if (k == pe->n_rtt && pe->n_rtt < CL_LINKS_MAX)
 			pe->n_rtt++;
 		if (k == CL_LINKS_MAX)
-			k--;                     /* full: the oldest goes */
+			k--; /* full: the oldest goes */
 		memmove(&pe->rtt[1], &pe->rtt[0], k * sizeof pe->rtt[0]);
 		pe->rtt[0].host = l->peer;
 		pe->rtt[0].ms = l->rtt_ms;
@@ -274,13 +289,19 @@ cot_err cl_peer_ready(cl_peer *pe, const cl_api_opts *o, const cl_project *p, co
 	    (rc = pki_read_file(capath, &ca, &calen, eb)) ||
 	    (rc = cl_api_host_certificate(o, p, pub, &cert, &lifetime, eb)))
 		goto out;
-	peer_identity id = { .project = p->name, .ca_pem = ca, .ca_len = calen, .cert_pem = cert,
-	                     .cert_len = strlen(cert), .key_pem = key, .key_len = klen };
+	peer_identity id = { .project = p->name,
+		             .ca_pem = ca,
+		             .ca_len = calen,
+		             .cert_pem = cert,
+		             .cert_len = strlen(cert),
+		             .key_pem = key,
+		             .key_len = klen };
 	peer_ctx *ctx = NULL;
 	cot_errbuf e2 = { "", "" };
 	rc = peer_ctx_new(&id, &ctx, &e2);
 	if (rc) {
-		rc = cot_seterr(eb, rc, "the certificate from project \"%s\" is not usable: %s", p->name, e2.msg);
+		rc = cot_seterr(eb, rc, "the certificate from project \"%s\" is not usable: %s", p->name,
+		                e2.msg);
 		goto out;
 	}
 	peer_ctx_free(pe->ctx);

@@ -25,18 +25,18 @@
 #include "shared/peer/peer.h"
 
 typedef struct {
-	peer_ctx *ctx;             /* our identity; NULL until ready */
-	int64_t cert_expires;      /* unix seconds */
+	peer_ctx *ctx;        /* our identity; NULL until ready */
+	int64_t cert_expires; /* unix seconds */
 	int64_t cert_renew_at;
 	listener *lst;
-	char endpoint[80];         /* what peers dial: "addr:port" or "[v6]:port" */
-	char nat_class[16];        /* the NAT service's view of us, "" without one */
+	char endpoint[80];  /* what peers dial: "addr:port" or "[v6]:port" */
+	char nat_class[16]; /* the NAT service's view of us, "" without one */
 	char nat_mapping[16];
-	char nat_endpoint[80];     /* our public endpoint as the NAT service saw it */
-	int64_t nat_observed_at;   /* time(NULL) of the last registration */
-	cl_portmap *pm;            /* our mapping on the home router, NULL when none */
-	int64_t pm_retry_at;       /* time(NULL) to ask for one again */
-	size_t n_rtt;              /* round-trip times measured to peers (links.h), newest first */
+	char nat_endpoint[80];   /* our public endpoint as the NAT service saw it */
+	int64_t nat_observed_at; /* time(NULL) of the last registration */
+	cl_portmap *pm;          /* our mapping on the home router, NULL when none */
+	int64_t pm_retry_at;     /* time(NULL) to ask for one again */
+	size_t n_rtt;            /* round-trip times measured to peers (links.h), newest first */
 	struct {
 		int64_t host;
 		double ms;

@@ -17,29 +17,26 @@
 #include "shared/common/deadline.h"
 #include "shared/common/log.h"
 
-#define UPNP_DISCOVER_MS 1200   /* per SSDP search type (two types) */
-#define PORTMAP_TRIES 4         /* external ports tried when the first is taken */
+#define UPNP_DISCOVER_MS 1200 /* per SSDP search type (two types) */
+#define PORTMAP_TRIES 4       /* external ports tried when the first is taken */
 #define PORTMAP_DESC "cotrain averaging"
 
 typedef enum { PM_UPNP, PM_NATPMP } pm_method;
 
 struct cl_portmap {
 	pm_method method;
-	uint16_t port;             /* internal (our listener) */
+	uint16_t port; /* internal (our listener) */
 	uint16_t ext_port;
 	int lease_s;
 	int64_t renew_at;
 	char ext_addr[64];
-	char lan_addr[64];         /* the inClient of the UPnP mapping */
-	struct UPNPUrls urls;      /* UPnP */
+	char lan_addr[64];    /* the inClient of the UPnP mapping */
+	struct UPNPUrls urls; /* UPnP */
 	struct IGDdatas igd;
 	bool have_urls;
 };
 
-static bool any_addr(const char *a)
-{
-	return a == NULL || a[0] == '\0' || strcmp(a, "0.0.0.0") == 0;
-}
+static bool any_addr(const char *a) { return a == NULL || a[0] == '\0' || strcmp(a, "0.0.0.0") == 0; }
 
 /* ---- UPnP IGD ---- */
 
@@ -62,9 +59,9 @@ static cot_err upnp_open(cl_portmap *pm, const char *lan_addr, cot_errbuf *eb)
 	static const char *const types[] = { "urn:schemas-upnp-org:device:InternetGatewayDevice:1",
 		                             "urn:schemas-upnp-org:device:InternetGatewayDevice:2", NULL };
 	int err = 0;
-	struct UPNPDev *devs = upnpDiscoverDevices(types, UPNP_DISCOVER_MS,
-	                                           any_addr(lan_addr) ? NULL : lan_addr, NULL,
-	                                           UPNP_LOCAL_PORT_ANY, 0, 2, &err, 0);
+	struct UPNPDev *devs =
+	        upnpDiscoverDevices(types, UPNP_DISCOVER_MS, any_addr(lan_addr) ? NULL : lan_addr, NULL,
+	                            UPNP_LOCAL_PORT_ANY, 0, 2, &err, 0);
 	if (!devs)
 		return cot_seterr(eb, COT_ERR_NOT_FOUND, "no UPnP gateway answered within %d ms",
 		                  UPNP_DISCOVER_MS * 2);
@@ -94,8 +91,9 @@ static cot_err upnp_open(cl_portmap *pm, const char *lan_addr, cot_errbuf *eb)
 			break;
 	}
 	if (res != UPNPCOMMAND_SUCCESS)
-		return cot_seterr(eb, COT_ERR_NETWORK, "the UPnP gateway refused the mapping of port %u: %d %s",
-		                  pm->port, res, strupnperror(res) ? strupnperror(res) : "unknown error");
+		return cot_seterr(eb, COT_ERR_NETWORK,
+		                  "the UPnP gateway refused the mapping of port %u: %d %s", pm->port, res,
+		                  strupnperror(res) ? strupnperror(res) : "unknown error");
 	char ext[40] = "";
 	if (UPNP_GetExternalIPAddress(pm->urls.controlURL, pm->igd.first.servicetype, ext) ==
 	    UPNPCOMMAND_SUCCESS)
@@ -160,16 +158,16 @@ fail:
 		e = cot_seterr(eb, COT_ERR_NOT_FOUND, "the gateway %s does not speak NAT-PMP: %s", gws,
 		               strnatpmperr(r));
 	else
-		e = cot_seterr(eb, COT_ERR_NETWORK, "the NAT-PMP gateway %s refused the mapping of port %u: %s",
-		               gws, port, strnatpmperr(r));
+		e = cot_seterr(eb, COT_ERR_NETWORK,
+		               "the NAT-PMP gateway %s refused the mapping of port %u: %s", gws, port,
+		               strnatpmperr(r));
 	closenatpmp(&n);
 	return e;
 }
 
 /* ---- API ---- */
 
-cot_err cl_portmap_open(const char *lan_addr, uint16_t port, int lease_s, cl_portmap **out,
-                        cot_errbuf *eb)
+cot_err cl_portmap_open(const char *lan_addr, uint16_t port, int lease_s, cl_portmap **out, cot_errbuf *eb)
 {
 	*out = NULL;
 	if (port == 0 || lease_s < PORTMAP_LEASE_MIN || lease_s > PORTMAP_LEASE_MAX)
@@ -202,7 +200,7 @@ cot_err cl_portmap_open(const char *lan_addr, uint16_t port, int lease_s, cl_por
 	if (r1 != COT_OK && r2 != COT_OK) {
 		/* NOT_FOUND only when neither protocol found a gateway. */
 		cot_err e = r1 == COT_ERR_NOT_FOUND && r2 == COT_ERR_NOT_FOUND ? COT_ERR_NOT_FOUND
-		                                                                 : COT_ERR_NETWORK;
+		                                                               : COT_ERR_NETWORK;
 		cot_seterr(eb, e, "could not map port %u on the router (UPnP: %s; NAT-PMP: %s)", port, e1.msg,
 		           e2.msg);
 		cot_sethint(eb, "the router may not offer UPnP IGD or NAT-PMP, or sit behind another NAT; "
@@ -224,23 +222,18 @@ void cl_portmap_external(const cl_portmap *pm, char addr[64], uint16_t *port)
 	*port = pm->ext_port;
 }
 
-const char *cl_portmap_method(const cl_portmap *pm)
-{
-	return pm->method == PM_UPNP ? "upnp" : "natpmp";
-}
+const char *cl_portmap_method(const cl_portmap *pm) { return pm->method == PM_UPNP ? "upnp" : "natpmp"; }
 
-int64_t cl_portmap_renew_at(const cl_portmap *pm)
-{
-	return pm->renew_at;
-}
+int64_t cl_portmap_renew_at(const cl_portmap *pm) { return pm->renew_at; }
 
 cot_err cl_portmap_renew(cl_portmap *pm, cot_errbuf *eb)
 {
 	if (pm->method == PM_UPNP) {
 		int r = upnp_add(pm, pm->ext_port);
 		if (r != UPNPCOMMAND_SUCCESS)
-			return cot_seterr(eb, COT_ERR_NETWORK, "could not renew the UPnP mapping of port %u: %d %s",
-			                  pm->ext_port, r, strupnperror(r) ? strupnperror(r) : "unknown error");
+			return cot_seterr(eb, COT_ERR_NETWORK,
+			                  "could not renew the UPnP mapping of port %u: %d %s", pm->ext_port,
+			                  r, strupnperror(r) ? strupnperror(r) : "unknown error");
 	} else {
 		uint16_t got = 0;
 		cot_err e = natpmp_map(pm->port, pm->ext_port, pm->lease_s, &got, NULL,
@@ -248,7 +241,8 @@ cot_err cl_portmap_renew(cl_portmap *pm, cot_errbuf *eb)
 		if (e)
 			return e;
 		if (got != pm->ext_port)
-			return cot_seterr(eb, COT_ERR_CONFLICT, "the NAT-PMP gateway moved the mapping from port %u to %u",
+			return cot_seterr(eb, COT_ERR_CONFLICT,
+			                  "the NAT-PMP gateway moved the mapping from port %u to %u",
 			                  pm->ext_port, got);
 	}
 	pm->renew_at = deadline_now_ms() + (int64_t)pm->lease_s * 500;
@@ -264,7 +258,8 @@ void cl_portmap_close(cl_portmap *pm)
 	if (pm->method == PM_UPNP) {
 		char e[8];
 		snprintf(e, sizeof e, "%u", pm->ext_port);
-		int r = UPNP_DeletePortMapping(pm->urls.controlURL, pm->igd.first.servicetype, e, "TCP", NULL);
+		int r = UPNP_DeletePortMapping(pm->urls.controlURL, pm->igd.first.servicetype, e, "TCP",
+		                               NULL);
 		if (r != UPNPCOMMAND_SUCCESS)
 			log_warn("could not remove the UPnP mapping of port %u: %d", pm->ext_port, r);
 	} else if (natpmp_map(pm->port, pm->ext_port, 0, NULL, NULL, deadline_after_ms(2000), &eb)) {

@@ -23,8 +23,8 @@
 
 #include "shared/common/error.h"
 
-#define PORTMAP_TIMEOUT_MS 6000   /* bound on one open or renew, both protocols */
-#define PORTMAP_LEASE_MIN 30      /* seconds */
+#define PORTMAP_TIMEOUT_MS 6000 /* bound on one open or renew, both protocols */
+#define PORTMAP_LEASE_MIN 30    /* seconds */
 #define PORTMAP_LEASE_MAX 86400
 
 typedef struct cl_portmap cl_portmap;
@@ -36,8 +36,7 @@ typedef struct cl_portmap cl_portmap;
  * COT_ERR_NOT_FOUND (no UPnP IGD and no NAT-PMP gateway answered: eb says
  * what each said), COT_ERR_NETWORK (a gateway refused the mapping),
  * COT_ERR_NOMEM. */
-cot_err cl_portmap_open(const char *lan_addr, uint16_t port, int lease_s, cl_portmap **out,
-                        cot_errbuf *eb);
+cot_err cl_portmap_open(const char *lan_addr, uint16_t port, int lease_s, cl_portmap **out, cot_errbuf *eb);
 
 /* The external address (as the router reports it; NUL-terminated, at most
  * 63 characters) and port of the mapping. */

@@ -33,7 +33,8 @@ int cl_power_on_ac(const char *dir)
 			continue;
 		if (strcmp(type, "Battery") == 0)
 			batteries++;
-		else if (strcmp(type, "Mains") == 0 && read_word(dir, e->d_name, "online", online, sizeof online) &&
+		else if (strcmp(type, "Mains") == 0 &&
+		         read_word(dir, e->d_name, "online", online, sizeof online) &&
 		         strcmp(online, "1") == 0)
 			mains_online = 1;
 	}

@@ -14,15 +14,15 @@ static const struct {
 	ptype type;
 	int64_t min, max, def;
 } desc[PREF_COUNT] = {
-	[PREF_MAX_THREADS]    = { "max_threads", T_INT, 0, 4096, 0 },
-	[PREF_CPU_PERCENT]    = { "cpu_percent", T_INT, 1, 100, 100 },
+	[PREF_MAX_THREADS] = { "max_threads", T_INT, 0, 4096, 0 },
+	[PREF_CPU_PERCENT] = { "cpu_percent", T_INT, 1, 100, 100 },
 	[PREF_ONLY_WHEN_IDLE] = { "only_when_idle", T_BOOL, 0, 1, 0 },
-	[PREF_IDLE_AFTER]     = { "idle_after", T_INT, 0, 86400, 180 },
-	[PREF_ONLY_ON_AC]     = { "only_on_ac", T_BOOL, 0, 1, 1 },
+	[PREF_IDLE_AFTER] = { "idle_after", T_INT, 0, 86400, 180 },
+	[PREF_ONLY_ON_AC] = { "only_on_ac", T_BOOL, 0, 1, 1 },
 	[PREF_DOWNLOAD_LIMIT] = { "download_limit", T_BYTES, 0, 1000000000000LL, 0 },
-	[PREF_UPLOAD_LIMIT]   = { "upload_limit", T_BYTES, 0, 1000000000000LL, 0 },
-	[PREF_DISK_MAX]       = { "disk_max", T_BYTES, 1LL << 20, 1LL << 50, 10LL << 30 },
-	[PREF_MEMORY_MAX]     = { "memory_max", T_BYTES, 0, 1LL << 50, 0 },
+	[PREF_UPLOAD_LIMIT] = { "upload_limit", T_BYTES, 0, 1000000000000LL, 0 },
+	[PREF_DISK_MAX] = { "disk_max", T_BYTES, 1LL << 20, 1LL << 50, 10LL << 30 },
+	[PREF_MEMORY_MAX] = { "memory_max", T_BYTES, 0, 1LL << 50, 0 },
 };
 
 void cl_prefs_defaults(cl_prefs *p)
@@ -40,10 +40,7 @@ int cl_prefs_key(const char *name)
 	return -1;
 }
 
-const char *cl_prefs_name(cl_pref_key k)
-{
-	return (unsigned)k < PREF_COUNT ? desc[k].name : "?";
-}
+const char *cl_prefs_name(cl_pref_key k) { return (unsigned)k < PREF_COUNT ? desc[k].name : "?"; }
 
 static cot_err out_of_bounds(cl_pref_key k, const char *shown, cot_errbuf *eb)
 {
@@ -63,7 +60,8 @@ cot_err cl_prefs_set_text(cl_prefs *p, cl_pref_key k, const char *text, cot_errb
 		return cot_seterr(eb, COT_ERR_INVALID, "unknown preference");
 	int64_t v;
 	if (desc[k].type == T_BOOL) {
-		static const char *yes[] = { "true", "yes", "on", "1" }, *no[] = { "false", "no", "off", "0" };
+		static const char *yes[] = { "true", "yes", "on", "1" },
+		                  *no[] = { "false", "no", "off", "0" };
 		v = -1;
 		for (int i = 0; i < 4; i++) {
 			if (strcasecmp(text, yes[i]) == 0)
@@ -86,7 +84,7 @@ cot_err cl_prefs_set_text(cl_prefs *p, cl_pref_key k, const char *text, cot_errb
 				return out_of_bounds(k, text, eb);
 			d *= ldexp(1.0, 10 * (int)(u - units + 1));
 			end++;
-			if (*end == 'i' && end[1] == 'B')   /* "MiB" */
+			if (*end == 'i' && end[1] == 'B') /* "MiB" */
 				end += 2;
 			else if (*end == 'B' || *end == 'b')
 				end++;
@@ -118,8 +116,10 @@ cot_err cl_prefs_from_json(cl_prefs *p, const json_t *obj, cot_errbuf *eb)
 			if (!json_is_integer(j) || json_integer_value(j) < desc[k].min ||
 			    json_integer_value(j) > desc[k].max)
 				return cot_seterr(eb, COT_ERR_INVALID,
-				                  "preference \"%s\" must be an integer between %lld and %lld",
-				                  desc[k].name, (long long)desc[k].min, (long long)desc[k].max);
+				                  "preference \"%s\" must be an integer between %lld and "
+				                  "%lld",
+				                  desc[k].name, (long long)desc[k].min,
+				                  (long long)desc[k].max);
 			tmp.v[k] = json_integer_value(j);
 		}
 		tmp.set |= 1u << k;

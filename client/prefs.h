@@ -31,14 +31,21 @@
 #include "shared/common/error.h"
 
 typedef enum {
-	PREF_MAX_THREADS, PREF_CPU_PERCENT, PREF_ONLY_WHEN_IDLE, PREF_IDLE_AFTER,
-	PREF_ONLY_ON_AC, PREF_DOWNLOAD_LIMIT, PREF_UPLOAD_LIMIT, PREF_DISK_MAX,
-	PREF_MEMORY_MAX, PREF_COUNT
+	PREF_MAX_THREADS,
+	PREF_CPU_PERCENT,
+	PREF_ONLY_WHEN_IDLE,
+	PREF_IDLE_AFTER,
+	PREF_ONLY_ON_AC,
+	PREF_DOWNLOAD_LIMIT,
+	PREF_UPLOAD_LIMIT,
+	PREF_DISK_MAX,
+	PREF_MEMORY_MAX,
+	PREF_COUNT
 } cl_pref_key;
 
 typedef struct {
 	int64_t v[PREF_COUNT];
-	uint32_t set;          /* bit k: key k has a value in this set */
+	uint32_t set; /* bit k: key k has a value in this set */
 } cl_prefs;
 
 /* The built-in defaults, every key set. */

@@ -13,7 +13,7 @@
 #include "shared/common/log.h"
 
 #define IOPRIO_CLASS_SHIFT 13
-#define IOPRIO_CLASS_IDLE  3
+#define IOPRIO_CLASS_IDLE 3
 #define IOPRIO_WHO_PROCESS 1
 
 static int make_idle(pid_t tid)
@@ -35,10 +35,7 @@ static int make_idle(pid_t tid)
 	return rc;
 }
 
-int cl_priority_idle_thread(void)
-{
-	return make_idle((pid_t)syscall(SYS_gettid));
-}
+int cl_priority_idle_thread(void) { return make_idle((pid_t)syscall(SYS_gettid)); }
 
 void cl_priority_idle_others(void)
 {

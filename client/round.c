@@ -74,7 +74,8 @@ cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t
 	if (ver != version || hid != host_id || grp >= ng)
 		return bad(eb, &(cot_errbuf){ "it is for another round, host or group", "" });
 	if (pc != expect_params) {
-		cot_seterr(&e, COT_ERR_INVALID, "param_count %lld is not the model's %lld", pc, (long long)expect_params);
+		cot_seterr(&e, COT_ERR_INVALID, "param_count %lld is not the model's %lld", pc,
+		           (long long)expect_params);
 		return bad(eb, &e);
 	}
 	if ((out->deadline = cl_api_parse_timestamp(deadline)) < 0)
@@ -105,7 +106,8 @@ cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t
 		const char *ep = NULL;
 		if (!json_is_object(m) || cot_json_int(m, "host_id", true, 1, 1LL << 62, &id, &e) ||
 		    cot_json_int(m, "samples", true, 1, 1LL << 50, &s, &e) ||
-		    cot_json_int(m, "lo", true, 0, pc, &lo, &e) || cot_json_int(m, "hi", true, lo, pc, &hi, &e) ||
+		    cot_json_int(m, "lo", true, 0, pc, &lo, &e) ||
+		    cot_json_int(m, "hi", true, lo, pc, &hi, &e) ||
 		    cot_json_str(m, "endpoint", true, 3, 79, &ep, &e)) {
 			if (!e.msg[0])
 				cot_seterr(&e, COT_ERR_INVALID, "members[%zu] is not an object", i);

@@ -22,26 +22,26 @@
 
 typedef struct {
 	int64_t host_id;
-	char addr[DIALER_ADDR_MAX];   /* numeric address of its listener */
+	char addr[DIALER_ADDR_MAX]; /* numeric address of its listener */
 	uint16_t port;
 	int64_t samples;
-	uint64_t lo, hi;              /* the elements it aggregates */
+	uint64_t lo, hi; /* the elements it aggregates */
 } cl_plan_member;
 
 typedef struct {
 	int64_t version, attempt;
 	int64_t group, n_groups;
-	int64_t round_samples;        /* across every group */
+	int64_t round_samples; /* across every group */
 	int64_t param_count;
-	int64_t deadline;             /* unix seconds (server clock) */
-	int comp;                     /* comp_kind for slices and results */
-	size_t n;                     /* members of our group, ascending host id */
+	int64_t deadline; /* unix seconds (server clock) */
+	int comp;         /* comp_kind for slices and results */
+	size_t n;         /* members of our group, ascending host id */
 	cl_plan_member members[CL_PLAN_MAX_MEMBERS];
-	size_t self;                  /* our index in members */
-	int has_gradient;             /* the server's mean exists (several groups) */
+	size_t self;      /* our index in members */
+	int has_gradient; /* the server's mean exists (several groups) */
 	char gradient_sha256[65];
 	int64_t gradient_samples;
-	char params_sha256[65];       /* the server's v+1, when known ("" else) */
+	char params_sha256[65]; /* the server's v+1, when known ("" else) */
 } cl_plan;
 
 /* Parse and check a plan answer for host_id and version: members ascending

@@ -22,7 +22,8 @@ cot_err cl_cache_path(const char *cache_dir, const char *sha, char *buf, size_t 
 	char sub[PATH_MAX];
 	snprintf(sub, sizeof sub, "%s/%.2s", cache_dir, sha);
 	if ((mkdir(cache_dir, 0700) < 0 && errno != EEXIST) || (mkdir(sub, 0700) < 0 && errno != EEXIST))
-		return cot_seterr(eb, COT_ERR_IO, "could not create cache directory \"%s\": %s", sub, strerror(errno));
+		return cot_seterr(eb, COT_ERR_IO, "could not create cache directory \"%s\": %s", sub,
+		                  strerror(errno));
 	return COT_OK;
 }
 
@@ -90,7 +91,7 @@ static entry *list(const char *cache_dir, size_t *n, int64_t *total)
 				v = nv;
 				cap = nc;
 			}
-			memcpy(v[*n].sha, f->d_name, sizeof v[*n].sha);   /* fs_sha_valid: 64 + NUL */
+			memcpy(v[*n].sha, f->d_name, sizeof v[*n].sha); /* fs_sha_valid: 64 + NUL */
 			v[*n].size = st.st_size;
 			v[*n].mtime = st.st_mtime;
 			*total += st.st_size;
@@ -145,11 +146,18 @@ cot_err cl_cache_fetch(const cl_fetch_env *env, const char *base, const char *be
 		return rc;
 	if (got_size)
 		*got_size = size;
-	if ((rc = cl_cache_path(env->cache_dir, sha, dest, destlen, eb)) || cl_cache_has(env->cache_dir, sha, size))
+	if ((rc = cl_cache_path(env->cache_dir, sha, dest, destlen, eb)) ||
+	    cl_cache_has(env->cache_dir, sha, size))
 		return rc;
-	cl_download_req r = { .url = url, .sha256 = sha, .size = size, .max_bytes = env->max_file_bytes,
-	                      .bearer = bearer, .timeout_s = env->timeout_s, .downloads_dir = env->downloads_dir,
-	                      .dest_path = dest, .cancel = env->cancel };
+	cl_download_req r = { .url = url,
+		              .sha256 = sha,
+		              .size = size,
+		              .max_bytes = env->max_file_bytes,
+		              .bearer = bearer,
+		              .timeout_s = env->timeout_s,
+		              .downloads_dir = env->downloads_dir,
+		              .dest_path = dest,
+		              .cancel = env->cancel };
 	cl_download_info info;
 	return cl_download(&r, &info, eb);
 }

@@ -99,7 +99,7 @@ static cot_err gather(const cl_api_opts *o, const cl_project *p, const cl_fetch_
 	/* A range never crosses an epoch's end: its tokens are one span. */
 	uint64_t per_mb = (uint64_t)(p->microbatch_size * p->seq_len);
 	uint64_t first = (uint64_t)(c->lo % p->mb_per_epoch) * per_mb;
-	uint64_t last = first + (uint64_t)(c->hi - c->lo) * per_mb;  /* inclusive: the last target */
+	uint64_t last = first + (uint64_t)(c->hi - c->lo) * per_mb; /* inclusive: the last target */
 	const json_t *shards = json_object_get(man, "shards");
 	for (size_t i = 0; i < json_array_size(shards); i++) {
 		const json_t *s = json_array_get(shards, i);
@@ -109,14 +109,15 @@ static cot_err gather(const cl_api_opts *o, const cl_project *p, const cl_fetch_
 		    cot_json_int(s, "n_tokens", true, 1, 1LL << 40, &nt, &e) ||
 		    cot_json_int(s, "size", true, 1, 1LL << 40, &size, &e) ||
 		    cot_json_str(s, "sha256", true, 64, 64, &sha, &e) || !hash_is_sha256_hex(sha)) {
-			rc = cot_seterr(eb, COT_ERR_CORRUPT, "dataset manifest %s has a bad shard: %s", msha, e.msg);
+			rc = cot_seterr(eb, COT_ERR_CORRUPT, "dataset manifest %s has a bad shard: %s", msha,
+			                e.msg);
 			goto out;
 		}
 		if ((uint64_t)(ft + nt) <= first || (uint64_t)ft > last)
 			continue;
 		if (w->nfiles == CL_MAX_FILES) {
-			rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "spot check %lld needs more than %d files", (long long)c->id,
-			                CL_MAX_FILES);
+			rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "spot check %lld needs more than %d files",
+			                (long long)c->id, CL_MAX_FILES);
 			goto out;
 		}
 		rc = fetch(p, env, sha, size, &w->files[w->nfiles], "shard", eb);
@@ -194,14 +195,15 @@ cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fe
 		rc = cl_api_http(o, &cr, eb);
 		if (rc) {
 			json_decref(checks);
-			return rc == COT_ERR_NOT_FOUND ? COT_OK : rc;   /* a server without spot checks */
+			return rc == COT_ERR_NOT_FOUND ? COT_OK : rc; /* a server without spot checks */
 		}
 		if (c)
 			json_array_append_new(checks, c);
 	}
 	for (size_t i = 0; !rc && checks && i < json_array_size(checks) && i < MAX_CHECKS_A_PASS; i++) {
 		spot_check c;
-		if (!(rc = parse_check(json_array_get(checks, i), p, &c, eb)) && !(rc = answer(o, p, env, &c, eb)))
+		if (!(rc = parse_check(json_array_get(checks, i), p, &c, eb)) &&
+		    !(rc = answer(o, p, env, &c, eb)))
 			(*answered)++;
 	}
 	json_decref(checks);

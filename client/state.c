@@ -43,7 +43,8 @@ cl_project *cl_state_find(cl_state *s, const char *key)
 cot_err cl_state_add(cl_state *s, cl_project **out, cot_errbuf *eb)
 {
 	if (s->nprojects >= CL_MAX_PROJECTS)
-		return cot_seterr(eb, COT_ERR_TOO_LARGE, "cannot attach more than %d projects", CL_MAX_PROJECTS);
+		return cot_seterr(eb, COT_ERR_TOO_LARGE, "cannot attach more than %d projects",
+		                  CL_MAX_PROJECTS);
 	cl_project *p = &s->projects[s->nprojects++];
 	memset(p, 0, sizeof *p);
 	p->resource_share = 100;
@@ -81,16 +82,16 @@ static json_t *work_to_json(const cl_work *w)
 {
 	json_t *files = json_array();
 	for (int i = 0; files && i < w->nfiles; i++)
-		json_array_append_new(files, json_pack("{s:s, s:s, s:I, s:s}", "url", w->files[i].url,
-		                                       "sha256", w->files[i].sha256, "size",
-		                                       (json_int_t)w->files[i].size, "kind", w->files[i].kind));
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:f, s:s, s:I}",
-	                 "id", (json_int_t)w->id, "version", (json_int_t)w->version,
-	                 "lo", (json_int_t)w->lo, "hi", (json_int_t)w->hi,
-	                 "deadline", (json_int_t)w->deadline, "files", files,
-	                 "mb_done", (json_int_t)w->mb_done, "mb_reported", (json_int_t)w->mb_reported,
-	                 "keep_hi", (json_int_t)w->keep_hi, "samples_per_sec", w->samples_per_sec,
-	                 "pending_op", op_names[w->pending_op], "pending_mb", (json_int_t)w->pending_mb);
+		json_array_append_new(files,
+		                      json_pack("{s:s, s:s, s:I, s:s}", "url", w->files[i].url, "sha256",
+		                                w->files[i].sha256, "size", (json_int_t)w->files[i].size,
+		                                "kind", w->files[i].kind));
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:f, s:s, s:I}", "id",
+	                 (json_int_t)w->id, "version", (json_int_t)w->version, "lo", (json_int_t)w->lo, "hi",
+	                 (json_int_t)w->hi, "deadline", (json_int_t)w->deadline, "files", files, "mb_done",
+	                 (json_int_t)w->mb_done, "mb_reported", (json_int_t)w->mb_reported, "keep_hi",
+	                 (json_int_t)w->keep_hi, "samples_per_sec", w->samples_per_sec, "pending_op",
+	                 op_names[w->pending_op], "pending_mb", (json_int_t)w->pending_mb);
 }
 
 static json_t *project_to_json(const cl_project *p)
@@ -101,16 +102,16 @@ static json_t *project_to_json(const cl_project *p)
 			json_array_append_new(done, json_integer(p->recent_done[i]));
 	const cl_model_shape *m = &p->model;
 	json_t *model = kern_model_config_to_json(m);
-	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:f, s:f, s:o, s:I, s:I, s:I, s:f, s:o, s:o, s:I, s:I, s:o}",
-	                 "url", p->url, "base", p->base, "name", p->name,
-	                 "account_key", p->account_key, "host_id", (json_int_t)p->host_id,
-	                 "host_token", p->host_token, "resource_share", p->resource_share,
-	                 "cpu_seconds", p->cpu_seconds, "account_prefs", cl_prefs_to_json(&p->account_prefs),
-	                 "seq_len", (json_int_t)p->seq_len, "microbatch_size", (json_int_t)p->microbatch_size,
-	                 "mb_per_epoch", (json_int_t)p->mb_per_epoch, "flops_per_sample", p->flops_per_sample,
-	                 "work", p->has_work ? work_to_json(&p->work) : json_null(),
-	                 "recent_done", done, "mb_total", (json_int_t)p->mb_total,
-	                 "seed", (json_int_t)p->seed, "model", model);
+	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:f, s:f, s:o, s:I, s:I, s:I, s:f, s:o, s:o, s:I, "
+	                 "s:I, s:o}",
+	                 "url", p->url, "base", p->base, "name", p->name, "account_key", p->account_key,
+	                 "host_id", (json_int_t)p->host_id, "host_token", p->host_token, "resource_share",
+	                 p->resource_share, "cpu_seconds", p->cpu_seconds, "account_prefs",
+	                 cl_prefs_to_json(&p->account_prefs), "seq_len", (json_int_t)p->seq_len,
+	                 "microbatch_size", (json_int_t)p->microbatch_size, "mb_per_epoch",
+	                 (json_int_t)p->mb_per_epoch, "flops_per_sample", p->flops_per_sample, "work",
+	                 p->has_work ? work_to_json(&p->work) : json_null(), "recent_done", done, "mb_total",
+	                 (json_int_t)p->mb_total, "seed", (json_int_t)p->seed, "model", model);
 }
 
 cot_err cl_state_to_text(const cl_state *s, char **out, size_t *len, cot_errbuf *eb)
@@ -121,11 +122,10 @@ cot_err cl_state_to_text(const cl_state *s, char **out, size_t *len, cot_errbuf 
 			json_decref(projects);
 			projects = NULL;
 		}
-	json_t *root = json_pack("{s:b, s:o, s:{s:f, s:s, s:I}, s:I, s:o}",
-	                         "suspended", s->suspended, "local_prefs", cl_prefs_to_json(&s->local_prefs),
-	                         "benchmark", "flops", s->bench_flops, "hw", s->bench_hw,
-	                         "at", (json_int_t)s->bench_at, "saved_at", (json_int_t)s->saved_at,
-	                         "projects", projects);
+	json_t *root = json_pack("{s:b, s:o, s:{s:f, s:s, s:I}, s:I, s:o}", "suspended", s->suspended,
+	                         "local_prefs", cl_prefs_to_json(&s->local_prefs), "benchmark", "flops",
+	                         s->bench_flops, "hw", s->bench_hw, "at", (json_int_t)s->bench_at, "saved_at",
+	                         (json_int_t)s->saved_at, "projects", projects);
 	if (!root)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory while writing the state");
 	char *body = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
@@ -156,8 +156,7 @@ cot_err cl_state_to_text(const cl_state *s, char **out, size_t *len, cot_errbuf 
 }
 
 /* Copy a bounded string field (required). */
-static cot_err get_str(const json_t *o, const char *key, size_t min, char *dst, size_t cap,
-                       cot_errbuf *eb)
+static cot_err get_str(const json_t *o, const char *key, size_t min, char *dst, size_t cap, cot_errbuf *eb)
 {
 	const char *v = "";
 	cot_err rc = cot_json_str(o, key, true, min, cap - 1, &v, eb);
@@ -177,7 +176,11 @@ static cot_err get_i64(const json_t *o, const char *key, long long min, long lon
 	return rc;
 }
 
-#define TRY(x) do { if ((rc = (x))) goto fail; } while (0)
+#define TRY(x) \
+	do { \
+		if ((rc = (x))) \
+			goto fail; \
+	} while (0)
 
 static cot_err work_from_json(cl_work *w, const json_t *o, cot_errbuf *eb)
 {
@@ -208,19 +211,22 @@ static cot_err work_from_json(cl_work *w, const json_t *o, cot_errbuf *eb)
 		return cot_seterr(eb, COT_ERR_CORRUPT, "unknown pending report \"%s\"", op);
 	const json_t *files = json_object_get(o, "files");
 	if (!json_is_array(files) || json_array_size(files) > CL_MAX_FILES)
-		return cot_seterr(eb, COT_ERR_CORRUPT, "\"files\" must be an array of at most %d files", CL_MAX_FILES);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "\"files\" must be an array of at most %d files",
+		                  CL_MAX_FILES);
 	w->nfiles = (int)json_array_size(files);
 	for (int i = 0; i < w->nfiles; i++) {
 		const json_t *f = json_array_get(files, i);
 		cl_file *cf = &w->files[i];
 		if (!json_is_object(f))
-			return cot_seterr(eb, COT_ERR_CORRUPT, "a file of work unit %lld is not an object", (long long)w->id);
+			return cot_seterr(eb, COT_ERR_CORRUPT, "a file of work unit %lld is not an object",
+			                  (long long)w->id);
 		TRY(get_str(f, "url", 1, cf->url, sizeof cf->url, eb));
 		TRY(get_str(f, "sha256", 64, cf->sha256, sizeof cf->sha256, eb));
 		TRY(get_str(f, "kind", 0, cf->kind, sizeof cf->kind, eb));
 		TRY(get_i64(f, "size", 0, BIG, &cf->size, eb));
 		if (!hash_is_sha256_hex(cf->sha256))
-			return cot_seterr(eb, COT_ERR_CORRUPT, "bad sha256 in work unit %lld", (long long)w->id);
+			return cot_seterr(eb, COT_ERR_CORRUPT, "bad sha256 in work unit %lld",
+			                  (long long)w->id);
 	}
 	return COT_OK;
 fail:
@@ -248,7 +254,8 @@ static cot_err project_from_json(cl_project *p, const json_t *o, cot_errbuf *eb)
 	TRY(cot_json_num(o, "flops_per_sample", true, 0, 1e30, &p->flops_per_sample, eb));
 	TRY(get_i64(o, "mb_total", 0, BIG, &p->mb_total, eb));
 	TRY(get_i64(o, "seed", -BIG, BIG, &p->seed, eb));
-	if (kern_model_config_from_json(json_object_get(o, "model"), "model", KERN_MODEL_JSON_STORED, &p->model, eb))
+	if (kern_model_config_from_json(json_object_get(o, "model"), "model", KERN_MODEL_JSON_STORED,
+	                                &p->model, eb))
 		return COT_ERR_CORRUPT;
 	p->account_prefs.set = 0;
 	TRY(cl_prefs_from_json(&p->account_prefs, json_object_get(o, "account_prefs"), eb));
@@ -285,8 +292,9 @@ cot_err cl_state_from_text(cl_state *s, const char *buf, size_t len, cot_errbuf 
 	if (sscanf(head, "%31s %d %79s", fmt, &version, sha) != 3 || strcmp(fmt, CL_STATE_FORMAT) != 0)
 		return cot_seterr(eb, COT_ERR_CORRUPT, "state file has a bad header line");
 	if (version != CL_STATE_VERSION)
-		return cot_seterr(eb, COT_ERR_UNSUPPORTED, "state file version %d is not supported (this client reads %d)",
-		                  version, CL_STATE_VERSION);
+		return cot_seterr(eb, COT_ERR_UNSUPPORTED,
+		                  "state file version %d is not supported (this client reads %d)", version,
+		                  CL_STATE_VERSION);
 	const char *body = nl + 1;
 	size_t blen = len - (size_t)(body - buf);
 	char got[HASH_SHA256_HEX_LEN + 1];
@@ -389,14 +397,16 @@ cot_err cl_state_load(cl_state *s, const char *dir, cot_errbuf *eb)
 		/* A crash between link and rename leaves only the previous copy. */
 		rc = read_file(prev, &buf, &len, &e2);
 		if (rc == COT_ERR_NOT_FOUND)
-			return COT_OK;                  /* first start */
+			return COT_OK; /* first start */
 		if (rc == COT_OK) {
 			rc = cl_state_from_text(s, buf, len, &e2);
 			free(buf);
 			if (rc == COT_OK)
 				return COT_OK;
 		}
-		cot_seterr(eb, COT_OK, "state file \"%s\" is missing and its previous copy is unusable (%s); starting with an empty state",
+		cot_seterr(eb, COT_OK,
+		           "state file \"%s\" is missing and its previous copy is unusable (%s); starting "
+		           "with an empty state",
 		           path, e2.msg);
 		return COT_OK;
 	}
@@ -419,10 +429,14 @@ cot_err cl_state_load(cl_state *s, const char *dir, cot_errbuf *eb)
 		free(buf);
 	}
 	if (rc2 == COT_OK)
-		cot_seterr(eb, COT_OK, "state file \"%s\" is unusable: %s; it was moved to \"%s\" and the previous copy was loaded",
+		cot_seterr(eb, COT_OK,
+		           "state file \"%s\" is unusable: %s; it was moved to \"%s\" and the previous copy "
+		           "was loaded",
 		           path, e1.msg, aside);
 	else
-		cot_seterr(eb, COT_OK, "state file \"%s\" is unusable: %s; it was moved to \"%s\" and no usable previous copy exists, so the client starts with no projects attached",
+		cot_seterr(eb, COT_OK,
+		           "state file \"%s\" is unusable: %s; it was moved to \"%s\" and no usable previous "
+		           "copy exists, so the client starts with no projects attached",
 		           path, e1.msg, aside);
 	cot_sethint(eb, "Attach the projects again with \"cotrainctl attach\" if they are missing.");
 	return COT_OK;
@@ -443,8 +457,10 @@ cot_err cl_state_save(const cl_state *s, const char *dir, cot_errbuf *eb)
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		free(text);
-		rc = cot_seterr(eb, COT_ERR_IO, "could not create state file \"%s\": %s", tmp, strerror(errno));
-		cot_sethint(eb, "Check that the state directory exists and is writable by the daemon's user.");
+		rc = cot_seterr(eb, COT_ERR_IO, "could not create state file \"%s\": %s", tmp,
+		                strerror(errno));
+		cot_sethint(eb,
+		            "Check that the state directory exists and is writable by the daemon's user.");
 		return rc;
 	}
 	size_t off = 0;
@@ -466,7 +482,8 @@ cot_err cl_state_save(const cl_state *s, const char *dir, cot_errbuf *eb)
 		unlink(tmp);
 		rc = cot_seterr(eb, COT_ERR_IO, "could not write state file \"%s\": %s", tmp, strerror(err));
 		if (err == ENOSPC || err == EDQUOT)
-			cot_sethint(eb, "Free some disk space; the client keeps its last saved state until it can write again.");
+			cot_sethint(eb, "Free some disk space; the client keeps its last saved state until "
+			                "it can write again.");
 		return rc;
 	}
 	/* Keep the previous copy: link, then rename over the old .prev. */
@@ -476,7 +493,8 @@ cot_err cl_state_save(const cl_state *s, const char *dir, cot_errbuf *eb)
 	if (rename(tmp, path) < 0) {
 		err = errno;
 		unlink(tmp);
-		return cot_seterr(eb, COT_ERR_IO, "could not replace state file \"%s\": %s", path, strerror(err));
+		return cot_seterr(eb, COT_ERR_IO, "could not replace state file \"%s\": %s", path,
+		                  strerror(err));
 	}
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd >= 0) {

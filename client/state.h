@@ -35,16 +35,16 @@
 #include "kernels/model.h"
 #include "shared/common/error.h"
 
-#define CL_STATE_FORMAT   "cotrain-client-state"
-#define CL_STATE_VERSION  1
+#define CL_STATE_FORMAT "cotrain-client-state"
+#define CL_STATE_VERSION 1
 #define CL_STATE_MAX_BYTES (4 << 20)
-#define CL_MAX_PROJECTS   32
-#define CL_MAX_FILES      64       /* files of one work unit */
-#define CL_URL_MAX        1024
-#define CL_FILE_URL_MAX   512
-#define CL_TOKEN_MAX      256
-#define CL_NAME_MAX       64
-#define CL_RECENT_DONE    16       /* finished work unit ids remembered */
+#define CL_MAX_PROJECTS 32
+#define CL_MAX_FILES 64 /* files of one work unit */
+#define CL_URL_MAX 1024
+#define CL_FILE_URL_MAX 512
+#define CL_TOKEN_MAX 256
+#define CL_NAME_MAX 64
+#define CL_RECENT_DONE 16 /* finished work unit ids remembered */
 
 typedef enum { CL_REPORT_NONE, CL_REPORT_HEARTBEAT, CL_REPORT_FINISH, CL_REPORT_HANDBACK } cl_report_op;
 
@@ -52,21 +52,21 @@ typedef struct {
 	char url[CL_FILE_URL_MAX]; /* absolute, or relative to the server */
 	char sha256[65];
 	int64_t size;
-	char kind[16];            /* "checkpoint", "shard", or "" */
+	char kind[16]; /* "checkpoint", "shard", or "" */
 } cl_file;
 
 typedef struct {
 	int64_t id;
 	int64_t version;
-	int64_t lo, hi;           /* stream microbatches [lo, hi) */
-	int64_t deadline;         /* unix seconds */
+	int64_t lo, hi;   /* stream microbatches [lo, hi) */
+	int64_t deadline; /* unix seconds */
 	int nfiles;
 	cl_file files[CL_MAX_FILES];
-	int64_t mb_done;          /* microbatches computed, 0..hi-lo */
-	int64_t mb_reported;      /* acknowledged by the server */
-	int64_t keep_hi;          /* after a hand-back: compute only [lo, keep_hi) */
+	int64_t mb_done;     /* microbatches computed, 0..hi-lo */
+	int64_t mb_reported; /* acknowledged by the server */
+	int64_t keep_hi;     /* after a hand-back: compute only [lo, keep_hi) */
 	double samples_per_sec;
-	cl_report_op pending_op;  /* journal: a report sent but not acknowledged */
+	cl_report_op pending_op; /* journal: a report sent but not acknowledged */
 	int64_t pending_mb;
 } cl_work;
 
@@ -75,35 +75,35 @@ typedef struct {
 typedef kern_config cl_model_shape;
 
 typedef struct {
-	char url[CL_URL_MAX];         /* as given to attach */
-	char base[CL_URL_MAX];        /* server base URL */
-	char name[CL_NAME_MAX + 1];   /* project name on the server */
+	char url[CL_URL_MAX];       /* as given to attach */
+	char base[CL_URL_MAX];      /* server base URL */
+	char name[CL_NAME_MAX + 1]; /* project name on the server */
 	char account_key[CL_TOKEN_MAX];
 	int64_t host_id;
 	char host_token[CL_TOKEN_MAX];
-	double resource_share;        /* > 0, default 100 */
-	double cpu_seconds;           /* compute time spent, for resource shares */
-	cl_prefs account_prefs;       /* pushed by the server */
+	double resource_share;  /* > 0, default 100 */
+	double cpu_seconds;     /* compute time spent, for resource shares */
+	cl_prefs account_prefs; /* pushed by the server */
 	/* project parameters, from the server */
 	int64_t seq_len, microbatch_size, mb_per_epoch;
 	double flops_per_sample;
 	int64_t seed;
-	cl_model_shape model;         /* from the project's config; n_layer 0 = unknown */
+	cl_model_shape model; /* from the project's config; n_layer 0 = unknown */
 	int has_work;
 	cl_work work;
-	int64_t recent_done[CL_RECENT_DONE];  /* finished work unit ids, newest first */
-	int64_t mb_total;             /* microbatches reported finished, all time */
+	int64_t recent_done[CL_RECENT_DONE]; /* finished work unit ids, newest first */
+	int64_t mb_total;                    /* microbatches reported finished, all time */
 } cl_project;
 
 typedef struct {
 	int nprojects;
-	cl_project *projects;   /* CL_MAX_PROJECTS slots, owned */
-	int suspended;          /* by the user */
-	cl_prefs local_prefs;   /* set with cotrainctl */
-	double bench_flops;     /* FLOP/s measured, 0 = never */
-	char bench_hw[65];      /* hardware fingerprint the benchmark ran on */
-	int64_t bench_at;       /* unix seconds */
-	int64_t saved_at;       /* unix seconds of the last save (clock checks) */
+	cl_project *projects; /* CL_MAX_PROJECTS slots, owned */
+	int suspended;        /* by the user */
+	cl_prefs local_prefs; /* set with cotrainctl */
+	double bench_flops;   /* FLOP/s measured, 0 = never */
+	char bench_hw[65];    /* hardware fingerprint the benchmark ran on */
+	int64_t bench_at;     /* unix seconds */
+	int64_t saved_at;     /* unix seconds of the last save (clock checks) */
 } cl_state;
 
 /* An empty state (no projects).  COT_ERR_NOMEM. */

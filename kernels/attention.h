@@ -14,18 +14,15 @@
 #define KERN_ATT_BLOCK 64
 
 /* out[B,T,C]; att[B,NH,T,T] receives the probabilities (kept for backward). */
-void kern_attention_forward(float *out, float *att, const float *qkv,
-                            int B, int T, int C, int NH);
+void kern_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 
 /* dqkv[B,T,3C] += gradient given dout[B,T,C] and the forward's qkv and att;
  * datt[B,NH,T,T] is scratch (overwritten). */
-void kern_attention_backward(float *dqkv, float *datt, const float *dout,
-                             const float *qkv, const float *att,
+void kern_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
                              int B, int T, int C, int NH);
 
 /* The same, dqkv's old contents ignored (no zeroing pass needed). */
-void kern_attention_backward_set(float *dqkv, float *datt, const float *dout,
-                                 const float *qkv, const float *att,
-                                 int B, int T, int C, int NH);
+void kern_attention_backward_set(float *dqkv, float *datt, const float *dout, const float *qkv,
+                                 const float *att, int B, int T, int C, int NH);
 
 #endif

@@ -31,58 +31,52 @@ typedef struct kern_backend {
 	 * (M x K, lda >= K) or, with ta, A^T where A is K x M (lda >= M);
 	 * likewise B.  beta == 0 ignores C's old contents (NaN included).
 	 * Must be called outside OpenMP parallel regions. */
-	void (*sgemm)(bool ta, bool tb, int M, int N, int K, float alpha,
-	              const float *A, int lda, const float *B, int ldb,
-	              float beta, float *C, int ldc);
+	void (*sgemm)(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+	              const float *B, int ldb, float beta, float *C, int ldc);
 	/* As sgemm with a row vector folded in: first C = beta * C + bias
 	 * (bias[N] added to every row; beta == 0 ignores C's old contents),
 	 * then C += alpha * op(A) op(B).  bias NULL is sgemm.  One pass per
 	 * tile of C, just before that tile's product, instead of a separate
 	 * pass over all of C.  Outside OpenMP regions. */
-	void (*sgemm_bias)(bool ta, bool tb, int M, int N, int K, float alpha,
-	                   const float *A, int lda, const float *B, int ldb,
-	                   float beta, float *C, int ldc, const float *bias);
+	void (*sgemm_bias)(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+	                   const float *B, int ldb, float beta, float *C, int ldc, const float *bias);
 	/* As sgemm_bias with beta 1 on a copy: first C = R + bias (R[M,N],
 	 * leading dimension ldc, may not overlap C; bias may be NULL), then
 	 * C += alpha * op(A) op(B): a residual connection and the projection
 	 * that feeds it, the copy made per tile.  Outside OpenMP regions. */
-	void (*sgemm_residual)(bool ta, bool tb, int M, int N, int K, float alpha,
-	                       const float *A, int lda, const float *B, int ldb,
-	                       const float *R, float *C, int ldc, const float *bias);
+	void (*sgemm_residual)(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+	                       const float *B, int ldb, const float *R, float *C, int ldc, const float *bias);
 	/* As sgemm_bias, then on C a GELU post-op (kernels/gemm.h's
 	 * KERN_GEMM_GELU_FWD: G = gelu(C); KERN_GEMM_GELU_BWD: G = C *
 	 * gelu'(X)), G and X with leading dimension ldc, the values those of
 	 * the separate GELU pass; fused into the product's last pass over C
 	 * where the backend can.  Outside OpenMP regions. */
-	void (*sgemm_gelu)(bool ta, bool tb, int M, int N, int K, float alpha,
-	                   const float *A, int lda, const float *B, int ldb,
-	                   float beta, float *C, int ldc, const float *bias,
-	                   int op, float *G, const float *X);
+	void (*sgemm_gelu)(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+	                   const float *B, int ldb, float beta, float *C, int ldc, const float *bias, int op,
+	                   float *G, const float *X);
 	/* As sgemm, and also colsum[j] += sum over k of op(B)[k][j], in
 	 * double in k order (kern_colsum_add's sum, bit for bit), in the
 	 * same pass over B where the backend can: a linear layer's weight
 	 * and bias gradients.  Returns false, having done nothing, where it
 	 * cannot (the caller then runs sgemm and the column sums apart).
 	 * Outside OpenMP regions. */
-	bool (*sgemm_colsum)(bool ta, bool tb, int M, int N, int K, float alpha,
-	                     const float *A, int lda, const float *B, int ldb,
-	                     float beta, float *C, int ldc, float *colsum);
+	bool (*sgemm_colsum)(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+	                     const float *B, int ldb, float beta, float *C, int ldc, float *colsum);
 	/* One product on the calling thread only, for a caller's own OpenMP
 	 * loop over independent problems (attention runs each (sample, head)
 	 * pair's products and softmax in one task): each output element is
 	 * computed exactly as sgemm_batched computes it.  May be called
 	 * inside OpenMP regions, from several threads at once. */
-	void (*sgemm_serial)(bool ta, bool tb, int M, int N, int K, float alpha,
-	                     const float *A, int lda, const float *B, int ldb,
-	                     float beta, float *C, int ldc);
+	void (*sgemm_serial)(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+	                     const float *B, int ldb, float beta, float *C, int ldc);
 	/* n_outer * n_inner independent products of one shape; problem
 	 * (o, i) uses A + o*a_outer + i*a_inner, likewise B and C (strides
 	 * in floats), so that e.g. (sample, head) pairs of attention read
 	 * their slices in place.  The C blocks must not overlap.  Outside
 	 * OpenMP regions. */
-	void (*sgemm_batched)(bool ta, bool tb, int M, int N, int K, float alpha,
-	                      const float *A, int lda, const float *B, int ldb,
-	                      float beta, float *C, int ldc, const struct kern_batch *batch);
+	void (*sgemm_batched)(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+	                      const float *B, int ldb, float beta, float *C, int ldc,
+	                      const struct kern_batch *batch);
 	/* threads used by this backend and by the kernels' OpenMP loops */
 	void (*set_threads)(int n);
 	int (*threads)(void);

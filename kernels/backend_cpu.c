@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int cpu_nthreads;                 /* 0 until initialised */
+static int cpu_nthreads; /* 0 until initialised */
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
 static void cpu_init(void)
@@ -34,13 +34,11 @@ static void cpu_init(void)
 		__atomic_store_n(&cpu_nthreads, omp_get_max_threads(), __ATOMIC_RELAXED);
 }
 
-static void gemm1(bool ta, bool tb, int M, int N, int K, float alpha,
-                  const float *A, int lda, const float *B, int ldb,
-                  float beta, float *C, int ldc)
+static void gemm1(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                  int ldb, float beta, float *C, int ldc)
 {
-	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-	            tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb,
-	            beta, C, ldc);
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+	            alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* Tile size along a dimension of length dim, a function of the shape only:
@@ -57,8 +55,7 @@ static int tile_of(int dim)
 
 /* Over a block of C: C = R + bias when R is given (bias may then be NULL),
  * else C = beta * C + bias (beta 0: C = bias). */
-static void bias_block(float *C, int ldc, int rows, int n, float beta,
-                       const float *bias, const float *R)
+static void bias_block(float *C, int ldc, int rows, int n, float beta, const float *bias, const float *R)
 {
 	for (int i = 0; i < rows; i++) {
 		float *c = C + (size_t)i * ldc;
@@ -82,9 +79,8 @@ static void bias_block(float *C, int ldc, int rows, int n, float beta,
 
 /* One tile: the bias (or residual) pass when one is given, then a
  * single-threaded product with beta 1; or the plain product. */
-static void tile_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
-                      const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc, const float *bias,
+static void tile_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc, const float *bias,
                       const float *R)
 {
 	if (bias || R) {
@@ -95,10 +91,8 @@ static void tile_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
 }
 
 /* The tiled product behind sgemm, sgemm_bias and sgemm_residual. */
-static void tiled(bool ta, bool tb, int M, int N, int K, float alpha,
-                  const float *A, int lda, const float *B, int ldb,
-                  float beta, float *C, int ldc, const float *bias,
-                  const float *R)
+static void tiled(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                  int ldb, float beta, float *C, int ldc, const float *bias, const float *R)
 {
 	if (M <= 0 || N <= 0)
 		return;
@@ -106,8 +100,7 @@ static void tiled(bool ta, bool tb, int M, int N, int K, float alpha,
 	/* Large products on a CPU with AVX-512: our own driver (gemm.h),
 	 * which packs the shared operand once per call. */
 	if ((double)M * N * K >= 1e6 && kern_gemm_usable()) {
-		kern_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-		          bias, R, nt);
+		kern_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, R, nt);
 		return;
 	}
 	/* Split the longer of M and N; small products run as one call. */
@@ -119,48 +112,44 @@ static void tiled(bool ta, bool tb, int M, int N, int K, float alpha,
 		tile_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, R);
 		return;
 	}
-	/* nt == 1 still walks the same tiles, so the result does not depend on
+/* nt == 1 still walks the same tiles, so the result does not depend on
 	 * the thread count; nor does it depend on which thread takes a tile,
 	 * so tiles are handed out as threads come free (another process on a
 	 * shared core slows one thread, not the whole product). */
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
 	for (int t = 0; t < ntiles; t++) {
 		int lo = t * tile, n = dim - lo < tile ? dim - lo : tile;
 		if (split_rows) {
 			const float *a = ta ? A + lo : A + (size_t)lo * lda;
-			tile_gemm(ta, tb, n, N, K, alpha, a, lda, B, ldb, beta,
-			          C + (size_t)lo * ldc, ldc, bias,
-			          R ? R + (size_t)lo * ldc : NULL);
+			tile_gemm(ta, tb, n, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc,
+			          bias, R ? R + (size_t)lo * ldc : NULL);
 		} else {
 			const float *b = tb ? B + (size_t)lo * ldb : B + lo;
-			tile_gemm(ta, tb, M, n, K, alpha, A, lda, b, ldb, beta,
-			          C + lo, ldc, bias ? bias + lo : NULL, R ? R + lo : NULL);
+			tile_gemm(ta, tb, M, n, K, alpha, A, lda, b, ldb, beta, C + lo, ldc,
+			          bias ? bias + lo : NULL, R ? R + lo : NULL);
 		}
 	}
 }
 
-static void cpu_sgemm_bias(bool ta, bool tb, int M, int N, int K, float alpha,
-                           const float *A, int lda, const float *B, int ldb,
-                           float beta, float *C, int ldc, const float *bias)
+static void cpu_sgemm_bias(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                           const float *B, int ldb, float beta, float *C, int ldc, const float *bias)
 {
 	tiled(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, NULL);
 }
 
-static void cpu_sgemm_residual(bool ta, bool tb, int M, int N, int K, float alpha,
-                               const float *A, int lda, const float *B, int ldb,
-                               const float *R, float *C, int ldc, const float *bias)
+static void cpu_sgemm_residual(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                               const float *B, int ldb, const float *R, float *C, int ldc, const float *bias)
 {
 	tiled(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc, bias, R);
 }
 
-static void cpu_sgemm_gelu(bool ta, bool tb, int M, int N, int K, float alpha,
-                           const float *A, int lda, const float *B, int ldb,
-                           float beta, float *C, int ldc, const float *bias,
-                           int op, float *G, const float *X)
+static void cpu_sgemm_gelu(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                           const float *B, int ldb, float beta, float *C, int ldc, const float *bias, int op,
+                           float *G, const float *X)
 {
 	if ((double)M * N * K >= 1e6 && kern_gemm_usable()) {
-		kern_gemm_post(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-		               bias, op, G, X, kern_threads());
+		kern_gemm_post(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, op, G, X,
+		               kern_threads());
 		return;
 	}
 	tiled(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, NULL);
@@ -180,19 +169,16 @@ static void cpu_sgemm_gelu(bool ta, bool tb, int M, int N, int K, float alpha,
 	}
 }
 
-static bool cpu_sgemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
-                             const float *A, int lda, const float *B, int ldb,
-                             float beta, float *C, int ldc, float *colsum)
+static bool cpu_sgemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                             const float *B, int ldb, float beta, float *C, int ldc, float *colsum)
 {
 	if ((double)M * N * K < 1e6 || !kern_gemm_usable())
 		return false;
-	return kern_gemm_colsum(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
-	                        ldc, colsum, kern_threads());
+	return kern_gemm_colsum(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, colsum, kern_threads());
 }
 
-static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
-                      const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc)
+static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc)
 {
 	cpu_sgemm_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
@@ -200,9 +186,8 @@ static void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha,
 /* sgemm_serial and each problem of sgemm_batched: our driver on the
  * calling thread where it is used, else one OpenBLAS call (the choice
  * depends on the CPU only, so the two always agree). */
-static void serial1(bool ta, bool tb, int M, int N, int K, float alpha,
-                    const float *A, int lda, const float *B, int ldb,
-                    float beta, float *C, int ldc)
+static void serial1(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc)
 {
 	if (kern_gemm_usable())
 		kern_gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -210,17 +195,16 @@ static void serial1(bool ta, bool tb, int M, int N, int K, float alpha,
 		gemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-static void cpu_sgemm_batched(bool ta, bool tb, int M, int N, int K, float alpha,
-                              const float *A, int lda, const float *B, int ldb,
-                              float beta, float *C, int ldc, const kern_batch *bt)
+static void cpu_sgemm_batched(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc, const kern_batch *bt)
 {
 	int nt = kern_threads(), n = bt->n_outer * bt->n_inner;
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n > 1)
 	for (int p = 0; p < n; p++) {
 		long o = p / bt->n_inner, i = p % bt->n_inner;
 		serial1(ta, tb, M, N, K, alpha, A + o * bt->a_outer + i * bt->a_inner, lda,
-		      B + o * bt->b_outer + i * bt->b_inner, ldb, beta,
-		      C + o * bt->c_outer + i * bt->c_inner, ldc);
+		        B + o * bt->b_outer + i * bt->b_inner, ldb, beta,
+		        C + o * bt->c_outer + i * bt->c_inner, ldc);
 	}
 }
 
@@ -243,9 +227,9 @@ static const char *cpu_describe(void)
 	static __thread char buf[160];
 	pthread_once(&cpu_once, cpu_init);
 	static const char *driver[] = { "", "AVX2 GEMM driver, ", "AVX-512 GEMM driver, ",
-	                                "AMX and AVX-512 GEMM driver, " };
-	snprintf(buf, sizeof buf, "cpu: %sOpenBLAS core %s, %d threads",
-	         driver[kern_gemm_kind_now()], openblas_get_corename(), cpu_threads());
+		                        "AMX and AVX-512 GEMM driver, " };
+	snprintf(buf, sizeof buf, "cpu: %sOpenBLAS core %s, %d threads", driver[kern_gemm_kind_now()],
+	         openblas_get_corename(), cpu_threads());
 	return buf;
 }
 
@@ -269,21 +253,15 @@ const kern_backend *kern_backend_get(void)
 	return &backend_cpu;
 }
 
-void kern_set_threads(int n)
-{
-	kern_backend_get()->set_threads(n);
-}
+void kern_set_threads(int n) { kern_backend_get()->set_threads(n); }
 
-int kern_threads(void)
-{
-	return cpu_threads();
-}
+int kern_threads(void) { return cpu_threads(); }
 
 const char *kern_blas_coretype_hint(void)
 {
-	static const char *generic[] = { "Prescott", "Core2", "Penryn",
-		"Dunnington", "Nehalem", "Atom", "Katmai", "Coppermine",
-		"Northwood", "Banias", "Sandybridge", NULL };
+	static const char *generic[] = { "Prescott",  "Core2",  "Penryn",      "Dunnington",
+		                         "Nehalem",   "Atom",   "Katmai",      "Coppermine",
+		                         "Northwood", "Banias", "Sandybridge", NULL };
 	const char *core = openblas_get_corename();
 	bool is_generic = false;
 	for (int i = 0; generic[i]; i++)
@@ -292,8 +270,8 @@ const char *kern_blas_coretype_hint(void)
 	if (!is_generic)
 		return NULL;
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-	    && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
 		return "SkylakeX";
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
 		return "Haswell";
@@ -312,9 +290,9 @@ void kern_blas_reexec_if_needed(int argc, char **argv)
 		return;
 	/* the marker first: should the exec fail and the program later run
 	 * another of ours, that one does not try again either */
-	if (setenv(KERN_BLAS_REEXEC_ENV, hint ? hint : "-", 1) != 0
-	    || (hint && setenv("OPENBLAS_CORETYPE", hint, 1) != 0)
-	    || (spin && setenv("GOMP_SPINCOUNT", KERN_OMP_SPINCOUNT, 1) != 0))
+	if (setenv(KERN_BLAS_REEXEC_ENV, hint ? hint : "-", 1) != 0 ||
+	    (hint && setenv("OPENBLAS_CORETYPE", hint, 1) != 0) ||
+	    (spin && setenv("GOMP_SPINCOUNT", KERN_OMP_SPINCOUNT, 1) != 0))
 		return;
 	execv("/proc/self/exe", argv);
 	/* Still here: run on as loaded (describe() names the core).  No log

@@ -15,29 +15,23 @@
 #error "checkpoints store little-endian floats; this host is big-endian"
 #endif
 
-#define MAX_VIEWS 4096   /* named tensors one model may have */
+#define MAX_VIEWS 4096 /* named tensors one model may have */
 
 /* The three groups of tensors, each with the same views. */
-static const char *const groups[3] = {"param.", "opt.m.", "opt.v."};
+static const char *const groups[3] = { "param.", "opt.m.", "opt.v." };
 
 /* The config fields, by name, for the metadata. */
-#define CONFIG_FIELDS(X) \
-	X(n_layer) X(n_shared) X(n_head) X(d_model) X(seq_len) X(vocab) X(d_ff)
+#define CONFIG_FIELDS(X) X(n_layer) X(n_shared) X(n_head) X(d_model) X(seq_len) X(vocab) X(d_ff)
 
-static float *group_data(const kern_model *m, int g)
-{
-	return g == 0 ? m->params : g == 1 ? m->m : m->v;
-}
+static float *group_data(const kern_model *m, int g) { return g == 0 ? m->params : g == 1 ? m->m : m->v; }
 
 /* The views of the valid config c into a new array (caller frees) and their
  * count. */
-static cot_err get_views(const kern_config *c, kern_view **out, int *n,
-                         cot_errbuf *eb)
+static cot_err get_views(const kern_config *c, kern_view **out, int *n, cot_errbuf *eb)
 {
 	int k = kern_param_views(c, NULL, 0);
 	if (k <= 0 || k > MAX_VIEWS)
-		return cot_seterr(eb, COT_ERR_INTERNAL,
-		                  "model has %d named tensors, outside 1..%d", k,
+		return cot_seterr(eb, COT_ERR_INTERNAL, "model has %d named tensors, outside 1..%d", k,
 		                  MAX_VIEWS);
 	kern_view *v = malloc((size_t)k * sizeof *v);
 	if (!v)
@@ -85,16 +79,14 @@ cot_err ckpt_save(const kern_model *m, const char *path, cot_errbuf *eb)
 			int64_t shape[4];
 			const kern_view *v = &views[i];
 			if (v->ndim < 0 || v->ndim > 4) {
-				rc = cot_seterr(eb, COT_ERR_INTERNAL,
-				                "view \"%.64s\" has %d dimensions", v->name,
-				                v->ndim);
+				rc = cot_seterr(eb, COT_ERR_INTERNAL, "view \"%.64s\" has %d dimensions",
+				                v->name, v->ndim);
 				break;
 			}
 			for (int d = 0; d < v->ndim; d++)
 				shape[d] = v->shape[d];
 			snprintf(name, sizeof name, "%s%s", groups[g], v->name);
-			rc = st_writer_add(w, name, ST_F32, v->ndim, shape,
-			                   base + v->offset, eb);
+			rc = st_writer_add(w, name, ST_F32, v->ndim, shape, base + v->offset, eb);
 		}
 	}
 	if (!rc) {
@@ -102,8 +94,7 @@ cot_err ckpt_save(const kern_model *m, const char *path, cot_errbuf *eb)
 		memset(&d, 0, sizeof d);
 		rc = st_writer_write(w, path, &d);
 		if (rc)
-			cot_seterr(eb, rc, "could not save checkpoint \"%s\": %s", path,
-			           d.msg);
+			cot_seterr(eb, rc, "could not save checkpoint \"%s\": %s", path, d.msg);
 	}
 	st_writer_free(w);
 	free(views);
@@ -111,27 +102,25 @@ cot_err ckpt_save(const kern_model *m, const char *path, cot_errbuf *eb)
 }
 
 /* A metadata integer in [lo, hi] into *v. */
-static cot_err meta_long(const st_file *f, const char *key, long lo, long hi,
-                         long *v, cot_errbuf *eb)
+static cot_err meta_long(const st_file *f, const char *key, long lo, long hi, long *v, cot_errbuf *eb)
 {
 	const char *s = st_meta(f, key);
 	if (!s)
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "metadata \"%s\" is missing", key);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "metadata \"%s\" is missing", key);
 	char *end;
 	errno = 0;
 	long x = strtol(s, &end, 10);
 	if (errno || end == s || *end || x < lo || x > hi)
 		return cot_seterr(eb, COT_ERR_CORRUPT,
 		                  "metadata \"%s\" is \"%.32s\", not an integer from "
-		                  "%ld to %ld", key, s, lo, hi);
+		                  "%ld to %ld",
+		                  key, s, lo, hi);
 	*v = x;
 	return COT_OK;
 }
 
 /* Check the metadata of f and read its config and step. */
-static cot_err read_header(const st_file *f, kern_config *c, long *step,
-                           cot_errbuf *eb)
+static cot_err read_header(const st_file *f, kern_config *c, long *step, cot_errbuf *eb)
 {
 	const char *s = st_meta(f, "format");
 	if (!s || strcmp(s, CKPT_FORMAT) != 0)
@@ -146,14 +135,13 @@ static cot_err read_header(const st_file *f, kern_config *c, long *step,
 	if (ver != CKPT_FORMAT_VERSION)
 		return cot_seterr(eb, COT_ERR_UNSUPPORTED,
 		                  "its format version %ld is not %d, the one this "
-		                  "build reads", ver, CKPT_FORMAT_VERSION);
+		                  "build reads",
+		                  ver, CKPT_FORMAT_VERSION);
 	s = st_meta(f, "tokenizer");
 	if (!s)
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "metadata \"tokenizer\" is missing");
+		return cot_seterr(eb, COT_ERR_CORRUPT, "metadata \"tokenizer\" is missing");
 	if (strcmp(s, TOK_NAME) != 0)
-		return cot_seterr(eb, COT_ERR_UNSUPPORTED,
-		                  "its tokenizer \"%.32s\" is not \"" TOK_NAME "\"",
+		return cot_seterr(eb, COT_ERR_UNSUPPORTED, "its tokenizer \"%.32s\" is not \"" TOK_NAME "\"",
 		                  s);
 	memset(c, 0, sizeof *c);
 	long x;
@@ -171,14 +159,12 @@ static cot_err read_header(const st_file *f, kern_config *c, long *step,
 	memset(&d, 0, sizeof d);
 	rc = kern_config_validate(c, &d);
 	if (rc)
-		return cot_seterr(eb, COT_ERR_CORRUPT, "its config is invalid: %s",
-		                  d.msg);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "its config is invalid: %s", d.msg);
 	return COT_OK;
 }
 
 /* The first config field where a and b differ, or NULL. */
-static const char *config_diff(const kern_config *a, const kern_config *b,
-                               int *va, int *vb)
+static const char *config_diff(const kern_config *a, const kern_config *b, int *va, int *vb)
 {
 #define DIFF(f) \
 	if (a->f != b->f) { \
@@ -192,8 +178,7 @@ static const char *config_diff(const kern_config *a, const kern_config *b,
 }
 
 /* Check that f holds exactly the tensors of config c, with finite values. */
-static cot_err check_tensors(const st_file *f, const kern_view *views, int nv,
-                             cot_errbuf *eb)
+static cot_err check_tensors(const st_file *f, const kern_view *views, int nv, cot_errbuf *eb)
 {
 	char name[ST_NAME_MAX + 1];
 	if (st_count(f) != (size_t)nv * 3) {
@@ -210,7 +195,8 @@ static cot_err check_tensors(const st_file *f, const kern_view *views, int nv,
 			if (!known)
 				return cot_seterr(eb, COT_ERR_CORRUPT,
 				                  "it holds tensor \"%.64s\", which this "
-				                  "model does not have", tn);
+				                  "model does not have",
+				                  tn);
 		}
 	}
 	for (int g = 0; g < 3; g++) {
@@ -219,25 +205,22 @@ static cot_err check_tensors(const st_file *f, const kern_view *views, int nv,
 			snprintf(name, sizeof name, "%s%s", groups[g], v->name);
 			const st_tensor *t = st_find(f, name);
 			if (!t)
-				return cot_seterr(eb, COT_ERR_CORRUPT,
-				                  "tensor \"%s\" is missing", name);
-			int same = t->dtype == ST_F32 && t->ndim == v->ndim &&
-			           t->numel == v->numel;
+				return cot_seterr(eb, COT_ERR_CORRUPT, "tensor \"%s\" is missing", name);
+			int same = t->dtype == ST_F32 && t->ndim == v->ndim && t->numel == v->numel;
 			for (int d = 0; same && d < v->ndim; d++)
 				same = t->shape[d] == v->shape[d];
 			if (!same) {
 				char want[64] = "", got[64] = "";
 				for (int d = 0; d < v->ndim; d++)
-					snprintf(want + strlen(want), sizeof want - strlen(want),
-					         "%s%d", d ? ", " : "", v->shape[d]);
+					snprintf(want + strlen(want), sizeof want - strlen(want), "%s%d",
+					         d ? ", " : "", v->shape[d]);
 				for (int d = 0; d < t->ndim; d++)
-					snprintf(got + strlen(got), sizeof got - strlen(got),
-					         "%s%lld", d ? ", " : "",
-					         (long long)t->shape[d]);
+					snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld",
+					         d ? ", " : "", (long long)t->shape[d]);
 				return cot_seterr(eb, COT_ERR_CORRUPT,
 				                  "tensor \"%s\" is %s [%s], expected F32 "
-				                  "[%s]", name, st_dtype_name(t->dtype), got,
-				                  want);
+				                  "[%s]",
+				                  name, st_dtype_name(t->dtype), got, want);
 			}
 			const unsigned char *p = t->data;
 			for (size_t k = 0; k < t->numel; k++) {
@@ -246,11 +229,13 @@ static cot_err check_tensors(const st_file *f, const kern_view *views, int nv,
 				if (!isfinite(x))
 					return cot_seterr(eb, COT_ERR_CORRUPT,
 					                  "tensor \"%s\" holds a non-finite "
-					                  "value at index %zu", name, k);
-				if (g == 2 && x < 0)   /* a second moment is a mean square */
+					                  "value at index %zu",
+					                  name, k);
+				if (g == 2 && x < 0) /* a second moment is a mean square */
 					return cot_seterr(eb, COT_ERR_CORRUPT,
 					                  "tensor \"%s\" holds a negative "
-					                  "second moment at index %zu", name, k);
+					                  "second moment at index %zu",
+					                  name, k);
 			}
 		}
 	}
@@ -259,16 +244,14 @@ static cot_err check_tensors(const st_file *f, const kern_view *views, int nv,
 
 /* Validate all of f: header, config, tensors.  On success the caller owns
  * *views.  Errors name the file. */
-static cot_err validate(const st_file *f, const char *path, kern_config *c,
-                        long *step, kern_view **views, int *nv,
-                        cot_errbuf *eb)
+static cot_err validate(const st_file *f, const char *path, kern_config *c, long *step, kern_view **views,
+                        int *nv, cot_errbuf *eb)
 {
 	cot_errbuf d;
 	memset(&d, 0, sizeof d);
 	cot_err rc = read_header(f, c, step, &d);
 	if (rc)
-		return cot_seterr(eb, rc, "cannot load checkpoint \"%s\": %s", path,
-		                  d.msg);
+		return cot_seterr(eb, rc, "cannot load checkpoint \"%s\": %s", path, d.msg);
 	rc = get_views(c, views, nv, eb);
 	if (rc)
 		return rc;
@@ -276,15 +259,13 @@ static cot_err validate(const st_file *f, const char *path, kern_config *c,
 	if (rc) {
 		free(*views);
 		*views = NULL;
-		return cot_seterr(eb, rc, "cannot load checkpoint \"%s\": %s", path,
-		                  d.msg);
+		return cot_seterr(eb, rc, "cannot load checkpoint \"%s\": %s", path, d.msg);
 	}
 	return COT_OK;
 }
 
 /* Copy the validated tensors of f into m. */
-static void copy_in(kern_model *m, const st_file *f, const kern_view *views,
-                    int nv, long step)
+static void copy_in(kern_model *m, const st_file *f, const kern_view *views, int nv, long step)
 {
 	char name[ST_NAME_MAX + 1];
 	for (int g = 0; g < 3; g++) {
@@ -315,9 +296,10 @@ cot_err ckpt_load(kern_model *m, const char *path, cot_errbuf *eb)
 		if (field) {
 			rc = cot_seterr(eb, COT_ERR_CONFLICT,
 			                "cannot load checkpoint \"%s\": its %s is %d, "
-			                "the model's is %d", path, field, va, vb);
+			                "the model's is %d",
+			                path, field, va, vb);
 			cot_sethint(eb, "Load it into a model made with the "
-			            "checkpoint's config.");
+			                "checkpoint's config.");
 		} else {
 			copy_in(m, f, views, nv, step);
 		}
@@ -327,8 +309,7 @@ cot_err ckpt_load(kern_model *m, const char *path, cot_errbuf *eb)
 	return rc;
 }
 
-cot_err ckpt_load_new(const char *path, int max_batch, kern_model **out,
-                      cot_errbuf *eb)
+cot_err ckpt_load_new(const char *path, int max_batch, kern_model **out, cot_errbuf *eb)
 {
 	*out = NULL;
 	st_file *f;

@@ -25,8 +25,8 @@
 #include "kernels/model.h"
 #include "shared/common/error.h"
 
-#define CKPT_FORMAT          "cotrain-checkpoint"
-#define CKPT_FORMAT_VERSION  1
+#define CKPT_FORMAT "cotrain-checkpoint"
+#define CKPT_FORMAT_VERSION 1
 
 /* Write m's config, step, parameters and moments to path, atomically (the
  * old file stays until the new one is complete).  m is not changed.
@@ -48,7 +48,6 @@ cot_err ckpt_load(kern_model *m, const char *path, cot_errbuf *eb);
  * make it allocate a large model.  On success the caller owns *out
  * (kern_model_free); on error *out is NULL.  Errors as ckpt_load, plus those
  * of kern_model_create. */
-cot_err ckpt_load_new(const char *path, int max_batch, kern_model **out,
-                      cot_errbuf *eb);
+cot_err ckpt_load_new(const char *path, int max_batch, kern_model **out, cot_errbuf *eb);
 
 #endif

@@ -30,16 +30,19 @@ typedef struct {
 
 #define F(field) offsetof(gen_cli, field)
 static const opt_spec gen_opts[] = {
-	{ "checkpoint", 'c', OPT_STRING, F(ckpt), .metavar = "FILE", .help = "the checkpoint (a .safetensors file)" },
-	{ "prompt", 'p', OPT_STRING, F(prompt), .metavar = "TEXT", .help = "text to continue (default: a newline)" },
+	{ "checkpoint", 'c', OPT_STRING, F(ckpt), .metavar = "FILE",
+	  .help = "the checkpoint (a .safetensors file)" },
+	{ "prompt", 'p', OPT_STRING, F(prompt), .metavar = "TEXT",
+	  .help = "text to continue (default: a newline)" },
 	{ "tokens", 'n', OPT_INT, F(o.n_tokens), 0, GEN_MAX_TOKENS, .def = "256", .metavar = "N",
 	  .help = "tokens to generate" },
 	{ "top-k", 'k', OPT_INT, F(o.top_k), 0, INT_MAX, .def = "40", .metavar = "K",
 	  .help = "sample from the K most likely tokens; 1 is greedy, 0 the whole vocabulary" },
-	{ "temperature", 't', OPT_FLOAT, F(o.temperature), .dmin = 0, .dmax = 1e6, .def = "1.0", .metavar = "T",
-	  .help = "divide logits by T before sampling; 0 is greedy" },
+	{ "temperature", 't', OPT_FLOAT, F(o.temperature), .dmin = 0, .dmax = 1e6, .def = "1.0",
+	  .metavar = "T", .help = "divide logits by T before sampling; 0 is greedy" },
 	{ "seed", 's', OPT_U64, F(o.seed), .def = "1", .metavar = "S", .help = "seed of the sampler" },
-	{ "threads", 'j', OPT_INT, F(threads), 1, 4096, .metavar = "N", .help = "CPU threads (default: all)" },
+	{ "threads", 'j', OPT_INT, F(threads), 1, 4096, .metavar = "N",
+	  .help = "CPU threads (default: all)" },
 	{ "help", 'h', OPT_HELP, .help = "show this help and exit" },
 	{ "version", 0, OPT_VERSION, .help = "show the version and exit" },
 	{ NULL }
@@ -47,7 +50,8 @@ static const opt_spec gen_opts[] = {
 #undef F
 
 static const opt_program gen_prog = {
-	.prog = PROG, .synopsis = "--checkpoint FILE [OPTION]...",
+	.prog = PROG,
+	.synopsis = "--checkpoint FILE [OPTION]...",
 	.intro = "Continue a prompt with a cotrain model checkpoint and print the prompt and\n"
 	         "its continuation.\n",
 	.outro = "The same checkpoint, prompt, options and thread count give the same text.\n"
@@ -57,8 +61,7 @@ static const opt_program gen_prog = {
 
 static int fail(cot_err rc, const cot_errbuf *eb)
 {
-	fprintf(stderr, PROG ": error: %s\n", eb->msg[0] ? eb->msg :
-	        cot_strerror(rc));
+	fprintf(stderr, PROG ": error: %s\n", eb->msg[0] ? eb->msg : cot_strerror(rc));
 	if (eb->hint[0])
 		fprintf(stderr, PROG ": hint: %s\n", eb->hint);
 	return 1;
@@ -66,14 +69,14 @@ static int fail(cot_err rc, const cot_errbuf *eb)
 
 int main(int argc, char **argv)
 {
-	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
+	kern_blas_reexec_if_needed(argc, argv); /* first: may re-exec with a faster BLAS core */
 	gen_cli cli = { .prompt = "\n" };
 	opt_result orc = opt_parse(&gen_prog, argc, argv, &cli, NULL);
 	if (orc)
 		return orc == OPT_EXIT ? 0 : 2;
 	if (!cli.ckpt) {
 		fprintf(stderr, PROG ": no checkpoint given; use --checkpoint FILE\n"
-		        "Try \"" PROG " --help\" for more information.\n");
+		                     "Try \"" PROG " --help\" for more information.\n");
 		return 2;
 	}
 	const char *ckpt = cli.ckpt, *prompt = cli.prompt;
@@ -97,8 +100,7 @@ int main(int argc, char **argv)
 	}
 	if (plen > GEN_MAX_TOKENS) {
 		kern_model_free(m);
-		fprintf(stderr, PROG ": prompt of %zu bytes is longer than %d\n",
-		        plen, GEN_MAX_TOKENS);
+		fprintf(stderr, PROG ": prompt of %zu bytes is longer than %d\n", plen, GEN_MAX_TOKENS);
 		return 2;
 	}
 	int32_t *ptok = malloc(plen * sizeof *ptok);
@@ -116,10 +118,12 @@ int main(int argc, char **argv)
 	if (rc)
 		goto out;
 	if (fwrite(prompt, 1, plen, stdout) != plen ||
-	    fwrite(text, 1, (size_t)o.n_tokens, stdout) != (size_t)o.n_tokens ||
-	    putchar('\n') == EOF || fflush(stdout) == EOF)
-		rc = cot_seterr(&eb, COT_ERR_IO, "could not write to standard "
-		                "output: %s", strerror(errno));
+	    fwrite(text, 1, (size_t)o.n_tokens, stdout) != (size_t)o.n_tokens || putchar('\n') == EOF ||
+	    fflush(stdout) == EOF)
+		rc = cot_seterr(&eb, COT_ERR_IO,
+		                "could not write to standard "
+		                "output: %s",
+		                strerror(errno));
 out:
 	free(ptok);
 	free(gen);

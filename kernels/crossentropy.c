@@ -7,15 +7,13 @@
 #include <math.h>
 #include <stddef.h>
 
-void kern_head_forward(float *logits, const float *x, const float *wte,
-                       int N, int C, int V)
+void kern_head_forward(float *logits, const float *x, const float *wte, int N, int C, int V)
 {
-	kern_backend_get()->sgemm(false, true, N, V, C, 1.0f, x, C, wte, C,
-	                          0.0f, logits, V);
+	kern_backend_get()->sgemm(false, true, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
 }
 
-void kern_head_backward(float *dx, float *dwte, const float *dlogits,
-                        const float *x, const float *wte, int N, int C, int V)
+void kern_head_backward(float *dx, float *dwte, const float *dlogits, const float *x, const float *wte, int N,
+                        int C, int V)
 {
 	const kern_backend *be = kern_backend_get();
 	be->sgemm(false, false, N, C, V, 1.0f, dlogits, V, wte, C, 1.0f, dx, C);
@@ -43,11 +41,10 @@ KERN_SIMD static float row_sumexp(const float *l, int V, float *mx)
 	return acc[0] + tail;
 }
 
-double kern_crossentropy_forward(float *losses, const float *logits,
-                                 const int32_t *targets, int N, int V)
+double kern_crossentropy_forward(float *losses, const float *logits, const int32_t *targets, int N, int V)
 {
 	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 16) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 16) if (nt > 1)
 	for (int n = 0; n < N; n++) {
 		const float *l = logits + (size_t)n * V;
 		float mx, sum = row_sumexp(l, V, &mx);
@@ -59,8 +56,7 @@ double kern_crossentropy_forward(float *losses, const float *logits,
 	return total / N;
 }
 
-KERN_SIMD static void ce_back_row(float *d, const float *l, int target,
-                                  float dloss, int V, int acc)
+KERN_SIMD static void ce_back_row(float *d, const float *l, int target, float dloss, int V, int acc)
 {
 	/* the softmax is recomputed rather than stored by the forward */
 	float mx, inv = 1.0f / row_sumexp(l, V, &mx);
@@ -73,27 +69,23 @@ KERN_SIMD static void ce_back_row(float *d, const float *l, int target,
 	d[target] -= dloss;
 }
 
-static void ce_backward(float *dlogits, const float *logits,
-                        const int32_t *targets, float dloss, int N, int V,
-                        int acc)
+static void ce_backward(float *dlogits, const float *logits, const int32_t *targets, float dloss, int N,
+                        int V, int acc)
 {
 	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 16) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 16) if (nt > 1)
 	for (int n = 0; n < N; n++) {
-		ce_back_row(dlogits + (size_t)n * V, logits + (size_t)n * V,
-		            targets[n], dloss, V, acc);
+		ce_back_row(dlogits + (size_t)n * V, logits + (size_t)n * V, targets[n], dloss, V, acc);
 	}
 }
 
-void kern_crossentropy_backward(float *dlogits, const float *logits,
-                                const int32_t *targets, float dloss,
+void kern_crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets, float dloss,
                                 int N, int V)
 {
 	ce_backward(dlogits, logits, targets, dloss, N, V, 1);
 }
 
-void kern_crossentropy_backward_set(float *dlogits, const float *logits,
-                                    const int32_t *targets, float dloss,
+void kern_crossentropy_backward_set(float *dlogits, const float *logits, const int32_t *targets, float dloss,
                                     int N, int V)
 {
 	ce_backward(dlogits, logits, targets, dloss, N, V, 0);

@@ -5,12 +5,11 @@
 
 #include <stddef.h>
 
-void kern_embedding_forward(float *out, const int32_t *tokens,
-                            const float *wte, const float *wpe,
-                            int B, int T, int C)
+void kern_embedding_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,
+                            int T, int C)
 {
 	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 64) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 64) if (nt > 1)
 	for (int bt = 0; bt < B * T; bt++) {
 		float *o = out + (size_t)bt * C;
 		const float *te = wte + (size_t)tokens[bt] * C;
@@ -20,8 +19,8 @@ void kern_embedding_forward(float *out, const int32_t *tokens,
 	}
 }
 
-void kern_embedding_backward(float *dwte, float *dwpe, const float *dout,
-                             const int32_t *tokens, int B, int T, int C)
+void kern_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T,
+                             int C)
 {
 	/* Several positions may hold the same token, so threads split the
 	 * channels, never the positions: no two threads touch one element and
@@ -29,7 +28,7 @@ void kern_embedding_backward(float *dwte, float *dwpe, const float *dout,
 	enum { CB = 32 };
 	int nt = kern_threads();
 	int nblocks = (C + CB - 1) / CB;
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
 	for (int blk = 0; blk < nblocks; blk++) {
 		int c0 = blk * CB, nc = C - c0 < CB ? C - c0 : CB;
 		for (int b = 0; b < B; b++)

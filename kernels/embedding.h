@@ -6,13 +6,12 @@
 
 /* out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :].  wte is [V,C], wpe [T,C] (at
  * least T rows); tokens must already be checked to lie in [0, V). */
-void kern_embedding_forward(float *out, const int32_t *tokens,
-                            const float *wte, const float *wpe,
-                            int B, int T, int C);
+void kern_embedding_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B,
+                            int T, int C);
 
 /* dwte[V,C] += scatter of dout by token; dwpe[T,C] += dout summed over b.
  * Each channel is summed by one thread in (b, t) order: deterministic. */
-void kern_embedding_backward(float *dwte, float *dwpe, const float *dout,
-                             const int32_t *tokens, int B, int T, int C);
+void kern_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T,
+                             int C);
 
 #endif

@@ -4,7 +4,7 @@
 #include "kernels/backend.h"
 #include "kernels/vecmath.h"
 
-#define GELU_BETA 0.7978845608028654f   /* sqrt(2/pi) */
+#define GELU_BETA 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_KAPPA 0.044715f
 #define GELU_CHUNK 4096
 
@@ -23,14 +23,12 @@ static inline float gelu_grad(float x)
 	float x2 = x * x;
 	float t = kern_tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
 	float left_d = 0.5f * (1.0f + t);
-	float right_d = 0.5f * x * (1.0f - t * t)
-	                * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
+	float right_d = 0.5f * x * (1.0f - t * t) * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
 	return left_d + right_d;
 }
 
 /* dinp = dout * gelu'(inp), added to dinp when acc */
-KERN_SIMD static void gelu_bwd(float *dinp, const float *inp, const float *dout,
-                               size_t n, int acc)
+KERN_SIMD static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n, int acc)
 {
 	if (acc)
 		for (size_t i = 0; i < n; i++)
@@ -44,7 +42,7 @@ void kern_gelu_forward(float *out, const float *inp, size_t n)
 {
 	int nt = kern_threads();
 	long nchunks = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1 && nchunks > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1 && nchunks > 1)
 	for (long ch = 0; ch < nchunks; ch++) {
 		size_t lo = (size_t)ch * GELU_CHUNK;
 		size_t hi = lo + GELU_CHUNK < n ? lo + GELU_CHUNK : n;
@@ -52,12 +50,11 @@ void kern_gelu_forward(float *out, const float *inp, size_t n)
 	}
 }
 
-static void gelu_backward(float *dinp, const float *inp, const float *dout,
-                          size_t n, int acc)
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n, int acc)
 {
 	int nt = kern_threads();
 	long nchunks = (long)((n + GELU_CHUNK - 1) / GELU_CHUNK);
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1 && nchunks > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1 && nchunks > 1)
 	for (long ch = 0; ch < nchunks; ch++) {
 		size_t lo = (size_t)ch * GELU_CHUNK;
 		size_t hi = lo + GELU_CHUNK < n ? lo + GELU_CHUNK : n;
@@ -65,25 +62,19 @@ static void gelu_backward(float *dinp, const float *inp, const float *dout,
 	}
 }
 
-void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
-                        size_t n)
+void kern_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
 	gelu_backward(dinp, inp, dout, n, 1);
 }
 
-void kern_gelu_backward_set(float *dinp, const float *inp, const float *dout,
-                            size_t n)
+void kern_gelu_backward_set(float *dinp, const float *inp, const float *dout, size_t n)
 {
 	gelu_backward(dinp, inp, dout, n, 0);
 }
 
-void kern_gelu_forward_span(float *out, const float *inp, size_t n)
-{
-	gelu_fwd(out, inp, n);
-}
+void kern_gelu_forward_span(float *out, const float *inp, size_t n) { gelu_fwd(out, inp, n); }
 
-void kern_gelu_backward_set_span(float *dinp, const float *inp,
-                                 const float *dout, size_t n)
+void kern_gelu_backward_set_span(float *dinp, const float *inp, const float *dout, size_t n)
 {
 	gelu_bwd(dinp, inp, dout, n, 0);
 }

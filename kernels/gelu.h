@@ -9,18 +9,15 @@
 void kern_gelu_forward(float *out, const float *inp, size_t n);
 
 /* dinp[n] += dout[n] * gelu'(inp[n]), inp being the forward's input. */
-void kern_gelu_backward(float *dinp, const float *inp, const float *dout,
-                        size_t n);
+void kern_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 /* dinp[n] = dout[n] * gelu'(inp[n]), dinp's old contents ignored: the same
  * values as kern_gelu_backward into zeros, without the pass that zeroes. */
-void kern_gelu_backward_set(float *dinp, const float *inp, const float *dout,
-                            size_t n);
+void kern_gelu_backward_set(float *dinp, const float *inp, const float *dout, size_t n);
 
 /* The same on the calling thread only (no OpenMP region), for a product's
  * epilogue: kern_gelu_forward's and kern_gelu_backward_set's values, bit
  * for bit, on a span of n elements. */
 void kern_gelu_forward_span(float *out, const float *inp, size_t n);
-void kern_gelu_backward_set_span(float *dinp, const float *inp,
-                                 const float *dout, size_t n);
+void kern_gelu_backward_set_span(float *dinp, const float *inp, const float *dout, size_t n);
 
 #endif

@@ -42,10 +42,10 @@ enum {
 /* ---- buffers: the calling thread's, reused between calls ------------- */
 
 typedef struct gemm_bufs {
-	float *b;        /* packed op(B) */
-	size_t b_n;      /* floats it holds */
-	float *a;        /* per-thread packed rows of op(A) */
-	size_t a_n;      /* floats it holds */
+	float *b;   /* packed op(B) */
+	size_t b_n; /* floats it holds */
+	float *a;   /* per-thread packed rows of op(A) */
+	size_t a_n; /* floats it holds */
 } gemm_bufs;
 
 static pthread_key_t bufs_key;
@@ -62,10 +62,7 @@ static void bufs_free(void *p)
 	free(g);
 }
 
-static void bufs_init(void)
-{
-	bufs_key_ok = pthread_key_create(&bufs_key, bufs_free) == 0;
-}
+static void bufs_init(void) { bufs_key_ok = pthread_key_create(&bufs_key, bufs_free) == 0; }
 
 /* *p holds at least n floats (*have of them, 64-byte aligned) on true;
  * on false (out of memory) *p is NULL and *have 0.  Old contents are not
@@ -116,11 +113,11 @@ static pthread_once_t kind_once = PTHREAD_ONCE_INIT;
 static bool amx_init(void)
 {
 	unsigned a, b, c, d;
-	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)
-	    || !(d & (1u << 22)) || !(d & (1u << 24)))  /* AMX-BF16, AMX-TILE */
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) ||
+	    !(d & (1u << 24))) /* AMX-BF16, AMX-TILE */
 		return false;
 	if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5)))
-		return false;                               /* AVX512-BF16 */
+		return false; /* AVX512-BF16 */
 	enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
 	return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
@@ -152,10 +149,14 @@ static void kind_init(void)
 const char *kern_gemm_kind_name(kern_gemm_kind k)
 {
 	switch (k) {
-	case KERN_GEMM_AVX2: return "avx2";
-	case KERN_GEMM_AVX512: return "avx512";
-	case KERN_GEMM_AMX: return "amx";
-	default: return "blas";
+	case KERN_GEMM_AVX2:
+		return "avx2";
+	case KERN_GEMM_AVX512:
+		return "avx512";
+	case KERN_GEMM_AMX:
+		return "amx";
+	default:
+		return "blas";
 	}
 }
 
@@ -174,10 +175,7 @@ bool kern_gemm_use(kern_gemm_kind k)
 	return true;
 }
 
-bool kern_gemm_usable(void)
-{
-	return kern_gemm_kind_now() != KERN_GEMM_BLAS;
-}
+bool kern_gemm_usable(void) { return kern_gemm_kind_now() != KERN_GEMM_BLAS; }
 
 /* ---- tiles ----------------------------------------------------------- */
 
@@ -216,8 +214,7 @@ static int k_block_len(const gemm_args *g, int kb)
  * columns jo..jo+nw of panel p, through the kernel; then, for kernels
  * whose blocks span a whole panel, the post-op after the last K block
  * (walk_b_in_l1 runs it per chunk for the others). */
-static void run_block(const gemm_args *g, const float *a, int ib, int p, int jo,
-                      int kb)
+static void run_block(const gemm_args *g, const float *a, int ib, int p, int jo, int kb)
 {
 	const gemm_kernel *kn = g->kern;
 	int j0 = p * GEMM_NR + jo;
@@ -229,7 +226,9 @@ static void run_block(const gemm_args *g, const float *a, int ib, int p, int jo,
 		.bias = first && g->bias ? g->bias + j0 : NULL,
 		.mr = g->M - ib < g->mr ? g->M - ib : g->mr,
 		.nr = g->N - j0 < kn->nw ? g->N - j0 : kn->nw,
-		.kb = kb, .k0 = kb * g->kc, .kc = k_block_len(g, kb),
+		.kb = kb,
+		.k0 = kb * g->kc,
+		.kc = k_block_len(g, kb),
 		.beta = first ? g->beta : 1.0f,
 		.first = first,
 	};
@@ -241,8 +240,8 @@ static void run_block(const gemm_args *g, const float *a, int ib, int p, int jo,
 /* One K block of one chunk of a tile: its npan micro-panels of packed
  * op(A) (rows from i0, mc of them) by its panels c0..c1 of op(B). */
 typedef struct tile_step {
-	const float *a;    /* the micro-panels, K block kb */
-	size_t apan;       /* floats from one micro-panel to the next */
+	const float *a; /* the micro-panels, K block kb */
+	size_t apan;    /* floats from one micro-panel to the next */
 	int i0, mc, npan;
 	int c0, c1;
 	int kb;
@@ -269,8 +268,7 @@ static void walk_b_in_l1(const gemm_args *g, const tile_step *s)
 	for (int p = s->c0; p < s->c1; p++)
 		for (int jo = 0; jo < GEMM_NR && p * GEMM_NR + jo < g->N; jo += nw)
 			for (int r = 0; r < s->npan; r++)
-				run_block(g, s->a + (size_t)r * s->apan, s->i0 + r * g->mr, p, jo,
-				          s->kb);
+				run_block(g, s->a + (size_t)r * s->apan, s->i0 + r * g->mr, p, jo, s->kb);
 	if (g->post && s->kb == g->nkb - 1) {
 		int j0 = s->c0 * GEMM_NR, j1 = s->c1 * GEMM_NR < g->N ? s->c1 * GEMM_NR : g->N;
 		post_op(g, (size_t)s->i0 * g->ldc + j0, s->mc, j1 - j0);
@@ -293,7 +291,7 @@ static void run_tile(const gemm_args *g, int t, float *ap)
 	tile_rows(g, it, &s.i0, &s.mc);
 	int pa = jt * g->npanels / g->nct, pb = (jt + 1) * g->npanels / g->nct;
 	s.npan = (s.mc + g->mr - 1) / g->mr;
-	size_t kstride = (size_t)s.npan * kn->a_panel_floats(g, g->kc);  /* per K block */
+	size_t kstride = (size_t)s.npan * kn->a_panel_floats(g, g->kc); /* per K block */
 	if (kn->tile_begin)
 		kn->tile_begin();
 	for (s.c0 = pa; s.c0 < pb; s.c0 += kn->ncp) {
@@ -301,7 +299,7 @@ static void run_tile(const gemm_args *g, int t, float *ap)
 		for (s.kb = 0; s.kb < g->nkb; s.kb++) {
 			int kc = k_block_len(g, s.kb);
 			float *akb = ap + s.kb * kstride;
-			if (s.c0 == pa && !g->a_shared)  /* packed on first use: in L2 */
+			if (s.c0 == pa && !g->a_shared) /* packed on first use: in L2 */
 				kn->pack_a(g, akb, s.i0, s.mc, s.kb * g->kc, kc);
 			s.a = akb;
 			s.apan = kn->a_panel_floats(g, kc);
@@ -327,8 +325,8 @@ static void pack_task(const gemm_args *g, int p)
 	int it = p / g->nkb, kb = p % g->nkb, i0, mc;
 	tile_rows(g, it, &i0, &mc);
 	size_t kstride = (size_t)((mc + g->mr - 1) / g->mr) * g->kern->a_panel_floats(g, g->kc);
-	g->kern->pack_a(g, g->abase + (size_t)it * g->aper + kb * kstride, i0, mc,
-	                kb * g->kc, k_block_len(g, kb));
+	g->kern->pack_a(g, g->abase + (size_t)it * g->aper + kb * kstride, i0, mc, kb * g->kc,
+	                k_block_len(g, kb));
 }
 
 /* ---- one product, step by step --------------------------------------- */
@@ -351,10 +349,14 @@ static const gemm_kernel *pick_kernel(bool ta)
 {
 #if GEMM_X86
 	switch (kern_gemm_kind_now()) {
-	case KERN_GEMM_AVX2: return &gemm_kernel_avx2;
-	case KERN_GEMM_AVX512: return &gemm_kernel_avx512;
-	case KERN_GEMM_AMX: return ta ? &gemm_kernel_avx512 : &gemm_kernel_amx;
-	default: break;
+	case KERN_GEMM_AVX2:
+		return &gemm_kernel_avx2;
+	case KERN_GEMM_AVX512:
+		return &gemm_kernel_avx512;
+	case KERN_GEMM_AMX:
+		return ta ? &gemm_kernel_avx512 : &gemm_kernel_amx;
+	default:
+		break;
 	}
 #else
 	(void)ta;
@@ -375,7 +377,7 @@ static const gemm_kernel *pick_kernel(bool ta)
 static void plan_tiles(gemm_args *g, int nt)
 {
 	int want = nt > 1 ? 4 * nt : 1;
-	int upan = (g->M + g->mr - 1) / g->mr;    /* micro-panels of rows */
+	int upan = (g->M + g->mr - 1) / g->mr; /* micro-panels of rows */
 	int nrt = (upan + MC_MAX / g->mr - 1) / (MC_MAX / g->mr);
 	int nct = nrt >= want ? 1 : (want + nrt - 1) / nrt;
 	if (nct > g->npanels)
@@ -396,7 +398,7 @@ static void plan_tiles(gemm_args *g, int nt)
 	g->upan = upan;
 	g->nrt = nrt;
 	g->nct = nct;
-	g->mc = (upan + nrt - 1) / nrt * g->mr;   /* the most rows in a tile */
+	g->mc = (upan + nrt - 1) / nrt * g->mr; /* the most rows in a tile */
 }
 
 /* The calling thread's buffers for g on nt >= 1 threads (sets aper and
@@ -428,10 +430,7 @@ static void run_plain(const gemm_args *g)
 
 /* Packing tasks: the panels of op(B), then (a_shared) every K block of
  * every row block of op(A). */
-static int pack_tasks(const gemm_args *g)
-{
-	return g->npanels + (g->a_shared ? g->nrt * g->nkb : 0);
-}
+static int pack_tasks(const gemm_args *g) { return g->npanels + (g->a_shared ? g->nrt * g->nkb : 0); }
 
 /* g, planned and with its buffers, on the calling thread alone: no OpenMP
  * region, so callable from inside one. */
@@ -441,8 +440,7 @@ static void run_serial(const gemm_args *g)
 	for (int p = 0; p < npack; p++)
 		pack_task(g, p);
 	for (int t = 0; t < ntiles; t++)
-		run_tile(g, t, g->a_shared ? g->abase + (size_t)(t / g->nct) * g->aper
-		                           : g->abase);
+		run_tile(g, t, g->a_shared ? g->abase + (size_t)(t / g->nct) * g->aper : g->abase);
 }
 
 /* g, planned for nt threads and with its buffers, on nt threads: all
@@ -451,13 +449,13 @@ static void run_serial(const gemm_args *g)
 static void run_threads(const gemm_args *g, int nt)
 {
 	int npack = pack_tasks(g), ntiles = g->nrt * g->nct;
-	#pragma omp parallel num_threads(nt) if (nt > 1)
+#pragma omp parallel num_threads(nt) if (nt > 1)
 	{
 		int me = omp_get_thread_num();
-		#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1)
 		for (int p = 0; p < npack; p++)
 			pack_task(g, p);
-		#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1)
 		for (int t = 0; t < ntiles; t++)
 			run_tile(g, t, g->abase + (size_t)(g->a_shared ? t / g->nct : me) * g->aper);
 	}
@@ -468,21 +466,32 @@ static void run_threads(const gemm_args *g, int nt)
  * (ignored when tb), post, G and X as kern_gemm_colsum and
  * kern_gemm_post.  Falls back to the plain loop (gemm_ref.c) with the
  * driver off or when memory is short. */
-static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
-                     const float *A, int lda, const float *B, int ldb,
-                     float beta, float *C, int ldc, const float *bias,
-                     const float *R, float *colsum, int post, float *G,
-                     const float *X, int nt)
+static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc, const float *bias,
+                     const float *R, float *colsum, int post, float *G, const float *X, int nt)
 {
 	if (M <= 0 || N <= 0)
 		return;
 	gemm_args g = {
-		.ta = ta, .tb = tb, .M = M, .N = N,
-		.K = K > 0 ? K : 0,  /* none: only the bias / residual / beta term */
-		.lda = lda, .ldb = ldb, .ldc = ldc,
-		.alpha = alpha, .beta = R ? 1.0f : beta, .A = A, .B = B,
-		.bias = bias, .R = R, .C = C, .colsum = tb ? NULL : colsum,
-		.post = post, .G = G, .X = X,
+		.ta = ta,
+		.tb = tb,
+		.M = M,
+		.N = N,
+		.K = K > 0 ? K : 0, /* none: only the bias / residual / beta term */
+		.lda = lda,
+		.ldb = ldb,
+		.ldc = ldc,
+		.alpha = alpha,
+		.beta = R ? 1.0f : beta,
+		.A = A,
+		.B = B,
+		.bias = bias,
+		.R = R,
+		.C = C,
+		.colsum = tb ? NULL : colsum,
+		.post = post,
+		.G = G,
+		.X = X,
 	};
 	plan_k_blocks(&g);
 	g.npanels = (N + GEMM_NR - 1) / GEMM_NR;
@@ -506,39 +515,33 @@ static void gemm_run(bool ta, bool tb, int M, int N, int K, float alpha,
 		run_threads(&g, nt);
 }
 
-void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
-               const float *A, int lda, const float *B, int ldb,
-               float beta, float *C, int ldc, const float *bias,
-               const float *R, int nt)
+void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+               int ldb, float beta, float *C, int ldc, const float *bias, const float *R, int nt)
 {
-	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, R,
-	         NULL, 0, NULL, NULL, nt < 1 ? 1 : nt);
+	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, R, NULL, 0, NULL, NULL,
+	         nt < 1 ? 1 : nt);
 }
 
-void kern_gemm_post(bool ta, bool tb, int M, int N, int K, float alpha,
-                    const float *A, int lda, const float *B, int ldb,
-                    float beta, float *C, int ldc, const float *bias,
-                    int post, float *G, const float *X, int nt)
+void kern_gemm_post(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc, const float *bias, int post,
+                    float *G, const float *X, int nt)
 {
-	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, NULL,
-	         NULL, post, G, X, nt < 1 ? 1 : nt);
+	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, NULL, NULL, post, G, X,
+	         nt < 1 ? 1 : nt);
 }
 
-bool kern_gemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
-                      const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc, float *colsum, int nt)
+bool kern_gemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc, float *colsum, int nt)
 {
 	if (tb || K <= 0 || M <= 0 || N <= 0)
 		return false;
-	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL,
-	         colsum, 0, NULL, NULL, nt < 1 ? 1 : nt);
+	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, colsum, 0, NULL, NULL,
+	         nt < 1 ? 1 : nt);
 	return true;
 }
 
-void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha,
-                      const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc)
+void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc)
 {
-	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL,
-	         NULL, NULL, 0, NULL, NULL, 0);
+	gemm_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, NULL, 0, NULL, NULL, 0);
 }

@@ -32,10 +32,10 @@
  * the same order, the same epilogue), so the two give the same bits; the
  * AMX kernel's differ within rounding. */
 typedef enum {
-	KERN_GEMM_BLAS = 0,  /* the driver off: OpenBLAS tiles (backend_cpu.c) */
-	KERN_GEMM_AVX2,      /* 6 x 16 blocks of C, AVX2 and FMA */
-	KERN_GEMM_AVX512,    /* 12 x 32 blocks, AVX-512F */
-	KERN_GEMM_AMX        /* AMX-BF16 at fp32 accuracy where op(A) is not
+	KERN_GEMM_BLAS = 0, /* the driver off: OpenBLAS tiles (backend_cpu.c) */
+	KERN_GEMM_AVX2,     /* 6 x 16 blocks of C, AVX2 and FMA */
+	KERN_GEMM_AVX512,   /* 12 x 32 blocks, AVX-512F */
+	KERN_GEMM_AMX       /* AMX-BF16 at fp32 accuracy where op(A) is not
 	                      * transposed, the AVX-512 kernel elsewhere */
 } kern_gemm_kind;
 
@@ -62,10 +62,8 @@ bool kern_gemm_usable(void);
  * (R NULL) and sgemm_residual (R given, beta ignored):
  * beta 0 ignores C's old contents (NaN included); bias and R may be NULL.
  * R has leading dimension ldc and must not overlap C. */
-void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
-               const float *A, int lda, const float *B, int ldb,
-               float beta, float *C, int ldc, const float *bias,
-               const float *R, int nt);
+void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+               int ldb, float beta, float *C, int ldc, const float *bias, const float *R, int nt);
 
 /* kern_gemm (no residual) followed, on each finished block of C while it
  * is in cache, by
@@ -74,25 +72,22 @@ void kern_gemm(bool ta, bool tb, int M, int N, int K, float alpha,
  * G and X with leading dimension ldc; the values are those of the separate
  * GELU pass, bit for bit.  C is still written. */
 enum { KERN_GEMM_GELU_FWD = 1, KERN_GEMM_GELU_BWD = 2 };
-void kern_gemm_post(bool ta, bool tb, int M, int N, int K, float alpha,
-                    const float *A, int lda, const float *B, int ldb,
-                    float beta, float *C, int ldc, const float *bias,
-                    int post, float *G, const float *X, int nt);
+void kern_gemm_post(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc, const float *bias, int post,
+                    float *G, const float *X, int nt);
 
 /* kern_gemm without bias or residual, and colsum[j] += the sum over k of
  * op(B)[k][j], summed in double in k order as kern_colsum_add does (bit
  * for bit), while op(B) is packed: the linear layer's weight gradient and
  * bias gradient in one pass over dout.  Only for tb false (returns false,
  * doing nothing, otherwise or when M, N or K is 0). */
-bool kern_gemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha,
-                      const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc, float *colsum, int nt);
+bool kern_gemm_colsum(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc, float *colsum, int nt);
 
 /* The same product on the calling thread only, no OpenMP region (so it
  * may run inside one, from several threads at once), without bias or
  * residual; each element computed exactly as kern_gemm computes it. */
-void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha,
-                      const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc);
+void kern_gemm_serial(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc);
 
 #endif

@@ -16,23 +16,20 @@
 #if GEMM_X86
 
 enum {
-	MR = 12,  /* rows of the micro-kernel's C block */
-	NCP = 16  /* panels (of GEMM_NR columns) in a chunk: 512 columns */
+	MR = 12, /* rows of the micro-kernel's C block */
+	NCP = 16 /* panels (of GEMM_NR columns) in a chunk: 512 columns */
 };
-
 
 /* Columns k0..k0+kn (kn <= 16) of nrows <= 16 rows at src (row stride ld)
  * as kn vectors: v[k] lane i = src[i][k0 + k], rows past nrows zero. */
-GEMM_AVX512 static inline __attribute__((always_inline)) void load_t16(
-        __m512 v[16], const float *src, long ld, int nrows, int kn)
+GEMM_AVX512 static inline __attribute__((always_inline)) void load_t16(__m512 v[16], const float *src,
+                                                                       long ld, int nrows, int kn)
 {
 	__mmask16 m = mask_n(kn);
 	for (int i = 0; i < 16; i++)
-		v[i] = i < nrows ? _mm512_maskz_loadu_ps(m, src + i * ld)
-		                 : _mm512_setzero_ps();
+		v[i] = i < nrows ? _mm512_maskz_loadu_ps(m, src + i * ld) : _mm512_setzero_ps();
 	transpose16(v);
 }
-
 
 /* Panel p of op(B): bp[k * GEMM_NR + j] = op(B)[k][GEMM_NR p + j], zero past N. */
 GEMM_AVX512 static void pack_b_panel(const gemm_args *g, int p)
@@ -52,8 +49,8 @@ GEMM_AVX512 static void pack_b_panel(const gemm_args *g, int p)
 		}
 		/* the same copy, summing each column in double in row order on
 		 * the way: kern_colsum_add's operations exactly */
-		__m512d sum[4] = { _mm512_setzero_pd(), _mm512_setzero_pd(),
-		                   _mm512_setzero_pd(), _mm512_setzero_pd() };
+		__m512d sum[4] = { _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(),
+			           _mm512_setzero_pd() };
 		for (int k = 0; k < K; k++) {
 			const float *s = g->B + (size_t)k * g->ldb + j0;
 			__m512 v0 = _mm512_maskz_loadu_ps(m0, s), v1 = _mm512_maskz_loadu_ps(m1, s + 16);
@@ -72,8 +69,7 @@ GEMM_AVX512 static void pack_b_panel(const gemm_args *g, int p)
 			__m512 v[16];
 			int rows = nr - 16 * h;
 			rows = rows < 0 ? 0 : rows > 16 ? 16 : rows;
-			load_t16(v, g->B + (size_t)(j0 + 16 * h) * g->ldb + k0, g->ldb,
-			         rows, kn);
+			load_t16(v, g->B + (size_t)(j0 + 16 * h) * g->ldb + k0, g->ldb, rows, kn);
 			for (int k = 0; k < kn; k++)
 				_mm512_store_ps(dst + (size_t)(k0 + k) * GEMM_NR + 16 * h, v[k]);
 		}
@@ -83,8 +79,7 @@ GEMM_AVX512 static void pack_b_panel(const gemm_args *g, int p)
 /* Rows i0..i0+mc of op(A), columns k0..k0+kc, into micro-panels:
  * ap[r * kc * MR + k * MR + i] = op(A)[i0 + r MR + i][k0 + k], zero past
  * the mc rows. */
-GEMM_AVX512 static void pack_a_block(const gemm_args *g, float *ap, int i0, int mc,
-                                     int k0, int kc)
+GEMM_AVX512 static void pack_a_block(const gemm_args *g, float *ap, int i0, int mc, int k0, int kc)
 {
 	int npan = (mc + MR - 1) / MR;
 	if (g->ta) {
@@ -116,21 +111,19 @@ GEMM_AVX512 static void pack_a_block(const gemm_args *g, float *ap, int i0, int 
 	}
 }
 
-
-
 /* C block [mr, nr] (mr <= MR, nr <= GEMM_NR) at c: the epilogue of
  * a[kc x MR] times b[kc x GEMM_NR], both packed. */
-GEMM_AVX512 static void micro_kernel(int kc, const float *restrict a,
-                                     const float *restrict b, float *c, int ldc,
-                                     const float *r, const float *bias, int mr,
-                                     int nr, float alpha, float beta, bool first)
+GEMM_AVX512 static void micro_kernel(int kc, const float *restrict a, const float *restrict b, float *c,
+                                     int ldc, const float *r, const float *bias, int mr, int nr, float alpha,
+                                     float beta, bool first)
 {
-	__m512 c0a = _mm512_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a,
-	       c2a = c0a, c2b = c0a, c3a = c0a, c3b = c0a, c4a = c0a, c4b = c0a,
-	       c5a = c0a, c5b = c0a, c6a = c0a, c6b = c0a, c7a = c0a, c7b = c0a,
-	       c8a = c0a, c8b = c0a, c9a = c0a, c9b = c0a, c10a = c0a, c10b = c0a,
-	       c11a = c0a, c11b = c0a;
+	__m512 c0a = _mm512_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a, c3a = c0a,
+	       c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a, c6a = c0a, c6b = c0a, c7a = c0a,
+	       c7b = c0a, c8a = c0a, c8b = c0a, c9a = c0a, c9b = c0a, c10a = c0a, c10b = c0a, c11a = c0a,
+	       c11b = c0a;
 	gemm_prefetch_block(c, r, ldc, mr, nr);
+	/* clang-format off */
+	/* (one FMA row a macro, laid out as the register tile) */
 	for (int k = 0; k < kc; k++) {
 		__m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), x;
 		/* op(B) streams from L2 (from L3 on a chunk's first pass): ask
@@ -148,15 +141,15 @@ GEMM_AVX512 static void micro_kernel(int kc, const float *restrict a,
 		a += MR;
 		b += GEMM_NR;
 	}
+	/* clang-format on */
 	__m512 acc[MR][2] = {
-		{ c0a, c0b }, { c1a, c1b }, { c2a, c2b }, { c3a, c3b },
-		{ c4a, c4b }, { c5a, c5b }, { c6a, c6b }, { c7a, c7b },
-		{ c8a, c8b }, { c9a, c9b }, { c10a, c10b }, { c11a, c11b },
+		{ c0a, c0b }, { c1a, c1b }, { c2a, c2b }, { c3a, c3b }, { c4a, c4b },   { c5a, c5b },
+		{ c6a, c6b }, { c7a, c7b }, { c8a, c8b }, { c9a, c9b }, { c10a, c10b }, { c11a, c11b },
 	};
 	__mmask16 m0 = mask_n(nr), m1 = mask_n(nr - 16);
 	for (int i = 0; i < mr; i++)
-		store_row(c + (size_t)i * ldc, r ? r + (size_t)i * ldc : NULL,
-		          bias, acc[i][0], acc[i][1], m0, m1, alpha, beta, first);
+		store_row(c + (size_t)i * ldc, r ? r + (size_t)i * ldc : NULL, bias, acc[i][0], acc[i][1], m0,
+		          m1, alpha, beta, first);
 }
 
 static void prepare(gemm_args *g)
@@ -165,23 +158,25 @@ static void prepare(gemm_args *g)
 	g->bpanel = (size_t)g->K * GEMM_NR;
 }
 
-static size_t a_panel_floats(const gemm_args *g, int kc)
-{
-	return (size_t)kc * MR;
-}
+static size_t a_panel_floats(const gemm_args *g, int kc) { return (size_t)kc * MR; }
 
-GEMM_AVX512 static void block(const gemm_args *g, const float *a, int p, int jo,
-                              const gemm_block *blk)
+GEMM_AVX512 static void block(const gemm_args *g, const float *a, int p, int jo, const gemm_block *blk)
 {
 	const float *b = g->bp + (size_t)p * g->bpanel;
-	micro_kernel(blk->kc, a, b + (size_t)blk->k0 * GEMM_NR, blk->c, g->ldc, blk->r,
-	             blk->bias, blk->mr, blk->nr, g->alpha, blk->beta, blk->first);
+	micro_kernel(blk->kc, a, b + (size_t)blk->k0 * GEMM_NR, blk->c, g->ldc, blk->r, blk->bias, blk->mr,
+	             blk->nr, g->alpha, blk->beta, blk->first);
 }
 
 const gemm_kernel gemm_kernel_avx512 = {
-	.kind = KERN_GEMM_AVX512, .mr = MR, .nw = GEMM_NR, .ncp = NCP,
-	.prepare = prepare, .a_panel_floats = a_panel_floats,
-	.pack_b = pack_b_panel, .pack_a = pack_a_block, .block = block,
+	.kind = KERN_GEMM_AVX512,
+	.mr = MR,
+	.nw = GEMM_NR,
+	.ncp = NCP,
+	.prepare = prepare,
+	.a_panel_floats = a_panel_floats,
+	.pack_b = pack_b_panel,
+	.pack_a = pack_a_block,
+	.block = block,
 };
 
 #endif

@@ -12,10 +12,7 @@
 #if GEMM_X86
 
 /* The first n (clamped to 0..16) lanes of a vector. */
-static inline __mmask16 mask_n(int n)
-{
-	return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
+static inline __mmask16 mask_n(int n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 
 /* Transpose 16 x 16: on entry r[i] is row i, on return r[k] is column k
  * (lane i = old row i). */
@@ -47,19 +44,17 @@ GEMM_AVX512 static inline __attribute__((always_inline)) void transpose16(__m512
 	}
 }
 
-
 /* sum[0], sum[1] += the 16 floats of x (lanes 0-7, 8-15), in double:
  * one row of kern_colsum_add's additions. */
 GEMM_AVX512 static inline void colsum_add16(__m512d sum[2], __m512 x)
 {
 	sum[0] = _mm512_add_pd(sum[0], _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
 	sum[1] = _mm512_add_pd(sum[1], _mm512_cvtps_pd(_mm256_castpd_ps(
-	        _mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+	                                       _mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
 }
 
 /* colsum[j0 + j] += sum's lane j (of GEMM_NR), for the panel's nr columns. */
-GEMM_AVX512 static inline void colsum_flush(const gemm_args *g, int j0, int nr,
-                                            const __m512d sum[4])
+GEMM_AVX512 static inline void colsum_flush(const gemm_args *g, int j0, int nr, const __m512d sum[4])
 {
 	double out[GEMM_NR];
 	for (int q = 0; q < 4; q++)
@@ -68,14 +63,11 @@ GEMM_AVX512 static inline void colsum_flush(const gemm_args *g, int j0, int nr,
 		g->colsum[j0 + j] += (float)out[j];
 }
 
-
 /* One row of the epilogue: c[0..nr) = base + alpha * acc, where base is
  * c's old value (later K blocks, or beta 1), beta * c, r, plus bias when
  * given (first block only), or nothing (beta 0, no bias). */
-GEMM_AVX512 static inline void store_row(float *c, const float *r, const float *bias,
-                                         __m512 v0, __m512 v1, __mmask16 m0,
-                                         __mmask16 m1, float alpha, float beta,
-                                         bool first)
+GEMM_AVX512 static inline void store_row(float *c, const float *r, const float *bias, __m512 v0, __m512 v1,
+                                         __mmask16 m0, __mmask16 m1, float alpha, float beta, bool first)
 {
 	if (alpha != 1.0f) {
 		__m512 al = _mm512_set1_ps(alpha);

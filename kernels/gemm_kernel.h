@@ -45,22 +45,22 @@ typedef struct gemm_kernel gemm_kernel;
 typedef struct gemm_args {
 	bool ta, tb;
 	int M, N, K, lda, ldb, ldc;
-	int kc, nkb;          /* K block length (the last may be shorter), count */
-	int npanels, upan, mc, nrt, nct;  /* mc: the most rows in a tile */
-	const gemm_kernel *kern;  /* the kernel of this call, NULL for none */
-	int mr;               /* rows of a micro-panel: kern->mr */
-	int kcp;              /* k per packed K block: kc (the AMX kernel
+	int kc, nkb;                     /* K block length (the last may be shorter), count */
+	int npanels, upan, mc, nrt, nct; /* mc: the most rows in a tile */
+	const gemm_kernel *kern;         /* the kernel of this call, NULL for none */
+	int mr;                          /* rows of a micro-panel: kern->mr */
+	int kcp;                         /* k per packed K block: kc (the AMX kernel
 	                       * rounds it up to its 32) */
-	size_t bpanel;        /* floats of packed op(B) per panel */
-	float alpha, beta;    /* beta 1 when R is given */
+	size_t bpanel;                   /* floats of packed op(B) per panel */
+	float alpha, beta;               /* beta 1 when R is given */
 	const float *A, *B, *bias, *R;
-	float *colsum;        /* += column sums of op(B), or NULL */
-	bool a_shared;        /* op(A) packed for all row tiles up front */
-	int post;             /* KERN_GEMM_GELU*: after the last K block */
-	float *G;             /* the post-op's output, leading dimension ldc */
-	const float *X;       /* its second input (GELU_BWD), the same */
-	size_t aper;          /* floats of packed op(A) per row tile */
-	float *C, *bp, *abase;  /* bp: packed op(B), panel p at p * bpanel */
+	float *colsum;         /* += column sums of op(B), or NULL */
+	bool a_shared;         /* op(A) packed for all row tiles up front */
+	int post;              /* KERN_GEMM_GELU*: after the last K block */
+	float *G;              /* the post-op's output, leading dimension ldc */
+	const float *X;        /* its second input (GELU_BWD), the same */
+	size_t aper;           /* floats of packed op(A) per row tile */
+	float *C, *bp, *abase; /* bp: packed op(B), panel p at p * bpanel */
 } gemm_args;
 
 /* One block of C for gemm_kernel.block: mr <= kern->mr rows of nr <=
@@ -71,10 +71,10 @@ typedef struct gemm_args {
  * when not NULL; in later K blocks c's old value. */
 typedef struct gemm_block {
 	float *c;
-	const float *r, *bias;  /* NULL after the first K block */
+	const float *r, *bias; /* NULL after the first K block */
 	int mr, nr;
 	int kb, k0, kc;
-	float beta;             /* 1 after the first K block */
+	float beta; /* 1 after the first K block */
 	bool first;
 } gemm_block;
 
@@ -86,12 +86,12 @@ typedef struct gemm_block {
  * of its tiles, then tile_end. */
 struct gemm_kernel {
 	kern_gemm_kind kind;
-	int mr;     /* rows of a micro-panel of op(A), and of a block of C */
-	int nw;     /* columns of a block of C: GEMM_NR, where a tile keeps a
+	int mr;  /* rows of a micro-panel of op(A), and of a block of C */
+	int nw;  /* columns of a block of C: GEMM_NR, where a tile keeps a
 	             * micro-panel of op(A) in L1 while the chunk's panels of
 	             * op(B) pass; or 16, where it keeps half a panel of op(B)
 	             * in L1 while the tile's micro-panels of op(A) pass */
-	int ncp;    /* panels of op(B) in a chunk of a tile's columns */
+	int ncp; /* panels of op(B) in a chunk of a tile's columns */
 	/* Sets g->kcp and g->bpanel from g's K blocking (K, kc, nkb). */
 	void (*prepare)(gemm_args *g);
 	/* Floats of packed op(A) per micro-panel for a K block of kc. */
@@ -103,8 +103,7 @@ struct gemm_kernel {
 	/* Packs rows i0..i0+mc of op(A), columns k0..k0+kc, at ap, in
 	 * micro-panels of a_panel_floats(g, kc) floats, zero past the mc
 	 * rows. */
-	void (*pack_a)(const gemm_args *g, float *ap, int i0, int mc, int k0,
-	               int kc);
+	void (*pack_a)(const gemm_args *g, float *ap, int i0, int mc, int k0, int kc);
 	/* Set up and release per-thread state around a run of blocks (the
 	 * AMX tile configuration); NULL where there is none. */
 	void (*tile_begin)(void);
@@ -113,8 +112,7 @@ struct gemm_kernel {
 	 * blk->kb) and columns jo..jo+nw of panel p of packed op(B), through
 	 * the epilogue.  The same operations for every element on every
 	 * thread: one product from zero in k order, then the epilogue. */
-	void (*block)(const gemm_args *g, const float *a, int p, int jo,
-	              const gemm_block *blk);
+	void (*block)(const gemm_args *g, const float *a, int p, int jo, const gemm_block *blk);
 };
 
 #if GEMM_X86
@@ -123,8 +121,8 @@ extern const gemm_kernel gemm_kernel_avx2, gemm_kernel_avx512, gemm_kernel_amx;
 /* The mr rows of nr floats at c (and at r, the residual, when given):
  * they come from L3 or memory, so a kernel fetches them while its
  * products run, not when its epilogue needs them. */
-static inline __attribute__((always_inline)) void gemm_prefetch_block(
-        const float *c, const float *r, int ldc, int mr, int nr)
+static inline __attribute__((always_inline)) void gemm_prefetch_block(const float *c, const float *r, int ldc,
+                                                                      int mr, int nr)
 {
 	for (int i = 0; i < mr; i++) {
 		_mm_prefetch((const char *)(c + (size_t)i * ldc), _MM_HINT_T0);

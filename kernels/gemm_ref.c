@@ -18,16 +18,15 @@ void gemm_ref(const gemm_args *g)
 		for (int j = 0; j < N; j++) {
 			float acc = 0.0f;
 			for (int k = 0; k < K; k++)
-				acc += (g->ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k])
-				       * (g->tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+				acc += (g->ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+				       (g->tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
 			float *c = g->C + (size_t)i * ldc + j;
-			float base = R ? R[(size_t)i * ldc + j]
-			             : g->beta == 0.0f ? 0.0f : g->beta * *c;
+			float base = R ? R[(size_t)i * ldc + j] : g->beta == 0.0f ? 0.0f : g->beta * *c;
 			if (bias)
 				base += bias[j];
 			*c = base + g->alpha * acc;
 		}
-	if (g->colsum)  /* kern_colsum_add's sums (g->colsum is NULL for tb) */
+	if (g->colsum) /* kern_colsum_add's sums (g->colsum is NULL for tb) */
 		for (int j = 0; j < N; j++) {
 			double acc = 0;
 			for (int k = 0; k < K; k++)

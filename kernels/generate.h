@@ -14,14 +14,14 @@
 #include "kernels/model.h"
 #include "shared/common/error.h"
 
-#define GEN_MAX_TOKENS (1 << 20)   /* tokens one call may generate */
+#define GEN_MAX_TOKENS (1 << 20) /* tokens one call may generate */
 
 typedef struct {
-	int n_tokens;       /* tokens to generate, 0..GEN_MAX_TOKENS */
-	int top_k;          /* 1: greedy; 0: the whole vocabulary; else the
+	int n_tokens;      /* tokens to generate, 0..GEN_MAX_TOKENS */
+	int top_k;         /* 1: greedy; 0: the whole vocabulary; else the
 	                       k most likely tokens */
-	float temperature;  /* > 0 divides the logits; 0 means greedy */
-	uint64_t seed;      /* PRNG seed; unused when greedy */
+	float temperature; /* > 0 divides the logits; 0 means greedy */
+	uint64_t seed;     /* PRNG seed; unused when greedy */
 } gen_options;
 
 /* splitmix64: a 64-bit state, portable and reproducible. */
@@ -40,8 +40,8 @@ double gen_rng_uniform(gen_rng *r);
  * index) and draws with probabilities softmax(logit / temperature).
  * COT_ERR_INVALID when V < 1, an option is out of range, or a logit is NaN
  * or +Inf (a model that has diverged); COT_ERR_NOMEM. */
-cot_err gen_sample(const float *logits, int V, const gen_options *o,
-                   gen_rng *rng, int32_t *token, cot_errbuf *eb);
+cot_err gen_sample(const float *logits, int V, const gen_options *o, gen_rng *rng, int32_t *token,
+                   cot_errbuf *eb);
 
 /* Generate o->n_tokens tokens after prompt[0..n_prompt) into
  * out[0..o->n_tokens), which the caller provides.  The prompt must hold at
@@ -50,7 +50,7 @@ cot_err gen_sample(const float *logits, int V, const gen_options *o,
  * logits are overwritten; parameters are not touched.  COT_ERR_INVALID for
  * bad arguments (detail says which), errors of kern_forward and gen_sample
  * otherwise; out is then partly written. */
-cot_err gen_generate(kern_model *m, const int32_t *prompt, int n_prompt,
-                     const gen_options *o, int32_t *out, cot_errbuf *eb);
+cot_err gen_generate(kern_model *m, const int32_t *prompt, int n_prompt, const gen_options *o, int32_t *out,
+                     cot_errbuf *eb);
 
 #endif

@@ -7,8 +7,7 @@
 #include <math.h>
 #include <stddef.h>
 
-KERN_SIMD static void ln_fwd_row(float *o, float *mean, float *rstd,
-                                 const float *x, const float *weight,
+KERN_SIMD static void ln_fwd_row(float *o, float *mean, float *rstd, const float *x, const float *weight,
                                  const float *bias, int C)
 {
 	float m = kern_sumf(x, C) / C;
@@ -23,19 +22,17 @@ KERN_SIMD static void ln_fwd_row(float *o, float *mean, float *rstd,
 	*rstd = s;
 }
 
-void kern_layernorm_forward(float *out, float *mean, float *rstd,
-                            const float *inp, const float *weight,
+void kern_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                             const float *bias, int N, int C)
 {
 	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 32) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 32) if (nt > 1)
 	for (int n = 0; n < N; n++)
-		ln_fwd_row(out + (size_t)n * C, &mean[n], &rstd[n], inp + (size_t)n * C,
-		           weight, bias, C);
+		ln_fwd_row(out + (size_t)n * C, &mean[n], &rstd[n], inp + (size_t)n * C, weight, bias, C);
 }
 
-KERN_SIMD static void ln_bwd_row(float *dx, const float *d, const float *x,
-                                 const float *weight, float m, float s, int C)
+KERN_SIMD static void ln_bwd_row(float *dx, const float *d, const float *x, const float *weight, float m,
+                                 float s, int C)
 {
 	/* the two sums in kern_sumf's order, without scratch memory */
 	float a1[16] = { 0 }, a2[16] = { 0 }, t1 = 0.0f, t2 = 0.0f;
@@ -66,9 +63,8 @@ KERN_SIMD static void ln_bwd_row(float *dx, const float *d, const float *x,
 /* dweight[0..nc) += sum_n dout * xhat, dbias[0..nc) += sum_n dout over the
  * channels [c0, c0+nc) (dout and inp point at channel c0 of row 0), summed
  * in double in row order. */
-KERN_SIMD static void ln_cols(float *dweight, float *dbias, const float *dout,
-                              const float *inp, const float *mean,
-                              const float *rstd, int N, int C, int nc)
+KERN_SIMD static void ln_cols(float *dweight, float *dbias, const float *dout, const float *inp,
+                              const float *mean, const float *rstd, int N, int C, int nc)
 {
 	double aw[64] = { 0 }, ab[64] = { 0 };
 	for (int n = 0; n < N; n++) {
@@ -85,10 +81,8 @@ KERN_SIMD static void ln_cols(float *dweight, float *dbias, const float *dout,
 	}
 }
 
-void kern_layernorm_backward(float *dinp, float *dweight, float *dbias,
-                             const float *dout, const float *inp,
-                             const float *weight, const float *mean,
-                             const float *rstd, int N, int C)
+void kern_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int N, int C)
 {
 	int nt = kern_threads();
 	/* dinp: rows are independent.  With dnorm = dout * weight and
@@ -100,17 +94,16 @@ void kern_layernorm_backward(float *dinp, float *dweight, float *dbias,
 	 * channel blocks. */
 	enum { CB = 64 };
 	int nblocks = (C + CB - 1) / CB;
-	#pragma omp parallel num_threads(nt) if (nt > 1)
+#pragma omp parallel num_threads(nt) if (nt > 1)
 	{
-		#pragma omp for schedule(dynamic, 32) nowait
+#pragma omp for schedule(dynamic, 32) nowait
 		for (int n = 0; n < N; n++)
-			ln_bwd_row(dinp + (size_t)n * C, dout + (size_t)n * C,
-			           inp + (size_t)n * C, weight, mean[n], rstd[n], C);
-		#pragma omp for schedule(dynamic, 1)
+			ln_bwd_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight,
+			           mean[n], rstd[n], C);
+#pragma omp for schedule(dynamic, 1)
 		for (int b = 0; b < nblocks; b++) {
 			int c0 = b * CB, nc = C - c0 < CB ? C - c0 : CB;
-			ln_cols(dweight + c0, dbias + c0, dout + c0, inp + c0, mean, rstd,
-			        N, C, nc);
+			ln_cols(dweight + c0, dbias + c0, dout + c0, inp + c0, mean, rstd, N, C, nc);
 		}
 	}
 }

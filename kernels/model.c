@@ -17,23 +17,23 @@
 
 /* Saved activations of one block for a batch of B (sized for max_batch). */
 typedef struct {
-	float *ln1, *ln1_mean, *ln1_rstd;  /* [B,T,C], [B,T], [B,T] */
-	float *qkv;                        /* [B,T,3C] */
-	float *atty;                       /* [B,T,C] attention output */
-	float *att;                        /* [B,NH,T,T] probabilities */
-	float *res2;                       /* [B,T,C] after the attention residual */
+	float *ln1, *ln1_mean, *ln1_rstd; /* [B,T,C], [B,T], [B,T] */
+	float *qkv;                       /* [B,T,3C] */
+	float *atty;                      /* [B,T,C] attention output */
+	float *att;                       /* [B,NH,T,T] probabilities */
+	float *res2;                      /* [B,T,C] after the attention residual */
 	float *ln2, *ln2_mean, *ln2_rstd;
-	float *fch, *fchg;                 /* [B,T,F] before and after GELU */
-	float *res3;                       /* [B,T,C] block output */
+	float *fch, *fchg; /* [B,T,F] before and after GELU */
+	float *res3;       /* [B,T,C] block output */
 } layer_acts;
 
 struct kern_acts {
-	int B;              /* batch of the last forward, 0 before any */
+	int B; /* batch of the last forward, 0 before any */
 	int have_targets;
-	float *mem;         /* one allocation for everything below */
-	int32_t *tokens, *targets;  /* [B,T] copies for the backward */
-	float *encoded;     /* [B,T,C] */
-	layer_acts *layer;  /* n_layer */
+	float *mem;                /* one allocation for everything below */
+	int32_t *tokens, *targets; /* [B,T] copies for the backward */
+	float *encoded;            /* [B,T,C] */
+	layer_acts *layer;         /* n_layer */
 	float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
 	/* backward scratch, reused by every block */
 	float *dres, *dln, *dqkv, *datty, *dfch, *dfchg, *datt, *dlogits;
@@ -67,8 +67,7 @@ static size_t set_numel(const kern_config *c)
 size_t kern_param_count(const kern_config *c)
 {
 	size_t C = c->d_model;
-	return (size_t)c->vocab * C + (size_t)c->seq_len * C
-	       + (size_t)c->n_shared * set_numel(c) + 2 * C;
+	return (size_t)c->vocab * C + (size_t)c->seq_len * C + (size_t)c->n_shared * set_numel(c) + 2 * C;
 }
 
 cot_err kern_config_validate(const kern_config *c, cot_errbuf *eb)
@@ -78,8 +77,8 @@ cot_err kern_config_validate(const kern_config *c, cot_errbuf *eb)
 #define RANGE(f, lo, hi) \
 	if (c->f < (lo) || c->f > (hi)) \
 		return cot_seterr(eb, COT_ERR_INVALID, \
-		                  "model config field " #f " is %d; it must lie in %d..%d", \
-		                  c->f, (int)(lo), (int)(hi));
+		                  "model config field " #f " is %d; it must lie in %d..%d", c->f, (int)(lo), \
+		                  (int)(hi));
 	RANGE(n_layer, 1, KERN_MAX_LAYERS)
 	RANGE(n_shared, 1, c->n_layer)
 	RANGE(d_model, 1, KERN_MAX_DIM)
@@ -90,32 +89,25 @@ cot_err kern_config_validate(const kern_config *c, cot_errbuf *eb)
 #undef RANGE
 	if (c->d_model % c->n_head != 0)
 		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "model config d_model %d is not a multiple of n_head %d",
-		                  c->d_model, c->n_head);
+		                  "model config d_model %d is not a multiple of n_head %d", c->d_model,
+		                  c->n_head);
 	if (kern_param_count(c) > KERN_MAX_PARAMS)
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "model config has %zu parameters; the limit is %zu",
+		return cot_seterr(eb, COT_ERR_INVALID, "model config has %zu parameters; the limit is %zu",
 		                  kern_param_count(c), KERN_MAX_PARAMS);
 	return COT_OK;
 }
 
-int kern_layer_set(const kern_config *c, int l)
-{
-	return (int)((long)l * c->n_shared / c->n_layer);
-}
+int kern_layer_set(const kern_config *c, int l) { return (int)((long)l * c->n_shared / c->n_layer); }
 
 double kern_flops_per_sample(const kern_config *c)
 {
-	double L = c->n_layer, T = c->seq_len, C = c->d_model, F = c->d_ff,
-	       V = c->vocab;
-	double fwd = L * (2 * T * (3 * C * C + C * C + 2 * C * F) + 2 * C * T * (T + 1))
-	             + 2 * T * C * V;
+	double L = c->n_layer, T = c->seq_len, C = c->d_model, F = c->d_ff, V = c->vocab;
+	double fwd = L * (2 * T * (3 * C * C + C * C + 2 * C * F) + 2 * C * T * (T + 1)) + 2 * T * C * V;
 	return 3 * fwd;
 }
 
 /* Append view k (written only when k < max). */
-static void add_view(kern_view *out, int max, int *k, size_t *off,
-                     const char *name, int ndim, int d0, int d1)
+static void add_view(kern_view *out, int max, int *k, size_t *off, const char *name, int ndim, int d0, int d1)
 {
 	kern_view tmp, *v = out && *k < max ? &out[*k] : &tmp;
 	memset(v, 0, sizeof *v);
@@ -134,18 +126,19 @@ static void add_view(kern_view *out, int max, int *k, size_t *off,
 
 int kern_param_views(const kern_config *c, kern_view *out, int max)
 {
-	static const struct { const char *suffix; int ndim; } names[VIEWS_PER_SET] = {
-		{ "ln_1.weight", 1 }, { "ln_1.bias", 1 },
-		{ "attn.c_attn.weight", 2 }, { "attn.c_attn.bias", 1 },
-		{ "attn.c_proj.weight", 2 }, { "attn.c_proj.bias", 1 },
-		{ "ln_2.weight", 1 }, { "ln_2.bias", 1 },
-		{ "mlp.c_fc.weight", 2 }, { "mlp.c_fc.bias", 1 },
-		{ "mlp.c_proj.weight", 2 }, { "mlp.c_proj.bias", 1 },
+	static const struct {
+		const char *suffix;
+		int ndim;
+	} names[VIEWS_PER_SET] = {
+		{ "ln_1.weight", 1 },      { "ln_1.bias", 1 },          { "attn.c_attn.weight", 2 },
+		{ "attn.c_attn.bias", 1 }, { "attn.c_proj.weight", 2 }, { "attn.c_proj.bias", 1 },
+		{ "ln_2.weight", 1 },      { "ln_2.bias", 1 },          { "mlp.c_fc.weight", 2 },
+		{ "mlp.c_fc.bias", 1 },    { "mlp.c_proj.weight", 2 },  { "mlp.c_proj.bias", 1 },
 	};
 	int C = c->d_model, F = c->d_ff, k = 0;
 	const int shapes[VIEWS_PER_SET][2] = {
 		{ C, 0 }, { C, 0 }, { C, 3 * C }, { 3 * C, 0 }, { C, C }, { C, 0 },
-		{ C, 0 }, { C, 0 }, { C, F }, { F, 0 }, { F, C }, { C, 0 },
+		{ C, 0 }, { C, 0 }, { C, F },     { F, 0 },     { F, C }, { C, 0 },
 	};
 	size_t off = 0;
 	char nm[64];
@@ -154,8 +147,7 @@ int kern_param_views(const kern_config *c, kern_view *out, int max)
 	for (int s = 0; s < c->n_shared; s++)
 		for (int i = 0; i < VIEWS_PER_SET; i++) {
 			snprintf(nm, sizeof nm, "h.%d.%s", s, names[i].suffix);
-			add_view(out, max, &k, &off, nm, names[i].ndim, shapes[i][0],
-			         shapes[i][1]);
+			add_view(out, max, &k, &off, nm, names[i].ndim, shapes[i][0], shapes[i][1]);
 		}
 	add_view(out, max, &k, &off, "ln_f.weight", 1, C, 0);
 	add_view(out, max, &k, &off, "ln_f.bias", 1, C, 0);
@@ -166,22 +158,25 @@ static set_ptrs set_at(const kern_model *m, float *base, int s)
 {
 	const kern_view *v = m->views + 2 + VIEWS_PER_SET * s;
 	set_ptrs p = {
-		base + v[0].offset, base + v[1].offset, base + v[2].offset,
-		base + v[3].offset, base + v[4].offset, base + v[5].offset,
-		base + v[6].offset, base + v[7].offset, base + v[8].offset,
-		base + v[9].offset, base + v[10].offset, base + v[11].offset,
+		base + v[0].offset, base + v[1].offset, base + v[2].offset,  base + v[3].offset,
+		base + v[4].offset, base + v[5].offset, base + v[6].offset,  base + v[7].offset,
+		base + v[8].offset, base + v[9].offset, base + v[10].offset, base + v[11].offset,
 	};
 	return p;
 }
 
 /* Lay the activations out in one allocation (mem NULL: only count floats). */
-static size_t acts_layout(struct kern_acts *a, float *mem, const kern_config *c,
-                          int B)
+static size_t acts_layout(struct kern_acts *a, float *mem, const kern_config *c, int B)
 {
-	size_t BT = (size_t)B * c->seq_len, C = c->d_model, F = c->d_ff,
-	       V = c->vocab, NH = c->n_head, T = c->seq_len, off = 0;
-#define TAKE(ptr, n) do { if (mem) (ptr) = mem + off; off += (n); \
-	off = (off + 15) & ~(size_t)15; } while (0)
+	size_t BT = (size_t)B * c->seq_len, C = c->d_model, F = c->d_ff, V = c->vocab, NH = c->n_head,
+	       T = c->seq_len, off = 0;
+#define TAKE(ptr, n) \
+	do { \
+		if (mem) \
+			(ptr) = mem + off; \
+		off += (n); \
+		off = (off + 15) & ~(size_t)15; \
+	} while (0)
 	TAKE(a->encoded, BT * C);
 	for (int l = 0; l < c->n_layer; l++) {
 		layer_acts *la = &a->layer[l];
@@ -227,26 +222,24 @@ static void acts_free(struct kern_acts *a)
 	free(a);
 }
 
-cot_err kern_model_create(const kern_config *c, int max_batch, kern_model **out,
-                          cot_errbuf *eb)
+cot_err kern_model_create(const kern_config *c, int max_batch, kern_model **out, cot_errbuf *eb)
 {
 	*out = NULL;
 	cot_err rc = kern_config_validate(c, eb);
 	if (rc)
 		return rc;
 	if (max_batch < 0 || max_batch > 65536)
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "max_batch %d is outside 0..65536", max_batch);
+		return cot_seterr(eb, COT_ERR_INVALID, "max_batch %d is outside 0..65536", max_batch);
 	/* every B*T*width product handed to BLAS must fit an int */
 	long widest = c->vocab;
 	if (3L * c->d_model > widest)
 		widest = 3L * c->d_model;
 	if (c->d_ff > widest)
 		widest = c->d_ff;
-	if ((double)max_batch * c->seq_len * widest > 2147483647.0
-	    || (double)max_batch * c->n_head * c->seq_len * c->seq_len > 2147483647.0 * 8)
-		return cot_seterr(eb, COT_ERR_TOO_LARGE,
-		                  "max_batch %d is too large for this model", max_batch);
+	if ((double)max_batch * c->seq_len * widest > 2147483647.0 ||
+	    (double)max_batch * c->n_head * c->seq_len * c->seq_len > 2147483647.0 * 8)
+		return cot_seterr(eb, COT_ERR_TOO_LARGE, "max_batch %d is too large for this model",
+		                  max_batch);
 
 	kern_model *m = calloc(1, sizeof *m);
 	if (!m)
@@ -283,8 +276,7 @@ cot_err kern_model_create(const kern_config *c, int max_batch, kern_model **out,
 	return COT_OK;
 nomem:
 	kern_model_free(m);
-	return cot_seterr(eb, COT_ERR_NOMEM,
-	                  "out of memory for a model of %zu parameters and batch %d",
+	return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for a model of %zu parameters and batch %d",
 	                  kern_param_count(c), max_batch);
 }
 
@@ -331,19 +323,18 @@ void kern_model_init(kern_model *m, uint64_t seed)
 	m->step = 0;
 }
 
-static cot_err check_ids(const int32_t *ids, size_t n, int V, const char *what,
-                         cot_errbuf *eb)
+static cot_err check_ids(const int32_t *ids, size_t n, int V, const char *what, cot_errbuf *eb)
 {
 	for (size_t i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= V)
 			return cot_seterr(eb, COT_ERR_INVALID,
-			                  "%s %d at position %zu is outside the vocabulary 0..%d",
-			                  what, (int)ids[i], i, V - 1);
+			                  "%s %d at position %zu is outside the vocabulary 0..%d", what,
+			                  (int)ids[i], i, V - 1);
 	return COT_OK;
 }
 
-cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *targets,
-                     int B, float *loss_out, cot_errbuf *eb)
+cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *targets, int B, float *loss_out,
+                     cot_errbuf *eb)
 {
 	const kern_config *c = &m->config;
 	struct kern_acts *a = m->acts;
@@ -353,16 +344,15 @@ cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *target
 		return cot_seterr(eb, COT_ERR_CONFLICT,
 		                  "cannot run a forward pass on a model created without activations");
 	if (B < 1 || B > m->max_batch)
-		return cot_seterr(eb, COT_ERR_INVALID, "batch size %d is outside 1..%d",
-		                  B, m->max_batch);
-	int T = c->seq_len, C = c->d_model, NH = c->n_head, F = c->d_ff,
-	    V = c->vocab, L = c->n_layer, BT = B * T;
+		return cot_seterr(eb, COT_ERR_INVALID, "batch size %d is outside 1..%d", B, m->max_batch);
+	int T = c->seq_len, C = c->d_model, NH = c->n_head, F = c->d_ff, V = c->vocab, L = c->n_layer,
+	    BT = B * T;
 	cot_err rc = check_ids(tokens, (size_t)BT, V, "token", eb);
 	if (!rc && targets)
 		rc = check_ids(targets, (size_t)BT, V, "target", eb);
 	if (rc)
 		return rc;
-	a->B = 0;  /* invalid until the pass completes */
+	a->B = 0; /* invalid until the pass completes */
 	memcpy(a->tokens, tokens, sizeof(int32_t) * (size_t)BT);
 	if (targets)
 		memcpy(a->targets, targets, sizeof(int32_t) * (size_t)BT);
@@ -375,28 +365,21 @@ cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *target
 	for (int l = 0; l < L; l++) {
 		set_ptrs p = set_at(m, m->params, kern_layer_set(c, l));
 		layer_acts *la = &a->layer[l];
-		kern_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, res,
-		                       p.ln1w, p.ln1b, BT, C);
+		kern_layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, res, p.ln1w, p.ln1b, BT, C);
 		kern_linear_forward(la->qkv, la->ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
 		kern_attention_forward(la->atty, la->att, la->qkv, B, T, C, NH);
-		kern_linear_forward_residual(la->res2, res, la->atty, p.attprojw,
-		                             p.attprojb, BT, C, C);
-		kern_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2,
-		                       p.ln2w, p.ln2b, BT, C);
-		kern_linear_forward_gelu(la->fch, la->fchg, la->ln2, p.fcw, p.fcb,
-		                         BT, C, F);
-		kern_linear_forward_residual(la->res3, la->res2, la->fchg, p.fcprojw,
-		                             p.fcprojb, BT, F, C);
+		kern_linear_forward_residual(la->res2, res, la->atty, p.attprojw, p.attprojb, BT, C, C);
+		kern_layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, p.ln2w, p.ln2b, BT, C);
+		kern_linear_forward_gelu(la->fch, la->fchg, la->ln2, p.fcw, p.fcb, BT, C, F);
+		kern_linear_forward_residual(la->res3, la->res2, la->fchg, p.fcprojw, p.fcprojb, BT, F, C);
 		res = la->res3;
 	}
-	kern_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, res,
-	                       m->params + lnf[0].offset, m->params + lnf[1].offset,
-	                       BT, C);
+	kern_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, res, m->params + lnf[0].offset,
+	                       m->params + lnf[1].offset, BT, C);
 	kern_head_forward(a->logits, a->lnf, wte, BT, C, V);
 	a->have_targets = targets != NULL;
 	if (targets) {
-		double loss = kern_crossentropy_forward(a->losses, a->logits,
-		                                        a->targets, BT, V);
+		double loss = kern_crossentropy_forward(a->losses, a->logits, a->targets, BT, V);
 		if (loss_out)
 			*loss_out = (float)loss;
 	}
@@ -404,10 +387,7 @@ cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *target
 	return COT_OK;
 }
 
-const float *kern_logits(const kern_model *m)
-{
-	return m->acts && m->acts->B > 0 ? m->acts->logits : NULL;
-}
+const float *kern_logits(const kern_model *m) { return m->acts && m->acts->B > 0 ? m->acts->logits : NULL; }
 
 cot_err kern_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 {
@@ -416,8 +396,8 @@ cot_err kern_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 	if (!a || a->B == 0 || !a->have_targets)
 		return cot_seterr(eb, COT_ERR_CONFLICT,
 		                  "cannot run a backward pass without a forward pass with targets");
-	int B = a->B, T = c->seq_len, C = c->d_model, NH = c->n_head,
-	    F = c->d_ff, V = c->vocab, L = c->n_layer, BT = B * T;
+	int B = a->B, T = c->seq_len, C = c->d_model, NH = c->n_head, F = c->d_ff, V = c->vocab,
+	    L = c->n_layer, BT = B * T;
 	size_t btc = (size_t)BT * C * sizeof(float);
 	const kern_view *lnf = &m->views[m->n_views - 2];
 	const float *wte = m->params + m->views[0].offset;
@@ -425,47 +405,37 @@ cot_err kern_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 	float *gwpe = m->grads + m->views[1].offset;
 
 	/* head: loss -> dlogits -> d(ln_f output) -> d(last residual) */
-	kern_crossentropy_backward_set(a->dlogits, a->logits, a->targets,
-	                           scale / (float)BT, BT, V);
+	kern_crossentropy_backward_set(a->dlogits, a->logits, a->targets, scale / (float)BT, BT, V);
 	memset(a->dln, 0, btc);
 	kern_head_backward(a->dln, gwte, a->dlogits, a->lnf, wte, BT, C, V);
 	const float *res_last = a->layer[L - 1].res3;
 	memset(a->dres, 0, btc);
-	kern_layernorm_backward(a->dres, m->grads + lnf[0].offset,
-	                        m->grads + lnf[1].offset, a->dln, res_last,
-	                        m->params + lnf[0].offset, a->lnf_mean, a->lnf_rstd,
-	                        BT, C);
+	kern_layernorm_backward(a->dres, m->grads + lnf[0].offset, m->grads + lnf[1].offset, a->dln, res_last,
+	                        m->params + lnf[0].offset, a->lnf_mean, a->lnf_rstd, BT, C);
 	for (int l = L - 1; l >= 0; l--) {
 		int s = kern_layer_set(c, l);
 		set_ptrs p = set_at(m, m->params, s), g = set_at(m, m->grads, s);
 		layer_acts *la = &a->layer[l];
 		const float *res_in = l > 0 ? a->layer[l - 1].res3 : a->encoded;
 		/* dres = d res3: through the MLP */
-		kern_linear_backward_set_gelu(a->dfchg, a->dfch, la->fch, g.fcprojw,
-		                              g.fcprojb, a->dres, la->fchg, p.fcprojw,
-		                              BT, F, C);
-		kern_linear_backward_set(a->dln, g.fcw, g.fcb, a->dfch, la->ln2, p.fcw,
-		                     BT, C, F);
-		kern_layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dln, la->res2,
-		                        p.ln2w, la->ln2_mean, la->ln2_rstd, BT, C);
+		kern_linear_backward_set_gelu(a->dfchg, a->dfch, la->fch, g.fcprojw, g.fcprojb, a->dres,
+		                              la->fchg, p.fcprojw, BT, F, C);
+		kern_linear_backward_set(a->dln, g.fcw, g.fcb, a->dfch, la->ln2, p.fcw, BT, C, F);
+		kern_layernorm_backward(a->dres, g.ln2w, g.ln2b, a->dln, la->res2, p.ln2w, la->ln2_mean,
+		                        la->ln2_rstd, BT, C);
 		/* dres = d res2: through the attention */
-		kern_linear_backward_set(a->datty, g.attprojw, g.attprojb, a->dres,
-		                     la->atty, p.attprojw, BT, C, C);
-		kern_attention_backward_set(a->dqkv, a->datt, a->datty, la->qkv, la->att,
-		                        B, T, C, NH);
-		kern_linear_backward_set(a->dln, g.qkvw, g.qkvb, a->dqkv, la->ln1, p.qkvw,
-		                     BT, C, 3 * C);
-		kern_layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dln, res_in,
-		                        p.ln1w, la->ln1_mean, la->ln1_rstd, BT, C);
+		kern_linear_backward_set(a->datty, g.attprojw, g.attprojb, a->dres, la->atty, p.attprojw, BT,
+		                         C, C);
+		kern_attention_backward_set(a->dqkv, a->datt, a->datty, la->qkv, la->att, B, T, C, NH);
+		kern_linear_backward_set(a->dln, g.qkvw, g.qkvb, a->dqkv, la->ln1, p.qkvw, BT, C, 3 * C);
+		kern_layernorm_backward(a->dres, g.ln1w, g.ln1b, a->dln, res_in, p.ln1w, la->ln1_mean,
+		                        la->ln1_rstd, BT, C);
 	}
 	kern_embedding_backward(gwte, gwpe, a->dres, a->tokens, B, T, C);
 	return COT_OK;
 }
 
-cot_err kern_backward(kern_model *m, cot_errbuf *eb)
-{
-	return kern_backward_scaled(m, 1.0f, eb);
-}
+cot_err kern_backward(kern_model *m, cot_errbuf *eb) { return kern_backward_scaled(m, 1.0f, eb); }
 
 void kern_zero_grad(kern_model *m)
 {
@@ -475,7 +445,7 @@ void kern_zero_grad(kern_model *m)
 	size_t n = m->n_params;
 	long nchunks = (long)((n + CHUNK - 1) / CHUNK);
 	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && nchunks > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && nchunks > 1)
 	for (long c = 0; c < nchunks; c++) {
 		size_t lo = (size_t)c * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
 		memset(m->grads + lo, 0, len * sizeof(float));
@@ -487,7 +457,7 @@ void kern_scale_grads(kern_model *m, float s)
 	float *g = m->grads;
 	size_t n = m->n_params;
 	int nt = kern_threads();
-	#pragma omp parallel for num_threads(nt) schedule(dynamic, 65536) if (nt > 1 && n > 65536)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 65536) if (nt > 1 && n > 65536)
 	for (size_t i = 0; i < n; i++)
 		g[i] *= s;
 }

@@ -34,20 +34,20 @@
 #include "shared/common/error.h"
 
 /* Bounds checked by kern_config_validate. */
-#define KERN_MAX_LAYERS   256
-#define KERN_MAX_DIM      16384     /* d_model, d_ff */
-#define KERN_MAX_SEQ      8192
-#define KERN_MAX_VOCAB    262144
-#define KERN_MAX_PARAMS   ((size_t)1 << 32)
+#define KERN_MAX_LAYERS 256
+#define KERN_MAX_DIM 16384 /* d_model, d_ff */
+#define KERN_MAX_SEQ 8192
+#define KERN_MAX_VOCAB 262144
+#define KERN_MAX_PARAMS ((size_t)1 << 32)
 
 typedef struct {
-	int n_layer;    /* L, blocks applied */
-	int n_shared;   /* S, parameter sets, 1 <= S <= L */
-	int n_head;     /* divides d_model */
-	int d_model;    /* C */
-	int seq_len;    /* T, tokens per sample (every sample is full length) */
-	int vocab;      /* V, 256 for the byte tokenizer */
-	int d_ff;       /* F, MLP width, usually 4 * d_model */
+	int n_layer;  /* L, blocks applied */
+	int n_shared; /* S, parameter sets, 1 <= S <= L */
+	int n_head;   /* divides d_model */
+	int d_model;  /* C */
+	int seq_len;  /* T, tokens per sample (every sample is full length) */
+	int vocab;    /* V, 256 for the byte tokenizer */
+	int d_ff;     /* F, MLP width, usually 4 * d_model */
 } kern_config;
 
 /* The demo model: 4 layers (unshared), 4 heads, width 256, sequence 256,
@@ -78,7 +78,7 @@ double kern_flops_per_sample(const kern_config *c);
 
 typedef struct {
 	char name[64];
-	size_t offset;   /* in floats, into the flat buffer */
+	size_t offset; /* in floats, into the flat buffer */
 	size_t numel;
 	int ndim;
 	int shape[4];
@@ -95,8 +95,8 @@ typedef struct kern_model {
 	kern_config config;
 	size_t n_params;
 	int n_views;
-	kern_view *views;       /* n_views entries, owned by the model */
-	float *params;          /* n_params each, same layout */
+	kern_view *views; /* n_views entries, owned by the model */
+	float *params;    /* n_params each, same layout */
 	float *grads;
 	float *m, *v;           /* optimizer moments */
 	long step;              /* optimizer steps taken */
@@ -110,8 +110,7 @@ typedef struct kern_model {
  * at zero; call kern_model_init or load a checkpoint.  On success the caller
  * owns *out (kern_model_free); on error *out is NULL.  COT_ERR_INVALID (bad
  * config or max_batch), COT_ERR_NOMEM. */
-cot_err kern_model_create(const kern_config *c, int max_batch, kern_model **out,
-                          cot_errbuf *eb);
+cot_err kern_model_create(const kern_config *c, int max_batch, kern_model **out, cot_errbuf *eb);
 void kern_model_free(kern_model *m);
 
 /* Deterministic initialisation from seed, the same on every machine: weights
@@ -128,8 +127,8 @@ void kern_model_init(kern_model *m, uint64_t seed);
  * kern_logits(m) then holds the B*T*V logits.  COT_ERR_INVALID for a token
  * or target outside [0, vocab) or a bad B (the detail says which),
  * COT_ERR_CONFLICT for a model created with max_batch 0. */
-cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *targets,
-                     int B, float *loss_out, cot_errbuf *eb);
+cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *targets, int B, float *loss_out,
+                     cot_errbuf *eb);
 
 /* Logits [B,T,V] of the last forward pass (owned by the model, valid until
  * the next forward), NULL before any. */

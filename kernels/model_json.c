@@ -3,14 +3,14 @@
 
 #include <stdbool.h>
 
-const char *const kern_model_json_keys[] = { "n_layer", "n_shared", "n_head", "d_model", "d_ff",
-                                             "seq_len", "vocab", NULL };
+const char *const kern_model_json_keys[] = { "n_layer", "n_shared", "n_head", "d_model",
+	                                     "d_ff",    "seq_len",  "vocab",  NULL };
 
 json_t *kern_model_config_to_json(const kern_config *c)
 {
-	return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "n_layer", c->n_layer, "n_shared", c->n_shared,
-	                 "n_head", c->n_head, "d_model", c->d_model, "d_ff", c->d_ff, "seq_len", c->seq_len,
-	                 "vocab", c->vocab);
+	return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "n_layer", c->n_layer, "n_shared",
+	                 c->n_shared, "n_head", c->n_head, "d_model", c->d_model, "d_ff", c->d_ff, "seq_len",
+	                 c->seq_len, "vocab", c->vocab);
 }
 
 /* Field key of model into *out: absent leaves *out (an error when
@@ -25,14 +25,18 @@ static cot_err get_int(const json_t *model, const char *path, const char *key, b
 		return COT_OK;
 	}
 	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-		cot_seterr(eb, COT_ERR_INVALID, "field \"%s.%s\" must be an integer between %lld and %lld", path, key,
-		           min, max);
+		cot_seterr(eb, COT_ERR_INVALID, "field \"%s.%s\" must be an integer between %lld and %lld",
+		           path, key, min, max);
 		if (json_is_integer(v))
 			cot_sethint(eb, "It is %lld.", (long long)json_integer_value(v));
 		else
-			cot_sethint(eb, "It is a JSON %s.", json_is_real(v) ? "real number" : json_is_string(v) ? "string" :
-			            json_is_boolean(v) ? "boolean" : json_is_array(v) ? "array" :
-			            json_is_null(v) ? "null" : "object");
+			cot_sethint(eb, "It is a JSON %s.",
+			            json_is_real(v)      ? "real number"
+			            : json_is_string(v)  ? "string"
+			            : json_is_boolean(v) ? "boolean"
+			            : json_is_array(v)   ? "array"
+			            : json_is_null(v)    ? "null"
+			                                 : "object");
 		return COT_ERR_INVALID;
 	}
 	*out = (int)json_integer_value(v);
@@ -47,9 +51,12 @@ cot_err kern_model_config_from_json(const json_t *model, const char *path, unsig
 	cot_err rc;
 	if (flags & KERN_MODEL_JSON_STORED) {
 		kern_config m;
-		int *dims[] = { &m.n_layer, &m.n_shared, &m.n_head, &m.d_model, &m.d_ff, &m.seq_len, &m.vocab };
+		int *dims[] = {
+			&m.n_layer, &m.n_shared, &m.n_head, &m.d_model, &m.d_ff, &m.seq_len, &m.vocab
+		};
 		for (int i = 0; kern_model_json_keys[i]; i++)
-			if ((rc = get_int(model, path, kern_model_json_keys[i], true, 0, 1 << 20, dims[i], eb)))
+			if ((rc = get_int(model, path, kern_model_json_keys[i], true, 0, 1 << 20, dims[i],
+			                  eb)))
 				return rc;
 		*c = m;
 		return COT_OK;
@@ -69,16 +76,17 @@ cot_err kern_model_config_from_json(const json_t *model, const char *path, unsig
 	if (m.d_ff < 0)
 		m.d_ff = 4 * m.d_model;
 	if (m.n_shared > m.n_layer) {
-		cot_seterr(eb, COT_ERR_INVALID, "field \"%s.n_shared\" must not exceed %s.n_layer (%d)", path, path,
-		           m.n_layer);
+		cot_seterr(eb, COT_ERR_INVALID, "field \"%s.n_shared\" must not exceed %s.n_layer (%d)", path,
+		           path, m.n_layer);
 		cot_sethint(eb, "Block l uses parameter set l * n_shared / n_layer; "
-		            "n_shared = n_layer means no sharing, 1 shares one set among all blocks.");
+		                "n_shared = n_layer means no sharing, 1 shares one set among all blocks.");
 		return COT_ERR_INVALID;
 	}
 	if (m.d_model % m.n_head != 0) {
-		cot_seterr(eb, COT_ERR_INVALID, "field \"%s.d_model\" must be a multiple of %s.n_head (%d)", path, path,
-		           m.n_head);
-		cot_sethint(eb, "It is %d; every attention head gets d_model / n_head dimensions.", m.d_model);
+		cot_seterr(eb, COT_ERR_INVALID, "field \"%s.d_model\" must be a multiple of %s.n_head (%d)",
+		           path, path, m.n_head);
+		cot_sethint(eb, "It is %d; every attention head gets d_model / n_head dimensions.",
+		            m.d_model);
 		return COT_ERR_INVALID;
 	}
 	*c = m;

@@ -12,7 +12,8 @@ static cot_err num(const json_t *obj, const char *key, float *out, cot_errbuf *e
 	if (!v)
 		return COT_OK;
 	if (!json_is_number(v))
-		return cot_seterr(eb, COT_ERR_INVALID, "field \"optimizer.%s\" of the project is not a number", key);
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "field \"optimizer.%s\" of the project is not a number", key);
 	*out = (float)json_number_value(v);
 	return COT_OK;
 }
@@ -50,7 +51,9 @@ cot_err kern_opt_config_from_json(const char *config_json, kern_opt_config *o, c
 		else if (t && strcmp(t, "adamw") == 0)
 			o->kind = KERN_OPT_ADAMW;
 		else {
-			rc = cot_seterr(eb, COT_ERR_INVALID, "field \"optimizer.type\" of the project must be \"lamb\" or \"adamw\"");
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "field \"optimizer.type\" of the project must be \"lamb\" or "
+			                "\"adamw\"");
 			goto out;
 		}
 	}
@@ -64,7 +67,9 @@ cot_err kern_opt_config_from_json(const char *config_json, kern_opt_config *o, c
 		json_t *w = json_object_get(s, "warmup_steps"), *t = json_object_get(s, "total_steps");
 		json_t *d = json_object_get(s, "decay");
 		if ((w && !json_is_integer(w)) || (t && !json_is_integer(t))) {
-			rc = cot_seterr(eb, COT_ERR_INVALID, "field \"optimizer.schedule\" of the project has a non-integer step count");
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "field \"optimizer.schedule\" of the project has a non-integer step "
+			                "count");
 			goto out;
 		}
 		if (w)
@@ -80,7 +85,9 @@ cot_err kern_opt_config_from_json(const char *config_json, kern_opt_config *o, c
 			else if (ds && strcmp(ds, "cosine") == 0)
 				o->decay = KERN_DECAY_COSINE;
 			else {
-				rc = cot_seterr(eb, COT_ERR_INVALID, "field \"optimizer.schedule.decay\" of the project must be \"constant\", \"linear\" or \"cosine\"");
+				rc = cot_seterr(eb, COT_ERR_INVALID,
+				                "field \"optimizer.schedule.decay\" of the project must be "
+				                "\"constant\", \"linear\" or \"cosine\"");
 				goto out;
 			}
 		}
@@ -93,4 +100,3 @@ out:
 	json_decref(cfg);
 	return rc;
 }
-

@@ -37,14 +37,12 @@ cot_err kern_opt_validate(const kern_opt_config *o, cot_errbuf *eb)
 		return cot_seterr(eb, COT_ERR_INVALID, "unknown optimizer %d", (int)o->kind);
 #define CHECK(cond, field) \
 	if (!(cond)) \
-		return cot_seterr(eb, COT_ERR_INVALID, \
-		                  "optimizer setting " #field " is out of range");
+		return cot_seterr(eb, COT_ERR_INVALID, "optimizer setting " #field " is out of range");
 	CHECK(isfinite(o->lr) && o->lr >= 0 && o->lr <= 10, lr)
 	CHECK(o->beta1 >= 0 && o->beta1 < 1, beta1)
 	CHECK(o->beta2 >= 0 && o->beta2 < 1, beta2)
 	CHECK(isfinite(o->eps) && o->eps > 0, eps)
-	CHECK(isfinite(o->weight_decay) && o->weight_decay >= 0 && o->weight_decay < 10,
-	      weight_decay)
+	CHECK(isfinite(o->weight_decay) && o->weight_decay >= 0 && o->weight_decay < 10, weight_decay)
 	CHECK(isfinite(o->clip_norm) && o->clip_norm >= 0, clip_norm)
 	CHECK(o->warmup_steps >= 0, warmup_steps)
 	CHECK(o->total_steps >= 0, total_steps)
@@ -99,10 +97,7 @@ float kern_opt_lr(const kern_opt_config *o, long s)
 	return (float)(lr * ratio);
 }
 
-bool kern_opt_decays(const kern_view *v)
-{
-	return v->ndim >= 2;
-}
+bool kern_opt_decays(const kern_view *v) { return v->ndim >= 2; }
 
 /* Sum of squares of x[0..n) in double, in a fixed order (8 interleaved
  * partial sums combined pairwise) that the compiler may vectorise without
@@ -133,7 +128,7 @@ double kern_grad_norm(const kern_model *m)
 	double part[GROUP];
 	for (long g0 = 0; g0 < nblocks; g0 += GROUP) {
 		long ng = nblocks - g0 < GROUP ? nblocks - g0 : GROUP;
-		#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && ng > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && ng > 1)
 		for (long b = 0; b < ng; b++) {
 			size_t lo = (size_t)(g0 + b) * KERN_OPT_BLOCK;
 			size_t len = n - lo < KERN_OPT_BLOCK ? n - lo : KERN_OPT_BLOCK;
@@ -149,7 +144,7 @@ double kern_grad_norm(const kern_model *m)
 typedef struct {
 	int view;
 	size_t lo, len;
-	double p2, u2;  /* LAMB: ||p||^2 and ||u||^2 over the segment */
+	double p2, u2; /* LAMB: ||p||^2 and ||u||^2 over the segment */
 } segment;
 
 static segment *make_segments(const kern_model *m, long *count)
@@ -173,15 +168,13 @@ static segment *make_segments(const kern_model *m, long *count)
 	return s;
 }
 
-KERN_SIMD static void adamw_segment(kern_model *m, const kern_opt_config *o,
-                          const segment *sg, float lr, float coef,
-                          float step_size, float bc2_sqrt)
+KERN_SIMD static void adamw_segment(kern_model *m, const kern_opt_config *o, const segment *sg, float lr,
+                                    float coef, float step_size, float bc2_sqrt)
 {
 	float *p = m->params + sg->lo, *mm = m->m + sg->lo, *vv = m->v + sg->lo;
 	const float *g = m->grads + sg->lo;
 	float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
-	float keep = kern_opt_decays(&m->views[sg->view])
-	             ? 1.0f - lr * o->weight_decay : 1.0f;
+	float keep = kern_opt_decays(&m->views[sg->view]) ? 1.0f - lr * o->weight_decay : 1.0f;
 	for (size_t i = 0; i < sg->len; i++) {
 		float gi = g[i] * coef;
 		float pi = p[i] * keep;
@@ -195,8 +188,8 @@ KERN_SIMD static void adamw_segment(kern_model *m, const kern_opt_config *o,
 }
 
 /* LAMB pass 1: update the moments, sum ||p||^2 and ||u||^2. */
-KERN_SIMD static void lamb_moments(kern_model *m, const kern_opt_config *o, segment *sg,
-                         float coef, float bc1, float bc2)
+KERN_SIMD static void lamb_moments(kern_model *m, const kern_opt_config *o, segment *sg, float coef,
+                                   float bc1, float bc2)
 {
 	float *p = m->params + sg->lo, *mm = m->m + sg->lo, *vv = m->v + sg->lo;
 	const float *g = m->grads + sg->lo;
@@ -240,8 +233,8 @@ KERN_SIMD static void lamb_moments(kern_model *m, const kern_opt_config *o, segm
 }
 
 /* LAMB pass 2: recompute u from the new moments (same bits) and apply. */
-KERN_SIMD static void lamb_apply(kern_model *m, const kern_opt_config *o,
-                       const segment *sg, float scale, float bc1, float bc2)
+KERN_SIMD static void lamb_apply(kern_model *m, const kern_opt_config *o, const segment *sg, float scale,
+                                 float bc1, float bc2)
 {
 	float *p = m->params + sg->lo;
 	const float *mm = m->m + sg->lo, *vv = m->v + sg->lo;
@@ -253,8 +246,7 @@ KERN_SIMD static void lamb_apply(kern_model *m, const kern_opt_config *o,
 	}
 }
 
-cot_err kern_opt_step(kern_model *m, const kern_opt_config *o,
-                      kern_opt_stats *st, cot_errbuf *eb)
+cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *st, cot_errbuf *eb)
 {
 	cot_err rc = kern_opt_validate(o, eb);
 	if (rc)
@@ -282,11 +274,11 @@ cot_err kern_opt_step(kern_model *m, const kern_opt_config *o,
 	int nt = kern_threads();
 	if (o->kind == KERN_OPT_ADAMW) {
 		float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-		#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
 			adamw_segment(m, o, &segs[i], lr, coef, step_size, bc2_sqrt);
 	} else {
-		#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
 			lamb_moments(m, o, &segs[i], coef, (float)bc1, (float)bc2);
 		/* per-tensor trust ratios, segments summed in order */
@@ -302,7 +294,7 @@ cot_err kern_opt_step(kern_model *m, const kern_opt_config *o,
 				r = sqrt(p2) / sqrt(u2);
 			scale[v] = (float)(lr * r);
 		}
-		#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
 			lamb_apply(m, o, &segs[i], scale[segs[i].view], (float)bc1, (float)bc2);
 	}

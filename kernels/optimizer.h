@@ -36,27 +36,27 @@
 typedef enum { KERN_OPT_ADAMW = 0, KERN_OPT_LAMB = 1 } kern_opt_kind;
 
 typedef enum {
-	KERN_DECAY_NONE = 0,   /* constant after warmup */
-	KERN_DECAY_LINEAR,     /* to lr * min_lr_ratio at total_steps */
+	KERN_DECAY_NONE = 0, /* constant after warmup */
+	KERN_DECAY_LINEAR,   /* to lr * min_lr_ratio at total_steps */
 	KERN_DECAY_COSINE
 } kern_decay_kind;
 
 typedef struct {
 	kern_opt_kind kind;
-	float lr;              /* peak learning rate */
+	float lr; /* peak learning rate */
 	float beta1, beta2, eps;
 	float weight_decay;
-	float clip_norm;       /* global gradient-norm clip; 0: off */
-	long warmup_steps;     /* linear warmup: step s uses lr (s+1)/warmup */
-	long total_steps;      /* end of the decay; ignored for KERN_DECAY_NONE */
+	float clip_norm;   /* global gradient-norm clip; 0: off */
+	long warmup_steps; /* linear warmup: step s uses lr (s+1)/warmup */
+	long total_steps;  /* end of the decay; ignored for KERN_DECAY_NONE */
 	kern_decay_kind decay;
-	float min_lr_ratio;    /* floor of the decay, in [0, 1] */
+	float min_lr_ratio; /* floor of the decay, in [0, 1] */
 } kern_opt_config;
 
 typedef struct {
-	double grad_norm;      /* global L2 norm before clipping */
-	float clip_coef;       /* factor applied to the gradients (1: none) */
-	float lr;              /* learning rate used */
+	double grad_norm; /* global L2 norm before clipping */
+	float clip_coef;  /* factor applied to the gradients (1: none) */
+	float lr;         /* learning rate used */
 } kern_opt_stats;
 
 /* Defaults: AdamW lr 3e-4, betas 0.9/0.95, eps 1e-8, wd 0.1; LAMB lr 1e-3
@@ -84,7 +84,6 @@ double kern_grad_norm(const kern_model *m);
  * not changed), then m->step++.  st may be NULL.  COT_ERR_INVALID for a bad
  * config or a gradient that is not finite (nothing is changed then),
  * COT_ERR_NOMEM. */
-cot_err kern_opt_step(kern_model *m, const kern_opt_config *o,
-                      kern_opt_stats *st, cot_errbuf *eb);
+cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *st, cot_errbuf *eb);
 
 #endif

@@ -19,10 +19,7 @@ void kern_rng_seed(kern_rng *r, uint64_t seed)
 	r->spare = 0;
 }
 
-static inline uint64_t rotl(uint64_t x, int k)
-{
-	return (x << k) | (x >> (64 - k));
-}
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t kern_rng_next(kern_rng *r)
 {
@@ -37,10 +34,7 @@ uint64_t kern_rng_next(kern_rng *r)
 	return result;
 }
 
-double kern_rng_uniform(kern_rng *r)
-{
-	return (double)(kern_rng_next(r) >> 11) * 0x1.0p-53;
-}
+double kern_rng_uniform(kern_rng *r) { return (double)(kern_rng_next(r) >> 11) * 0x1.0p-53; }
 
 /* Natural logarithm of x > 0 from basic operations (libm's may differ in the
  * last bit between versions): x = 2^e m, m in [sqrt(1/2), sqrt(2)),
@@ -48,7 +42,7 @@ double kern_rng_uniform(kern_rng *r)
 static double portable_log(double x)
 {
 	int e;
-	double m = frexp(x, &e);  /* exact: takes the exponent apart */
+	double m = frexp(x, &e); /* exact: takes the exponent apart */
 	if (m < 0.70710678118654752440) {
 		m *= 2;
 		e--;

@@ -18,23 +18,16 @@ static const struct {
 	const char *name;
 	size_t size;
 } dtypes[ST_NDTYPES] = {
-	[ST_BOOL] = {"BOOL", 1}, [ST_U8] = {"U8", 1}, [ST_I8] = {"I8", 1},
-	[ST_F8_E5M2] = {"F8_E5M2", 1}, [ST_F8_E4M3] = {"F8_E4M3", 1},
-	[ST_I16] = {"I16", 2}, [ST_U16] = {"U16", 2}, [ST_F16] = {"F16", 2},
-	[ST_BF16] = {"BF16", 2}, [ST_I32] = {"I32", 4}, [ST_U32] = {"U32", 4},
-	[ST_F32] = {"F32", 4}, [ST_I64] = {"I64", 8}, [ST_U64] = {"U64", 8},
-	[ST_F64] = {"F64", 8},
+	[ST_BOOL] = { "BOOL", 1 },       [ST_U8] = { "U8", 1 },           [ST_I8] = { "I8", 1 },
+	[ST_F8_E5M2] = { "F8_E5M2", 1 }, [ST_F8_E4M3] = { "F8_E4M3", 1 }, [ST_I16] = { "I16", 2 },
+	[ST_U16] = { "U16", 2 },         [ST_F16] = { "F16", 2 },         [ST_BF16] = { "BF16", 2 },
+	[ST_I32] = { "I32", 4 },         [ST_U32] = { "U32", 4 },         [ST_F32] = { "F32", 4 },
+	[ST_I64] = { "I64", 8 },         [ST_U64] = { "U64", 8 },         [ST_F64] = { "F64", 8 },
 };
 
-const char *st_dtype_name(st_dtype d)
-{
-	return (unsigned)d < ST_NDTYPES ? dtypes[d].name : NULL;
-}
+const char *st_dtype_name(st_dtype d) { return (unsigned)d < ST_NDTYPES ? dtypes[d].name : NULL; }
 
-size_t st_dtype_size(st_dtype d)
-{
-	return (unsigned)d < ST_NDTYPES ? dtypes[d].size : 0;
-}
+size_t st_dtype_size(st_dtype d) { return (unsigned)d < ST_NDTYPES ? dtypes[d].size : 0; }
 
 static int dtype_from_name(const char *s)
 {
@@ -47,11 +40,11 @@ static int dtype_from_name(const char *s)
 /* ---- reading ----------------------------------------------------------- */
 
 struct st_file {
-	void *map;              /* mmap'd file, or NULL for st_parse */
+	void *map; /* mmap'd file, or NULL for st_parse */
 	size_t map_len;
-	json_t *header;         /* owns the tensor names */
-	json_t *meta;           /* borrowed from header, or NULL */
-	st_tensor *tensors;     /* in data-offset order */
+	json_t *header;     /* owns the tensor names */
+	json_t *meta;       /* borrowed from header, or NULL */
+	st_tensor *tensors; /* in data-offset order */
 	const st_tensor **by_name;
 	size_t count;
 };
@@ -91,24 +84,21 @@ static int get_index(const json_t *j, size_t max, size_t *v)
 
 /* Validate one tensor entry "name": {...} and fill *t (data still relative:
  * offsets into *sp).  Returns COT_OK or an error with a detail in eb. */
-static cot_err parse_tensor(const char *name, json_t *e, size_t data_len,
-                            st_tensor *t, span *sp, cot_errbuf *eb)
+static cot_err parse_tensor(const char *name, json_t *e, size_t data_len, st_tensor *t, span *sp,
+                            cot_errbuf *eb)
 {
 	size_t nlen = strlen(name);
 	if (nlen == 0 || nlen > ST_NAME_MAX)
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "a tensor name is %zu bytes, outside 1..%d", nlen,
+		return cot_seterr(eb, COT_ERR_CORRUPT, "a tensor name is %zu bytes, outside 1..%d", nlen,
 		                  ST_NAME_MAX);
 	if (!json_is_object(e))
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "tensor \"%s\" is not a JSON object", name);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "tensor \"%s\" is not a JSON object", name);
 	const char *k;
 	json_t *v;
-	json_object_foreach(e, k, v) {
-		if (strcmp(k, "dtype") && strcmp(k, "shape") &&
-		    strcmp(k, "data_offsets"))
-			return cot_seterr(eb, COT_ERR_CORRUPT,
-			                  "tensor \"%s\" has unknown field \"%.64s\"",
+	json_object_foreach(e, k, v)
+	{
+		if (strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "data_offsets"))
+			return cot_seterr(eb, COT_ERR_CORRUPT, "tensor \"%s\" has unknown field \"%.64s\"",
 			                  name, k);
 	}
 	memset(t, 0, sizeof *t);
@@ -117,52 +107,49 @@ static cot_err parse_tensor(const char *name, json_t *e, size_t data_len,
 	json_t *jd = json_object_get(e, "dtype");
 	int d = json_is_string(jd) ? dtype_from_name(json_string_value(jd)) : -1;
 	if (d < 0)
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "tensor \"%s\" has a missing or unknown dtype", name);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "tensor \"%s\" has a missing or unknown dtype", name);
 	t->dtype = (st_dtype)d;
 
 	json_t *js = json_object_get(e, "shape");
 	if (!json_is_array(js))
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "tensor \"%s\" has no shape array", name);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "tensor \"%s\" has no shape array", name);
 	if (json_array_size(js) > ST_MAX_DIMS)
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "tensor \"%s\" has %zu dimensions, more than %d",
-		                  name, json_array_size(js), ST_MAX_DIMS);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "tensor \"%s\" has %zu dimensions, more than %d", name,
+		                  json_array_size(js), ST_MAX_DIMS);
 	t->ndim = (int)json_array_size(js);
 	size_t numel = 1;
 	for (int i = 0; i < t->ndim; i++) {
 		size_t dim;
-		if (!get_index(json_array_get(js, (size_t)i), (size_t)INT64_MAX,
-		               &dim))
+		if (!get_index(json_array_get(js, (size_t)i), (size_t)INT64_MAX, &dim))
 			return cot_seterr(eb, COT_ERR_CORRUPT,
 			                  "tensor \"%s\" has a shape entry that is not a "
-			                  "non-negative integer", name);
+			                  "non-negative integer",
+			                  name);
 		t->shape[i] = (int64_t)dim;
 		if (__builtin_mul_overflow(numel, dim, &numel))
 			return cot_seterr(eb, COT_ERR_CORRUPT,
 			                  "tensor \"%s\" has a shape whose element count "
-			                  "overflows", name);
+			                  "overflows",
+			                  name);
 	}
 	t->numel = numel;
 	if (__builtin_mul_overflow(numel, dtypes[d].size, &t->nbytes))
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "tensor \"%s\" has a byte size that overflows", name);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "tensor \"%s\" has a byte size that overflows", name);
 
 	json_t *jo = json_object_get(e, "data_offsets");
 	if (!json_is_array(jo) || json_array_size(jo) != 2 ||
 	    !get_index(json_array_get(jo, 0), data_len, &sp->begin) ||
-	    !get_index(json_array_get(jo, 1), data_len, &sp->end) ||
-	    sp->end < sp->begin)
+	    !get_index(json_array_get(jo, 1), data_len, &sp->end) || sp->end < sp->begin)
 		return cot_seterr(eb, COT_ERR_CORRUPT,
 		                  "tensor \"%s\" has data_offsets that are not "
 		                  "[begin, end] with begin <= end <= %zu, the size of "
-		                  "the data region", name, data_len);
+		                  "the data region",
+		                  name, data_len);
 	if (sp->end - sp->begin != t->nbytes)
 		return cot_seterr(eb, COT_ERR_CORRUPT,
 		                  "tensor \"%s\" spans %zu bytes but its dtype and "
-		                  "shape need %zu", name, sp->end - sp->begin,
-		                  t->nbytes);
+		                  "shape need %zu",
+		                  name, sp->end - sp->begin, t->nbytes);
 	sp->t = t;
 	return COT_OK;
 }
@@ -170,54 +157,52 @@ static cot_err parse_tensor(const char *name, json_t *e, size_t data_len,
 static cot_err check_meta(json_t *m, cot_errbuf *eb)
 {
 	if (!json_is_object(m))
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "__metadata__ is not a JSON object");
+		return cot_seterr(eb, COT_ERR_CORRUPT, "__metadata__ is not a JSON object");
 	const char *k;
 	json_t *v;
-	json_object_foreach(m, k, v) {
+	json_object_foreach(m, k, v)
+	{
 		if (!json_is_string(v))
 			return cot_seterr(eb, COT_ERR_CORRUPT,
 			                  "__metadata__ value of \"%.64s\" is not a "
-			                  "string", k);
+			                  "string",
+			                  k);
 	}
 	return COT_OK;
 }
 
 /* Validate buf[0..len) and fill f (whose map fields the caller set).  Errors
  * carry only the detail; the public functions add what was being read. */
-static cot_err parse(st_file *f, const unsigned char *buf, size_t len,
-                     cot_errbuf *eb)
+static cot_err parse(st_file *f, const unsigned char *buf, size_t len, cot_errbuf *eb)
 {
 	if (len < 8)
 		return cot_seterr(eb, COT_ERR_CORRUPT,
 		                  "it is %zu bytes long, too short for the 8-byte "
-		                  "header length", len);
+		                  "header length",
+		                  len);
 	uint64_t n = 0;
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | buf[i];
 	if (n > ST_HEADER_MAX)
 		return cot_seterr(eb, COT_ERR_TOO_LARGE,
 		                  "its header length %llu exceeds the limit of %u "
-		                  "bytes", (unsigned long long)n, ST_HEADER_MAX);
+		                  "bytes",
+		                  (unsigned long long)n, ST_HEADER_MAX);
 	if (n > len - 8)
 		return cot_seterr(eb, COT_ERR_CORRUPT,
 		                  "its header length %llu exceeds the %zu bytes that "
 		                  "follow; the file is truncated",
 		                  (unsigned long long)n, len - 8);
 	if (n < 2 || buf[8] != '{')
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "its header does not start with a JSON object");
+		return cot_seterr(eb, COT_ERR_CORRUPT, "its header does not start with a JSON object");
 
 	json_error_t jerr;
-	f->header = json_loadb((const char *)buf + 8, (size_t)n,
-	                       JSON_REJECT_DUPLICATES, &jerr);
+	f->header = json_loadb((const char *)buf + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
 	if (!f->header)
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "its header is not valid JSON: %s at byte %d",
+		return cot_seterr(eb, COT_ERR_CORRUPT, "its header is not valid JSON: %s at byte %d",
 		                  jerr.text, jerr.position);
 	if (!json_is_object(f->header))
-		return cot_seterr(eb, COT_ERR_CORRUPT,
-		                  "its header is not a JSON object");
+		return cot_seterr(eb, COT_ERR_CORRUPT, "its header is not a JSON object");
 
 	const unsigned char *data = buf + 8 + n;
 	size_t data_len = len - 8 - (size_t)n;
@@ -230,8 +215,7 @@ static cot_err parse(st_file *f, const unsigned char *buf, size_t len,
 		count--;
 	}
 	if (count > ST_MAX_TENSORS)
-		return cot_seterr(eb, COT_ERR_TOO_LARGE,
-		                  "it holds %zu tensors, more than the limit of %d",
+		return cot_seterr(eb, COT_ERR_TOO_LARGE, "it holds %zu tensors, more than the limit of %d",
 		                  count, ST_MAX_TENSORS);
 
 	span *spans = NULL;
@@ -241,15 +225,15 @@ static cot_err parse(st_file *f, const unsigned char *buf, size_t len,
 		spans = calloc(count, sizeof *spans);
 		if (!f->tensors || !f->by_name || !spans) {
 			free(spans);
-			return cot_seterr(eb, COT_ERR_NOMEM,
-			                  "out of memory for %zu tensors", count);
+			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for %zu tensors", count);
 		}
 	}
 	cot_err rc = COT_OK;
 	size_t i = 0;
 	const char *k;
 	json_t *v;
-	json_object_foreach(f->header, k, v) {
+	json_object_foreach(f->header, k, v)
+	{
 		if (strcmp(k, "__metadata__") == 0)
 			continue;
 		rc = parse_tensor(k, v, data_len, &f->tensors[i], &spans[i], eb);
@@ -277,15 +261,15 @@ static cot_err parse(st_file *f, const unsigned char *buf, size_t len,
 	if (at != data_len) {
 		rc = cot_seterr(eb, COT_ERR_CORRUPT,
 		                "its tensors cover %zu bytes of a %zu-byte data "
-		                "region", at, data_len);
+		                "region",
+		                at, data_len);
 		goto out;
 	}
 
 	/* Hand out tensors in offset order, with data pointers resolved. */
 	st_tensor *sorted = count ? calloc(count, sizeof *sorted) : NULL;
 	if (count && !sorted) {
-		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory for %zu tensors",
-		                count);
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory for %zu tensors", count);
 		goto out;
 	}
 	for (i = 0; i < count; i++) {
@@ -339,21 +323,20 @@ cot_err st_open(const char *path, st_file **out, cot_errbuf *eb)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return cot_seterr(eb, errno == ENOENT ? COT_ERR_NOT_FOUND : COT_ERR_IO,
-		                  "could not open safetensors file \"%s\": %s", path,
-		                  strerror(errno));
+		                  "could not open safetensors file \"%s\": %s", path, strerror(errno));
 	struct stat st;
 	if (fstat(fd, &st) < 0) {
 		int e = errno;
 		close(fd);
-		return cot_seterr(eb, COT_ERR_IO,
-		                  "could not stat safetensors file \"%s\": %s", path,
+		return cot_seterr(eb, COT_ERR_IO, "could not stat safetensors file \"%s\": %s", path,
 		                  strerror(e));
 	}
 	if (!S_ISREG(st.st_mode)) {
 		close(fd);
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "cannot read safetensors file \"%s\": not a regular "
-		                  "file", path);
+		                  "file",
+		                  path);
 	}
 	st_file *f = calloc(1, sizeof *f);
 	if (!f) {
@@ -368,9 +351,8 @@ cot_err st_open(const char *path, st_file **out, cot_errbuf *eb)
 			f->map = NULL;
 			close(fd);
 			st_close(f);
-			return cot_seterr(eb, COT_ERR_IO,
-			                  "could not map safetensors file \"%s\": %s",
-			                  path, strerror(e));
+			return cot_seterr(eb, COT_ERR_IO, "could not map safetensors file \"%s\": %s", path,
+			                  strerror(e));
 		}
 	}
 	close(fd);
@@ -379,31 +361,23 @@ cot_err st_open(const char *path, st_file **out, cot_errbuf *eb)
 	cot_err rc = parse(f, f->map, f->map_len, &d);
 	if (rc) {
 		st_close(f);
-		return cot_seterr(eb, rc, "invalid safetensors file \"%s\": %s",
-		                  path, d.msg);
+		return cot_seterr(eb, rc, "invalid safetensors file \"%s\": %s", path, d.msg);
 	}
 	*out = f;
 	return COT_OK;
 }
 
-size_t st_count(const st_file *f)
-{
-	return f->count;
-}
+size_t st_count(const st_file *f) { return f->count; }
 
-const st_tensor *st_tensor_at(const st_file *f, size_t i)
-{
-	return i < f->count ? &f->tensors[i] : NULL;
-}
+const st_tensor *st_tensor_at(const st_file *f, size_t i) { return i < f->count ? &f->tensors[i] : NULL; }
 
 const st_tensor *st_find(const st_file *f, const char *name)
 {
 	if (f->count == 0)
 		return NULL;
-	st_tensor key = {.name = name};
+	st_tensor key = { .name = name };
 	const st_tensor *kp = &key;
-	const st_tensor **hit = bsearch(&kp, f->by_name, f->count,
-	                                sizeof *f->by_name, name_cmp);
+	const st_tensor **hit = bsearch(&kp, f->by_name, f->count, sizeof *f->by_name, name_cmp);
 	return hit ? *hit : NULL;
 }
 
@@ -420,8 +394,8 @@ typedef struct {
 } wchunk;
 
 struct st_writer {
-	json_t *tensors;  /* name -> entry, in insertion (= data) order */
-	json_t *meta;     /* key -> string */
+	json_t *tensors; /* name -> entry, in insertion (= data) order */
+	json_t *meta;    /* key -> string */
 	wchunk *chunks;
 	size_t count, cap;
 	size_t data_len;
@@ -454,64 +428,50 @@ void st_writer_free(st_writer *w)
 	free(w);
 }
 
-cot_err st_writer_meta(st_writer *w, const char *key, const char *value,
-                       cot_errbuf *eb)
+cot_err st_writer_meta(st_writer *w, const char *key, const char *value, cot_errbuf *eb)
 {
 	size_t kl = strlen(key), vl = strlen(value);
 	if (kl == 0)
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "cannot set an empty safetensors metadata key");
+		return cot_seterr(eb, COT_ERR_INVALID, "cannot set an empty safetensors metadata key");
 	w->meta_bytes += kl + vl;
 	if (w->meta_bytes > ST_HEADER_MAX / 4)
-		return cot_seterr(eb, COT_ERR_TOO_LARGE,
-		                  "safetensors metadata exceed %u bytes",
+		return cot_seterr(eb, COT_ERR_TOO_LARGE, "safetensors metadata exceed %u bytes",
 		                  ST_HEADER_MAX / 4);
 	json_t *s = json_string(value);
 	if (!s)
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "metadata value of \"%.64s\" is not valid UTF-8", key);
+		return cot_seterr(eb, COT_ERR_INVALID, "metadata value of \"%.64s\" is not valid UTF-8", key);
 	if (json_object_set_new(w->meta, key, s))
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "cannot set metadata key \"%.64s\"", key);
+		return cot_seterr(eb, COT_ERR_INVALID, "cannot set metadata key \"%.64s\"", key);
 	return COT_OK;
 }
 
-cot_err st_writer_add(st_writer *w, const char *name, st_dtype dtype,
-                      int ndim, const int64_t *shape, const void *data,
-                      cot_errbuf *eb)
+cot_err st_writer_add(st_writer *w, const char *name, st_dtype dtype, int ndim, const int64_t *shape,
+                      const void *data, cot_errbuf *eb)
 {
 	size_t nl = strlen(name);
 	if (nl == 0 || nl > ST_NAME_MAX || strcmp(name, "__metadata__") == 0)
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "invalid tensor name \"%.64s\"", name);
+		return cot_seterr(eb, COT_ERR_INVALID, "invalid tensor name \"%.64s\"", name);
 	if (json_object_get(w->tensors, name))
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "duplicate tensor name \"%.64s\"", name);
+		return cot_seterr(eb, COT_ERR_INVALID, "duplicate tensor name \"%.64s\"", name);
 	if ((unsigned)dtype >= ST_NDTYPES || ndim < 0 || ndim > ST_MAX_DIMS)
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "tensor \"%.64s\" has a bad dtype or dimension count",
+		return cot_seterr(eb, COT_ERR_INVALID, "tensor \"%.64s\" has a bad dtype or dimension count",
 		                  name);
 	if (w->count >= ST_MAX_TENSORS)
-		return cot_seterr(eb, COT_ERR_TOO_LARGE,
-		                  "more than %d tensors", ST_MAX_TENSORS);
+		return cot_seterr(eb, COT_ERR_TOO_LARGE, "more than %d tensors", ST_MAX_TENSORS);
 	size_t numel = 1, nbytes, end;
 	for (int i = 0; i < ndim; i++) {
 		if (shape[i] < 0)
-			return cot_seterr(eb, COT_ERR_INVALID,
-			                  "tensor \"%.64s\" has a negative dimension",
+			return cot_seterr(eb, COT_ERR_INVALID, "tensor \"%.64s\" has a negative dimension",
 			                  name);
 		if (__builtin_mul_overflow(numel, (uint64_t)shape[i], &numel))
-			return cot_seterr(eb, COT_ERR_TOO_LARGE,
-			                  "tensor \"%.64s\" has too many elements", name);
+			return cot_seterr(eb, COT_ERR_TOO_LARGE, "tensor \"%.64s\" has too many elements",
+			                  name);
 	}
 	if (__builtin_mul_overflow(numel, dtypes[dtype].size, &nbytes) ||
-	    __builtin_add_overflow(w->data_len, nbytes, &end) ||
-	    end > (size_t)INT64_MAX)
-		return cot_seterr(eb, COT_ERR_TOO_LARGE,
-		                  "tensor \"%.64s\" is too large", name);
+	    __builtin_add_overflow(w->data_len, nbytes, &end) || end > (size_t)INT64_MAX)
+		return cot_seterr(eb, COT_ERR_TOO_LARGE, "tensor \"%.64s\" is too large", name);
 	if (nbytes && !data)
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "tensor \"%.64s\" has no data", name);
+		return cot_seterr(eb, COT_ERR_INVALID, "tensor \"%.64s\" has no data", name);
 
 	if (w->count == w->cap) {
 		size_t cap = w->cap ? 2 * w->cap : 64;
@@ -525,20 +485,17 @@ cot_err st_writer_add(st_writer *w, const char *name, st_dtype dtype,
 	int bad = !js || !e;
 	for (int i = 0; !bad && i < ndim; i++)
 		bad = json_array_append_new(js, json_integer(shape[i]));
-	bad = bad ||
-	      json_object_set_new(e, "dtype", json_string(dtypes[dtype].name)) ||
+	bad = bad || json_object_set_new(e, "dtype", json_string(dtypes[dtype].name)) ||
 	      json_object_set(e, "shape", js) ||
 	      json_object_set_new(e, "data_offsets",
-	                          json_pack("[II]", (json_int_t)w->data_len,
-	                                    (json_int_t)end));
+	                          json_pack("[II]", (json_int_t)w->data_len, (json_int_t)end));
 	json_decref(js);
 	if (bad || json_object_set_new(w->tensors, name, e)) {
 		if (bad)
 			json_decref(e);
-		return cot_seterr(eb, COT_ERR_NOMEM,
-		                  "could not add tensor \"%.64s\"", name);
+		return cot_seterr(eb, COT_ERR_NOMEM, "could not add tensor \"%.64s\"", name);
 	}
-	w->chunks[w->count++] = (wchunk){data, nbytes};
+	w->chunks[w->count++] = (wchunk){ data, nbytes };
 	w->data_len = end;
 	return COT_OK;
 }
@@ -574,7 +531,7 @@ static int sync_parent(const char *path)
 	if (fd < 0)
 		return -1;
 	int rc = fsync(fd);
-	if (rc < 0 && errno == EINVAL)   /* file systems that cannot */
+	if (rc < 0 && errno == EINVAL) /* file systems that cannot */
 		rc = 0;
 	close(fd);
 	return rc;
@@ -586,12 +543,12 @@ cot_err st_writer_write(st_writer *w, const char *path, cot_errbuf *eb)
 	if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "cannot write safetensors file \"%.200s\": path too "
-		                  "long", path);
+		                  "long",
+		                  path);
 
 	/* "__metadata__" first, as the Python library writes it. */
 	json_t *h = json_object();
-	if (!h || (json_object_size(w->meta) &&
-	           json_object_set(h, "__metadata__", w->meta)) ||
+	if (!h || (json_object_size(w->meta) && json_object_set(h, "__metadata__", w->meta)) ||
 	    json_object_update(h, w->tensors)) {
 		json_decref(h);
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
@@ -599,14 +556,14 @@ cot_err st_writer_write(st_writer *w, const char *path, cot_errbuf *eb)
 	char *hdr = json_dumps(h, JSON_COMPACT);
 	json_decref(h);
 	if (!hdr)
-		return cot_seterr(eb, COT_ERR_NOMEM,
-		                  "out of memory for the safetensors header");
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the safetensors header");
 	size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7;
 	if (padded > ST_HEADER_MAX) {
 		free(hdr);
 		return cot_seterr(eb, COT_ERR_TOO_LARGE,
 		                  "safetensors header of %zu bytes exceeds the limit "
-		                  "of %u", padded, ST_HEADER_MAX);
+		                  "of %u",
+		                  padded, ST_HEADER_MAX);
 	}
 	char *buf = malloc(8 + padded);
 	if (!buf) {
@@ -623,8 +580,7 @@ cot_err st_writer_write(st_writer *w, const char *path, cot_errbuf *eb)
 	if (fd < 0) {
 		int e = errno;
 		free(buf);
-		return cot_seterr(eb, COT_ERR_IO,
-		                  "could not create temporary file \"%s\": %s", tmp,
+		return cot_seterr(eb, COT_ERR_IO, "could not create temporary file \"%s\": %s", tmp,
 		                  strerror(e));
 	}
 	const char *what = "write";
@@ -651,11 +607,11 @@ cot_err st_writer_write(st_writer *w, const char *path, cot_errbuf *eb)
 		unlink(tmp);
 		return cot_seterr(eb, COT_ERR_IO,
 		                  "could not write safetensors file \"%s\": %s "
-		                  "failed: %s", path, what, strerror(e));
+		                  "failed: %s",
+		                  path, what, strerror(e));
 	}
 	if (sync_parent(path) < 0)
-		return cot_seterr(eb, COT_ERR_IO,
-		                  "could not sync the folder of \"%s\": %s", path,
+		return cot_seterr(eb, COT_ERR_IO, "could not sync the folder of \"%s\": %s", path,
 		                  strerror(errno));
 	return COT_OK;
 }

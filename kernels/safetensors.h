@@ -29,16 +29,27 @@
 
 #include "shared/common/error.h"
 
-#define ST_HEADER_MAX   (16u << 20)  /* bytes of JSON header we accept */
-#define ST_MAX_TENSORS  65536        /* tensors in one file */
-#define ST_MAX_DIMS     8            /* dimensions of one tensor */
-#define ST_NAME_MAX     255          /* bytes in a tensor name */
+#define ST_HEADER_MAX (16u << 20) /* bytes of JSON header we accept */
+#define ST_MAX_TENSORS 65536      /* tensors in one file */
+#define ST_MAX_DIMS 8             /* dimensions of one tensor */
+#define ST_NAME_MAX 255           /* bytes in a tensor name */
 
 typedef enum {
-	ST_BOOL, ST_U8, ST_I8, ST_F8_E5M2, ST_F8_E4M3,
-	ST_I16, ST_U16, ST_F16, ST_BF16,
-	ST_I32, ST_U32, ST_F32,
-	ST_I64, ST_U64, ST_F64,
+	ST_BOOL,
+	ST_U8,
+	ST_I8,
+	ST_F8_E5M2,
+	ST_F8_E4M3,
+	ST_I16,
+	ST_U16,
+	ST_F16,
+	ST_BF16,
+	ST_I32,
+	ST_U32,
+	ST_F32,
+	ST_I64,
+	ST_U64,
+	ST_F64,
 	ST_NDTYPES
 } st_dtype;
 
@@ -98,17 +109,15 @@ void st_writer_free(st_writer *w);
 /* Set a metadata key (copied).  A later value for the same key replaces the
  * earlier one.  COT_ERR_INVALID when key is empty; COT_ERR_TOO_LARGE when
  * key and value together exceed a quarter of ST_HEADER_MAX. */
-cot_err st_writer_meta(st_writer *w, const char *key, const char *value,
-                       cot_errbuf *eb);
+cot_err st_writer_meta(st_writer *w, const char *key, const char *value, cot_errbuf *eb);
 
 /* Add a tensor.  name and shape are copied; data (numel * dtype size bytes,
  * little-endian) is borrowed and must stay valid until st_writer_write
  * returns.  Tensors are laid out in the order they are added.
  * COT_ERR_INVALID for a bad or duplicate name, bad dtype or shape,
  * COT_ERR_TOO_LARGE when sizes overflow or the count exceeds the bound. */
-cot_err st_writer_add(st_writer *w, const char *name, st_dtype dtype,
-                      int ndim, const int64_t *shape, const void *data,
-                      cot_errbuf *eb);
+cot_err st_writer_add(st_writer *w, const char *name, st_dtype dtype, int ndim, const int64_t *shape,
+                      const void *data, cot_errbuf *eb);
 
 /* Write everything to path atomically: a temporary file in the same
  * folder, fsync, rename over path, fsync of the folder.  On error path is

@@ -15,8 +15,8 @@ cot_err tok_decode(const int32_t *tokens, size_t n, char *out, cot_errbuf *eb)
 		if (tokens[i] < 0 || tokens[i] >= TOK_VOCAB)
 			return cot_seterr(eb, COT_ERR_INVALID,
 			                  "token %d at position %zu is outside the "
-			                  "byte vocabulary 0..%d", (int)tokens[i], i,
-			                  TOK_VOCAB - 1);
+			                  "byte vocabulary 0..%d",
+			                  (int)tokens[i], i, TOK_VOCAB - 1);
 		out[i] = (char)(unsigned char)tokens[i];
 	}
 	out[n] = '\0';

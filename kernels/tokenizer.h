@@ -12,7 +12,7 @@
 
 #include "shared/common/error.h"
 
-#define TOK_NAME  "byte"
+#define TOK_NAME "byte"
 #define TOK_VOCAB 256
 
 /* Encode len bytes of text (UTF-8 or not; NUL bytes included) into

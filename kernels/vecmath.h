@@ -25,7 +25,10 @@
 
 static inline float kern_expf(float x)
 {
-	union { int32_t i; float f; } s;
+	union {
+		int32_t i;
+		float f;
+	} s;
 	x = x < -87.0f ? -87.0f : x;
 	x = x > 88.0f ? 88.0f : x;
 	/* x = n ln2 + r, |r| <= ln2/2; n rounded to nearest by the 1.5*2^23

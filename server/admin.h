@@ -21,11 +21,11 @@ enum { ADMIN_OK = 0, ADMIN_FAIL = 1, ADMIN_USAGE = 2 };
 #define ADMIN_DEFAULT_DATA_DIR "/var/lib/cotrain"
 
 typedef struct {
-	const char *data_dir;    /* --data-dir, $COTRAIN_DATA_DIR or the default */
-	char store_dir[512];     /* <data dir>/files */
-	const char *conninfo;    /* --db or $COTRAIN_DB; NULL: the embedded default */
+	const char *data_dir; /* --data-dir, $COTRAIN_DATA_DIR or the default */
+	char store_dir[512];  /* <data dir>/files */
+	const char *conninfo; /* --db or $COTRAIN_DB; NULL: the embedded default */
 	db_target target;
-	PGconn *db;              /* after admin_connect */
+	PGconn *db; /* after admin_connect */
 } admin_ctx;
 
 /* Command groups: argv[0] is the group's name ("dataset"), argv[1] its
@@ -60,8 +60,7 @@ bool admin_wants_help(int argc, char **argv);
 /* Run a parameterized statement.  Returns the result when its status is
  * PGRES_TUPLES_OK or PGRES_COMMAND_OK (the caller PQclear()s it); otherwise
  * NULL, with the database's message in eb. */
-PGresult *admin_exec(admin_ctx *ctx, const char *sql, int n, const char *const *params,
-                     cot_errbuf *eb);
+PGresult *admin_exec(admin_ctx *ctx, const char *sql, int n, const char *const *params, cot_errbuf *eb);
 
 /* BEGIN, COMMIT, ROLLBACK.  Begin and commit return COT_OK or COT_ERR_DB;
  * rollback cannot fail in a way the caller could act on. */

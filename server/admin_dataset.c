@@ -13,17 +13,16 @@
 
 #include "server/dataset_import.h"
 
-static const char usage[] =
-	"usage: cotrain-admin dataset import [--shard-tokens N] NAME PATH...\n"
-	"       cotrain-admin dataset list\n"
-	"\n"
-	"import reads UTF-8 text files, folders (every regular file below, in sorted\n"
-	"path order, hidden names skipped) and archives (.tar, .tar.gz, .tgz, .tar.bz2,\n"
-	".tar.xz, .tar.zst, .zip; entries in archive order), joins the documents with\n"
-	"a blank line, tokenizes them byte by byte and writes shards of N tokens\n"
-	"(default 1048576) to the file store.  NAME: 1 to 64 letters, digits, '.',\n"
-	"'_' or '-'.  A file that is not UTF-8 or a damaged archive stops the import\n"
-	"and nothing is recorded.  See doc/dataset.md.\n";
+static const char usage[] = "usage: cotrain-admin dataset import [--shard-tokens N] NAME PATH...\n"
+                            "       cotrain-admin dataset list\n"
+                            "\n"
+                            "import reads UTF-8 text files, folders (every regular file below, in sorted\n"
+                            "path order, hidden names skipped) and archives (.tar, .tar.gz, .tgz, .tar.bz2,\n"
+                            ".tar.xz, .tar.zst, .zip; entries in archive order), joins the documents with\n"
+                            "a blank line, tokenizes them byte by byte and writes shards of N tokens\n"
+                            "(default 1048576) to the file store.  NAME: 1 to 64 letters, digits, '.',\n"
+                            "'_' or '-'.  A file that is not UTF-8 or a damaged archive stops the import\n"
+                            "and nothing is recorded.  See doc/dataset.md.\n";
 
 static cot_err record(admin_ctx *ctx, const char *name, const ds_result *r, cot_errbuf *eb)
 {
@@ -33,7 +32,7 @@ static cot_err record(admin_ctx *ctx, const char *name, const ds_result *r, cot_
 	if (rc)
 		return rc;
 	static const char file_sql[] =
-		"INSERT INTO file (sha256, size, kind) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING";
+	        "INSERT INTO file (sha256, size, kind) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING";
 	snprintf(size, sizeof size, "%" PRIu64, r->manifest_size);
 	const char *fp[3] = { r->manifest_sha256, size, "manifest" };
 	if (!(res = admin_exec(ctx, file_sql, 3, fp, eb)))
@@ -48,8 +47,10 @@ static cot_err record(admin_ctx *ctx, const char *name, const ds_result *r, cot_
 	}
 	snprintf(ntok, sizeof ntok, "%" PRIu64, r->n_tokens);
 	const char *dp[3] = { name, ntok, r->manifest_sha256 };
-	res = admin_exec(ctx, "INSERT INTO dataset (name, tokenizer, n_tokens, manifest_sha256)"
-	                      " VALUES ($1, 'byte', $2, $3) RETURNING id", 3, dp, eb);
+	res = admin_exec(ctx,
+	                 "INSERT INTO dataset (name, tokenizer, n_tokens, manifest_sha256)"
+	                 " VALUES ($1, 'byte', $2, $3) RETURNING id",
+	                 3, dp, eb);
 	if (!res)
 		goto fail;
 	snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
@@ -59,8 +60,10 @@ static cot_err record(admin_ctx *ctx, const char *name, const ds_result *r, cot_
 		snprintf(first, sizeof first, "%" PRIu64, r->shards[i].first_token);
 		snprintf(ntok, sizeof ntok, "%" PRIu64, r->shards[i].n_tokens);
 		const char *hp[5] = { id, idx, first, ntok, r->shards[i].sha256 };
-		res = admin_exec(ctx, "INSERT INTO shard (dataset_id, idx, first_token, n_tokens, sha256)"
-		                      " VALUES ($1, $2, $3, $4, $5)", 5, hp, eb);
+		res = admin_exec(ctx,
+		                 "INSERT INTO shard (dataset_id, idx, first_token, n_tokens, sha256)"
+		                 " VALUES ($1, $2, $3, $4, $5)",
+		                 5, hp, eb);
 		if (!res)
 			goto fail;
 		PQclear(res);
@@ -95,7 +98,9 @@ static int import_cmd(admin_ctx *ctx, int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		if (c == 's') {
 			if (!admin_parse_ll(optarg, DS_SHARD_TOKENS_MIN, DS_SHARD_TOKENS_MAX, &shard_tokens))
-				return admin_usage(usage, "dataset import: --shard-tokens must be an integer from %u to %u",
+				return admin_usage(usage,
+				                   "dataset import: --shard-tokens must be an integer from "
+				                   "%u to %u",
 				                   DS_SHARD_TOKENS_MIN, DS_SHARD_TOKENS_MAX);
 		} else {
 			return admin_usage(usage, "dataset import: bad option");
@@ -106,7 +111,8 @@ static int import_cmd(admin_ctx *ctx, int argc, char **argv)
 	const char *name = argv[optind];
 	cot_errbuf eb = { "", "" };
 	if (!shard_name_valid(name))
-		return admin_failf("invalid dataset name \"%.80s\": use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+		return admin_failf("invalid dataset name \"%.80s\": use 1 to 64 letters, digits, '.', '_' or "
+		                   "'-', starting with a letter or digit",
 		                   name);
 	if (admin_connect(ctx, true))
 		return ADMIN_FAIL;
@@ -143,13 +149,15 @@ static int list_cmd(admin_ctx *ctx, int argc, char **argv)
 	if (admin_connect(ctx, true))
 		return ADMIN_FAIL;
 	PGresult *r = admin_exec(ctx,
-		"SELECT d.name, d.tokenizer, d.n_tokens, count(s.idx), d.manifest_sha256,"
-		"       to_char(d.created_at, 'YYYY-MM-DD HH24:MI')"
-		"  FROM dataset d LEFT JOIN shard s ON s.dataset_id = d.id"
-		" GROUP BY d.id ORDER BY d.name", 0, NULL, &eb);
+	                         "SELECT d.name, d.tokenizer, d.n_tokens, count(s.idx), d.manifest_sha256,"
+	                         "       to_char(d.created_at, 'YYYY-MM-DD HH24:MI')"
+	                         "  FROM dataset d LEFT JOIN shard s ON s.dataset_id = d.id"
+	                         " GROUP BY d.id ORDER BY d.name",
+	                         0, NULL, &eb);
 	if (!r)
 		return admin_fail(&eb);
-	printf("%-24s %-9s %14s %7s %-16s %s\n", "NAME", "TOKENIZER", "TOKENS", "SHARDS", "CREATED", "MANIFEST");
+	printf("%-24s %-9s %14s %7s %-16s %s\n", "NAME", "TOKENIZER", "TOKENS", "SHARDS", "CREATED",
+	       "MANIFEST");
 	for (int i = 0; i < PQntuples(r); i++)
 		printf("%-24s %-9s %14s %7s %-16s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
 		       PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 5), PQgetvalue(r, i, 4));

@@ -5,12 +5,12 @@
 #include <string.h>
 
 static const char usage[] =
-	"usage: cotrain-admin db migrate    apply every pending migration (recorded in\n"
-	"                                   schema_migrations), then every function file\n"
-	"                                   that changed (recorded in schema_function_files),\n"
-	"                                   all in one transaction\n"
-	"       cotrain-admin db status     show the database's and this build's schema\n"
-	"                                   versions and the function files to apply\n";
+        "usage: cotrain-admin db migrate    apply every pending migration (recorded in\n"
+        "                                   schema_migrations), then every function file\n"
+        "                                   that changed (recorded in schema_function_files),\n"
+        "                                   all in one transaction\n"
+        "       cotrain-admin db status     show the database's and this build's schema\n"
+        "                                   versions and the function files to apply\n";
 
 static int db_migrate_cmd(admin_ctx *ctx)
 {
@@ -43,8 +43,9 @@ static int db_status_cmd(admin_ctx *ctx)
 	int want = db_schema_expected();
 	printf("schema version %d, this build expects %d; %d of %d function files to apply: %s\n", v, want,
 	       pending, db_n_function_files,
-	       v == want && pending == 0 ? "up to date" :
-	       v <= want ? "run cotrain-admin db migrate" : "this build is older than the database");
+	       v == want && pending == 0 ? "up to date"
+	       : v <= want               ? "run cotrain-admin db migrate"
+	                                 : "this build is older than the database");
 	return v == want && pending == 0 ? ADMIN_OK : ADMIN_FAIL;
 }
 

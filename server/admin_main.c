@@ -20,21 +20,17 @@ static int help_main(admin_ctx *ctx, int argc, char **argv);
 
 static int export_main(admin_ctx *ctx, int argc, char **argv)
 {
-	return admin_export_main(ctx, argc, argv);   /* export_stats.h takes a void * */
+	return admin_export_main(ctx, argc, argv); /* export_stats.h takes a void * */
 }
 
 static const struct {
 	const char *name;
 	int (*run)(admin_ctx *ctx, int argc, char **argv);
 } groups[] = {
-	{ "db", admin_db_main },
-	{ "dataset", admin_dataset_main },
-	{ "project", admin_project_main },
-	{ "user", admin_user_main },
-	{ "team", admin_team_main },
-	{ "status", admin_status_main },
-	{ "export", export_main },
-	{ "help", help_main },
+	{ "db", admin_db_main },           { "dataset", admin_dataset_main },
+	{ "project", admin_project_main }, { "user", admin_user_main },
+	{ "team", admin_team_main },       { "status", admin_status_main },
+	{ "export", export_main },         { "help", help_main },
 };
 
 static const opt_spec admin_opts[] = {
@@ -50,28 +46,31 @@ static const opt_spec admin_opts[] = {
 };
 
 static const opt_program admin_prog = {
-	.prog = "cotrain-admin", .synopsis = "[--data-dir DIR] [--db CONNINFO] COMMAND [ARGS...]",
+	.prog = "cotrain-admin",
+	.synopsis = "[--data-dir DIR] [--db CONNINFO] COMMAND [ARGS...]",
 	.intro = "\n"
-	"The maintainer's tool for a cotrain project server.\n"
-	"\n"
-	"Commands:\n"
-	"  db migrate                     apply the pending database migrations\n"
-	"  db status                      show the schema version\n"
-	"  dataset import [--shard-tokens N] NAME PATH...\n"
-	"                                 import UTF-8 text files, folders and archives\n"
-	"  dataset list                   list the datasets\n"
-	"  project create FILE            create a project from a project file\n"
-	"  project list                   list the projects\n"
-	"  user create [--admin] [--team TEAM] [--password-stdin] [--no-key] EMAIL NAME\n"
-	"  user list | user disable EMAIL | user enable EMAIL\n"
-	"  user set-admin EMAIL yes|no    grant or revoke administrator rights\n"
-	"  user key EMAIL                 issue a new account key\n"
-	"  team create [--description TEXT] [--founder EMAIL] NAME\n"
-	"  team list | team add TEAM EMAIL... | team remove EMAIL... | team delete TEAM\n"
-	"  status                         projects, versions, datasets, pool, work, hosts\n"
-	"  export stats DIR               BOINC-style statistics export (tables.xml, *.gz)\n",
+	         "The maintainer's tool for a cotrain project server.\n"
+	         "\n"
+	         "Commands:\n"
+	         "  db migrate                     apply the pending database migrations\n"
+	         "  db status                      show the schema version\n"
+	         "  dataset import [--shard-tokens N] NAME PATH...\n"
+	         "                                 import UTF-8 text files, folders and archives\n"
+	         "  dataset list                   list the datasets\n"
+	         "  project create FILE            create a project from a project file\n"
+	         "  project list                   list the projects\n"
+	         "  user create [--admin] [--team TEAM] [--password-stdin] [--no-key] EMAIL NAME\n"
+	         "  user list | user disable EMAIL | user enable EMAIL\n"
+	         "  user set-admin EMAIL yes|no    grant or revoke administrator rights\n"
+	         "  user key EMAIL                 issue a new account key\n"
+	         "  team create [--description TEXT] [--founder EMAIL] NAME\n"
+	         "  team list | team add TEAM EMAIL... | team remove EMAIL... | team delete TEAM\n"
+	         "  status                         projects, versions, datasets, pool, work, hosts\n"
+	         "  export stats DIR               BOINC-style statistics export (tables.xml, *.gz)\n",
 	.outro = "Exit status: 0 success, 1 error, 2 bad command line.\n",
-	.opts = admin_opts, .stop_at_command = true, .allow_args = true,
+	.opts = admin_opts,
+	.stop_at_command = true,
+	.allow_args = true,
 };
 
 static int help_main(admin_ctx *ctx, int argc, char **argv)
@@ -152,7 +151,8 @@ int admin_ensure_data_dir(admin_ctx *ctx)
 		return ADMIN_OK;
 	}
 	if (mkdir(ctx->data_dir, 0755) != 0 && errno != EEXIST)
-		return admin_failf("could not create data directory \"%s\": %s", ctx->data_dir, strerror(errno));
+		return admin_failf("could not create data directory \"%s\": %s", ctx->data_dir,
+		                   strerror(errno));
 	return ADMIN_OK;
 }
 
@@ -172,8 +172,7 @@ int admin_connect(admin_ctx *ctx, bool check_schema)
 	return ADMIN_OK;
 }
 
-PGresult *admin_exec(admin_ctx *ctx, const char *sql, int n, const char *const *params,
-                     cot_errbuf *eb)
+PGresult *admin_exec(admin_ctx *ctx, const char *sql, int n, const char *const *params, cot_errbuf *eb)
 {
 	PGresult *r = PQexecParams(ctx->db, sql, n, NULL, params, NULL, NULL, 0);
 	ExecStatusType st = PQresultStatus(r);
@@ -205,14 +204,11 @@ cot_err admin_commit(admin_ctx *ctx, cot_errbuf *eb)
 	return COT_OK;
 }
 
-void admin_rollback(admin_ctx *ctx)
-{
-	PQclear(PQexec(ctx->db, "ROLLBACK"));
-}
+void admin_rollback(admin_ctx *ctx) { PQclear(PQexec(ctx->db, "ROLLBACK")); }
 
 int main(int argc, char **argv)
 {
-	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
+	kern_blas_reexec_if_needed(argc, argv); /* first: may re-exec with a faster BLAS core */
 	admin_ctx ctx = { 0 };
 	cot_log_set_ident("cotrain-admin");
 	ctx.data_dir = getenv("COTRAIN_DATA_DIR");

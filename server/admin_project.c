@@ -28,13 +28,12 @@
 #include "server/project_file.h"
 #include "shared/common/filestore.h"
 
-static const char usage[] =
-	"usage: cotrain-admin project create FILE\n"
-	"       cotrain-admin project list\n"
-	"\n"
-	"create reads a project file (JSON, see doc/project-file.md; \"-\" reads\n"
-	"standard input), checks it against its dataset and creates the project with\n"
-	"its model version 0.\n";
+static const char usage[] = "usage: cotrain-admin project create FILE\n"
+                            "       cotrain-admin project list\n"
+                            "\n"
+                            "create reads a project file (JSON, see doc/project-file.md; \"-\" reads\n"
+                            "standard input), checks it against its dataset and creates the project with\n"
+                            "its model version 0.\n";
 
 /* Read a whole file of at most max bytes into a malloc'd, NUL-terminated
  * buffer. */
@@ -42,7 +41,8 @@ static cot_err read_file(const char *path, size_t max, char **out, size_t *len, 
 {
 	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return cot_seterr(eb, COT_ERR_IO, "could not open project file \"%s\": %s", path, strerror(errno));
+		return cot_seterr(eb, COT_ERR_IO, "could not open project file \"%s\": %s", path,
+		                  strerror(errno));
 	char *buf = malloc(max + 2);
 	size_t n = 0;
 	cot_err rc = buf ? COT_OK : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
@@ -51,7 +51,8 @@ static cot_err read_file(const char *path, size_t max, char **out, size_t *len, 
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0)
-			rc = cot_seterr(eb, COT_ERR_IO, "could not read project file \"%s\": %s", path, strerror(errno));
+			rc = cot_seterr(eb, COT_ERR_IO, "could not read project file \"%s\": %s", path,
+			                strerror(errno));
 		else if (k == 0)
 			break;
 		else
@@ -60,7 +61,8 @@ static cot_err read_file(const char *path, size_t max, char **out, size_t *len, 
 	if (fd != 0)
 		close(fd);
 	if (!rc && n > max)
-		rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "project file \"%s\" is larger than %zu bytes", path, max);
+		rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "project file \"%s\" is larger than %zu bytes", path,
+		                max);
 	if (rc) {
 		free(buf);
 		return rc;
@@ -98,12 +100,14 @@ static cot_err write_checkpoint(admin_ctx *ctx, const kern_config *cfg, uint64_t
 	if ((mkdir(ctx->store_dir, 0755) != 0 && errno != EEXIST) ||
 	    (mkdir(tmpdir, 0755) != 0 && errno != EEXIST)) {
 		kern_model_free(m);
-		return cot_seterr(eb, COT_ERR_IO, "could not create directory \"%s\": %s", tmpdir, strerror(errno));
+		return cot_seterr(eb, COT_ERR_IO, "could not create directory \"%s\": %s", tmpdir,
+		                  strerror(errno));
 	}
 	int fd = mkstemp(path);
 	if (fd < 0) {
 		kern_model_free(m);
-		return cot_seterr(eb, COT_ERR_IO, "could not create file in \"%s\": %s", tmpdir, strerror(errno));
+		return cot_seterr(eb, COT_ERR_IO, "could not create file in \"%s\": %s", tmpdir,
+		                  strerror(errno));
 	}
 	close(fd);
 	rc = ckpt_save(m, path, eb);
@@ -131,7 +135,7 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	int ret = ADMIN_FAIL;
 	kern_config cfg;
 	to_kern_config(&p.model, &cfg);
-	if (kern_config_validate(&cfg, &eb)) {   /* pf_parse checks the same bounds */
+	if (kern_config_validate(&cfg, &eb)) { /* pf_parse checks the same bounds */
 		admin_failf("field \"model\" is not a valid model: %s", eb.msg);
 		goto out;
 	}
@@ -151,7 +155,8 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	}
 	if (PQntuples(r) == 0) {
 		PQclear(r);
-		cot_seterr(&eb, COT_ERR_NOT_FOUND, "field \"dataset\" names dataset \"%s\", which does not exist", p.dataset);
+		cot_seterr(&eb, COT_ERR_NOT_FOUND,
+		           "field \"dataset\" names dataset \"%s\", which does not exist", p.dataset);
 		cot_sethint(&eb, "Import it first: cotrain-admin dataset import %s PATH...", p.dataset);
 		admin_fail(&eb);
 		goto rollback;
@@ -162,15 +167,21 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	int byte_tok = strcmp(PQgetvalue(r, 0, 2), "byte") == 0;
 	PQclear(r);
 	if (byte_tok && p.model.vocab != 256) {
-		admin_failf("field \"model.vocab\" must be 256 for dataset \"%s\", whose tokenizer is \"byte\"", p.dataset);
+		admin_failf("field \"model.vocab\" must be 256 for dataset \"%s\", whose tokenizer is "
+		            "\"byte\"",
+		            p.dataset);
 		goto rollback;
 	}
 	long long samples = (n_tokens - 1) / p.model.seq_len;
 	long long mb_per_epoch = samples / p.microbatch_size;
 	if (n_tokens < 1 || mb_per_epoch < 1) {
-		cot_seterr(&eb, COT_ERR_INVALID, "dataset \"%s\" holds %lld tokens, too few for one microbatch of field \"microbatch_size\" (%d) samples of field \"model.seq_len\" (%d) tokens",
+		cot_seterr(&eb, COT_ERR_INVALID,
+		           "dataset \"%s\" holds %lld tokens, too few for one microbatch of field "
+		           "\"microbatch_size\" (%d) samples of field \"model.seq_len\" (%d) tokens",
 		           p.dataset, n_tokens, p.microbatch_size, p.model.seq_len);
-		cot_sethint(&eb, "A microbatch needs microbatch_size * seq_len + 1 = %lld tokens; import more text or make them smaller.",
+		cot_sethint(&eb,
+		            "A microbatch needs microbatch_size * seq_len + 1 = %lld tokens; import more "
+		            "text or make them smaller.",
 		            (long long)p.microbatch_size * p.model.seq_len + 1);
 		admin_fail(&eb);
 		goto rollback;
@@ -197,8 +208,10 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	}
 	snprintf(ckpt_size, sizeof ckpt_size, "%" PRIu64, csize);
 	const char *fp[2] = { ckpt, ckpt_size };
-	if (!(r = admin_exec(ctx, "INSERT INTO file (sha256, size, kind) VALUES ($1, $2, 'checkpoint')"
-	                          " ON CONFLICT (sha256) DO NOTHING", 2, fp, &eb))) {
+	if (!(r = admin_exec(ctx,
+	                     "INSERT INTO file (sha256, size, kind) VALUES ($1, $2, 'checkpoint')"
+	                     " ON CONFLICT (sha256) DO NOTHING",
+	                     2, fp, &eb))) {
 		admin_fail(&eb);
 		goto rollback;
 	}
@@ -212,14 +225,17 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	snprintf(seed, sizeof seed, "%" PRId64, p.seed);
 	snprintf(flops, sizeof flops, "%.17g", kern_flops_per_sample(&cfg));
 	snprintf(wus, sizeof wus, "%d", p.work_unit_seconds);
-	const char *pp[12] = { p.name, p.title, p.description ? p.description : "", normalized, dataset_id,
-	                       seq_len, mb, tb, mbe, seed, flops, wus };
+	const char *pp[12] = { p.name,     p.title,    p.description ? p.description : "",
+		               normalized, dataset_id, seq_len,
+		               mb,         tb,         mbe,
+		               seed,       flops,      wus };
 	r = admin_exec(ctx,
-		"INSERT INTO project (name, title, description, config, dataset_id, seq_len,"
-		"                     microbatch_size, target_batch, mb_per_epoch, seed,"
-		"                     flops_per_sample, wu_seconds)"
-		" VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12)"
-		" ON CONFLICT (name) DO NOTHING RETURNING id", 12, pp, &eb);
+	               "INSERT INTO project (name, title, description, config, dataset_id, seq_len,"
+	               "                     microbatch_size, target_batch, mb_per_epoch, seed,"
+	               "                     flops_per_sample, wu_seconds)"
+	               " VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12)"
+	               " ON CONFLICT (name) DO NOTHING RETURNING id",
+	               12, pp, &eb);
 	if (!r) {
 		admin_fail(&eb);
 		goto rollback;
@@ -233,8 +249,10 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	snprintf(project_id, sizeof project_id, "%s", PQgetvalue(r, 0, 0));
 	PQclear(r);
 	const char *vp[2] = { project_id, ckpt };
-	if (!(r = admin_exec(ctx, "INSERT INTO model_version (project_id, version, checkpoint_sha256)"
-	                          " VALUES ($1, 0, $2)", 2, vp, &eb))) {
+	if (!(r = admin_exec(ctx,
+	                     "INSERT INTO model_version (project_id, version, checkpoint_sha256)"
+	                     " VALUES ($1, 0, $2)",
+	                     2, vp, &eb))) {
 		admin_fail(&eb);
 		goto rollback;
 	}
@@ -244,8 +262,10 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 		goto rollback;
 	}
 	printf("created project \"%s\" (id %s) on dataset \"%s\"\n", p.name, project_id, p.dataset);
-	printf("%zu parameters; %lld microbatches of %d samples per epoch; %d samples per step; %.3g FLOPs per sample\n",
-	       kern_param_count(&cfg), mb_per_epoch, p.microbatch_size, p.target_batch, kern_flops_per_sample(&cfg));
+	printf("%zu parameters; %lld microbatches of %d samples per epoch; %d samples per step; %.3g FLOPs "
+	       "per sample\n",
+	       kern_param_count(&cfg), mb_per_epoch, p.microbatch_size, p.target_batch,
+	       kern_flops_per_sample(&cfg));
 	printf("version 0 checkpoint %s\n", ckpt);
 	ret = ADMIN_OK;
 	goto out;
@@ -264,18 +284,21 @@ static int list_cmd(admin_ctx *ctx, int argc, char **argv)
 	cot_errbuf eb = { "", "" };
 	if (admin_connect(ctx, true))
 		return ADMIN_FAIL;
-	PGresult *r = admin_exec(ctx,
-		"SELECT p.name, d.name, p.current_version, p.target_batch, p.microbatch_size,"
-		"       p.mb_per_epoch, p.frontier, CASE WHEN p.active THEN 'yes' ELSE 'no' END, p.title"
-		"  FROM project p JOIN dataset d ON d.id = p.dataset_id ORDER BY p.name", 0, NULL, &eb);
+	PGresult *r =
+	        admin_exec(ctx,
+	                   "SELECT p.name, d.name, p.current_version, p.target_batch, p.microbatch_size,"
+	                   "       p.mb_per_epoch, p.frontier, CASE WHEN p.active THEN 'yes' ELSE 'no' END, "
+	                   "p.title"
+	                   "  FROM project p JOIN dataset d ON d.id = p.dataset_id ORDER BY p.name",
+	                   0, NULL, &eb);
 	if (!r)
 		return admin_fail(&eb);
-	printf("%-20s %-20s %7s %8s %6s %12s %12s %-6s %s\n", "NAME", "DATASET", "VERSION", "BATCH",
-	       "MB", "MB/EPOCH", "FRONTIER", "ACTIVE", "TITLE");
+	printf("%-20s %-20s %7s %8s %6s %12s %12s %-6s %s\n", "NAME", "DATASET", "VERSION", "BATCH", "MB",
+	       "MB/EPOCH", "FRONTIER", "ACTIVE", "TITLE");
 	for (int i = 0; i < PQntuples(r); i++)
-		printf("%-20s %-20s %7s %8s %6s %12s %12s %-6s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
-		       PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5),
-		       PQgetvalue(r, i, 6), PQgetvalue(r, i, 7), PQgetvalue(r, i, 8));
+		printf("%-20s %-20s %7s %8s %6s %12s %12s %-6s %s\n", PQgetvalue(r, i, 0),
+		       PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4),
+		       PQgetvalue(r, i, 5), PQgetvalue(r, i, 6), PQgetvalue(r, i, 7), PQgetvalue(r, i, 8));
 	PQclear(r);
 	return ADMIN_OK;
 }

@@ -9,20 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] =
-	"usage: cotrain-admin status [--work-units N] [--hosts N]\n"
-	"\n"
-	"Shows the schema version, every project (version, checkpoint, frontier,\n"
-	"microbatches in the pool, live work units), the datasets, the hosts (how\n"
-	"many of each NAT class), accounts and teams, the N most recently seen\n"
-	"hosts with their class, mapping, public endpoint and relayed bytes\n"
-	"(--hosts, default 20), and the N most recent live work units\n"
-	"(--work-units, default 20).\n";
+static const char usage[] = "usage: cotrain-admin status [--work-units N] [--hosts N]\n"
+                            "\n"
+                            "Shows the schema version, every project (version, checkpoint, frontier,\n"
+                            "microbatches in the pool, live work units), the datasets, the hosts (how\n"
+                            "many of each NAT class), accounts and teams, the N most recently seen\n"
+                            "hosts with their class, mapping, public endpoint and relayed bytes\n"
+                            "(--hosts, default 20), and the N most recent live work units\n"
+                            "(--work-units, default 20).\n";
 
 /* Run a query without parameters and print its rows under a header with
  * the given printf formats (one %s per column). */
-static int table(admin_ctx *ctx, const char *title, bool count, const char *sql,
-                 const char *const *heads, const int *widths, int ncols)
+static int table(admin_ctx *ctx, const char *title, bool count, const char *sql, const char *const *heads,
+                 const int *widths, int ncols)
 {
 	cot_errbuf eb = { "", "" };
 	PGresult *r = admin_exec(ctx, sql, 0, NULL, &eb);
@@ -69,8 +68,8 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	int v = db_schema_version(ctx->db, &eb);
 	printf("schema version %d (up to date)\n", v);
 
-	static const char *const ph[] = { "NAME", "DATASET", "VERSION", "CHECKPOINT", "FRONTIER",
-	                                  "MB/EPOCH", "POOL", "POOL_MB", "LIVE_WU", "ACTIVE" };
+	static const char *const ph[] = { "NAME",     "DATASET", "VERSION", "CHECKPOINT", "FRONTIER",
+		                          "MB/EPOCH", "POOL",    "POOL_MB", "LIVE_WU",    "ACTIVE" };
 	static const int pw[] = { 20, 16, 7, 12, 10, 10, 5, 9, 7, 6 };
 	if (table(ctx, "projects", true,
 	          "SELECT p.name, d.name, p.current_version,"
@@ -82,7 +81,8 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	          "       CASE WHEN p.active THEN 'yes' ELSE 'no' END"
 	          "  FROM project p JOIN dataset d ON d.id = p.dataset_id"
 	          "  LEFT JOIN model_version v ON v.project_id = p.id AND v.version = p.current_version"
-	          " ORDER BY p.name", ph, pw, 10))
+	          " ORDER BY p.name",
+	          ph, pw, 10))
 		return ADMIN_FAIL;
 
 	static const char *const vh[] = { "PROJECT", "VERSIONS", "FIRST", "LATEST", "LATEST_AT" };
@@ -91,7 +91,8 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	          "SELECT p.name, count(*), min(v.version), max(v.version),"
 	          "       to_char(max(v.created_at), 'YYYY-MM-DD HH24:MI')"
 	          "  FROM model_version v JOIN project p ON p.id = v.project_id"
-	          " GROUP BY p.name ORDER BY p.name", vh, vw, 5))
+	          " GROUP BY p.name ORDER BY p.name",
+	          vh, vw, 5))
 		return ADMIN_FAIL;
 
 	static const char *const dh[] = { "NAME", "TOKENIZER", "TOKENS", "SHARDS", "PROJECTS" };
@@ -100,11 +101,12 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	          "SELECT d.name, d.tokenizer, d.n_tokens,"
 	          "       (SELECT count(*) FROM shard s WHERE s.dataset_id = d.id),"
 	          "       (SELECT count(*) FROM project p WHERE p.dataset_id = d.id)"
-	          "  FROM dataset d ORDER BY d.name", dh, dw, 5))
+	          "  FROM dataset d ORDER BY d.name",
+	          dh, dw, 5))
 		return ADMIN_FAIL;
 
-	static const char *const hh[] = { "HOSTS", "SEEN_1H", "SEEN_24H", "REVOKED", "GFLOPS",
-	                                  "PUBLIC", "MAPPED", "NAT", "UNKNOWN" };
+	static const char *const hh[] = { "HOSTS",  "SEEN_1H", "SEEN_24H", "REVOKED", "GFLOPS",
+		                          "PUBLIC", "MAPPED",  "NAT",      "UNKNOWN" };
 	static const int hw[] = { 6, 7, 8, 7, 10, 6, 6, 6, 7 };
 	if (table(ctx, "hosts", false,
 	          "SELECT count(*), count(*) FILTER (WHERE last_seen > now() - interval '1 hour'),"
@@ -116,11 +118,13 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	          "       count(*) FILTER (WHERE nat_class = 'mapped'),"
 	          "       count(*) FILTER (WHERE nat_class = 'nat'),"
 	          "       count(*) FILTER (WHERE coalesce(nat_class, 'unknown') = 'unknown')"
-	          "  FROM host", hh, hw, 9))
+	          "  FROM host",
+	          hh, hw, 9))
 		return ADMIN_FAIL;
 
-	static const char *const nh[] = { "ID", "ACCOUNT", "LAST_SEEN", "CLASS", "MAPPING",
-	                                  "PUBLIC_ENDPOINT", "OBSERVED", "RELAY_IN", "RELAY_OUT" };
+	static const char *const nh[] = { "ID",       "ACCOUNT",  "LAST_SEEN",
+		                          "CLASS",    "MAPPING",  "PUBLIC_ENDPOINT",
+		                          "OBSERVED", "RELAY_IN", "RELAY_OUT" };
 	static const int nw[] = { 8, 8, 16, 7, 11, 47, 16, 10, 10 };
 	char hsql[1024];
 	snprintf(hsql, sizeof hsql,
@@ -140,10 +144,12 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	static const int aw[] = { 8, 6, 8, 5 };
 	if (table(ctx, "accounts", false,
 	          "SELECT count(*), count(*) FILTER (WHERE is_admin), count(*) FILTER (WHERE disabled),"
-	          "       (SELECT count(*) FROM team) FROM account", ah, aw, 4))
+	          "       (SELECT count(*) FROM team) FROM account",
+	          ah, aw, 4))
 		return ADMIN_FAIL;
 
-	static const char *const wh[] = { "ID", "PROJECT", "HOST", "VERSION", "RANGE", "DONE", "SAMPLES/S", "DEADLINE" };
+	static const char *const wh[] = { "ID",    "PROJECT", "HOST",      "VERSION",
+		                          "RANGE", "DONE",    "SAMPLES/S", "DEADLINE" };
 	static const int ww[] = { 8, 20, 6, 7, 21, 6, 9, 19 };
 	char sql[1024];
 	snprintf(sql, sizeof sql,
@@ -151,6 +157,7 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	         "       round(w.samples_per_sec::numeric, 1),"
 	         "       to_char(w.deadline, 'YYYY-MM-DD HH24:MI:SS')"
 	         "  FROM work_unit w JOIN project p ON p.id = w.project_id"
-	         " WHERE w.state = 'live' ORDER BY w.id DESC LIMIT %lld", n_wu);
+	         " WHERE w.state = 'live' ORDER BY w.id DESC LIMIT %lld",
+	         n_wu);
 	return table(ctx, "live work units (most recent first)", true, sql, wh, ww, 8);
 }

@@ -8,11 +8,11 @@
 #include <string.h>
 
 static const char usage[] =
-	"usage: cotrain-admin team create [--description TEXT] [--founder EMAIL] NAME\n"
-	"       cotrain-admin team list\n"
-	"       cotrain-admin team add TEAM EMAIL...    make accounts members of TEAM\n"
-	"       cotrain-admin team remove EMAIL...      take accounts out of their team\n"
-	"       cotrain-admin team delete TEAM          delete a team (members stay, teamless)\n";
+        "usage: cotrain-admin team create [--description TEXT] [--founder EMAIL] NAME\n"
+        "       cotrain-admin team list\n"
+        "       cotrain-admin team add TEAM EMAIL...    make accounts members of TEAM\n"
+        "       cotrain-admin team remove EMAIL...      take accounts out of their team\n"
+        "       cotrain-admin team delete TEAM          delete a team (members stay, teamless)\n";
 
 static bool text_ok(const char *s, size_t min, size_t max)
 {
@@ -60,7 +60,8 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	PGresult *r;
 	if (founder) {
 		const char *fp[1] = { founder };
-		if (!(r = admin_exec(ctx, "SELECT id FROM account WHERE lower(email) = lower($1)", 1, fp, &eb)))
+		if (!(r = admin_exec(ctx, "SELECT id FROM account WHERE lower(email) = lower($1)", 1, fp,
+		                     &eb)))
 			goto fail;
 		if (PQntuples(r) == 1)
 			snprintf(founder_id, sizeof founder_id, "%s", PQgetvalue(r, 0, 0));
@@ -71,8 +72,10 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 		}
 	}
 	const char *p[3] = { name, desc, founder ? founder_id : NULL };
-	r = admin_exec(ctx, "INSERT INTO team (name, description, founder_id) VALUES ($1, $2, $3)"
-	                    " ON CONFLICT (lower(name)) DO NOTHING RETURNING id", 3, p, &eb);
+	r = admin_exec(ctx,
+	               "INSERT INTO team (name, description, founder_id) VALUES ($1, $2, $3)"
+	               " ON CONFLICT (lower(name)) DO NOTHING RETURNING id",
+	               3, p, &eb);
 	if (!r)
 		goto fail;
 	if (PQntuples(r) == 0) {
@@ -83,7 +86,7 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	char id[32];
 	snprintf(id, sizeof id, "%s", PQgetvalue(r, 0, 0));
 	PQclear(r);
-	if (founder) {   /* the founder joins the team */
+	if (founder) { /* the founder joins the team */
 		const char *up[2] = { founder_id, id };
 		if (!(r = admin_exec(ctx, "UPDATE account SET team_id = $2 WHERE id = $1", 2, up, &eb)))
 			goto fail;
@@ -105,16 +108,18 @@ static int list_cmd(admin_ctx *ctx, int argc, char **argv)
 	cot_errbuf eb = { "", "" };
 	if (admin_connect(ctx, true))
 		return ADMIN_FAIL;
-	PGresult *r = admin_exec(ctx,
-		"SELECT t.id, t.name, (SELECT count(*) FROM account a WHERE a.team_id = t.id),"
-		"       coalesce(f.email, '-'), to_char(t.created_at, 'YYYY-MM-DD HH24:MI')"
-		"  FROM team t LEFT JOIN account f ON f.id = t.founder_id ORDER BY lower(t.name)", 0, NULL, &eb);
+	PGresult *r =
+	        admin_exec(ctx,
+	                   "SELECT t.id, t.name, (SELECT count(*) FROM account a WHERE a.team_id = t.id),"
+	                   "       coalesce(f.email, '-'), to_char(t.created_at, 'YYYY-MM-DD HH24:MI')"
+	                   "  FROM team t LEFT JOIN account f ON f.id = t.founder_id ORDER BY lower(t.name)",
+	                   0, NULL, &eb);
 	if (!r)
 		return admin_fail(&eb);
 	printf("%-6s %-30s %7s %-30s %s\n", "ID", "NAME", "MEMBERS", "FOUNDER", "CREATED");
 	for (int i = 0; i < PQntuples(r); i++)
-		printf("%-6s %-30s %7s %-30s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-		       PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+		printf("%-6s %-30s %7s %-30s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+		       PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
 	PQclear(r);
 	return ADMIN_OK;
 }
@@ -144,7 +149,8 @@ static int members_cmd(admin_ctx *ctx, const char *team, int n, char **emails)
 	}
 	for (int i = 0; i < n; i++) {
 		const char *p[2] = { emails[i], team ? team_id : NULL };
-		if (!(r = admin_exec(ctx, "UPDATE account SET team_id = $2 WHERE lower(email) = lower($1)", 2, p, &eb)))
+		if (!(r = admin_exec(ctx, "UPDATE account SET team_id = $2 WHERE lower(email) = lower($1)", 2,
+		                     p, &eb)))
 			goto fail;
 		int changed = atoi(PQcmdTuples(r));
 		PQclear(r);
@@ -156,7 +162,8 @@ static int members_cmd(admin_ctx *ctx, const char *team, int n, char **emails)
 	if (admin_commit(ctx, &eb))
 		goto fail;
 	for (int i = 0; i < n; i++)
-		printf(team ? "account <%s> joined team \"%s\"\n" : "account <%s> left its team\n", emails[i], team);
+		printf(team ? "account <%s> joined team \"%s\"\n" : "account <%s> left its team\n", emails[i],
+		       team);
 	return ADMIN_OK;
 fail:
 	admin_rollback(ctx);

@@ -19,20 +19,20 @@
 #define PASSWORD_MIN_LEN 8
 
 static const char usage[] =
-	"usage: cotrain-admin user create [--admin] [--team TEAM] [--password-stdin] [--no-key]\n"
-	"                                 EMAIL NAME\n"
-	"       cotrain-admin user list\n"
-	"       cotrain-admin user disable EMAIL\n"
-	"       cotrain-admin user enable EMAIL\n"
-	"       cotrain-admin user set-admin EMAIL yes|no\n"
-	"       cotrain-admin user key EMAIL\n"
-	"\n"
-	"create makes an account and prints a fresh account key to hand to the\n"
-	"volunteer (cotrain-client attaches with it).  --password-stdin reads the\n"
-	"password (8 bytes or more) from the first line of standard input; without\n"
-	"it the account gets a random password nobody knows, and logs in by key.\n"
-	"disable refuses the account's keys and log-ins until enable.  key issues\n"
-	"another account key.\n";
+        "usage: cotrain-admin user create [--admin] [--team TEAM] [--password-stdin] [--no-key]\n"
+        "                                 EMAIL NAME\n"
+        "       cotrain-admin user list\n"
+        "       cotrain-admin user disable EMAIL\n"
+        "       cotrain-admin user enable EMAIL\n"
+        "       cotrain-admin user set-admin EMAIL yes|no\n"
+        "       cotrain-admin user key EMAIL\n"
+        "\n"
+        "create makes an account and prints a fresh account key to hand to the\n"
+        "volunteer (cotrain-client attaches with it).  --password-stdin reads the\n"
+        "password (8 bytes or more) from the first line of standard input; without\n"
+        "it the account gets a random password nobody knows, and logs in by key.\n"
+        "disable refuses the account's keys and log-ins until enable.  key issues\n"
+        "another account key.\n";
 
 /* A valid-looking address: 3..254 bytes, one '@' not at either end, no
  * spaces or control characters. */
@@ -83,10 +83,12 @@ static cot_err read_password(char *buf, size_t len, cot_errbuf *eb)
 		return cot_seterr(eb, COT_ERR_INVALID, "no password on standard input");
 	size_t n = strcspn(buf, "\r\n");
 	if (buf[n] == '\0' && n == len - 1)
-		return cot_seterr(eb, COT_ERR_TOO_LARGE, "password is longer than %d bytes", PASSWORD_MAX_LEN);
+		return cot_seterr(eb, COT_ERR_TOO_LARGE, "password is longer than %d bytes",
+		                  PASSWORD_MAX_LEN);
 	buf[n] = '\0';
 	if (n < PASSWORD_MIN_LEN)
-		return cot_seterr(eb, COT_ERR_INVALID, "password must be at least %d bytes long", PASSWORD_MIN_LEN);
+		return cot_seterr(eb, COT_ERR_INVALID, "password must be at least %d bytes long",
+		                  PASSWORD_MIN_LEN);
 	return COT_OK;
 }
 
@@ -105,11 +107,20 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	optind = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 'a': admin = true; break;
-		case 't': team = optarg; break;
-		case 'p': pw_stdin = true; break;
-		case 'n': want_key = false; break;
-		default: return admin_usage(usage, "user create: bad option");
+		case 'a':
+			admin = true;
+			break;
+		case 't':
+			team = optarg;
+			break;
+		case 'p':
+			pw_stdin = true;
+			break;
+		case 'n':
+			want_key = false;
+			break;
+		default:
+			return admin_usage(usage, "user create: bad option");
 		}
 	}
 	if (argc - optind != 2)
@@ -156,9 +167,10 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	}
 	const char *ap[6] = { email, name, phash, cpid, admin ? "true" : "false", team ? team_id : NULL };
 	r = admin_exec(ctx,
-		"INSERT INTO account (email, name, password_hash, cross_project_id, is_admin, team_id)"
-		" VALUES ($1, $2, $3, $4, $5, $6)"
-		" ON CONFLICT (lower(email)) DO NOTHING RETURNING id", 6, ap, &eb);
+	               "INSERT INTO account (email, name, password_hash, cross_project_id, is_admin, team_id)"
+	               " VALUES ($1, $2, $3, $4, $5, $6)"
+	               " ON CONFLICT (lower(email)) DO NOTHING RETURNING id",
+	               6, ap, &eb);
 	if (!r)
 		goto fail;
 	if (PQntuples(r) == 0) {
@@ -190,29 +202,31 @@ static int list_cmd(admin_ctx *ctx, int argc, char **argv)
 	cot_errbuf eb = { "", "" };
 	if (admin_connect(ctx, true))
 		return ADMIN_FAIL;
-	PGresult *r = admin_exec(ctx,
-		"SELECT a.id, a.email, a.name, coalesce(t.name, '-'),"
-		"       CASE WHEN a.is_admin THEN 'yes' ELSE 'no' END,"
-		"       CASE WHEN a.disabled THEN 'yes' ELSE 'no' END,"
-		"       (SELECT count(*) FROM account_key k WHERE k.account_id = a.id AND NOT k.revoked),"
-		"       (SELECT count(*) FROM host h WHERE h.account_id = a.id AND NOT h.revoked),"
-		"       to_char(a.created_at, 'YYYY-MM-DD HH24:MI')"
-		"  FROM account a LEFT JOIN team t ON t.id = a.team_id ORDER BY a.id", 0, NULL, &eb);
+	PGresult *r =
+	        admin_exec(ctx,
+	                   "SELECT a.id, a.email, a.name, coalesce(t.name, '-'),"
+	                   "       CASE WHEN a.is_admin THEN 'yes' ELSE 'no' END,"
+	                   "       CASE WHEN a.disabled THEN 'yes' ELSE 'no' END,"
+	                   "       (SELECT count(*) FROM account_key k WHERE k.account_id = a.id AND NOT "
+	                   "k.revoked),"
+	                   "       (SELECT count(*) FROM host h WHERE h.account_id = a.id AND NOT h.revoked),"
+	                   "       to_char(a.created_at, 'YYYY-MM-DD HH24:MI')"
+	                   "  FROM account a LEFT JOIN team t ON t.id = a.team_id ORDER BY a.id",
+	                   0, NULL, &eb);
 	if (!r)
 		return admin_fail(&eb);
 	printf("%-6s %-30s %-20s %-16s %-5s %-8s %4s %5s %s\n", "ID", "EMAIL", "NAME", "TEAM", "ADMIN",
 	       "DISABLED", "KEYS", "HOSTS", "CREATED");
 	for (int i = 0; i < PQntuples(r); i++)
-		printf("%-6s %-30s %-20s %-16s %-5s %-8s %4s %5s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
-		       PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5),
-		       PQgetvalue(r, i, 6), PQgetvalue(r, i, 7), PQgetvalue(r, i, 8));
+		printf("%-6s %-30s %-20s %-16s %-5s %-8s %4s %5s %s\n", PQgetvalue(r, i, 0),
+		       PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4),
+		       PQgetvalue(r, i, 5), PQgetvalue(r, i, 6), PQgetvalue(r, i, 7), PQgetvalue(r, i, 8));
 	PQclear(r);
 	return ADMIN_OK;
 }
 
 /* UPDATE one account by email; reports a missing account. */
-static int update_cmd(admin_ctx *ctx, const char *sql, const char *email, const char *value,
-                      const char *done)
+static int update_cmd(admin_ctx *ctx, const char *sql, const char *email, const char *value, const char *done)
 {
 	cot_errbuf eb = { "", "" };
 	if (admin_connect(ctx, true))
@@ -235,7 +249,8 @@ static int key_cmd(admin_ctx *ctx, const char *email)
 	if (admin_connect(ctx, true))
 		return ADMIN_FAIL;
 	const char *p[1] = { email };
-	PGresult *r = admin_exec(ctx, "SELECT id, disabled FROM account WHERE lower(email) = lower($1)", 1, p, &eb);
+	PGresult *r =
+	        admin_exec(ctx, "SELECT id, disabled FROM account WHERE lower(email) = lower($1)", 1, p, &eb);
 	if (!r)
 		return admin_fail(&eb);
 	if (PQntuples(r) == 0) {
@@ -276,8 +291,9 @@ int admin_user_main(admin_ctx *ctx, int argc, char **argv)
 		if (strcmp(cmd, "key") == 0)
 			return key_cmd(ctx, argv[2]);
 		bool dis = strcmp(cmd, "disable") == 0;
-		return update_cmd(ctx, dis ? "UPDATE account SET disabled = true WHERE lower(email) = lower($1)"
-		                           : "UPDATE account SET disabled = false WHERE lower(email) = lower($1)",
+		return update_cmd(ctx,
+		                  dis ? "UPDATE account SET disabled = true WHERE lower(email) = lower($1)"
+		                      : "UPDATE account SET disabled = false WHERE lower(email) = lower($1)",
 		                  argv[2], NULL, dis ? "disabled" : "enabled");
 	}
 	if (strcmp(cmd, "set-admin") == 0) {

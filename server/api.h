@@ -31,10 +31,10 @@ void api_work_heartbeat(http_req *req);
 void api_work_handback(http_req *req);
 void api_work_finish(http_req *req);
 
-void api_project_ca(http_req *req);          /* api_certs.c */
+void api_project_ca(http_req *req); /* api_certs.c */
 void api_host_certificate(http_req *req);
 
-void api_work_report(http_req *req);         /* api_rounds.c */
+void api_work_report(http_req *req); /* api_rounds.c */
 void api_round_plan(http_req *req);
 void api_round_outcome(http_req *req);
 void api_round_list(http_req *req);

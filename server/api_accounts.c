@@ -32,9 +32,9 @@ static bool new_key(http_req *req, char key[KEY_CHARS], char hp[API_HASH_PARAM_L
 
 static void reply_key(http_req *req, int status, const char *account_id, const char *key)
 {
-	http_reply_json(req, status, json_pack("{s:I, s:s}", "account_id",
-	                                       (json_int_t)strtoll(account_id, NULL, 10),
-	                                       "account_key", key));
+	http_reply_json(req, status,
+	                json_pack("{s:I, s:s}", "account_id", (json_int_t)strtoll(account_id, NULL, 10),
+	                          "account_key", key));
 }
 
 static const dbc_stmt st_create = {
@@ -75,10 +75,9 @@ void api_account_create(http_req *req)
 	if (!new_key(req, key, hp))
 		goto out;
 	const char *params[] = { email, name, phash, cpid, hp };
-	PGresult *r = api_exec(req, &st_create, params,
-	                       "an account with this email address already exists");
+	PGresult *r = api_exec(req, &st_create, params, "an account with this email address already exists");
 	if (!r)
-		goto out;    /* a 409 for a taken email comes from the unique index */
+		goto out; /* a 409 for a taken email comes from the unique index */
 	reply_key(req, 201, PQgetvalue(r, 0, 0), key);
 	PQclear(r);
 out:
@@ -86,14 +85,11 @@ out:
 }
 
 static const dbc_stmt st_lookup = {
-	"account_lookup",
-	"SELECT id, password_hash, disabled FROM account WHERE lower(email) = lower($1)",
-	1
+	"account_lookup", "SELECT id, password_hash, disabled FROM account WHERE lower(email) = lower($1)", 1
 };
 static const dbc_stmt st_new_key = {
 	"account_new_key",
-	"INSERT INTO account_key (account_id, key_hash) VALUES ($1, $2::bytea) RETURNING account_id",
-	2
+	"INSERT INTO account_key (account_id, key_hash) VALUES ($1, $2::bytea) RETURNING account_id", 2
 };
 
 void api_account_login(http_req *req)
@@ -151,13 +147,11 @@ out:
 	"                  'prefs', a.prefs, 'show_hosts', a.show_hosts," \
 	"                  'cpid', md5(a.cross_project_id || lower(a.email)))::text"
 
-static const dbc_stmt st_get = {
-	"account_get",
-	"SELECT " ACCOUNT_JSON
-	"  FROM account_key k JOIN account a ON a.id = k.account_id"
-	" WHERE k.key_hash = $1::bytea AND NOT k.revoked AND NOT a.disabled",
-	1
-};
+static const dbc_stmt st_get = { "account_get",
+	                         "SELECT " ACCOUNT_JSON
+	                         "  FROM account_key k JOIN account a ON a.id = k.account_id"
+	                         " WHERE k.key_hash = $1::bytea AND NOT k.revoked AND NOT a.disabled",
+	                         1 };
 
 void api_account_get(http_req *req)
 {
@@ -176,13 +170,12 @@ void api_account_get(http_req *req)
 	PQclear(r);
 }
 
-static const dbc_stmt st_logout = {
-	"account_logout",
-	"UPDATE account_key k SET revoked = true FROM account a"
-	" WHERE a.id = k.account_id AND k.key_hash = $1::bytea AND NOT k.revoked AND NOT a.disabled"
-	" RETURNING k.account_id",
-	1
-};
+static const dbc_stmt st_logout = { "account_logout",
+	                            "UPDATE account_key k SET revoked = true FROM account a"
+	                            " WHERE a.id = k.account_id AND k.key_hash = $1::bytea AND NOT k.revoked "
+	                            "AND NOT a.disabled"
+	                            " RETURNING k.account_id",
+	                            1 };
 
 void api_account_logout(http_req *req)
 {
@@ -200,14 +193,12 @@ void api_account_logout(http_req *req)
 	PQclear(r);
 }
 
-static const dbc_stmt st_update = {
-	"account_update",
-	"UPDATE account a SET name = coalesce($2, a.name),"
-	"       cross_project_id = coalesce($3, a.cross_project_id),"
-	"       show_hosts = coalesce($4::boolean, a.show_hosts)"
-	" WHERE a.id = $1 AND NOT a.disabled RETURNING " ACCOUNT_JSON,
-	4
-};
+static const dbc_stmt st_update = { "account_update",
+	                            "UPDATE account a SET name = coalesce($2, a.name),"
+	                            "       cross_project_id = coalesce($3, a.cross_project_id),"
+	                            "       show_hosts = coalesce($4::boolean, a.show_hosts)"
+	                            " WHERE a.id = $1 AND NOT a.disabled RETURNING " ACCOUNT_JSON,
+	                            4 };
 
 /* A BOINC cross-project id: 32 hex digits (BOINC draws them as md5 hex),
  * written into out in lowercase, as BOINC stores them. */
@@ -247,7 +238,8 @@ void api_account_update(http_req *req)
 	const char *known[] = { "name", "cross_project_id", "show_hosts" };
 	const char *key;
 	json_t *v;
-	json_object_foreach(body, key, v) {
+	json_object_foreach(body, key, v)
+	{
 		bool found = false;
 		for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
 			found |= strcmp(key, known[i]) == 0;

@@ -52,7 +52,7 @@ static cot_err ca_get(const srv_config *cfg, const char *project, pki_ca **out, 
 		rc = cot_seterr(eb, COT_ERR_IO, "could not lock \"%s\": %s", lockp, strerror(errno));
 		goto out;
 	}
-	if (access(key, F_OK) == 0) {        /* another process made it meanwhile */
+	if (access(key, F_OK) == 0) { /* another process made it meanwhile */
 		rc = pki_ca_load(crt, key, out, eb);
 		goto out;
 	}
@@ -70,14 +70,13 @@ static cot_err ca_get(const srv_config *cfg, const char *project, pki_ca **out, 
 	*out = ca;
 out:
 	if (fd >= 0)
-		close(fd);      /* releases the flock */
+		close(fd); /* releases the flock */
 	pthread_mutex_unlock(&ca_lock);
 	return rc;
 }
 
-static const dbc_stmt st_project_exists = {
-	"cert_project_exists", "SELECT 1 FROM project WHERE name = $1", 1
-};
+static const dbc_stmt st_project_exists = { "cert_project_exists", "SELECT 1 FROM project WHERE name = $1",
+	                                    1 };
 
 /* True when the project exists; otherwise answers 404 (or 503). */
 static bool project_exists(http_req *req, const char *name)
@@ -113,8 +112,8 @@ void api_project_ca(http_req *req)
 		rc = pki_ca_cert_pem(ca, &pem, &eb);
 	if (rc) {
 		log_error("project \"%s\": %s", name, eb.msg);
-		http_reply_error(req, 500, "internal_error", "could not read the project's certificate authority",
-		                 NULL);
+		http_reply_error(req, 500, "internal_error",
+		                 "could not read the project's certificate authority", NULL);
 	} else {
 		http_reply_json(req, 200, json_pack("{s:s, s:s}", "project", name, "certificate", pem));
 	}
@@ -122,12 +121,10 @@ void api_project_ca(http_req *req)
 	pki_ca_free(ca);
 }
 
-static const dbc_stmt st_host_auth = {
-	"cert_host_auth",
-	"SELECT h.id, (SELECT 1 FROM project WHERE name = $2)"
-	"  FROM host_auth($1::bytea) AS h(id) WHERE h.id IS NOT NULL",
-	2
-};
+static const dbc_stmt st_host_auth = { "cert_host_auth",
+	                               "SELECT h.id, (SELECT 1 FROM project WHERE name = $2)"
+	                               "  FROM host_auth($1::bytea) AS h(id) WHERE h.id IS NOT NULL",
+	                               2 };
 
 void api_host_certificate(http_req *req)
 {
@@ -175,8 +172,8 @@ void api_host_certificate(http_req *req)
 	cot_err rc = ca_get(req->cfg, project, &ca, &eb);
 	if (rc) {
 		log_error("project \"%s\": %s", project, eb.msg);
-		http_reply_error(req, 500, "internal_error", "could not read the project's certificate authority",
-		                 NULL);
+		http_reply_error(req, 500, "internal_error",
+		                 "could not read the project's certificate authority", NULL);
 		goto out;
 	}
 	rc = pki_ca_sign_host(ca, pub, strlen(pub), host, 0, req->cfg->cert_lifetime, &cert, &eb);
@@ -185,15 +182,16 @@ void api_host_certificate(http_req *req)
 	if (rc == COT_ERR_INVALID || rc == COT_ERR_TOO_LARGE) {
 		snprintf(msg, sizeof msg, "field \"public_key\" is not a usable public key: %.200s", eb.msg);
 		http_reply_error(req, 400, "invalid", msg,
-		                 "Send an Ed25519 or ECDSA P-256 public key as PEM (\"-----BEGIN PUBLIC KEY-----\").");
+		                 "Send an Ed25519 or ECDSA P-256 public key as PEM (\"-----BEGIN PUBLIC "
+		                 "KEY-----\").");
 	} else if (rc) {
 		log_error("could not sign a certificate for host %lld: %s", host, eb.msg);
 		http_reply_error(req, 500, "internal_error", "could not sign the certificate", NULL);
 	} else {
-		http_reply_json(req, 200, json_pack("{s:I, s:s, s:s, s:s, s:I}", "host_id", (json_int_t)host,
-		                                    "project", project, "certificate", cert,
-		                                    "ca_certificate", ca_pem,
-		                                    "lifetime", (json_int_t)req->cfg->cert_lifetime));
+		http_reply_json(req, 200,
+		                json_pack("{s:I, s:s, s:s, s:s, s:I}", "host_id", (json_int_t)host, "project",
+		                          project, "certificate", cert, "ca_certificate", ca_pem, "lifetime",
+		                          (json_int_t)req->cfg->cert_lifetime));
 	}
 	free(cert);
 	free(ca_pem);

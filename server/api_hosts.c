@@ -13,13 +13,12 @@
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
 
-static const dbc_stmt st_register = {
-	"host_register",
-	"INSERT INTO host (account_id, token_hash, cpu_model, cores, memory_bytes, gpu, flops,"
-	"                  client_version, os_name, os_version)"
-	" VALUES ($1, $2::bytea, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-	10
-};
+static const dbc_stmt st_register = { "host_register",
+	                              "INSERT INTO host (account_id, token_hash, cpu_model, cores, "
+	                              "memory_bytes, gpu, flops,"
+	                              "                  client_version, os_name, os_version)"
+	                              " VALUES ($1, $2::bytea, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+	                              10 };
 
 void api_host_register(http_req *req)
 {
@@ -66,9 +65,9 @@ void api_host_register(http_req *req)
 	PGresult *r = api_exec(req, &st_register, params, NULL);
 	if (!r)
 		goto out;
-	http_reply_json(req, 201, json_pack("{s:I, s:s}", "host_id",
-	                                    (json_int_t)strtoll(PQgetvalue(r, 0, 0), NULL, 10),
-	                                    "host_token", token));
+	http_reply_json(req, 201,
+	                json_pack("{s:I, s:s}", "host_id", (json_int_t)strtoll(PQgetvalue(r, 0, 0), NULL, 10),
+	                          "host_token", token));
 	PQclear(r);
 out:
 	json_decref(body);
@@ -118,13 +117,12 @@ void api_host_get(http_req *req)
 	PQclear(r);
 }
 
-static const dbc_stmt st_revoke = {
-	"host_revoke",
-	"WITH h AS (SELECT account_id FROM host WHERE id = $1),"
-	"     u AS (UPDATE host SET revoked = true WHERE id = $1 AND account_id = $2 RETURNING id)"
-	" SELECT h.account_id, (SELECT count(*) FROM u) FROM h",
-	2
-};
+static const dbc_stmt st_revoke = { "host_revoke",
+	                            "WITH h AS (SELECT account_id FROM host WHERE id = $1),"
+	                            "     u AS (UPDATE host SET revoked = true WHERE id = $1 AND account_id "
+	                            "= $2 RETURNING id)"
+	                            " SELECT h.account_id, (SELECT count(*) FROM u) FROM h",
+	                            2 };
 
 void api_host_revoke(http_req *req)
 {
@@ -138,7 +136,6 @@ void api_host_revoke(http_req *req)
 	if (!r)
 		return;
 	if (owned(req, r, account))
-		http_reply_json(req, 200, json_pack("{s:I, s:b}", "host_id", (json_int_t)id,
-		                                    "revoked", 1));
+		http_reply_json(req, 200, json_pack("{s:I, s:b}", "host_id", (json_int_t)id, "revoked", 1));
 	PQclear(r);
 }

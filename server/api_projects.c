@@ -5,14 +5,13 @@
 
 #include "server/apiutil.h"
 
-static const dbc_stmt st_list = {
-	"project_list",
-	"SELECT json_build_object('projects', coalesce(json_agg(json_build_object("
-	"       'name', name, 'title', title, 'active', active,"
-	"       'current_version', current_version) ORDER BY name), '[]'::json))::text"
-	"  FROM project",
-	0
-};
+static const dbc_stmt st_list = { "project_list",
+	                          "SELECT json_build_object('projects', coalesce(json_agg(json_build_object("
+	                          "       'name', name, 'title', title, 'active', active,"
+	                          "       'current_version', current_version) ORDER BY name), "
+	                          "'[]'::json))::text"
+	                          "  FROM project",
+	                          0 };
 
 void api_project_list(http_req *req)
 {
@@ -23,9 +22,7 @@ void api_project_list(http_req *req)
 	PQclear(r);
 }
 
-static const dbc_stmt st_info = {
-	"project_info", "SELECT status, body FROM api_project_info($1)", 1
-};
+static const dbc_stmt st_info = { "project_info", "SELECT status, body FROM api_project_info($1)", 1 };
 
 void api_project_get(http_req *req)
 {

@@ -68,18 +68,23 @@ static cot_err rtt_param(const json_t *body, char **out, cot_errbuf *eb)
 		if (!json_is_object(rtt) || json_object_size(rtt) > RTT_MAX_ENTRIES) {
 			json_decref(canon);
 			return cot_seterr(eb, COT_ERR_INVALID,
-			                  "field \"rtt\" must be an object of at most %d host ids", RTT_MAX_ENTRIES);
+			                  "field \"rtt\" must be an object of at most %d host ids",
+			                  RTT_MAX_ENTRIES);
 		}
 		const char *k;
 		json_t *v;
-		json_object_foreach(rtt, k, v) {
+		json_object_foreach(rtt, k, v)
+		{
 			char *end;
-			long long id = k[0] >= '1' && k[0] <= '9' && strlen(k) <= 18 ? strtoll(k, &end, 10) : 0;
+			long long id =
+			        k[0] >= '1' && k[0] <= '9' && strlen(k) <= 18 ? strtoll(k, &end, 10) : 0;
 			double ms = json_is_number(v) ? json_number_value(v) : -1;
 			if (id <= 0 || *end || !(ms >= 0 && ms <= RTT_MAX_MS)) {
 				json_decref(canon);
-				cot_seterr(eb, COT_ERR_INVALID, "field \"rtt\" must map host ids to milliseconds");
-				cot_sethint(eb, "Send {\"<host id>\": <round-trip time in ms, 0 to 1000000>, ...}.");
+				cot_seterr(eb, COT_ERR_INVALID,
+				           "field \"rtt\" must map host ids to milliseconds");
+				cot_sethint(eb, "Send {\"<host id>\": <round-trip time in ms, 0 to 1000000>, "
+				                "...}.");
 				return COT_ERR_INVALID;
 			}
 			json_object_set_new(canon, k, json_real(ms));
@@ -90,11 +95,11 @@ static cot_err rtt_param(const json_t *body, char **out, cot_errbuf *eb)
 	return *out ? COT_OK : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 }
 
-static const dbc_stmt st_report = {
-	"round_report_loss",
-	"SELECT status, body FROM round_report($1::bytea, $2, $3, $4, $5, $6, $7, $8::jsonb,"
-	" $9::double precision)", 9
-};
+static const dbc_stmt st_report = { "round_report_loss",
+	                            "SELECT status, body FROM round_report($1::bytea, $2, $3, $4, $5, $6, "
+	                            "$7, $8::jsonb,"
+	                            " $9::double precision)",
+	                            9 };
 
 void api_work_report(http_req *req)
 {
@@ -116,14 +121,14 @@ void api_work_report(http_req *req)
 	    cot_json_str(body, "endpoint", true, 1, 63, &endpoint, &eb) ||
 	    cot_json_num(body, "bandwidth", true, 1, 1e13, &bandwidth, &eb) ||
 	    cot_json_bool(body, "can_aggregate", true, &can_aggregate, &eb) ||
-	    cot_json_num(body, "loss", false, 0, 1e300, &loss, &eb) ||
-	    rtt_param(body, &rtt, &eb)) {
+	    cot_json_num(body, "loss", false, 0, 1e300, &loss, &eb) || rtt_param(body, &rtt, &eb)) {
 		api_bad_request(req, &eb);
 		goto out;
 	}
 	if (!endpoint_valid(endpoint)) {
 		http_reply_error(req, 400, "invalid", "field \"endpoint\" must be \"ip:port\"",
-		                 "Send the address peers can reach this host at, as \"203.0.113.5:7070\" or \"[2001:db8::5]:7070\".");
+		                 "Send the address peers can reach this host at, as \"203.0.113.5:7070\" or "
+		                 "\"[2001:db8::5]:7070\".");
 		goto out;
 	}
 	char smb[24], ssamples[24], sbw[40], sloss[40];
@@ -131,10 +136,12 @@ void api_work_report(http_req *req)
 	snprintf(ssamples, sizeof ssamples, "%lld", samples);
 	snprintf(sbw, sizeof sbw, "%.17g", bandwidth);
 	snprintf(sloss, sizeof sloss, "%.17g", loss);
-	const char *params[] = { hp, req->params[0], smb, ssamples, endpoint, sbw,
-	                         can_aggregate ? "true" : "false", rtt, loss >= 0 ? sloss : NULL };
+	const char *params[] = {
+		hp,  req->params[0],          smb, ssamples, endpoint, sbw, can_aggregate ? "true" : "false",
+		rtt, loss >= 0 ? sloss : NULL
+	};
 	api_relay(req, &st_report, params);
-	round_coord_wake();       /* maybe the last report the plan waits for */
+	round_coord_wake(); /* maybe the last report the plan waits for */
 out:
 	free(rtt);
 	json_decref(body);
@@ -176,8 +183,8 @@ static bool query_int(http_req *req, const char *name, long long lo, long long h
 	long long v = s[0] >= '0' && s[0] <= '9' && strlen(s) <= 18 ? strtoll(s, &end, 10) : -1;
 	if (v < lo || v > hi || !end || *end) {
 		char msg[160];
-		snprintf(msg, sizeof msg, "query argument \"%s\" must be an integer from %lld to %lld",
-		         name, lo, hi);
+		snprintf(msg, sizeof msg, "query argument \"%s\" must be an integer from %lld to %lld", name,
+		         lo, hi);
 		http_reply_error(req, 400, "invalid", msg, NULL);
 		return false;
 	}
@@ -185,9 +192,8 @@ static bool query_int(http_req *req, const char *name, long long lo, long long h
 	return true;
 }
 
-static const dbc_stmt st_plan = {
-	"round_plan_get", "SELECT status, body FROM round_plan_get($1::bytea, $2, $3, $4)", 4
-};
+static const dbc_stmt st_plan = { "round_plan_get",
+	                          "SELECT status, body FROM round_plan_get($1::bytea, $2, $3, $4)", 4 };
 
 /* Does a 200 plan answer (JSON text) lack the mean gradient? */
 static bool plan_without_gradient(const char *body, size_t len)
@@ -224,7 +230,8 @@ void api_round_plan(http_req *req)
 	const char *after = http_query(req, "after");
 	if (after && strcmp(after, "gradient") != 0) {
 		http_reply_error(req, 400, "invalid", "query argument \"after\" must be \"gradient\"",
-		                 "Leave it out to wait for the plan; add after=gradient to wait for the mean gradient.");
+		                 "Leave it out to wait for the plan; add after=gradient to wait for the mean "
+		                 "gradient.");
 		return;
 	}
 	if (strlen(req->params[0]) > 64) {
@@ -237,7 +244,7 @@ void api_round_plan(http_req *req)
 	snprintf(sv, sizeof sv, "%lld", version);
 	snprintf(sh, sizeof sh, "%lld", host);
 	const char *params[] = { hp, req->params[0], sv, sh };
-	for (int look = 0; ; look++) {
+	for (int look = 0;; look++) {
 		unsigned long gen = http_wake_gen();
 		PGresult *r = api_exec(req, &st_plan, params, NULL);
 		if (!r)
@@ -245,13 +252,13 @@ void api_round_plan(http_req *req)
 		int status = PQntuples(r) == 1 ? atoi(PQgetvalue(r, 0, 0)) : 500;
 		if (status == 200 && after &&
 		    plan_without_gradient(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1)))
-			status = 204;         /* no mean gradient yet: as if no plan */
+			status = 204; /* no mean gradient yet: as if no plan */
 		if (status == 204 && wait > 0 && look < 8) {
 			PQclear(r);
 			if (http_hold(req, gen))
-				return;       /* called again on a wake-up or at the deadline */
+				return; /* called again on a wake-up or at the deadline */
 			if (http_wake_gen() != gen && http_now() < req->hold_until)
-				continue;     /* something moved: look again */
+				continue; /* something moved: look again */
 			status = 204;
 			r = NULL;
 		}
@@ -262,7 +269,8 @@ void api_round_plan(http_req *req)
 			http_reply_raw(req, 204, "", 0);
 			http_add_header(req, "Retry-After", ra);
 		} else if (status == 500) {
-			http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
+			http_reply_error(req, 500, "internal_error", "unexpected result from the database",
+			                 NULL);
 		} else {
 			http_reply_raw(req, status, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
 		}
@@ -271,11 +279,11 @@ void api_round_plan(http_req *req)
 	}
 }
 
-static const dbc_stmt st_outcome = {
-	"round_outcome_links",
-	"SELECT status, body FROM round_outcome_links($1::bytea, $2, $3, $4, $5, $6::jsonb, $7,"
-	"                                             $8::jsonb)", 8
-};
+static const dbc_stmt st_outcome = { "round_outcome_links",
+	                             "SELECT status, body FROM round_outcome_links($1::bytea, $2, $3, $4, "
+	                             "$5, $6::jsonb, $7,"
+	                             "                                             $8::jsonb)",
+	                             8 };
 
 /* Check the outcome's optional "links" (the connections this host dialed:
  * [{"peer": id, "rung": "direct"|"punch"|"relay", "connect_ms": 0..600000}],
@@ -297,7 +305,8 @@ static cot_err links_param(const json_t *body, char **out, cot_errbuf *eb)
 	cot_err rc = COT_OK;
 	size_t i;
 	const json_t *l;
-	json_array_foreach(links, i, l) {
+	json_array_foreach(links, i, l)
+	{
 		long long peer;
 		const char *rung;
 		double ms;
@@ -314,12 +323,15 @@ static cot_err links_param(const json_t *body, char **out, cot_errbuf *eb)
 		}
 		if (strcmp(rung, "direct") != 0 && strcmp(rung, "punch") != 0 && strcmp(rung, "relay") != 0) {
 			rc = cot_seterr(eb, COT_ERR_INVALID,
-			                "links[%zu]: field \"rung\" must be \"direct\", \"punch\" or \"relay\"", i);
+			                "links[%zu]: field \"rung\" must be \"direct\", \"punch\" or "
+			                "\"relay\"",
+			                i);
 			break;
 		}
 		for (size_t j = 0; j < json_array_size(canon); j++)
 			if (json_integer_value(json_object_get(json_array_get(canon, j), "peer")) == peer)
-				rc = cot_seterr(eb, COT_ERR_INVALID, "links[%zu]: peer %lld is named twice", i, peer);
+				rc = cot_seterr(eb, COT_ERR_INVALID, "links[%zu]: peer %lld is named twice",
+				                i, peer);
 		if (rc)
 			break;
 		if (json_array_append_new(canon, json_pack("{s:I, s:s, s:f}", "peer", (json_int_t)peer,
@@ -370,11 +382,12 @@ void api_round_outcome(http_req *req)
 	json_t *inc = json_object_get(body, "included_hosts");
 	json_t *canon = json_array();
 	if (json_is_null(inc))
-		inc = NULL;          /* absent: an empty list */
+		inc = NULL; /* absent: an empty list */
 	bool good = canon && (!inc || (json_is_array(inc) && json_array_size(inc) <= INCLUDED_MAX));
 	size_t i;
 	json_t *v;
-	json_array_foreach(good && inc ? inc : NULL, i, v) {
+	json_array_foreach(good && inc ? inc : NULL, i, v)
+	{
 		if (!json_is_integer(v) || json_integer_value(v) <= 0) {
 			good = false;
 			break;
@@ -384,8 +397,8 @@ void api_round_outcome(http_req *req)
 	included = good ? json_dumps(canon, JSON_COMPACT) : NULL;
 	json_decref(canon);
 	if (!included) {
-		http_reply_error(req, 400, "invalid",
-		                 "field \"included_hosts\" must be an array of host ids", NULL);
+		http_reply_error(req, 400, "invalid", "field \"included_hosts\" must be an array of host ids",
+		                 NULL);
 		goto out;
 	}
 	cot_err lrc = links_param(body, &links, &eb);
@@ -413,7 +426,8 @@ void api_round_outcome(http_req *req)
 		int st = atoi(PQgetvalue(r, 0, 0));
 		http_reply_raw(req, st, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
 		/* A commit or a failure moved the round: long polls look again. */
-		json_t *j = st == 200 ? json_loadb(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1), 0, NULL) : NULL;
+		json_t *j = st == 200 ? json_loadb(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1), 0, NULL)
+		                      : NULL;
 		const char *state = json_string_value(json_object_get(json_object_get(j, "round"), "state"));
 		if (state && strcmp(state, "averaging") != 0)
 			http_wake_held();
@@ -425,7 +439,6 @@ out:
 	free(links);
 	json_decref(body);
 }
-
 
 /* The "included" query argument: ascending positive host ids separated by
  * commas, at most GROUP_INCLUDED_MAX of them, as a JSON array text into
@@ -449,7 +462,7 @@ static bool included_param(http_req *req, char **out)
 	long long prev = 0;
 	if (buf)
 		buf[o++] = '[';
-	for (const char *p = s; !why; ) {
+	for (const char *p = s; !why;) {
 		const char *q = p;
 		while (*q >= '0' && *q <= '9')
 			q++;
@@ -479,7 +492,8 @@ static bool included_param(http_req *req, char **out)
 	if (why) {
 		free(buf);
 		http_reply_error(req, 400, "invalid", why,
-		                 "Send included=<id>,<id>,... : the ascending ids of the hosts whose contributions the sum holds.");
+		                 "Send included=<id>,<id>,... : the ascending ids of the hosts whose "
+		                 "contributions the sum holds.");
 		return false;
 	}
 	buf[o++] = ']';
@@ -488,27 +502,23 @@ static bool included_param(http_req *req, char **out)
 	return true;
 }
 
-static const dbc_stmt st_sum_begin = {
-	"round_group_sum_begin",
-	"SELECT status, body, project_id, attempt, group_id, param_count"
-	" FROM round_group_sum_begin($1::bytea, $2, $3, $4, $5, $6::jsonb)", 6
-};
-static const dbc_stmt st_sum_store = {
-	"round_group_sum_store",
-	"SELECT status, body, compute, sums, checkpoint_sha256, config"
-	" FROM round_group_sum_store($1, $2, $3, $4, $5, $6, $7::jsonb, $8)", 8
-};
-static const dbc_stmt st_mean_store = {
-	"round_mean_store",
-	"SELECT round_mean_store($1, $2, $3, $4, $5, $6, $7, $8, $9)", 9
-};
+static const dbc_stmt st_sum_begin = { "round_group_sum_begin",
+	                               "SELECT status, body, project_id, attempt, group_id, param_count"
+	                               " FROM round_group_sum_begin($1::bytea, $2, $3, $4, $5, $6::jsonb)",
+	                               6 };
+static const dbc_stmt st_sum_store = { "round_group_sum_store",
+	                               "SELECT status, body, compute, sums, checkpoint_sha256, config"
+	                               " FROM round_group_sum_store($1, $2, $3, $4, $5, $6, $7::jsonb, $8)",
+	                               8 };
+static const dbc_stmt st_mean_store = { "round_mean_store",
+	                                "SELECT round_mean_store($1, $2, $3, $4, $5, $6, $7, $8, $9)", 9 };
 
 /* Every group of the round has a sum: compute the mean gradient from the
  * stored sums (store's "sums", ascending groups) and v+1 from it, keep both,
  * and record them (round_mean_store), which answers the request.  On
  * failure answers 500 (a later upload of any group tries again). */
-static void compute_mean(http_req *req, long long version, const char *project_id,
-                         const char *attempt, const char *group, size_t n, PGresult *st)
+static void compute_mean(http_req *req, long long version, const char *project_id, const char *attempt,
+                         const char *group, size_t n, PGresult *st)
 {
 	json_t *sums = json_loads(PQgetvalue(st, 0, 3), 0, NULL);
 	size_t ns = json_array_size(sums);
@@ -540,8 +550,7 @@ static void compute_mean(http_req *req, long long version, const char *project_i
 		goto out;
 	}
 	if ((rc = fs_put_buffer(req->cfg->files_dir, mean, n * sizeof *mean, gsha, NULL, &eb)) ||
-	    (rc = round_step_compute(req->cfg->files_dir,
-	                             PQgetisnull(st, 0, 4) ? "" : PQgetvalue(st, 0, 4),
+	    (rc = round_step_compute(req->cfg->files_dir, PQgetisnull(st, 0, 4) ? "" : PQgetvalue(st, 0, 4),
 	                             PQgetvalue(st, 0, 5), version, mean, n, ckpt, &size, psha, &eb)))
 		goto out;
 	char sv[24], stotal[24], ssize[24];
@@ -554,13 +563,14 @@ static void compute_mean(http_req *req, long long version, const char *project_i
 		http_reply_raw(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
 		PQclear(r);
 		log_info("round %lld of project %s: mean gradient of %zu groups over %lld samples, "
-		         "v+1 params %s", version, req->params[0], ns, total, psha);
-		http_wake_held();     /* plans waiting for the mean gradient */
+		         "v+1 params %s",
+		         version, req->params[0], ns, total, psha);
+		http_wake_held(); /* plans waiting for the mean gradient */
 	}
 out:
 	if (rc) {
-		log_error("round %lld of project %s: the server's step failed: %s", version,
-		          req->params[0], eb.msg);
+		log_error("round %lld of project %s: the server's step failed: %s", version, req->params[0],
+		          eb.msg);
 		http_reply_error(req, 500, "internal_error", "could not compute the next version", eb.msg);
 	}
 	free(mean);
@@ -587,7 +597,9 @@ void api_round_group_sum(http_req *req)
 	if (!host || !samples) {
 		http_reply_error(req, 400, "invalid",
 		                 "query arguments \"host_id\" and \"samples\" must be positive integers",
-		                 "POST /v1/projects/<name>/rounds/<version>/group_sum?host_id=<id>&samples=<S>&included=<ids>.");
+		                 "POST "
+		                 "/v1/projects/<name>/rounds/<version>/"
+		                 "group_sum?host_id=<id>&samples=<S>&included=<ids>.");
 		return;
 	}
 	if (!included_param(req, &included))
@@ -621,24 +633,27 @@ void api_round_group_sum(http_req *req)
 		char *end = NULL;
 		have = cl && *cl >= '0' && *cl <= '9' ? strtoull(cl, &end, 10) : want;
 		if (!end || *end)
-			have = want;      /* no usable length: read, then check */
+			have = want; /* no usable length: read, then check */
 	}
 	if (n == 0 || n > API_GRADIENT_MAX_BYTES / sizeof(float) || have != want) {
 		char msg[160];
-		snprintf(msg, sizeof msg, "the group sum must be exactly %llu bytes (%llu fp32 values), not %llu",
-		         want, n, have);
+		snprintf(msg, sizeof msg,
+		         "the group sum must be exactly %llu bytes (%llu fp32 values), not %llu", want, n,
+		         have);
 		http_reply_error(req, have > want ? 413 : 400, have > want ? "too_large" : "invalid", msg,
-		                 "Send the group's gradient sum as raw little-endian fp32, param_count values.");
+		                 "Send the group's gradient sum as raw little-endian fp32, param_count "
+		                 "values.");
 		goto out;
 	}
 	if (req->early)
-		goto out;             /* the length is right: read the body */
+		goto out; /* the length is right: read the body */
 	sum = malloc(req->body_len);
 	if (!sum) {
-		http_reply_error(req, 500, "internal_error", "out of memory for the group sum", "Try again later.");
+		http_reply_error(req, 500, "internal_error", "out of memory for the group sum",
+		                 "Try again later.");
 		goto out;
 	}
-	memcpy(sum, req->body, req->body_len);    /* aligned */
+	memcpy(sum, req->body, req->body_len); /* aligned */
 	for (size_t i = 0; i < n; i++)
 		if (!isfinite(sum[i])) {
 			char msg[96];
@@ -650,7 +665,8 @@ void api_round_group_sum(http_req *req)
 	cot_errbuf eb = { 0 };
 	if (hash_sha256_hex(sum, req->body_len, gsha) ||
 	    fs_put_buffer(req->cfg->files_dir, sum, req->body_len, gsha, NULL, &eb)) {
-		http_reply_error(req, 500, "internal_error", "could not store the group sum", eb.msg[0] ? eb.msg : NULL);
+		http_reply_error(req, 500, "internal_error", "could not store the group sum",
+		                 eb.msg[0] ? eb.msg : NULL);
 		goto out;
 	}
 	free(sum);
@@ -679,9 +695,7 @@ out:
 	free(included);
 }
 
-static const dbc_stmt st_list = {
-	"round_list", "SELECT status, body FROM round_list($1, $2, $3)", 3
-};
+static const dbc_stmt st_list = { "round_list", "SELECT status, body FROM round_list($1, $2, $3)", 3 };
 
 /* The rounds of a project, newest first (public). */
 void api_round_list(http_req *req)

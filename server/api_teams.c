@@ -39,9 +39,9 @@ void api_team_create(http_req *req)
 	PGresult *r = api_exec(req, &st_create, params, "a team with this name already exists");
 	if (!r)
 		goto out;
-	http_reply_json(req, 201, json_pack("{s:I, s:s}", "team_id",
-	                                    (json_int_t)strtoll(PQgetvalue(r, 0, 0), NULL, 10),
-	                                    "name", name));
+	http_reply_json(req, 201,
+	                json_pack("{s:I, s:s}", "team_id", (json_int_t)strtoll(PQgetvalue(r, 0, 0), NULL, 10),
+	                          "name", name));
 	PQclear(r);
 out:
 	json_decref(body);
@@ -79,12 +79,11 @@ void api_team_get(http_req *req)
 	PQclear(r);
 }
 
-static const dbc_stmt st_join = {
-	"team_join",
-	"UPDATE account a SET team_id = t.id FROM team t WHERE a.id = $1 AND t.id = $2"
-	" RETURNING t.id",
-	2
-};
+static const dbc_stmt st_join = { "team_join",
+	                          "UPDATE account a SET team_id = t.id FROM team t WHERE a.id = $1 AND t.id "
+	                          "= $2"
+	                          " RETURNING t.id",
+	                          2 };
 
 void api_team_join(http_req *req)
 {
@@ -104,13 +103,12 @@ void api_team_join(http_req *req)
 	PQclear(r);
 }
 
-static const dbc_stmt st_leave = {
-	"team_leave",
-	"WITH t AS (SELECT id FROM team WHERE id = $2),"
-	"     u AS (UPDATE account SET team_id = NULL WHERE id = $1 AND team_id = $2 RETURNING id)"
-	" SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM u)",
-	2
-};
+static const dbc_stmt st_leave = { "team_leave",
+	                           "WITH t AS (SELECT id FROM team WHERE id = $2),"
+	                           "     u AS (UPDATE account SET team_id = NULL WHERE id = $1 AND team_id = "
+	                           "$2 RETURNING id)"
+	                           " SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM u)",
+	                           2 };
 
 void api_team_leave(http_req *req)
 {

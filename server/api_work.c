@@ -11,10 +11,8 @@
 #include "server/apiutil.h"
 #include "shared/common/json.h"
 
-static const dbc_stmt st_assign = {
-	"sched_assign",
-	"SELECT status, body FROM sched_assign($1::bytea, $2, $3, $4, $5)", 5
-};
+static const dbc_stmt st_assign = { "sched_assign",
+	                            "SELECT status, body FROM sched_assign($1::bytea, $2, $3, $4, $5)", 5 };
 
 void api_work_request(http_req *req)
 {
@@ -41,18 +39,12 @@ void api_work_request(http_req *req)
 	json_decref(body);
 }
 
-static const dbc_stmt st_heartbeat = {
-	"sched_heartbeat",
-	"SELECT status, body FROM sched_heartbeat($1::bytea, $2, $3, $4)", 4
-};
-static const dbc_stmt st_handback = {
-	"sched_handback",
-	"SELECT status, body FROM sched_handback($1::bytea, $2, $3)", 3
-};
-static const dbc_stmt st_finish = {
-	"sched_finish",
-	"SELECT status, body FROM sched_finish($1::bytea, $2)", 2
-};
+static const dbc_stmt st_heartbeat = { "sched_heartbeat",
+	                               "SELECT status, body FROM sched_heartbeat($1::bytea, $2, $3, $4)", 4 };
+static const dbc_stmt st_handback = { "sched_handback",
+	                              "SELECT status, body FROM sched_handback($1::bytea, $2, $3)", 3 };
+static const dbc_stmt st_finish = { "sched_finish", "SELECT status, body FROM sched_finish($1::bytea, $2)",
+	                            2 };
 
 /* Shared by the three: token, work unit id, body with mb_done (required
  * unless it is finish) and samples_per_sec (optional). */
@@ -80,7 +72,7 @@ static void report(http_req *req, const dbc_stmt *stmt, bool want_mb_done)
 	snprintf(ssps, sizeof ssps, "%.9g", sps);
 	const char *params[] = { hp, req->params[0], smb, ssps };
 	if (stmt == &st_handback)
-		params[3] = NULL;     /* unused: the function takes three */
+		params[3] = NULL; /* unused: the function takes three */
 	api_relay(req, stmt, params);
 }
 

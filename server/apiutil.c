@@ -22,13 +22,13 @@ bool api_text_ok(http_req *req, const char *field, const char *s)
 		if (*p < 0x20 && *p != '\t' && *p != '\n')
 			cp = *p;
 		else if (p[0] == 0xEF && p[1] == 0xBF && (p[2] == 0xBE || p[2] == 0xBF))
-			cp = 0xFF00u | p[2];   /* U+FFFE, U+FFFF */
+			cp = 0xFF00u | p[2]; /* U+FFFE, U+FFFF */
 	}
 	if (!cp)
 		return true;
 	char msg[160];
-	snprintf(msg, sizeof msg, "field \"%s\" contains the character U+%04X, which cannot be stored",
-	         field, cp);
+	snprintf(msg, sizeof msg, "field \"%s\" contains the character U+%04X, which cannot be stored", field,
+	         cp);
 	http_reply_error(req, 400, "invalid", msg,
 	                 "Names and descriptions are published in the XML statistics export, which "
 	                 "cannot carry U+FFFE, U+FFFF or control characters other than tab and "
@@ -124,8 +124,7 @@ bool api_account(http_req *req, long long *account_id)
 	return found;
 }
 
-PGresult *api_exec(http_req *req, const dbc_stmt *stmt, const char *const *params,
-                   const char *on_conflict)
+PGresult *api_exec(http_req *req, const dbc_stmt *stmt, const char *const *params, const char *on_conflict)
 {
 	PGresult *r;
 	char state[6];

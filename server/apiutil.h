@@ -38,8 +38,7 @@ bool api_account(http_req *req, long long *account_id);
 /* Run stmt; on failure answer (409 with message on_conflict for a unique
  * violation, 400 for another constraint, 503 otherwise) and return NULL.  The
  * caller PQclear()s. */
-PGresult *api_exec(http_req *req, const dbc_stmt *stmt, const char *const *params,
-                   const char *on_conflict);
+PGresult *api_exec(http_req *req, const dbc_stmt *stmt, const char *const *params, const char *on_conflict);
 
 /* Run a statement returning one row (status integer, body text) and answer
  * with them as they are: the scheduler functions decide status and body. */

@@ -35,8 +35,7 @@ static const struct {
 	  "'name', x.name, 'team_id', x.team_id, 'team_name', t.name" },
 	{ "team_credit", "team_id", "JOIN team x ON x.id = p.id",
 	  "'name', x.name, 'members', (SELECT count(*) FROM account a WHERE a.team_id = x.id)" },
-	{ "host_credit", "host_id",
-	  "JOIN host x ON x.id = p.id JOIN account a ON a.id = x.account_id",
+	{ "host_credit", "host_id", "JOIN host x ON x.id = p.id JOIN account a ON a.id = x.account_id",
 	  "'owner_id', a.id, 'owner_name', a.name, 'cpu_model', x.cpu_model, 'gpu', x.gpu,"
 	  " 'os_name', x.os_name" },
 };
@@ -57,14 +56,16 @@ static void lb_build(void)
 				const char *col = order_cols[o], *id = kinds[k].idcol;
 				char where[200] = "";
 				if (a)
-					snprintf(where, sizeof where, " WHERE (c.%s, c.%s) < ($2::float8, $3::bigint)",
-					         col, id);
+					snprintf(where, sizeof where,
+					         " WHERE (c.%s, c.%s) < ($2::float8, $3::bigint)", col, id);
 				snprintf(lb_sql[k][o][a], sizeof lb_sql[k][o][a],
-				         "WITH p AS (SELECT c.%s AS id, c.total, c.rac, c.rac_time, c.%s AS key"
+				         "WITH p AS (SELECT c.%s AS id, c.total, c.rac, c.rac_time, c.%s AS "
+				         "key"
 				         "             FROM %s c%s ORDER BY c.%s DESC, c.%s DESC LIMIT $1)"
 				         " SELECT coalesce(json_agg(json_build_object('id', p.id, %s,"
 				         "        'total_credit', p.total,"
-				         "        'expavg_credit', credit_rac_at(p.rac, p.rac_time, credit_now()))"
+				         "        'expavg_credit', credit_rac_at(p.rac, p.rac_time, "
+				         "credit_now()))"
 				         "        ORDER BY p.key DESC, p.id DESC), '[]')::text,"
 				         "        (SELECT q.key::text || ',' || q.id FROM p q"
 				         "          ORDER BY q.key ASC, q.id ASC LIMIT 1),"
@@ -72,8 +73,10 @@ static void lb_build(void)
 				         "   FROM p %s",
 				         id, col, kinds[k].table, where, col, id, kinds[k].fields,
 				         kinds[k].join);
-				snprintf(lb_names[k][o][a], sizeof lb_names[k][o][a], "credit_lb_%d_%d_%d", k, o, a);
-				lb_stmts[k][o][a] = (dbc_stmt){ lb_names[k][o][a], lb_sql[k][o][a], a ? 3 : 1 };
+				snprintf(lb_names[k][o][a], sizeof lb_names[k][o][a], "credit_lb_%d_%d_%d", k,
+				         o, a);
+				lb_stmts[k][o][a] =
+				        (dbc_stmt){ lb_names[k][o][a], lb_sql[k][o][a], a ? 3 : 1 };
 			}
 }
 
@@ -117,7 +120,8 @@ void credit_leaderboard(http_req *req)
 	int k = kind_of(req->params[0]);
 	if (k < 0) {
 		http_reply_error(req, 404, "not_found", "no such leaderboard",
-		                 "The leaderboards are /v1/credit/users, /v1/credit/teams and /v1/credit/hosts.");
+		                 "The leaderboards are /v1/credit/users, /v1/credit/teams and "
+		                 "/v1/credit/hosts.");
 		return;
 	}
 	const char *order = http_query(req, "order");
@@ -168,7 +172,7 @@ void credit_leaderboard(http_req *req)
 	size_t i;
 	json_t *row;
 	json_array_foreach(rows, i, row)
-		json_object_set_new(row, "rank", json_integer((json_int_t)(rank + (long long)i + 1)));
+	        json_object_set_new(row, "rank", json_integer((json_int_t)(rank + (long long)i + 1)));
 	json_object_set_new(out, "kind", json_string(kind_names[k]));
 	json_object_set_new(out, "order", json_string(o == O_RAC ? "rac" : "total"));
 	json_object_set_new(out, "limit", json_integer(limit));
@@ -185,12 +189,12 @@ void credit_leaderboard(http_req *req)
 }
 
 /* The recent grants of a holder, newest first. */
-#define GRANTS_JSON(cond)                                                                   \
-	"(SELECT coalesce(json_agg(json_build_object('id', g.id, 'kind', g.kind,"              \
-	"        'project', pr.name, 'version', g.version, 'host_id', g.host_id,"              \
-	"        'samples', g.samples, 'flops', g.flops, 'credit', g.credit,"                  \
-	"        'status', g.status, 'reason', g.reason, 'created_at', g.created_at,"          \
-	"        'granted_at', g.granted_at) ORDER BY g.id DESC), '[]')"                       \
+#define GRANTS_JSON(cond) \
+	"(SELECT coalesce(json_agg(json_build_object('id', g.id, 'kind', g.kind," \
+	"        'project', pr.name, 'version', g.version, 'host_id', g.host_id," \
+	"        'samples', g.samples, 'flops', g.flops, 'credit', g.credit," \
+	"        'status', g.status, 'reason', g.reason, 'created_at', g.created_at," \
+	"        'granted_at', g.granted_at) ORDER BY g.id DESC), '[]')" \
 	"   FROM (SELECT * FROM credit_grant g WHERE " cond " ORDER BY g.id DESC LIMIT 20) g" \
 	"   JOIN project pr ON pr.id = g.project_id)"
 
@@ -207,10 +211,11 @@ static const dbc_stmt st_user = {
 	"                 ORDER BY h.id), '[]')"
 	"                   FROM host h LEFT JOIN host_credit hc ON hc.host_id = h.id"
 	"                  WHERE h.account_id = a.id AND NOT h.revoked),"
-	"       'grants', " GRANTS_JSON("g.account_id = a.id") ")::text"
-	"  FROM account a LEFT JOIN team t ON t.id = a.team_id"
-	"  LEFT JOIN account_credit c ON c.account_id = a.id"
-	" WHERE a.id = $1 AND NOT a.disabled",
+	"       'grants', " GRANTS_JSON(
+	        "g.account_id = a.id") ")::text"
+	                               "  FROM account a LEFT JOIN team t ON t.id = a.team_id"
+	                               "  LEFT JOIN account_credit c ON c.account_id = a.id"
+	                               " WHERE a.id = $1 AND NOT a.disabled",
 	1
 };
 
@@ -229,10 +234,11 @@ static const dbc_stmt st_team = {
 	"                             FROM account a LEFT JOIN account_credit ac ON ac.account_id = a.id"
 	"                            WHERE a.team_id = t.id AND NOT a.disabled"
 	"                            ORDER BY 3 DESC, a.id DESC LIMIT 100) m),"
-	"       'grants', " GRANTS_JSON("g.team_id = t.id") ")::text"
-	"  FROM team t LEFT JOIN account f ON f.id = t.founder_id"
-	"  LEFT JOIN team_credit c ON c.team_id = t.id"
-	" WHERE t.id = $1",
+	"       'grants', " GRANTS_JSON(
+	        "g.team_id = t.id") ")::text"
+	                            "  FROM team t LEFT JOIN account f ON f.id = t.founder_id"
+	                            "  LEFT JOIN team_credit c ON c.team_id = t.id"
+	                            " WHERE t.id = $1",
 	1
 };
 
@@ -248,11 +254,12 @@ static const dbc_stmt st_host = {
 	"       'spot_checks', json_build_object('consecutive', coalesce(r.consecutive, 0),"
 	"                      'agreed', coalesce(r.n_agreed, 0),"
 	"                      'disagreed', coalesce(r.n_disagreed, 0)),"
-	"       'grants', " GRANTS_JSON("g.host_id = h.id") ")::text"
-	"  FROM host h JOIN account a ON a.id = h.account_id"
-	"  LEFT JOIN host_credit c ON c.host_id = h.id"
-	"  LEFT JOIN host_check_record r ON r.host_id = h.id"
-	" WHERE h.id = $1 AND NOT a.disabled",
+	"       'grants', " GRANTS_JSON(
+	        "g.host_id = h.id") ")::text"
+	                            "  FROM host h JOIN account a ON a.id = h.account_id"
+	                            "  LEFT JOIN host_credit c ON c.host_id = h.id"
+	                            "  LEFT JOIN host_check_record r ON r.host_id = h.id"
+	                            " WHERE h.id = $1 AND NOT a.disabled",
 	1
 };
 

@@ -17,7 +17,7 @@
 #include <jansson.h>
 
 #define READ_CHUNK (1u << 16)
-#define DOC_NAME_MAX 1024     /* bytes of a document's name kept for messages */
+#define DOC_NAME_MAX 1024 /* bytes of a document's name kept for messages */
 
 typedef struct {
 	const char *store;
@@ -25,22 +25,22 @@ typedef struct {
 	uint64_t shard_tokens;
 	cot_errbuf *eb;
 
-	unsigned char *buf;       /* the shard being filled: shard_tokens bytes */
+	unsigned char *buf; /* the shard being filled: shard_tokens bytes */
 	size_t fill;
-	uint64_t total;           /* tokens emitted so far */
+	uint64_t total; /* tokens emitted so far */
 	ds_shard *shards;
 	size_t n_shards, cap_shards;
 	uint64_t n_docs, n_skipped;
-	unsigned char *chunk;     /* READ_CHUNK bytes for reading input */
+	unsigned char *chunk; /* READ_CHUNK bytes for reading input */
 
 	/* The current document. */
 	char doc[DOC_NAME_MAX];
-	uint64_t doc_off;         /* bytes of it seen */
-	int doc_started;          /* a byte of it has been emitted */
-	int need;                 /* UTF-8 continuation bytes still expected */
-	unsigned char lo, hi;     /* allowed range of the next continuation byte */
-	uint64_t seq_start;       /* offset of the sequence being completed */
-	unsigned char lead;       /* and its first byte */
+	uint64_t doc_off;     /* bytes of it seen */
+	int doc_started;      /* a byte of it has been emitted */
+	int need;             /* UTF-8 continuation bytes still expected */
+	unsigned char lo, hi; /* allowed range of the next continuation byte */
+	uint64_t seq_start;   /* offset of the sequence being completed */
+	unsigned char lead;   /* and its first byte */
 } importer;
 
 /* ---- the token stream -------------------------------------------------- */
@@ -79,8 +79,9 @@ static cot_err flush_shard(importer *im)
 static cot_err emit(importer *im, const unsigned char *p, size_t n)
 {
 	if (n > DS_MAX_TOKENS - im->total)
-		return cot_seterr(im->eb, COT_ERR_TOO_LARGE, "dataset \"%s\" would hold more than %llu tokens",
-		                  im->name, (unsigned long long)DS_MAX_TOKENS);
+		return cot_seterr(im->eb, COT_ERR_TOO_LARGE,
+		                  "dataset \"%s\" would hold more than %llu tokens", im->name,
+		                  (unsigned long long)DS_MAX_TOKENS);
 	while (n) {
 		size_t room = im->shard_tokens - im->fill;
 		size_t k = n < room ? n : room;
@@ -113,12 +114,17 @@ static void doc_begin(importer *im, const char *name)
 static cot_err utf8_error(importer *im, uint64_t off, int lead, unsigned char c)
 {
 	if (lead < 0)
-		cot_seterr(im->eb, COT_ERR_INVALID, "file \"%s\" is not valid UTF-8: byte 0x%02x at byte offset %llu cannot start a character",
+		cot_seterr(im->eb, COT_ERR_INVALID,
+		           "file \"%s\" is not valid UTF-8: byte 0x%02x at byte offset %llu cannot start a "
+		           "character",
 		           im->doc, c, (unsigned long long)off);
 	else
-		cot_seterr(im->eb, COT_ERR_INVALID, "file \"%s\" is not valid UTF-8: invalid sequence at byte offset %llu (0x%02x followed by 0x%02x)",
+		cot_seterr(im->eb, COT_ERR_INVALID,
+		           "file \"%s\" is not valid UTF-8: invalid sequence at byte offset %llu (0x%02x "
+		           "followed by 0x%02x)",
 		           im->doc, (unsigned long long)off, lead, c);
-	cot_sethint(im->eb, "Every file of a dataset must be UTF-8 text; convert it (iconv -t UTF-8) or leave it out.");
+	cot_sethint(im->eb, "Every file of a dataset must be UTF-8 text; convert it (iconv -t UTF-8) or "
+	                    "leave it out.");
 	return COT_ERR_INVALID;
 }
 
@@ -146,17 +152,21 @@ static cot_err doc_data(importer *im, const unsigned char *p, size_t n)
 		if (c >= 0xC2 && c <= 0xDF) {
 			im->need = 1;
 		} else if (c == 0xE0) {
-			im->need = 2; im->lo = 0xA0;
+			im->need = 2;
+			im->lo = 0xA0;
 		} else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
 			im->need = 2;
 		} else if (c == 0xED) {
-			im->need = 2; im->hi = 0x9F;      /* no surrogates */
+			im->need = 2;
+			im->hi = 0x9F; /* no surrogates */
 		} else if (c == 0xF0) {
-			im->need = 3; im->lo = 0x90;
+			im->need = 3;
+			im->lo = 0x90;
 		} else if (c >= 0xF1 && c <= 0xF3) {
 			im->need = 3;
 		} else if (c == 0xF4) {
-			im->need = 3; im->hi = 0x8F;      /* nothing above U+10FFFF */
+			im->need = 3;
+			im->hi = 0x8F; /* nothing above U+10FFFF */
 		} else {
 			return utf8_error(im, off, -1, c);
 		}
@@ -177,9 +187,11 @@ static cot_err doc_data(importer *im, const unsigned char *p, size_t n)
 static cot_err doc_end(importer *im)
 {
 	if (im->need) {
-		cot_seterr(im->eb, COT_ERR_INVALID, "file \"%s\" is not valid UTF-8: truncated sequence at byte offset %llu",
-		           im->doc, (unsigned long long)im->seq_start);
-		cot_sethint(im->eb, "Every file of a dataset must be UTF-8 text; convert it (iconv -t UTF-8) or leave it out.");
+		cot_seterr(im->eb, COT_ERR_INVALID,
+		           "file \"%s\" is not valid UTF-8: truncated sequence at byte offset %llu", im->doc,
+		           (unsigned long long)im->seq_start);
+		cot_sethint(im->eb, "Every file of a dataset must be UTF-8 text; convert it (iconv -t UTF-8) "
+		                    "or leave it out.");
 		return COT_ERR_INVALID;
 	}
 	return COT_OK;
@@ -225,7 +237,8 @@ static cot_err import_file(importer *im, const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return cot_seterr(im->eb, COT_ERR_IO, "could not open file \"%s\": %s", path, strerror(errno));
+		return cot_seterr(im->eb, COT_ERR_IO, "could not open file \"%s\": %s", path,
+		                  strerror(errno));
 	doc_begin(im, path);
 	cot_err rc = COT_OK;
 	for (;;) {
@@ -233,7 +246,8 @@ static cot_err import_file(importer *im, const char *path)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			rc = cot_seterr(im->eb, COT_ERR_IO, "could not read file \"%s\": %s", path, strerror(errno));
+			rc = cot_seterr(im->eb, COT_ERR_IO, "could not read file \"%s\": %s", path,
+			                strerror(errno));
 			break;
 		}
 		if (n == 0) {
@@ -264,7 +278,8 @@ static cot_err import_archive(importer *im, const char *path)
 	archive_read_support_format_zip(a);
 	cot_err rc = COT_OK;
 	if (archive_read_open_filename(a, path, READ_CHUNK) != ARCHIVE_OK) {
-		rc = cot_seterr(im->eb, COT_ERR_CORRUPT, "could not read archive \"%s\": %s", path, arch_msg(a));
+		rc = cot_seterr(im->eb, COT_ERR_CORRUPT, "could not read archive \"%s\": %s", path,
+		                arch_msg(a));
 		goto out;
 	}
 	for (;;) {
@@ -273,7 +288,8 @@ static cot_err import_archive(importer *im, const char *path)
 		if (r == ARCHIVE_EOF)
 			break;
 		if (r != ARCHIVE_OK) {
-			rc = cot_seterr(im->eb, COT_ERR_CORRUPT, "could not read archive \"%s\": %s", path, arch_msg(a));
+			rc = cot_seterr(im->eb, COT_ERR_CORRUPT, "could not read archive \"%s\": %s", path,
+			                arch_msg(a));
 			break;
 		}
 		const char *ename = archive_entry_pathname(e);
@@ -288,8 +304,9 @@ static cot_err import_archive(importer *im, const char *path)
 		for (;;) {
 			la_ssize_t n = archive_read_data(a, im->chunk, READ_CHUNK);
 			if (n < 0) {
-				rc = cot_seterr(im->eb, COT_ERR_CORRUPT, "could not read \"%.500s\" in archive \"%s\": %s",
-				                ename, path, arch_msg(a));
+				rc = cot_seterr(im->eb, COT_ERR_CORRUPT,
+				                "could not read \"%.500s\" in archive \"%s\": %s", ename,
+				                path, arch_msg(a));
 				break;
 			}
 			if (n == 0) {
@@ -304,7 +321,8 @@ static cot_err import_archive(importer *im, const char *path)
 			break;
 	}
 	if (rc == COT_ERR_CORRUPT)
-		cot_sethint(im->eb, "Check the archive (for example with tar -tvf or unzip -t); nothing was imported.");
+		cot_sethint(im->eb, "Check the archive (for example with tar -tvf or unzip -t); nothing was "
+		                    "imported.");
 out:
 	archive_read_free(a);
 	return rc;
@@ -323,10 +341,7 @@ static void path_list_free(path_list *l)
 	free(l->v);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* Collect the regular files under root/rel (rel "" for root itself). */
 static cot_err walk(importer *im, const char *root, const char *rel, int depth, path_list *out)
@@ -340,12 +355,13 @@ static cot_err walk(importer *im, const char *root, const char *rel, int depth, 
 		return cot_seterr(im->eb, COT_ERR_TOO_LARGE, "path under \"%s\" is too long", root);
 	DIR *d = opendir(dir);
 	if (!d)
-		return cot_seterr(im->eb, COT_ERR_IO, "could not open folder \"%s\": %s", dir, strerror(errno));
+		return cot_seterr(im->eb, COT_ERR_IO, "could not open folder \"%s\": %s", dir,
+		                  strerror(errno));
 	cot_err rc = COT_OK;
 	struct dirent *de;
 	errno = 0;
 	while (!rc && (de = readdir(d))) {
-		if (de->d_name[0] == '.') {   /* ".", "..", and hidden names */
+		if (de->d_name[0] == '.') { /* ".", "..", and hidden names */
 			if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
 				im->n_skipped++;
 			continue;
@@ -359,14 +375,16 @@ static cot_err walk(importer *im, const char *root, const char *rel, int depth, 
 		}
 		struct stat st;
 		if (lstat(child, &st) != 0) {
-			rc = cot_seterr(im->eb, COT_ERR_IO, "could not stat file \"%s\": %s", child, strerror(errno));
+			rc = cot_seterr(im->eb, COT_ERR_IO, "could not stat file \"%s\": %s", child,
+			                strerror(errno));
 			break;
 		}
 		if (S_ISDIR(st.st_mode)) {
 			rc = walk(im, root, child_rel, depth + 1, out);
 		} else if (S_ISREG(st.st_mode)) {
 			if (out->n >= DS_MAX_FILES) {
-				rc = cot_seterr(im->eb, COT_ERR_TOO_LARGE, "folder \"%s\" holds more than %d files", root, DS_MAX_FILES);
+				rc = cot_seterr(im->eb, COT_ERR_TOO_LARGE,
+				                "folder \"%s\" holds more than %d files", root, DS_MAX_FILES);
 				break;
 			}
 			if (out->n == out->cap) {
@@ -385,7 +403,7 @@ static cot_err walk(importer *im, const char *root, const char *rel, int depth, 
 			}
 			out->n++;
 		} else {
-			im->n_skipped++;   /* links, devices, sockets, fifos */
+			im->n_skipped++; /* links, devices, sockets, fifos */
 		}
 		errno = 0;
 	}
@@ -424,7 +442,8 @@ static cot_err import_input(importer *im, const char *path)
 	if (S_ISDIR(st.st_mode))
 		return import_folder(im, path);
 	if (!S_ISREG(st.st_mode))
-		return cot_seterr(im->eb, COT_ERR_INVALID, "cannot import \"%s\": not a regular file or folder", path);
+		return cot_seterr(im->eb, COT_ERR_INVALID,
+		                  "cannot import \"%s\": not a regular file or folder", path);
 	return is_archive_name(path) ? import_archive(im, path) : import_file(im, path);
 }
 
@@ -433,22 +452,21 @@ static cot_err import_input(importer *im, const char *path)
 static cot_err write_manifest(importer *im, ds_result *r)
 {
 	json_t *shards = json_array();
-	json_t *m = shards ? json_pack("{s:s, s:i, s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:o}",
-	                               "format", "cotrain-dataset", "version", 1,
-	                               "dataset", im->name, "tokenizer", "byte", "dtype", "u8",
-	                               "vocab", 256, "separator", DS_SEPARATOR,
-	                               "n_tokens", (json_int_t)im->total,
-	                               "n_documents", (json_int_t)im->n_docs,
-	                               "shard_tokens", (json_int_t)im->shard_tokens,
-	                               "shards", shards) : NULL;
-	if (!m)   /* json_pack released shards ("o" steals it, even on failure) */
+	json_t *m =
+	        shards ? json_pack("{s:s, s:i, s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:o}", "format",
+	                           "cotrain-dataset", "version", 1, "dataset", im->name, "tokenizer", "byte",
+	                           "dtype", "u8", "vocab", 256, "separator", DS_SEPARATOR, "n_tokens",
+	                           (json_int_t)im->total, "n_documents", (json_int_t)im->n_docs,
+	                           "shard_tokens", (json_int_t)im->shard_tokens, "shards", shards)
+	               : NULL;
+	if (!m) /* json_pack released shards ("o" steals it, even on failure) */
 		return cot_seterr(im->eb, COT_ERR_NOMEM, "out of memory");
 	for (size_t i = 0; i < im->n_shards; i++) {
 		const ds_shard *s = &im->shards[i];
-		json_t *o = json_pack("{s:i, s:I, s:I, s:s, s:I, s:s}",
-		                      "idx", (int)s->idx, "first_token", (json_int_t)s->first_token,
-		                      "n_tokens", (json_int_t)s->n_tokens, "sha256", s->sha256,
-		                      "size", (json_int_t)s->size, "tokens_sha256", s->tokens_sha256);
+		json_t *o =
+		        json_pack("{s:i, s:I, s:I, s:s, s:I, s:s}", "idx", (int)s->idx, "first_token",
+		                  (json_int_t)s->first_token, "n_tokens", (json_int_t)s->n_tokens, "sha256",
+		                  s->sha256, "size", (json_int_t)s->size, "tokens_sha256", s->tokens_sha256);
 		if (!o || json_array_append_new(shards, o) != 0) {
 			json_decref(m);
 			return cot_seterr(im->eb, COT_ERR_NOMEM, "out of memory");
@@ -471,13 +489,14 @@ static cot_err write_manifest(importer *im, ds_result *r)
 	return rc;
 }
 
-cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens,
-                  const char *const *inputs, size_t n_inputs, ds_result *out,
-                  cot_errbuf *eb)
+cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens, const char *const *inputs,
+                  size_t n_inputs, ds_result *out, cot_errbuf *eb)
 {
 	memset(out, 0, sizeof *out);
 	if (!shard_name_valid(name))
-		return cot_seterr(eb, COT_ERR_INVALID, "invalid dataset name \"%.80s\": use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "invalid dataset name \"%.80s\": use 1 to 64 letters, digits, '.', '_' or "
+		                  "'-', starting with a letter or digit",
 		                  name ? name : "");
 	if (shard_tokens < DS_SHARD_TOKENS_MIN || shard_tokens > DS_SHARD_TOKENS_MAX)
 		return cot_seterr(eb, COT_ERR_INVALID, "shard size %llu is out of range: use %u to %u tokens",

@@ -29,29 +29,29 @@
 #include "shared/common/filestore.h"
 #include "shared/common/shard.h"
 
-#define DS_SEPARATOR          "\n\n"          /* between consecutive documents */
+#define DS_SEPARATOR "\n\n" /* between consecutive documents */
 #define DS_SHARD_TOKENS_DEFAULT (1u << 20)
-#define DS_SHARD_TOKENS_MIN   64u
-#define DS_SHARD_TOKENS_MAX   SHARD_TOKENS_MAX
-#define DS_MAX_TOKENS         (1ull << 40)    /* tokens in one dataset */
-#define DS_MAX_FILES          2000000         /* files listed from one folder */
-#define DS_MAX_DEPTH          64              /* folder nesting */
+#define DS_SHARD_TOKENS_MIN 64u
+#define DS_SHARD_TOKENS_MAX SHARD_TOKENS_MAX
+#define DS_MAX_TOKENS (1ull << 40) /* tokens in one dataset */
+#define DS_MAX_FILES 2000000       /* files listed from one folder */
+#define DS_MAX_DEPTH 64            /* folder nesting */
 
 typedef struct {
 	int32_t idx;
 	uint64_t first_token;
 	uint64_t n_tokens;
-	char sha256[FS_SHA_HEX_LEN + 1];          /* the shard file's name */
-	uint64_t size;                            /* its bytes */
+	char sha256[FS_SHA_HEX_LEN + 1]; /* the shard file's name */
+	uint64_t size;                   /* its bytes */
 	char tokens_sha256[FS_SHA_HEX_LEN + 1];
 } ds_shard;
 
 typedef struct {
 	uint64_t n_tokens;
 	uint64_t n_documents;
-	uint64_t n_skipped;                       /* non-regular and hidden entries */
+	uint64_t n_skipped; /* non-regular and hidden entries */
 	size_t n_shards;
-	ds_shard *shards;                         /* n_shards, malloc'd */
+	ds_shard *shards; /* n_shards, malloc'd */
 	char manifest_sha256[FS_SHA_HEX_LEN + 1];
 	uint64_t manifest_size;
 } ds_result;
@@ -63,9 +63,8 @@ typedef struct {
  * not UTF-8, no tokens at all), COT_ERR_CORRUPT (an unreadable archive),
  * COT_ERR_IO, COT_ERR_TOO_LARGE (over DS_MAX_TOKENS, DS_MAX_FILES or
  * DS_MAX_DEPTH), COT_ERR_NOMEM; *out is zeroed on error. */
-cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens,
-                  const char *const *inputs, size_t n_inputs, ds_result *out,
-                  cot_errbuf *eb);
+cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens, const char *const *inputs,
+                  size_t n_inputs, ds_result *out, cot_errbuf *eb);
 
 void ds_result_free(ds_result *r);
 

@@ -13,7 +13,7 @@
 
 typedef struct {
 	PGconn *conn;
-	const dbc_stmt *prepared[MAX_STMTS];   /* statements prepared on conn */
+	const dbc_stmt *prepared[MAX_STMTS]; /* statements prepared on conn */
 	int nprepared;
 } thread_conn;
 
@@ -81,8 +81,8 @@ static void fail(const PGresult *r, char sqlstate[6], cot_errbuf *eb, const char
 }
 
 /* One attempt on tc; *broken tells whether the connection died. */
-static cot_err exec_once(thread_conn *tc, const dbc_stmt *stmt, const char *const *params,
-                         PGresult **out, char sqlstate[6], bool *broken, cot_errbuf *eb)
+static cot_err exec_once(thread_conn *tc, const dbc_stmt *stmt, const char *const *params, PGresult **out,
+                         char sqlstate[6], bool *broken, cot_errbuf *eb)
 {
 	*broken = false;
 	if (!is_prepared(tc, stmt)) {
@@ -110,8 +110,8 @@ static cot_err exec_once(thread_conn *tc, const dbc_stmt *stmt, const char *cons
 	return COT_OK;
 }
 
-cot_err dbc_exec(const dbc_stmt *stmt, const char *const *params, PGresult **out,
-                 char sqlstate[6], cot_errbuf *eb)
+cot_err dbc_exec(const dbc_stmt *stmt, const char *const *params, PGresult **out, char sqlstate[6],
+                 cot_errbuf *eb)
 {
 	*out = NULL;
 	sqlstate[0] = '\0';

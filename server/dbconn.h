@@ -15,8 +15,8 @@
 #include "shared/common/error.h"
 
 typedef struct {
-	const char *name;     /* unique statement name */
-	const char *sql;      /* $1..$n parameters, all passed as text */
+	const char *name; /* unique statement name */
+	const char *sql;  /* $1..$n parameters, all passed as text */
 	int nparams;
 } dbc_stmt;
 
@@ -28,8 +28,8 @@ cot_err dbc_init(const char *conninfo, cot_errbuf *eb);
  * PGRES_TUPLES_OK or PGRES_COMMAND_OK result the caller PQclear()s.  On
  * COT_ERR_DB *out is NULL, sqlstate (6 bytes) holds the SQLSTATE ("" when the
  * database could not be reached) and eb the server's message and hint. */
-cot_err dbc_exec(const dbc_stmt *stmt, const char *const *params, PGresult **out,
-                 char sqlstate[6], cot_errbuf *eb);
+cot_err dbc_exec(const dbc_stmt *stmt, const char *const *params, PGresult **out, char sqlstate[6],
+                 cot_errbuf *eb);
 
 /* Close this thread's connection now (threads that exit get this for free). */
 void dbc_close_thread(void);

@@ -26,7 +26,7 @@
 typedef struct {
 	struct archive *a;
 	FILE *f;
-	char tmp[4096];   /* the path written */
+	char tmp[4096]; /* the path written */
 	char buf[65536];
 	size_t len;
 	bool failed;
@@ -41,7 +41,8 @@ static cot_err out_open(out_file *o, const char *dir, const char *name, bool gz,
 	if (!gz) {
 		o->f = fopen(o->tmp, "w");
 		if (!o->f)
-			return cot_seterr(eb, COT_ERR_IO, "could not create \"%s\": %s", o->tmp, strerror(errno));
+			return cot_seterr(eb, COT_ERR_IO, "could not create \"%s\": %s", o->tmp,
+			                  strerror(errno));
 		return COT_OK;
 	}
 	o->a = archive_write_new();
@@ -110,7 +111,7 @@ static void out_printf(out_file *o, const char *fmt, ...)
 	int n = vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
 	if (n < 0 || (size_t)n >= sizeof line)
-		o->failed = true;   /* every caller's line is far shorter */
+		o->failed = true; /* every caller's line is far shorter */
 	else
 		out_write(o, line, (size_t)n);
 }
@@ -234,8 +235,8 @@ typedef void row_writer(out_file *o, PGresult *r, int i, totals *t);
 
 /* One entity file: DIR/file holds root's start tag, write() for every row of
  * the cursor query sql, root's end tag, preceded by BOINC's XML declaration. */
-static cot_err dump(PGconn *c, const char *dir, const char *file, const char *root,
-                    const char *sql, row_writer *write, totals *t, cot_errbuf *eb)
+static cot_err dump(PGconn *c, const char *dir, const char *file, const char *root, const char *sql,
+                    row_writer *write, totals *t, cot_errbuf *eb)
 {
 	out_file o;
 	cot_err rc = out_open(&o, dir, file, true, eb);
@@ -269,15 +270,16 @@ static cot_err dump(PGconn *c, const char *dir, const char *file, const char *ro
 }
 
 #define EPOCH(x) "coalesce(extract(epoch FROM " x "), 0)::float8"
-#define DELETED_DAYS "60"   /* BOINC's user_deleted/host_deleted expire after 60 days */
+#define DELETED_DAYS "60" /* BOINC's user_deleted/host_deleted expire after 60 days */
 
 /* Users with credit, not disabled (BOINC: total_credit > 0, not deleted). */
-static const char *const user_sql =
-	"SELECT a.id, a.name, " EPOCH("a.created_at") "::bigint, c.total, c.rac,"
-	"       " EPOCH("c.rac_time") ", md5(a.cross_project_id || lower(a.email)),"
-	"       coalesce(a.team_id, 0)"
-	"  FROM account a JOIN account_credit c ON c.account_id = a.id"
-	" WHERE NOT a.disabled AND c.total > 0 ORDER BY a.id";
+static const char *const user_sql = "SELECT a.id, a.name, " EPOCH(
+        "a.created_at") "::bigint, c.total, c.rac,"
+                        "       " EPOCH(
+                                "c.rac_time") ", md5(a.cross_project_id || lower(a.email)),"
+                                              "       coalesce(a.team_id, 0)"
+                                              "  FROM account a JOIN account_credit c ON c.account_id = a.id"
+                                              " WHERE NOT a.disabled AND c.total > 0 ORDER BY a.id";
 
 /* write_user() of BOINC's db_dump.cpp: country and url only when set (cotrain
  * has neither), teamid only when in a team, <has_profile/> only with a profile
@@ -287,9 +289,10 @@ static void write_user(out_file *o, PGresult *r, int i, totals *t)
 	double total = num(r, i, 3);
 	out_printf(o, "<user>\n <id>%s</id>\n <name>", PQgetvalue(r, i, 0));
 	out_xml(o, PQgetvalue(r, i, 1));
-	out_printf(o, "</name>\n <create_time>%s</create_time>\n"
-	              " <total_credit>%f</total_credit>\n <expavg_credit>%f</expavg_credit>\n"
-	              " <expavg_time>%f</expavg_time>\n <cpid>%s</cpid>\n",
+	out_printf(o,
+	           "</name>\n <create_time>%s</create_time>\n"
+	           " <total_credit>%f</total_credit>\n <expavg_credit>%f</expavg_credit>\n"
+	           " <expavg_time>%f</expavg_time>\n <cpid>%s</cpid>\n",
 	           PQgetvalue(r, i, 2), total, num(r, i, 4), num(r, i, 5), PQgetvalue(r, i, 6));
 	if (strcmp(PQgetvalue(r, i, 7), "0") != 0)
 		out_printf(o, " <teamid>%s</teamid>\n", PQgetvalue(r, i, 7));
@@ -300,12 +303,14 @@ static void write_user(out_file *o, PGresult *r, int i, totals *t)
 
 /* Teams with credit.  The founder's name is left out when the founder's
  * account is disabled, as BOINC leaves it out when the user is gone. */
-static const char *const team_sql =
-	"SELECT t.id, t.name, coalesce(t.founder_id, 0), c.total, c.rac, " EPOCH("c.rac_time") ","
-	"       f.name, " EPOCH("t.created_at") "::bigint, t.description"
-	"  FROM team t JOIN team_credit c ON c.team_id = t.id"
-	"  LEFT JOIN account f ON f.id = t.founder_id AND NOT f.disabled"
-	" WHERE c.total > 0 ORDER BY t.id";
+static const char *const team_sql = "SELECT t.id, t.name, coalesce(t.founder_id, 0), c.total, c.rac, " EPOCH(
+        "c.rac_time") ","
+                      "       f.name, " EPOCH(
+                              "t.created_at") "::bigint, t.description"
+                                              "  FROM team t JOIN team_credit c ON c.team_id = t.id"
+                                              "  LEFT JOIN account f ON f.id = t.founder_id AND NOT "
+                                              "f.disabled"
+                                              " WHERE c.total > 0 ORDER BY t.id";
 
 /* write_team(): type 1 is BOINC's "None" (cotrain has no team types); url
  * and name_html are never set; description only when set; country always
@@ -314,8 +319,9 @@ static void write_team(out_file *o, PGresult *r, int i, totals *t)
 {
 	out_printf(o, "<team>\n <id>%s</id>\n <type>1</type>\n <name>", PQgetvalue(r, i, 0));
 	out_xml(o, PQgetvalue(r, i, 1));
-	out_printf(o, "</name>\n <userid>%s</userid>\n <total_credit>%f</total_credit>\n"
-	              " <expavg_credit>%f</expavg_credit>\n <expavg_time>%f</expavg_time>\n",
+	out_printf(o,
+	           "</name>\n <userid>%s</userid>\n <total_credit>%f</total_credit>\n"
+	           " <expavg_credit>%f</expavg_credit>\n <expavg_time>%f</expavg_time>\n",
 	           PQgetvalue(r, i, 2), num(r, i, 3), num(r, i, 4), num(r, i, 5));
 	if (!PQgetisnull(r, i, 6)) {
 		out_puts(o, "  <founder_name>");
@@ -337,16 +343,23 @@ static void write_team(out_file *o, PGresult *r, int i, totals *t)
  * their hosts.  n_bwup/n_bwdown: the bandwidth (bytes/s) the host reported in
  * its latest round. */
 static const char *const host_sql =
-	"SELECT h.id, CASE WHEN a.show_hosts THEN h.account_id END, c.total, c.rac,"
-	"       " EPOCH("c.rac_time") ", h.cpu_model, h.os_name, h.os_version,"
-	"       " EPOCH("h.created_at") "::bigint, " EPOCH("h.last_seen") "::bigint, h.cores,"
-	"       h.flops / h.cores, h.memory_bytes::float8, coalesce(bw.bandwidth, 0),"
-	"       h.flops / h.cores / 4.32e11, md5(h.cpid_seed || lower(a.email))"
-	"  FROM host h JOIN account a ON a.id = h.account_id"
-	"  JOIN host_credit c ON c.host_id = h.id"
-	"  LEFT JOIN (SELECT DISTINCT ON (host_id) host_id, bandwidth FROM round_member"
-	"              ORDER BY host_id, version DESC) bw ON bw.host_id = h.id"
-	" WHERE NOT h.revoked AND NOT a.disabled AND c.total > 0 ORDER BY h.id";
+        "SELECT h.id, CASE WHEN a.show_hosts THEN h.account_id END, c.total, c.rac,"
+        "       " EPOCH(
+                "c.rac_time") ", h.cpu_model, h.os_name, h.os_version,"
+                              "       " EPOCH("h.created_at") "::bigint, " EPOCH(
+                                      "h.last_seen") "::bigint, h.cores,"
+                                                     "       h.flops / h.cores, h.memory_bytes::float8, "
+                                                     "coalesce(bw.bandwidth, 0),"
+                                                     "       h.flops / h.cores / 4.32e11, md5(h.cpid_seed || "
+                                                     "lower(a.email))"
+                                                     "  FROM host h JOIN account a ON a.id = h.account_id"
+                                                     "  JOIN host_credit c ON c.host_id = h.id"
+                                                     "  LEFT JOIN (SELECT DISTINCT ON (host_id) host_id, "
+                                                     "bandwidth FROM round_member"
+                                                     "              ORDER BY host_id, version DESC) bw ON "
+                                                     "bw.host_id = h.id"
+                                                     " WHERE NOT h.revoked AND NOT a.disabled AND c.total > "
+                                                     "0 ORDER BY h.id";
 
 /* write_host() with <detail/>, BOINC's default for host.gz.  What cotrain
  * does not measure is 0 (timezone, p_iops, p_membw, m_cache, m_swap,
@@ -358,8 +371,9 @@ static void write_host(out_file *o, PGresult *r, int i, totals *t)
 	out_printf(o, "<host>\n    <id>%s</id>\n", PQgetvalue(r, i, 0));
 	if (!PQgetisnull(r, i, 1))
 		out_printf(o, "    <userid>%s</userid>\n", PQgetvalue(r, i, 1));
-	out_printf(o, "    <total_credit>%f</total_credit>\n    <expavg_credit>%f</expavg_credit>\n"
-	              "    <expavg_time>%f</expavg_time>\n    <p_vendor></p_vendor>\n    <p_model>",
+	out_printf(o,
+	           "    <total_credit>%f</total_credit>\n    <expavg_credit>%f</expavg_credit>\n"
+	           "    <expavg_time>%f</expavg_time>\n    <p_vendor></p_vendor>\n    <p_model>",
 	           num(r, i, 2), num(r, i, 3), num(r, i, 4));
 	out_xml(o, PQgetvalue(r, i, 5));
 	out_puts(o, "</p_model>\n    <os_name>");
@@ -367,18 +381,20 @@ static void write_host(out_file *o, PGresult *r, int i, totals *t)
 	out_puts(o, "</os_name>\n    <os_version>");
 	out_xml(o, PQgetvalue(r, i, 7));
 	double bw = num(r, i, 13);
-	out_printf(o, "</os_version>\n    <misc><![CDATA[]]></misc>\n"
-	              "  <create_time>%s</create_time>\n  <rpc_time>%s</rpc_time>\n"
-	              "  <timezone>0</timezone>\n  <ncpus>%s</ncpus>\n  <p_fpops>%f</p_fpops>\n"
-	              "  <p_iops>%f</p_iops>\n  <p_membw>%f</p_membw>\n  <m_nbytes>%f</m_nbytes>\n"
-	              "  <m_cache>%f</m_cache>\n  <m_swap>%f</m_swap>\n  <d_total>%f</d_total>\n"
-	              "  <d_free>%f</d_free>\n",
-	           PQgetvalue(r, i, 8), PQgetvalue(r, i, 9), PQgetvalue(r, i, 10), num(r, i, 11),
-	           0.0, 0.0, num(r, i, 12), 0.0, 0.0, 0.0, 0.0);
-	out_printf(o, "  <n_bwup>%f</n_bwup>\n  <n_bwdown>%f</n_bwdown>\n"
-	              "  <avg_turnaround>%f</avg_turnaround>\n"
-	              "  <credit_per_cpu_sec>%f</credit_per_cpu_sec>\n  <host_cpid>%s</host_cpid>\n"
-	              "</host>\n",
+	out_printf(o,
+	           "</os_version>\n    <misc><![CDATA[]]></misc>\n"
+	           "  <create_time>%s</create_time>\n  <rpc_time>%s</rpc_time>\n"
+	           "  <timezone>0</timezone>\n  <ncpus>%s</ncpus>\n  <p_fpops>%f</p_fpops>\n"
+	           "  <p_iops>%f</p_iops>\n  <p_membw>%f</p_membw>\n  <m_nbytes>%f</m_nbytes>\n"
+	           "  <m_cache>%f</m_cache>\n  <m_swap>%f</m_swap>\n  <d_total>%f</d_total>\n"
+	           "  <d_free>%f</d_free>\n",
+	           PQgetvalue(r, i, 8), PQgetvalue(r, i, 9), PQgetvalue(r, i, 10), num(r, i, 11), 0.0, 0.0,
+	           num(r, i, 12), 0.0, 0.0, 0.0, 0.0);
+	out_printf(o,
+	           "  <n_bwup>%f</n_bwup>\n  <n_bwdown>%f</n_bwdown>\n"
+	           "  <avg_turnaround>%f</avg_turnaround>\n"
+	           "  <credit_per_cpu_sec>%f</credit_per_cpu_sec>\n  <host_cpid>%s</host_cpid>\n"
+	           "</host>\n",
 	           bw, bw, 0.0, num(r, i, 14), PQgetvalue(r, i, 15));
 	t->nhosts++;
 }
@@ -386,9 +402,9 @@ static void write_host(out_file *o, PGresult *r, int i, totals *t)
 /* Accounts disabled in the last 60 days, with the cpid they were exported
  * under (BOINC's user_deleted). */
 static const char *const user_deleted_sql =
-	"SELECT a.id, md5(a.cross_project_id || lower(a.email)) FROM account a"
-	" WHERE a.disabled AND a.disabled_at > now() - interval '" DELETED_DAYS " days'"
-	" ORDER BY a.id";
+        "SELECT a.id, md5(a.cross_project_id || lower(a.email)) FROM account a"
+        " WHERE a.disabled AND a.disabled_at > now() - interval '" DELETED_DAYS " days'"
+        " ORDER BY a.id";
 
 static void write_user_deleted(out_file *o, PGresult *r, int i, totals *t)
 {
@@ -400,11 +416,11 @@ static void write_user_deleted(out_file *o, PGresult *r, int i, totals *t)
 /* Hosts revoked, or whose owner was disabled, in the last 60 days (BOINC's
  * host_deleted: a deleted user's hosts go with it). */
 static const char *const host_deleted_sql =
-	"SELECT h.id, md5(h.cpid_seed || lower(a.email)) FROM host h"
-	"  JOIN account a ON a.id = h.account_id"
-	" WHERE (h.revoked AND h.revoked_at > now() - interval '" DELETED_DAYS " days')"
-	"    OR (NOT h.revoked AND a.disabled AND a.disabled_at > now() - interval '" DELETED_DAYS " days')"
-	" ORDER BY h.id";
+        "SELECT h.id, md5(h.cpid_seed || lower(a.email)) FROM host h"
+        "  JOIN account a ON a.id = h.account_id"
+        " WHERE (h.revoked AND h.revoked_at > now() - interval '" DELETED_DAYS " days')"
+        "    OR (NOT h.revoked AND a.disabled AND a.disabled_at > now() - interval '" DELETED_DAYS " days')"
+        " ORDER BY h.id";
 
 static void write_host_deleted(out_file *o, PGresult *r, int i, totals *t)
 {
@@ -426,8 +442,10 @@ static cot_err write_tables(PGconn *c, const char *dir, const totals *t, cot_err
 		PQclear(r);
 		return rc;
 	}
-	out_printf(&o, "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<tables>\n"
-	               "    <update_time>%lld</update_time>\n", (long long)time(NULL));
+	out_printf(&o,
+	           "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<tables>\n"
+	           "    <update_time>%lld</update_time>\n",
+	           (long long)time(NULL));
 	if (t->nusers)
 		out_printf(&o, "    <nusers_total>%lld</nusers_total>\n", t->nusers);
 	if (t->nteams)
@@ -435,11 +453,9 @@ static cot_err write_tables(PGconn *c, const char *dir, const totals *t, cot_err
 	if (t->nhosts)
 		out_printf(&o, "    <nhosts_total>%lld</nhosts_total>\n", t->nhosts);
 	if (t->nusers_deleted)
-		out_printf(&o, "    <nusers_deleted_total>%lld</nusers_deleted_total>\n",
-		           t->nusers_deleted);
+		out_printf(&o, "    <nusers_deleted_total>%lld</nusers_deleted_total>\n", t->nusers_deleted);
 	if (t->nhosts_deleted)
-		out_printf(&o, "    <nhosts_deleted_total>%lld</nhosts_deleted_total>\n",
-		           t->nhosts_deleted);
+		out_printf(&o, "    <nhosts_deleted_total>%lld</nhosts_deleted_total>\n", t->nhosts_deleted);
 	if (t->total_credit)
 		out_printf(&o, "    <total_credit>%f</total_credit>\n", t->total_credit);
 	out_puts(&o, "    <applications>\n");
@@ -455,12 +471,14 @@ static cot_err write_tables(PGconn *c, const char *dir, const totals *t, cot_err
 
 /* db_dump.xml: BOINC copies its dump spec there; this is the spec of what
  * cotrain writes, BOINC's default one. */
-static cot_err write_spec(const char *dir, const char *staging, const char *final_dir,
-                          cot_errbuf *eb)
+static cot_err write_spec(const char *dir, const char *staging, const char *final_dir, cot_errbuf *eb)
 {
 	static const char *const tables[][2] = {
-		{ "user", "" }, { "user_deleted", "" }, { "host", "            <detail/>\n" },
-		{ "host_deleted", "            <detail/>\n" }, { "team", "" },
+		{ "user", "" },
+		{ "user_deleted", "" },
+		{ "host", "            <detail/>\n" },
+		{ "host_deleted", "            <detail/>\n" },
+		{ "team", "" },
 	};
 	out_file o;
 	cot_err rc = out_open(&o, dir, "db_dump.xml", false, eb);
@@ -472,10 +490,11 @@ static cot_err write_spec(const char *dir, const char *staging, const char *fina
 	out_xml(&o, final_dir);
 	out_puts(&o, "</final_output_dir>\n");
 	for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
-		out_printf(&o, "    <enumeration>\n        <table>%s</table>\n"
-		               "        <filename>%s</filename>\n        <output>\n"
-		               "            <compression>gzip</compression>\n%s        </output>\n"
-		               "    </enumeration>\n",
+		out_printf(&o,
+		           "    <enumeration>\n        <table>%s</table>\n"
+		           "        <filename>%s</filename>\n        <output>\n"
+		           "            <compression>gzip</compression>\n%s        </output>\n"
+		           "    </enumeration>\n",
 		           tables[i][0], tables[i][0], tables[i][1]);
 	out_puts(&o, "</boinc_db_dump_spec>\n");
 	return out_close(&o, eb);
@@ -558,8 +577,8 @@ static cot_err swap_in(const export_paths *p, cot_errbuf *eb)
 	struct stat st;
 	if (lstat(p->dir, &st) && errno == ENOENT) {
 		if (rename(p->staging, p->dir))
-			return cot_seterr(eb, COT_ERR_IO, "could not rename \"%s\" to \"%s\": %s",
-			                  p->staging, p->dir, strerror(errno));
+			return cot_seterr(eb, COT_ERR_IO, "could not rename \"%s\" to \"%s\": %s", p->staging,
+			                  p->dir, strerror(errno));
 		return fsync_dir(p->parent, eb);
 	}
 	if (!S_ISDIR(st.st_mode))
@@ -568,15 +587,17 @@ static cot_err swap_in(const export_paths *p, cot_errbuf *eb)
 		cot_seterr(eb, COT_ERR_IO, "could not swap \"%s\" and \"%s\": %s", p->staging, p->dir,
 		           strerror(errno));
 		if (errno == EINVAL || errno == ENOSYS)
-			cot_sethint(eb, "The file system of \"%s\" cannot exchange two folders in one "
-			                "step (renameat2 RENAME_EXCHANGE); put the export on another "
-			                "one, e.g. ext4, xfs, btrfs or tmpfs.", p->parent);
+			cot_sethint(eb,
+			            "The file system of \"%s\" cannot exchange two folders in one "
+			            "step (renameat2 RENAME_EXCHANGE); put the export on another "
+			            "one, e.g. ext4, xfs, btrfs or tmpfs.",
+			            p->parent);
 		return COT_ERR_IO;
 	}
 	/* p->staging now names the previous generation. */
 	if (rename(p->staging, p->old))
-		return cot_seterr(eb, COT_ERR_IO, "could not rename \"%s\" to \"%s\": %s", p->staging,
-		                  p->old, strerror(errno));
+		return cot_seterr(eb, COT_ERR_IO, "could not rename \"%s\" to \"%s\": %s", p->staging, p->old,
+		                  strerror(errno));
 	return fsync_dir(p->parent, eb);
 }
 
@@ -591,13 +612,13 @@ static cot_err write_generation(PGconn *c, const export_paths *p, cot_errbuf *eb
 	const char *dir = p->staging;
 	cot_err rc = dump(c, dir, "user.gz", "users", user_sql, write_user, &t, eb);
 	if (!rc)
-		rc = dump(c, dir, "user_deleted.gz", "users_deleted", user_deleted_sql,
-		          write_user_deleted, &t, eb);
+		rc = dump(c, dir, "user_deleted.gz", "users_deleted", user_deleted_sql, write_user_deleted,
+		          &t, eb);
 	if (!rc)
 		rc = dump(c, dir, "host.gz", "hosts", host_sql, write_host, &t, eb);
 	if (!rc)
-		rc = dump(c, dir, "host_deleted.gz", "hosts_deleted", host_deleted_sql,
-		          write_host_deleted, &t, eb);
+		rc = dump(c, dir, "host_deleted.gz", "hosts_deleted", host_deleted_sql, write_host_deleted,
+		          &t, eb);
 	if (!rc)
 		rc = dump(c, dir, "team.gz", "teams", team_sql, write_team, &t, eb);
 	if (!rc)
@@ -624,7 +645,7 @@ cot_err stats_export(PGconn *c, const char *dir, cot_errbuf *eb)
 		close(lk);
 		return cot_seterr(eb, COT_ERR_IO, "could not lock \"%s\": %s", p.lock, strerror(errno));
 	}
-	rc = rm_tree(p.staging, eb);   /* a leftover of an export that died */
+	rc = rm_tree(p.staging, eb); /* a leftover of an export that died */
 	if (!rc && mkdir(p.staging, 0755))
 		rc = cot_seterr(eb, COT_ERR_IO, "could not create directory \"%s\": %s", p.staging,
 		                strerror(errno));
@@ -638,7 +659,7 @@ cot_err stats_export(PGconn *c, const char *dir, cot_errbuf *eb)
 		cot_errbuf ignore = { 0 };
 		rm_tree(p.staging, &ignore);
 	}
-	close(lk);   /* releases the lock */
+	close(lk); /* releases the lock */
 	return rc;
 }
 
@@ -677,8 +698,8 @@ static void *timer_main(void *arg)
 	return NULL;
 }
 
-cot_err stats_timer_start(const char *conninfo, const char *dir, int interval_s,
-                          stats_timer **out, cot_errbuf *eb)
+cot_err stats_timer_start(const char *conninfo, const char *dir, int interval_s, stats_timer **out,
+                          cot_errbuf *eb)
 {
 	stats_timer *t = calloc(1, sizeof *t);
 	if (!t)

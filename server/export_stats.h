@@ -25,8 +25,8 @@ cot_err stats_export(PGconn *c, const char *dir, cot_errbuf *eb);
  * on its own connection; errors are logged and retried at the next tick.
  * The strings must outlive the timer. */
 typedef struct stats_timer stats_timer;
-cot_err stats_timer_start(const char *conninfo, const char *dir, int interval_s,
-                          stats_timer **out, cot_errbuf *eb);
+cot_err stats_timer_start(const char *conninfo, const char *dir, int interval_s, stats_timer **out,
+                          cot_errbuf *eb);
 void stats_timer_stop(stats_timer *t);
 
 /* cotrain-admin export stats DIR (server/admin_export.c). */

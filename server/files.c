@@ -31,7 +31,7 @@ static int parse_range(const char *h, uint64_t size, uint64_t *off, uint64_t *le
 	while (*p == ' ')
 		p++;
 	char *end;
-	if (*p == '-') {                              /* the last n bytes */
+	if (*p == '-') { /* the last n bytes */
 		if (p[1] < '0' || p[1] > '9')
 			return 0;
 		errno = 0;
@@ -151,7 +151,7 @@ void files_get(http_req *req)
 		close(fd);
 		r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
 	} else {
-		r = MHD_create_response_from_fd_at_offset64(len, fd, off);  /* owns fd */
+		r = MHD_create_response_from_fd_at_offset64(len, fd, off); /* owns fd */
 		if (!r)
 			close(fd);
 	}

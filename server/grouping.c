@@ -28,8 +28,8 @@ static int by_distance(const void *a, const void *b)
 	return x->grp - y->grp;
 }
 
-cot_err grp_form(int n, const double *rtt, const bool *can_aggregate, int max_size,
-                 int *group, int *n_groups, cot_errbuf *eb)
+cot_err grp_form(int n, const double *rtt, const bool *can_aggregate, int max_size, int *group, int *n_groups,
+                 cot_errbuf *eb)
 {
 	if (n < 1)
 		return cot_seterr(eb, COT_ERR_INVALID, "no peers to group");
@@ -43,7 +43,10 @@ cot_err grp_form(int n, const double *rtt, const bool *can_aggregate, int max_si
 	double *mind = malloc(sizeof *mind * n);
 	pair *pairs = malloc(sizeof *pairs * (size_t)n * g);
 	if (!seed || !cap || !mind || !pairs) {
-		free(seed); free(cap); free(mind); free(pairs);
+		free(seed);
+		free(cap);
+		free(mind);
+		free(pairs);
 		return COT_ERR_NOMEM;
 	}
 	for (int i = 0; i < n; i++)
@@ -83,7 +86,7 @@ cot_err grp_form(int n, const double *rtt, const bool *can_aggregate, int max_si
 
 	/* Balanced capacities: the first n % g groups take one more. */
 	for (int s = 0; s < g; s++)
-		cap[s] = n / g + (s < n % g) - 1;   /* the seed is already in */
+		cap[s] = n / g + (s < n % g) - 1; /* the seed is already in */
 
 	size_t np = 0;
 	for (int i = 0; i < n; i++)
@@ -98,6 +101,9 @@ cot_err grp_form(int n, const double *rtt, const bool *can_aggregate, int max_si
 			cap[p->grp]--;
 		}
 	}
-	free(seed); free(cap); free(mind); free(pairs);
+	free(seed);
+	free(cap);
+	free(mind);
+	free(pairs);
 	return COT_OK;
 }

@@ -21,7 +21,7 @@
 /* rtt: n*n row-major, milliseconds, rtt[i*n+j] < 0 when unknown (the
  * symmetric entry is used when known).  can_aggregate: n flags (may be NULL:
  * all can).  On success group[i] is peer i's group in [0, *n_groups). */
-cot_err grp_form(int n, const double *rtt, const bool *can_aggregate, int max_size,
-                 int *group, int *n_groups, cot_errbuf *eb);
+cot_err grp_form(int n, const double *rtt, const bool *can_aggregate, int max_size, int *group, int *n_groups,
+                 cot_errbuf *eb);
 
 #endif

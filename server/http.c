@@ -21,7 +21,7 @@ struct http_server {
 	struct MHD_Daemon *daemon;
 	const srv_config *cfg;
 	int port;
-	pthread_t timer;             /* resumes held requests at their deadline */
+	pthread_t timer; /* resumes held requests at their deadline */
 	bool timer_started;
 };
 
@@ -33,14 +33,14 @@ typedef struct conn_state {
 	route_handler handler;
 	char *body;
 	size_t len, cap;
-	size_t limit;                /* largest body of this route (router_body_limit) */
+	size_t limit; /* largest body of this route (router_body_limit) */
 	bool too_large;
-	bool queued;                 /* answered already (e.g. 404 before the body) */
-	struct MHD_Response *resp;   /* the answer, queued by finish() */
+	bool queued;               /* answered already (e.g. 404 before the body) */
+	struct MHD_Response *resp; /* the answer, queued by finish() */
 	int status;
 	struct timespec start;
-	bool held;                   /* suspended by http_hold, not yet run again */
-	bool answering_at_stop;      /* resumed by http_stop; its answer not yet sent */
+	bool held;              /* suspended by http_hold, not yet run again */
+	bool answering_at_stop; /* resumed by http_stop; its answer not yet sent */
 	struct conn_state *next_held;
 	char pathbuf[512];
 } conn_state;
@@ -54,8 +54,8 @@ static pthread_cond_t hold_cond;
 static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
 static conn_state *held_list;
 static unsigned long hold_gen;
-static int held_pending;             /* resumed, not yet run again */
-static int held_answering;           /* run again by http_stop, answer not yet sent */
+static int held_pending;   /* resumed, not yet run again */
+static int held_answering; /* run again by http_stop, answer not yet sent */
 static bool hold_stopping, timer_stop;
 
 const char *http_header(const http_req *req, const char *name)
@@ -107,7 +107,7 @@ bool http_hold(http_req *req, unsigned long gen)
 	st->held = true;
 	st->next_held = held_list;
 	held_list = st;
-	pthread_cond_signal(&hold_cond);      /* maybe an earlier deadline */
+	pthread_cond_signal(&hold_cond); /* maybe an earlier deadline */
 	pthread_mutex_unlock(&hold_lock);
 	return true;
 }
@@ -175,7 +175,7 @@ static void *hold_timer(void *arg)
 void http_reply_response(http_req *req, int status, void *response)
 {
 	conn_state *st = req->priv;
-	if (st->resp) {      /* a handler answered twice: keep the first */
+	if (st->resp) { /* a handler answered twice: keep the first */
 		log_error("handler for %s %s answered twice", req->method, req->path);
 		MHD_destroy_response(response);
 		return;
@@ -193,10 +193,9 @@ void http_add_header(http_req *req, const char *name, const char *value)
 
 void http_reply_raw(http_req *req, int status, const char *json, size_t len)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)json,
-	                                                         MHD_RESPMEM_MUST_COPY);
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)json, MHD_RESPMEM_MUST_COPY);
 	if (!r)
-		return;     /* out of memory: finish() answers with an empty 500 */
+		return; /* out of memory: finish() answers with an empty 500 */
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	http_reply_response(req, status, r);
@@ -212,8 +211,7 @@ void http_reply_json(http_req *req, int status, json_t *body)
 	free(s);
 }
 
-void http_reply_error(http_req *req, int status, const char *code, const char *message,
-                      const char *hint)
+void http_reply_error(http_req *req, int status, const char *code, const char *message, const char *hint)
 {
 	json_t *err = json_pack("{s:s, s:s}", "code", code, "message", message);
 	if (err && hint && *hint)
@@ -226,18 +224,27 @@ void http_reply_error(http_req *req, int status, const char *code, const char *m
 int http_status_for(cot_err e)
 {
 	switch (e) {
-	case COT_OK: return MHD_HTTP_OK;
-	case COT_ERR_INVALID: return MHD_HTTP_BAD_REQUEST;
-	case COT_ERR_AUTH: return MHD_HTTP_UNAUTHORIZED;
-	case COT_ERR_FORBIDDEN: return MHD_HTTP_FORBIDDEN;
-	case COT_ERR_NOT_FOUND: return MHD_HTTP_NOT_FOUND;
+	case COT_OK:
+		return MHD_HTTP_OK;
+	case COT_ERR_INVALID:
+		return MHD_HTTP_BAD_REQUEST;
+	case COT_ERR_AUTH:
+		return MHD_HTTP_UNAUTHORIZED;
+	case COT_ERR_FORBIDDEN:
+		return MHD_HTTP_FORBIDDEN;
+	case COT_ERR_NOT_FOUND:
+		return MHD_HTTP_NOT_FOUND;
 	case COT_ERR_EXISTS:
-	case COT_ERR_CONFLICT: return MHD_HTTP_CONFLICT;
-	case COT_ERR_TOO_LARGE: return MHD_HTTP_CONTENT_TOO_LARGE;
+	case COT_ERR_CONFLICT:
+		return MHD_HTTP_CONFLICT;
+	case COT_ERR_TOO_LARGE:
+		return MHD_HTTP_CONTENT_TOO_LARGE;
 	case COT_ERR_DB:
 	case COT_ERR_SCHEMA:
-	case COT_ERR_TIMEOUT: return MHD_HTTP_SERVICE_UNAVAILABLE;
-	default: return MHD_HTTP_INTERNAL_SERVER_ERROR;
+	case COT_ERR_TIMEOUT:
+		return MHD_HTTP_SERVICE_UNAVAILABLE;
+	default:
+		return MHD_HTTP_INTERNAL_SERVER_ERROR;
 	}
 }
 
@@ -274,9 +281,8 @@ static void too_large(conn_state *st)
 	http_reply_error(&st->req, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", msg, NULL);
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
 	http_server *srv = cls;
@@ -298,8 +304,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		clock_gettime(CLOCK_MONOTONIC, &st->start);
 
 		char allow[128];
-		route_result rr = router_match(&st->req, st->pathbuf, sizeof st->pathbuf, &st->handler,
-		                               allow, sizeof allow);
+		route_result rr = router_match(&st->req, st->pathbuf, sizeof st->pathbuf, &st->handler, allow,
+		                               sizeof allow);
 		if (rr == ROUTE_NO_PATH) {
 			http_reply_error(&st->req, MHD_HTTP_NOT_FOUND, "not_found", "no such route",
 			                 "See doc/api.md for the routes of the v1 API.");
@@ -314,8 +320,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return finish(st);
 		}
 		st->limit = router_body_limit(st->handler, srv->cfg->body_limit);
-		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-		                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
+		const char *cl =
+		        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (cl && strtoull(cl, NULL, 10) > st->limit) {
 			too_large(st);
 			return finish(st);
@@ -331,7 +337,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	}
 
-	if (st->queued) {            /* answered early: drop whatever still comes */
+	if (st->queued) { /* answered early: drop whatever still comes */
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
@@ -339,7 +345,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
 		if (st->too_large || st->len + n > st->limit) {
-			st->too_large = true;       /* read and drop the rest */
+			st->too_large = true; /* read and drop the rest */
 			return MHD_YES;
 		}
 		if (st->len + n + 1 > st->cap) {
@@ -358,7 +364,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	}
 
-	if (st->held) {              /* resumed: the handler looks again */
+	if (st->held) { /* resumed: the handler looks again */
 		pthread_mutex_lock(&hold_lock);
 		st->held = false;
 		held_pending--;
@@ -378,7 +384,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		st->req.early = false;
 		st->handler(&st->req);
 		if (st->held && !st->resp)
-			return MHD_YES;      /* suspended until a wake-up or the deadline */
+			return MHD_YES; /* suspended until a wake-up or the deadline */
 	}
 	return finish(st);
 }
@@ -437,8 +443,9 @@ cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
 {
 	char portstr[16];
 	snprintf(portstr, sizeof portstr, "%d", cfg->port);
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-	                          .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+		                  .ai_socktype = SOCK_STREAM,
+		                  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
 	struct addrinfo *ai = NULL;
 	int gai = getaddrinfo(cfg->listen, portstr, &hints, &ai);
 	if (gai)
@@ -451,26 +458,22 @@ cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	}
 	s->cfg = cfg;
-	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-	                 MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+	unsigned flags =
+	        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	s->daemon = MHD_start_daemon(
-		flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
-		MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->conn_timeout,
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
-		MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-		MHD_OPTION_END);
+	s->daemon =
+	        MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+	                         ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+	                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->conn_timeout,
+	                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+	                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+	                         (unsigned)1024, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+	                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!s->daemon) {
 		free(s);
-		return cot_seterr(eb, COT_ERR_IO, "could not listen on %s port %d", cfg->listen,
-		                  cfg->port);
+		return cot_seterr(eb, COT_ERR_IO, "could not listen on %s port %d", cfg->listen, cfg->port);
 	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = info ? info->port : cfg->port;
@@ -510,7 +513,7 @@ void http_stop(http_server *s)
 	resume_chain(c);
 	if (s->timer_started)
 		pthread_join(s->timer, NULL);
-	for (int i = 0; i < 200; i++) {        /* up to 2 s: run again and answered */
+	for (int i = 0; i < 200; i++) { /* up to 2 s: run again and answered */
 		pthread_mutex_lock(&hold_lock);
 		int pending = held_pending + held_answering;
 		pthread_mutex_unlock(&hold_lock);

@@ -30,16 +30,16 @@ struct http_req {
 	const char *path;                    /* without the query string */
 	const char *params[HTTP_MAX_PARAMS]; /* the route's {} segments, in order */
 	int nparams;
-	const char *body;                    /* NUL-terminated; "" when none */
+	const char *body; /* NUL-terminated; "" when none */
 	size_t body_len;
 	const srv_config *cfg;
-	void *priv;                          /* the layer's connection state */
+	void *priv; /* the layer's connection state */
 	/* Set while the handler is called before the body is read (routes whose
 	 * body limit exceeds --body-limit, router_body_limit): it may refuse by
 	 * answering, or answer nothing to have the body read and be called again
 	 * with early false. */
 	bool early;
-	double hold_until;                   /* long polls (http_hold); 0 until set */
+	double hold_until; /* long polls (http_hold); 0 until set */
 };
 
 /* Value of a request header (case-insensitive name), or NULL. */
@@ -53,8 +53,7 @@ void http_reply_json(http_req *req, int status, json_t *body);
 /* Answer with len bytes of already serialised JSON (copied). */
 void http_reply_raw(http_req *req, int status, const char *json, size_t len);
 /* Answer with {"error": {"code", "message", "hint"}}; hint may be NULL. */
-void http_reply_error(http_req *req, int status, const char *code, const char *message,
-                      const char *hint);
+void http_reply_error(http_req *req, int status, const char *code, const char *message, const char *hint);
 /* The same for a cot_err: the status and code follow the error (400 for
  * invalid, 401 auth, 403 forbidden, 404 not found, 409 conflict/exists, 413
  * too large, 503 database, 500 otherwise); the message and hint come from eb. */

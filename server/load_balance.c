@@ -19,8 +19,7 @@ static int by_bandwidth_desc(const void *a, const void *b)
 	return x->idx - y->idx;
 }
 
-cot_err lb_shares(const lb_peer *peers, int n, double *w, double *time_per_value,
-                  cot_errbuf *eb)
+cot_err lb_shares(const lb_peer *peers, int n, double *w, double *time_per_value, cot_errbuf *eb)
 {
 	if (n < 1)
 		return cot_seterr(eb, COT_ERR_INVALID, "a group needs at least one peer");
@@ -33,7 +32,8 @@ cot_err lb_shares(const lb_peer *peers, int n, double *w, double *time_per_value
 	}
 	if (m == 0) {
 		cot_err e = cot_seterr(eb, COT_ERR_INVALID, "no peer of the group can aggregate");
-		cot_sethint(eb, "At least one peer must accept connections (or be reached through the relay).");
+		cot_sethint(eb,
+		            "At least one peer must accept connections (or be reached through the relay).");
 		return e;
 	}
 
@@ -66,7 +66,7 @@ cot_err lb_shares(const lb_peer *peers, int n, double *w, double *time_per_value
 				best_xi = xi;
 			}
 		}
-		if (best_xi == 0)          /* k = 1 always qualifies: xi b = n-1 > 1 */
+		if (best_xi == 0) /* k = 1 always qualifies: xi b = n-1 > 1 */
 			best_xi = (n - 1) / r[0].b;
 		double total = 0;
 		for (int j = 0; j < best_k; j++) {
@@ -74,7 +74,7 @@ cot_err lb_shares(const lb_peer *peers, int n, double *w, double *time_per_value
 			w[r[j].idx] = wi;
 			total += wi;
 		}
-		for (int j = 0; j < best_k; j++)   /* remove rounding drift */
+		for (int j = 0; j < best_k; j++) /* remove rounding drift */
 			w[r[j].idx] /= total;
 	}
 	free(r);
@@ -105,7 +105,10 @@ void lb_split(const double *w, int n, uint64_t len, uint64_t *start)
 		 * aggregator" so the split is still a valid partition. */
 		int first = 0;
 		for (int i = 0; i < n; i++)
-			if (w[i] > 0) { first = i; break; }
+			if (w[i] > 0) {
+				first = i;
+				break;
+			}
 		for (int i = 0; i <= n; i++)
 			start[i] = i <= first ? 0 : len;
 		free(cnt);
@@ -120,7 +123,7 @@ void lb_split(const double *w, int n, uint64_t len, uint64_t *start)
 		frac[i] = exact - (double)cnt[i];
 		given += cnt[i];
 	}
-	while (given > len) {          /* only from float noise; trim the largest */
+	while (given > len) { /* only from float noise; trim the largest */
 		int big = 0;
 		for (int i = 1; i < n; i++)
 			if (cnt[i] > cnt[big])
@@ -136,7 +139,7 @@ void lb_split(const double *w, int n, uint64_t len, uint64_t *start)
 		if (best < 0)
 			best = 0;
 		cnt[best]++;
-		frac[best] = -1;           /* at most one extra each per pass */
+		frac[best] = -1; /* at most one extra each per pass */
 		given++;
 		int left = 0;
 		for (int i = 0; i < n; i++)

@@ -25,16 +25,15 @@
 #include "shared/common/error.h"
 
 typedef struct {
-	double bandwidth;      /* bytes per second, > 0 */
-	bool can_aggregate;    /* accepts incoming connections */
+	double bandwidth;   /* bytes per second, > 0 */
+	bool can_aggregate; /* accepts incoming connections */
 } lb_peer;
 
 /* Shares w[0..n) of the n peers (in input order, summing to 1).  Fails with
  * COT_ERR_INVALID when n < 1, a bandwidth is not a positive finite number,
  * or no peer can aggregate.  *time_per_value (when not NULL) receives the
  * slowest peer's transfer time per vector element, max_i (1+(n-2)w_i)/b_i. */
-cot_err lb_shares(const lb_peer *peers, int n, double *w, double *time_per_value,
-                  cot_errbuf *eb);
+cot_err lb_shares(const lb_peer *peers, int n, double *w, double *time_per_value, cot_errbuf *eb);
 
 /* Turn shares into contiguous element ranges of a vector of `len` values:
  * peer i aggregates [start[i], start[i+1]); start has n+1 entries, start[0]

@@ -64,8 +64,9 @@ static const opt_spec server_opts[] = {
 	  .help = "HTTP worker threads = database connections (default twice the CPUs, at least 4)" },
 	{ "reap-interval", 0, OPT_INT, F(cfg.reap_interval), 1, 86400, .def = "10", .metavar = "S",
 	  .help = "seconds between passes expiring overdue work units" },
-	{ "kdf-iterations", 0, OPT_INT, F(cfg.kdf_iterations), PASSWORD_MIN_ITERATIONS, PASSWORD_MAX_ITERATIONS,
-	  .def = OPT_STR(PASSWORD_DEFAULT_ITERATIONS), .metavar = "N", .help = "PBKDF2 iterations for new passwords" },
+	{ "kdf-iterations", 0, OPT_INT, F(cfg.kdf_iterations), PASSWORD_MIN_ITERATIONS,
+	  PASSWORD_MAX_ITERATIONS, .def = OPT_STR(PASSWORD_DEFAULT_ITERATIONS), .metavar = "N",
+	  .help = "PBKDF2 iterations for new passwords" },
 	{ "wu-max", 0, OPT_LLONG, F(cfg.wu_max), 1, 1LL << 40, .def = "100000", .metavar = "N",
 	  .help = "most microbatches in one work unit" },
 	{ "pool-chunk", 0, OPT_LLONG, F(cfg.pool_chunk), 1, 1LL << 40, .def = "65536", .metavar = "N",
@@ -77,7 +78,8 @@ static const opt_spec server_opts[] = {
 	{ "round-interval", 0, OPT_INT, F(cfg.round_interval), 1, 3600, .def = "2", .metavar = "S",
 	  .help = "seconds between the round coordinator's passes" },
 	{ "round-report-timeout", 0, OPT_INT, F(cfg.round_report_timeout), 1, 86400, .def = "120",
-	  .metavar = "S", .help = "seconds after a round closes before hosts that have not reported are dropped" },
+	  .metavar = "S",
+	  .help = "seconds after a round closes before hosts that have not reported are dropped" },
 	{ "round-average-timeout", 0, OPT_INT, F(cfg.round_average_timeout), 1, 86400, .def = "600",
 	  .metavar = "S", .help = "seconds from the plan to the outcomes' deadline" },
 	{ "round-max-group", 0, OPT_INT, F(cfg.round_max_group), 2, 1024, .def = "16", .metavar = "N",
@@ -86,7 +88,8 @@ static const opt_spec server_opts[] = {
 	  .min_open = true, .def = "0.9", .metavar = "F",
 	  .help = "close a round early from this fraction of its target..." },
 	{ "round-straggler-budget", 0, OPT_INT, F(cfg.round_straggler_budget), 0, 86400, .def = "60",
-	  .metavar = "S", .help = "...when filling the rest would take longer than S seconds at the live units' speed" },
+	  .metavar = "S",
+	  .help = "...when filling the rest would take longer than S seconds at the live units' speed" },
 	{ "relay-port", 0, OPT_INT, F(relay.port), 0, 65534, .def = "0", .metavar = "N",
 	  .help = "the NAT service (rendezvous and relay, doc/nat.md) on TCP ports N and N+1; 0 is off" },
 	{ "relay-listen", 0, OPT_STRING, F(relay.listen), .metavar = "ADDR",
@@ -111,7 +114,8 @@ static const opt_spec server_opts[] = {
 #undef F
 
 static const opt_program server_prog = {
-	.prog = "cotrain-server", .synopsis = "[OPTION]...",
+	.prog = "cotrain-server",
+	.synopsis = "[OPTION]...",
 	.intro = "The cotrain project server: the v1 JSON API, the work-unit scheduler, the\n"
 	         "round coordinator, the project CA and the file store, over PostgreSQL.\n",
 	.outro = "Prints \"cotrain-server: listening on http://ADDR:PORT\" once it serves (on\n"
@@ -122,12 +126,13 @@ static const opt_program server_prog = {
 
 int main(int argc, char **argv)
 {
-	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
+	kern_blas_reexec_if_needed(argc, argv); /* first: may re-exec with a faster BLAS core */
 	cot_log_set_ident("cotrain-server");
 	server_cli cli = {
 		.cfg = { .threads = 0 },
 		.relay = { .wait_s = 15, .max_sessions = 1024, .meet_lead_ms = 300, .dialback_ms = 1500 },
-		.data_dir = getenv("COTRAIN_DATA_DIR"), .db = getenv("COTRAIN_DB"),
+		.data_dir = getenv("COTRAIN_DATA_DIR"),
+		.db = getenv("COTRAIN_DB"),
 	};
 	opt_result orc = opt_parse(&server_prog, argc, argv, &cli, NULL);
 	if (orc)
@@ -208,8 +213,8 @@ int main(int argc, char **argv)
 	 * same on stderr (whatever the log level), for those that only keep
 	 * the log. */
 	char ready[300];
-	snprintf(ready, sizeof ready, "cotrain-server: listening on http://%s%s%s:%d\n",
-	         v6 ? "[" : "", cfg.listen, v6 ? "]" : "", port);
+	snprintf(ready, sizeof ready, "cotrain-server: listening on http://%s%s%s:%d\n", v6 ? "[" : "",
+	         cfg.listen, v6 ? "]" : "", port);
 	fputs(ready, stdout);
 	fflush(stdout);
 	fputs(ready, stderr);

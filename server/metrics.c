@@ -14,12 +14,11 @@
 #include "server/apiutil.h"
 
 /* Upper bounds of the latency buckets, seconds (+Inf implied). */
-static const double bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                                 2.5, 5, 10 };
+static const double bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 };
 #define NB (sizeof bounds / sizeof bounds[0])
 static atomic_ullong bucket[NB + 1];
 static atomic_ullong sum_us;
-static atomic_ullong by_class[6];     /* 1xx..5xx, [0] other */
+static atomic_ullong by_class[6]; /* 1xx..5xx, [0] other */
 
 void metrics_observe(int status, double ms)
 {
@@ -98,7 +97,10 @@ void metrics_get(http_req *req)
 	sbuf b = { malloc(4096), 0, 4096, false };
 	if (!b.buf)
 		b.oom = true;
-	static const struct { const char *name, *type, *help; int col; } gauges[] = {
+	static const struct {
+		const char *name, *type, *help;
+		int col;
+	} gauges[] = {
 		{ "cotrain_rounds_committed_total", "counter", "Rounds committed.", 1 },
 		{ "cotrain_model_version", "gauge", "Current model version.", 2 },
 		{ "cotrain_samples_committed_total", "counter", "Samples in committed rounds.", 3 },
@@ -122,19 +124,20 @@ void metrics_get(http_req *req)
 	for (size_t i = 0; i <= NB; i++) {
 		cum += atomic_load(&bucket[i]);
 		if (i < NB)
-			put(&b, "cotrain_http_request_duration_seconds_bucket{le=\"%g\"} %llu\n", bounds[i], cum);
+			put(&b, "cotrain_http_request_duration_seconds_bucket{le=\"%g\"} %llu\n", bounds[i],
+			    cum);
 		else
 			put(&b, "cotrain_http_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", cum);
 	}
-	put(&b, "cotrain_http_request_duration_seconds_sum %.6f\n"
-	        "cotrain_http_request_duration_seconds_count %llu\n",
+	put(&b,
+	    "cotrain_http_request_duration_seconds_sum %.6f\n"
+	    "cotrain_http_request_duration_seconds_count %llu\n",
 	    (double)atomic_load(&sum_us) / 1e6, cum);
 	put(&b, "# HELP cotrain_http_requests_total HTTP requests answered, by status class.\n"
 	        "# TYPE cotrain_http_requests_total counter\n");
 	static const char *const cls[6] = { "other", "1xx", "2xx", "3xx", "4xx", "5xx" };
 	for (int i = 0; i < 6; i++)
-		put(&b, "cotrain_http_requests_total{code=\"%s\"} %llu\n", cls[i],
-		    atomic_load(&by_class[i]));
+		put(&b, "cotrain_http_requests_total{code=\"%s\"} %llu\n", cls[i], atomic_load(&by_class[i]));
 	if (b.oom) {
 		free(b.buf);
 		http_reply_error(req, 500, "out_of_memory", "out of memory", NULL);

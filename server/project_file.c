@@ -11,17 +11,17 @@
 
 #include "kernels/model_json.h"
 
-const char *pf_opt_type_name(pf_opt_type t)
-{
-	return t == PF_OPT_ADAMW ? "adamw" : "lamb";
-}
+const char *pf_opt_type_name(pf_opt_type t) { return t == PF_OPT_ADAMW ? "adamw" : "lamb"; }
 
 const char *pf_decay_name(pf_decay d)
 {
 	switch (d) {
-	case PF_DECAY_CONSTANT: return "constant";
-	case PF_DECAY_LINEAR: return "linear";
-	case PF_DECAY_COSINE: return "cosine";
+	case PF_DECAY_CONSTANT:
+		return "constant";
+	case PF_DECAY_LINEAR:
+		return "linear";
+	case PF_DECAY_COSINE:
+		return "cosine";
 	}
 	return "cosine";
 }
@@ -66,7 +66,8 @@ static cot_err only_keys(const scope *s, const char *const *allowed)
 {
 	const char *key;
 	const json_t *v;
-	json_object_foreach((json_t *)s->obj, key, v) {
+	json_object_foreach((json_t *)s->obj, key, v)
+	{
 		bool found = false;
 		for (const char *const *a = allowed; *a; a++)
 			if (strcmp(*a, key) == 0)
@@ -110,17 +111,20 @@ static cot_err get_int(const scope *s, const char *key, bool required, long long
 		if (json_is_integer(v))
 			cot_sethint(s->eb, "It is %lld.", (long long)json_integer_value(v));
 		else
-			cot_sethint(s->eb, "It is a JSON %s.", json_is_real(v) ? "real number" :
-			            json_is_string(v) ? "string" : json_is_boolean(v) ? "boolean" :
-			            json_is_array(v) ? "array" : "object");
+			cot_sethint(s->eb, "It is a JSON %s.",
+			            json_is_real(v)      ? "real number"
+			            : json_is_string(v)  ? "string"
+			            : json_is_boolean(v) ? "boolean"
+			            : json_is_array(v)   ? "array"
+			                                 : "object");
 		return COT_ERR_INVALID;
 	}
 	*out = json_integer_value(v);
 	return COT_OK;
 }
 
-static cot_err get_num(const scope *s, const char *key, bool required, double min, double max,
-                       bool min_open, double *out)
+static cot_err get_num(const scope *s, const char *key, bool required, double min, double max, bool min_open,
+                       double *out)
 {
 	const json_t *v = get(s, key);
 	if (!v)
@@ -129,8 +133,8 @@ static cot_err get_num(const scope *s, const char *key, bool required, double mi
 	field_name(s, key, f, sizeof f);
 	double x = json_is_number(v) ? json_number_value(v) : NAN;
 	if (!json_is_number(v) || !isfinite(x) || x < min || x > max || (min_open && x == min)) {
-		cot_seterr(s->eb, COT_ERR_INVALID, "field \"%s\" must be a number %s %g and at most %g",
-		           f, min_open ? "above" : "of at least", min, max);
+		cot_seterr(s->eb, COT_ERR_INVALID, "field \"%s\" must be a number %s %g and at most %g", f,
+		           min_open ? "above" : "of at least", min, max);
 		if (json_is_number(v))
 			cot_sethint(s->eb, "It is %g.", x);
 		return COT_ERR_INVALID;
@@ -151,7 +155,8 @@ static cot_err get_str(const scope *s, const char *key, bool required, size_t mi
 	field_name(s, key, f, sizeof f);
 	if (!json_is_string(v) || json_string_length(v) < minlen || json_string_length(v) > maxlen ||
 	    strlen(json_string_value(v)) != json_string_length(v)) {
-		cot_seterr(s->eb, COT_ERR_INVALID, "field \"%s\" must be a string of %zu to %zu bytes", f, minlen, maxlen);
+		cot_seterr(s->eb, COT_ERR_INVALID, "field \"%s\" must be a string of %zu to %zu bytes", f,
+		           minlen, maxlen);
 		return COT_ERR_INVALID;
 	}
 	if (buf) {
@@ -230,8 +235,11 @@ static cot_err parse_model(const scope *top, pf_model *m)
 		return rc;
 	int64_t np = pf_param_count(m);
 	if (np > PF_MAX_PARAMS) {
-		cot_seterr(s.eb, COT_ERR_INVALID, "field \"model\" describes too large a model: %lld parameters", (long long)np);
-		cot_sethint(s.eb, "At most %lld parameters are supported; make model.d_model, model.n_shared or model.vocab smaller.",
+		cot_seterr(s.eb, COT_ERR_INVALID,
+		           "field \"model\" describes too large a model: %lld parameters", (long long)np);
+		cot_sethint(s.eb,
+		            "At most %lld parameters are supported; make model.d_model, model.n_shared or "
+		            "model.vocab smaller.",
 		            (long long)PF_MAX_PARAMS);
 		return COT_ERR_INVALID;
 	}
@@ -240,8 +248,8 @@ static cot_err parse_model(const scope *top, pf_model *m)
 
 static cot_err parse_optimizer(const scope *top, pf_optimizer *o)
 {
-	static const char *const keys[] = { "type", "lr", "beta1", "beta2", "eps", "weight_decay",
-	                                    "clip_norm", "schedule", NULL };
+	static const char *const keys[] = { "type",         "lr",        "beta1",    "beta2", "eps",
+		                            "weight_decay", "clip_norm", "schedule", NULL };
 	static const char *const skeys[] = { "warmup_steps", "total_steps", "decay", "min_lr_ratio", NULL };
 	static const char *const types[] = { "lamb", "adamw", NULL };
 	static const char *const decays[] = { "constant", "linear", "cosine", NULL };
@@ -265,8 +273,7 @@ static cot_err parse_optimizer(const scope *top, pf_optimizer *o)
 		return rc;
 	scope s = { obj, "optimizer", top->eb };
 	int type = (int)o->type, decay = (int)o->decay;
-	if ((rc = only_keys(&s, keys)) ||
-	    (rc = get_enum(&s, "type", types, &type)) ||
+	if ((rc = only_keys(&s, keys)) || (rc = get_enum(&s, "type", types, &type)) ||
 	    (rc = get_num(&s, "lr", false, 0, 10, true, &o->lr)) ||
 	    (rc = get_num(&s, "beta1", false, 0, 0.999999, false, &o->beta1)) ||
 	    (rc = get_num(&s, "beta2", false, 0, 0.99999999, false, &o->beta2)) ||
@@ -287,7 +294,10 @@ static cot_err parse_optimizer(const scope *top, pf_optimizer *o)
 	    (rc = get_num(&ss, "min_lr_ratio", false, 0, 1, false, &o->min_lr_ratio)))
 		return rc;
 	if (warm > total) {
-		cot_seterr(ss.eb, COT_ERR_INVALID, "field \"optimizer.schedule.warmup_steps\" must not exceed optimizer.schedule.total_steps (%lld)", total);
+		cot_seterr(ss.eb, COT_ERR_INVALID,
+		           "field \"optimizer.schedule.warmup_steps\" must not exceed "
+		           "optimizer.schedule.total_steps (%lld)",
+		           total);
 		return COT_ERR_INVALID;
 	}
 	o->warmup_steps = warm;
@@ -300,20 +310,20 @@ static char *normalize(const pf_project *p)
 {
 	const pf_model *m = &p->model;
 	const pf_optimizer *o = &p->opt;
-	json_t *j = json_pack(
-		"{s:s, s:s, s:s, s:s,"
-		" s:o,"
-		" s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:{s:I, s:I, s:s, s:f}},"
-		" s:i, s:i, s:I, s:i}",
-		"name", p->name, "title", p->title, "description", p->description ? p->description : "",
-		"dataset", p->dataset,
-		"model", kern_model_config_to_json(m),
-		"optimizer", "type", pf_opt_type_name(o->type), "lr", o->lr, "beta1", o->beta1,
-		"beta2", o->beta2, "eps", o->eps, "weight_decay", o->weight_decay, "clip_norm", o->clip_norm,
-		"schedule", "warmup_steps", (json_int_t)o->warmup_steps, "total_steps", (json_int_t)o->total_steps,
-		"decay", pf_decay_name(o->decay), "min_lr_ratio", o->min_lr_ratio,
-		"target_batch", p->target_batch, "microbatch_size", p->microbatch_size,
-		"seed", (json_int_t)p->seed, "work_unit_seconds", p->work_unit_seconds);
+	json_t *j =
+	        json_pack("{s:s, s:s, s:s, s:s,"
+	                  " s:o,"
+	                  " s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:{s:I, s:I, s:s, s:f}},"
+	                  " s:i, s:i, s:I, s:i}",
+	                  "name", p->name, "title", p->title, "description",
+	                  p->description ? p->description : "", "dataset", p->dataset, "model",
+	                  kern_model_config_to_json(m), "optimizer", "type", pf_opt_type_name(o->type), "lr",
+	                  o->lr, "beta1", o->beta1, "beta2", o->beta2, "eps", o->eps, "weight_decay",
+	                  o->weight_decay, "clip_norm", o->clip_norm, "schedule", "warmup_steps",
+	                  (json_int_t)o->warmup_steps, "total_steps", (json_int_t)o->total_steps, "decay",
+	                  pf_decay_name(o->decay), "min_lr_ratio", o->min_lr_ratio, "target_batch",
+	                  p->target_batch, "microbatch_size", p->microbatch_size, "seed", (json_int_t)p->seed,
+	                  "work_unit_seconds", p->work_unit_seconds);
 	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
 	json_decref(j);
 	return text;
@@ -321,15 +331,17 @@ static char *normalize(const pf_project *p)
 
 cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalized, cot_errbuf *eb)
 {
-	static const char *const keys[] = { "name", "title", "description", "dataset", "model",
-	                                    "optimizer", "target_batch", "microbatch_size", "seed",
-	                                    "work_unit_seconds", NULL };
+	static const char *const keys[] = {
+		"name",         "title",           "description", "dataset",           "model", "optimizer",
+		"target_batch", "microbatch_size", "seed",        "work_unit_seconds", NULL
+	};
 	memset(out, 0, sizeof *out);
 	if (normalized)
 		*normalized = NULL;
 	if (len > PF_MAX_BYTES)
-		return cot_seterr(eb, COT_ERR_TOO_LARGE, "project file is too large: %zu bytes, at most %u allowed",
-		                  len, PF_MAX_BYTES);
+		return cot_seterr(eb, COT_ERR_TOO_LARGE,
+		                  "project file is too large: %zu bytes, at most %u allowed", len,
+		                  PF_MAX_BYTES);
 	json_error_t je;
 	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root) {
@@ -344,32 +356,34 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	}
 	scope s = { root, "", eb };
 	long long tb = 0, mb = 8, seed = 0, wus = 180;
-	if ((rc = only_keys(&s, keys)) ||
-	    (rc = get_str(&s, "name", true, 1, PF_NAME_MAX, out->name, NULL)))
+	if ((rc = only_keys(&s, keys)) || (rc = get_str(&s, "name", true, 1, PF_NAME_MAX, out->name, NULL)))
 		goto out;
 	if (!name_ok(out->name, true)) {
-		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"name\" is not a valid project name: \"%s\"", out->name);
-		cot_sethint(eb, "Use 1 to 64 lowercase letters, digits and '-', starting with a letter or digit.");
+		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"name\" is not a valid project name: \"%s\"",
+		                out->name);
+		cot_sethint(eb, "Use 1 to 64 lowercase letters, digits and '-', starting with a letter or "
+		                "digit.");
 		goto out;
 	}
-	snprintf(out->title, sizeof out->title, "%s", out->name);   /* the default title */
+	snprintf(out->title, sizeof out->title, "%s", out->name); /* the default title */
 	if ((rc = get_str(&s, "title", false, 1, PF_TITLE_MAX, out->title, NULL)) ||
 	    (rc = get_str(&s, "description", false, 0, PF_DESCRIPTION_MAX, NULL, &out->description)) ||
 	    (rc = get_str(&s, "dataset", true, 1, PF_NAME_MAX, out->dataset, NULL)))
 		goto out;
 	if (!name_ok(out->dataset, false)) {
-		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"dataset\" is not a valid dataset name: \"%s\"", out->dataset);
+		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"dataset\" is not a valid dataset name: \"%s\"",
+		                out->dataset);
 		goto out;
 	}
-	if ((rc = parse_model(&s, &out->model)) ||
-	    (rc = parse_optimizer(&s, &out->opt)) ||
+	if ((rc = parse_model(&s, &out->model)) || (rc = parse_optimizer(&s, &out->opt)) ||
 	    (rc = get_int(&s, "target_batch", true, 1, 10000000, &tb)) ||
 	    (rc = get_int(&s, "microbatch_size", false, 1, 4096, &mb)) ||
 	    (rc = get_int(&s, "seed", false, 0, 9007199254740991ll, &seed)) ||
 	    (rc = get_int(&s, "work_unit_seconds", false, 1, 86400, &wus)))
 		goto out;
 	if (tb % mb != 0) {
-		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"target_batch\" must be a multiple of microbatch_size (%lld)", mb);
+		rc = cot_seterr(eb, COT_ERR_INVALID,
+		                "field \"target_batch\" must be a multiple of microbatch_size (%lld)", mb);
 		cot_sethint(eb, "It is %lld; a round closes after whole microbatches.", tb);
 		goto out;
 	}

@@ -31,11 +31,11 @@
 #include "kernels/model.h"
 #include "shared/common/error.h"
 
-#define PF_MAX_BYTES       (1u << 20)   /* bytes of project file accepted */
-#define PF_NAME_MAX        64
-#define PF_TITLE_MAX       200
+#define PF_MAX_BYTES (1u << 20) /* bytes of project file accepted */
+#define PF_NAME_MAX 64
+#define PF_TITLE_MAX 200
 #define PF_DESCRIPTION_MAX 10000
-#define PF_MAX_PARAMS      (1ll << 32)  /* parameters of one model */
+#define PF_MAX_PARAMS (1ll << 32) /* parameters of one model */
 
 /* The model's shape: the kernels' own (kernels/model.h), read and written
  * through kernels/model_json.h. */
@@ -47,7 +47,7 @@ typedef enum { PF_DECAY_CONSTANT, PF_DECAY_LINEAR, PF_DECAY_COSINE } pf_decay;
 typedef struct {
 	pf_opt_type type;
 	double lr, beta1, beta2, eps, weight_decay;
-	double clip_norm;   /* 0: no clipping */
+	double clip_norm; /* 0: no clipping */
 	int64_t warmup_steps, total_steps;
 	pf_decay decay;
 	double min_lr_ratio;
@@ -56,12 +56,12 @@ typedef struct {
 typedef struct {
 	char name[PF_NAME_MAX + 1];
 	char title[PF_TITLE_MAX + 1];
-	char *description;  /* malloc'd, owned by the struct: pf_free */
+	char *description; /* malloc'd, owned by the struct: pf_free */
 	char dataset[PF_NAME_MAX + 1];
 	pf_model model;
 	pf_optimizer opt;
-	int target_batch;       /* samples per optimizer step */
-	int microbatch_size;    /* samples per microbatch */
+	int target_batch;    /* samples per optimizer step */
+	int microbatch_size; /* samples per microbatch */
 	int64_t seed;
 	int work_unit_seconds;
 } pf_project;
@@ -74,8 +74,7 @@ typedef struct {
  * detail names the field and the hint says what is allowed),
  * COT_ERR_TOO_LARGE (over PF_MAX_BYTES), COT_ERR_NOMEM; *out holds nothing
  * to free and *normalized is NULL. */
-cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalized,
-                 cot_errbuf *eb);
+cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalized, cot_errbuf *eb);
 
 void pf_free(pf_project *p);
 

@@ -26,10 +26,10 @@
 typedef struct entry {
 	struct entry *next;
 	reach_info info;
-	double tokens;              /* relay token bucket, bytes */
-	int64_t tokens_ms;          /* when it was last filled */
-	uint64_t pend_in, pend_out, pend_sessions;   /* accounted, not yet in the row */
-	bool dirty;                 /* on the dirty list */
+	double tokens;                             /* relay token bucket, bytes */
+	int64_t tokens_ms;                         /* when it was last filled */
+	uint64_t pend_in, pend_out, pend_sessions; /* accounted, not yet in the row */
+	bool dirty;                                /* on the dirty list */
 	struct entry *dirty_next;
 } entry;
 
@@ -37,18 +37,16 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t flush_cv = PTHREAD_COND_INITIALIZER;
 static entry **table;
 static size_t n_entries;
-static entry *dirty;            /* entries with pending relay counts */
+static entry *dirty; /* entries with pending relay counts */
 static pthread_t flusher;
 static bool flusher_running, flusher_stop;
 
-static const dbc_stmt st_relay_add = {
-	"reach_relay_add",
-	"UPDATE host SET relay_bytes_in = relay_bytes_in + $2::bigint,"
-	"                relay_bytes_out = relay_bytes_out + $3::bigint,"
-	"                relay_sessions = relay_sessions + $4::bigint"
-	" WHERE id = $1::bigint",
-	4
-};
+static const dbc_stmt st_relay_add = { "reach_relay_add",
+	                               "UPDATE host SET relay_bytes_in = relay_bytes_in + $2::bigint,"
+	                               "                relay_bytes_out = relay_bytes_out + $3::bigint,"
+	                               "                relay_sessions = relay_sessions + $4::bigint"
+	                               " WHERE id = $1::bigint",
+	                               4 };
 
 typedef struct {
 	int64_t host;
@@ -88,8 +86,8 @@ int reach_flush(void)
 			char state[6];
 			cot_errbuf eb = { "", "" };
 			if (dbc_exec(&st_relay_add, params, &r, state, &eb)) {
-				log_warn("could not write the relay counts of host %lld: %s", (long long)batch[i].host,
-				         eb.msg);
+				log_warn("could not write the relay counts of host %lld: %s",
+				         (long long)batch[i].host, eb.msg);
 				break;
 			}
 			PQclear(r);
@@ -216,8 +214,8 @@ static void repend(const pending *p)
 	mark_dirty(e);
 }
 
-void reach_observe(int64_t host, const char *addr, uint16_t port, int which,
-                   const char *local_addr, uint16_t local_port, uint16_t adv_port)
+void reach_observe(int64_t host, const char *addr, uint16_t port, int which, const char *local_addr,
+                   uint16_t local_port, uint16_t adv_port)
 {
 	pthread_mutex_lock(&mu);
 	entry *e = find(host, true);
@@ -246,8 +244,8 @@ void reach_observe(int64_t host, const char *addr, uint16_t port, int which,
 static bool dial_back(const char *addr, uint16_t port, int timeout_ms)
 {
 	char ps[8];
-	struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV,
-	                          .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM },
+	                *ai = NULL;
 	snprintf(ps, sizeof ps, "%u", port);
 	if (port == 0 || getaddrinfo(addr, ps, &hints, &ai) != 0)
 		return false;
@@ -273,19 +271,16 @@ static bool dial_back(const char *addr, uint16_t port, int timeout_ms)
 	return ok;
 }
 
-static const dbc_stmt st_class = {
-	"reach_class",
-	"UPDATE host SET nat_class = $2, nat_mapping = $3, nat_public_addr = $4,"
-	"                nat_public_port = $5::integer, nat_observed_at = now()"
-	" WHERE id = $1::bigint",
-	5
-};
+static const dbc_stmt st_class = { "reach_class",
+	                           "UPDATE host SET nat_class = $2, nat_mapping = $3, nat_public_addr = $4,"
+	                           "                nat_public_port = $5::integer, nat_observed_at = now()"
+	                           " WHERE id = $1::bigint",
+	                           5 };
 
 /* Write a host's class and public endpoint to its row; errors are logged
  * (the class in memory stands, and the next registration writes again).
  * klass and mapping are static strings; addr at most REACH_ADDR_MAX. */
-static void store_class(int64_t host, const char *klass, const char *mapping, const char *addr,
-                        uint16_t port)
+static void store_class(int64_t host, const char *klass, const char *mapping, const char *addr, uint16_t port)
 {
 	char h[24], p[8];
 	snprintf(h, sizeof h, "%lld", (long long)host);
@@ -379,7 +374,7 @@ size_t reach_relay_take(int64_t host, size_t want, uint64_t cap, int *wait_ms)
 			*wait_ms = (int)((1 - e->tokens) * 1000.0 / (double)cap) + 1;
 		}
 	} else {
-		got = want;    /* table full: never stall a relay on bookkeeping */
+		got = want; /* table full: never stall a relay on bookkeeping */
 	}
 	pthread_mutex_unlock(&mu);
 	return got;
@@ -470,21 +465,17 @@ void api_host_nat(http_req *req)
 		reach_info i;
 		json_t *o;
 		if (reach_get(id, &i) && i.observed_ms != 0) {
-			o = json_pack("{s:I, s:s, s:s, s:s?, s:i, s:i, s:i, s:s?, s:s}",
-			              "host_id", (json_int_t)id, "reachability", i.klass,
-			              "mapping", i.mapping, "public_addr", i.addr[0] ? i.addr : NULL,
-			              "public_port", i.port_a, "public_port_2", i.port_b,
-			              "advertised_port", i.adv_port, "observed_at", observed,
-			              "source", "memory");
+			o = json_pack("{s:I, s:s, s:s, s:s?, s:i, s:i, s:i, s:s?, s:s}", "host_id",
+			              (json_int_t)id, "reachability", i.klass, "mapping", i.mapping,
+			              "public_addr", i.addr[0] ? i.addr : NULL, "public_port", i.port_a,
+			              "public_port_2", i.port_b, "advertised_port", i.adv_port, "observed_at",
+			              observed, "source", "memory");
 		} else {
-			o = json_pack("{s:I, s:s, s:s, s:s?, s:i, s:i, s:i, s:s?, s:s}",
-			              "host_id", (json_int_t)id,
-			              "reachability", col_str(r, 1, "unknown"),
-			              "mapping", col_str(r, 2, "unknown"),
-			              "public_addr", col_str(r, 3, NULL),
+			o = json_pack("{s:I, s:s, s:s, s:s?, s:i, s:i, s:i, s:s?, s:s}", "host_id",
+			              (json_int_t)id, "reachability", col_str(r, 1, "unknown"), "mapping",
+			              col_str(r, 2, "unknown"), "public_addr", col_str(r, 3, NULL),
 			              "public_port", (int)col_int(r, 4), "public_port_2", 0,
-			              "advertised_port", 0, "observed_at", observed,
-			              "source", "database");
+			              "advertised_port", 0, "observed_at", observed, "source", "database");
 		}
 		if (o) {
 			json_object_set_new(o, "relay_bytes_in", json_integer(rin));

@@ -34,20 +34,20 @@
 #include "server/http.h"
 
 #define REACH_ADDR_MAX 64
-#define REACH_FLUSH_MS 2000       /* relay counts reach the database this often */
+#define REACH_FLUSH_MS 2000 /* relay counts reach the database this often */
 
 typedef struct {
 	int64_t host_id;
-	char addr[REACH_ADDR_MAX];  /* public address as the server saw it */
-	uint16_t port_a;            /* public port seen on the first service port (0: none) */
-	uint16_t port_b;            /* ... on the second */
-	uint16_t adv_port;          /* the port the host says it can be dialed on */
+	char addr[REACH_ADDR_MAX];       /* public address as the server saw it */
+	uint16_t port_a;                 /* public port seen on the first service port (0: none) */
+	uint16_t port_b;                 /* ... on the second */
+	uint16_t adv_port;               /* the port the host says it can be dialed on */
 	char local_addr[REACH_ADDR_MAX]; /* the host's own listening address, as it says */
-	const char *klass;          /* "public", "mapped", "nat", "unknown" */
-	const char *mapping;        /* "independent", "dependent", "unknown" */
-	int64_t observed_ms;        /* monotonic time of the last observation */
-	uint64_t relay_bytes_in;    /* bytes the relay took from this host */
-	uint64_t relay_bytes_out;   /* bytes the relay delivered to it */
+	const char *klass;               /* "public", "mapped", "nat", "unknown" */
+	const char *mapping;             /* "independent", "dependent", "unknown" */
+	int64_t observed_ms;             /* monotonic time of the last observation */
+	uint64_t relay_bytes_in;         /* bytes the relay took from this host */
+	uint64_t relay_bytes_out;        /* bytes the relay delivered to it */
 	uint64_t relay_sessions;
 } reach_info;
 
@@ -63,8 +63,8 @@ void reach_free(void);
  * addr:port the server saw, the host's own listening address and the port it
  * advertises (0: its listening port).  A new public address resets the
  * other port's observation and the class. */
-void reach_observe(int64_t host, const char *addr, uint16_t port, int which,
-                   const char *local_addr, uint16_t local_port, uint16_t adv_port);
+void reach_observe(int64_t host, const char *addr, uint16_t port, int which, const char *local_addr,
+                   uint16_t local_port, uint16_t adv_port);
 
 /* Dial the host's advertised endpoint back (its observed public address, never
  * an address it names: the server cannot be made to dial a third party) for

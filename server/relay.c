@@ -25,7 +25,7 @@
 #include "shared/common/log.h"
 #include "shared/nat/nat_line.h"
 
-#define LINE_TIMEOUT_MS 3000   /* for the request line */
+#define LINE_TIMEOUT_MS 3000 /* for the request line */
 #define WORKERS 8
 #define QUEUE_MAX 1024
 #define SPLICE_BUF 65536
@@ -33,7 +33,7 @@
 
 typedef struct {
 	int fd;
-	int which;                /* 0: first port, 1: second */
+	int which; /* 0: first port, 1: second */
 } queued;
 
 struct relay_service {
@@ -83,10 +83,14 @@ static void say(int fd, const char *fmt, ...)
 /* Answer an error line: ERR <http status> <code> <message>. */
 static void refuse(int fd, cot_err e, const cot_errbuf *eb)
 {
-	int status = e == COT_ERR_AUTH ? 401 : e == COT_ERR_FORBIDDEN ? 403
-	           : e == COT_ERR_NOT_FOUND ? 404 : e == COT_ERR_CONFLICT ? 409
-	           : e == COT_ERR_TIMEOUT ? 408 : e == COT_ERR_INVALID ? 400
-	           : e == COT_ERR_TOO_LARGE || e == COT_ERR_DB ? 503 : 500;
+	int status = e == COT_ERR_AUTH                           ? 401
+	             : e == COT_ERR_FORBIDDEN                    ? 403
+	             : e == COT_ERR_NOT_FOUND                    ? 404
+	             : e == COT_ERR_CONFLICT                     ? 409
+	             : e == COT_ERR_TIMEOUT                      ? 408
+	             : e == COT_ERR_INVALID                      ? 400
+	             : e == COT_ERR_TOO_LARGE || e == COT_ERR_DB ? 503
+	                                                         : 500;
 	say(fd, "ERR %d %s %s", status, cot_strerror(e), eb->msg);
 }
 
@@ -231,9 +235,9 @@ static int park_request(relay_service *s, rdv_kind kind, int fd, char **f, int n
 	cot_errbuf eb = { { 0 }, { 0 } };
 	long long host;
 	int64_t project_id;
-	if (nf != 7 || (strcmp(f[6], "DIAL") != 0 && strcmp(f[6], "ACCEPT") != 0) ||
-	    !project_name_ok(f[1]) || !num(f[2], 0, INT32_MAX, version) ||
-	    !num(f[3], 1, INT64_MAX, &host) || !num(f[4], 1, INT64_MAX, peer)) {
+	if (nf != 7 || (strcmp(f[6], "DIAL") != 0 && strcmp(f[6], "ACCEPT") != 0) || !project_name_ok(f[1]) ||
+	    !num(f[2], 0, INT32_MAX, version) || !num(f[3], 1, INT64_MAX, &host) ||
+	    !num(f[4], 1, INT64_MAX, peer)) {
 		cot_seterr(&eb, COT_ERR_INVALID, "malformed %s line", f[0]);
 		refuse(fd, COT_ERR_INVALID, &eb);
 		return -1;
@@ -349,12 +353,14 @@ static void *splice_main(void *arg)
 				allow[i] = 0;
 			}
 		for (int i = 0; i < 2 && r > 0; i++) {
-			if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) && allow[i] && len[i] == off[i] && !eof[i]) {
+			if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) && allow[i] && len[i] == off[i] &&
+			    !eof[i]) {
 				/* Take only what the cap allows; unread bytes keep their
 				 * tokens for later (what is read here was paid for). */
 				int avail = 0;
 				size_t want = allow[i];
-				if (ioctl(ss->fd[i], FIONREAD, &avail) == 0 && avail > 0 && (size_t)avail < want)
+				if (ioctl(ss->fd[i], FIONREAD, &avail) == 0 && avail > 0 &&
+				    (size_t)avail < want)
 					want = (size_t)avail;
 				ssize_t got = recv(ss->fd[i], buf[i], want, 0);
 				if (got > 0) {
@@ -375,7 +381,8 @@ static void *splice_main(void *arg)
 		}
 		for (int i = 0; i < 2; i++) {
 			if (len[i] > off[i]) {
-				ssize_t w = send(ss->fd[1 - i], buf[i] + off[i], len[i] - off[i], MSG_NOSIGNAL);
+				ssize_t w =
+				        send(ss->fd[1 - i], buf[i] + off[i], len[i] - off[i], MSG_NOSIGNAL);
 				if (w > 0) {
 					off[i] += (size_t)w;
 					active = true;
@@ -453,7 +460,8 @@ static bool do_relay(relay_service *s, int fd, char **f, int nf)
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 		if (pthread_create(&t, &at, splice_main, ss) == 0) {
 			pthread_attr_destroy(&at);
-			log_info("nat: relaying hosts %lld and %lld of round %lld", (long long)host, peer, version);
+			log_info("nat: relaying hosts %lld and %lld of round %lld", (long long)host, peer,
+			         version);
 			return true;
 		}
 		pthread_attr_destroy(&at);
@@ -537,8 +545,9 @@ static void *acceptor_main(void *arg)
 {
 	relay_service *s = arg;
 	while (!atomic_load(&s->stop)) {
-		struct pollfd p[3] = { { s->lfd[0], POLLIN, 0 }, { s->lfd[1], POLLIN, 0 },
-		                       { s->wake[0], POLLIN, 0 } };
+		struct pollfd p[3] = { { s->lfd[0], POLLIN, 0 },
+			               { s->lfd[1], POLLIN, 0 },
+			               { s->wake[0], POLLIN, 0 } };
 		int r = poll(p, 3, 200);
 		rdv_expire(deadline_now_ms(), expired);
 		if (r <= 0)
@@ -558,7 +567,7 @@ static void *acceptor_main(void *arg)
 			}
 			pthread_mutex_unlock(&s->mu);
 			if (fd >= 0)
-				close(fd);  /* overloaded: the client retries */
+				close(fd); /* overloaded: the client retries */
 		}
 	}
 	return NULL;
@@ -601,7 +610,8 @@ static int listen_on(const char *addr, int port, cot_errbuf *eb)
 cot_err relay_start(const relay_config *cfg, relay_service **out, cot_errbuf *eb)
 {
 	if (cfg->port < 1 || cfg->port > 65534)
-		return cot_seterr(eb, COT_ERR_INVALID, "relay port must be 1 to 65534 (it uses the next one too)");
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "relay port must be 1 to 65534 (it uses the next one too)");
 	relay_service *s = calloc(1, sizeof *s);
 	if (!s)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
@@ -640,10 +650,7 @@ cot_err relay_start(const relay_config *cfg, relay_service **out, cot_errbuf *eb
 	return COT_OK;
 }
 
-int relay_port(const relay_service *s)
-{
-	return s->port;
-}
+int relay_port(const relay_service *s) { return s->port; }
 
 void relay_stop(relay_service *s)
 {

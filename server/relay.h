@@ -18,14 +18,14 @@
 #include "shared/common/error.h"
 
 typedef struct {
-	const char *listen;       /* numeric address to bind ("0.0.0.0") */
-	int port;                 /* the service port; port + 1 is the second one */
-	uint64_t bandwidth;       /* relay cap per host, bytes per second each way (0: none) */
-	int idle_s;               /* a relay session idle this long is closed */
-	int wait_s;               /* how long the first half of a meeting waits */
-	int max_sessions;         /* relay sessions at once */
-	int meet_lead_ms;         /* from the meeting to the moment to connect */
-	int dialback_ms;          /* dial-back timeout of the reachability check */
+	const char *listen; /* numeric address to bind ("0.0.0.0") */
+	int port;           /* the service port; port + 1 is the second one */
+	uint64_t bandwidth; /* relay cap per host, bytes per second each way (0: none) */
+	int idle_s;         /* a relay session idle this long is closed */
+	int wait_s;         /* how long the first half of a meeting waits */
+	int max_sessions;   /* relay sessions at once */
+	int meet_lead_ms;   /* from the meeting to the moment to connect */
+	int dialback_ms;    /* dial-back timeout of the reachability check */
 } relay_config;
 
 typedef struct relay_service relay_service;

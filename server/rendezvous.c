@@ -14,11 +14,8 @@
 
 #define PAIR_IDLE_MS (3600 * 1000)
 
-static const dbc_stmt st_auth = {
-	"nat_host_auth",
-	"SELECT id FROM host_auth($1::bytea) AS id WHERE id IS NOT NULL",
-	1
-};
+static const dbc_stmt st_auth = { "nat_host_auth",
+	                          "SELECT id FROM host_auth($1::bytea) AS id WHERE id IS NOT NULL", 1 };
 
 cot_err rdv_auth(int64_t host, const char *token, cot_errbuf *eb)
 {
@@ -62,8 +59,8 @@ static const dbc_stmt st_pair = {
 	4
 };
 
-cot_err rdv_pair_check(const char *project, int64_t version, int64_t a, int64_t b,
-                       int64_t *project_id, cot_errbuf *eb)
+cot_err rdv_pair_check(const char *project, int64_t version, int64_t a, int64_t b, int64_t *project_id,
+                       cot_errbuf *eb)
 {
 	if (a == b)
 		return cot_seterr(eb, COT_ERR_FORBIDDEN, "a host cannot meet itself");
@@ -87,8 +84,8 @@ cot_err rdv_pair_check(const char *project, int64_t version, int64_t a, int64_t 
 		rc = cot_seterr(eb, COT_ERR_CONFLICT, "round %lld of project \"%s\" is %s, not averaging",
 		                (long long)version, project, PQgetvalue(r, 0, 1));
 	} else if (PQgetisnull(r, 0, 2)) {
-		rc = cot_seterr(eb, COT_ERR_FORBIDDEN, "host %lld is not a peer of round %lld",
-		                (long long)a, (long long)version);
+		rc = cot_seterr(eb, COT_ERR_FORBIDDEN, "host %lld is not a peer of round %lld", (long long)a,
+		                (long long)version);
 	} else if (PQgetisnull(r, 0, 3) || strcmp(PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 3)) != 0) {
 		rc = cot_seterr(eb, COT_ERR_FORBIDDEN, "host %lld is not in host %lld's group of round %lld",
 		                (long long)b, (long long)a, (long long)version);
@@ -103,9 +100,9 @@ typedef struct pair {
 	struct pair *next;
 	rdv_kind kind;
 	int64_t project_id, version, lo, hi;
-	int meetings;             /* completed this round */
+	int meetings; /* completed this round */
 	int64_t last_ms;
-	size_t n;                 /* parked halves, oldest first, all of one role */
+	size_t n; /* parked halves, oldest first, all of one role */
 	rdv_half q[RDV_QUEUE_MAX];
 } pair;
 
@@ -124,8 +121,8 @@ static bool half_dead(const rdv_half *h)
 static pair *pair_find(rdv_kind kind, int64_t project_id, int64_t version, int64_t lo, int64_t hi)
 {
 	for (pair *p = pairs; p; p = p->next)
-		if (p->kind == kind && p->project_id == project_id && p->version == version &&
-		    p->lo == lo && p->hi == hi)
+		if (p->kind == kind && p->project_id == project_id && p->version == version && p->lo == lo &&
+		    p->hi == hi)
 			return p;
 	return NULL;
 }
@@ -140,8 +137,8 @@ static rdv_half unqueue(pair *p, size_t i)
 	return h;
 }
 
-cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t peer,
-                 const rdv_half *h, rdv_half *partner, cot_errbuf *eb)
+cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t peer, const rdv_half *h,
+                 rdv_half *partner, cot_errbuf *eb)
 {
 	/* One queue per direction: in an all-reduce two aggregators each dial
 	 * the other, and those are different connections. */
@@ -159,8 +156,12 @@ cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t pee
 			rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 			goto out;
 		}
-		*p = (pair){ .next = pairs, .kind = kind, .project_id = project_id, .version = version,
-		             .lo = lo, .hi = hi };
+		*p = (pair){ .next = pairs,
+			     .kind = kind,
+			     .project_id = project_id,
+			     .version = version,
+			     .lo = lo,
+			     .hi = hi };
 		pairs = p;
 		n_pairs++;
 	}
@@ -171,7 +172,8 @@ cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t pee
 	if (p->n > 0 && p->q[0].dial != h->dial) {
 		/* The other role waits: the oldest half completes this one. */
 		if (p->meetings >= RDV_ATTEMPTS_MAX) {
-			rc = cot_seterr(eb, COT_ERR_CONFLICT, "hosts %lld and %lld already met %d times in round %lld",
+			rc = cot_seterr(eb, COT_ERR_CONFLICT,
+			                "hosts %lld and %lld already met %d times in round %lld",
 			                (long long)lo, (long long)hi, RDV_ATTEMPTS_MAX, (long long)version);
 			goto out;
 		}
@@ -181,7 +183,8 @@ cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t pee
 	}
 	/* The same role: one more connection of this pair waits its turn. */
 	if (p->n >= RDV_QUEUE_MAX || p->meetings + (int)p->n >= RDV_ATTEMPTS_MAX) {
-		rc = cot_seterr(eb, COT_ERR_CONFLICT, "host %lld already has %zu halves waiting for host %lld%s",
+		rc = cot_seterr(eb, COT_ERR_CONFLICT,
+		                "host %lld already has %zu halves waiting for host %lld%s",
 		                (long long)h->host, p->n, (long long)peer,
 		                p->n < RDV_QUEUE_MAX ? " and no meetings left this round" : "");
 		goto out;

@@ -21,18 +21,18 @@
 
 #include "shared/common/error.h"
 
-#define RDV_ATTEMPTS_MAX 16       /* meetings of one kind per pair, direction and round */
-#define RDV_QUEUE_MAX 4           /* halves of one role waiting per pair and direction */
-#define RDV_PENDING_MAX 4096      /* parked halves at once */
+#define RDV_ATTEMPTS_MAX 16  /* meetings of one kind per pair, direction and round */
+#define RDV_QUEUE_MAX 4      /* halves of one role waiting per pair and direction */
+#define RDV_PENDING_MAX 4096 /* parked halves at once */
 
 typedef enum { RDV_MEET, RDV_RELAY } rdv_kind;
 
 /* One half of a meeting, as it arrived. */
 typedef struct {
-	int fd;                   /* the half's connection (owned by the table while parked) */
-	int64_t host;             /* who sent it */
-	int dial;                 /* 1 for the side that dials, 0 for the one that accepts */
-	int64_t expires_ms;       /* monotonic time the wait ends */
+	int fd;             /* the half's connection (owned by the table while parked) */
+	int64_t host;       /* who sent it */
+	int dial;           /* 1 for the side that dials, 0 for the one that accepts */
+	int64_t expires_ms; /* monotonic time the wait ends */
 } rdv_half;
 
 /* Check that token (printable, 16..256 bytes) belongs to host, a host not
@@ -44,8 +44,8 @@ cot_err rdv_auth(int64_t host, const char *token, cot_errbuf *eb);
  * name, version), which is averaging; *project_id is the project's id.
  * COT_ERR_NOT_FOUND (no such round), COT_ERR_CONFLICT (not averaging),
  * COT_ERR_FORBIDDEN (a not in the round, b not in a's group, a == b). */
-cot_err rdv_pair_check(const char *project, int64_t version, int64_t a, int64_t b,
-                       int64_t *project_id, cot_errbuf *eb);
+cot_err rdv_pair_check(const char *project, int64_t version, int64_t a, int64_t b, int64_t *project_id,
+                       cot_errbuf *eb);
 
 /* Park half h of a meeting of kind between h->host and peer in round
  * (project_id, version).  Returns COT_OK and:
@@ -57,8 +57,8 @@ cot_err rdv_pair_check(const char *project, int64_t version, int64_t a, int64_t 
  * already wait, or the pair has no meetings left this round;
  * COT_ERR_TOO_LARGE when the table is full.  On error h->fd stays the
  * caller's. */
-cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t peer,
-                 const rdv_half *h, rdv_half *partner, cot_errbuf *eb);
+cot_err rdv_park(rdv_kind kind, int64_t project_id, int64_t version, int64_t peer, const rdv_half *h,
+                 rdv_half *partner, cot_errbuf *eb);
 
 /* Take out the halves whose wait ran out by now_ms; for each, call
  * expired(fd, host) (which answers and closes it).  Also forgets pairs idle

@@ -40,30 +40,21 @@ typedef struct {
 	const char *endpoint;
 	double bandwidth;
 	bool can_aggregate;
-	json_t *rtt;          /* borrowed from the peers array */
+	json_t *rtt; /* borrowed from the peers array */
 	int group;
 	uint64_t lo, hi;
 } peer;
 
-static const dbc_stmt st_close = {
-	"round_close_due", "SELECT round_close_due($1, $2)", 2
-};
-static const dbc_stmt st_expire = {
-	"round_expire_averaging", "SELECT round_expire_averaging()", 0
-};
-static const dbc_stmt st_closing = {
-	"round_closing", "SELECT project_id, version FROM round WHERE state = 'closing'"
-	" ORDER BY closed_at LIMIT 100", 0
-};
-static const dbc_stmt st_begin = {
-	"round_plan_begin", "SELECT round_plan_begin($1, $2, $3)::text", 3
-};
-static const dbc_stmt st_store = {
-	"round_plan_store", "SELECT round_plan_store($1, $2, $3, $4::jsonb, $5)", 5
-};
-static const dbc_stmt st_fail = {
-	"round_fail", "SELECT round_fail($1, $2, $3)", 3
-};
+static const dbc_stmt st_close = { "round_close_due", "SELECT round_close_due($1, $2)", 2 };
+static const dbc_stmt st_expire = { "round_expire_averaging", "SELECT round_expire_averaging()", 0 };
+static const dbc_stmt st_closing = { "round_closing",
+	                             "SELECT project_id, version FROM round WHERE state = 'closing'"
+	                             " ORDER BY closed_at LIMIT 100",
+	                             0 };
+static const dbc_stmt st_begin = { "round_plan_begin", "SELECT round_plan_begin($1, $2, $3)::text", 3 };
+static const dbc_stmt st_store = { "round_plan_store", "SELECT round_plan_store($1, $2, $3, $4::jsonb, $5)",
+	                           5 };
+static const dbc_stmt st_fail = { "round_fail", "SELECT round_fail($1, $2, $3)", 3 };
 /* What long polls wait on, for every round not committed (and the newest
  * commits): a change, made by this process or another one sharing the
  * database, wakes them (http_wake_held). */
@@ -71,7 +62,8 @@ static const dbc_stmt st_moved = {
 	"round_moved",
 	"SELECT md5(coalesce(string_agg(project_id || ':' || version || ':' || state || ':' ||"
 	" attempt || ':' || coalesce(gradient_sha256, ''), ',' ORDER BY project_id, version), ''))"
-	" FROM round WHERE state IN ('open', 'closing', 'averaging')", 0
+	" FROM round WHERE state IN ('open', 'closing', 'averaging')",
+	0
 };
 
 /* One statement; false (logged) on failure.  *out (when not NULL) gets the
@@ -134,9 +126,10 @@ static cot_err form_groups(peer *p, int n, int max_size, int *next_group, cot_er
 	for (int i = 0; i < n; i++) {
 		const char *k;
 		json_t *v;
-		json_object_foreach(p[i].rtt, k, v) {
+		json_object_foreach(p[i].rtt, k, v)
+		{
 			long long id = strtoll(k, NULL, 10);
-			int lo = 0, hi = n;            /* binary search by host id */
+			int lo = 0, hi = n; /* binary search by host id */
 			while (lo < hi) {
 				int mid = (lo + hi) / 2;
 				if (p[mid].host_id < id)
@@ -187,7 +180,7 @@ static cot_err share_groups(peer *p, int n, int n_groups, uint64_t len, cot_errb
 		if (m == 0)
 			continue;
 		for (int j = 0; j < m && n_agg == 0; j++)
-			lp[j].can_aggregate = true;     /* as in form_groups */
+			lp[j].can_aggregate = true; /* as in form_groups */
 		rc = lb_shares(lp, m, w, NULL, eb);
 		if (rc)
 			break;
@@ -226,7 +219,7 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 		begin = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
 	PQclear(r);
 	if (!begin)
-		return;          /* not ready, or no longer closing */
+		return; /* not ready, or no longer closing */
 	json_t *peers = json_object_get(begin, "peers");
 	int n = (int)json_array_size(peers);
 	peer *p = NULL;
@@ -266,11 +259,13 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 		goto out;
 	}
 	for (int i = 0; i < n; i++)
-		json_array_append_new(members, json_pack("{s:I, s:i, s:I, s:s, s:f, s:b, s:I, s:I}",
-			"host_id", (json_int_t)p[i].host_id, "group", p[i].group,
-			"samples", (json_int_t)p[i].samples, "endpoint", p[i].endpoint ? p[i].endpoint : "",
-			"bandwidth", p[i].bandwidth, "can_aggregate", p[i].can_aggregate,
-			"lo", (json_int_t)p[i].lo, "hi", (json_int_t)p[i].hi));
+		json_array_append_new(members,
+		                      json_pack("{s:I, s:i, s:I, s:s, s:f, s:b, s:I, s:I}", "host_id",
+		                                (json_int_t)p[i].host_id, "group", p[i].group, "samples",
+		                                (json_int_t)p[i].samples, "endpoint",
+		                                p[i].endpoint ? p[i].endpoint : "", "bandwidth",
+		                                p[i].bandwidth, "can_aggregate", p[i].can_aggregate, "lo",
+		                                (json_int_t)p[i].lo, "hi", (json_int_t)p[i].hi));
 	text = json_dumps(members, JSON_COMPACT);
 	if (!text)
 		goto out;
@@ -279,9 +274,10 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 	snprintf(savg, sizeof savg, "%d", cfg->round_average_timeout);
 	const char *sparams[] = { sp, sv, slen, text, savg };
 	if (run(&st_store, sparams, NULL)) {
-		http_wake_held();     /* long polls waiting for the plan */
+		http_wake_held(); /* long polls waiting for the plan */
 		log_info("round coordinator: round %s of project %s planned: %d peers in %d groups, "
-		         "%llu parameters", sv, sp, n, n_groups, (unsigned long long)len);
+		         "%llu parameters",
+		         sv, sp, n, n_groups, (unsigned long long)len);
 	}
 out:
 	free(text);
@@ -325,8 +321,7 @@ static void *coord_main(void *arg)
 		struct timespec until;
 		clock_gettime(CLOCK_MONOTONIC, &until);
 		until.tv_sec += rc->cfg->round_interval;
-		while (!rc->stop && !rc->woken &&
-		       pthread_cond_timedwait(&rc->wake, &rc->lock, &until) == 0)
+		while (!rc->stop && !rc->woken && pthread_cond_timedwait(&rc->wake, &rc->lock, &until) == 0)
 			;
 		if (rc->stop)
 			break;

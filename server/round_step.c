@@ -26,18 +26,19 @@
 static pthread_mutex_t step_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Save m into the store through a temporary file in <store>/tmp. */
-static cot_err store_checkpoint(const char *store_dir, const kern_model *m,
-                                char sha[FS_SHA_HEX_LEN + 1], uint64_t *size, cot_errbuf *eb)
+static cot_err store_checkpoint(const char *store_dir, const kern_model *m, char sha[FS_SHA_HEX_LEN + 1],
+                                uint64_t *size, cot_errbuf *eb)
 {
 	char tmpdir[4200], path[4300];
 	snprintf(tmpdir, sizeof tmpdir, "%s/tmp", store_dir);
 	snprintf(path, sizeof path, "%s/step-XXXXXX", tmpdir);
-	if ((mkdir(store_dir, 0755) != 0 && errno != EEXIST) ||
-	    (mkdir(tmpdir, 0755) != 0 && errno != EEXIST))
-		return cot_seterr(eb, COT_ERR_IO, "could not create directory \"%s\": %s", tmpdir, strerror(errno));
+	if ((mkdir(store_dir, 0755) != 0 && errno != EEXIST) || (mkdir(tmpdir, 0755) != 0 && errno != EEXIST))
+		return cot_seterr(eb, COT_ERR_IO, "could not create directory \"%s\": %s", tmpdir,
+		                  strerror(errno));
 	int fd = mkstemp(path);
 	if (fd < 0)
-		return cot_seterr(eb, COT_ERR_IO, "could not create file in \"%s\": %s", tmpdir, strerror(errno));
+		return cot_seterr(eb, COT_ERR_IO, "could not create file in \"%s\": %s", tmpdir,
+		                  strerror(errno));
 	close(fd);
 	cot_err rc = ckpt_save(m, path, eb);
 	if (!rc)
@@ -46,8 +47,8 @@ static cot_err store_checkpoint(const char *store_dir, const kern_model *m,
 	return rc;
 }
 
-cot_err round_step_mean(const char *store_dir, const char *const *sums, int n_sums,
-                        long long total, float *mean, size_t n, cot_errbuf *eb)
+cot_err round_step_mean(const char *store_dir, const char *const *sums, int n_sums, long long total,
+                        float *mean, size_t n, cot_errbuf *eb)
 {
 	if (total < 1 || n_sums < 1)
 		return cot_seterr(eb, COT_ERR_INVALID, "no samples to average");
@@ -94,7 +95,8 @@ cot_err round_step_mean(const char *store_dir, const char *const *sums, int n_su
 	for (size_t i = 0; i < n && !rc; i++) {
 		mean[i] = (float)(acc[i] / (double)total);
 		if (!isfinite(mean[i]))
-			rc = cot_seterr(eb, COT_ERR_INVALID, "value %zu of the mean gradient is not finite", i);
+			rc = cot_seterr(eb, COT_ERR_INVALID, "value %zu of the mean gradient is not finite",
+			                i);
 	}
 	pthread_mutex_unlock(&step_lock);
 	free(acc);
@@ -103,9 +105,8 @@ cot_err round_step_mean(const char *store_dir, const char *const *sums, int n_su
 }
 
 cot_err round_step_compute(const char *store_dir, const char *ckpt_sha, const char *config_json,
-                           long long version, const float *grad, size_t n,
-                           char ckpt_out[FS_SHA_HEX_LEN + 1], uint64_t *size,
-                           char params_out[FS_SHA_HEX_LEN + 1], cot_errbuf *eb)
+                           long long version, const float *grad, size_t n, char ckpt_out[FS_SHA_HEX_LEN + 1],
+                           uint64_t *size, char params_out[FS_SHA_HEX_LEN + 1], cot_errbuf *eb)
 {
 	kern_opt_config o;
 	cot_err rc = kern_opt_config_from_json(config_json, &o, eb);

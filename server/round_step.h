@@ -35,12 +35,11 @@
  * step.  Errors: COT_ERR_NOT_FOUND/IO (a file), COT_ERR_CORRUPT (a file
  * that is not n * 4 bytes), COT_ERR_INVALID (total < 1, no sums, a mean that
  * is not finite), COT_ERR_NOMEM. */
-cot_err round_step_mean(const char *store_dir, const char *const *sums, int n_sums,
-                        long long total, float *mean, size_t n, cot_errbuf *eb);
+cot_err round_step_mean(const char *store_dir, const char *const *sums, int n_sums, long long total,
+                        float *mean, size_t n, cot_errbuf *eb);
 
 cot_err round_step_compute(const char *store_dir, const char *ckpt_sha, const char *config_json,
-                           long long version, const float *grad, size_t n,
-                           char ckpt_out[FS_SHA_HEX_LEN + 1], uint64_t *size,
-                           char params_out[FS_SHA_HEX_LEN + 1], cot_errbuf *eb);
+                           long long version, const float *grad, size_t n, char ckpt_out[FS_SHA_HEX_LEN + 1],
+                           uint64_t *size, char params_out[FS_SHA_HEX_LEN + 1], cot_errbuf *eb);
 
 #endif

@@ -15,48 +15,48 @@ typedef struct {
 } route;
 
 static const route routes[] = {
-	{ "POST",   "/v1/accounts",                 api_account_create },
-	{ "POST",   "/v1/accounts/login",           api_account_login },
-	{ "GET",    "/v1/account",                  api_account_get },
-	{ "PATCH",  "/v1/account",                  api_account_update },
-	{ "POST",   "/v1/account/logout",           api_account_logout },
-	{ "POST",   "/v1/teams",                    api_team_create },
-	{ "GET",    "/v1/teams/{}",                 api_team_get },
-	{ "POST",   "/v1/teams/{}/join",            api_team_join },
-	{ "POST",   "/v1/teams/{}/leave",           api_team_leave },
-	{ "POST",   "/v1/hosts",                    api_host_register },
-	{ "GET",    "/v1/hosts/{}",                 api_host_get },
-	{ "DELETE", "/v1/hosts/{}",                 api_host_revoke },
-	{ "GET",    "/v1/hosts/{}/nat",             api_host_nat },
-	{ "GET",    "/v1/hosts/{}/network",         web_host_network },
-	{ "GET",    "/v1/projects",                 api_project_list },
-	{ "GET",    "/v1/projects/{}",              api_project_get },
-	{ "POST",   "/v1/projects/{}/work",         api_work_request },
-	{ "POST",   "/v1/workunits/{}/heartbeat",   api_work_heartbeat },
-	{ "POST",   "/v1/workunits/{}/handback",    api_work_handback },
-	{ "POST",   "/v1/workunits/{}/finish",      api_work_finish },
-	{ "POST",   "/v1/workunits/{}/report",      api_work_report },
-	{ "GET",    "/v1/projects/{}/ca",           api_project_ca },
-	{ "POST",   "/v1/hosts/{}/certificate",     api_host_certificate },
-	{ "GET",    "/v1/projects/{}/rounds/{}/plan",    api_round_plan },
-	{ "POST",   "/v1/projects/{}/rounds/{}/outcome", api_round_outcome },
-	{ "POST",   "/v1/projects/{}/rounds/{}/group_sum", api_round_group_sum },
-	{ "GET",    "/v1/projects/{}/rounds",       api_round_list },
-	{ "GET",    "/files/{}",                    files_get },
-	{ "HEAD",   "/files/{}",                    files_get },
-	{ "GET",    "/v1/credit/{}",                credit_leaderboard },
-	{ "GET",    "/v1/credit/{}/{}",             credit_entity },
-	{ "GET",    "/v1/hosts/{}/spotchecks",      spot_list_get },
-	{ "POST",   "/v1/projects/{}/spotchecks/claim", spot_claim_post },
-	{ "POST",   "/v1/spotchecks/{}/fingerprint", spot_fingerprint_post },
-	{ "GET",    "/v1/projects/{}/dashboard",    web_dashboard },
-	{ "GET",    "/metrics",                     metrics_get },
-	{ "GET",    "/static/{}",                   web_static },
-	{ "GET",    "/dashboard",                   web_page },
-	{ "GET",    "/leaderboard",                 web_page },
-	{ "GET",    "/user",                        web_page },
-	{ "GET",    "/team",                        web_page },
-	{ "GET",    "/host",                        web_page },
+	{ "POST", "/v1/accounts", api_account_create },
+	{ "POST", "/v1/accounts/login", api_account_login },
+	{ "GET", "/v1/account", api_account_get },
+	{ "PATCH", "/v1/account", api_account_update },
+	{ "POST", "/v1/account/logout", api_account_logout },
+	{ "POST", "/v1/teams", api_team_create },
+	{ "GET", "/v1/teams/{}", api_team_get },
+	{ "POST", "/v1/teams/{}/join", api_team_join },
+	{ "POST", "/v1/teams/{}/leave", api_team_leave },
+	{ "POST", "/v1/hosts", api_host_register },
+	{ "GET", "/v1/hosts/{}", api_host_get },
+	{ "DELETE", "/v1/hosts/{}", api_host_revoke },
+	{ "GET", "/v1/hosts/{}/nat", api_host_nat },
+	{ "GET", "/v1/hosts/{}/network", web_host_network },
+	{ "GET", "/v1/projects", api_project_list },
+	{ "GET", "/v1/projects/{}", api_project_get },
+	{ "POST", "/v1/projects/{}/work", api_work_request },
+	{ "POST", "/v1/workunits/{}/heartbeat", api_work_heartbeat },
+	{ "POST", "/v1/workunits/{}/handback", api_work_handback },
+	{ "POST", "/v1/workunits/{}/finish", api_work_finish },
+	{ "POST", "/v1/workunits/{}/report", api_work_report },
+	{ "GET", "/v1/projects/{}/ca", api_project_ca },
+	{ "POST", "/v1/hosts/{}/certificate", api_host_certificate },
+	{ "GET", "/v1/projects/{}/rounds/{}/plan", api_round_plan },
+	{ "POST", "/v1/projects/{}/rounds/{}/outcome", api_round_outcome },
+	{ "POST", "/v1/projects/{}/rounds/{}/group_sum", api_round_group_sum },
+	{ "GET", "/v1/projects/{}/rounds", api_round_list },
+	{ "GET", "/files/{}", files_get },
+	{ "HEAD", "/files/{}", files_get },
+	{ "GET", "/v1/credit/{}", credit_leaderboard },
+	{ "GET", "/v1/credit/{}/{}", credit_entity },
+	{ "GET", "/v1/hosts/{}/spotchecks", spot_list_get },
+	{ "POST", "/v1/projects/{}/spotchecks/claim", spot_claim_post },
+	{ "POST", "/v1/spotchecks/{}/fingerprint", spot_fingerprint_post },
+	{ "GET", "/v1/projects/{}/dashboard", web_dashboard },
+	{ "GET", "/metrics", metrics_get },
+	{ "GET", "/static/{}", web_static },
+	{ "GET", "/dashboard", web_page },
+	{ "GET", "/leaderboard", web_page },
+	{ "GET", "/user", web_page },
+	{ "GET", "/team", web_page },
+	{ "GET", "/host", web_page },
 };
 
 /* Does path (already split: segs[0..nseg)) match pattern?  Captures the
@@ -84,13 +84,13 @@ static bool match(const char *pattern, char **segs, int nseg, const char **param
 	return true;
 }
 
-route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_handler *h,
-                          char *allow, size_t allowlen)
+route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_handler *h, char *allow,
+                          size_t allowlen)
 {
 	const char *path = req->path;
-	if (strncmp(path, "/api/v1/", 8) == 0)   /* the web site's prefix for the same API */
+	if (strncmp(path, "/api/v1/", 8) == 0) /* the web site's prefix for the same API */
 		path += 4;
-	if (strcmp(path, "/") == 0 && strcmp(req->method, "GET") == 0) {   /* the project page */
+	if (strcmp(path, "/") == 0 && strcmp(req->method, "GET") == 0) { /* the project page */
 		*h = web_page;
 		req->nparams = 0;
 		return ROUTE_FOUND;

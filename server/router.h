@@ -19,8 +19,8 @@ typedef enum { ROUTE_FOUND, ROUTE_NO_PATH, ROUTE_NO_METHOD } route_result;
  * (pathlen bytes, must outlive the request).  On ROUTE_NO_METHOD, allow
  * (allowlen bytes) receives the allowed methods, comma-separated.  Paths
  * longer than pathlen-1 are ROUTE_NO_PATH. */
-route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_handler *h,
-                          char *allow, size_t allowlen);
+route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_handler *h, char *allow,
+                          size_t allowlen);
 
 /* The largest request body accepted for handler h: dflt (--body-limit)
  * except for routes that take bulk bytes (a round's gradient,

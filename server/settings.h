@@ -6,23 +6,23 @@
 #include <stddef.h>
 
 typedef struct {
-	const char *data_dir;      /* holds files/ (the store) and pg/ (embedded db) */
-	char files_dir[4096];      /* <data_dir>/files */
-	const char *conninfo;      /* libpq conninfo, resolved before start */
-	const char *listen;        /* address to bind, "127.0.0.1" by default */
-	int port;                  /* 0 picks a free one */
-	int threads;               /* MHD thread pool size = database connections */
-	int reap_interval;         /* seconds between reaper passes */
-	int kdf_iterations;        /* PBKDF2 iterations for new passwords */
-	size_t body_limit;         /* largest request body accepted, bytes */
-	int conn_timeout;          /* idle connection timeout, seconds */
-	long long wu_max;          /* most microbatches in one work unit */
-	long long pool_chunk;      /* microbatches carved off the frontier at once */
-	int cert_lifetime;         /* host certificates, seconds */
-	int round_interval;        /* seconds between the round coordinator's passes */
-	int round_report_timeout;  /* seconds after closing before non-reporters are dropped */
-	int round_average_timeout; /* seconds from the plan to the outcomes' deadline */
-	int round_max_group;       /* most peers in one averaging group */
+	const char *data_dir;        /* holds files/ (the store) and pg/ (embedded db) */
+	char files_dir[4096];        /* <data_dir>/files */
+	const char *conninfo;        /* libpq conninfo, resolved before start */
+	const char *listen;          /* address to bind, "127.0.0.1" by default */
+	int port;                    /* 0 picks a free one */
+	int threads;                 /* MHD thread pool size = database connections */
+	int reap_interval;           /* seconds between reaper passes */
+	int kdf_iterations;          /* PBKDF2 iterations for new passwords */
+	size_t body_limit;           /* largest request body accepted, bytes */
+	int conn_timeout;            /* idle connection timeout, seconds */
+	long long wu_max;            /* most microbatches in one work unit */
+	long long pool_chunk;        /* microbatches carved off the frontier at once */
+	int cert_lifetime;           /* host certificates, seconds */
+	int round_interval;          /* seconds between the round coordinator's passes */
+	int round_report_timeout;    /* seconds after closing before non-reporters are dropped */
+	int round_average_timeout;   /* seconds from the plan to the outcomes' deadline */
+	int round_max_group;         /* most peers in one averaging group */
 	double round_close_fraction; /* straggler rule: close from this share of the target... */
 	int round_straggler_budget;  /* ...when filling the rest would take longer (s) */
 } srv_config;

@@ -10,15 +10,12 @@
 #include "server/apiutil.h"
 #include "shared/common/fingerprint.h"
 
-static const dbc_stmt st_list = {
-	"spot_list", "SELECT status, body FROM spot_list($1::bytea, $2::bigint)", 2
-};
-static const dbc_stmt st_claim = {
-	"spot_claim", "SELECT status, body FROM spot_claim($1::bytea, $2)", 2
-};
+static const dbc_stmt st_list = { "spot_list", "SELECT status, body FROM spot_list($1::bytea, $2::bigint)",
+	                          2 };
+static const dbc_stmt st_claim = { "spot_claim", "SELECT status, body FROM spot_claim($1::bytea, $2)", 2 };
 static const dbc_stmt st_fp = {
-	"spot_fingerprint",
-	"SELECT status, body FROM spot_fingerprint($1::bytea, $2::bigint, $3::float8[])", 3
+	"spot_fingerprint", "SELECT status, body FROM spot_fingerprint($1::bytea, $2::bigint, $3::float8[])",
+	3
 };
 
 void spot_list_get(http_req *req)

@@ -10,7 +10,8 @@
 
 #include <microhttpd.h>
 
-#define WEB_CSP "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:;" \
+#define WEB_CSP \
+	"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:;" \
 	" connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 const web_file *web_find(const char *name)
@@ -23,8 +24,8 @@ const web_file *web_find(const char *name)
 
 static void serve(http_req *req, const web_file *f)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(f->len, (void *)f->data,
-	                                                         MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *r =
+	        MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
 	if (!r)
 		return;
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, f->content_type);
@@ -37,10 +38,15 @@ static void serve(http_req *req, const web_file *f)
 
 void web_page(http_req *req)
 {
-	static const struct { const char *path, *file; } pages[] = {
-		{ "/", "index.html" }, { "/dashboard", "dashboard.html" },
-		{ "/leaderboard", "leaderboard.html" }, { "/user", "user.html" },
-		{ "/team", "team.html" }, { "/host", "host.html" },
+	static const struct {
+		const char *path, *file;
+	} pages[] = {
+		{ "/", "index.html" },
+		{ "/dashboard", "dashboard.html" },
+		{ "/leaderboard", "leaderboard.html" },
+		{ "/user", "user.html" },
+		{ "/team", "team.html" },
+		{ "/host", "host.html" },
 	};
 	for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++)
 		if (strcmp(req->path, pages[i].path) == 0) {

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 typedef struct {
-	const char *name;            /* base name: "leaderboard.html", "app.js" */
+	const char *name; /* base name: "leaderboard.html", "app.js" */
 	const char *content_type;
 	const unsigned char *data;
 	size_t len;

@@ -56,7 +56,8 @@ void web_dashboard(http_req *req)
 		errno = 0;
 		n = strtoll(s, &end, 10);
 		if (errno || end == s || *end || n < 1 || n > 1000) {
-			http_reply_error(req, 400, "invalid", "rounds must be an integer from 1 to 1000", NULL);
+			http_reply_error(req, 400, "invalid", "rounds must be an integer from 1 to 1000",
+			                 NULL);
 			return;
 		}
 	}
@@ -71,15 +72,13 @@ void web_dashboard(http_req *req)
 /* The public part of a host's reachability (no public endpoint: that is the
  * volunteer's address, shown to its owner only by GET /v1/hosts/{id}) and
  * its links (db/functions/nat.sql). */
-static const dbc_stmt st_host_network = {
-	"web_host_network",
-	"SELECT json_build_object('host_id', h.id,"
-	"       'reachability', host_reachability_json(h, false),"
-	"       'links', host_links_json(h.id))::text"
-	"  FROM host h JOIN account a ON a.id = h.account_id"
-	" WHERE h.id = $1 AND NOT a.disabled",
-	1
-};
+static const dbc_stmt st_host_network = { "web_host_network",
+	                                  "SELECT json_build_object('host_id', h.id,"
+	                                  "       'reachability', host_reachability_json(h, false),"
+	                                  "       'links', host_links_json(h.id))::text"
+	                                  "  FROM host h JOIN account a ON a.id = h.account_id"
+	                                  " WHERE h.id = $1 AND NOT a.disabled",
+	                                  1 };
 
 void web_host_network(http_req *req)
 {

@@ -82,10 +82,10 @@
 #include "shared/common/microbatch.h"
 #include "shared/common/shard.h"
 
-#define MAX_SHARDS      65536
-#define MAX_RANGES      1000000
-#define MAX_RANGE_MB    ((int64_t)1 << 40)
-#define MANIFEST_MAX    (64u << 20)
+#define MAX_SHARDS 65536
+#define MAX_RANGES 1000000
+#define MAX_RANGE_MB ((int64_t)1 << 40)
+#define MANIFEST_MAX (64u << 20)
 
 static const char *prog = "replay_rounds";
 
@@ -122,7 +122,8 @@ static cot_err slurp(const char *path, size_t max, char **out, size_t *len, cot_
 	while (buf) {
 		if (n + 1 >= cap) {
 			if (cap > max) {
-				rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "file \"%s\" is over %zu bytes", path, max);
+				rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "file \"%s\" is over %zu bytes", path,
+				                max);
 				break;
 			}
 			char *b = realloc(buf, cap * 2);
@@ -135,7 +136,8 @@ static cot_err slurp(const char *path, size_t max, char **out, size_t *len, cot_
 		n += got;
 		if (got == 0) {
 			if (ferror(f))
-				rc = cot_seterr(eb, COT_ERR_IO, "could not read \"%s\": %s", path, strerror(errno));
+				rc = cot_seterr(eb, COT_ERR_IO, "could not read \"%s\": %s", path,
+				                strerror(errno));
 			break;
 		}
 	}
@@ -161,7 +163,7 @@ typedef struct {
 	int n;
 	mb_span spans[MAX_SHARDS];
 	unsigned char *owned[MAX_SHARDS];
-	uint64_t n_tokens;          /* the manifest's; 0 with bare shards */
+	uint64_t n_tokens; /* the manifest's; 0 with bare shards */
 } dataset;
 
 static void dataset_free(dataset *d)
@@ -185,8 +187,9 @@ static cot_err add_shard(dataset *d, const char *path, cot_errbuf *eb)
 		if (meta.first_token < d->spans[i].first + d->spans[i].n &&
 		    d->spans[i].first < meta.first_token + meta.n_tokens) {
 			free(tok);
-			return cot_seterr(eb, COT_ERR_INVALID, "shard \"%s\" overlaps another shard (tokens %" PRIu64 "...)",
-			                  path, meta.first_token);
+			return cot_seterr(eb, COT_ERR_INVALID,
+			                  "shard \"%s\" overlaps another shard (tokens %" PRIu64 "...)", path,
+			                  meta.first_token);
 		}
 	d->spans[d->n] = (mb_span){ meta.first_token, meta.n_tokens, tok };
 	d->owned[d->n] = tok;
@@ -225,25 +228,32 @@ static cot_err load_manifest(dataset *d, const char *store, const char *manifest
 	    !json_is_integer(nt) || json_integer_value(nt) < 1 || !json_is_array(shards) ||
 	    json_array_size(shards) > MAX_SHARDS) {
 		json_decref(m);
-		return cot_seterr(eb, COT_ERR_CORRUPT, "manifest \"%s\" is not a cotrain-dataset manifest", path);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "manifest \"%s\" is not a cotrain-dataset manifest",
+		                  path);
 	}
 	d->n_tokens = (uint64_t)json_integer_value(nt);
 	size_t i;
 	json_t *s;
-	json_array_foreach(shards, i, s) {
+	json_array_foreach(shards, i, s)
+	{
 		json_t *sha = json_object_get(s, "sha256"), *first = json_object_get(s, "first_token");
 		json_t *n = json_object_get(s, "n_tokens");
-		if (!json_is_string(sha) || !fs_sha_valid(json_string_value(sha)) || !json_is_integer(first) ||
-		    !json_is_integer(n)) {
-			rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard %zu of manifest \"%s\" lacks sha256, first_token or n_tokens", i, path);
+		if (!json_is_string(sha) || !fs_sha_valid(json_string_value(sha)) ||
+		    !json_is_integer(first) || !json_is_integer(n)) {
+			rc = cot_seterr(eb, COT_ERR_CORRUPT,
+			                "shard %zu of manifest \"%s\" lacks sha256, first_token or n_tokens",
+			                i, path);
 			break;
 		}
 		char sp[PATH_MAX];
-		if ((rc = fs_path(store, json_string_value(sha), sp, sizeof sp, eb)) || (rc = add_shard(d, sp, eb)))
+		if ((rc = fs_path(store, json_string_value(sha), sp, sizeof sp, eb)) ||
+		    (rc = add_shard(d, sp, eb)))
 			break;
 		const mb_span *got = &d->spans[d->n - 1];
-		if ((json_int_t)got->first != json_integer_value(first) || (json_int_t)got->n != json_integer_value(n)) {
-			rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard %s does not hold the tokens manifest \"%s\" says",
+		if ((json_int_t)got->first != json_integer_value(first) ||
+		    (json_int_t)got->n != json_integer_value(n)) {
+			rc = cot_seterr(eb, COT_ERR_CORRUPT,
+			                "shard %s does not hold the tokens manifest \"%s\" says",
 			                json_string_value(sha), path);
 			break;
 		}
@@ -298,18 +308,23 @@ static cot_err read_rounds(const char *path, int64_t v0, range **out, size_t *n_
 		long long v, lo, hi;
 		int used = 0;
 		if (sscanf(l, " %lld %lld %lld %n", &v, &lo, &hi, &used) != 3 || l[used] != '\0') {
-			rc = cot_seterr(eb, COT_ERR_INVALID, "line %d of rounds file \"%s\" is not \"VERSION LO HI\"", line, path);
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "line %d of rounds file \"%s\" is not \"VERSION LO HI\"", line, path);
 			goto out;
 		}
 		if (v < v0 || lo < 0 || hi <= lo || hi - lo > MAX_RANGE_MB) {
-			rc = cot_seterr(eb, COT_ERR_INVALID, "line %d of rounds file \"%s\": range [%lld, %lld) of version %lld is out of bounds",
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "line %d of rounds file \"%s\": range [%lld, %lld) of version %lld "
+			                "is out of bounds",
 			                line, path, lo, hi, v);
-			cot_sethint(eb, "Versions start at the checkpoint's step (%lld); 0 <= LO < HI.", (long long)v0);
+			cot_sethint(eb, "Versions start at the checkpoint's step (%lld); 0 <= LO < HI.",
+			            (long long)v0);
 			goto out;
 		}
 		if (n == cap) {
 			if (cap >= MAX_RANGES) {
-				rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "rounds file \"%s\" has over %d ranges", path, MAX_RANGES);
+				rc = cot_seterr(eb, COT_ERR_TOO_LARGE,
+				                "rounds file \"%s\" has over %d ranges", path, MAX_RANGES);
 				goto out;
 			}
 			cap = cap ? cap * 2 : 64;
@@ -328,18 +343,21 @@ static cot_err read_rounds(const char *path, int64_t v0, range **out, size_t *n_
 	}
 	qsort(r, n, sizeof *r, range_cmp);
 	if (r[0].v != v0) {
-		rc = cot_seterr(eb, COT_ERR_INVALID, "rounds file \"%s\" starts at version %lld, the checkpoint is version %lld",
+		rc = cot_seterr(eb, COT_ERR_INVALID,
+		                "rounds file \"%s\" starts at version %lld, the checkpoint is version %lld",
 		                path, (long long)r[0].v, (long long)v0);
 		goto out;
 	}
 	for (size_t i = 1; i < n; i++) {
 		if (r[i].v > r[i - 1].v + 1) {
-			rc = cot_seterr(eb, COT_ERR_INVALID, "rounds file \"%s\" has no range for version %lld",
-			                path, (long long)r[i - 1].v + 1);
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "rounds file \"%s\" has no range for version %lld", path,
+			                (long long)r[i - 1].v + 1);
 			goto out;
 		}
 		if (r[i].v == r[i - 1].v && r[i].lo < r[i - 1].hi) {
-			rc = cot_seterr(eb, COT_ERR_INVALID, "ranges [%lld, %lld) and [%lld, %lld) of version %lld overlap",
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "ranges [%lld, %lld) and [%lld, %lld) of version %lld overlap",
 			                (long long)r[i - 1].lo, (long long)r[i - 1].hi, (long long)r[i].lo,
 			                (long long)r[i].hi, (long long)r[i].v);
 			goto out;
@@ -362,7 +380,7 @@ typedef struct {
 	const char *project, *rounds, *store, *manifest, *checkpoint, *out;
 	const char **shards;
 	int nshards;
-	int64_t mb_per_epoch;       /* 0: from the manifest */
+	int64_t mb_per_epoch; /* 0: from the manifest */
 } replay_args;
 
 static void to_config(const pf_model *p, kern_config *c)
@@ -448,7 +466,8 @@ static int replay(const replay_args *a)
 	if (d->n_tokens) {
 		int64_t got = mb_per_epoch(d->n_tokens, shape.T, shape.B);
 		if (a->mb_per_epoch && a->mb_per_epoch != got) {
-			cot_seterr(&eb, COT_ERR_INVALID, "--mb-per-epoch %lld disagrees with the manifest's %lld",
+			cot_seterr(&eb, COT_ERR_INVALID,
+			           "--mb-per-epoch %lld disagrees with the manifest's %lld",
 			           (long long)a->mb_per_epoch, (long long)got);
 			goto out;
 		}
@@ -466,7 +485,8 @@ static int replay(const replay_args *a)
 		if (rc)
 			goto out;
 		if (memcmp(&m->config, &kc, sizeof kc) != 0) {
-			cot_seterr(&eb, COT_ERR_INVALID, "checkpoint \"%s\" does not hold the model of project \"%s\"",
+			cot_seterr(&eb, COT_ERR_INVALID,
+			           "checkpoint \"%s\" does not hold the model of project \"%s\"",
 			           a->checkpoint, pf.name);
 			goto out;
 		}
@@ -565,14 +585,15 @@ static int compare(const char *pa, const char *pb, double tol)
 			double scale = fmax(fmax(fabs(xi), fabs(yi)), floor);
 			double r = dd == 0 ? 0 : scale > 0 ? dd / scale : INFINITY;
 			if (!(r <= brel[k]))
-				brel[k] = r;   /* NaN too */
+				brel[k] = r; /* NaN too */
 			dmax = fmax(dmax, dd);
 			vmax = fmax(vmax, fmax(fabs(xi), fabs(yi)));
 		}
 		if (!(brel[k] <= (k == 0 ? tol : 10 * tol)))
 			over = 1;
 	}
-	printf("max relative difference %.6g (max abs difference %.6g, max abs value %.6g)\n", brel[0], dmax, vmax);
+	printf("max relative difference %.6g (max abs difference %.6g, max abs value %.6g)\n", brel[0], dmax,
+	       vmax);
 	for (int k = 0; k < 3; k++)
 		printf("%s %.6g\n", names[k], brel[k]);
 	ret = over;
@@ -597,29 +618,47 @@ int main(int argc, char **argv)
 	a.shards = shards;
 	int do_compare = 0;
 	double tol = 1e-5;
-	enum { O_PROJECT = 1, O_ROUNDS, O_STORE, O_MANIFEST, O_SHARD, O_MPE, O_CKPT, O_OUT, O_COMPARE, O_TOL, O_HELP };
-	static const struct option opts[] = {
-		{ "project", required_argument, NULL, O_PROJECT },
-		{ "rounds", required_argument, NULL, O_ROUNDS },
-		{ "store", required_argument, NULL, O_STORE },
-		{ "manifest", required_argument, NULL, O_MANIFEST },
-		{ "shard", required_argument, NULL, O_SHARD },
-		{ "mb-per-epoch", required_argument, NULL, O_MPE },
-		{ "checkpoint", required_argument, NULL, O_CKPT },
-		{ "out", required_argument, NULL, O_OUT },
-		{ "compare", no_argument, NULL, O_COMPARE },
-		{ "tolerance", required_argument, NULL, O_TOL },
-		{ "help", no_argument, NULL, O_HELP },
-		{ NULL, 0, NULL, 0 }
+	enum {
+		O_PROJECT = 1,
+		O_ROUNDS,
+		O_STORE,
+		O_MANIFEST,
+		O_SHARD,
+		O_MPE,
+		O_CKPT,
+		O_OUT,
+		O_COMPARE,
+		O_TOL,
+		O_HELP
 	};
+	static const struct option opts[] = { { "project", required_argument, NULL, O_PROJECT },
+		                              { "rounds", required_argument, NULL, O_ROUNDS },
+		                              { "store", required_argument, NULL, O_STORE },
+		                              { "manifest", required_argument, NULL, O_MANIFEST },
+		                              { "shard", required_argument, NULL, O_SHARD },
+		                              { "mb-per-epoch", required_argument, NULL, O_MPE },
+		                              { "checkpoint", required_argument, NULL, O_CKPT },
+		                              { "out", required_argument, NULL, O_OUT },
+		                              { "compare", no_argument, NULL, O_COMPARE },
+		                              { "tolerance", required_argument, NULL, O_TOL },
+		                              { "help", no_argument, NULL, O_HELP },
+		                              { NULL, 0, NULL, 0 } };
 	int c;
 	char *end;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case O_PROJECT: a.project = optarg; break;
-		case O_ROUNDS: a.rounds = optarg; break;
-		case O_STORE: a.store = optarg; break;
-		case O_MANIFEST: a.manifest = optarg; break;
+		case O_PROJECT:
+			a.project = optarg;
+			break;
+		case O_ROUNDS:
+			a.rounds = optarg;
+			break;
+		case O_STORE:
+			a.store = optarg;
+			break;
+		case O_MANIFEST:
+			a.manifest = optarg;
+			break;
 		case O_SHARD:
 			if (a.nshards >= MAX_SHARDS) {
 				fprintf(stderr, "%s: error: more than %d --shard\n", prog, MAX_SHARDS);
@@ -631,13 +670,20 @@ int main(int argc, char **argv)
 			errno = 0;
 			a.mb_per_epoch = strtoll(optarg, &end, 10);
 			if (errno || *end || a.mb_per_epoch < 1) {
-				fprintf(stderr, "%s: error: --mb-per-epoch must be a positive integer\n", prog);
+				fprintf(stderr, "%s: error: --mb-per-epoch must be a positive integer\n",
+				        prog);
 				return 2;
 			}
 			break;
-		case O_CKPT: a.checkpoint = optarg; break;
-		case O_OUT: a.out = optarg; break;
-		case O_COMPARE: do_compare = 1; break;
+		case O_CKPT:
+			a.checkpoint = optarg;
+			break;
+		case O_OUT:
+			a.out = optarg;
+			break;
+		case O_COMPARE:
+			do_compare = 1;
+			break;
 		case O_TOL:
 			errno = 0;
 			tol = strtod(optarg, &end);
@@ -646,8 +692,12 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case O_HELP: usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case O_HELP:
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (do_compare) {
@@ -663,7 +713,10 @@ int main(int argc, char **argv)
 	}
 	if (!a.manifest && a.mb_per_epoch == 0) {
 		fprintf(stderr, "%s: error: --mb-per-epoch is required without --manifest\n", prog);
-		fprintf(stderr, "%s: hint: Bare shards do not tell the length of the token stream; take it from the project's mb_per_epoch.\n", prog);
+		fprintf(stderr,
+		        "%s: hint: Bare shards do not tell the length of the token stream; take it from the "
+		        "project's mb_per_epoch.\n",
+		        prog);
 		return 2;
 	}
 	return replay(&a);

@@ -10,16 +10,17 @@
 #include <string.h>
 
 static const char *full =
-	"{\"name\":\"demo\",\"title\":\"Demo\",\"description\":\"A demo.\",\"dataset\":\"tiny\","
-	"\"model\":{\"n_layer\":4,\"n_shared\":2,\"n_head\":4,\"d_model\":256,\"d_ff\":512,\"seq_len\":256,\"vocab\":256},"
-	"\"optimizer\":{\"type\":\"adamw\",\"lr\":0.0003,\"beta1\":0.9,\"beta2\":0.95,\"eps\":1e-8,"
-	"\"weight_decay\":0.1,\"clip_norm\":0,\"schedule\":{\"warmup_steps\":10,\"total_steps\":100,"
-	"\"decay\":\"linear\",\"min_lr_ratio\":0}},"
-	"\"target_batch\":256,\"microbatch_size\":8,\"seed\":42,\"work_unit_seconds\":120}";
+        "{\"name\":\"demo\",\"title\":\"Demo\",\"description\":\"A demo.\",\"dataset\":\"tiny\","
+        "\"model\":{\"n_layer\":4,\"n_shared\":2,\"n_head\":4,\"d_model\":256,\"d_ff\":512,\"seq_len\":256,"
+        "\"vocab\":256},"
+        "\"optimizer\":{\"type\":\"adamw\",\"lr\":0.0003,\"beta1\":0.9,\"beta2\":0.95,\"eps\":1e-8,"
+        "\"weight_decay\":0.1,\"clip_norm\":0,\"schedule\":{\"warmup_steps\":10,\"total_steps\":100,"
+        "\"decay\":\"linear\",\"min_lr_ratio\":0}},"
+        "\"target_batch\":256,\"microbatch_size\":8,\"seed\":42,\"work_unit_seconds\":120}";
 
 static const char *minimal =
-	"{\"name\":\"mini\",\"dataset\":\"tiny\","
-	"\"model\":{\"n_layer\":2,\"n_head\":2,\"d_model\":64,\"seq_len\":32},\"target_batch\":64}";
+        "{\"name\":\"mini\",\"dataset\":\"tiny\","
+        "\"model\":{\"n_layer\":2,\"n_head\":2,\"d_model\":64,\"seq_len\":32},\"target_batch\":64}";
 
 /* Replace the first occurrence of `from` in full by `to` and parse. */
 static cot_err parse_edit(const char *base, const char *from, const char *to, cot_errbuf *eb)
@@ -35,8 +36,7 @@ static cot_err parse_edit(const char *base, const char *from, const char *to, co
 	return rc;
 }
 
-static void refuse(const char *base, const char *from, const char *to, const char *field,
-                   const char *what)
+static void refuse(const char *base, const char *from, const char *to, const char *field, const char *what)
 {
 	cot_errbuf eb = { "", "" };
 	cot_err rc = parse_edit(base, from, to, &eb);
@@ -61,11 +61,14 @@ int main(void)
 	is_str(p.description, "A demo.", "description");
 	is_str(p.dataset, "tiny", "dataset");
 	ok(p.model.n_layer == 4 && p.model.n_shared == 2 && p.model.n_head == 4 && p.model.d_model == 256 &&
-	   p.model.d_ff == 512 && p.model.seq_len == 256 && p.model.vocab == 256, "model shape");
+	           p.model.d_ff == 512 && p.model.seq_len == 256 && p.model.vocab == 256,
+	   "model shape");
 	ok(p.opt.type == PF_OPT_ADAMW && p.opt.lr == 0.0003 && p.opt.beta2 == 0.95 && p.opt.eps == 1e-8 &&
-	   p.opt.weight_decay == 0.1 && p.opt.clip_norm == 0, "optimizer");
+	           p.opt.weight_decay == 0.1 && p.opt.clip_norm == 0,
+	   "optimizer");
 	ok(p.opt.warmup_steps == 10 && p.opt.total_steps == 100 && p.opt.decay == PF_DECAY_LINEAR &&
-	   p.opt.min_lr_ratio == 0, "schedule");
+	           p.opt.min_lr_ratio == 0,
+	   "schedule");
 	ok(p.target_batch == 256 && p.microbatch_size == 8 && p.seed == 42 && p.work_unit_seconds == 120,
 	   "batch sizes, seed, work-unit length");
 	pf_free(&p);
@@ -82,25 +85,33 @@ int main(void)
 
 	/* Defaults. */
 	norm = NULL;
-	if (!is_int(pf_parse(minimal, strlen(minimal), &p, &norm, &eb), COT_OK, "a minimal project file parses"))
+	if (!is_int(pf_parse(minimal, strlen(minimal), &p, &norm, &eb), COT_OK,
+	            "a minimal project file parses"))
 		diag("%s", eb.msg);
 	is_str(p.title, "mini", "title defaults to the name");
 	ok(p.model.n_shared == 2 && p.model.d_ff == 256 && p.model.vocab == 256,
 	   "n_shared defaults to n_layer, d_ff to 4 d_model, vocab to 256");
 	ok(p.opt.type == PF_OPT_LAMB && p.opt.lr == 1e-3 && p.opt.beta1 == 0.9 && p.opt.beta2 == 0.999 &&
-	   p.opt.eps == 1e-6 && p.opt.weight_decay == 0.01 && p.opt.clip_norm == 1.0, "optimizer defaults");
+	           p.opt.eps == 1e-6 && p.opt.weight_decay == 0.01 && p.opt.clip_norm == 1.0,
+	   "optimizer defaults");
 	ok(p.opt.warmup_steps == 0 && p.opt.total_steps == 10000 && p.opt.decay == PF_DECAY_COSINE &&
-	   p.opt.min_lr_ratio == 0.1, "schedule defaults");
+	           p.opt.min_lr_ratio == 0.1,
+	   "schedule defaults");
 	ok(p.microbatch_size == 8 && p.seed == 0 && p.work_unit_seconds == 180, "other defaults");
 	json_t *j = norm ? json_loads(norm, 0, NULL) : NULL;
 	ok(j && json_integer_value(json_object_get(json_object_get(j, "model"), "d_ff")) == 256 &&
-	   json_is_object(json_object_get(json_object_get(j, "optimizer"), "schedule")),
+	           json_is_object(json_object_get(json_object_get(j, "optimizer"), "schedule")),
 	   "the normalized file spells out the defaults");
 	json_decref(j);
 	free(norm);
 	pf_free(&p);
-	is_int(pf_param_count(&(pf_model){ .n_layer = 1, .n_shared = 1, .n_head = 1, .d_model = 2, .d_ff = 8,
-	                                   .seq_len = 3, .vocab = 5 }),
+	is_int(pf_param_count(&(pf_model){ .n_layer = 1,
+	                                   .n_shared = 1,
+	                                   .n_head = 1,
+	                                   .d_model = 2,
+	                                   .d_ff = 8,
+	                                   .seq_len = 3,
+	                                   .vocab = 5 }),
 	       5 * 2 + 3 * 2 + (4 * 4 + 2 * 2 * 8 + 9 * 2 + 8) + 2 * 2, "parameter count by hand");
 
 	/* Bad files, each naming the field. */
@@ -115,28 +126,35 @@ int main(void)
 	refuse(full, "\"title\":\"Demo\"", "\"title\":\"\"", "title", "an empty title");
 	refuse(full, "\"seed\":42", "\"seed\":42,\"colour\":\"blue\"", "colour", "an unknown top-level key");
 	refuse(full, "\"vocab\":256", "\"vocab\":256,\"n_embd\":3", "model.n_embd", "an unknown model key");
-	refuse(full, "\"min_lr_ratio\":0", "\"min_lr_ratio\":0,\"x\":1", "optimizer.schedule.x", "an unknown schedule key");
+	refuse(full, "\"min_lr_ratio\":0", "\"min_lr_ratio\":0,\"x\":1", "optimizer.schedule.x",
+	       "an unknown schedule key");
 	refuse(full, "\"n_layer\":4,", "", "model.n_layer", "a missing n_layer");
 	refuse(full, "\"n_head\":4", "\"n_head\":\"4\"", "model.n_head", "a string where an integer belongs");
 	refuse(full, "\"n_head\":4", "\"n_head\":4.5", "model.n_head", "a real where an integer belongs");
-	refuse(full, "\"d_model\":256", "\"d_model\":250", "model.d_model", "d_model not a multiple of n_head");
+	refuse(full, "\"d_model\":256", "\"d_model\":250", "model.d_model",
+	       "d_model not a multiple of n_head");
 	refuse(full, "\"n_shared\":2", "\"n_shared\":5", "model.n_shared", "n_shared above n_layer");
 	refuse(full, "\"seq_len\":256", "\"seq_len\":0", "model.seq_len", "a zero seq_len");
 	refuse(full, "\"d_model\":256", "\"d_model\":-256", "model.d_model", "a negative d_model");
-	refuse(full, "\"n_shared\":2,\"n_head\":4,\"d_model\":256,\"d_ff\":512", "\"n_shared\":4,\"n_head\":4,\"d_model\":16384,\"d_ff\":16384", "model", "a model too large");
-	refuse(full, "\"model\":{\"n_layer\":4,\"n_shared\":2,\"n_head\":4,\"d_model\":256,\"d_ff\":512,\"seq_len\":256,\"vocab\":256}",
+	refuse(full, "\"n_shared\":2,\"n_head\":4,\"d_model\":256,\"d_ff\":512",
+	       "\"n_shared\":4,\"n_head\":4,\"d_model\":16384,\"d_ff\":16384", "model", "a model too large");
+	refuse(full,
+	       "\"model\":{\"n_layer\":4,\"n_shared\":2,\"n_head\":4,\"d_model\":256,\"d_ff\":512,\"seq_"
+	       "len\":256,\"vocab\":256}",
 	       "\"model\":[4]", "model", "a model that is not an object");
 	refuse(full, "\"type\":\"adamw\"", "\"type\":\"sgd\"", "optimizer.type", "an unknown optimizer");
 	refuse(full, "\"lr\":0.0003", "\"lr\":0", "optimizer.lr", "a zero learning rate");
 	refuse(full, "\"beta1\":0.9", "\"beta1\":1", "optimizer.beta1", "beta1 of 1");
 	refuse(full, "\"eps\":1e-8", "\"eps\":true", "optimizer.eps", "a boolean eps");
-	refuse(full, "\"decay\":\"linear\"", "\"decay\":\"step\"", "optimizer.schedule.decay", "an unknown decay");
+	refuse(full, "\"decay\":\"linear\"", "\"decay\":\"step\"", "optimizer.schedule.decay",
+	       "an unknown decay");
 	refuse(full, "\"warmup_steps\":10", "\"warmup_steps\":1000", "optimizer.schedule.warmup_steps",
 	       "warm-up longer than training");
 	refuse(full, "\"target_batch\":256", "\"target_batch\":250", "target_batch",
 	       "a target batch that is not whole microbatches");
 	refuse(full, "\"target_batch\":256,", "", "target_batch", "a missing target batch");
-	refuse(full, "\"microbatch_size\":8", "\"microbatch_size\":0", "microbatch_size", "a zero microbatch");
+	refuse(full, "\"microbatch_size\":8", "\"microbatch_size\":0", "microbatch_size",
+	       "a zero microbatch");
 	refuse(full, "\"seed\":42", "\"seed\":-1", "seed", "a negative seed");
 	refuse(full, "\"work_unit_seconds\":120", "\"work_unit_seconds\":100000", "work_unit_seconds",
 	       "work units longer than a day");
@@ -147,7 +165,8 @@ int main(void)
 		memset(huge, ' ', PF_MAX_BYTES + 1);
 		huge[0] = '{';
 		huge[PF_MAX_BYTES] = '}';
-		is_int(pf_parse(huge, PF_MAX_BYTES + 1, &p, NULL, &eb), COT_ERR_TOO_LARGE, "refuse an oversized file");
+		is_int(pf_parse(huge, PF_MAX_BYTES + 1, &p, NULL, &eb), COT_ERR_TOO_LARGE,
+		       "refuse an oversized file");
 		free(huge);
 	}
 	done_testing();

@@ -45,7 +45,7 @@ static double urand(void)
 
 static peer_ctx *make_ctx(pki_ca *ca, int64_t id)
 {
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	char *key = NULL, *pub = NULL, *cert = NULL;
 	peer_ctx *c = NULL;
 	if (pki_host_key_generate(&key, &pub, &eb) ||
@@ -66,7 +66,7 @@ typedef struct {
 	size_t n, len;
 	uint64_t start[MAXN], end[MAXN], samples[MAXN];
 	int absent[MAXN];
-	int no_stream[MAXN];          /* the member opens no stream connections */
+	int no_stream[MAXN]; /* the member opens no stream connections */
 	int send_comp, result_comp;
 	int collect_ms, deadline_ms;
 	float *grad[MAXN];
@@ -128,11 +128,19 @@ static void *member_main(void *arg)
 		return NULL;
 	}
 	allreduce_params p = {
-		.members = g->m, .n = g->n, .self = j->self, .round = 7,
-		.grad = g->grad[j->self], .len = g->len,
-		.send_comp = g->send_comp, .result_comp = g->result_comp,
-		.ctx = ctx[j->self], .dialer = d, .lst = g->lst[j->self],
-		.collect_deadline = g->t0 + g->collect_ms, .deadline = g->t0 + g->deadline_ms,
+		.members = g->m,
+		.n = g->n,
+		.self = j->self,
+		.round = 7,
+		.grad = g->grad[j->self],
+		.len = g->len,
+		.send_comp = g->send_comp,
+		.result_comp = g->result_comp,
+		.ctx = ctx[j->self],
+		.dialer = d,
+		.lst = g->lst[j->self],
+		.collect_deadline = g->t0 + g->collect_ms,
+		.deadline = g->t0 + g->deadline_ms,
 		.no_stream = g->no_stream[j->self],
 	};
 	g->rc[j->self] = allreduce_run(&p, g->out[j->self], &g->res[j->self], &g->eb[j->self]);
@@ -146,12 +154,12 @@ static void *member_main(void *arg)
  * runs after the listeners exist and before the members start. */
 static void group_run(group *g, void (*before)(group *))
 {
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	for (size_t i = 0; i < g->n; i++) {
 		if (listener_open("127.0.0.1", 0, 0, &g->lst[i], &eb))
 			bail_out("could not listen: %s", eb.msg);
-		g->m[i] = (allreduce_member){ hid[i], "127.0.0.1", listener_port(g->lst[i]),
-		                              g->start[i], g->end[i], g->samples[i] };
+		g->m[i] = (allreduce_member){ hid[i],      "127.0.0.1", listener_port(g->lst[i]),
+			                      g->start[i], g->end[i],   g->samples[i] };
 		if (g->absent[i] == ABSENT_CLOSED) {
 			listener_close(g->lst[i]);
 			g->lst[i] = NULL;
@@ -264,8 +272,8 @@ static void check_group(group *g, const int *included, const char *what)
 				sets = 0;
 		for (size_t k = 0; k < r->n_dropped; k++)
 			for (size_t m = 0; m < g->n; m++)
-				if (hid[m] == r->dropped[k].host_id && (included[m] ||
-				    r->dropped[k].samples != g->samples[m]))
+				if (hid[m] == r->dropped[k].host_id &&
+				    (included[m] || r->dropped[k].samples != g->samples[m]))
 					sets = 0;
 	}
 	ok(sets, "%s: %zu included with %llu samples, %llu samples reported dropped", what, n_inc,
@@ -296,8 +304,10 @@ static void check_group(group *g, const int *included, const char *what)
 					close = 0;
 			}
 		}
-		ok(close, "%s: each member's sum over its total_samples is the samples-weighted mean of "
-		   "the members' own means", what);
+		ok(close,
+		   "%s: each member's sum over its total_samples is the samples-weighted mean of "
+		   "the members' own means",
+		   what);
 	}
 	free(e);
 }
@@ -379,16 +389,15 @@ static void test_bad_gradients(void)
 {
 	uint64_t s4[] = { 4, 8, 2, 16 }, e4[] = { 750, 1500, 2250, 3000 };
 	group *g = group_new(4, 3000, e4, s4);
-	g->grad[2][10] = NAN;           /* in member 0's range only */
-	g->grad[3][800] = INFINITY;     /* in member 1's range only */
+	g->grad[2][10] = NAN;       /* in member 0's range only */
+	g->grad[3][800] = INFINITY; /* in member 1's range only */
 	group_run(g, NULL);
 	const int inc[MAXN] = { 1, 1, 0, 0 };
 	check_group(g, inc, "NaN and Inf");
 	const char *why2 = refused_by(g, 0, 2), *why3 = refused_by(g, 1, 3);
-	ok(why2 && strstr(why2, "not finite") && why3 && strstr(why3, "not finite") &&
-	   !refused_by(g, 1, 2) && !refused_by(g, 0, 3),
-	   "the aggregator that saw NaN or Inf reports refusing the sender (\"%s\")",
-	   why2 ? why2 : "none");
+	ok(why2 && strstr(why2, "not finite") && why3 && strstr(why3, "not finite") && !refused_by(g, 1, 2) &&
+	           !refused_by(g, 0, 3),
+	   "the aggregator that saw NaN or Inf reports refusing the sender (\"%s\")", why2 ? why2 : "none");
 	group_free(g);
 
 	/* Same with 8-bit slices: the bad block cannot hide in the encoding. */
@@ -405,7 +414,7 @@ static void test_bad_gradients(void)
 	 * streaming, and the full RESULT of the others replaces them. */
 	uint64_t m4[] = { 120000, 120000, 190000, 200000 };
 	g = group_new(4, 200000, m4, s4);
-	g->grad[3][150000] = NAN;      /* part 1 of member 2's range */
+	g->grad[3][150000] = NAN; /* part 1 of member 2's range */
 	group_run(g, NULL);
 	const int inc3[MAXN] = { 1, 1, 1, 0 };
 	check_group(g, inc3, "NaN in a later part of a range of several");
@@ -501,12 +510,14 @@ static void *outsider_main(void *arg)
 {
 	outsider_job *o = arg;
 	peer_conn *c = NULL;
-	o->rc = peer_handshake(outsider_ctx, o->fd, PEER_CLIENT, hid[0], deadline_after_ms(5000), &c,
-	                       &o->eb);
+	o->rc = peer_handshake(outsider_ctx, o->fd, PEER_CLIENT, hid[0], deadline_after_ms(5000), &c, &o->eb);
 	if (o->rc == COT_OK) {
-		hello_msg ours = { .proto_min = HELLO_PROTO_MIN, .proto_max = HELLO_PROTO_MAX,
-		                   .host_id = OUTSIDER, .round = 7,
-		                   .max_payload = FRAME_PAYLOAD_DEFAULT_MAX }, theirs;
+		hello_msg ours = { .proto_min = HELLO_PROTO_MIN,
+			           .proto_max = HELLO_PROTO_MAX,
+			           .host_id = OUTSIDER,
+			           .round = 7,
+			           .max_payload = FRAME_PAYLOAD_DEFAULT_MAX },
+		          theirs;
 		uint16_t ver;
 		snprintf(ours.project, sizeof ours.project, "%s", PROJECT);
 		o->rc = hello_exchange(c, &ours, &theirs, &ver, deadline_after_ms(5000), &o->eb);
@@ -547,17 +558,20 @@ static void test_outsider(void)
 
 static void test_params(void)
 {
-	float grad[10] = {0}, out[10];
+	float grad[10] = { 0 }, out[10];
 	allreduce_result res;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	allreduce_member m[2] = { { hid[0], "127.0.0.1", 1, 0, 6, 1 }, { hid[1], "127.0.0.1", 1, 5, 10, 1 } };
-	allreduce_params p = { .members = m, .n = 2, .self = 0, .grad = grad, .len = 10,
-	                       .ctx = ctx[0], .deadline = deadline_after_ms(1000) };
-	ok(allreduce_run(&p, out, &res, &eb) == COT_ERR_INVALID, "overlapping ranges refused (%s)",
-	   eb.msg);
+	allreduce_params p = { .members = m,
+		               .n = 2,
+		               .self = 0,
+		               .grad = grad,
+		               .len = 10,
+		               .ctx = ctx[0],
+		               .deadline = deadline_after_ms(1000) };
+	ok(allreduce_run(&p, out, &res, &eb) == COT_ERR_INVALID, "overlapping ranges refused (%s)", eb.msg);
 	m[0].end = 4;
-	ok(allreduce_run(&p, out, &res, &eb) == COT_ERR_INVALID, "ranges with a gap refused (%s)",
-	   eb.msg);
+	ok(allreduce_run(&p, out, &res, &eb) == COT_ERR_INVALID, "ranges with a gap refused (%s)", eb.msg);
 	m[0].end = 5;
 	p.self = 1;
 	ok(allreduce_run(&p, out, &res, &eb) == COT_ERR_INVALID, "a self that is not us refused (%s)",
@@ -568,7 +582,7 @@ int main(void)
 {
 	alarm(120);
 	plan_lazy();
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	pki_ca *ca = NULL;
 	if (pki_ca_create(PROJECT, 0, &ca, &eb) || pki_ca_cert_pem(ca, &ca_pem, &eb))
 		bail_out("could not make a CA: %s", eb.msg);

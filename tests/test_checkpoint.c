@@ -16,14 +16,11 @@
 #include "tests/tap.h"
 
 static char dir[256];
-static const kern_config cfg = {.n_layer = 2, .n_shared = 2, .n_head = 2,
-                                .d_model = 16, .seq_len = 8, .vocab = 256,
-                                .d_ff = 64};
+static const kern_config cfg = {
+	.n_layer = 2, .n_shared = 2, .n_head = 2, .d_model = 16, .seq_len = 8, .vocab = 256, .d_ff = 64
+};
 
-static size_t nparams(const kern_model *m)
-{
-	return kern_param_count(&m->config);
-}
+static size_t nparams(const kern_model *m) { return kern_param_count(&m->config); }
 
 static kern_model *make(const kern_config *c, unsigned seed)
 {
@@ -45,18 +42,27 @@ static kern_model *make(const kern_config *c, unsigned seed)
 static int same_state(const kern_model *a, const kern_model *b)
 {
 	size_t n = nparams(a);
-	return memcmp(&a->config, &b->config, sizeof a->config) == 0 &&
-	       a->step == b->step &&
+	return memcmp(&a->config, &b->config, sizeof a->config) == 0 && a->step == b->step &&
 	       memcmp(a->params, b->params, n * sizeof(float)) == 0 &&
-	       memcmp(a->m, b->m, n * sizeof(float)) == 0 &&
-	       memcmp(a->v, b->v, n * sizeof(float)) == 0;
+	       memcmp(a->m, b->m, n * sizeof(float)) == 0 && memcmp(a->v, b->v, n * sizeof(float)) == 0;
 }
 
 /* Ways to spoil a checkpoint written by write_custom. */
 enum spoil {
-	SP_NONE, SP_MISSING, SP_SHAPE, SP_DTYPE, SP_EXTRA, SP_NAN, SP_VERSION,
-	SP_FORMAT, SP_TOKENIZER, SP_NO_FIELD, SP_BAD_CONFIG, SP_HUGE_CONFIG,
-	SP_STEP, SP_NEG_V
+	SP_NONE,
+	SP_MISSING,
+	SP_SHAPE,
+	SP_DTYPE,
+	SP_EXTRA,
+	SP_NAN,
+	SP_VERSION,
+	SP_FORMAT,
+	SP_TOKENIZER,
+	SP_NO_FIELD,
+	SP_BAD_CONFIG,
+	SP_HUGE_CONFIG,
+	SP_STEP,
+	SP_NEG_V
 };
 
 /* Write m as ckpt_save would, spoiled as sp says. */
@@ -76,14 +82,12 @@ static void write_custom(const kern_model *m, const char *path, enum spoil sp)
 	st_writer_meta(w, "format_version", sp == SP_VERSION ? "2" : "1", &eb);
 	st_writer_meta(w, "tokenizer", sp == SP_TOKENIZER ? "bpe" : "byte", &eb);
 	const kern_config *c = &m->config;
-	int vals[7] = {c->n_layer, c->n_shared, c->n_head, c->d_model,
-	               c->seq_len, c->vocab, c->d_ff};
-	const char *keys[7] = {"n_layer", "n_shared", "n_head", "d_model",
-	                       "seq_len", "vocab", "d_ff"};
+	int vals[7] = { c->n_layer, c->n_shared, c->n_head, c->d_model, c->seq_len, c->vocab, c->d_ff };
+	const char *keys[7] = { "n_layer", "n_shared", "n_head", "d_model", "seq_len", "vocab", "d_ff" };
 	if (sp == SP_BAD_CONFIG)
-		vals[2] = 3;            /* 3 heads do not divide d_model 16 */
+		vals[2] = 3; /* 3 heads do not divide d_model 16 */
 	if (sp == SP_HUGE_CONFIG)
-		vals[3] = 1 << 24;      /* d_model 16M in a tiny file */
+		vals[3] = 1 << 24; /* d_model 16M in a tiny file */
 	for (int i = 0; i < 7; i++) {
 		if (sp == SP_NO_FIELD && i == 6)
 			continue;
@@ -92,10 +96,10 @@ static void write_custom(const kern_model *m, const char *path, enum spoil sp)
 	}
 	st_writer_meta(w, "step", sp == SP_STEP ? "-5" : "17", &eb);
 
-	const char *groups[3] = {"param.", "opt.m.", "opt.v."};
-	const float *data[3] = {m->params, m->m, m->v};
+	const char *groups[3] = { "param.", "opt.m.", "opt.v." };
+	const float *data[3] = { m->params, m->m, m->v };
 	float *nan_copy = NULL;
-	int skew = -1;   /* a non-square matrix, to transpose */
+	int skew = -1; /* a non-square matrix, to transpose */
 	for (int i = nv - 1; i >= 0; i--)
 		if (views[i].ndim == 2 && views[i].shape[0] != views[i].shape[1])
 			skew = i;
@@ -113,7 +117,7 @@ static void write_custom(const kern_model *m, const char *path, enum spoil sp)
 			if (g == 1 && i == nv - 1 && sp == SP_MISSING)
 				continue;
 			if (g == 0 && i == skew && sp == SP_SHAPE) {
-				int64_t t = shape[0];   /* transposed: same numel */
+				int64_t t = shape[0]; /* transposed: same numel */
 				shape[0] = shape[1];
 				shape[1] = t;
 			}
@@ -127,7 +131,7 @@ static void write_custom(const kern_model *m, const char *path, enum spoil sp)
 			}
 			st_dtype dt = ST_F32;
 			if (g == 0 && i == 0 && sp == SP_DTYPE) {
-				dt = ST_I32;     /* same size, wrong type */
+				dt = ST_I32; /* same size, wrong type */
 			}
 			if (st_writer_add(w, name, dt, v->ndim, shape, p, &eb))
 				bail_out("st_writer_add: %s", eb.msg);
@@ -156,8 +160,10 @@ static void test_round_trip(void)
 
 	kern_model *b;
 	eb.msg[0] = '\0';
-	is_int(ckpt_load_new(path, 2, &b, &eb), COT_OK, "loaded into a new model: "
-	       "%s", eb.msg);
+	is_int(ckpt_load_new(path, 2, &b, &eb), COT_OK,
+	       "loaded into a new model: "
+	       "%s",
+	       eb.msg);
 	if (!b)
 		bail_out("cannot continue");
 	ok(same_state(a, b), "config, step, parameters and moments identical");
@@ -183,7 +189,7 @@ static void test_round_trip(void)
 	snprintf(name, sizeof name, "opt.v.%s", views[nv - 1].name);
 	const st_tensor *t = st_find(f, name);
 	ok(t && t->dtype == ST_F32 && t->numel == views[nv - 1].numel &&
-	   memcmp(t->data, a->v + views[nv - 1].offset, t->nbytes) == 0,
+	           memcmp(t->data, a->v + views[nv - 1].offset, t->nbytes) == 0,
 	   "%s holds the second moment", name);
 	st_close(f);
 
@@ -191,16 +197,13 @@ static void test_round_trip(void)
 	kern_config c2 = cfg;
 	c2.d_ff = 32;
 	kern_model *d = make(&c2, 5), *d0 = make(&c2, 5);
-	is_int(ckpt_load(d, path, &eb), COT_ERR_CONFLICT,
-	       "a model of another config refuses it");
-	ok(strstr(eb.msg, "d_ff") != NULL && eb.hint[0], "detail names d_ff: %s",
-	   eb.msg);
+	is_int(ckpt_load(d, path, &eb), COT_ERR_CONFLICT, "a model of another config refuses it");
+	ok(strstr(eb.msg, "d_ff") != NULL && eb.hint[0], "detail names d_ff: %s", eb.msg);
 	ok(same_state(d, d0), "the model is untouched");
 
 	kern_model_free(b);
 	snprintf(path, sizeof path, "%s/absent.safetensors", dir);
-	is_int(ckpt_load_new(path, 1, &b, &eb) == COT_ERR_NOT_FOUND && !b, 1,
-	       "a missing file is not found");
+	is_int(ckpt_load_new(path, 1, &b, &eb) == COT_ERR_NOT_FOUND && !b, 1, "a missing file is not found");
 	kern_model_free(a);
 	kern_model_free(b);
 	kern_model_free(c);
@@ -215,21 +218,18 @@ static void test_spoiled(void)
 		cot_err want;
 		const char *substr, *what;
 	} cases[] = {
-		{SP_MISSING, COT_ERR_CORRUPT, "is missing", "a missing tensor"},
-		{SP_SHAPE, COT_ERR_CORRUPT, "expected F32", "a transposed tensor"},
-		{SP_DTYPE, COT_ERR_CORRUPT, "is I32", "an I32 tensor"},
-		{SP_EXTRA, COT_ERR_CORRUPT, "param.surprise", "an extra tensor"},
-		{SP_NAN, COT_ERR_CORRUPT, "non-finite", "a NaN moment"},
-		{SP_VERSION, COT_ERR_UNSUPPORTED, "version 2", "format version 2"},
-		{SP_FORMAT, COT_ERR_UNSUPPORTED, "not a cotrain checkpoint",
-		 "another format"},
-		{SP_TOKENIZER, COT_ERR_UNSUPPORTED, "bpe", "another tokenizer"},
-		{SP_NO_FIELD, COT_ERR_CORRUPT, "d_ff", "a config field missing"},
-		{SP_BAD_CONFIG, COT_ERR_CORRUPT, "config is invalid",
-		 "an invalid config"},
-		{SP_STEP, COT_ERR_CORRUPT, "step", "a negative step"},
-		{SP_NEG_V, COT_ERR_CORRUPT, "negative second moment",
-		 "a negative second moment"},
+		{ SP_MISSING, COT_ERR_CORRUPT, "is missing", "a missing tensor" },
+		{ SP_SHAPE, COT_ERR_CORRUPT, "expected F32", "a transposed tensor" },
+		{ SP_DTYPE, COT_ERR_CORRUPT, "is I32", "an I32 tensor" },
+		{ SP_EXTRA, COT_ERR_CORRUPT, "param.surprise", "an extra tensor" },
+		{ SP_NAN, COT_ERR_CORRUPT, "non-finite", "a NaN moment" },
+		{ SP_VERSION, COT_ERR_UNSUPPORTED, "version 2", "format version 2" },
+		{ SP_FORMAT, COT_ERR_UNSUPPORTED, "not a cotrain checkpoint", "another format" },
+		{ SP_TOKENIZER, COT_ERR_UNSUPPORTED, "bpe", "another tokenizer" },
+		{ SP_NO_FIELD, COT_ERR_CORRUPT, "d_ff", "a config field missing" },
+		{ SP_BAD_CONFIG, COT_ERR_CORRUPT, "config is invalid", "an invalid config" },
+		{ SP_STEP, COT_ERR_CORRUPT, "step", "a negative step" },
+		{ SP_NEG_V, COT_ERR_CORRUPT, "negative second moment", "a negative second moment" },
 	};
 	char path[300];
 	snprintf(path, sizeof path, "%s/spoiled.safetensors", dir);
@@ -241,24 +241,22 @@ static void test_spoiled(void)
 	write_custom(src, path, SP_NONE);
 	kern_model *b;
 	eb.msg[0] = '\0';
-	is_int(ckpt_load_new(path, 1, &b, &eb), COT_OK,
-	       "the test's own writer makes a loadable file: %s", eb.msg);
+	is_int(ckpt_load_new(path, 1, &b, &eb), COT_OK, "the test's own writer makes a loadable file: %s",
+	       eb.msg);
 	kern_model_free(b);
 
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		write_custom(src, path, cases[i].sp);
 		memset(&eb, 0, sizeof eb);
 		cot_err rc = ckpt_load(m, path, &eb);
-		ok(rc == cases[i].want && strstr(eb.msg, cases[i].substr) &&
-		   strstr(eb.msg, path), "%s: refused as %s", cases[i].what,
-		   cot_strerror(cases[i].want));
+		ok(rc == cases[i].want && strstr(eb.msg, cases[i].substr) && strstr(eb.msg, path),
+		   "%s: refused as %s", cases[i].what, cot_strerror(cases[i].want));
 		if (rc != cases[i].want || !strstr(eb.msg, cases[i].substr))
 			diag("got %s: %s", cot_strerror(rc), eb.msg);
 		ok(same_state(m, m0), "%s: the model is untouched", cases[i].what);
 		b = (kern_model *)1;
 		rc = ckpt_load_new(path, 1, &b, &eb);
-		ok(rc == cases[i].want && b == NULL,
-		   "%s: no new model either", cases[i].what);
+		ok(rc == cases[i].want && b == NULL, "%s: no new model either", cases[i].what);
 	}
 
 	/* A tiny file that claims a huge model is refused before any model is
@@ -266,8 +264,8 @@ static void test_spoiled(void)
 	write_custom(src, path, SP_HUGE_CONFIG);
 	b = (kern_model *)1;
 	cot_err rc = ckpt_load_new(path, 1, &b, &eb);
-	ok(rc != COT_OK && rc != COT_ERR_NOMEM && b == NULL,
-	   "a huge config in a tiny file is refused: %s", eb.msg);
+	ok(rc != COT_OK && rc != COT_ERR_NOMEM && b == NULL, "a huge config in a tiny file is refused: %s",
+	   eb.msg);
 
 	/* A truncated checkpoint. */
 	write_custom(src, path, SP_NONE);
@@ -278,8 +276,7 @@ static void test_spoiled(void)
 	fclose(fp);
 	if (truncate(path, len - 3))
 		bail_out("cannot truncate %s", path);
-	is_int(ckpt_load(m, path, &eb), COT_ERR_CORRUPT,
-	       "a truncated checkpoint is corrupt");
+	is_int(ckpt_load(m, path, &eb), COT_ERR_CORRUPT, "a truncated checkpoint is corrupt");
 	ok(same_state(m, m0), "the model is untouched");
 
 	kern_model_free(src);
@@ -290,8 +287,7 @@ static void test_spoiled(void)
 int main(void)
 {
 	const char *tmp = getenv("TMPDIR");
-	snprintf(dir, sizeof dir, "%s/test_checkpoint.XXXXXX",
-	         tmp && *tmp ? tmp : "/tmp");
+	snprintf(dir, sizeof dir, "%s/test_checkpoint.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(dir))
 		bail_out("cannot create a temporary folder under %s", dir);
 	plan_lazy();

@@ -10,13 +10,18 @@
 #include "client/round.h"
 #include "tests/tap.h"
 
-#define GOOD "{\"project\":\"p\",\"version\":3,\"attempt\":1,\"state\":\"averaging\",\"host_id\":7," \
-	"\"group\":0,\"n_groups\":1,\"round_samples\":30,\"param_count\":100,\"deadline\":\"2026-11-22T00:10:00+00:00\"," \
+#define GOOD \
+	"{\"project\":\"p\",\"version\":3,\"attempt\":1,\"state\":\"averaging\",\"host_id\":7," \
+	"\"group\":0,\"n_groups\":1,\"round_samples\":30,\"param_count\":100,\"deadline\":\"2026-11-22T00:" \
+	"10:00+00:00\"," \
 	"\"compression\":\"none\",\"members\":[" \
-	"{\"host_id\":5,\"endpoint\":\"127.0.0.1:7000\",\"samples\":10,\"can_aggregate\":true,\"lo\":0,\"hi\":60}," \
-	"{\"host_id\":7,\"endpoint\":\"[::1]:7001\",\"samples\":20,\"can_aggregate\":false,\"lo\":60,\"hi\":100}]}"
+	"{\"host_id\":5,\"endpoint\":\"127.0.0.1:7000\",\"samples\":10,\"can_aggregate\":true,\"lo\":0," \
+	"\"hi\":60}," \
+	"{\"host_id\":7,\"endpoint\":\"[::1]:7001\",\"samples\":20,\"can_aggregate\":false,\"lo\":60," \
+	"\"hi\":100}]}"
 
-static cot_err parse(const char *text, int64_t host, int64_t version, int64_t params, cl_plan *p, cot_errbuf *eb)
+static cot_err parse(const char *text, int64_t host, int64_t version, int64_t params, cl_plan *p,
+                     cot_errbuf *eb)
 {
 	json_t *j = json_loads(text, 0, NULL);
 	if (!j)
@@ -50,7 +55,9 @@ int main(void)
 	ok(p.members[0].lo == 0 && p.members[0].hi == 60 && p.members[1].lo == 60, "ranges");
 	ok(!p.has_gradient && p.params_sha256[0] == '\0', "no gradient or hash yet");
 
-	struct { const char *from, *to, *why; } bad[] = {
+	struct {
+		const char *from, *to, *why;
+	} bad[] = {
 		{ "\"lo\":60", "\"lo\":61", "ranges with a hole" },
 		{ "\"hi\":100", "\"hi\":99", "ranges short of the vector" },
 		{ "\"host_id\":5", "\"host_id\":9", "members out of order" },
@@ -67,26 +74,30 @@ int main(void)
 		{ "\"version\":3", "\"version\":4", "another round" },
 		{ "\"host_id\":7,\"group\"", "\"host_id\":8,\"group\"", "another host's plan" },
 		{ "\"group\":0", "\"group\":1", "a group past n_groups" },
-		{ "\"deadline\":\"2026-11-22T00:10:00+00:00\"", "\"deadline\":\"soon\"", "a deadline that is no time" },
+		{ "\"deadline\":\"2026-11-22T00:10:00+00:00\"", "\"deadline\":\"soon\"",
+		  "a deadline that is no time" },
 		{ "\"members\":[", "\"members\":\"x\",\"other\":[", "members that are no array" },
 		{ "\"host_id\":7,\"endpoint\"", "\"host_id\":6,\"endpoint\"", "a plan we are not in" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		eb.msg[0] = '\0';
 		cot_err rc = parse_edit(bad[i].from, bad[i].to, &eb);
-		ok(rc == COT_ERR_NETWORK && strstr(eb.msg, "invalid averaging plan"), "refused: %s (%s)", bad[i].why,
-		   eb.msg);
+		ok(rc == COT_ERR_NETWORK && strstr(eb.msg, "invalid averaging plan"), "refused: %s (%s)",
+		   bad[i].why, eb.msg);
 	}
 
 	/* Several groups: the server's mean and hash show up once known. */
 	char multi[4096];
-	snprintf(multi, sizeof multi, "%.*s,\"gradient\":{\"sha256\":\"%064d\",\"url\":\"/files/x\",\"samples\":50},"
-	         "\"params_sha256\":\"%064d\"}", (int)strlen(GOOD) - 1, GOOD, 0, 1);
+	snprintf(multi, sizeof multi,
+	         "%.*s,\"gradient\":{\"sha256\":\"%064d\",\"url\":\"/files/x\",\"samples\":50},"
+	         "\"params_sha256\":\"%064d\"}",
+	         (int)strlen(GOOD) - 1, GOOD, 0, 1);
 	char *n1 = strstr(multi, "\"n_groups\":1");
 	n1[11] = '2';
 	char *rs = strstr(multi, "\"round_samples\":30");
 	memcpy(rs, "\"round_samples\":50", 18);
-	is_int(parse(multi, 7, 3, 100, &p, &eb), COT_OK, "a plan of two groups with the mean known (%s)", eb.msg);
+	is_int(parse(multi, 7, 3, 100, &p, &eb), COT_OK, "a plan of two groups with the mean known (%s)",
+	       eb.msg);
 	ok(p.has_gradient && p.gradient_samples == 50 && p.n_groups == 2, "the gradient's samples");
 
 	/* The mean: one division in double, one rounding, as the server. */

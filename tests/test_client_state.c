@@ -44,8 +44,16 @@ int main(void)
 	p->host_id = 3;
 	p->model.n_layer = 1;
 	p->has_work = 1;
-	p->work = (cl_work){ .id = 9, .lo = 10, .hi = 30, .keep_hi = 30, .mb_done = 7, .mb_reported = 5,
-	                     .pending_op = CL_REPORT_HEARTBEAT, .pending_mb = 7, .deadline = 100, .nfiles = 1 };
+	p->work = (cl_work){ .id = 9,
+		             .lo = 10,
+		             .hi = 30,
+		             .keep_hi = 30,
+		             .mb_done = 7,
+		             .mb_reported = 5,
+		             .pending_op = CL_REPORT_HEARTBEAT,
+		             .pending_mb = 7,
+		             .deadline = 100,
+		             .nfiles = 1 };
 	strcpy(p->work.files[0].url, "/files/x");
 	memset(p->work.files[0].sha256, 'a', 64);
 	p->work.files[0].size = 12;
@@ -95,9 +103,10 @@ int main(void)
 	cl_prefs pr = { .set = 0 };
 	ok(cl_prefs_set_text(&pr, PREF_DISK_MAX, "2G", &eb) == COT_OK && pr.v[PREF_DISK_MAX] == 2LL << 30,
 	   "disk_max 2G");
-	ok(cl_prefs_set_text(&pr, PREF_CPU_PERCENT, "150", &eb) == COT_ERR_INVALID, "cpu_percent 150 refused: %s",
-	   eb.msg);
-	ok(cl_prefs_set_text(&pr, PREF_ONLY_WHEN_IDLE, "maybe", &eb) == COT_ERR_INVALID, "bad boolean refused");
+	ok(cl_prefs_set_text(&pr, PREF_CPU_PERCENT, "150", &eb) == COT_ERR_INVALID,
+	   "cpu_percent 150 refused: %s", eb.msg);
+	ok(cl_prefs_set_text(&pr, PREF_ONLY_WHEN_IDLE, "maybe", &eb) == COT_ERR_INVALID,
+	   "bad boolean refused");
 	json_t *j = json_pack("{s:s}", "max_threads", "two");
 	ok(cl_prefs_from_json(&pr, j, &eb) == COT_ERR_INVALID, "wrong JSON type refused: %s", eb.msg);
 	json_decref(j);
@@ -110,10 +119,12 @@ int main(void)
 	/* configuration */
 	cl_config c;
 	cl_config_defaults(&c);
-	write_file("good.conf", "# comment\nstate_dir = \"/var/tmp/x\"\nheartbeat_interval=5\nonly_when_idle = yes\n");
+	write_file("good.conf",
+	           "# comment\nstate_dir = \"/var/tmp/x\"\nheartbeat_interval=5\nonly_when_idle = yes\n");
 	snprintf(path, sizeof path, "%s/good.conf", dir);
 	ok(cl_config_load(&c, path, &eb) == COT_OK && c.heartbeat_interval == 5 &&
-	   c.prefs.v[PREF_ONLY_WHEN_IDLE] == 1 && strcmp(c.state_dir, "/var/tmp/x") == 0, "a good config");
+	           c.prefs.v[PREF_ONLY_WHEN_IDLE] == 1 && strcmp(c.state_dir, "/var/tmp/x") == 0,
+	   "a good config");
 	write_file("bad.conf", "state_dir = /x\nheartbeat_intervall = 5\n");
 	snprintf(path, sizeof path, "%s/bad.conf", dir);
 	ok(cl_config_load(&c, path, &eb) == COT_ERR_INVALID && strstr(eb.msg, ":2: unknown"),
@@ -136,14 +147,20 @@ int main(void)
 
 	/* project URLs */
 	char base[256], name[70];
-	ok(cl_api_parse_project_url("https://ex.org/x/projects/demo", base, sizeof base, name, sizeof name, &eb) ==
-	   COT_OK && strcmp(base, "https://ex.org/x") == 0 && strcmp(name, "demo") == 0, "project URL");
-	ok(cl_api_parse_project_url("http://h:8080/v1/projects/demo/", base, sizeof base, name, sizeof name, &eb) ==
-	   COT_OK && strcmp(base, "http://h:8080") == 0, "API-style project URL");
+	ok(cl_api_parse_project_url("https://ex.org/x/projects/demo", base, sizeof base, name, sizeof name,
+	                            &eb) == COT_OK &&
+	           strcmp(base, "https://ex.org/x") == 0 && strcmp(name, "demo") == 0,
+	   "project URL");
+	ok(cl_api_parse_project_url("http://h:8080/v1/projects/demo/", base, sizeof base, name, sizeof name,
+	                            &eb) == COT_OK &&
+	           strcmp(base, "http://h:8080") == 0,
+	   "API-style project URL");
 	ok(cl_api_parse_project_url("ftp://h/projects/demo", base, sizeof base, name, sizeof name, &eb) ==
-	   COT_ERR_INVALID, "ftp refused");
+	           COT_ERR_INVALID,
+	   "ftp refused");
 	ok(cl_api_parse_project_url("http://h/projects/../etc", base, sizeof base, name, sizeof name, &eb) ==
-	   COT_ERR_INVALID, "bad name refused");
+	           COT_ERR_INVALID,
+	   "bad name refused");
 
 	cl_state_free(&s);
 	cl_state_free(&r);

@@ -55,17 +55,22 @@ static void test_idle(void)
 	double now_us = 1700000000e6;
 	ok(cl_idle_parse_loginctl("IdleHint=no\nIdleSinceHint=0\n", now_us, &s) == 1 && s == 0,
 	   "logind: IdleHint=no is active now");
-	ok(cl_idle_parse_loginctl("IdleHint=yes\nIdleSinceHint=1699999700000000\n", now_us, &s) == 1 && s == 300,
+	ok(cl_idle_parse_loginctl("IdleHint=yes\nIdleSinceHint=1699999700000000\n", now_us, &s) == 1 &&
+	           s == 300,
 	   "logind: idle since 300 s (%g)", s);
-	ok(cl_idle_parse_loginctl("IdleSinceHint=1699999700000000\nIdleHint=yes\n", now_us, &s) == 1 && s == 300,
+	ok(cl_idle_parse_loginctl("IdleSinceHint=1699999700000000\nIdleHint=yes\n", now_us, &s) == 1 &&
+	           s == 300,
 	   "logind: the order of the lines does not matter");
 	ok(cl_idle_parse_loginctl("IdleHint=yes\nIdleSinceHint=0\n", now_us, &s) == 1 && s >= CL_IDLE_FOREVER,
 	   "logind: a headless server with no sessions is idle for good");
 	ok(cl_idle_parse_loginctl("IdleHint=yes\nIdleSinceHint=1800000000000000\n", now_us, &s) == 1 &&
-	   s >= CL_IDLE_FOREVER, "logind: a 'since' in the future (clock jump) counts as idle, not negative");
+	           s >= CL_IDLE_FOREVER,
+	   "logind: a 'since' in the future (clock jump) counts as idle, not negative");
 	ok(cl_idle_parse_loginctl("", now_us, &s) == 0, "logind: no output means no answer (fall back)");
-	ok(cl_idle_parse_loginctl("Failed to connect to bus\n", now_us, &s) == 0, "logind: an error message means no answer");
-	ok(cl_idle_parse_loginctl("IdleHint=maybe\n", now_us, &s) == 0, "logind: a bad value means no answer");
+	ok(cl_idle_parse_loginctl("Failed to connect to bus\n", now_us, &s) == 0,
+	   "logind: an error message means no answer");
+	ok(cl_idle_parse_loginctl("IdleHint=maybe\n", now_us, &s) == 0,
+	   "logind: a bad value means no answer");
 
 	/* terminals: the newest access time counts */
 	char tty1[256], tty2[256], globs[600];
@@ -81,7 +86,8 @@ static void test_idle(void)
 	is_int((long long)cl_idle_tty_seconds(globs, now), 60, "tty: idle since the newest access (60 s)");
 	snprintf(globs, sizeof globs, "%s/dev/tty[0-9]*", dir);
 	is_int((long long)cl_idle_tty_seconds(globs, now), 1000, "tty: one terminal, 1000 s");
-	is_int((long long)cl_idle_tty_seconds(globs, now - 2000), 0, "tty: an access in the future is 0, not negative");
+	is_int((long long)cl_idle_tty_seconds(globs, now - 2000), 0,
+	       "tty: an access in the future is 0, not negative");
 	snprintf(globs, sizeof globs, "%s/nothing/*", dir);
 	ok(cl_idle_tty_seconds(globs, now) >= CL_IDLE_FOREVER, "tty: no terminals at all is idle");
 
@@ -90,7 +96,8 @@ static void test_idle(void)
 	cl_config_defaults(&c);
 	c.idle_mode = IDLE_NONE;
 	const char *src = NULL;
-	ok(cl_idle_seconds(&c, &src) >= CL_IDLE_FOREVER && strcmp(src, "none") == 0, "idle_detection none: idle");
+	ok(cl_idle_seconds(&c, &src) >= CL_IDLE_FOREVER && strcmp(src, "none") == 0,
+	   "idle_detection none: idle");
 	c.idle_mode = IDLE_TTY;
 	snprintf(c.idle_tty_glob, sizeof c.idle_tty_glob, "%s/dev/pts/[0-9]*", dir);
 	double idle = cl_idle_seconds(&c, &src);
@@ -162,15 +169,18 @@ static void test_clock(void)
 	is_int(d.st.projects[0].work.deadline, 1000000, "clock: no jump, deadline unchanged");
 	/* the wall clock goes back an hour while 10 s pass */
 	cl_daemon_check_clock(&d, 500020 - 3600, 120.0);
-	is_int(d.st.projects[0].work.deadline, 1000000 - 3600, "clock: back an hour, the deadline moves with it");
+	is_int(d.st.projects[0].work.deadline, 1000000 - 3600,
+	       "clock: back an hour, the deadline moves with it");
 	is_int(d.st.projects[0].work.deadline - (500020 - 3600), 1000000 - 500020,
 	       "clock: the time left to the deadline is unchanged");
 	/* and forward a day */
 	cl_daemon_check_clock(&d, 500030 - 3600 + 86400, 130.0);
-	is_int(d.st.projects[0].work.deadline, 1000000 - 3600 + 86400, "clock: forward a day, so is the deadline");
+	is_int(d.st.projects[0].work.deadline, 1000000 - 3600 + 86400,
+	       "clock: forward a day, so is the deadline");
 	is_int(d.st.projects[1].has_work, 0, "clock: a project without work is untouched");
 	cl_daemon_check_clock(&d, 500040 - 3600 + 86400 + 20, 140.0);
-	is_int(d.st.projects[0].work.deadline, 1000000 - 3600 + 86400, "clock: drift under 30 s is not a jump");
+	is_int(d.st.projects[0].work.deadline, 1000000 - 3600 + 86400,
+	       "clock: drift under 30 s is not a jump");
 	/* backoff runs on the monotonic clock: a wall jump does not touch it */
 	double delay = cl_backoff_fail(&d.rt[0].bo, 140.0, 0.0);
 	ok(!cl_backoff_ready(&d.rt[0].bo, 140.0 + delay / 2) && cl_backoff_ready(&d.rt[0].bo, 140.0 + delay),
@@ -193,11 +203,11 @@ static void test_shares(void)
 		if (i < 0 || i > 1)
 			break;
 		n[i]++;
-		d.st.projects[i].cpu_seconds += 1.0;       /* one slice of compute */
+		d.st.projects[i].cpu_seconds += 1.0; /* one slice of compute */
 	}
 	ok(n[0] + n[1] == 400, "shares: a project is picked every time");
-	ok(n[0] >= 290 && n[0] <= 310 && n[1] >= 90 && n[1] <= 110, "shares 3:1 give a 3:1 split (%d:%d)", n[0],
-	   n[1]);
+	ok(n[0] >= 290 && n[0] <= 310 && n[1] >= 90 && n[1] <= 110, "shares 3:1 give a 3:1 split (%d:%d)",
+	   n[0], n[1]);
 	/* a project backing off waits; the other goes on */
 	cl_backoff_fail(&d.rt[0].bo, 1000.0, 0.5);
 	ok(cl_daemon_pick(&d, 0, 1000.1) == 1, "shares: a project in backoff is passed over");
@@ -251,7 +261,8 @@ static int fake_start(void)
 	/* {"port": N, "small": {"sha256": "...", "size": N}, "big": {...}} */
 	char *s = strstr(buf, "\"small\""), *b = strstr(buf, "\"big\"");
 	if (sscanf(buf, "{\"port\": %d", &fake_port) != 1 || !s || !b ||
-	    sscanf(s, "\"small\": {\"sha256\": \"%64[0-9a-f]\", \"size\": %lld", sha_small, &size_small) != 2 ||
+	    sscanf(s, "\"small\": {\"sha256\": \"%64[0-9a-f]\", \"size\": %lld", sha_small, &size_small) !=
+	            2 ||
 	    sscanf(b, "\"big\": {\"sha256\": \"%64[0-9a-f]\", \"size\": %lld", sha_big, &size_big) != 2)
 		return 0;
 	return 1;
@@ -263,8 +274,14 @@ static cot_err fetch(const char *mode, const char *blob, const char *sha, long l
 	char url[256], dest[600];
 	snprintf(url, sizeof url, "http://127.0.0.1:%d/files/%s/%s", fake_port, mode, blob);
 	snprintf(dest, sizeof dest, "%s/%s", ddir, sha);
-	cl_download_req r = { .url = url, .sha256 = sha, .size = size, .max_bytes = max, .rate_limit = rate,
-	                      .timeout_s = 10, .downloads_dir = ddir, .dest_path = dest };
+	cl_download_req r = { .url = url,
+		              .sha256 = sha,
+		              .size = size,
+		              .max_bytes = max,
+		              .rate_limit = rate,
+		              .timeout_s = 10,
+		              .downloads_dir = ddir,
+		              .dest_path = dest };
 	eb->msg[0] = eb->hint[0] = '\0';
 	return cl_download(&r, NULL, eb);
 }
@@ -284,7 +301,8 @@ static void test_downloads(void)
 	ok(rc == COT_ERR_CORRUPT && strstr(eb.msg, "sha256"), "a corrupt download is refused: %s", eb.msg);
 	ok(access(part, F_OK) != 0 && access(dest, F_OK) != 0, "and its partial file discarded");
 	rc = fetch("corrupt-once", "small", sha_small, size_small, 1 << 20, 0, dl, &eb);
-	ok(rc == COT_OK && access(dest, F_OK) == 0, "fetched again, it is verified and installed: %s", eb.msg);
+	ok(rc == COT_OK && access(dest, F_OK) == 0, "fetched again, it is verified and installed: %s",
+	   eb.msg);
 	unlink(dest);
 	rc = fetch("oversize", "small", sha_small, size_small, 1 << 20, 0, dl, &eb);
 	ok(rc == COT_ERR_TOO_LARGE && strstr(eb.msg, "more than the 3000 bytes announced"),
@@ -338,11 +356,13 @@ static void test_disk_full(void)
 	if (fd >= 0)
 		close(fd);
 	d.st.projects[0].cpu_seconds = 42;
-	ok(cl_daemon_save(&d) == COT_ERR_IO && d.state_error, "disk full: the save fails and the daemon knows");
+	ok(cl_daemon_save(&d) == COT_ERR_IO && d.state_error,
+	   "disk full: the save fails and the daemon knows");
 	cl_state r;
 	cot_errbuf eb = { "", "" };
 	cl_state_init(&r);
-	ok(cl_state_load(&r, d.cfg.state_dir, &eb) == COT_OK && r.nprojects == 1 && r.projects[0].cpu_seconds == 0,
+	ok(cl_state_load(&r, d.cfg.state_dir, &eb) == COT_OK && r.nprojects == 1 &&
+	           r.projects[0].cpu_seconds == 0,
 	   "disk full: the old state is intact %s", eb.msg);
 	cl_state_free(&r);
 	snprintf(dl, sizeof dl, "%s/dl", mnt);

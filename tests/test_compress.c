@@ -81,13 +81,13 @@ static void test_roundtrip(int kind, size_t n, const char *what)
 	float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
 	size_t len = comp_encoded_size(kind, n);
 	unsigned char *buf = malloc(len ? len : 1), *buf2 = malloc(len ? len : 1);
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	for (size_t i = 0; i < n; i++)
 		x[i] = rnd_value();
 	if (n > 10)
-		x[3] = 0.0f;                   /* a zero block value */
+		x[3] = 0.0f; /* a zero block value */
 	ok(comp_encode(kind, x, n, buf, len, &eb) == COT_OK &&
-	   comp_encode(kind, x, n, buf2, len, &eb) == COT_OK && memcmp(buf, buf2, len) == 0,
+	           comp_encode(kind, x, n, buf2, len, &eb) == COT_OK && memcmp(buf, buf2, len) == 0,
 	   "%s: %zu values encode to %zu bytes, twice the same", what, n, len);
 	ok(comp_decode(kind, buf, len, y, n, &eb) == COT_OK, "%s: decodes (%s)", what, eb.msg);
 	size_t bad = 0;
@@ -102,8 +102,7 @@ static void test_roundtrip(int kind, size_t n, const char *what)
 			if (kind == COMP_NONE)
 				good = memcmp(&x[i], &y[i], 4) == 0;
 			else if (kind == COMP_FP16)
-				good = fabsf(x[i]) >= 0x1p-14f ? err <= 1e-3f * fabsf(x[i])
-				                               : err <= 0x1p-25f;
+				good = fabsf(x[i]) >= 0x1p-14f ? err <= 1e-3f * fabsf(x[i]) : err <= 0x1p-25f;
 			else
 				good = err <= absmax / 127.0f;
 			if (!good && bad++ < 3)
@@ -121,7 +120,7 @@ static void test_hostile(void)
 {
 	float x[5000], y[5000];
 	unsigned char buf[20000];
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	for (int i = 0; i < 5000; i++)
 		x[i] = (float)i - 2500.0f;
 	size_t len = comp_encoded_size(COMP_BLOCK8, 5000);
@@ -131,7 +130,7 @@ static void test_hostile(void)
 	for (int k = 0; k <= 2; k++) {
 		size_t l = comp_encoded_size(k, 5000);
 		ok(comp_decode(k, buf, l - 1, y, 5000, &eb) == COT_ERR_INVALID &&
-		   comp_decode(k, buf, l + 1, y, 5000, &eb) == COT_ERR_INVALID,
+		           comp_decode(k, buf, l + 1, y, 5000, &eb) == COT_ERR_INVALID,
 		   "%s: a payload one byte short or long is refused", comp_name(k));
 	}
 	ok(comp_decode(7, buf, 10, y, 5, &eb) == COT_ERR_INVALID, "an unknown kind is refused");

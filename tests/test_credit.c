@@ -23,8 +23,8 @@
 #include "tests/tap.h"
 #include "tests/test_server_harness.h"
 
-#define FPS 3e9          /* flops per sample of the test project */
-#define MBS 4            /* samples per microbatch */
+#define FPS 3e9 /* flops per sample of the test project */
+#define MBS 4   /* samples per microbatch */
 #define COBBLE 4.32e11
 
 typedef struct {
@@ -64,7 +64,7 @@ static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(1, fabs
 typedef struct {
 	host *h;
 	long long lo, hi, mb_done;
-	int accepted;     /* 1 accepted, 0 hash differed, -1 dropped (not a member) */
+	int accepted; /* 1 accepted, 0 hash differed, -1 dropped (not a member) */
 } member;
 
 /* Commit round `version` of the test project at clock time `now` (opened a
@@ -73,24 +73,30 @@ static void commit_round(int version, const char *now, const member *m, int n)
 {
 	th_sql("SET cotrain.now = '%s'", now);
 	th_sql("UPDATE round SET opened_at = '%s'::timestamptz - interval '1 day'"
-	       " WHERE project_id = %lld AND version = %d", now, pid, version);
+	       " WHERE project_id = %lld AND version = %d",
+	       now, pid, version);
 	for (int i = 0; i < n; i++) {
 		bool dropped = m[i].accepted < 0;
-		th_sql("INSERT INTO work_unit (project_id, host_id, version, lo, hi, mb_done, state, deadline)"
-		       " VALUES (%lld, %lld, %d, %lld, %lld, %lld, '%s', now())", pid, m[i].h->id, version,
-		       m[i].lo, m[i].hi, dropped ? 0 : m[i].mb_done, dropped ? "expired" : "returned");
+		th_sql("INSERT INTO work_unit (project_id, host_id, version, lo, hi, mb_done, state, "
+		       "deadline)"
+		       " VALUES (%lld, %lld, %d, %lld, %lld, %lld, '%s', now())",
+		       pid, m[i].h->id, version, m[i].lo, m[i].hi, dropped ? 0 : m[i].mb_done,
+		       dropped ? "expired" : "returned");
 		if (!dropped)
 			th_sql("INSERT INTO round_member (project_id, version, host_id, group_id, samples,"
-			       " endpoint, bandwidth, can_aggregate, lo, hi, outcome, params_sha256, accepted)"
-			       " VALUES (%lld, %d, %lld, 0, %lld, '127.0.0.1:1', 1e6, true, 0, 0, 'ok', '%s', %s)",
+			       " endpoint, bandwidth, can_aggregate, lo, hi, outcome, params_sha256, "
+			       "accepted)"
+			       " VALUES (%lld, %d, %lld, 0, %lld, '127.0.0.1:1', 1e6, true, 0, 0, 'ok', "
+			       "'%s', %s)",
 			       pid, version, m[i].h->id, m[i].mb_done * MBS, m[i].accepted ? "good" : "bad",
 			       m[i].accepted ? "true" : "false");
 	}
 	th_sql("UPDATE round SET state = 'committed', committed_at = '%s', samples = (SELECT sum(samples)"
 	       " FROM round_member WHERE project_id = %lld AND version = %d)"
-	       " WHERE project_id = %lld AND version = %d", now, pid, version, pid, version);
-	th_sql("INSERT INTO round (project_id, version) VALUES (%lld, %d) ON CONFLICT DO NOTHING",
-	       pid, version + 1);
+	       " WHERE project_id = %lld AND version = %d",
+	       now, pid, version, pid, version);
+	th_sql("INSERT INTO round (project_id, version) VALUES (%lld, %d) ON CONFLICT DO NOTHING", pid,
+	       version + 1);
 	th_sql("UPDATE project SET current_version = %d WHERE id = %lld", version + 1, pid);
 }
 
@@ -128,20 +134,25 @@ static void test_ledger(void)
 	ok(sql_double("SELECT spot_rate(spot_policy_of(%lld), 0)", pid) == 0,
 	   "a project without a spot_policy row is not spot-checked");
 	ok(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 3)") == 1 &&
-	   near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 20)"), 0.05) &&
-	   near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 1000)"), 0.01),
+	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 20)"),
+	                0.05) &&
+	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, "
+	                           "1000)"),
+	                0.01),
 	   "BOINC's rule: always below 10 agreeing checks, then 1/record, at least min_rate");
 	th_sql("INSERT INTO spot_policy (project_id, trusted_after, first_rate, min_rate)"
-	       " VALUES (%lld, 1000000, 0, 0)", pid);     /* no spot checks yet */
+	       " VALUES (%lld, 1000000, 0, 0)",
+	       pid); /* no spot checks yet */
 	th_sql("INSERT INTO team (name) VALUES ('credit team')");
 	th_sql("UPDATE account SET team_id = (SELECT id FROM team WHERE name = 'credit team')"
-	       " WHERE id IN (%lld, %lld)", A.account, B.account);
+	       " WHERE id IN (%lld, %lld)",
+	       A.account, B.account);
 
 	member r0[] = {
-		{ &A, 0, 10, 10, 1 },     /* 40 samples */
-		{ &B, 10, 30, 15, 1 },    /* 60 samples; 5 microbatches went back to the pool */
-		{ &C, 30, 40, 5, 0 },     /* hash differed: not accepted */
-		{ &D, 40, 50, 7, -1 },    /* dropped from the round */
+		{ &A, 0, 10, 10, 1 },  /* 40 samples */
+		{ &B, 10, 30, 15, 1 }, /* 60 samples; 5 microbatches went back to the pool */
+		{ &C, 30, 40, 5, 0 },  /* hash differed: not accepted */
+		{ &D, 40, 50, 7, -1 }, /* dropped from the round */
 	};
 	commit_round(0, "2030-01-01 00:00:00+00", r0, 4);
 	double want = credit_of(40 + 60);
@@ -149,19 +160,22 @@ static void test_ledger(void)
 	   granted_sum(), want);
 	ok(near(host_total(&A), credit_of(40)) && near(host_total(&B), credit_of(60)),
 	   "round 0: each accepted host gets flops_per_sample x its samples / 4.32e11");
-	ok(host_total(&C) == 0 && th_sql_int("SELECT count(*) FROM credit_grant WHERE host_id = %lld", C.id) == 0,
+	ok(host_total(&C) == 0 &&
+	           th_sql_int("SELECT count(*) FROM credit_grant WHERE host_id = %lld", C.id) == 0,
 	   "round 0: a host whose hash differed gets nothing");
-	ok(host_total(&D) == 0 && th_sql_int("SELECT count(*) FROM credit_grant WHERE host_id = %lld", D.id) == 0,
+	ok(host_total(&D) == 0 &&
+	           th_sql_int("SELECT count(*) FROM credit_grant WHERE host_id = %lld", D.id) == 0,
 	   "round 0: a host dropped from the round gets nothing for its samples");
 	ok(near(sql_double("SELECT sum(samples) FROM credit_grant"), 100) &&
-	   near(sql_double("SELECT sum(flops) FROM credit_grant"), FPS * 100),
+	           near(sql_double("SELECT sum(flops) FROM credit_grant"), FPS * 100),
 	   "round 0: the ledger rows carry samples and FLOPs");
 	ok(th_sql_int("SELECT credit_grant_round(%lld, 0)", pid) == 0 && near(granted_sum(), want),
 	   "granting round 0 again grants nothing twice");
 	th_sql("UPDATE round SET state = 'committed' WHERE project_id = %lld AND version = 0", pid);
 	ok(near(granted_sum(), want), "a committed round updated again grants nothing");
 	ok(th_sql_int("SELECT credit_grant_round(%lld, 1)", pid) == 0, "an open round grants nothing");
-	ok(near(sql_double("SELECT total FROM team_credit"), want), "the team's total is its members' credit");
+	ok(near(sql_double("SELECT total FROM team_credit"), want),
+	   "the team's total is its members' credit");
 	totals_match_ledger("round 0");
 
 	/* RAC: BOINC's update at grant time.  Round 0 (work over one day) set
@@ -177,14 +191,20 @@ static void test_ledger(void)
 	   "RAC a week later: avg * 1/2 + (1 - 1/2) * work / 7 days = %.9f", want_rac);
 	th_sql("SET cotrain.now = '2030-01-15 00:00:00+00'");
 	ok(near(sql_double("SELECT credit_rac_at(rac, rac_time, credit_now()) FROM host_credit"
-	                   " WHERE host_id = %lld", A.id), want_rac / 2),
+	                   " WHERE host_id = %lld",
+	                   A.id),
+	        want_rac / 2),
 	   "read a week later, RAC decayed to half");
 	th_sql("SET cotrain.now = '2030-01-29 00:00:00+00'");
 	ok(near(sql_double("SELECT credit_rac_at(rac, rac_time, credit_now()) FROM host_credit"
-	                   " WHERE host_id = %lld", A.id), want_rac / 8),
+	                   " WHERE host_id = %lld",
+	                   A.id),
+	        want_rac / 8),
 	   "read three weeks later, RAC decayed to an eighth");
 	ok(near(sql_double("SELECT credit_rac_at(rac, rac_time, credit_now()) FROM account_credit"
-	                   " WHERE account_id = %lld", A.account), want_rac / 8),
+	                   " WHERE account_id = %lld",
+	                   A.account),
+	        want_rac / 8),
 	   "the account's RAC decays the same");
 	th_sql("RESET cotrain.now");
 	totals_match_ledger("round 1");
@@ -194,8 +214,9 @@ static void test_ledger(void)
  * samples; `data_seed` picks the tokens (a cheat computes other data). */
 static float *range_gradient(long long lo, long long hi, unsigned data_seed, size_t *n)
 {
-	kern_config c = { .n_layer = 1, .n_shared = 1, .n_head = 2, .d_model = 16, .seq_len = 8,
-	                  .vocab = 256, .d_ff = 64 };
+	kern_config c = {
+		.n_layer = 1, .n_shared = 1, .n_head = 2, .d_model = 16, .seq_len = 8, .vocab = 256, .d_ff = 64
+	};
 	kern_model *m;
 	cot_errbuf eb = { 0 };
 	if (kern_model_create(&c, MBS, &m, &eb))
@@ -278,8 +299,9 @@ static void test_spot_checks(void)
 	commit_round(2, "2030-02-01 00:00:00+00", r2, 2);
 	th_sql("RESET cotrain.now");
 	ok(th_sql_int("SELECT count(*) FROM spot_check WHERE version = 2 AND state = 'open'") == 2 &&
-	   th_sql_int("SELECT count(*) FROM credit_grant WHERE version = 2 AND status = 'pending'") == 2 &&
-	   near(granted_sum(), before),
+	           th_sql_int("SELECT count(*) FROM credit_grant WHERE version = 2 AND status = 'pending'") ==
+	                   2 &&
+	           near(granted_sum(), before),
 	   "checked hosts' grants stay pending while their checks are open");
 
 	json_t *ca = own_check(&A), *cc = own_check(&C);
@@ -287,8 +309,8 @@ static void test_spot_checks(void)
 	if (!ca || !cc)
 		return;
 	ok(json_integer_value(json_object_get(ca, "lo")) == 60 &&
-	   json_integer_value(json_object_get(ca, "hi")) == 63 &&
-	   json_integer_value(json_object_get(ca, "k")) == 8,
+	           json_integer_value(json_object_get(ca, "hi")) == 63 &&
+	           json_integer_value(json_object_get(ca, "k")) == 8,
 	   "the check covers the host's committed range [60, 63) with k = 8");
 
 	th_resp r = call("POST", "/v1/projects/credit/spotchecks/claim", B.token, NULL);
@@ -308,13 +330,17 @@ static void test_spot_checks(void)
 		return;
 
 	r = send_fp(&D, ca, 1);
-	ok(th_is_error(&r, 403, "forbidden", "a host that is neither side"), "a stranger's fingerprint is refused");
+	ok(th_is_error(&r, 403, "forbidden", "a host that is neither side"),
+	   "a stranger's fingerprint is refused");
 	th_resp_free(&r);
 	r = call("POST", "/v1/spotchecks/1/fingerprint", A.token, "{\"values\": [1, 2]}");
-	ok(r.status == 400 || r.status == 403, "a fingerprint of the wrong length is refused (%ld)", r.status);
+	ok(r.status == 400 || r.status == 403, "a fingerprint of the wrong length is refused (%ld)",
+	   r.status);
 	th_resp_free(&r);
-	r = call("POST", "/v1/spotchecks/1/fingerprint", A.token, "{\"values\": [1, 2, 3, 4, 5, 6, 7, \"x\"]}");
-	ok(th_is_error(&r, 400, "invalid", "a non-number value"), "a non-number value among k = 8 is refused");
+	r = call("POST", "/v1/spotchecks/1/fingerprint", A.token,
+	         "{\"values\": [1, 2, 3, 4, 5, 6, 7, \"x\"]}");
+	ok(th_is_error(&r, 400, "invalid", "a non-number value"),
+	   "a non-number value among k = 8 is refused");
 	th_resp_free(&r);
 	r = call("POST", "/v1/spotchecks/1/fingerprint", "not-a-valid-token-at-all", "{\"values\": [1]}");
 	ok(r.status == 401, "a bad token is refused");
@@ -329,14 +355,16 @@ static void test_spot_checks(void)
 	ok(r.status == 200, "the same fingerprint again answers the same");
 	th_resp_free(&r);
 	r = send_fp(&A, ca, 9);
-	ok(th_is_error(&r, 409, "conflict", "a different fingerprint"), "a different fingerprint is a conflict");
+	ok(th_is_error(&r, 409, "conflict", "a different fingerprint"),
+	   "a different fingerprint is a conflict");
 	th_resp_free(&r);
 	r = send_fp(&B, cb, 0);
 	ok(r.status == 200 && strcmp(th_json_str(&r, "state"), "agreed") == 0,
 	   "the checker's fingerprint agrees: %s", r.body);
 	th_resp_free(&r);
 	ok(near(host_total(&A), a_before + credit_of(12)), "A's pending credit is granted on agreement");
-	ok(near(host_total(&B), credit_of(60) + credit_of(12)), "the checker earns the credit of the range it recomputed");
+	ok(near(host_total(&B), credit_of(60) + credit_of(12)),
+	   "the checker earns the credit of the range it recomputed");
 	ok(th_sql_int("SELECT consecutive FROM host_check_record WHERE host_id = %lld", A.id) == 1,
 	   "A's record of agreeing checks grows");
 
@@ -350,7 +378,8 @@ static void test_spot_checks(void)
 	   "the checker's fingerprint disagrees with C's: %s", r.body);
 	th_resp_free(&r);
 	ok(host_total(&C) == 0 &&
-	   th_sql_int("SELECT count(*) FROM credit_grant WHERE host_id = %lld AND status = 'denied'", C.id) == 1,
+	           th_sql_int("SELECT count(*) FROM credit_grant WHERE host_id = %lld AND status = 'denied'",
+	                      C.id) == 1,
 	   "a host whose spot check disagrees gets nothing for that work");
 	ok(th_sql_int("SELECT consecutive FROM host_check_record WHERE host_id = %lld", C.id) == 0,
 	   "a disagreement resets the host's record");
@@ -361,10 +390,12 @@ static void test_spot_checks(void)
 	/* A host that never answers its own check: denied at the deadline. */
 	member r3[] = { { &A, 66, 70, 4, 1 } };
 	commit_round(3, "2030-03-01 00:00:00+00", r3, 1);
-	ok(th_sql_int("SELECT spot_expire('2030-03-01 12:00:00+00')") == 0, "nothing expires before the deadline");
+	ok(th_sql_int("SELECT spot_expire('2030-03-01 12:00:00+00')") == 0,
+	   "nothing expires before the deadline");
 	ok(th_sql_int("SELECT spot_expire('2030-03-03 00:00:00+00')") == 1 &&
-	   th_sql_int("SELECT count(*) FROM credit_grant WHERE host_id = %lld AND version = 3"
-	              " AND status = 'denied'", A.id) == 1,
+	           th_sql_int("SELECT count(*) FROM credit_grant WHERE host_id = %lld AND version = 3"
+	                      " AND status = 'denied'",
+	                      A.id) == 1,
 	   "a check the host never answered expires and its credit is denied");
 	th_sql("RESET cotrain.now");
 	totals_match_ledger("after spot checks");
@@ -388,7 +419,7 @@ static void test_leaderboards(void)
 	th_resp r2 = call("GET", path, NULL, NULL);
 	json_t *row2 = json_array_get(json_object_get(r2.json, "rows"), 0);
 	ok(r2.status == 200 && json_integer_value(json_object_get(row2, "id")) == B.account &&
-	   json_integer_value(json_object_get(row2, "rank")) == 2,
+	           json_integer_value(json_object_get(row2, "rank")) == 2,
 	   "the next page starts after the cursor, ranked 2");
 	const char *nm = json_string_value(json_object_get(row2, "name"));
 	ok(nm && strcmp(nm, "<b>x</b><script>alert(1)</script>") == 0,
@@ -397,7 +428,8 @@ static void test_leaderboards(void)
 	th_resp_free(&r2);
 	r = call("GET", "/api/v1/credit/users?limit=100", NULL, NULL);
 	ok(r.status == 200 && json_array_size(json_object_get(r.json, "rows")) == 2 &&
-	   json_is_null(json_object_get(r.json, "next")), "the last page has no cursor");
+	           json_is_null(json_object_get(r.json, "next")),
+	   "the last page has no cursor");
 	th_resp_free(&r);
 	r = call("GET", "/api/v1/credit/hosts?order=rac", NULL, NULL);
 	ok(r.status == 200 && json_array_size(json_object_get(r.json, "rows")) == 2, "hosts by RAC");
@@ -407,12 +439,18 @@ static void test_leaderboards(void)
 	th_resp_free(&r);
 
 	static const char *const bad[] = {
-		"/api/v1/credit/users?limit=0", "/api/v1/credit/users?limit=101",
-		"/api/v1/credit/users?limit=abc", "/api/v1/credit/users?limit=99999999999999999999",
-		"/api/v1/credit/users?order=name", "/api/v1/credit/users?after=x",
-		"/api/v1/credit/users?after=1,2", "/api/v1/credit/users?after=nan,1,1",
-		"/api/v1/credit/users?after=1,-2,1", "/api/v1/credit/users/0",
-		"/api/v1/credit/users/abc", "/api/v1/projects/credit/dashboard?rounds=0",
+		"/api/v1/credit/users?limit=0",
+		"/api/v1/credit/users?limit=101",
+		"/api/v1/credit/users?limit=abc",
+		"/api/v1/credit/users?limit=99999999999999999999",
+		"/api/v1/credit/users?order=name",
+		"/api/v1/credit/users?after=x",
+		"/api/v1/credit/users?after=1,2",
+		"/api/v1/credit/users?after=nan,1,1",
+		"/api/v1/credit/users?after=1,-2,1",
+		"/api/v1/credit/users/0",
+		"/api/v1/credit/users/abc",
+		"/api/v1/projects/credit/dashboard?rounds=0",
 		"/api/v1/projects/credit/dashboard?rounds=1001",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -430,7 +468,7 @@ static void test_leaderboards(void)
 	snprintf(path, sizeof path, "/api/v1/credit/users/%lld", A.account);
 	r = call("GET", path, NULL, NULL);
 	ok(r.status == 200 && json_array_size(json_object_get(r.json, "hosts")) == 1 &&
-	   json_array_size(json_object_get(r.json, "grants")) == 4 && !strstr(r.body, "@example.org"),
+	           json_array_size(json_object_get(r.json, "grants")) == 4 && !strstr(r.body, "@example.org"),
 	   "a user's page: hosts and grants, and no email");
 	th_resp_free(&r);
 	snprintf(path, sizeof path, "/api/v1/credit/hosts/%lld", C.id);
@@ -441,12 +479,14 @@ static void test_leaderboards(void)
 	snprintf(path, sizeof path, "/v1/credit/teams/%lld",
 	         th_sql_int("SELECT id FROM team WHERE name = 'credit team'"));
 	r = call("GET", path, NULL, NULL);
-	ok(r.status == 200 && json_array_size(json_object_get(r.json, "members")) == 2, "a team's page lists its members");
+	ok(r.status == 200 && json_array_size(json_object_get(r.json, "members")) == 2,
+	   "a team's page lists its members");
 	th_resp_free(&r);
 
 	r = call("GET", "/api/v1/projects/credit/dashboard", NULL, NULL);
 	ok(r.status == 200 && json_array_size(json_object_get(r.json, "rounds")) == 5 &&
-	   th_json_int(&r, "current_version") == 4, "the dashboard JSON has every round");
+	           th_json_int(&r, "current_version") == 4,
+	   "the dashboard JSON has every round");
 	th_resp_free(&r);
 }
 
@@ -456,8 +496,8 @@ static void test_pages_and_metrics(void)
 	ok(r.status == 200 && strstr(r.content_type, "text/html") && strstr(r.body, "/static/app.js"),
 	   "/ is the project page");
 	th_resp_free(&r);
-	static const char *const pages[] = { "/dashboard", "/leaderboard", "/user", "/team", "/host",
-	                                     "/static/app.js", "/static/style.css" };
+	static const char *const pages[] = { "/dashboard",     "/leaderboard",     "/user", "/team", "/host",
+		                             "/static/app.js", "/static/style.css" };
 	for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++) {
 		r = call("GET", pages[i], NULL, NULL);
 		ok(r.status == 200, "%s is served", pages[i]);
@@ -472,16 +512,18 @@ static void test_pages_and_metrics(void)
 
 	/* The CSP header: through curl's command line, the harness keeps only a few headers. */
 	char cmd[512];
-	snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -D - '%s/leaderboard' | grep -qi '^content-security-policy:.*script-src .self.'",
+	snprintf(cmd, sizeof cmd,
+	         "curl -s -o /dev/null -D - '%s/leaderboard' | grep -qi "
+	         "'^content-security-policy:.*script-src .self.'",
 	         th_url());
 	ok(system(cmd) == 0, "pages carry a Content-Security-Policy allowing only the site's scripts");
 
 	r = call("GET", "/metrics", NULL, NULL);
 	ok(r.status == 200 && strstr(r.content_type, "text/plain") &&
-	   strstr(r.body, "cotrain_rounds_committed_total{project=\"credit\"} 4") &&
-	   strstr(r.body, "cotrain_samples_committed_total{project=\"credit\"}") &&
-	   strstr(r.body, "cotrain_active_hosts{project=\"credit\"}") &&
-	   strstr(r.body, "cotrain_http_request_duration_seconds_bucket{le=\"+Inf\"}"),
+	           strstr(r.body, "cotrain_rounds_committed_total{project=\"credit\"} 4") &&
+	           strstr(r.body, "cotrain_samples_committed_total{project=\"credit\"}") &&
+	           strstr(r.body, "cotrain_active_hosts{project=\"credit\"}") &&
+	           strstr(r.body, "cotrain_http_request_duration_seconds_bucket{le=\"+Inf\"}"),
 	   "/metrics has rounds, samples, active hosts and the latency histogram");
 	th_resp_free(&r);
 }
@@ -501,17 +543,18 @@ static void test_export(void)
 	       " VALUES ('gone@example.org', 'gone', 'x', 'x', true) RETURNING id)"
 	       " INSERT INTO account_credit (account_id, total) SELECT id, 1000 FROM a");
 	char cmd[2048];
-	snprintf(cmd, sizeof cmd, "'%s/server/cotrain-admin' --db '%s' export stats '%s/out' >/dev/null",
-	         bd, pgtmp_conninfo(), dir);
+	snprintf(cmd, sizeof cmd, "'%s/server/cotrain-admin' --db '%s' export stats '%s/out' >/dev/null", bd,
+	         pgtmp_conninfo(), dir);
 	ok(system(cmd) == 0, "cotrain-admin export stats writes the export");
 	/* BOINC's db_dump leaves out users and hosts without credit, and
 	 * disabled accounts. */
-	int nusers = (int)sql_double("SELECT count(*) FROM account_credit c JOIN account a ON a.id = c.account_id"
-	                             " WHERE c.total > 0 AND NOT a.disabled");
+	int nusers =
+	        (int)sql_double("SELECT count(*) FROM account_credit c JOIN account a ON a.id = c.account_id"
+	                        " WHERE c.total > 0 AND NOT a.disabled");
 	int nhosts = (int)sql_double("SELECT count(*) FROM host_credit WHERE total > 0");
 	char *email = NULL;
 	PGresult *pr = PQexec(th_db(), "SELECT md5(cross_project_id || lower(email)), id FROM account"
-	                                " WHERE name LIKE '<b>%'");
+	                               " WHERE name LIKE '<b>%'");
 	if (PQntuples(pr) == 1)
 		email = strdup(PQgetvalue(pr, 0, 0));
 	PQclear(pr);
@@ -530,14 +573,20 @@ static void test_export(void)
 	         "assert int(t.find('nhosts_total').text) == len(h.findall('host')) == nhosts, 'hosts'\n"
 	         "s = sum(float(x.find('total_credit').text) for x in users)\n"
 	         "eps = 5e-7 * (len(users) + 1) + 1e-9 * total  # %%f: six decimals, as BOINC writes\n"
-	         "assert abs(s - total) < eps and abs(float(t.find('total_credit').text) - total) < eps, 'total'\n"
+	         "assert abs(s - total) < eps and abs(float(t.find('total_credit').text) - total) < eps, "
+	         "'total'\n"
 	         "hs = sum(float(x.find('total_credit').text) for x in h.findall('host'))\n"
 	         "assert abs(hs - total) < 5e-7 * (len(h.findall('host')) + 1) + 1e-9 * total, 'host total'\n"
 	         "b = [x for x in users if x.find('name').text.startswith('<b>')]\n"
-	         "assert len(b) == 1 and b[0].find('name').text == '<b>x</b><script>alert(1)</script>', 'name'\n"
+	         "assert len(b) == 1 and b[0].find('name').text == '<b>x</b><script>alert(1)</script>', "
+	         "'name'\n"
 	         "assert b[0].find('cpid').text == cpid, 'cpid'\n"
-	         "EOF", dir, total, email ? email : "", nusers, nhosts);
-	ok(system(cmd) == 0, "the export parses as XML: counts, total credit %.6f (a disabled account's left out), the cpid, a hostile name intact", total);
+	         "EOF",
+	         dir, total, email ? email : "", nusers, nhosts);
+	ok(system(cmd) == 0,
+	   "the export parses as XML: counts, total credit %.6f (a disabled account's left out), the cpid, a "
+	   "hostile name intact",
+	   total);
 	if (system("command -v xmllint >/dev/null 2>&1") == 0) {
 		snprintf(cmd, sizeof cmd, "xmllint --noout '%s/out/tables.xml'", dir);
 		ok(system(cmd) == 0, "xmllint accepts tables.xml");

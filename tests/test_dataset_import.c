@@ -117,7 +117,7 @@ static void write_archive(const char *path, int zip, int gz)
 		if (archive_write_header(a, e) != ARCHIVE_OK ||
 		    archive_write_data(a, doc_text[i], doc_len[i]) != (la_ssize_t)doc_len[i])
 			bail_out("could not write %s: %s", path, archive_error_string(a));
-		if (i == 1) {   /* an empty file between documents */
+		if (i == 1) { /* an empty file between documents */
 			archive_entry_clear(e);
 			archive_entry_set_pathname(e, "b/empty.txt");
 			archive_entry_set_filetype(e, AE_IFREG);
@@ -151,7 +151,8 @@ static unsigned char *read_stream(const ds_result *r, size_t *len)
 			continue;
 		}
 		if (m.idx != (int32_t)i || m.first_token != n || m.n_tokens != r->shards[i].n_tokens ||
-		    strcmp(m.tokens_sha256, r->shards[i].tokens_sha256) != 0 || n + m.n_tokens > r->n_tokens) {
+		    strcmp(m.tokens_sha256, r->shards[i].tokens_sha256) != 0 ||
+		    n + m.n_tokens > r->n_tokens) {
 			diag("shard %zu: layout differs", i);
 			good = 0;
 		} else {
@@ -207,8 +208,8 @@ static void check_manifest(const ds_result *r)
 	const char *format = "", *dataset = "", *sep = "";
 	json_int_t ntok = -1, ndocs = -1;
 	json_t *shards = NULL;
-	json_unpack(m, "{s:s, s:s, s:s, s:I, s:I, s:o}", "format", &format, "dataset", &dataset,
-	            "separator", &sep, "n_tokens", &ntok, "n_documents", &ndocs, "shards", &shards);
+	json_unpack(m, "{s:s, s:s, s:s, s:I, s:I, s:o}", "format", &format, "dataset", &dataset, "separator",
+	            &sep, "n_tokens", &ntok, "n_documents", &ndocs, "shards", &shards);
 	is_str(format, "cotrain-dataset", "manifest format");
 	is_str(dataset, "tiny", "manifest names the dataset");
 	is_str(sep, DS_SEPARATOR, "manifest names the separator");
@@ -219,8 +220,8 @@ static void check_manifest(const ds_result *r)
 	for (size_t i = 0; i < json_array_size(shards); i++) {
 		const char *sha = "";
 		json_int_t ft = -1, nt = -1, sz = -1;
-		json_unpack(json_array_get(shards, i), "{s:s, s:I, s:I, s:I}", "sha256", &sha,
-		            "first_token", &ft, "n_tokens", &nt, "size", &sz);
+		json_unpack(json_array_get(shards, i), "{s:s, s:I, s:I, s:I}", "sha256", &sha, "first_token",
+		            &ft, "n_tokens", &nt, "size", &sz);
 		good &= strcmp(sha, r->shards[i].sha256) == 0 && (uint64_t)ft == r->shards[i].first_token &&
 		        (uint64_t)nt == r->shards[i].n_tokens && (uint64_t)sz == r->shards[i].size;
 	}
@@ -249,7 +250,8 @@ int main(void)
 	const char *in[2] = { src, NULL };
 	if (!is_int(ds_import(store, "tiny", 4096, in, 1, &folder, &eb), COT_OK, "import a folder"))
 		bail_out("%s", eb.msg);
-	is_int((long long)folder.n_tokens, (long long)want_len, "the stream holds the documents and separators");
+	is_int((long long)folder.n_tokens, (long long)want_len,
+	       "the stream holds the documents and separators");
 	is_int((long long)folder.n_documents, N_DOCS, "empty, hidden and linked files are not documents");
 	ok(folder.n_skipped >= 3, "skipped entries are counted (%llu)", (unsigned long long)folder.n_skipped);
 	is_int((long long)folder.n_shards, (long long)((want_len + 4095) / 4096), "shards of 4096 tokens");
@@ -279,8 +281,13 @@ int main(void)
 	ds_result_free(&r);
 
 	/* Archives written by libarchive. */
-	static const struct { const char *name; int zip, gz; } arch[] = {
-		{ "corpus.tar", 0, 0 }, { "corpus.tar.gz", 0, 1 }, { "corpus.zip", 1, 0 },
+	static const struct {
+		const char *name;
+		int zip, gz;
+	} arch[] = {
+		{ "corpus.tar", 0, 0 },
+		{ "corpus.tar.gz", 0, 1 },
+		{ "corpus.zip", 1, 0 },
 	};
 	for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++) {
 		snprintf(p, sizeof p, "%s/%s", root, arch[i].name);
@@ -289,13 +296,16 @@ int main(void)
 		cot_err rc = ds_import(store, "tiny", 4096, in, 1, &r, &eb);
 		if (!is_int(rc, COT_OK, "import %s", arch[i].name))
 			diag("%s", eb.msg);
-		ok(rc == COT_OK && same_shards(&folder, &r), "%s gives the folder's shards and manifest", arch[i].name);
+		ok(rc == COT_OK && same_shards(&folder, &r), "%s gives the folder's shards and manifest",
+		   arch[i].name);
 		ds_result_free(&r);
 	}
 
 	/* Archives written by the tar and zip commands. */
-	snprintf(cmd, sizeof cmd, "cd '%s' && tar -czf ../cli.tgz a.txt b/c.txt b/d.txt e-z.txt && "
-	         "tar -cf ../cli.tar a.txt b/c.txt b/d.txt e-z.txt", src);
+	snprintf(cmd, sizeof cmd,
+	         "cd '%s' && tar -czf ../cli.tgz a.txt b/c.txt b/d.txt e-z.txt && "
+	         "tar -cf ../cli.tar a.txt b/c.txt b/d.txt e-z.txt",
+	         src);
 	if (system("command -v tar >/dev/null 2>&1") == 0) {
 		ok(run(cmd), "tar writes the archives: %s", cmd);
 		snprintf(p, sizeof p, "%s/cli.tgz", root);
@@ -314,7 +324,8 @@ int main(void)
 		snprintf(cmd, sizeof cmd, "cd '%s' && zip -q ../cli.zip a.txt b/c.txt b/d.txt e-z.txt", src);
 		snprintf(p, sizeof p, "%s/cli.zip", root);
 		in[0] = p;
-		ok(run(cmd) && ds_import(store, "tiny", 4096, in, 1, &r, &eb) == COT_OK && same_shards(&folder, &r),
+		ok(run(cmd) && ds_import(store, "tiny", 4096, in, 1, &r, &eb) == COT_OK &&
+		           same_shards(&folder, &r),
 		   "a .zip from zip gives the folder's shards");
 		ds_result_free(&r);
 	} else {
@@ -335,7 +346,12 @@ int main(void)
 	files_before = count_files(store);
 	snprintf(p, sizeof p, "%s/bad", root);
 	mkdir(p, 0755);
-	struct { const char *bytes; size_t len; const char *what; long off; } bad[] = {
+	struct {
+		const char *bytes;
+		size_t len;
+		const char *what;
+		long off;
+	} bad[] = {
 		{ "abcdefg\xff rest", 12, "an 0xff byte", 7 },
 		{ "ok \xc0\x80", 5, "an overlong NUL", 3 },
 		{ "x\xed\xa0\x80", 4, "a UTF-16 surrogate", 1 },
@@ -347,7 +363,8 @@ int main(void)
 		snprintf(p2, sizeof p2, "%s/bad/x%zu.txt", root, i);
 		write_file(p2, bad[i].bytes, bad[i].len);
 		const char *two[2] = { src, p2 };
-		is_int(ds_import(store, "tiny", 4096, two, 2, &r, &eb), COT_ERR_INVALID, "refuse %s", bad[i].what);
+		is_int(ds_import(store, "tiny", 4096, two, 2, &r, &eb), COT_ERR_INVALID, "refuse %s",
+		       bad[i].what);
 		char want_off[64];
 		snprintf(want_off, sizeof want_off, "byte offset %ld", bad[i].off);
 		ok(strstr(eb.msg, p2) && strstr(eb.msg, "not valid UTF-8") && strstr(eb.msg, want_off),
@@ -363,8 +380,10 @@ int main(void)
 	in[0] = p;
 	if (system("command -v tar >/dev/null 2>&1") == 0) {
 		ok(run(cmd), "tar writes the archive holding bad UTF-8");
-		is_int(ds_import(store, "tiny", 4096, in, 1, &r, &eb), COT_ERR_INVALID, "refuse an archive holding bad UTF-8");
-		ok(strstr(eb.msg, "bad.tar.gz:in.txt") && strstr(eb.msg, "offset 10"), "naming archive and entry: %s", eb.msg);
+		is_int(ds_import(store, "tiny", 4096, in, 1, &r, &eb), COT_ERR_INVALID,
+		       "refuse an archive holding bad UTF-8");
+		ok(strstr(eb.msg, "bad.tar.gz:in.txt") && strstr(eb.msg, "offset 10"),
+		   "naming archive and entry: %s", eb.msg);
 	} else {
 		skip(3, "no tar command (Debian package tar)");
 	}
@@ -393,17 +412,19 @@ int main(void)
 	ok(strstr(eb.msg, "flipped.tar.gz") != NULL, "naming it: %s", eb.msg);
 	snprintf(p2, sizeof p2, "%s/garbage.zip", root);
 	write_file(p2, "this is not a zip file at all, just text\n", 41);
-	is_int(ds_import(store, "tiny", 4096, in, 1, &r, &eb), COT_ERR_CORRUPT, "refuse a .zip that is not one");
+	is_int(ds_import(store, "tiny", 4096, in, 1, &r, &eb), COT_ERR_CORRUPT,
+	       "refuse a .zip that is not one");
 	ok(strstr(eb.msg, "garbage.zip") != NULL, "naming it: %s", eb.msg);
 	snprintf(p, sizeof p, "%s/corpus.tar", root);
 	f = fopen(p, "rb");
 	alen = f ? fread(abuf, 1, sizeof abuf, f) : 0;
 	if (f)
 		fclose(f);
-	memset(abuf + 512 + 148, 'Z', 8);   /* the checksum of the first file's header */
+	memset(abuf + 512 + 148, 'Z', 8); /* the checksum of the first file's header */
 	snprintf(p2, sizeof p2, "%s/badsum.tar", root);
 	write_file(p2, abuf, alen);
-	is_int(ds_import(store, "tiny", 4096, in, 1, &r, &eb), COT_ERR_CORRUPT, "refuse a .tar with a damaged header");
+	is_int(ds_import(store, "tiny", 4096, in, 1, &r, &eb), COT_ERR_CORRUPT,
+	       "refuse a .tar with a damaged header");
 	diag("%s", eb.msg);
 	snprintf(p, sizeof p, "%s/corpus.zip", root);
 	f = fopen(p, "rb");
@@ -422,10 +443,12 @@ int main(void)
 	snprintf(p2, sizeof p2, "%s/bad/empty/nothing.txt", root);
 	write_file(p2, "", 0);
 	in[0] = p;
-	is_int(ds_import(store, "tiny", 4096, in, 1, &r, &eb), COT_ERR_INVALID, "refuse a dataset without tokens");
+	is_int(ds_import(store, "tiny", 4096, in, 1, &r, &eb), COT_ERR_INVALID,
+	       "refuse a dataset without tokens");
 	ok(strstr(eb.msg, "no tokens") != NULL, "message: %s", eb.msg);
 	in[0] = src;
-	is_int(ds_import(store, "bad name!", 4096, in, 1, &r, &eb), COT_ERR_INVALID, "refuse a bad dataset name");
+	is_int(ds_import(store, "bad name!", 4096, in, 1, &r, &eb), COT_ERR_INVALID,
+	       "refuse a bad dataset name");
 	is_int(ds_import(store, "tiny", 10, in, 1, &r, &eb), COT_ERR_INVALID, "refuse a tiny shard size");
 	ok(strstr(eb.msg, "shard size") != NULL, "message: %s", eb.msg);
 	snprintf(p, sizeof p, "%s/does-not-exist", root);
@@ -449,7 +472,8 @@ int main(void)
 	unsigned char *tok;
 	ok(shard_read(p2, SHARD_TOKENS_MAX, &m, &tok, &eb) == COT_ERR_CORRUPT && tok == NULL,
 	   "shard_read refuses a damaged shard: %s", eb.msg);
-	is_int(shard_read(shard_path, 100, &m, &tok, &eb), COT_ERR_TOO_LARGE, "shard_read bounds the tokens it accepts");
+	is_int(shard_read(shard_path, 100, &m, &tok, &eb), COT_ERR_TOO_LARGE,
+	       "shard_read bounds the tokens it accepts");
 
 	ds_result_free(&folder);
 	free(want);

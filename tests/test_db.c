@@ -45,13 +45,13 @@ static void test_migrations(void)
 	is_int(applied, db_n_migrations, "all %d migrations applied", db_n_migrations);
 	is_int(files, db_n_function_files, "then all %d function files", db_n_function_files);
 	is_int(db_schema_check(c, &eb), COT_OK, "schema check passes after migrating");
-	is_int(count(c, "SELECT count(*) FROM schema_migrations"), db_n_migrations, "each migration recorded");
+	is_int(count(c, "SELECT count(*) FROM schema_migrations"), db_n_migrations,
+	       "each migration recorded");
 	is_int(count(c, "SELECT count(*) FROM schema_function_files"), db_n_function_files,
 	       "each function file recorded");
 	is_int(count(c, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'work_unit'"), 1,
 	       "tables exist");
-	is_int(count(c, "SELECT count(*) FROM pg_proc WHERE proname = 'host_auth'"), 1,
-	       "functions exist");
+	is_int(count(c, "SELECT count(*) FROM pg_proc WHERE proname = 'host_auth'"), 1, "functions exist");
 
 	is_int(db_migrate(c, &applied, &files, &eb), COT_OK, "migrating again succeeds");
 	is_int(applied + files, 0, "and applies nothing");
@@ -68,8 +68,8 @@ static void test_migrations(void)
 	is_int(db_migrate(c, &applied, &files, &eb), COT_OK, "migrate applies it");
 	ok(applied == 0 && files == 1, "that file only (%d migrations, %d files)", applied, files);
 	is_int(count(c, "SELECT count(*) FROM pg_proc WHERE proname = 'host_auth' AND prolang ="
-	                " (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')"), 1,
-	       "its definition is back");
+	                " (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')"),
+	       1, "its definition is back");
 	is_int(db_schema_check(c, &eb), COT_OK, "schema check passes again");
 
 	/* An edited migration is detected, and nothing changes. */
@@ -89,7 +89,7 @@ static void test_embedded_default(void)
 	char datadir[] = "/tmp/cotrain-data-XXXXXX";
 	if (!mkdtemp(datadir))
 		bail_out("mkdtemp: %m");
-	chmod(datadir, 0755);   /* the cluster's unprivileged user must reach <datadir>/pg */
+	chmod(datadir, 0755); /* the cluster's unprivileged user must reach <datadir>/pg */
 	cot_errbuf eb = { "", "" };
 	db_target t;
 	cot_err e = db_resolve(datadir, NULL, &t, &eb);
@@ -172,7 +172,7 @@ static void test_cleanup_on_crash(void)
 	char *ci = nl + 1;
 	ci[strcspn(ci, "\n")] = '\0';
 	bool gone = false;
-	for (int i = 0; i < 600 && !gone; i++) {   /* at most 30 s */
+	for (int i = 0; i < 600 && !gone; i++) { /* at most 30 s */
 		gone = !dir_exists(buf) && PQping(ci) != PQPING_OK;
 		if (!gone)
 			usleep(50000);

@@ -40,7 +40,7 @@ static int count_entries(const char *dir)
 
 int main(void)
 {
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	char sha[FS_SHA_HEX_LEN + 1], path[PATH_MAX];
 	uint64_t size = 0;
 
@@ -60,12 +60,15 @@ int main(void)
 	char want[PATH_MAX];
 	snprintf(want, sizeof want, "%s/ba/%s", store, SHA_ABC);
 	is_str(path, want, "layout is <store>/<aa>/<sha256>");
-	is_int(fs_path(store, "nothex", path, sizeof path, &eb), COT_ERR_INVALID, "fs_path rejects a bad name");
+	is_int(fs_path(store, "nothex", path, sizeof path, &eb), COT_ERR_INVALID,
+	       "fs_path rejects a bad name");
 	char tiny[16];
-	is_int(fs_path(store, SHA_ABC, tiny, sizeof tiny, &eb), COT_ERR_TOO_LARGE, "fs_path reports a short buffer");
+	is_int(fs_path(store, SHA_ABC, tiny, sizeof tiny, &eb), COT_ERR_TOO_LARGE,
+	       "fs_path reports a short buffer");
 
 	/* Put a buffer: known hash, file in place, no temporary left. */
-	is_int(fs_put_buffer(store, "abc", 3, sha, &size, &eb), COT_OK, "fs_put_buffer creates the store and stores");
+	is_int(fs_put_buffer(store, "abc", 3, sha, &size, &eb), COT_OK,
+	       "fs_put_buffer creates the store and stores");
 	is_str(sha, SHA_ABC, "the name is the sha256 of the bytes");
 	is_int((long long)size, 3, "the size is reported");
 	struct stat st;
@@ -76,7 +79,8 @@ int main(void)
 	is_int(count_entries(tmpdir), 0, "no temporary file is left behind");
 
 	/* Idempotent. */
-	is_int(fs_put_buffer(store, "abc", 3, sha, &size, &eb), COT_OK, "putting the same bytes again succeeds");
+	is_int(fs_put_buffer(store, "abc", 3, sha, &size, &eb), COT_OK,
+	       "putting the same bytes again succeeds");
 	is_str(sha, SHA_ABC, "and gives the same name");
 	is_int(count_entries(tmpdir), 0, "still no temporary file");
 
@@ -91,7 +95,8 @@ int main(void)
 	for (size_t i = 0; i < big; i++)
 		buf[i] = (unsigned char)(i * 2654435761u >> 13);
 	char sha1[FS_SHA_HEX_LEN + 1], sha2[FS_SHA_HEX_LEN + 1];
-	ok(fs_put_buffer(store, buf, big, sha1, &size, &eb) == COT_OK && size == big, "a 3 MiB buffer is stored");
+	ok(fs_put_buffer(store, buf, big, sha1, &size, &eb) == COT_OK && size == big,
+	   "a 3 MiB buffer is stored");
 	fs_writer *w = NULL;
 	cot_err rc = fs_writer_open(store, &w, &eb);
 	for (size_t off = 0; !rc && off < big; off += 7777)
@@ -115,7 +120,8 @@ int main(void)
 	ok(strstr(eb.msg, "not a regular file") != NULL, "with a clear message: %s", eb.msg);
 	char missing[PATH_MAX];
 	snprintf(missing, sizeof missing, "%s/missing", root);
-	is_int(fs_put_file(store, missing, sha2, &size, &eb), COT_ERR_IO, "fs_put_file of a missing file fails");
+	is_int(fs_put_file(store, missing, sha2, &size, &eb), COT_ERR_IO,
+	       "fs_put_file of a missing file fails");
 	ok(strstr(eb.msg, "could not open file") != NULL, "message: %s", eb.msg);
 
 	/* Aborting leaves nothing. */
@@ -152,7 +158,8 @@ int main(void)
 		mkdir(ro, 0555);
 		char ro_store[PATH_MAX];
 		snprintf(ro_store, sizeof ro_store, "%s/ro/files", root);
-		is_int(fs_put_buffer(ro_store, "abc", 3, sha, &size, &eb), COT_ERR_IO, "an unwritable store gives an I/O error");
+		is_int(fs_put_buffer(ro_store, "abc", 3, sha, &size, &eb), COT_ERR_IO,
+		       "an unwritable store gives an I/O error");
 		ok(strstr(eb.msg, "could not create directory") != NULL, "message: %s", eb.msg);
 		chmod(ro, 0755);
 	} else {

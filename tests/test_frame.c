@@ -19,8 +19,11 @@ static cot_err decode(const unsigned char *buf, size_t len, size_t max, frame_he
 
 static hello_msg hello(const char *project, int64_t host, int64_t round, uint16_t lo, uint16_t hi)
 {
-	hello_msg m = { .proto_min = lo, .proto_max = hi, .host_id = host, .round = round,
-	                .max_payload = FRAME_PAYLOAD_DEFAULT_MAX };
+	hello_msg m = { .proto_min = lo,
+		        .proto_max = hi,
+		        .host_id = host,
+		        .round = round,
+		        .max_payload = FRAME_PAYLOAD_DEFAULT_MAX };
 	snprintf(m.project, sizeof m.project, "%s", project);
 	return m;
 }
@@ -39,14 +42,19 @@ int main(void)
 	h.length = 3;
 	h.request_id = 0x01020304;
 	frame_header_encode(&h, buf);
-	static const unsigned char want[FRAME_HEADER_LEN] = { 'C', 'O', 'T', 'P', 1, 1, 0, 0, 0, 0, 0, 3, 1, 2, 3, 4 };
-	ok(memcmp(buf, want, sizeof want) == 0, "the header is magic, version, type, flags, length, request id in network order");
+	static const unsigned char want[FRAME_HEADER_LEN] = { 'C', 'O', 'T', 'P', 1, 1, 0, 0,
+		                                              0,   0,   0,   3,   1, 2, 3, 4 };
+	ok(memcmp(buf, want, sizeof want) == 0,
+	   "the header is magic, version, type, flags, length, request id in network order");
 	memcpy(buf + FRAME_HEADER_LEN, "abc", 3);
 	is_int(decode(buf, FRAME_HEADER_LEN + 3, 1024, &g, &p, &flen), COT_OK, "a frame decodes");
-	ok(g.version == 1 && g.type == FRAME_HELLO && g.flags == 0 && g.length == 3 && g.request_id == 0x01020304,
+	ok(g.version == 1 && g.type == FRAME_HELLO && g.flags == 0 && g.length == 3 &&
+	           g.request_id == 0x01020304,
 	   "with the same header fields");
-	ok(p == buf + FRAME_HEADER_LEN && flen == FRAME_HEADER_LEN + 3 && memcmp(p, "abc", 3) == 0, "and payload");
-	is_int(decode(buf, FRAME_HEADER_LEN + 3 + 5, 1024, &g, &p, &flen), COT_OK, "bytes after the frame are not part of it");
+	ok(p == buf + FRAME_HEADER_LEN && flen == FRAME_HEADER_LEN + 3 && memcmp(p, "abc", 3) == 0,
+	   "and payload");
+	is_int(decode(buf, FRAME_HEADER_LEN + 3 + 5, 1024, &g, &p, &flen), COT_OK,
+	       "bytes after the frame are not part of it");
 	is_int((long long)flen, FRAME_HEADER_LEN + 3, "its length is header plus payload");
 
 	/* Refusals from the header alone. */
@@ -57,7 +65,8 @@ int main(void)
 	ok(strstr(eb.msg, "bad frame magic") != NULL, "%s", eb.msg);
 	memcpy(bad, buf, sizeof bad);
 	bad[4] = 2;
-	is_int(decode(bad, sizeof bad, 1024, &g, &p, &flen), COT_ERR_UNSUPPORTED, "another frame version is refused");
+	is_int(decode(bad, sizeof bad, 1024, &g, &p, &flen), COT_ERR_UNSUPPORTED,
+	       "another frame version is refused");
 	ok(strstr(eb.msg, "unsupported frame version 2") != NULL, "%s", eb.msg);
 	memcpy(bad, buf, sizeof bad);
 	bad[7] = 0x80;
@@ -71,7 +80,8 @@ int main(void)
 	ok(strstr(eb.msg, "exceeds the limit of 67108864 bytes") != NULL, "%s", eb.msg);
 	h.length = 1025;
 	frame_header_encode(&h, bad);
-	is_int(decode(bad, FRAME_HEADER_LEN, 1024, &g, &p, &flen), COT_ERR_TOO_LARGE, "a length one above the receiver's limit is refused");
+	is_int(decode(bad, FRAME_HEADER_LEN, 1024, &g, &p, &flen), COT_ERR_TOO_LARGE,
+	       "a length one above the receiver's limit is refused");
 	h.length = 1024;
 	frame_header_encode(&h, bad);
 	is_int(decode(bad, FRAME_HEADER_LEN, 1024, &g, &p, &flen), COT_ERR_INVALID,
@@ -158,17 +168,20 @@ int main(void)
 	ok(strstr(eb.msg, "trailing bytes") != NULL, "%s", eb.msg);
 	unsigned char lie[8] = { 0xff, 0xff, 0xff, 0xf0, 1, 2, 3, 4 };
 	frame_reader_init(&r, lie, sizeof lie);
-	is_int(frame_get_blob(&r, &bp, &bn, SIZE_MAX), COT_ERR_INVALID, "a blob claiming 4 GiB in 8 bytes is refused");
+	is_int(frame_get_blob(&r, &bp, &bn, SIZE_MAX), COT_ERR_INVALID,
+	       "a blob claiming 4 GiB in 8 bytes is refused");
 	unsigned char lie2[8] = { 0, 0, 0, 4, 1, 2, 3, 4 };
 	frame_reader_init(&r, lie2, sizeof lie2);
-	is_int(frame_get_blob(&r, &bp, &bn, 3), COT_ERR_INVALID, "a blob above the caller's bound is refused");
+	is_int(frame_get_blob(&r, &bp, &bn, 3), COT_ERR_INVALID,
+	       "a blob above the caller's bound is refused");
 	unsigned char nul[5] = { 0, 3, 'a', 0, 'b' };
 	frame_reader_init(&r, nul, sizeof nul);
 	is_int(frame_get_str(&r, s, sizeof s), COT_ERR_INVALID, "a string holding a NUL is refused");
 	unsigned char longs[20] = { 0, 16 };
 	memset(longs + 2, 'x', 16);
 	frame_reader_init(&r, longs, 18);
-	is_int(frame_get_str(&r, s, sizeof s), COT_ERR_INVALID, "a string that does not fit with its NUL is refused");
+	is_int(frame_get_str(&r, s, sizeof s), COT_ERR_INVALID,
+	       "a string that does not fit with its NUL is refused");
 	frame_writer_free(&w);
 
 	/* Writer bounds. */
@@ -185,14 +198,17 @@ int main(void)
 	char longreason[FRAME_REASON_MAX + 100];
 	memset(longreason, 'r', sizeof longreason - 1);
 	longreason[sizeof longreason - 1] = '\0';
-	is_int(frame_error_encode(&w, FRAME_ERR_ROUND, longreason), COT_OK, "an ERROR with a long reason is written");
+	is_int(frame_error_encode(&w, FRAME_ERR_ROUND, longreason), COT_OK,
+	       "an ERROR with a long reason is written");
 	uint16_t code;
 	char reason[FRAME_REASON_MAX + 1];
 	is_int(frame_error_decode(w.buf, w.len, &code, reason, &eb), COT_OK, "and read back");
-	ok(code == FRAME_ERR_ROUND && strlen(reason) == FRAME_REASON_MAX, "with its reason cut to %d bytes", FRAME_REASON_MAX);
+	ok(code == FRAME_ERR_ROUND && strlen(reason) == FRAME_REASON_MAX, "with its reason cut to %d bytes",
+	   FRAME_REASON_MAX);
 	is_int(frame_error_to_cot(code), COT_ERR_CONFLICT, "a round error means a conflict");
 	is_int(frame_error_to_cot(999), COT_ERR_NETWORK, "an unknown code is a network error");
-	is_int(frame_error_from_cot(COT_ERR_UNSUPPORTED), FRAME_ERR_VERSION, "unsupported is sent as a version error");
+	is_int(frame_error_from_cot(COT_ERR_UNSUPPORTED), FRAME_ERR_VERSION,
+	       "unsupported is sent as a version error");
 	frame_writer_free(&w);
 
 	/* HELLO. */
@@ -200,19 +216,22 @@ int main(void)
 	frame_writer_init(&w, 256);
 	is_int(hello_encode(&a, &w), COT_OK, "a HELLO is written");
 	is_int(hello_decode(w.buf, w.len, &b, &eb), COT_OK, "and read back");
-	ok(b.proto_min == 1 && b.proto_max == 3 && !strcmp(b.project, "demo") && b.host_id == 5 && b.round == 17 &&
-	   b.max_payload == FRAME_PAYLOAD_DEFAULT_MAX, "unchanged");
+	ok(b.proto_min == 1 && b.proto_max == 3 && !strcmp(b.project, "demo") && b.host_id == 5 &&
+	           b.round == 17 && b.max_payload == FRAME_PAYLOAD_DEFAULT_MAX,
+	   "unchanged");
 	is_int(hello_decode(w.buf, w.len - 1, &b, &eb), COT_ERR_INVALID, "a truncated HELLO is refused");
 	frame_writer_free(&w);
 	c = hello("Not A Project", 5, 17, 1, 1);
 	frame_writer_init(&w, 256);
 	hello_encode(&c, &w);
-	is_int(hello_decode(w.buf, w.len, &b, &eb), COT_ERR_INVALID, "a HELLO with an invalid project name is refused");
+	is_int(hello_decode(w.buf, w.len, &b, &eb), COT_ERR_INVALID,
+	       "a HELLO with an invalid project name is refused");
 	frame_writer_free(&w);
 	c = hello("demo", 5, 17, 2, 1);
 	frame_writer_init(&w, 256);
 	hello_encode(&c, &w);
-	is_int(hello_decode(w.buf, w.len, &b, &eb), COT_ERR_INVALID, "a HELLO with an empty version range is refused");
+	is_int(hello_decode(w.buf, w.len, &b, &eb), COT_ERR_INVALID,
+	       "a HELLO with an empty version range is refused");
 	frame_writer_free(&w);
 
 	uint16_t v = 0;
@@ -222,12 +241,14 @@ int main(void)
 	is_int(v, 2, "on the highest common version");
 	b = hello("demo", 5, 17, 3, 4);
 	memset(&eb, 0, sizeof eb);
-	is_int(hello_check(&ours, &b, 5, &v, &eb), COT_ERR_UNSUPPORTED, "disjoint version ranges are refused");
+	is_int(hello_check(&ours, &b, 5, &v, &eb), COT_ERR_UNSUPPORTED,
+	       "disjoint version ranges are refused");
 	ok(strstr(eb.msg, "no common protocol version: we speak 1..2, the peer 3..4") != NULL, "%s", eb.msg);
 	b = hello("other", 5, 17, 1, 1);
 	is_int(hello_check(&ours, &b, 5, &v, &eb), COT_ERR_FORBIDDEN, "another project is refused");
 	b = hello("demo", 6, 17, 1, 1);
-	is_int(hello_check(&ours, &b, 5, &v, &eb), COT_ERR_AUTH, "a host id other than the certificate's is refused");
+	is_int(hello_check(&ours, &b, 5, &v, &eb), COT_ERR_AUTH,
+	       "a host id other than the certificate's is refused");
 	b = hello("demo", 5, 18, 1, 1);
 	is_int(hello_check(&ours, &b, 5, &v, &eb), COT_ERR_CONFLICT, "another round is refused");
 	ok(strstr(eb.msg, "round 18") != NULL, "%s", eb.msg);

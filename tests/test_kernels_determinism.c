@@ -28,9 +28,9 @@ typedef struct {
 	float *logits, *grads, *p_adamw, *m_adamw, *v_adamw, *p_lamb, *m_lamb, *v_lamb;
 } result;
 
-static const kern_config cfg = { .n_layer = 3, .n_shared = 2, .n_head = 4,
-                                 .d_model = 64, .seq_len = 128, .vocab = 256,
-                                 .d_ff = 256 };
+static const kern_config cfg = {
+	.n_layer = 3, .n_shared = 2, .n_head = 4, .d_model = 64, .seq_len = 128, .vocab = 256, .d_ff = 256
+};
 enum { B = 8 };
 
 static float *dup(const float *x, size_t n)
@@ -55,8 +55,8 @@ static result run(int threads, const int32_t *tok, const int32_t *tg)
 	/* two microbatches accumulated, as a client does */
 	kern_zero_grad(m);
 	for (int mb = 0; mb < 2; mb++) {
-		if (kern_forward(m, tok + mb * B * cfg.seq_len, tg + mb * B * cfg.seq_len,
-		                 B, &r.loss, &eb) || kern_backward(m, &eb))
+		if (kern_forward(m, tok + mb * B * cfg.seq_len, tg + mb * B * cfg.seq_len, B, &r.loss, &eb) ||
+		    kern_backward(m, &eb))
 			bail_out("model pass: %s", eb.msg);
 	}
 	r.logits = dup(kern_logits(m), (size_t)B * cfg.seq_len * cfg.vocab);
@@ -65,7 +65,7 @@ static result run(int threads, const int32_t *tok, const int32_t *tg)
 	kern_opt_config o;
 	kern_opt_default(&o, KERN_OPT_ADAMW);
 	o.warmup_steps = 2;
-	o.clip_norm = 0.1f;   /* clipping on: the global norm is part of the step */
+	o.clip_norm = 0.1f; /* clipping on: the global norm is part of the step */
 	for (int s = 0; s < 2; s++)
 		if (kern_opt_step(m, &o, NULL, &eb))
 			bail_out("adamw: %s", eb.msg);
@@ -92,21 +92,20 @@ static void compare(const result *a, const result *b, const char *what)
 	ok(memcmp(&a->loss, &b->loss, sizeof a->loss) == 0, "%s: loss", what);
 	ok(memcmp(a->logits, b->logits, nl * sizeof(float)) == 0, "%s: logits", what);
 	ok(memcmp(a->grads, b->grads, n * sizeof(float)) == 0, "%s: gradients", what);
-	ok(memcmp(a->p_adamw, b->p_adamw, n * sizeof(float)) == 0
-	   && memcmp(a->m_adamw, b->m_adamw, n * sizeof(float)) == 0
-	   && memcmp(a->v_adamw, b->v_adamw, n * sizeof(float)) == 0,
+	ok(memcmp(a->p_adamw, b->p_adamw, n * sizeof(float)) == 0 &&
+	           memcmp(a->m_adamw, b->m_adamw, n * sizeof(float)) == 0 &&
+	           memcmp(a->v_adamw, b->v_adamw, n * sizeof(float)) == 0,
 	   "%s: parameters and moments after 2 AdamW steps", what);
-	ok(memcmp(a->p_lamb, b->p_lamb, n * sizeof(float)) == 0
-	   && memcmp(a->m_lamb, b->m_lamb, n * sizeof(float)) == 0
-	   && memcmp(a->v_lamb, b->v_lamb, n * sizeof(float)) == 0,
+	ok(memcmp(a->p_lamb, b->p_lamb, n * sizeof(float)) == 0 &&
+	           memcmp(a->m_lamb, b->m_lamb, n * sizeof(float)) == 0 &&
+	           memcmp(a->v_lamb, b->v_lamb, n * sizeof(float)) == 0,
 	   "%s: parameters and moments after 2 LAMB steps", what);
 }
 
 /* What a CPU needs for each forced kernel, for the skip message. */
 static const char *needs(kern_gemm_kind k)
 {
-	return k == KERN_GEMM_AVX512 ? "AVX-512F" : k == KERN_GEMM_AVX2 ? "AVX2 and FMA"
-	       : "nothing";
+	return k == KERN_GEMM_AVX512 ? "AVX-512F" : k == KERN_GEMM_AVX2 ? "AVX2 and FMA" : "nothing";
 }
 
 /* With COTRAIN_GEMM set: skip_all where the driver cannot run the kernel
@@ -126,24 +125,33 @@ static bool forced_kernel_in_use(void)
 			k = i;
 	if (k < 0)
 		bail_out("COTRAIN_GEMM=%s names no kernel the driver can be forced to "
-		         "(blas, avx2, avx512)", want);
+		         "(blas, avx2, avx512)",
+		         want);
 	if (now != (kern_gemm_kind)k && !kern_gemm_use((kern_gemm_kind)k))
 		skip_all("COTRAIN_GEMM=%s: this CPU lacks %s, the GEMM driver runs its %s "
-		         "kernel instead", want, needs((kern_gemm_kind)k),
-		         kern_gemm_kind_name(now));
-	return ok(now == (kern_gemm_kind)k, "COTRAIN_GEMM=%s: the GEMM driver runs the "
-	          "%s kernel (it runs %s)", want, want, kern_gemm_kind_name(now));
+		         "kernel instead",
+		         want, needs((kern_gemm_kind)k), kern_gemm_kind_name(now));
+	return ok(now == (kern_gemm_kind)k,
+	          "COTRAIN_GEMM=%s: the GEMM driver runs the "
+	          "%s kernel (it runs %s)",
+	          want, want, kern_gemm_kind_name(now));
 }
 
 static void free_result(result *r)
 {
-	free(r->logits); free(r->grads); free(r->p_adamw); free(r->m_adamw);
-	free(r->v_adamw); free(r->p_lamb); free(r->m_lamb); free(r->v_lamb);
+	free(r->logits);
+	free(r->grads);
+	free(r->p_adamw);
+	free(r->m_adamw);
+	free(r->v_adamw);
+	free(r->p_lamb);
+	free(r->m_lamb);
+	free(r->v_lamb);
 }
 
 int main(int argc, char **argv)
 {
-	kern_blas_reexec_if_needed(argc, argv);  /* the core the programs run on */
+	kern_blas_reexec_if_needed(argc, argv); /* the core the programs run on */
 	plan_lazy();
 	diag("%s", kern_backend_get()->describe());
 	if (!forced_kernel_in_use()) {
@@ -165,7 +173,10 @@ int main(int argc, char **argv)
 	compare(&r1, &r2, "1 vs 2 threads");
 	compare(&r2, &r2b, "2 threads, run twice");
 	compare(&r1, &r3, "1 vs 3 threads");
-	free_result(&r1); free_result(&r2); free_result(&r2b); free_result(&r3);
+	free_result(&r1);
+	free_result(&r2);
+	free_result(&r2b);
+	free_result(&r3);
 	free(tok);
 	free(tg);
 	done_testing();

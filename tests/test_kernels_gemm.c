@@ -33,7 +33,7 @@ typedef struct {
 	bool bias, res;
 } shape;
 
-static const char *kernel = "avx2";  /* the driver's kernel, for names */
+static const char *kernel = "avx2"; /* the driver's kernel, for names */
 
 static float *randv(kern_rng *r, size_t n)
 {
@@ -46,9 +46,8 @@ static float *randv(kern_rng *r, size_t n)
 }
 
 /* C (M x N, ldc N) from A, B in the shape's layout, in double */
-static void reference(const shape *s, const float *A, const float *B,
-                      const float *C0, const float *bias, const float *R,
-                      double *out, double *scale)
+static void reference(const shape *s, const float *A, const float *B, const float *C0, const float *bias,
+                      const float *R, double *out, double *scale)
 {
 	int M = s->M, N = s->N, K = s->K, lda = s->ta ? M : K, ldb = s->tb ? K : N;
 	*scale = 0;
@@ -61,8 +60,9 @@ static void reference(const shape *s, const float *A, const float *B,
 				acc += a * b;
 				mag += fabs(a * b);
 			}
-			double base = R ? R[(size_t)i * N + j]
-			              : s->beta == 0.0f ? 0.0 : s->beta * (double)C0[(size_t)i * N + j];
+			double base = R                 ? R[(size_t)i * N + j]
+			              : s->beta == 0.0f ? 0.0
+			                                : s->beta * (double)C0[(size_t)i * N + j];
 			if (bias)
 				base += bias[j];
 			out[(size_t)i * N + j] = base + s->alpha * acc;
@@ -77,7 +77,7 @@ static double max_err(const float *C, const double *ref, size_t n)
 	double e = 0;
 	for (size_t i = 0; i < n; i++) {
 		double d = fabs((double)C[i] - ref[i]);
-		if (!(d <= e))  /* NaN counts */
+		if (!(d <= e)) /* NaN counts */
 			e = isnan(d) ? INFINITY : d;
 	}
 	return e;
@@ -92,9 +92,8 @@ typedef struct {
 static operands operands_new(const shape *s, kern_rng *rng)
 {
 	size_t nc = (size_t)s->M * s->N;
-	operands o = { randv(rng, (size_t)s->M * s->K), randv(rng, (size_t)s->K * s->N),
-	               randv(rng, nc), s->bias ? randv(rng, s->N) : NULL,
-	               s->res ? randv(rng, nc) : NULL };
+	operands o = { randv(rng, (size_t)s->M * s->K), randv(rng, (size_t)s->K * s->N), randv(rng, nc),
+		       s->bias ? randv(rng, s->N) : NULL, s->res ? randv(rng, nc) : NULL };
 	return o;
 }
 
@@ -115,7 +114,7 @@ static void run_shape(const shape *s, kern_rng *rng)
 	float *A = o.A, *B = o.B, *C0 = o.C0, *bias = o.bias, *R = o.R;
 	if (s->beta == 0.0f && !R)
 		for (size_t i = 0; i < nc; i++)
-			C0[i] = NAN;  /* beta 0 must ignore C */
+			C0[i] = NAN; /* beta 0 must ignore C */
 	double *ref = malloc(nc * sizeof *ref), scale;
 	float *C[4];
 	if (!ref)
@@ -123,9 +122,8 @@ static void run_shape(const shape *s, kern_rng *rng)
 	reference(s, A, B, C0, bias, R, ref, &scale);
 	double tol = 1e-5 * (scale > 1 ? scale : 1);
 	char what[160];
-	snprintf(what, sizeof what, "[%s] %dx%dx%d ta=%d tb=%d alpha=%g beta=%g%s%s",
-	         kernel, M, N, K, s->ta, s->tb, s->alpha, s->beta, s->bias ? " bias" : "",
-	         s->res ? " residual" : "");
+	snprintf(what, sizeof what, "[%s] %dx%dx%d ta=%d tb=%d alpha=%g beta=%g%s%s", kernel, M, N, K, s->ta,
+	         s->tb, s->alpha, s->beta, s->bias ? " bias" : "", s->res ? " residual" : "");
 	for (int t = 0; t < 4; t++) {
 		C[t] = malloc(nc * sizeof(float));
 		if (!C[t])
@@ -134,12 +132,11 @@ static void run_shape(const shape *s, kern_rng *rng)
 	}
 	if (kern_gemm_usable()) {
 		for (int t = 1; t <= 3; t++)
-			kern_gemm(s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, s->beta,
-			          C[t], N, bias, R, t);
+			kern_gemm(s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, s->beta, C[t], N, bias, R,
+			          t);
 		double e = max_err(C[1], ref, nc);
 		ok(e <= tol, "driver %s: max error %.3g <= %.3g", what, e, tol);
-		ok(memcmp(C[1], C[2], nc * sizeof(float)) == 0
-		   && memcmp(C[1], C[3], nc * sizeof(float)) == 0,
+		ok(memcmp(C[1], C[2], nc * sizeof(float)) == 0 && memcmp(C[1], C[3], nc * sizeof(float)) == 0,
 		   "driver %s: bit-identical on 1, 2 and 3 threads", what);
 	} else {
 		skip(2, "the GEMM driver is off");
@@ -147,11 +144,9 @@ static void run_shape(const shape *s, kern_rng *rng)
 	/* the backend's entry points, whichever path this CPU takes */
 	const kern_backend *be = kern_backend_get();
 	if (R)
-		be->sgemm_residual(s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, R,
-		                   C[0], N, bias);
+		be->sgemm_residual(s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, R, C[0], N, bias);
 	else
-		be->sgemm_bias(s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, s->beta,
-		               C[0], N, bias);
+		be->sgemm_bias(s->ta, s->tb, M, N, K, s->alpha, A, lda, B, ldb, s->beta, C[0], N, bias);
 	double e = max_err(C[0], ref, nc);
 	ok(e <= tol, "backend %s: max error %.3g <= %.3g", what, e, tol);
 	for (int t = 0; t < 4; t++)
@@ -184,17 +179,23 @@ static void run_colsum(bool ta, int M, int N, int K, kern_rng *rng)
 	for (int t = 1; t <= 2; t++) {
 		memcpy(C2, C0, nc * sizeof(float));
 		memcpy(s2, s0, N * sizeof(float));
-		bool did = kern_gemm_colsum(ta, false, M, N, K, 1.0f, A, lda, B, N, 1.0f,
-		                            C2, N, s2, t);
+		bool did = kern_gemm_colsum(ta, false, M, N, K, 1.0f, A, lda, B, N, 1.0f, C2, N, s2, t);
 		same = same && did && memcmp(C1, C2, nc * sizeof(float)) == 0;
 		if (t == 1)
 			ok(did && memcmp(s1, s2, N * sizeof(float)) == 0,
 			   "[%s] colsum %dx%dx%d ta=%d: column sums equal kern_colsum_add's bit for bit",
 			   kernel, M, N, K, ta);
 	}
-	ok(same, "[%s] colsum %dx%dx%d ta=%d: product equals kern_gemm's on 1 and 2 threads",
-	   kernel, M, N, K, ta);
-	free(A); free(B); free(C0); free(C1); free(C2); free(s0); free(s1); free(s2);
+	ok(same, "[%s] colsum %dx%dx%d ta=%d: product equals kern_gemm's on 1 and 2 threads", kernel, M, N, K,
+	   ta);
+	free(A);
+	free(B);
+	free(C0);
+	free(C1);
+	free(C2);
+	free(s0);
+	free(s1);
+	free(s2);
 }
 
 /* The backend's sgemm_gelu (fused where the driver runs): C as sgemm_bias
@@ -222,15 +223,21 @@ static void run_gelu(int M, int N, int K, int op, kern_rng *rng)
 		for (size_t i = 0; i < nc; i++)
 			G2[i] = C2[i] = NAN;
 		be->sgemm_gelu(false, op == KERN_GEMM_GELU_BWD, M, N, K, 1.0f, A, K, B,
-		               op == KERN_GEMM_GELU_BWD ? K : N, 0.0f, C2, N, bias, op,
-		               G2, X);
-		same = same && memcmp(C1, C2, nc * sizeof(float)) == 0
-		       && memcmp(G1, G2, nc * sizeof(float)) == 0;
+		               op == KERN_GEMM_GELU_BWD ? K : N, 0.0f, C2, N, bias, op, G2, X);
+		same = same && memcmp(C1, C2, nc * sizeof(float)) == 0 &&
+		       memcmp(G1, G2, nc * sizeof(float)) == 0;
 	}
 	kern_set_threads(2);
 	ok(same, "[%s] sgemm_gelu %s %dx%dx%d: product and GELU equal the separate passes bit for bit",
 	   kernel, op == KERN_GEMM_GELU_FWD ? "forward" : "backward", M, N, K);
-	free(A); free(B); free(bias); free(X); free(C1); free(G1); free(C2); free(G2);
+	free(A);
+	free(B);
+	free(bias);
+	free(X);
+	free(C1);
+	free(G1);
+	free(C2);
+	free(G2);
 }
 
 /* One term per element (K 1): C = a b within 2^-21 of the exact product,
@@ -256,9 +263,10 @@ static void run_precision(kern_rng *rng)
 			if (!(rel <= worst))
 				worst = isnan(rel) ? INFINITY : rel;
 		}
-	ok(worst <= 0x1p-21, "[%s] 64 x 64 single products: relative error %.3g <= 2^-21",
-	   kernel, worst);
-	free(A); free(B); free(C);
+	ok(worst <= 0x1p-21, "[%s] 64 x 64 single products: relative error %.3g <= 2^-21", kernel, worst);
+	free(A);
+	free(B);
+	free(C);
 }
 
 /* Every check above with the driver's current kernel. */
@@ -297,8 +305,8 @@ static void run_same(const shape *shapes, int n, kern_rng *rng)
 				bail_out("out of memory");
 			memcpy(C[v], o.C0, nc * sizeof(float));
 			kern_gemm_use(v ? KERN_GEMM_AVX2 : KERN_GEMM_AVX512);
-			kern_gemm(s->ta, s->tb, M, N, K, s->alpha, o.A, lda, o.B, ldb, s->beta,
-			          C[v], N, o.bias, o.R, 2);
+			kern_gemm(s->ta, s->tb, M, N, K, s->alpha, o.A, lda, o.B, ldb, s->beta, C[v], N,
+			          o.bias, o.R, 2);
 		}
 		kern_gemm_use(KERN_GEMM_AVX512);
 		static char what[96];
@@ -327,11 +335,10 @@ static void run_off(const shape *s, kern_rng *rng)
 		bail_out("out of memory");
 	reference(s, o.A, o.B, o.C0, o.bias, o.R, ref, &scale);
 	kern_gemm_use(KERN_GEMM_BLAS);
-	kern_gemm(s->ta, s->tb, M, N, K, s->alpha, o.A, lda, o.B, ldb, s->beta, o.C0, N, o.bias,
-	          o.R, 2);
+	kern_gemm(s->ta, s->tb, M, N, K, s->alpha, o.A, lda, o.B, ldb, s->beta, o.C0, N, o.bias, o.R, 2);
 	double e = max_err(o.C0, ref, nc), tol = 1e-5 * (scale > 1 ? scale : 1);
-	ok(e <= tol, "driver off: kern_gemm %dx%dx%d still computes the product (max error %.3g <= %.3g)",
-	   M, N, K, e, tol);
+	ok(e <= tol, "driver off: kern_gemm %dx%dx%d still computes the product (max error %.3g <= %.3g)", M,
+	   N, K, e, tol);
 	operands_free(&o);
 	free(ref);
 }
@@ -364,7 +371,7 @@ int main(void)
 	int per_kernel = 3 * n + 2 * 5 + 4 + 1;
 	static const struct {
 		kern_gemm_kind kind;
-		const char *why;    /* when this CPU lacks it */
+		const char *why; /* when this CPU lacks it */
 	} kinds[] = {
 		{ KERN_GEMM_AVX2, "no AVX2 and FMA on this CPU" },
 		{ KERN_GEMM_AVX512, "no AVX-512 on this CPU" },

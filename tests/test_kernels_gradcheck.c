@@ -49,13 +49,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FD_H        1e-5   /* central-difference step, in double */
-#define LAYER_RTOL  5e-5
-#define LAYER_ATOL  5e-6
-#define MODEL_RTOL  2e-4
-#define MODEL_ATOL  2e-5
-#define FWD_TOL     1e-5   /* float forward vs the double one, relative to max */
-#define LN_EPS      1e-5
+#define FD_H 1e-5 /* central-difference step, in double */
+#define LAYER_RTOL 5e-5
+#define LAYER_ATOL 5e-6
+#define MODEL_RTOL 2e-4
+#define MODEL_ATOL 2e-5
+#define FWD_TOL 1e-5 /* float forward vs the double one, relative to max */
+#define LN_EPS 1e-5
 
 static kern_rng rng;
 
@@ -106,8 +106,7 @@ static double maxabs(const float *x, size_t n)
 /* ---- the oracle: plain double forwards ----------------------------------- */
 
 /* out[M,N] = inp[M,K] W[K,N] + b[N] (b may be NULL) */
-static void lin_d(double *out, const double *inp, const double *W, const double *b,
-                  int M, int K, int N)
+static void lin_d(double *out, const double *inp, const double *W, const double *b, int M, int K, int N)
 {
 	for (int m = 0; m < M; m++)
 		for (int n = 0; n < N; n++) {
@@ -118,8 +117,7 @@ static void lin_d(double *out, const double *inp, const double *W, const double 
 		}
 }
 
-static void ln_d(double *out, const double *inp, const double *w, const double *b,
-                 int N, int C)
+static void ln_d(double *out, const double *inp, const double *w, const double *b, int N, int C)
 {
 	for (int n = 0; n < N; n++) {
 		const double *x = inp + (size_t)n * C;
@@ -136,8 +134,7 @@ static void ln_d(double *out, const double *inp, const double *w, const double *
 }
 
 /* Causal attention, qkv [B,T,3C] -> out [B,T,C]; p is [T] scratch. */
-static void att_d(double *out, const double *qkv, int B, int T, int C, int NH,
-                  double *p)
+static void att_d(double *out, const double *qkv, int B, int T, int C, int NH, double *p)
 {
 	int hd = C / NH;
 	double scale = 1 / sqrt((double)hd);
@@ -167,15 +164,12 @@ static void att_d(double *out, const double *qkv, int B, int T, int C, int NH,
 			}
 }
 
-static double gelu1(double x)
-{
-	return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+static double gelu1(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 /* Mean cross-entropy of logits[N,V] = x[N,C] wte[V,C]^T; logits is scratch
  * (and holds them afterwards). */
-static double head_ce_d(double *logits, const double *x, const double *wte,
-                        const int32_t *tg, int N, int C, int V)
+static double head_ce_d(double *logits, const double *x, const double *wte, const int32_t *tg, int N, int C,
+                        int V)
 {
 	double total = 0;
 	for (int n = 0; n < N; n++) {
@@ -201,9 +195,8 @@ typedef double (*objective)(void *ctx);
 /* Compare grad[] (the float backward) with central differences of f over
  * x[] (the double inputs f reads): all coordinates when n <= samples, else
  * `samples` distinct random ones.  Reports one TAP line. */
-static void check(const char *what, objective f, void *ctx, double *x,
-                  const float *grad, size_t n, size_t samples, double rtol,
-                  double atol)
+static void check(const char *what, objective f, void *ctx, double *x, const float *grad, size_t n,
+                  size_t samples, double rtol, double atol)
 {
 	size_t count = n <= samples ? n : samples;
 	size_t *idx = xcalloc(n, sizeof *idx);
@@ -211,7 +204,7 @@ static void check(const char *what, objective f, void *ctx, double *x,
 	for (size_t i = 0; i < n; i++)
 		idx[i] = i;
 	for (size_t k = 0; k < count; k++) {
-		if (count < n) {  /* partial Fisher-Yates: distinct coordinates */
+		if (count < n) { /* partial Fisher-Yates: distinct coordinates */
 			size_t j = k + (size_t)(kern_rng_next(&rng) % (n - k)), t = idx[k];
 			idx[k] = idx[j];
 			idx[j] = t;
@@ -240,44 +233,46 @@ static void check(const char *what, objective f, void *ctx, double *x,
 			worst_k = k;
 		}
 	}
-	ok(worst <= 1 && scale > 0, "%s: %zu coordinates, max |grad| %.3g, max error "
-	   "%.2g (%.3g of tolerance)", what, count, scale, worst_abs / (scale > 0 ? scale : 1),
-	   worst);
+	ok(worst <= 1 && scale > 0,
+	   "%s: %zu coordinates, max |grad| %.3g, max error "
+	   "%.2g (%.3g of tolerance)",
+	   what, count, scale, worst_abs / (scale > 0 ? scale : 1), worst);
 	if (worst > 1)
-		diag("  at %zu: finite difference %.10g, analytic %.10g", idx[worst_k],
-		     fd[worst_k], (double)grad[idx[worst_k]]);
+		diag("  at %zu: finite difference %.10g, analytic %.10g", idx[worst_k], fd[worst_k],
+		     (double)grad[idx[worst_k]]);
 	free(idx);
 	free(fd);
 }
 
 /* The float forward's output against the double one's. */
-static void check_forward(const char *what, const float *out, const double *want,
-                          size_t n)
+static void check_forward(const char *what, const float *out, const double *want, size_t n)
 {
 	double e = 0, s = 0;
 	for (size_t i = 0; i < n; i++) {
 		e = fmax(e, fabs(out[i] - want[i]));
 		s = fmax(s, fabs(want[i]));
 	}
-	ok(s > 0 && e <= FWD_TOL * s, "%s: float forward matches double, relative error %.3g",
-	   what, s > 0 ? e / s : e);
+	ok(s > 0 && e <= FWD_TOL * s, "%s: float forward matches double, relative error %.3g", what,
+	   s > 0 ? e / s : e);
 }
 
 /* The backward run twice must give twice the gradient. */
-static void check_accumulates(const char *what, const float *once,
-                              const float *twice, size_t n)
+static void check_accumulates(const char *what, const float *once, const float *twice, size_t n)
 {
 	double scale = maxabs(once, n), worst = 0;
 	for (size_t i = 0; i < n; i++) {
 		double d = fabs((double)twice[i] - 2.0 * once[i]);
 		worst = d > worst ? d : worst;
 	}
-	ok(worst <= 1e-5 * scale && scale > 0, "%s accumulates: max |twice - 2 once| %.3g",
-	   what, worst);
+	ok(worst <= 1e-5 * scale && scale > 0, "%s accumulates: max |twice - 2 once| %.3g", what, worst);
 }
 
 /* ---- linear -------------------------------------------------------------- */
-typedef struct { double *out, *inp, *W, *b; float *w; int M, K, N; } lin_ctx;
+typedef struct {
+	double *out, *inp, *W, *b;
+	float *w;
+	int M, K, N;
+} lin_ctx;
 
 static double lin_obj(void *p)
 {
@@ -288,7 +283,7 @@ static double lin_obj(void *p)
 
 static void test_linear(void)
 {
-	int M = 300, K = 20, N = 12;  /* M > a tile: split GEMMs */
+	int M = 300, K = 20, N = 12; /* M > a tile: split GEMMs */
 	size_t mk = (size_t)M * K, kn = (size_t)K * N, mn = (size_t)M * N;
 	float *inp = randv(mk, 1), *W = randv(kn, 0.5), *b = randv(N, 0.5), *out = zerov(mn);
 	lin_ctx c = { zerod(mn), tod(inp, mk), tod(W, kn), tod(b, N), randv(mn, 1), M, K, N };
@@ -301,17 +296,37 @@ static void test_linear(void)
 	check("linear d weight", lin_obj, &c, c.W, dW, kn, 512, LAYER_RTOL, LAYER_ATOL);
 	check("linear d bias", lin_obj, &c, c.b, db, N, 512, LAYER_RTOL, LAYER_ATOL);
 	float *dinp2 = zerov(mk), *dW2 = zerov(kn), *db2 = zerov(N);
-	memcpy(dinp2, dinp, mk * 4); memcpy(dW2, dW, kn * 4); memcpy(db2, db, N * 4);
+	memcpy(dinp2, dinp, mk * 4);
+	memcpy(dW2, dW, kn * 4);
+	memcpy(db2, db, N * 4);
 	kern_linear_backward(dinp2, dW2, db2, c.w, inp, W, M, K, N);
 	check_accumulates("linear d input", dinp, dinp2, mk);
 	check_accumulates("linear d weight", dW, dW2, kn);
 	check_accumulates("linear d bias", db, db2, N);
-	free(inp); free(W); free(b); free(out); free(c.out); free(c.inp); free(c.W);
-	free(c.b); free(c.w); free(dinp); free(dW); free(db); free(dinp2); free(dW2); free(db2);
+	free(inp);
+	free(W);
+	free(b);
+	free(out);
+	free(c.out);
+	free(c.inp);
+	free(c.W);
+	free(c.b);
+	free(c.w);
+	free(dinp);
+	free(dW);
+	free(db);
+	free(dinp2);
+	free(dW2);
+	free(db2);
 }
 
 /* ---- embedding ----------------------------------------------------------- */
-typedef struct { double *out, *wte, *wpe; float *w; int32_t *tok; int B, T, C; } emb_ctx;
+typedef struct {
+	double *out, *wte, *wpe;
+	float *w;
+	int32_t *tok;
+	int B, T, C;
+} emb_ctx;
 
 static double emb_obj(void *p)
 {
@@ -320,8 +335,8 @@ static double emb_obj(void *p)
 		for (int t = 0; t < c->T; t++)
 			for (int k = 0; k < c->C; k++)
 				c->out[((size_t)b * c->T + t) * c->C + k] =
-					c->wte[(size_t)c->tok[b * c->T + t] * c->C + k]
-					+ c->wpe[(size_t)t * c->C + k];
+				        c->wte[(size_t)c->tok[b * c->T + t] * c->C + k] +
+				        c->wpe[(size_t)t * c->C + k];
 	return dot_fd(c->w, c->out, (size_t)c->B * c->T * c->C);
 }
 
@@ -332,33 +347,46 @@ static void test_embedding(void)
 	size_t btc = (size_t)B * T * C;
 	int32_t *tok = xcalloc((size_t)B * T, sizeof *tok);
 	for (int i = 0; i < B * T; i++)
-		tok[i] = (int32_t)(kern_rng_next(&rng) % 4);  /* repeats on purpose */
+		tok[i] = (int32_t)(kern_rng_next(&rng) % 4); /* repeats on purpose */
 	float *wte = randv((size_t)V * C, 1), *wpe = randv((size_t)T * C, 1), *out = zerov(btc);
-	emb_ctx c = { zerod(btc), tod(wte, (size_t)V * C), tod(wpe, (size_t)T * C),
-	              randv(btc, 1), tok, B, T, C };
+	emb_ctx c = { zerod(btc), tod(wte, (size_t)V * C), tod(wpe, (size_t)T * C), randv(btc, 1), tok, B, T,
+		      C };
 	kern_embedding_forward(out, tok, wte, wpe, B, T, C);
 	emb_obj(&c);
 	check_forward("embedding", out, c.out, btc);
 	float *dwte = zerov((size_t)V * C), *dwpe = zerov((size_t)T * C);
 	kern_embedding_backward(dwte, dwpe, c.w, tok, B, T, C);
 	/* the 4 rows of wte that tokens use */
-	check("embedding d wte", emb_obj, &c, c.wte, dwte, (size_t)4 * C, 1000,
-	      LAYER_RTOL, LAYER_ATOL);
-	check("embedding d wpe", emb_obj, &c, c.wpe, dwpe, (size_t)T * C, 1000,
-	      LAYER_RTOL, LAYER_ATOL);
+	check("embedding d wte", emb_obj, &c, c.wte, dwte, (size_t)4 * C, 1000, LAYER_RTOL, LAYER_ATOL);
+	check("embedding d wpe", emb_obj, &c, c.wpe, dwpe, (size_t)T * C, 1000, LAYER_RTOL, LAYER_ATOL);
 	ok(maxabs(dwte + 4 * C, (size_t)(V - 4) * C) == 0,
 	   "embedding: rows of unused tokens get no gradient");
 	float *dwte2 = zerov((size_t)V * C), *dwpe2 = zerov((size_t)T * C);
-	memcpy(dwte2, dwte, (size_t)V * C * 4); memcpy(dwpe2, dwpe, (size_t)T * C * 4);
+	memcpy(dwte2, dwte, (size_t)V * C * 4);
+	memcpy(dwpe2, dwpe, (size_t)T * C * 4);
 	kern_embedding_backward(dwte2, dwpe2, c.w, tok, B, T, C);
 	check_accumulates("embedding d wte", dwte, dwte2, (size_t)V * C);
 	check_accumulates("embedding d wpe", dwpe, dwpe2, (size_t)T * C);
-	free(tok); free(wte); free(wpe); free(out); free(c.out); free(c.wte); free(c.wpe);
-	free(c.w); free(dwte); free(dwpe); free(dwte2); free(dwpe2);
+	free(tok);
+	free(wte);
+	free(wpe);
+	free(out);
+	free(c.out);
+	free(c.wte);
+	free(c.wpe);
+	free(c.w);
+	free(dwte);
+	free(dwpe);
+	free(dwte2);
+	free(dwpe2);
 }
 
 /* ---- layernorm ----------------------------------------------------------- */
-typedef struct { double *out, *inp, *wt, *b; float *w; int N, C; } ln_ctx;
+typedef struct {
+	double *out, *inp, *wt, *b;
+	float *w;
+	int N, C;
+} ln_ctx;
 
 static double ln_obj(void *p)
 {
@@ -390,18 +418,38 @@ static void test_layernorm(int N, int C)
 	snprintf(w2, sizeof w2, "%s d bias", what);
 	check(w2, ln_obj, &c, c.b, db, C, 1000, LAYER_RTOL, LAYER_ATOL);
 	float *dinp2 = zerov(nc), *dwt2 = zerov(C), *db2 = zerov(C);
-	memcpy(dinp2, dinp, nc * 4); memcpy(dwt2, dwt, C * 4); memcpy(db2, db, C * 4);
+	memcpy(dinp2, dinp, nc * 4);
+	memcpy(dwt2, dwt, C * 4);
+	memcpy(db2, db, C * 4);
 	kern_layernorm_backward(dinp2, dwt2, db2, c.w, inp, wt, mean, rstd, N, C);
 	check_accumulates("layernorm d input", dinp, dinp2, nc);
 	check_accumulates("layernorm d weight", dwt, dwt2, C);
 	check_accumulates("layernorm d bias", db, db2, C);
-	free(inp); free(wt); free(b); free(out); free(mean); free(rstd); free(c.out);
-	free(c.inp); free(c.wt); free(c.b); free(c.w); free(dinp); free(dwt); free(db);
-	free(dinp2); free(dwt2); free(db2);
+	free(inp);
+	free(wt);
+	free(b);
+	free(out);
+	free(mean);
+	free(rstd);
+	free(c.out);
+	free(c.inp);
+	free(c.wt);
+	free(c.b);
+	free(c.w);
+	free(dinp);
+	free(dwt);
+	free(db);
+	free(dinp2);
+	free(dwt2);
+	free(db2);
 }
 
 /* ---- attention ----------------------------------------------------------- */
-typedef struct { double *out, *qkv, *p; float *w; int B, T, C, NH; } att_ctx;
+typedef struct {
+	double *out, *qkv, *p;
+	float *w;
+	int B, T, C, NH;
+} att_ctx;
 
 static double att_obj(void *p)
 {
@@ -412,8 +460,7 @@ static double att_obj(void *p)
 
 static void test_attention(int B, int T, int C, int NH, size_t samples)
 {
-	size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C,
-	       na = (size_t)B * NH * T * T;
+	size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, na = (size_t)B * NH * T * T;
 	float *qkv = randv(n3, 1), *out = zerov(n1), *att = zerov(na);
 	att_ctx c = { zerod(n1), tod(qkv, n3), zerod(T), randv(n1, 1), B, T, C, NH };
 	kern_attention_forward(out, att, qkv, B, T, C, NH);
@@ -430,7 +477,7 @@ static void test_attention(int B, int T, int C, int NH, size_t samples)
 	float *o1 = zerov(n1);
 	memcpy(o1, out, n1 * 4);
 	for (int k = 0; k < 3 * C; k++)
-		qkv[(size_t)(T - 1) * 3 * C + k] += 1.0f;  /* last token of sample 0 */
+		qkv[(size_t)(T - 1) * 3 * C + k] += 1.0f; /* last token of sample 0 */
 	kern_attention_forward(out, att, qkv, B, T, C, NH);
 	ok(memcmp(o1, out, (size_t)(T - 1) * C * 4) == 0,
 	   "attention T%d: earlier positions ignore a later token", T);
@@ -441,12 +488,25 @@ static void test_attention(int B, int T, int C, int NH, size_t samples)
 	memcpy(dqkv2, dqkv, n3 * 4);
 	kern_attention_backward(dqkv2, datt, c.w, qkv, att, B, T, C, NH);
 	check_accumulates(w2, dqkv, dqkv2, n3);
-	free(qkv); free(out); free(att); free(c.out); free(c.qkv); free(c.p); free(c.w);
-	free(dqkv); free(datt); free(o1); free(dqkv2);
+	free(qkv);
+	free(out);
+	free(att);
+	free(c.out);
+	free(c.qkv);
+	free(c.p);
+	free(c.w);
+	free(dqkv);
+	free(datt);
+	free(o1);
+	free(dqkv2);
 }
 
 /* ---- gelu ---------------------------------------------------------------- */
-typedef struct { double *inp; float *w; size_t n; } gelu_ctx;
+typedef struct {
+	double *inp;
+	float *w;
+	size_t n;
+} gelu_ctx;
 
 static double gelu_obj(void *p)
 {
@@ -459,7 +519,7 @@ static double gelu_obj(void *p)
 
 static void test_gelu(void)
 {
-	size_t n = 9000;  /* > one chunk */
+	size_t n = 9000; /* > one chunk */
 	float *inp = randv(n, 2), *out = zerov(n), *dinp = zerov(n);
 	gelu_ctx c = { tod(inp, n), randv(n, 1), n };
 	kern_gelu_forward(out, inp, n);
@@ -471,11 +531,20 @@ static void test_gelu(void)
 	/* J is a sum of one term per input: differences of it are exact enough
 	 * for every coordinate, and each coordinate is gelu' at one point */
 	check("gelu d input", gelu_obj, &c, c.inp, dinp, n, 2000, LAYER_RTOL, LAYER_ATOL);
-	free(inp); free(out); free(dinp); free(c.inp); free(c.w); free(want);
+	free(inp);
+	free(out);
+	free(dinp);
+	free(c.inp);
+	free(c.w);
+	free(want);
 }
 
 /* ---- head and cross-entropy ---------------------------------------------- */
-typedef struct { double *logits, *x, *wte; int32_t *tg; int N, C, V; } ce_ctx;
+typedef struct {
+	double *logits, *x, *wte;
+	int32_t *tg;
+	int N, C, V;
+} ce_ctx;
 
 static double ce_obj(void *p)
 {
@@ -486,38 +555,43 @@ static double ce_obj(void *p)
 static void test_crossentropy(void)
 {
 	int N = 10, C = 12, V = 37;
-	float *x = randv((size_t)N * C, 1), *wte = randv((size_t)V * C, 0.5),
-	      *logits = zerov((size_t)N * V), *losses = zerov(N);
+	float *x = randv((size_t)N * C, 1), *wte = randv((size_t)V * C, 0.5), *logits = zerov((size_t)N * V),
+	      *losses = zerov(N);
 	int32_t *tg = xcalloc(N, sizeof *tg);
 	for (int i = 0; i < N; i++)
 		tg[i] = (int32_t)(kern_rng_next(&rng) % V);
-	ce_ctx c = { zerod((size_t)N * V), tod(x, (size_t)N * C), tod(wte, (size_t)V * C),
-	             tg, N, C, V };
+	ce_ctx c = { zerod((size_t)N * V), tod(x, (size_t)N * C), tod(wte, (size_t)V * C), tg, N, C, V };
 	kern_head_forward(logits, x, wte, N, C, V);
 	double loss = kern_crossentropy_forward(losses, logits, tg, N, V);
 	double want = ce_obj(&c);
 	check_forward("head", logits, c.logits, (size_t)N * V);
-	ok(fabs(loss - want) < 1e-6 * want, "cross-entropy %.9f matches double %.9f",
-	   loss, want);
-	float *dlog = zerov((size_t)N * V), *dx = zerov((size_t)N * C),
-	      *dwte = zerov((size_t)V * C);
+	ok(fabs(loss - want) < 1e-6 * want, "cross-entropy %.9f matches double %.9f", loss, want);
+	float *dlog = zerov((size_t)N * V), *dx = zerov((size_t)N * C), *dwte = zerov((size_t)V * C);
 	kern_crossentropy_backward(dlog, logits, tg, 1.0f / N, N, V);
 	kern_head_backward(dx, dwte, dlog, x, wte, N, C, V);
-	check("head + cross-entropy d x", ce_obj, &c, c.x, dx, (size_t)N * C, 1000,
-	      LAYER_RTOL, LAYER_ATOL);
-	check("head + cross-entropy d wte", ce_obj, &c, c.wte, dwte, (size_t)V * C, 1000,
-	      LAYER_RTOL, LAYER_ATOL);
-	free(x); free(wte); free(logits); free(losses); free(tg); free(c.logits);
-	free(c.x); free(c.wte); free(dlog); free(dx); free(dwte);
+	check("head + cross-entropy d x", ce_obj, &c, c.x, dx, (size_t)N * C, 1000, LAYER_RTOL, LAYER_ATOL);
+	check("head + cross-entropy d wte", ce_obj, &c, c.wte, dwte, (size_t)V * C, 1000, LAYER_RTOL,
+	      LAYER_ATOL);
+	free(x);
+	free(wte);
+	free(logits);
+	free(losses);
+	free(tg);
+	free(c.logits);
+	free(c.x);
+	free(c.wte);
+	free(dlog);
+	free(dx);
+	free(dwte);
 }
 
 /* ---- the whole model ----------------------------------------------------- */
 typedef struct {
 	const kern_model *m;
-	double *p;                 /* the parameters, in double */
+	double *p; /* the parameters, in double */
 	const int32_t *tok, *tg;
 	int B;
-	double *x, *h, *qkv, *y, *t, *f, *logits, *scr;   /* activations */
+	double *x, *h, *qkv, *y, *t, *f, *logits, *scr; /* activations */
 } model_ctx;
 
 static const double *param(const model_ctx *c, const char *name)
@@ -545,25 +619,24 @@ static double model_obj(void *p)
 	const double *wte = param(c, "wte"), *wpe = param(c, "wpe");
 	for (int n = 0; n < N; n++)
 		for (int j = 0; j < C; j++)
-			c->x[(size_t)n * C + j] = wte[(size_t)c->tok[n] * C + j]
-			                          + wpe[(size_t)(n % T) * C + j];
+			c->x[(size_t)n * C + j] =
+			        wte[(size_t)c->tok[n] * C + j] + wpe[(size_t)(n % T) * C + j];
 	for (int l = 0; l < k->n_layer; l++) {
 		int s = kern_layer_set(k, l);
 		ln_d(c->h, c->x, sparam(c, s, "ln_1.weight"), sparam(c, s, "ln_1.bias"), N, C);
-		lin_d(c->qkv, c->h, sparam(c, s, "attn.c_attn.weight"),
-		      sparam(c, s, "attn.c_attn.bias"), N, C, 3 * C);
+		lin_d(c->qkv, c->h, sparam(c, s, "attn.c_attn.weight"), sparam(c, s, "attn.c_attn.bias"), N,
+		      C, 3 * C);
 		att_d(c->y, c->qkv, c->B, T, C, k->n_head, c->scr);
-		lin_d(c->t, c->y, sparam(c, s, "attn.c_proj.weight"),
-		      sparam(c, s, "attn.c_proj.bias"), N, C, C);
+		lin_d(c->t, c->y, sparam(c, s, "attn.c_proj.weight"), sparam(c, s, "attn.c_proj.bias"), N, C,
+		      C);
 		for (size_t i = 0; i < nc; i++)
 			c->x[i] += c->t[i];
 		ln_d(c->h, c->x, sparam(c, s, "ln_2.weight"), sparam(c, s, "ln_2.bias"), N, C);
-		lin_d(c->f, c->h, sparam(c, s, "mlp.c_fc.weight"), sparam(c, s, "mlp.c_fc.bias"),
-		      N, C, F);
+		lin_d(c->f, c->h, sparam(c, s, "mlp.c_fc.weight"), sparam(c, s, "mlp.c_fc.bias"), N, C, F);
 		for (size_t i = 0; i < (size_t)N * F; i++)
 			c->f[i] = gelu1(c->f[i]);
-		lin_d(c->t, c->f, sparam(c, s, "mlp.c_proj.weight"),
-		      sparam(c, s, "mlp.c_proj.bias"), N, F, C);
+		lin_d(c->t, c->f, sparam(c, s, "mlp.c_proj.weight"), sparam(c, s, "mlp.c_proj.bias"), N, F,
+		      C);
 		for (size_t i = 0; i < nc; i++)
 			c->x[i] += c->t[i];
 	}
@@ -573,8 +646,9 @@ static double model_obj(void *p)
 
 static void test_model(int L, int S, int T)
 {
-	kern_config cfg = { .n_layer = L, .n_shared = S, .n_head = 2, .d_model = 8,
-	                    .seq_len = T, .vocab = 11, .d_ff = 12 };
+	kern_config cfg = {
+		.n_layer = L, .n_shared = S, .n_head = 2, .d_model = 8, .seq_len = T, .vocab = 11, .d_ff = 12
+	};
 	kern_model *m;
 	cot_errbuf eb;
 	int B = 2, N = B * T;
@@ -593,9 +667,19 @@ static void test_model(int L, int S, int T)
 		tg[i] = (int32_t)(kern_rng_next(&rng) % cfg.vocab);
 	}
 	size_t nc = (size_t)N * cfg.d_model;
-	model_ctx c = { m, tod(m->params, m->n_params), tok, tg, B, zerod(nc), zerod(nc),
-	                zerod(3 * nc), zerod(nc), zerod(nc), zerod((size_t)N * cfg.d_ff),
-	                zerod((size_t)N * cfg.vocab), zerod(T) };
+	model_ctx c = { m,
+		        tod(m->params, m->n_params),
+		        tok,
+		        tg,
+		        B,
+		        zerod(nc),
+		        zerod(nc),
+		        zerod(3 * nc),
+		        zerod(nc),
+		        zerod(nc),
+		        zerod((size_t)N * cfg.d_ff),
+		        zerod((size_t)N * cfg.vocab),
+		        zerod(T) };
 	float loss;
 	kern_zero_grad(m);
 	if (kern_forward(m, tok, tg, B, &loss, &eb) || kern_backward(m, &eb))
@@ -611,8 +695,17 @@ static void test_model(int L, int S, int T)
 		check(w2, model_obj, &c, c.p + m->views[v].offset, m->grads + m->views[v].offset,
 		      m->views[v].numel, 256, MODEL_RTOL, MODEL_ATOL);
 	}
-	free(c.p); free(c.x); free(c.h); free(c.qkv); free(c.y); free(c.t); free(c.f);
-	free(c.logits); free(c.scr); free(tok); free(tg);
+	free(c.p);
+	free(c.x);
+	free(c.h);
+	free(c.qkv);
+	free(c.y);
+	free(c.t);
+	free(c.f);
+	free(c.logits);
+	free(c.scr);
+	free(tok);
+	free(tg);
 	kern_model_free(m);
 }
 
@@ -623,15 +716,15 @@ int main(void)
 	kern_set_threads(2);
 	test_linear();
 	test_embedding();
-	test_layernorm(6, 37);              /* C not a multiple of 16: the tails */
-	test_layernorm(4, 80);              /* two channel blocks of the backward */
+	test_layernorm(6, 37); /* C not a multiple of 16: the tails */
+	test_layernorm(4, 80); /* two channel blocks of the backward */
 	test_attention(2, 9, 8, 2, 1000);
 	test_attention(1, 150, 8, 2, 1000); /* three row blocks of 64 */
 	test_gelu();
 	test_crossentropy();
 	test_model(2, 2, 8);
-	test_model(3, 1, 8);                /* ALBERT sharing: one set for 3 blocks */
-	test_model(2, 1, 70);               /* attention over two row blocks */
+	test_model(3, 1, 8);  /* ALBERT sharing: one set for 3 blocks */
+	test_model(2, 1, 70); /* attention over two row blocks */
 	done_testing();
 	return exit_status();
 }

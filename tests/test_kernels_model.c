@@ -24,11 +24,14 @@ static void test_config(void)
 	size_t want = 256 * C + 256 * C + 4 * per + 2 * C;
 	is_int((long long)kern_param_count(&c), (long long)want, "demo model has %zu parameters", want);
 	/* FLOPs: 3 x (L (2T(4C^2 + 2CF) + 2CT(T+1)) + 2TCV) */
-	double T = 256, fwd = 4 * (2 * T * (4.0 * C * C + 2.0 * C * F) + 2 * 256.0 * T * (T + 1))
-	                      + 2 * T * 256.0 * 256;
+	double T = 256, fwd = 4 * (2 * T * (4.0 * C * C + 2.0 * C * F) + 2 * 256.0 * T * (T + 1)) +
+	                      2 * T * 256.0 * 256;
 	ok(kern_flops_per_sample(&c) == 3 * fwd, "demo model: %.4g FLOPs per sample",
 	   kern_flops_per_sample(&c));
-	struct { const char *what; kern_config c; } bad[] = {
+	struct {
+		const char *what;
+		kern_config c;
+	} bad[] = {
 		{ "n_shared > n_layer", { 2, 3, 2, 8, 8, 16, 16 } },
 		{ "n_shared 0", { 2, 0, 2, 8, 8, 16, 16 } },
 		{ "d_model not a multiple of n_head", { 2, 1, 3, 8, 8, 16, 16 } },
@@ -46,8 +49,9 @@ static void test_config(void)
 
 static void test_views(void)
 {
-	kern_config c = { .n_layer = 6, .n_shared = 2, .n_head = 2, .d_model = 8,
-	                  .seq_len = 4, .vocab = 10, .d_ff = 12 };
+	kern_config c = {
+		.n_layer = 6, .n_shared = 2, .n_head = 2, .d_model = 8, .seq_len = 4, .vocab = 10, .d_ff = 12
+	};
 	int n = kern_param_views(&c, NULL, 0);
 	is_int(n, 2 + 12 * 2 + 2, "views: wte, wpe, 12 per set, ln_f");
 	kern_view v[64];
@@ -74,8 +78,8 @@ static void test_views(void)
 	for (int l = 0; l < 6; l++)
 		sets[l] = kern_layer_set(&c, l);
 	ok(sets[0] == 0 && sets[2] == 0 && sets[3] == 1 && sets[5] == 1,
-	   "sharing: blocks use sets %d %d %d %d %d %d", sets[0], sets[1], sets[2],
-	   sets[3], sets[4], sets[5]);
+	   "sharing: blocks use sets %d %d %d %d %d %d", sets[0], sets[1], sets[2], sets[3], sets[4],
+	   sets[5]);
 }
 
 static void test_init(void)
@@ -105,8 +109,7 @@ static void test_init(void)
 	kern_rng r;
 	kern_rng_seed(&r, 0);
 	uint64_t x = kern_rng_next(&r);
-	ok(x == 0x99ec5f36cb75f2b4ULL, "xoshiro256** from splitmix64(0): %016llx",
-	   (unsigned long long)x);
+	ok(x == 0x99ec5f36cb75f2b4ULL, "xoshiro256** from splitmix64(0): %016llx", (unsigned long long)x);
 	kern_model_free(a);
 	kern_model_free(b);
 }
@@ -173,12 +176,13 @@ static void test_accumulation(void)
 		e = fmax(e, fabs((double)m->grads[i] - full[i]));
 		s = fmax(s, fabs((double)full[i]));
 	}
-	ok(e <= 1e-5 * s, "two microbatches, scaled by B/n, give the batch gradient (error %.3g of %.3g)", e, s);
+	ok(e <= 1e-5 * s, "two microbatches, scaled by B/n, give the batch gradient (error %.3g of %.3g)", e,
+	   s);
 	/* kern_backward_scaled(B) sums per-sample gradients directly */
 	kern_zero_grad(m);
 	for (int mb = 0; mb < 2; mb++)
-		if (kern_forward(m, tok + 16 * mb, tg + 16 * mb, 2, &loss, &eb)
-		    || kern_backward_scaled(m, 2.0f, &eb))
+		if (kern_forward(m, tok + 16 * mb, tg + 16 * mb, 2, &loss, &eb) ||
+		    kern_backward_scaled(m, 2.0f, &eb))
 			bail_out("pass: %s", eb.msg);
 	kern_scale_grads(m, 1.0f / 4.0f);
 	e = 0;
@@ -199,15 +203,16 @@ static void test_schedule(void)
 	o.decay = KERN_DECAY_LINEAR;
 	o.min_lr_ratio = 0.1f;
 	ok(kern_opt_lr(&o, 0) == 0.25f && kern_opt_lr(&o, 3) == 1.0f, "linear warmup");
-	ok(fabsf(kern_opt_lr(&o, 9) - 0.55f) < 1e-6f && fabsf(kern_opt_lr(&o, 14) - 0.1f) < 1e-6f
-	   && fabsf(kern_opt_lr(&o, 100) - 0.1f) < 1e-6f, "linear decay to the floor");
+	ok(fabsf(kern_opt_lr(&o, 9) - 0.55f) < 1e-6f && fabsf(kern_opt_lr(&o, 14) - 0.1f) < 1e-6f &&
+	           fabsf(kern_opt_lr(&o, 100) - 0.1f) < 1e-6f,
+	   "linear decay to the floor");
 	o.decay = KERN_DECAY_COSINE;
-	ok(fabsf(kern_opt_lr(&o, 9) - 0.55f) < 1e-6f && fabsf(kern_opt_lr(&o, 4) - 1.0f) < 1e-6f
-	   && fabsf(kern_opt_lr(&o, 14) - 0.1f) < 1e-6f, "cosine decay: %.7f at the middle",
-	   kern_opt_lr(&o, 9));
+	ok(fabsf(kern_opt_lr(&o, 9) - 0.55f) < 1e-6f && fabsf(kern_opt_lr(&o, 4) - 1.0f) < 1e-6f &&
+	           fabsf(kern_opt_lr(&o, 14) - 0.1f) < 1e-6f,
+	   "cosine decay: %.7f at the middle", kern_opt_lr(&o, 9));
 	double want = 0.1 + 0.9 * (1 + cos(M_PI * 0.3)) / 2;
-	ok(fabs(kern_opt_lr(&o, 7) - want) < 1e-7, "cosine matches libm: %.8f vs %.8f",
-	   kern_opt_lr(&o, 7), want);
+	ok(fabs(kern_opt_lr(&o, 7) - want) < 1e-7, "cosine matches libm: %.8f vs %.8f", kern_opt_lr(&o, 7),
+	   want);
 	cot_errbuf eb;
 	o.beta1 = 1.0f;
 	is_int(kern_opt_validate(&o, &eb), COT_ERR_INVALID, "beta1 1 rejected: %s", eb.msg);

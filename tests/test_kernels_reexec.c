@@ -21,7 +21,7 @@
 
 int main(int argc, char **argv)
 {
-	if (argc == 1) {  /* as make check starts it: add the arguments to keep */
+	if (argc == 1) { /* as make check starts it: add the arguments to keep */
 		char *args[] = { argv[0], "--keep", "these args", NULL };
 		execv("/proc/self/exe", args);
 		bail_out("could not re-execute with arguments");
@@ -51,8 +51,8 @@ int main(int argc, char **argv)
 	bool want_core = *hint && !*getenv("COTRAIN_TEST_REEXEC_CORE");
 	bool want_wait = !*getenv("COTRAIN_TEST_REEXEC_WAIT");
 	const char *core = openblas_get_corename();
-	diag("first start's hint: %s; re-exec %s; core now: %s; starts: %d",
-	     *hint ? hint : "(none)", forbidden ? "forbidden" : "allowed", core, starts);
+	diag("first start's hint: %s; re-exec %s; core now: %s; starts: %d", *hint ? hint : "(none)",
+	     forbidden ? "forbidden" : "allowed", core, starts);
 	ok(argc == 3 && strcmp(argv[1], "--keep") == 0 && strcmp(argv[2], "these args") == 0,
 	   "arguments survive (argc %d)", argc);
 	ok(atol(getenv(PID_ENV)) == (long)getpid(), "the pid is the same");
@@ -64,7 +64,8 @@ int main(int argc, char **argv)
 			ok(kern_blas_coretype_hint() == NULL, "no further hint once on it");
 		}
 		if (want_wait)
-			is_str(getenv("GOMP_SPINCOUNT"), KERN_OMP_SPINCOUNT, "OpenMP threads spin briefly, then sleep");
+			is_str(getenv("GOMP_SPINCOUNT"), KERN_OMP_SPINCOUNT,
+			       "OpenMP threads spin briefly, then sleep");
 		/* a second call in the re-executed process must return, not exec */
 		kern_blas_reexec_if_needed(argc, argv);
 		ok(1, "a second call returns");

@@ -61,15 +61,18 @@ int main(int argc, char **argv)
 	kern_rng_seed(&rng, 11);
 	kern_set_threads(2);
 
-	{	/* GELU */
+	{ /* GELU */
 		size_t n = 100003;
 		float *x = randv(n), *d = randv(n), *a = zerov(n), *b = junkv(n);
 		kern_gelu_backward(a, x, d, n);
 		kern_gelu_backward_set(b, x, d, n);
 		ok(same(a, b, n), "gelu: set equals accumulate into zeros");
-		free(x); free(d); free(a); free(b);
+		free(x);
+		free(d);
+		free(a);
+		free(b);
 	}
-	{	/* cross-entropy */
+	{ /* cross-entropy */
 		int N = 300, V = 256;
 		float *l = randv((size_t)N * V), *a = zerov((size_t)N * V), *b = junkv((size_t)N * V);
 		int32_t *t = malloc(sizeof(int32_t) * N);
@@ -78,9 +81,12 @@ int main(int argc, char **argv)
 		kern_crossentropy_backward(a, l, t, 1.0f / N, N, V);
 		kern_crossentropy_backward_set(b, l, t, 1.0f / N, N, V);
 		ok(same(a, b, (size_t)N * V), "cross-entropy: set equals accumulate into zeros");
-		free(l); free(a); free(b); free(t);
+		free(l);
+		free(a);
+		free(b);
+		free(t);
 	}
-	{	/* linear, big enough to be tiled */
+	{ /* linear, big enough to be tiled */
 		int M = 1100, K = 200, N = 700;
 		float *x = randv((size_t)M * K), *W = randv((size_t)K * N), *d = randv((size_t)M * N);
 		float *a = zerov((size_t)M * K), *b = junkv((size_t)M * K);
@@ -93,9 +99,17 @@ int main(int argc, char **argv)
 		ok(same(a, b, (size_t)M * K), "linear: set dinp equals accumulate into zeros");
 		ok(memcmp(dW1, dW2, sizeof(float) * K * N) == 0 && memcmp(db1, db2, sizeof(float) * N) == 0,
 		   "linear: set still accumulates dW and dbias, bit for bit");
-		free(x); free(W); free(d); free(a); free(b); free(dW1); free(dW2); free(db1); free(db2);
+		free(x);
+		free(W);
+		free(d);
+		free(a);
+		free(b);
+		free(dW1);
+		free(dW2);
+		free(db1);
+		free(db2);
 	}
-	{	/* the residual projection against copy-then-add, with and without bias */
+	{ /* the residual projection against copy-then-add, with and without bias */
 		int M = 1100, K = 300, N = 200;
 		float *x = randv((size_t)M * K), *W = randv((size_t)K * N), *r = randv((size_t)M * N);
 		float *bias = randv(N), *a = malloc(sizeof(float) * M * N), *b = junkv((size_t)M * N);
@@ -107,19 +121,29 @@ int main(int argc, char **argv)
 			   "residual projection%s equals copy then add, bit for bit",
 			   withb ? " with bias" : "");
 		}
-		free(x); free(W); free(r); free(bias); free(a); free(b);
+		free(x);
+		free(W);
+		free(r);
+		free(bias);
+		free(a);
+		free(b);
 	}
-	{	/* attention, two row blocks and a ragged one */
+	{ /* attention, two row blocks and a ragged one */
 		int B = 2, T = 150, C = 64, NH = 4;
-		size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C,
-		       na = (size_t)B * NH * T * T;
+		size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, na = (size_t)B * NH * T * T;
 		float *qkv = randv(n3), *y = zerov(n1), *att = zerov(na), *dy = randv(n1);
 		float *datt = zerov(na), *a = zerov(n3), *b = junkv(n3);
 		kern_attention_forward(y, att, qkv, B, T, C, NH);
 		kern_attention_backward(a, datt, dy, qkv, att, B, T, C, NH);
 		kern_attention_backward_set(b, datt, dy, qkv, att, B, T, C, NH);
 		ok(same(a, b, n3), "attention: set equals accumulate into zeros");
-		free(qkv); free(y); free(att); free(dy); free(datt); free(a); free(b);
+		free(qkv);
+		free(y);
+		free(att);
+		free(dy);
+		free(datt);
+		free(a);
+		free(b);
 	}
 	done_testing();
 	return exit_status();

@@ -31,7 +31,7 @@
 
 typedef struct {
 	char name[128];
-	int dtype;         /* 0 float32, 1 int32 */
+	int dtype; /* 0 float32, 1 int32 */
 	int ndim;
 	uint32_t shape[4];
 	size_t n;
@@ -53,8 +53,8 @@ static void load(const char *path)
 		bail_out("cannot open %s", path);
 	char magic[8];
 	uint32_t count;
-	if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "CTREF001", 8) != 0
-	    || fread(&count, 4, 1, f) != 1 || count > 10000)
+	if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "CTREF001", 8) != 0 || fread(&count, 4, 1, f) != 1 ||
+	    count > 10000)
 		bail_out("%s is not a reference file", path);
 	recs = realloc(recs, (nrecs + count) * sizeof *recs);
 	if (!recs)
@@ -63,10 +63,9 @@ static void load(const char *path)
 	for (uint32_t i = 0; i < count; i++) {
 		record *r = &recs[nrecs + i];
 		uint32_t len, dt, nd;
-		if (fread(&len, 4, 1, f) != 1 || len >= sizeof r->name
-		    || fread(r->name, 1, len, f) != len || fread(&dt, 4, 1, f) != 1
-		    || fread(&nd, 4, 1, f) != 1 || nd > 4
-		    || fread(r->shape, 4, nd, f) != nd)
+		if (fread(&len, 4, 1, f) != 1 || len >= sizeof r->name || fread(r->name, 1, len, f) != len ||
+		    fread(&dt, 4, 1, f) != 1 || fread(&nd, 4, 1, f) != 1 || nd > 4 ||
+		    fread(r->shape, 4, nd, f) != nd)
 			bail_out("%s: bad record %u", path, i);
 		r->dtype = (int)dt;
 		r->ndim = (int)nd;
@@ -114,8 +113,7 @@ static void load_params(kern_model *m, const char *tag, const char *kind)
 		snprintf(what, sizeof what, "%s.%s", kind, m->views[v].name);
 		const record *r = get(tag, what, 0);
 		if (r->n != m->views[v].numel)
-			bail_out("%s.%s has %zu values, the model %zu", tag, what, r->n,
-			         m->views[v].numel);
+			bail_out("%s.%s has %zu values, the model %zu", tag, what, r->n, m->views[v].numel);
 		memcpy(m->params + m->views[v].offset, r->data, r->n * sizeof(float));
 	}
 }
@@ -140,8 +138,7 @@ static void opt_from(kern_opt_config *o, const record *r, kern_opt_kind kind)
 
 /* 3 steps of o from the reference's initial parameters, each fed torch's
  * gradient; compare with tag.<kind>.* */
-static void check_optimizer(kern_model *m, const char *tag, const char *kind,
-                            kern_opt_kind k)
+static void check_optimizer(kern_model *m, const char *tag, const char *kind, kern_opt_kind k)
 {
 	kern_opt_config o;
 	char what[64];
@@ -197,10 +194,10 @@ static void check_optimizer(kern_model *m, const char *tag, const char *kind,
 		free(du);
 		free(dw);
 	}
-	ok(worst <= 1e-4, "%s %s: parameters after 3 steps match torch, worst %.3g (%s)",
-	   tag, kind, worst, worst_name);
-	ok(worst_upd <= 1e-3, "%s %s: updates after 3 steps match torch, worst %.3g (%s)",
-	   tag, kind, worst_upd, worst_upd_name);
+	ok(worst <= 1e-4, "%s %s: parameters after 3 steps match torch, worst %.3g (%s)", tag, kind, worst,
+	   worst_name);
+	ok(worst_upd <= 1e-3, "%s %s: updates after 3 steps match torch, worst %.3g (%s)", tag, kind,
+	   worst_upd, worst_upd_name);
 	free(init);
 }
 
@@ -209,8 +206,13 @@ static void check_case(const char *tag, const char *label, bool with_opt)
 {
 	const record *rc = get(tag, "config", 1);
 	const int32_t *c = rc->data;
-	kern_config cfg = { .n_layer = c[0], .n_shared = c[1], .n_head = c[2],
-	                    .d_model = c[3], .seq_len = c[4], .vocab = c[5], .d_ff = c[6] };
+	kern_config cfg = { .n_layer = c[0],
+		            .n_shared = c[1],
+		            .n_head = c[2],
+		            .d_model = c[3],
+		            .seq_len = c[4],
+		            .vocab = c[5],
+		            .d_ff = c[6] };
 	const record *tok = get(tag, "tokens", 1), *tg = get(tag, "targets", 1);
 	int B = (int)tok->shape[0];
 	kern_model *m;
@@ -223,9 +225,8 @@ static void check_case(const char *tag, const char *label, bool with_opt)
 	if (kern_forward(m, tok->data, tg->data, B, &loss, &eb) || kern_backward(m, &eb))
 		bail_out("model pass: %s", eb.msg);
 	float want = *(const float *)get(tag, "loss", 0)->data;
-	ok(fabs(loss - want) <= 1e-5 * fabs(want),
-	   "%s (L%d S%d T%d): loss %.7f, torch %.7f", label, cfg.n_layer, cfg.n_shared,
-	   cfg.seq_len, loss, want);
+	ok(fabs(loss - want) <= 1e-5 * fabs(want), "%s (L%d S%d T%d): loss %.7f, torch %.7f", label,
+	   cfg.n_layer, cfg.n_shared, cfg.seq_len, loss, want);
 	const record *lg = get(tag, "logits", 0);
 	double e = rel_err(kern_logits(m), lg->data, lg->n);
 	ok(e <= 1e-4, "%s: logits match torch, relative error %.3g", label, e);
@@ -234,8 +235,8 @@ static void check_case(const char *tag, const char *label, bool with_opt)
 		snprintf(what, sizeof what, "grad.%s", m->views[v].name);
 		const record *r = get(tag, what, 0);
 		e = rel_err(m->grads + m->views[v].offset, r->data, r->n);
-		ok(e <= 1e-4, "%s: gradient of %s matches torch, relative error %.3g",
-		   label, m->views[v].name, e);
+		ok(e <= 1e-4, "%s: gradient of %s matches torch, relative error %.3g", label,
+		   m->views[v].name, e);
 	}
 	if (with_opt) {
 		check_optimizer(m, tag, "adamw", KERN_OPT_ADAMW);
@@ -253,13 +254,13 @@ static void check_tiled_shape(const char *tag)
 	double M = (double)get(tag, "tokens", 1)->shape[0] * T;
 	ok(T > KERN_ATT_BLOCK && M * C * F >= TILED_MIN_MACS && M * C * V >= TILED_MIN_MACS,
 	   "%s: T %d > attention block %d; B*T x C x F = %.3g and B*T x C x V = %.3g "
-	   "multiply-adds >= %.3g", tag, T, KERN_ATT_BLOCK, M * C * F, M * C * V,
-	   TILED_MIN_MACS);
+	   "multiply-adds >= %.3g",
+	   tag, T, KERN_ATT_BLOCK, M * C * F, M * C * V, TILED_MIN_MACS);
 }
 
 int main(int argc, char **argv)
 {
-	kern_blas_reexec_if_needed(argc, argv);  /* the core the programs run on */
+	kern_blas_reexec_if_needed(argc, argv); /* the core the programs run on */
 	const char *src = getenv("top_srcdir");
 	char path[4096];
 	plan_lazy();
@@ -275,7 +276,7 @@ int main(int argc, char **argv)
 	kern_gemm_kind now = kern_gemm_kind_now();
 	for (int k = KERN_GEMM_BLAS; k <= KERN_GEMM_AMX; k++) {
 		if (!kern_gemm_use((kern_gemm_kind)k))
-			continue;  /* not on this CPU */
+			continue; /* not on this CPU */
 		char label[32];
 		snprintf(label, sizeof label, "c on %s", kern_gemm_kind_name((kern_gemm_kind)k));
 		check_case("c", label, false);

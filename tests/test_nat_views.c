@@ -41,9 +41,11 @@ static char *links_fingerprint(void)
 static char *outcome_body(const th_host *h, const char *status, const char *links)
 {
 	char *b = NULL;
-	if (asprintf(&b, "{\"host_id\": %lld, \"status\": \"%s\", \"params_sha256\": \"%s\","
-	             " \"included_hosts\": [%lld, %lld, %lld]%s%s}", h->id, status, SHA, A.id, B.id,
-	             C.id, links ? ", \"links\": " : "", links ? links : "") < 0)
+	if (asprintf(&b,
+	             "{\"host_id\": %lld, \"status\": \"%s\", \"params_sha256\": \"%s\","
+	             " \"included_hosts\": [%lld, %lld, %lld]%s%s}",
+	             h->id, status, SHA, A.id, B.id, C.id, links ? ", \"links\": " : "",
+	             links ? links : "") < 0)
 		bail_out("out of memory");
 	return b;
 }
@@ -71,7 +73,8 @@ static void setup(void)
 	th_host_new(&C, "nv-c", 1e9);
 	th_host_new(&D, "nv-d", 1e9);
 	th_sql("UPDATE round SET state = 'averaging', plan_deadline = now() + interval '1 hour'"
-	       " WHERE project_id = %lld AND version = 0", pid);
+	       " WHERE project_id = %lld AND version = 0",
+	       pid);
 	const th_host *m[] = { &A, &B, &C };
 	for (int i = 0; i < 3; i++)
 		th_sql("INSERT INTO round_member (project_id, version, host_id, group_id, samples, endpoint,"
@@ -92,17 +95,20 @@ static void test_outcome_links(void)
 	snprintf(links, sizeof links,
 	         "[{\"peer\": %lld, \"rung\": \"direct\", \"connect_ms\": 12.5},"
 	         " {\"peer\": %lld, \"rung\": \"relay\", \"connect_ms\": 830},"
-	         " {\"peer\": %lld, \"rung\": \"punch\", \"connect_ms\": 5}]", B.id, C.id, D.id);
+	         " {\"peer\": %lld, \"rung\": \"punch\", \"connect_ms\": 5}]",
+	         B.id, C.id, D.id);
 	char *body = outcome_body(&A, "ok", links);
 	th_resp r = th_call("POST", op, A.token, body, 200, "an outcome with links");
 	th_resp_free(&r);
 	is_int(link_count(&A), 2, "two links stored: the peer outside the round is ignored");
 	is_int(th_sql_int("SELECT count(*) FROM round_link WHERE host_id = %lld AND peer_id = %lld"
 	                  " AND rung = 'direct' AND connect_ms = 12.5 AND project_id = %lld AND version = 0",
-	                  A.id, B.id, pid), 1, "the link to B: direct, 12.5 ms");
+	                  A.id, B.id, pid),
+	       1, "the link to B: direct, 12.5 ms");
 	is_int(th_sql_int("SELECT count(*) FROM round_link WHERE host_id = %lld AND peer_id = %lld"
-	                  " AND rung = 'relay' AND connect_ms = 830", A.id, C.id), 1,
-	       "the link to C: relay, 830 ms");
+	                  " AND rung = 'relay' AND connect_ms = 830",
+	                  A.id, C.id),
+	       1, "the link to C: relay, 830 ms");
 	is_int(th_sql_int("SELECT count(*) FROM round_link WHERE peer_id = %lld", D.id), 0,
 	       "nothing about D, which is not in the round");
 
@@ -110,7 +116,8 @@ static void test_outcome_links(void)
 	char big[256 * 64 + 64];
 	size_t n = (size_t)snprintf(big, sizeof big, "[");
 	for (int i = 0; i < 257; i++)
-		n += (size_t)snprintf(big + n, sizeof big - n, "%s{\"peer\": %d, \"rung\": \"relay\", \"connect_ms\": 1}",
+		n += (size_t)snprintf(big + n, sizeof big - n,
+		                      "%s{\"peer\": %d, \"rung\": \"relay\", \"connect_ms\": 1}",
 		                      i ? "," : "", i + 1);
 	snprintf(big + n, sizeof big - n, "]");
 	char bad[512];
@@ -132,12 +139,15 @@ static void test_outcome_links(void)
 	refused_links(&B, bad, "a connect_ms over 600000");
 	snprintf(bad, sizeof bad, "[{\"peer\": %lld, \"rung\": \"punch\"}]", A.id);
 	refused_links(&B, bad, "a link without connect_ms");
-	snprintf(bad, sizeof bad, "[{\"peer\": %lld, \"rung\": \"punch\", \"connect_ms\": 3},"
-	         " {\"peer\": %lld, \"rung\": \"relay\", \"connect_ms\": 4}]", A.id, A.id);
+	snprintf(bad, sizeof bad,
+	         "[{\"peer\": %lld, \"rung\": \"punch\", \"connect_ms\": 3},"
+	         " {\"peer\": %lld, \"rung\": \"relay\", \"connect_ms\": 4}]",
+	         A.id, A.id);
 	refused_links(&B, bad, "the same peer twice");
 	th_http(NULL, "POST", op, B.token, "{}", NULL, &r);
 	th_resp_free(&r);
-	ok(th_sql_int("SELECT count(*) FROM round_member WHERE host_id = %lld AND outcome IS NULL", B.id) == 1,
+	ok(th_sql_int("SELECT count(*) FROM round_member WHERE host_id = %lld AND outcome IS NULL", B.id) ==
+	           1,
 	   "B's outcome was not applied by any of them");
 	char *m = NULL;
 	{
@@ -150,8 +160,10 @@ static void test_outcome_links(void)
 	is_str(m, "field \"links\" must be an array of at most 256 connections",
 	       "the message names the field and its bounds");
 	free(m);
-	snprintf(bad, sizeof bad, "[{\"peer\": %lld, \"rung\": \"direct\", \"connect_ms\": 1},"
-	         " {\"peer\": %lld, \"rung\": \"tcp\", \"connect_ms\": 1}]", A.id, C.id);
+	snprintf(bad, sizeof bad,
+	         "[{\"peer\": %lld, \"rung\": \"direct\", \"connect_ms\": 1},"
+	         " {\"peer\": %lld, \"rung\": \"tcp\", \"connect_ms\": 1}]",
+	         A.id, C.id);
 	char *bb = outcome_body(&B, "ok", bad);
 	th_http(NULL, "POST", op, B.token, bb, NULL, &r);
 	is_str(th_json_str(&r, "error.message"),
@@ -167,8 +179,9 @@ static void test_outcome_links(void)
 	r = th_call("POST", op, A.token, body, 200, "the same outcome again, with another rung to B");
 	th_resp_free(&r);
 	is_int(th_sql_int("SELECT count(*) FROM round_link WHERE host_id = %lld AND peer_id = %lld"
-	                  " AND rung = 'punch' AND connect_ms = 20", A.id, B.id), 1,
-	       "the link to B was replaced (punch, 20 ms)");
+	                  " AND rung = 'punch' AND connect_ms = 20",
+	                  A.id, B.id),
+	       1, "the link to B was replaced (punch, 20 ms)");
 	is_int(link_count(&A), 2, "the link to C stays");
 	free(body);
 	body = outcome_body(&A, "ok", "null");
@@ -214,9 +227,7 @@ static json_t *peer_entry(json_t *list, long long peer)
 {
 	size_t i;
 	json_t *e;
-	json_array_foreach(list, i, e)
-		if (json_integer_value(json_object_get(e, "peer")) == peer)
-			return e;
+	json_array_foreach(list, i, e) if (json_integer_value(json_object_get(e, "peer")) == peer) return e;
 	return NULL;
 }
 
@@ -226,7 +237,8 @@ static void test_views(void)
 	th_sql("UPDATE host SET nat_class = 'nat', nat_mapping = 'independent',"
 	       " nat_public_addr = '198.51.100.7', nat_public_port = 40000,"
 	       " nat_observed_at = '2030-01-01 00:00:00+00', relay_bytes_in = 1234,"
-	       " relay_bytes_out = 5678, relay_sessions = 3 WHERE id = %lld", A.id);
+	       " relay_bytes_out = 5678, relay_sessions = 3 WHERE id = %lld",
+	       A.id);
 	snprintf(path, sizeof path, "/api/v1/hosts/%lld", A.id);
 	th_resp r = th_call("GET", path, A.key, NULL, 200, "the owner's host view");
 	json_t *re = jget(r.json, "reachability", NULL), *li = jget(r.json, "links", NULL);
@@ -236,11 +248,11 @@ static void test_views(void)
 	is_str(json_string_value(jget(re, "public_endpoint", NULL)), "198.51.100.7:40000",
 	       "reachability.public_endpoint, for the owner");
 	ok(json_string_value(jget(re, "observed_at", NULL)) &&
-	   strncmp(json_string_value(jget(re, "observed_at", NULL)), "2030-01-01", 10) == 0,
+	           strncmp(json_string_value(jget(re, "observed_at", NULL)), "2030-01-01", 10) == 0,
 	   "reachability.observed_at");
 	ok(json_integer_value(jget(re, "relay_bytes_in", NULL)) == 1234 &&
-	   json_integer_value(jget(re, "relay_bytes_out", NULL)) == 5678 &&
-	   json_integer_value(jget(re, "relay_sessions", NULL)) == 3,
+	           json_integer_value(jget(re, "relay_bytes_out", NULL)) == 5678 &&
+	           json_integer_value(jget(re, "relay_sessions", NULL)) == 3,
 	   "reachability.relay_bytes_in, relay_bytes_out, relay_sessions");
 	is_str(json_string_value(jget(li, "project", NULL)), "nv", "links.project");
 	ok(json_integer_value(jget(li, "version", NULL)) == 0 && json_is_integer(jget(li, "version", NULL)),
@@ -248,20 +260,20 @@ static void test_views(void)
 	json_t *dialed = jget(li, "dialed", NULL), *acc = jget(li, "accepted", NULL);
 	json_t *eb = peer_entry(dialed, B.id), *ec = peer_entry(dialed, C.id), *ea = peer_entry(acc, B.id);
 	ok(json_array_size(dialed) == 2 && eb && ec &&
-	   strcmp(json_string_value(json_object_get(eb, "rung")) ?: "", "punch") == 0 &&
-	   json_number_value(json_object_get(eb, "connect_ms")) == 20 &&
-	   strcmp(json_string_value(json_object_get(ec, "rung")) ?: "", "relay") == 0 &&
-	   json_number_value(json_object_get(ec, "connect_ms")) == 830,
+	           strcmp(json_string_value(json_object_get(eb, "rung")) ?: "", "punch") == 0 &&
+	           json_number_value(json_object_get(eb, "connect_ms")) == 20 &&
+	           strcmp(json_string_value(json_object_get(ec, "rung")) ?: "", "relay") == 0 &&
+	           json_number_value(json_object_get(ec, "connect_ms")) == 830,
 	   "links.dialed: B punch 20 ms, C relay 830 ms");
 	ok(json_array_size(acc) == 1 && ea &&
-	   strcmp(json_string_value(json_object_get(ea, "rung")) ?: "", "punch") == 0 &&
-	   json_number_value(json_object_get(ea, "connect_ms")) == 40.25,
+	           strcmp(json_string_value(json_object_get(ea, "rung")) ?: "", "punch") == 0 &&
+	           json_number_value(json_object_get(ea, "connect_ms")) == 40.25,
 	   "links.accepted: B dialed A by punching, 40.25 ms");
 	json_t *last = jget(li, "last_20_rounds", NULL);
 	ok(json_integer_value(json_object_get(last, "rounds")) == 1 &&
-	   json_integer_value(json_object_get(last, "direct")) == 0 &&
-	   json_integer_value(json_object_get(last, "punch")) == 1 &&
-	   json_integer_value(json_object_get(last, "relay")) == 1,
+	           json_integer_value(json_object_get(last, "direct")) == 0 &&
+	           json_integer_value(json_object_get(last, "punch")) == 1 &&
+	           json_integer_value(json_object_get(last, "relay")) == 1,
 	   "links.last_20_rounds: 1 round, 1 punch, 1 relay");
 	th_resp_free(&r);
 	snprintf(path, sizeof path, "/v1/hosts/%lld", A.id);
@@ -274,7 +286,8 @@ static void test_views(void)
 	re = jget(r.json, "reachability", NULL);
 	li = jget(r.json, "links", NULL);
 	ok(th_json_int(&r, "host_id") == A.id && json_is_object(re) && !jget(re, "public_endpoint", NULL) &&
-	   !strstr(r.body, "198.51.100.7"), "it has reachability without the public endpoint");
+	           !strstr(r.body, "198.51.100.7"),
+	   "it has reachability without the public endpoint");
 	is_str(json_string_value(jget(re, "class", NULL)), "nat", "  and the class");
 	ok(json_array_size(jget(li, "dialed", NULL)) == 2 && json_array_size(jget(li, "accepted", NULL)) == 1,
 	   "  and the links");
@@ -289,8 +302,8 @@ static void test_views(void)
 	r = th_call("GET", path, D.key, NULL, 200, "a host the NAT service never saw");
 	is_str(th_json_str(&r, "reachability.class"), "unknown", "its class is unknown");
 	ok(json_is_null(jget(jget(r.json, "reachability", NULL), "public_endpoint", NULL)) &&
-	   json_is_null(jget(jget(r.json, "links", NULL), "version", NULL)) &&
-	   json_array_size(jget(jget(r.json, "links", NULL), "dialed", NULL)) == 0,
+	           json_is_null(jget(jget(r.json, "links", NULL), "version", NULL)) &&
+	           json_array_size(jget(jget(r.json, "links", NULL), "dialed", NULL)) == 0,
 	   "  no endpoint, no round, no links");
 	th_resp_free(&r);
 
@@ -298,9 +311,9 @@ static void test_views(void)
 	snprintf(path, sizeof path, "/v1/hosts/%lld/nat", A.id);
 	r = th_call("GET", path, A.key, NULL, 200, "GET /v1/hosts/{id}/nat");
 	ok(strcmp(th_json_str(&r, "source") ?: "", "database") == 0 &&
-	   strcmp(th_json_str(&r, "reachability") ?: "", "nat") == 0 &&
-	   strcmp(th_json_str(&r, "public_addr") ?: "", "198.51.100.7") == 0 &&
-	   th_json_int(&r, "public_port") == 40000 && th_json_int(&r, "relay_bytes_in") == 1234,
+	           strcmp(th_json_str(&r, "reachability") ?: "", "nat") == 0 &&
+	           strcmp(th_json_str(&r, "public_addr") ?: "", "198.51.100.7") == 0 &&
+	           th_json_int(&r, "public_port") == 40000 && th_json_int(&r, "relay_bytes_in") == 1234,
 	   "  answers from the host row when this server never classified the host");
 	th_resp_free(&r);
 }
@@ -310,11 +323,13 @@ static void test_views(void)
 static void test_last_rounds(void)
 {
 	th_sql("INSERT INTO round (project_id, version, state) SELECT %lld, v, 'committed'"
-	       " FROM generate_series(1, 25) v ON CONFLICT DO NOTHING", pid);
+	       " FROM generate_series(1, 25) v ON CONFLICT DO NOTHING",
+	       pid);
 	th_sql("INSERT INTO round_link (project_id, version, host_id, peer_id, rung, connect_ms, reported_at)"
 	       " SELECT %lld, v, %lld, %lld, (ARRAY['direct', 'punch', 'relay'])[v %% 3 + 1], v,"
 	       "        now() + make_interval(secs => v)"
-	       " FROM generate_series(1, 25) v", pid, A.id, B.id);
+	       " FROM generate_series(1, 25) v",
+	       pid, A.id, B.id);
 	char path[128];
 	snprintf(path, sizeof path, "/v1/hosts/%lld", A.id);
 	th_resp r = th_call("GET", path, A.key, NULL, 200, "the host view after 26 rounds");
@@ -322,12 +337,14 @@ static void test_last_rounds(void)
 	/* Rounds 6..25: v % 3 == 0 -> direct (6..24: 7 of them), 1 -> punch
 	 * (7..25: 7), 2 -> relay (8..23: 6). */
 	ok(json_integer_value(json_object_get(last, "rounds")) == 20 &&
-	   json_integer_value(json_object_get(last, "direct")) == 7 &&
-	   json_integer_value(json_object_get(last, "punch")) == 7 &&
-	   json_integer_value(json_object_get(last, "relay")) == 6,
+	           json_integer_value(json_object_get(last, "direct")) == 7 &&
+	           json_integer_value(json_object_get(last, "punch")) == 7 &&
+	           json_integer_value(json_object_get(last, "relay")) == 6,
 	   "last_20_rounds counts the latest 20 rounds only (7 direct, 7 punch, 6 relay)");
-	ok(json_integer_value(jget(li, "version", NULL)) == 25 && json_array_size(jget(li, "dialed", NULL)) == 1 &&
-	   json_number_value(json_object_get(json_array_get(jget(li, "dialed", NULL), 0), "connect_ms")) == 25,
+	ok(json_integer_value(jget(li, "version", NULL)) == 25 &&
+	           json_array_size(jget(li, "dialed", NULL)) == 1 &&
+	           json_number_value(
+	                   json_object_get(json_array_get(jget(li, "dialed", NULL), 0), "connect_ms")) == 25,
 	   "links shows the latest round (25)");
 	th_resp_free(&r);
 
@@ -338,8 +355,10 @@ static void test_last_rounds(void)
 	r = th_call("POST", "/v1/projects/nv/rounds/0/outcome", C.token, body, 200, "C's failed outcome");
 	th_resp_free(&r);
 	free(body);
-	ok(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0", pid) == 0 &&
-	   link_count(&C) == 1, "the round failed and lost its members; C's link is kept");
+	ok(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0", pid) ==
+	                   0 &&
+	           link_count(&C) == 1,
+	   "the round failed and lost its members; C's link is kept");
 }
 
 int main(void)

@@ -46,8 +46,8 @@ static uint16_t port;
 
 static ident make_ident(pki_ca *ca, int64_t id, int64_t nb, int64_t life)
 {
-	cot_errbuf eb = {0};
-	ident r = {0};
+	cot_errbuf eb = { 0 };
+	ident r = { 0 };
 	char *pub = NULL;
 	if (pki_host_key_generate(&r.key, &pub, &eb) ||
 	    pki_ca_sign_host(ca, pub, strlen(pub), id, nb, life, &r.cert, &eb))
@@ -58,7 +58,7 @@ static ident make_ident(pki_ca *ca, int64_t id, int64_t nb, int64_t life)
 
 static peer_ctx *make_ctx(const char *project, const char *ca, const ident *id)
 {
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	peer_ctx *ctx = NULL;
 	peer_identity pi = { project, ca, strlen(ca), id->cert, strlen(id->cert), id->key, strlen(id->key) };
 	if (peer_ctx_new(&pi, &ctx, &eb))
@@ -68,9 +68,11 @@ static peer_ctx *make_ctx(const char *project, const char *ca, const ident *id)
 
 static hello_msg make_hello(const peer_ctx *ctx, int64_t round)
 {
-	hello_msg m = { .proto_min = HELLO_PROTO_MIN, .proto_max = HELLO_PROTO_MAX,
-	                .host_id = peer_ctx_host_id(ctx), .round = round,
-	                .max_payload = FRAME_PAYLOAD_HARD_MAX };
+	hello_msg m = { .proto_min = HELLO_PROTO_MIN,
+		        .proto_max = HELLO_PROTO_MAX,
+		        .host_id = peer_ctx_host_id(ctx),
+		        .round = round,
+		        .max_payload = FRAME_PAYLOAD_HARD_MAX };
 	snprintf(m.project, sizeof m.project, "%s", peer_ctx_project(ctx));
 	return m;
 }
@@ -86,8 +88,8 @@ static void small_buffers(int fd)
 
 typedef struct job job;
 struct job {
-	void (*body)(job *j, peer_conn *c);   /* after a successful handshake */
-	cot_err rc;                           /* of the handshake */
+	void (*body)(job *j, peer_conn *c); /* after a successful handshake */
+	cot_err rc;                         /* of the handshake */
 	cot_errbuf eb;
 	int64_t peer_id;
 	/* for bodies */
@@ -173,7 +175,7 @@ typedef struct {
 	SSL_CTX *ctx;
 	SSL *ssl;
 	int fd;
-	int hs;               /* SSL_connect's result */
+	int hs; /* SSL_connect's result */
 } raw;
 
 static raw raw_connect(const ident *id, int max_version)
@@ -210,10 +212,7 @@ static raw raw_connect(const ident *id, int max_version)
 }
 
 /* Write all of p, or false. */
-static bool raw_write(raw *r, const void *p, size_t n)
-{
-	return SSL_write(r->ssl, p, (int)n) == (int)n;
-}
+static bool raw_write(raw *r, const void *p, size_t n) { return SSL_write(r->ssl, p, (int)n) == (int)n; }
 
 /* After a handshake the server may refuse: true when reading shows it did
  * (an alert or a closed connection, not data). */
@@ -248,7 +247,8 @@ static void body_hello_echo(job *j, peer_conn *c)
 	unsigned char *p = NULL;
 	j->rc3 = peer_recv_frame(c, &h, &p, deadline_after_ms(10000), &j->eb3);
 	if (!j->rc3)
-		j->rc3 = peer_send_frame(c, FRAME_RESULT, h.request_id, p, h.length, deadline_after_ms(10000), &j->eb3);
+		j->rc3 = peer_send_frame(c, FRAME_RESULT, h.request_id, p, h.length, deadline_after_ms(10000),
+		                         &j->eb3);
 	free(p);
 }
 
@@ -280,9 +280,9 @@ static void body_slow_reader(job *j, peer_conn *c)
 	hello_msg ours = make_hello(srv_ctx, j->round);
 	if ((j->rc2 = hello_exchange(c, &ours, &j->theirs, &j->version, deadline_after_ms(10000), &j->eb2)))
 		return;
-	sem_wait(&j->go);        /* the client is inside peer_send_frame */
+	sem_wait(&j->go); /* the client is inside peer_send_frame */
 	struct timespec ts = { 0, 200 * 1000000 };
-	nanosleep(&ts, NULL);    /* let it fill the buffers; correctness does not depend on it */
+	nanosleep(&ts, NULL); /* let it fill the buffers; correctness does not depend on it */
 	atomic_store(&j->reader_started, 1);
 	frame_header h;
 	unsigned char *p = NULL;
@@ -337,7 +337,7 @@ static const dialer_ops failing_ops = { "punch", failing_connect, failing_free }
 
 int main(void)
 {
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	int64_t now = (int64_t)time(NULL);
 	alarm(120);
 	plan_lazy();
@@ -359,17 +359,25 @@ int main(void)
 
 	/* Contexts refuse identities that peers would refuse. */
 	peer_ctx *bad = NULL;
-	peer_identity pi = { "demo", ca_pem, strlen(ca_pem), foreign4.cert, strlen(foreign4.cert),
-	                     foreign4.key, strlen(foreign4.key) };
-	is_int(peer_ctx_new(&pi, &bad, &eb), COT_ERR_AUTH, "a context with another CA's certificate is refused: %s", eb.msg);
-	pi = (peer_identity){ "demo", ca_pem, strlen(ca_pem), host1.cert, strlen(host1.cert), host2.key, strlen(host2.key) };
+	peer_identity pi = { "demo",
+		             ca_pem,
+		             strlen(ca_pem),
+		             foreign4.cert,
+		             strlen(foreign4.cert),
+		             foreign4.key,
+		             strlen(foreign4.key) };
+	is_int(peer_ctx_new(&pi, &bad, &eb), COT_ERR_AUTH,
+	       "a context with another CA's certificate is refused: %s", eb.msg);
+	pi = (peer_identity){ "demo",    ca_pem,           strlen(ca_pem), host1.cert, strlen(host1.cert),
+		              host2.key, strlen(host2.key) };
 	memset(&eb, 0, sizeof eb);
-	is_int(peer_ctx_new(&pi, &bad, &eb), COT_ERR_INVALID, "a context whose key does not match its certificate is refused: %s", eb.msg);
+	is_int(peer_ctx_new(&pi, &bad, &eb), COT_ERR_INVALID,
+	       "a context whose key does not match its certificate is refused: %s", eb.msg);
 
 	if (listener_open("127.0.0.1", 0, 16, &lst, &eb))
 		bail_out("could not listen: %s", eb.msg);
 	port = listener_port(lst);
-	small_buffers(listener_fd(lst));   /* inherited by accepted sockets */
+	small_buffers(listener_fd(lst)); /* inherited by accepted sockets */
 	ok(port > 0, "listening on port %u", port);
 
 	/* 1. Mutual TLS 1.3, HELLO, a frame each way. */
@@ -383,13 +391,16 @@ int main(void)
 		is_int(peer_host_id(c), 1, "the client learns the server is host 1");
 		is_int(hello_exchange(c, &ours, &theirs, &version, deadline_after_ms(10000), &eb), COT_OK,
 		       "the HELLO exchange succeeds: %s", eb.msg);
-		ok(version == HELLO_PROTO_MAX && theirs.host_id == 1 && theirs.round == 17 && !strcmp(theirs.project, "demo"),
+		ok(version == HELLO_PROTO_MAX && theirs.host_id == 1 && theirs.round == 17 &&
+		           !strcmp(theirs.project, "demo"),
 		   "the client learns the server's HELLO");
-		is_int(peer_send_frame(c, FRAME_SLICE, 77, "payload", 7, deadline_after_ms(5000), &eb), COT_OK, "a frame is sent");
+		is_int(peer_send_frame(c, FRAME_SLICE, 77, "payload", 7, deadline_after_ms(5000), &eb),
+		       COT_OK, "a frame is sent");
 		frame_header h;
 		unsigned char *p = NULL;
 		is_int(peer_recv_frame(c, &h, &p, deadline_after_ms(5000), &eb), COT_OK, "its echo arrives");
-		ok(h.type == FRAME_RESULT && h.request_id == 77 && h.length == 7 && p && !memcmp(p, "payload", 7),
+		ok(h.type == FRAME_RESULT && h.request_id == 77 && h.length == 7 && p &&
+		           !memcmp(p, "payload", 7),
 		   "with type, request id and payload");
 		free(p);
 		peer_close(c);
@@ -397,7 +408,8 @@ int main(void)
 	finish(j);
 	is_int(j->rc, COT_OK, "the server completes the handshake");
 	is_int(j->peer_id, 2, "the server learns the client is host 2");
-	ok(j->rc2 == COT_OK && j->version == HELLO_PROTO_MAX && j->theirs.host_id == 2, "the server agrees on the newest version with host 2");
+	ok(j->rc2 == COT_OK && j->version == HELLO_PROTO_MAX && j->theirs.host_id == 2,
+	   "the server agrees on the newest version with host 2");
 	is_int(j->rc3, COT_OK, "the server echoes: %s", j->eb3.msg);
 
 	/* 2. The client expects another host. */
@@ -461,7 +473,8 @@ int main(void)
 		peer_close(c);
 	}
 	finish(j);
-	ok(rc == COT_OK && j->rc == COT_OK && j->rc3 == COT_OK, "after refusing bad clients the server still serves a good one");
+	ok(rc == COT_OK && j->rc == COT_OK && j->rc3 == COT_OK,
+	   "after refusing bad clients the server still serves a good one");
 
 	/* 8. HELLO refusals travel both ways. */
 	j = serve(body_hello_echo);
@@ -484,7 +497,8 @@ int main(void)
 		peer_close(c);
 	}
 	finish(j);
-	is_int(j->rc2, COT_ERR_AUTH, "a HELLO claiming another host than the certificate is refused: %s", j->eb2.msg);
+	is_int(j->rc2, COT_ERR_AUTH, "a HELLO claiming another host than the certificate is refused: %s",
+	       j->eb2.msg);
 	is_int(rc, COT_ERR_AUTH, "and the liar hears why: %s", eb.msg);
 	ok(strstr(eb.msg, "peer refused:") != NULL, "as the peer's refusal");
 
@@ -497,20 +511,22 @@ int main(void)
 		peer_close(c);
 	}
 	finish(j);
-	is_int(j->rc2, COT_ERR_UNSUPPORTED, "a peer speaking only a later version is refused: %s", j->eb2.msg);
+	is_int(j->rc2, COT_ERR_UNSUPPORTED, "a peer speaking only a later version is refused: %s",
+	       j->eb2.msg);
 
 	/* 9. A receive times out within its deadline; the connection survives. */
 	j = serve(body_timeout);
 	rc = dial(cli_ctx, 1, &c, &eb);
 	if (!rc && !(rc = hello_exchange(c, &ours, &theirs, &version, deadline_after_ms(10000), &eb))) {
-		sem_wait(&j->go);       /* the server's receive has returned */
+		sem_wait(&j->go); /* the server's receive has returned */
 		rc = peer_send_frame(c, FRAME_SLICE, 0, "hi", 2, deadline_after_ms(5000), &eb);
 	}
 	is_int(rc, COT_OK, "the stalling client connects and later sends: %s", eb.msg);
 	finish(j);
 	peer_close(c);
 	is_int(j->rc2, COT_ERR_TIMEOUT, "a receive from a stalled peer times out: %s", j->eb2.msg);
-	ok(j->elapsed_ms >= 290 && j->elapsed_ms < 5000, "at its 300 ms deadline (took %lld ms)", (long long)j->elapsed_ms);
+	ok(j->elapsed_ms >= 290 && j->elapsed_ms < 5000, "at its 300 ms deadline (took %lld ms)",
+	   (long long)j->elapsed_ms);
 	is_int(j->rc3, COT_OK, "a timeout between frames leaves the connection usable");
 
 	/* 10. 32 MiB through small buffers to a slow reader: the send blocks
@@ -523,7 +539,8 @@ int main(void)
 	if (!rc && !(rc = hello_exchange(c, &ours, &theirs, &version, deadline_after_ms(10000), &eb))) {
 		sem_post(&j->go);
 		rc = peer_send_frame(c, FRAME_SLICE, 0, big, BIG, deadline_after_ms(30000), &eb);
-		ok(atomic_load(&j->reader_started), "the 32 MiB send returned only after the reader started reading");
+		ok(atomic_load(&j->reader_started),
+		   "the 32 MiB send returned only after the reader started reading");
 	}
 	is_int(rc, COT_OK, "32 MiB are sent: %s", eb.msg);
 	finish(j);
@@ -538,10 +555,11 @@ int main(void)
 		int64_t t0 = deadline_now_ms();
 		rc = peer_send_frame(c, FRAME_SLICE, 0, big, BIG, t0 + 500, &eb);
 		int64_t took = deadline_now_ms() - t0;
-		is_int(rc, COT_ERR_TIMEOUT, "a 32 MiB send to a reader that does not read times out: %s", eb.msg);
+		is_int(rc, COT_ERR_TIMEOUT, "a 32 MiB send to a reader that does not read times out: %s",
+		       eb.msg);
 		ok(took >= 490 && took < 5000, "at its 500 ms deadline (took %lld ms)", (long long)took);
-		is_int(peer_send_frame(c, FRAME_SLICE, 0, "x", 1, deadline_after_ms(1000), &eb), COT_ERR_CONFLICT,
-		       "the connection is then broken: %s", eb.msg);
+		is_int(peer_send_frame(c, FRAME_SLICE, 0, "x", 1, deadline_after_ms(1000), &eb),
+		       COT_ERR_CONFLICT, "the connection is then broken: %s", eb.msg);
 		peer_close(c);
 		sem_post(&j->go);
 	} else {
@@ -559,10 +577,12 @@ int main(void)
 	frame_header_encode(&fh, hb);
 	j = serve(body_recv);
 	r = raw_connect(&host2, TLS1_3_VERSION);
-	ok(r.hs == 1 && raw_write(&r, hb, sizeof hb), "a raw client announces a 48 MiB frame and sends nothing more");
+	ok(r.hs == 1 && raw_write(&r, hb, sizeof hb),
+	   "a raw client announces a 48 MiB frame and sends nothing more");
 	finish(j);
 	raw_close(&r, false);
-	is_int(j->rc2, COT_ERR_TOO_LARGE, "the frame is refused from its header, without waiting for (or allocating) its payload: %s",
+	is_int(j->rc2, COT_ERR_TOO_LARGE,
+	       "the frame is refused from its header, without waiting for (or allocating) its payload: %s",
 	       j->eb2.msg);
 	ok(j->elapsed_ms < 4000, "at once (%lld ms)", (long long)j->elapsed_ms);
 	is_int(j->rc3, COT_ERR_CONFLICT, "and the connection is broken");
@@ -576,7 +596,8 @@ int main(void)
 	raw_close(&r, true);
 	finish(j);
 	is_int(j->rc2, COT_ERR_NETWORK, "the peer closing mid-frame is a network error: %s", j->eb2.msg);
-	ok(strstr(j->eb2.msg, "closed mid-frame, after 10 of 1000 payload bytes") != NULL, "naming how far it got");
+	ok(strstr(j->eb2.msg, "closed mid-frame, after 10 of 1000 payload bytes") != NULL,
+	   "naming how far it got");
 
 	memcpy(hb, "HTTP", 4);
 	j = serve(body_recv);
@@ -589,7 +610,8 @@ int main(void)
 	/* 13. Dialers and the listener. */
 	int fd = -1;
 	int64_t t0 = deadline_now_ms();
-	is_int(listener_accept(lst, t0 + 100, &fd, NULL, &eb), COT_ERR_TIMEOUT, "accept with nobody calling times out");
+	is_int(listener_accept(lst, t0 + 100, &fd, NULL, &eb), COT_ERR_TIMEOUT,
+	       "accept with nobody calling times out");
 	ok(deadline_now_ms() - t0 < 3000, "within its deadline");
 	listener *closed = NULL;
 	listener_open("127.0.0.1", 0, 1, &closed, &eb);
@@ -624,7 +646,8 @@ int main(void)
 		is_str(rc ? "" : res.rung, "direct", "on its direct rung, after punch failed");
 		int afd = -1;
 		char from[LISTENER_ADDR_MAX];
-		is_int(listener_accept(l6, deadline_after_ms(3000), &afd, from, &eb), COT_OK, "the listener accepts it");
+		is_int(listener_accept(l6, deadline_after_ms(3000), &afd, from, &eb), COT_OK,
+		       "the listener accepts it");
 		ok(strncmp(from, "[::1]:", 6) == 0, "from %s", from);
 		if (!rc)
 			close(res.fd);
@@ -637,8 +660,10 @@ int main(void)
 	t.addr = "127.0.0.1";
 	t.port = dead_port;
 	memset(&eb, 0, sizeof eb);
-	is_int(dialer_connect(ladder, &t, deadline_after_ms(3000), &res, &eb), COT_ERR_NETWORK, "a ladder whose rungs all fail fails");
-	ok(strstr(eb.msg, "punch: no hole today; direct: could not connect") != NULL, "naming each rung's failure: %s", eb.msg);
+	is_int(dialer_connect(ladder, &t, deadline_after_ms(3000), &res, &eb), COT_ERR_NETWORK,
+	       "a ladder whose rungs all fail fails");
+	ok(strstr(eb.msg, "punch: no hole today; direct: could not connect") != NULL,
+	   "naming each rung's failure: %s", eb.msg);
 	dialer_free(ladder);
 
 	listener_close(lst);

@@ -25,17 +25,19 @@
 #include "shared/common/shard.h"
 #include "tests/tap.h"
 
-#define T        8
-#define B        2
-#define NTOK     1000
-#define MPE      62          /* floor(floor(999 / 8) / 2) */
-#define SEED     11
-#define OPTIMIZER "{\"type\": \"adamw\", \"lr\": 0.002, \"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-8, " \
-                  "\"weight_decay\": 0.1, \"clip_norm\": 1.0, \"schedule\": {\"warmup_steps\": 0, " \
-                  "\"total_steps\": 100, \"decay\": \"cosine\", \"min_lr_ratio\": 0.1}}"
+#define T 8
+#define B 2
+#define NTOK 1000
+#define MPE 62 /* floor(floor(999 / 8) / 2) */
+#define SEED 11
+#define OPTIMIZER \
+	"{\"type\": \"adamw\", \"lr\": 0.002, \"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-8, " \
+	"\"weight_decay\": 0.1, \"clip_norm\": 1.0, \"schedule\": {\"warmup_steps\": 0, " \
+	"\"total_steps\": 100, \"decay\": \"cosine\", \"min_lr_ratio\": 0.1}}"
 
-static const kern_config cfg = { .n_layer = 2, .n_shared = 2, .n_head = 2, .d_model = 16,
-                                 .seq_len = T, .vocab = 256, .d_ff = 32 };
+static const kern_config cfg = {
+	.n_layer = 2, .n_shared = 2, .n_head = 2, .d_model = 16, .seq_len = T, .vocab = 256, .d_ff = 32
+};
 static char dir[256];
 static char prog[1024];
 static unsigned char text[NTOK];
@@ -113,7 +115,8 @@ static double direct_step(kern_model *m, const kern_opt_config *o, int64_t lo, i
 	float loss = 0;
 	direct_batch(lo, hi, in, tgt);
 	kern_zero_grad(m);
-	if (kern_forward(m, in, tgt, n, &loss, &eb) || kern_backward(m, &eb) || kern_opt_step(m, o, NULL, &eb))
+	if (kern_forward(m, in, tgt, n, &loss, &eb) || kern_backward(m, &eb) ||
+	    kern_opt_step(m, o, NULL, &eb))
 		bail_out("direct step: %s", eb.msg);
 	return loss;
 }
@@ -141,7 +144,7 @@ static double rel_diff_field(const char *out)
 
 int main(int argc, char **argv)
 {
-	kern_blas_reexec_if_needed(argc, argv);   /* the BLAS core replay_rounds runs with */
+	kern_blas_reexec_if_needed(argc, argv); /* the BLAS core replay_rounds runs with */
 	const char *top = getenv("top_builddir");
 	snprintf(prog, sizeof prog, "%s/tests/replay_rounds", top ? top : ".");
 	if (prog[0] != '/') {
@@ -184,16 +187,20 @@ int main(int argc, char **argv)
 			bail_out("shard_write: %s", eb.msg);
 		size_t l = strlen(shards_json);
 		snprintf(shards_json + l, sizeof shards_json - l,
-		         "%s{\"idx\": %d, \"first_token\": %llu, \"n_tokens\": %llu, \"sha256\": \"%s\", \"size\": %llu}",
-		         i ? ", " : "", i, (unsigned long long)cut[i], (unsigned long long)(cut[i + 1] - cut[i]), sha[i],
-		         (unsigned long long)size);
+		         "%s{\"idx\": %d, \"first_token\": %llu, \"n_tokens\": %llu, \"sha256\": \"%s\", "
+		         "\"size\": %llu}",
+		         i ? ", " : "", i, (unsigned long long)cut[i],
+		         (unsigned long long)(cut[i + 1] - cut[i]), sha[i], (unsigned long long)size);
 		l = strlen(shard_args);
 		snprintf(shard_args + l, sizeof shard_args - l, " --shard files/%.2s/%s", sha[i], sha[i]);
 	}
 	put("manifest.json",
-	    "{\"format\": \"cotrain-dataset\", \"version\": 1, \"dataset\": \"replay\", \"tokenizer\": \"byte\", "
-	    "\"dtype\": \"u8\", \"vocab\": 256, \"separator\": \"\\n\\n\", \"n_tokens\": %d, \"n_documents\": 1, "
-	    "\"shard_tokens\": 350, \"shards\": [%s]}\n", NTOK, shards_json);
+	    "{\"format\": \"cotrain-dataset\", \"version\": 1, \"dataset\": \"replay\", \"tokenizer\": "
+	    "\"byte\", "
+	    "\"dtype\": \"u8\", \"vocab\": 256, \"separator\": \"\\n\\n\", \"n_tokens\": %d, "
+	    "\"n_documents\": 1, "
+	    "\"shard_tokens\": 350, \"shards\": [%s]}\n",
+	    NTOK, shards_json);
 	put("project.json",
 	    "{\"name\": \"replay\", \"dataset\": \"replay\", \"model\": {\"n_layer\": 2, \"n_shared\": 2, "
 	    "\"n_head\": 2, \"d_model\": 16, \"d_ff\": 32, \"seq_len\": %d, \"vocab\": 256}, "
@@ -220,20 +227,26 @@ int main(int argc, char **argv)
 		mb_shape sh = { MPE, B, T };
 		int32_t in[B * T], tgt[B * T], win[B * T], wtgt[B * T];
 		cot_errbuf e2 = { "", "" };
-		direct_batch(40, 41, win, wtgt);        /* tokens 640..656: both spans */
+		direct_batch(40, 41, win, wtgt); /* tokens 640..656: both spans */
 		ok(mb_fill(&sh, sp, 2, 40, in, tgt, &e2) == COT_OK && !memcmp(in, win, sizeof in) &&
-		   !memcmp(tgt, wtgt, sizeof tgt), "mb_fill: a microbatch across two unsorted spans");
+		           !memcmp(tgt, wtgt, sizeof tgt),
+		   "mb_fill: a microbatch across two unsorted spans");
 		direct_batch(MPE + 40, MPE + 41, win, wtgt);
 		ok(mb_fill(&sh, sp, 2, MPE + 40, in, tgt, &e2) == COT_OK && !memcmp(in, win, sizeof in),
 		   "mb_fill: the same microbatch in the next epoch");
 		sp[1].n = 645;
-		is_int(mb_fill(&sh, sp, 2, 40, NULL, NULL, &e2), COT_ERR_INVALID, "mb_fill: a missing token (%s)", e2.msg);
-		is_int(mb_fill(&sh, sp, 2, 39, NULL, NULL, &e2), COT_OK, "mb_fill: the microbatch before it is whole");
+		is_int(mb_fill(&sh, sp, 2, 40, NULL, NULL, &e2), COT_ERR_INVALID,
+		       "mb_fill: a missing token (%s)", e2.msg);
+		is_int(mb_fill(&sh, sp, 2, 39, NULL, NULL, &e2), COT_OK,
+		       "mb_fill: the microbatch before it is whole");
 		mb_shape bad1 = { MPE, 0, T }, bad2 = { INT64_MAX / 2, 1 << 20, 1 << 20 };
 		is_int(mb_shape_check(&bad1, &e2), COT_ERR_INVALID, "mb_shape_check: microbatch size 0");
-		is_int(mb_shape_check(&bad2, &e2), COT_ERR_INVALID, "mb_shape_check: an epoch past 2^62 tokens");
-		is_int(mb_fill(&sh, sp, 2, -1, NULL, NULL, &e2), COT_ERR_INVALID, "mb_fill: a negative microbatch");
-		is_int(mb_per_epoch(B * T, T, B), 0, "mb_per_epoch: B*T tokens hold no microbatch (the last target is missing)");
+		is_int(mb_shape_check(&bad2, &e2), COT_ERR_INVALID,
+		       "mb_shape_check: an epoch past 2^62 tokens");
+		is_int(mb_fill(&sh, sp, 2, -1, NULL, NULL, &e2), COT_ERR_INVALID,
+		       "mb_fill: a negative microbatch");
+		is_int(mb_per_epoch(B * T, T, B), 0,
+		       "mb_per_epoch: B*T tokens hold no microbatch (the last target is missing)");
 		is_int(mb_per_epoch(B * T + 1, T, B), 1, "mb_per_epoch: B*T + 1 tokens hold one");
 	}
 
@@ -241,8 +254,9 @@ int main(int argc, char **argv)
 	 * the first two of epoch 1, samples from all three shards. */
 	char out[8192], want_hex[HASH_SHA256_HEX_LEN + 1], got_hex[HASH_SHA256_HEX_LEN + 1];
 	put("rounds1.txt", "# version lo hi\n0 60 64\n");
-	int st = run(out, sizeof out, "--project project.json --store files --manifest manifest.json "
-	                              "--checkpoint v0.safetensors --rounds rounds1.txt --out replay");
+	int st = run(out, sizeof out,
+	             "--project project.json --store files --manifest manifest.json "
+	             "--checkpoint v0.safetensors --rounds rounds1.txt --out replay");
 	is_int(st, 0, "one round of one range replays");
 	long long v = -1, samples = -1;
 	double loss = NAN;
@@ -260,7 +274,8 @@ int main(int argc, char **argv)
 	is_str(hex, got_hex, "the printed hash is that of the parameters of replay/v1.safetensors");
 	st = run(out, sizeof out, "--compare direct1.safetensors replay/v1.safetensors --tolerance 1e-5");
 	double r1 = rel_diff_field(out);
-	is_int(st, 0, "v1 equals a direct forward/backward/step on the same samples (rel. difference %g)", r1);
+	is_int(st, 0, "v1 equals a direct forward/backward/step on the same samples (rel. difference %g)",
+	       r1);
 	ok(r1 >= 0 && r1 <= 1e-5, "max relative difference %g is within 1e-5", r1);
 
 	snprintf(want_hex, sizeof want_hex, "%s", hex);
@@ -268,15 +283,17 @@ int main(int argc, char **argv)
 	/* Bare shards, no checkpoint (version 0 from the seed), same round:
 	 * the same bits. */
 	char args[2048];
-	snprintf(args, sizeof args, "--project project.json %s --mb-per-epoch %d --rounds rounds1.txt", shard_args, MPE);
+	snprintf(args, sizeof args, "--project project.json %s --mb-per-epoch %d --rounds rounds1.txt",
+	         shard_args, MPE);
 	st = run(out, sizeof out, args);
 	is_int(st, 0, "bare shards and the seed's version 0 replay");
 	ok(strstr(out, want_hex) != NULL, "to the same parameters, bit for bit");
 
 	/* Two rounds: the second continues from the first. */
 	put("rounds2.txt", "1 10 12\n0 62 64\n0 60 62\n");
-	st = run(out, sizeof out, "--project project.json --store files --manifest manifest.json "
-	                          "--checkpoint v0.safetensors --rounds rounds2.txt --out replay2");
+	st = run(out, sizeof out,
+	         "--project project.json --store files --manifest manifest.json "
+	         "--checkpoint v0.safetensors --rounds rounds2.txt --out replay2");
 	is_int(st, 0, "two rounds replay");
 	ok(strstr(out, want_hex) != NULL, "ranges of a round are taken in order of lo: round 0 as before");
 	ok(strstr(out, "round 1 samples 4 ") != NULL, "round 1 has 4 samples");
@@ -338,12 +355,13 @@ int main(int argc, char **argv)
 		if (ckpt_save(p, path, &eb))
 			bail_out("ckpt_save: %s", eb.msg);
 		st = run(out, sizeof out, "--compare replay/v1.safetensors perturbed.safetensors");
-		is_int(st, 1, "one parameter (%g, under the RMS) off by 1%% fails (%g)", (double)p->params[at],
-		       rel_diff_field(out));
+		is_int(st, 1, "one parameter (%g, under the RMS) off by 1%% fails (%g)",
+		       (double)p->params[at], rel_diff_field(out));
 		p->params[at] = NAN;
 		if (ckpt_save(p, path, &eb))
 			bail_out("ckpt_save: %s", eb.msg);
-		st = run(out, sizeof out, "--compare replay/v1.safetensors perturbed.safetensors --tolerance 1");
+		st = run(out, sizeof out,
+		         "--compare replay/v1.safetensors perturbed.safetensors --tolerance 1");
 		is_int(st, 2, "a checkpoint holding a NaN is refused, whatever the tolerance");
 	} else {
 		bail_out("load: %s", eb.msg);
@@ -370,26 +388,33 @@ int main(int argc, char **argv)
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		put("bad.txt", "%s", bad[i].rounds);
-		st = run(out, sizeof out, "--project project.json --store files --manifest manifest.json "
-		                          "--checkpoint v0.safetensors --rounds bad.txt");
+		st = run(out, sizeof out,
+		         "--project project.json --store files --manifest manifest.json "
+		         "--checkpoint v0.safetensors --rounds bad.txt");
 		is_int(st, 2, "refused: %s", bad[i].what);
 		ok(out[0] == '\0', "and nothing trained");
 	}
 	/* Tokens missing: only the first shard, a range in the third. */
-	snprintf(args, sizeof args, "--project project.json --shard files/%.2s/%s --mb-per-epoch %d --rounds rounds1.txt",
+	snprintf(args, sizeof args,
+	         "--project project.json --shard files/%.2s/%s --mb-per-epoch %d --rounds rounds1.txt",
 	         sha[0], sha[0], MPE);
 	st = run(out, sizeof out, args);
 	is_int(st, 2, "a range whose tokens no shard holds is refused");
-	st = run(out, sizeof out, "--project project.json --store files --manifest manifest.json --mb-per-epoch 61 "
-	                          "--rounds rounds1.txt");
+	st = run(out, sizeof out,
+	         "--project project.json --store files --manifest manifest.json --mb-per-epoch 61 "
+	         "--rounds rounds1.txt");
 	is_int(st, 2, "an --mb-per-epoch that disagrees with the manifest is refused");
-	put("other.json", "{\"name\": \"other\", \"dataset\": \"replay\", \"model\": {\"n_layer\": 1, \"n_head\": 2, "
-	                  "\"d_model\": 16, \"seq_len\": %d}, \"target_batch\": 8, \"microbatch_size\": %d}\n", T, B);
-	st = run(out, sizeof out, "--project other.json --store files --manifest manifest.json "
-	                          "--checkpoint v0.safetensors --rounds rounds1.txt");
+	put("other.json",
+	    "{\"name\": \"other\", \"dataset\": \"replay\", \"model\": {\"n_layer\": 1, \"n_head\": 2, "
+	    "\"d_model\": 16, \"seq_len\": %d}, \"target_batch\": 8, \"microbatch_size\": %d}\n",
+	    T, B);
+	st = run(out, sizeof out,
+	         "--project other.json --store files --manifest manifest.json "
+	         "--checkpoint v0.safetensors --rounds rounds1.txt");
 	is_int(st, 2, "a checkpoint of another model is refused");
 	put("broken.json", "{\"name\": \"x\", \"model\": 3}\n");
-	st = run(out, sizeof out, "--project broken.json --store files --manifest manifest.json --rounds rounds1.txt");
+	st = run(out, sizeof out,
+	         "--project broken.json --store files --manifest manifest.json --rounds rounds1.txt");
 	is_int(st, 2, "a bad project file is refused");
 
 	kern_model_free(m);

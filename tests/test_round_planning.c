@@ -43,14 +43,13 @@ static void test_shapes(void)
 	lb_peer ps[4] = { { 1e3, true }, { 1, true }, { 1, true }, { 1, true } };
 	lb_shares(ps, 4, w, &t, &eb);
 	ok(fabs(w[0] - 1) < 1e-12 && w[1] == 0 && w[2] == 0 && w[3] == 0,
-	   "one dominant peer takes everything (parameter server): %.3f %.3f %.3f %.3f",
-	   w[0], w[1], w[2], w[3]);
+	   "one dominant peer takes everything (parameter server): %.3f %.3f %.3f %.3f", w[0], w[1], w[2],
+	   w[3]);
 
 	lb_peer hy[4] = { { 10, true }, { 10, true }, { 1, true }, { 1, true } };
 	lb_shares(hy, 4, w, &t, &eb);
 	ok(w[0] > 0 && fabs(w[0] - w[1]) < 1e-12 && w[2] == 0 && w[3] == 0,
-	   "two fast peers share, slow ones send only (hybrid): %.3f %.3f %.3f %.3f",
-	   w[0], w[1], w[2], w[3]);
+	   "two fast peers share, slow ones send only (hybrid): %.3f %.3f %.3f %.3f", w[0], w[1], w[2], w[3]);
 
 	lb_peer nat[4] = { { 100, false }, { 100, true }, { 100, false }, { 100, true } };
 	lb_shares(nat, 4, w, &t, &eb);
@@ -98,7 +97,7 @@ static void test_optimality(void)
 			for (int i = 0; i < n; i++) {
 				r[i] = p[i].can_aggregate ? -log((rand() + 1.0) / (RAND_MAX + 2.0)) : 0;
 				if (s % 10 == 0 && p[i].can_aggregate && rand() % 2)
-					r[i] = 0;   /* sparse corners of the simplex too */
+					r[i] = 0; /* sparse corners of the simplex too */
 				tot += r[i];
 			}
 			if (tot == 0)
@@ -144,7 +143,8 @@ static void test_split(void)
 			bad++;
 		for (int i = 0; i < n; i++) {
 			double got = (double)(s[i + 1] - s[i]);
-			if (s[i + 1] < s[i] || fabs(got - ww[i] * len) > 1.0 + 1e-9 || (ww[i] == 0 && got != 0))
+			if (s[i + 1] < s[i] || fabs(got - ww[i] * len) > 1.0 + 1e-9 ||
+			    (ww[i] == 0 && got != 0))
 				bad++;
 		}
 	}
@@ -172,7 +172,7 @@ static void test_groups(void)
 	int g10[10], cnt[4] = { 0 };
 	double r10[100];
 	for (int i = 0; i < 100; i++)
-		r10[i] = -1;   /* nothing measured */
+		r10[i] = -1; /* nothing measured */
 	grp_form(10, r10, NULL, 4, g10, &ng, &eb);
 	bool once = ng == 3;
 	for (int i = 0; i < 10; i++) {

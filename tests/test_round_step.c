@@ -24,7 +24,10 @@
 #include "tests/tap.h"
 #include "tests/test_server_harness.h"
 
-#define OPTIMIZER "{\"type\": \"adamw\", \"lr\": 0.01, \"beta1\": 0.8, \"beta2\": 0.99, \"eps\": 1e-7, \"weight_decay\": 0.05, \"clip_norm\": 0.5, \"schedule\": {\"warmup_steps\": 3, \"total_steps\": 100, \"decay\": \"linear\", \"min_lr_ratio\": 0.2}}"
+#define OPTIMIZER \
+	"{\"type\": \"adamw\", \"lr\": 0.01, \"beta1\": 0.8, \"beta2\": 0.99, \"eps\": 1e-7, " \
+	"\"weight_decay\": 0.05, \"clip_norm\": 0.5, \"schedule\": {\"warmup_steps\": 3, \"total_steps\": " \
+	"100, \"decay\": \"linear\", \"min_lr_ratio\": 0.2}}"
 #define SEED 7
 
 static th_host A, B, C, D, E;
@@ -33,8 +36,9 @@ static th_host A, B, C, D, E;
  * it; its path in the store goes to path. */
 static void seed_checkpoint(long long pid, char *path, size_t len)
 {
-	kern_config c = { .n_layer = 1, .n_shared = 1, .n_head = 2, .d_model = 8, .d_ff = 32,
-	                  .seq_len = 16, .vocab = 256 };
+	kern_config c = {
+		.n_layer = 1, .n_shared = 1, .n_head = 2, .d_model = 8, .d_ff = 32, .seq_len = 16, .vocab = 256
+	};
 	kern_model *m = NULL;
 	cot_errbuf eb = { "", "" };
 	char tmp[512], store[512], sha[FS_SHA_HEX_LEN + 1];
@@ -83,8 +87,7 @@ static kern_model *local_step(const char *ckpt0, const float *g)
 
 /* Report h's unit: mb_done microbatches, its loss, rtt to the hosts in
  * near (1 ms) and far (100 ms). */
-static void report(th_host *h, long long mb_done, double loss, th_host *near, th_host *f1,
-                   th_host *f2)
+static void report(th_host *h, long long mb_done, double loss, th_host *near, th_host *f1, th_host *f2)
 {
 	char path[64], body[512];
 	snprintf(path, sizeof path, "/v1/workunits/%lld/report", h->wu);
@@ -143,19 +146,30 @@ static long long group_of(th_host *h)
 static th_resp outcome(th_host *h, const char *status, const char *sha)
 {
 	char body[512];
-	snprintf(body, sizeof body, "{\"host_id\": %lld, \"status\": \"%s\", \"included_hosts\": [%lld, %lld, %lld], \"params_sha256\": \"%s\"}",
+	snprintf(body, sizeof body,
+	         "{\"host_id\": %lld, \"status\": \"%s\", \"included_hosts\": [%lld, %lld, %lld], "
+	         "\"params_sha256\": \"%s\"}",
 	         h->id, status, A.id, B.id, C.id, sha);
 	return th_call("POST", "/v1/projects/s1/rounds/0/outcome", h->token, body, 200, "outcome");
 }
 
 int main(void)
 {
-	const char *args[] = { "--round-interval", "1", "--round-report-timeout", "10",
-	                       "--round-max-group", "2", "--threads", "1", NULL };
+	const char *args[] = { "--round-interval",
+		               "1",
+		               "--round-report-timeout",
+		               "10",
+		               "--round-max-group",
+		               "2",
+		               "--threads",
+		               "1",
+		               NULL };
 	plan_lazy();
 	th_start(args);
 	long long pid = th_seed_project("s1", 600, 1e6, 4, 16, 4, 100000);
-	th_sql("UPDATE project SET target_batch = 56, config = '{\"model\": " TH_MODEL ", \"optimizer\": " OPTIMIZER "}' WHERE id = %lld", pid);
+	th_sql("UPDATE project SET target_batch = 56, config = '{\"model\": " TH_MODEL
+	       ", \"optimizer\": " OPTIMIZER "}' WHERE id = %lld",
+	       pid);
 	th_host *hs[] = { &A, &B, &C, &D, &E };
 	for (int i = 0; i < 5; i++)
 		th_host_new(hs[i], "step", 8 * 4e6 / 600 + 1e-3);
@@ -173,14 +187,15 @@ int main(void)
 		s1[i] = 0.16f * cosf(0.11f * (float)i) - 0.03f / (float)(i + 1);
 	}
 	char p0[256], p1[256], q[256];
-	snprintf(p0, sizeof p0, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=24&included=%lld,%lld",
-	         A.id, A.id, B.id);
+	snprintf(p0, sizeof p0,
+	         "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=24&included=%lld,%lld", A.id, A.id,
+	         B.id);
 	snprintf(p1, sizeof p1, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=16&included=%lld",
 	         C.id, C.id);
 
 	char pp[160];
 	snprintf(pp, sizeof pp, "/v1/projects/s1/rounds/0/plan?host_id=%lld&wait=30&after=gradient", B.id);
-	th_bg *waiter = th_bg_get(pp, B.token);    /* a long poll for the mean, sent */
+	th_bg *waiter = th_bg_get(pp, B.token); /* a long poll for the mean, sent */
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	double t_start = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
@@ -204,17 +219,17 @@ int main(void)
 	is_str(th_json_str(&r, "group_sum_sha256"), s0sha, "answered as the first");
 	th_resp_free(&r);
 	s0[17] += 1e-3f;
-	th_raw_refused(q, B.token, s0, TH_PARAMS * sizeof *s0, 409, "conflict", "a different sum of the same group");
+	th_raw_refused(q, B.token, s0, TH_PARAMS * sizeof *s0, 409, "conflict",
+	               "a different sum of the same group");
 	s0[17] -= 1e-3f;
-	snprintf(q, sizeof q, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=8&included=%lld",
-	         B.id, B.id);
+	snprintf(q, sizeof q, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=8&included=%lld", B.id,
+	         B.id);
 	th_raw_refused(q, B.token, s0, TH_PARAMS * sizeof *s0, 409, "conflict",
 	               "the same group's sum over other hosts");
 	snprintf(q, sizeof q, "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=16&included=%lld",
 	         E.id, E.id);
 	th_raw_refused(q, E.token, s1, TH_PARAMS * sizeof *s1, 409, "conflict", "a host not in the plan");
-	ok(!th_bg_done(waiter),
-	   "the long poll for the mean is still held after the first group's sum");
+	ok(!th_bg_done(waiter), "the long poll for the mean is still held after the first group's sum");
 	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld AND mb_done = 4", D.wu), 1,
 	       "D's samples still count before the last sum");
 
@@ -226,8 +241,10 @@ int main(void)
 		diag("  body: %s", r.body);
 	is_int(th_json_int(&r, "groups_in"), 2, "both groups are in");
 	char gsha[65] = "", psha[65] = "";
-	snprintf(gsha, sizeof gsha, "%s", th_json_str(&r, "gradient_sha256") ? th_json_str(&r, "gradient_sha256") : "");
-	snprintf(psha, sizeof psha, "%s", th_json_str(&r, "params_sha256") ? th_json_str(&r, "params_sha256") : "");
+	snprintf(gsha, sizeof gsha, "%s",
+	         th_json_str(&r, "gradient_sha256") ? th_json_str(&r, "gradient_sha256") : "");
+	snprintf(psha, sizeof psha, "%s",
+	         th_json_str(&r, "params_sha256") ? th_json_str(&r, "params_sha256") : "");
 	ok(gsha[0] && psha[0], "the answer names the mean gradient and the parameters of v+1");
 	th_resp_free(&r);
 
@@ -258,7 +275,9 @@ int main(void)
 	is_str(psha, mine_sha, "params_sha256 is the sha256 of a local kern_opt_step on that mean");
 	char server_ckpt[65];
 	snprintf(server_ckpt, sizeof server_ckpt, "%s",
-	         PQgetvalue(PQexec(th_db(), "SELECT coalesce(checkpoint_sha256, '') FROM round WHERE version = 0"), 0, 0));
+	         PQgetvalue(PQexec(th_db(),
+	                           "SELECT coalesce(checkpoint_sha256, '') FROM round WHERE version = 0"),
+	                    0, 0));
 	char store[512], cpath[1024];
 	snprintf(store, sizeof store, "%s/files", th_data_dir());
 	cot_errbuf eb = { "", "" };
@@ -266,8 +285,8 @@ int main(void)
 	ok(!fs_path(store, server_ckpt, cpath, sizeof cpath, &eb) && !ckpt_load_new(cpath, 0, &theirs, &eb),
 	   "the server's checkpoint 1 is in the store and loads (%s)", eb.msg);
 	ok(theirs && memcmp(theirs->params, mine->params, TH_PARAMS * sizeof(float)) == 0 &&
-	   memcmp(theirs->m, mine->m, TH_PARAMS * sizeof(float)) == 0 &&
-	   memcmp(theirs->v, mine->v, TH_PARAMS * sizeof(float)) == 0,
+	           memcmp(theirs->m, mine->m, TH_PARAMS * sizeof(float)) == 0 &&
+	           memcmp(theirs->v, mine->v, TH_PARAMS * sizeof(float)) == 0,
 	   "its parameters and moments are bit-identical to the step here");
 	is_int(theirs ? theirs->step : -1, 1, "checkpoint 1 has taken one step");
 	kern_model_free(theirs);
@@ -275,12 +294,17 @@ int main(void)
 	       "the mean gradient is not indexed (transient)");
 
 	/* D, in no included set, is dropped. */
-	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld AND state = 'expired' AND mb_done = 0", D.wu),
+	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld AND state = 'expired' AND mb_done "
+	                  "= 0",
+	                  D.wu),
 	       1, "D's unit is dropped: its samples no longer count");
 	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE project_id = %lld AND lo = %lld AND hi = %lld",
-	                  pid, D.lo, D.lo + 4), 1, "the part D computed is back in the pool");
+	                  pid, D.lo, D.lo + 4),
+	       1, "the part D computed is back in the pool");
 	th_coverage_exact(pid, "after the mean");
-	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0 AND included", pid),
+	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0 AND "
+	                  "included",
+	                  pid),
 	       3, "three peers are included");
 
 	/* Outcomes: D (excluded) says failed, which fails nothing; A holds the
@@ -313,10 +337,15 @@ int main(void)
 	ok(json_is_true(json_object_get(r.json, "accepted")) && !json_object_get(r.json, "reload"),
 	   "A's outcome again: accepted, nothing to reload");
 	th_resp_free(&r);
-	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0 AND accepted", pid),
+	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0 AND "
+	                  "accepted",
+	                  pid),
 	       2, "A and C are marked accepted");
-	is_int(th_sql_int("SELECT current_version FROM project WHERE id = %lld", pid), 1, "the project is at version 1");
-	is_int(th_sql_int("SELECT count(*) FROM model_version WHERE project_id = %lld AND version = 1 AND checkpoint_sha256 = '%s'", pid, server_ckpt),
+	is_int(th_sql_int("SELECT current_version FROM project WHERE id = %lld", pid), 1,
+	       "the project is at version 1");
+	is_int(th_sql_int("SELECT count(*) FROM model_version WHERE project_id = %lld AND version = 1 AND "
+	                  "checkpoint_sha256 = '%s'",
+	                  pid, server_ckpt),
 	       1, "model version 1 has the server's checkpoint");
 
 	/* The rounds list: the loss is weighted by the counted samples (A 8 at
@@ -334,7 +363,8 @@ int main(void)
 	is_int(json_integer_value(json_object_get(r0, "n_groups")), 2, "two groups");
 	double loss = json_number_value(json_object_get(r0, "loss"));
 	ok(fabs(loss - 2.8) < 1e-12, "the loss is the sample-weighted mean over counted units: %.15g", loss);
-	ok(json_is_number(json_object_get(r0, "seconds")) && json_number_value(json_object_get(r0, "seconds")) >= 0,
+	ok(json_is_number(json_object_get(r0, "seconds")) &&
+	           json_number_value(json_object_get(r0, "seconds")) >= 0,
 	   "seconds from open to commit");
 	ok(json_is_string(json_object_get(r0, "committed_at")), "committed_at is a timestamp");
 	ok(json_is_null(json_object_get(r1, "loss")) && json_is_null(json_object_get(r1, "seconds")),
@@ -344,7 +374,8 @@ int main(void)
 	is_int((long long)json_array_size(json_object_get(r.json, "rounds")), 1, "one round");
 	th_resp_free(&r);
 	r = th_call("GET", "/v1/projects/s1/rounds?before=1", NULL, NULL, 200, "before=1");
-	is_int(json_integer_value(json_object_get(json_array_get(json_object_get(r.json, "rounds"), 0), "version")),
+	is_int(json_integer_value(
+	               json_object_get(json_array_get(json_object_get(r.json, "rounds"), 0), "version")),
 	       0, "before=1 starts at version 0");
 	th_resp_free(&r);
 

@@ -16,8 +16,8 @@
 #include "tests/tap.h"
 #include "tests/test_server_harness.h"
 
-static void report_body(char *out, size_t n, long long mb_done, long long samples, int port,
-                        bool agg, const char *rtt)
+static void report_body(char *out, size_t n, long long mb_done, long long samples, int port, bool agg,
+                        const char *rtt)
 {
 	snprintf(out, n,
 	         "{\"mb_done\": %lld, \"samples\": %lld, \"endpoint\": \"192.0.2.%d:7070\","
@@ -58,7 +58,7 @@ static void test_certificates(void)
 	pki_trust *t = NULL;
 	int64_t who = 0;
 	ok(cert && !pki_trust_new(ca, strlen(ca), "r1", &t, &eb) &&
-	   !pki_trust_verify_pem(t, cert, strlen(cert), time(NULL), &who, &eb) && who == A.id,
+	           !pki_trust_verify_pem(t, cert, strlen(cert), time(NULL), &who, &eb) && who == A.id,
 	   "the certificate is signed by the project CA for host %lld (%s)", A.id, eb.msg);
 	is_str(th_json_str(&r, "ca_certificate"), ca, "the answer carries the CA certificate");
 	pki_trust_free(t);
@@ -66,12 +66,14 @@ static void test_certificates(void)
 
 	th_refused("POST", path, B.token, body, 403, "forbidden", "certificate for another host's id");
 	th_refused("POST", path, NULL, body, 401, "unauthorized", "certificate without a token");
-	th_refused("POST", path, A.token, "{\"public_key\": \"-----BEGIN PUBLIC KEY-----\\ngarbage\\n-----END PUBLIC KEY-----\\n\", \"project\": \"r1\"}",
-	        400, "invalid", "certificate for a bad PEM");
-	th_refused("POST", path, A.token, "{\"public_key\": \"not a key\", \"project\": \"r1\"}",
-	        400, "invalid", "certificate for a non-PEM key");
+	th_refused("POST", path, A.token,
+	           "{\"public_key\": \"-----BEGIN PUBLIC KEY-----\\ngarbage\\n-----END PUBLIC KEY-----\\n\", "
+	           "\"project\": \"r1\"}",
+	           400, "invalid", "certificate for a bad PEM");
+	th_refused("POST", path, A.token, "{\"public_key\": \"not a key\", \"project\": \"r1\"}", 400,
+	           "invalid", "certificate for a non-PEM key");
 	th_refused("POST", path, A.token, "{\"project\": \"r1\"}", 400, "invalid",
-	        "certificate without a key");
+	           "certificate without a key");
 	b = json_pack("{s:s, s:s}", "public_key", pub, "project", "nope");
 	char *body2 = json_dumps(b, JSON_COMPACT);
 	json_decref(b);
@@ -93,8 +95,8 @@ static th_resp get_plan(th_host *h, long long version, long status)
 
 /* POST .../rounds/0/group_sum of r1 with query q by h: refused with status
  * and code, nothing changed. */
-static void sum_refused(th_host *h, const char *q, const float *g, size_t n, long status,
-                        const char *code, const char *what)
+static void sum_refused(th_host *h, const char *q, const float *g, size_t n, long status, const char *code,
+                        const char *what)
 {
 	size_t len = strlen(q) + 128;
 	char *path = malloc(len);
@@ -108,7 +110,7 @@ static void sum_refused(th_host *h, const char *q, const float *g, size_t n, lon
  * anything is kept. */
 static void group_sum_refusals(const long long group_of[3])
 {
-	th_host *u = group_of[2] == group_of[0] ? &A : &B;     /* C's group */
+	th_host *u = group_of[2] == group_of[0] ? &A : &B; /* C's group */
 	long long su = u == &A ? 24 : 16;
 	float *g = calloc(TH_PARAMS + 1, sizeof *g);
 	char q[512];
@@ -138,8 +140,7 @@ static void group_sum_refusals(const long long group_of[3])
 	sum_refused(u, huge, g, TH_PARAMS, 400, "invalid", "a list of 5000 hosts");
 	free(huge);
 	th_host *other = u == &A ? &B : &A;
-	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld,%lld", u->id, 40LL,
-	         A.id, B.id);
+	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld,%lld", u->id, 40LL, A.id, B.id);
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid", "a host of another group included");
 	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld,%lld", u->id, su, A.id, B.id);
 	sum_refused(u, q, g, TH_PARAMS, 400, "invalid",
@@ -162,9 +163,15 @@ static void group_sum_refusals(const long long group_of[3])
 	sum_refused(u, q, g, TH_PARAMS - 1, 400, "invalid", "a short sum (refused by Content-Length)");
 	sum_refused(u, q, g, TH_PARAMS + 1, 413, "too_large", "a long sum (refused by Content-Length)");
 	/* Each way a float is not finite, at the start, inside and at the end. */
-	static const struct { float v; int at; const char *what; } nonfinite[] = {
-		{ INFINITY, 7, "a sum holding +Inf" }, { -INFINITY, 0, "a sum holding -Inf" },
-		{ NAN, TH_PARAMS - 1, "a sum holding NaN (last value)" }, { -NAN, 3, "a sum holding -NaN" },
+	static const struct {
+		float v;
+		int at;
+		const char *what;
+	} nonfinite[] = {
+		{ INFINITY, 7, "a sum holding +Inf" },
+		{ -INFINITY, 0, "a sum holding -Inf" },
+		{ NAN, TH_PARAMS - 1, "a sum holding NaN (last value)" },
+		{ -NAN, 3, "a sum holding -NaN" },
 	};
 	for (size_t i = 0; i < sizeof nonfinite / sizeof nonfinite[0]; i++) {
 		float keep = g[nonfinite[i].at];
@@ -210,7 +217,8 @@ static void rounds_list_averaging(long long pid)
 	th_refused("GET", "/v1/projects/r1/rounds?limit=1001", NULL, NULL, 400, "invalid", "limit=1001");
 	th_refused("GET", "/v1/projects/r1/rounds?limit=ten", NULL, NULL, 400, "invalid", "limit=ten");
 	th_refused("GET", "/v1/projects/r1/rounds?before=-1", NULL, NULL, 400, "invalid", "before=-1");
-	th_refused("GET", "/v1/projects/nope/rounds", NULL, NULL, 404, "not_found", "rounds of an unknown project");
+	th_refused("GET", "/v1/projects/nope/rounds", NULL, NULL, 404, "not_found",
+	           "rounds of an unknown project");
 	(void)pid;
 }
 
@@ -234,7 +242,9 @@ static void test_round(long long pid)
 	is_str(th_json_str(&r, "round.state"), "closing", "the heartbeat says the round is closing");
 	is_int(th_json_int(&r, "round.version"), 0, "... of version 0");
 	th_resp_free(&r);
-	is_str(PQgetvalue(PQexec(th_db(), "SELECT close_reason FROM round WHERE version = 0 AND project_id = (SELECT id FROM project WHERE name = 'r1')"), 0, 0),
+	is_str(PQgetvalue(PQexec(th_db(), "SELECT close_reason FROM round WHERE version = 0 AND project_id = "
+	                                  "(SELECT id FROM project WHERE name = 'r1')"),
+	                  0, 0),
 	       "target", "closed for the target");
 
 	char body[512], path[64];
@@ -259,7 +269,8 @@ static void test_round(long long pid)
 	is_int(th_json_int(&r, "returned_lo"), A.lo + 6, "its rest starts after what it did");
 	th_resp_free(&r);
 	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE project_id = %lld AND lo = %lld AND hi = %lld",
-	                  pid, A.lo + 6, A.hi), 1, "the unprocessed rest is back in the pool");
+	                  pid, A.lo + 6, A.hi),
+	       1, "the unprocessed rest is back in the pool");
 	th_coverage_exact(pid, "after a report");
 	r = th_call("POST", path, A.token, body, 200, "the same report again");
 	is_int(th_json_int(&r, "samples"), 24, "answered as before");
@@ -269,7 +280,7 @@ static void test_round(long long pid)
 	th_refused("POST", path, A.token, other, 409, "conflict", "a conflicting second report");
 	th_refused("POST", path, B.token, body, 403, "forbidden", "a report of another host's unit");
 	th_refused("POST", "/v1/workunits/999999/report", A.token, body, 404, "not_found",
-	        "a report of an unknown unit");
+	           "a report of an unknown unit");
 
 	snprintf(path, sizeof path, "/v1/workunits/%lld/report", B.wu);
 	report_body(other, sizeof other, 4, 17, 2, true, "{}");
@@ -279,17 +290,21 @@ static void test_round(long long pid)
 	report_body(other, sizeof other, 3, 12, 2, true, "{}");
 	th_refused("POST", path, B.token, other, 400, "invalid", "mb_done below the last heartbeat");
 	th_refused("POST", path, B.token,
-	        "{\"mb_done\": 4, \"samples\": 16, \"endpoint\": \"example.org\", \"bandwidth\": 1e6, \"can_aggregate\": true}",
-	        400, "invalid", "an endpoint that is not ip:port");
+	           "{\"mb_done\": 4, \"samples\": 16, \"endpoint\": \"example.org\", \"bandwidth\": 1e6, "
+	           "\"can_aggregate\": true}",
+	           400, "invalid", "an endpoint that is not ip:port");
 	th_refused("POST", path, B.token,
-	        "{\"mb_done\": 4, \"samples\": 16, \"endpoint\": \"192.0.2.2:7070\", \"bandwidth\": 1e6, \"can_aggregate\": true, \"rtt\": {\"x\": 1}}",
-	        400, "invalid", "an rtt keyed by something else than host ids");
+	           "{\"mb_done\": 4, \"samples\": 16, \"endpoint\": \"192.0.2.2:7070\", \"bandwidth\": 1e6, "
+	           "\"can_aggregate\": true, \"rtt\": {\"x\": 1}}",
+	           400, "invalid", "an rtt keyed by something else than host ids");
 	th_refused("POST", path, B.token,
-	        "{\"mb_done\": 4, \"samples\": 16, \"endpoint\": \"192.0.2.2:7070\", \"bandwidth\": 1e6, \"can_aggregate\": true, \"loss\": -0.5}",
-	        400, "invalid", "a negative loss");
+	           "{\"mb_done\": 4, \"samples\": 16, \"endpoint\": \"192.0.2.2:7070\", \"bandwidth\": 1e6, "
+	           "\"can_aggregate\": true, \"loss\": -0.5}",
+	           400, "invalid", "a negative loss");
 	th_refused("POST", path, B.token,
-	        "{\"mb_done\": 4, \"samples\": 16, \"endpoint\": \"192.0.2.2:7070\", \"bandwidth\": 1e6, \"can_aggregate\": true, \"loss\": \"low\"}",
-	        400, "invalid", "a loss that is not a number");
+	           "{\"mb_done\": 4, \"samples\": 16, \"endpoint\": \"192.0.2.2:7070\", \"bandwidth\": 1e6, "
+	           "\"can_aggregate\": true, \"loss\": \"low\"}",
+	           400, "invalid", "a loss that is not a number");
 	snprintf(rtt, sizeof rtt, "{\"%lld\": 5}", A.id);
 	report_body(body, sizeof body, 4, 16, 2, true, rtt);
 	r = th_call("POST", path, B.token, body, 200, "B reports");
@@ -314,13 +329,17 @@ static void test_round(long long pid)
 	   "it was held until the plan existed, and answered before its wait ran out (%.2f s)", r.seconds);
 	is_int(th_json_int(&r, "round_samples"), 56, "the long poll's answer is the plan");
 	th_resp_free(&r);
-	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld AND state = 'expired' AND mb_done = 0",
-	                  D.wu), 1, "the unit that never reported is dropped, its samples not counted");
+	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld AND state = 'expired' AND mb_done "
+	                  "= 0",
+	                  D.wu),
+	       1, "the unit that never reported is dropped, its samples not counted");
 	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE project_id = %lld AND lo = %lld AND hi = %lld",
-	                  pid, D.lo, D.hi), 1, "its whole range is back in the pool");
+	                  pid, D.lo, D.hi),
+	       1, "its whole range is back in the pool");
 	th_coverage_exact(pid, "after the plan");
 	snprintf(path, sizeof path, "/v1/workunits/%lld/heartbeat", D.wu);
-	th_refused("POST", path, D.token, "{\"mb_done\": 3}", 409, "conflict", "the dropped unit's heartbeat");
+	th_refused("POST", path, D.token, "{\"mb_done\": 3}", 409, "conflict",
+	           "the dropped unit's heartbeat");
 
 	/* The plan. */
 	th_host *peers[] = { &A, &B, &C };
@@ -329,16 +348,19 @@ static void test_round(long long pid)
 	for (int i = 0; i < 3; i++) {
 		r = get_plan(peers[i], 0, 200);
 		group_of[i] = th_json_int(&r, "group");
-		is_int(th_json_int(&r, "param_count"), TH_PARAMS, "peer %d: the vector is the model's %d parameters", i, TH_PARAMS);
+		is_int(th_json_int(&r, "param_count"), TH_PARAMS,
+		       "peer %d: the vector is the model's %d parameters", i, TH_PARAMS);
 		is_int(th_json_int(&r, "round_samples"), 56, "peer %d: 56 samples in the round", i);
 		is_str(th_json_str(&r, "state"), "averaging", "peer %d: the round is averaging", i);
-		ok(th_json_str(&r, "deadline") && th_json_str(&r, "compression"), "peer %d: deadline and compression", i);
+		ok(th_json_str(&r, "deadline") && th_json_str(&r, "compression"),
+		   "peer %d: deadline and compression", i);
 		json_t *members = json_object_get(r.json, "members");
 		bool self = false, tiled = true;
 		long long at = 0;
 		size_t k;
 		json_t *m;
-		json_array_foreach(members, k, m) {
+		json_array_foreach(members, k, m)
+		{
 			long long id = json_integer_value(json_object_get(m, "host_id"));
 			long long lo = json_integer_value(json_object_get(m, "lo"));
 			long long hi = json_integer_value(json_object_get(m, "hi"));
@@ -352,11 +374,14 @@ static void test_round(long long pid)
 			if (id == C.id)
 				ok(lo == hi, "the peer that cannot aggregate gets an empty range");
 			if (id == A.id)
-				is_int(json_integer_value(json_object_get(m, "samples")), 24, "A's exact samples");
-			ok(json_string_value(json_object_get(m, "endpoint")), "member %lld has an endpoint", id);
+				is_int(json_integer_value(json_object_get(m, "samples")), 24,
+				       "A's exact samples");
+			ok(json_string_value(json_object_get(m, "endpoint")), "member %lld has an endpoint",
+			   id);
 		}
 		ok(self, "peer %d is in its own group", i);
-		ok(tiled && at == TH_PARAMS, "peer %d: its group's ranges tile [0, %d) exactly", i, TH_PARAMS);
+		ok(tiled && at == TH_PARAMS, "peer %d: its group's ranges tile [0, %d) exactly", i,
+		   TH_PARAMS);
 		ok(json_array_size(members) <= 2, "at most 2 peers in a group (--round-max-group)");
 		th_resp_free(&r);
 	}
@@ -368,7 +393,8 @@ static void test_round(long long pid)
 	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE version = 0 AND project_id = %lld", pid),
 	       3, "three peers in the plan");
 
-	th_refused("GET", "/v1/projects/r1/rounds/0/plan", A.token, NULL, 400, "invalid", "plan without host_id");
+	th_refused("GET", "/v1/projects/r1/rounds/0/plan", A.token, NULL, 400, "invalid",
+	           "plan without host_id");
 	char p2[128];
 	snprintf(p2, sizeof p2, "/v1/projects/r1/rounds/7/plan?host_id=%lld", A.id);
 	th_refused("GET", p2, A.token, NULL, 404, "not_found", "plan of an unknown version");
@@ -387,14 +413,18 @@ static void test_round(long long pid)
 	char ob[512];
 	const char *op = "/v1/projects/r1/rounds/0/outcome";
 	for (int i = 0; i < 2; i++) {
-		snprintf(ob, sizeof ob, "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [%lld, %lld, %lld], \"params_sha256\": \"%s\"}",
+		snprintf(ob, sizeof ob,
+		         "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [%lld, %lld, %lld], "
+		         "\"params_sha256\": \"%s\"}",
 		         peers[i]->id, A.id, B.id, C.id, sha);
 		r = th_call("POST", op, peers[i]->token, ob, 200, "outcome ok");
 		is_str(th_json_str(&r, "round.state"), "averaging", "still averaging until every peer said");
 		th_resp_free(&r);
 	}
 	th_refused("POST", op, A.token, ob, 403, "forbidden", "an outcome for another host");
-	snprintf(ob, sizeof ob, "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [%lld, %lld, %lld], \"params_sha256\": \"%s\"}",
+	snprintf(ob, sizeof ob,
+	         "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [%lld, %lld, %lld], "
+	         "\"params_sha256\": \"%s\"}",
 	         A.id, A.id, B.id, C.id, sha);
 	r = th_call("POST", op, A.token, ob, 200, "A's outcome again");
 	th_resp_free(&r);
@@ -402,14 +432,21 @@ static void test_round(long long pid)
 	th_refused("POST", op, A.token, ob, 409, "conflict", "a different second outcome");
 	snprintf(ob, sizeof ob, "{\"host_id\": %lld, \"status\": \"maybe\", \"included_hosts\": []}", C.id);
 	th_refused("POST", op, C.token, ob, 400, "invalid", "an unknown outcome status");
-	snprintf(ob, sizeof ob, "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [], \"params_sha256\": \"xyz\"}", C.id);
+	snprintf(ob, sizeof ob,
+	         "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [], \"params_sha256\": "
+	         "\"xyz\"}",
+	         C.id);
 	th_refused("POST", op, C.token, ob, 400, "invalid", "a malformed hash");
-	snprintf(ob, sizeof ob, "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [], \"params_sha256\": \"%s\"}", D.id, sha);
+	snprintf(ob, sizeof ob,
+	         "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [], \"params_sha256\": \"%s\"}",
+	         D.id, sha);
 	th_refused("POST", op, D.token, ob, 409, "conflict", "an outcome from a host not in the plan");
-	snprintf(ob, sizeof ob, "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [%lld, %lld, %lld], \"params_sha256\": \"%s\"}",
+	snprintf(ob, sizeof ob,
+	         "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [%lld, %lld, %lld], "
+	         "\"params_sha256\": \"%s\"}",
 	         C.id, A.id, B.id, C.id, sha);
 	th_refused("POST", "/v1/projects/r1/rounds/3/outcome", C.token, ob, 404, "not_found",
-	        "an outcome for an unknown version");
+	           "an outcome for an unknown version");
 	r = th_call("POST", op, C.token, ob, 200, "the last outcome");
 	/* The peers' agreement alone no longer commits: the server computes
 	 * v+1 from the uploaded gradient first (tests/test_round_step.c). */
@@ -434,13 +471,15 @@ static void test_failure_coverage(long long pid)
 	is_int(th_sql_int("SELECT attempt FROM round WHERE project_id = %lld AND version = 0", pid), 2,
 	       "a failed round reopens as its next attempt");
 	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE project_id = %lld AND version = 0"
-	                  " AND (mb_done > 0 OR state = 'live')", pid),
+	                  " AND (mb_done > 0 OR state = 'live')",
+	                  pid),
 	       0, "its work units hold no samples and none is live");
 	ok(th_sql_int("SELECT count(*) FROM mb_pool WHERE project_id = %lld", pid) >= 1,
 	   "its ranges are back in the pool");
 	th_coverage_exact(pid, "after a failed round");
 	th_ask_work(&E, "r1", 0);
-	ok(E.lo == 0, "the reopened round hands out the stream from its start again ([%lld, %lld))", E.lo, E.hi);
+	ok(E.lo == 0, "the reopened round hands out the stream from its start again ([%lld, %lld))", E.lo,
+	   E.hi);
 	th_resp r = th_heartbeat(&E, 3, 1.0);
 	th_resp_free(&r);
 	th_coverage_exact(pid, "after a unit of the reopened round");
@@ -452,7 +491,8 @@ static void test_failure_coverage(long long pid)
 static void test_stragglers(void)
 {
 	long long pid = th_seed_project("r2", 600, 1e6, 4, 16, 4, 100000);
-	th_sql("UPDATE project SET target_batch = 64, config = '{\"model\": " TH_MODEL "}' WHERE id = %lld", pid);
+	th_sql("UPDATE project SET target_batch = 64, config = '{\"model\": " TH_MODEL "}' WHERE id = %lld",
+	       pid);
 	th_host h = A;
 	char pp[160];
 	snprintf(pp, sizeof pp, "/v1/projects/r2/rounds/0/plan?host_id=%lld&wait=1", h.id);
@@ -472,14 +512,17 @@ static void test_stragglers(void)
 	is_int(th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'open'", pid), 1,
 	       "a round without samples stays open whatever the fraction");
 	th_ask_work(&h, "r2", 0);
-	th_resp r = th_heartbeat(&h, 8, 0.001);       /* 32 of 64 samples, and crawling */
+	th_resp r = th_heartbeat(&h, 8, 0.001); /* 32 of 64 samples, and crawling */
 	ok(!json_object_get(r.json, "round"), "half the target: the heartbeat finds the round open");
 	th_resp_free(&r);
 	time_t t0 = time(NULL);
-	while (th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing'", pid) == 0 &&
+	while (th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing'", pid) ==
+	               0 &&
 	       time(NULL) - t0 < 20)
 		usleep(100000);
-	is_int(th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing' AND close_reason = 'stragglers'", pid),
+	is_int(th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing' AND "
+	                  "close_reason = 'stragglers'",
+	                  pid),
 	       1, "the round closed early: the rest would take longer than the budget");
 	th_coverage_exact(pid, "straggler round");
 }
@@ -490,32 +533,44 @@ static void test_stragglers(void)
 static void test_target_lowered(void)
 {
 	long long pid = th_seed_project("r3", 600, 1e6, 4, 16, 4, 100000);
-	th_sql("UPDATE project SET target_batch = 64, config = '{\"model\": " TH_MODEL "}' WHERE id = %lld", pid);
+	th_sql("UPDATE project SET target_batch = 64, config = '{\"model\": " TH_MODEL "}' WHERE id = %lld",
+	       pid);
 	th_host h = B;
 	th_ask_work(&h, "r3", 0);
-	th_resp r = th_heartbeat(&h, 4, 1e6);      /* 16 of 64 samples, fast */
+	th_resp r = th_heartbeat(&h, 4, 1e6); /* 16 of 64 samples, fast */
 	ok(!json_object_get(r.json, "round"), "a quarter of the target: the round is open");
 	th_resp_free(&r);
 	th_sql("UPDATE project SET target_batch = 16 WHERE id = %lld", pid);
 	time_t t0 = time(NULL);
-	while (th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing'", pid) == 0 &&
+	while (th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing'", pid) ==
+	               0 &&
 	       time(NULL) - t0 < 10)
 		usleep(100000);
 	is_int(th_sql_int("SELECT count(*) FROM round WHERE project_id = %lld AND state = 'closing'"
-	                  " AND close_reason = 'target'", pid),
+	                  " AND close_reason = 'target'",
+	                  pid),
 	       1, "the target lowered to the samples in: the coordinator closes the round for the target");
 }
 
 int main(void)
 {
-	const char *args[] = { "--round-interval", "1", "--round-report-timeout", "3",
-	                       "--round-max-group", "2", "--round-close-fraction", "0.5",
-	                       "--round-straggler-budget", "60", NULL };
+	const char *args[] = { "--round-interval",
+		               "1",
+		               "--round-report-timeout",
+		               "3",
+		               "--round-max-group",
+		               "2",
+		               "--round-close-fraction",
+		               "0.5",
+		               "--round-straggler-budget",
+		               "60",
+		               NULL };
 	plan_lazy();
 	th_start(args);
 	/* 8 microbatches per unit: flops * wu_seconds / (flops_per_sample * 4) = 8. */
 	long long pid = th_seed_project("r1", 600, 1e6, 4, 16, 4, 100000);
-	th_sql("UPDATE project SET target_batch = 64, config = '{\"model\": " TH_MODEL "}' WHERE id = %lld", pid);
+	th_sql("UPDATE project SET target_batch = 64, config = '{\"model\": " TH_MODEL "}' WHERE id = %lld",
+	       pid);
 	th_host *hs[] = { &A, &B, &C, &D, &E };
 	for (int i = 0; i < 5; i++)
 		th_new_host("round", 8 * 4e6 / 600 + 1e-3, hs[i]->key, &hs[i]->id, hs[i]->token);
@@ -535,8 +590,9 @@ int main(void)
 	ok(!th_bg_done(waiter), "a long poll on the closing round is held");
 	ok(th_stop_server(), "the server stops cleanly with a long poll held");
 	th_resp r = th_bg_join(waiter);
-	ok(r.status == 204 && r.seconds < 30, "the held long poll was answered 204 as the server stopped (%ld after %.2f s)",
-	   r.status, r.seconds);
+	ok(r.status == 204 && r.seconds < 30,
+	   "the held long poll was answered 204 as the server stopped (%ld after %.2f s)", r.status,
+	   r.seconds);
 	th_resp_free(&r);
 	return exit_status();
 }

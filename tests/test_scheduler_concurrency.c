@@ -24,7 +24,7 @@
 #define PHASE1_SECONDS 5
 
 static long long project_id;
-static atomic_int phase;            /* 1: mixed behaviour, 2: finish only, 0: stop */
+static atomic_int phase; /* 1: mixed behaviour, 2: finish only, 0: stop */
 static atomic_long n_assigned, n_finished, n_returned, n_silent, n_late, n_errors;
 static atomic_long n_checks, n_violations;
 
@@ -84,11 +84,12 @@ static void *host_main(void *arg)
 		th_resp_free(&r);
 		atomic_fetch_add(&n_assigned, 1);
 
-		int action = ph == 1 ? (int)(rand_r(&seed) % 4) : 0;  /* 0,1 finish; 2 hand back; 3 silent */
+		int action = ph == 1 ? (int)(rand_r(&seed) % 4) : 0; /* 0,1 finish; 2 hand back; 3 silent */
 		long long done = size > 0 ? (long long)(rand_r(&seed) % (unsigned)(size + 1)) : 0;
 		char hb[96];
 		snprintf(path, sizeof path, "/v1/workunits/%lld/heartbeat", wu);
-		snprintf(hb, sizeof hb, "{\"mb_done\": %lld, \"samples_per_sec\": %d}", done / 2, 100 + h->idx);
+		snprintf(hb, sizeof hb, "{\"mb_done\": %lld, \"samples_per_sec\": %d}", done / 2,
+		         100 + h->idx);
 		if (!post(c, path, h, hb))
 			continue;
 		snprintf(hb, sizeof hb, "{\"mb_done\": %lld, \"samples_per_sec\": %d}", done, 100 + h->idx);
@@ -103,7 +104,7 @@ static void *host_main(void *arg)
 			if (post(c, path, h, hb))
 				atomic_fetch_add(&n_returned, 1);
 		} else {
-			atomic_fetch_add(&n_silent, 1);   /* never heard of again */
+			atomic_fetch_add(&n_silent, 1); /* never heard of again */
 		}
 	}
 	curl_easy_cleanup(c);
@@ -114,17 +115,17 @@ static void *host_main(void *arg)
  * parts, in one snapshot: (overlaps or gaps, first lo, total length,
  * frontier, live count). */
 static const char *tiling_sql =
-	"WITH iv AS ("
-	"   SELECT lo, hi FROM mb_pool WHERE project_id = $1"
-	"   UNION ALL SELECT lo, hi FROM work_unit WHERE project_id = $1 AND state = 'live'"
-	"   UNION ALL SELECT lo, lo + mb_done FROM work_unit"
-	"              WHERE project_id = $1 AND state <> 'live' AND mb_done > 0"
-	"), o AS (SELECT lo, hi, lag(hi) OVER (ORDER BY lo, hi) AS prev FROM iv)"
-	" SELECT (SELECT count(*) FROM o WHERE prev IS NOT NULL AND prev <> lo),"
-	"        (SELECT coalesce(min(lo), 0) FROM iv),"
-	"        (SELECT coalesce(sum(hi - lo), 0) FROM iv),"
-	"        (SELECT frontier FROM project WHERE id = $1),"
-	"        (SELECT count(*) FROM work_unit WHERE project_id = $1 AND state = 'live')";
+        "WITH iv AS ("
+        "   SELECT lo, hi FROM mb_pool WHERE project_id = $1"
+        "   UNION ALL SELECT lo, hi FROM work_unit WHERE project_id = $1 AND state = 'live'"
+        "   UNION ALL SELECT lo, lo + mb_done FROM work_unit"
+        "              WHERE project_id = $1 AND state <> 'live' AND mb_done > 0"
+        "), o AS (SELECT lo, hi, lag(hi) OVER (ORDER BY lo, hi) AS prev FROM iv)"
+        " SELECT (SELECT count(*) FROM o WHERE prev IS NOT NULL AND prev <> lo),"
+        "        (SELECT coalesce(min(lo), 0) FROM iv),"
+        "        (SELECT coalesce(sum(hi - lo), 0) FROM iv),"
+        "        (SELECT frontier FROM project WHERE id = $1),"
+        "        (SELECT count(*) FROM work_unit WHERE project_id = $1 AND state = 'live')";
 
 typedef struct {
 	long long bad, first, total, frontier, live;
@@ -205,9 +206,9 @@ int main(void)
 		pthread_join(th[i], NULL);
 	pthread_join(mon, NULL);
 	long long a1 = atomic_load(&n_assigned);
-	diag("phase 1: %lld assigned, %ld finished, %ld handed back, %ld silent, %ld late, %ld errors",
-	     a1, atomic_load(&n_finished), atomic_load(&n_returned), atomic_load(&n_silent),
-	     atomic_load(&n_late), atomic_load(&n_errors));
+	diag("phase 1: %lld assigned, %ld finished, %ld handed back, %ld silent, %ld late, %ld errors", a1,
+	     atomic_load(&n_finished), atomic_load(&n_returned), atomic_load(&n_silent), atomic_load(&n_late),
+	     atomic_load(&n_errors));
 	ok(a1 > HOSTS, "work was handed out (%lld work units)", a1);
 	ok(atomic_load(&n_silent) > 0 && atomic_load(&n_returned) > 0 && atomic_load(&n_finished) > 0,
 	   "hosts finished, handed back and went silent");
@@ -219,15 +220,16 @@ int main(void)
 	/* The silent hosts' deadlines pass; the reaper returns their rest. */
 	bool drained = false;
 	for (int i = 0; i < 200 && !drained; i++) {
-		drained = th_sql_int("SELECT count(*) FROM work_unit WHERE project_id = %lld AND state = 'live'",
+		drained = th_sql_int("SELECT count(*) FROM work_unit WHERE project_id = %lld AND state = "
+		                     "'live'",
 		                     project_id) == 0;
 		if (!drained)
 			usleep(100000);
 	}
 	ok(drained, "every silent work unit expired");
-	long long expired_rest = th_sql_int(
-		"SELECT count(*) FROM work_unit WHERE project_id = %lld AND state = 'expired' AND lo + mb_done < hi",
-		project_id);
+	long long expired_rest = th_sql_int("SELECT count(*) FROM work_unit WHERE project_id = %lld AND "
+	                                    "state = 'expired' AND lo + mb_done < hi",
+	                                    project_id);
 	ok(expired_rest > 0, "expired work units left %lld remainders", expired_rest);
 	long long frontier1 = th_sql_int("SELECT frontier FROM project WHERE id = %lld", project_id);
 	long long last_wu1 = th_sql_int("SELECT max(id) FROM work_unit WHERE project_id = %lld", project_id);
@@ -254,11 +256,11 @@ int main(void)
 		pthread_join(th[i], NULL);
 	pthread_join(mon, NULL);
 	ok(reissued, "every free range below the old frontier was handed out again");
-	long long reissues = th_sql_int(
-		"SELECT count(*) FROM work_unit n JOIN work_unit e ON e.project_id = n.project_id"
-		" WHERE n.project_id = %lld AND n.id > %lld AND e.state = 'expired'"
-		"   AND n.lo >= e.lo + e.mb_done AND n.hi <= e.hi",
-		project_id, last_wu1);
+	long long reissues =
+	        th_sql_int("SELECT count(*) FROM work_unit n JOIN work_unit e ON e.project_id = n.project_id"
+	                   " WHERE n.project_id = %lld AND n.id > %lld AND e.state = 'expired'"
+	                   "   AND n.lo >= e.lo + e.mb_done AND n.hi <= e.hi",
+	                   project_id, last_wu1);
 	ok(reissues > 0, "%lld new work units lie inside expired remainders", reissues);
 	is_int(atomic_load(&n_errors), 0, "no request failed in phase 2");
 	is_int(atomic_load(&n_violations), 0, "no violation in phase 2 (%ld checks in all)",
@@ -268,12 +270,16 @@ int main(void)
 	ok(tiled, "at the end: exact tiling of [0, %lld)", t.frontier);
 	is_int(t.bad, 0, "no overlaps or gaps");
 	is_int(t.live, 0, "nothing left live");
-	is_int(th_sql_int("SELECT count(*) FROM work_unit w1 JOIN work_unit w2 ON w1.project_id = w2.project_id"
+	is_int(th_sql_int("SELECT count(*) FROM work_unit w1 JOIN work_unit w2 ON w1.project_id = "
+	                  "w2.project_id"
 	                  " AND w1.id < w2.id AND w1.state = 'done' AND w2.state = 'done'"
-	                  " AND w1.lo < w2.hi AND w2.lo < w1.hi WHERE w1.project_id = %lld", project_id),
+	                  " AND w1.lo < w2.hi AND w2.lo < w1.hi WHERE w1.project_id = %lld",
+	                  project_id),
 	       0, "no two done work units overlap");
-	is_int(th_sql_int("SELECT coalesce(sum(mb_done), 0) FROM version_progress WHERE project_id = %lld", project_id),
-	       th_sql_int("SELECT coalesce(sum(mb_done), 0) FROM work_unit WHERE project_id = %lld", project_id),
+	is_int(th_sql_int("SELECT coalesce(sum(mb_done), 0) FROM version_progress WHERE project_id = %lld",
+	                  project_id),
+	       th_sql_int("SELECT coalesce(sum(mb_done), 0) FROM work_unit WHERE project_id = %lld",
+	                  project_id),
 	       "accumulated counter equals the sum over work units");
 	ok(th_stop_server(), "server exits 0 on SIGTERM");
 	return exit_status();

@@ -13,8 +13,8 @@
 #include "tests/pgtmp.h"
 
 /* Send a request that must be refused with status/code and change nothing. */
-static void refused(const char *method, const char *path, const char *bearer, const char *body,
-                    long status, const char *code, const char *what)
+static void refused(const char *method, const char *path, const char *bearer, const char *body, long status,
+                    const char *code, const char *what)
 {
 	char *before = th_db_fingerprint();
 	th_resp r;
@@ -33,8 +33,8 @@ static void refused(const char *method, const char *path, const char *bearer, co
 }
 
 /* A request that must succeed with status; returns the answer (caller frees). */
-static th_resp call(const char *method, const char *path, const char *bearer, const char *body,
-                    long status, const char *what)
+static th_resp call(const char *method, const char *path, const char *bearer, const char *body, long status,
+                    const char *what)
 {
 	th_resp r;
 	if (!th_http(NULL, method, path, bearer, body, NULL, &r))
@@ -64,7 +64,8 @@ static long long alice_id;
 static void test_accounts(void)
 {
 	th_resp r = call("POST", "/v1/accounts", NULL,
-	                 "{\"email\": \"alice@example.org\", \"name\": \"Alice\", \"password\": \"alice's secret\"}",
+	                 "{\"email\": \"alice@example.org\", \"name\": \"Alice\", \"password\": \"alice's "
+	                 "secret\"}",
 	                 201, "create account");
 	alice_id = th_json_int(&r, "account_id");
 	ok(alice_id > 0, "account id %lld", alice_id);
@@ -72,33 +73,38 @@ static void test_accounts(void)
 	ok(k && strlen(k) == 43, "account key is 32 random bytes in base64url");
 	snprintf(alice_key, sizeof alice_key, "%s", k ? k : "");
 	th_resp_free(&r);
-	is_int(th_sql_int("SELECT count(*) FROM account_key WHERE account_id = %lld AND key_hash = sha256('%s')",
-	                  alice_id, alice_key), 1, "only the key's sha256 is stored");
-	ok(th_sql_int("SELECT count(*) FROM account WHERE password_hash LIKE 'pbkdf2-sha256$1000$%%' AND id = %lld",
-	              alice_id) == 1, "password stored as PBKDF2 with the configured iterations");
+	is_int(th_sql_int("SELECT count(*) FROM account_key WHERE account_id = %lld AND key_hash = "
+	                  "sha256('%s')",
+	                  alice_id, alice_key),
+	       1, "only the key's sha256 is stored");
+	ok(th_sql_int("SELECT count(*) FROM account WHERE password_hash LIKE 'pbkdf2-sha256$1000$%%' AND id "
+	              "= %lld",
+	              alice_id) == 1,
+	   "password stored as PBKDF2 with the configured iterations");
 
 	r = call("POST", "/v1/accounts", NULL,
-	         "{\"email\": \"bob@example.org\", \"name\": \"Bob\", \"password\": \"bob's secret\"}",
-	         201, "create second account");
+	         "{\"email\": \"bob@example.org\", \"name\": \"Bob\", \"password\": \"bob's secret\"}", 201,
+	         "create second account");
 	snprintf(bob_key, sizeof bob_key, "%s", th_json_str(&r, "account_key"));
 	th_resp_free(&r);
 
 	refused("POST", "/v1/accounts", NULL,
-	        "{\"email\": \"ALICE@example.org\", \"name\": \"A2\", \"password\": \"whatever123\"}",
-	        409, "already_exists", "email taken (case-insensitive)");
-	refused("POST", "/v1/accounts", NULL, "{\"email\": \"c@example.org\", \"name\": \"C\"}",
-	        400, "invalid", "missing password");
+	        "{\"email\": \"ALICE@example.org\", \"name\": \"A2\", \"password\": \"whatever123\"}", 409,
+	        "already_exists", "email taken (case-insensitive)");
+	refused("POST", "/v1/accounts", NULL, "{\"email\": \"c@example.org\", \"name\": \"C\"}", 400,
+	        "invalid", "missing password");
 	refused("POST", "/v1/accounts", NULL,
-	        "{\"email\": \"c@example.org\", \"name\": \"C\", \"password\": \"short\"}",
-	        400, "invalid", "password too short");
+	        "{\"email\": \"c@example.org\", \"name\": \"C\", \"password\": \"short\"}", 400, "invalid",
+	        "password too short");
 	refused("POST", "/v1/accounts", NULL,
-	        "{\"email\": 42, \"name\": \"C\", \"password\": \"whatever123\"}",
-	        400, "invalid", "email of the wrong type");
+	        "{\"email\": 42, \"name\": \"C\", \"password\": \"whatever123\"}", 400, "invalid",
+	        "email of the wrong type");
 	refused("POST", "/v1/accounts", NULL,
-	        "{\"email\": \"no-at-sign\", \"name\": \"C\", \"password\": \"whatever123\"}",
-	        400, "invalid", "email without @");
+	        "{\"email\": \"no-at-sign\", \"name\": \"C\", \"password\": \"whatever123\"}", 400, "invalid",
+	        "email without @");
 	refused("POST", "/v1/accounts", NULL,
-	        "{\"email\": \"c@example.org\", \"email\": \"d@example.org\", \"name\": \"C\", \"password\": \"whatever123\"}",
+	        "{\"email\": \"c@example.org\", \"email\": \"d@example.org\", \"name\": \"C\", \"password\": "
+	        "\"whatever123\"}",
 	        400, "invalid", "duplicate keys");
 	refused("POST", "/v1/accounts", NULL, "{\"email\": ", 400, "invalid", "malformed JSON");
 	refused("POST", "/v1/accounts", NULL, "[1, 2]", 400, "invalid", "array instead of object");
@@ -134,13 +140,13 @@ static void test_accounts(void)
 	ok(strcmp(login_key, alice_key) != 0, "each log-in gets a new key");
 	th_resp_free(&r);
 	refused("POST", "/v1/accounts/login", NULL,
-	        "{\"email\": \"alice@example.org\", \"password\": \"wrong password\"}",
-	        401, "unauthorized", "wrong password");
+	        "{\"email\": \"alice@example.org\", \"password\": \"wrong password\"}", 401, "unauthorized",
+	        "wrong password");
 	refused("POST", "/v1/accounts/login", NULL,
-	        "{\"email\": \"nobody@example.org\", \"password\": \"alice's secret\"}",
-	        401, "unauthorized", "unknown email");
-	refused("POST", "/v1/accounts/login", NULL, "{\"email\": \"alice@example.org\"}",
-	        400, "invalid", "log-in without password");
+	        "{\"email\": \"nobody@example.org\", \"password\": \"alice's secret\"}", 401, "unauthorized",
+	        "unknown email");
+	refused("POST", "/v1/accounts/login", NULL, "{\"email\": \"alice@example.org\"}", 400, "invalid",
+	        "log-in without password");
 
 	r = call("GET", "/v1/account", login_key, NULL, 200, "who am I");
 	is_str(th_json_str(&r, "email"), "alice@example.org", "who am I: email");
@@ -204,28 +210,34 @@ static char token_a[64], token_b[64];
 
 static void test_hosts(void)
 {
-	th_resp r = call("POST", "/v1/hosts", alice_key,
-	                 "{\"flops\": 1e6, \"cpu_model\": \"Zen 5\", \"cores\": 2, \"memory_bytes\": 8589934592,"
-	                 " \"gpu\": \"\", \"client_version\": \"0.1.0\", \"os_name\": \"Linux\", \"os_version\": \"6.1\"}",
-	                 201, "register host");
+	th_resp r =
+	        call("POST", "/v1/hosts", alice_key,
+	             "{\"flops\": 1e6, \"cpu_model\": \"Zen 5\", \"cores\": 2, \"memory_bytes\": 8589934592,"
+	             " \"gpu\": \"\", \"client_version\": \"0.1.0\", \"os_name\": \"Linux\", \"os_version\": "
+	             "\"6.1\"}",
+	             201, "register host");
 	host_a = th_json_int(&r, "host_id");
 	snprintf(token_a, sizeof token_a, "%s", th_json_str(&r, "host_token"));
 	ok(host_a > 0 && strlen(token_a) == 43, "host id and token");
 	th_resp_free(&r);
-	is_int(th_sql_int("SELECT count(*) FROM host WHERE id = %lld AND token_hash = sha256('%s')",
-	                  host_a, token_a), 1, "only the token's sha256 is stored");
+	is_int(th_sql_int("SELECT count(*) FROM host WHERE id = %lld AND token_hash = sha256('%s')", host_a,
+	                  token_a),
+	       1, "only the token's sha256 is stored");
 	r = call("POST", "/v1/hosts", bob_key, "{\"flops\": 2000000}", 201, "register bob's host");
 	host_b = th_json_int(&r, "host_id");
 	snprintf(token_b, sizeof token_b, "%s", th_json_str(&r, "host_token"));
 	th_resp_free(&r);
 
 	refused("POST", "/v1/hosts", alice_key, "{\"cores\": 2}", 400, "invalid", "host without flops");
-	refused("POST", "/v1/hosts", alice_key, "{\"flops\": \"fast\"}", 400, "invalid", "flops not a number");
+	refused("POST", "/v1/hosts", alice_key, "{\"flops\": \"fast\"}", 400, "invalid",
+	        "flops not a number");
 	refused("POST", "/v1/hosts", alice_key, "{\"flops\": 0}", 400, "invalid", "zero flops");
-	refused("POST", "/v1/hosts", alice_key, "{\"flops\": 1e6, \"cores\": 0}", 400, "invalid", "zero cores");
+	refused("POST", "/v1/hosts", alice_key, "{\"flops\": 1e6, \"cores\": 0}", 400, "invalid",
+	        "zero cores");
 	refused("POST", "/v1/hosts", alice_key, "{\"flops\": 1e6, \"cores\": 1.5}", 400, "invalid",
 	        "fractional cores");
-	refused("POST", "/v1/hosts", NULL, "{\"flops\": 1e6}", 401, "unauthorized", "host without account key");
+	refused("POST", "/v1/hosts", NULL, "{\"flops\": 1e6}", 401, "unauthorized",
+	        "host without account key");
 	refused("POST", "/v1/hosts", token_a, "{\"flops\": 1e6}", 401, "unauthorized",
 	        "host token is not an account key");
 
@@ -246,7 +258,8 @@ static void test_projects(void)
 	th_resp r = call("GET", "/v1/projects", NULL, NULL, 200, "list projects");
 	json_t *list = json_object_get(r.json, "projects");
 	ok(json_array_size(list) == 2, "two projects listed");
-	is_str(json_string_value(json_object_get(json_array_get(list, 0), "name")), "alpha", "first is alpha");
+	is_str(json_string_value(json_object_get(json_array_get(list, 0), "name")), "alpha",
+	       "first is alpha");
 	th_resp_free(&r);
 
 	r = call("GET", "/v1/projects/alpha", NULL, NULL, 200, "project info");
@@ -303,8 +316,10 @@ static void test_scheduler(void)
 	/* The chunk's rest [15, end) went to the pool, where end is the chunk
 	 * size cut at the end of epoch 0; the next work unit is its top (the
 	 * pool row's hi shrinks: a HOT update). */
-	long long chunk_end = th_sql_int("SELECT least(65536, mb_per_epoch) FROM project WHERE name = 'alpha'");
-	ok(chunk_end > 30 && chunk_end < 65536, "epoch 0 (%lld microbatches) is shorter than a chunk", chunk_end);
+	long long chunk_end =
+	        th_sql_int("SELECT least(65536, mb_per_epoch) FROM project WHERE name = 'alpha'");
+	ok(chunk_end > 30 && chunk_end < 65536, "epoch 0 (%lld microbatches) is shorter than a chunk",
+	   chunk_end);
 	r = call("POST", "/v1/projects/alpha/work", token_a, body, 200, "ask for more work");
 	long long wu2 = th_json_int(&r, "work_unit_id");
 	is_int(th_json_int(&r, "lo"), chunk_end - 15, "next range: top of the pool range");
@@ -326,7 +341,8 @@ static void test_scheduler(void)
 	        "host_id as a string");
 	refused("POST", "/v1/projects/nope/work", token_a, body, 404, "not_found", "work on unknown project");
 	th_sql("UPDATE project SET active = false WHERE name = 'alpha'");
-	refused("POST", "/v1/projects/alpha/work", token_a, body, 409, "conflict", "work on inactive project");
+	refused("POST", "/v1/projects/alpha/work", token_a, body, 409, "conflict",
+	        "work on inactive project");
 	th_sql("UPDATE project SET active = true WHERE name = 'alpha'");
 
 	/* Heartbeats. */
@@ -342,14 +358,17 @@ static void test_scheduler(void)
 	r = call("POST", path, token_a, "{\"mb_done\": 5}", 200, "heartbeat a second before the deadline");
 	th_resp_free(&r);
 	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld"
-	                  " AND deadline > now() + interval '50 seconds'", wu1), 1,
-	       "the heartbeat pushed the deadline to wu_seconds ahead");
-	refused("POST", path, token_b, "{\"mb_done\": 6}", 403, "forbidden", "heartbeat on another host's work unit");
+	                  " AND deadline > now() + interval '50 seconds'",
+	                  wu1),
+	       1, "the heartbeat pushed the deadline to wu_seconds ahead");
+	refused("POST", path, token_b, "{\"mb_done\": 6}", 403, "forbidden",
+	        "heartbeat on another host's work unit");
 	refused("POST", path, token_a, "{\"mb_done\": 16}", 400, "invalid", "mb_done past the range");
 	refused("POST", path, token_a, "{\"mb_done\": 3}", 400, "invalid", "mb_done decreasing");
 	refused("POST", path, token_a, "{\"mb_done\": -1}", 400, "invalid", "negative mb_done");
 	refused("POST", path, token_a, "{\"mb_done\": \"6\"}", 400, "invalid", "mb_done as a string");
-	refused("POST", path, token_a, "{\"samples_per_sec\": 1}", 400, "invalid", "heartbeat without mb_done");
+	refused("POST", path, token_a, "{\"samples_per_sec\": 1}", 400, "invalid",
+	        "heartbeat without mb_done");
 	refused("POST", path, token_a, "{\"mb_done\": 6, \"samples_per_sec\": -2}", 400, "invalid",
 	        "negative speed");
 	refused("POST", path, NULL, "{\"mb_done\": 6}", 401, "unauthorized", "heartbeat without token");
@@ -361,12 +380,14 @@ static void test_scheduler(void)
 
 	/* Hand back the rest of wu1. */
 	snprintf(path, sizeof path, "/v1/workunits/%lld/handback", wu1);
-	refused("POST", path, token_b, "{\"mb_done\": 7}", 403, "forbidden", "hand back another host's work unit");
+	refused("POST", path, token_b, "{\"mb_done\": 7}", 403, "forbidden",
+	        "hand back another host's work unit");
 	r = call("POST", path, token_a, "{\"mb_done\": 7}", 200, "hand back");
 	is_str(th_json_str(&r, "state"), "returned", "state returned");
 	is_int(th_json_int(&r, "returned_lo"), 7, "returned from 7");
 	th_resp_free(&r);
-	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE lo = 7 AND hi = 15"), 1, "rest [7, 15) is in the pool");
+	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE lo = 7 AND hi = 15"), 1,
+	       "rest [7, 15) is in the pool");
 	/* The same hand-back again (a client that died before it journaled our
 	 * answer): 200, the same body, nothing pooled twice.  Another mb_done
 	 * conflicts. */
@@ -375,13 +396,17 @@ static void test_scheduler(void)
 	is_int(th_json_int(&r, "returned_lo"), 7, "repeat: returned from 7");
 	is_int(th_json_int(&r, "mb_done"), 7, "repeat: mb_done 7");
 	th_resp_free(&r);
-	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE lo = 7 AND hi = 15"), 1, "the rest is pooled once");
-	refused("POST", path, token_a, "{\"mb_done\": 8}", 409, "conflict", "hand back again with another mb_done");
-	refused("POST", path, token_b, "{\"mb_done\": 7}", 403, "forbidden", "another host repeating the hand-back");
+	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE lo = 7 AND hi = 15"), 1,
+	       "the rest is pooled once");
+	refused("POST", path, token_a, "{\"mb_done\": 8}", 409, "conflict",
+	        "hand back again with another mb_done");
+	refused("POST", path, token_b, "{\"mb_done\": 7}", 403, "forbidden",
+	        "another host repeating the hand-back");
 	snprintf(path, sizeof path, "/v1/workunits/%lld/finish", wu1);
 	refused("POST", path, token_a, NULL, 409, "conflict", "finish a returned work unit");
 	snprintf(path, sizeof path, "/v1/workunits/%lld/heartbeat", wu1);
-	refused("POST", path, token_a, "{\"mb_done\": 7}", 409, "conflict", "heartbeat on a returned work unit");
+	refused("POST", path, token_a, "{\"mb_done\": 7}", 409, "conflict",
+	        "heartbeat on a returned work unit");
 
 	/* Finish wu2. */
 	snprintf(path, sizeof path, "/v1/workunits/%lld/finish", wu2);
@@ -398,10 +423,12 @@ static void test_scheduler(void)
 	is_int(th_json_int(&r, "accumulated_samples"), (7 + 15) * 4, "repeat: nothing counted twice");
 	th_resp_free(&r);
 	snprintf(path, sizeof path, "/v1/workunits/%lld/handback", wu2);
-	refused("POST", path, token_a, "{\"mb_done\": 15}", 409, "conflict", "hand back a finished work unit");
+	refused("POST", path, token_a, "{\"mb_done\": 15}", 409, "conflict",
+	        "hand back a finished work unit");
 	snprintf(path, sizeof path, "/v1/workunits/%lld/finish", wu2);
 	is_int(th_sql_int("SELECT sum(mb_done) * 4 FROM work_unit w JOIN project p ON p.id = w.project_id"
-	                  " WHERE p.name = 'alpha' AND w.version = 0"), 88, "SQL sum agrees");
+	                  " WHERE p.name = 'alpha' AND w.version = 0"),
+	       88, "SQL sum agrees");
 	r = call("GET", "/v1/projects/alpha", NULL, NULL, 200, "project info after work");
 	is_int(th_json_int(&r, "accumulated_samples"), 88, "project info shows accumulated samples");
 	th_resp_free(&r);
@@ -416,7 +443,8 @@ static void test_scheduler(void)
 	snprintf(path, sizeof path, "/v1/hosts/%lld", host_a);
 	r = call("DELETE", path, alice_key, NULL, 200, "revoke host");
 	th_resp_free(&r);
-	refused("POST", "/v1/projects/alpha/work", token_a, body, 401, "unauthorized", "work with a revoked host");
+	refused("POST", "/v1/projects/alpha/work", token_a, body, 401, "unauthorized",
+	        "work with a revoked host");
 
 	/* Deadlines: beta has wu_seconds 1, so a silent work unit is overdue
 	 * after 2 s and the reaper (every second) puts its rest back. */
@@ -429,11 +457,13 @@ static void test_scheduler(void)
 	r = call("POST", path, token_b, "{\"mb_done\": 1}", 200, "one heartbeat, then silence");
 	th_resp_free(&r);
 	char sql[200];
-	snprintf(sql, sizeof sql, "SELECT count(*) FROM work_unit WHERE id = %lld AND state = 'expired'", wu3);
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM work_unit WHERE id = %lld AND state = 'expired'",
+	         wu3);
 	ok(wait_for(1, 20, sql), "silent work unit expired by the reaper");
 	is_int(th_sql_int("SELECT count(*) FROM mb_pool p JOIN project j ON j.id = p.project_id"
-	                  " WHERE j.name = 'beta' AND p.lo = %lld AND p.hi = %lld", lo3 + 1, hi3), 1,
-	       "its unprocessed rest is back in the pool");
+	                  " WHERE j.name = 'beta' AND p.lo = %lld AND p.hi = %lld",
+	                  lo3 + 1, hi3),
+	       1, "its unprocessed rest is back in the pool");
 	refused("POST", path, token_b, "{\"mb_done\": 2}", 409, "conflict", "heartbeat after expiry");
 	r = call("POST", "/v1/projects/beta/work", token_b, body, 200, "work on beta again");
 	is_int(th_json_int(&r, "lo"), lo3 + 1, "expired rest reissued");
@@ -446,10 +476,9 @@ static void test_reconnect(void)
 {
 	th_resp r = call("GET", "/v1/projects/alpha", NULL, NULL, 200, "before the connections drop");
 	th_resp_free(&r);
-	long long killed = th_sql_int(
-		"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-		" WHERE pid <> pg_backend_pid() AND datname = current_database()"
-		"   AND backend_type = 'client backend'");
+	long long killed = th_sql_int("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+	                              " WHERE pid <> pg_backend_pid() AND datname = current_database()"
+	                              "   AND backend_type = 'client backend'");
 	ok(killed >= 1, "terminated %lld server connections", killed);
 	int good = 0;
 	for (int i = 0; i < 12; i++) {
@@ -485,7 +514,7 @@ int main(void)
 	const char *args[] = { "--reap-interval", "1", "--threads", "4", NULL };
 	th_start(args);
 	th_seed_project("alpha", 60, 1e6, 4, 16, 8, 1000);
-	th_seed_project("beta", 1, 1e5, 4, 16, 8, 1000);   /* bob's host: 5 microbatches */
+	th_seed_project("beta", 1, 1e5, 4, 16, 8, 1000); /* bob's host: 5 microbatches */
 
 	test_routing();
 	test_accounts();

@@ -26,10 +26,7 @@ static char data_dir[64];
 static PGconn *db;
 static int acct_seq;
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) { return remove(path); }
 
 static void teardown(void)
 {
@@ -49,7 +46,7 @@ bool th_stop_server(void)
 	kill(server_pid, SIGTERM);
 	int status = 0;
 	bool clean = false;
-	for (int i = 0; i < 200; i++) {          /* up to 10 s */
+	for (int i = 0; i < 200; i++) { /* up to 10 s */
 		pid_t w = waitpid(server_pid, &status, WNOHANG);
 		if (w == server_pid) {
 			clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -67,7 +64,7 @@ bool th_stop_server(void)
 void th_start(const char *const *extra_args)
 {
 	const char *conninfo = pgtmp_start();
-	atexit(teardown);       /* runs before pgtmp's own atexit (LIFO) */
+	atexit(teardown); /* runs before pgtmp's own atexit (LIFO) */
 	cot_errbuf eb = { "", "" };
 	if (db_connect(conninfo, &db, &eb))
 		bail_out("%s", eb.msg);
@@ -121,7 +118,7 @@ void th_start(const char *const *extra_args)
 	char line[512];
 	size_t len = 0;
 	struct pollfd pfd = { .fd = out[0], .events = POLLIN };
-	for (int waited = 0; waited < 300; ) {
+	for (int waited = 0; waited < 300;) {
 		if (poll(&pfd, 1, 100) == 0) {
 			waited++;
 			continue;
@@ -212,8 +209,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 
 static __thread CURL *thread_curl;
 
-bool th_http(CURL *curl, const char *method, const char *path, const char *bearer,
-             const char *body, const char *const *headers, th_resp *out)
+bool th_http(CURL *curl, const char *method, const char *path, const char *bearer, const char *body,
+             const char *const *headers, th_resp *out)
 {
 	memset(out, 0, sizeof *out);
 	out->content_length = -1;
@@ -295,10 +292,7 @@ long long th_json_int(const th_resp *r, const char *key)
 	return json_is_integer(v) ? json_integer_value(v) : -1;
 }
 
-const char *th_json_str(const th_resp *r, const char *key)
-{
-	return json_string_value(lookup(r, key));
-}
+const char *th_json_str(const th_resp *r, const char *key) { return json_string_value(lookup(r, key)); }
 
 bool th_is_error(const th_resp *r, long status, const char *code, const char *what)
 {
@@ -344,13 +338,15 @@ void th_sql(const char *fmt, ...)
 
 char *th_db_fingerprint(void)
 {
-	static const char *tables[] = { "account", "account_key", "team", "host", "project",
-	                                "mb_pool", "work_unit", "version_progress", NULL };
+	static const char *tables[] = { "account",   "account_key",      "team", "host", "project", "mb_pool",
+		                        "work_unit", "version_progress", NULL };
 	size_t cap = 4096, len = 0;
 	char *out = calloc(1, cap);
 	for (int i = 0; tables[i]; i++) {
 		char sql[256];
-		snprintf(sql, sizeof sql, "SELECT count(*) || ':' || coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM %s t",
+		snprintf(sql, sizeof sql,
+		         "SELECT count(*) || ':' || coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), "
+		         "'') FROM %s t",
 		         tables[i]);
 		PGresult *r = PQexec(db, sql);
 		if (PQresultStatus(r) != PGRES_TUPLES_OK)
@@ -361,48 +357,57 @@ char *th_db_fingerprint(void)
 	return out;
 }
 
-long long th_seed_project(const char *name, int wu_seconds, double flops_per_sample,
-                          int microbatch_size, int seq_len, int n_shards, long long shard_tokens)
+long long th_seed_project(const char *name, int wu_seconds, double flops_per_sample, int microbatch_size,
+                          int seq_len, int n_shards, long long shard_tokens)
 {
 	/* Fake but well-formed sha256 names, distinct per project. */
 	long long n_tokens = (long long)n_shards * shard_tokens;
 	long long mb_per_epoch = (n_tokens - 1) / ((long long)microbatch_size * seq_len);
-	th_sql("INSERT INTO file (sha256, size, kind) VALUES (encode(sha256('%s-manifest'), 'hex'), 1234, 'manifest')",
+	th_sql("INSERT INTO file (sha256, size, kind) VALUES (encode(sha256('%s-manifest'), 'hex'), 1234, "
+	       "'manifest')",
 	       name);
-	th_sql("INSERT INTO file (sha256, size, kind) VALUES (encode(sha256('%s-ckpt'), 'hex'), 99999, 'checkpoint')",
+	th_sql("INSERT INTO file (sha256, size, kind) VALUES (encode(sha256('%s-ckpt'), 'hex'), 99999, "
+	       "'checkpoint')",
 	       name);
-	th_sql("INSERT INTO dataset (name, n_tokens, manifest_sha256) VALUES ('%s-data', %lld, encode(sha256('%s-manifest'), 'hex'))",
+	th_sql("INSERT INTO dataset (name, n_tokens, manifest_sha256) VALUES ('%s-data', %lld, "
+	       "encode(sha256('%s-manifest'), 'hex'))",
 	       name, n_tokens, name);
 	long long ds = th_sql_int("SELECT id FROM dataset WHERE name = '%s-data'", name);
-	th_sql("INSERT INTO file (sha256, size, kind) SELECT encode(sha256(convert_to('%s-shard-' || i, 'UTF8')), 'hex'), 1000 + i, 'shard' FROM generate_series(0, %d) i",
+	th_sql("INSERT INTO file (sha256, size, kind) SELECT encode(sha256(convert_to('%s-shard-' || i, "
+	       "'UTF8')), 'hex'), 1000 + i, 'shard' FROM generate_series(0, %d) i",
 	       name, n_shards - 1);
-	th_sql("INSERT INTO shard (dataset_id, idx, first_token, n_tokens, sha256) SELECT %lld, i, i * %lld, %lld, encode(sha256(convert_to('%s-shard-' || i, 'UTF8')), 'hex') FROM generate_series(0, %d) i",
+	th_sql("INSERT INTO shard (dataset_id, idx, first_token, n_tokens, sha256) SELECT %lld, i, i * %lld, "
+	       "%lld, encode(sha256(convert_to('%s-shard-' || i, 'UTF8')), 'hex') FROM generate_series(0, "
+	       "%d) i",
 	       ds, shard_tokens, shard_tokens, name, n_shards - 1);
-	th_sql("INSERT INTO project (name, title, config, dataset_id, seq_len, microbatch_size, target_batch, mb_per_epoch, flops_per_sample, wu_seconds) "
+	th_sql("INSERT INTO project (name, title, config, dataset_id, seq_len, microbatch_size, "
+	       "target_batch, mb_per_epoch, flops_per_sample, wu_seconds) "
 	       "VALUES ('%s', 'Project %s', '{\"model\": \"test\"}', %lld, %d, %d, 4096, %lld, %.17g, %d)",
 	       name, name, ds, seq_len, microbatch_size, mb_per_epoch, flops_per_sample, wu_seconds);
 	long long id = th_sql_int("SELECT id FROM project WHERE name = '%s'", name);
-	th_sql("INSERT INTO model_version (project_id, version, checkpoint_sha256) VALUES (%lld, 0, encode(sha256('%s-ckpt'), 'hex'))",
+	th_sql("INSERT INTO model_version (project_id, version, checkpoint_sha256) VALUES (%lld, 0, "
+	       "encode(sha256('%s-ckpt'), 'hex'))",
 	       id, name);
 	return id;
 }
 
-void th_new_host(const char *tag, double flops, char *account_key, long long *host_id,
-                 char *host_token)
+void th_new_host(const char *tag, double flops, char *account_key, long long *host_id, char *host_token)
 {
 	char body[512];
 	th_resp r;
 	int seq = __atomic_add_fetch(&acct_seq, 1, __ATOMIC_SEQ_CST);
 	snprintf(body, sizeof body,
-	         "{\"email\": \"%s-%d@example.org\", \"name\": \"%s\", \"password\": \"correct horse\"}",
-	         tag, seq, tag);
+	         "{\"email\": \"%s-%d@example.org\", \"name\": \"%s\", \"password\": \"correct horse\"}", tag,
+	         seq, tag);
 	if (!th_http(NULL, "POST", "/v1/accounts", NULL, body, NULL, &r) || r.status != 201)
 		bail_out("could not create an account: %ld %s", r.status, r.body ? r.body : "");
 	snprintf(account_key, 64, "%s", th_json_str(&r, "account_key"));
 	th_resp_free(&r);
 	snprintf(body, sizeof body,
-	         "{\"flops\": %.17g, \"cpu_model\": \"Test CPU\", \"cores\": 2, \"memory_bytes\": 8589934592, "
-	         "\"client_version\": \"0.1.0\", \"os_name\": \"Linux\", \"os_version\": \"6.1\"}", flops);
+	         "{\"flops\": %.17g, \"cpu_model\": \"Test CPU\", \"cores\": 2, \"memory_bytes\": "
+	         "8589934592, "
+	         "\"client_version\": \"0.1.0\", \"os_name\": \"Linux\", \"os_version\": \"6.1\"}",
+	         flops);
 	if (!th_http(NULL, "POST", "/v1/hosts", account_key, body, NULL, &r) || r.status != 201)
 		bail_out("could not register a host: %ld %s", r.status, r.body ? r.body : "");
 	*host_id = th_json_int(&r, "host_id");
@@ -413,13 +418,18 @@ void th_new_host(const char *tag, double flops, char *account_key, long long *ho
 char *th_round_fingerprint(void)
 {
 	char *base = th_db_fingerprint();
-	PGresult *r = PQexec(db,
-		"SELECT (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM round t)"
-		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM round_report t)"
-		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM round_member t)"
-		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM round_group_sum t)"
-		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM model_version t)"
-		" || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM file t)");
+	PGresult *r = PQexec(db, "SELECT (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), "
+	                         "'') FROM round t)"
+	                         " || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') "
+	                         "FROM round_report t)"
+	                         " || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') "
+	                         "FROM round_member t)"
+	                         " || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') "
+	                         "FROM round_group_sum t)"
+	                         " || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') "
+	                         "FROM model_version t)"
+	                         " || (SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') "
+	                         "FROM file t)");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
 		bail_out("fingerprint: %s", PQerrorMessage(db));
 	size_t n = strlen(base) + (size_t)PQgetlength(r, 0, 0) + 2;
@@ -432,8 +442,8 @@ char *th_round_fingerprint(void)
 	return out;
 }
 
-th_resp th_call(const char *method, const char *path, const char *bearer, const char *body,
-                long status, const char *what)
+th_resp th_call(const char *method, const char *path, const char *bearer, const char *body, long status,
+                const char *what)
 {
 	th_resp r;
 	if (!th_http(NULL, method, path, bearer, body, NULL, &r))
@@ -443,8 +453,8 @@ th_resp th_call(const char *method, const char *path, const char *bearer, const 
 	return r;
 }
 
-void th_refused(const char *method, const char *path, const char *bearer, const char *body,
-                long status, const char *code, const char *what)
+void th_refused(const char *method, const char *path, const char *bearer, const char *body, long status,
+                const char *code, const char *what)
 {
 	char *before = th_round_fingerprint();
 	th_resp r;
@@ -507,8 +517,8 @@ th_resp th_post_raw(const char *path, const char *token, const void *data, size_
 	return r;
 }
 
-void th_raw_refused(const char *path, const char *token, const void *data, size_t len,
-                    long status, const char *code, const char *what)
+void th_raw_refused(const char *path, const char *token, const void *data, size_t len, long status,
+                    const char *code, const char *what)
 {
 	char *before = th_round_fingerprint();
 	th_resp r = th_post_raw(path, token, data, len);
@@ -574,7 +584,6 @@ void th_coverage_exact(long long project, const char *what)
 	long long frontier = th_sql_int("SELECT frontier FROM project WHERE id = %lld", project);
 	ok(good && at == frontier, "%s: pool + live + done tile [0, %lld) exactly", what, frontier);
 }
-
 
 struct th_bg {
 	char url[1024], auth[128];
@@ -642,10 +651,7 @@ th_bg *th_bg_get(const char *path, const char *token)
 	return b;
 }
 
-bool th_bg_done(th_bg *b)
-{
-	return __atomic_load_n(&b->done, __ATOMIC_SEQ_CST);
-}
+bool th_bg_done(th_bg *b) { return __atomic_load_n(&b->done, __ATOMIC_SEQ_CST); }
 
 th_resp th_bg_join(th_bg *b)
 {

@@ -22,16 +22,16 @@
 
 typedef struct {
 	long status;
-	char *body;            /* NUL-terminated, malloc'd */
+	char *body; /* NUL-terminated, malloc'd */
 	size_t len;
-	json_t *json;          /* the body parsed, or NULL when it is not JSON */
+	json_t *json; /* the body parsed, or NULL when it is not JSON */
 	char etag[100];
 	char content_range[100];
 	char content_type[100];
 	char allow[100];
 	char retry_after[32];
-	long long content_length;   /* -1 when absent */
-	double seconds;             /* how long the request took */
+	long long content_length; /* -1 when absent */
+	double seconds;           /* how long the request took */
 } th_resp;
 
 void th_start(const char *const *extra_args);
@@ -45,8 +45,8 @@ bool th_stop_server(void);
  * bearer may be NULL (no Authorization header); body may be NULL (none).
  * headers: NULL or a NULL-terminated list of extra "Name: value" lines.
  * Returns false (and diag()s) only when the transfer itself failed. */
-bool th_http(CURL *curl, const char *method, const char *path, const char *bearer,
-             const char *body, const char *const *headers, th_resp *out);
+bool th_http(CURL *curl, const char *method, const char *path, const char *bearer, const char *body,
+             const char *const *headers, th_resp *out);
 void th_resp_free(th_resp *r);
 
 /* ok() that r is an error answer with this status and error code, with a
@@ -70,20 +70,21 @@ char *th_db_fingerprint(void);
 /* Insert a dataset of n_shards shards of shard_tokens tokens each (file rows
  * only; the bytes are not stored), a project using it and model version 0
  * with a checkpoint row.  Returns the project id. */
-long long th_seed_project(const char *name, int wu_seconds, double flops_per_sample,
-                          int microbatch_size, int seq_len, int n_shards, long long shard_tokens);
+long long th_seed_project(const char *name, int wu_seconds, double flops_per_sample, int microbatch_size,
+                          int seq_len, int n_shards, long long shard_tokens);
 
 /* Create an account (email from tag), log it in and register one host with
  * the given flops; fills the key, host id and token (buffers of 64). */
-void th_new_host(const char *tag, double flops, char *account_key, long long *host_id,
-                 char *host_token);
+void th_new_host(const char *tag, double flops, char *account_key, long long *host_id, char *host_token);
 
 /* --- Rounds (tests/test_rounds.c, tests/test_round_step.c) --- */
 
 /* The test model: 1 layer, width 8, 2 heads, d_ff 32, sequence 16,
  * vocabulary 256: V*C + T*C + (2C + 3C*C + 3C + C*C + C + 2C + C*F + F +
  * F*C + C) + 2C = 2048 + 128 + 872 + 16 parameters. */
-#define TH_MODEL "{\"n_layer\": 1, \"n_shared\": 1, \"n_head\": 2, \"d_model\": 8, \"d_ff\": 32, \"seq_len\": 16, \"vocab\": 256}"
+#define TH_MODEL \
+	"{\"n_layer\": 1, \"n_shared\": 1, \"n_head\": 2, \"d_model\": 8, \"d_ff\": 32, \"seq_len\": 16, " \
+	"\"vocab\": 256}"
 #define TH_PARAMS 3064
 
 typedef struct {
@@ -96,17 +97,17 @@ typedef struct {
 char *th_round_fingerprint(void);
 /* One request whose status is checked (ok/diag); bails out when the
  * transfer fails.  The caller th_resp_free()s. */
-th_resp th_call(const char *method, const char *path, const char *bearer, const char *body,
-                long status, const char *what);
+th_resp th_call(const char *method, const char *path, const char *bearer, const char *body, long status,
+                const char *what);
 /* A request that must be refused with status and code, changing nothing
  * (th_round_fingerprint before and after). */
-void th_refused(const char *method, const char *path, const char *bearer, const char *body,
-                long status, const char *code, const char *what);
+void th_refused(const char *method, const char *path, const char *bearer, const char *body, long status,
+                const char *code, const char *what);
 /* POST len raw bytes as application/octet-stream (th_http sends C strings). */
 th_resp th_post_raw(const char *path, const char *token, const void *data, size_t len);
 /* th_post_raw that must be refused, changing nothing. */
-void th_raw_refused(const char *path, const char *token, const void *data, size_t len,
-                    long status, const char *code, const char *what);
+void th_raw_refused(const char *path, const char *token, const void *data, size_t len, long status,
+                    const char *code, const char *what);
 /* Register a host (th_new_host) into h. */
 void th_host_new(th_host *h, const char *tag, double flops);
 /* Ask project for work (200 checked): h->wu, lo, hi. */

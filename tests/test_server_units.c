@@ -34,7 +34,8 @@ static void test_hash(void)
 	ok(hash_b64_decode("Zm9v!mE=", dec, sizeof dec) < 0, "bad base64 refused");
 	ok(hash_b64_decode("Zm=v", dec, sizeof dec) < 0, "data after padding refused");
 	char t1[64], t2[64];
-	ok(hash_random_token(32, t1, sizeof t1) == COT_OK && strlen(t1) == 43, "token of 32 bytes is 43 chars");
+	ok(hash_random_token(32, t1, sizeof t1) == COT_OK && strlen(t1) == 43,
+	   "token of 32 bytes is 43 chars");
 	hash_random_token(32, t2, sizeof t2);
 	ok(strcmp(t1, t2) != 0, "two tokens differ");
 	ok(hash_random_token(8, t1, sizeof t1) == COT_ERR_INVALID, "too short a token refused");
@@ -53,14 +54,17 @@ static void test_password(void)
 	password_hash("hunter22", 1000, h2, sizeof h2, &eb);
 	ok(strcmp(h, h2) != 0, "salted: same password, different hashes");
 	ok(password_verify("x", "md5$abc", &m, &eb) == COT_ERR_CORRUPT && !m, "unknown format refused");
-	ok(password_verify("x", "pbkdf2-sha256$0$AAAA$AAAA", &m, &eb) == COT_ERR_CORRUPT, "zero iterations refused");
+	ok(password_verify("x", "pbkdf2-sha256$0$AAAA$AAAA", &m, &eb) == COT_ERR_CORRUPT,
+	   "zero iterations refused");
 	ok(password_hash("x", 0, h, sizeof h, &eb) == COT_ERR_INVALID, "cannot hash with 0 iterations");
 	/* Cross-checked with Python's hashlib.pbkdf2_hmac("sha256",
 	 * b"password", b"saltsalt", 2, 32). */
 	bool m2 = false;
 	ok(password_verify("password",
-	                   "pbkdf2-sha256$2$c2FsdHNhbHQ=$j0Xr2TDUGb2ExAqHE9c43F1b6VtmN1HehzWI9wkQpsQ=",
-	                   &m2, &eb) == COT_OK && m2, "known PBKDF2-HMAC-SHA256 vector");
+	                   "pbkdf2-sha256$2$c2FsdHNhbHQ=$j0Xr2TDUGb2ExAqHE9c43F1b6VtmN1HehzWI9wkQpsQ=", &m2,
+	                   &eb) == COT_OK &&
+	           m2,
+	   "known PBKDF2-HMAC-SHA256 vector");
 }
 
 static void test_json(void)
@@ -68,8 +72,7 @@ static void test_json(void)
 	json_t *o;
 	cot_errbuf eb = { "", "" };
 	const char *src = "{\"a\": 1, \"s\": \"xy\", \"r\": 1.5, \"b\": true, \"n\": null}";
-	ok(cot_json_parse_object(src, strlen(src), &o, &eb) == COT_OK,
-	   "parse an object");
+	ok(cot_json_parse_object(src, strlen(src), &o, &eb) == COT_OK, "parse an object");
 	long long i = 0;
 	const char *s = NULL;
 	double d = 0;
@@ -90,8 +93,10 @@ static void test_json(void)
 	ok(cot_json_int(o, "zz", false, 0, 9, &i, &eb) == COT_OK && i == 42, "optional absent keeps default");
 	json_decref(o);
 	ok(cot_json_parse_object("[1]", 3, &o, &eb) == COT_ERR_INVALID && !o, "array refused");
-	ok(cot_json_parse_object("{\"a\":1,\"a\":2}", 13, &o, &eb) == COT_ERR_INVALID, "duplicate keys refused");
-	ok(cot_json_parse_object("{\"a\":\"\\u0000\"}", 14, &o, &eb) == COT_ERR_INVALID, "NUL in string refused");
+	ok(cot_json_parse_object("{\"a\":1,\"a\":2}", 13, &o, &eb) == COT_ERR_INVALID,
+	   "duplicate keys refused");
+	ok(cot_json_parse_object("{\"a\":\"\\u0000\"}", 14, &o, &eb) == COT_ERR_INVALID,
+	   "NUL in string refused");
 }
 
 /* The fingerprint is k random projections of the gradient, each scaled by
@@ -118,8 +123,8 @@ static void test_fingerprint(void)
 		big = fabs(a[j]) > big ? fabs(a[j]) : big;
 	}
 	ok(sq / K > 0.7 && sq / K < 1.3 && big < 6,
-	   "n ones: the %d values are sums of random signs over sqrt(n) (mean square %.3f, max %.2f)",
-	   K, sq / K, big);
+	   "n ones: the %d values are sums of random signs over sqrt(n) (mean square %.3f, max %.2f)", K,
+	   sq / K, big);
 
 	uint32_t x = 2463534242u;
 	for (size_t i = 0; i < N; i++) {

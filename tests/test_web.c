@@ -39,13 +39,15 @@ static char *dump_dom(const char *chrome, const char *url, const char *shot)
 	snprintf(cmd, sizeof cmd,
 	         "timeout 60 '%s' --headless --no-sandbox --disable-gpu --no-first-run "
 	         "--user-data-dir=%s.profile --window-size=1280,1000 --virtual-time-budget=8000 "
-	         "--dump-dom '%s' > %s 2>/dev/null", chrome, tmpl, url, tmpl);
+	         "--dump-dom '%s' > %s 2>/dev/null",
+	         chrome, tmpl, url, tmpl);
 	int rc = system(cmd);
 	if (shot) {
 		snprintf(cmd, sizeof cmd,
 		         "timeout 60 '%s' --headless --no-sandbox --disable-gpu --no-first-run "
 		         "--user-data-dir=%s.profile --window-size=1280,1000 --virtual-time-budget=8000 "
-		         "--screenshot='%s' '%s' >/dev/null 2>&1", chrome, tmpl, shot, url);
+		         "--screenshot='%s' '%s' >/dev/null 2>&1",
+		         chrome, tmpl, shot, url);
 		if (system(cmd))
 			diag("screenshot of %s failed", url);
 	}
@@ -108,11 +110,13 @@ static const char *canvas_attr(const char *dom, const char *title, const char *a
 static void round_committed(long long pid, int v, long long *hosts, int n)
 {
 	th_sql("UPDATE round SET opened_at = now() - interval '1 hour' + make_interval(mins => %d),"
-	       " loss = %g WHERE project_id = %lld AND version = %d", v * 2, 5.5 - 0.4 * v, pid, v);
+	       " loss = %g WHERE project_id = %lld AND version = %d",
+	       v * 2, 5.5 - 0.4 * v, pid, v);
 	for (int i = 0; i < n; i++) {
-		th_sql("INSERT INTO work_unit (project_id, host_id, version, lo, hi, mb_done, state, deadline)"
-		       " VALUES (%lld, %lld, %d, %d, %d, 5, 'returned', now())", pid, hosts[i], v,
-		       100 * v + 10 * i, 100 * v + 10 * i + 5);
+		th_sql("INSERT INTO work_unit (project_id, host_id, version, lo, hi, mb_done, state, "
+		       "deadline)"
+		       " VALUES (%lld, %lld, %d, %d, %d, 5, 'returned', now())",
+		       pid, hosts[i], v, 100 * v + 10 * i, 100 * v + 10 * i + 5);
 		th_sql("INSERT INTO round_member (project_id, version, host_id, group_id, samples, endpoint,"
 		       " bandwidth, can_aggregate, lo, hi, outcome, params_sha256, accepted)"
 		       " VALUES (%lld, %d, %lld, 0, %d, '127.0.0.1:1', 1e6, true, 0, 0, 'ok', 'h', true)",
@@ -121,7 +125,8 @@ static void round_committed(long long pid, int v, long long *hosts, int n)
 	th_sql("UPDATE round SET state = 'committed', samples = (SELECT sum(samples) FROM round_member"
 	       " WHERE project_id = %lld AND version = %d),"
 	       " committed_at = opened_at + make_interval(secs => %d)"
-	       " WHERE project_id = %lld AND version = %d", pid, v, 60 + 7 * v, pid, v);
+	       " WHERE project_id = %lld AND version = %d",
+	       pid, v, 60 + 7 * v, pid, v);
 	th_sql("INSERT INTO round (project_id, version) VALUES (%lld, %d)", pid, v + 1);
 	th_sql("UPDATE project SET current_version = %d WHERE id = %lld", v + 1, pid);
 }
@@ -136,7 +141,7 @@ int main(void)
 	plan_lazy();
 	th_start(NULL);
 	long long pid = th_seed_project("webdemo", 180, 2e9, 4, 8, 4, 100000);
-	th_sql("DELETE FROM spot_policy WHERE project_id = %lld", pid);   /* no spot checks */
+	th_sql("DELETE FROM spot_policy WHERE project_id = %lld", pid); /* no spot checks */
 	long long hosts[3];
 	char key[64], token[64];
 	static const char *const tags[] = { "ann", "ben", "cat" };
@@ -144,7 +149,8 @@ int main(void)
 		th_new_host(tags[i], 1e9, key, &hosts[i], token);
 	th_sql("UPDATE account SET name = '%s' WHERE id = (SELECT account_id FROM host WHERE id = %lld)",
 	       HOSTILE, hosts[2]);
-	th_sql("INSERT INTO team (name, description) VALUES ('team <i>ital</i>', 'desc <img src=x onerror=alert(1)>')");
+	th_sql("INSERT INTO team (name, description) VALUES ('team <i>ital</i>', 'desc <img src=x "
+	       "onerror=alert(1)>')");
 	th_sql("UPDATE account SET team_id = (SELECT max(id) FROM team)");
 	for (int v = 0; v < 8; v++)
 		round_committed(pid, v, hosts, v < 3 ? 2 : 3);
@@ -162,7 +168,7 @@ int main(void)
 	if (dom) {
 		ok(count(dom, "<canvas") == 4, "the dashboard has its four plots");
 		static const char *const plots[] = { "Loss", "Samples per second (per round)",
-		                                     "Time per round (s)", "Peers per round" };
+			                             "Time per round (s)", "Peers per round" };
 		for (size_t i = 0; i < sizeof plots / sizeof plots[0]; i++)
 			is_str(canvas_attr(dom, plots[i], "data-points"), "8",
 			       "the plot \"%s\" was drawn with the 8 committed rounds", plots[i]);
@@ -183,7 +189,8 @@ int main(void)
 		   "the user named with markup shows as text");
 		ok(strstr(dom, "<b>x</b>") == NULL && strstr(dom, "<title>pwned") == NULL,
 		   "no element came out of the user's name and its script never ran");
-		ok(strstr(dom, "team &lt;i&gt;ital&lt;/i&gt;") != NULL, "the team name with markup shows as text");
+		ok(strstr(dom, "team &lt;i&gt;ital&lt;/i&gt;") != NULL,
+		   "the team name with markup shows as text");
 	}
 	free(dom);
 	ok(stat(shot, &st) == 0 && st.st_size > 1000, "a screenshot of the leaderboard is at %s", shot);
@@ -206,19 +213,20 @@ int main(void)
 	 * rungs of the latest round's connections, never the address. */
 	th_sql("UPDATE host SET nat_class = 'nat', nat_mapping = 'independent',"
 	       " nat_public_addr = '198.51.100.9', nat_public_port = 40000, nat_observed_at = now(),"
-	       " relay_bytes_in = 2500000, relay_bytes_out = 1200 WHERE id = %lld", hosts[0]);
+	       " relay_bytes_in = 2500000, relay_bytes_out = 1200 WHERE id = %lld",
+	       hosts[0]);
 	th_sql("INSERT INTO round_link (project_id, version, host_id, peer_id, rung, connect_ms) VALUES"
 	       " (%lld, 7, %lld, %lld, 'relay', 830), (%lld, 7, %lld, %lld, 'punch', 40.5)",
 	       pid, hosts[0], hosts[1], pid, hosts[1], hosts[0]);
 	snprintf(url, sizeof url, "%s/host?id=%lld", th_url(), hosts[0]);
 	snprintf(shot, sizeof shot, "%s/host.png", shots);
 	dom = dump_dom(chrome, url, shot);
-	ok(dom && strstr(dom, "id=\"reachability\"") && strstr(dom, "behind NAT") &&
-	   strstr(dom, "2.5 MB") && !strstr(dom, "class=\"error\""),
+	ok(dom && strstr(dom, "id=\"reachability\"") && strstr(dom, "behind NAT") && strstr(dom, "2.5 MB") &&
+	           !strstr(dom, "class=\"error\""),
 	   "the host page shows the host's reachability and relayed bytes");
 	ok(dom && strstr(dom, "id=\"links\"") && count(dom, "class=\"link\"") == 2 &&
-	   strstr(dom, "<td class=\"rung\">relay</td>") && strstr(dom, "<td class=\"rung\">punch</td>") &&
-	   strstr(dom, "Connections of round 7"),
+	           strstr(dom, "<td class=\"rung\">relay</td>") &&
+	           strstr(dom, "<td class=\"rung\">punch</td>") && strstr(dom, "Connections of round 7"),
 	   "  and the rung of each connection of its latest round, both ways");
 	ok(dom && strstr(dom, "1 rounds: 0 direct, 0 punched, 1 relayed"),
 	   "  and the rungs it dialed over its latest rounds");

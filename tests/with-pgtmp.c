@@ -40,7 +40,7 @@ int main(int argc, char **argv)
 	setenv("PGDATABASE", "cotrain", 1);
 	setenv("PGUSER", "cotrain", 1);
 
-	signal(SIGINT, SIG_IGN);   /* let the child handle ^C; we clean up after */
+	signal(SIGINT, SIG_IGN); /* let the child handle ^C; we clean up after */
 	signal(SIGTERM, SIG_IGN);
 	pid_t pid = fork();
 	if (pid == 0) {

@@ -51,10 +51,7 @@
 
 /* ---- Helpers of both sides ---- */
 
-int64_t ar_min64(int64_t a, int64_t b)
-{
-	return a < b ? a : b;
-}
+int64_t ar_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 int ar_cmp_i64(const void *a, const void *b)
 {
@@ -78,10 +75,7 @@ int ar_wait_on(run *r, pthread_cond_t *cv, int64_t deadline)
 	return 1;
 }
 
-int ar_wait(run *r, int64_t deadline)
-{
-	return ar_wait_on(r, &r->cv, deadline);
-}
+int ar_wait(run *r, int64_t deadline) { return ar_wait_on(r, &r->cv, deadline); }
 
 /* Unsent bytes the kernel may hold per connection (TCP_NOTSENT_LOWAT).
  * Without a bound the socket buffer grows to megabytes per connection, and
@@ -96,10 +90,7 @@ void ar_tune_socket(int fd)
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
 }
 
-uint64_t ar_range_len(const allreduce_member *m)
-{
-	return m->end - m->start;
-}
+uint64_t ar_range_len(const allreduce_member *m) { return m->end - m->start; }
 
 size_t ar_parts_of(const allreduce_params *p, size_t a)
 {
@@ -136,9 +127,11 @@ int ar_member_index(const allreduce_params *p, int64_t host_id)
 
 hello_msg ar_our_hello(const allreduce_params *p)
 {
-	hello_msg m = { .proto_min = HELLO_PROTO_MIN, .proto_max = HELLO_PROTO_MAX,
-	                .host_id = peer_ctx_host_id(p->ctx), .round = p->round,
-	                .max_payload = FRAME_PAYLOAD_HARD_MAX };
+	hello_msg m = { .proto_min = HELLO_PROTO_MIN,
+		        .proto_max = HELLO_PROTO_MAX,
+		        .host_id = peer_ctx_host_id(p->ctx),
+		        .round = p->round,
+		        .max_payload = FRAME_PAYLOAD_HARD_MAX };
 	snprintf(m.project, sizeof m.project, "%s", peer_ctx_project(p->ctx));
 	return m;
 }
@@ -157,14 +150,14 @@ void allreduce_sum(const float *const *x, size_t k, size_t len, float *out)
 
 static cot_err check_params(const allreduce_params *p, cot_errbuf *eb)
 {
-	if (!p->members || p->n < 1 || p->n > ALLREDUCE_MAX_MEMBERS || p->self >= p->n ||
-	    !p->ctx || (p->n > 1 && !p->dialer) || !p->grad || p->len == 0)
+	if (!p->members || p->n < 1 || p->n > ALLREDUCE_MAX_MEMBERS || p->self >= p->n || !p->ctx ||
+	    (p->n > 1 && !p->dialer) || !p->grad || p->len == 0)
 		return cot_seterr(eb, COT_ERR_INVALID, "invalid all-reduce parameters");
 	if (!comp_kind_valid(p->send_comp) || !comp_kind_valid(p->result_comp))
 		return cot_seterr(eb, COT_ERR_INVALID, "unknown compression");
 	if (p->members[p->self].host_id != peer_ctx_host_id(p->ctx))
-		return cot_seterr(eb, COT_ERR_INVALID, "member %zu is host %lld, not us (host %lld)",
-		                  p->self, (long long)p->members[p->self].host_id,
+		return cot_seterr(eb, COT_ERR_INVALID, "member %zu is host %lld, not us (host %lld)", p->self,
+		                  (long long)p->members[p->self].host_id,
 		                  (long long)peer_ctx_host_id(p->ctx));
 	uint64_t covered = 0;
 	for (size_t i = 0; i < p->n; i++) {
@@ -179,8 +172,8 @@ static cot_err check_params(const allreduce_params *p, cot_errbuf *eb)
 				return cot_seterr(eb, COT_ERR_INVALID, "host %lld is listed twice",
 				                  (long long)a->host_id);
 			if (a->start < b->end && b->start < a->end)
-				return cot_seterr(eb, COT_ERR_INVALID, "ranges of members %zu and %zu overlap",
-				                  j, i);
+				return cot_seterr(eb, COT_ERR_INVALID,
+				                  "ranges of members %zu and %zu overlap", j, i);
 		}
 		covered += ar_range_len(a);
 	}
@@ -222,8 +215,7 @@ static cot_err run_init(run *r, const allreduce_params *p, float *out, cot_errbu
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	if (r->agg) {
 		r->spec_bytes = malloc(comp_encoded_size(p->result_comp, r->a_len));
-		r->spec_tmp = malloc((r->a_len < PART_VALUES ? r->a_len : PART_VALUES) *
-		                     sizeof *r->spec_tmp);
+		r->spec_tmp = malloc((r->a_len < PART_VALUES ? r->a_len : PART_VALUES) * sizeof *r->spec_tmp);
 		r->spec_ok = r->spec_bytes && r->spec_tmp;
 	}
 	for (size_t i = 0; i < p->n; i++) {
@@ -232,9 +224,9 @@ static cot_err run_init(run *r, const allreduce_params *p, float *out, cot_errbu
 		r->order[i] = i;
 		r->rep_pending += ar_range_len(&p->members[i]) > 0;
 	}
-	for (size_t i = 1; i < p->n; i++)   /* insertion sort by host id: n is small */
-		for (size_t j = i; j > 0 && p->members[r->order[j]].host_id <
-		                            p->members[r->order[j - 1]].host_id; j--) {
+	for (size_t i = 1; i < p->n; i++) /* insertion sort by host id: n is small */
+		for (size_t j = i;
+		     j > 0 && p->members[r->order[j]].host_id < p->members[r->order[j - 1]].host_id; j--) {
 			size_t t = r->order[j];
 			r->order[j] = r->order[j - 1];
 			r->order[j - 1] = t;
@@ -307,9 +299,9 @@ static void start_sending(run *r)
 			break;
 		}
 		a->have_sender = 1;
-		a->have_streamer = !p->no_stream &&
-			!pthread_create(&a->streamer_th, NULL, ar_streamer_main, a);
-		if (!a->have_streamer) {   /* results come on the slice connection */
+		a->have_streamer =
+		        !p->no_stream && !pthread_create(&a->streamer_th, NULL, ar_streamer_main, a);
+		if (!a->have_streamer) { /* results come on the slice connection */
 			pthread_mutex_lock(&r->mu);
 			a->st_done = 1;
 			pthread_mutex_unlock(&r->mu);
@@ -452,8 +444,7 @@ static cot_err build_result(run *r, allreduce_result *res, cot_errbuf *eb)
 	return COT_OK;
 }
 
-cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *res,
-                      cot_errbuf *eb)
+cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *res, cot_errbuf *eb)
 {
 	memset(res, 0, sizeof *res);
 	cot_err rc = check_params(p, eb);
@@ -469,7 +460,7 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 		pthread_mutex_lock(&r.mu);
 		int agreed = !r.failed;
 		pthread_mutex_unlock(&r.mu);
-		if (agreed)                  /* a test hook: every aggregator accepted our slice */
+		if (agreed) /* a test hook: every aggregator accepted our slice */
 			fault_point("after-slices", p->round);
 	}
 	join_threads(&r);

@@ -36,38 +36,38 @@
 #include "shared/peer/peer.h"
 
 /* Averaging message types (the 0x10..0x1f range of frame.h). */
-#define ALLREDUCE_FRAME_SLICE 0x10     /* FRAME_SLICE: sender -> aggregator */
-#define ALLREDUCE_FRAME_RESULT 0x11    /* FRAME_RESULT: aggregator -> sender */
-#define ALLREDUCE_FRAME_ABORT 0x12     /* FRAME_ABORT: aggregator -> sender */
-#define ALLREDUCE_FRAME_ACCEPTED 0x13  /* aggregator -> sender: whom it accepted */
+#define ALLREDUCE_FRAME_SLICE 0x10    /* FRAME_SLICE: sender -> aggregator */
+#define ALLREDUCE_FRAME_RESULT 0x11   /* FRAME_RESULT: aggregator -> sender */
+#define ALLREDUCE_FRAME_ABORT 0x12    /* FRAME_ABORT: aggregator -> sender */
+#define ALLREDUCE_FRAME_ACCEPTED 0x13 /* aggregator -> sender: whom it accepted */
 
 #define ALLREDUCE_MAX_MEMBERS 256
 #define ALLREDUCE_OUTLIER_DEFAULT 10.0 /* norm per sample above 10x the median */
 
 typedef struct {
-	int64_t host_id;          /* > 0, unique in the group */
-	const char *addr;         /* numeric address of its listener (aggregators) */
+	int64_t host_id;  /* > 0, unique in the group */
+	const char *addr; /* numeric address of its listener (aggregators) */
 	uint16_t port;
-	uint64_t start, end;      /* the range [start, end) it aggregates; may be empty */
-	uint64_t samples;         /* samples in its gradient sum */
+	uint64_t start, end; /* the range [start, end) it aggregates; may be empty */
+	uint64_t samples;    /* samples in its gradient sum */
 } allreduce_member;
 
 typedef struct {
-	const allreduce_member *members;  /* n members; ranges tile [0, len) */
+	const allreduce_member *members; /* n members; ranges tile [0, len) */
 	size_t n;
-	size_t self;                      /* our index in members */
-	int64_t round;                    /* model version being averaged (HELLO round) */
-	const float *grad;                /* our gradient sum, len values */
+	size_t self;       /* our index in members */
+	int64_t round;     /* model version being averaged (HELLO round) */
+	const float *grad; /* our gradient sum, len values */
 	size_t len;
-	int send_comp;                    /* comp_kind of slices (the group agrees) */
-	int result_comp;                  /* comp_kind of results */
-	double outlier_factor;            /* 0: ALLREDUCE_OUTLIER_DEFAULT; < 0: off */
-	peer_ctx *ctx;                    /* our identity */
-	dialer *dialer;                   /* to reach the aggregators */
-	listener *lst;                    /* ours; needed when our range is not empty */
-	int64_t collect_deadline;         /* slices must have arrived by then */
-	int64_t deadline;                 /* the whole exchange ends by then */
-	int no_stream;                    /* 1: open no stream connections; every
+	int send_comp;            /* comp_kind of slices (the group agrees) */
+	int result_comp;          /* comp_kind of results */
+	double outlier_factor;    /* 0: ALLREDUCE_OUTLIER_DEFAULT; < 0: off */
+	peer_ctx *ctx;            /* our identity */
+	dialer *dialer;           /* to reach the aggregators */
+	listener *lst;            /* ours; needed when our range is not empty */
+	int64_t collect_deadline; /* slices must have arrived by then */
+	int64_t deadline;         /* the whole exchange ends by then */
+	int no_stream;            /* 1: open no stream connections; every
 	                                   * aggregator then sends us its result on
 	                                   * the slice connection (one connection
 	                                   * per aggregator instead of two) */
@@ -76,17 +76,17 @@ typedef struct {
 typedef struct {
 	int64_t host_id;
 	uint64_t samples;
-	char reason[160];                 /* why (only when we refused it ourselves) */
+	char reason[160]; /* why (only when we refused it ourselves) */
 } allreduce_drop;
 
 typedef struct {
-	uint64_t total_samples;           /* samples of the included contributions */
-	int64_t *included;                /* ascending host ids; n_included */
+	uint64_t total_samples; /* samples of the included contributions */
+	int64_t *included;      /* ascending host ids; n_included */
 	size_t n_included;
-	allreduce_drop *dropped;          /* members left out, with their samples */
+	allreduce_drop *dropped; /* members left out, with their samples */
 	size_t n_dropped;
 	uint64_t dropped_samples;
-	allreduce_drop *refused;          /* senders our aggregator refused, and why */
+	allreduce_drop *refused; /* senders our aggregator refused, and why */
 	size_t n_refused;
 } allreduce_result;
 
@@ -98,8 +98,7 @@ typedef struct {
  * aggregators disagreed (the round must be rerun without the failed peer;
  * eb names it); COT_ERR_NOMEM.  Returns by p->deadline (plus the time to
  * tear down threads, which is bounded by the same deadline). */
-cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *res,
-                      cot_errbuf *eb);
+cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *res, cot_errbuf *eb);
 
 void allreduce_result_free(allreduce_result *res);
 

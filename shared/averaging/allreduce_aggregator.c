@@ -33,12 +33,11 @@ typedef struct {
  * first with off 0).  A refusal is recorded with its reason and stops the
  * speculative stream; nothing else fails.  The data stays allocated until
  * run_free, so a summing thread may still read it. */
-static void take_slice(run *r, size_t idx, size_t off, size_t n, const unsigned char *bytes,
-                       size_t len)
+static void take_slice(run *r, size_t idx, size_t off, size_t n, const unsigned char *bytes, size_t len)
 {
 	const allreduce_params *p = r->p;
 	member_state *c = &r->m[idx];
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	if (off == 0)
 		c->state = C_OK;
 	if (c->state != C_OK)
@@ -72,8 +71,7 @@ cot_err ar_agg_take_own(run *r, cot_errbuf *eb)
 	const allreduce_params *p = r->p;
 	size_t elen = comp_encoded_size(p->send_comp, r->a_len);
 	unsigned char *enc = malloc(elen ? elen : 1);
-	if (!enc || comp_encode(p->send_comp, p->grad + p->members[p->self].start, r->a_len, enc,
-	                        elen, eb)) {
+	if (!enc || comp_encode(p->send_comp, p->grad + p->members[p->self].start, r->a_len, enc, elen, eb)) {
 		free(enc);
 		return cot_seterr(eb, COT_ERR_NOMEM, "could not encode our own slice");
 	}
@@ -116,7 +114,7 @@ static void spec_advance(run *r)
 		pthread_mutex_lock(&r->mu);
 		r->spec_busy = 0;
 		if (!ok)
-			r->spec_ok = 0;   /* the final path reports the overflow */
+			r->spec_ok = 0; /* the final path reports the overflow */
 		else if (++r->spec_done == r->n_parts)
 			TRACE(r, "all %zu result parts summed", r->n_parts);
 		pthread_cond_broadcast(&r->cv);
@@ -200,8 +198,9 @@ static cot_err publish_report(run *r, int64_t **ids)
 		r->spec_ok = 0;
 	qsort(*ids, n_ids, sizeof **ids, ar_cmp_i64);
 
-	ar_accepted_msg msg = { .round = p->round, .agg = p->members[p->self].host_id,
-	                        .ids = *ids, .n_ids = n_ids };
+	ar_accepted_msg msg = {
+		.round = p->round, .agg = p->members[p->self].host_id, .ids = *ids, .n_ids = n_ids
+	};
 	frame_writer w;
 	frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
 	cot_err rc = ar_accepted_encode(&w, &msg);
@@ -268,9 +267,16 @@ static cot_err agg_result(run *r, cot_errbuf *eb)
 {
 	const allreduce_params *p = r->p;
 	const allreduce_member *me = &p->members[p->self];
-	ar_result_msg msg = { .round = p->round, .agg = me->host_id, .start = me->start,
-	                      .end = me->end, .comp = (uint8_t)p->result_comp, .total = r->total,
-	                      .ids = r->fin, .n_ids = r->n_fin, .data = NULL, .dlen = 0 };
+	ar_result_msg msg = { .round = p->round,
+		              .agg = me->host_id,
+		              .start = me->start,
+		              .end = me->end,
+		              .comp = (uint8_t)p->result_comp,
+		              .total = r->total,
+		              .ids = r->fin,
+		              .n_ids = r->n_fin,
+		              .data = NULL,
+		              .dlen = 0 };
 	frame_writer w;
 	frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
 	cot_err rc = ar_result_encode(&w, &msg);
@@ -302,7 +308,7 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	for (size_t k = 0; !rc && k < r->n_fin; k++) {
 		const member_state *c = &r->m[ar_member_index(p, r->fin[k])];
-		if (c->state != C_OK)   /* cannot happen: fin is inside our report */
+		if (c->state != C_OK) /* cannot happen: fin is inside our report */
 			rc = cot_seterr(eb, COT_ERR_INTERNAL, "included host %lld has no slice",
 			                (long long)r->fin[k]);
 		x[k] = c->data;
@@ -318,7 +324,7 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 	if (!rc)
 		rc = comp_decode(p->result_comp, bytes, enc, r->out + me->start, r->a_len, eb);
 	if (!rc) {
-		r->fin_bytes = bytes;   /* the handlers send it in parts, then RESULT */
+		r->fin_bytes = bytes; /* the handlers send it in parts, then RESULT */
 		bytes = NULL;
 		rc = agg_result(r, eb);
 	}
@@ -331,7 +337,7 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 void ar_agg_reduce(run *r)
 {
 	const allreduce_params *p = r->p;
-	cot_errbuf aeb = {0};
+	cot_errbuf aeb = { 0 };
 	/* Every member included: the streamed parts are the result (the last
 	 * ones may still be summing), and our own copy is already in out. */
 	if (r->n_fin == p->n)
@@ -352,12 +358,12 @@ void ar_agg_reduce(run *r)
 /* Check SLICE payload pl as part k of member idx's slice of our range.
  * 0 with the message in *m (its data points into pl), or -1 with why the
  * connection is unusable in why (why_len bytes). */
-static int slice_part_check(run *r, size_t idx, size_t k, const frame_header *h,
-                            const unsigned char *pl, ar_slice_msg *m, char *why, size_t why_len)
+static int slice_part_check(run *r, size_t idx, size_t k, const frame_header *h, const unsigned char *pl,
+                            ar_slice_msg *m, char *why, size_t why_len)
 {
 	const allreduce_params *p = r->p;
 	const allreduce_member *me = &p->members[p->self];
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	if (h->type != ALLREDUCE_FRAME_SLICE) {
 		snprintf(why, why_len, "sent %s instead of SLICE", frame_type_name(h->type));
 		return -1;
@@ -432,7 +438,7 @@ static void slice_done(run *r, size_t idx, int late, int usable, const char *why
 	int some = r->arrived < r->p->n - 1;
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->mu);
-	if (some)                        /* a test hook: some members' slices are in, not all */
+	if (some) /* a test hook: some members' slices are in, not all */
 		fault_point("aggregator-mid-sum", r->p->round);
 }
 
@@ -440,8 +446,8 @@ static void slice_done(run *r, size_t idx, int late, int usable, const char *why
  * pl, or rc with eb when receiving it failed; pl is ours and freed here).
  * Returns 0 when the connection is still usable afterwards, -1 when not (a
  * malformed slice was answered with an ERROR first). */
-static int handle_slice(run *r, peer_conn *c, size_t idx, cot_err rc, cot_errbuf *eb,
-                        frame_header h, unsigned char *pl)
+static int handle_slice(run *r, peer_conn *c, size_t idx, cot_err rc, cot_errbuf *eb, frame_header h,
+                        unsigned char *pl)
 {
 	const allreduce_params *p = r->p;
 	char why[160] = "";
@@ -452,7 +458,7 @@ static int handle_slice(run *r, peer_conn *c, size_t idx, cot_err rc, cot_errbuf
 			pl = NULL;
 			rc = peer_recv_frame(c, &h, &pl, p->collect_deadline, eb);
 		}
-		ar_slice_msg m = {0};
+		ar_slice_msg m = { 0 };
 		if (rc)
 			snprintf(why, sizeof why, "no slice: %.120s", eb->msg);
 		else
@@ -470,16 +476,17 @@ static int handle_slice(run *r, peer_conn *c, size_t idx, cot_err rc, cot_errbuf
 
 /* Send part k of our range's result, taken from bytes (the result encoding
  * of the whole range), as a RESULT_PART frame on c. */
-static cot_err send_part(run *r, peer_conn *c, const unsigned char *bytes, size_t k,
-                         cot_errbuf *eb)
+static cot_err send_part(run *r, peer_conn *c, const unsigned char *bytes, size_t k, cot_errbuf *eb)
 {
 	const allreduce_params *p = r->p;
 	const allreduce_member *me = &p->members[p->self];
 	size_t off = k * PART_VALUES, n = ar_part_len(r->a_len, k);
-	ar_part_msg msg = { .round = p->round, .agg = me->host_id, .start = me->start + off,
-	                    .end = me->start + off + n,
-	                    .data = bytes + comp_encoded_size(p->result_comp, off),
-	                    .dlen = comp_encoded_size(p->result_comp, n) };
+	ar_part_msg msg = { .round = p->round,
+		            .agg = me->host_id,
+		            .start = me->start + off,
+		            .end = me->start + off + n,
+		            .data = bytes + comp_encoded_size(p->result_comp, off),
+		            .dlen = comp_encoded_size(p->result_comp, n) };
 	frame_writer w;
 	frame_writer_init(&w, FRAME_PAYLOAD_HARD_MAX);
 	cot_err rc = ar_part_encode(&w, &msg);
@@ -528,8 +535,7 @@ static void send_result(run *r, peer_conn *c, size_t idx, cot_errbuf *eb)
 	for (size_t k = 0; parts && !rc && k < r->n_parts; k++)
 		rc = send_part(r, c, parts, k, eb);
 	if (!rc)
-		peer_send_frame(c, ALLREDUCE_FRAME_RESULT, 0, r->res_payload, r->res_len, p->deadline,
-		                eb);
+		peer_send_frame(c, ALLREDUCE_FRAME_RESULT, 0, r->res_payload, r->res_len, p->deadline, eb);
 }
 
 /* After member idx's slice: ACCEPTED once we froze, then RESULT or ABORT
@@ -537,7 +543,7 @@ static void send_result(run *r, peer_conn *c, size_t idx, cot_errbuf *eb)
 static void answer_slice(run *r, peer_conn *c, size_t idx)
 {
 	const allreduce_params *p = r->p;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	pthread_mutex_lock(&r->mu);
 	while (!r->frozen && r->agg_state == AGG_PENDING && ar_wait(r, p->deadline))
 		;
@@ -547,8 +553,7 @@ static void answer_slice(run *r, peer_conn *c, size_t idx)
 		send_abort(r, c, &eb);
 		return;
 	}
-	if (peer_send_frame(c, ALLREDUCE_FRAME_ACCEPTED, 0, r->acc_payload, r->acc_len, p->deadline,
-	                    &eb))
+	if (peer_send_frame(c, ALLREDUCE_FRAME_ACCEPTED, 0, r->acc_payload, r->acc_len, p->deadline, &eb))
 		return;
 	pthread_mutex_lock(&r->mu);
 	while (r->agg_state == AGG_PENDING && ar_wait(r, p->deadline))
@@ -575,7 +580,7 @@ static void stream_serve(run *r, peer_conn *c, size_t idx)
 {
 	const allreduce_params *p = r->p;
 	size_t sent = 0;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	cot_err rc = COT_OK;
 	for (;;) {
 		pthread_mutex_lock(&r->mu);
@@ -602,11 +607,10 @@ static void stream_serve(run *r, peer_conn *c, size_t idx)
 
 /* Check member idx's STREAM request (payload pl, len bytes) and serve it;
  * a malformed one is refused and its stream recorded as not served. */
-static void stream_request(run *r, peer_conn *c, size_t idx, const unsigned char *pl,
-                           size_t len)
+static void stream_request(run *r, peer_conn *c, size_t idx, const unsigned char *pl, size_t len)
 {
 	const allreduce_params *p = r->p;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	ar_stream_msg m;
 	if (ar_stream_decode(pl, len, &m, &eb) || m.round != p->round ||
 	    m.member != p->members[idx].host_id) {
@@ -632,7 +636,7 @@ static int handler_open(run *r, int fd, peer_conn **cp, size_t *idxp)
 {
 	const allreduce_params *p = r->p;
 	peer_conn *c = NULL;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	ar_tune_socket(fd);
 	if (peer_handshake(p->ctx, fd, PEER_SERVER, 0, p->collect_deadline, &c, &eb))
 		return -1;
@@ -692,9 +696,9 @@ static void *handler_main(void *arg)
 	size_t idx;
 	if (handler_open(r, hd->fd, &c, &idx))
 		return NULL;
-	frame_header h = {0};
+	frame_header h = { 0 };
 	unsigned char *pl = NULL;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	cot_err rc = peer_recv_frame(c, &h, &pl, p->collect_deadline, &eb);
 	int stream = !rc && h.type == FRAME_STREAM;
 	if (claim(r, idx, stream)) {
@@ -724,11 +728,11 @@ void *ar_acceptor_main(void *arg)
 		if (stop || deadline_left_ms(p->deadline) == 0)
 			break;
 		int fd = -1;
-		cot_errbuf eb = {0};
+		cot_errbuf eb = { 0 };
 		/* 10 ms: the call's end waits for this loop to see stop_accept */
 		if (listener_accept(p->lst, ar_min64(p->deadline, deadline_after_ms(10)), &fd, NULL, &eb))
 			continue;
-		if (!hs || nh == cap) {   /* more connections than a group can make */
+		if (!hs || nh == cap) { /* more connections than a group can make */
 			close(fd);
 			continue;
 		}

@@ -28,14 +28,14 @@
  * second, and the first results came that late. */
 #define PART_VALUES ((size_t)COMP_BLOCK * 4)
 
-enum { C_NONE, C_OK, C_REFUSED, C_FAILED };      /* member_state.state */
-enum { AGG_PENDING, AGG_RESULT, AGG_ABORT };    /* run.agg_state */
+enum { C_NONE, C_OK, C_REFUSED, C_FAILED };  /* member_state.state */
+enum { AGG_PENDING, AGG_RESULT, AGG_ABORT }; /* run.agg_state */
 
 typedef struct run run;
 
 typedef struct {
 	run *r;
-	size_t idx;                   /* its index in p->members */
+	size_t idx; /* its index in p->members */
 
 	/* Aggregator side: its contribution to our range. */
 	int state;                    /* C_* */
@@ -48,20 +48,20 @@ typedef struct {
 	                               * part and STREAM_END 1 went out, 2 not */
 
 	/* Member side, when it aggregates a range: our exchange with it. */
-	int64_t *rep;                 /* its ACCEPTED report, ascending ids */
+	int64_t *rep; /* its ACCEPTED report, ascending ids */
 	size_t rep_n;
-	int64_t *rids;                /* the included ids its RESULT named */
+	int64_t *rids; /* the included ids its RESULT named */
 	size_t rids_n;
-	uint64_t rtotal;              /* the total samples its RESULT named */
-	unsigned char st_done;        /* our streamer for it ended */
-	size_t st_parts;              /* result parts the streamer decoded */
-	unsigned char st_complete;    /* it got every part and STREAM_END 1 */
-	unsigned char st_abandon;     /* the sender takes the result parts from the
+	uint64_t rtotal;           /* the total samples its RESULT named */
+	unsigned char st_done;     /* our streamer for it ended */
+	size_t st_parts;           /* result parts the streamer decoded */
+	unsigned char st_complete; /* it got every part and STREAM_END 1 */
+	unsigned char st_abandon;  /* the sender takes the result parts from the
 	                               * slice connection: the streamer must not
 	                               * decode any more */
-	unsigned char st_busy;        /* the streamer is decoding a part into out */
-	size_t pace_next;             /* the next part our sender sends */
-	unsigned char pacing;         /* our sender is sending parts */
+	unsigned char st_busy;     /* the streamer is decoding a part into out */
+	size_t pace_next;          /* the next part our sender sends */
+	unsigned char pacing;      /* our sender is sending parts */
 	pthread_t sender_th, streamer_th;
 	int have_sender, have_streamer;
 } member_state;
@@ -70,50 +70,49 @@ struct run {
 	const allreduce_params *p;
 	float *out;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;            /* every change of the shared state */
-	pthread_cond_t pace_cv;       /* a sender advanced (pacing only) */
-	member_state *m;              /* p->n, by member index */
-	int64_t t0;                   /* when the call started (deadline clock), for traces */
+	pthread_cond_t cv;      /* every change of the shared state */
+	pthread_cond_t pace_cv; /* a sender advanced (pacing only) */
+	member_state *m;        /* p->n, by member index */
+	int64_t t0;             /* when the call started (deadline clock), for traces */
 
 	/* aggregator side */
-	int agg;                      /* our range is not empty */
+	int agg; /* our range is not empty */
 	size_t a_len;
-	size_t n_parts;               /* of our range */
-	size_t arrived;               /* remote members done sending (any outcome) */
+	size_t n_parts; /* of our range */
+	size_t arrived; /* remote members done sending (any outcome) */
 	int frozen;
-	unsigned char *acc_payload;   /* our ACCEPTED message, once frozen */
+	unsigned char *acc_payload; /* our ACCEPTED message, once frozen */
 	size_t acc_len;
 	int agg_state;
-	unsigned char *res_payload;   /* our RESULT message, once AGG_RESULT */
+	unsigned char *res_payload; /* our RESULT message, once AGG_RESULT */
 	size_t res_len;
-	unsigned char *fin_bytes;     /* the result encoding of our range, when it is not
+	unsigned char *fin_bytes; /* the result encoding of our range, when it is not
 	                               * the streamed one: sent in parts before RESULT */
 	char abort_reason[256];
 	int stop_accept;
 	pthread_t acceptor;
 	int have_acceptor;
-	size_t *order;                /* member indices by ascending host id */
-	int spec_ok;                  /* still streaming the sum over all members */
-	int spec_busy;                /* a thread is summing part spec_done */
-	size_t spec_done;             /* parts summed and encoded into spec_bytes */
-	unsigned char *spec_bytes;    /* result encoding of our whole range */
-	float *spec_tmp;              /* PART_VALUES, for the one busy thread */
-	const float **spec_x;         /* p->n, for the one busy thread */
+	size_t *order;             /* member indices by ascending host id */
+	int spec_ok;               /* still streaming the sum over all members */
+	int spec_busy;             /* a thread is summing part spec_done */
+	size_t spec_done;          /* parts summed and encoded into spec_bytes */
+	unsigned char *spec_bytes; /* result encoding of our whole range */
+	float *spec_tmp;           /* PART_VALUES, for the one busy thread */
+	const float **spec_x;      /* p->n, for the one busy thread */
 
 	/* member side */
-	size_t rep_pending;           /* ACCEPTED reports still to come */
+	size_t rep_pending; /* ACCEPTED reports still to come */
 	int failed;
-	cot_errbuf feb;               /* why, once failed */
-	int64_t *fin;                 /* p->n: the included set, ascending */
+	cot_errbuf feb; /* why, once failed */
+	int64_t *fin;   /* p->n: the included set, ascending */
 	size_t n_fin;
-	uint64_t total;               /* samples of the included set */
+	uint64_t total; /* samples of the included set */
 };
 
 /* A debug line of the exchange's timeline: milliseconds since the call
  * started, so that the lines of all members (started together) line up. */
-#define TRACE(r, fmt, ...)                                                              \
-	log_debug("allreduce host %lld +%lld ms: " fmt,                                     \
-	          (long long)(r)->p->members[(r)->p->self].host_id,                         \
+#define TRACE(r, fmt, ...) \
+	log_debug("allreduce host %lld +%lld ms: " fmt, (long long)(r)->p->members[(r)->p->self].host_id, \
 	          (long long)(deadline_now_ms() - (r)->t0), __VA_ARGS__)
 
 /* ---- allreduce.c: helpers of both sides ---- */

@@ -91,8 +91,7 @@ static cot_err in_step(cot_err rc, const char *step, cot_errbuf *eb)
  * collect deadline.  COT_OK with *cp open (the caller closes it).  With
  * if_wanted, a connection the sender no longer wants (st_abandon) is closed
  * at once and COT_ERR_NETWORK returned. */
-static cot_err connect_agg(run *r, member_state *a, int if_wanted, peer_conn **cp,
-                           cot_errbuf *eb)
+static cot_err connect_agg(run *r, member_state *a, int if_wanted, peer_conn **cp, cot_errbuf *eb)
 {
 	const allreduce_params *p = r->p;
 	const allreduce_member *m = &p->members[a->idx];
@@ -105,7 +104,7 @@ static cot_err connect_agg(run *r, member_state *a, int if_wanted, peer_conn **c
 		pthread_mutex_lock(&r->mu);
 		int abandoned = a->st_abandon;
 		pthread_mutex_unlock(&r->mu);
-		if (abandoned) {   /* too late: the result came on the slice connection */
+		if (abandoned) { /* too late: the result came on the slice connection */
 			close(dr.fd);
 			return COT_ERR_NETWORK;
 		}
@@ -135,12 +134,13 @@ static cot_err take_result_part(run *r, size_t a, size_t k, const unsigned char 
 	if (ar_part_decode(pl, len, &msg, eb) || msg.round != p->round || msg.agg != m->host_id ||
 	    msg.start != want || msg.end != want_end)
 		return cot_seterr(eb, COT_ERR_NETWORK, "malformed RESULT_PART");
-	if (comp_decode(p->result_comp, msg.data, msg.dlen, r->out + msg.start,
-	                (size_t)(msg.end - msg.start), eb))
+	if (comp_decode(p->result_comp, msg.data, msg.dlen, r->out + msg.start, (size_t)(msg.end - msg.start),
+	                eb))
 		return COT_ERR_NETWORK;
 	for (uint64_t i = msg.start; i < msg.end; i++)
 		if (!isfinite(r->out[i]))
-			return cot_seterr(eb, COT_ERR_NETWORK, "a result part holds a value that is not finite");
+			return cot_seterr(eb, COT_ERR_NETWORK,
+			                  "a result part holds a value that is not finite");
 	return COT_OK;
 }
 
@@ -215,16 +215,21 @@ static cot_err send_slice(run *r, member_state *a, peer_conn *c, cot_errbuf *eb)
 		rc = comp_encode(p->send_comp, p->grad + ps, (size_t)(pe - ps), enc, elen, eb);
 		if (rc)
 			break;
-		ar_slice_msg msg = { .round = p->round, .from = me->host_id, .samples = me->samples,
-		                     .comp = (uint8_t)p->send_comp, .start = ps, .end = pe,
-		                     .data = enc, .dlen = elen };
+		ar_slice_msg msg = { .round = p->round,
+			             .from = me->host_id,
+			             .samples = me->samples,
+			             .comp = (uint8_t)p->send_comp,
+			             .start = ps,
+			             .end = pe,
+			             .data = enc,
+			             .dlen = elen };
 		w.len = 0;
 		rc = ar_slice_encode(&w, &msg);
 		if (!rc)
 			rc = peer_send_frame(c, ALLREDUCE_FRAME_SLICE, 0, w.buf, w.len, p->collect_deadline,
 			                     eb);
 		if (!rc && pe < m->end)
-			fault_point("mid-slice", p->round);   /* a test hook: part of a slice is out */
+			fault_point("mid-slice", p->round); /* a test hook: part of a slice is out */
 		ar_pace_done(r, a->idx, k + 1);
 	}
 	ar_pace_done(r, a->idx, SIZE_MAX);
@@ -241,9 +246,9 @@ static cot_err recv_accepted(run *r, member_state *a, peer_conn *c, cot_errbuf *
 	unsigned char *pl = NULL;
 	uint32_t len = 0;
 	uint8_t type;
-	ar_accepted_msg msg = {0};
-	cot_err rc = recv_from_agg(r, c, ALLREDUCE_FRAME_ACCEPTED, ALLREDUCE_FRAME_ACCEPTED, &type,
-	                           &pl, &len, eb);
+	ar_accepted_msg msg = { 0 };
+	cot_err rc =
+	        recv_from_agg(r, c, ALLREDUCE_FRAME_ACCEPTED, ALLREDUCE_FRAME_ACCEPTED, &type, &pl, &len, eb);
 	if (!rc && (ar_accepted_decode(pl, len, p->n, &msg, eb) || msg.round != p->round ||
 	            msg.agg != p->members[a->idx].host_id || !all_members(p, msg.ids, msg.n_ids))) {
 		free(msg.ids);
@@ -266,8 +271,8 @@ static cot_err recv_accepted(run *r, member_state *a, peer_conn *c, cot_errbuf *
  * first).  COT_OK with *pl the RESULT's payload (the caller's) and *res
  * decoded from it (res->ids the caller's); on error nothing to free but
  * *pl. */
-static cot_err recv_result_msg(run *r, member_state *a, peer_conn *c, unsigned char **pl,
-                               size_t *got, ar_result_msg *res, cot_errbuf *eb)
+static cot_err recv_result_msg(run *r, member_state *a, peer_conn *c, unsigned char **pl, size_t *got,
+                               ar_result_msg *res, cot_errbuf *eb)
 {
 	const allreduce_params *p = r->p;
 	const allreduce_member *m = &p->members[a->idx];
@@ -276,8 +281,8 @@ static cot_err recv_result_msg(run *r, member_state *a, peer_conn *c, unsigned c
 		uint8_t type = 0;
 		free(*pl);
 		*pl = NULL;
-		cot_err rc = recv_from_agg(r, c, ALLREDUCE_FRAME_RESULT, FRAME_RESULT_PART, &type, pl,
-		                           &len, eb);
+		cot_err rc =
+		        recv_from_agg(r, c, ALLREDUCE_FRAME_RESULT, FRAME_RESULT_PART, &type, pl, &len, eb);
 		if (rc)
 			return rc;
 		if (type == ALLREDUCE_FRAME_RESULT)
@@ -306,13 +311,12 @@ static cot_err recv_result_msg(run *r, member_state *a, peer_conn *c, unsigned c
  * all arrived, on the stream (got == 0: "as streamed"; the aggregator ends
  * the stream once it decided) or on this connection ("as sent in parts").
  * Data in the RESULT: stop the streamer, the RESULT carries the sum. */
-static cot_err settle_parts(run *r, member_state *a, const ar_result_msg *res, size_t got,
-                            cot_errbuf *eb)
+static cot_err settle_parts(run *r, member_state *a, const ar_result_msg *res, size_t got, cot_errbuf *eb)
 {
 	int complete;
 	if (res->dlen > 0)
 		return streamer_stop(r, a, eb);
-	if (got == 0) {   /* n > 0, so a real encoding is never empty */
+	if (got == 0) { /* n > 0, so a real encoding is never empty */
 		pthread_mutex_lock(&r->mu);
 		while (!a->st_done && ar_wait(r, r->p->deadline))
 			;
@@ -327,8 +331,7 @@ static cot_err settle_parts(run *r, member_state *a, const ar_result_msg *res, s
 }
 
 /* Decode the sum the RESULT carries into out. */
-static cot_err take_result_data(run *r, member_state *a, const ar_result_msg *res,
-                                cot_errbuf *eb)
+static cot_err take_result_data(run *r, member_state *a, const ar_result_msg *res, cot_errbuf *eb)
 {
 	const allreduce_member *m = &r->p->members[a->idx];
 	size_t n = (size_t)ar_range_len(m);
@@ -345,7 +348,7 @@ static cot_err recv_result(run *r, member_state *a, peer_conn *c, cot_errbuf *eb
 {
 	unsigned char *pl = NULL;
 	size_t got = 0;
-	ar_result_msg res = {0};
+	ar_result_msg res = { 0 };
 	cot_err rc = in_step(recv_result_msg(r, a, c, &pl, &got, &res, eb), "receive its RESULT", eb);
 	if (!rc)
 		rc = in_step(settle_parts(r, a, &res, got, eb), "receive its result parts", eb);
@@ -389,9 +392,9 @@ void *ar_sender_main(void *arg)
 	member_state *a = arg;
 	run *r = a->r;
 	peer_conn *c = NULL;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	cot_err rc = sender_run(r, a, &c, &eb);
-	ar_pace_done(r, a->idx, SIZE_MAX);   /* hold no one back any more */
+	ar_pace_done(r, a->idx, SIZE_MAX); /* hold no one back any more */
 	if (rc)
 		ar_fail(r, "could not average with aggregator host %lld: %s",
 		        (long long)r->p->members[a->idx].host_id, eb.msg);
@@ -425,7 +428,7 @@ static void stream_read(run *r, member_state *a, peer_conn *c, size_t *got, int 
 	const allreduce_params *p = r->p;
 	size_t n_parts = ar_parts_of(p, a->idx);
 	unsigned char *pl = NULL;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	for (;;) {
 		frame_header h;
 		free(pl);
@@ -464,7 +467,7 @@ void *ar_streamer_main(void *arg)
 	member_state *a = arg;
 	run *r = a->r;
 	peer_conn *c = NULL;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	size_t got = 0;
 	int complete = 0;
 	cot_err rc = connect_agg(r, a, 1, &c, &eb);

@@ -69,8 +69,7 @@ cot_err ar_accepted_encode(frame_writer *w, const ar_accepted_msg *m)
 	return frame_writer_error(w);
 }
 
-cot_err ar_accepted_decode(const void *pl, size_t len, size_t max_ids, ar_accepted_msg *m,
-                           cot_errbuf *eb)
+cot_err ar_accepted_decode(const void *pl, size_t len, size_t max_ids, ar_accepted_msg *m, cot_errbuf *eb)
 {
 	frame_reader rd;
 	memset(m, 0, sizeof *m);
@@ -100,8 +99,7 @@ cot_err ar_result_encode(frame_writer *w, const ar_result_msg *m)
 	return frame_writer_error(w);
 }
 
-cot_err ar_result_decode(const void *pl, size_t len, size_t max_ids, ar_result_msg *m,
-                         cot_errbuf *eb)
+cot_err ar_result_decode(const void *pl, size_t len, size_t max_ids, ar_result_msg *m, cot_errbuf *eb)
 {
 	frame_reader rd;
 	memset(m, 0, sizeof *m);

@@ -38,13 +38,13 @@ typedef struct {
 	uint64_t samples;
 	uint8_t comp;
 	uint64_t start, end;
-	const unsigned char *data;    /* into the payload when decoded */
+	const unsigned char *data; /* into the payload when decoded */
 	size_t dlen;
 } ar_slice_msg;
 
 typedef struct {
 	int64_t round, agg;
-	int64_t *ids;                 /* malloc'd when decoded: the caller frees */
+	int64_t *ids; /* malloc'd when decoded: the caller frees */
 	size_t n_ids;
 } ar_accepted_msg;
 
@@ -53,16 +53,16 @@ typedef struct {
 	uint64_t start, end;
 	uint8_t comp;
 	uint64_t total;
-	int64_t *ids;                 /* malloc'd when decoded: the caller frees */
+	int64_t *ids; /* malloc'd when decoded: the caller frees */
 	size_t n_ids;
-	const unsigned char *data;    /* into the payload when decoded */
+	const unsigned char *data; /* into the payload when decoded */
 	size_t dlen;
 } ar_result_msg;
 
 typedef struct {
 	int64_t round, agg;
 	uint64_t start, end;
-	const unsigned char *data;    /* into the payload when decoded */
+	const unsigned char *data; /* into the payload when decoded */
 	size_t dlen;
 } ar_part_msg;
 
@@ -80,10 +80,8 @@ cot_err ar_stream_encode(frame_writer *w, const ar_stream_msg *m);
  * reason in eb when it is truncated, too long, or (lists) holds more than
  * max_ids ids or ids not strictly ascending; then *m holds nothing to free. */
 cot_err ar_slice_decode(const void *pl, size_t len, ar_slice_msg *m, cot_errbuf *eb);
-cot_err ar_accepted_decode(const void *pl, size_t len, size_t max_ids, ar_accepted_msg *m,
-                           cot_errbuf *eb);
-cot_err ar_result_decode(const void *pl, size_t len, size_t max_ids, ar_result_msg *m,
-                         cot_errbuf *eb);
+cot_err ar_accepted_decode(const void *pl, size_t len, size_t max_ids, ar_accepted_msg *m, cot_errbuf *eb);
+cot_err ar_result_decode(const void *pl, size_t len, size_t max_ids, ar_result_msg *m, cot_errbuf *eb);
 cot_err ar_part_decode(const void *pl, size_t len, ar_part_msg *m, cot_errbuf *eb);
 cot_err ar_stream_decode(const void *pl, size_t len, ar_stream_msg *m, cot_errbuf *eb);
 

@@ -7,10 +7,14 @@
 comp_kind comp_choose(size_t n, comp_policy policy)
 {
 	switch (policy) {
-	case COMP_POLICY_NONE: return COMP_NONE;
-	case COMP_POLICY_FP16: return COMP_FP16;
-	case COMP_POLICY_BLOCK8: return COMP_BLOCK8;
-	case COMP_POLICY_AUTO: break;
+	case COMP_POLICY_NONE:
+		return COMP_NONE;
+	case COMP_POLICY_FP16:
+		return COMP_FP16;
+	case COMP_POLICY_BLOCK8:
+		return COMP_BLOCK8;
+	case COMP_POLICY_AUTO:
+		break;
 	}
 	return n >= COMP_AUTO_BLOCK8_MIN ? COMP_BLOCK8 : COMP_FP16;
 }
@@ -18,17 +22,17 @@ comp_kind comp_choose(size_t n, comp_policy policy)
 const char *comp_name(int kind)
 {
 	switch (kind) {
-	case COMP_NONE: return "none";
-	case COMP_FP16: return "fp16";
-	case COMP_BLOCK8: return "block8";
+	case COMP_NONE:
+		return "none";
+	case COMP_FP16:
+		return "fp16";
+	case COMP_BLOCK8:
+		return "block8";
 	}
 	return "unknown";
 }
 
-int comp_kind_valid(int kind)
-{
-	return kind == COMP_NONE || kind == COMP_FP16 || kind == COMP_BLOCK8;
-}
+int comp_kind_valid(int kind) { return kind == COMP_NONE || kind == COMP_FP16 || kind == COMP_BLOCK8; }
 
 size_t comp_encoded_size(int kind, size_t n)
 {
@@ -82,25 +86,25 @@ uint16_t comp_half_from_float(float f)
 	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
 	uint32_t a = x & 0x7fffffffu;
 
-	if (a > 0x7f800000u)                   /* NaN: a quiet NaN */
+	if (a > 0x7f800000u) /* NaN: a quiet NaN */
 		return sign | 0x7e00;
-	if (a == 0x7f800000u)                  /* Inf stays Inf */
+	if (a == 0x7f800000u) /* Inf stays Inf */
 		return sign | 0x7c00;
-	if (a >= 0x477ff000u)                  /* >= 65520 would round to Inf: clamp */
+	if (a >= 0x477ff000u) /* >= 65520 would round to Inf: clamp */
 		return sign | 0x7bff;
-	if (a >= 0x38800000u) {                /* normal half: |f| >= 2^-14 */
+	if (a >= 0x38800000u) { /* normal half: |f| >= 2^-14 */
 		uint32_t base = (a >> 13) - (112u << 10);
 		uint32_t rem = a & 0x1fffu;
 		if (rem > 0x1000u || (rem == 0x1000u && (base & 1)))
-			base++;                 /* a mantissa carry moves into the exponent */
+			base++; /* a mantissa carry moves into the exponent */
 		return sign | (uint16_t)base;
 	}
 	/* Subnormal half (or zero): units of 2^-24. */
 	uint32_t e = a >> 23;
-	if (e < 102)                           /* below 2^-25: rounds to zero */
+	if (e < 102) /* below 2^-25: rounds to zero */
 		return sign;
 	uint32_t mant = (a & 0x7fffffu) | 0x800000u;
-	uint32_t shift = 126 - e;              /* 14..24 */
+	uint32_t shift = 126 - e; /* 14..24 */
 	uint32_t base = mant >> shift;
 	uint32_t rem = mant & ((1u << shift) - 1);
 	uint32_t half = 1u << (shift - 1);
@@ -115,7 +119,7 @@ float comp_half_to_float(uint16_t h)
 	uint32_t e = (h >> 10) & 0x1f;
 	uint32_t m = h & 0x3ff;
 	if (e == 0) {
-		float v = (float)m * 0x1p-24f;     /* exact */
+		float v = (float)m * 0x1p-24f; /* exact */
 		return sign ? -v : v;
 	}
 	if (e == 31)
@@ -165,8 +169,8 @@ static cot_err block8_decode(const unsigned char *in, size_t n, float *out, cot_
 		in += 4;
 		if (!isfinite(scale) || scale < 0.0f)
 			return cot_seterr(eb, COT_ERR_INVALID,
-			                  "invalid scale %g in block %zu of an 8-bit slice",
-			                  (double)scale, b / COMP_BLOCK);
+			                  "invalid scale %g in block %zu of an 8-bit slice", (double)scale,
+			                  b / COMP_BLOCK);
 		for (size_t i = 0; i < m; i++) {
 			int8_t q = (int8_t)in[i];
 			if (q == -128)
@@ -179,16 +183,14 @@ static cot_err block8_decode(const unsigned char *in, size_t n, float *out, cot_
 	return COT_OK;
 }
 
-cot_err comp_encode(int kind, const float *x, size_t n, unsigned char *out, size_t outlen,
-                    cot_errbuf *eb)
+cot_err comp_encode(int kind, const float *x, size_t n, unsigned char *out, size_t outlen, cot_errbuf *eb)
 {
 	size_t want = comp_encoded_size(kind, n);
 	if (!comp_kind_valid(kind))
 		return cot_seterr(eb, COT_ERR_INVALID, "unknown compression %d", kind);
 	if (want != outlen || (want == 0 && n != 0))
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "%s encoding of %zu values needs %zu bytes, not %zu", comp_name(kind),
-		                  n, want, outlen);
+		return cot_seterr(eb, COT_ERR_INVALID, "%s encoding of %zu values needs %zu bytes, not %zu",
+		                  comp_name(kind), n, want, outlen);
 	switch (kind) {
 	case COMP_NONE:
 		for (size_t i = 0; i < n; i++)
@@ -208,16 +210,14 @@ cot_err comp_encode(int kind, const float *x, size_t n, unsigned char *out, size
 	return COT_OK;
 }
 
-cot_err comp_decode(int kind, const unsigned char *in, size_t len, float *out, size_t n,
-                    cot_errbuf *eb)
+cot_err comp_decode(int kind, const unsigned char *in, size_t len, float *out, size_t n, cot_errbuf *eb)
 {
 	if (!comp_kind_valid(kind))
 		return cot_seterr(eb, COT_ERR_INVALID, "unknown compression %d", kind);
 	size_t want = comp_encoded_size(kind, n);
 	if (want != len || (want == 0 && n != 0))
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "%s slice of %zu values must be %zu bytes, not %zu", comp_name(kind),
-		                  n, want, len);
+		return cot_seterr(eb, COT_ERR_INVALID, "%s slice of %zu values must be %zu bytes, not %zu",
+		                  comp_name(kind), n, want, len);
 	switch (kind) {
 	case COMP_NONE:
 		for (size_t i = 0; i < n; i++)

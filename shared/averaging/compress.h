@@ -38,7 +38,7 @@ typedef enum {
 } comp_kind;
 
 typedef enum {
-	COMP_POLICY_AUTO = 0,   /* BLOCK8 for >= 2^16 values, FP16 below (as in
+	COMP_POLICY_AUTO = 0, /* BLOCK8 for >= 2^16 values, FP16 below (as in
 	                           "Training Transformers Together") */
 	COMP_POLICY_NONE,
 	COMP_POLICY_FP16,
@@ -60,14 +60,12 @@ size_t comp_encoded_size(int kind, size_t n);
 
 /* Encode x[0..n) into out, which must hold exactly comp_encoded_size(kind, n)
  * bytes (outlen).  COT_ERR_INVALID for an unknown kind or a wrong outlen. */
-cot_err comp_encode(int kind, const float *x, size_t n, unsigned char *out, size_t outlen,
-                    cot_errbuf *eb);
+cot_err comp_encode(int kind, const float *x, size_t n, unsigned char *out, size_t outlen, cot_errbuf *eb);
 
 /* Decode len bytes of in into out[0..n).  Refuses (COT_ERR_INVALID, nothing
  * promised about out) a wrong size, an unknown kind, and for BLOCK8 a scale
  * that is negative or not finite, or a code of -128. */
-cot_err comp_decode(int kind, const unsigned char *in, size_t len, float *out, size_t n,
-                    cot_errbuf *eb);
+cot_err comp_decode(int kind, const unsigned char *in, size_t len, float *out, size_t n, cot_errbuf *eb);
 
 /* IEEE binary16 conversions (round to nearest even; finite overflow clamps to
  * +-65504; NaN stays NaN).  Exposed for tests. */

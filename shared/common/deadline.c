@@ -11,10 +11,7 @@ int64_t deadline_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t deadline_after_ms(int64_t ms)
-{
-	return deadline_now_ms() + (ms > 0 ? ms : 0);
-}
+int64_t deadline_after_ms(int64_t ms) { return deadline_now_ms() + (ms > 0 ? ms : 0); }
 
 int deadline_left_ms(int64_t deadline)
 {

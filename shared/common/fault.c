@@ -14,12 +14,12 @@
 #include "shared/common/log.h"
 
 static const char *const points[] = { "before-slices", "mid-slice", "after-slices", "before-outcome",
-                                      "aggregator-mid-sum" };
+	                              "aggregator-mid-sum" };
 static const char *const actions[] = { "stop", "die", "silent" };
 
-static int point = -1;                 /* index in points, -1 when no hook is set */
+static int point = -1; /* index in points, -1 when no hook is set */
 static int action = -1;
-static int64_t only_version = -1;      /* -1: the first round that reaches the point */
+static int64_t only_version = -1; /* -1: the first round that reaches the point */
 static atomic_int fired;
 
 static int lookup(const char *const *names, size_t n, const char *s)

@@ -14,7 +14,7 @@
 
 #include "shared/common/hash.h"
 
-#define FS_CHUNK (1u << 16)   /* bytes read at a time */
+#define FS_CHUNK (1u << 16) /* bytes read at a time */
 
 struct fs_writer {
 	char store[PATH_MAX];
@@ -24,16 +24,13 @@ struct fs_writer {
 	EVP_MD_CTX *md;
 };
 
-int fs_sha_valid(const char *s)
-{
-	return s && hash_is_sha256_hex(s);
-}
+int fs_sha_valid(const char *s) { return s && hash_is_sha256_hex(s); }
 
-cot_err fs_path(const char *store_dir, const char *sha, char *buf, size_t len,
-                cot_errbuf *eb)
+cot_err fs_path(const char *store_dir, const char *sha, char *buf, size_t len, cot_errbuf *eb)
 {
 	if (!fs_sha_valid(sha))
-		return cot_seterr(eb, COT_ERR_INVALID, "invalid file name \"%.80s\": expected 64 lowercase hex digits",
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "invalid file name \"%.80s\": expected 64 lowercase hex digits",
 		                  sha ? sha : "(null)");
 	int n = snprintf(buf, len, "%s/%.2s/%s", store_dir, sha, sha);
 	if (n < 0 || (size_t)n >= len)
@@ -124,8 +121,8 @@ cot_err fs_writer_write(fs_writer *w, const void *buf, size_t len, cot_errbuf *e
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return cot_seterr(eb, COT_ERR_IO, "could not write to file \"%s\": %s",
-			                  w->tmp_path, strerror(errno));
+			return cot_seterr(eb, COT_ERR_IO, "could not write to file \"%s\": %s", w->tmp_path,
+			                  strerror(errno));
 		}
 		p += n;
 		len -= (size_t)n;
@@ -146,8 +143,7 @@ void fs_writer_abort(fs_writer *w)
 	free(w);
 }
 
-cot_err fs_writer_commit(fs_writer *w, char sha_hex[FS_SHA_HEX_LEN + 1],
-                         uint64_t *size, cot_errbuf *eb)
+cot_err fs_writer_commit(fs_writer *w, char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size, cot_errbuf *eb)
 {
 	unsigned char digest[EVP_MAX_MD_SIZE];
 	unsigned int dlen = 0;
@@ -160,13 +156,15 @@ cot_err fs_writer_commit(fs_writer *w, char sha_hex[FS_SHA_HEX_LEN + 1],
 	}
 	hash_hex(digest, 32, hex);
 	if (fchmod(w->fd, 0644) != 0 || fsync(w->fd) != 0) {
-		rc = cot_seterr(eb, COT_ERR_IO, "could not sync file \"%s\": %s", w->tmp_path, strerror(errno));
+		rc = cot_seterr(eb, COT_ERR_IO, "could not sync file \"%s\": %s", w->tmp_path,
+		                strerror(errno));
 		goto fail;
 	}
 	if (close(w->fd) != 0) {
 		w->fd = -1;
 		unlink(w->tmp_path);
-		rc = cot_seterr(eb, COT_ERR_IO, "could not close file \"%s\": %s", w->tmp_path, strerror(errno));
+		rc = cot_seterr(eb, COT_ERR_IO, "could not close file \"%s\": %s", w->tmp_path,
+		                strerror(errno));
 		goto fail;
 	}
 	w->fd = -1;
@@ -188,8 +186,8 @@ cot_err fs_writer_commit(fs_writer *w, char sha_hex[FS_SHA_HEX_LEN + 1],
 	if (stat(dest, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == w->size) {
 		unlink(w->tmp_path);
 	} else if (rename(w->tmp_path, dest) != 0) {
-		rc = cot_seterr(eb, COT_ERR_IO, "could not rename \"%s\" to \"%s\": %s",
-		                w->tmp_path, dest, strerror(errno));
+		rc = cot_seterr(eb, COT_ERR_IO, "could not rename \"%s\" to \"%s\": %s", w->tmp_path, dest,
+		                strerror(errno));
 		unlink(w->tmp_path);
 		goto fail;
 	} else {
@@ -204,9 +202,8 @@ fail:
 	return rc;
 }
 
-cot_err fs_put_buffer(const char *store_dir, const void *buf, size_t len,
-                      char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size,
-                      cot_errbuf *eb)
+cot_err fs_put_buffer(const char *store_dir, const void *buf, size_t len, char sha_hex[FS_SHA_HEX_LEN + 1],
+                      uint64_t *size, cot_errbuf *eb)
 {
 	fs_writer *w;
 	cot_err rc = fs_writer_open(store_dir, &w, eb);
@@ -220,8 +217,7 @@ cot_err fs_put_buffer(const char *store_dir, const void *buf, size_t len,
 	return fs_writer_commit(w, sha_hex, size, eb);
 }
 
-cot_err fs_put_file(const char *store_dir, const char *path,
-                    char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size,
+cot_err fs_put_file(const char *store_dir, const char *path, char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size,
                     cot_errbuf *eb)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -246,7 +242,8 @@ cot_err fs_put_file(const char *store_dir, const char *path,
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			rc = cot_seterr(eb, COT_ERR_IO, "could not read file \"%s\": %s", path, strerror(errno));
+			rc = cot_seterr(eb, COT_ERR_IO, "could not read file \"%s\": %s", path,
+			                strerror(errno));
 			break;
 		}
 		if (n == 0)
@@ -291,7 +288,8 @@ cot_err fs_verify(const char *store_dir, const char *sha, uint64_t *size, cot_er
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			rc = cot_seterr(eb, COT_ERR_IO, "could not read file \"%s\": %s", path, strerror(errno));
+			rc = cot_seterr(eb, COT_ERR_IO, "could not read file \"%s\": %s", path,
+			                strerror(errno));
 			break;
 		}
 		if (n == 0)
@@ -311,7 +309,8 @@ cot_err fs_verify(const char *store_dir, const char *sha, uint64_t *size, cot_er
 	char hex[FS_SHA_HEX_LEN + 1];
 	hash_hex(digest, 32, hex);
 	if (strcmp(hex, sha) != 0)
-		return cot_seterr(eb, COT_ERR_CORRUPT, "stored file \"%s\" is corrupt: its sha256 is %s", path, hex);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "stored file \"%s\" is corrupt: its sha256 is %s",
+		                  path, hex);
 	if (size)
 		*size = total;
 	return COT_OK;

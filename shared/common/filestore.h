@@ -23,7 +23,7 @@
 
 #include "shared/common/error.h"
 
-#define FS_SHA_HEX_LEN 64   /* characters in a hex sha256, without the NUL */
+#define FS_SHA_HEX_LEN 64 /* characters in a hex sha256, without the NUL */
 
 /* True when s is exactly 64 lowercase hex digits. */
 int fs_sha_valid(const char *s);
@@ -31,8 +31,7 @@ int fs_sha_valid(const char *s);
 /* Write the path of the file named sha into buf (len bytes, NUL included).
  * COT_ERR_INVALID when sha is not a valid name, COT_ERR_TOO_LARGE when buf
  * is too small.  Pure: touches no file. */
-cot_err fs_path(const char *store_dir, const char *sha, char *buf, size_t len,
-                cot_errbuf *eb);
+cot_err fs_path(const char *store_dir, const char *sha, char *buf, size_t len, cot_errbuf *eb);
 
 /* A file being written.  Open, write any number of times, then either
  * commit or abort; both free the writer. */
@@ -44,36 +43,31 @@ cot_err fs_writer_open(const char *store_dir, fs_writer **out, cot_errbuf *eb);
 
 /* Append len bytes.  COT_ERR_IO on a failed write (the writer stays open;
  * abort it). */
-cot_err fs_writer_write(fs_writer *w, const void *buf, size_t len,
-                        cot_errbuf *eb);
+cot_err fs_writer_write(fs_writer *w, const void *buf, size_t len, cot_errbuf *eb);
 
 /* Finish the file: fsync, rename to its name, fsync the folder.  Writes the
  * hex sha256 (65 bytes with the NUL) into sha_hex and the byte count into
  * *size (either may be NULL).  Frees w whatever happens; on error the
  * temporary file is removed and nothing is stored.  COT_ERR_IO. */
-cot_err fs_writer_commit(fs_writer *w, char sha_hex[FS_SHA_HEX_LEN + 1],
-                         uint64_t *size, cot_errbuf *eb);
+cot_err fs_writer_commit(fs_writer *w, char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size, cot_errbuf *eb);
 
 /* Throw the file away and free w.  NULL is allowed. */
 void fs_writer_abort(fs_writer *w);
 
 /* Store len bytes from buf; as fs_writer_commit for the results. */
-cot_err fs_put_buffer(const char *store_dir, const void *buf, size_t len,
-                      char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size,
-                      cot_errbuf *eb);
+cot_err fs_put_buffer(const char *store_dir, const void *buf, size_t len, char sha_hex[FS_SHA_HEX_LEN + 1],
+                      uint64_t *size, cot_errbuf *eb);
 
 /* Store a copy of the regular file at path (streamed, any size); as
  * fs_writer_commit for the results.  COT_ERR_IO when path cannot be opened
  * or read, or is not a regular file. */
-cot_err fs_put_file(const char *store_dir, const char *path,
-                    char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size,
+cot_err fs_put_file(const char *store_dir, const char *path, char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size,
                     cot_errbuf *eb);
 
 /* Check that the stored file named sha exists and that its bytes hash to
  * sha; its size goes to *size (may be NULL).  COT_ERR_INVALID for a bad
  * name, COT_ERR_NOT_FOUND when absent, COT_ERR_CORRUPT on a hash mismatch,
  * COT_ERR_IO when it cannot be read. */
-cot_err fs_verify(const char *store_dir, const char *sha, uint64_t *size,
-                  cot_errbuf *eb);
+cot_err fs_verify(const char *store_dir, const char *sha, uint64_t *size, cot_errbuf *eb);
 
 #endif

@@ -36,8 +36,8 @@ cot_err hash_sha256_hex(const void *data, size_t len, char out[HASH_SHA256_HEX_L
 	return COT_OK;
 }
 
-cot_err hash_file_sha256_hex(const char *path, char out[HASH_SHA256_HEX_LEN + 1],
-                             long long *size_out, cot_errbuf *eb)
+cot_err hash_file_sha256_hex(const char *path, char out[HASH_SHA256_HEX_LEN + 1], long long *size_out,
+                             cot_errbuf *eb)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
@@ -90,8 +90,8 @@ cot_err hash_random(void *out, size_t len)
 	return COT_OK;
 }
 
-static long b64_encode(const unsigned char *in, size_t len, char *out, size_t outlen,
-                       const char *alphabet, bool pad)
+static long b64_encode(const unsigned char *in, size_t len, char *out, size_t outlen, const char *alphabet,
+                       bool pad)
 {
 	size_t full = 4 * ((len + 2) / 3);
 	if (outlen < full + 1)
@@ -151,12 +151,13 @@ long hash_b64_decode(const char *in, unsigned char *out, size_t outlen)
 				v[k] = 0;
 				npad++;
 			} else if (npad) {
-				return -1;      /* data after padding */
+				return -1; /* data after padding */
 			} else if ((v[k] = b64_value(in[i + k])) < 0) {
 				return -1;
 			}
 		}
-		unsigned w = (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 | (unsigned)v[3];
+		unsigned w =
+		        (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 | (unsigned)v[3];
 		size_t nout = 3 - (size_t)npad;
 		if (o + nout > outlen)
 			return -1;

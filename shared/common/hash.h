@@ -12,7 +12,7 @@
 #include "shared/common/error.h"
 
 #define HASH_SHA256_LEN 32
-#define HASH_SHA256_HEX_LEN 64          /* without the terminating NUL */
+#define HASH_SHA256_HEX_LEN 64 /* without the terminating NUL */
 
 /* sha256 of len bytes at data into out (32 bytes).  Returns COT_OK, or
  * COT_ERR_INTERNAL when OpenSSL fails (never expected). */
@@ -23,8 +23,8 @@ cot_err hash_sha256_hex(const void *data, size_t len, char out[HASH_SHA256_HEX_L
 
 /* sha256 of the file at path, as lowercase hex; *size_out (when not NULL)
  * receives its length.  COT_ERR_IO with a detail in eb when it cannot be read. */
-cot_err hash_file_sha256_hex(const char *path, char out[HASH_SHA256_HEX_LEN + 1],
-                             long long *size_out, cot_errbuf *eb);
+cot_err hash_file_sha256_hex(const char *path, char out[HASH_SHA256_HEX_LEN + 1], long long *size_out,
+                             cot_errbuf *eb);
 
 /* Lowercase hex of len bytes: out must hold 2*len+1 chars. */
 void hash_hex(const unsigned char *data, size_t len, char *out);

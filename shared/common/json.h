@@ -27,16 +27,15 @@ cot_err cot_json_parse_object(const char *buf, size_t len, json_t **out, cot_err
  * A JSON null counts as absent.  Wrong type or out of bounds: COT_ERR_INVALID. */
 
 /* A string of minlen..maxlen bytes (UTF-8, as Jansson guarantees). */
-cot_err cot_json_str(const json_t *obj, const char *key, bool required, size_t minlen,
-                     size_t maxlen, const char **out, cot_errbuf *eb);
+cot_err cot_json_str(const json_t *obj, const char *key, bool required, size_t minlen, size_t maxlen,
+                     const char **out, cot_errbuf *eb);
 /* An integer (not a real) in [min, max]. */
-cot_err cot_json_int(const json_t *obj, const char *key, bool required, long long min,
-                     long long max, long long *out, cot_errbuf *eb);
+cot_err cot_json_int(const json_t *obj, const char *key, bool required, long long min, long long max,
+                     long long *out, cot_errbuf *eb);
 /* A finite number, integer or real, in [min, max]. */
-cot_err cot_json_num(const json_t *obj, const char *key, bool required, double min,
-                     double max, double *out, cot_errbuf *eb);
+cot_err cot_json_num(const json_t *obj, const char *key, bool required, double min, double max, double *out,
+                     cot_errbuf *eb);
 /* true or false. */
-cot_err cot_json_bool(const json_t *obj, const char *key, bool required, bool *out,
-                      cot_errbuf *eb);
+cot_err cot_json_bool(const json_t *obj, const char *key, bool required, bool *out, cot_errbuf *eb);
 
 #endif

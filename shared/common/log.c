@@ -38,9 +38,9 @@ void cot_log(cot_log_level lvl, const char *fmt, ...)
 	struct tm tm;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	int n = snprintf(line, sizeof line, "%04d-%02d-%02d %02d:%02d:%02d.%03ld %s %s: ",
-	                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-	                 tm.tm_sec, ts.tv_nsec / 1000000, log_ident, tags[lvl]);
+	int n = snprintf(line, sizeof line, "%04d-%02d-%02d %02d:%02d:%02d.%03ld %s %s: ", tm.tm_year + 1900,
+	                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+	                 log_ident, tags[lvl]);
 	va_list ap;
 	va_start(ap, fmt);
 	if (n > 0 && n < (int)sizeof line)

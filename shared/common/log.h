@@ -16,8 +16,8 @@ void cot_log_set_ident(const char *ident);
 void cot_log(cot_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_debug(...) cot_log(COT_LOG_DEBUG, __VA_ARGS__)
-#define log_info(...)  cot_log(COT_LOG_INFO, __VA_ARGS__)
-#define log_warn(...)  cot_log(COT_LOG_WARN, __VA_ARGS__)
+#define log_info(...) cot_log(COT_LOG_INFO, __VA_ARGS__)
+#define log_warn(...) cot_log(COT_LOG_WARN, __VA_ARGS__)
 #define log_error(...) cot_log(COT_LOG_ERROR, __VA_ARGS__)
 
 #endif

@@ -26,7 +26,8 @@ cot_err mb_shape_check(const mb_shape *s, cot_errbuf *eb)
 	uint64_t bt, all;
 	if (__builtin_mul_overflow((uint64_t)s->B, (uint64_t)s->T, &bt) ||
 	    __builtin_mul_overflow(bt, (uint64_t)s->mb_per_epoch, &all) || all >= MB_POS_MAX)
-		return cot_seterr(eb, COT_ERR_INVALID, "an epoch of %lld microbatches of %lld x %lld tokens is too long",
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "an epoch of %lld microbatches of %lld x %lld tokens is too long",
 		                  (long long)s->mb_per_epoch, (long long)s->B, (long long)s->T);
 	return COT_OK;
 }
@@ -52,8 +53,8 @@ int mb_token_at(const mb_span *spans, int nspans, uint64_t pos)
 	return i < 0 ? -1 : spans[i].tokens[pos - spans[i].first];
 }
 
-cot_err mb_fill(const mb_shape *s, const mb_span *spans, int nspans, int64_t g,
-                int32_t *in, int32_t *tgt, cot_errbuf *eb)
+cot_err mb_fill(const mb_shape *s, const mb_span *spans, int nspans, int64_t g, int32_t *in, int32_t *tgt,
+                cot_errbuf *eb)
 {
 	cot_err rc = mb_shape_check(s, eb);
 	if (rc)
@@ -61,7 +62,7 @@ cot_err mb_fill(const mb_shape *s, const mb_span *spans, int nspans, int64_t g,
 	if (g < 0)
 		return cot_seterr(eb, COT_ERR_INVALID, "microbatch %lld is negative", (long long)g);
 	uint64_t base = mb_first_token(s, g);
-	uint64_t n = (uint64_t)s->B * (uint64_t)s->T + 1;   /* tokens read */
+	uint64_t n = (uint64_t)s->B * (uint64_t)s->T + 1; /* tokens read */
 	/* Copy run by run: find the span of the next position, take as much of
 	 * it as the microbatch needs.  Token k of the run feeds in[k] (k < n-1)
 	 * and tgt[k-1] (k >= 1). */

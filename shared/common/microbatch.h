@@ -62,7 +62,7 @@ int mb_token_at(const mb_span *spans, int nspans, uint64_t pos);
  * the microbatch reads.  COT_ERR_INVALID for a bad shape or g < 0, and when
  * a token is missing (the detail names the position and the microbatch);
  * the outputs are then partly written. */
-cot_err mb_fill(const mb_shape *s, const mb_span *spans, int nspans, int64_t g,
-                int32_t *in, int32_t *tgt, cot_errbuf *eb);
+cot_err mb_fill(const mb_shape *s, const mb_span *spans, int nspans, int64_t g, int32_t *in, int32_t *tgt,
+                cot_errbuf *eb);
 
 #endif

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_OPTS 64        /* options in one table */
-#define HELP_WIDTH 79      /* columns of the generated help */
-#define HELP_COL_MAX 28    /* the help text starts here at the latest */
+#define MAX_OPTS 64     /* options in one table */
+#define HELP_WIDTH 79   /* columns of the generated help */
+#define HELP_COL_MAX 28 /* the help text starts here at the latest */
 
 static int count(const opt_spec *o)
 {
@@ -28,10 +28,7 @@ static bool takes_arg(const opt_spec *o)
 	return o->type != OPT_FLAG && o->type != OPT_HELP && o->type != OPT_VERSION;
 }
 
-static void *field(void *settings, const opt_spec *o)
-{
-	return (char *)settings + o->offset;
-}
+static void *field(void *settings, const opt_spec *o) { return (char *)settings + o->offset; }
 
 /* The range part of an error, "(must be between 0 and 65535)". */
 static void range_text(const opt_spec *o, bool malformed, char *buf, size_t len)
@@ -46,15 +43,17 @@ static void range_text(const opt_spec *o, bool malformed, char *buf, size_t len)
 	case OPT_INT:
 	case OPT_LLONG:
 	case OPT_SIZE:
-		snprintf(buf, len, "must be %sbetween %lld and %lld", malformed ? "an integer " : "", o->min, o->max);
+		snprintf(buf, len, "must be %sbetween %lld and %lld", malformed ? "an integer " : "", o->min,
+		         o->max);
 		break;
 	case OPT_DOUBLE:
 	case OPT_FLOAT:
 		if (o->min_open)
-			snprintf(buf, len, "must be %smore than %g and at most %g", malformed ? "a number " : "",
-			         o->dmin, o->dmax);
+			snprintf(buf, len, "must be %smore than %g and at most %g",
+			         malformed ? "a number " : "", o->dmin, o->dmax);
 		else
-			snprintf(buf, len, "must be %sbetween %g and %g", malformed ? "a number " : "", o->dmin, o->dmax);
+			snprintf(buf, len, "must be %sbetween %g and %g", malformed ? "a number " : "",
+			         o->dmin, o->dmax);
 		break;
 	default:
 		snprintf(buf, len, "must be %s", o->expect ? o->expect : "valid");
@@ -113,7 +112,8 @@ static opt_result set_value(const opt_program *p, const opt_spec *o, const char 
 		unsigned long long v = strtoull(arg, &end, 10);
 		if (*s == '-' || errno == EINVAL || end == arg || *end)
 			return invalid(p, o, arg, true);
-		if (errno == ERANGE || (o->max && (v < (unsigned long long)o->min || v > (unsigned long long)o->max)))
+		if (errno == ERANGE ||
+		    (o->max && (v < (unsigned long long)o->min || v > (unsigned long long)o->max)))
 			return invalid(p, o, arg, false);
 		*(uint64_t *)field(settings, o) = (uint64_t)v;
 		return OPT_OK;
@@ -162,25 +162,25 @@ opt_result opt_parse(const opt_program *p, int argc, char **argv, void *settings
 	}
 	if (p->stop_at_command)
 		shorts[ns++] = '+';
-	shorts[ns++] = ':';   /* a missing argument returns ':', not '?' */
+	shorts[ns++] = ':'; /* a missing argument returns ':', not '?' */
 	for (int i = 0; i < n; i++) {
 		const opt_spec *o = &p->opts[i];
 		lopts[i] = (struct option){ o->name, takes_arg(o) ? required_argument : no_argument, NULL,
-		                            o->short_name ? o->short_name : 256 + i };
+			                    o->short_name ? o->short_name : 256 + i };
 		if (o->short_name) {
 			shorts[ns++] = (char)o->short_name;
 			if (takes_arg(o))
 				shorts[ns++] = ':';
 		}
 		if (o->def && takes_arg(o) && set_value(p, o, o->def, settings) != OPT_OK)
-			return OPT_USAGE;    /* a bad table: the message names the option */
+			return OPT_USAGE; /* a bad table: the message names the option */
 	}
 	lopts[n] = (struct option){ NULL, 0, NULL, 0 };
 	shorts[ns] = '\0';
 
 	int saved_opterr = opterr;
 	opterr = 0;
-	optind = 0;   /* glibc: start afresh */
+	optind = 0; /* glibc: start afresh */
 	opt_result r = OPT_OK;
 	int c;
 	while (r == OPT_OK && (c = getopt_long(argc, argv, shorts, lopts, NULL)) != -1) {
@@ -204,7 +204,7 @@ opt_result opt_parse(const opt_program *p, int argc, char **argv, void *settings
 			if (p->opts[k].short_name == c)
 				i = k;
 		if (i < 0 || i >= n)
-			continue;    /* cannot happen: getopt returns only what we gave it */
+			continue; /* cannot happen: getopt returns only what we gave it */
 		const opt_spec *o = &p->opts[i];
 		if (o->type == OPT_HELP) {
 			opt_help(p, stdout);
@@ -232,7 +232,7 @@ opt_result opt_parse(const opt_program *p, int argc, char **argv, void *settings
 static void wrap(FILE *f, const char *text, int at, int col)
 {
 	const char *s = text;
-	bool first = true;     /* nothing on this line yet */
+	bool first = true; /* nothing on this line yet */
 	while (*s) {
 		if (*s == '\n' || *s == ' ') {
 			if (*s == '\n') {
@@ -311,7 +311,4 @@ void opt_help(const opt_program *p, FILE *f)
 	}
 }
 
-void opt_version(const char *prog, FILE *f)
-{
-	fprintf(f, "%s (cotrain) %s\n", prog, PACKAGE_VERSION);
-}
+void opt_version(const char *prog, FILE *f) { fprintf(f, "%s (cotrain) %s\n", prog, PACKAGE_VERSION); }

@@ -21,17 +21,17 @@
 #include "shared/common/error.h"
 
 typedef enum {
-	OPT_STRING,   /* const char *: the argument itself (argv stays alive) */
-	OPT_INT,      /* int, decimal, in [min, max] */
-	OPT_LLONG,    /* long long, decimal, in [min, max] */
-	OPT_SIZE,     /* size_t, decimal, in [min, max] */
-	OPT_U64,      /* uint64_t, decimal, in [min, max] (max 0: any 64-bit value) */
-	OPT_DOUBLE,   /* double, in [dmin, dmax] ((dmin, dmax] with min_open) */
-	OPT_FLOAT,    /* float, as OPT_DOUBLE */
-	OPT_FLAG,     /* int set to 1; takes no argument */
-	OPT_CALL,     /* set(settings, spec, arg, eb) does the work */
-	OPT_HELP,     /* print the generated help on stdout, exit 0 */
-	OPT_VERSION,  /* print "PROGRAM (cotrain) VERSION" on stdout, exit 0 */
+	OPT_STRING,  /* const char *: the argument itself (argv stays alive) */
+	OPT_INT,     /* int, decimal, in [min, max] */
+	OPT_LLONG,   /* long long, decimal, in [min, max] */
+	OPT_SIZE,    /* size_t, decimal, in [min, max] */
+	OPT_U64,     /* uint64_t, decimal, in [min, max] (max 0: any 64-bit value) */
+	OPT_DOUBLE,  /* double, in [dmin, dmax] ((dmin, dmax] with min_open) */
+	OPT_FLOAT,   /* float, as OPT_DOUBLE */
+	OPT_FLAG,    /* int set to 1; takes no argument */
+	OPT_CALL,    /* set(settings, spec, arg, eb) does the work */
+	OPT_HELP,    /* print the generated help on stdout, exit 0 */
+	OPT_VERSION, /* print "PROGRAM (cotrain) VERSION" on stdout, exit 0 */
 } opt_type;
 
 typedef struct opt_spec opt_spec;
@@ -42,37 +42,37 @@ typedef struct opt_spec opt_spec;
 typedef cot_err (*opt_setter)(void *settings, const opt_spec *spec, const char *arg, cot_errbuf *eb);
 
 struct opt_spec {
-	const char *name;      /* long name without "--"; NULL ends the table */
-	int short_name;        /* a letter, or 0 */
+	const char *name; /* long name without "--"; NULL ends the table */
+	int short_name;   /* a letter, or 0 */
 	opt_type type;
-	size_t offset;         /* offsetof(settings struct, field) */
-	long long min, max;    /* integer types */
-	double dmin, dmax;     /* OPT_DOUBLE, OPT_FLOAT */
-	bool min_open;         /* the floating-point range excludes dmin */
-	const char *def;       /* default, parsed like an argument before the command line; NULL: none */
-	const char *metavar;   /* the argument's name in --help ("N", "DIR"); NULL: no argument */
-	const char *help;      /* one sentence or phrase; wrapped by opt_help */
-	opt_setter set;        /* OPT_CALL */
-	const char *key;       /* free for the setter (a configuration key, say) */
-	const char *expect;    /* OPT_CALL: what a valid value is, for the error ("debug, info, warn or error") */
+	size_t offset;       /* offsetof(settings struct, field) */
+	long long min, max;  /* integer types */
+	double dmin, dmax;   /* OPT_DOUBLE, OPT_FLOAT */
+	bool min_open;       /* the floating-point range excludes dmin */
+	const char *def;     /* default, parsed like an argument before the command line; NULL: none */
+	const char *metavar; /* the argument's name in --help ("N", "DIR"); NULL: no argument */
+	const char *help;    /* one sentence or phrase; wrapped by opt_help */
+	opt_setter set;      /* OPT_CALL */
+	const char *key;     /* free for the setter (a configuration key, say) */
+	const char *expect; /* OPT_CALL: what a valid value is, for the error ("debug, info, warn or error") */
 };
 
 typedef struct {
-	const char *prog;      /* "cotrain-server" */
-	const char *synopsis;  /* after "usage: PROG ": "[OPTION]..." */
-	const char *intro;     /* after the synopsis line, before the options; may be NULL */
+	const char *prog;          /* "cotrain-server" */
+	const char *synopsis;      /* after "usage: PROG ": "[OPTION]..." */
+	const char *intro;         /* after the synopsis line, before the options; may be NULL */
 	void (*commands)(FILE *f); /* prints the program's commands after the intro; may be NULL */
-	const char *outro;     /* after the options; may be NULL */
+	const char *outro;         /* after the options; may be NULL */
 	const opt_spec *opts;
-	bool stop_at_command;  /* options end at the first non-option (a command follows) */
-	bool allow_args;       /* non-options are allowed (else "unexpected argument") */
+	bool stop_at_command; /* options end at the first non-option (a command follows) */
+	bool allow_args;      /* non-options are allowed (else "unexpected argument") */
 } opt_program;
 
 /* What opt_parse did. */
 typedef enum {
-	OPT_OK = 0,            /* settings are filled; argv[*next..] are the rest */
-	OPT_EXIT = 1,          /* --help or --version answered: exit 0 */
-	OPT_USAGE = 2,         /* a message is on stderr: exit 2 */
+	OPT_OK = 0,    /* settings are filled; argv[*next..] are the rest */
+	OPT_EXIT = 1,  /* --help or --version answered: exit 0 */
+	OPT_USAGE = 2, /* a message is on stderr: exit 2 */
 } opt_result;
 
 /* Apply every default of p's table to settings, then the command line.

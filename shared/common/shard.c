@@ -12,11 +12,10 @@
 
 #include "shared/common/hash.h"
 
-#define SHARD_FORMAT  "cotrain-shard"
+#define SHARD_FORMAT "cotrain-shard"
 #define SHARD_VERSION 1
 
-static cot_err sha256_hex(const void *data, size_t len, char out[FS_SHA_HEX_LEN + 1],
-                          cot_errbuf *eb)
+static cot_err sha256_hex(const void *data, size_t len, char out[FS_SHA_HEX_LEN + 1], cot_errbuf *eb)
 {
 	if (hash_sha256_hex(data, len, out))
 		return cot_seterr(eb, COT_ERR_INTERNAL, "sha256 digest failed");
@@ -86,14 +85,12 @@ int shard_name_valid(const char *s)
 	return 1;
 }
 
-cot_err shard_write(const char *store_dir, shard_meta *meta,
-                    const unsigned char *tokens, size_t n,
-                    char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size,
-                    cot_errbuf *eb)
+cot_err shard_write(const char *store_dir, shard_meta *meta, const unsigned char *tokens, size_t n,
+                    char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size, cot_errbuf *eb)
 {
 	if (n == 0 || n > SHARD_TOKENS_MAX)
-		return cot_seterr(eb, COT_ERR_INVALID, "shard of %zu tokens: must hold 1 to %u tokens",
-		                  n, SHARD_TOKENS_MAX);
+		return cot_seterr(eb, COT_ERR_INVALID, "shard of %zu tokens: must hold 1 to %u tokens", n,
+		                  SHARD_TOKENS_MAX);
 	if (!shard_name_valid(meta->dataset))
 		return cot_seterr(eb, COT_ERR_INVALID, "invalid dataset name \"%.80s\"", meta->dataset);
 	meta->n_tokens = n;
@@ -101,19 +98,17 @@ cot_err shard_write(const char *store_dir, shard_meta *meta,
 	if (rc)
 		return rc;
 
-	json_t *j = json_pack("{s:s, s:i, s:s, s:i, s:I, s:I, s:s, s:s, s:s}",
-	                      "format", SHARD_FORMAT, "version", SHARD_VERSION,
-	                      "dataset", meta->dataset, "idx", (int)meta->idx,
-	                      "first_token", (json_int_t)meta->first_token,
-	                      "n_tokens", (json_int_t)meta->n_tokens,
-	                      "dtype", "u8", "tokenizer", "byte",
-	                      "tokens_sha256", meta->tokens_sha256);
+	json_t *j =
+	        json_pack("{s:s, s:i, s:s, s:i, s:I, s:I, s:s, s:s, s:s}", "format", SHARD_FORMAT, "version",
+	                  SHARD_VERSION, "dataset", meta->dataset, "idx", (int)meta->idx, "first_token",
+	                  (json_int_t)meta->first_token, "n_tokens", (json_int_t)meta->n_tokens, "dtype",
+	                  "u8", "tokenizer", "byte", "tokens_sha256", meta->tokens_sha256);
 	char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
 	json_decref(j);
 	if (!text)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	size_t tlen = strlen(text);
-	char *json_text = realloc(text, tlen + 2);   /* end with a newline */
+	char *json_text = realloc(text, tlen + 2); /* end with a newline */
 	if (!json_text) {
 		free(text);
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
@@ -163,16 +158,17 @@ cot_err shard_write(const char *store_dir, shard_meta *meta,
 
 /* ---- reading ---------------------------------------------------------- */
 
-static cot_err read_all(struct archive *a, const char *path, const char *what,
-                        unsigned char *buf, size_t want, cot_errbuf *eb)
+static cot_err read_all(struct archive *a, const char *path, const char *what, unsigned char *buf,
+                        size_t want, cot_errbuf *eb)
 {
 	size_t got = 0;
 	for (;;) {
 		/* Ask for one byte more than expected, to notice a longer entry. */
 		la_ssize_t n = archive_read_data(a, buf + got, want - got);
 		if (n < 0)
-			return cot_seterr(eb, COT_ERR_CORRUPT, "could not read %s of shard \"%s\": %s",
-			                  what, path, archive_error_string(a) ? archive_error_string(a) : "read error");
+			return cot_seterr(eb, COT_ERR_CORRUPT, "could not read %s of shard \"%s\": %s", what,
+			                  path,
+			                  archive_error_string(a) ? archive_error_string(a) : "read error");
 		if (n == 0)
 			break;
 		got += (size_t)n;
@@ -180,42 +176,48 @@ static cot_err read_all(struct archive *a, const char *path, const char *what,
 			unsigned char extra;
 			n = archive_read_data(a, &extra, 1);
 			if (n != 0)
-				return cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: %s is longer than declared",
-				                  path, what);
+				return cot_seterr(eb, COT_ERR_CORRUPT,
+				                  "shard \"%s\" is corrupt: %s is longer than declared", path,
+				                  what);
 			break;
 		}
 	}
 	if (got != want)
-		return cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: %s is %zu bytes, expected %zu",
-		                  path, what, got, want);
+		return cot_seterr(eb, COT_ERR_CORRUPT,
+		                  "shard \"%s\" is corrupt: %s is %zu bytes, expected %zu", path, what, got,
+		                  want);
 	return COT_OK;
 }
 
-static cot_err parse_meta(const char *path, const char *text, size_t len, shard_meta *m,
-                          cot_errbuf *eb)
+static cot_err parse_meta(const char *path, const char *text, size_t len, shard_meta *m, cot_errbuf *eb)
 {
 	json_error_t jerr;
 	json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!j || !json_is_object(j)) {
 		json_decref(j);
-		return cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: shard.json is not a JSON object", path);
+		return cot_seterr(eb, COT_ERR_CORRUPT,
+		                  "shard \"%s\" is corrupt: shard.json is not a JSON object", path);
 	}
 	const char *format = NULL, *dataset = NULL, *dtype = NULL, *tok = NULL, *sha = NULL;
 	json_int_t version = 0, idx = -1, first = -1, ntok = -1;
-	int bad = json_unpack(j, "{s:s, s:I, s:s, s:I, s:I, s:I, s:s, s:s, s:s}",
-	                      "format", &format, "version", &version, "dataset", &dataset,
-	                      "idx", &idx, "first_token", &first, "n_tokens", &ntok,
-	                      "dtype", &dtype, "tokenizer", &tok, "tokens_sha256", &sha);
+	int bad = json_unpack(j, "{s:s, s:I, s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "format", &format,
+	                      "version", &version, "dataset", &dataset, "idx", &idx, "first_token", &first,
+	                      "n_tokens", &ntok, "dtype", &dtype, "tokenizer", &tok, "tokens_sha256", &sha);
 	cot_err rc = COT_OK;
 	if (bad || strcmp(format, SHARD_FORMAT) != 0 || version != SHARD_VERSION)
-		rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: shard.json lacks a field or is not format %s version %d",
+		rc = cot_seterr(eb, COT_ERR_CORRUPT,
+		                "shard \"%s\" is corrupt: shard.json lacks a field or is not format %s "
+		                "version %d",
 		                path, SHARD_FORMAT, SHARD_VERSION);
 	else if (strcmp(dtype, "u8") != 0 || strcmp(tok, "byte") != 0)
-		rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" has dtype \"%.20s\" and tokenizer \"%.20s\": only u8 and byte are supported",
+		rc = cot_seterr(eb, COT_ERR_CORRUPT,
+		                "shard \"%s\" has dtype \"%.20s\" and tokenizer \"%.20s\": only u8 and byte "
+		                "are supported",
 		                path, dtype, tok);
 	else if (idx < 0 || idx > INT32_MAX || first < 0 || ntok < 1 || !fs_sha_valid(sha) ||
 	         strlen(dataset) > SHARD_NAME_MAX)
-		rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: shard.json holds a value out of range", path);
+		rc = cot_seterr(eb, COT_ERR_CORRUPT,
+		                "shard \"%s\" is corrupt: shard.json holds a value out of range", path);
 	if (!rc) {
 		snprintf(m->dataset, sizeof m->dataset, "%s", dataset);
 		m->idx = (int32_t)idx;
@@ -227,8 +229,8 @@ static cot_err parse_meta(const char *path, const char *text, size_t len, shard_
 	return rc;
 }
 
-cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta,
-                   unsigned char **tokens, cot_errbuf *eb)
+cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta, unsigned char **tokens,
+                   cot_errbuf *eb)
 {
 	*tokens = NULL;
 	memset(meta, 0, sizeof *meta);
@@ -253,25 +255,31 @@ cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta,
 		int r = archive_read_next_header(a, &e);
 		if (i == 2) {
 			if (r != ARCHIVE_EOF)
-				rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: unexpected entry after tokens.u8", path);
+				rc = cot_seterr(eb, COT_ERR_CORRUPT,
+				                "shard \"%s\" is corrupt: unexpected entry after tokens.u8",
+				                path);
 			break;
 		}
 		if (r != ARCHIVE_OK) {
 			rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: %s", path,
-			                r == ARCHIVE_EOF ? "entries missing" :
-			                archive_error_string(a) ? archive_error_string(a) : "bad header");
+			                r == ARCHIVE_EOF          ? "entries missing"
+			                : archive_error_string(a) ? archive_error_string(a)
+			                                          : "bad header");
 			break;
 		}
 		const char *name = archive_entry_pathname(e);
 		if (!name || strcmp(name, names[i]) != 0 || archive_entry_filetype(e) != AE_IFREG ||
 		    !archive_entry_size_is_set(e)) {
-			rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: entry %d is not %s", path, i + 1, names[i]);
+			rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: entry %d is not %s",
+			                path, i + 1, names[i]);
 			break;
 		}
 		la_int64_t sz = archive_entry_size(e);
 		if (i == 0) {
 			if (sz <= 0 || sz > (la_int64_t)SHARD_JSON_MAX) {
-				rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: shard.json of %lld bytes", path, (long long)sz);
+				rc = cot_seterr(eb, COT_ERR_CORRUPT,
+				                "shard \"%s\" is corrupt: shard.json of %lld bytes", path,
+				                (long long)sz);
 				break;
 			}
 			if (!(json_text = malloc((size_t)sz + 1))) {
@@ -284,11 +292,15 @@ cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta,
 			json_text[sz] = '\0';
 			rc = parse_meta(path, json_text, (size_t)sz, meta, eb);
 			if (!rc && meta->n_tokens > max_tokens)
-				rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "shard \"%s\" holds %llu tokens, more than the %llu allowed",
-				                path, (unsigned long long)meta->n_tokens, (unsigned long long)max_tokens);
+				rc = cot_seterr(eb, COT_ERR_TOO_LARGE,
+				                "shard \"%s\" holds %llu tokens, more than the %llu allowed",
+				                path, (unsigned long long)meta->n_tokens,
+				                (unsigned long long)max_tokens);
 		} else {
 			if ((uint64_t)sz != meta->n_tokens) {
-				rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: tokens.u8 is %lld bytes, shard.json says %llu",
+				rc = cot_seterr(eb, COT_ERR_CORRUPT,
+				                "shard \"%s\" is corrupt: tokens.u8 is %lld bytes, "
+				                "shard.json says %llu",
 				                path, (long long)sz, (unsigned long long)meta->n_tokens);
 				break;
 			}
@@ -304,7 +316,10 @@ cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta,
 			if (rc)
 				break;
 			if (strcmp(sha, meta->tokens_sha256) != 0)
-				rc = cot_seterr(eb, COT_ERR_CORRUPT, "shard \"%s\" is corrupt: tokens.u8 does not match its sha256", path);
+				rc = cot_seterr(eb, COT_ERR_CORRUPT,
+				                "shard \"%s\" is corrupt: tokens.u8 does not match its "
+				                "sha256",
+				                path);
 		}
 	}
 out:

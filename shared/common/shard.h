@@ -24,9 +24,9 @@
 #include "shared/common/error.h"
 #include "shared/common/filestore.h"
 
-#define SHARD_JSON_MAX    (64u << 10)   /* bytes of shard.json we accept */
-#define SHARD_TOKENS_MAX  (1u << 28)    /* tokens in one shard */
-#define SHARD_NAME_MAX    64            /* bytes in a dataset name */
+#define SHARD_JSON_MAX (64u << 10)  /* bytes of shard.json we accept */
+#define SHARD_TOKENS_MAX (1u << 28) /* tokens in one shard */
+#define SHARD_NAME_MAX 64           /* bytes in a dataset name */
 
 typedef struct {
 	char dataset[SHARD_NAME_MAX + 1];
@@ -46,10 +46,8 @@ int shard_name_valid(const char *name);
  * its size in bytes to *size (may be NULL).  Errors: COT_ERR_INVALID (n is 0
  * or over SHARD_TOKENS_MAX, bad dataset name), COT_ERR_IO, COT_ERR_NOMEM;
  * nothing is stored on error. */
-cot_err shard_write(const char *store_dir, shard_meta *meta,
-                    const unsigned char *tokens, size_t n,
-                    char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size,
-                    cot_errbuf *eb);
+cot_err shard_write(const char *store_dir, shard_meta *meta, const unsigned char *tokens, size_t n,
+                    char sha_hex[FS_SHA_HEX_LEN + 1], uint64_t *size, cot_errbuf *eb);
 
 /* Read and check the shard at path: both entries present and alone,
  * shard.json well-formed, n_tokens <= max_tokens (and SHARD_TOKENS_MAX),
@@ -58,7 +56,7 @@ cot_err shard_write(const char *store_dir, shard_meta *meta,
  * that the caller frees.  Errors: COT_ERR_IO (cannot open), COT_ERR_CORRUPT
  * (any check above), COT_ERR_TOO_LARGE, COT_ERR_NOMEM; *tokens is NULL on
  * error.  Does not check the archive's own sha256: fs_verify does that. */
-cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta,
-                   unsigned char **tokens, cot_errbuf *eb);
+cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta, unsigned char **tokens,
+                   cot_errbuf *eb);
 
 #endif

@@ -11,10 +11,7 @@
 
 #define DB_NAME "cotrain"
 
-int db_schema_expected(void)
-{
-	return db_n_migrations ? db_migrations[db_n_migrations - 1].version : 0;
-}
+int db_schema_expected(void) { return db_n_migrations ? db_migrations[db_n_migrations - 1].version : 0; }
 
 cot_err db_result_error(const PGresult *r, cot_errbuf *eb, const char *what)
 {
@@ -50,8 +47,7 @@ static cot_err exec_ok(PGconn *c, const char *sql, cot_errbuf *eb, const char *w
 {
 	PGresult *r = PQexec(c, sql);
 	ExecStatusType st = PQresultStatus(r);
-	cot_err e = (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) ? COT_OK
-	                                                               : db_result_error(r, eb, what);
+	cot_err e = (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) ? COT_OK : db_result_error(r, eb, what);
 	PQclear(r);
 	return e;
 }
@@ -86,8 +82,8 @@ cot_err db_schema_check(PGconn *c, cot_errbuf *eb)
 		return COT_ERR_DB;
 	int want = db_schema_expected();
 	if (have < want) {
-		cot_seterr(eb, COT_ERR_SCHEMA, "database schema is at version %d, this build needs version %d",
-		           have, want);
+		cot_seterr(eb, COT_ERR_SCHEMA,
+		           "database schema is at version %d, this build needs version %d", have, want);
 		cot_sethint(eb, "Run \"cotrain-admin db migrate\".");
 		return COT_ERR_SCHEMA;
 	}
@@ -101,8 +97,9 @@ cot_err db_schema_check(PGconn *c, cot_errbuf *eb)
 	if (pending < 0)
 		return COT_ERR_DB;
 	if (pending > 0) {
-		cot_seterr(eb, COT_ERR_SCHEMA, "%d of this build's %d function files %s not applied to the database",
-		           pending, db_n_function_files, pending == 1 ? "is" : "are");
+		cot_seterr(eb, COT_ERR_SCHEMA,
+		           "%d of this build's %d function files %s not applied to the database", pending,
+		           db_n_function_files, pending == 1 ? "is" : "are");
 		cot_sethint(eb, "Run \"cotrain-admin db migrate\".");
 		return COT_ERR_SCHEMA;
 	}
@@ -132,7 +129,8 @@ int db_functions_pending(PGconn *c, cot_errbuf *eb)
 		char sum[HASH_SHA256_HEX_LEN + 1];
 		if (hash_sha256_hex(db_function_files[i].sql, strlen(db_function_files[i].sql), sum)) {
 			PQclear(r);
-			cot_seterr(eb, COT_ERR_NOMEM, "could not compute the checksum of function file \"%s\"",
+			cot_seterr(eb, COT_ERR_NOMEM,
+			           "could not compute the checksum of function file \"%s\"",
 			           db_function_files[i].name);
 			return -1;
 		}
@@ -153,10 +151,11 @@ static cot_err migrate_one(PGconn *c, const db_migration *m, int *did, cot_errbu
 	char vs[16], sum[HASH_SHA256_HEX_LEN + 1];
 	snprintf(vs, sizeof vs, "%d", m->version);
 	if (hash_sha256_hex(m->sql, strlen(m->sql), sum))
-		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash migration %04d_%s", m->version, m->name);
+		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash migration %04d_%s", m->version,
+		                  m->name);
 	const char *p1[1] = { vs };
-	PGresult *r = PQexecParams(c, "SELECT name, checksum FROM schema_migrations WHERE version = $1",
-	                           1, NULL, p1, NULL, NULL, 0);
+	PGresult *r = PQexecParams(c, "SELECT name, checksum FROM schema_migrations WHERE version = $1", 1,
+	                           NULL, p1, NULL, NULL, 0);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		cot_err e = db_result_error(r, eb, "could not read schema_migrations");
 		PQclear(r);
@@ -166,9 +165,11 @@ static cot_err migrate_one(PGconn *c, const db_migration *m, int *did, cot_errbu
 		int same = strcmp(PQgetvalue(r, 0, 1), sum) == 0;
 		PQclear(r);
 		if (!same) {
-			cot_seterr(eb, COT_ERR_SCHEMA, "migration %04d_%s differs from the one applied to this database",
+			cot_seterr(eb, COT_ERR_SCHEMA,
+			           "migration %04d_%s differs from the one applied to this database",
 			           m->version, m->name);
-			cot_sethint(eb, "Migrations must never be edited once applied; add a new migration instead.");
+			cot_sethint(eb, "Migrations must never be edited once applied; add a new migration "
+			                "instead.");
 			return COT_ERR_SCHEMA;
 		}
 		*did = 0;
@@ -182,8 +183,8 @@ static cot_err migrate_one(PGconn *c, const db_migration *m, int *did, cot_errbu
 	if (e)
 		return e;
 	const char *p3[3] = { vs, m->name, sum };
-	r = PQexecParams(c, "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-	                 3, NULL, p3, NULL, NULL, 0);
+	r = PQexecParams(c, "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)", 3,
+	                 NULL, p3, NULL, NULL, 0);
 	e = PQresultStatus(r) == PGRES_COMMAND_OK ? COT_OK
 	                                          : db_result_error(r, eb, "could not record migration");
 	PQclear(r);
@@ -220,9 +221,9 @@ static cot_err apply_function_file(PGconn *c, const db_function_file *f, int *di
 	if (e)
 		return e;
 	r = PQexecParams(c,
-	    "INSERT INTO schema_function_files (name, checksum) VALUES ($1, $2)"
-	    " ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()",
-	    2, NULL, p2, NULL, NULL, 0);
+	                 "INSERT INTO schema_function_files (name, checksum) VALUES ($1, $2)"
+	                 " ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()",
+	                 2, NULL, p2, NULL, NULL, 0);
 	e = PQresultStatus(r) == PGRES_COMMAND_OK ? COT_OK
 	                                          : db_result_error(r, eb, "could not record function file");
 	PQclear(r);
@@ -246,10 +247,10 @@ static cot_err migrate_all(PGconn *c, int *applied, int *files, cot_errbuf *eb)
 	 * themselves carry).  See db/README. */
 	if (!e)
 		e = exec_ok(c,
-		    "CREATE TABLE IF NOT EXISTS schema_function_files ("
-		    " name text PRIMARY KEY, checksum text NOT NULL,"
-		    " applied_at timestamptz NOT NULL DEFAULT now())",
-		    eb, "could not create schema_function_files");
+		            "CREATE TABLE IF NOT EXISTS schema_function_files ("
+		            " name text PRIMARY KEY, checksum text NOT NULL,"
+		            " applied_at timestamptz NOT NULL DEFAULT now())",
+		            eb, "could not create schema_function_files");
 	for (int i = 0; !e && i < db_n_function_files; i++) {
 		int did = 0;
 		e = apply_function_file(c, &db_function_files[i], &did, eb);
@@ -266,10 +267,10 @@ cot_err db_migrate(PGconn *c, int *applied, int *files, cot_errbuf *eb)
 	if (files)
 		*files = 0;
 	cot_err e = exec_ok(c,
-	    "CREATE TABLE IF NOT EXISTS schema_migrations ("
-	    " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
-	    " applied_at timestamptz NOT NULL DEFAULT now())",
-	    eb, "could not create schema_migrations");
+	                    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+	                    " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
+	                    " applied_at timestamptz NOT NULL DEFAULT now())",
+	                    eb, "could not create schema_migrations");
 	if (e)
 		return e;
 	e = exec_ok(c, "BEGIN", eb, "could not begin the migration");

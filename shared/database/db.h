@@ -19,13 +19,13 @@
 #include "shared/database/pgcluster.h"
 
 typedef struct {
-	int version;          /* NNNN */
-	const char *name;     /* file name without .sql */
+	int version;      /* NNNN */
+	const char *name; /* file name without .sql */
 	const char *sql;
 } db_migration;
 
 typedef struct {
-	const char *name;     /* file name, "sched.sql" */
+	const char *name; /* file name, "sched.sql" */
 	const char *sql;
 } db_function_file;
 
@@ -72,7 +72,7 @@ cot_err db_schema_check(PGconn *c, cot_errbuf *eb);
  * `datadir` must exist. */
 typedef struct {
 	char conninfo[512];
-	pgc_cluster *cluster;   /* non-NULL when we started the cluster */
+	pgc_cluster *cluster; /* non-NULL when we started the cluster */
 } db_target;
 
 cot_err db_resolve(const char *datadir, const char *conninfo, db_target *out, cot_errbuf *eb);

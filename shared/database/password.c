@@ -14,20 +14,19 @@
 #define KEY_LEN 32
 #define PREFIX "pbkdf2-sha256$"
 
-static cot_err derive(const char *password, const unsigned char *salt, size_t saltlen,
-                      int iterations, unsigned char key[KEY_LEN], cot_errbuf *eb)
+static cot_err derive(const char *password, const unsigned char *salt, size_t saltlen, int iterations,
+                      unsigned char key[KEY_LEN], cot_errbuf *eb)
 {
 	size_t plen = strlen(password);
 	if (plen > PASSWORD_MAX_LEN)
 		return cot_seterr(eb, COT_ERR_INVALID, "password is longer than %d bytes", PASSWORD_MAX_LEN);
-	if (!PKCS5_PBKDF2_HMAC(password, (int)plen, salt, (int)saltlen, iterations, EVP_sha256(),
-	                       KEY_LEN, key))
+	if (!PKCS5_PBKDF2_HMAC(password, (int)plen, salt, (int)saltlen, iterations, EVP_sha256(), KEY_LEN,
+	                       key))
 		return cot_seterr(eb, COT_ERR_INTERNAL, "could not derive the password key");
 	return COT_OK;
 }
 
-cot_err password_hash(const char *password, int iterations, char *out, size_t outlen,
-                      cot_errbuf *eb)
+cot_err password_hash(const char *password, int iterations, char *out, size_t outlen, cot_errbuf *eb)
 {
 	if (iterations < PASSWORD_MIN_ITERATIONS || iterations > PASSWORD_MAX_ITERATIONS)
 		return cot_seterr(eb, COT_ERR_INVALID, "KDF iteration count %d is out of range", iterations);

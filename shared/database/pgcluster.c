@@ -21,13 +21,13 @@
 
 #include <libpq-fe.h>
 
-#define PGC_USER "cotrain"          /* the cluster's superuser */
+#define PGC_USER "cotrain" /* the cluster's superuser */
 #define START_TIMEOUT_S 60
 #define STOP_TIMEOUT_S 30
 
 struct pgc_cluster {
 	pid_t guardian;
-	int lifeline;                   /* write end; closing it stops the cluster */
+	int lifeline; /* write end; closing it stops the cluster */
 	int port;
 	char dir[256];
 	char conninfo[512];
@@ -82,15 +82,14 @@ static void close_fds_from(int lowfd, int keep1, int keep2)
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
-	(void)st; (void)flag; (void)ftw;
+	(void)st;
+	(void)flag;
+	(void)ftw;
 	remove(path);
 	return 0;
 }
 
-static void remove_tree(const char *dir)
-{
-	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void remove_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 /* Last `max` bytes of a log file, for error reports. */
 static void log_tail(const char *path, char *buf, size_t max)
@@ -123,7 +122,8 @@ static int run_logged(char *const argv[], const char *logpath, const struct pass
 	if (pid == 0) {
 		int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		if (fd >= 0) {
-			if (pw && fchown(fd, pw->pw_uid, pw->pw_gid) < 0) { /* best effort */ }
+			if (pw && fchown(fd, pw->pw_uid, pw->pw_gid) < 0) { /* best effort */
+			}
 			dup2(fd, 1);
 			dup2(fd, 2);
 			close(fd);
@@ -142,8 +142,8 @@ static int run_logged(char *const argv[], const char *logpath, const struct pass
 
 /* Guardian, step 1: initdb when needed and start postgres.  Returns the
  * postmaster's pid, or -1 with a message in err. */
-static pid_t guardian_start_server(const char *dir, int port, unsigned flags,
-                                   const struct passwd *pw, char *err, size_t errlen)
+static pid_t guardian_start_server(const char *dir, int port, unsigned flags, const struct passwd *pw,
+                                   char *err, size_t errlen)
 {
 	char path[512], logpath[512], bin[512];
 	snprintf(path, sizeof path, "%s/PG_VERSION", dir);
@@ -165,10 +165,14 @@ static pid_t guardian_start_server(const char *dir, int port, unsigned flags,
 		char *argv[16];
 		int n = 0;
 		argv[n++] = bin;
-		argv[n++] = "-D"; argv[n++] = (char *)dir;
-		argv[n++] = "-U"; argv[n++] = PGC_USER;
-		argv[n++] = "-A"; argv[n++] = "trust";
-		argv[n++] = "-E"; argv[n++] = "UTF8";
+		argv[n++] = "-D";
+		argv[n++] = (char *)dir;
+		argv[n++] = "-U";
+		argv[n++] = PGC_USER;
+		argv[n++] = "-A";
+		argv[n++] = "trust";
+		argv[n++] = "-E";
+		argv[n++] = "UTF8";
 		argv[n++] = "--locale=C";
 		if (flags & PGC_EPHEMERAL)
 			argv[n++] = "--no-sync";
@@ -195,7 +199,8 @@ static pid_t guardian_start_server(const char *dir, int port, unsigned flags,
 	if (pid == 0) {
 		int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
 		if (fd >= 0) {
-			if (pw && fchown(fd, pw->pw_uid, pw->pw_gid) < 0) { /* best effort */ }
+			if (pw && fchown(fd, pw->pw_uid, pw->pw_gid) < 0) { /* best effort */
+			}
 			dup2(fd, 1);
 			dup2(fd, 2);
 			close(fd);
@@ -207,16 +212,25 @@ static pid_t guardian_start_server(const char *dir, int port, unsigned flags,
 		char *argv[32];
 		int n = 0;
 		argv[n++] = bin;
-		argv[n++] = "-D"; argv[n++] = (char *)dir;
-		argv[n++] = "-k"; argv[n++] = (char *)dir;
-		argv[n++] = "-p"; argv[n++] = portstr;
-		argv[n++] = "-c"; argv[n++] = "listen_addresses=";
-		argv[n++] = "-c"; argv[n++] = "unix_socket_permissions=0700";
-		argv[n++] = "-c"; argv[n++] = "max_connections=300";
+		argv[n++] = "-D";
+		argv[n++] = (char *)dir;
+		argv[n++] = "-k";
+		argv[n++] = (char *)dir;
+		argv[n++] = "-p";
+		argv[n++] = portstr;
+		argv[n++] = "-c";
+		argv[n++] = "listen_addresses=";
+		argv[n++] = "-c";
+		argv[n++] = "unix_socket_permissions=0700";
+		argv[n++] = "-c";
+		argv[n++] = "max_connections=300";
 		if (flags & PGC_EPHEMERAL) {
-			argv[n++] = "-c"; argv[n++] = "fsync=off";
-			argv[n++] = "-c"; argv[n++] = "synchronous_commit=off";
-			argv[n++] = "-c"; argv[n++] = "full_page_writes=off";
+			argv[n++] = "-c";
+			argv[n++] = "fsync=off";
+			argv[n++] = "-c";
+			argv[n++] = "synchronous_commit=off";
+			argv[n++] = "-c";
+			argv[n++] = "full_page_writes=off";
 		}
 		argv[n] = NULL;
 		execv(bin, argv);
@@ -227,14 +241,14 @@ static pid_t guardian_start_server(const char *dir, int port, unsigned flags,
 
 static void make_conninfo(char *buf, size_t len, const char *dir, int port, const char *dbname)
 {
-	snprintf(buf, len, "host=%s port=%d dbname=%s user=" PGC_USER " connect_timeout=10",
-	         dir, port, dbname);
+	snprintf(buf, len, "host=%s port=%d dbname=%s user=" PGC_USER " connect_timeout=10", dir, port,
+	         dbname);
 }
 
 /* Guardian, step 2: wait until the server answers, then create the
  * database.  Returns 0 or -1 with err. */
-static int guardian_wait_ready(pid_t pm, const char *dir, int port, const char *dbname,
-                               char *err, size_t errlen)
+static int guardian_wait_ready(pid_t pm, const char *dir, int port, const char *dbname, char *err,
+                               size_t errlen)
 {
 	char ci[512], logpath[512];
 	make_conninfo(ci, sizeof ci, dir, port, "postgres");
@@ -253,7 +267,8 @@ static int guardian_wait_ready(pid_t pm, const char *dir, int port, const char *
 			break;
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (now.tv_sec - start.tv_sec > START_TIMEOUT_S) {
-			snprintf(err, errlen, "postgres did not accept connections within %d s", START_TIMEOUT_S);
+			snprintf(err, errlen, "postgres did not accept connections within %d s",
+			         START_TIMEOUT_S);
 			return -1;
 		}
 		usleep(20000);
@@ -266,8 +281,8 @@ static int guardian_wait_ready(pid_t pm, const char *dir, int port, const char *
 		return -1;
 	}
 	const char *params[1] = { dbname };
-	PGresult *r = PQexecParams(c, "SELECT 1 FROM pg_database WHERE datname = $1", 1, NULL,
-	                           params, NULL, NULL, 0);
+	PGresult *r = PQexecParams(c, "SELECT 1 FROM pg_database WHERE datname = $1", 1, NULL, params, NULL,
+	                           NULL, 0);
 	int exists = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
 	PQclear(r);
 	int rc = 0;
@@ -291,13 +306,13 @@ static int guardian_wait_ready(pid_t pm, const char *dir, int port, const char *
 static void guardian_stop_server(pid_t pm)
 {
 	int st;
-	kill(pm, SIGINT);                      /* fast shutdown */
+	kill(pm, SIGINT); /* fast shutdown */
 	for (int i = 0; i < STOP_TIMEOUT_S * 50; i++) {
 		if (waitpid(pm, &st, WNOHANG) == pm)
 			return;
 		usleep(20000);
 	}
-	kill(pm, SIGQUIT);                     /* immediate shutdown */
+	kill(pm, SIGQUIT); /* immediate shutdown */
 	for (int i = 0; i < 5 * 50; i++) {
 		if (waitpid(pm, &st, WNOHANG) == pm)
 			return;
@@ -308,8 +323,8 @@ static void guardian_stop_server(pid_t pm)
 }
 
 /* The guardian process: never returns. */
-static _Noreturn void guardian(const char *dir, int port, unsigned flags, const char *dbname,
-                               int lifeline, int status)
+static _Noreturn void guardian(const char *dir, int port, unsigned flags, const char *dbname, int lifeline,
+                               int status)
 {
 	setsid();
 	signal(SIGINT, SIG_IGN);
@@ -363,13 +378,14 @@ static _Noreturn void guardian(const char *dir, int port, unsigned flags, const 
 	_exit(0);
 }
 
-cot_err pgc_start(const char *dir, int port, unsigned flags, const char *dbname,
-                  pgc_cluster **out, cot_errbuf *eb)
+cot_err pgc_start(const char *dir, int port, unsigned flags, const char *dbname, pgc_cluster **out,
+                  cot_errbuf *eb)
 {
 	*out = NULL;
 	/* The socket path ("<dir>/.s.PGSQL.<port>") must fit sun_path. */
 	if (strlen(dir) + 16 >= 108 || strlen(dir) >= sizeof(((pgc_cluster *)0)->dir)) {
-		cot_err e = cot_seterr(eb, COT_ERR_INVALID, "database directory path \"%s\" is too long", dir);
+		cot_err e =
+		        cot_seterr(eb, COT_ERR_INVALID, "database directory path \"%s\" is too long", dir);
 		cot_sethint(eb, "Unix socket paths are limited to 107 bytes; use a shorter data directory.");
 		return e;
 	}
@@ -378,7 +394,8 @@ cot_err pgc_start(const char *dir, int port, unsigned flags, const char *dbname,
 	char bin[512];
 	snprintf(bin, sizeof bin, "%s/postgres", pgc_bindir());
 	if (access(bin, X_OK) != 0) {
-		cot_err e = cot_seterr(eb, COT_ERR_NOT_FOUND, "could not find the PostgreSQL server \"%s\"", bin);
+		cot_err e =
+		        cot_seterr(eb, COT_ERR_NOT_FOUND, "could not find the PostgreSQL server \"%s\"", bin);
 		cot_sethint(eb, "Install the Debian package postgresql, or set COTRAIN_PG_BINDIR.");
 		return e;
 	}
@@ -409,7 +426,10 @@ cot_err pgc_start(const char *dir, int port, unsigned flags, const char *dbname,
 	fflush(NULL);
 	pid_t g = fork();
 	if (g < 0) {
-		close(lifeline[0]); close(lifeline[1]); close(status[0]); close(status[1]);
+		close(lifeline[0]);
+		close(lifeline[1]);
+		close(status[0]);
+		close(status[1]);
 		free(c);
 		return cot_seterr(eb, COT_ERR_IO, "could not fork: %s", strerror(errno));
 	}

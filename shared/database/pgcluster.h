@@ -25,7 +25,7 @@
 typedef struct pgc_cluster pgc_cluster;
 
 enum {
-	PGC_EPHEMERAL = 1 << 0,  /* no fsync; directory removed when stopped */
+	PGC_EPHEMERAL = 1 << 0, /* no fsync; directory removed when stopped */
 };
 
 /* Start a cluster in `dir` (created and initdb'd when it holds no cluster
@@ -33,8 +33,8 @@ enum {
  * `dbname` when missing.  Waits until the server accepts connections (at most
  * 60 s).  On success *out owns the running cluster; free it with pgc_stop().
  * On error nothing is left running and eb says why. */
-cot_err pgc_start(const char *dir, int port, unsigned flags, const char *dbname,
-                  pgc_cluster **out, cot_errbuf *eb);
+cot_err pgc_start(const char *dir, int port, unsigned flags, const char *dbname, pgc_cluster **out,
+                  cot_errbuf *eb);
 
 /* libpq connection string of the cluster's database ("host=... port=...
  * dbname=... user=cotrain"); valid until pgc_stop(). */

@@ -10,7 +10,7 @@
 
 #include "shared/common/deadline.h"
 
-#define PUNCH_DIAL_DELAY_MS 50    /* after the moment: both sides start together */
+#define PUNCH_DIAL_DELAY_MS 50 /* after the moment: both sides start together */
 #define PUNCH_RETRY_MS 200
 
 static void sleep_until(int64_t when)
@@ -32,8 +32,8 @@ cot_err nat_punch_connect(const nat_config *c, const nat_meeting *m, int64_t dea
 	if (end > deadline)
 		end = deadline;
 	if (start >= end)
-		return cot_seterr(eb, COT_ERR_TIMEOUT, "no time left to punch through to %s port %u",
-		                  m->addr, m->port);
+		return cot_seterr(eb, COT_ERR_TIMEOUT, "no time left to punch through to %s port %u", m->addr,
+		                  m->port);
 	sleep_until(start);
 	cot_err rc = COT_ERR_TIMEOUT;
 	int tries = 0;
@@ -57,7 +57,8 @@ cot_err nat_punch_connect(const nat_config *c, const nat_meeting *m, int64_t dea
 			break;
 		/* Refused or unreachable (a NAT that answers with RST or ICMP
 		 * before the other side's mapping is open): try again. */
-		sleep_until(deadline_now_ms() + PUNCH_RETRY_MS < end ? deadline_now_ms() + PUNCH_RETRY_MS : end);
+		sleep_until(deadline_now_ms() + PUNCH_RETRY_MS < end ? deadline_now_ms() + PUNCH_RETRY_MS
+		                                                     : end);
 	}
 	return cot_seterr(eb, rc ? rc : COT_ERR_TIMEOUT, "could not punch through to %s port %u (%d tries)",
 	                  m->addr, m->port, tries);
@@ -86,10 +87,7 @@ static cot_err punch_connect(dialer *d, const dialer_target *t, int64_t deadline
 	return nat_punch_connect(p->c, &m, deadline, &res->fd, eb);
 }
 
-static void punch_free(dialer *d)
-{
-	free(d);
-}
+static void punch_free(dialer *d) { free(d); }
 
 static const dialer_ops punch_ops = { "punch", punch_connect, punch_free };
 

@@ -88,10 +88,7 @@ static cot_err relay_connect(dialer *d, const dialer_target *t, int64_t deadline
 	return nat_relay_join(r->c, r->project, r->version, t->host_id, true, deadline, NULL, &res->fd, eb);
 }
 
-static void relay_free(dialer *d)
-{
-	free(d);
-}
+static void relay_free(dialer *d) { free(d); }
 
 static const dialer_ops relay_ops = { "relay", relay_connect, relay_free };
 

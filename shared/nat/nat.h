@@ -37,24 +37,24 @@
 #include "shared/common/error.h"
 #include "shared/nat/nat_line.h"
 
-#define NAT_PUNCH_WINDOW_MS 4000       /* how long a punch keeps trying after the moment */
+#define NAT_PUNCH_WINDOW_MS 4000 /* how long a punch keeps trying after the moment */
 
 typedef struct {
-	const char *server_addr;  /* numeric address of the project server's NAT service */
-	uint16_t server_port;     /* its first port (cotrain-server --relay-port) */
-	int64_t host_id;          /* this host */
-	const char *token;        /* this host's token (sent on the NAT service's port) */
-	const char *listen_addr;  /* our listener's numeric address ("0.0.0.0") */
-	uint16_t listen_port;     /* our listener's port: registrations and punches leave from it */
-	uint16_t mapped_port;     /* external port a port mapping gave us (portmap.h); 0: none */
+	const char *server_addr; /* numeric address of the project server's NAT service */
+	uint16_t server_port;    /* its first port (cotrain-server --relay-port) */
+	int64_t host_id;         /* this host */
+	const char *token;       /* this host's token (sent on the NAT service's port) */
+	const char *listen_addr; /* our listener's numeric address ("0.0.0.0") */
+	uint16_t listen_port;    /* our listener's port: registrations and punches leave from it */
+	uint16_t mapped_port;    /* external port a port mapping gave us (portmap.h); 0: none */
 } nat_config;
 
 typedef struct {
-	char addr[64];            /* our public address as the server sees it */
-	uint16_t port;            /* the public port our listening port maps to (first port) */
-	uint16_t port2;           /* ... toward the second port */
-	char klass[16];           /* "public", "mapped", "nat", "unknown" */
-	char mapping[16];         /* "independent", "dependent", "unknown" */
+	char addr[64];    /* our public address as the server sees it */
+	uint16_t port;    /* the public port our listening port maps to (first port) */
+	uint16_t port2;   /* ... toward the second port */
+	char klass[16];   /* "public", "mapped", "nat", "unknown" */
+	char mapping[16]; /* "independent", "dependent", "unknown" */
 } nat_observation;
 
 /* Register with the NAT service and learn how the server sees us.  The
@@ -82,9 +82,8 @@ typedef struct nat_acceptor nat_acceptor;
 /* Accept side: one thread per peer in peers[0..n) (n <= 256) meets that
  * peer and helps its connection in (see above), until deadline or
  * nat_acceptor_stop.  c and its strings must outlive the acceptor. */
-cot_err nat_acceptor_start(const nat_config *c, const char *project, int64_t version,
-                           const int64_t *peers, size_t n, int64_t deadline, nat_acceptor **out,
-                           cot_errbuf *eb);
+cot_err nat_acceptor_start(const nat_config *c, const char *project, int64_t version, const int64_t *peers,
+                           size_t n, int64_t deadline, nat_acceptor **out, cot_errbuf *eb);
 
 /* The plan the server gave for peer i ("direct", "punch", "relay"), or "" when
  * the meeting has not happened (or failed). */
@@ -100,8 +99,7 @@ void nat_acceptor_stop(nat_acceptor *a);
  * non-blocking, to addr:port.  With ttl > 0 the SYN carries that TTL (for
  * experiments with one-sided punching).
  * Returns the fd (connect in progress) or -1 with eb set. */
-int nat_bound_connect(const nat_config *c, const char *addr, uint16_t port, int ttl,
-                      cot_errbuf *eb);
+int nat_bound_connect(const nat_config *c, const char *addr, uint16_t port, int ttl, cot_errbuf *eb);
 
 /* The same from local_port (SO_REUSEADDR and SO_REUSEPORT): a punch
  * leaves from the port its meeting was made from. */
@@ -140,7 +138,7 @@ typedef struct {
 	char addr[64];
 	uint16_t port;
 	int64_t moment;
-	uint16_t local_port;      /* the local port our meeting connection left from */
+	uint16_t local_port; /* the local port our meeting connection left from */
 } nat_meeting;
 
 cot_err nat_meet(const nat_config *c, const char *project, int64_t version, int64_t peer, bool dial,

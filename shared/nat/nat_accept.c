@@ -18,7 +18,7 @@
 #define FALLBACK_PUNCH_MS (NAT_PUNCH_WINDOW_MS + 3000)
 #define FALLBACK_DIRECT_MS 10000
 
-#define CONNS_PER_PEER 16       /* connections helped in per peer (the broker's bound too) */
+#define CONNS_PER_PEER 16 /* connections helped in per peer (the broker's bound too) */
 #define RETRY_MS 500
 
 typedef struct slot slot;
@@ -35,8 +35,8 @@ struct slot {
 	int64_t peer;
 	pthread_t th;
 	bool started;
-	char plan[8];             /* the plan of the latest meeting */
-	size_t n_conns;           /* conns[0..n_conns) started */
+	char plan[8];   /* the plan of the latest meeting */
+	size_t n_conns; /* conns[0..n_conns) started */
 	conn conns[CONNS_PER_PEER];
 };
 
@@ -99,7 +99,8 @@ static void *conn_main(void *arg)
 	/* The server holds our relay half until the dialer comes or our wait
 	 * ends (nothing to do then: it connected some other way). */
 	if (rfd < 0) {
-		cot_err rc = nat_relay_join(c, a->project, a->version, sl->peer, false, until, &a->stop, &rfd, &eb);
+		cot_err rc = nat_relay_join(c, a->project, a->version, sl->peer, false, until, &a->stop, &rfd,
+		                            &eb);
 		if (rc) {
 			if (strcmp(m->plan, "relay") == 0)
 				log_warn("nat: could not relay host %lld: %s", (long long)sl->peer, eb.msg);
@@ -129,13 +130,15 @@ static void *slot_main(void *arg)
 		cot_errbuf eb = { { 0 }, { 0 } };
 		conn *cn = &sl->conns[sl->n_conns];
 		cn->sl = sl;
-		cot_err rc = nat_meet(a->c, a->project, a->version, sl->peer, false, a->deadline, &a->stop, &cn->m, &eb);
+		cot_err rc = nat_meet(a->c, a->project, a->version, sl->peer, false, a->deadline, &a->stop,
+		                      &cn->m, &eb);
 		if (rc == COT_ERR_TIMEOUT)
-			continue;            /* the peer opened nothing more while we waited */
+			continue; /* the peer opened nothing more while we waited */
 		if (rc == COT_ERR_FORBIDDEN || rc == COT_ERR_CONFLICT || rc == COT_ERR_NOT_FOUND ||
 		    rc == COT_ERR_AUTH || rc == COT_ERR_INVALID) {
 			if (!a->stop)
-				log_info("nat: no more meetings with host %lld: %s", (long long)sl->peer, eb.msg);
+				log_info("nat: no more meetings with host %lld: %s", (long long)sl->peer,
+				         eb.msg);
 			break;
 		}
 		if (rc) {
@@ -159,9 +162,8 @@ static void *slot_main(void *arg)
 	return NULL;
 }
 
-cot_err nat_acceptor_start(const nat_config *c, const char *project, int64_t version,
-                           const int64_t *peers, size_t n, int64_t deadline, nat_acceptor **out,
-                           cot_errbuf *eb)
+cot_err nat_acceptor_start(const nat_config *c, const char *project, int64_t version, const int64_t *peers,
+                           size_t n, int64_t deadline, nat_acceptor **out, cot_errbuf *eb)
 {
 	if (n > ACCEPT_MAX)
 		return cot_seterr(eb, COT_ERR_INVALID, "at most %d peers, not %zu", ACCEPT_MAX, n);

@@ -23,12 +23,14 @@ cot_err nat_line_read(int fd, char out[NAT_LINE_MAX], int64_t deadline, const vo
 				return COT_OK;
 			}
 			if (n == NAT_LINE_MAX - 1)
-				return cot_seterr(eb, COT_ERR_TOO_LARGE, "line longer than %d bytes", NAT_LINE_MAX - 1);
+				return cot_seterr(eb, COT_ERR_TOO_LARGE, "line longer than %d bytes",
+				                  NAT_LINE_MAX - 1);
 			out[n++] = c;
 			continue;
 		}
 		if (got == 0)
-			return cot_seterr(eb, COT_ERR_NETWORK, "connection closed before the end of the line");
+			return cot_seterr(eb, COT_ERR_NETWORK,
+			                  "connection closed before the end of the line");
 		if (errno == EINTR)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)

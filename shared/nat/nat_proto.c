@@ -73,7 +73,8 @@ static int start_connect(const char *local_addr, int local_port, const char *add
 		if (local_port > 0)
 			setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
 		if (bind(fd, (struct sockaddr *)&from, fl) != 0) {
-			cot_seterr(eb, COT_ERR_IO, "could not bind to port %d: %s", local_port, strerror(errno));
+			cot_seterr(eb, COT_ERR_IO, "could not bind to port %d: %s", local_port,
+			           strerror(errno));
 			if (local_port > 0)
 				cot_sethint(eb, "A listener on that port must set SO_REUSEPORT.");
 			close(fd);
@@ -131,12 +132,14 @@ cot_err nat_connect_wait(int fd, const char *addr, uint16_t port, int64_t deadli
 		struct pollfd p = { .fd = fd, .events = POLLOUT };
 		int left = deadline_left_ms(deadline);
 		if (left == 0)
-			return cot_seterr(eb, COT_ERR_TIMEOUT, "timed out connecting to %s port %u", addr, port);
+			return cot_seterr(eb, COT_ERR_TIMEOUT, "timed out connecting to %s port %u", addr,
+			                  port);
 		int r = poll(&p, 1, left);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
-			return cot_seterr(eb, COT_ERR_IO, "could not wait for a connection: %s", strerror(errno));
+			return cot_seterr(eb, COT_ERR_IO, "could not wait for a connection: %s",
+			                  strerror(errno));
 		if (r == 0)
 			continue;
 		int err = 0;
@@ -144,8 +147,8 @@ cot_err nat_connect_wait(int fd, const char *addr, uint16_t port, int64_t deadli
 		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
 			err = errno;
 		if (err)
-			return cot_seterr(eb, COT_ERR_NETWORK, "could not connect to %s port %u: %s", addr, port,
-			                  strerror(err));
+			return cot_seterr(eb, COT_ERR_NETWORK, "could not connect to %s port %u: %s", addr,
+			                  port, strerror(err));
 		return COT_OK;
 	}
 }
@@ -159,7 +162,7 @@ static cot_err read_answer(int fd, char out[NAT_LINE_MAX], int64_t deadline, con
 	if (!rc)
 		return COT_OK;
 	if (rc == COT_ERR_TOO_LARGE)
-		rc = COT_ERR_INVALID;   /* an answer the protocol does not allow */
+		rc = COT_ERR_INVALID; /* an answer the protocol does not allow */
 	if (eb) {
 		char detail[sizeof eb->msg];
 		snprintf(detail, sizeof detail, "%s", eb->msg);
@@ -219,9 +222,13 @@ cot_err nat_request(const nat_config *c, int which, uint16_t *local_port, const 
 		int status = atoi(reply + 4);
 		const char *msg = strchr(reply + 4, ' ');
 		msg = msg ? strchr(msg + 1, ' ') : NULL;
-		rc = status == 401 ? COT_ERR_AUTH : status == 403 ? COT_ERR_FORBIDDEN
-		   : status == 404 ? COT_ERR_NOT_FOUND : status == 408 ? COT_ERR_TIMEOUT
-		   : status == 409 ? COT_ERR_CONFLICT : status == 400 ? COT_ERR_INVALID : COT_ERR_NETWORK;
+		rc = status == 401   ? COT_ERR_AUTH
+		     : status == 403 ? COT_ERR_FORBIDDEN
+		     : status == 404 ? COT_ERR_NOT_FOUND
+		     : status == 408 ? COT_ERR_TIMEOUT
+		     : status == 409 ? COT_ERR_CONFLICT
+		     : status == 400 ? COT_ERR_INVALID
+		                     : COT_ERR_NETWORK;
 		cot_seterr(eb, rc, "the NAT service refused: %s", msg ? msg + 1 : reply);
 	}
 	if (rc || !fd)
@@ -286,9 +293,11 @@ cot_err nat_observe(const nat_config *c, int64_t deadline, nat_observation *out,
 		socklen_t sl = sizeof ss;
 		if (!rc && getsockname(s, (struct sockaddr *)&ss, &sl) == 0) {
 			if (ss.ss_family == AF_INET)
-				inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, local, sizeof local);
+				inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, local,
+				          sizeof local);
 			else
-				inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, local, sizeof local);
+				inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, local,
+				          sizeof local);
 		}
 		int n = snprintf(line, sizeof line, "OBSERVE %lld %s %s %u %u\n", (long long)c->host_id,
 		                 c->token, local, c->listen_port, c->mapped_port);
@@ -305,12 +314,15 @@ cot_err nat_observe(const nat_config *c, int64_t deadline, nat_observation *out,
 		char k[16] = "", mp[16] = "";
 		if (strncmp(reply, "ERR ", 4) == 0) {
 			int status = atoi(reply + 4);
-			return cot_seterr(eb, status == 401 ? COT_ERR_AUTH : status == 403 ? COT_ERR_FORBIDDEN
-			                      : COT_ERR_NETWORK, "the NAT service refused: %.200s", reply + 4);
+			return cot_seterr(eb,
+			                  status == 401   ? COT_ERR_AUTH
+			                  : status == 403 ? COT_ERR_FORBIDDEN
+			                                  : COT_ERR_NETWORK,
+			                  "the NAT service refused: %.200s", reply + 4);
 		}
 		if (sscanf(reply, "SEEN %63s %u %15s %15s", out->addr, &p, k, mp) != 4 || p > 65535)
-			return cot_seterr(eb, COT_ERR_NETWORK, "malformed answer from the NAT service: \"%.80s\"",
-			                  reply);
+			return cot_seterr(eb, COT_ERR_NETWORK,
+			                  "malformed answer from the NAT service: \"%.80s\"", reply);
 		if (which)
 			out->port2 = (uint16_t)p;
 		else

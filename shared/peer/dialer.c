@@ -24,10 +24,7 @@ cot_err dialer_connect(dialer *d, const dialer_target *t, int64_t deadline, dial
 	return d->ops->connect(d, t, deadline, res, eb);
 }
 
-const char *dialer_rung(const dialer *d)
-{
-	return d->ops->rung;
-}
+const char *dialer_rung(const dialer *d) { return d->ops->rung; }
 
 void dialer_free(dialer *d)
 {
@@ -54,8 +51,8 @@ typedef struct {
 	size_t n;
 } ladder;
 
-static cot_err ladder_connect(dialer *d, const dialer_target *t, int64_t deadline,
-                              dialer_result *res, cot_errbuf *eb)
+static cot_err ladder_connect(dialer *d, const dialer_target *t, int64_t deadline, dialer_result *res,
+                              cot_errbuf *eb)
 {
 	ladder *l = (ladder *)d;
 	char trail[sizeof eb->msg] = "";
@@ -68,7 +65,7 @@ static cot_err ladder_connect(dialer *d, const dialer_target *t, int64_t deadlin
 			break;
 		}
 		int64_t share = (deadline - now) / (int64_t)(l->n - i);
-		cot_errbuf reb = {{0}, {0}};
+		cot_errbuf reb = { { 0 }, { 0 } };
 		rc = dialer_connect(l->rungs[i], t, now + share, res, &reb);
 		if (rc == COT_OK)
 			return COT_OK;
@@ -98,7 +95,8 @@ cot_err dialer_ladder_new(dialer **rungs, size_t n, dialer **out, cot_errbuf *eb
 		for (size_t i = 0; i < n; i++)
 			dialer_free(rungs[i]);
 		if (n < 1 || n > LADDER_MAX)
-			return cot_seterr(eb, COT_ERR_INVALID, "a ladder has 1 to %d rungs, not %zu", LADDER_MAX, n);
+			return cot_seterr(eb, COT_ERR_INVALID, "a ladder has 1 to %d rungs, not %zu",
+			                  LADDER_MAX, n);
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	}
 	l->base.ops = &ladder_ops;

@@ -18,17 +18,17 @@
 
 #include "shared/common/error.h"
 
-#define DIALER_ADDR_MAX 64        /* bytes of a numeric address, with the NUL */
+#define DIALER_ADDR_MAX 64 /* bytes of a numeric address, with the NUL */
 
 typedef struct {
-	const char *addr;         /* numeric IPv4 or IPv6 address: no DNS lookups */
+	const char *addr; /* numeric IPv4 or IPv6 address: no DNS lookups */
 	uint16_t port;
-	int64_t host_id;          /* whom we expect; rungs that need the server use it */
+	int64_t host_id; /* whom we expect; rungs that need the server use it */
 } dialer_target;
 
 typedef struct {
-	int fd;                   /* connected, non-blocking, TCP_NODELAY, close-on-exec */
-	const char *rung;         /* the rung that reached the peer ("direct") */
+	int fd;           /* connected, non-blocking, TCP_NODELAY, close-on-exec */
+	const char *rung; /* the rung that reached the peer ("direct") */
 } dialer_result;
 
 typedef struct dialer dialer;

@@ -13,8 +13,8 @@
 #include "shared/common/deadline.h"
 
 /* Connect one socket to ai before deadline. */
-static cot_err connect_one(const struct addrinfo *ai, const dialer_target *t, int64_t deadline,
-                           int *out, cot_errbuf *eb)
+static cot_err connect_one(const struct addrinfo *ai, const dialer_target *t, int64_t deadline, int *out,
+                           cot_errbuf *eb)
 {
 	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -62,8 +62,8 @@ fail:
 	                  strerror(err));
 }
 
-static cot_err direct_connect(dialer *d, const dialer_target *t, int64_t deadline,
-                              dialer_result *res, cot_errbuf *eb)
+static cot_err direct_connect(dialer *d, const dialer_target *t, int64_t deadline, dialer_result *res,
+                              cot_errbuf *eb)
 {
 	(void)d;
 	char port[8];
@@ -85,10 +85,7 @@ static cot_err direct_connect(dialer *d, const dialer_target *t, int64_t deadlin
 	return rc;
 }
 
-static void direct_free(dialer *d)
-{
-	free(d);
-}
+static void direct_free(dialer *d) { free(d); }
 
 static const dialer_ops direct_ops = { "direct", direct_connect, direct_free };
 

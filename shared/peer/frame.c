@@ -18,12 +18,18 @@ bool frame_type_known(uint8_t type)
 const char *frame_type_name(uint8_t type)
 {
 	switch (type) {
-	case FRAME_HELLO: return "HELLO";
-	case FRAME_READY: return "READY";
-	case FRAME_ERROR: return "ERROR";
-	case FRAME_SLICE: return "SLICE";
-	case FRAME_RESULT: return "RESULT";
-	case FRAME_ABORT: return "ABORT";
+	case FRAME_HELLO:
+		return "HELLO";
+	case FRAME_READY:
+		return "READY";
+	case FRAME_ERROR:
+		return "ERROR";
+	case FRAME_SLICE:
+		return "SLICE";
+	case FRAME_RESULT:
+		return "RESULT";
+	case FRAME_ABORT:
+		return "ABORT";
 	}
 	return "unknown";
 }
@@ -42,10 +48,7 @@ static void be32(unsigned char *p, uint32_t v)
 	p[3] = (unsigned char)v;
 }
 
-static uint16_t rd16(const unsigned char *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
+static uint16_t rd16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 
 static uint32_t rd32(const unsigned char *p)
 {
@@ -62,8 +65,8 @@ void frame_header_encode(const frame_header *h, unsigned char out[FRAME_HEADER_L
 	be32(out + 12, h->request_id);
 }
 
-cot_err frame_header_decode(const unsigned char in[FRAME_HEADER_LEN], size_t max_payload,
-                            frame_header *h, cot_errbuf *eb)
+cot_err frame_header_decode(const unsigned char in[FRAME_HEADER_LEN], size_t max_payload, frame_header *h,
+                            cot_errbuf *eb)
 {
 	if (max_payload > FRAME_PAYLOAD_HARD_MAX)
 		max_payload = FRAME_PAYLOAD_HARD_MAX;
@@ -72,8 +75,9 @@ cot_err frame_header_decode(const unsigned char in[FRAME_HEADER_LEN], size_t max
 		return cot_seterr(eb, COT_ERR_INVALID, "bad frame magic 0x%08x (expected 0x%08x)", magic,
 		                  FRAME_MAGIC);
 	if (in[4] != FRAME_VERSION)
-		return cot_seterr(eb, COT_ERR_UNSUPPORTED, "unsupported frame version %u (this build speaks %u)",
-		                  in[4], FRAME_VERSION);
+		return cot_seterr(eb, COT_ERR_UNSUPPORTED,
+		                  "unsupported frame version %u (this build speaks %u)", in[4],
+		                  FRAME_VERSION);
 	h->version = in[4];
 	h->type = in[5];
 	h->flags = rd16(in + 6);
@@ -121,10 +125,7 @@ void frame_writer_free(frame_writer *w)
 	memset(w, 0, sizeof *w);
 }
 
-cot_err frame_writer_error(const frame_writer *w)
-{
-	return w->err;
-}
+cot_err frame_writer_error(const frame_writer *w) { return w->err; }
 
 /* Room for n more bytes, or a sticky error. */
 static unsigned char *reserve(frame_writer *w, size_t n)
@@ -182,10 +183,7 @@ void frame_put_u64(frame_writer *w, uint64_t v)
 	}
 }
 
-void frame_put_i64(frame_writer *w, int64_t v)
-{
-	frame_put_u64(w, (uint64_t)v);
-}
+void frame_put_i64(frame_writer *w, int64_t v) { frame_put_u64(w, (uint64_t)v); }
 
 void frame_put_f32(frame_writer *w, float v)
 {
@@ -355,8 +353,8 @@ cot_err frame_get_str(frame_reader *r, char *out, size_t outlen)
 cot_err frame_reader_end(const frame_reader *r, const char *what, cot_errbuf *eb)
 {
 	if (r->failed)
-		return cot_seterr(eb, COT_ERR_INVALID, "malformed %s payload: a field is truncated or out of bounds",
-		                  what);
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "malformed %s payload: a field is truncated or out of bounds", what);
 	if (r->pos != r->len)
 		return cot_seterr(eb, COT_ERR_INVALID, "malformed %s payload: %zu trailing bytes", what,
 		                  r->len - r->pos);
@@ -376,8 +374,8 @@ cot_err frame_error_encode(frame_writer *w, uint16_t code, const char *reason)
 	return frame_writer_error(w);
 }
 
-cot_err frame_error_decode(const void *payload, size_t len, uint16_t *code,
-                           char reason[FRAME_REASON_MAX + 1], cot_errbuf *eb)
+cot_err frame_error_decode(const void *payload, size_t len, uint16_t *code, char reason[FRAME_REASON_MAX + 1],
+                           cot_errbuf *eb)
 {
 	frame_reader r;
 	frame_reader_init(&r, payload, len);
@@ -389,12 +387,18 @@ cot_err frame_error_decode(const void *payload, size_t len, uint16_t *code,
 cot_err frame_error_to_cot(uint16_t code)
 {
 	switch (code) {
-	case FRAME_ERR_PROTOCOL: return COT_ERR_INVALID;
-	case FRAME_ERR_VERSION: return COT_ERR_UNSUPPORTED;
-	case FRAME_ERR_PROJECT: return COT_ERR_FORBIDDEN;
-	case FRAME_ERR_IDENTITY: return COT_ERR_AUTH;
-	case FRAME_ERR_ROUND: return COT_ERR_CONFLICT;
-	case FRAME_ERR_LIMIT: return COT_ERR_TOO_LARGE;
+	case FRAME_ERR_PROTOCOL:
+		return COT_ERR_INVALID;
+	case FRAME_ERR_VERSION:
+		return COT_ERR_UNSUPPORTED;
+	case FRAME_ERR_PROJECT:
+		return COT_ERR_FORBIDDEN;
+	case FRAME_ERR_IDENTITY:
+		return COT_ERR_AUTH;
+	case FRAME_ERR_ROUND:
+		return COT_ERR_CONFLICT;
+	case FRAME_ERR_LIMIT:
+		return COT_ERR_TOO_LARGE;
 	}
 	return COT_ERR_NETWORK;
 }
@@ -402,12 +406,19 @@ cot_err frame_error_to_cot(uint16_t code)
 uint16_t frame_error_from_cot(cot_err e)
 {
 	switch (e) {
-	case COT_ERR_INVALID: return FRAME_ERR_PROTOCOL;
-	case COT_ERR_UNSUPPORTED: return FRAME_ERR_VERSION;
-	case COT_ERR_FORBIDDEN: return FRAME_ERR_PROJECT;
-	case COT_ERR_AUTH: return FRAME_ERR_IDENTITY;
-	case COT_ERR_CONFLICT: return FRAME_ERR_ROUND;
-	case COT_ERR_TOO_LARGE: return FRAME_ERR_LIMIT;
-	default: return FRAME_ERR_INTERNAL;
+	case COT_ERR_INVALID:
+		return FRAME_ERR_PROTOCOL;
+	case COT_ERR_UNSUPPORTED:
+		return FRAME_ERR_VERSION;
+	case COT_ERR_FORBIDDEN:
+		return FRAME_ERR_PROJECT;
+	case COT_ERR_AUTH:
+		return FRAME_ERR_IDENTITY;
+	case COT_ERR_CONFLICT:
+		return FRAME_ERR_ROUND;
+	case COT_ERR_TOO_LARGE:
+		return FRAME_ERR_LIMIT;
+	default:
+		return FRAME_ERR_INTERNAL;
 	}
 }

@@ -26,36 +26,36 @@
 
 #include "shared/common/error.h"
 
-#define FRAME_MAGIC 0x434f5450u                 /* "COTP" */
+#define FRAME_MAGIC 0x434f5450u /* "COTP" */
 #define FRAME_VERSION 1
 #define FRAME_HEADER_LEN 16
-#define FRAME_PAYLOAD_HARD_MAX (64u << 20)      /* 64 MiB, whatever a peer says */
-#define FRAME_PAYLOAD_DEFAULT_MAX (16u << 20)   /* per connection, until changed */
-#define FRAME_PAYLOAD_MIN_MAX (64u << 10)       /* smallest limit a peer may announce */
-#define FRAME_REASON_MAX 512                    /* bytes of an ERROR reason */
+#define FRAME_PAYLOAD_HARD_MAX (64u << 20)    /* 64 MiB, whatever a peer says */
+#define FRAME_PAYLOAD_DEFAULT_MAX (16u << 20) /* per connection, until changed */
+#define FRAME_PAYLOAD_MIN_MAX (64u << 10)     /* smallest limit a peer may announce */
+#define FRAME_REASON_MAX 512                  /* bytes of an ERROR reason */
 
 enum frame_type {
-	FRAME_HELLO = 0x01,   /* versions, project, host, round: see hello.h */
-	FRAME_READY = 0x02,   /* HELLO accepted; empty payload */
-	FRAME_ERROR = 0x03,   /* u16 code (enum frame_error), str reason; then close */
+	FRAME_HELLO = 0x01, /* versions, project, host, round: see hello.h */
+	FRAME_READY = 0x02, /* HELLO accepted; empty payload */
+	FRAME_ERROR = 0x03, /* u16 code (enum frame_error), str reason; then close */
 	/* 0x10..0x1f: the all-reduce's messages, read by shared/averaging/ itself
 	 * (allreduce_msg.h: also ACCEPTED 0x13, STREAM 0x14, RESULT_PART 0x15,
 	 * STREAM_END 0x16); frame_type_known() answers for this layer's own. */
-	FRAME_SLICE = 0x10,   /* a peer's slice of the gradient to an aggregator */
-	FRAME_RESULT = 0x11,  /* an aggregator's summed slice */
-	FRAME_ABORT = 0x12,   /* leave the round */
-	/* 0x20..0xff: unassigned (the NAT service speaks a line protocol, not frames) */
+	FRAME_SLICE = 0x10,  /* a peer's slice of the gradient to an aggregator */
+	FRAME_RESULT = 0x11, /* an aggregator's summed slice */
+	FRAME_ABORT = 0x12,  /* leave the round */
+	                     /* 0x20..0xff: unassigned (the NAT service speaks a line protocol, not frames) */
 };
 
 /* Codes carried by FRAME_ERROR: stable on the wire, unlike cot_err values. */
 enum frame_error {
-	FRAME_ERR_PROTOCOL = 1,   /* malformed or unexpected message */
-	FRAME_ERR_VERSION = 2,    /* no common protocol version */
-	FRAME_ERR_PROJECT = 3,    /* another project */
-	FRAME_ERR_IDENTITY = 4,   /* host id does not match the certificate, or not expected */
-	FRAME_ERR_ROUND = 5,      /* not in the same round */
-	FRAME_ERR_LIMIT = 6,      /* a size limit was exceeded */
-	FRAME_ERR_INTERNAL = 7,   /* the sender failed */
+	FRAME_ERR_PROTOCOL = 1, /* malformed or unexpected message */
+	FRAME_ERR_VERSION = 2,  /* no common protocol version */
+	FRAME_ERR_PROJECT = 3,  /* another project */
+	FRAME_ERR_IDENTITY = 4, /* host id does not match the certificate, or not expected */
+	FRAME_ERR_ROUND = 5,    /* not in the same round */
+	FRAME_ERR_LIMIT = 6,    /* a size limit was exceeded */
+	FRAME_ERR_INTERNAL = 7, /* the sender failed */
 };
 
 typedef struct {
@@ -79,8 +79,8 @@ void frame_header_encode(const frame_header *h, unsigned char out[FRAME_HEADER_L
  * FRAME_PAYLOAD_HARD_MAX).  COT_ERR_INVALID for a bad magic or flags,
  * COT_ERR_UNSUPPORTED for another layout version, COT_ERR_TOO_LARGE for a
  * length above the limit; each with a detail in eb. */
-cot_err frame_header_decode(const unsigned char in[FRAME_HEADER_LEN], size_t max_payload,
-                            frame_header *h, cot_errbuf *eb);
+cot_err frame_header_decode(const unsigned char in[FRAME_HEADER_LEN], size_t max_payload, frame_header *h,
+                            cot_errbuf *eb);
 
 /* Parse one whole frame at the start of buf (len bytes): *h, *payload (points
  * into buf) and *frame_len (header + payload).  COT_ERR_INVALID "truncated"
@@ -95,7 +95,7 @@ cot_err frame_decode(const void *buf, size_t len, size_t max_payload, frame_head
  * sticky: after one, further puts do nothing and frame_writer_error() says why
  * (COT_ERR_NOMEM or COT_ERR_TOO_LARGE). */
 typedef struct {
-	unsigned char *buf;   /* malloc'd; freed by frame_writer_free */
+	unsigned char *buf; /* malloc'd; freed by frame_writer_free */
 	size_t len, cap, max;
 	cot_err err;
 } frame_writer;
@@ -150,8 +150,8 @@ cot_err frame_reader_end(const frame_reader *r, const char *what, cot_errbuf *eb
 /* Payload of an ERROR frame: code, and reason cut to FRAME_REASON_MAX bytes. */
 cot_err frame_error_encode(frame_writer *w, uint16_t code, const char *reason);
 /* Parse an ERROR payload; reason must hold FRAME_REASON_MAX + 1 bytes. */
-cot_err frame_error_decode(const void *payload, size_t len, uint16_t *code,
-                           char reason[FRAME_REASON_MAX + 1], cot_errbuf *eb);
+cot_err frame_error_decode(const void *payload, size_t len, uint16_t *code, char reason[FRAME_REASON_MAX + 1],
+                           cot_errbuf *eb);
 /* The cot_err a received error code stands for (COT_ERR_NETWORK for unknown
  * codes), and the code to send for a local cot_err. */
 cot_err frame_error_to_cot(uint16_t code);

@@ -38,19 +38,21 @@ cot_err hello_decode(const void *payload, size_t len, hello_msg *m, cot_errbuf *
 	if (m->host_id <= 0 || m->round < 0)
 		return cot_seterr(eb, COT_ERR_INVALID, "HELLO has an invalid host id or round");
 	if (m->max_payload < FRAME_PAYLOAD_MIN_MAX)
-		return cot_seterr(eb, COT_ERR_INVALID, "HELLO announces a payload limit of %u bytes, below %u",
-		                  m->max_payload, FRAME_PAYLOAD_MIN_MAX);
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "HELLO announces a payload limit of %u bytes, below %u", m->max_payload,
+		                  FRAME_PAYLOAD_MIN_MAX);
 	return COT_OK;
 }
 
-cot_err hello_check(const hello_msg *ours, const hello_msg *theirs, int64_t cert_host_id,
-                    uint16_t *version, cot_errbuf *eb)
+cot_err hello_check(const hello_msg *ours, const hello_msg *theirs, int64_t cert_host_id, uint16_t *version,
+                    cot_errbuf *eb)
 {
 	if (strcmp(ours->project, theirs->project) != 0)
 		return cot_seterr(eb, COT_ERR_FORBIDDEN, "peer is in project \"%s\", not \"%s\"",
 		                  theirs->project, ours->project);
 	if (theirs->host_id != cert_host_id)
-		return cot_seterr(eb, COT_ERR_AUTH, "peer says it is host %lld, but its certificate names host %lld",
+		return cot_seterr(eb, COT_ERR_AUTH,
+		                  "peer says it is host %lld, but its certificate names host %lld",
 		                  (long long)theirs->host_id, (long long)cert_host_id);
 	uint16_t lo = ours->proto_min > theirs->proto_min ? ours->proto_min : theirs->proto_min;
 	uint16_t hi = ours->proto_max < theirs->proto_max ? ours->proto_max : theirs->proto_max;
@@ -106,8 +108,10 @@ cot_err hello_exchange(peer_conn *c, const hello_msg *ours, hello_msg *theirs, u
 	if (h.type == FRAME_ERROR)
 		rc = peer_refused(p, h.length, eb);
 	else if (h.type != FRAME_HELLO)
-		rc = refuse(c, cot_seterr(eb, COT_ERR_INVALID, "expected HELLO from peer, got %s (type %u)",
-		                          frame_type_name(h.type), h.type), deadline, eb);
+		rc = refuse(c,
+		            cot_seterr(eb, COT_ERR_INVALID, "expected HELLO from peer, got %s (type %u)",
+		                       frame_type_name(h.type), h.type),
+		            deadline, eb);
 	else if ((rc = hello_decode(p, h.length, theirs, eb)) ||
 	         (rc = hello_check(ours, theirs, peer_host_id(c), version, eb)))
 		rc = refuse(c, rc, deadline, eb);
@@ -127,8 +131,10 @@ cot_err hello_exchange(peer_conn *c, const hello_msg *ours, hello_msg *theirs, u
 	if (h.type == FRAME_ERROR)
 		rc = peer_refused(p, h.length, eb);
 	else if (h.type != FRAME_READY || h.length != 0)
-		rc = refuse(c, cot_seterr(eb, COT_ERR_INVALID, "expected READY from peer, got %s (type %u)",
-		                          frame_type_name(h.type), h.type), deadline, eb);
+		rc = refuse(c,
+		            cot_seterr(eb, COT_ERR_INVALID, "expected READY from peer, got %s (type %u)",
+		                       frame_type_name(h.type), h.type),
+		            deadline, eb);
 	free(p);
 	return rc;
 }

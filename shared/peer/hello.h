@@ -23,7 +23,8 @@
 #include "shared/peer/peer.h"
 #include "shared/peer/pki.h"
 
-#define HELLO_PROTO_MIN 2         /* message-set versions this build speaks (2: pipelined parts, doc/peer-protocol.md) */
+#define HELLO_PROTO_MIN \
+	2 /* message-set versions this build speaks (2: pipelined parts, doc/peer-protocol.md) */
 #define HELLO_PROTO_MAX 2
 
 typedef struct {
@@ -45,8 +46,8 @@ cot_err hello_decode(const void *payload, size_t len, hello_msg *m, cot_errbuf *
  * COT_ERR_UNSUPPORTED (no common version), COT_ERR_FORBIDDEN (another
  * project), COT_ERR_AUTH (host id is not the certificate's),
  * COT_ERR_CONFLICT (another round), COT_ERR_INVALID (bad limits). */
-cot_err hello_check(const hello_msg *ours, const hello_msg *theirs, int64_t cert_host_id,
-                    uint16_t *version, cot_errbuf *eb);
+cot_err hello_check(const hello_msg *ours, const hello_msg *theirs, int64_t cert_host_id, uint16_t *version,
+                    cot_errbuf *eb);
 
 /* Run the exchange on c before deadline.  ours->host_id and ours->project
  * must be this host's.  On COT_OK, *theirs and *version hold what was agreed

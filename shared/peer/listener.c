@@ -40,7 +40,8 @@ cot_err listener_open(const char *addr, uint16_t port, int backlog, listener **o
 	}
 	int one = 1, zero = 0;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);  /* NAT punches leave from this port (nat.h) */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one,
+	           sizeof one); /* NAT punches leave from this port (nat.h) */
 	if (ai->ai_family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
 	if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog > 0 ? backlog : 64) != 0) {
@@ -70,15 +71,9 @@ cot_err listener_open(const char *addr, uint16_t port, int backlog, listener **o
 	return COT_OK;
 }
 
-uint16_t listener_port(const listener *l)
-{
-	return l->port;
-}
+uint16_t listener_port(const listener *l) { return l->port; }
 
-int listener_fd(const listener *l)
-{
-	return l->fd;
-}
+int listener_fd(const listener *l) { return l->fd; }
 
 static void format_peer(const struct sockaddr_storage *ss, char *out)
 {
@@ -115,13 +110,15 @@ cot_err listener_accept(listener *l, int64_t deadline, int *fd, char *peer, cot_
 		if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return cot_seterr(eb, COT_ERR_IO, "could not accept a connection: %s", strerror(errno));
+			return cot_seterr(eb, COT_ERR_IO, "could not accept a connection: %s",
+			                  strerror(errno));
 		struct pollfd p = { .fd = l->fd, .events = POLLIN };
 		int left = deadline_left_ms(deadline);
 		if (left == 0)
 			return cot_seterr(eb, COT_ERR_TIMEOUT, "timed out waiting for a peer to connect");
 		if (poll(&p, 1, left) < 0 && errno != EINTR)
-			return cot_seterr(eb, COT_ERR_IO, "could not wait for a connection: %s", strerror(errno));
+			return cot_seterr(eb, COT_ERR_IO, "could not wait for a connection: %s",
+			                  strerror(errno));
 	}
 }
 

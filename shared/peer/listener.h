@@ -12,7 +12,7 @@
 
 #include "shared/common/error.h"
 
-#define LISTENER_ADDR_MAX 64      /* "[addr]:port" of a peer, with the NUL */
+#define LISTENER_ADDR_MAX 64 /* "[addr]:port" of a peer, with the NUL */
 
 typedef struct listener listener;
 

@@ -27,7 +27,7 @@
 #include "shared/common/deadline.h"
 #include "shared/peer/pki.h"
 
-#define WRITE_CHUNK (256 * 1024)      /* bytes per SSL_write call */
+#define WRITE_CHUNK (256 * 1024) /* bytes per SSL_write call */
 
 struct peer_ctx {
 	SSL_CTX *ssl;
@@ -39,11 +39,11 @@ struct peer_conn {
 	peer_ctx *ctx;
 	SSL *ssl;
 	int fd;
-	int64_t host_id;          /* the peer's, once verified */
+	int64_t host_id; /* the peer's, once verified */
 	int64_t expect_host_id;
 	size_t recv_max, send_max;
 	bool broken;
-	cot_errbuf verify_eb;     /* why the peer's certificate was refused */
+	cot_errbuf verify_eb; /* why the peer's certificate was refused */
 	bool verify_failed;
 };
 
@@ -90,8 +90,8 @@ static int verify_peer(X509_STORE_CTX *sctx, void *arg)
 		return 0;
 	}
 	int64_t id = 0;
-	cot_err rc = pki_trust_verify(ctx->trust, X509_STORE_CTX_get0_cert(sctx), (int64_t)time(NULL),
-	                              &id, &c->verify_eb);
+	cot_err rc = pki_trust_verify(ctx->trust, X509_STORE_CTX_get0_cert(sctx), (int64_t)time(NULL), &id,
+	                              &c->verify_eb);
 	if (rc == COT_OK && c->expect_host_id > 0 && id != c->expect_host_id) {
 		cot_seterr(&c->verify_eb, COT_ERR_AUTH, "peer is host %lld, not the expected host %lld",
 		           (long long)id, (long long)c->expect_host_id);
@@ -115,15 +115,9 @@ void peer_ctx_free(peer_ctx *ctx)
 	free(ctx);
 }
 
-int64_t peer_ctx_host_id(const peer_ctx *ctx)
-{
-	return ctx->host_id;
-}
+int64_t peer_ctx_host_id(const peer_ctx *ctx) { return ctx->host_id; }
 
-const char *peer_ctx_project(const peer_ctx *ctx)
-{
-	return pki_trust_project(ctx->trust);
-}
+const char *peer_ctx_project(const peer_ctx *ctx) { return pki_trust_project(ctx->trust); }
 
 static cot_err ssl_fail(cot_errbuf *eb, cot_err e, const char *what)
 {
@@ -160,8 +154,8 @@ cot_err peer_ctx_new(const peer_identity *id, peer_ctx **out, cot_errbuf *eb)
 		goto fail;
 	}
 	if (!SSL_CTX_set_min_proto_version(s, TLS1_3_VERSION) ||
-	    !SSL_CTX_set_max_proto_version(s, TLS1_3_VERSION) ||
-	    SSL_CTX_use_certificate(s, cert) != 1 || SSL_CTX_use_PrivateKey(s, key) != 1) {
+	    !SSL_CTX_set_max_proto_version(s, TLS1_3_VERSION) || SSL_CTX_use_certificate(s, cert) != 1 ||
+	    SSL_CTX_use_PrivateKey(s, key) != 1) {
 		rc = ssl_fail(eb, COT_ERR_INVALID, "could not set up TLS with the host certificate");
 		goto fail;
 	}
@@ -193,8 +187,7 @@ fail:
 
 /* Wait until the socket is ready for what OpenSSL asked (SSL_ERROR_WANT_READ
  * or _WRITE), or the deadline passes. */
-static cot_err wait_ready(peer_conn *c, int ssl_err, int64_t deadline, const char *doing,
-                          cot_errbuf *eb)
+static cot_err wait_ready(peer_conn *c, int ssl_err, int64_t deadline, const char *doing, cot_errbuf *eb)
 {
 	struct pollfd p = { .fd = c->fd, .events = ssl_err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN };
 	for (;;) {
@@ -204,9 +197,10 @@ static cot_err wait_ready(peer_conn *c, int ssl_err, int64_t deadline, const cha
 			                  (long long)c->host_id);
 		int r = poll(&p, 1, left);
 		if (r > 0)
-			return COT_OK;  /* ready, or an error the next OpenSSL call reports */
+			return COT_OK; /* ready, or an error the next OpenSSL call reports */
 		if (r < 0 && errno != EINTR)
-			return cot_seterr(eb, COT_ERR_IO, "could not wait on the connection: %s", strerror(errno));
+			return cot_seterr(eb, COT_ERR_IO, "could not wait on the connection: %s",
+			                  strerror(errno));
 	}
 }
 
@@ -238,7 +232,8 @@ static cot_err io_error(peer_conn *c, int e, const char *doing, cot_errbuf *eb)
 	int err = errno;
 	ERR_clear_error();
 	c->broken = true;
-	if (e == SSL_ERROR_SSL && code && ERR_GET_LIB(code) == ERR_LIB_SSL && cert_alert(ERR_GET_REASON(code))) {
+	if (e == SSL_ERROR_SSL && code && ERR_GET_LIB(code) == ERR_LIB_SSL &&
+	    cert_alert(ERR_GET_REASON(code))) {
 		/* TLS 1.3: a server refuses a client's certificate after the
 		 * client finished its handshake, so the client learns it here. */
 		cot_seterr(eb, COT_ERR_AUTH, "peer refused our certificate: %s", r);
@@ -249,14 +244,16 @@ static cot_err io_error(peer_conn *c, int e, const char *doing, cot_errbuf *eb)
 		return cot_seterr(eb, COT_ERR_NETWORK, "peer closed the connection while %s", doing);
 	if (e == SSL_ERROR_SYSCALL)
 		return cot_seterr(eb, COT_ERR_NETWORK, "connection lost while %s: %s", doing,
-		                  code ? r : err ? strerror(err) : "unexpected end of stream");
+		                  code  ? r
+		                  : err ? strerror(err)
+		                        : "unexpected end of stream");
 	return cot_seterr(eb, COT_ERR_NETWORK, "TLS failure while %s: %s", doing, code ? r : "unknown");
 }
 
 /* ---- The handshake ---- */
 
-cot_err peer_handshake(peer_ctx *ctx, int fd, peer_role role, int64_t expect_host_id,
-                       int64_t deadline, peer_conn **out, cot_errbuf *eb)
+cot_err peer_handshake(peer_ctx *ctx, int fd, peer_role role, int64_t expect_host_id, int64_t deadline,
+                       peer_conn **out, cot_errbuf *eb)
 {
 	peer_conn *c = calloc(1, sizeof *c);
 	if (!c) {
@@ -302,7 +299,8 @@ cot_err peer_handshake(peer_ctx *ctx, int fd, peer_role role, int64_t expect_hos
 			if (c->verify_eb.hint[0])
 				cot_sethint(eb, "%s", c->verify_eb.hint);
 		} else if (reason == SSL_R_UNSUPPORTED_PROTOCOL || reason == SSL_R_NO_PROTOCOLS_AVAILABLE ||
-		           reason == SSL_R_TLSV1_ALERT_PROTOCOL_VERSION || reason == SSL_R_WRONG_VERSION_NUMBER) {
+		           reason == SSL_R_TLSV1_ALERT_PROTOCOL_VERSION ||
+		           reason == SSL_R_WRONG_VERSION_NUMBER) {
 			rc = ssl_fail(eb, COT_ERR_UNSUPPORTED, "peer does not speak TLS 1.3");
 		} else if (e == SSL_ERROR_SSL && (reason == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE ||
 		                                  reason == SSL_R_CERTIFICATE_VERIFY_FAILED)) {
@@ -334,10 +332,7 @@ done:
 	return COT_OK;
 }
 
-int64_t peer_host_id(const peer_conn *c)
-{
-	return c->host_id;
-}
+int64_t peer_host_id(const peer_conn *c) { return c->host_id; }
 
 static size_t clamp_max(size_t max)
 {
@@ -348,20 +343,11 @@ static size_t clamp_max(size_t max)
 	return max;
 }
 
-void peer_set_max_payload(peer_conn *c, size_t max)
-{
-	c->recv_max = clamp_max(max);
-}
+void peer_set_max_payload(peer_conn *c, size_t max) { c->recv_max = clamp_max(max); }
 
-size_t peer_max_payload(const peer_conn *c)
-{
-	return c->recv_max;
-}
+size_t peer_max_payload(const peer_conn *c) { return c->recv_max; }
 
-void peer_set_send_max(peer_conn *c, size_t max)
-{
-	c->send_max = clamp_max(max);
-}
+void peer_set_send_max(peer_conn *c, size_t max) { c->send_max = clamp_max(max); }
 
 /* ---- Frames ---- */
 
@@ -369,7 +355,8 @@ static cot_err check_usable(const peer_conn *c, cot_errbuf *eb)
 {
 	if (c->broken)
 		return cot_seterr(eb, COT_ERR_CONFLICT,
-		                  "connection to host %lld is broken by an earlier error", (long long)c->host_id);
+		                  "connection to host %lld is broken by an earlier error",
+		                  (long long)c->host_id);
 	return COT_OK;
 }
 
@@ -392,8 +379,8 @@ static void explain_reset(peer_conn *c, cot_err *rc, cot_errbuf *eb)
 
 /* Write n bytes; *done counts what went out (for deciding whether a failure
  * broke a frame in the middle). */
-static cot_err write_all(peer_conn *c, const unsigned char *p, size_t n, int64_t deadline,
-                         size_t *done, cot_errbuf *eb)
+static cot_err write_all(peer_conn *c, const unsigned char *p, size_t n, int64_t deadline, size_t *done,
+                         cot_errbuf *eb)
 {
 	size_t off = 0;
 	while (off < n) {
@@ -420,15 +407,16 @@ static cot_err write_all(peer_conn *c, const unsigned char *p, size_t n, int64_t
 	return COT_OK;
 }
 
-cot_err peer_send_frame(peer_conn *c, uint8_t type, uint32_t request_id, const void *payload,
-                        size_t len, int64_t deadline, cot_errbuf *eb)
+cot_err peer_send_frame(peer_conn *c, uint8_t type, uint32_t request_id, const void *payload, size_t len,
+                        int64_t deadline, cot_errbuf *eb)
 {
 	cot_err rc = check_usable(c, eb);
 	if (rc)
 		return rc;
 	if (len > c->send_max || len > FRAME_PAYLOAD_HARD_MAX)
 		return cot_seterr(eb, COT_ERR_TOO_LARGE,
-		                  "frame of type %s with %zu payload bytes exceeds the peer's limit of %zu bytes",
+		                  "frame of type %s with %zu payload bytes exceeds the peer's limit of %zu "
+		                  "bytes",
 		                  frame_type_name(type), len, c->send_max);
 	/* The header and the start of the payload go out in one TLS record. */
 	unsigned char first[16384];
@@ -493,7 +481,8 @@ cot_err peer_recv_frame(peer_conn *c, frame_header *h, unsigned char **payload, 
 	rc = read_all(c, hb, sizeof hb, deadline, &got, "waiting for a frame", eb);
 	if (rc) {
 		if (got > 0 && rc == COT_ERR_NETWORK)
-			cot_seterr(eb, rc, "connection to host %lld closed mid-frame, after %zu of %d header bytes",
+			cot_seterr(eb, rc,
+			           "connection to host %lld closed mid-frame, after %zu of %d header bytes",
 			           (long long)c->host_id, got, FRAME_HEADER_LEN);
 		/* A timeout before the first byte leaves the stream intact. */
 		if (!(rc == COT_ERR_TIMEOUT && got == 0))
@@ -509,7 +498,8 @@ cot_err peer_recv_frame(peer_conn *c, frame_header *h, unsigned char **payload, 
 		buf = malloc(h->length);
 		if (!buf) {
 			c->broken = true;
-			rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory for a frame of %u bytes", h->length);
+			rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory for a frame of %u bytes",
+			                h->length);
 			goto done;
 		}
 		got = 0;
@@ -517,7 +507,9 @@ cot_err peer_recv_frame(peer_conn *c, frame_header *h, unsigned char **payload, 
 		if (rc) {
 			c->broken = true;
 			if (rc == COT_ERR_NETWORK)
-				cot_seterr(eb, rc, "connection to host %lld closed mid-frame, after %zu of %u payload bytes",
+				cot_seterr(eb, rc,
+				           "connection to host %lld closed mid-frame, after %zu of %u "
+				           "payload bytes",
 				           (long long)c->host_id, got, h->length);
 			free(buf);
 			buf = NULL;
@@ -551,7 +543,7 @@ void peer_close(peer_conn *c)
 		if (c->broken)
 			SSL_set_quiet_shutdown(c->ssl, 1);
 		else
-			SSL_shutdown(c->ssl);  /* one attempt; a non-blocking socket never waits */
+			SSL_shutdown(c->ssl); /* one attempt; a non-blocking socket never waits */
 		ERR_clear_error();
 		sigpipe_restore(&g);
 		SSL_free(c->ssl);

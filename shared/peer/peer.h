@@ -40,12 +40,12 @@ typedef struct peer_conn peer_conn;
 /* This host's identity; PEM buffers with their lengths (each at most
  * PKI_PEM_MAX).  Nothing is kept pointing into them after peer_ctx_new. */
 typedef struct {
-	const char *project;      /* the project name the CA names */
-	const char *ca_pem;       /* the pinned project CA certificate */
+	const char *project; /* the project name the CA names */
+	const char *ca_pem;  /* the pinned project CA certificate */
 	size_t ca_len;
-	const char *cert_pem;     /* this host's certificate, from the project server */
+	const char *cert_pem; /* this host's certificate, from the project server */
 	size_t cert_len;
-	const char *key_pem;      /* this host's private key */
+	const char *key_pem; /* this host's private key */
 	size_t key_len;
 } peer_identity;
 
@@ -74,8 +74,8 @@ const char *peer_ctx_project(const peer_ctx *ctx);
  * In TLS 1.3 the server checks the client's certificate after the client has
  * finished its handshake, so a client learns that it was refused on its first
  * receive (the HELLO exchange, hello.h). */
-cot_err peer_handshake(peer_ctx *ctx, int fd, peer_role role, int64_t expect_host_id,
-                       int64_t deadline, peer_conn **out, cot_errbuf *eb);
+cot_err peer_handshake(peer_ctx *ctx, int fd, peer_role role, int64_t expect_host_id, int64_t deadline,
+                       peer_conn **out, cot_errbuf *eb);
 
 /* The peer's host id, from its verified certificate. */
 int64_t peer_host_id(const peer_conn *c);
@@ -90,8 +90,8 @@ void peer_set_send_max(peer_conn *c, size_t max);
 /* Send one frame of type with len payload bytes before deadline.  Returns when
  * the whole frame is written; COT_ERR_TOO_LARGE (and nothing sent) above the
  * send limit. */
-cot_err peer_send_frame(peer_conn *c, uint8_t type, uint32_t request_id, const void *payload,
-                        size_t len, int64_t deadline, cot_errbuf *eb);
+cot_err peer_send_frame(peer_conn *c, uint8_t type, uint32_t request_id, const void *payload, size_t len,
+                        int64_t deadline, cot_errbuf *eb);
 
 /* Receive one frame before deadline: its header in *h, its payload in
  * *payload (malloc'd, the caller frees; NULL when empty).  Refuses bad headers

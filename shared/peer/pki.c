@@ -28,7 +28,7 @@ struct pki_ca {
 };
 
 struct pki_trust {
-	X509_STORE *store;            /* holds only the CA certificate */
+	X509_STORE *store; /* holds only the CA certificate */
 	X509 *ca;
 	char project[PKI_PROJECT_MAX + 1];
 };
@@ -100,7 +100,7 @@ static cot_err set_random_serial(X509 *x, cot_errbuf *eb)
 	if (RAND_bytes(r, sizeof r) != 1)
 		return ssl_fail(eb, COT_ERR_INTERNAL, "could not draw a certificate serial");
 	r[0] &= 0x7f;
-	r[0] |= 0x01 << 6;            /* never a short serial */
+	r[0] |= 0x01 << 6; /* never a short serial */
 	BIGNUM *bn = BN_bin2bn(r, sizeof r, NULL);
 	int okay = bn && BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x));
 	BN_free(bn);
@@ -123,10 +123,10 @@ static bool add_ext(X509 *x, X509 *issuer, int nid, const char *value)
 
 static bool set_name(X509_NAME *n, const char *cn, const char *org)
 {
-	return X509_NAME_add_entry_by_NID(n, NID_commonName, MBSTRING_ASC,
-	                                  (const unsigned char *)cn, -1, -1, 0) == 1 &&
-	       X509_NAME_add_entry_by_NID(n, NID_organizationName, MBSTRING_ASC,
-	                                  (const unsigned char *)org, -1, -1, 0) == 1;
+	return X509_NAME_add_entry_by_NID(n, NID_commonName, MBSTRING_ASC, (const unsigned char *)cn, -1, -1,
+	                                  0) == 1 &&
+	       X509_NAME_add_entry_by_NID(n, NID_organizationName, MBSTRING_ASC, (const unsigned char *)org,
+	                                  -1, -1, 0) == 1;
 }
 
 /* PEM text of what write() puts into a memory BIO, malloc'd and NUL-terminated. */
@@ -277,8 +277,9 @@ static cot_err read_file(const char *path, bool private, char **data, size_t *le
 	}
 	if (st.st_size > PKI_PEM_MAX) {
 		close(fd);
-		return cot_seterr(eb, COT_ERR_TOO_LARGE, "file \"%s\" of %lld bytes exceeds the limit of %d bytes",
-		                  path, (long long)st.st_size, PKI_PEM_MAX);
+		return cot_seterr(eb, COT_ERR_TOO_LARGE,
+		                  "file \"%s\" of %lld bytes exceeds the limit of %d bytes", path,
+		                  (long long)st.st_size, PKI_PEM_MAX);
 	}
 	char *buf = malloc(PKI_PEM_MAX + 2);
 	if (!buf) {
@@ -295,7 +296,8 @@ static cot_err read_file(const char *path, bool private, char **data, size_t *le
 			int err = errno;
 			close(fd);
 			free(buf);
-			return cot_seterr(eb, COT_ERR_IO, "could not read file \"%s\": %s", path, strerror(err));
+			return cot_seterr(eb, COT_ERR_IO, "could not read file \"%s\": %s", path,
+			                  strerror(err));
 		}
 		if (r == 0)
 			break;
@@ -329,15 +331,13 @@ void pki_ca_free(pki_ca *ca)
 	free(ca);
 }
 
-const char *pki_ca_project(const pki_ca *ca)
-{
-	return ca->project;
-}
+const char *pki_ca_project(const pki_ca *ca) { return ca->project; }
 
 cot_err pki_ca_create(const char *project, int lifetime_days, pki_ca **out, cot_errbuf *eb)
 {
 	if (!pki_project_name_valid(project))
-		return cot_seterr(eb, COT_ERR_INVALID, "invalid project name \"%.80s\"", project ? project : "");
+		return cot_seterr(eb, COT_ERR_INVALID, "invalid project name \"%.80s\"",
+		                  project ? project : "");
 	if (lifetime_days == 0)
 		lifetime_days = PKI_CA_LIFETIME_DEFAULT_DAYS;
 	if (lifetime_days < 1 || lifetime_days > PKI_CA_LIFETIME_MAX_DAYS)
@@ -367,8 +367,7 @@ cot_err pki_ca_create(const char *project, int lifetime_days, pki_ca **out, cot_
 	    !X509_set_issuer_name(x, X509_get_subject_name(x)) || !X509_set_pubkey(x, ca->key) ||
 	    !add_ext(x, x, NID_basic_constraints, "critical,CA:TRUE,pathlen:0") ||
 	    !add_ext(x, x, NID_key_usage, "critical,keyCertSign,cRLSign") ||
-	    !add_ext(x, x, NID_subject_key_identifier, "hash") ||
-	    X509_sign(x, ca->key, NULL) <= 0) {
+	    !add_ext(x, x, NID_subject_key_identifier, "hash") || X509_sign(x, ca->key, NULL) <= 0) {
 		rc = ssl_fail(eb, COT_ERR_INTERNAL, "could not make the CA certificate");
 		goto fail;
 	}
@@ -428,8 +427,8 @@ static cot_err check_ca_cert(X509 *x, char project[PKI_PROJECT_MAX + 1], cot_err
 		return cot_seterr(eb, COT_ERR_AUTH, "CA certificate is not self-signed");
 	}
 	if (!name_get(X509_get_subject_name(x), NID_organizationName, project, PKI_PROJECT_MAX + 1) ||
-	    !name_get(X509_get_subject_name(x), NID_commonName, cn, sizeof cn) ||
-	    strcmp(cn, project) != 0 || !pki_project_name_valid(project))
+	    !name_get(X509_get_subject_name(x), NID_commonName, cn, sizeof cn) || strcmp(cn, project) != 0 ||
+	    !pki_project_name_valid(project))
 		return cot_seterr(eb, COT_ERR_AUTH, "CA certificate does not name a cotrain project");
 	return COT_OK;
 }
@@ -588,16 +587,13 @@ void pki_trust_free(pki_trust *t)
 	free(t);
 }
 
-const char *pki_trust_project(const pki_trust *t)
-{
-	return t->project;
-}
+const char *pki_trust_project(const pki_trust *t) { return t->project; }
 
-cot_err pki_trust_new(const char *ca_pem, size_t len, const char *project, pki_trust **out,
-                      cot_errbuf *eb)
+cot_err pki_trust_new(const char *ca_pem, size_t len, const char *project, pki_trust **out, cot_errbuf *eb)
 {
 	if (!pki_project_name_valid(project))
-		return cot_seterr(eb, COT_ERR_INVALID, "invalid project name \"%.80s\"", project ? project : "");
+		return cot_seterr(eb, COT_ERR_INVALID, "invalid project name \"%.80s\"",
+		                  project ? project : "");
 	pki_trust *t = calloc(1, sizeof *t);
 	if (!t)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
@@ -662,7 +658,8 @@ static cot_err check_validity(X509 *cert, const char *whom, int64_t now, cot_err
 	if (c < 0) {
 		time_str(X509_get0_notAfter(cert), ts, sizeof ts);
 		cot_seterr(eb, COT_ERR_AUTH, "%s expired at %s", whom, ts);
-		cot_sethint(eb, "Host certificates are short-lived; the client renews them from the project server.");
+		cot_sethint(eb, "Host certificates are short-lived; the client renews them from the project "
+		                "server.");
 		return COT_ERR_AUTH;
 	}
 	return COT_OK;
@@ -671,8 +668,7 @@ bad:
 	return cot_seterr(eb, COT_ERR_AUTH, "%s has an unreadable validity period", whom);
 }
 
-cot_err pki_trust_verify(const pki_trust *t, X509 *cert, int64_t now, int64_t *host_id,
-                         cot_errbuf *eb)
+cot_err pki_trust_verify(const pki_trust *t, X509 *cert, int64_t now, int64_t *host_id, cot_errbuf *eb)
 {
 	char cn[64], org[PKI_PROJECT_MAX + 1];
 	int64_t id = 0;
@@ -681,7 +677,8 @@ cot_err pki_trust_verify(const pki_trust *t, X509 *cert, int64_t now, int64_t *h
 	if (!name_get(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn))
 		return cot_seterr(eb, COT_ERR_AUTH, "certificate has no single common name");
 	if (X509_check_ca(cert) != 0)
-		return cot_seterr(eb, COT_ERR_AUTH, "certificate \"%s\" is a CA certificate, not a host certificate", cn);
+		return cot_seterr(eb, COT_ERR_AUTH,
+		                  "certificate \"%s\" is a CA certificate, not a host certificate", cn);
 	if (!parse_host_cn(cn, &id))
 		return cot_seterr(eb, COT_ERR_AUTH, "certificate \"%.63s\" does not name a host", cn);
 
@@ -701,8 +698,8 @@ cot_err pki_trust_verify(const pki_trust *t, X509 *cert, int64_t now, int64_t *h
 	X509_STORE_CTX_free(ctx);
 	ERR_clear_error();
 	if (v != 1) {
-		cot_seterr(eb, COT_ERR_AUTH, "certificate \"%s\" is not from the CA of project \"%s\": %s", cn,
-		           t->project, X509_verify_cert_error_string(verr));
+		cot_seterr(eb, COT_ERR_AUTH, "certificate \"%s\" is not from the CA of project \"%s\": %s",
+		           cn, t->project, X509_verify_cert_error_string(verr));
 		cot_sethint(eb, "Only hosts registered with this project may join its groups.");
 		return COT_ERR_AUTH;
 	}

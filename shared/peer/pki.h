@@ -33,15 +33,15 @@
 
 #include "shared/common/error.h"
 
-#define PKI_PEM_MAX (16 * 1024)                 /* any PEM input, in bytes */
-#define PKI_PROJECT_MAX 64                      /* project name, in bytes */
-#define PKI_HOST_LIFETIME_DEFAULT_S (6 * 3600)  /* host certificates */
+#define PKI_PEM_MAX (16 * 1024)                /* any PEM input, in bytes */
+#define PKI_PROJECT_MAX 64                     /* project name, in bytes */
+#define PKI_HOST_LIFETIME_DEFAULT_S (6 * 3600) /* host certificates */
 #define PKI_HOST_LIFETIME_MIN_S 60
 #define PKI_HOST_LIFETIME_MAX_S (30 * 24 * 3600)
 #define PKI_CA_LIFETIME_DEFAULT_DAYS 3650
 #define PKI_CA_LIFETIME_MAX_DAYS (30 * 366)
-#define PKI_CLOCK_SKEW_S 300                    /* tolerated either way */
-#define PKI_NO_TIME_CHECK INT64_MIN             /* see pki_trust_verify */
+#define PKI_CLOCK_SKEW_S 300        /* tolerated either way */
+#define PKI_NO_TIME_CHECK INT64_MIN /* see pki_trust_verify */
 
 /* True when s is a project name as the database allows it:
  * ^[a-z0-9][a-z0-9-]{0,63}$. */
@@ -109,8 +109,7 @@ typedef struct pki_trust pki_trust;
 
 /* Pin ca_pem (len bytes) as the only trust anchor for project.  Refuses a
  * certificate that is not a self-signed CA or names another project. */
-cot_err pki_trust_new(const char *ca_pem, size_t len, const char *project, pki_trust **out,
-                      cot_errbuf *eb);
+cot_err pki_trust_new(const char *ca_pem, size_t len, const char *project, pki_trust **out, cot_errbuf *eb);
 void pki_trust_free(pki_trust *t);
 const char *pki_trust_project(const pki_trust *t);
 
@@ -119,8 +118,7 @@ const char *pki_trust_project(const pki_trust *t);
  * skips that, for checking one's own certificate), is a host
  * certificate (not a CA; clientAuth and serverAuth) of this project, and
  * return its host id in *host_id.  COT_ERR_AUTH with a detail when refused. */
-cot_err pki_trust_verify(const pki_trust *t, X509 *cert, int64_t now, int64_t *host_id,
-                         cot_errbuf *eb);
+cot_err pki_trust_verify(const pki_trust *t, X509 *cert, int64_t now, int64_t *host_id, cot_errbuf *eb);
 
 /* The same for a PEM certificate of len bytes. */
 cot_err pki_trust_verify_pem(const pki_trust *t, const char *cert_pem, size_t len, int64_t now,

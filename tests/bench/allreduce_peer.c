@@ -65,12 +65,11 @@
 
 static int usage(void)
 {
-	fprintf(stderr,
-	        "usage: allreduce_peer --make-certs DIR N\n"
-	        "       allreduce_peer --plan FILE --self I --certs DIR\n"
-	        "       allreduce_peer --shares LEN MBIT...\n"
-	        "       allreduce_peer --tcp-sink PORT\n"
-	        "       allreduce_peer --tcp-source ADDR PORT MBYTES\n");
+	fprintf(stderr, "usage: allreduce_peer --make-certs DIR N\n"
+	                "       allreduce_peer --plan FILE --self I --certs DIR\n"
+	                "       allreduce_peer --shares LEN MBIT...\n"
+	                "       allreduce_peer --tcp-sink PORT\n"
+	                "       allreduce_peer --tcp-source ADDR PORT MBYTES\n");
 	return 2;
 }
 
@@ -85,12 +84,11 @@ static int64_t realtime_ms(void)
 
 static int make_certs(const char *dir, int n)
 {
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	pki_ca *ca = NULL;
 	char path[4096], *ca_pem = NULL;
 	if (n < 1 || n > ALLREDUCE_MAX_MEMBERS) {
-		fprintf(stderr, "allreduce_peer: cannot make %d hosts (1..%d)\n", n,
-		        ALLREDUCE_MAX_MEMBERS);
+		fprintf(stderr, "allreduce_peer: cannot make %d hosts (1..%d)\n", n, ALLREDUCE_MAX_MEMBERS);
 		return 1;
 	}
 	if (mkdir(dir, 0700) && errno != EEXIST) {
@@ -133,7 +131,7 @@ fail:
 
 static peer_ctx *load_ctx(const char *dir, int64_t host)
 {
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	char path[4096];
 	char *ca = NULL, *cert = NULL, *key = NULL;
 	size_t ca_len = 0, cert_len = 0, key_len = 0;
@@ -211,14 +209,16 @@ static int read_plan(const char *path, plan *pl)
 			pl->verify = (int)u;
 		else if (!strcmp(key, "comp") && sscanf(line, "%*s %127s", a) == 1 &&
 		         (!strcmp(a, "none") || !strcmp(a, "fp16") || !strcmp(a, "8bit")))
-			pl->comp = !strcmp(a, "none") ? COMP_NONE : !strcmp(a, "fp16") ? COMP_FP16
-			                                                               : COMP_BLOCK8;
+			pl->comp = !strcmp(a, "none")   ? COMP_NONE
+			           : !strcmp(a, "fp16") ? COMP_FP16
+			                                : COMP_BLOCK8;
 		else if (!strcmp(key, "member") && pl->n < ALLREDUCE_MAX_MEMBERS &&
-		         sscanf(line, "%*s %lld %63s %u %llu %llu %llu", &host, a, &port, &s, &e,
-		                &samples) == 6 && host > 0 && port > 0 && port < 65536) {
+		         sscanf(line, "%*s %lld %63s %u %llu %llu %llu", &host, a, &port, &s, &e, &samples) ==
+		                 6 &&
+		         host > 0 && port > 0 && port < 65536) {
 			snprintf(pl->addr[pl->n], sizeof pl->addr[pl->n], "%.63s", a);
-			pl->m[pl->n] = (allreduce_member){ host, pl->addr[pl->n], (uint16_t)port, s, e,
-			                                   samples };
+			pl->m[pl->n] =
+			        (allreduce_member){ host, pl->addr[pl->n], (uint16_t)port, s, e, samples };
 			pl->n++;
 		} else
 			bad = 1;
@@ -333,7 +333,7 @@ static int run_member(const char *plan_path, long self, const char *certs)
 	peer_ctx *ctx = load_ctx(certs, me->host_id);
 	if (!ctx)
 		return 1;
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	listener *lst = NULL;
 	dialer *d = NULL;
 	size_t len = (size_t)pl.len;
@@ -362,9 +362,17 @@ static int run_member(const char *plan_path, long self, const char *certs)
 	}
 	int64_t t0 = deadline_now_ms();
 	allreduce_params p = {
-		.members = pl.m, .n = pl.n, .self = (size_t)self, .round = 1,
-		.grad = grad, .len = len, .send_comp = pl.comp, .result_comp = pl.comp,
-		.ctx = ctx, .dialer = d, .lst = lst,
+		.members = pl.m,
+		.n = pl.n,
+		.self = (size_t)self,
+		.round = 1,
+		.grad = grad,
+		.len = len,
+		.send_comp = pl.comp,
+		.result_comp = pl.comp,
+		.ctx = ctx,
+		.dialer = d,
+		.lst = lst,
 		.collect_deadline = t0 + (int64_t)pl.timeout_s * 1000,
 		.deadline = t0 + (int64_t)pl.timeout_s * 1500,
 	};
@@ -374,8 +382,7 @@ static int run_member(const char *plan_path, long self, const char *certs)
 	cot_err rc = allreduce_run(&p, out, &res, &eb);
 	int64_t wall = deadline_now_ms() - t0;
 	if (wait < 0)
-		fprintf(stderr, "allreduce_peer: member %ld started %lld ms late\n", self,
-		        (long long)-wait);
+		fprintf(stderr, "allreduce_peer: member %ld started %lld ms late\n", self, (long long)-wait);
 	if (rc) {
 		printf("member %ld host %lld wall_ms %lld FAILED %s\n", self, (long long)me->host_id,
 		       (long long)wall, eb.msg);
@@ -388,8 +395,8 @@ static int run_member(const char *plan_path, long self, const char *certs)
 	printf("member %ld host %lld wall_ms %lld checksum %016llx total_samples %llu included %zu "
 	       "verify %s\n",
 	       self, (long long)me->host_id, (long long)wall,
-	       (unsigned long long)fnv1a(out, len * sizeof *out),
-	       (unsigned long long)res.total_samples, res.n_included, v);
+	       (unsigned long long)fnv1a(out, len * sizeof *out), (unsigned long long)res.total_samples,
+	       res.n_included, v);
 	allreduce_result_free(&res);
 	status = strcmp(v, "FAILED") == 0;
 done:
@@ -414,12 +421,12 @@ static int shares(int argc, char **argv)
 	lb_peer *peers = calloc((size_t)n, sizeof *peers);
 	double *w = calloc((size_t)n, sizeof *w), tpv = 0;
 	uint64_t *start = calloc((size_t)n + 1, sizeof *start);
-	cot_errbuf eb = {0};
+	cot_errbuf eb = { 0 };
 	int status = 1;
 	if (!peers || !w || !start)
 		goto out;
 	for (int i = 0; i < n; i++) {
-		peers[i].bandwidth = strtod(argv[i + 1], &end) * 1e6 / 8;   /* bytes per second */
+		peers[i].bandwidth = strtod(argv[i + 1], &end) * 1e6 / 8; /* bytes per second */
 		peers[i].can_aggregate = true;
 		if (*end) {
 			fprintf(stderr, "allreduce_peer: bad bandwidth \"%s\"\n", argv[i + 1]);
@@ -451,10 +458,8 @@ static int tcp_sink(const char *port_s)
 	int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (s < 0 || port <= 0 || port > 65535 || bind(s, (struct sockaddr *)&a, sizeof a) ||
-	    listen(s, 1)) {
-		fprintf(stderr, "allreduce_peer: could not listen on port %s: %s\n", port_s,
-		        strerror(errno));
+	if (s < 0 || port <= 0 || port > 65535 || bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 1)) {
+		fprintf(stderr, "allreduce_peer: could not listen on port %s: %s\n", port_s, strerror(errno));
 		return 1;
 	}
 	int c = accept(s, NULL, NULL);
@@ -486,15 +491,17 @@ static int tcp_sink(const char *port_s)
 
 static int tcp_source(const char *addr, const char *port, const char *mbytes)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-	                          .ai_flags = AI_NUMERICHOST }, *ai = NULL;
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+		                  .ai_socktype = SOCK_STREAM,
+		                  .ai_flags = AI_NUMERICHOST },
+	                *ai = NULL;
 	long mb = atol(mbytes);
 	if (mb <= 0 || mb > 65536 || getaddrinfo(addr, port, &hints, &ai)) {
 		fprintf(stderr, "allreduce_peer: bad target %s:%s or size %s\n", addr, port, mbytes);
 		return 1;
 	}
 	int s = -1;
-	for (int tries = 0; tries < 50; tries++) {   /* the sink may not listen yet */
+	for (int tries = 0; tries < 50; tries++) { /* the sink may not listen yet */
 		s = socket(ai->ai_family, SOCK_STREAM, 0);
 		if (s >= 0 && !connect(s, ai->ai_addr, ai->ai_addrlen))
 			break;

@@ -45,8 +45,8 @@ static double cpu_seconds(void)
 {
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
-	return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6
-	       + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+	return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec +
+	       ru.ru_stime.tv_usec * 1e-6;
 }
 
 /* CPU seconds of the calling thread: what one core delivered to it,
@@ -69,9 +69,12 @@ static double clock_ghz(void)
 	double t0 = thread_seconds();
 	for (long i = 0; i < n; i++)
 		__asm__ volatile(
-#define MUL10 "imul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\t" \
-              "imul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\t"
-			MUL10 MUL10 MUL10 MUL10 MUL10 : "+r"(x) : "r"(m));
+#define MUL10 \
+	"imul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\t" \
+	"imul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\timul %1, %0\n\t"
+		        MUL10 MUL10 MUL10 MUL10 MUL10
+		        : "+r"(x)
+		        : "r"(m));
 #undef MUL10
 	return 3 * 50.0 * n / (thread_seconds() - t0) / 1e9;
 }
@@ -83,19 +86,25 @@ static double clock_ghz(void)
 __attribute__((target("avx512f"))) static double fma_gflops_avx512(void)
 {
 	__m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-	__m512 a0 = m, a1 = m, a2 = m, a3 = m, a4 = m, a5 = m, a6 = m, a7 = m,
-	       a8 = m, a9 = m, a10 = m, a11 = m;
+	__m512 a0 = m, a1 = m, a2 = m, a3 = m, a4 = m, a5 = m, a6 = m, a7 = m, a8 = m, a9 = m, a10 = m,
+	       a11 = m;
 	long n = 4000000;
 	double t0 = thread_seconds();
 	for (long k = 0; k < n; k++) {
 		__asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
 		__asm__ volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
-		a0 = _mm512_fmadd_ps(a0, m, c); a1 = _mm512_fmadd_ps(a1, m, c);
-		a2 = _mm512_fmadd_ps(a2, m, c); a3 = _mm512_fmadd_ps(a3, m, c);
-		a4 = _mm512_fmadd_ps(a4, m, c); a5 = _mm512_fmadd_ps(a5, m, c);
-		a6 = _mm512_fmadd_ps(a6, m, c); a7 = _mm512_fmadd_ps(a7, m, c);
-		a8 = _mm512_fmadd_ps(a8, m, c); a9 = _mm512_fmadd_ps(a9, m, c);
-		a10 = _mm512_fmadd_ps(a10, m, c); a11 = _mm512_fmadd_ps(a11, m, c);
+		a0 = _mm512_fmadd_ps(a0, m, c);
+		a1 = _mm512_fmadd_ps(a1, m, c);
+		a2 = _mm512_fmadd_ps(a2, m, c);
+		a3 = _mm512_fmadd_ps(a3, m, c);
+		a4 = _mm512_fmadd_ps(a4, m, c);
+		a5 = _mm512_fmadd_ps(a5, m, c);
+		a6 = _mm512_fmadd_ps(a6, m, c);
+		a7 = _mm512_fmadd_ps(a7, m, c);
+		a8 = _mm512_fmadd_ps(a8, m, c);
+		a9 = _mm512_fmadd_ps(a9, m, c);
+		a10 = _mm512_fmadd_ps(a10, m, c);
+		a11 = _mm512_fmadd_ps(a11, m, c);
 	}
 	double dt = thread_seconds() - t0;
 	__asm__ volatile("" : : "v"(a0), "v"(a1), "v"(a2), "v"(a3), "v"(a4), "v"(a5));
@@ -106,19 +115,25 @@ __attribute__((target("avx512f"))) static double fma_gflops_avx512(void)
 __attribute__((target("avx2,fma"))) static double fma_gflops_avx2(void)
 {
 	__m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-	__m256 a0 = m, a1 = m, a2 = m, a3 = m, a4 = m, a5 = m, a6 = m, a7 = m,
-	       a8 = m, a9 = m, a10 = m, a11 = m;
+	__m256 a0 = m, a1 = m, a2 = m, a3 = m, a4 = m, a5 = m, a6 = m, a7 = m, a8 = m, a9 = m, a10 = m,
+	       a11 = m;
 	long n = 8000000;
 	double t0 = thread_seconds();
 	for (long k = 0; k < n; k++) {
 		__asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
 		__asm__ volatile("" : "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
-		a0 = _mm256_fmadd_ps(a0, m, c); a1 = _mm256_fmadd_ps(a1, m, c);
-		a2 = _mm256_fmadd_ps(a2, m, c); a3 = _mm256_fmadd_ps(a3, m, c);
-		a4 = _mm256_fmadd_ps(a4, m, c); a5 = _mm256_fmadd_ps(a5, m, c);
-		a6 = _mm256_fmadd_ps(a6, m, c); a7 = _mm256_fmadd_ps(a7, m, c);
-		a8 = _mm256_fmadd_ps(a8, m, c); a9 = _mm256_fmadd_ps(a9, m, c);
-		a10 = _mm256_fmadd_ps(a10, m, c); a11 = _mm256_fmadd_ps(a11, m, c);
+		a0 = _mm256_fmadd_ps(a0, m, c);
+		a1 = _mm256_fmadd_ps(a1, m, c);
+		a2 = _mm256_fmadd_ps(a2, m, c);
+		a3 = _mm256_fmadd_ps(a3, m, c);
+		a4 = _mm256_fmadd_ps(a4, m, c);
+		a5 = _mm256_fmadd_ps(a5, m, c);
+		a6 = _mm256_fmadd_ps(a6, m, c);
+		a7 = _mm256_fmadd_ps(a7, m, c);
+		a8 = _mm256_fmadd_ps(a8, m, c);
+		a9 = _mm256_fmadd_ps(a9, m, c);
+		a10 = _mm256_fmadd_ps(a10, m, c);
+		a11 = _mm256_fmadd_ps(a11, m, c);
 	}
 	double dt = thread_seconds() - t0;
 	__asm__ volatile("" : : "x"(a0), "x"(a1), "x"(a2), "x"(a3), "x"(a4), "x"(a5));
@@ -145,14 +160,11 @@ static void print_cpu_peak(void)
 		core_gf = f > core_gf ? f : core_gf;
 	}
 	printf("cores=%ld clock_ghz=%.2f fma_isa=%s core_fma_gflops=%.1f "
-	       "flops_per_cycle=%.1f cpu_peak_gflops=%.1f\n", cores, ghz, isa, core_gf,
-	       ghz > 0 ? core_gf / ghz : 0, cores * core_gf);
+	       "flops_per_cycle=%.1f cpu_peak_gflops=%.1f\n",
+	       cores, ghz, isa, core_gf, ghz > 0 ? core_gf / ghz : 0, cores * core_gf);
 }
 #else
-static void print_cpu_peak(void)
-{
-	printf("cores=%ld cpu_peak_gflops=0\n", sysconf(_SC_NPROCESSORS_ONLN));
-}
+static void print_cpu_peak(void) { printf("cores=%ld cpu_peak_gflops=0\n", sysconf(_SC_NPROCESSORS_ONLN)); }
 #endif
 
 static double peak_gflops(void)
@@ -186,13 +198,13 @@ static double peak_gflops(void)
 static void usage(void)
 {
 	fprintf(stderr, "usage: bench_kernels [--model demo|sahaj] [--threads N] "
-	        "[--batch B] [--steps N] [--optimizer adamw|lamb] [--peak]\n");
+	                "[--batch B] [--steps N] [--optimizer adamw|lamb] [--peak]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
-	kern_blas_reexec_if_needed(argc, argv);  /* first: may re-exec with a faster BLAS core */
+	kern_blas_reexec_if_needed(argc, argv); /* first: may re-exec with a faster BLAS core */
 	const char *model = "demo", *optname = "adamw";
 	int threads = 2, B = 8, steps = 5, peak = 0;
 	for (int i = 1; i < argc; i++) {
@@ -211,13 +223,11 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--cpu-peak")) {
 			print_cpu_peak();
 			return 0;
-		}
-		else if (!strcmp(argv[i], "--coretype-hint")) {
+		} else if (!strcmp(argv[i], "--coretype-hint")) {
 			const char *h = kern_blas_coretype_hint();
 			printf("%s\n", h ? h : "none");
 			return 0;
-		}
-		else
+		} else
 			usage();
 	}
 	kern_config c;
@@ -257,7 +267,7 @@ int main(int argc, char **argv)
 		tok[i] = (int32_t)(kern_rng_next(&rng) % (uint64_t)c.vocab);
 	float loss = 0;
 	double t_fwd = 0, t_bwd = 0, t_opt = 0, t0 = 0, best = 1e30, cpu0 = 0;
-	for (int s = -2; s < steps; s++) {  /* two warm-up steps */
+	for (int s = -2; s < steps; s++) { /* two warm-up steps */
 		if (s == 0)
 			t0 = now(), cpu0 = cpu_seconds(), t_fwd = t_bwd = t_opt = 0;
 		double a = now();
@@ -286,11 +296,12 @@ int main(int argc, char **argv)
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	printf("impl=cotrain model=%s params=%zu batch=%d seq=%d threads=%d optimizer=%s "
-	       "tokens_per_s=%.1f best_tokens_per_s=%.1f gflops=%.1f step_ms=%.1f cpu_ms=%.1f fwd_ms=%.1f bwd_ms=%.1f opt_ms=%.1f "
+	       "tokens_per_s=%.1f best_tokens_per_s=%.1f gflops=%.1f step_ms=%.1f cpu_ms=%.1f fwd_ms=%.1f "
+	       "bwd_ms=%.1f opt_ms=%.1f "
 	       "peak_rss_mb=%.1f loss=%.4f",
-	       model, m->n_params, B, c.seq_len, threads, optname, tps, n / best, gflops,
-	       dt / steps * 1e3, cpu / steps * 1e3, t_fwd / steps * 1e3, t_bwd / steps * 1e3,
-	       t_opt / steps * 1e3, ru.ru_maxrss / 1024.0, loss);
+	       model, m->n_params, B, c.seq_len, threads, optname, tps, n / best, gflops, dt / steps * 1e3,
+	       cpu / steps * 1e3, t_fwd / steps * 1e3, t_bwd / steps * 1e3, t_opt / steps * 1e3,
+	       ru.ru_maxrss / 1024.0, loss);
 	if (peak)
 		printf(" peak_sgemm_gflops=%.1f", peak_gflops());
 	printf(" backend=\"%s\"\n", kern_backend_get()->describe());

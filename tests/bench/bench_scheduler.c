@@ -35,7 +35,7 @@
 #define MAX_SAMPLES 4000000
 
 static char base_url[128];
-static atomic_int state;             /* 0 warm-up, 1 measuring, 2 stop */
+static atomic_int state; /* 0 warm-up, 1 measuring, 2 stop */
 static pid_t server_pid;
 static char data_dir[64];
 
@@ -43,7 +43,7 @@ typedef struct {
 	long long host_id;
 	char token[64];
 	pthread_t thread;
-	float *lat_ms;                   /* latencies in the measured window */
+	float *lat_ms; /* latencies in the measured window */
 	size_t n, cap;
 	long errors;
 } worker;
@@ -93,7 +93,10 @@ static void exec_sql(PGconn *c, const char *sql)
 
 static size_t sink(char *p, size_t size, size_t n, void *arg)
 {
-	struct { char buf[8192]; size_t len; } *m = arg;
+	struct {
+		char buf[8192];
+		size_t len;
+	} *m = arg;
 	size_t k = size * n;
 	size_t room = sizeof m->buf - 1 - m->len;
 	size_t c = k < room ? k : room;
@@ -104,10 +107,12 @@ static size_t sink(char *p, size_t size, size_t n, void *arg)
 }
 
 /* POST with curl handle c; returns the status, body in out (truncated). */
-static long post(CURL *c, const char *path, const char *bearer, const char *body, char *out,
-                 size_t outlen)
+static long post(CURL *c, const char *path, const char *bearer, const char *body, char *out, size_t outlen)
 {
-	struct { char buf[8192]; size_t len; } m = { .len = 0 };
+	struct {
+		char buf[8192];
+		size_t len;
+	} m = { .len = 0 };
 	char url[256], auth[128];
 	snprintf(url, sizeof url, "%s%s", base_url, path);
 	struct curl_slist *h = NULL;
@@ -164,10 +169,11 @@ static int cmp_float(const void *a, const void *b)
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		die("usage: bench_scheduler SERVER_BINARY [--hosts N] [--seconds S] [--warmup S] [--threads N]");
+		die("usage: bench_scheduler SERVER_BINARY [--hosts N] [--seconds S] [--warmup S] [--threads "
+		    "N]");
 	const char *bin = argv[1];
 	int nhosts = 32, seconds = 10, warmup = 2;
-	const char *threads = NULL;   /* the server's default */
+	const char *threads = NULL; /* the server's default */
 	for (int i = 2; i + 1 < argc; i += 2) {
 		if (strcmp(argv[i], "--hosts") == 0)
 			nhosts = atoi(argv[i + 1]);
@@ -190,22 +196,25 @@ int main(int argc, char **argv)
 	cot_errbuf eb = { "", "" };
 	if (db_connect(conninfo, &db, &eb) || db_migrate(db, NULL, NULL, &eb))
 		die("%s", eb.msg);
-	exec_sql(db,
-		"INSERT INTO file (sha256, size, kind) VALUES"
-		" (encode(sha256('bench-manifest'), 'hex'), 4096, 'manifest'),"
-		" (encode(sha256('bench-ckpt'), 'hex'), 80000000, 'checkpoint');"
-		"INSERT INTO file (sha256, size, kind) SELECT encode(sha256(convert_to('bench-shard-' || i, 'UTF8')), 'hex'),"
-		"  1000000, 'shard' FROM generate_series(0, 63) i;"
-		"INSERT INTO dataset (name, n_tokens, manifest_sha256) VALUES"
-		" ('bench-data', 64 * 1048576, encode(sha256('bench-manifest'), 'hex'));"
-		"INSERT INTO shard SELECT d.id, i, i * 1048576::bigint, 1048576,"
-		"  encode(sha256(convert_to('bench-shard-' || i, 'UTF8')), 'hex')"
-		"  FROM generate_series(0, 63) i, dataset d WHERE d.name = 'bench-data';"
-		"INSERT INTO project (name, title, config, dataset_id, seq_len, microbatch_size, target_batch,"
-		"  mb_per_epoch, flops_per_sample, wu_seconds)"
-		" SELECT 'bench', 'Benchmark', '{}', id, 256, 8, 4096, (64 * 1048576 - 1) / 2048, 1.2e10, 180"
-		"  FROM dataset WHERE name = 'bench-data';"
-		"INSERT INTO model_version SELECT id, 0, encode(sha256('bench-ckpt'), 'hex') FROM project WHERE name = 'bench';");
+	exec_sql(db, "INSERT INTO file (sha256, size, kind) VALUES"
+	             " (encode(sha256('bench-manifest'), 'hex'), 4096, 'manifest'),"
+	             " (encode(sha256('bench-ckpt'), 'hex'), 80000000, 'checkpoint');"
+	             "INSERT INTO file (sha256, size, kind) SELECT encode(sha256(convert_to('bench-shard-' "
+	             "|| i, 'UTF8')), 'hex'),"
+	             "  1000000, 'shard' FROM generate_series(0, 63) i;"
+	             "INSERT INTO dataset (name, n_tokens, manifest_sha256) VALUES"
+	             " ('bench-data', 64 * 1048576, encode(sha256('bench-manifest'), 'hex'));"
+	             "INSERT INTO shard SELECT d.id, i, i * 1048576::bigint, 1048576,"
+	             "  encode(sha256(convert_to('bench-shard-' || i, 'UTF8')), 'hex')"
+	             "  FROM generate_series(0, 63) i, dataset d WHERE d.name = 'bench-data';"
+	             "INSERT INTO project (name, title, config, dataset_id, seq_len, microbatch_size, "
+	             "target_batch,"
+	             "  mb_per_epoch, flops_per_sample, wu_seconds)"
+	             " SELECT 'bench', 'Benchmark', '{}', id, 256, 8, 4096, (64 * 1048576 - 1) / 2048, "
+	             "1.2e10, 180"
+	             "  FROM dataset WHERE name = 'bench-data';"
+	             "INSERT INTO model_version SELECT id, 0, encode(sha256('bench-ckpt'), 'hex') FROM "
+	             "project WHERE name = 'bench';");
 
 	snprintf(data_dir, sizeof data_dir, "/tmp/cotrain-bench-XXXXXX");
 	if (!mkdtemp(data_dir))
@@ -243,7 +252,9 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nhosts; i++) {
 		char body[256], resp[8192];
 		snprintf(body, sizeof body,
-		         "{\"email\": \"bench%d@example.org\", \"name\": \"bench %d\", \"password\": \"benchmark!\"}", i, i);
+		         "{\"email\": \"bench%d@example.org\", \"name\": \"bench %d\", \"password\": "
+		         "\"benchmark!\"}",
+		         i, i);
 		if (post(c, "/v1/accounts", NULL, body, resp, sizeof resp) != 201)
 			die("could not create an account: %s", resp);
 		json_t *j = json_loads(resp, 0, NULL);
@@ -255,7 +266,8 @@ int main(int argc, char **argv)
 			die("could not register a host: %s", resp);
 		j = json_loads(resp, 0, NULL);
 		ws[i].host_id = json_integer_value(json_object_get(j, "host_id"));
-		snprintf(ws[i].token, sizeof ws[i].token, "%s", json_string_value(json_object_get(j, "host_token")));
+		snprintf(ws[i].token, sizeof ws[i].token, "%s",
+		         json_string_value(json_object_get(j, "host_token")));
 		json_decref(j);
 		ws[i].cap = MAX_SAMPLES / (size_t)nhosts;
 		ws[i].lat_ms = malloc(ws[i].cap * sizeof(float));
@@ -292,8 +304,10 @@ int main(int argc, char **argv)
 	PGresult *r = PQexec(db, "SELECT count(*) FROM work_unit");
 	long long wus = PQresultStatus(r) == PGRES_TUPLES_OK ? atoll(PQgetvalue(r, 0, 0)) : -1;
 	PQclear(r);
-	printf("assignments_per_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f requests=%zu errors=%ld work_units=%lld hosts=%d server_threads=%s\n",
-	       (double)total / elapsed, p50, p99, mx, total, errors, wus, nhosts, threads ? threads : "default");
+	printf("assignments_per_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f requests=%zu errors=%ld "
+	       "work_units=%lld hosts=%d server_threads=%s\n",
+	       (double)total / elapsed, p50, p99, mx, total, errors, wus, nhosts,
+	       threads ? threads : "default");
 	free(all);
 	free(ws);
 	PQfinish(db);

@@ -83,8 +83,8 @@ static peer_ctx *identity(void)
 	    pki_ca_sign_host(ca, pub, strlen(pub), cfg.host_id, 0, 0, &cert, &eb)) {
 		fail("could not make the identity", &eb);
 	} else {
-		peer_identity pi = { pki_ca_project(ca), ca_pem, strlen(ca_pem), cert, strlen(cert), key,
-		                     strlen(key) };
+		peer_identity pi = { pki_ca_project(ca), ca_pem, strlen(ca_pem), cert,
+			             strlen(cert),       key,    strlen(key) };
 		if (peer_ctx_new(&pi, &ctx, &eb))
 			fail("could not make the TLS context", &eb);
 	}
@@ -182,10 +182,10 @@ static int do_dial(peer_ctx *ctx, int64_t deadline)
 {
 	cot_errbuf eb = { { 0 }, { 0 } };
 	dialer *d = NULL;
-	cot_err e = strcmp(rung, "punch") == 0 ? dialer_punch_new(&cfg, project, version, &d, &eb)
-	          : strcmp(rung, "relay") == 0 ? dialer_relay_new(&cfg, project, version, &d, &eb)
-	          : strcmp(rung, "direct") == 0 ? dialer_direct_new(&d, &eb)
-	          : nat_dialer_new(&cfg, project, version, &d, &eb);
+	cot_err e = strcmp(rung, "punch") == 0    ? dialer_punch_new(&cfg, project, version, &d, &eb)
+	            : strcmp(rung, "relay") == 0  ? dialer_relay_new(&cfg, project, version, &d, &eb)
+	            : strcmp(rung, "direct") == 0 ? dialer_direct_new(&d, &eb)
+	                                          : nat_dialer_new(&cfg, project, version, &d, &eb);
 	if (e)
 		return fail("could not make the dialer", &eb);
 	char addr[64] = "0.0.0.0";
@@ -244,36 +244,77 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *cmd = argv[1];
-	static const struct option opts[] = {
-		{ "server", 1, NULL, 's' }, { "nat-port", 1, NULL, 'P' }, { "host", 1, NULL, 'h' },
-		{ "token", 1, NULL, 't' }, { "listen-port", 1, NULL, 'l' }, { "listen-addr", 1, NULL, 'L' },
-		{ "mapped-port", 1, NULL, 'm' }, { "project", 1, NULL, 'p' }, { "version", 1, NULL, 'v' },
-		{ "peer", 1, NULL, 'r' }, { "ca-dir", 1, NULL, 'c' }, { "target", 1, NULL, 'T' },
-		{ "seconds", 1, NULL, 'S' }, { "bytes", 1, NULL, 'b' }, { "rung", 1, NULL, 'R' },
-		{ "map", 1, NULL, 'M' },
-		{ NULL, 0, NULL, 0 }
-	};
+	static const struct option opts[] = { { "server", 1, NULL, 's' },
+		                              { "nat-port", 1, NULL, 'P' },
+		                              { "host", 1, NULL, 'h' },
+		                              { "token", 1, NULL, 't' },
+		                              { "listen-port", 1, NULL, 'l' },
+		                              { "listen-addr", 1, NULL, 'L' },
+		                              { "mapped-port", 1, NULL, 'm' },
+		                              { "project", 1, NULL, 'p' },
+		                              { "version", 1, NULL, 'v' },
+		                              { "peer", 1, NULL, 'r' },
+		                              { "ca-dir", 1, NULL, 'c' },
+		                              { "target", 1, NULL, 'T' },
+		                              { "seconds", 1, NULL, 'S' },
+		                              { "bytes", 1, NULL, 'b' },
+		                              { "rung", 1, NULL, 'R' },
+		                              { "map", 1, NULL, 'M' },
+		                              { NULL, 0, NULL, 0 } };
 	int c;
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 's': cfg.server_addr = optarg; break;
-		case 'P': cfg.server_port = (uint16_t)atoi(optarg); break;
-		case 'h': cfg.host_id = atoll(optarg); break;
-		case 't': cfg.token = optarg; break;
-		case 'l': cfg.listen_port = (uint16_t)atoi(optarg); break;
-		case 'L': cfg.listen_addr = optarg; break;
-		case 'm': cfg.mapped_port = (uint16_t)atoi(optarg); break;
-		case 'p': project = optarg; break;
-		case 'v': version = atoll(optarg); break;
-		case 'r': peer_id = atoll(optarg); break;
-		case 'c': ca_dir = optarg; break;
-		case 'T': target = optarg; break;
-		case 'S': seconds = atoi(optarg); break;
-		case 'b': nbytes = atoll(optarg); break;
-		case 'R': rung = optarg; break;
-		case 'M': map_lease = atoi(optarg); break;
-		default: return 2;
+		case 's':
+			cfg.server_addr = optarg;
+			break;
+		case 'P':
+			cfg.server_port = (uint16_t)atoi(optarg);
+			break;
+		case 'h':
+			cfg.host_id = atoll(optarg);
+			break;
+		case 't':
+			cfg.token = optarg;
+			break;
+		case 'l':
+			cfg.listen_port = (uint16_t)atoi(optarg);
+			break;
+		case 'L':
+			cfg.listen_addr = optarg;
+			break;
+		case 'm':
+			cfg.mapped_port = (uint16_t)atoi(optarg);
+			break;
+		case 'p':
+			project = optarg;
+			break;
+		case 'v':
+			version = atoll(optarg);
+			break;
+		case 'r':
+			peer_id = atoll(optarg);
+			break;
+		case 'c':
+			ca_dir = optarg;
+			break;
+		case 'T':
+			target = optarg;
+			break;
+		case 'S':
+			seconds = atoi(optarg);
+			break;
+		case 'b':
+			nbytes = atoll(optarg);
+			break;
+		case 'R':
+			rung = optarg;
+			break;
+		case 'M':
+			map_lease = atoi(optarg);
+			break;
+		default:
+			return 2;
 		}
 	}
 	if (!cfg.server_addr || !cfg.server_port || !cfg.host_id || !cfg.token) {
@@ -286,8 +327,8 @@ int main(int argc, char **argv)
 		/* One raw request line (the rest of the arguments); prints the answer. */
 		char line[NAT_LINE_MAX * 4] = "", reply[NAT_LINE_MAX] = "";
 		for (int i = optind; i < argc; i++)
-			snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i > optind ? " " : "",
-			         argv[i]);
+			snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s",
+			         i > optind ? " " : "", argv[i]);
 		(void)nat_request(&cfg, 0, NULL, line, deadline, NULL, reply, NULL, &eb);
 		printf("%s\n", reply[0] ? reply : eb.msg);
 		return 0;
