@@ -20,6 +20,7 @@ miniupnpd miniupnpd-nftables
 python3 ca-certificates curl procps iproute2 util-linux
 zip tar gzip
 chromium libxml2-utils
+clang-format
 "
 if [ "${1:-}" = "--torch" ]; then
 	PKGS="$PKGS python3-torch python3-numpy"
