@@ -400,6 +400,18 @@ static void test_bad_gradients(void)
 	   "the aggregator that saw NaN or Inf reports refusing the sender (\"%s\")", why2 ? why2 : "none");
 	group_free(g);
 
+	/* -Inf, and a negative NaN, refused the same way. */
+	g = group_new(4, 3000, e4, s4);
+	g->grad[1][2900] = -INFINITY; /* in member 3's range only */
+	g->grad[0][1600] = -NAN;      /* in member 2's range only */
+	group_run(g, NULL);
+	const int inc_neg[MAXN] = { 0, 0, 1, 1 };
+	check_group(g, inc_neg, "-Inf and -NaN");
+	ok(refused_by(g, 3, 1) && strstr(refused_by(g, 3, 1), "not finite") && refused_by(g, 2, 0) &&
+	           strstr(refused_by(g, 2, 0), "not finite"),
+	   "the aggregators that saw -Inf or -NaN refuse the senders");
+	group_free(g);
+
 	/* Same with 8-bit slices: the bad block cannot hide in the encoding. */
 	g = group_new(4, 3000, e4, s4);
 	g->send_comp = COMP_BLOCK8;
