@@ -167,7 +167,7 @@ static void test_outcome_links(void)
 	char *bb = outcome_body(&B, "ok", bad);
 	th_http(NULL, "POST", op, B.token, bb, NULL, &r);
 	is_str(th_json_str(&r, "error.message"),
-	       "links[1]: field \"rung\" must be \"direct\", \"punch\" or \"relay\"",
+	       "links[1]: field \"rung\" must be \"lan\", \"direct\", \"punch\" or \"relay\"",
 	       "the message names the entry");
 	th_resp_free(&r);
 	free(bb);
