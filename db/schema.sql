@@ -377,6 +377,7 @@ CREATE FUNCTION public.host_nat_history_json(p_host bigint) RETURNS jsonb
     )
     SELECT jsonb_build_object(
         'failed_punches', (SELECT s.fails FROM nat_rung_streak(p_host, NULL, 'punch') s),
+        'failed_punch_peers', (SELECT s.peers FROM nat_rung_streak(p_host, NULL, 'punch') s),
         'pairs', (SELECT coalesce(jsonb_agg(jsonb_build_object('peer', t.peer, 'rung', t.rung,
                           'failed', t.fails, 'rounds_since', t.since,
                           'skipped', t.why IS NOT NULL, 'why', t.why) ORDER BY t.peer, t.rung), '[]')
@@ -468,12 +469,12 @@ BEGIN
     END IF;
     IF p_rung = 'punch' THEN
         SELECT * INTO s FROM nat_rung_streak(p_dialer, NULL, p_rung);
-        IF s.fails >= 4 AND s.since < 3 THEN
-            RETURN format('host %s''s last %s punches failed', p_dialer, s.fails);
+        IF s.peers >= 3 AND s.since < 3 THEN
+            RETURN format('host %s''s punches failed with %s hosts', p_dialer, s.peers);
         END IF;
         SELECT * INTO s FROM nat_rung_streak(p_acceptor, NULL, p_rung);
-        IF s.fails >= 4 AND s.since < 3 THEN
-            RETURN format('host %s''s last %s punches failed', p_acceptor, s.fails);
+        IF s.peers >= 3 AND s.since < 3 THEN
+            RETURN format('host %s''s punches failed with %s hosts', p_acceptor, s.peers);
         END IF;
     END IF;
     RETURN NULL;
@@ -484,16 +485,18 @@ $$;
 -- Name: nat_rung_streak(bigint, bigint, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.nat_rung_streak(p_host bigint, p_peer bigint, p_rung text, OUT fails integer, OUT since integer) RETURNS record
+CREATE FUNCTION public.nat_rung_streak(p_host bigint, p_peer bigint, p_rung text, OUT fails integer, OUT peers integer, OUT since integer) RETURNS record
     LANGUAGE plpgsql STABLE
     AS $$
 DECLARE
-    r     record;
+    r      record;
     v_last text;
+    v_seen bigint[] := '{}';
 BEGIN
     fails := 0;
     since := 0;
-    FOR r IN SELECT k.project_id, k.version, k.plan, k.rung
+    FOR r IN SELECT k.project_id, k.version, k.plan, k.rung,
+                    CASE WHEN k.host_id = p_host THEN k.peer_id ELSE k.host_id END AS other
                FROM round_link k
               WHERE k.plan IS NOT NULL
                 AND CASE WHEN p_peer IS NULL THEN k.host_id = p_host OR k.peer_id = p_host
@@ -505,11 +508,15 @@ BEGIN
         IF r.plan = p_rung THEN
             EXIT WHEN r.rung = p_rung;
             fails := fails + 1;
+            IF NOT r.other = ANY (v_seen) THEN
+                v_seen := v_seen || r.other;
+            END IF;
         ELSIF fails = 0 AND v_last IS DISTINCT FROM r.project_id || ':' || r.version THEN
             since := since + 1;
             v_last := r.project_id || ':' || r.version;
         END IF;
     END LOOP;
+    peers := cardinality(v_seen);
 END
 $$;
 

@@ -54,18 +54,22 @@ $$;
 -- the latest links (those with a reported plan) of the pair (p_host,
 -- p_peer), in both directions, or with p_peer NULL of p_host with anyone,
 -- newest first: fails, the tries of the rung (planned, and something else
--- connected) since its latest success; since, the rounds planned otherwise
--- after the latest failed try.
+-- connected) since its latest success; peers, with how many other hosts
+-- they failed; since, the rounds planned otherwise after the latest failed
+-- try.
+DROP FUNCTION IF EXISTS nat_rung_streak(bigint, bigint, text);
 CREATE OR REPLACE FUNCTION nat_rung_streak(p_host bigint, p_peer bigint, p_rung text,
-                                           OUT fails integer, OUT since integer)
+                                           OUT fails integer, OUT peers integer, OUT since integer)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    r     record;
+    r      record;
     v_last text;
+    v_seen bigint[] := '{}';
 BEGIN
     fails := 0;
     since := 0;
-    FOR r IN SELECT k.project_id, k.version, k.plan, k.rung
+    FOR r IN SELECT k.project_id, k.version, k.plan, k.rung,
+                    CASE WHEN k.host_id = p_host THEN k.peer_id ELSE k.host_id END AS other
                FROM round_link k
               WHERE k.plan IS NOT NULL
                 AND CASE WHEN p_peer IS NULL THEN k.host_id = p_host OR k.peer_id = p_host
@@ -77,19 +81,24 @@ BEGIN
         IF r.plan = p_rung THEN
             EXIT WHEN r.rung = p_rung;
             fails := fails + 1;
+            IF NOT r.other = ANY (v_seen) THEN
+                v_seen := v_seen || r.other;
+            END IF;
         ELSIF fails = 0 AND v_last IS DISTINCT FROM r.project_id || ':' || r.version THEN
             since := since + 1;
             v_last := r.project_id || ':' || r.version;
         END IF;
     END LOOP;
+    peers := cardinality(v_seen);
 END
 $$;
 
 -- Whether the NAT service should skip rung p_rung ('punch' or 'lan') for a
 -- meeting of p_dialer and p_acceptor: NULL to try it, else the reason.
 -- Skipped after 2 failed tries of the pair in a row (both directions
--- count), or 4 of either host with anyone (a host whose punches fail with
--- everyone); tried again once 3 rounds went by without it, so that a
+-- count), or when either host's punches failed with 3 other hosts and
+-- succeeded with none since (a host whose punches fail with everyone; a
+-- host whose punches fail only with one bad peer is not one); tried again once 3 rounds went by without it, so that a
 -- router that was fixed is noticed.
 CREATE OR REPLACE FUNCTION nat_history_skip(p_dialer bigint, p_acceptor bigint, p_rung text)
 RETURNS text LANGUAGE plpgsql STABLE AS $$
@@ -102,12 +111,12 @@ BEGIN
     END IF;
     IF p_rung = 'punch' THEN
         SELECT * INTO s FROM nat_rung_streak(p_dialer, NULL, p_rung);
-        IF s.fails >= 4 AND s.since < 3 THEN
-            RETURN format('host %s''s last %s punches failed', p_dialer, s.fails);
+        IF s.peers >= 3 AND s.since < 3 THEN
+            RETURN format('host %s''s punches failed with %s hosts', p_dialer, s.peers);
         END IF;
         SELECT * INTO s FROM nat_rung_streak(p_acceptor, NULL, p_rung);
-        IF s.fails >= 4 AND s.since < 3 THEN
-            RETURN format('host %s''s last %s punches failed', p_acceptor, s.fails);
+        IF s.peers >= 3 AND s.since < 3 THEN
+            RETURN format('host %s''s punches failed with %s hosts', p_acceptor, s.peers);
         END IF;
     END IF;
     RETURN NULL;
@@ -131,6 +140,7 @@ LANGUAGE sql STABLE AS $$
     )
     SELECT jsonb_build_object(
         'failed_punches', (SELECT s.fails FROM nat_rung_streak(p_host, NULL, 'punch') s),
+        'failed_punch_peers', (SELECT s.peers FROM nat_rung_streak(p_host, NULL, 'punch') s),
         'pairs', (SELECT coalesce(jsonb_agg(jsonb_build_object('peer', t.peer, 'rung', t.rung,
                           'failed', t.fails, 'rounds_since', t.since,
                           'skipped', t.why IS NOT NULL, 'why', t.why) ORDER BY t.peer, t.rung), '[]')
