@@ -43,5 +43,23 @@ coverage_exact() {
 	        if (trained == 0) printf "no microbatch was trained; "
 	        if (pieces == 0) printf "nothing to tile; " }')
 	_trained=$(_inv_pieces "$_proj" | awk '$3 ~ /^trained/ { n += $2 - $1 } END { print n + 0 }')
-	ok $([ -z "$_bad" ]; echo $?) "$* ($_trained microbatches trained, frontier ${_front:-none})${_bad:+: $_bad}"
+	ok $([ -z "$_bad" ]; echo $?) "$* ($_trained microbatches trained, frontier ${_front:-none})${_bad:+: $_bad}" ||
+		_inv_explain "$_proj" "$_bad"
+}
+
+# On a failure: every work unit over the first gap or overlap, with its
+# round's state and its host's membership, as diagnostics.
+_inv_explain() {
+	_at=$(echo "$2" | sed -n 's/^[a-z]* at \([0-9]*\): \[\([0-9]*\),.*/\1 \2/p' | head -1)
+	[ -n "$_at" ] || return 0
+	_inv_sql "select 'unit ' || w.id || ' host ' || w.host_id || ' v' || w.version || ' [' || w.lo || ', ' || w.hi
+	    || ') done ' || w.mb_done || ' ' || w.state || coalesce(' report ' || rr.mb_done, ' no report')
+	    || coalesce(' round ' || r.state || ' attempt ' || r.attempt, '')
+	    || coalesce(' included ' || m.included::text, ' not in the plan')
+	  from work_unit w join project p on p.id = w.project_id
+	  left join round_report rr on rr.work_unit_id = w.id
+	  left join round r on r.project_id = w.project_id and r.version = w.version
+	  left join round_member m on m.project_id = w.project_id and m.version = w.version and m.host_id = w.host_id
+	  where p.name = '$1' and w.lo < ${_at#* } + 1 and w.hi > ${_at% *}
+	  order by w.id" | while IFS= read -r _l; do diag "  $_l"; done
 }
