@@ -12,6 +12,7 @@
 #include "kernels/model_json.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
+#include "shared/nat/nat.h"
 
 typedef struct {
 	char *buf;
@@ -127,6 +128,12 @@ cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb)
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, &a);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 15L);
+	/* A long poll (the round plan waits up to 30 s) idles: TCP keepalive
+	 * keeps home routers and CGNATs from forgetting the connection
+	 * (doc/nat.md, "Keepalives"; the NAT service's connections do the same). */
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, (long)NAT_KEEPALIVE_IDLE_S);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, (long)NAT_KEEPALIVE_INTVL_S);
 	long timeout = o && o->timeout_s > 0 ? o->timeout_s : 60;
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout + (long)r->extra_timeout_s);
 	if (o && o->upload_limit > 0)

@@ -179,14 +179,17 @@ cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t 
 	if (body && links) {
 		json_t *ls = json_array();
 		pthread_mutex_lock(&links->mu);
-		for (size_t i = 0; ls && i < links->n; i++)
-			if (strcmp(links->l[i].rung, "direct") == 0 ||
-			    strcmp(links->l[i].rung, "punch") == 0 ||
-			    strcmp(links->l[i].rung, "relay") == 0) /* the server knows these rungs */
-				json_array_append_new(ls, json_pack("{s:I, s:s, s:f}", "peer",
-				                                    (json_int_t)links->l[i].peer, "rung",
-				                                    links->l[i].rung, "connect_ms",
-				                                    links->l[i].connect_ms));
+		for (size_t i = 0; ls && i < links->n; i++) {
+			const cl_link *l = &links->l[i];
+			if (strcmp(l->rung, "lan") != 0 && strcmp(l->rung, "direct") != 0 &&
+			    strcmp(l->rung, "punch") != 0 && strcmp(l->rung, "relay") != 0)
+				continue; /* the server knows these rungs */
+			json_t *lo = json_pack("{s:I, s:s, s:f}", "peer", (json_int_t)l->peer, "rung",
+			                       l->rung, "connect_ms", l->connect_ms);
+			if (lo && l->plan[0]) /* what the broker planned: its history (doc/nat.md) */
+				json_object_set_new(lo, "plan", json_string(l->plan));
+			json_array_append_new(ls, lo);
+		}
 		pthread_mutex_unlock(&links->mu);
 		if (ls)
 			json_object_set_new(body, "links", ls);

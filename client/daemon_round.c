@@ -248,10 +248,14 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 	for (size_t k = 0; acc && k < pl->n; k++) {
 		if (k == pl->self)
 			continue;
-		const char *how = nat_acceptor_plan(acc, i++);
+		/* The rung that carried the connection, not the plan: a failed
+		 * punch that the relay saved reads "relay" here as it does in the
+		 * dialer's log and in round_link. */
+		const char *how = nat_acceptor_rung(acc, i);
+		const char *plan = nat_acceptor_plan(acc, i++);
 		if (how[0])
-			log_info("project %s: round %lld: host %lld reached us by %s", j->p.name,
-			         (long long)j->v, (long long)pl->members[k].host_id, how);
+			log_info("project %s: round %lld: host %lld reached us by %s (planned %s)", j->p.name,
+			         (long long)j->v, (long long)pl->members[k].host_id, how, plan);
 	}
 	nat_acceptor_stop(acc);
 	dialer_free(dl);
@@ -259,9 +263,9 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 	for (size_t k = 0; k < j->links.n; k++) {
 		const cl_link *l = &j->links.l[k];
 		log_info("project %s: round %lld: reached host %lld by %s in %.0f ms (rtt %.2f ms, %d "
-		         "connections)",
+		         "connections, planned %s)",
 		         j->p.name, (long long)j->v, (long long)l->peer, l->rung, l->connect_ms, l->rtt_ms,
-		         l->conns);
+		         l->conns, l->plan[0] ? l->plan : "-");
 	}
 	pthread_mutex_unlock(&j->links.mu);
 	cl_peer_note_links(&j->peer, &j->links);

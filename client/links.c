@@ -54,6 +54,7 @@ static cot_err rec_connect(dialer *d, const dialer_target *t, int64_t deadline, 
 		l = &r->ls->l[r->ls->n++];
 		*l = (cl_link){ .peer = t->host_id, .connect_ms = ms, .rtt_ms = rtt };
 		snprintf(l->rung, sizeof l->rung, "%s", rung);
+		snprintf(l->plan, sizeof l->plan, "%s", res->plan ? res->plan : "");
 	}
 	if (l) {
 		l->conns++;

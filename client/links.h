@@ -23,7 +23,8 @@
 
 typedef struct {
 	int64_t peer;
-	char rung[8];      /* "direct", "punch", "relay" */
+	char rung[8];      /* "lan", "direct", "punch", "relay" */
+	char plan[8];      /* the rung the broker planned ("" when none) */
 	double connect_ms; /* the first connection's dialer_connect, all rungs tried */
 	double rtt_ms;     /* the kernel's smoothed RTT; < 0 when not measured */
 	int conns;         /* connections opened to this peer */

@@ -333,6 +333,7 @@ CREATE FUNCTION public.host_links_json(p_host bigint) RETURNS jsonb
          LIMIT 20
     ), counts AS (
         SELECT count(DISTINCT (k.project_id, k.version)) AS rounds,
+               count(*) FILTER (WHERE k.rung = 'lan') AS lan,
                count(*) FILTER (WHERE k.rung = 'direct') AS direct,
                count(*) FILTER (WHERE k.rung = 'punch') AS punch,
                count(*) FILTER (WHERE k.rung = 'relay') AS relay
@@ -350,9 +351,37 @@ CREATE FUNCTION public.host_links_json(p_host bigint) RETURNS jsonb
                              'rung', k.rung, 'connect_ms', k.connect_ms) ORDER BY k.host_id), '[]')
                        FROM round_link k JOIN latest l USING (project_id, version)
                       WHERE k.peer_id = p_host),
-        'last_20_rounds', (SELECT jsonb_build_object('rounds', c.rounds, 'direct', c.direct,
-                                                  'punch', c.punch, 'relay', c.relay)
-                          FROM counts c))
+        'last_20_rounds', (SELECT jsonb_build_object('rounds', c.rounds, 'lan', c.lan,
+                                                  'direct', c.direct, 'punch', c.punch,
+                                                  'relay', c.relay)
+                          FROM counts c),
+        'history', host_nat_history_json(p_host))
+$$;
+
+--
+-- Name: host_nat_history_json(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.host_nat_history_json(p_host bigint) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    WITH peers AS (
+        SELECT DISTINCT CASE WHEN k.host_id = p_host THEN k.peer_id ELSE k.host_id END AS peer
+          FROM (SELECT * FROM round_link k
+                 WHERE k.host_id = p_host OR k.peer_id = p_host
+                 ORDER BY k.reported_at DESC LIMIT 200) k
+    ), streaks AS (
+        SELECT p.peer, g.rung, s.fails, s.since, nat_history_skip(p_host, p.peer, g.rung) AS why
+          FROM peers p CROSS JOIN (VALUES ('lan'), ('punch')) AS g(rung)
+          CROSS JOIN LATERAL nat_rung_streak(p_host, p.peer, g.rung) s
+    )
+    SELECT jsonb_build_object(
+        'failed_punches', (SELECT s.fails FROM nat_rung_streak(p_host, NULL, 'punch') s),
+        'failed_punch_peers', (SELECT s.peers FROM nat_rung_streak(p_host, NULL, 'punch') s),
+        'pairs', (SELECT coalesce(jsonb_agg(jsonb_build_object('peer', t.peer, 'rung', t.rung,
+                          'failed', t.fails, 'rounds_since', t.since,
+                          'skipped', t.why IS NOT NULL, 'why', t.why) ORDER BY t.peer, t.rung), '[]')
+                    FROM streaks t WHERE t.fails > 0))
 $$;
 
 --
@@ -422,6 +451,73 @@ CREATE FUNCTION public.host_reachability_json(h public.host, p_owner boolean) RE
                 THEN '[' || h.nat_public_addr || ']:' || h.nat_public_port
                 ELSE h.nat_public_addr || ':' || h.nat_public_port END)
        ELSE '{}'::jsonb END
+$$;
+
+--
+-- Name: nat_history_skip(bigint, bigint, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.nat_history_skip(p_dialer bigint, p_acceptor bigint, p_rung text) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    s record;
+BEGIN
+    SELECT * INTO s FROM nat_rung_streak(p_dialer, p_acceptor, p_rung);
+    IF s.fails >= 2 AND s.since < 3 THEN
+        RETURN format('%s failed in the pair''s last %s tries', p_rung, s.fails);
+    END IF;
+    IF p_rung = 'punch' THEN
+        SELECT * INTO s FROM nat_rung_streak(p_dialer, NULL, p_rung);
+        IF s.peers >= 3 AND s.since < 3 THEN
+            RETURN format('host %s''s punches failed with %s hosts', p_dialer, s.peers);
+        END IF;
+        SELECT * INTO s FROM nat_rung_streak(p_acceptor, NULL, p_rung);
+        IF s.peers >= 3 AND s.since < 3 THEN
+            RETURN format('host %s''s punches failed with %s hosts', p_acceptor, s.peers);
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: nat_rung_streak(bigint, bigint, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.nat_rung_streak(p_host bigint, p_peer bigint, p_rung text, OUT fails integer, OUT peers integer, OUT since integer) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    r      record;
+    v_last text;
+    v_seen bigint[] := '{}';
+BEGIN
+    fails := 0;
+    since := 0;
+    FOR r IN SELECT k.project_id, k.version, k.plan, k.rung,
+                    CASE WHEN k.host_id = p_host THEN k.peer_id ELSE k.host_id END AS other
+               FROM round_link k
+              WHERE k.plan IS NOT NULL
+                AND CASE WHEN p_peer IS NULL THEN k.host_id = p_host OR k.peer_id = p_host
+                         ELSE (k.host_id = p_host AND k.peer_id = p_peer)
+                              OR (k.host_id = p_peer AND k.peer_id = p_host) END
+              ORDER BY k.reported_at DESC, k.version DESC
+              LIMIT 64
+    LOOP
+        IF r.plan = p_rung THEN
+            EXIT WHEN r.rung = p_rung;
+            fails := fails + 1;
+            IF NOT r.other = ANY (v_seen) THEN
+                v_seen := v_seen || r.other;
+            END IF;
+        ELSIF fails = 0 AND v_last IS DISTINCT FROM r.project_id || ':' || r.version THEN
+            since := since + 1;
+            v_last := r.project_id || ':' || r.version;
+        END IF;
+    END LOOP;
+    peers := cardinality(v_seen);
+END
 $$;
 
 --
@@ -1015,11 +1111,11 @@ BEGIN
     SELECT p.id INTO v_project FROM project p WHERE p.name = p_project;
     IF v_project IS NOT NULL AND jsonb_typeof(p_links) = 'array' THEN
         SELECT coalesce(jsonb_agg(jsonb_build_object('peer', l.peer, 'rung', l.rung,
-                                                     'connect_ms', l.connect_ms)), '[]')
+                                                     'connect_ms', l.connect_ms, 'plan', l.plan)), '[]')
           INTO v_links
-          FROM (SELECT DISTINCT ON (x.peer) x.peer, x.rung, x.connect_ms
+          FROM (SELECT DISTINCT ON (x.peer) x.peer, x.rung, x.connect_ms, x.plan
                   FROM jsonb_to_recordset(p_links) AS x(peer bigint, rung text,
-                                                          connect_ms double precision)
+                                                          connect_ms double precision, plan text)
                  WHERE x.peer <> p_host
                    AND EXISTS (SELECT 1 FROM round_member m
                                 WHERE m.project_id = v_project AND m.version = p_version
@@ -1029,11 +1125,13 @@ BEGIN
     SELECT * INTO o FROM round_outcome(p_token_hash, p_project, p_version, p_host, p_status,
                                        p_included, p_sha256);
     IF o.status = 200 AND v_links IS NOT NULL THEN
-        INSERT INTO round_link AS k (project_id, version, host_id, peer_id, rung, connect_ms)
-        SELECT v_project, p_version, p_host, l.peer, l.rung, l.connect_ms
-          FROM jsonb_to_recordset(v_links) AS l(peer bigint, rung text, connect_ms double precision)
+        INSERT INTO round_link AS k (project_id, version, host_id, peer_id, rung, connect_ms, plan)
+        SELECT v_project, p_version, p_host, l.peer, l.rung, l.connect_ms, l.plan
+          FROM jsonb_to_recordset(v_links) AS l(peer bigint, rung text, connect_ms double precision,
+                                                plan text)
         ON CONFLICT (project_id, version, host_id, peer_id)
-        DO UPDATE SET rung = EXCLUDED.rung, connect_ms = EXCLUDED.connect_ms, reported_at = now();
+        DO UPDATE SET rung = EXCLUDED.rung, connect_ms = EXCLUDED.connect_ms, plan = EXCLUDED.plan,
+                      reported_at = now();
     END IF;
     RETURN QUERY SELECT o.status, o.body;
 END
@@ -2570,9 +2668,11 @@ CREATE TABLE public.round_link (
     rung text NOT NULL,
     connect_ms double precision NOT NULL,
     reported_at timestamp with time zone DEFAULT now() NOT NULL,
+    plan text,
     CONSTRAINT round_link_check CHECK ((peer_id <> host_id)),
     CONSTRAINT round_link_connect_ms_check CHECK (((connect_ms >= (0)::double precision) AND (connect_ms <= (600000)::double precision))),
-    CONSTRAINT round_link_rung_check CHECK ((rung = ANY (ARRAY['direct'::text, 'punch'::text, 'relay'::text])))
+    CONSTRAINT round_link_plan_check CHECK ((plan = ANY (ARRAY['lan'::text, 'direct'::text, 'punch'::text, 'relay'::text]))),
+    CONSTRAINT round_link_rung_check CHECK ((rung = ANY (ARRAY['lan'::text, 'direct'::text, 'punch'::text, 'relay'::text])))
 );
 
 --
@@ -3135,6 +3235,12 @@ CREATE INDEX round_busy_idx ON public.round USING btree (state) WHERE (state = A
 --
 
 CREATE INDEX round_link_host_idx ON public.round_link USING btree (host_id, reported_at DESC);
+
+--
+-- Name: round_link_pair_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX round_link_pair_idx ON public.round_link USING btree (host_id, peer_id, reported_at DESC);
 
 --
 -- Name: round_link_peer_idx; Type: INDEX; Schema: public; Owner: -

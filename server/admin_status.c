@@ -122,11 +122,11 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	          hh, hw, 9))
 		return ADMIN_FAIL;
 
-	static const char *const nh[] = { "ID",       "ACCOUNT",  "LAST_SEEN",
-		                          "CLASS",    "MAPPING",  "PUBLIC_ENDPOINT",
-		                          "OBSERVED", "RELAY_IN", "RELAY_OUT" };
-	static const int nw[] = { 8, 8, 16, 7, 11, 47, 16, 10, 10 };
-	char hsql[1024];
+	static const char *const nh[] = { "ID",        "ACCOUNT",         "LAST_SEEN",    "CLASS",
+		                          "MAPPING",   "PUBLIC_ENDPOINT", "OBSERVED",     "RELAY_IN",
+		                          "RELAY_OUT", "PUNCH_FAILS",     "PAIRS_RELAYED" };
+	static const int nw[] = { 8, 8, 16, 7, 11, 47, 16, 10, 10, 11, 13 };
+	char hsql[1280];
 	snprintf(hsql, sizeof hsql,
 	         "SELECT h.id, h.account_id, to_char(h.last_seen, 'YYYY-MM-DD HH24:MI'),"
 	         "       coalesce(h.nat_class, 'unknown'), coalesce(h.nat_mapping, 'unknown'),"
@@ -134,10 +134,16 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	         "            THEN '[' || h.nat_public_addr || ']:' || h.nat_public_port"
 	         "            ELSE h.nat_public_addr || ':' || h.nat_public_port END,"
 	         "       to_char(h.nat_observed_at, 'YYYY-MM-DD HH24:MI'),"
-	         "       h.relay_bytes_in, h.relay_bytes_out"
-	         "  FROM host h WHERE NOT h.revoked ORDER BY h.last_seen DESC, h.id DESC LIMIT %lld",
+	         "       h.relay_bytes_in, h.relay_bytes_out,"
+	         /* plans from history (doc/nat.md): the host's failed punches in
+	          * a row, and its pairs the NAT service now relays at once */
+	         "       (y.j->>'failed_punches'),"
+	         "       (SELECT count(*) FROM jsonb_array_elements(y.j->'pairs') e"
+	         "         WHERE (e->>'skipped')::boolean AND e->>'rung' = 'punch')"
+	         "  FROM host h CROSS JOIN LATERAL (SELECT host_nat_history_json(h.id) AS j) y"
+	         " WHERE NOT h.revoked ORDER BY h.last_seen DESC, h.id DESC LIMIT %lld",
 	         n_hosts);
-	if (table(ctx, "hosts seen most recently", true, hsql, nh, nw, 9))
+	if (table(ctx, "hosts seen most recently", true, hsql, nh, nw, 11))
 		return ADMIN_FAIL;
 
 	static const char *const ah[] = { "ACCOUNTS", "ADMINS", "DISABLED", "TEAMS" };

@@ -285,8 +285,15 @@ static const dbc_stmt st_outcome = { "round_outcome_links",
 	                             "                                             $8::jsonb)",
 	                             8 };
 
+static bool known_rung(const char *r)
+{
+	return strcmp(r, "lan") == 0 || strcmp(r, "direct") == 0 || strcmp(r, "punch") == 0 ||
+	       strcmp(r, "relay") == 0;
+}
+
 /* Check the outcome's optional "links" (the connections this host dialed:
- * [{"peer": id, "rung": "direct"|"punch"|"relay", "connect_ms": 0..600000}],
+ * [{"peer": id, "rung": "lan"|"direct"|"punch"|"relay", "connect_ms": 0..600000,
+ *   "plan": the rung the NAT service planned, optional, one of the same}],
  * at most LINKS_MAX, each peer once) and write their canonical JSON text to
  * *out (malloc'd; NULL when the field is absent or null).  COT_ERR_INVALID
  * with a message naming the entry; COT_ERR_NOMEM. */
@@ -308,7 +315,7 @@ static cot_err links_param(const json_t *body, char **out, cot_errbuf *eb)
 	json_array_foreach(links, i, l)
 	{
 		long long peer;
-		const char *rung;
+		const char *rung, *plan = NULL;
 		double ms;
 		cot_errbuf fe = { "", "" };
 		if (!json_is_object(l)) {
@@ -317,15 +324,16 @@ static cot_err links_param(const json_t *body, char **out, cot_errbuf *eb)
 		}
 		if (cot_json_int(l, "peer", true, 1, (1LL << 62), &peer, &fe) ||
 		    cot_json_str(l, "rung", true, 1, 16, &rung, &fe) ||
-		    cot_json_num(l, "connect_ms", true, 0, CONNECT_MS_MAX, &ms, &fe)) {
+		    cot_json_num(l, "connect_ms", true, 0, CONNECT_MS_MAX, &ms, &fe) ||
+		    cot_json_str(l, "plan", false, 1, 16, &plan, &fe)) {
 			rc = cot_seterr(eb, COT_ERR_INVALID, "links[%zu]: %s", i, fe.msg);
 			break;
 		}
-		if (strcmp(rung, "direct") != 0 && strcmp(rung, "punch") != 0 && strcmp(rung, "relay") != 0) {
+		if (!known_rung(rung) || (plan && !known_rung(plan))) {
 			rc = cot_seterr(eb, COT_ERR_INVALID,
-			                "links[%zu]: field \"rung\" must be \"direct\", \"punch\" or "
+			                "links[%zu]: field \"%s\" must be \"lan\", \"direct\", \"punch\" or "
 			                "\"relay\"",
-			                i);
+			                i, known_rung(rung) ? "plan" : "rung");
 			break;
 		}
 		for (size_t j = 0; j < json_array_size(canon); j++)
@@ -334,8 +342,8 @@ static cot_err links_param(const json_t *body, char **out, cot_errbuf *eb)
 				                i, peer);
 		if (rc)
 			break;
-		if (json_array_append_new(canon, json_pack("{s:I, s:s, s:f}", "peer", (json_int_t)peer,
-		                                           "rung", rung, "connect_ms", ms))) {
+		if (json_array_append_new(canon, json_pack("{s:I, s:s, s:f, s:s?}", "peer", (json_int_t)peer,
+		                                           "rung", rung, "connect_ms", ms, "plan", plan))) {
 			rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 			break;
 		}

@@ -232,6 +232,7 @@ void reach_observe(int64_t host, const char *addr, uint16_t port, int which, con
 		else
 			i->port_b = port;
 		snprintf(i->local_addr, sizeof i->local_addr, "%s", local_addr);
+		i->local_port = local_port;
 		i->adv_port = adv_port ? adv_port : local_port;
 		i->observed_ms = deadline_now_ms();
 	}

@@ -42,7 +42,8 @@ typedef struct {
 	uint16_t port_a;                 /* public port seen on the first service port (0: none) */
 	uint16_t port_b;                 /* ... on the second */
 	uint16_t adv_port;               /* the port the host says it can be dialed on */
-	char local_addr[REACH_ADDR_MAX]; /* the host's own listening address, as it says */
+	char local_addr[REACH_ADDR_MAX]; /* the host's own address, as it says (its registration's source) */
+	uint16_t local_port;             /* its listening port, as it says */
 	const char *klass;               /* "public", "mapped", "nat", "unknown" */
 	const char *mapping;             /* "independent", "dependent", "unknown" */
 	int64_t observed_ms;             /* monotonic time of the last observation */

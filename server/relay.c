@@ -23,6 +23,7 @@
 #include "server/rendezvous.h"
 #include "shared/common/deadline.h"
 #include "shared/common/log.h"
+#include "shared/nat/nat.h"
 #include "shared/nat/nat_line.h"
 
 #define LINE_TIMEOUT_MS 3000 /* for the request line */
@@ -174,13 +175,19 @@ static void do_observe(relay_service *s, int fd, int which, char **f, int nf)
 }
 
 /* The endpoint a host can be met at for a plan: its advertised one for
- * "direct"; for "punch", the public endpoint of the very connection it
- * met on (fd): the host punches from that connection's local port, so each
- * meeting, and each connection of a pair, has a port of its own. */
+ * "direct"; its own local address and listening port for "lan"; for
+ * "punch", the public endpoint of the very connection it met on (fd): the
+ * host punches from that connection's local port, so each meeting, and
+ * each connection of a pair, has a port of its own. */
 static void endpoint_for(const reach_info *i, int fd, const char *plan, char *addr, uint16_t *port)
 {
 	if (strcmp(plan, "punch") == 0) {
 		peer_of(fd, addr, port);
+		return;
+	}
+	if (strcmp(plan, "lan") == 0) {
+		strcpy(addr, i->local_addr);
+		*port = i->local_port;
 		return;
 	}
 	if (strcmp(plan, "relay") == 0 || !i->addr[0]) {
@@ -204,16 +211,80 @@ static bool punchable(const reach_info *i)
 	return strcmp(i->klass, "public") == 0 || strcmp(i->mapping, "independent") == 0;
 }
 
-/* How dialer d reaches acceptor a: direct when a can be dialed; punch when
- * a sits behind a NAT that keeps one public port per local port and d does
- * too (or has no NAT); otherwise the relay. */
-static const char *plan_for(const reach_info *d, const reach_info *a)
+/* Two hosts of one household: the server sees both at one public address
+ * from behind a NAT (the acceptor's own address is not the public one),
+ * and the acceptor named its local endpoint.  Their router need not
+ * hairpin: the dialer tries the acceptor's local endpoint first. */
+static bool same_household(const reach_info *d, const reach_info *a)
 {
+	return d->addr[0] && strcmp(d->addr, a->addr) == 0 && a->local_addr[0] && a->local_port &&
+	       strcmp(a->local_addr, a->addr) != 0 && strcmp(a->local_addr, "0.0.0.0") != 0 &&
+	       strcmp(a->local_addr, "::") != 0;
+}
+
+/* How dialer d reaches acceptor a by their classes: lan in one household;
+ * direct when a can be dialed; punch when a sits behind a NAT that keeps
+ * one public port per local port and d does too (or has no NAT);
+ * otherwise the relay.  With no_lan, what comes after lan. */
+static const char *plan_by_class(const reach_info *d, const reach_info *a, bool no_lan)
+{
+	if (!no_lan && same_household(d, a))
+		return "lan";
 	if (connectable(a))
 		return "direct";
 	if (strcmp(a->klass, "nat") == 0 && punchable(a) && punchable(d))
 		return "punch";
 	return "relay";
+}
+
+static const dbc_stmt st_skip = { "nat_history_skip", "SELECT nat_history_skip($1::bigint, $2::bigint, $3)",
+	                          3 };
+
+/* NULL when the pair's links (round_link) do not argue against trying rung
+ * (nat_history_skip, db/functions/nat.sql), else why, in why[len].  A
+ * database error is logged and the rung tried. */
+static const char *history_skip(int64_t d, int64_t a, const char *rung, char *why, size_t len)
+{
+	char ds[24], as[24];
+	snprintf(ds, sizeof ds, "%lld", (long long)d);
+	snprintf(as, sizeof as, "%lld", (long long)a);
+	const char *params[] = { ds, as, rung };
+	PGresult *r = NULL;
+	char state[6];
+	cot_errbuf eb = { "", "" };
+	if (dbc_exec(&st_skip, params, &r, state, &eb)) {
+		log_warn("nat: could not read the history of hosts %lld and %lld: %s", (long long)d,
+		         (long long)a, eb.msg);
+		return NULL;
+	}
+	const char *out = NULL;
+	if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
+		snprintf(why, len, "%s", PQgetvalue(r, 0, 0));
+		out = why;
+	}
+	PQclear(r);
+	return out;
+}
+
+/* The plan for dialer d and acceptor a: by their classes, then from
+ * history: a lan dial or a punch that failed for the pair lately (or a
+ * punch that failed for either host with everyone) is skipped for the next
+ * rung down, and tried again now and then (nat_history_skip).  why[len]
+ * says what history changed ("" when nothing). */
+static const char *plan_for(const reach_info *d, const reach_info *a, char *why, size_t len)
+{
+	why[0] = 0;
+	const char *plan = plan_by_class(d, a, false);
+	if (strcmp(plan, "lan") == 0 && history_skip(d->host_id, a->host_id, "lan", why, len))
+		plan = plan_by_class(d, a, true);
+	if (strcmp(plan, "punch") == 0) {
+		char w[200];
+		if (history_skip(d->host_id, a->host_id, "punch", w, sizeof w)) {
+			snprintf(why + strlen(why), len - strlen(why), "%s%s", why[0] ? "; " : "", w);
+			plan = "relay";
+		}
+	}
+	return plan;
 }
 
 static void expired(int fd, int64_t host)
@@ -279,7 +350,10 @@ static bool do_meet(relay_service *s, int fd, char **f, int nf)
 	reach_info hi, oi;
 	reach_or_unknown(h.host, &hi);
 	reach_or_unknown(peer, &oi);
-	const char *plan = h.dial ? plan_for(&hi, &oi) : plan_for(&oi, &hi);
+	hi.host_id = h.host;
+	oi.host_id = peer;
+	char why[400];
+	const char *plan = h.dial ? plan_for(&hi, &oi, why, sizeof why) : plan_for(&oi, &hi, why, sizeof why);
 	char a1[REACH_ADDR_MAX], a2[REACH_ADDR_MAX];
 	uint16_t p1, p2;
 	endpoint_for(&oi, other.fd, plan, a1, &p1);
@@ -287,8 +361,9 @@ static bool do_meet(relay_service *s, int fd, char **f, int nf)
 	say(fd, "GO %s %s %u %d", plan, a1, p1, s->cfg.meet_lead_ms);
 	say(other.fd, "GO %s %s %u %d", plan, a2, p2, s->cfg.meet_lead_ms);
 	close(other.fd);
-	log_info("nat: hosts %lld (%s) and %lld meet in round %lld: %s", (long long)h.host,
-	         h.dial ? "dials" : "accepts", peer, version, plan);
+	log_info("nat: hosts %lld (%s) and %lld meet in round %lld: %s%s%s%s", (long long)h.host,
+	         h.dial ? "dials" : "accepts", peer, version, plan, why[0] ? " (history: " : "", why,
+	         why[0] ? ")" : "");
 	return false;
 }
 
@@ -485,6 +560,7 @@ static void handle(relay_service *s, int fd, int which)
 {
 	struct timeval tv = { 2, 0 };
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	nat_keepalive(fd); /* a parked half or a relay session may idle */
 	char line[NAT_LINE_MAX];
 	cot_errbuf eb = { { 0 }, { 0 } };
 	cot_err rc = nat_line_read(fd, line, deadline_after_ms(LINE_TIMEOUT_MS), NULL, &eb);

@@ -167,7 +167,7 @@ static void test_outcome_links(void)
 	char *bb = outcome_body(&B, "ok", bad);
 	th_http(NULL, "POST", op, B.token, bb, NULL, &r);
 	is_str(th_json_str(&r, "error.message"),
-	       "links[1]: field \"rung\" must be \"direct\", \"punch\" or \"relay\"",
+	       "links[1]: field \"rung\" must be \"lan\", \"direct\", \"punch\" or \"relay\"",
 	       "the message names the entry");
 	th_resp_free(&r);
 	free(bb);
@@ -361,12 +361,88 @@ static void test_last_rounds(void)
 	   "the round failed and lost its members; C's link is kept");
 }
 
+/* Plans from history (nat_history_skip, doc/nat.md): rounds 101.. with
+ * links of B and D that carry their plan. */
+static void history_link(int v, const th_host *d, const th_host *a, const char *plan, const char *rung)
+{
+	th_sql("INSERT INTO round (project_id, version, state) VALUES (%lld, %d, 'committed')"
+	       " ON CONFLICT DO NOTHING",
+	       pid, v);
+	th_sql("INSERT INTO round_link (project_id, version, host_id, peer_id, rung, connect_ms, plan, "
+	       "reported_at)"
+	       " VALUES (%lld, %d, %lld, %lld, '%s', 1, '%s', now() + make_interval(secs => %d))",
+	       pid, v, d->id, a->id, rung, plan, v);
+}
+
+static int skips(const th_host *d, const th_host *a, const char *rung)
+{
+	return th_sql_int("SELECT (nat_history_skip(%lld, %lld, '%s') IS NOT NULL)::int", d->id, a->id, rung);
+}
+
+static void test_history(void)
+{
+	/* A link's plan is stored; an unknown plan is refused. */
+	char links[256];
+	snprintf(links, sizeof links,
+	         "[{\"peer\": %lld, \"rung\": \"relay\", \"connect_ms\": 5, \"plan\": \"punch\"}]", A.id);
+	char *body = outcome_body(&B, "ok", links);
+	th_resp r = th_call("POST", "/v1/projects/nv/rounds/0/outcome", B.token, body, 200,
+	                    "an outcome whose link names its plan");
+	th_resp_free(&r);
+	free(body);
+	is_int(th_sql_int("SELECT count(*) FROM round_link WHERE host_id = %lld AND peer_id = %lld"
+	                  " AND plan = 'punch' AND rung = 'relay'",
+	                  B.id, A.id),
+	       1, "  the plan is stored beside the rung");
+	snprintf(links, sizeof links,
+	         "[{\"peer\": %lld, \"rung\": \"relay\", \"connect_ms\": 5, \"plan\": \"ice\"}]", A.id);
+	body = outcome_body(&B, "ok", links);
+	th_refused("POST", "/v1/projects/nv/rounds/0/outcome", B.token, body, 400, "invalid",
+	           "a link with an unknown plan");
+	free(body);
+
+	is_int(skips(&B, &D, "punch"), 0, "a pair with no history is punched");
+	history_link(101, &B, &D, "punch", "relay");
+	is_int(skips(&B, &D, "punch"), 0, "one failed punch is not enough to skip it");
+	history_link(101, &D, &B, "punch", "relay");
+	is_int(skips(&B, &D, "punch"), 1, "two failed punches of the pair in a row: relay at once");
+	is_int(skips(&D, &B, "punch"), 1, "  in both directions");
+	history_link(102, &B, &D, "relay", "relay");
+	history_link(103, &B, &D, "relay", "relay");
+	is_int(skips(&B, &D, "punch"), 1, "  still after 2 rounds relayed");
+	history_link(104, &B, &D, "relay", "relay");
+	is_int(skips(&B, &D, "punch"), 0, "after 3 rounds relayed the punch is tried again");
+	history_link(105, &B, &D, "punch", "punch");
+	is_int(skips(&B, &D, "punch"), 0, "a punch that connects clears the streak");
+	history_link(106, &B, &D, "lan", "relay");
+	history_link(106, &D, &B, "lan", "relay");
+	is_int(skips(&B, &D, "lan"), 1, "two failed lan dials: the lan rung is skipped");
+	char path[128];
+	snprintf(path, sizeof path, "/v1/hosts/%lld", B.id);
+	r = th_call("GET", path, B.key, NULL, 200, "the host view with history");
+	json_t *h = jget(jget(r.json, "links", NULL), "history", NULL);
+	json_t *p0 = NULL, *e;
+	size_t k;
+	json_array_foreach(jget(h, "pairs", NULL), k, e)
+	{
+		if (json_integer_value(json_object_get(e, "peer")) == D.id)
+			p0 = e;
+	}
+	ok(h && json_integer_value(json_object_get(h, "failed_punches")) == 0 && p0 &&
+	           json_integer_value(json_object_get(p0, "peer")) == D.id &&
+	           strcmp(json_string_value(json_object_get(p0, "rung")) ?: "", "lan") == 0 &&
+	           json_is_true(json_object_get(p0, "skipped")),
+	   "links.history names the pair whose lan dial is skipped");
+	th_resp_free(&r);
+}
+
 int main(void)
 {
 	plan_lazy();
 	setup();
 	test_outcome_links();
 	test_views();
+	test_history();
 	test_last_rounds();
 	done_testing();
 	return exit_status();

@@ -352,8 +352,22 @@ function hostNetwork(n) {
 	          round ? el('table', { id: 'links' }, el('thead', {}, el('tr', {}, el('th', {}, 'Peer'), el('th', {}, 'Direction'),
 	                     el('th', {}, 'Rung'), el('th', { class: 'num' }, 'Connect ms'))), rows) : null,
 	          el('p', { id: 'rungs' }, 'Connections it dialed over its latest ', fmtNum(last.rounds, 0), ' rounds: ',
+	             fmtNum(last.lan || 0, 0), ' in its household, ',
 	             fmtNum(last.direct, 0), ' direct, ', fmtNum(last.punch, 0), ' punched, ',
-	             fmtNum(last.relay, 0), ' relayed.'));
+	             fmtNum(last.relay, 0), ' relayed.'),
+	          historyNote(l.history));
+}
+
+/* What the NAT service plans from history (doc/nat.md): the host's failed
+ * punches in a row, and the pairs whose punch or household dial it skips. */
+function historyNote(h) {
+	if (!h || (!h.failed_punches && !(h.pairs || []).length))
+		return null;
+	const skipped = (h.pairs || []).filter(p => p.skipped);
+	return el('p', { id: 'history' }, 'Failed punches in a row: ', fmtNum(h.failed_punches || 0, 0), '. ',
+	          skipped.length ? 'Planned through the relay (or past the household dial) for now: ' +
+	                           skipped.map(p => 'host ' + p.peer + ' (' + p.rung + ')').join(', ') + '.'
+	                         : 'Every pair is tried by its usual rung.');
 }
 
 async function pageHost() {

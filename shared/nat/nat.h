@@ -10,9 +10,10 @@
  *      mapped, nat, with mapping independent or dependent);
  *   2. dials peers with the dialer of nat_dialer_new(): for each target it
  *      asks the server to MEET the peer; the server answers both with a plan
- *      (direct, punch or relay), the endpoint and the moment; the dialer
+ *      (lan, direct, punch or relay), the endpoint and the moment; the dialer
  *      follows the plan and falls back to the relay.  dialer_result.rung
- *      says which rung connected: "direct", "punch" or "relay";
+ *      says which rung connected: "lan", "direct", "punch" or "relay", and
+ *      dialer_result.plan which one the server planned;
  *   3. on the accepting side (an aggregator), runs nat_acceptor_start() for
  *      the peers that will dial it: it meets each peer once per connection
  *      the peer opens; for a punch both connect at the same moment, each
@@ -38,6 +39,14 @@
 #include "shared/nat/nat_line.h"
 
 #define NAT_PUNCH_WINDOW_MS 4000 /* how long a punch keeps trying after the moment */
+#define NAT_LAN_WINDOW_MS 1500   /* how long a dial to a peer's local endpoint may take */
+/* TCP keepalive on the NAT service's connections (and the client's HTTP long
+ * polls): the first probe after this many idle seconds, then one every
+ * NAT_KEEPALIVE_INTVL_S, so that no router forgets a connection that idles
+ * (conntrack timeouts of 15 s and more are kept alive). */
+#define NAT_KEEPALIVE_IDLE_S 10
+#define NAT_KEEPALIVE_INTVL_S 5
+#define NAT_KEEPALIVE_CNT 3
 
 typedef struct {
 	const char *server_addr; /* numeric address of the project server's NAT service */
@@ -85,9 +94,18 @@ typedef struct nat_acceptor nat_acceptor;
 cot_err nat_acceptor_start(const nat_config *c, const char *project, int64_t version, const int64_t *peers,
                            size_t n, int64_t deadline, nat_acceptor **out, cot_errbuf *eb);
 
-/* The plan the server gave for peer i ("direct", "punch", "relay"), or "" when
- * the meeting has not happened (or failed). */
+/* The rung that carried the first connection peer i opened to us, as this
+ * side saw it: "punch" when our half of the punch connected, "relay" when
+ * the relay joined us, else the plan ("direct", "lan") when the dialer did
+ * not fall back to the relay; "" when no connection of that peer has been
+ * decided (or every meeting failed). */
+const char *nat_acceptor_rung(nat_acceptor *a, size_t i);
+
+/* The plan of the same connection ("" likewise). */
 const char *nat_acceptor_plan(nat_acceptor *a, size_t i);
+
+/* Turn on TCP keepalive on fd (NAT_KEEPALIVE_*); best effort. */
+void nat_keepalive(int fd);
 
 /* Stop the threads (relayed sessions still open are closed), join, free. */
 void nat_acceptor_stop(nat_acceptor *a);
@@ -134,7 +152,7 @@ cot_err nat_request(const nat_config *c, int which, uint16_t *local_port, const 
  * (monotonic ms) to connect.  For a punch, the endpoint is the public one
  * of the peer's meeting connection, and we punch from our meeting's port. */
 typedef struct {
-	char plan[8];
+	char plan[8]; /* "lan", "direct", "punch", "relay" */
 	char addr[64];
 	uint16_t port;
 	int64_t moment;

@@ -1,6 +1,7 @@
 /* cotrain: the accepting side of brokered connections (nat.h): meet each
  * peer that will dial us once per connection it opens, do our half of a
- * punch, and bridge a punched or relayed connection to our own listener. */
+ * punch, and bridge a punched or relayed connection to our own listener;
+ * note the rung that carried each connection. */
 #include "shared/nat/nat.h"
 
 #include <pthread.h>
@@ -17,6 +18,7 @@
  * up on a punch after NAT_PUNCH_WINDOW_MS, on a direct dial later. */
 #define FALLBACK_PUNCH_MS (NAT_PUNCH_WINDOW_MS + 3000)
 #define FALLBACK_DIRECT_MS 10000
+#define FALLBACK_LAN_MS (NAT_LAN_WINDOW_MS + 3000)
 
 #define CONNS_PER_PEER 16 /* connections helped in per peer (the broker's bound too) */
 #define RETRY_MS 500
@@ -28,6 +30,7 @@ typedef struct {
 	slot *sl;
 	nat_meeting m;
 	pthread_t th;
+	char rung[8]; /* what carried it, once known (under the acceptor's mu) */
 } conn;
 
 struct slot {
@@ -35,8 +38,7 @@ struct slot {
 	int64_t peer;
 	pthread_t th;
 	bool started;
-	char plan[8];   /* the plan of the latest meeting */
-	size_t n_conns; /* conns[0..n_conns) started */
+	size_t n_conns; /* conns[0..n_conns) started (written under the acceptor's mu) */
 	conn conns[CONNS_PER_PEER];
 };
 
@@ -67,6 +69,14 @@ static int own_listener(const nat_config *c, int64_t deadline, cot_errbuf *eb)
 	return fd;
 }
 
+/* Note what carried cn. */
+static void set_rung(conn *cn, const char *rung)
+{
+	pthread_mutex_lock(&cn->sl->a->mu);
+	snprintf(cn->rung, sizeof cn->rung, "%s", rung);
+	pthread_mutex_unlock(&cn->sl->a->mu);
+}
+
 /* Help one connection in, following its meeting's plan: our half of a
  * punch, or the relay (the plan, or the dialer's fallback when its direct
  * dial or punch fails); what connects is bridged to our listener. */
@@ -84,12 +94,17 @@ static void *conn_main(void *arg)
 		if (nat_punch_connect(c, m, a->deadline, &rfd, &eb) != COT_OK) {
 			log_info("nat: punch toward host %lld failed: %s", (long long)sl->peer, eb.msg);
 			rfd = -1;
+		} else {
+			set_rung(cn, "punch");
 		}
 		if (m->moment + FALLBACK_PUNCH_MS < until)
 			until = m->moment + FALLBACK_PUNCH_MS;
 	} else if (strcmp(m->plan, "direct") == 0) {
 		if (m->moment + FALLBACK_DIRECT_MS < until)
 			until = m->moment + FALLBACK_DIRECT_MS;
+	} else if (strcmp(m->plan, "lan") == 0) {
+		if (m->moment + FALLBACK_LAN_MS < until)
+			until = m->moment + FALLBACK_LAN_MS;
 	}
 	if (a->stop) {
 		if (rfd >= 0)
@@ -104,8 +119,11 @@ static void *conn_main(void *arg)
 		if (rc) {
 			if (strcmp(m->plan, "relay") == 0)
 				log_warn("nat: could not relay host %lld: %s", (long long)sl->peer, eb.msg);
+			else if (strcmp(m->plan, "punch") != 0)
+				set_rung(cn, m->plan); /* the dialer connected as planned */
 			return NULL;
 		}
+		set_rung(cn, "relay");
 	}
 	int lfd = own_listener(c, a->deadline, &eb);
 	if (lfd < 0) {
@@ -148,14 +166,14 @@ static void *slot_main(void *arg)
 				usleep(100 * 1000);
 			continue;
 		}
-		pthread_mutex_lock(&a->mu);
-		snprintf(sl->plan, sizeof sl->plan, "%s", cn->m.plan);
-		pthread_mutex_unlock(&a->mu);
+		cn->rung[0] = 0;
 		if (pthread_create(&cn->th, NULL, conn_main, cn) != 0) {
 			log_warn("nat: could not start a thread for host %lld", (long long)sl->peer);
 			break;
 		}
+		pthread_mutex_lock(&a->mu);
 		sl->n_conns++;
+		pthread_mutex_unlock(&a->mu);
 	}
 	for (size_t i = 0; i < sl->n_conns; i++)
 		pthread_join(sl->conns[i].th, NULL);
@@ -189,14 +207,41 @@ cot_err nat_acceptor_start(const nat_config *c, const char *project, int64_t ver
 	return COT_OK;
 }
 
+/* The first connection of peer i whose rung is known: decided by its
+ * thread, or, for a direct or lan plan whose relay fallback did not join
+ * (yet), the plan: once the dialer has used the connection it would have
+ * joined.  With plan, its plan instead.  Call with a->mu held. */
+static const char *first_rung(nat_acceptor *a, size_t i, bool plan)
+{
+	slot *sl = &a->s[i];
+	for (size_t k = 0; k < sl->n_conns; k++) {
+		const conn *cn = &sl->conns[k];
+		if (cn->rung[0])
+			return plan ? cn->m.plan : cn->rung;
+		if (strcmp(cn->m.plan, "direct") == 0 || strcmp(cn->m.plan, "lan") == 0)
+			return cn->m.plan;
+	}
+	return "";
+}
+
+const char *nat_acceptor_rung(nat_acceptor *a, size_t i)
+{
+	if (i >= a->n)
+		return "";
+	pthread_mutex_lock(&a->mu);
+	const char *r = first_rung(a, i, false);
+	pthread_mutex_unlock(&a->mu);
+	return r;
+}
+
 const char *nat_acceptor_plan(nat_acceptor *a, size_t i)
 {
 	if (i >= a->n)
 		return "";
 	pthread_mutex_lock(&a->mu);
-	const char *p = a->s[i].plan;
+	const char *r = first_rung(a, i, true);
 	pthread_mutex_unlock(&a->mu);
-	return p;
+	return r;
 }
 
 void nat_acceptor_stop(nat_acceptor *a)

@@ -28,34 +28,48 @@ static cot_err nat_connect(dialer *d, const dialer_target *t, int64_t deadline, 
 		/* No broker: the peer may still be reachable as it is. */
 		log_warn("nat: could not meet host %lld (%s); dialing it directly", (long long)t->host_id,
 		         meb.msg);
-		res->rung = "direct";
 		rc = dialer_connect(n->direct, t, deadline, res, &deb);
+		res->rung = "direct";
 		if (rc)
 			return cot_seterr(eb, rc, "could not reach host %lld: meeting: %s; direct: %s",
 			                  (long long)t->host_id, meb.msg, deb.msg);
 		return COT_OK;
 	}
-	if (strcmp(m.plan, "direct") == 0) {
+	const char *plan = strcmp(m.plan, "lan") == 0      ? "lan"
+	                   : strcmp(m.plan, "direct") == 0 ? "direct"
+	                   : strcmp(m.plan, "punch") == 0  ? "punch"
+	                                                   : "relay";
+	if (strcmp(plan, "lan") == 0 || strcmp(plan, "direct") == 0) {
 		dialer_target dt = *t;
 		if (m.port && strcmp(m.addr, "-") != 0) {
 			dt.addr = m.addr;
 			dt.port = m.port;
 		}
-		/* Half the time at most: the relay needs the rest. */
-		int64_t until = deadline_now_ms() + (deadline - deadline_now_ms()) / 2;
+		/* lan: the peer is in our household (the server sees us both at
+		 * one public address), its local endpoint answers at once or
+		 * not at all.  direct: half the time at most; the relay needs the
+		 * rest. */
+		int64_t until = strcmp(plan, "lan") == 0
+		                        ? deadline_now_ms() + NAT_LAN_WINDOW_MS
+		                        : deadline_now_ms() + (deadline - deadline_now_ms()) / 2;
+		if (until > deadline)
+			until = deadline;
 		rc = dialer_connect(n->direct, &dt, until, res, &deb);
+		res->plan = plan;
 		if (!rc) {
-			res->rung = "direct";
+			res->rung = plan;
 			return COT_OK;
 		}
-	} else if (strcmp(m.plan, "punch") == 0) {
+	} else if (strcmp(plan, "punch") == 0) {
 		rc = nat_punch_connect(n->c, &m, deadline, &res->fd, &peb);
 		if (!rc) {
 			res->rung = "punch";
+			res->plan = plan;
 			return COT_OK;
 		}
 	}
 	res->rung = "relay";
+	res->plan = plan;
 	cot_errbuf reb = { { 0 }, { 0 } };
 	rc = nat_relay_join(n->c, n->project, n->version, t->host_id, true, deadline, NULL, &res->fd, &reb);
 	if (rc)

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +193,15 @@ static cot_err send_all(int fd, const char *buf, size_t len, int64_t deadline, c
 	return COT_OK;
 }
 
+void nat_keepalive(int fd)
+{
+	int one = 1, idle = NAT_KEEPALIVE_IDLE_S, intvl = NAT_KEEPALIVE_INTVL_S, cnt = NAT_KEEPALIVE_CNT;
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
 cot_err nat_request(const nat_config *c, int which, uint16_t *local_port, const char *line, int64_t deadline,
                     const volatile int *cancel, char *reply, int *fd, cot_errbuf *eb)
 {
@@ -199,6 +209,9 @@ cot_err nat_request(const nat_config *c, int which, uint16_t *local_port, const 
 	int s = start_connect(c->listen_addr, local_port ? 0 : -1, c->server_addr, port, 0, eb);
 	if (s < 0)
 		return COT_ERR_NETWORK;
+	/* A meeting may wait 15 s for the peer, and a relayed session idle
+	 * longer: keep the routers on the way from forgetting it. */
+	nat_keepalive(s);
 	if (local_port && !(*local_port = local_port_of(s))) {
 		close(s);
 		return cot_seterr(eb, COT_ERR_IO, "could not learn the local port of a connection");
@@ -252,7 +265,8 @@ cot_err nat_meet(const nat_config *c, const char *project, int64_t version, int6
 	int lead = 0;
 	if (sscanf(reply, "GO %7s %63s %u %d", m->plan, m->addr, &port, &lead) != 4 || port > 65535 ||
 	    lead < 0 || lead > 60000 ||
-	    (strcmp(m->plan, "direct") && strcmp(m->plan, "punch") && strcmp(m->plan, "relay")))
+	    (strcmp(m->plan, "lan") && strcmp(m->plan, "direct") && strcmp(m->plan, "punch") &&
+	     strcmp(m->plan, "relay")))
 		return cot_seterr(eb, COT_ERR_NETWORK, "malformed answer from the NAT service: \"%.80s\"",
 		                  reply);
 	m->port = (uint16_t)port;

@@ -21,6 +21,7 @@ cot_err dialer_connect(dialer *d, const dialer_target *t, int64_t deadline, dial
 		return cot_seterr(eb, COT_ERR_INVALID, "dial target has no address");
 	res->fd = -1;
 	res->rung = d->ops->rung;
+	res->plan = NULL;
 	return d->ops->connect(d, t, deadline, res, eb);
 }
 

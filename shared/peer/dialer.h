@@ -29,6 +29,7 @@ typedef struct {
 typedef struct {
 	int fd;           /* connected, non-blocking, TCP_NODELAY, close-on-exec */
 	const char *rung; /* the rung that reached the peer ("direct") */
+	const char *plan; /* the rung the broker planned (a static string), or NULL: none */
 } dialer_result;
 
 typedef struct dialer dialer;

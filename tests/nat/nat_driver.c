@@ -165,7 +165,8 @@ static int do_accept(listener *l, peer_ctx *ctx, int64_t deadline)
 			free(p);
 		}
 		if (got >= nbytes && !peer_send_frame(pc, FRAME_READY, 0, NULL, 0, deadline, &eb)) {
-			printf("ACCEPTED plan=%s bytes=%lld\n", a ? nat_acceptor_plan(a, 0) : "relay", got);
+			printf("ACCEPTED plan=%s bytes=%lld rung=%s\n", a ? nat_acceptor_plan(a, 0) : "relay",
+			       got, a ? nat_acceptor_rung(a, 0) : "relay");
 			rc = 0;
 		}
 		peer_close(pc);
@@ -222,8 +223,9 @@ static int do_dial(peer_ctx *ctx, int64_t deadline)
 			fail("no acknowledgement", &eb);
 		} else {
 			double s = (double)(deadline_now_ms() - t2) / 1000.0;
-			printf("RUNG %s connect_ms=%lld mbit_s=%.1f\n", res.rung, (long long)(t1 - t0),
-			       s > 0 ? (double)sent * 8 / 1e6 / s : 0.0);
+			printf("RUNG %s connect_ms=%lld mbit_s=%.1f plan=%s\n", res.rung,
+			       (long long)(t1 - t0), s > 0 ? (double)sent * 8 / 1e6 / s : 0.0,
+			       res.plan ? res.plan : "-");
 			rc = 0;
 		}
 		free(p);
