@@ -228,7 +228,7 @@ int main(void)
 	           strstr(dom, "<td class=\"rung\">relay</td>") &&
 	           strstr(dom, "<td class=\"rung\">punch</td>") && strstr(dom, "Connections of round 7"),
 	   "  and the rung of each connection of its latest round, both ways");
-	ok(dom && strstr(dom, "1 rounds: 0 direct, 0 punched, 1 relayed"),
+	ok(dom && strstr(dom, "1 rounds: 0 in its household, 0 direct, 0 punched, 1 relayed"),
 	   "  and the rungs it dialed over its latest rounds");
 	ok(dom && !strstr(dom, "198.51.100.9"), "  but not its public address");
 	free(dom);
