@@ -198,6 +198,7 @@ void credit_leaderboard(http_req *req)
 	"   FROM (SELECT * FROM credit_grant g WHERE " cond " ORDER BY g.id DESC LIMIT 20) g" \
 	"   JOIN project pr ON pr.id = g.project_id)"
 
+/* clang-format off */
 static const dbc_stmt st_user = {
 	"credit_user",
 	"SELECT json_build_object('id', a.id, 'name', a.name, 'created_at', a.created_at,"
@@ -211,14 +212,15 @@ static const dbc_stmt st_user = {
 	"                 ORDER BY h.id), '[]')"
 	"                   FROM host h LEFT JOIN host_credit hc ON hc.host_id = h.id"
 	"                  WHERE h.account_id = a.id AND NOT h.revoked),"
-	"       'grants', " GRANTS_JSON(
-	        "g.account_id = a.id") ")::text"
-	                               "  FROM account a LEFT JOIN team t ON t.id = a.team_id"
-	                               "  LEFT JOIN account_credit c ON c.account_id = a.id"
-	                               " WHERE a.id = $1 AND NOT a.disabled",
+	"       'grants', " GRANTS_JSON("g.account_id = a.id") ")::text"
+	"  FROM account a LEFT JOIN team t ON t.id = a.team_id"
+	"  LEFT JOIN account_credit c ON c.account_id = a.id"
+	" WHERE a.id = $1 AND NOT a.disabled",
 	1
 };
+/* clang-format on */
 
+/* clang-format off */
 static const dbc_stmt st_team = {
 	"credit_team",
 	"SELECT json_build_object('id', t.id, 'name', t.name, 'description', t.description,"
@@ -234,14 +236,15 @@ static const dbc_stmt st_team = {
 	"                             FROM account a LEFT JOIN account_credit ac ON ac.account_id = a.id"
 	"                            WHERE a.team_id = t.id AND NOT a.disabled"
 	"                            ORDER BY 3 DESC, a.id DESC LIMIT 100) m),"
-	"       'grants', " GRANTS_JSON(
-	        "g.team_id = t.id") ")::text"
-	                            "  FROM team t LEFT JOIN account f ON f.id = t.founder_id"
-	                            "  LEFT JOIN team_credit c ON c.team_id = t.id"
-	                            " WHERE t.id = $1",
+	"       'grants', " GRANTS_JSON("g.team_id = t.id") ")::text"
+	"  FROM team t LEFT JOIN account f ON f.id = t.founder_id"
+	"  LEFT JOIN team_credit c ON c.team_id = t.id"
+	" WHERE t.id = $1",
 	1
 };
+/* clang-format on */
 
+/* clang-format off */
 static const dbc_stmt st_host = {
 	"credit_host",
 	"SELECT json_build_object('id', h.id, 'owner_id', a.id, 'owner_name', a.name,"
@@ -254,14 +257,14 @@ static const dbc_stmt st_host = {
 	"       'spot_checks', json_build_object('consecutive', coalesce(r.consecutive, 0),"
 	"                      'agreed', coalesce(r.n_agreed, 0),"
 	"                      'disagreed', coalesce(r.n_disagreed, 0)),"
-	"       'grants', " GRANTS_JSON(
-	        "g.host_id = h.id") ")::text"
-	                            "  FROM host h JOIN account a ON a.id = h.account_id"
-	                            "  LEFT JOIN host_credit c ON c.host_id = h.id"
-	                            "  LEFT JOIN host_check_record r ON r.host_id = h.id"
-	                            " WHERE h.id = $1 AND NOT a.disabled",
+	"       'grants', " GRANTS_JSON("g.host_id = h.id") ")::text"
+	"  FROM host h JOIN account a ON a.id = h.account_id"
+	"  LEFT JOIN host_credit c ON c.host_id = h.id"
+	"  LEFT JOIN host_check_record r ON r.host_id = h.id"
+	" WHERE h.id = $1 AND NOT a.disabled",
 	1
 };
+/* clang-format on */
 
 void credit_entity(http_req *req)
 {

@@ -273,13 +273,14 @@ static cot_err dump(PGconn *c, const char *dir, const char *file, const char *ro
 #define DELETED_DAYS "60" /* BOINC's user_deleted/host_deleted expire after 60 days */
 
 /* Users with credit, not disabled (BOINC: total_credit > 0, not deleted). */
-static const char *const user_sql = "SELECT a.id, a.name, " EPOCH(
-        "a.created_at") "::bigint, c.total, c.rac,"
-                        "       " EPOCH(
-                                "c.rac_time") ", md5(a.cross_project_id || lower(a.email)),"
-                                              "       coalesce(a.team_id, 0)"
-                                              "  FROM account a JOIN account_credit c ON c.account_id = a.id"
-                                              " WHERE NOT a.disabled AND c.total > 0 ORDER BY a.id";
+/* clang-format off */
+static const char *const user_sql =
+	"SELECT a.id, a.name, " EPOCH("a.created_at") "::bigint, c.total, c.rac,"
+	"       " EPOCH("c.rac_time") ", md5(a.cross_project_id || lower(a.email)),"
+	"       coalesce(a.team_id, 0)"
+	"  FROM account a JOIN account_credit c ON c.account_id = a.id"
+	" WHERE NOT a.disabled AND c.total > 0 ORDER BY a.id";
+/* clang-format on */
 
 /* write_user() of BOINC's db_dump.cpp: country and url only when set (cotrain
  * has neither), teamid only when in a team, <has_profile/> only with a profile
@@ -303,14 +304,14 @@ static void write_user(out_file *o, PGresult *r, int i, totals *t)
 
 /* Teams with credit.  The founder's name is left out when the founder's
  * account is disabled, as BOINC leaves it out when the user is gone. */
-static const char *const team_sql = "SELECT t.id, t.name, coalesce(t.founder_id, 0), c.total, c.rac, " EPOCH(
-        "c.rac_time") ","
-                      "       f.name, " EPOCH(
-                              "t.created_at") "::bigint, t.description"
-                                              "  FROM team t JOIN team_credit c ON c.team_id = t.id"
-                                              "  LEFT JOIN account f ON f.id = t.founder_id AND NOT "
-                                              "f.disabled"
-                                              " WHERE c.total > 0 ORDER BY t.id";
+/* clang-format off */
+static const char *const team_sql =
+	"SELECT t.id, t.name, coalesce(t.founder_id, 0), c.total, c.rac, " EPOCH("c.rac_time") ","
+	"       f.name, " EPOCH("t.created_at") "::bigint, t.description"
+	"  FROM team t JOIN team_credit c ON c.team_id = t.id"
+	"  LEFT JOIN account f ON f.id = t.founder_id AND NOT f.disabled"
+	" WHERE c.total > 0 ORDER BY t.id";
+/* clang-format on */
 
 /* write_team(): type 1 is BOINC's "None" (cotrain has no team types); url
  * and name_html are never set; description only when set; country always
@@ -342,24 +343,19 @@ static void write_team(out_file *o, PGresult *r, int i, totals *t)
  * > 0, not deleted, with an owner).  The owner's id only when the owner shows
  * their hosts.  n_bwup/n_bwdown: the bandwidth (bytes/s) the host reported in
  * its latest round. */
+/* clang-format off */
 static const char *const host_sql =
-        "SELECT h.id, CASE WHEN a.show_hosts THEN h.account_id END, c.total, c.rac,"
-        "       " EPOCH(
-                "c.rac_time") ", h.cpu_model, h.os_name, h.os_version,"
-                              "       " EPOCH("h.created_at") "::bigint, " EPOCH(
-                                      "h.last_seen") "::bigint, h.cores,"
-                                                     "       h.flops / h.cores, h.memory_bytes::float8, "
-                                                     "coalesce(bw.bandwidth, 0),"
-                                                     "       h.flops / h.cores / 4.32e11, md5(h.cpid_seed || "
-                                                     "lower(a.email))"
-                                                     "  FROM host h JOIN account a ON a.id = h.account_id"
-                                                     "  JOIN host_credit c ON c.host_id = h.id"
-                                                     "  LEFT JOIN (SELECT DISTINCT ON (host_id) host_id, "
-                                                     "bandwidth FROM round_member"
-                                                     "              ORDER BY host_id, version DESC) bw ON "
-                                                     "bw.host_id = h.id"
-                                                     " WHERE NOT h.revoked AND NOT a.disabled AND c.total > "
-                                                     "0 ORDER BY h.id";
+	"SELECT h.id, CASE WHEN a.show_hosts THEN h.account_id END, c.total, c.rac,"
+	"       " EPOCH("c.rac_time") ", h.cpu_model, h.os_name, h.os_version,"
+	"       " EPOCH("h.created_at") "::bigint, " EPOCH("h.last_seen") "::bigint, h.cores,"
+	"       h.flops / h.cores, h.memory_bytes::float8, coalesce(bw.bandwidth, 0),"
+	"       h.flops / h.cores / 4.32e11, md5(h.cpid_seed || lower(a.email))"
+	"  FROM host h JOIN account a ON a.id = h.account_id"
+	"  JOIN host_credit c ON c.host_id = h.id"
+	"  LEFT JOIN (SELECT DISTINCT ON (host_id) host_id, bandwidth FROM round_member"
+	"              ORDER BY host_id, version DESC) bw ON bw.host_id = h.id"
+	" WHERE NOT h.revoked AND NOT a.disabled AND c.total > 0 ORDER BY h.id";
+/* clang-format on */
 
 /* write_host() with <detail/>, BOINC's default for host.gz.  What cotrain
  * does not measure is 0 (timezone, p_iops, p_membw, m_cache, m_swap,
@@ -401,10 +397,12 @@ static void write_host(out_file *o, PGresult *r, int i, totals *t)
 
 /* Accounts disabled in the last 60 days, with the cpid they were exported
  * under (BOINC's user_deleted). */
+/* clang-format off */
 static const char *const user_deleted_sql =
-        "SELECT a.id, md5(a.cross_project_id || lower(a.email)) FROM account a"
-        " WHERE a.disabled AND a.disabled_at > now() - interval '" DELETED_DAYS " days'"
-        " ORDER BY a.id";
+	"SELECT a.id, md5(a.cross_project_id || lower(a.email)) FROM account a"
+	" WHERE a.disabled AND a.disabled_at > now() - interval '" DELETED_DAYS " days'"
+	" ORDER BY a.id";
+/* clang-format on */
 
 static void write_user_deleted(out_file *o, PGresult *r, int i, totals *t)
 {
@@ -415,12 +413,14 @@ static void write_user_deleted(out_file *o, PGresult *r, int i, totals *t)
 
 /* Hosts revoked, or whose owner was disabled, in the last 60 days (BOINC's
  * host_deleted: a deleted user's hosts go with it). */
+/* clang-format off */
 static const char *const host_deleted_sql =
-        "SELECT h.id, md5(h.cpid_seed || lower(a.email)) FROM host h"
-        "  JOIN account a ON a.id = h.account_id"
-        " WHERE (h.revoked AND h.revoked_at > now() - interval '" DELETED_DAYS " days')"
-        "    OR (NOT h.revoked AND a.disabled AND a.disabled_at > now() - interval '" DELETED_DAYS " days')"
-        " ORDER BY h.id";
+	"SELECT h.id, md5(h.cpid_seed || lower(a.email)) FROM host h"
+	"  JOIN account a ON a.id = h.account_id"
+	" WHERE (h.revoked AND h.revoked_at > now() - interval '" DELETED_DAYS " days')"
+	"    OR (NOT h.revoked AND a.disabled AND a.disabled_at > now() - interval '" DELETED_DAYS " days')"
+	" ORDER BY h.id";
+/* clang-format on */
 
 static void write_host_deleted(out_file *o, PGresult *r, int i, totals *t)
 {
