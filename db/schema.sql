@@ -619,11 +619,8 @@ BEGIN
         SELECT w.id FROM work_unit w
          WHERE w.project_id = p_project AND w.version = p_version
            AND (w.mb_done > 0 OR w.state = 'live')
-           AND NOT (p_keep_reported AND (
-                    EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)
-                    OR (w.state = 'done' AND w.host_id IN (
-                        SELECT rr.host_id FROM round_report rr
-                         WHERE rr.project_id = p_project AND rr.version = p_version))))
+           AND NOT (p_keep_reported
+                    AND EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id))
            FOR UPDATE));
 END
 $$;

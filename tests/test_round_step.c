@@ -110,6 +110,14 @@ static void fill_and_plan(void)
 	long long done[] = { 2, 2, 2, 4, 4 };
 	for (int i = 0; i < 5; i++)
 		th_ask_work(hs[i], "s1", 0);
+	/* A third unit of A, finished but never reported: the unit a daemon
+	 * restarted mid-round finished before it lost its gradient. */
+	th_host A3 = A;
+	th_ask_work(&A3, "s1", 0);
+	char fin[64];
+	snprintf(fin, sizeof fin, "/v1/workunits/%lld/finish", A3.wu);
+	th_resp rf = th_call("POST", fin, A3.token, "{}", 200, "A finishes a third unit");
+	th_resp_free(&rf);
 	for (int i = 0; i < 5; i++) {
 		th_resp r = th_heartbeat(hs[i], done[i], 1e6);
 		th_resp_free(&r);
@@ -126,6 +134,15 @@ static void fill_and_plan(void)
 	is_int(th_json_int(&r, "n_groups"), 2, "two groups");
 	is_int(th_sql_int("SELECT samples FROM round_member WHERE version = 0 AND host_id = %lld", A.id), 16,
 	       "A's two units count together: 16 samples in the plan");
+	is_int(th_sql_int("SELECT count(*) FROM work_unit WHERE id = %lld AND state = 'expired' AND mb_done "
+	                  "= 0",
+	                  A3.wu),
+	       1, "A's finished but unreported unit is in no gradient: dropped at the plan");
+	is_int(th_sql_int("SELECT count(*) FROM mb_pool WHERE project_id = (SELECT project_id FROM work_unit"
+	                  " WHERE id = %1$lld) AND lo <= (SELECT lo FROM work_unit WHERE id = %1$lld)"
+	                  " AND hi >= (SELECT hi FROM work_unit WHERE id = %1$lld)",
+	                  A3.wu),
+	       1, "  and its whole range is back in the pool");
 	long st = r.status;
 	th_resp_free(&r);
 	if (st != 200)

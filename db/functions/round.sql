@@ -192,9 +192,12 @@ END
 $$;
 
 -- Give up every work unit of version p_version that is not counted (see
--- round_give_back).  A unit counts when p_keep_reported and it was
--- reported, or finished by a host that reported another.  Returns how many
--- were dropped.
+-- round_give_back).  A unit counts only when p_keep_reported and it was
+-- reported: a client reports every unit its gradient sums, one by one, so
+-- a unit it finished but did not report (its gradient was lost, say the
+-- daemon restarted after finishing it) is in no gradient, and its range
+-- must go back to the pool even though its host reported others.  Returns
+-- how many were dropped.
 CREATE OR REPLACE FUNCTION round_drop_units(p_project bigint, p_version integer, p_keep_reported boolean)
 RETURNS integer LANGUAGE plpgsql AS $$
 BEGIN
@@ -202,11 +205,8 @@ BEGIN
         SELECT w.id FROM work_unit w
          WHERE w.project_id = p_project AND w.version = p_version
            AND (w.mb_done > 0 OR w.state = 'live')
-           AND NOT (p_keep_reported AND (
-                    EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)
-                    OR (w.state = 'done' AND w.host_id IN (
-                        SELECT rr.host_id FROM round_report rr
-                         WHERE rr.project_id = p_project AND rr.version = p_version))))
+           AND NOT (p_keep_reported
+                    AND EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id))
            FOR UPDATE));
 END
 $$;
