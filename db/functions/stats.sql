@@ -22,3 +22,10 @@ BEGIN
     RETURN NEW;
 END
 $$;
+
+-- The triggers are created here, beside their function, so that no
+-- migration has to define a function for them (db/README).
+CREATE OR REPLACE TRIGGER account_disabled_at BEFORE UPDATE OF disabled ON account
+    FOR EACH ROW EXECUTE FUNCTION stats_deleted_stamp();
+CREATE OR REPLACE TRIGGER host_revoked_at BEFORE UPDATE OF revoked ON host
+    FOR EACH ROW EXECUTE FUNCTION stats_deleted_stamp();

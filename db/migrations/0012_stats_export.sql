@@ -8,8 +8,9 @@
 -- account.disabled_at, host.revoked_at: when an account was disabled or a
 -- host revoked, so the export lists them in user_deleted.gz and
 -- host_deleted.gz for 60 days, as BOINC keeps user_deleted and host_deleted
--- rows.  Kept by the trigger below; rows disabled or revoked before this
--- migration count from now.
+-- rows.  Kept by a trigger, created with its function in
+-- db/functions/stats.sql; rows disabled or revoked before this migration
+-- count from now.
 --
 -- host.cpid_seed: 32 random hex digits per host, the stand-in for the host
 -- CPID a BOINC client reports; the exported host_cpid is
@@ -24,15 +25,3 @@ ALTER TABLE host ADD COLUMN revoked_at timestamptz,
                      DEFAULT replace(gen_random_uuid()::text, '-', '')
                      CHECK (cpid_seed ~ '^[0-9a-f]{32}$');
 UPDATE host SET revoked_at = now() WHERE revoked;
-
--- The trigger's function is defined here because the trigger needs it now;
--- its current definition is db/functions/stats.sql.
-CREATE OR REPLACE FUNCTION stats_deleted_stamp() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RETURN NEW;
-END
-$$;
-CREATE TRIGGER account_disabled_at BEFORE UPDATE OF disabled ON account
-    FOR EACH ROW EXECUTE FUNCTION stats_deleted_stamp();
-CREATE TRIGGER host_revoked_at BEFORE UPDATE OF revoked ON host
-    FOR EACH ROW EXECUTE FUNCTION stats_deleted_stamp();
