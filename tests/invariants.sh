@@ -36,13 +36,16 @@ _inv_pieces() {
 coverage_exact() {
 	_proj=$1; shift
 	_front=$(_inv_sql "select frontier from project where name = '$_proj'")
-	_bad=$(_inv_pieces "$_proj" | awk -v f="${_front:-0}" '
-	  { if ($1 != at) { printf "%s at %d: [%d, %d) %s; ", ($1 > at ? "gap" : "overlap"), at, $1, $2, $3; n++ }
+	# One snapshot, one pass: "TRAINED<tab>PROBLEMS".
+	_res=$(_inv_pieces "$_proj" | awk -v f="${_front:-0}" '
+	  { if ($1 != at) bad = bad sprintf("%s at %d: [%d, %d) %s; ", ($1 > at ? "gap" : "overlap"), at, $1, $2, $3)
 	    if ($2 > at) at = $2; trained += ($3 ~ /^trained/) ? $2 - $1 : 0; pieces++ }
-	  END { if (at != f) printf "the tiling ends at %d, the frontier is %d; ", at, f
-	        if (trained == 0) printf "no microbatch was trained; "
-	        if (pieces == 0) printf "nothing to tile; " }')
-	_trained=$(_inv_pieces "$_proj" | awk '$3 ~ /^trained/ { n += $2 - $1 } END { print n + 0 }')
+	  END { if (at != f) bad = bad sprintf("the tiling ends at %d, the frontier is %d; ", at, f)
+	        if (trained == 0) bad = bad "no microbatch was trained; "
+	        if (pieces == 0) bad = bad "nothing to tile; "
+	        printf "%d\t%s", trained, bad }')
+	_trained=${_res%%	*}
+	_bad=${_res#*	}
 	ok $([ -z "$_bad" ]; echo $?) "$* ($_trained microbatches trained, frontier ${_front:-none})${_bad:+: $_bad}" ||
 		_inv_explain "$_proj" "$_bad"
 }
