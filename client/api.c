@@ -74,6 +74,14 @@ static cot_err status_err(long code)
 	}
 }
 
+/* CURLOPT_XFERINFOFUNCTION: abort when the request's cancel flag is set. */
+static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	(void)dt, (void)dn, (void)ut, (void)un;
+	const volatile int *cancel = arg;
+	return *cancel != 0;
+}
+
 cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb)
 {
 	if (r->out)
@@ -138,6 +146,11 @@ cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb)
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout + (long)r->extra_timeout_s);
 	if (o && o->upload_limit > 0)
 		curl_easy_setopt(c, CURLOPT_MAX_SEND_SPEED_LARGE, (curl_off_t)o->upload_limit);
+	if (r->cancel) {
+		curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)r->cancel);
+		curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	}
 	CURLcode cc = curl_easy_perform(c);
 	long code = 0;
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
@@ -159,6 +172,10 @@ cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb)
 	if (a.overflow) {
 		rc = cot_seterr(eb, COT_ERR_NETWORK, "answer from %s is larger than %d bytes", url,
 		                CL_API_MAX_ANSWER);
+		goto out;
+	}
+	if (cc == CURLE_ABORTED_BY_CALLBACK) {
+		rc = cot_seterr(eb, COT_ERR_TIMEOUT, "%s %s was cancelled", method, url);
 		goto out;
 	}
 	if (cc != CURLE_OK) {
@@ -414,10 +431,11 @@ int64_t cl_api_parse_timestamp(const char *s)
 	return (int64_t)timegm(&tm) - off;
 }
 
-cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, json_t **refusal, cot_errbuf *eb)
+cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, int wait_s, volatile int *cancel,
+                            json_t **refusal, cot_errbuf *eb)
 {
 	char url[CL_URL_MAX + 128];
-	snprintf(url, sizeof url, "%s/v1/projects/%s/work", p->base, p->name);
+	snprintf(url, sizeof url, "%s/v1/projects/%s/work?wait=%d", p->base, p->name, wait_s);
 	json_t *body = json_pack("{s:I}", "host_id", (json_int_t)p->host_id);
 	json_t *a = NULL;
 	time_t date = 0;
@@ -427,7 +445,9 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, jso
 		          .json = body,
 		          .out = &a,
 		          .err_body = refusal,
-		          .date = &date };
+		          .date = &date,
+		          .extra_timeout_s = wait_s,
+		          .cancel = cancel };
 	cot_err rc = body ? cl_api_http(o, &r, eb) : COT_ERR_NOMEM;
 	json_decref(body);
 	if (rc)

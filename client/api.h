@@ -51,6 +51,7 @@ typedef struct {
 	char *local_ip;
 	size_t local_ip_len;
 	int extra_timeout_s;
+	volatile int *cancel; /* when non-NULL and set, give up (COT_ERR_TIMEOUT): long polls */
 } cl_http_req;
 
 cot_err cl_api_http(const cl_api_opts *o, const cl_http_req *r, cot_errbuf *eb);
@@ -101,10 +102,12 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
  * An impossible work unit (hi <= lo, a negative lo, a range longer than an
  * epoch (mb_per_epoch) or over 2^40, a bad file entry)
  * is COT_ERR_NETWORK with a detail.  When refusal is not NULL and the
- * server refused (409: a round is not open), *refusal owns its answer
- * (with "round" and "retry_after"). */
-cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, json_t **refusal,
-                            cot_errbuf *eb);
+ * server refused (409: a round is not open, or its target is covered),
+ * *refusal owns its answer (with "round" and "retry_after").  The server
+ * holds such a refusal up to wait_s seconds, answering as soon as the
+ * round moves (a long poll); cancel (may be NULL) ends the wait early. */
+cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, int wait_s, volatile int *cancel,
+                            json_t **refusal, cot_errbuf *eb);
 
 /* POST /v1/workunits/<id>/{heartbeat,handback,finish} with mb_done and
  * samples_per_sec.  On success *answer (when not NULL) is the server's

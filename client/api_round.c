@@ -95,16 +95,26 @@ cot_err cl_api_round_report(const cl_api_opts *o, const cl_project *p, int64_t w
 }
 
 cot_err cl_api_round_plan(const cl_api_opts *o, const cl_project *p, int64_t version, int wait_s,
-                          int after_gradient, json_t **plan, cot_errbuf *eb)
+                          int after_gradient, json_t **plan, int *reopened, cot_errbuf *eb)
 {
+	json_t *err = NULL;
+	if (reopened)
+		*reopened = 0;
 	char url[CL_URL_MAX + 256], what[128];
 	snprintf(what, sizeof what, "plan?host_id=%lld&wait=%d%s", (long long)p->host_id, wait_s,
 	         after_gradient ? "&after=gradient" : "");
 	round_url(url, sizeof url, p, version, what);
-	cl_http_req r = {
-		.method = "GET", .url = url, .bearer = p->host_token, .out = plan, .extra_timeout_s = wait_s
-	};
-	return cl_api_http(o, &r, eb);
+	cl_http_req r = { .method = "GET",
+		          .url = url,
+		          .bearer = p->host_token,
+		          .out = plan,
+		          .err_body = &err,
+		          .extra_timeout_s = wait_s };
+	cot_err rc = cl_api_http(o, &r, eb);
+	if (rc == COT_ERR_CONFLICT && reopened)
+		*reopened = json_is_true(json_object_get(json_object_get(err, "round"), "reopened"));
+	json_decref(err);
+	return rc;
 }
 
 /* "7,9,12" into buf; COT_ERR_TOO_LARGE when it does not fit. */
@@ -160,12 +170,13 @@ out:
 	return rc;
 }
 
-cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok,
+cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok, int wait_s,
                              const int64_t *included, size_t n, const char *params_sha256, cl_links *links,
                              json_t **answer, cot_errbuf *eb)
 {
-	char url[CL_URL_MAX + 128];
-	round_url(url, sizeof url, p, version, "outcome");
+	char url[CL_URL_MAX + 128], what[32];
+	snprintf(what, sizeof what, "outcome?wait=%d", wait_s);
+	round_url(url, sizeof url, p, version, what);
 	json_t *body =
 	        json_pack("{s:I, s:s}", "host_id", (json_int_t)p->host_id, "status", ok ? "ok" : "failed");
 	json_t *inc = json_array();
@@ -195,7 +206,9 @@ cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t 
 			json_object_set_new(body, "links", ls);
 	}
 	json_t *a = NULL;
-	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .json = body, .out = &a };
+	cl_http_req r = {
+		.method = "POST", .url = url, .bearer = p->host_token, .json = body, .out = &a, .extra_timeout_s = wait_s
+	};
 	cot_err rc = body && inc ? cl_api_http(o, &r, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	json_decref(body);
 	if (!rc && !a)

@@ -38,9 +38,11 @@ cot_err cl_api_round_report(const cl_api_opts *o, const cl_project *p, int64_t w
                             json_t **answer, cot_errbuf *eb);
 
 /* GET .../rounds/<v>/plan?host_id=N&wait=S[&after=gradient]: *plan is NULL
- * while the server has nothing new (204). */
+ * while the server has nothing new (204).  A 409 saying the round reopened
+ * for the rest of its batch sets *reopened (may be NULL) besides returning
+ * COT_ERR_CONFLICT. */
 cot_err cl_api_round_plan(const cl_api_opts *o, const cl_project *p, int64_t version, int wait_s,
-                          int after_gradient, json_t **plan, cot_errbuf *eb);
+                          int after_gradient, json_t **plan, int *reopened, cot_errbuf *eb);
 
 /* POST .../rounds/<v>/group_sum: our group's gradient SUM (len fp32 values)
  * over the contributions of included[0..n) (ascending), samples in all. */
@@ -48,10 +50,11 @@ cot_err cl_api_group_sum(const cl_api_opts *o, const cl_project *p, int64_t vers
                          size_t n, int64_t samples, const float *sum, size_t len, json_t **answer,
                          cot_errbuf *eb);
 
-/* POST .../rounds/<v>/outcome: ok (with the included hosts and the sha256
- * of our parameters of v+1) or failed; with links (may be NULL), the
- * connections we dialed and the rung each took. */
-cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok,
+/* POST .../rounds/<v>/outcome?wait=S: ok (with the included hosts and the
+ * sha256 of our parameters of v+1) or failed; with links (may be NULL), the
+ * connections we dialed and the rung each took.  The server holds an ok up
+ * to wait_s seconds until it can say whether we are accepted. */
+cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok, int wait_s,
                              const int64_t *included, size_t n, const char *params_sha256, cl_links *links,
                              json_t **answer, cot_errbuf *eb);
 

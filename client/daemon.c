@@ -22,6 +22,10 @@
 #define ACCOUNT_CHECK_S 3600
 #define DEADLINE_MARGIN_S 5
 #define ROUND_RETRY_MAX_S 2 /* seconds between asks for work while a round commits */
+#define WORK_WAIT_S 20      /* how long the server may hold a work request (a long poll) */
+#define SPOT_SHARE 0.1      /* of the wall time, at most, for spot checks */
+#define SPOT_PASS_MIN_S 1.0
+#define SPOT_PASS_MAX_S 60.0
 
 void cl_daemon_prefs(cl_daemon *d, cl_prefs *out)
 {
@@ -67,6 +71,7 @@ void cl_daemon_remove_project(cl_daemon *d, int i)
 	if (d->rt[i].session != d->computing && !d->rt[i].round_running)
 		cl_compute_close(d->rt[i].session);
 	cl_peer_free(&d->rt[i].peer);
+	cl_spot_job_free(d->rt[i].spot);
 	cl_peer_forget(&d->st.projects[i], d->cfg.state_dir);
 	memmove(&d->rt[i], &d->rt[i + 1], (size_t)(d->st.nprojects - i - 1) * sizeof d->rt[0]);
 	memset(&d->rt[d->st.nprojects - 1], 0, sizeof d->rt[0]);
@@ -319,8 +324,10 @@ static void get_work(cl_daemon *d, int i)
 	if (!w)
 		rc = cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
 	json_t *refusal = NULL;
+	double t0 = cl_now_mono();
 	if (!rc)
-		rc = cl_api_request_work(&o, &copy, w, &refusal, &eb);
+		rc = cl_api_request_work(&o, &copy, w, WORK_WAIT_S, &d->interrupt, &refusal, &eb);
+	double waited = cl_now_mono() - t0;
 	pthread_mutex_lock(&d->lock);
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0) {
 		free(w);
@@ -328,19 +335,33 @@ static void get_work(cl_daemon *d, int i)
 		return; /* detached meanwhile */
 	}
 	cl_project *p = &d->st.projects[i];
+	if (rc == COT_ERR_TIMEOUT && d->interrupt) {
+		/* The wait was cut short (stopping, a command, a round): look again. */
+		free(w);
+		json_decref(refusal);
+		return;
+	}
 	if (rc == COT_ERR_CONFLICT && json_is_object(json_object_get(refusal, "round"))) {
-		/* No work while a round is not open: take part in it, or wait. */
+		/* No work while a round is not open, or while its target is
+		 * covered by the work out: take part in it, or wait. */
 		free(w);
 		long long after = 10;
 		cot_json_int(refusal, "retry_after", false, 1, 3600, &after, NULL);
 		note_round(d, i, refusal);
+		int full = json_is_true(json_object_get(json_object_get(refusal, "round"), "full"));
 		json_decref(refusal);
 		if (!d->rt[i].round_due) {
-			/* A round commits seconds after it plans; asking again soon
-			 * lets this host join the next one from its start. */
-			d->rt[i].bo.next_at = cl_now_mono() +
-			                      (double)(after < ROUND_RETRY_MAX_S ? after : ROUND_RETRY_MAX_S);
-			cl_daemon_activity(d, i, "waiting for the round to commit");
+			/* The server held the request until the round moved (or the
+			 * wait ran out): ask again at once.  One that answered at
+			 * once does not hold: ask again soon, as a round commits
+			 * seconds after it plans. */
+			d->rt[i].bo.next_at =
+			        cl_now_mono() + (waited >= 1 ? 0
+			                                     : (double)(after < ROUND_RETRY_MAX_S ? after
+			                                                                          : ROUND_RETRY_MAX_S));
+			cl_daemon_activity(d, i,
+			                   full ? "waiting: the round's batch is being computed by others"
+			                        : "waiting for the round to commit");
 		}
 		return;
 	}
@@ -669,9 +690,13 @@ int cl_daemon_pick(cl_daemon *d, int paused, double now)
 	return bi;
 }
 
-/* Answer project i's spot checks (lock held; released meanwhile). */
+/* Answer project i's spot checks (lock held; released meanwhile), for at
+ * most SPOT_SHARE of the time since the last pass (SPOT_PASS_MIN_S to
+ * SPOT_PASS_MAX_S): checks cost this host's time, never its work's
+ * deadline or a round's (see spot_due). */
 static void spot_checks(cl_daemon *d, int i)
 {
+	cl_runtime *rt = &d->rt[i];
 	cl_project copy = d->st.projects[i];
 	cl_api_opts o;
 	cl_daemon_api_opts(d, &o);
@@ -680,18 +705,45 @@ static void spot_checks(cl_daemon *d, int i)
 		             .max_file_bytes = d->cfg.max_file_bytes,
 		             .timeout_s = d->cfg.http_timeout,
 		             .cancel = &d->stop };
-	d->rt[i].next_spot_at = cl_now_mono() + d->cfg.spot_interval;
+	double now = cl_now_mono();
+	double budget = SPOT_SHARE * (now - (rt->last_spot_end > 0 ? rt->last_spot_end : now - d->cfg.spot_interval));
+	budget = budget < SPOT_PASS_MIN_S ? SPOT_PASS_MIN_S : budget > SPOT_PASS_MAX_S ? SPOT_PASS_MAX_S : budget;
+	rt->next_spot_at = now + d->cfg.spot_interval;
+	cl_spot_job *job = rt->spot;
+	rt->spot = NULL;
 	kern_set_threads(d->threads);
+	d->interrupt = 0;
+	cl_daemon_activity(d, i, "answering spot checks");
 	pthread_mutex_unlock(&d->lock);
 	cot_errbuf eb = { "", "" };
 	int n = 0;
-	cot_err rc = cl_spotchecks_run(&o, &copy, &env, &n, &eb);
+	cot_err rc = cl_spotchecks_run(&o, &copy, &env, &job, budget, &d->interrupt, &n, &eb);
 	pthread_mutex_lock(&d->lock);
+	i = cl_daemon_find(d, copy.url);
+	if (i < 0) {
+		cl_spot_job_free(job); /* detached meanwhile */
+		return;
+	}
+	d->rt[i].spot = job;
+	d->rt[i].last_spot_end = cl_now_mono();
+	if (job)
+		d->rt[i].next_spot_at = d->rt[i].last_spot_end; /* go on at the next chance */
 	if (rc)
 		log_warn("project %s: spot checks: %s%s%s", copy.name, eb.msg, eb.hint[0] ? ". " : "",
 		         eb.hint);
 	else if (n)
 		log_info("project %s: answered %d spot check%s", copy.name, n, n == 1 ? "" : "s");
+}
+
+/* True when project j may answer spot checks now: the time has come, and
+ * the host holds nothing a deadline or a round waits on (no work unit, no
+ * gradient, no round of its own under way), so checks only ever take the
+ * host's time between rounds. */
+static int spot_due(const cl_daemon *d, int j)
+{
+	const cl_runtime *rt = &d->rt[j];
+	return cl_now_mono() >= rt->next_spot_at && d->st.projects[j].host_id > 0 && !rt->round_running &&
+	       !rt->round_due && !d->st.projects[j].has_work && rt->acc.n == 0;
 }
 
 void *cl_daemon_worker(void *arg)
@@ -713,8 +765,7 @@ void *cl_daemon_worker(void *arg)
 				cl_daemon_round_start(d, j);
 		int sc = -1;
 		for (int j = 0; j < d->st.nprojects && sc < 0 && !paused; j++)
-			if (cl_now_mono() >= d->rt[j].next_spot_at && d->st.projects[j].host_id > 0 &&
-			    !d->rt[j].round_running)
+			if (spot_due(d, j))
 				sc = j;
 		if (sc >= 0) {
 			spot_checks(d, sc);

@@ -23,7 +23,9 @@
 #define CL_ROUND_MAX_UNITS 256
 
 /* The work units of one version whose microbatches [lo, lo + mb) are in a
- * session's gradient sum, with the summed microbatch losses.  Memory only:
+ * session's gradient sum, with the summed microbatch losses; a unit
+ * reported to a round that then reopened for the rest of its batch is
+ * marked, as the server keeps its report (doc/design.md).  Memory only:
  * after a restart the gradient is gone, so nothing of it is reported (the
  * server drops what is not reported and hands it out again). */
 typedef struct {
@@ -31,6 +33,7 @@ typedef struct {
 	struct {
 		int64_t id, mb;
 		double loss_sum;
+		int reported; /* in a round that reopened for the rest: not again */
 	} u[CL_ROUND_MAX_UNITS];
 } cl_round_acc;
 
@@ -55,6 +58,8 @@ typedef struct {
 	double last_report; /* monotonic seconds */
 	double last_account_check;
 	double next_spot_at; /* monotonic seconds of the next spot-check pass */
+	double last_spot_end; /* monotonic seconds the last pass ended */
+	struct cl_spot_job *spot; /* a check computed in part, for the next pass */
 } cl_runtime;
 
 typedef struct {

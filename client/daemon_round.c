@@ -49,6 +49,7 @@ typedef struct {
 	cl_peer peer; /* taken from the runtime for the round */
 	int64_t v, attempt;
 	int64_t live_wu; /* the unit still live on the server, 0 when none */
+	int reopened;    /* the round reopened for the rest: keep the gradient */
 	cl_compute *s;
 	kern_model *m;
 	cl_plan plan;
@@ -121,6 +122,8 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 	pthread_mutex_unlock(&d->lock);
 	json_t *rtt = cl_peer_rtt_json(&j->peer);
 	for (int k = 0; k < j->acc.n; k++) {
+		if (j->acc.u[k].reported)
+			continue; /* the server kept it when the round reopened */
 		cl_round_report r = { .mb_done = j->acc.u[k].mb,
 			              .samples = j->acc.u[k].mb * j->p.microbatch_size,
 			              .bandwidth = (double)d->cfg.peer_bandwidth,
@@ -155,7 +158,8 @@ static cot_err wait_plan(round_job *j, int after_gradient, cot_errbuf *eb)
 			return cot_seterr(eb, COT_ERR_TIMEOUT, "the client is stopping");
 		json_t *a = NULL;
 		double t0 = cl_now_mono();
-		cot_err rc = cl_api_round_plan(&j->o, &j->p, j->v, PLAN_WAIT_S, after_gradient, &a, eb);
+		cot_err rc = cl_api_round_plan(&j->o, &j->p, j->v, PLAN_WAIT_S, after_gradient, &a, &j->reopened,
+		                               eb);
 		if (rc == COT_OK && a) {
 			rc = cl_plan_parse(a, j->p.host_id, j->v, (int64_t)j->m->n_params, &j->plan, eb);
 			json_decref(a);
@@ -351,8 +355,10 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 	*accepted = 0;
 	for (;;) {
 		json_t *a = NULL;
-		cot_err rc = cl_api_round_outcome(&j->o, &j->p, j->v, ok, j->res.included, j->res.n_included,
-		                                  ok ? j->params_sha : NULL, &j->links, &a, eb);
+		double t0 = cl_now_mono();
+		cot_err rc = cl_api_round_outcome(&j->o, &j->p, j->v, ok, ok ? PLAN_WAIT_S : 0, j->res.included,
+		                                  j->res.n_included, ok ? j->params_sha : NULL, &j->links, &a,
+		                                  eb);
 		if (rc || !ok) {
 			json_decref(a);
 			return rc;
@@ -376,7 +382,8 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 			return cot_seterr(eb, COT_ERR_TIMEOUT,
 			                  "the server did not compute version %lld in time",
 			                  (long long)j->v + 1);
-		sleep(OUTCOME_RETRY_S);
+		if (cl_now_mono() - t0 < 1)
+			sleep(OUTCOME_RETRY_S); /* a server that does not hold the request */
 	}
 }
 
@@ -506,6 +513,16 @@ void cl_daemon_round(cl_daemon *d, int i)
 	rt->peer = j.peer;
 	if (links[0])
 		snprintf(rt->links, sizeof rt->links, "round %lld: %s", (long long)j.v, links);
+	if (j.reopened) {
+		/* The server keeps our reports and wants more of this version:
+		 * compute on into the same gradient. */
+		for (int k = 0; k < rt->acc.n; k++)
+			rt->acc.u[k].reported = 1;
+		log_info("project %s: round %lld reopened for the rest of its batch; computing on", j.p.name,
+		         (long long)j.v);
+		cl_daemon_activity(d, i, "round %lld reopened for the rest", (long long)j.v);
+		return;
+	}
 	if (rc || !accepted) {
 		if (rc)
 			log_warn("project %s: round %lld: %s%s%s; its samples go back to the server's pool",

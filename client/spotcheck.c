@@ -134,44 +134,64 @@ out:
 	return rc;
 }
 
-/* Recompute the check's range and send the fingerprint of its gradient. */
-static cot_err answer(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, const spot_check *c,
-                      cot_errbuf *eb)
+struct cl_spot_job {
+	spot_check c;
+	cl_work w;
+	cl_compute *s;
+	int64_t next; /* the next microbatch of the range to compute */
+};
+
+void cl_spot_job_free(cl_spot_job *j)
 {
-	cl_work *w = malloc(sizeof *w);
-	if (!w)
+	if (!j)
+		return;
+	cl_compute_close(j->s);
+	free(j);
+}
+
+/* Start check c: its files, a session on its checkpoint. */
+static cot_err job_start(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, const spot_check *c,
+                         cl_spot_job **out, cot_errbuf *eb)
+{
+	cl_spot_job *j = calloc(1, sizeof *j);
+	if (!j)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
-	cl_compute *s = NULL;
-	cot_err rc = gather(o, p, env, c, w, eb);
+	j->c = *c;
+	j->next = c->lo;
+	cot_err rc = gather(o, p, env, c, &j->w, eb);
 	if (!rc)
-		rc = cl_compute_open(p, w, env->cache_dir, &s, eb);
-	for (int64_t g = c->lo; !rc && g < c->hi; g++)
-		rc = cl_compute_microbatch(s, g, NULL, eb);
-	double fp[SPOT_K_MAX];
-	if (!rc) {
-		kern_model *m = cl_compute_model(s);
-		spot_fingerprint_compute(m->grads, m->n_params, c->seed, c->k, fp);
-	}
-	cl_compute_close(s);
-	free(w);
-	if (rc)
+		rc = cl_compute_open(p, &j->w, env->cache_dir, &j->s, eb);
+	if (rc) {
+		cl_spot_job_free(j);
 		return rc;
+	}
+	*out = j;
+	return COT_OK;
+}
+
+/* Send the fingerprint of the finished job's gradient. */
+static cot_err job_answer(const cl_api_opts *o, const cl_project *p, const cl_spot_job *j, cot_errbuf *eb)
+{
+	double fp[SPOT_K_MAX];
+	kern_model *m = cl_compute_model(j->s);
+	spot_fingerprint_compute(m->grads, m->n_params, j->c.seed, j->c.k, fp);
 	char url[CL_URL_MAX + 128];
-	snprintf(url, sizeof url, "%s/v1/spotchecks/%lld/fingerprint", p->base, (long long)c->id);
+	snprintf(url, sizeof url, "%s/v1/spotchecks/%lld/fingerprint", p->base, (long long)j->c.id);
 	json_t *vals = json_array();
-	for (int j = 0; vals && j < c->k; j++)
-		json_array_append_new(vals, json_real(fp[j]));
+	for (int k = 0; vals && k < j->c.k; k++)
+		json_array_append_new(vals, json_real(fp[k]));
 	json_t *body = vals ? json_pack("{s:o}", "values", vals) : NULL;
 	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .json = body };
-	rc = body ? cl_api_http(o, &r, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	cot_err rc = body ? cl_api_http(o, &r, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	json_decref(body);
 	return rc;
 }
 
-cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, int *answered,
-                          cot_errbuf *eb)
+/* The next check to answer: one of our own work, or one we claimed; else
+ * claim one of another host's work.  *c unset (id 0) when there is none. */
+static cot_err next_check(const cl_api_opts *o, const cl_project *p, spot_check *c, cot_errbuf *eb)
 {
-	*answered = 0;
+	memset(c, 0, sizeof *c);
 	char url[CL_URL_MAX + 128];
 	snprintf(url, sizeof url, "%s/v1/hosts/%lld/spotchecks", p->base, (long long)p->host_id);
 	json_t *a = NULL;
@@ -179,33 +199,61 @@ cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fe
 	cot_err rc = cl_api_http(o, &r, eb);
 	if (rc)
 		return rc;
-	json_t *checks = json_array();
+	const json_t *x = NULL;
 	const char *lists[] = { "own", "checking" };
-	for (int l = 0; a && checks && l < 2; l++) {
-		const json_t *x = json_object_get(a, lists[l]);
-		for (size_t i = 0; json_is_array(x) && i < json_array_size(x); i++)
-			json_array_append(checks, json_array_get(x, i));
+	for (int l = 0; a && !x && l < 2; l++) {
+		const json_t *list = json_object_get(a, lists[l]);
+		if (json_is_array(list) && json_array_size(list) > 0)
+			x = json_array_get(list, 0);
+	}
+	if (x) {
+		rc = parse_check(x, p, c, eb);
+		json_decref(a);
+		return rc;
 	}
 	json_decref(a);
-	if (checks && json_array_size(checks) == 0) {
-		/* Nothing of ours: check someone else's work. */
-		snprintf(url, sizeof url, "%s/v1/projects/%s/spotchecks/claim", p->base, p->name);
-		json_t *c = NULL;
-		cl_http_req cr = { .method = "POST", .url = url, .bearer = p->host_token, .out = &c };
-		rc = cl_api_http(o, &cr, eb);
-		if (rc) {
-			json_decref(checks);
-			return rc == COT_ERR_NOT_FOUND ? COT_OK : rc; /* a server without spot checks */
+	/* Nothing of ours: check someone else's work. */
+	snprintf(url, sizeof url, "%s/v1/projects/%s/spotchecks/claim", p->base, p->name);
+	json_t *cl = NULL;
+	cl_http_req cr = { .method = "POST", .url = url, .bearer = p->host_token, .out = &cl };
+	rc = cl_api_http(o, &cr, eb);
+	if (rc)
+		return rc == COT_ERR_NOT_FOUND ? COT_OK : rc; /* a server without spot checks */
+	if (cl)
+		rc = parse_check(cl, p, c, eb);
+	json_decref(cl);
+	return rc;
+}
+
+cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, cl_spot_job **job,
+                          double budget_s, volatile int *cancel, int *answered, cot_errbuf *eb)
+{
+	*answered = 0;
+	double end = cl_now_mono() + budget_s;
+	cot_err rc = COT_OK;
+	for (int n = 0; n < MAX_CHECKS_A_PASS && !rc && !*cancel && cl_now_mono() < end; n++) {
+		if (!*job) {
+			spot_check c;
+			if ((rc = next_check(o, p, &c, eb)) || c.id == 0)
+				break;
+			if ((rc = job_start(o, p, env, &c, job, eb)))
+				break;
 		}
-		if (c)
-			json_array_append_new(checks, c);
+		cl_spot_job *j = *job;
+		while (!rc && j->next < j->c.hi && !*cancel && cl_now_mono() < end)
+			if (!(rc = cl_compute_microbatch(j->s, j->next, NULL, eb)))
+				j->next++;
+		if (!rc && j->next == j->c.hi) {
+			rc = job_answer(o, p, j, eb);
+			if (!rc)
+				(*answered)++;
+		}
+		if (rc || j->next == j->c.hi) {
+			/* Answered, or failed: a failed check stays open on the
+			 * server and is tried again from its start later. */
+			cl_spot_job_free(j);
+			*job = NULL;
+		}
 	}
-	for (size_t i = 0; !rc && checks && i < json_array_size(checks) && i < MAX_CHECKS_A_PASS; i++) {
-		spot_check c;
-		if (!(rc = parse_check(json_array_get(checks, i), p, &c, eb)) &&
-		    !(rc = answer(o, p, env, &c, eb)))
-			(*answered)++;
-	}
-	json_decref(checks);
 	return rc;
 }

@@ -15,14 +15,28 @@
 #define CL_SPOTCHECK_H
 
 #include "client/api.h"
+#include "client/backoff.h"
 #include "client/shard_cache.h"
 #include "client/state.h"
 
-/* Answer every check of project p's own work that waits for us, then claim
- * and answer at most one check of another host's work.  *answered gets how
- * many fingerprints were sent.  Errors as the API's (the first one stops the
- * pass; the checks stay open on the server and are tried again later). */
-cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, int *answered,
-                          cot_errbuf *eb);
+/* A check being recomputed: its session and how far it got.  Kept by the
+ * caller between passes, so a check larger than one pass's budget goes on
+ * where the last pass stopped. */
+typedef struct cl_spot_job cl_spot_job;
+
+void cl_spot_job_free(cl_spot_job *j);
+
+/* Answer project p's spot checks for at most budget_s seconds of wall
+ * time, stopping early when *cancel is set: go on with *job (when not
+ * NULL), then the checks of our own work that wait for us, then claim
+ * checks of other hosts' work, one at a time.  Computing stops between
+ * microbatches; an unfinished check stays in *job for the next pass.  The
+ * caller runs passes only while it holds no work unit and no gradient a
+ * round waits for, so a check never delays its own work (doc/client.md).
+ * *answered gets how many fingerprints were sent.  Errors as the API's
+ * (the first one stops the pass; the check stays open on the server and is
+ * tried again later, from its start). */
+cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, cl_spot_job **job,
+                          double budget_s, volatile int *cancel, int *answered, cot_errbuf *eb);
 
 #endif

@@ -1143,10 +1143,11 @@ CREATE FUNCTION public.round_plan_begin(p_project bigint, p_version integer, p_r
     AS $$
 DECLARE
     r       record;
-    v_pend  bigint;
-    v_peers jsonb;
+    v_pend    bigint;
+    v_peers   jsonb;
+    v_samples bigint;
 BEGIN
-    SELECT ro.state, ro.closed_at, p.microbatch_size, p.config INTO r
+    SELECT ro.state, ro.closed_at, p.microbatch_size, p.target_batch, p.config INTO r
       FROM round ro JOIN project p ON p.id = ro.project_id
      WHERE ro.project_id = p_project AND ro.version = p_version
        FOR UPDATE OF ro;
@@ -1179,6 +1180,15 @@ BEGIN
              ORDER BY rr.reported_at DESC, rr.work_unit_id DESC LIMIT 1) l;
     IF v_peers = '[]'::jsonb THEN
         PERFORM round_fail(p_project, p_version, 'no host reported gradients');
+    ELSE
+        SELECT sum((e->>'samples')::bigint) INTO v_samples FROM jsonb_array_elements(v_peers) e;
+        IF v_samples < coalesce((r.config->>'min_batch_fraction')::double precision, 0) * r.target_batch THEN
+            UPDATE round SET state = 'open', closed_at = NULL, close_reason = NULL,
+                             last_failure = format('reopened for the rest: %s of %s samples after the close',
+                                                   v_samples, r.target_batch)
+             WHERE project_id = p_project AND version = p_version;
+            RETURN jsonb_build_object('reopened', true, 'samples', v_samples, 'peers', '[]'::jsonb);
+        END IF;
     END IF;
     RETURN jsonb_build_object('model', r.config->'model', 'peers', v_peers);
 END
@@ -1200,6 +1210,21 @@ BEGIN
     SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
     IF c.status IS NOT NULL THEN
         RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    IF c.state = 'open' AND EXISTS (SELECT 1 FROM round_report rr
+                                     WHERE rr.project_id = c.project_id AND rr.version = p_version
+                                       AND rr.host_id = p_host) THEN
+        -- Reports survive only a reopening for the rest (round_fail
+        -- forgets them): the host keeps its gradient and computes on.
+        RETURN QUERY SELECT 409, jsonb_build_object(
+            'error', jsonb_build_object(
+                'code', 'conflict',
+                'message', format('round %s of project "%s" reopened for the rest of its batch',
+                                  p_version, p_project),
+                'hint', 'Keep the gradient, compute more work units of this version and report them when the round closes again.'),
+            'round', jsonb_build_object('state', 'open', 'version', p_version,
+                                        'attempt', c.attempt, 'reopened', true))::text;
         RETURN;
     END IF;
     IF c.state IN ('open', 'closing') THEN
@@ -1511,6 +1536,7 @@ DECLARE
     v_lo       bigint;
     v_hi       bigint;
     v_wu       bigint;
+    v_rate     double precision;
     v_deadline timestamptz;
 BEGIN
     SELECT h.id, h.flops, h.last_seen INTO v_host FROM host h WHERE h.id = host_auth(p_token_hash);
@@ -1542,6 +1568,12 @@ BEGIN
                                            'Ask for work again later.');
         RETURN;
     END IF;
+    -- One assignment at a time per round: the round's state and its need
+    -- (sched_round_share) are read under the round's row lock, so two
+    -- hosts never both take the last part of the target, and no work goes
+    -- out for a round that closed meanwhile.
+    SELECT r.state, r.attempt INTO v_proj.round_state, v_proj.round_attempt FROM round r
+     WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
     IF v_proj.round_state <> 'open' THEN
         RETURN QUERY SELECT 409, jsonb_build_object(
             'error', jsonb_build_object(
@@ -1555,9 +1587,24 @@ BEGIN
         RETURN;
     END IF;
 
-    v_n := least(greatest(round(v_host.flops * v_proj.wu_seconds
-                                / (v_proj.flops_per_sample * v_proj.microbatch_size)), 1),
+    v_rate := sched_host_rate(v_proj.id, v_host.id, v_host.flops, v_proj.flops_per_sample);
+    v_n := least(greatest(round(v_rate * v_proj.wu_seconds / v_proj.microbatch_size), 1),
                  p_wu_max)::bigint;
+    v_n := sched_round_share(v_proj.id, v_proj.current_version, v_host.id, v_rate, v_n,
+                             v_proj.target_batch, v_proj.microbatch_size, v_proj.wu_seconds,
+                             v_proj.flops_per_sample);
+    IF v_n = 0 THEN
+        RETURN QUERY SELECT 409, jsonb_build_object(
+            'error', jsonb_build_object(
+                'code', 'conflict',
+                'message', format('round %s of project "%s" has work out for all of its %s samples',
+                                  v_proj.current_version, p_project, v_proj.target_batch),
+                'hint', 'Ask again in a moment: the round closes when that work is done, or hands out what comes back.'),
+            'round', jsonb_build_object('state', 'open', 'version', v_proj.current_version,
+                                        'attempt', v_proj.round_attempt, 'full', true),
+            'retry_after', 1)::text;
+        RETURN;
+    END IF;
 
     SELECT id, lo, hi INTO v_free
       FROM mb_pool WHERE project_id = v_proj.id
@@ -1713,10 +1760,10 @@ END
 $$;
 
 --
--- Name: sched_finish(bytea, bigint); Type: FUNCTION; Schema: public; Owner: -
+-- Name: sched_finish(bytea, bigint, real); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.sched_finish(p_token_hash bytea, p_wu bigint) RETURNS TABLE(status integer, body text)
+CREATE FUNCTION public.sched_finish(p_token_hash bytea, p_wu bigint, p_sps real) RETURNS TABLE(status integer, body text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1746,6 +1793,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE work_unit SET mb_done = hi - lo, state = 'done',
+                         samples_per_sec = CASE WHEN p_sps > 0 THEN p_sps ELSE samples_per_sec END,
                          last_heartbeat = now(), finished_at = now()
      WHERE id = p_wu;
     RETURN QUERY SELECT * FROM round_annotate(p_wu, 200, json_build_object(
@@ -1835,6 +1883,23 @@ END
 $$;
 
 --
+-- Name: sched_host_rate(bigint, bigint, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.sched_host_rate(p_project bigint, p_host bigint, p_flops double precision, p_flops_per_sample double precision) RETURNS double precision
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_sps double precision;
+BEGIN
+    SELECT w.samples_per_sec INTO v_sps FROM work_unit w
+     WHERE w.host_id = p_host AND w.project_id = p_project AND w.samples_per_sec > 0
+     ORDER BY w.id DESC LIMIT 1;
+    RETURN coalesce(v_sps, greatest(p_flops, 1) / p_flops_per_sample);
+END
+$$;
+
+--
 -- Name: sched_progress_add(bigint, integer, bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1882,23 +1947,59 @@ CREATE FUNCTION public.sched_reap(p_limit integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    n integer;
+    v_due bigint[];
 BEGIN
-    WITH due AS (
-        SELECT id FROM work_unit
-         WHERE state = 'live' AND deadline < now()
-         ORDER BY deadline LIMIT p_limit
-           FOR UPDATE SKIP LOCKED
-    ), expired AS (
-        UPDATE work_unit w SET state = 'expired', finished_at = now()
-          FROM due WHERE w.id = due.id
-        RETURNING w.project_id, w.lo + w.mb_done AS lo, w.hi
-    ), pooled AS (
-        INSERT INTO mb_pool (project_id, lo, hi)
-        SELECT project_id, lo, hi FROM expired WHERE lo < hi
-    )
-    SELECT count(*) INTO n FROM expired;
-    RETURN n;
+    v_due := ARRAY(SELECT id FROM work_unit
+                    WHERE state = 'live' AND deadline < now()
+                    ORDER BY deadline LIMIT p_limit
+                      FOR UPDATE SKIP LOCKED);
+    IF cardinality(v_due) = 0 THEN
+        RETURN 0;
+    END IF;
+    PERFORM round_give_back(ARRAY(
+        SELECT w.id FROM work_unit w
+         WHERE w.id = ANY (v_due)
+            OR (w.state = 'done' AND w.mb_done > 0
+                AND (w.project_id, w.version, w.host_id) IN
+                    (SELECT e.project_id, e.version, e.host_id FROM work_unit e WHERE e.id = ANY (v_due))
+                AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id))
+           FOR UPDATE));
+    RETURN cardinality(v_due);
+END
+$$;
+
+--
+-- Name: sched_round_share(bigint, integer, bigint, double precision, bigint, integer, integer, integer, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.sched_round_share(p_project bigint, p_version integer, p_host bigint, p_rate double precision, p_n bigint, p_target integer, p_microbatch_size integer, p_wu_seconds integer, p_flops_per_sample double precision) RETURNS bigint
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_out  bigint;
+    v_need bigint;
+    v_free double precision;
+BEGIN
+    SELECT coalesce(sum(hi - lo - mb_done), 0) INTO v_out FROM work_unit
+     WHERE project_id = p_project AND version = p_version AND state = 'live';
+    v_need := (p_target::bigint + p_microbatch_size - 1) / p_microbatch_size
+              - sched_accumulated(p_project, p_version, 1) - v_out;
+    IF v_need <= 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT coalesce(sum(x.rate), 0) INTO v_free FROM (
+        SELECT DISTINCT ON (w.host_id)
+               CASE WHEN w.samples_per_sec > 0 THEN w.samples_per_sec
+                    ELSE greatest(h.flops, 1) / p_flops_per_sample END AS rate
+          FROM work_unit w JOIN host h ON h.id = w.host_id
+         WHERE w.project_id = p_project AND w.version IN (p_version, p_version - 1)
+           AND w.host_id <> p_host
+           AND coalesce(w.finished_at, w.last_heartbeat) > now() - make_interval(secs => 2 * p_wu_seconds)
+           AND NOT EXISTS (SELECT 1 FROM work_unit l
+                            WHERE l.host_id = w.host_id AND l.project_id = p_project
+                              AND l.version = p_version AND l.state = 'live')
+         ORDER BY w.host_id, w.id DESC) x;
+    RETURN least(p_n, v_need, greatest(1, ceil(v_need * p_rate / (p_rate + v_free))::bigint));
 END
 $$;
 

@@ -26,6 +26,9 @@ void api_host_revoke(http_req *req);
 void api_project_list(http_req *req);
 void api_project_get(http_req *req);
 
+/* The longest a work request may wait (query argument wait) for its
+ * round to move. */
+#define WORK_WAIT_MAX 60
 void api_work_request(http_req *req);
 void api_work_heartbeat(http_req *req);
 void api_work_handback(http_req *req);

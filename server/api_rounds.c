@@ -172,26 +172,6 @@ static long long query_pos(http_req *req, const char *name)
 	return v > 0 && !*end ? v : 0;
 }
 
-/* An optional integer query argument in [lo, hi]: *out keeps its default
- * when absent; false (answered 400) when present and not such an integer. */
-static bool query_int(http_req *req, const char *name, long long lo, long long hi, long long *out)
-{
-	const char *s = http_query(req, name);
-	if (!s)
-		return true;
-	char *end = NULL;
-	long long v = s[0] >= '0' && s[0] <= '9' && strlen(s) <= 18 ? strtoll(s, &end, 10) : -1;
-	if (v < lo || v > hi || !end || *end) {
-		char msg[160];
-		snprintf(msg, sizeof msg, "query argument \"%s\" must be an integer from %lld to %lld", name,
-		         lo, hi);
-		http_reply_error(req, 400, "invalid", msg, NULL);
-		return false;
-	}
-	*out = v;
-	return true;
-}
-
 static const dbc_stmt st_plan = { "round_plan_get",
 	                          "SELECT status, body FROM round_plan_get($1::bytea, $2, $3, $4)", 4 };
 
@@ -225,7 +205,7 @@ void api_round_plan(http_req *req)
 		return;
 	}
 	long long wait = 0;
-	if (!query_int(req, "wait", 0, PLAN_WAIT_MAX, &wait))
+	if (!api_query_int(req, "wait", 0, PLAN_WAIT_MAX, &wait))
 		return;
 	const char *after = http_query(req, "after");
 	if (after && strcmp(after, "gradient") != 0) {
@@ -354,11 +334,16 @@ static cot_err links_param(const json_t *body, char **out, cot_errbuf *eb)
 	return rc;
 }
 
+/* A host's outcome (doc/api.md "Rounds").  With the query argument wait=S
+ * an "ok" whose answer cannot say yet whether the host is accepted (the
+ * server's own v+1 is not computed) is held until the round moves, so the
+ * host hears the moment it can go on. */
 void api_round_outcome(http_req *req)
 {
-	long long version;
+	long long version, wait = 0;
 	char hp[API_HASH_PARAM_LEN];
-	if (!path_version(req, &version) || !api_bearer(req, hp))
+	if (!path_version(req, &version) || !api_bearer(req, hp) ||
+	    !api_query_int(req, "wait", 0, PLAN_WAIT_MAX, &wait))
 		return;
 	json_t *body;
 	if (!api_body(req, false, &body))
@@ -425,23 +410,43 @@ void api_round_outcome(http_req *req)
 		goto out;
 	}
 	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha, links };
-	PGresult *r = api_exec(req, &st_outcome, params, NULL);
-	if (!r)
-		goto out;
-	if (PQntuples(r) != 1 || PQnfields(r) != 2) {
-		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
-	} else {
+	if (wait > 0 && req->hold_until == 0)
+		req->hold_until = http_now() + (double)wait;
+	for (int look = 0;; look++) {
+		unsigned long gen = http_wake_gen();
+		PGresult *r = api_exec(req, &st_outcome, params, NULL);
+		if (!r)
+			goto out;
+		if (PQntuples(r) != 1 || PQnfields(r) != 2) {
+			http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
+			PQclear(r);
+			goto out;
+		}
 		int st = atoi(PQgetvalue(r, 0, 0));
-		http_reply_raw(req, st, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
-		/* A commit or a failure moved the round: long polls look again. */
 		json_t *j = st == 200 ? json_loadb(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1), 0, NULL)
 		                      : NULL;
 		const char *state = json_string_value(json_object_get(json_object_get(j, "round"), "state"));
+		bool undecided = state && strcmp(state, "averaging") == 0 &&
+		                 !json_is_boolean(json_object_get(j, "accepted"));
+		json_decref(j);
+		if (undecided && okay && wait > 0 && look < 8) {
+			/* Our v+1 is in, the server's is not yet: wait for it. */
+			if (http_hold(req, gen)) {
+				PQclear(r);
+				goto out; /* called again on a wake-up or at the deadline */
+			}
+			if (http_wake_gen() != gen && http_now() < req->hold_until) {
+				PQclear(r);
+				continue;
+			}
+		}
+		http_reply_raw(req, st, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
+		/* A commit or a failure moved the round: long polls look again. */
 		if (state && strcmp(state, "averaging") != 0)
 			http_wake_held();
-		json_decref(j);
+		PQclear(r);
+		break;
 	}
-	PQclear(r);
 out:
 	free(included);
 	free(links);
@@ -709,8 +714,8 @@ static const dbc_stmt st_list = { "round_list", "SELECT status, body FROM round_
 void api_round_list(http_req *req)
 {
 	long long limit = 100, before = -1;
-	if (!query_int(req, "limit", 1, ROUND_LIST_MAX, &limit) ||
-	    !query_int(req, "before", 0, 1000000000, &before))
+	if (!api_query_int(req, "limit", 1, ROUND_LIST_MAX, &limit) ||
+	    !api_query_int(req, "before", 0, 1000000000, &before))
 		return;
 	if (strlen(req->params[0]) > 64) {
 		http_reply_error(req, 404, "not_found", "project does not exist", NULL);

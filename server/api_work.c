@@ -6,6 +6,7 @@
 #include "server/api.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/apiutil.h"
@@ -14,10 +15,27 @@
 static const dbc_stmt st_assign = { "sched_assign",
 	                            "SELECT status, body FROM sched_assign($1::bytea, $2, $3, $4, $5)", 5 };
 
+/* Does a refusal (JSON text) carry "round", i.e. was work refused because
+ * the round is not open or its target is covered? */
+static bool refused_for_round(const char *body, size_t len)
+{
+	json_t *j = json_loadb(body, len, 0, NULL);
+	bool r = json_is_object(json_object_get(j, "round"));
+	json_decref(j);
+	return r;
+}
+
+/* A work request (doc/api.md "Work").  With the query argument wait=S (at
+ * most WORK_WAIT_MAX) a refusal because of the round is held (the
+ * connection suspended, http_hold) until the round moves: anything that
+ * wakes the long polls (a commit, a failure, a close, a hand-back or an
+ * expiry that frees part of the target) makes it ask again, so a host is
+ * back at work the moment there is work, without polling. */
 void api_work_request(http_req *req)
 {
 	char hp[API_HASH_PARAM_LEN];
-	if (!api_bearer(req, hp))
+	long long wait = 0;
+	if (!api_bearer(req, hp) || !api_query_int(req, "wait", 0, WORK_WAIT_MAX, &wait))
 		return;
 	json_t *body;
 	if (!api_body(req, false, &body))
@@ -26,28 +44,54 @@ void api_work_request(http_req *req)
 	cot_errbuf eb = { 0 };
 	if (cot_json_int(body, "host_id", true, 1, (1LL << 62), &host, &eb)) {
 		api_bad_request(req, &eb);
-	} else if (strlen(req->params[0]) > 64) {
-		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
-	} else {
-		char shost[24], smax[24], schunk[24];
-		snprintf(shost, sizeof shost, "%lld", host);
-		snprintf(smax, sizeof smax, "%lld", req->cfg->wu_max);
-		snprintf(schunk, sizeof schunk, "%lld", req->cfg->pool_chunk);
-		const char *params[] = { hp, shost, req->params[0], smax, schunk };
-		api_relay(req, &st_assign, params);
+		json_decref(body);
+		return;
 	}
 	json_decref(body);
+	if (strlen(req->params[0]) > 64) {
+		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
+		return;
+	}
+	if (wait > 0 && req->hold_until == 0)
+		req->hold_until = http_now() + (double)wait;
+	char shost[24], smax[24], schunk[24];
+	snprintf(shost, sizeof shost, "%lld", host);
+	snprintf(smax, sizeof smax, "%lld", req->cfg->wu_max);
+	snprintf(schunk, sizeof schunk, "%lld", req->cfg->pool_chunk);
+	const char *params[] = { hp, shost, req->params[0], smax, schunk };
+	for (int look = 0;; look++) {
+		unsigned long gen = http_wake_gen();
+		PGresult *r = api_exec(req, &st_assign, params, NULL);
+		if (!r)
+			return;
+		if (wait > 0 && look < 8 && PQntuples(r) == 1 && PQnfields(r) == 2 &&
+		    atoi(PQgetvalue(r, 0, 0)) == 409 &&
+		    refused_for_round(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1))) {
+			if (http_hold(req, gen)) {
+				PQclear(r);
+				return; /* called again on a wake-up or at the deadline */
+			}
+			if (http_wake_gen() != gen && http_now() < req->hold_until) {
+				PQclear(r);
+				continue; /* something moved: look again */
+			}
+		}
+		api_relay_result(req, r);
+		PQclear(r);
+		return;
+	}
 }
 
 static const dbc_stmt st_heartbeat = { "sched_heartbeat",
 	                               "SELECT status, body FROM sched_heartbeat($1::bytea, $2, $3, $4)", 4 };
 static const dbc_stmt st_handback = { "sched_handback",
 	                              "SELECT status, body FROM sched_handback($1::bytea, $2, $3)", 3 };
-static const dbc_stmt st_finish = { "sched_finish", "SELECT status, body FROM sched_finish($1::bytea, $2)",
-	                            2 };
+static const dbc_stmt st_finish = { "sched_finish",
+	                            "SELECT status, body FROM sched_finish($1::bytea, $2, $3)", 3 };
 
 /* Shared by the three: token, work unit id, body with mb_done (required
- * unless it is finish) and samples_per_sec (optional). */
+ * unless it is finish, which may leave out the body) and samples_per_sec
+ * (optional; heartbeat and finish keep it). */
 static void report(http_req *req, const dbc_stmt *stmt, bool want_mb_done)
 {
 	long long wu;
@@ -70,25 +114,22 @@ static void report(http_req *req, const dbc_stmt *stmt, bool want_mb_done)
 	char smb[24], ssps[40];
 	snprintf(smb, sizeof smb, "%lld", mb_done);
 	snprintf(ssps, sizeof ssps, "%.9g", sps);
-	const char *params[] = { hp, req->params[0], smb, ssps };
-	if (stmt == &st_handback)
+	const char *params[] = { hp, req->params[0], stmt == &st_finish ? ssps : smb, ssps };
+	if (stmt != &st_heartbeat)
 		params[3] = NULL; /* unused: the function takes three */
-	api_relay(req, stmt, params);
+	PGresult *r = api_exec(req, stmt, params, NULL);
+	if (!r)
+		return;
+	/* A hand-back frees part of a round's target; an answer with "round"
+	 * means the round closed (or is no longer open): held work requests
+	 * and plan polls look again. */
+	if (api_relay_result(req, r) == 200 &&
+	    (stmt == &st_handback || strstr(PQgetvalue(r, 0, 1), "\"round\"")))
+		http_wake_held();
+	PQclear(r);
 }
 
 void api_work_heartbeat(http_req *req) { report(req, &st_heartbeat, true); }
 void api_work_handback(http_req *req) { report(req, &st_handback, true); }
 
-void api_work_finish(http_req *req)
-{
-	long long wu;
-	char hp[API_HASH_PARAM_LEN];
-	if (!api_path_id(req, 0, "work unit", &wu) || !api_bearer(req, hp))
-		return;
-	json_t *body;
-	if (!api_body(req, true, &body))
-		return;
-	json_decref(body);
-	const char *params[] = { hp, req->params[0] };
-	api_relay(req, &st_finish, params);
-}
+void api_work_finish(http_req *req) { report(req, &st_finish, false); }

@@ -155,16 +155,41 @@ void api_reply_row(http_req *req, const dbc_stmt *stmt, const char *const *param
 	PQclear(r);
 }
 
+int api_relay_result(http_req *req, const PGresult *r)
+{
+	if (PQntuples(r) != 1 || PQnfields(r) != 2) {
+		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
+		return 500;
+	}
+	int status = atoi(PQgetvalue(r, 0, 0));
+	http_reply_raw(req, status, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
+	return status;
+}
+
 void api_relay(http_req *req, const dbc_stmt *stmt, const char *const *params)
 {
 	PGresult *r = api_exec(req, stmt, params, NULL);
 	if (!r)
 		return;
-	if (PQntuples(r) != 1 || PQnfields(r) != 2) {
-		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
-	} else {
-		int status = atoi(PQgetvalue(r, 0, 0));
-		http_reply_raw(req, status, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
-	}
+	api_relay_result(req, r);
 	PQclear(r);
 }
+
+bool api_query_int(http_req *req, const char *name, long long lo, long long hi, long long *out)
+{
+	const char *s = http_query(req, name);
+	if (!s)
+		return true;
+	char *end = NULL;
+	long long v = s[0] >= '0' && s[0] <= '9' && strlen(s) <= 18 ? strtoll(s, &end, 10) : -1;
+	if (v < lo || v > hi || !end || *end) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "query argument \"%s\" must be an integer from %lld to %lld", name,
+		         lo, hi);
+		http_reply_error(req, 400, "invalid", msg, NULL);
+		return false;
+	}
+	*out = v;
+	return true;
+}
+

@@ -44,6 +44,14 @@ PGresult *api_exec(http_req *req, const dbc_stmt *stmt, const char *const *param
  * with them as they are: the scheduler functions decide status and body. */
 void api_relay(http_req *req, const dbc_stmt *stmt, const char *const *params);
 
+/* Answer with the (status, body) row of r as it is (500 when r is not one
+ * such row); returns the status answered. */
+int api_relay_result(http_req *req, const PGresult *r);
+
+/* An optional integer query argument in [lo, hi]: *out keeps its default
+ * when absent; false (answered 400) when present and not such an integer. */
+bool api_query_int(http_req *req, const char *name, long long lo, long long hi, long long *out);
+
 /* Run a statement returning one JSON text in one row, or no row: answer 200
  * with that text, or 404 "not_found" with message missing. */
 void api_reply_row(http_req *req, const dbc_stmt *stmt, const char *const *params, const char *missing);

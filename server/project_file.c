@@ -314,7 +314,7 @@ static char *normalize(const pf_project *p)
 	        json_pack("{s:s, s:s, s:s, s:s,"
 	                  " s:o,"
 	                  " s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:{s:I, s:I, s:s, s:f}},"
-	                  " s:i, s:i, s:I, s:i}",
+	                  " s:i, s:i, s:I, s:i, s:f}",
 	                  "name", p->name, "title", p->title, "description",
 	                  p->description ? p->description : "", "dataset", p->dataset, "model",
 	                  kern_model_config_to_json(m), "optimizer", "type", pf_opt_type_name(o->type), "lr",
@@ -323,7 +323,8 @@ static char *normalize(const pf_project *p)
 	                  (json_int_t)o->warmup_steps, "total_steps", (json_int_t)o->total_steps, "decay",
 	                  pf_decay_name(o->decay), "min_lr_ratio", o->min_lr_ratio, "target_batch",
 	                  p->target_batch, "microbatch_size", p->microbatch_size, "seed", (json_int_t)p->seed,
-	                  "work_unit_seconds", p->work_unit_seconds);
+	                  "work_unit_seconds", p->work_unit_seconds, "min_batch_fraction",
+	                  p->min_batch_fraction);
 	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
 	json_decref(j);
 	return text;
@@ -333,7 +334,8 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 {
 	static const char *const keys[] = {
 		"name",         "title",           "description", "dataset",           "model", "optimizer",
-		"target_batch", "microbatch_size", "seed",        "work_unit_seconds", NULL
+		"target_batch", "microbatch_size", "seed",        "work_unit_seconds", "min_batch_fraction",
+		NULL
 	};
 	memset(out, 0, sizeof *out);
 	if (normalized)
@@ -379,7 +381,8 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	    (rc = get_int(&s, "target_batch", true, 1, 10000000, &tb)) ||
 	    (rc = get_int(&s, "microbatch_size", false, 1, 4096, &mb)) ||
 	    (rc = get_int(&s, "seed", false, 0, 9007199254740991ll, &seed)) ||
-	    (rc = get_int(&s, "work_unit_seconds", false, 1, 86400, &wus)))
+	    (rc = get_int(&s, "work_unit_seconds", false, 1, 86400, &wus)) ||
+	    (rc = get_num(&s, "min_batch_fraction", false, 0, 1, false, &out->min_batch_fraction)))
 		goto out;
 	if (tb % mb != 0) {
 		rc = cot_seterr(eb, COT_ERR_INVALID,

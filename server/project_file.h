@@ -64,6 +64,10 @@ typedef struct {
 	int microbatch_size; /* samples per microbatch */
 	int64_t seed;
 	int work_unit_seconds;
+	/* A round whose reported samples at the plan are fewer than this
+	 * fraction of target_batch reopens for the rest instead of stepping
+	 * (0: it always steps). */
+	double min_batch_fraction;
 } pf_project;
 
 /* Parse and check len bytes of project file.  On success *out is filled

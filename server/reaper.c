@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "server/dbconn.h"
+#include "server/http.h"
 #include "shared/common/log.h"
 
 #define REAP_BATCH 1000
@@ -41,8 +42,10 @@ static void reap_once(void)
 		if (n < REAP_BATCH)
 			break;
 	}
-	if (total)
-		log_info("reaper: %ld work units expired, their rest back in the pool", total);
+	if (total) {
+		log_info("reaper: %ld work units expired, their ranges back in the pool", total);
+		http_wake_held(); /* work requests waiting for a round's target to free up */
+	}
 }
 
 static void *run(void *arg)

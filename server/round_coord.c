@@ -227,8 +227,16 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 	char *text = NULL;
 	cot_errbuf eb = { 0 };
 	uint64_t len = param_count(json_object_get(begin, "model"), &eb);
+	if (json_is_true(json_object_get(begin, "reopened"))) {
+		log_info("round coordinator: round %s of project %s holds only %lld samples after the close, "
+		         "fewer than its min_batch_fraction: open again for the rest",
+		         sv, sp, (long long)json_integer_value(json_object_get(begin, "samples")));
+		http_wake_held(); /* the reported hosts' plan polls, the waiting work requests */
+		goto out;
+	}
 	if (n == 0) {
 		log_info("round coordinator: round %s of project %s had no peer left; open again", sv, sp);
+		http_wake_held();
 		goto out;
 	}
 	if (len == 0) {

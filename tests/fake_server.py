@@ -143,7 +143,7 @@ class Handler(BaseHTTPRequestHandler):
         b = self.body()
         if p == "/v1/hosts":
             return self.send(201, {"host_id": 1, "host_token": "faketoken123"})
-        if p == "/v1/projects/fake/work":
+        if p.split("?")[0] == "/v1/projects/fake/work":
             with LOCK:
                 i = STATE["work"]
                 STATE["work"] += 1

@@ -108,12 +108,17 @@ static void fill_and_plan(void)
 	th_host A2 = A;
 	th_host *hs[] = { &A, &A2, &B, &C, &D };
 	long long done[] = { 2, 2, 2, 4, 4 };
+	/* The units are handed out for a larger target (each host takes 8
+	 * microbatches, its speed's worth), which is then lowered to 56: the
+	 * units hold more than the round needs and it closes on a heartbeat. */
+	th_sql("UPDATE project SET target_batch = 1024 WHERE name = 's1'");
 	for (int i = 0; i < 5; i++)
 		th_ask_work(hs[i], "s1", 0);
 	/* A third unit of A, finished but never reported: the unit a daemon
 	 * restarted mid-round finished before it lost its gradient. */
 	th_host A3 = A;
 	th_ask_work(&A3, "s1", 0);
+	th_sql("UPDATE project SET target_batch = 56 WHERE name = 's1'");
 	char fin[64];
 	snprintf(fin, sizeof fin, "/v1/workunits/%lld/finish", A3.wu);
 	th_resp rf = th_call("POST", fin, A3.token, "{}", 200, "A finishes a third unit");

@@ -224,11 +224,15 @@ static void rounds_list_averaging(long long pid)
 
 static void test_round(long long pid)
 {
-	/* Four hosts, eight microbatches (32 samples) each; the target is 64. */
+	/* Four hosts, eight microbatches (32 samples) each, handed out for a
+	 * target of 128; then the target is lowered to 64 (as a maintainer may)
+	 * so that the units hold more than the round needs and it closes on a
+	 * heartbeat. */
 	th_host *hs[] = { &A, &B, &C, &D };
 	for (int i = 0; i < 4; i++)
 		th_ask_work(hs[i], "r1", 0);
 	is_int(A.hi - A.lo, 8, "a work unit of 8 microbatches");
+	th_sql("UPDATE project SET target_batch = 64 WHERE id = %lld", pid);
 	th_resp r;
 	long long done[] = { 4, 4, 4, 2 };
 	for (int i = 0; i < 4; i++) {
@@ -478,9 +482,13 @@ static void test_failure_coverage(long long pid)
 	   "its ranges are back in the pool");
 	th_coverage_exact(pid, "after a failed round");
 	th_ask_work(&E, "r1", 0);
-	ok(E.lo == 0, "the reopened round hands out the stream from its start again ([%lld, %lld))", E.lo,
+	/* E is the slowest of the hosts of the version (the others measured
+	 * 1e6 samples/s): its share of the 16 microbatches the round needs is
+	 * one, the top of the lowest free range. */
+	ok(E.hi <= 16 && E.hi - E.lo == 1,
+	   "the reopened round hands out the stream's start again, E's share of it ([%lld, %lld))", E.lo,
 	   E.hi);
-	th_resp r = th_heartbeat(&E, 3, 1.0);
+	th_resp r = th_heartbeat(&E, 1, 1.0);
 	th_resp_free(&r);
 	th_coverage_exact(pid, "after a unit of the reopened round");
 	th_sql("UPDATE work_unit SET deadline = now() - interval '1 second' WHERE id = %lld", E.wu);
@@ -569,7 +577,7 @@ int main(void)
 	th_start(args);
 	/* 8 microbatches per unit: flops * wu_seconds / (flops_per_sample * 4) = 8. */
 	long long pid = th_seed_project("r1", 600, 1e6, 4, 16, 4, 100000);
-	th_sql("UPDATE project SET target_batch = 64, config = '{\"model\": " TH_MODEL "}' WHERE id = %lld",
+	th_sql("UPDATE project SET target_batch = 128, config = '{\"model\": " TH_MODEL "}' WHERE id = %lld",
 	       pid);
 	th_host *hs[] = { &A, &B, &C, &D, &E };
 	for (int i = 0; i < 5; i++)

@@ -13,6 +13,13 @@
 -- "can_aggregate", "rtt"}, ...] ordered by host id} from each host's reports
 -- (samples summed over its counted units; the rest from its latest report).
 -- With no peer left the round fails (and reopens) and "peers" is empty.
+-- When the peers' samples are fewer than the project's min_batch_fraction
+-- (config, default 0: never) of target_batch, the round is not planned but
+-- reopened for the rest: it is open again in the same attempt, its reports
+-- and the units they count stay, new work fills the rest of the target, and
+-- the answer is {"reopened": true, "samples": S, "peers": []}; the reported
+-- hosts keep their gradients (round_plan_get tells them) and report again
+-- at the next close.
 -- After this no report can change the peers: every unit left is reported or
 -- finished.
 CREATE OR REPLACE FUNCTION round_plan_begin(p_project bigint, p_version integer,
@@ -20,10 +27,11 @@ CREATE OR REPLACE FUNCTION round_plan_begin(p_project bigint, p_version integer,
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     r       record;
-    v_pend  bigint;
-    v_peers jsonb;
+    v_pend    bigint;
+    v_peers   jsonb;
+    v_samples bigint;
 BEGIN
-    SELECT ro.state, ro.closed_at, p.microbatch_size, p.config INTO r
+    SELECT ro.state, ro.closed_at, p.microbatch_size, p.target_batch, p.config INTO r
       FROM round ro JOIN project p ON p.id = ro.project_id
      WHERE ro.project_id = p_project AND ro.version = p_version
        FOR UPDATE OF ro;
@@ -56,6 +64,15 @@ BEGIN
              ORDER BY rr.reported_at DESC, rr.work_unit_id DESC LIMIT 1) l;
     IF v_peers = '[]'::jsonb THEN
         PERFORM round_fail(p_project, p_version, 'no host reported gradients');
+    ELSE
+        SELECT sum((e->>'samples')::bigint) INTO v_samples FROM jsonb_array_elements(v_peers) e;
+        IF v_samples < coalesce((r.config->>'min_batch_fraction')::double precision, 0) * r.target_batch THEN
+            UPDATE round SET state = 'open', closed_at = NULL, close_reason = NULL,
+                             last_failure = format('reopened for the rest: %s of %s samples after the close',
+                                                   v_samples, r.target_batch)
+             WHERE project_id = p_project AND version = p_version;
+            RETURN jsonb_build_object('reopened', true, 'samples', v_samples, 'peers', '[]'::jsonb);
+        END IF;
     END IF;
     RETURN jsonb_build_object('model', r.config->'model', 'peers', v_peers);
 END
@@ -94,7 +111,9 @@ $$;
 
 -- The plan of round p_version for host p_host: 200 with its group, or 204
 -- (body: {"state", "attempt"}) while there is none yet, 409 when the host is
--- not in it (it reported nothing, or too late).  Once the mean gradient
+-- not in it (it reported nothing, or too late), or 409 with "round":
+-- {"state": "open", "reopened": true, ...} when the round it reported to
+-- reopened for the rest of its batch.  Once the mean gradient
 -- exists the plan also carries "gradient" {"sha256", "url", "samples"} and
 -- the server's "params_sha256".
 CREATE OR REPLACE FUNCTION round_plan_get(p_token_hash bytea, p_project text, p_version integer,
@@ -109,6 +128,21 @@ BEGIN
     SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
     IF c.status IS NOT NULL THEN
         RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    IF c.state = 'open' AND EXISTS (SELECT 1 FROM round_report rr
+                                     WHERE rr.project_id = c.project_id AND rr.version = p_version
+                                       AND rr.host_id = p_host) THEN
+        -- Reports survive only a reopening for the rest (round_fail
+        -- forgets them): the host keeps its gradient and computes on.
+        RETURN QUERY SELECT 409, jsonb_build_object(
+            'error', jsonb_build_object(
+                'code', 'conflict',
+                'message', format('round %s of project "%s" reopened for the rest of its batch',
+                                  p_version, p_project),
+                'hint', 'Keep the gradient, compute more work units of this version and report them when the round closes again.'),
+            'round', jsonb_build_object('state', 'open', 'version', p_version,
+                                        'attempt', c.attempt, 'reopened', true))::text;
         RETURN;
     END IF;
     IF c.state IN ('open', 'closing') THEN

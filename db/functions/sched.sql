@@ -115,9 +115,69 @@ BEGIN
 END
 $$;
 
+-- The host's speed in samples per second: what its latest work unit of
+-- the project measured (heartbeat or finish), else its benchmark.
+CREATE OR REPLACE FUNCTION sched_host_rate(p_project bigint, p_host bigint, p_flops double precision,
+                                           p_flops_per_sample double precision)
+RETURNS double precision LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_sps double precision;
+BEGIN
+    SELECT w.samples_per_sec INTO v_sps FROM work_unit w
+     WHERE w.host_id = p_host AND w.project_id = p_project AND w.samples_per_sec > 0
+     ORDER BY w.id DESC LIMIT 1;
+    RETURN coalesce(v_sps, greatest(p_flops, 1) / p_flops_per_sample);
+END
+$$;
+
+-- How many microbatches a new work unit of version p_version may hold so
+-- that the round keeps its promise of target_batch samples (doc/design.md,
+-- "The round"): need = ceil(target / microbatch_size) - the microbatches
+-- done - the rest of the live units, and of that the host's share by speed
+-- among the hosts free to take it: its own rate over the rates of itself
+-- and of the other hosts that worked on this version or the previous one
+-- in the last 2 * wu_seconds and hold no live unit now (guided
+-- self-scheduling: each asks for its part of what is left, so all finish
+-- together and the tail shrinks geometrically).  Never more than p_n (the
+-- speed cap), at least 1 while anything is needed; 0 when the round's
+-- target is covered by what is done and in flight.
+CREATE OR REPLACE FUNCTION sched_round_share(p_project bigint, p_version integer, p_host bigint,
+                                             p_rate double precision, p_n bigint,
+                                             p_target integer, p_microbatch_size integer,
+                                             p_wu_seconds integer, p_flops_per_sample double precision)
+RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_out  bigint;
+    v_need bigint;
+    v_free double precision;
+BEGIN
+    SELECT coalesce(sum(hi - lo - mb_done), 0) INTO v_out FROM work_unit
+     WHERE project_id = p_project AND version = p_version AND state = 'live';
+    v_need := (p_target::bigint + p_microbatch_size - 1) / p_microbatch_size
+              - sched_accumulated(p_project, p_version, 1) - v_out;
+    IF v_need <= 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT coalesce(sum(x.rate), 0) INTO v_free FROM (
+        SELECT DISTINCT ON (w.host_id)
+               CASE WHEN w.samples_per_sec > 0 THEN w.samples_per_sec
+                    ELSE greatest(h.flops, 1) / p_flops_per_sample END AS rate
+          FROM work_unit w JOIN host h ON h.id = w.host_id
+         WHERE w.project_id = p_project AND w.version IN (p_version, p_version - 1)
+           AND w.host_id <> p_host
+           AND coalesce(w.finished_at, w.last_heartbeat) > now() - make_interval(secs => 2 * p_wu_seconds)
+           AND NOT EXISTS (SELECT 1 FROM work_unit l
+                            WHERE l.host_id = w.host_id AND l.project_id = p_project
+                              AND l.version = p_version AND l.state = 'live')
+         ORDER BY w.host_id, w.id DESC) x;
+    RETURN least(p_n, v_need, greatest(1, ceil(v_need * p_rate / (p_rate + v_free))::bigint));
+END
+$$;
+
 -- Hand host p_host_id (authenticated by p_token_hash) a work unit of project
 -- p_project.  Its size n = clamp(round(flops * wu_seconds /
--- (flops_per_sample * microbatch_size)), 1, p_wu_max) microbatches, taken
+-- (flops_per_sample * microbatch_size)), 1, p_wu_max) microbatches, cut to
+-- the host's share of what the round still needs (sched_round_share), taken
 -- from the lowest free pool range that no other transaction holds (SKIP
 -- LOCKED), or, when none is free, carved off the frontier as a chunk of
 -- max(p_chunk, n), cut at the end of the epoch, whose rest goes to the pool (so the project row is locked
@@ -129,7 +189,10 @@ $$;
 --
 -- Work for a round that is not open is refused: 409 with the round's state
 -- and a retry_after in seconds.  Peers stay out of the next version until it
--- exists (its parameters are the outcome of this round).
+-- exists (its parameters are the outcome of this round).  So is work for an
+-- open round whose target is covered by what is done and in flight: 409
+-- with "round": {"state": "open", ..., "full": true}; a hand-back, an
+-- expiry or the close moves it (the client's long poll looks again).
 CREATE OR REPLACE FUNCTION sched_assign(p_token_hash bytea, p_host_id bigint, p_project text,
                                         p_wu_max bigint, p_chunk bigint)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
@@ -141,6 +204,7 @@ DECLARE
     v_lo       bigint;
     v_hi       bigint;
     v_wu       bigint;
+    v_rate     double precision;
     v_deadline timestamptz;
 BEGIN
     SELECT h.id, h.flops, h.last_seen INTO v_host FROM host h WHERE h.id = host_auth(p_token_hash);
@@ -172,6 +236,12 @@ BEGIN
                                            'Ask for work again later.');
         RETURN;
     END IF;
+    -- One assignment at a time per round: the round's state and its need
+    -- (sched_round_share) are read under the round's row lock, so two
+    -- hosts never both take the last part of the target, and no work goes
+    -- out for a round that closed meanwhile.
+    SELECT r.state, r.attempt INTO v_proj.round_state, v_proj.round_attempt FROM round r
+     WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
     IF v_proj.round_state <> 'open' THEN
         RETURN QUERY SELECT 409, jsonb_build_object(
             'error', jsonb_build_object(
@@ -185,9 +255,24 @@ BEGIN
         RETURN;
     END IF;
 
-    v_n := least(greatest(round(v_host.flops * v_proj.wu_seconds
-                                / (v_proj.flops_per_sample * v_proj.microbatch_size)), 1),
+    v_rate := sched_host_rate(v_proj.id, v_host.id, v_host.flops, v_proj.flops_per_sample);
+    v_n := least(greatest(round(v_rate * v_proj.wu_seconds / v_proj.microbatch_size), 1),
                  p_wu_max)::bigint;
+    v_n := sched_round_share(v_proj.id, v_proj.current_version, v_host.id, v_rate, v_n,
+                             v_proj.target_batch, v_proj.microbatch_size, v_proj.wu_seconds,
+                             v_proj.flops_per_sample);
+    IF v_n = 0 THEN
+        RETURN QUERY SELECT 409, jsonb_build_object(
+            'error', jsonb_build_object(
+                'code', 'conflict',
+                'message', format('round %s of project "%s" has work out for all of its %s samples',
+                                  v_proj.current_version, p_project, v_proj.target_batch),
+                'hint', 'Ask again in a moment: the round closes when that work is done, or hands out what comes back.'),
+            'round', jsonb_build_object('state', 'open', 'version', v_proj.current_version,
+                                        'attempt', v_proj.round_attempt, 'full', true),
+            'retry_after', 1)::text;
+        RETURN;
+    END IF;
 
     SELECT id, lo, hi INTO v_free
       FROM mb_pool WHERE project_id = v_proj.id
@@ -391,10 +476,12 @@ BEGIN
 END
 $$;
 
--- The whole range is done; the work unit becomes 'done'.  A repeated finish
--- from the same host is answered 200 with the same body and changes
+-- The whole range is done; the work unit becomes 'done' and keeps the
+-- host's speed p_sps (when above 0) for sizing its next unit.  A repeated
+-- finish from the same host is answered 200 with the same body and changes
 -- nothing; a finish of a work unit handed back or expired is 409.
-CREATE OR REPLACE FUNCTION sched_finish(p_token_hash bytea, p_wu bigint)
+DROP FUNCTION IF EXISTS sched_finish(bytea, bigint);
+CREATE OR REPLACE FUNCTION sched_finish(p_token_hash bytea, p_wu bigint, p_sps real)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
 DECLARE
     c record;
@@ -423,6 +510,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE work_unit SET mb_done = hi - lo, state = 'done',
+                         samples_per_sec = CASE WHEN p_sps > 0 THEN p_sps ELSE samples_per_sec END,
                          last_heartbeat = now(), finished_at = now()
      WHERE id = p_wu;
     RETURN QUERY SELECT * FROM round_annotate(p_wu, 200, json_build_object(
@@ -434,27 +522,34 @@ END
 $$;
 
 -- Expire up to p_limit live work units whose deadline has passed, oldest
--- first, skipping any that a heartbeat holds right now, and return their
--- unprocessed rest to the pool.  Returns how many expired; the reaper calls
--- again while that equals p_limit.
+-- first, skipping any that a heartbeat holds right now.  An expired unit
+-- counts for nothing: its whole range goes back to the pool and its
+-- samples leave the version's progress, and so do the host's other units
+-- of that version that are finished but not reported, because the host
+-- drops the gradient that sums them when it hears of the expiry (and a
+-- silent host can report none of them).  So the close test never counts
+-- samples no gradient holds (round_give_back).  Returns how many units
+-- expired past their deadline; the reaper calls again while that equals
+-- p_limit.
 CREATE OR REPLACE FUNCTION sched_reap(p_limit integer) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
-    n integer;
+    v_due bigint[];
 BEGIN
-    WITH due AS (
-        SELECT id FROM work_unit
-         WHERE state = 'live' AND deadline < now()
-         ORDER BY deadline LIMIT p_limit
-           FOR UPDATE SKIP LOCKED
-    ), expired AS (
-        UPDATE work_unit w SET state = 'expired', finished_at = now()
-          FROM due WHERE w.id = due.id
-        RETURNING w.project_id, w.lo + w.mb_done AS lo, w.hi
-    ), pooled AS (
-        INSERT INTO mb_pool (project_id, lo, hi)
-        SELECT project_id, lo, hi FROM expired WHERE lo < hi
-    )
-    SELECT count(*) INTO n FROM expired;
-    RETURN n;
+    v_due := ARRAY(SELECT id FROM work_unit
+                    WHERE state = 'live' AND deadline < now()
+                    ORDER BY deadline LIMIT p_limit
+                      FOR UPDATE SKIP LOCKED);
+    IF cardinality(v_due) = 0 THEN
+        RETURN 0;
+    END IF;
+    PERFORM round_give_back(ARRAY(
+        SELECT w.id FROM work_unit w
+         WHERE w.id = ANY (v_due)
+            OR (w.state = 'done' AND w.mb_done > 0
+                AND (w.project_id, w.version, w.host_id) IN
+                    (SELECT e.project_id, e.version, e.host_id FROM work_unit e WHERE e.id = ANY (v_due))
+                AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id))
+           FOR UPDATE));
+    RETURN cardinality(v_due);
 END
 $$;
