@@ -18,12 +18,16 @@ static json_t *work_json(const cl_daemon *d, int i)
 	const cl_project *p = &d->st.projects[i];
 	const cl_work *w = &p->work;
 	int64_t total = w->hi - w->lo;
+	/* Live: what the compute loop has done since it last took the lock. */
+	int64_t done = w->mb_done;
+	if (d->computing_wu == w->id && d->computing_mb > done)
+		done = d->computing_mb;
 	double sps = d->rt[i].sps;
 	double mbps = p->microbatch_size > 0 ? sps / (double)p->microbatch_size : 0;
-	json_t *eta = mbps > 0 ? json_real((double)(total - w->mb_done) / mbps) : json_null();
+	json_t *eta = mbps > 0 ? json_real((double)(total - done) / mbps) : json_null();
 	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:I}", "id", (json_int_t)w->id,
 	                 "version", (json_int_t)w->version, "lo", (json_int_t)w->lo, "hi", (json_int_t)w->hi,
-	                 "mb_done", (json_int_t)w->mb_done, "mb_total", (json_int_t)total, "mb_reported",
+	                 "mb_done", (json_int_t)done, "mb_total", (json_int_t)total, "mb_reported",
 	                 (json_int_t)w->mb_reported, "samples_per_sec", sps, "eta_seconds", eta, "deadline",
 	                 (json_int_t)w->deadline);
 }

@@ -588,6 +588,8 @@ static void compute(cl_daemon *d, int i)
 	cot_err rc = COT_OK;
 	int64_t k = done;
 	double t0 = cl_now_mono();
+	d->computing_mb = k;
+	d->computing_wu = wu;
 	while (k < n && !d->stop && !d->interrupt) {
 		float loss;
 		rc = cl_compute_microbatch(s, lo + k, &loss, &eb);
@@ -595,12 +597,14 @@ static void compute(cl_daemon *d, int i)
 			break;
 		loss_sum += loss;
 		k++;
+		d->computing_mb = k;
 		if (cl_now_mono() - rt->last_report >= hb)
 			break;
 	}
 	double t1 = cl_now_mono();
 	pthread_mutex_lock(&d->lock);
 	d->computing = NULL;
+	d->computing_wu = 0;
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, url) != 0 || !d->st.projects[i].has_work ||
 	    d->st.projects[i].work.id != wu) {
 		/* Detached (or the work unit dropped) meanwhile: the session is ours

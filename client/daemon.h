@@ -78,6 +78,9 @@ typedef struct {
 	int64_t last_wall;
 	double last_mono;
 	volatile int interrupt; /* compute should stop at the next microbatch */
+	/* The work unit being computed right now and its microbatches done,
+	 * updated after each one without the lock (status reads them). */
+	volatile int64_t computing_wu, computing_mb;
 	cl_compute *computing;  /* the session in use outside the lock, or NULL */
 	int rounds_running;     /* round threads (daemon_round.c) */
 } cl_daemon;

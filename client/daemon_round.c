@@ -390,6 +390,7 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 /* The steps 1-6 outside the lock; *accepted as for outcome(). */
 static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 {
+	fault_point("before-report", j->v);
 	activity(j, "reporting");
 	cot_err rc = report_units(j, eb);
 	if (rc)

@@ -521,6 +521,27 @@ END
 $$;
 
 --
+-- Name: project_speed(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.project_speed(p_project bigint, OUT hosts bigint, OUT samples_per_sec double precision) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    SELECT count(DISTINCT w.host_id),
+           coalesce(sum(CASE WHEN w.samples_per_sec > 0 THEN w.samples_per_sec
+                             ELSE (SELECT x.samples_per_sec FROM work_unit x
+                                    WHERE x.host_id = w.host_id AND x.project_id = p_project
+                                      AND x.samples_per_sec > 0
+                                    ORDER BY x.id DESC LIMIT 1) END), 0)
+      INTO hosts, samples_per_sec
+      FROM work_unit w JOIN project p ON p.id = w.project_id
+     WHERE w.project_id = p_project AND w.state = 'live'
+       AND w.last_heartbeat > now() - make_interval(secs => 2 * p.wu_seconds);
+END
+$$;
+
+--
 -- Name: round_annotate(bigint, integer, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1582,7 +1603,12 @@ BEGIN
                                   p_project, v_proj.round_state),
                 'hint', 'Report the work units of this version, then ask for work again once the next version is out.'),
             'round', jsonb_build_object('state', v_proj.round_state, 'version', v_proj.current_version,
-                                        'attempt', v_proj.round_attempt),
+                                        'attempt', v_proj.round_attempt,
+                                        'report', EXISTS (
+                SELECT 1 FROM work_unit w
+                 WHERE w.project_id = v_proj.id AND w.version = v_proj.current_version
+                   AND w.host_id = v_host.id AND (w.state = 'live' OR w.mb_done > 0)
+                   AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id))),
             'retry_after', 10)::text;
         RETURN;
     END IF;

@@ -15,18 +15,21 @@
 static const dbc_stmt st_assign = { "sched_assign",
 	                            "SELECT status, body FROM sched_assign($1::bytea, $2, $3, $4, $5)", 5 };
 
-/* Does a refusal (JSON text) carry "round", i.e. was work refused because
- * the round is not open or its target is covered? */
-static bool refused_for_round(const char *body, size_t len)
+/* Was work refused (JSON text) because of the round (it is not open, or
+ * its target is covered), with nothing for this host to report, so that
+ * it can only wait? */
+static bool refused_to_wait(const char *body, size_t len)
 {
 	json_t *j = json_loadb(body, len, 0, NULL);
-	bool r = json_is_object(json_object_get(j, "round"));
+	const json_t *r = json_object_get(j, "round");
+	bool wait = json_is_object(r) && !json_is_true(json_object_get(r, "report"));
 	json_decref(j);
-	return r;
+	return wait;
 }
 
 /* A work request (doc/api.md "Work").  With the query argument wait=S (at
- * most WORK_WAIT_MAX) a refusal because of the round is held (the
+ * most WORK_WAIT_MAX) a refusal because of the round, with nothing for the
+ * host to report, is held (the
  * connection suspended, http_hold) until the round moves: anything that
  * wakes the long polls (a commit, a failure, a close, a hand-back or an
  * expiry that frees part of the target) makes it ask again, so a host is
@@ -66,7 +69,7 @@ void api_work_request(http_req *req)
 			return;
 		if (wait > 0 && look < 8 && PQntuples(r) == 1 && PQnfields(r) == 2 &&
 		    atoi(PQgetvalue(r, 0, 0)) == 409 &&
-		    refused_for_round(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1))) {
+		    refused_to_wait(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1))) {
 			if (http_hold(req, gen)) {
 				PQclear(r);
 				return; /* called again on a wake-up or at the deadline */

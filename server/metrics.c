@@ -41,15 +41,11 @@ static const dbc_stmt st_metrics = {
 	"       p.current_version,"
 	"       (SELECT coalesce(sum(r.samples), 0) FROM round r"
 	"         WHERE r.project_id = p.id AND r.state = 'committed'),"
-	"       (SELECT count(DISTINCT w.host_id) FROM work_unit w"
-	"         WHERE w.project_id = p.id AND w.state = 'live'"
-	"           AND w.last_heartbeat > now() - make_interval(secs => 2 * p.wu_seconds)),"
+	"       (SELECT hosts FROM project_speed(p.id)),"
 	"       (SELECT coalesce(sum(g.credit), 0) FROM credit_grant g"
 	"         WHERE g.project_id = p.id AND g.status = 'granted'),"
 	"       (SELECT count(*) FROM spot_check s WHERE s.project_id = p.id AND s.state = 'open'),"
-	"       (SELECT coalesce(sum(w.samples_per_sec), 0) FROM work_unit w"
-	"         WHERE w.project_id = p.id AND w.state = 'live'"
-	"           AND w.last_heartbeat > now() - make_interval(secs => 2 * p.wu_seconds))"
+	"       (SELECT samples_per_sec FROM project_speed(p.id))"
 	"  FROM project p ORDER BY p.name",
 	0
 };
@@ -107,7 +103,7 @@ void metrics_get(http_req *req)
 		{ "cotrain_active_hosts", "gauge", "Hosts with live work units heard from lately.", 4 },
 		{ "cotrain_credit_granted_total", "counter", "Credit granted (1 = 4.32e11 FLOPs).", 5 },
 		{ "cotrain_spot_checks_open", "gauge", "Spot checks waiting for fingerprints.", 6 },
-		{ "cotrain_samples_per_second", "gauge", "Summed speed of the live work units.", 7 },
+		{ "cotrain_samples_per_second", "gauge", "Summed speed of the hosts computing now (project_speed).", 7 },
 	};
 	for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
 		put(&b, "# HELP %s %s\n# TYPE %s %s\n", gauges[g].name, gauges[g].help, gauges[g].name,

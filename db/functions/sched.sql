@@ -187,8 +187,9 @@ $$;
 -- at the very place every assignment starts its scan.  Deadline: now + 2 * wu_seconds;
 -- heartbeats push it to at least now + wu_seconds.
 --
--- Work for a round that is not open is refused: 409 with the round's state
--- and a retry_after in seconds.  Peers stay out of the next version until it
+-- Work for a round that is not open is refused: 409 with the round's state,
+-- whether this host holds units of it still to report ("report": the host
+-- must report them, not wait) and a retry_after in seconds.  Peers stay out of the next version until it
 -- exists (its parameters are the outcome of this round).  So is work for an
 -- open round whose target is covered by what is done and in flight: 409
 -- with "round": {"state": "open", ..., "full": true}; a hand-back, an
@@ -250,7 +251,12 @@ BEGIN
                                   p_project, v_proj.round_state),
                 'hint', 'Report the work units of this version, then ask for work again once the next version is out.'),
             'round', jsonb_build_object('state', v_proj.round_state, 'version', v_proj.current_version,
-                                        'attempt', v_proj.round_attempt),
+                                        'attempt', v_proj.round_attempt,
+                                        'report', EXISTS (
+                SELECT 1 FROM work_unit w
+                 WHERE w.project_id = v_proj.id AND w.version = v_proj.current_version
+                   AND w.host_id = v_host.id AND (w.state = 'live' OR w.mb_done > 0)
+                   AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id))),
             'retry_after', 10)::text;
         RETURN;
     END IF;
@@ -551,5 +557,27 @@ BEGIN
                 AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id))
            FOR UPDATE));
     RETURN cardinality(v_due);
+END
+$$;
+
+-- What project p_project computes right now: the hosts holding a live work
+-- unit (heard from within 2 * wu_seconds) and their summed speed in samples
+-- per second, each host's speed being its live unit's last heartbeat or,
+-- before the first one, the measure of its previous unit (finish).  Units
+-- are short near a round's end and finish without a heartbeat, so the
+-- live units' own figures alone read 0 most of the time.
+CREATE OR REPLACE FUNCTION project_speed(p_project bigint, OUT hosts bigint, OUT samples_per_sec double precision)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    SELECT count(DISTINCT w.host_id),
+           coalesce(sum(CASE WHEN w.samples_per_sec > 0 THEN w.samples_per_sec
+                             ELSE (SELECT x.samples_per_sec FROM work_unit x
+                                    WHERE x.host_id = w.host_id AND x.project_id = p_project
+                                      AND x.samples_per_sec > 0
+                                    ORDER BY x.id DESC LIMIT 1) END), 0)
+      INTO hosts, samples_per_sec
+      FROM work_unit w JOIN project p ON p.id = w.project_id
+     WHERE w.project_id = p_project AND w.state = 'live'
+       AND w.last_heartbeat > now() - make_interval(secs => 2 * p.wu_seconds);
 END
 $$;

@@ -13,7 +13,7 @@
 
 #include "shared/common/log.h"
 
-static const char *const points[] = { "before-slices", "mid-slice", "after-slices", "before-outcome",
+static const char *const points[] = { "before-report", "before-slices", "mid-slice", "after-slices", "before-outcome",
 	                              "aggregator-mid-sum" };
 static const char *const actions[] = { "stop", "die", "silent" };
 

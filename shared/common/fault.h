@@ -5,7 +5,7 @@
  *
  *     COTRAIN_FAULT=POINT:ACTION[:VERSION]
  *
- * POINT names a protocol point of a round (before-slices, mid-slice,
+ * POINT names a protocol point of a round (before-report, before-slices, mid-slice,
  * after-slices, before-outcome, aggregator-mid-sum); ACTION is what the
  * process does the first time it reaches that point (in round VERSION
  * only, when given): "stop" raises SIGSTOP on itself, "die" leaves at once
