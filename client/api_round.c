@@ -206,9 +206,12 @@ cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t 
 			json_object_set_new(body, "links", ls);
 	}
 	json_t *a = NULL;
-	cl_http_req r = {
-		.method = "POST", .url = url, .bearer = p->host_token, .json = body, .out = &a, .extra_timeout_s = wait_s
-	};
+	cl_http_req r = { .method = "POST",
+		          .url = url,
+		          .bearer = p->host_token,
+		          .json = body,
+		          .out = &a,
+		          .extra_timeout_s = wait_s };
 	cot_err rc = body && inc ? cl_api_http(o, &r, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	json_decref(body);
 	if (!rc && !a)

@@ -315,6 +315,14 @@ static void get_work(cl_daemon *d, int i)
 	cl_api_opts o;
 	cl_daemon_api_opts(d, &o);
 	cl_daemon_activity(d, i, "asking for work");
+	/* The server may hold the request until the round moves (cut short by
+	 * an interrupt: a command, stopping), unless another project could use
+	 * the worker meanwhile. */
+	int others = 0;
+	for (int j = 0; j < d->st.nprojects; j++)
+		others += j != i && !d->rt[j].round_running;
+	int wait_s = others ? 0 : WORK_WAIT_S;
+	d->interrupt = 0;
 	pthread_mutex_unlock(&d->lock);
 	cot_errbuf eb = { "", "" };
 	cot_err rc = COT_OK;
@@ -326,7 +334,7 @@ static void get_work(cl_daemon *d, int i)
 	json_t *refusal = NULL;
 	double t0 = cl_now_mono();
 	if (!rc)
-		rc = cl_api_request_work(&o, &copy, w, WORK_WAIT_S, &d->interrupt, &refusal, &eb);
+		rc = cl_api_request_work(&o, &copy, w, wait_s, &d->interrupt, &refusal, &eb);
 	double waited = cl_now_mono() - t0;
 	pthread_mutex_lock(&d->lock);
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0) {
@@ -356,9 +364,10 @@ static void get_work(cl_daemon *d, int i)
 			 * once does not hold: ask again soon, as a round commits
 			 * seconds after it plans. */
 			d->rt[i].bo.next_at =
-			        cl_now_mono() + (waited >= 1 ? 0
-			                                     : (double)(after < ROUND_RETRY_MAX_S ? after
-			                                                                          : ROUND_RETRY_MAX_S));
+			        cl_now_mono() +
+			        (waited >= 1
+			                 ? 0
+			                 : (double)(after < ROUND_RETRY_MAX_S ? after : ROUND_RETRY_MAX_S));
 			cl_daemon_activity(d, i,
 			                   full ? "waiting: the round's batch is being computed by others"
 			                        : "waiting for the round to commit");
@@ -710,8 +719,11 @@ static void spot_checks(cl_daemon *d, int i)
 		             .timeout_s = d->cfg.http_timeout,
 		             .cancel = &d->stop };
 	double now = cl_now_mono();
-	double budget = SPOT_SHARE * (now - (rt->last_spot_end > 0 ? rt->last_spot_end : now - d->cfg.spot_interval));
-	budget = budget < SPOT_PASS_MIN_S ? SPOT_PASS_MIN_S : budget > SPOT_PASS_MAX_S ? SPOT_PASS_MAX_S : budget;
+	double budget =
+	        SPOT_SHARE * (now - (rt->last_spot_end > 0 ? rt->last_spot_end : now - d->cfg.spot_interval));
+	budget = budget < SPOT_PASS_MIN_S   ? SPOT_PASS_MIN_S
+	         : budget > SPOT_PASS_MAX_S ? SPOT_PASS_MAX_S
+	                                    : budget;
 	rt->next_spot_at = now + d->cfg.spot_interval;
 	cl_spot_job *job = rt->spot;
 	rt->spot = NULL;

@@ -57,8 +57,8 @@ typedef struct {
 	int round_running;  /* a round thread owns the session, the peer and the live unit */
 	double last_report; /* monotonic seconds */
 	double last_account_check;
-	double next_spot_at; /* monotonic seconds of the next spot-check pass */
-	double last_spot_end; /* monotonic seconds the last pass ended */
+	double next_spot_at;      /* monotonic seconds of the next spot-check pass */
+	double last_spot_end;     /* monotonic seconds the last pass ended */
 	struct cl_spot_job *spot; /* a check computed in part, for the next pass */
 } cl_runtime;
 
@@ -81,8 +81,8 @@ typedef struct {
 	/* The work unit being computed right now and its microbatches done,
 	 * updated after each one without the lock (status reads them). */
 	volatile int64_t computing_wu, computing_mb;
-	cl_compute *computing;  /* the session in use outside the lock, or NULL */
-	int rounds_running;     /* round threads (daemon_round.c) */
+	cl_compute *computing; /* the session in use outside the lock, or NULL */
+	int rounds_running;    /* round threads (daemon_round.c) */
 } cl_daemon;
 
 /* Effective preferences: defaults < account < config file < local. */

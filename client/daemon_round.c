@@ -158,8 +158,8 @@ static cot_err wait_plan(round_job *j, int after_gradient, cot_errbuf *eb)
 			return cot_seterr(eb, COT_ERR_TIMEOUT, "the client is stopping");
 		json_t *a = NULL;
 		double t0 = cl_now_mono();
-		cot_err rc = cl_api_round_plan(&j->o, &j->p, j->v, PLAN_WAIT_S, after_gradient, &a, &j->reopened,
-		                               eb);
+		cot_err rc = cl_api_round_plan(&j->o, &j->p, j->v, PLAN_WAIT_S, after_gradient, &a,
+		                               &j->reopened, eb);
 		if (rc == COT_OK && a) {
 			rc = cl_plan_parse(a, j->p.host_id, j->v, (int64_t)j->m->n_params, &j->plan, eb);
 			json_decref(a);
@@ -356,9 +356,9 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 	for (;;) {
 		json_t *a = NULL;
 		double t0 = cl_now_mono();
-		cot_err rc = cl_api_round_outcome(&j->o, &j->p, j->v, ok, ok ? PLAN_WAIT_S : 0, j->res.included,
-		                                  j->res.n_included, ok ? j->params_sha : NULL, &j->links, &a,
-		                                  eb);
+		cot_err rc =
+		        cl_api_round_outcome(&j->o, &j->p, j->v, ok, ok ? PLAN_WAIT_S : 0, j->res.included,
+		                             j->res.n_included, ok ? j->params_sha : NULL, &j->links, &a, eb);
 		if (rc || !ok) {
 			json_decref(a);
 			return rc;

@@ -150,8 +150,8 @@ void cl_spot_job_free(cl_spot_job *j)
 }
 
 /* Start check c: its files, a session on its checkpoint. */
-static cot_err job_start(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, const spot_check *c,
-                         cl_spot_job **out, cot_errbuf *eb)
+static cot_err job_start(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env,
+                         const spot_check *c, cl_spot_job **out, cot_errbuf *eb)
 {
 	cl_spot_job *j = calloc(1, sizeof *j);
 	if (!j)
@@ -225,8 +225,9 @@ static cot_err next_check(const cl_api_opts *o, const cl_project *p, spot_check 
 	return rc;
 }
 
-cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, cl_spot_job **job,
-                          double budget_s, volatile int *cancel, int *answered, cot_errbuf *eb)
+cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env,
+                          cl_spot_job **job, double budget_s, volatile int *cancel, int *answered,
+                          cot_errbuf *eb)
 {
 	*answered = 0;
 	double end = cl_now_mono() + budget_s;

@@ -36,7 +36,8 @@ void cl_spot_job_free(cl_spot_job *j);
  * *answered gets how many fingerprints were sent.  Errors as the API's
  * (the first one stops the pass; the check stays open on the server and is
  * tried again later, from its start). */
-cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env, cl_spot_job **job,
-                          double budget_s, volatile int *cancel, int *answered, cot_errbuf *eb);
+cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env,
+                          cl_spot_job **job, double budget_s, volatile int *cancel, int *answered,
+                          cot_errbuf *eb);
 
 #endif

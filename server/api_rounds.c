@@ -418,7 +418,8 @@ void api_round_outcome(http_req *req)
 		if (!r)
 			goto out;
 		if (PQntuples(r) != 1 || PQnfields(r) != 2) {
-			http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
+			http_reply_error(req, 500, "internal_error", "unexpected result from the database",
+			                 NULL);
 			PQclear(r);
 			goto out;
 		}

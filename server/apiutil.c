@@ -192,4 +192,3 @@ bool api_query_int(http_req *req, const char *name, long long lo, long long hi, 
 	*out = v;
 	return true;
 }
-

@@ -103,7 +103,8 @@ void metrics_get(http_req *req)
 		{ "cotrain_active_hosts", "gauge", "Hosts with live work units heard from lately.", 4 },
 		{ "cotrain_credit_granted_total", "counter", "Credit granted (1 = 4.32e11 FLOPs).", 5 },
 		{ "cotrain_spot_checks_open", "gauge", "Spot checks waiting for fingerprints.", 6 },
-		{ "cotrain_samples_per_second", "gauge", "Summed speed of the hosts computing now (project_speed).", 7 },
+		{ "cotrain_samples_per_second", "gauge",
+		  "Summed speed of the hosts computing now (project_speed).", 7 },
 	};
 	for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
 		put(&b, "# HELP %s %s\n# TYPE %s %s\n", gauges[g].name, gauges[g].help, gauges[g].name,

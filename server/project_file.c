@@ -310,21 +310,20 @@ static char *normalize(const pf_project *p)
 {
 	const pf_model *m = &p->model;
 	const pf_optimizer *o = &p->opt;
-	json_t *j =
-	        json_pack("{s:s, s:s, s:s, s:s,"
-	                  " s:o,"
-	                  " s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:{s:I, s:I, s:s, s:f}},"
-	                  " s:i, s:i, s:I, s:i, s:f}",
-	                  "name", p->name, "title", p->title, "description",
-	                  p->description ? p->description : "", "dataset", p->dataset, "model",
-	                  kern_model_config_to_json(m), "optimizer", "type", pf_opt_type_name(o->type), "lr",
-	                  o->lr, "beta1", o->beta1, "beta2", o->beta2, "eps", o->eps, "weight_decay",
-	                  o->weight_decay, "clip_norm", o->clip_norm, "schedule", "warmup_steps",
-	                  (json_int_t)o->warmup_steps, "total_steps", (json_int_t)o->total_steps, "decay",
-	                  pf_decay_name(o->decay), "min_lr_ratio", o->min_lr_ratio, "target_batch",
-	                  p->target_batch, "microbatch_size", p->microbatch_size, "seed", (json_int_t)p->seed,
-	                  "work_unit_seconds", p->work_unit_seconds, "min_batch_fraction",
-	                  p->min_batch_fraction);
+	json_t *j = json_pack("{s:s, s:s, s:s, s:s,"
+	                      " s:o,"
+	                      " s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:{s:I, s:I, s:s, s:f}},"
+	                      " s:i, s:i, s:I, s:i, s:f}",
+	                      "name", p->name, "title", p->title, "description",
+	                      p->description ? p->description : "", "dataset", p->dataset, "model",
+	                      kern_model_config_to_json(m), "optimizer", "type", pf_opt_type_name(o->type),
+	                      "lr", o->lr, "beta1", o->beta1, "beta2", o->beta2, "eps", o->eps,
+	                      "weight_decay", o->weight_decay, "clip_norm", o->clip_norm, "schedule",
+	                      "warmup_steps", (json_int_t)o->warmup_steps, "total_steps",
+	                      (json_int_t)o->total_steps, "decay", pf_decay_name(o->decay), "min_lr_ratio",
+	                      o->min_lr_ratio, "target_batch", p->target_batch, "microbatch_size",
+	                      p->microbatch_size, "seed", (json_int_t)p->seed, "work_unit_seconds",
+	                      p->work_unit_seconds, "min_batch_fraction", p->min_batch_fraction);
 	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
 	json_decref(j);
 	return text;
@@ -332,11 +331,18 @@ static char *normalize(const pf_project *p)
 
 cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalized, cot_errbuf *eb)
 {
-	static const char *const keys[] = {
-		"name",         "title",           "description", "dataset",           "model", "optimizer",
-		"target_batch", "microbatch_size", "seed",        "work_unit_seconds", "min_batch_fraction",
-		NULL
-	};
+	static const char *const keys[] = { "name",
+		                            "title",
+		                            "description",
+		                            "dataset",
+		                            "model",
+		                            "optimizer",
+		                            "target_batch",
+		                            "microbatch_size",
+		                            "seed",
+		                            "work_unit_seconds",
+		                            "min_batch_fraction",
+		                            NULL };
 	memset(out, 0, sizeof *out);
 	if (normalized)
 		*normalized = NULL;

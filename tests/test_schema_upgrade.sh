@@ -134,7 +134,7 @@ r=$(q old "SELECT status || ' ' || (body::jsonb->'round'->>'state') FROM sched_a
 is "$r" "409 closing" "  and refuses work of the old closing round"
 r=$(q old "SELECT status FROM sched_assign(sha256('token-1'::bytea), 2, 'demo', 10, 100)")
 is "$r" 403 "  and a token that is another host's"
-r=$(q old "SELECT status || ' ' || (body::jsonb->>'state') FROM sched_finish(sha256('token-2'::bytea), 2)")
+r=$(q old "SELECT status || ' ' || (body::jsonb->>'state') FROM sched_finish(sha256('token-2'::bytea), 2, 0)")
 is "$r" "200 done" "sched_finish on an old work unit"
 r=$(q old "SELECT status FROM spot_list(sha256('token-1'::bytea), 1)")
 is "$r" 200 "spot_list authenticates an old host"
