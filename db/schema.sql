@@ -590,9 +590,7 @@ BEGIN
         IF v_acc >= r.target_batch THEN
             v_why := 'target';
         ELSIF v_acc > 0 AND v_acc >= p_fraction * r.target_batch THEN
-            SELECT coalesce(sum(samples_per_sec), 0) INTO v_sps FROM work_unit
-             WHERE project_id = r.project_id AND version = r.version AND state = 'live'
-               AND last_heartbeat > now() - make_interval(secs => r.wu_seconds);
+            SELECT ps.samples_per_sec INTO v_sps FROM project_speed(r.project_id) ps;
             IF v_sps <= 0 OR (r.target_batch - v_acc) / v_sps > p_budget_s THEN
                 v_why := 'stragglers';
             END IF;

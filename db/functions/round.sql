@@ -124,10 +124,10 @@ $$;
 
 -- The coordinator's pass over open rounds (the current version of active
 -- projects): close those whose samples reached the target, and those that
--- reached p_fraction of it when the live work units of the version, at the
--- summed samples_per_sec of their last heartbeats (within wu_seconds), would
--- need more than p_budget_s seconds to fill the rest.  Returns how many
--- closed.
+-- reached p_fraction of it when the hosts computing now, at their summed
+-- speed (project_speed: a live unit's last heartbeat, or its host's last
+-- measure before the first one), would need more than p_budget_s seconds
+-- to fill the rest, or when nobody computes.  Returns how many closed.
 CREATE OR REPLACE FUNCTION round_close_due(p_fraction double precision, p_budget_s double precision)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
@@ -145,9 +145,7 @@ BEGIN
         IF v_acc >= r.target_batch THEN
             v_why := 'target';
         ELSIF v_acc > 0 AND v_acc >= p_fraction * r.target_batch THEN
-            SELECT coalesce(sum(samples_per_sec), 0) INTO v_sps FROM work_unit
-             WHERE project_id = r.project_id AND version = r.version AND state = 'live'
-               AND last_heartbeat > now() - make_interval(secs => r.wu_seconds);
+            SELECT ps.samples_per_sec INTO v_sps FROM project_speed(r.project_id) ps;
             IF v_sps <= 0 OR (r.target_batch - v_acc) / v_sps > p_budget_s THEN
                 v_why := 'stragglers';
             END IF;
