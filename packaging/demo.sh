@@ -20,7 +20,7 @@
 #      Ctrl-C when run from a terminal.
 # Settings (environment): COTRAIN_DEMO_DIR (default /var/tmp/cotrain-demo,
 # recreated on each run), COTRAIN_DEMO_PORT (8480), COTRAIN_DEMO_CLIENTS (4),
-# COTRAIN_DEMO_ROUNDS (15), COTRAIN_DEMO_SECONDS (900, a bound),
+# COTRAIN_DEMO_ROUNDS (120), COTRAIN_DEMO_SECONDS (900, a bound),
 # COTRAIN_DEMO_TEXT (a folder of text instead of the addresses).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +29,7 @@ B="$top/_build"
 DIR=${COTRAIN_DEMO_DIR:-/var/tmp/cotrain-demo}
 PORT=${COTRAIN_DEMO_PORT:-8480}
 CLIENTS=${COTRAIN_DEMO_CLIENTS:-4}
-ROUNDS=${COTRAIN_DEMO_ROUNDS:-15}
+ROUNDS=${COTRAIN_DEMO_ROUNDS:-120}
 RUN_SECONDS=${COTRAIN_DEMO_SECONDS:-900}
 PY=/usr/bin/python3
 URL="http://127.0.0.1:$PORT"
