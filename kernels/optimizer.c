@@ -325,9 +325,9 @@ cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *s
 
 void kern_outer_default(kern_outer_config *o)
 {
-	o->lr = 0.7f;
-	o->momentum = 0.9f;
-	o->nesterov = true;
+	o->lr = (float)KERN_OUTER_LR_DEFAULT;
+	o->momentum = (float)KERN_OUTER_MOMENTUM_DEFAULT;
+	o->nesterov = KERN_OUTER_NESTEROV_DEFAULT;
 }
 
 cot_err kern_outer_validate(const kern_outer_config *o, cot_errbuf *eb)

@@ -108,7 +108,11 @@ typedef struct {
 	bool nesterov;
 } kern_outer_config;
 
-/* DiLoCo's: lr 0.7, momentum 0.9, Nesterov. */
+/* DiLoCo's: lr 0.7, momentum 0.9, Nesterov (also the project file's
+ * defaults, server/project_file.c). */
+#define KERN_OUTER_LR_DEFAULT 0.7
+#define KERN_OUTER_MOMENTUM_DEFAULT 0.9
+#define KERN_OUTER_NESTEROV_DEFAULT true
 void kern_outer_default(kern_outer_config *o);
 
 /* COT_OK or COT_ERR_INVALID naming the bad field. */
