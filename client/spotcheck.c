@@ -143,8 +143,17 @@ static cot_err answer(const cl_api_opts *o, const cl_project *p, const cl_fetch_
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	cl_compute *s = NULL;
 	cot_err rc = gather(o, p, env, c, w, eb);
-	if (!rc)
-		rc = cl_compute_open(p, w, env->cache_dir, &s, eb);
+	/* A spot check fingerprints the plain gradient sum of its range, in
+	 * local mode too: the session takes no inner step. */
+	cl_project *sync = rc ? NULL : malloc(sizeof *sync);
+	if (!rc && !sync)
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	if (!rc) {
+		*sync = *p;
+		sync->mode = (cl_train_mode){ .known = 1, .json = "{}" };
+		rc = cl_compute_open(sync, w, env->cache_dir, &s, eb);
+	}
+	free(sync);
 	for (int64_t g = c->lo; !rc && g < c->hi; g++)
 		rc = cl_compute_microbatch(s, g, NULL, eb);
 	double fp[SPOT_K_MAX];
