@@ -392,11 +392,20 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
 		json_decref(a);
 		return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid seed: %s", e2.msg);
 	}
+	cot_err rc2 = cl_train_mode_from_config(&tmp.mode, json_object_get(a, "config"), &e2);
+	if (rc2) {
+		json_decref(a);
+		return cot_seterr(eb, rc2 == COT_ERR_NOMEM ? rc2 : COT_ERR_NETWORK,
+		                  "server sent an invalid training mode for project \"%s\": %s", p->name,
+		                  e2.msg);
+	}
+
 	p->seq_len = tmp.seq_len;
 	p->microbatch_size = tmp.microbatch_size;
 	p->mb_per_epoch = tmp.mb_per_epoch;
 	p->flops_per_sample = tmp.flops_per_sample;
 	p->model = tmp.model;
+	p->mode = tmp.mode;
 	p->seed = seed;
 	if (info)
 		*info = a;

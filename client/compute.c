@@ -8,7 +8,9 @@
 
 #include "client/shard_cache.h"
 #include "kernels/checkpoint.h"
+#include "kernels/local.h"
 #include "kernels/model.h"
+#include "kernels/opt_json.h"
 #include "shared/common/filestore.h"
 #include "shared/common/microbatch.h"
 #include "shared/common/shard.h"
@@ -21,6 +23,7 @@ struct cl_compute {
 	int nspans;
 	mb_span spans[CL_MAX_FILES];
 	int32_t *in, *tgt; /* B*T each */
+	kern_local *local; /* local mode's inner steps; NULL in sync mode */
 };
 
 static void to_config(const cl_project *p, kern_config *c)
@@ -46,7 +49,9 @@ int64_t cl_compute_memory_estimate(const cl_project *p)
 	 * floats per token per layer, plus the logits. */
 	double acts = bt * (c.n_layer * (16.0 * c.d_model + 2.0 * c.n_head * c.seq_len + 2.0 * c.d_ff) +
 	                    2.0 * c.vocab);
-	return (int64_t)(4 * (4 * n + acts));
+	/* local mode: theta_v and the inner moments */
+	double local = p->mode.known && strstr(p->mode.json, "\"mode\":\"local\"") ? 3 * n : 0;
+	return (int64_t)(4 * (4 * n + local + acts));
 }
 
 static void free_spans(cl_compute *c)
@@ -61,6 +66,7 @@ void cl_compute_close(cl_compute *c)
 	if (!c)
 		return;
 	free_spans(c);
+	kern_local_free(c->local);
 	kern_model_free(c->m);
 	free(c->in);
 	free(c->tgt);
@@ -105,6 +111,28 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 			                  "the shards of work unit %lld do not hold the tokens of microbatch "
 			                  "%lld",
 			                  (long long)w->id, (long long)(c->lo + k));
+	return COT_OK;
+}
+
+/* Local mode's inner state for c's model, when the project trains so. */
+static cot_err open_local(cl_compute *c, const cl_project *p, cot_errbuf *eb)
+{
+	if (!p->mode.known)
+		return cot_seterr(eb, COT_ERR_INVALID, "the training mode of project \"%s\" is not known yet",
+		                  p->name);
+	kern_mode_config mc;
+	kern_opt_config inner;
+	cot_errbuf e2 = { "", "" };
+	if (kern_mode_config_from_json(p->mode.json, &mc, &e2) ||
+	    kern_opt_config_from_json(p->mode.json, &inner, &e2))
+		return cot_seterr(eb, COT_ERR_INVALID, "project \"%s\" has unusable training settings: %s",
+		                  p->name, e2.msg);
+	if (mc.mode != KERN_MODE_LOCAL)
+		return COT_OK;
+	cot_err rc = kern_local_new(c->m, &inner, mc.inner_batch, &c->local, eb);
+	if (rc)
+		return rc;
+	kern_local_begin(c->local, c->m);
 	return COT_OK;
 }
 
@@ -186,6 +214,9 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 	if (rc)
 		goto fail;
 	kern_zero_grad(c->m);
+	rc = open_local(c, p, eb);
+	if (rc)
+		goto fail;
 	*out = c;
 	return COT_OK;
 fail:
@@ -215,7 +246,26 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	rc = kern_forward(c->m, c->in, c->tgt, (int)c->B, &l, eb);
 	if (!rc)
 		rc = kern_backward_scaled(c->m, (float)c->B, eb);
+	if (!rc && c->local)
+		rc = kern_local_microbatch(c->local, c->m, c->B, eb);
 	if (loss)
 		*loss = l;
 	return rc;
+}
+
+int cl_compute_is_local(const cl_compute *c) { return c && c->local; }
+
+cot_err cl_compute_finish(cl_compute *c, int64_t *samples, cot_errbuf *eb)
+{
+	if (samples)
+		*samples = 0;
+	return c->local ? kern_local_finish(c->local, c->m, samples, eb) : COT_OK;
+}
+
+void cl_compute_next_version(cl_compute *c)
+{
+	if (c->local)
+		kern_local_begin(c->local, c->m); /* zeroes the gradient too */
+	else
+		kern_zero_grad(c->m);
 }

@@ -10,7 +10,14 @@
  * model's gradient buffer (kern_backward_scaled with scale B).  A session
  * lives for one model version: it is retargeted to each new work unit of
  * that version, so the gradient sums over every microbatch the host
- * computed for the version until the round averages it (round.c). */
+ * computed for the version until the round averages it (round.c).
+ *
+ * In local mode (the project's "mode": "local"; doc/design.md "Local
+ * mode") the session also takes an inner optimizer step on its own copy of
+ * the parameters after every inner_batch microbatches (kernels/local.h),
+ * and cl_compute_finish turns the round's work into the peer's
+ * contribution, samples x (theta_v - theta), with theta_v back in the
+ * model. */
 #ifndef CL_COMPUTE_H
 #define CL_COMPUTE_H
 
@@ -35,7 +42,9 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
                         cot_errbuf *eb);
 
 /* Forward and backward over stream microbatch g; *loss (may be NULL) gets
- * the mean loss.  COT_ERR_INVALID when g is outside the session's range. */
+ * the mean loss; in local mode an inner step when the inner batch is full.
+ * COT_ERR_INVALID when g is outside the session's range (or a gradient is
+ * not finite in local mode), COT_ERR_CONFLICT after cl_compute_finish. */
 cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf *eb);
 
 /* Point the session at work unit w (of the same version) without touching
@@ -43,6 +52,22 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
  * unit's.  Errors as cl_compute_open; on error the session computes
  * nothing until retargeted successfully. */
 cot_err cl_compute_retarget(cl_compute *c, const cl_work *w, const char *cache_dir, cot_errbuf *eb);
+
+/* 1 when the session trains in local mode. */
+int cl_compute_is_local(const cl_compute *c);
+
+/* Local mode: end the round's inner steps (a partial inner batch takes a
+ * last step), leave the contribution in the model's gradient buffer and
+ * theta_v in its parameters; *samples (may be NULL) gets the samples of
+ * the round.  No microbatch may follow until cl_compute_next_version.  In
+ * sync mode nothing happens (the gradient sum is the contribution).
+ * COT_ERR_INVALID (a gradient that is not finite), COT_ERR_CONFLICT
+ * (called twice); the round is lost then. */
+cot_err cl_compute_finish(cl_compute *c, int64_t *samples, cot_errbuf *eb);
+
+/* After the round's step: the model holds v+1; zero the gradient and, in
+ * local mode, start the next round's inner steps from it. */
+void cl_compute_next_version(cl_compute *c);
 
 /* The session's model: parameters, optimizer state and the gradient sum. */
 struct kern_model;

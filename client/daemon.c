@@ -326,7 +326,7 @@ static void get_work(cl_daemon *d, int i)
 	pthread_mutex_unlock(&d->lock);
 	cot_errbuf eb = { "", "" };
 	cot_err rc = COT_OK;
-	if (copy.model.n_layer == 0)
+	if (copy.model.n_layer == 0 || !copy.mode.known)
 		rc = cl_api_project(&o, &copy, NULL, &eb);
 	cl_work *w = malloc(sizeof *w);
 	if (!w)
@@ -393,6 +393,7 @@ static void get_work(cl_daemon *d, int i)
 	p->mb_per_epoch = copy.mb_per_epoch;
 	p->flops_per_sample = copy.flops_per_sample;
 	p->model = copy.model;
+	p->mode = copy.mode;
 	p->seed = copy.seed;
 	p->work = *w;
 	p->has_work = 1;

@@ -12,6 +12,11 @@
  *   5. one optimizer step with the project's settings, the sha256 of the
  *      new parameters to the server; when the server's v+1 differs from
  *      ours, drop ours (the next work unit loads the server's checkpoint).
+ * In local mode (doc/design.md "Local mode") the session has taken inner
+ * steps on its own parameters: once planned, it turns them into its
+ * contribution, samples x (theta_v - theta), with theta_v back in the model
+ * (cl_compute_finish); steps 3-4 average that as they average a gradient
+ * sum, and step 5 is the outer step on theta_v.
  * Any failure drops the gradient: the server hands the data out again, so
  * nothing is lost or counted twice. */
 #include "client/daemon.h"
@@ -332,15 +337,24 @@ static cot_err step(round_job *j, cot_errbuf *eb)
 	char *cfg = json_dumps(json_object_get(info, "config"), JSON_COMPACT);
 	json_decref(info);
 	kern_opt_config oc;
+	kern_mode_config mc;
 	rc = cfg ? kern_opt_config_from_json(cfg, &oc, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	if (!rc)
+		rc = kern_mode_config_from_json(cfg, &mc, eb);
 	free(cfg);
 	if (rc)
 		return rc;
 	if (j->m->step != j->v)
 		return cot_seterr(eb, COT_ERR_CONFLICT, "our model has taken %ld steps, not %lld", j->m->step,
 		                  (long long)j->v);
+	if ((mc.mode == KERN_MODE_LOCAL) != cl_compute_is_local(j->s))
+		return cot_seterr(eb, COT_ERR_CONFLICT,
+		                  "our session trained in %s mode, the project is in %s mode",
+		                  cl_compute_is_local(j->s) ? "local" : "sync",
+		                  mc.mode == KERN_MODE_LOCAL ? "local" : "sync");
 	memcpy(j->m->grads, j->sum, j->m->n_params * sizeof *j->sum);
-	rc = kern_opt_step(j->m, &oc, NULL, eb);
+	rc = mc.mode == KERN_MODE_LOCAL ? kern_opt_outer_step(j->m, &mc.outer, eb)
+	                                : kern_opt_step(j->m, &oc, NULL, eb);
 	if (rc)
 		return rc;
 	if (hash_sha256_hex(j->m->params, j->m->n_params * sizeof *j->m->params, j->params_sha))
@@ -418,6 +432,17 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 	         "[%lld, %lld)",
 	         j->p.name, (long long)j->v, (long long)j->plan.attempt, (long long)j->plan.group,
 	         (long long)j->plan.n_groups, j->plan.n, (long long)me->lo, (long long)me->hi);
+	if (cl_compute_is_local(j->s)) {
+		int64_t samples = 0;
+		rc = cl_compute_finish(j->s, &samples, eb);
+		if (rc)
+			return rc;
+		if (samples != me->samples)
+			log_warn("project %s: round %lld: our contribution weighs %lld samples, the plan "
+			         "says "
+			         "%lld",
+			         j->p.name, (long long)j->v, (long long)samples, (long long)me->samples);
+	}
 	fault_point("before-slices", j->v);
 	if (!(j->sum = malloc(j->m->n_params * sizeof *j->sum)))
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the averaged gradient");
@@ -539,7 +564,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 	snprintf(rt->session_ckpt, sizeof rt->session_ckpt, "%s", j.ckpt_sha);
 	rt->session_wu = 0;
 	memset(&rt->acc, 0, sizeof rt->acc);
-	kern_zero_grad(j.m);
+	cl_compute_next_version(j.s);
 	cl_daemon_activity(d, i, "round %lld committed", (long long)j.v);
 }
 

@@ -159,8 +159,17 @@ static cot_err job_start(const cl_api_opts *o, const cl_project *p, const cl_fet
 	j->c = *c;
 	j->next = c->lo;
 	cot_err rc = gather(o, p, env, c, &j->w, eb);
-	if (!rc)
-		rc = cl_compute_open(p, &j->w, env->cache_dir, &j->s, eb);
+	/* A spot check fingerprints the plain gradient sum of its range, in
+	 * local mode too: the session takes no inner step. */
+	cl_project *sync = rc ? NULL : malloc(sizeof *sync);
+	if (!rc && !sync)
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	if (!rc) {
+		*sync = *p;
+		sync->mode = (cl_train_mode){ .known = 1, .json = "{}" };
+		rc = cl_compute_open(sync, &j->w, env->cache_dir, &j->s, eb);
+	}
+	free(sync);
 	if (rc) {
 		cl_spot_job_free(j);
 		return rc;

@@ -94,6 +94,37 @@ static json_t *work_to_json(const cl_work *w)
 	                 op_names[w->pending_op], "pending_mb", (json_int_t)w->pending_mb);
 }
 
+cot_err cl_train_mode_from_config(cl_train_mode *t, const json_t *config, cot_errbuf *eb)
+{
+	static const char *const keys[] = { "mode", "inner_batch", "outer", "optimizer", NULL };
+	if (!json_is_object(config))
+		return cot_seterr(eb, COT_ERR_INVALID, "the project's config is not a JSON object");
+	json_t *sub = json_object();
+	if (!sub)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	for (int i = 0; keys[i]; i++) {
+		json_t *v = json_object_get(config, keys[i]);
+		if (v && json_object_set(sub, keys[i], v)) {
+			json_decref(sub);
+			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		}
+	}
+	char *text = json_dumps(sub, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(sub);
+	if (!text)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	cot_err rc = COT_OK;
+	if (strlen(text) >= sizeof t->json)
+		rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "the project's training settings are over %d bytes",
+		                CL_TRAIN_JSON_MAX - 1);
+	else {
+		snprintf(t->json, sizeof t->json, "%s", text);
+		t->known = 1;
+	}
+	free(text);
+	return rc;
+}
+
 static json_t *project_to_json(const cl_project *p)
 {
 	json_t *done = json_array();
@@ -102,16 +133,23 @@ static json_t *project_to_json(const cl_project *p)
 			json_array_append_new(done, json_integer(p->recent_done[i]));
 	const cl_model_shape *m = &p->model;
 	json_t *model = kern_model_config_to_json(m);
-	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:f, s:f, s:o, s:I, s:I, s:I, s:f, s:o, s:o, s:I, "
-	                 "s:I, s:o}",
-	                 "url", p->url, "base", p->base, "name", p->name, "account_key", p->account_key,
-	                 "host_id", (json_int_t)p->host_id, "host_token", p->host_token, "resource_share",
-	                 p->resource_share, "cpu_seconds", p->cpu_seconds, "account_prefs",
-	                 cl_prefs_to_json(&p->account_prefs), "seq_len", (json_int_t)p->seq_len,
-	                 "microbatch_size", (json_int_t)p->microbatch_size, "mb_per_epoch",
-	                 (json_int_t)p->mb_per_epoch, "flops_per_sample", p->flops_per_sample, "work",
-	                 p->has_work ? work_to_json(&p->work) : json_null(), "recent_done", done, "mb_total",
-	                 (json_int_t)p->mb_total, "seed", (json_int_t)p->seed, "model", model);
+	json_t *j =
+	        json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:f, s:f, s:o, s:I, s:I, s:I, s:f, s:o, s:o, s:I, "
+	                  "s:I, s:o}",
+	                  "url", p->url, "base", p->base, "name", p->name, "account_key", p->account_key,
+	                  "host_id", (json_int_t)p->host_id, "host_token", p->host_token, "resource_share",
+	                  p->resource_share, "cpu_seconds", p->cpu_seconds, "account_prefs",
+	                  cl_prefs_to_json(&p->account_prefs), "seq_len", (json_int_t)p->seq_len,
+	                  "microbatch_size", (json_int_t)p->microbatch_size, "mb_per_epoch",
+	                  (json_int_t)p->mb_per_epoch, "flops_per_sample", p->flops_per_sample, "work",
+	                  p->has_work ? work_to_json(&p->work) : json_null(), "recent_done", done, "mb_total",
+	                  (json_int_t)p->mb_total, "seed", (json_int_t)p->seed, "model", model);
+	json_t *train = p->mode.known ? json_loads(p->mode.json, 0, NULL) : NULL;
+	if (j && train)
+		json_object_set_new(j, "train", train);
+	else
+		json_decref(train);
+	return j;
 }
 
 cot_err cl_state_to_text(const cl_state *s, char **out, size_t *len, cot_errbuf *eb)
@@ -256,6 +294,10 @@ static cot_err project_from_json(cl_project *p, const json_t *o, cot_errbuf *eb)
 	TRY(get_i64(o, "seed", -BIG, BIG, &p->seed, eb));
 	if (kern_model_config_from_json(json_object_get(o, "model"), "model", KERN_MODEL_JSON_STORED,
 	                                &p->model, eb))
+		return COT_ERR_CORRUPT;
+	/* Optional: a state file from before local mode has none. */
+	const json_t *train = json_object_get(o, "train");
+	if (train && cl_train_mode_from_config(&p->mode, train, eb))
 		return COT_ERR_CORRUPT;
 	p->account_prefs.set = 0;
 	TRY(cl_prefs_from_json(&p->account_prefs, json_object_get(o, "account_prefs"), eb));

@@ -31,6 +31,8 @@
 #include <limits.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "client/prefs.h"
 #include "kernels/model.h"
 #include "shared/common/error.h"
@@ -74,6 +76,24 @@ typedef struct {
  * zeros until the project's information is fetched. */
 typedef kern_config cl_model_shape;
 
+/* How the project trains: the "mode", "inner_batch", "outer" and
+ * "optimizer" of its config, from the project's information, as compact
+ * JSON text for kernels/opt_json.h (the session reads it,
+ * client/compute.c).  The state file keeps it ("train"); a state file from
+ * before local mode has none (known 0) until the information is fetched
+ * again. */
+#define CL_TRAIN_JSON_MAX 1024
+typedef struct {
+	int known;
+	char json[CL_TRAIN_JSON_MAX]; /* {"mode": ..., "optimizer": ...} */
+} cl_train_mode;
+
+/* Fill t from a project config object (those four keys; the others are
+ * ignored) and mark it known.  COT_ERR_INVALID (not an object),
+ * COT_ERR_TOO_LARGE (over CL_TRAIN_JSON_MAX), COT_ERR_NOMEM; t is then
+ * unchanged.  The values are checked where they are used. */
+cot_err cl_train_mode_from_config(cl_train_mode *t, const json_t *config, cot_errbuf *eb);
+
 typedef struct {
 	char url[CL_URL_MAX];       /* as given to attach */
 	char base[CL_URL_MAX];      /* server base URL */
@@ -89,6 +109,7 @@ typedef struct {
 	double flops_per_sample;
 	int64_t seed;
 	cl_model_shape model; /* from the project's config; n_layer 0 = unknown */
+	cl_train_mode mode;
 	int has_work;
 	cl_work work;
 	int64_t recent_done[CL_RECENT_DONE]; /* finished work unit ids, newest first */

@@ -100,3 +100,67 @@ out:
 	json_decref(cfg);
 	return rc;
 }
+
+cot_err kern_mode_config_from_json(const char *config_json, kern_mode_config *mc, cot_errbuf *eb)
+{
+	mc->mode = KERN_MODE_SYNC;
+	mc->inner_batch = KERN_INNER_BATCH_DEFAULT;
+	kern_outer_default(&mc->outer);
+	json_t *cfg = json_loads(config_json ? config_json : "{}", 0, NULL);
+	if (!json_is_object(cfg)) {
+		json_decref(cfg);
+		return cot_seterr(eb, COT_ERR_INVALID, "the project's config is not a JSON object");
+	}
+	cot_err rc = COT_OK;
+	json_t *mode = json_object_get(cfg, "mode"), *ib = json_object_get(cfg, "inner_batch");
+	json_t *outer = json_object_get(cfg, "outer");
+	if (mode) {
+		const char *t = json_string_value(mode);
+		if (t && strcmp(t, "sync") == 0)
+			mc->mode = KERN_MODE_SYNC;
+		else if (t && strcmp(t, "local") == 0)
+			mc->mode = KERN_MODE_LOCAL;
+		else {
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "field \"mode\" of the project must be \"sync\" or \"local\"");
+			goto out;
+		}
+	}
+	if (ib) {
+		if (!json_is_integer(ib) || json_integer_value(ib) < 1 ||
+		    json_integer_value(ib) > KERN_INNER_BATCH_MAX) {
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "field \"inner_batch\" of the project must be an integer between 1 "
+			                "and %d",
+			                KERN_INNER_BATCH_MAX);
+			goto out;
+		}
+		mc->inner_batch = (int)json_integer_value(ib);
+	}
+	if (outer && !json_is_object(outer)) {
+		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"outer\" of the project is not an object");
+		goto out;
+	}
+	json_t *nest = json_object_get(outer, "nesterov");
+	if (nest && !json_is_boolean(nest)) {
+		rc = cot_seterr(eb, COT_ERR_INVALID,
+		                "field \"outer.nesterov\" of the project is not a boolean");
+		goto out;
+	}
+	if (nest)
+		mc->outer.nesterov = json_is_true(nest);
+	json_t *lr = json_object_get(outer, "lr"), *mu = json_object_get(outer, "momentum");
+	if ((lr && !json_is_number(lr)) || (mu && !json_is_number(mu))) {
+		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"outer.%s\" of the project is not a number",
+		                lr && !json_is_number(lr) ? "lr" : "momentum");
+		goto out;
+	}
+	if (lr)
+		mc->outer.lr = (float)json_number_value(lr);
+	if (mu)
+		mc->outer.momentum = (float)json_number_value(mu);
+	rc = kern_outer_validate(&mc->outer, eb);
+out:
+	json_decref(cfg);
+	return rc;
+}

@@ -15,4 +15,27 @@
  * the field. */
 cot_err kern_opt_config_from_json(const char *config_json, kern_opt_config *o, cot_errbuf *eb);
 
+/* How a round turns the peers' work into v+1 (doc/project-file.md "mode"). */
+typedef enum {
+	KERN_MODE_SYNC = 0, /* one optimizer step on the mean gradient */
+	KERN_MODE_LOCAL,    /* inner steps on each peer, one outer step (DiLoCo) */
+} kern_round_mode;
+
+#define KERN_INNER_BATCH_DEFAULT 4
+#define KERN_INNER_BATCH_MAX 65536
+
+typedef struct {
+	kern_round_mode mode;
+	int inner_batch;         /* local: microbatches per inner step */
+	kern_outer_config outer; /* local: the outer optimizer */
+} kern_mode_config;
+
+/* The round mode of a project config (JSON text, NULL = "{}"): "mode"
+ * ("sync", the default, or "local"), "inner_batch" (default
+ * KERN_INNER_BATCH_DEFAULT) and "outer" {"lr", "momentum", "nesterov"}
+ * (kern_outer_default).  Every place that branches on the mode (the
+ * client's session and round, the server's step, the replay) reads it
+ * here.  COT_ERR_INVALID naming the field. */
+cot_err kern_mode_config_from_json(const char *config_json, kern_mode_config *mc, cot_errbuf *eb);
+
 #endif

@@ -168,10 +168,10 @@ static segment *make_segments(const kern_model *m, long *count)
 	return s;
 }
 
-KERN_SIMD static void adamw_segment(kern_model *m, const kern_opt_config *o, const segment *sg, float lr,
-                                    float coef, float step_size, float bc2_sqrt)
+KERN_SIMD static void adamw_segment(kern_model *m, float *mom1, float *mom2, const kern_opt_config *o,
+                                    const segment *sg, float lr, float coef, float step_size, float bc2_sqrt)
 {
-	float *p = m->params + sg->lo, *mm = m->m + sg->lo, *vv = m->v + sg->lo;
+	float *p = m->params + sg->lo, *mm = mom1 + sg->lo, *vv = mom2 + sg->lo;
 	const float *g = m->grads + sg->lo;
 	float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
 	float keep = kern_opt_decays(&m->views[sg->view]) ? 1.0f - lr * o->weight_decay : 1.0f;
@@ -188,10 +188,10 @@ KERN_SIMD static void adamw_segment(kern_model *m, const kern_opt_config *o, con
 }
 
 /* LAMB pass 1: update the moments, sum ||p||^2 and ||u||^2. */
-KERN_SIMD static void lamb_moments(kern_model *m, const kern_opt_config *o, segment *sg, float coef,
-                                   float bc1, float bc2)
+KERN_SIMD static void lamb_moments(kern_model *m, float *mom1, float *mom2, const kern_opt_config *o,
+                                   segment *sg, float coef, float bc1, float bc2)
 {
-	float *p = m->params + sg->lo, *mm = m->m + sg->lo, *vv = m->v + sg->lo;
+	float *p = m->params + sg->lo, *mm = mom1 + sg->lo, *vv = mom2 + sg->lo;
 	const float *g = m->grads + sg->lo;
 	float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
 	float wd = kern_opt_decays(&m->views[sg->view]) ? o->weight_decay : 0.0f;
@@ -233,11 +233,12 @@ KERN_SIMD static void lamb_moments(kern_model *m, const kern_opt_config *o, segm
 }
 
 /* LAMB pass 2: recompute u from the new moments (same bits) and apply. */
-KERN_SIMD static void lamb_apply(kern_model *m, const kern_opt_config *o, const segment *sg, float scale,
-                                 float bc1, float bc2)
+KERN_SIMD static void lamb_apply(kern_model *m, const float *mom1, const float *mom2,
+                                 const kern_opt_config *o, const segment *sg, float scale, float bc1,
+                                 float bc2)
 {
 	float *p = m->params + sg->lo;
-	const float *mm = m->m + sg->lo, *vv = m->v + sg->lo;
+	const float *mm = mom1 + sg->lo, *vv = mom2 + sg->lo;
 	float eps = o->eps;
 	float wd = kern_opt_decays(&m->views[sg->view]) ? o->weight_decay : 0.0f;
 	for (size_t i = 0; i < sg->len; i++) {
@@ -246,9 +247,14 @@ KERN_SIMD static void lamb_apply(kern_model *m, const kern_opt_config *o, const 
 	}
 }
 
-cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *st, cot_errbuf *eb)
+cot_err kern_opt_step_with(kern_model *m, const kern_opt_config *o, float *mom1, float *mom2, long lr_step,
+                           long t, kern_opt_stats *st, cot_errbuf *eb)
 {
 	cot_err rc = kern_opt_validate(o, eb);
+	if (rc)
+		return rc;
+	if (t < 1)
+		return cot_seterr(eb, COT_ERR_INVALID, "optimizer step count %ld is below 1", t);
 	if (rc)
 		return rc;
 	double norm = kern_grad_norm(m);
@@ -260,8 +266,7 @@ cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *s
 		float c = (float)(o->clip_norm / (norm + 1e-6));
 		coef = c < 1.0f ? c : 1.0f;
 	}
-	float lr = kern_opt_lr(o, m->step);
-	long t = m->step + 1;
+	float lr = kern_opt_lr(o, lr_step);
 	double bc1 = 1 - powi(o->beta1, t), bc2 = 1 - powi(o->beta2, t);
 	long nseg;
 	segment *segs = make_segments(m, &nseg);
@@ -276,11 +281,11 @@ cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *s
 		float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
-			adamw_segment(m, o, &segs[i], lr, coef, step_size, bc2_sqrt);
+			adamw_segment(m, mom1, mom2, o, &segs[i], lr, coef, step_size, bc2_sqrt);
 	} else {
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
-			lamb_moments(m, o, &segs[i], coef, (float)bc1, (float)bc2);
+			lamb_moments(m, mom1, mom2, o, &segs[i], coef, (float)bc1, (float)bc2);
 		/* per-tensor trust ratios, segments summed in order */
 		long k = 0;
 		for (int v = 0; v < m->n_views; v++) {
@@ -296,15 +301,76 @@ cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *s
 		}
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
-			lamb_apply(m, o, &segs[i], scale[segs[i].view], (float)bc1, (float)bc2);
+			lamb_apply(m, mom1, mom2, o, &segs[i], scale[segs[i].view], (float)bc1, (float)bc2);
 	}
 	free(scale);
 	free(segs);
-	m->step++;
 	if (st) {
 		st->grad_norm = norm;
 		st->clip_coef = coef;
 		st->lr = lr;
 	}
+	return COT_OK;
+}
+
+cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *st, cot_errbuf *eb)
+{
+	cot_err rc = kern_opt_step_with(m, o, m->m, m->v, m->step, m->step + 1, st, eb);
+	if (!rc)
+		m->step++;
+	return rc;
+}
+
+/* ---- the outer optimizer of local mode ---- */
+
+void kern_outer_default(kern_outer_config *o)
+{
+	o->lr = (float)KERN_OUTER_LR_DEFAULT;
+	o->momentum = (float)KERN_OUTER_MOMENTUM_DEFAULT;
+	o->nesterov = KERN_OUTER_NESTEROV_DEFAULT;
+}
+
+cot_err kern_outer_validate(const kern_outer_config *o, cot_errbuf *eb)
+{
+	if (!(isfinite(o->lr) && o->lr > 0 && o->lr <= 10))
+		return cot_seterr(eb, COT_ERR_INVALID, "outer optimizer setting lr is out of range");
+	if (!(o->momentum >= 0 && o->momentum < 1))
+		return cot_seterr(eb, COT_ERR_INVALID, "outer optimizer setting momentum is out of range");
+	return COT_OK;
+}
+
+/* Elements [lo, lo + len) of the outer step; see optimizer.h. */
+KERN_SIMD static void outer_segment(float *p, float *mom, const float *d, size_t len, float lr, float mu,
+                                    bool nesterov)
+{
+	for (size_t i = 0; i < len; i++) {
+		float mi = mu * mom[i] + d[i];
+		float u = nesterov ? d[i] + mu * mi : mi;
+		p[i] = p[i] - lr * u;
+		mom[i] = mi;
+	}
+}
+
+cot_err kern_opt_outer_step(kern_model *m, const kern_outer_config *o, cot_errbuf *eb)
+{
+	cot_err rc = kern_outer_validate(o, eb);
+	if (rc)
+		return rc;
+	size_t n = m->n_params;
+	long nblocks = (long)((n + KERN_OPT_BLOCK - 1) / KERN_OPT_BLOCK);
+	int bad = 0;
+	for (size_t i = 0; i < n && !bad; i++)
+		bad = !isfinite(m->grads[i]);
+	if (bad)
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "cannot take an outer step: the pseudo-gradient is not finite");
+	int nt = kern_threads();
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1 && nblocks > 1)
+	for (long b = 0; b < nblocks; b++) {
+		size_t lo = (size_t)b * KERN_OPT_BLOCK;
+		size_t len = n - lo < KERN_OPT_BLOCK ? n - lo : KERN_OPT_BLOCK;
+		outer_segment(m->params + lo, m->m + lo, m->grads + lo, len, o->lr, o->momentum, o->nesterov);
+	}
+	m->step++;
 	return COT_OK;
 }

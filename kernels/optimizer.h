@@ -22,7 +22,13 @@
  * embeddings and the linear weights); LayerNorm parameters and biases get
  * neither (wd 0, r = 1), as BERT's and GPT-2's recipes exclude them.
  * Clipping as PyTorch's clip_grad_norm_: with n the global L2 norm of all
- * gradients, g = grad * min(1, clip / (n + 1e-6)). */
+ * gradients, g = grad * min(1, clip / (n + 1e-6)).
+ *
+ * The outer optimizer of local mode (DiLoCo; doc/design.md "Local mode"),
+ * SGD with momentum as PyTorch's torch.optim.SGD (dampening 0), on the
+ * round's mean pseudo-gradient d (in m->grads) with the momentum in m->m:
+ *   mom = mu mom + d;  p -= lr (d + mu mom) (Nesterov) or p -= lr mom,
+ * each element in float in exactly this order, no clipping, no decay. */
 #ifndef KERN_OPTIMIZER_H
 #define KERN_OPTIMIZER_H
 
@@ -85,5 +91,38 @@ double kern_grad_norm(const kern_model *m);
  * config or a gradient that is not finite (nothing is changed then),
  * COT_ERR_NOMEM. */
 cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *st, cot_errbuf *eb);
+
+/* The same step on m->params from m->grads with the moments mom1 and mom2
+ * (n_params floats each, updated) instead of m->m and m->v: the learning
+ * rate of schedule step lr_step, the bias corrections of step t >= 1.
+ * m->step, m->m and m->v are left alone.  kern_opt_step is this with
+ * (m->m, m->v, m->step, m->step + 1) and then m->step++; local mode's inner
+ * steps (kernels/local.h) use it with their own moments.  Errors as
+ * kern_opt_step, and COT_ERR_INVALID for t < 1. */
+cot_err kern_opt_step_with(kern_model *m, const kern_opt_config *o, float *mom1, float *mom2, long lr_step,
+                           long t, kern_opt_stats *st, cot_errbuf *eb);
+
+typedef struct {
+	float lr;       /* outer learning rate, in (0, 10] */
+	float momentum; /* mu, in [0, 1) */
+	bool nesterov;
+} kern_outer_config;
+
+/* DiLoCo's: lr 0.7, momentum 0.9, Nesterov (also the project file's
+ * defaults, server/project_file.c). */
+#define KERN_OUTER_LR_DEFAULT 0.7
+#define KERN_OUTER_MOMENTUM_DEFAULT 0.9
+#define KERN_OUTER_NESTEROV_DEFAULT true
+void kern_outer_default(kern_outer_config *o);
+
+/* COT_OK or COT_ERR_INVALID naming the bad field. */
+cot_err kern_outer_validate(const kern_outer_config *o, cot_errbuf *eb);
+
+/* One outer step (rule above) on m->params and m->m from the mean
+ * pseudo-gradient in m->grads (not changed), then m->step++; m->v is left
+ * alone.  Deterministic: elementwise, the thread count changes no bit.
+ * COT_ERR_INVALID for a bad config or a pseudo-gradient that is not finite
+ * (nothing is changed then). */
+cot_err kern_opt_outer_step(kern_model *m, const kern_outer_config *o, cot_errbuf *eb);
 
 #endif

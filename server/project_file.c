@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "kernels/model_json.h"
+#include "kernels/opt_json.h"
 
 const char *pf_opt_type_name(pf_opt_type t) { return t == PF_OPT_ADAMW ? "adamw" : "lamb"; }
 
@@ -25,6 +26,8 @@ const char *pf_decay_name(pf_decay d)
 	}
 	return "cosine";
 }
+
+const char *pf_mode_name(pf_mode m) { return m == PF_MODE_LOCAL ? "local" : "sync"; }
 
 int64_t pf_param_count(const pf_model *m)
 {
@@ -306,6 +309,52 @@ static cot_err parse_optimizer(const scope *top, pf_optimizer *o)
 	return COT_OK;
 }
 
+/* "mode", and local mode's "inner_batch" and "outer"; the defaults are
+ * the kernels' (opt_json.h, optimizer.h), which the client and the server's
+ * step read from the normalized config. */
+static cot_err parse_mode(const scope *top, pf_project *p)
+{
+	static const char *const modes[] = { "sync", "local", NULL };
+	static const char *const okeys[] = { "lr", "momentum", "nesterov", NULL };
+	p->local.inner_batch = KERN_INNER_BATCH_DEFAULT;
+	p->local.lr = KERN_OUTER_LR_DEFAULT;
+	p->local.momentum = KERN_OUTER_MOMENTUM_DEFAULT;
+	p->local.nesterov = KERN_OUTER_NESTEROV_DEFAULT;
+	int mode = PF_MODE_SYNC;
+	cot_err rc = get_enum(top, "mode", modes, &mode);
+	if (rc)
+		return rc;
+	p->mode = (pf_mode)mode;
+	if (p->mode != PF_MODE_LOCAL) {
+		static const char *const only_local[] = { "inner_batch", "outer", NULL };
+		for (int i = 0; only_local[i]; i++)
+			if (get(top, only_local[i]))
+				return bad(top, only_local[i],
+				           "Set \"mode\": \"local\" to train with inner steps, or remove the "
+				           "field.",
+				           "field \"%s\" is only used in local mode%s", "");
+		return COT_OK;
+	}
+	long long ib = p->local.inner_batch;
+	const json_t *o;
+	if ((rc = get_int(top, "inner_batch", false, 1, KERN_INNER_BATCH_MAX, &ib)) ||
+	    (rc = get_obj(top, "outer", false, &o)))
+		return rc;
+	p->local.inner_batch = (int)ib;
+	if (!o)
+		return COT_OK;
+	scope s = { o, "outer", top->eb };
+	if ((rc = only_keys(&s, okeys)) || (rc = get_num(&s, "lr", false, 0, 10, true, &p->local.lr)) ||
+	    (rc = get_num(&s, "momentum", false, 0, 0.999999, false, &p->local.momentum)))
+		return rc;
+	const json_t *n = get(&s, "nesterov");
+	if (n && !json_is_boolean(n))
+		return bad(&s, "nesterov", NULL, "field \"%s\" must be true or false%s", "");
+	if (n)
+		p->local.nesterov = json_is_true(n);
+	return COT_OK;
+}
+
 static char *normalize(const pf_project *p)
 {
 	const pf_model *m = &p->model;
@@ -324,6 +373,15 @@ static char *normalize(const pf_project *p)
 	                      o->min_lr_ratio, "target_batch", p->target_batch, "microbatch_size",
 	                      p->microbatch_size, "seed", (json_int_t)p->seed, "work_unit_seconds",
 	                      p->work_unit_seconds, "min_batch_fraction", p->min_batch_fraction);
+	if (j && p->mode == PF_MODE_LOCAL &&
+	    (json_object_set_new(j, "mode", json_string(pf_mode_name(p->mode))) ||
+	     json_object_set_new(j, "inner_batch", json_integer(p->local.inner_batch)) ||
+	     json_object_set_new(j, "outer",
+	                         json_pack("{s:f, s:f, s:b}", "lr", p->local.lr, "momentum",
+	                                   p->local.momentum, "nesterov", p->local.nesterov)))) {
+		json_decref(j);
+		return NULL;
+	}
 	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
 	json_decref(j);
 	return text;
@@ -341,6 +399,9 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 		                            "microbatch_size",
 		                            "seed",
 		                            "work_unit_seconds",
+		                            "mode",
+		                            "inner_batch",
+		                            "outer",
 		                            "min_batch_fraction",
 		                            NULL };
 	memset(out, 0, sizeof *out);
@@ -388,7 +449,8 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	    (rc = get_int(&s, "microbatch_size", false, 1, 4096, &mb)) ||
 	    (rc = get_int(&s, "seed", false, 0, 9007199254740991ll, &seed)) ||
 	    (rc = get_int(&s, "work_unit_seconds", false, 1, 86400, &wus)) ||
-	    (rc = get_num(&s, "min_batch_fraction", false, 0, 1, false, &out->min_batch_fraction)))
+	    (rc = get_num(&s, "min_batch_fraction", false, 0, 1, false, &out->min_batch_fraction)) ||
+	    (rc = parse_mode(&s, out)))
 		goto out;
 	if (tb % mb != 0) {
 		rc = cot_seterr(eb, COT_ERR_INVALID,

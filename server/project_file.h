@@ -12,7 +12,13 @@
  *                  "schedule": {"warmup_steps": 100, "total_steps": 10000,
  *                               "decay": "cosine", "min_lr_ratio": 0.1}},
  *    "target_batch": 256, "microbatch_size": 8, "seed": 42,
- *    "work_unit_seconds": 180}
+ *    "work_unit_seconds": 180,
+ *    "mode": "local", "inner_batch": 4,
+ *    "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
+ *
+ * "mode" is "sync" (the default) or "local"; "inner_batch" and "outer" are
+ * local mode's and refused with "sync".  A sync project normalizes without
+ * the three keys, as before they existed.
  *
  * pf_parse checks it by shape: types, ranges, the relations between fields
  * (d_model a multiple of n_head, n_shared at most n_layer, ...), with the
@@ -53,6 +59,15 @@ typedef struct {
 	double min_lr_ratio;
 } pf_optimizer;
 
+typedef enum { PF_MODE_SYNC, PF_MODE_LOCAL } pf_mode;
+
+/* Local mode's settings (doc/project-file.md "mode"). */
+typedef struct {
+	int inner_batch; /* microbatches per inner step */
+	double lr, momentum;
+	int nesterov;
+} pf_local;
+
 typedef struct {
 	char name[PF_NAME_MAX + 1];
 	char title[PF_TITLE_MAX + 1];
@@ -60,6 +75,8 @@ typedef struct {
 	char dataset[PF_NAME_MAX + 1];
 	pf_model model;
 	pf_optimizer opt;
+	pf_mode mode;
+	pf_local local;      /* read only with PF_MODE_LOCAL; the defaults otherwise */
 	int target_batch;    /* samples per optimizer step */
 	int microbatch_size; /* samples per microbatch */
 	int64_t seed;
@@ -89,5 +106,6 @@ int64_t pf_param_count(const pf_model *m);
 /* Names used in the file ("lamb", "cosine"...). */
 const char *pf_opt_type_name(pf_opt_type t);
 const char *pf_decay_name(pf_decay d);
+const char *pf_mode_name(pf_mode m);
 
 #endif

@@ -109,7 +109,10 @@ cot_err round_step_compute(const char *store_dir, const char *ckpt_sha, const ch
                            uint64_t *size, char params_out[FS_SHA_HEX_LEN + 1], cot_errbuf *eb)
 {
 	kern_opt_config o;
+	kern_mode_config mc;
 	cot_err rc = kern_opt_config_from_json(config_json, &o, eb);
+	if (!rc)
+		rc = kern_mode_config_from_json(config_json, &mc, eb);
 	if (rc)
 		return rc;
 	char path[4300];
@@ -132,7 +135,10 @@ cot_err round_step_compute(const char *store_dir, const char *ckpt_sha, const ch
 		goto out;
 	}
 	memcpy(m->grads, grad, n * sizeof *grad);
-	if ((rc = kern_opt_step(m, &o, NULL, eb)) ||
+	/* Local mode: grad is the mean pseudo-gradient, the outer step moves
+	 * checkpoint v (theta_v) with the momentum the checkpoint holds. */
+	if ((rc = mc.mode == KERN_MODE_LOCAL ? kern_opt_outer_step(m, &mc.outer, eb)
+	                                     : kern_opt_step(m, &o, NULL, eb)) ||
 	    (rc = store_checkpoint(store_dir, m, ckpt_out, size, eb)))
 		goto out;
 	if (hash_sha256_hex(m->params, n * sizeof *m->params, params_out))

@@ -5,7 +5,11 @@
  * round's samples, as every peer feeds it to its optimizer) the server
  * computes version v+1 exactly as the peers do: ckpt_load_new, grads = the
  * gradient, kern_opt_step with the project's config.optimizer (step index =
- * the checkpoint's step, which must be v), ckpt_save.  Its parameter hash is
+ * the checkpoint's step, which must be v), ckpt_save.  In local mode
+ * (config "mode": "local", kern_mode_config_from_json) the averaged value is
+ * the mean pseudo-gradient and the step is kern_opt_outer_step with
+ * config.outer, its momentum carried in the checkpoint's first moment.  Its
+ * parameter hash is
  * the sha256 of the raw little-endian fp32 parameter buffer (n_params * 4
  * bytes, kern_param_views order). */
 #ifndef COT_SERVER_ROUND_STEP_H

@@ -19,17 +19,29 @@
  * from --checkpoint (version v0 = its step), or from the project's seed as
  * `project create` makes version 0.
  *
- * The rounds file holds one range a line, "V LO HI": stream microbatches
- * [LO, HI) count in the round that trains version V into V+1 (for a real
- * run: each work unit of version V reported in the committed round, LO = its
- * lo, HI = lo + mb_done).  '#' starts a comment.  The versions must be
- * v0, v0+1, ... without a gap; ranges of one round must not overlap.  For
- * each round, in order of version and then LO: the gradient SUM over every
+ * The rounds file holds one range a line, "V LO HI [HOST]": stream
+ * microbatches [LO, HI) count in the round that trains version V into V+1
+ * (for a real run: each work unit of version V reported in the committed
+ * round, LO = its lo, HI = lo + mb_done), computed by host HOST.  '#' starts
+ * a comment.  The versions must be v0, v0+1, ... without a gap; ranges of
+ * one round must not overlap.  Sync mode (the project's default): for each
+ * round, in order of version and then LO: the gradient SUM over every
  * sample of its ranges as the client computes it (shared/common/microbatch.h, then
  * kern_forward and kern_backward_scaled(B), microbatch by microbatch),
  * divided by the round's samples (mean[i] = (float)((double)sum[i]/total),
- * as the all-reduce rounds its double sum once), one kern_opt_step.  It
- * prints one line a round
+ * as the all-reduce rounds its double sum once), one kern_opt_step; HOST is
+ * optional and ignored.
+ *
+ * Local mode ("mode": "local"; doc/design.md "Local mode") needs HOST on
+ * every line, and a host's ranges of a round in the order it computed them
+ * (for a real run: its work units in the order it got them).  For each
+ * round, host by host in ascending order: from theta_v, the host's inner
+ * steps over its ranges in file order (kernels/local.h, as its session
+ * takes them: one every inner_batch microbatches, counted across its
+ * ranges, a partial one at the end), its contribution S x (theta_v -
+ * theta) summed in double; the sum rounded once to fp32 (the all-reduce of
+ * one group), the mean (float)((double)sum[i]/total), one
+ * kern_opt_outer_step on theta_v.  It prints one line a round
  *
  *   round V samples S loss L params HEX
  *
@@ -73,6 +85,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
+#include "kernels/local.h"
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
 #include "kernels/optimizer.h"
@@ -266,6 +279,8 @@ static cot_err load_manifest(dataset *d, const char *store, const char *manifest
 
 typedef struct {
 	int64_t v, lo, hi;
+	int64_t host; /* -1: not given */
+	size_t line;  /* order in the file */
 } range;
 
 static int range_cmp(const void *a, const void *b)
@@ -276,10 +291,23 @@ static int range_cmp(const void *a, const void *b)
 	return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+/* Local mode's order: version, host, then as in the file. */
+static int range_cmp_host(const void *a, const void *b)
+{
+	const range *x = a, *y = b;
+	if (x->v != y->v)
+		return x->v < y->v ? -1 : 1;
+	if (x->host != y->host)
+		return x->host < y->host ? -1 : 1;
+	return x->line < y->line ? -1 : x->line > y->line;
+}
+
 /* Parse the rounds file (format above) into a malloc'd array sorted by
- * version then lo; checks versions start at v0 without gaps and no two
- * ranges of one round overlap. */
-static cot_err read_rounds(const char *path, int64_t v0, range **out, size_t *n_out, cot_errbuf *eb)
+ * version then lo, or with by_host by version, host and file order (every
+ * line must then name its host); checks versions start at v0 without gaps
+ * and no two ranges of one round overlap. */
+static cot_err read_rounds(const char *path, int64_t v0, int by_host, range **out, size_t *n_out,
+                           cot_errbuf *eb)
 {
 	*out = NULL;
 	*n_out = 0;
@@ -305,11 +333,21 @@ static cot_err read_rounds(const char *path, int64_t v0, range **out, size_t *n_
 			*hash = '\0';
 		if (strspn(l, " \t\r") == strlen(l))
 			continue;
-		long long v, lo, hi;
-		int used = 0;
-		if (sscanf(l, " %lld %lld %lld %n", &v, &lo, &hi, &used) != 3 || l[used] != '\0') {
+		long long v, lo, hi, host = -1;
+		int used = 0, used4 = 0;
+		if (sscanf(l, " %lld %lld %lld %n", &v, &lo, &hi, &used) != 3 ||
+		    (l[used] != '\0' && (sscanf(l + used, "%lld %n", &host, &used4) != 1 ||
+		                         l[used + used4] != '\0' || host < 0))) {
 			rc = cot_seterr(eb, COT_ERR_INVALID,
-			                "line %d of rounds file \"%s\" is not \"VERSION LO HI\"", line, path);
+			                "line %d of rounds file \"%s\" is not \"VERSION LO HI [HOST]\"", line,
+			                path);
+			goto out;
+		}
+		if (by_host && host < 0) {
+			rc = cot_seterr(eb, COT_ERR_INVALID, "line %d of rounds file \"%s\" names no host",
+			                line, path);
+			cot_sethint(eb, "A project in local mode replays each host's inner steps: give "
+			                "\"VERSION LO HI HOST\".");
 			goto out;
 		}
 		if (v < v0 || lo < 0 || hi <= lo || hi - lo > MAX_RANGE_MB) {
@@ -335,7 +373,8 @@ static cot_err read_rounds(const char *path, int64_t v0, range **out, size_t *n_
 			}
 			r = nr;
 		}
-		r[n++] = (range){ v, lo, hi };
+		r[n] = (range){ v, lo, hi, host, n };
+		n++;
 	}
 	if (n == 0) {
 		rc = cot_seterr(eb, COT_ERR_INVALID, "rounds file \"%s\" has no range", path);
@@ -363,6 +402,8 @@ static cot_err read_rounds(const char *path, int64_t v0, range **out, size_t *n_
 			goto out;
 		}
 	}
+	if (by_host)
+		qsort(r, n, sizeof *r, range_cmp_host);
 out:
 	free(text);
 	if (rc) {
@@ -424,6 +465,55 @@ static cot_err train_round(kern_model *m, const kern_opt_config *o, const mb_sha
 	return COT_OK;
 }
 
+/* Train one round of local mode: ranges r[0..n) (all of version m->step,
+ * sorted by host and file order) with the inner state l and acc (n_params
+ * doubles) for the sum; see the top of the file.  *samples and *loss as
+ * train_round. */
+static cot_err train_round_local(kern_model *m, kern_local *l, const kern_mode_config *mc,
+                                 const mb_shape *shape, const dataset *d, const range *r, size_t n,
+                                 int32_t *in, int32_t *tgt, double *acc, int64_t *samples, double *loss,
+                                 cot_errbuf *eb)
+{
+	double lsum = 0;
+	int64_t total = 0;
+	cot_err rc;
+	memset(acc, 0, m->n_params * sizeof *acc);
+	for (size_t i = 0; i < n;) {
+		/* one host: r[i..j) */
+		size_t j = i;
+		while (j < n && r[j].host == r[i].host)
+			j++;
+		kern_local_begin(l, m); /* theta_v: every host's contribution leaves it in place */
+		for (size_t k = i; k < j; k++)
+			for (int64_t g = r[k].lo; g < r[k].hi; g++) {
+				float lo = 0;
+				if ((rc = mb_fill(shape, d->spans, d->n, g, in, tgt, eb)) ||
+				    (rc = kern_forward(m, in, tgt, (int)shape->B, &lo, eb)) ||
+				    (rc = kern_backward_scaled(m, (float)shape->B, eb)) ||
+				    (rc = kern_local_microbatch(l, m, shape->B, eb)))
+					return rc;
+				lsum += (double)lo * (double)shape->B;
+			}
+		int64_t s = 0;
+		if ((rc = kern_local_finish(l, m, &s, eb)))
+			return rc;
+		for (size_t e = 0; e < m->n_params; e++)
+			acc[e] += (double)m->grads[e];
+		total += s;
+		i = j;
+	}
+	for (size_t e = 0; e < m->n_params; e++) {
+		float sum = (float)acc[e];
+		m->grads[e] = (float)((double)sum / (double)total);
+	}
+	rc = kern_opt_outer_step(m, &mc->outer, eb);
+	if (rc)
+		return rc;
+	*samples = total;
+	*loss = lsum / (double)total;
+	return COT_OK;
+}
+
 static int replay(const replay_args *a)
 {
 	cot_errbuf eb = { "", "" };
@@ -436,6 +526,8 @@ static int replay(const replay_args *a)
 	range *r = NULL;
 	size_t nr = 0;
 	int32_t *in = NULL, *tgt = NULL;
+	kern_local *lstate = NULL;
+	double *acc = NULL;
 	cot_err rc;
 	if (!d) {
 		cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
@@ -449,9 +541,13 @@ static int replay(const replay_args *a)
 		goto out;
 	have_pf = 1;
 	kern_opt_config o;
+	kern_mode_config mc;
 	rc = kern_opt_config_from_json(normalized, &o, &eb);
+	if (!rc)
+		rc = kern_mode_config_from_json(normalized, &mc, &eb);
 	if (rc)
 		goto out;
+	int local = mc.mode == KERN_MODE_LOCAL;
 
 	/* The dataset. */
 	if (a->manifest) {
@@ -496,9 +592,18 @@ static int replay(const replay_args *a)
 			goto out;
 		kern_model_init(m, (uint64_t)pf.seed);
 	}
-	rc = read_rounds(a->rounds, m->step, &r, &nr, &eb);
+	rc = read_rounds(a->rounds, m->step, local, &r, &nr, &eb);
 	if (rc)
 		goto out;
+	if (local) {
+		rc = kern_local_new(m, &o, mc.inner_batch, &lstate, &eb);
+		if (rc)
+			goto out;
+		if (!(acc = malloc(m->n_params * sizeof *acc))) {
+			cot_seterr(&eb, COT_ERR_NOMEM, "out of memory for the round's sum");
+			goto out;
+		}
+	}
 	in = malloc(sizeof *in * (size_t)(shape.B * shape.T));
 	tgt = malloc(sizeof *tgt * (size_t)(shape.B * shape.T));
 	if (!in || !tgt) {
@@ -516,7 +621,9 @@ static int replay(const replay_args *a)
 		long v = m->step;
 		int64_t samples;
 		double loss;
-		rc = train_round(m, &o, &shape, d, r + i, j - i, in, tgt, &samples, &loss, &eb);
+		rc = local ? train_round_local(m, lstate, &mc, &shape, d, r + i, j - i, in, tgt, acc,
+		                               &samples, &loss, &eb)
+		           : train_round(m, &o, &shape, d, r + i, j - i, in, tgt, &samples, &loss, &eb);
 		if (rc)
 			goto out;
 		char hex[HASH_SHA256_HEX_LEN + 1];
@@ -542,6 +649,8 @@ out:
 	free(in);
 	free(tgt);
 	free(r);
+	free(acc);
+	kern_local_free(lstate);
 	kern_model_free(m);
 	if (d)
 		dataset_free(d);

@@ -18,6 +18,12 @@ static const char *full =
         "\"decay\":\"linear\",\"min_lr_ratio\":0}},"
         "\"target_batch\":256,\"microbatch_size\":8,\"seed\":42,\"work_unit_seconds\":120}";
 
+static const char *local =
+        "{\"name\":\"loc\",\"dataset\":\"tiny\","
+        "\"model\":{\"n_layer\":2,\"n_head\":2,\"d_model\":64,\"seq_len\":32},\"target_batch\":64,"
+        "\"optimizer\":{\"type\":\"adamw\"},"
+        "\"mode\":\"local\",\"inner_batch\":2,\"outer\":{\"lr\":0.5,\"momentum\":0.8,\"nesterov\":false}}";
+
 static const char *minimal =
         "{\"name\":\"mini\",\"dataset\":\"tiny\","
         "\"model\":{\"n_layer\":2,\"n_head\":2,\"d_model\":64,\"seq_len\":32},\"target_batch\":64}";
@@ -159,6 +165,64 @@ int main(void)
 	refuse(full, "\"work_unit_seconds\":120", "\"work_unit_seconds\":100000", "work_unit_seconds",
 	       "work units longer than a day");
 	refuse(full, "\"seed\":42", "\"seed\":42,\"seed\":43", "seed", "a duplicate key");
+
+	/* Local mode: its keys, read back by the kernels' reader, and refused
+	 * where they do not belong. */
+	norm = NULL;
+	if (!is_int(pf_parse(local, strlen(local), &p, &norm, &eb), COT_OK, "a local-mode project parses"))
+		diag("%s", eb.msg);
+	ok(p.mode == PF_MODE_LOCAL && p.local.inner_batch == 2 && p.local.lr == 0.5 &&
+	           p.local.momentum == 0.8 && !p.local.nesterov,
+	   "mode, inner batch and outer optimizer as written");
+	j = norm ? json_loads(norm, 0, NULL) : NULL;
+	ok(j && strcmp(json_string_value(json_object_get(j, "mode")), "local") == 0 &&
+	           json_integer_value(json_object_get(j, "inner_batch")) == 2 &&
+	           json_real_value(json_object_get(json_object_get(j, "outer"), "lr")) == 0.5 &&
+	           json_is_false(json_object_get(json_object_get(j, "outer"), "nesterov")),
+	   "the normalized config holds them");
+	json_decref(j);
+	ok(norm && pf_parse(norm, strlen(norm), &q, &norm2, &eb) == COT_OK && strcmp(norm, norm2) == 0,
+	   "and normalizes to itself");
+	pf_free(&q);
+	free(norm2);
+	free(norm);
+	pf_free(&p);
+	const char *dl = "{\"name\":\"loc\",\"dataset\":\"tiny\",\"model\":{\"n_layer\":2,\"n_head\":2,"
+	                 "\"d_model\":64,\"seq_len\":32},\"target_batch\":64,\"mode\":\"local\"}";
+	norm = NULL;
+	ok(pf_parse(dl, strlen(dl), &p, &norm, &eb) == COT_OK && p.local.inner_batch == 4 &&
+	           p.local.lr == 0.7 && p.local.momentum == 0.9 && p.local.nesterov,
+	   "local mode's defaults: inner batch 4, outer lr 0.7, momentum 0.9, Nesterov");
+	j = norm ? json_loads(norm, 0, NULL) : NULL;
+	ok(j && json_integer_value(json_object_get(j, "inner_batch")) == 4 &&
+	           json_is_true(json_object_get(json_object_get(j, "outer"), "nesterov")),
+	   "the normalized file spells them out");
+	json_decref(j);
+	free(norm);
+	pf_free(&p);
+	norm = NULL;
+	ok(pf_parse(full, strlen(full), &p, &norm, &eb) == COT_OK && p.mode == PF_MODE_SYNC && norm &&
+	           !strstr(norm, "\"mode\"") && !strstr(norm, "inner_batch") && !strstr(norm, "outer"),
+	   "a sync project normalizes as before local mode existed");
+	free(norm);
+	pf_free(&p);
+	refuse(local, "\"mode\":\"local\"", "\"mode\":\"async\"", "mode", "an unknown mode");
+	refuse(local, "\"mode\":\"local\"", "\"mode\":\"sync\"", "inner_batch", "inner_batch in sync mode");
+	refuse(local, "\"mode\":\"local\",\"inner_batch\":2,", "", "outer", "outer without local mode");
+	refuse(local, "\"inner_batch\":2", "\"inner_batch\":0", "inner_batch", "an inner batch of 0");
+	refuse(local, "\"inner_batch\":2", "\"inner_batch\":100000", "inner_batch",
+	       "an inner batch too large");
+	refuse(local, "\"inner_batch\":2", "\"inner_batch\":2.5", "inner_batch", "a fractional inner batch");
+	refuse(local, "\"lr\":0.5", "\"lr\":0", "outer.lr", "an outer lr of 0");
+	refuse(local, "\"lr\":0.5", "\"lr\":11", "outer.lr", "an outer lr above 10");
+	refuse(local, "\"momentum\":0.8", "\"momentum\":1", "outer.momentum", "an outer momentum of 1");
+	refuse(local, "\"momentum\":0.8", "\"momentum\":-0.1", "outer.momentum", "a negative momentum");
+	refuse(local, "\"nesterov\":false", "\"nesterov\":0", "outer.nesterov",
+	       "a nesterov that is not a boolean");
+	refuse(local, "\"nesterov\":false", "\"nesterov\":false,\"dampening\":0", "outer.dampening",
+	       "an unknown outer key");
+	refuse(local, "\"outer\":{\"lr\":0.5,\"momentum\":0.8,\"nesterov\":false}", "\"outer\":0.7", "outer",
+	       "an outer that is not an object");
 
 	char *huge = malloc(PF_MAX_BYTES + 2);
 	if (huge) {
