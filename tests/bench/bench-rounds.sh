@@ -6,6 +6,9 @@
 #
 #   tests/bench/bench-rounds.sh [PEERS] [SECONDS] [ROUND_LENGTHS...]
 #
+# MODES (environment, default "sync local") names the round modes to run:
+# sync (one optimizer step per round) and local (DiLoCo: inner steps of 2
+# microbatches on each peer, one outer step per round).
 # First the reference, measured in the same run: the same clients
 # computing alone (a target no round reaches) for SECONDS (default 40) give
 # the samples per second this machine computes.  Then, for each round
@@ -17,8 +20,8 @@
 # target) / target, mean and largest), the time from a round's close to
 # its commit (reports, plan, all-reduce, step), and from its commit to every
 # peer computing on v+1 (its first work unit of v+1), mean and largest.
-# Only the sync mode exists (doc/design.md, "The round").  Nothing is
-# asserted.  Not run by make check.
+# Nothing is asserted.  Not run by make check.  The overlap mode of issue
+# 17 does not exist yet.
 #
 # Run from the build directory (top_builddir), or set top_builddir.
 set -u
@@ -47,12 +50,16 @@ sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
 now() { date +%s.%N; }
 version() { sql "select current_version from project where name = '$1'"; }
 
-project() { # NAME TARGET WU_SECONDS
-	/usr/bin/python3 - "$top_srcdir/packaging/demo/project.json" "$1" "$2" "$3" >"$T/$1.json" <<'PY'
+project() { # NAME TARGET WU_SECONDS [MODE]
+	/usr/bin/python3 - "$top_srcdir/packaging/demo/project.json" "$1" "$2" "$3" "${4:-sync}" >"$T/$1.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
+for k in ("mode", "inner_batch", "outer"):
+    p.pop(k, None)
 p.update(name=sys.argv[2], title=sys.argv[2], dataset="bench", microbatch_size=4,
          target_batch=int(sys.argv[3]), work_unit_seconds=int(sys.argv[4]))
+if sys.argv[5] == "local":
+    p.update(mode="local", inner_batch=2)
 p["optimizer"]["schedule"]["total_steps"] = 100000
 print(json.dumps(p))
 PY
@@ -97,38 +104,46 @@ n=200; while [ $n -gt 0 ] && ! grep -qs 'listening on' "$T/server.log"; do sleep
 PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
 [ -n "$PORT" ] || die "the server did not start"
 
-# The reference: the same clients, alone (no round ever closes).
-project alone 10000000 20
-start_clients alone
-pid=$(sql "select id from project where name = 'alone'")
-done_samples() { sql "select coalesce(sum(mb_done), 0) * 4 from version_progress where project_id = $pid"; }
-sleep 10 # downloads, model loads, the first units
-s0=$(done_samples) t0=$(now)
-sleep "$SECONDS_"
-s1=$(done_samples) t1=$(now)
-stop_clients
-REF=$(echo "($s1 - $s0) / ($t1 - $t0)" | bc -l)
+# The reference: the same clients, alone (no round ever closes), measured
+# before the rounds and again after them (the machine's speed drifts; the
+# efficiency is against the mean of the two).
+alone_n=0
+measure_alone() {
+	alone_n=$((alone_n + 1))
+	project "alone$alone_n" 10000000 20
+	start_clients "alone$alone_n"
+	pid=$(sql "select id from project where name = 'alone$alone_n'")
+	sleep 10 # downloads, model loads, the first units
+	s0=$(sql "select coalesce(sum(mb_done), 0) * 4 from version_progress where project_id = $pid") t0=$(now)
+	sleep "$SECONDS_"
+	s1=$(sql "select coalesce(sum(mb_done), 0) * 4 from version_progress where project_id = $pid") t1=$(now)
+	stop_clients
+	echo "($s1 - $s0) / ($t1 - $t0)" | bc -l
+}
+REF1=$(measure_alone)
+REF=$REF1
 printf "rounds: %d peers, one thread each, the demo model (microbatch 4), %s\n" "$PEERS" \
 	"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-printf "  reference: the same clients computing alone: %.1f samples/s (%d samples in %.1f s)\n" \
-	"$REF" $((s1 - s0)) "$(echo "$t1 - $t0" | bc -l)"
-printf "  %-8s %7s %9s %11s %11s %13s %13s %13s\n" "round" "target" "rounds" "samples/s" "efficiency" \
-	"overshoot" "close->commit" "commit->work"
-printf "  %-8s %7s %9s %11s %11s %13s %13s %13s\n" "" "" "" "" "" "mean/max" "mean/max s" "mean/max s"
+printf "  reference: the same clients computing alone, before the rounds: %.1f samples/s\n" "$REF1"
+printf "  %-6s %-6s %7s %7s %10s %11s %13s %13s %13s\n" "mode" "round" "target" "rounds" "samples/s" \
+	"efficiency" "overshoot" "close->commit" "commit->work"
+printf "  %-6s %-6s %7s %7s %10s %11s %13s %13s %13s\n" "" "" "" "" "" "" "mean/max" "mean/max s" "mean/max s"
 
+for MODE in ${MODES:-sync local}; do
 for L in $LENGTHS; do
 	target=$(echo "$REF * $L / 4" | bc) # microbatches
 	target=$(( (target < 1 ? 1 : target) * 4 ))
 	wu=$(( L < 5 ? 5 : L ))
-	project "r$L" "$target" "$wu"
-	pid=$(sql "select id from project where name = 'r$L'")
-	start_clients "r$L"
+	P="$MODE$L"
+	project "$P" "$target" "$wu" "$MODE"
+	pid=$(sql "select id from project where name = '$P'")
+	start_clients "$P"
 	# Two rounds of warm-up, then at least SECONDS and 3 rounds.
-	n=$((600 * 10)); while [ $n -gt 0 ] && [ "$(version "r$L")" -lt 2 ]; do sleep 0.1; n=$((n - 1)); done
-	v0=$(version "r$L")
+	n=$((600 * 10)); while [ $n -gt 0 ] && [ "$(version "$P")" -lt 2 ]; do sleep 0.1; n=$((n - 1)); done
+	v0=$(version "$P")
 	t0=$(now)
 	while :; do
-		v1=$(version "r$L")
+		v1=$(version "$P")
 		[ "$v1" -ge $((v0 + 3)) ] && [ "$(echo "$(now) - $t0 >= $SECONDS_" | bc)" = 1 ] && break
 		[ "$(echo "$(now) - $t0 > $SECONDS_ * 4 + 120" | bc)" = 1 ] && break
 		sleep 0.5
@@ -143,13 +158,18 @@ for L in $LENGTHS; do
 	                - r.committed_at)
 	       from round r join round prev on prev.project_id = r.project_id and prev.version = r.version - 1
 	      where r.project_id = $pid and r.state = 'committed' and r.version >= $v0 and r.version < $v1
-	      order by r.version" | tr '|' ' ' >"$T/r$L.rows"
-	awk -v L="$L" -v tgt="$target" -v ref="$REF" '
+	      order by r.version" | tr '|' ' ' >"$T/$P.rows"
+	awk -v M="$MODE" -v L="$L" -v tgt="$target" -v ref="$REF" '
 		{ n++; s += $2; t += $3; o = ($2 - tgt) / tgt; os += o; if (o > om) om = o
 		  cs += $4; if ($4 > cm) cm = $4; if ($5 != "") { bn++; bs += $5; if ($5 > bm) bm = $5 } }
 		END {
-			if (n == 0 || t <= 0) { printf "  %-8s %7d %9s\n", L " s", tgt, "no round"; exit }
-			printf "  %-8s %7d %9d %11.1f %11.3f %6.3f/%-6.3f %6.2f/%-6.2f %6.2f/%-6.2f\n", L " s", tgt, n,
-			       s / t, s / t / ref, os / n, om, cs / n, cm, (bn ? bs / bn : 0), bm
-		}' "$T/r$L.rows"
+			if (n == 0 || t <= 0) { printf "  %-6s %-6s %7d %7s\n", M, L " s", tgt, "none"; exit }
+			printf "  %-6s %-6s %7d %7d %10.1f %11.3f %6.3f/%-6.3f %6.2f/%-6.2f %6.2f/%-6.2f\n", M, L " s", tgt,
+			       n, s / t, s / t / ref, os / n, om, cs / n, cm, (bn ? bs / bn : 0), bm
+		}' "$T/$P.rows"
 done
+done
+REF2=$(measure_alone)
+printf "  reference: the same clients computing alone, after the rounds: %.1f samples/s\n" "$REF2"
+printf "  (efficiency above is against the first; against the mean of both multiply by %.3f)\n" \
+	"$(echo "$REF1 / (($REF1 + $REF2) / 2)" | bc -l)"
