@@ -531,8 +531,9 @@ BEGIN
     SELECT count(DISTINCT w.host_id),
            coalesce(sum(CASE WHEN w.samples_per_sec > 0 THEN w.samples_per_sec
                              ELSE (SELECT x.samples_per_sec FROM work_unit x
-                                    WHERE x.host_id = w.host_id AND x.project_id = p_project
-                                      AND x.samples_per_sec > 0
+                                    WHERE x.project_id = p_project
+                                      AND x.version BETWEEN w.version - 2 AND w.version
+                                      AND x.host_id = w.host_id AND x.samples_per_sec > 0
                                     ORDER BY x.id DESC LIMIT 1) END), 0)
       INTO hosts, samples_per_sec
       FROM work_unit w JOIN project p ON p.id = w.project_id
@@ -1611,7 +1612,8 @@ BEGIN
         RETURN;
     END IF;
 
-    v_rate := sched_host_rate(v_proj.id, v_host.id, v_host.flops, v_proj.flops_per_sample);
+    v_rate := sched_host_rate(v_proj.id, v_proj.current_version, v_host.id, v_host.flops,
+                              v_proj.flops_per_sample);
     v_n := least(greatest(round(v_rate * v_proj.wu_seconds / v_proj.microbatch_size), 1),
                  p_wu_max)::bigint;
     v_n := sched_round_share(v_proj.id, v_proj.current_version, v_host.id, v_rate, v_n,
@@ -1907,17 +1909,18 @@ END
 $$;
 
 --
--- Name: sched_host_rate(bigint, bigint, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+-- Name: sched_host_rate(bigint, integer, bigint, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.sched_host_rate(p_project bigint, p_host bigint, p_flops double precision, p_flops_per_sample double precision) RETURNS double precision
+CREATE FUNCTION public.sched_host_rate(p_project bigint, p_version integer, p_host bigint, p_flops double precision, p_flops_per_sample double precision) RETURNS double precision
     LANGUAGE plpgsql STABLE
     AS $$
 DECLARE
     v_sps double precision;
 BEGIN
     SELECT w.samples_per_sec INTO v_sps FROM work_unit w
-     WHERE w.host_id = p_host AND w.project_id = p_project AND w.samples_per_sec > 0
+     WHERE w.project_id = p_project AND w.version BETWEEN p_version - 2 AND p_version
+       AND w.host_id = p_host AND w.samples_per_sec > 0
      ORDER BY w.id DESC LIMIT 1;
     RETURN coalesce(v_sps, greatest(p_flops, 1) / p_flops_per_sample);
 END

@@ -10,6 +10,7 @@
 #     and yet spot checks are answered (they run between rounds, bounded);
 #   - the batch of every step is recorded (GET .../rounds) and the stream
 #     is tiled exactly afterwards (tests/invariants.sh);
+#   - the dashboard's samples per second now reads the hosts computing;
 #   - with min_batch_fraction 1, a peer that dies after the close (fault
 #     point before-report) leaves too few samples: the round reopens for
 #     the rest in the same attempt instead of stepping, the survivor keeps
@@ -68,7 +69,7 @@ JSON
 	admin project create "$T/$1.json" >/dev/null
 }
 
-plan 11
+plan 12
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -123,6 +124,16 @@ coverage_exact t32 "after 20 rounds"
 # reports (a larger target, so that both compute in that round).
 start_client 6 reopen 1 100 || bail_out "a client did not start"
 wait_for 120 version_at_least reopen 1 || bail_out "the first client trains nothing"
+# The dashboard's "samples / s now" while one host trains: it computes
+# at its measured speed, not 0 between heartbeats.
+speeds=
+for i in 1 2 3 4 5 6 7 8 9 10; do
+	speeds="$speeds $(curl -s "http://127.0.0.1:$PORT/v1/projects/reopen/dashboard" |
+		/usr/bin/python3 -c 'import json,sys; print(round(json.load(sys.stdin)["samples_per_sec"]))')"
+	sleep 0.5
+done
+nonzero=$(echo $speeds | tr ' ' '\n' | awk '$1 > 0' | wc -l)
+ok $([ "$nonzero" -ge 5 ] && echo 0 || echo 1) "the dashboard shows the samples per second now while a host trains ($speeds)"
 start_client 5 reopen 1 100 COTRAIN_FAULT=before-report:die || bail_out "a client did not start"
 wait_for 120 grep -q "fault point before-report: die" "$T/client5.log"
 ok $? "the second client died after a close, before it reported"

@@ -116,15 +116,17 @@ END
 $$;
 
 -- The host's speed in samples per second: what its latest work unit of
--- the project measured (heartbeat or finish), else its benchmark.
-CREATE OR REPLACE FUNCTION sched_host_rate(p_project bigint, p_host bigint, p_flops double precision,
-                                           p_flops_per_sample double precision)
+-- the project's last three versions measured (heartbeat or finish), else
+-- its benchmark.  (Versions bound the scan: work_unit_version_idx.)
+CREATE OR REPLACE FUNCTION sched_host_rate(p_project bigint, p_version integer, p_host bigint,
+                                           p_flops double precision, p_flops_per_sample double precision)
 RETURNS double precision LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_sps double precision;
 BEGIN
     SELECT w.samples_per_sec INTO v_sps FROM work_unit w
-     WHERE w.host_id = p_host AND w.project_id = p_project AND w.samples_per_sec > 0
+     WHERE w.project_id = p_project AND w.version BETWEEN p_version - 2 AND p_version
+       AND w.host_id = p_host AND w.samples_per_sec > 0
      ORDER BY w.id DESC LIMIT 1;
     RETURN coalesce(v_sps, greatest(p_flops, 1) / p_flops_per_sample);
 END
@@ -261,7 +263,8 @@ BEGIN
         RETURN;
     END IF;
 
-    v_rate := sched_host_rate(v_proj.id, v_host.id, v_host.flops, v_proj.flops_per_sample);
+    v_rate := sched_host_rate(v_proj.id, v_proj.current_version, v_host.id, v_host.flops,
+                              v_proj.flops_per_sample);
     v_n := least(greatest(round(v_rate * v_proj.wu_seconds / v_proj.microbatch_size), 1),
                  p_wu_max)::bigint;
     v_n := sched_round_share(v_proj.id, v_proj.current_version, v_host.id, v_rate, v_n,
@@ -563,17 +566,19 @@ $$;
 -- What project p_project computes right now: the hosts holding a live work
 -- unit (heard from within 2 * wu_seconds) and their summed speed in samples
 -- per second, each host's speed being its live unit's last heartbeat or,
--- before the first one, the measure of its previous unit (finish).  Units
--- are short near a round's end and finish without a heartbeat, so the
--- live units' own figures alone read 0 most of the time.
+-- before the first one, the measure of its previous unit (finish) of the
+-- last three versions.  Units are short near a round's end and finish
+-- without a heartbeat, so the live units' own figures alone read 0 most of
+-- the time.
 CREATE OR REPLACE FUNCTION project_speed(p_project bigint, OUT hosts bigint, OUT samples_per_sec double precision)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     SELECT count(DISTINCT w.host_id),
            coalesce(sum(CASE WHEN w.samples_per_sec > 0 THEN w.samples_per_sec
                              ELSE (SELECT x.samples_per_sec FROM work_unit x
-                                    WHERE x.host_id = w.host_id AND x.project_id = p_project
-                                      AND x.samples_per_sec > 0
+                                    WHERE x.project_id = p_project
+                                      AND x.version BETWEEN w.version - 2 AND w.version
+                                      AND x.host_id = w.host_id AND x.samples_per_sec > 0
                                     ORDER BY x.id DESC LIMIT 1) END), 0)
       INTO hosts, samples_per_sec
       FROM work_unit w JOIN project p ON p.id = w.project_id
