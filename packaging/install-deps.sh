@@ -12,7 +12,7 @@ set -eu
 PKGS="
 build-essential autoconf automake libtool pkg-config make
 libpq-dev postgresql postgresql-client
-libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev
+libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev zlib1g-dev
 libmicrohttpd-dev libopenblas-dev
 libminiupnpc-dev libnatpmp-dev
 nftables conntrack

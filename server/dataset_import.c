@@ -15,6 +15,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <jansson.h>
+#include <zlib.h>
 
 #define READ_CHUNK (1u << 16)
 #define DOC_NAME_MAX 1024 /* bytes of a document's name kept for messages */
@@ -268,6 +269,57 @@ static const char *arch_msg(struct archive *a)
 	return s ? s : "unknown error";
 }
 
+/* Check that a compressed archive's stream is whole and undamaged to its
+ * very end.  libarchive decompresses only as far as the archive's entries
+ * need and never checks a gzip member's CRC-32 and length, so a damaged
+ * byte could decode to other text without an error: every gzip member is
+ * read to its end with zlib, which checks both; another compression (bzip2,
+ * xz) is read to its end through libarchive's raw format, where its own
+ * checks run.  COT_OK for an uncompressed archive. */
+static cot_err check_stream(importer *im, const char *path)
+{
+	unsigned char magic[2] = { 0, 0 };
+	FILE *f = fopen(path, "rb");
+	size_t got = f ? fread(magic, 1, 2, f) : 0;
+	if (f)
+		fclose(f);
+	cot_err rc = COT_OK;
+	if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+		gzFile g = gzopen(path, "rb");
+		if (!g)
+			return cot_seterr(im->eb, COT_ERR_IO, "could not open archive \"%s\"", path);
+		int n, err = Z_OK;
+		while ((n = gzread(g, im->chunk, READ_CHUNK)) > 0)
+			;
+		const char *why = gzerror(g, &err);
+		if (n < 0 || (err != Z_OK && err != Z_STREAM_END))
+			rc = cot_seterr(im->eb, COT_ERR_CORRUPT, "archive \"%s\" is damaged: gzip: %s", path,
+			                why && why[0] ? why : "bad data");
+		gzclose_r(g);
+		return rc;
+	}
+	struct archive *a = archive_read_new();
+	if (!a)
+		return cot_seterr(im->eb, COT_ERR_NOMEM, "out of memory");
+	archive_read_support_filter_all(a);
+	archive_read_support_format_raw(a);
+	struct archive_entry *e;
+	if (archive_read_open_filename(a, path, READ_CHUNK) != ARCHIVE_OK ||
+	    archive_read_next_header(a, &e) != ARCHIVE_OK) {
+		rc = cot_seterr(im->eb, COT_ERR_CORRUPT, "could not read archive \"%s\": %s", path,
+		                arch_msg(a));
+	} else if (archive_filter_count(a) > 1) { /* compressed: the raw stream to its end */
+		la_ssize_t n;
+		while ((n = archive_read_data(a, im->chunk, READ_CHUNK)) > 0)
+			;
+		if (n < 0)
+			rc = cot_seterr(im->eb, COT_ERR_CORRUPT, "archive \"%s\" is damaged: %s", path,
+			                arch_msg(a));
+	}
+	archive_read_free(a);
+	return rc;
+}
+
 static cot_err import_archive(importer *im, const char *path)
 {
 	struct archive *a = archive_read_new();
@@ -320,6 +372,8 @@ static cot_err import_archive(importer *im, const char *path)
 		if (rc)
 			break;
 	}
+	if (!rc)
+		rc = check_stream(im, path);
 	if (rc == COT_ERR_CORRUPT)
 		cot_sethint(im->eb, "Check the archive (for example with tar -tvf or unzip -t); nothing was "
 		                    "imported.");

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 static char root[64], src[128], store[128];
 
@@ -420,6 +421,30 @@ int main(void)
 	alen = f ? fread(abuf, 1, sizeof abuf, f) : 0;
 	if (f)
 		fclose(f);
+	/* One letter changed inside a .tar.gz whose deflate blocks are stored
+	 * (level 0): every block still decodes, to other text; only the gzip
+	 * CRC-32, at the end of the stream, tells. */
+	snprintf(p2, sizeof p2, "%s/stored.tar.gz", root);
+	gzFile gz = gzopen(p2, "wb0");
+	ok(gz && gzwrite(gz, abuf, (unsigned)alen) == (int)alen && gzclose(gz) == Z_OK,
+	   "a .tar.gz with stored deflate blocks");
+	static unsigned char sbuf[1 << 20];
+	f = fopen(p2, "rb");
+	size_t slen = f ? fread(sbuf, 1, sizeof sbuf, f) : 0;
+	if (f)
+		fclose(f);
+	size_t at = slen / 2;
+	while (at < slen && !(sbuf[at] >= 'a' && sbuf[at] <= 'y'))
+		at++;
+	ok(at < slen, "a letter in the middle of its stored text (offset %zu of %zu)", at, slen);
+	if (at < slen)
+		sbuf[at]++; /* still a letter, still valid UTF-8 */
+	snprintf(p2, sizeof p2, "%s/letter.tar.gz", root);
+	write_file(p2, sbuf, slen);
+	in[0] = p2;
+	is_int(ds_import(store, "tiny", 4096, in, 1, &r, &eb), COT_ERR_CORRUPT,
+	       "refuse a .tar.gz whose text differs from its CRC-32");
+	ok(strstr(eb.msg, "letter.tar.gz") && strstr(eb.msg, "gzip"), "naming it and the check: %s", eb.msg);
 	memset(abuf + 512 + 148, 'Z', 8); /* the checksum of the first file's header */
 	snprintf(p2, sizeof p2, "%s/badsum.tar", root);
 	write_file(p2, abuf, alen);
