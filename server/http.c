@@ -303,6 +303,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		st->req.body = "";
 		clock_gettime(CLOCK_MONOTONIC, &st->start);
 
+		/* HTTP/1.1 requires Host (RFC 9112, section 3.2): a request without
+		 * one is refused before anything else. */
+		if (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
+		    !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST)) {
+			http_reply_error(&st->req, MHD_HTTP_BAD_REQUEST, "invalid",
+			                 "an HTTP/1.1 request must carry a Host header", NULL);
+			return finish(st);
+		}
 		char allow[128];
 		route_result rr = router_match(&st->req, st->pathbuf, sizeof st->pathbuf, &st->handler, allow,
 		                               sizeof allow);

@@ -90,7 +90,12 @@ route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_ha
 	const char *path = req->path;
 	if (strncmp(path, "/api/v1/", 8) == 0) /* the web site's prefix for the same API */
 		path += 4;
-	if (strcmp(path, "/") == 0 && strcmp(req->method, "GET") == 0) { /* the project page */
+	if (strcmp(path, "/") == 0) { /* the project page */
+		if (strcmp(req->method, "GET") != 0) {
+			if (allowlen)
+				snprintf(allow, allowlen, "GET");
+			return ROUTE_NO_METHOD;
+		}
 		*h = web_page;
 		req->nparams = 0;
 		return ROUTE_FOUND;

@@ -2,9 +2,13 @@
  * against real PostgreSQL: every route's happy path, and every kind of bad
  * input (404, 405, 400, 413, 401, 403, 409), each answered with the JSON
  * error body and leaving the database exactly as it was. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,8 +48,40 @@ static th_resp call(const char *method, const char *path, const char *bearer, co
 	return r;
 }
 
+/* Send raw bytes to the server and return the status of its answer (0 when
+ * none came). */
+static int raw_status(const char *request)
+{
+	const char *u = th_url(), *colon = strrchr(u, ':');
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)) };
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), status = 0;
+	char buf[256] = "";
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+	    write(fd, request, strlen(request)) == (ssize_t)strlen(request)) {
+		ssize_t n = read(fd, buf, sizeof buf - 1);
+		if (n > 0) {
+			buf[n] = '\0';
+			sscanf(buf, "HTTP/1.%*d %d", &status);
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	return status;
+}
+
 static void test_routing(void)
 {
+	is_int(raw_status("GET /v1/projects HTTP/1.1\r\nConnection: close\r\n\r\n"), 400,
+	       "an HTTP/1.1 request without Host: 400");
+	is_int(raw_status("GET /v1/projects HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200,
+	       "the same with Host: 200");
+	is_int(raw_status("GET /v1/projects HTTP/1.0\r\n\r\n"), 200, "an HTTP/1.0 request needs no Host");
+	th_resp r0;
+	th_http(NULL, "DELETE", "/", NULL, NULL, NULL, &r0);
+	th_is_error(&r0, 405, "method_not_allowed", "DELETE on the project page");
+	is_str(r0.allow, "GET", "405 names GET");
+	th_resp_free(&r0);
 	refused("GET", "/nope", NULL, NULL, 404, "not_found", "unknown route");
 	refused("GET", "/v1/accounts/", NULL, NULL, 404, "not_found", "trailing slash");
 	refused("GET", "/v1//account", NULL, NULL, 404, "not_found", "empty segment");
