@@ -17,11 +17,14 @@
 #include "shared/peer/pki.h"
 #include "tests/tap.h"
 
+#include <arpa/inet.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define MAXN 5
@@ -568,6 +571,48 @@ static void test_outsider(void)
 	group_free(g);
 }
 
+/* Connections nobody in the group made, queued on every member's
+ * listener before the members start: JUNK_CLOSED opened and closed at once
+ * (a port scan), JUNK_HALF that send the first bytes of a TLS record and
+ * then nothing (a half-open handshake), held until the group is done. */
+#define JUNK_CLOSED 40
+#define JUNK_HALF 8
+static int junk_half[MAXN][JUNK_HALF];
+
+static void junk_dial(group *g)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(g->m[i].port) };
+		inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+		for (int k = 0; k < JUNK_CLOSED + JUNK_HALF; k++) {
+			int fd = socket(AF_INET, SOCK_STREAM, 0);
+			if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+				bail_out("could not connect to member %zu's listener", i);
+			if (k < JUNK_CLOSED) {
+				close(fd);
+				continue;
+			}
+			static const unsigned char hello[] = { 0x16, 0x03, 0x01, 0x02, 0x00 };
+			if (write(fd, hello, sizeof hello) != (ssize_t)sizeof hello)
+				bail_out("could not write to member %zu's listener", i);
+			junk_half[i][k - JUNK_CLOSED] = fd;
+		}
+	}
+}
+
+static void test_junk_connections(void)
+{
+	uint64_t s3[] = { 3, 4, 5 }, e3[] = { 300, 700, 1000 };
+	group *g = group_new(3, 1000, e3, s3);
+	group_run(g, junk_dial);
+	for (size_t i = 0; i < g->n; i++)
+		for (int k = 0; k < JUNK_HALF; k++)
+			close(junk_half[i][k]);
+	check_group(g, ALL,
+	            "group of 3 with 40 scans and 8 half-open TLS handshakes queued on every listener");
+	group_free(g);
+}
+
 static void test_params(void)
 {
 	float grad[10] = { 0 }, out[10];
@@ -607,6 +652,7 @@ int main(void)
 	test_bad_gradients();
 	test_faults();
 	test_outsider();
+	test_junk_connections();
 
 	for (size_t i = 0; i < MAXN; i++)
 		peer_ctx_free(ctx[i]);

@@ -18,13 +18,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
 	run *r;
 	int fd;
 	pthread_t th;
+	int done; /* the thread is about to return (under r->mu) */
 } handler;
+
+/* How long an incoming connection may take to finish TLS and HELLO: a
+ * connection that says nothing (a port scan, a half-open handshake) gives
+ * its slot back after this. */
+#define HANDSHAKE_MS 10000
 
 /* ---- Contributions ---- */
 
@@ -638,7 +645,8 @@ static int handler_open(run *r, int fd, peer_conn **cp, size_t *idxp)
 	peer_conn *c = NULL;
 	cot_errbuf eb = { 0 };
 	ar_tune_socket(fd);
-	if (peer_handshake(p->ctx, fd, PEER_SERVER, 0, p->collect_deadline, &c, &eb))
+	int64_t hs_deadline = ar_min64(p->collect_deadline, deadline_after_ms(HANDSHAKE_MS));
+	if (peer_handshake(p->ctx, fd, PEER_SERVER, 0, hs_deadline, &c, &eb))
 		return -1;
 	int64_t id = peer_host_id(c);
 	int idx = ar_member_index(p, id);
@@ -653,7 +661,7 @@ static int handler_open(run *r, int fd, peer_conn **cp, size_t *idxp)
 	}
 	hello_msg ours = ar_our_hello(p), theirs;
 	uint16_t ver;
-	if (hello_exchange(c, &ours, &theirs, &ver, p->collect_deadline, &eb)) {
+	if (hello_exchange(c, &ours, &theirs, &ver, hs_deadline, &eb)) {
 		member_state *ms = &r->m[idx];
 		pthread_mutex_lock(&r->mu);
 		if (!ms->claimed) {
@@ -687,15 +695,14 @@ static int claim(run *r, size_t idx, int stream)
 
 /* Handler thread (arg: handler *): one incoming connection, which its
  * first message names a stream (STREAM) or the slice one (anything else). */
-static void *handler_main(void *arg)
+static void handler_serve(handler *hd)
 {
-	handler *hd = arg;
 	run *r = hd->r;
 	const allreduce_params *p = r->p;
 	peer_conn *c = NULL;
 	size_t idx;
 	if (handler_open(r, hd->fd, &c, &idx))
-		return NULL;
+		return;
 	frame_header h = { 0 };
 	unsigned char *pl = NULL;
 	cot_errbuf eb = { 0 };
@@ -712,15 +719,46 @@ static void *handler_main(void *arg)
 		answer_slice(r, c, idx);
 	}
 	peer_close(c);
+}
+
+static void *handler_main(void *arg)
+{
+	handler *hd = arg;
+	handler_serve(hd);
+	pthread_mutex_lock(&hd->r->mu);
+	hd->done = 1;
+	pthread_cond_broadcast(&hd->r->cv);
+	pthread_mutex_unlock(&hd->r->mu);
 	return NULL;
 }
 
+/* Join the handlers that finished and drop them from hs[0..*nh) (mu
+ * held; they no longer touch it once done). */
+static void reap_handlers(handler **hs, size_t *nh)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < *nh; i++) {
+		if (hs[i]->done) {
+			pthread_join(hs[i]->th, NULL);
+			free(hs[i]);
+		} else {
+			hs[k++] = hs[i];
+		}
+	}
+	*nh = k;
+}
+
+/* At most 2n + 16 connections are handled at once, each with its own
+ * thread; a slot comes back as soon as its connection ends, and one that
+ * never finishes TLS and HELLO ends within HANDSHAKE_MS.  So connections
+ * opened and closed by anyone (a port scan, a flood) cost nothing lasting,
+ * and half-open ones hold a slot only that long: members still get in. */
 void *ar_acceptor_main(void *arg)
 {
 	run *r = arg;
 	const allreduce_params *p = r->p;
 	size_t cap = 2 * p->n + 16, nh = 0;
-	handler *hs = calloc(cap, sizeof *hs);
+	handler **hs = calloc(cap, sizeof *hs);
 	for (;;) {
 		pthread_mutex_lock(&r->mu);
 		int stop = r->stop_accept;
@@ -732,20 +770,40 @@ void *ar_acceptor_main(void *arg)
 		/* 10 ms: the call's end waits for this loop to see stop_accept */
 		if (listener_accept(p->lst, ar_min64(p->deadline, deadline_after_ms(10)), &fd, NULL, &eb))
 			continue;
-		if (!hs || nh == cap) { /* more connections than a group can make */
+		pthread_mutex_lock(&r->mu);
+		reap_handlers(hs, &nh);
+		/* Every slot busy: wait a little for one to come back. */
+		int64_t until = ar_min64(p->deadline, deadline_after_ms(200));
+		while (hs && nh == cap && deadline_left_ms(until) > 0) {
+			struct timespec ts; /* r->cv runs on CLOCK_MONOTONIC */
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_nsec += 20 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+			reap_handlers(hs, &nh);
+		}
+		pthread_mutex_unlock(&r->mu);
+		handler *hd = hs && nh < cap ? calloc(1, sizeof *hd) : NULL;
+		if (!hd) { /* more connections at once than a group makes */
 			close(fd);
 			continue;
 		}
-		hs[nh].r = r;
-		hs[nh].fd = fd;
-		if (pthread_create(&hs[nh].th, NULL, handler_main, &hs[nh])) {
+		hd->r = r;
+		hd->fd = fd;
+		if (pthread_create(&hd->th, NULL, handler_main, hd)) {
+			free(hd);
 			close(fd);
 			continue;
 		}
-		nh++;
+		hs[nh++] = hd;
 	}
-	for (size_t i = 0; i < nh; i++)
-		pthread_join(hs[i].th, NULL);
+	for (size_t i = 0; i < nh; i++) {
+		pthread_join(hs[i]->th, NULL);
+		free(hs[i]);
+	}
 	free(hs);
 	return NULL;
 }
