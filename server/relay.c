@@ -26,16 +26,29 @@
 #include "shared/nat/nat.h"
 #include "shared/nat/nat_line.h"
 
-#define LINE_TIMEOUT_MS 3000 /* for the request line */
+#define LINE_TIMEOUT_MS 3000 /* for the request line, from the accept on */
 #define WORKERS 8
 #define QUEUE_MAX 1024
+#define PENDING_MAX 1024 /* connections whose request line is not in yet */
 #define SPLICE_BUF 65536
 #define PROJECT_MAX 64
 
+/* A connection with its whole request line, for a worker. */
 typedef struct {
 	int fd;
 	int which; /* 0: first port, 1: second */
+	char line[NAT_LINE_MAX];
 } queued;
+
+/* A connection accepted whose request line is still coming: the acceptor
+ * reads it as it arrives, so a slow or silent client never holds a worker. */
+typedef struct {
+	int fd;
+	int which;
+	int64_t deadline; /* LINE_TIMEOUT_MS after the accept: not pushed on by bytes */
+	size_t len;
+	char line[NAT_LINE_MAX];
+} pending;
 
 struct relay_service {
 	relay_config cfg;
@@ -555,20 +568,11 @@ static bool do_relay(relay_service *s, int fd, char **f, int nf)
 	return false;
 }
 
-/* Handle one accepted connection; closes it unless it was kept. */
-static void handle(relay_service *s, int fd, int which)
+/* Handle one accepted connection and its request line; closes it unless
+ * it was kept. */
+static void handle(relay_service *s, int fd, int which, char *line)
 {
-	struct timeval tv = { 2, 0 };
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-	nat_keepalive(fd); /* a parked half or a relay session may idle */
-	char line[NAT_LINE_MAX];
 	cot_errbuf eb = { { 0 }, { 0 } };
-	cot_err rc = nat_line_read(fd, line, deadline_after_ms(LINE_TIMEOUT_MS), NULL, &eb);
-	if (rc) {
-		refuse(fd, rc == COT_ERR_TOO_LARGE ? COT_ERR_INVALID : rc, &eb);
-		close(fd);
-		return;
-	}
 	char *f[8], *save = NULL;
 	int nf = 0;
 	for (char *t = strtok_r(line, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
@@ -611,21 +615,110 @@ static void *worker_main(void *arg)
 		s->q_head = (s->q_head + 1) % QUEUE_MAX;
 		s->q_len--;
 		pthread_mutex_unlock(&s->mu);
-		handle(s, q.fd, q.which);
+		handle(s, q.fd, q.which, q.line);
 	}
 	dbc_close_thread();
 	return NULL;
 }
 
+/* Read what has arrived of pe's request line: 1 when it is complete (the
+ * "\n" and a "\r" before it dropped), 0 when more must come, -1 when the
+ * connection failed or closed, -2 when the line is too long.  Reads byte
+ * by byte: nothing after the line is taken from the socket. */
+static int pending_read(pending *pe)
+{
+	for (;;) {
+		char c;
+		ssize_t got = recv(pe->fd, &c, 1, MSG_DONTWAIT);
+		if (got == 1) {
+			if (c == '\n') {
+				if (pe->len && pe->line[pe->len - 1] == '\r')
+					pe->len--;
+				pe->line[pe->len] = '\0';
+				return 1;
+			}
+			if (pe->len == NAT_LINE_MAX - 1)
+				return -2;
+			pe->line[pe->len++] = c;
+			continue;
+		}
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		return -1;
+	}
+}
+
+/* Queue a connection with its request line for the workers; closes it when
+ * they are overloaded (the client retries). */
+static void dispatch(relay_service *s, const pending *pe)
+{
+	pthread_mutex_lock(&s->mu);
+	bool queued_ok = s->q_len < QUEUE_MAX;
+	if (queued_ok) {
+		queued *q = &s->queue[(s->q_head + s->q_len) % QUEUE_MAX];
+		q->fd = pe->fd;
+		q->which = pe->which;
+		memcpy(q->line, pe->line, pe->len + 1);
+		s->q_len++;
+		pthread_cond_signal(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (!queued_ok)
+		close(pe->fd);
+}
+
+/* Accept on both ports and read each connection's request line as it
+ * arrives (all of them in one poll set, each within LINE_TIMEOUT_MS of its
+ * accept), then hand it to a worker: idle or slow connections cost a slot
+ * of the pending set, never a worker's time. */
 static void *acceptor_main(void *arg)
 {
 	relay_service *s = arg;
-	while (!atomic_load(&s->stop)) {
-		struct pollfd p[3] = { { s->lfd[0], POLLIN, 0 },
-			               { s->lfd[1], POLLIN, 0 },
-			               { s->wake[0], POLLIN, 0 } };
-		int r = poll(p, 3, 200);
+	pending *pend = calloc(PENDING_MAX, sizeof *pend);
+	struct pollfd *p = calloc(PENDING_MAX + 3, sizeof *p);
+	size_t np = 0;
+	while (pend && p && !atomic_load(&s->stop)) {
+		p[0] = (struct pollfd){ s->lfd[0], POLLIN, 0 };
+		p[1] = (struct pollfd){ s->lfd[1], POLLIN, 0 };
+		p[2] = (struct pollfd){ s->wake[0], POLLIN, 0 };
+		int timeout = 200;
+		for (size_t k = 0; k < np; k++) {
+			p[3 + k] = (struct pollfd){ pend[k].fd, POLLIN, 0 };
+			int left = deadline_left_ms(pend[k].deadline);
+			if (left < timeout)
+				timeout = left;
+		}
+		int r = poll(p, 3 + np, timeout);
 		rdv_expire(deadline_now_ms(), expired);
+		/* The pending connections first (p[3..] matches pend[] as polled). */
+		size_t kept = 0;
+		for (size_t k = 0; k < np; k++) {
+			pending *pe = &pend[k];
+			int st = r > 0 && (p[3 + k].revents & (POLLIN | POLLHUP | POLLERR)) ? pending_read(pe)
+			                                                                    : 0;
+			if (st == 1) {
+				dispatch(s, pe);
+				continue;
+			}
+			if (st == 0 && deadline_left_ms(pe->deadline) > 0) {
+				pend[kept++] = *pe;
+				continue;
+			}
+			if (st != -1) {
+				cot_errbuf eb = { { 0 }, { 0 } };
+				if (st == -2)
+					cot_seterr(&eb, COT_ERR_INVALID, "line longer than %d bytes",
+					           NAT_LINE_MAX - 1);
+				else
+					cot_seterr(&eb, COT_ERR_TIMEOUT,
+					           "no complete request line within %d ms", LINE_TIMEOUT_MS);
+				refuse(pe->fd, st == -2 ? COT_ERR_INVALID : COT_ERR_TIMEOUT, &eb);
+			}
+			close(pe->fd);
+		}
+		np = kept;
 		if (r <= 0)
 			continue;
 		for (int i = 0; i < 2; i++) {
@@ -634,18 +727,22 @@ static void *acceptor_main(void *arg)
 			int fd = accept4(s->lfd[i], NULL, NULL, SOCK_CLOEXEC);
 			if (fd < 0)
 				continue;
-			pthread_mutex_lock(&s->mu);
-			if (s->q_len < QUEUE_MAX) {
-				s->queue[(s->q_head + s->q_len) % QUEUE_MAX] = (queued){ fd, i };
-				s->q_len++;
-				fd = -1;
-				pthread_cond_signal(&s->cv);
-			}
-			pthread_mutex_unlock(&s->mu);
-			if (fd >= 0)
+			if (np == PENDING_MAX) {
 				close(fd); /* overloaded: the client retries */
+				continue;
+			}
+			struct timeval tv = { 2, 0 };
+			setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+			nat_keepalive(fd); /* a parked half or a relay session may idle */
+			pend[np++] = (pending){ .fd = fd,
+				                .which = i,
+				                .deadline = deadline_after_ms(LINE_TIMEOUT_MS) };
 		}
 	}
+	for (size_t k = 0; k < np; k++)
+		close(pend[k].fd);
+	free(pend);
+	free(p);
 	return NULL;
 }
 

@@ -18,7 +18,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-plan 24
+plan 26
 "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" db migrate >/dev/null ||
 	bail_out "could not migrate"
 # 1001, 1002 and 1005 in group 0, 1003 in group 1, 1004 registered but not in the round.
@@ -126,6 +126,40 @@ out=$(line "$long")
 case $out in *"ERR 400 "*) ok 0 "an overlong line is refused (${out%%:*})" ;; *) ok 1 "an overlong line is refused ($out)" ;; esac
 out=$(line MEET nattest 0 x 1002 "$(nat_token 1001)" DIAL)
 case $out in *"ERR 400 "*) ok 0 "a malformed meeting is refused ($out)" ;; *) ok 1 "a malformed meeting is refused ($out)" ;; esac
+# Idle connections hold no worker: 30 connections that say nothing, and
+# one that sends its line a byte every 0.4 s, while a real request comes.
+/usr/bin/python3 - "$NP" >"$T/idle.out" 2>&1 <<'PY' &
+import socket, sys, time
+port = int(sys.argv[1])
+idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(30)]
+slow = socket.create_connection(("127.0.0.1", port))
+t0 = time.time()
+import select
+try:
+    for c in b"OBSERVE 1001 x 127.0.0.1 5 0\n":
+        if select.select([slow], [], [], 0.4)[0]:
+            break  # the server answered (and closes)
+        slow.send(bytes([c]))
+except OSError:
+    pass
+slow.settimeout(10)
+try:
+    answer = slow.recv(200).decode(errors="replace").strip()
+except OSError as e:
+    answer = "error %s" % e
+print("slow %.1f %s" % (time.time() - t0, answer))
+PY
+IPID=$!
+sleep 0.5
+t0=$(date +%s%N)
+out=$(line OBSERVE 1001 nat-token-forged-0123456789abcd 127.0.0.1 5 0)
+ms=$((($(date +%s%N) - t0) / 1000000))
+case $out in *"ERR 401 "*) [ "$ms" -lt 1500 ] ;; *) false ;; esac
+ok $? "30 idle connections delay no one: a request is answered in $ms ms ($out)"
+wait $IPID
+out=$(cat "$T/idle.out")
+case $out in "slow "[3-4].*"ERR 408 "*) ok 0 "a line sent a byte at a time is cut at 3 s from the accept ($out)" ;;
+	*) ok 1 "a line sent a byte at a time is cut at 3 s from the accept ($out)" ;; esac
 kill -0 "$NAT_SPID"
 ok $? "the server is still running"
 done_testing
