@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "shared/common/deadline.h"
 #include "shared/common/log.h"
 
 struct cl_control {
@@ -52,14 +53,16 @@ static void send_json(int fd, json_t *j)
 	free(s);
 }
 
-/* Read one request line within the time and size bounds.  Returns the
- * length, or -1 with rc/eb set. */
+/* Read one request line within the time and size bounds: the whole line
+ * within CL_CTL_TIMEOUT_S of the connection (bytes do not push the time
+ * on).  Returns the length, or -1 with rc/eb set. */
 static long read_request(int fd, char *buf, size_t cap, cot_err *rc, cot_errbuf *eb)
 {
 	size_t have = 0;
+	int64_t deadline = deadline_after_ms(CL_CTL_TIMEOUT_S * 1000);
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int pr = poll(&p, 1, CL_CTL_TIMEOUT_S * 1000);
+		int pr = poll(&p, 1, deadline_left_ms(deadline));
 		if (pr < 0 && errno == EINTR)
 			continue;
 		if (pr == 0) {
@@ -131,13 +134,16 @@ out:
 	send_json(fd, answer);
 	json_decref(answer);
 	free(buf);
-	/* Read what the peer still sends (bounded), so closing does not reset
-	 * the connection before it has read the answer. */
+	/* Read what the peer still sends (for at most a second), so closing
+	 * does not reset the connection before it has read the answer. */
 	shutdown(fd, SHUT_WR);
 	char sink[4096];
-	for (int n = 0; n < 256; n++) {
+	int64_t until = deadline_after_ms(1000);
+	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		if (poll(&p, 1, 200) <= 0 || recv(fd, sink, sizeof sink, 0) <= 0)
+		int left = deadline_left_ms(until);
+		if (left == 0 || poll(&p, 1, left < 200 ? left : 200) <= 0 ||
+		    recv(fd, sink, sizeof sink, 0) <= 0)
 			break;
 	}
 }

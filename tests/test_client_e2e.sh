@@ -49,7 +49,7 @@ done_at_least() { [ "$(done_units)" -ge "$1" ] 2>/dev/null; }
 log_has() { grep -q "$1" "$T/client.log"; }
 mb_total() { ctl --json status | sed -n 's/.*"mb_total": \([0-9]*\),*$/\1/p' | head -1; }
 
-plan 37
+plan 38
 
 mkdir -p "$T/text"
 head -c 30000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -213,8 +213,26 @@ print(ask(b'{"cmd": "launch"}\n').strip()); print(ask(b"{" * 70000).strip())
 PYEOF
 	c=$(grep -c '"ok":false' "$T/raw.out")
 	is "$c" 4 "malformed control requests get error answers"
+	# A request sent a byte at a time is cut CL_CTL_TIMEOUT_S (5 s) after
+	# the connection, however the bytes come.
+	$PY - "$T/cl/control.sock" >"$T/slow.out" <<'PYEOF'
+import select, socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); t0 = time.time()
+try:
+    for c in b'{"cmd": "status"}' + b" " * 40:
+        if select.select([s], [], [], 0.5)[0]:
+            break
+        s.send(bytes([c]))
+except OSError:
+    pass
+s.settimeout(10)
+print("%.1f %s" % (time.time() - t0, s.makefile().read().strip()))
+PYEOF
+	out=$(cat "$T/slow.out")
+	case $out in [5-6].*'"ok":false'*timeout*) ok 0 "a control request trickled in is cut at 5 s ($out)" ;;
+		*) ok 1 "a control request trickled in is cut at 5 s ($out)" ;; esac
 else
-	skip 1 "python3 is needed to send raw control requests"
+	skip 2 "python3 is needed to send raw control requests"
 fi
 ctl detach tiny >/dev/null; ok $? "detach"
 ctl detach tiny2 >/dev/null; ok $? "detach the second project"
