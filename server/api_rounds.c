@@ -659,8 +659,10 @@ void api_round_group_sum(http_req *req)
 		                 "values.");
 		goto out;
 	}
-	if (req->early)
-		goto out; /* the length is right: read the body */
+	if (req->early) {
+		req->body_max = (size_t)want; /* a chunked body too: not a byte more */
+		goto out;                     /* the length is right: read the body */
+	}
 	sum = malloc(req->body_len);
 	if (!sum) {
 		http_reply_error(req, 500, "internal_error", "out of memory for the group sum",

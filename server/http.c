@@ -33,9 +33,9 @@ typedef struct conn_state {
 	route_handler handler;
 	char *body;
 	size_t len, cap;
-	size_t limit; /* largest body of this route (router_body_limit) */
-	bool too_large;
+	size_t limit;              /* largest body of this route (router_body_limit) */
 	bool queued;               /* answered already (e.g. 404 before the body) */
+	size_t dropped;            /* body bytes past the limit, read and dropped */
 	struct MHD_Response *resp; /* the answer, queued by finish() */
 	int status;
 	struct timespec start;
@@ -274,6 +274,21 @@ static enum MHD_Result finish(conn_state *st)
 	return r;
 }
 
+/* A body must arrive at BODY_MIN_RATE bytes/s on average after a grace of
+ * BODY_GRACE_S: a sender that trickles bytes (each one pushes libmicrohttpd's
+ * idle timeout on) is cut instead of holding its connection for good. */
+#define BODY_GRACE_S 10.0
+#define BODY_MIN_RATE 1024.0
+#define DROP_MAX ((size_t)1 << 20) /* bytes past the limit read before closing */
+
+static bool body_too_slow(const conn_state *st)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	double t = (double)(now.tv_sec - st->start.tv_sec) + (double)(now.tv_nsec - st->start.tv_nsec) / 1e9;
+	return t > BODY_GRACE_S && (double)st->len < (t - BODY_GRACE_S) * BODY_MIN_RATE;
+}
+
 static void too_large(conn_state *st)
 {
 	char msg[128];
@@ -341,6 +356,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			st->req.early = false;
 			if (st->resp)
 				return finish(st);
+			if (st->req.body_max && st->req.body_max < st->limit)
+				st->limit = st->req.body_max;
 		}
 		return MHD_YES;
 	}
@@ -352,9 +369,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
-		if (st->too_large || st->len + n > st->limit) {
-			st->too_large = true; /* read and drop the rest */
-			return MHD_YES;
+		if (body_too_slow(st)) {
+			/* libmicrohttpd cannot answer in the middle of a body: close. */
+			log_info("http: %s %s: closed, its body arrives slower than %.0f bytes/s",
+			         st->req.method, st->req.path, BODY_MIN_RATE);
+			return MHD_NO;
+		}
+		if (st->dropped || st->len + n > st->limit) {
+			/* Past the limit (a chunked body has no Content-Length to
+			 * refuse by): keep nothing more, answer 413 at its end, and
+			 * close when it goes on past DROP_MAX. */
+			st->dropped += n;
+			return st->dropped > DROP_MAX ? MHD_NO : MHD_YES;
 		}
 		if (st->len + n + 1 > st->cap) {
 			size_t cap = st->cap ? st->cap : 1024;
@@ -382,7 +408,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		pthread_mutex_unlock(&hold_lock);
 	}
-	if (st->too_large) {
+	if (st->dropped) {
 		too_large(st);
 	} else {
 		if (st->body) {
@@ -470,14 +496,15 @@ cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
 	        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	s->daemon =
-	        MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-	                         ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
-	                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->conn_timeout,
-	                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
-	                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-	                         (unsigned)1024, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-	                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
+	s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+	                             MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+	                             (unsigned)cfg->threads, MHD_OPTION_CONNECTION_TIMEOUT,
+	                             (unsigned)cfg->conn_timeout, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+	                             (size_t)64 * 1024, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
+	                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
+	                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+	                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+	                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!s->daemon) {
 		free(s);

@@ -39,6 +39,11 @@ struct http_req {
 	 * answering, or answer nothing to have the body read and be called again
 	 * with early false. */
 	bool early;
+	/* A handler called early may set the exact (or largest) size the body
+	 * may have when it knows it better than the route's limit: a larger
+	 * body, chunked or not, is refused as soon as it passes that size,
+	 * without being held in memory. */
+	size_t body_max;
 	double hold_until; /* long polls (http_hold); 0 until set */
 };
 

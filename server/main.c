@@ -105,6 +105,9 @@ static const opt_spec server_opts[] = {
 	  .help = "seconds between exports" },
 	{ "timeout", 0, OPT_INT, F(cfg.conn_timeout), 1, 86400, .def = "60", .metavar = "S",
 	  .help = "idle connection timeout" },
+	{ "per-ip-connections", 0, OPT_INT, F(cfg.per_ip_connections), 0, 4096, .def = "64", .metavar = "N",
+	  .help = "open connections one address may hold at once; 0 is no cap (behind a reverse proxy, "
+	          "which the server sees as one address)" },
 	{ "log-level", 0, OPT_CALL, 0, .metavar = "L", .set = set_log_level,
 	  .expect = "debug, info, warn or error", .help = "debug, info, warn or error (default info)" },
 	{ "help", 0, OPT_HELP, .help = "show this help and exit" },

@@ -4,10 +4,14 @@
  * stays exactly tiled), a host that never reports dropped at the report
  * deadline, the plan (groups, shares), the outcomes (committing needs the
  * server's own step: tests/test_round_step.c), the straggler rule, and hostile requests that change nothing. */
+#include <arpa/inet.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,6 +109,45 @@ static void sum_refused(th_host *h, const char *q, const float *g, size_t n, lon
 	free(path);
 }
 
+/* POST path with a chunked body of n zero bytes (no Content-Length) by
+ * token; the status of the answer and its first bytes in msg. */
+static int chunked_post(const char *path, const char *token, size_t n, char *msg, size_t msglen)
+{
+	const char *u = th_url(), *colon = strrchr(u, ':');
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)) };
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), status = 0;
+	char head[1024];
+	int hl = snprintf(head, sizeof head,
+	                  "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+	                  "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+	                  path, token);
+	static char zeros[65536];
+	bool sent = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+	            write(fd, head, (size_t)hl) == hl;
+	for (size_t left = n; sent && left > 0;) {
+		size_t k = left < sizeof zeros ? left : sizeof zeros;
+		char ch[32];
+		int cl = snprintf(ch, sizeof ch, "%zx\r\n", k);
+		sent = write(fd, ch, (size_t)cl) == cl && write(fd, zeros, k) == (ssize_t)k &&
+		       write(fd, "\r\n", 2) == 2;
+		left -= k;
+	}
+	if (sent && write(fd, "0\r\n\r\n", 5) == 5) {
+		char buf[2048];
+		ssize_t k = read(fd, buf, sizeof buf - 1);
+		if (k > 0) {
+			buf[k] = '\0';
+			sscanf(buf, "HTTP/1.%*d %d", &status);
+			const char *b = strstr(buf, "\r\n\r\n");
+			snprintf(msg, msglen, "%s", b ? b + 4 : "");
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	return status;
+}
+
 /* Hostile or wrong group sums on round 0 of r1, whose plan has A and B in
  * two groups and C (16 samples) in one of them: each is refused before
  * anything is kept. */
@@ -162,6 +205,15 @@ static void group_sum_refusals(const long long group_of[3])
 	snprintf(q, sizeof q, "host_id=%lld&samples=%lld&included=%lld", u->id, su, u->id);
 	sum_refused(u, q, g, TH_PARAMS - 1, 400, "invalid", "a short sum (refused by Content-Length)");
 	sum_refused(u, q, g, TH_PARAMS + 1, 413, "too_large", "a long sum (refused by Content-Length)");
+	/* Chunked, the length is unknown until the end: the body is cut at the
+	 * exact size the round expects, not at the route's 1 GiB. */
+	char cpath[600], cmsg[600] = "";
+	snprintf(cpath, sizeof cpath, "/v1/projects/r1/rounds/0/group_sum?%s", q);
+	int cst = chunked_post(cpath, u->token, TH_PARAMS * sizeof(float) + 8192, cmsg, sizeof cmsg);
+	char want[64];
+	snprintf(want, sizeof want, "larger than %zu bytes", TH_PARAMS * sizeof(float));
+	ok(cst == 413 && strstr(cmsg, want), "a long chunked sum: 413 at the round's exact size (%d %s)", cst,
+	   cmsg);
 	/* Each way a float is not finite, at the start, inside and at the end. */
 	static const struct {
 		float v;

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,77 @@ static int raw_status(const char *request)
 	if (fd >= 0)
 		close(fd);
 	return status;
+}
+
+/* A TCP connection to the server from source address src (loopback). */
+static int connect_from(const char *src)
+{
+	const char *u = th_url(), *colon = strrchr(u, ':');
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)) };
+	struct sockaddr_in from = { .sin_family = AF_INET };
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	inet_pton(AF_INET, src, &from.sin_addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd >= 0 && (bind(fd, (struct sockaddr *)&from, sizeof from) != 0 ||
+	                connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* One address may hold --per-ip-connections (64) connections; others are
+ * served meanwhile.  A body trickled in is cut after the grace (closed:
+ * libmicrohttpd cannot answer in the middle of a body). */
+static void test_slow_clients(void)
+{
+	int fds[80], n = 0, refused = 0;
+	for (int i = 0; i < 80; i++) {
+		fds[n] = connect_from("127.0.0.2");
+		if (fds[n] >= 0)
+			n++;
+	}
+	usleep(300000);
+	for (int i = 0; i < n; i++) {
+		struct pollfd p = { .fd = fds[i], .events = POLLIN };
+		char c;
+		if (poll(&p, 1, 0) == 1 && read(fds[i], &c, 1) <= 0)
+			refused++;
+	}
+	ok(n == 80 && refused == 16,
+	   "80 idle connections from one address: the 16 past the cap are closed (%d of %d)", refused, n);
+	is_int(raw_status("GET /v1/projects HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200,
+	       "another address is served meanwhile");
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+
+	int fd = connect_from("127.0.0.3");
+	const char *head = "POST /v1/accounts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	                   "Content-Length: 200\r\n\r\n";
+	ok(fd >= 0 && write(fd, head, strlen(head)) == (ssize_t)strlen(head), "a body sent a byte at a time");
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int status = 0;
+	char buf[256];
+	for (int i = 0; i < 200 && fd >= 0; i++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 500) == 1) {
+			ssize_t k = read(fd, buf, sizeof buf - 1);
+			if (k > 0) {
+				buf[k] = '\0';
+				sscanf(buf, "HTTP/1.%*d %d", &status);
+			}
+			break;
+		}
+		if (write(fd, "{", 1) != 1)
+			break;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	ok(status == 0 && secs > 9 && secs < 15,
+	   "is cut (the connection closed) once it falls behind 1 KiB/s after 10 s (after %.1f s)", secs);
+	if (fd >= 0)
+		close(fd);
 }
 
 static void test_routing(void)
@@ -558,6 +630,7 @@ int main(void)
 	th_seed_project("beta", 1, 1e5, 4, 16, 8, 1000); /* bob's host: 5 microbatches */
 
 	test_routing();
+	test_slow_clients();
 	test_accounts();
 	test_teams();
 	test_hosts();
