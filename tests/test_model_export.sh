@@ -50,10 +50,11 @@ run dataset import --shard-tokens 4096 text "$T/text.txt"
 is "$(rc)" 0 "import a dataset of real text"
 cat >"$T/p1.json" <<'EOF'
 {"name": "plain", "title": "Plain GPT", "description": "Three unshared blocks.", "dataset": "text",
+ "license": "apache-2.0",
  "model": {"n_layer": 3, "n_head": 4, "d_model": 32, "d_ff": 80, "seq_len": 48},
  "optimizer": {"type": "adamw"}, "target_batch": 8, "microbatch_size": 4, "seed": 11}
 EOF
-sed -e 's/"plain"/"shared"/; s/Plain GPT/Shared GPT/; s/Three unshared blocks./Four blocks on two sets./' \
+sed -e '/"license"/d' -e 's/"plain"/"shared"/; s/Plain GPT/Shared GPT/; s/Three unshared blocks./Four blocks on two sets./' \
     -e 's/"n_layer": 3, "n_head": 4/"n_layer": 4, "n_shared": 2, "n_head": 2/' "$T/p1.json" >"$T/p2.json"
 run project create "$T/p1.json"; is "$(rc)" 0 "create project plain (3 layers, unshared)"
 run project create "$T/p2.json"; is "$(rc)" 0 "create project shared (4 layers on 2 parameter sets)"
@@ -69,6 +70,8 @@ grep -q '"n_inner": 80' "$T/e1/config.json" && grep -q '"activation_function": "
 ok $? "  config.json has n_inner 80 and gelu_new"
 grep -q 'seed model' "$T/e1/README.md" && grep -q '`text`' "$T/e1/README.md" && grep -q 'token = byte' "$T/e1/README.md"
 ok $? "  README.md names the dataset, the seed version and the byte tokenizer"
+head -3 "$T/e1/README.md" | grep -q '^license: apache-2.0$'
+ok $? "  and the project's licence in its header"
 "$X" same "$T/e1" "$(ckpt_of plain 0)"
 ok $? "  the folder reads back (hf_load_new) to the checkpoint's parameters, bit for bit"
 "$X" logits "$(ckpt_of plain 0)" "$T/text.txt" "$T/l.f32"
@@ -163,6 +166,12 @@ grep -q 'opt.m' "$T/e3/README.md" && grep -q 'seed model' "$T/e3/README.md"
 ok $? "  with its README.md"
 
 # ---- hostile arguments: a clear error, nothing written -----------------------------
+sed -e 's/"plain"/"lic"/; s/"apache-2.0"/"MIT\\nlicense: x"/' "$T/p1.json" >"$T/bad"
+run project create "$T/bad"
+[ "$(rc)" = 1 ] && err_has 'field "license" is not a licence identifier'
+ok $? "project create refuses a licence that is no identifier: $(head -1 "$T/err")"
+is "$(q "SELECT count(*) FROM project WHERE name = 'lic'")" 0 "  and creates nothing"
+rm -f "$T/bad"
 mkdir "$T/empty"
 run model export plain "$T/empty"
 is "$(rc)" 0 "an existing empty folder is filled"
