@@ -1,5 +1,6 @@
-/* cotrain-generate: continue a prompt with a model checkpoint, to see what
- * the model has learned.
+/* cotrain-generate: continue a prompt with a model checkpoint, or a model
+ * exported in the GPT-2 layout (kernels/hf_gpt2.h), to see what the model
+ * has learned.
  *
  * Exit status: 0 on success, 1 when the checkpoint cannot be used or
  * generation fails, 2 on a usage error. */
@@ -16,6 +17,7 @@
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
 #include "kernels/generate.h"
+#include "kernels/hf_gpt2.h"
 #include "kernels/model.h"
 #include "kernels/tokenizer.h"
 #include "shared/common/options.h"
@@ -30,8 +32,9 @@ typedef struct {
 
 #define F(field) offsetof(gen_cli, field)
 static const opt_spec gen_opts[] = {
-	{ "checkpoint", 'c', OPT_STRING, F(ckpt), .metavar = "FILE",
-	  .help = "the checkpoint (a .safetensors file)" },
+	{ "checkpoint", 'c', OPT_STRING, F(ckpt), .metavar = "PATH",
+	  .help = "the checkpoint (a .safetensors file), or a folder written by "
+	          "cotrain-admin model export (config.json and model.safetensors)" },
 	{ "prompt", 'p', OPT_STRING, F(prompt), .metavar = "TEXT",
 	  .help = "text to continue (default: a newline)" },
 	{ "tokens", 'n', OPT_INT, F(o.n_tokens), 0, GEN_MAX_TOKENS, .def = "256", .metavar = "N",
@@ -51,9 +54,9 @@ static const opt_spec gen_opts[] = {
 
 static const opt_program gen_prog = {
 	.prog = PROG,
-	.synopsis = "--checkpoint FILE [OPTION]...",
-	.intro = "Continue a prompt with a cotrain model checkpoint and print the prompt and\n"
-	         "its continuation.\n",
+	.synopsis = "--checkpoint PATH [OPTION]...",
+	.intro = "Continue a prompt with a cotrain model checkpoint, or an exported GPT-2\n"
+	         "folder, and print the prompt and its continuation.\n",
 	.outro = "The same checkpoint, prompt, options and thread count give the same text.\n"
 	         "Exit status: 0 on success, 1 on a runtime error, 2 on a usage error.\n",
 	.opts = gen_opts,
@@ -75,7 +78,7 @@ int main(int argc, char **argv)
 	if (orc)
 		return orc == OPT_EXIT ? 0 : 2;
 	if (!cli.ckpt) {
-		fprintf(stderr, PROG ": no checkpoint given; use --checkpoint FILE\n"
+		fprintf(stderr, PROG ": no checkpoint given; use --checkpoint PATH\n"
 		                     "Try \"" PROG " --help\" for more information.\n");
 		return 2;
 	}
@@ -89,7 +92,7 @@ int main(int argc, char **argv)
 	cot_errbuf eb;
 	memset(&eb, 0, sizeof eb);
 	kern_model *m;
-	cot_err rc = ckpt_load_new(ckpt, 1, &m, &eb);
+	cot_err rc = hf_or_ckpt_load_new(ckpt, 1, &m, &eb);
 	if (rc)
 		return fail(rc, &eb);
 

@@ -11,8 +11,13 @@
  * S = L is an ordinary GPT; S = 1 is ALBERT's all-shared model.  A shared
  * set's gradient is the sum of the gradients of the blocks using it.
  *
+ * This is GPT-2 exactly (doc/model.md; kernels/hf_gpt2.h exports it under
+ * Hugging Face's names): LayerNorm eps 1e-5, c_attn's columns are q, k, v,
+ * each C wide, head h owning channels [h*hd, (h+1)*hd) of each, scores
+ * scaled by 1/sqrt(hd), the head has no bias.
+ *
  * Parameters live in one flat float buffer described by named views (llm.c
- * style, GPT-2 names), in this order:
+ * style, GPT-2 names; h.s counts parameter sets, not layers), in this order:
  *   wte [V,C], wpe [T,C],
  *   for each set s: h.s.ln_1.weight [C], h.s.ln_1.bias [C],
  *     h.s.attn.c_attn.weight [C,3C], h.s.attn.c_attn.bias [3C],
@@ -50,8 +55,11 @@ typedef struct {
 	int d_ff;     /* F, MLP width, usually 4 * d_model */
 } kern_config;
 
-/* The demo model: 4 layers (unshared), 4 heads, width 256, sequence 256,
- * vocabulary 256, d_ff 1024. */
+/* The default config of the tests and of the kernel benchmark's "demo"
+ * model: 4 layers (unshared), 4 heads, width 256, sequence 256, vocabulary
+ * 256, d_ff 1024 (3.3M parameters).  The demo project itself
+ * (packaging/demo/project.json) is smaller: width 128, d_ff 512, sequence
+ * 128. */
 void kern_config_default(kern_config *c);
 
 /* COT_OK, or COT_ERR_INVALID with a detail naming the offending field (sizes

@@ -3,10 +3,10 @@
 # Idempotent: packages already present are left alone, and apt is not
 # touched at all when nothing is missing.  Run as root (or through sudo).
 #
-#   packaging/install-deps.sh          build + tests + demo
-#   packaging/install-deps.sh --torch  also python3-torch (only to regenerate
-#                                      the PyTorch reference file or to run the
-#                                      kernel benchmark's PyTorch side)
+#   packaging/install-deps.sh          build + tests + demo (python3-torch:
+#                                      tests/test_model_export.sh proves the
+#                                      GPT-2 export against a torch forward)
+#   packaging/install-deps.sh --torch  the same (kept for older scripts)
 set -eu
 
 PKGS="
@@ -19,12 +19,10 @@ nftables conntrack
 miniupnpd miniupnpd-nftables
 python3 ca-certificates curl procps iproute2 util-linux
 zip tar gzip
+python3-torch python3-numpy
 chromium libxml2-utils
 clang-format
 "
-if [ "${1:-}" = "--torch" ]; then
-	PKGS="$PKGS python3-torch python3-numpy"
-fi
 
 missing=""
 for p in $PKGS; do

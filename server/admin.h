@@ -1,7 +1,7 @@
 /* cotrain-admin: what its command files share.
  *
  * Each command group lives in its own file (admin_db.c, admin_dataset.c,
- * admin_project.c, admin_users.c, admin_status.c) and is entered through
+ * admin_project.c, admin_model.c, admin_users.c, admin_status.c) and is entered through
  * one function taking the words after the group's name.  Commands return an
  * exit code: ADMIN_OK, ADMIN_FAIL (an error, already reported on stderr) or
  * ADMIN_USAGE (bad command line, already reported). */
@@ -36,6 +36,7 @@ int admin_project_main(admin_ctx *ctx, int argc, char **argv);
 int admin_user_main(admin_ctx *ctx, int argc, char **argv);
 int admin_team_main(admin_ctx *ctx, int argc, char **argv);
 int admin_status_main(admin_ctx *ctx, int argc, char **argv);
+int admin_model_main(admin_ctx *ctx, int argc, char **argv);
 
 /* Open the database (starting the embedded cluster when needed) unless
  * already open.  With check_schema, refuse a database whose schema is not

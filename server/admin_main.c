@@ -27,10 +27,9 @@ static const struct {
 	const char *name;
 	int (*run)(admin_ctx *ctx, int argc, char **argv);
 } groups[] = {
-	{ "db", admin_db_main },           { "dataset", admin_dataset_main },
-	{ "project", admin_project_main }, { "user", admin_user_main },
-	{ "team", admin_team_main },       { "status", admin_status_main },
-	{ "export", export_main },         { "help", help_main },
+	{ "db", admin_db_main },     { "dataset", admin_dataset_main }, { "project", admin_project_main },
+	{ "user", admin_user_main }, { "team", admin_team_main },       { "status", admin_status_main },
+	{ "export", export_main },   { "model", admin_model_main },     { "help", help_main },
 };
 
 static const opt_spec admin_opts[] = {
@@ -58,7 +57,13 @@ static const opt_program admin_prog = {
 	         "                                 import UTF-8 text files, folders and archives\n"
 	         "  dataset list                   list the datasets\n"
 	         "  project create FILE            create a project from a project file\n"
-	         "  project list                   list the projects\n"
+	         "  project list [--json]          list the projects\n"
+	         "  project show [--json] NAME     one project: settings, config, round\n"
+	         "  project pause NAME | project resume NAME\n"
+	         "                                 stop or restart handing out work\n"
+	         "  model export [--version V] [--format hf|cotrain] PROJECT DIR\n"
+	         "                                 write a model version for Hugging Face\n"
+	         "                                 transformers (GPT-2) or as a checkpoint\n"
 	         "  user create [--admin] [--team TEAM] [--password-stdin] [--no-key] EMAIL NAME\n"
 	         "  user list | user disable EMAIL | user enable EMAIL\n"
 	         "  user set-admin EMAIL yes|no    grant or revoke administrator rights\n"

@@ -1,4 +1,6 @@
-/* cotrain-admin project: create a project from a project file, list them.
+/* cotrain-admin project: create a project from a project file, list and
+ * show them, pause and resume them (project.active: sched_assign refuses
+ * work for a paused project).
  *
  * create checks the file (server/project_file.c), then, in one transaction,
  * the things only the database knows: the dataset exists, its tokenizer
@@ -23,17 +25,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "server/project_file.h"
 #include "shared/common/filestore.h"
 
 static const char usage[] = "usage: cotrain-admin project create FILE\n"
-                            "       cotrain-admin project list\n"
+                            "       cotrain-admin project list [--json]\n"
+                            "       cotrain-admin project show [--json] NAME\n"
+                            "       cotrain-admin project pause NAME | project resume NAME\n"
                             "\n"
                             "create reads a project file (JSON, see doc/project-file.md; \"-\" reads\n"
                             "standard input), checks it against its dataset and creates the project with\n"
-                            "its model version 0.\n";
+                            "its model version 0.  show prints one project, its config and its round.\n"
+                            "pause stops handing out work for the project (clients are told it is not\n"
+                            "active); resume starts it again.\n";
 
 /* Read a whole file of at most max bytes into a malloc'd, NUL-terminated
  * buffer. */
@@ -277,13 +285,62 @@ out:
 	return ret;
 }
 
+/* The JSON of one project (one row, one column), for list and show. */
+#define PROJECT_JSON \
+	"jsonb_build_object('name', p.name, 'title', p.title, 'description', p.description," \
+	" 'dataset', d.name, 'active', p.active, 'current_version', p.current_version," \
+	" 'target_batch', p.target_batch, 'microbatch_size', p.microbatch_size," \
+	" 'mb_per_epoch', p.mb_per_epoch, 'frontier', p.frontier, 'seed', p.seed," \
+	" 'work_unit_seconds', p.wu_seconds, 'flops_per_sample', p.flops_per_sample," \
+	" 'created_at', p.created_at, 'config', p.config," \
+	" 'round', (SELECT jsonb_build_object('version', r.version, 'state', r.state, 'attempt', r.attempt," \
+	"                                    'loss', r.loss)" \
+	"             FROM round r WHERE r.project_id = p.id AND r.version = p.current_version))"
+
+/* Take a leading --json off argv (argc, argv as the command's); returns
+ * whether it was there. */
+static bool take_json(int *argc, char ***argv)
+{
+	for (int i = 1; i < *argc; i++)
+		if (strcmp((*argv)[i], "--json") == 0) {
+			for (int j = i; j + 1 < *argc; j++)
+				(*argv)[j] = (*argv)[j + 1];
+			(*argc)--;
+			return true;
+		}
+	return false;
+}
+
+/* An argument that looks like an option and is not one we take. */
+static int bad_option(int argc, char **argv, const char *cmd)
+{
+	for (int i = 1; i < argc; i++)
+		if (argv[i][0] == '-' && argv[i][1])
+			return admin_usage(usage, "project %s: unknown option \"%.40s\"", cmd, argv[i]);
+	return ADMIN_OK;
+}
+
 static int list_cmd(admin_ctx *ctx, int argc, char **argv)
 {
+	bool json = take_json(&argc, &argv);
+	if (bad_option(argc, argv, "list"))
+		return ADMIN_USAGE;
 	if (argc > 1)
-		return admin_usage(usage, "project list: unexpected argument \"%s\"", argv[1]);
+		return admin_usage(usage, "project list: unexpected argument \"%.80s\"", argv[1]);
 	cot_errbuf eb = { "", "" };
 	if (admin_connect(ctx, true))
 		return ADMIN_FAIL;
+	if (json) {
+		PGresult *r = admin_exec(ctx,
+		                         "SELECT coalesce(jsonb_agg(" PROJECT_JSON " ORDER BY p.name), '[]')"
+		                         "  FROM project p JOIN dataset d ON d.id = p.dataset_id",
+		                         0, NULL, &eb);
+		if (!r)
+			return admin_fail(&eb);
+		printf("%s\n", PQgetvalue(r, 0, 0));
+		PQclear(r);
+		return ADMIN_OK;
+	}
 	PGresult *r =
 	        admin_exec(ctx,
 	                   "SELECT p.name, d.name, p.current_version, p.target_batch, p.microbatch_size,"
@@ -303,6 +360,121 @@ static int list_cmd(admin_ctx *ctx, int argc, char **argv)
 	return ADMIN_OK;
 }
 
+static int no_project(const char *name)
+{
+	cot_errbuf eb = { "", "" };
+	cot_seterr(&eb, COT_ERR_NOT_FOUND, "project \"%.80s\" does not exist", name);
+	cot_sethint(&eb, "cotrain-admin project list shows the projects.");
+	return admin_fail(&eb);
+}
+
+static int show_cmd(admin_ctx *ctx, int argc, char **argv)
+{
+	bool json = take_json(&argc, &argv);
+	if (bad_option(argc, argv, "show"))
+		return ADMIN_USAGE;
+	if (argc != 2)
+		return admin_usage(usage, "project show: give exactly one project NAME");
+	cot_errbuf eb = { "", "" };
+	if (admin_connect(ctx, true))
+		return ADMIN_FAIL;
+	const char *np[1] = { argv[1] };
+	PGresult *r = admin_exec(ctx,
+	                         "SELECT " PROJECT_JSON ", jsonb_pretty(p.config)"
+	                         "  FROM project p JOIN dataset d ON d.id = p.dataset_id WHERE p.name = $1",
+	                         1, np, &eb);
+	if (!r)
+		return admin_fail(&eb);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return no_project(argv[1]);
+	}
+	if (json) {
+		printf("%s\n", PQgetvalue(r, 0, 0));
+		PQclear(r);
+		return ADMIN_OK;
+	}
+	json_error_t je;
+	json_t *j = json_loads(PQgetvalue(r, 0, 0), 0, &je);
+	if (!j) {
+		PQclear(r);
+		return admin_failf("could not read the project's JSON: %s", je.text);
+	}
+	static const char *const keys[] = { "name",
+		                            "title",
+		                            "dataset",
+		                            "active",
+		                            "current_version",
+		                            "target_batch",
+		                            "microbatch_size",
+		                            "mb_per_epoch",
+		                            "frontier",
+		                            "seed",
+		                            "work_unit_seconds",
+		                            "flops_per_sample",
+		                            "created_at",
+		                            NULL };
+	for (int i = 0; keys[i]; i++) {
+		char *v = json_dumps(json_object_get(j, keys[i]), JSON_ENCODE_ANY);
+		const char *sv = json_string_value(json_object_get(j, keys[i]));
+		printf("%-18s %s\n", keys[i], sv ? sv : v ? v : "");
+		free(v);
+	}
+	json_t *rd = json_object_get(j, "round");
+	if (json_is_object(rd)) {
+		json_t *loss = json_object_get(rd, "loss");
+		printf("%-18s version %lld, %s, attempt %lld", "round",
+		       (long long)json_integer_value(json_object_get(rd, "version")),
+		       json_string_value(json_object_get(rd, "state")),
+		       (long long)json_integer_value(json_object_get(rd, "attempt")));
+		if (json_is_number(loss))
+			printf(", loss %.4f", json_number_value(loss));
+		putchar('\n');
+	}
+	const char *desc = json_string_value(json_object_get(j, "description"));
+	if (desc && *desc)
+		printf("%-18s %s\n", "description", desc);
+	printf("config\n%s\n", PQgetvalue(r, 0, 1));
+	json_decref(j);
+	PQclear(r);
+	return ADMIN_OK;
+}
+
+/* pause (active = false) or resume (true). */
+static int set_active_cmd(admin_ctx *ctx, int argc, char **argv, bool active)
+{
+	const char *cmd = active ? "resume" : "pause";
+	if (bad_option(argc, argv, cmd))
+		return ADMIN_USAGE;
+	if (argc != 2)
+		return admin_usage(usage, "project %s: give exactly one project NAME", cmd);
+	cot_errbuf eb = { "", "" };
+	if (admin_connect(ctx, true))
+		return ADMIN_FAIL;
+	const char *pp[2] = { argv[1], active ? "true" : "false" };
+	PGresult *r = admin_exec(ctx,
+	                         "UPDATE project p SET active = $2::boolean"
+	                         "  FROM (SELECT id, active AS was FROM project WHERE name = $1 FOR UPDATE) o"
+	                         " WHERE p.id = o.id RETURNING o.was",
+	                         2, pp, &eb);
+	if (!r)
+		return admin_fail(&eb);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return no_project(argv[1]);
+	}
+	bool was = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	PQclear(r);
+	if (was == active)
+		printf("project \"%s\" is already %s\n", argv[1], active ? "active" : "paused");
+	else if (active)
+		printf("resumed project \"%s\": clients get work again\n", argv[1]);
+	else
+		printf("paused project \"%s\": no new work is handed out until \"project resume\"\n",
+		       argv[1]);
+	return ADMIN_OK;
+}
+
 int admin_project_main(admin_ctx *ctx, int argc, char **argv)
 {
 	if (admin_wants_help(argc, argv)) {
@@ -315,5 +487,11 @@ int admin_project_main(admin_ctx *ctx, int argc, char **argv)
 		return create_cmd(ctx, argc - 1, argv + 1);
 	if (strcmp(argv[1], "list") == 0)
 		return list_cmd(ctx, argc - 1, argv + 1);
+	if (strcmp(argv[1], "show") == 0)
+		return show_cmd(ctx, argc - 1, argv + 1);
+	if (strcmp(argv[1], "pause") == 0)
+		return set_active_cmd(ctx, argc - 1, argv + 1, false);
+	if (strcmp(argv[1], "resume") == 0)
+		return set_active_cmd(ctx, argc - 1, argv + 1, true);
 	return admin_usage(usage, "project: unknown command \"%s\"", argv[1]);
 }

@@ -355,6 +355,17 @@ static cot_err parse_mode(const scope *top, pf_project *p)
 	return COT_OK;
 }
 
+/* A licence identifier: letters, digits, '.', '-', '+' (SPDX ids and the
+ * short names of model hubs), safe in a model card's YAML header. */
+static bool license_ok(const char *s)
+{
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+		      *s == '.' || *s == '-' || *s == '+'))
+			return false;
+	return true;
+}
+
 static char *normalize(const pf_project *p)
 {
 	const pf_model *m = &p->model;
@@ -373,6 +384,10 @@ static char *normalize(const pf_project *p)
 	                      o->min_lr_ratio, "target_batch", p->target_batch, "microbatch_size",
 	                      p->microbatch_size, "seed", (json_int_t)p->seed, "work_unit_seconds",
 	                      p->work_unit_seconds, "min_batch_fraction", p->min_batch_fraction);
+	if (j && p->license[0] && json_object_set_new(j, "license", json_string(p->license))) {
+		json_decref(j);
+		return NULL;
+	}
 	if (j && p->mode == PF_MODE_LOCAL &&
 	    (json_object_set_new(j, "mode", json_string(pf_mode_name(p->mode))) ||
 	     json_object_set_new(j, "inner_batch", json_integer(p->local.inner_batch)) ||
@@ -389,21 +404,14 @@ static char *normalize(const pf_project *p)
 
 cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalized, cot_errbuf *eb)
 {
-	static const char *const keys[] = { "name",
-		                            "title",
-		                            "description",
-		                            "dataset",
-		                            "model",
-		                            "optimizer",
-		                            "target_batch",
-		                            "microbatch_size",
-		                            "seed",
-		                            "work_unit_seconds",
-		                            "mode",
-		                            "inner_batch",
-		                            "outer",
-		                            "min_batch_fraction",
-		                            NULL };
+	static const char *const keys[] = { "name",         "title",
+		                            "description",  "dataset",
+		                            "model",        "optimizer",
+		                            "target_batch", "microbatch_size",
+		                            "seed",         "work_unit_seconds",
+		                            "mode",         "inner_batch",
+		                            "outer",        "min_batch_fraction",
+		                            "license",      NULL };
 	memset(out, 0, sizeof *out);
 	if (normalized)
 		*normalized = NULL;
@@ -442,6 +450,15 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	if (!name_ok(out->dataset, false)) {
 		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"dataset\" is not a valid dataset name: \"%s\"",
 		                out->dataset);
+		goto out;
+	}
+	if ((rc = get_str(&s, "license", false, 1, PF_LICENSE_MAX, out->license, NULL)))
+		goto out;
+	if (out->license[0] && !license_ok(out->license)) {
+		rc = cot_seterr(eb, COT_ERR_INVALID, "field \"license\" is not a licence identifier: \"%s\"",
+		                out->license);
+		cot_sethint(eb,
+		            "Use letters, digits, '.', '-' and '+', e.g. \"apache-2.0\" or \"CC-BY-4.0\".");
 		goto out;
 	}
 	if ((rc = parse_model(&s, &out->model)) || (rc = parse_optimizer(&s, &out->opt)) ||

@@ -59,6 +59,8 @@ typedef struct {
 	double min_lr_ratio;
 } pf_optimizer;
 
+#define PF_LICENSE_MAX 64
+
 typedef enum { PF_MODE_SYNC, PF_MODE_LOCAL } pf_mode;
 
 /* Local mode's settings (doc/project-file.md "mode"). */
@@ -73,6 +75,10 @@ typedef struct {
 	char title[PF_TITLE_MAX + 1];
 	char *description; /* malloc'd, owned by the struct: pf_free */
 	char dataset[PF_NAME_MAX + 1];
+	/* The model's licence, an identifier such as "apache-2.0" or
+	 * "CC-BY-4.0" (letters, digits, '.', '-', '+'); "" when not given.  It
+	 * goes into exported model cards (cotrain-admin model export). */
+	char license[PF_LICENSE_MAX + 1];
 	pf_model model;
 	pf_optimizer opt;
 	pf_mode mode;

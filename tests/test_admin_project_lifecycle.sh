@@ -1,0 +1,85 @@
+#!/bin/sh
+# cotrain tests: cotrain-admin project list --json, show, pause and resume on
+# a throwaway PostgreSQL, with hostile arguments that must change nothing.
+. "$top_srcdir/tests/tap.sh"
+
+if [ -z "$COTRAIN_DB" ]; then
+	exec "$top_builddir/tests/with-pgtmp" "$SHELL" "$0" "$@"
+fi
+A="$top_builddir/server/cotrain-admin"
+PSQL="$PG_BINDIR/psql"
+[ -x "$PSQL" ] || PSQL=psql
+command -v "$PSQL" >/dev/null 2>&1 || skip_all "psql not found"
+PY=/usr/bin/python3
+T=$(mktemp -d /tmp/cot-plife-XXXXXX)
+trap 'rm -rf "$T"' EXIT INT TERM
+chmod 755 "$T"
+export COTRAIN_DATA_DIR="$T/data"
+q() { "$PSQL" -X -A -t -q -c "$1" 2>&1; }
+run() { "$A" "$@" >"$T/out" 2>"$T/err"; echo $? >"$T/rc"; }
+rc() { cat "$T/rc"; }
+err_has() { grep -q -- "$1" "$T/err"; }
+out_has() { grep -q -- "$1" "$T/out"; }
+state() { q "SELECT string_agg(name || '=' || active, ',' ORDER BY name) FROM project"; }
+
+run db migrate;                  is "$(rc)" 0 "db migrate"
+run project list --json;         is "$(rc)" 0 "project list --json with no projects"
+is "$(cat "$T/out")" "[]" "  is an empty array"
+cp "$top_srcdir/doc/design.md" "$T/text.txt"
+run dataset import text "$T/text.txt"; is "$(rc)" 0 "import a dataset"
+for n in alpha beta; do
+	printf '{"name": "%s", "title": "Project %s", "dataset": "text", "license": "CC-BY-4.0",
+	 "model": {"n_layer": 1, "n_head": 2, "d_model": 16, "seq_len": 32},
+	 "target_batch": 8, "microbatch_size": 4}\n' "$n" "$n" >"$T/$n.json"
+	run project create "$T/$n.json"; is "$(rc)" 0 "create project $n"
+done
+
+run project list --json;         is "$(rc)" 0 "project list --json"
+"$PY" -c 'import json, sys; a = json.load(open(sys.argv[1]))
+assert [p["name"] for p in a] == ["alpha", "beta"], a
+assert a[0]["active"] is True and a[0]["current_version"] == 0 and a[0]["dataset"] == "text"
+assert a[0]["config"]["model"]["d_model"] == 16 and a[0]["round"]["state"] == "open"' "$T/out"
+ok $? "  parses as JSON: both projects, active, version 0, config and round"
+run project list;                is "$(rc)" 0 "project list"
+out_has "^alpha .* yes "; ok $? "  alpha is active"
+
+run project show alpha;          is "$(rc)" 0 "project show alpha"
+out_has "^title  *Project alpha$" && out_has "^round  *version 0, open, attempt 1$" && out_has '"license": "CC-BY-4.0"'
+ok $? "  shows the title, the round and the config"
+run project show --json beta;    is "$(rc)" 0 "project show --json beta"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); assert p["name"] == "beta" and p["target_batch"] == 8, p' "$T/out"
+ok $? "  one JSON object"
+
+run project pause alpha;         is "$(rc)" 0 "project pause alpha"
+out_has "paused project"; ok $? "  $(cat "$T/out")"
+is "$(state)" "alpha=false,beta=true" "  only alpha is paused"
+run project pause alpha;         is "$(rc)" 0 "pausing again"
+out_has "already paused"; ok $? "  says so: $(cat "$T/out")"
+run project show --json alpha
+"$PY" -c 'import json, sys; assert json.load(open(sys.argv[1]))["active"] is False' "$T/out"
+ok $? "  show --json has active false"
+run project resume alpha;        is "$(rc)" 0 "project resume alpha"
+is "$(state)" "alpha=true,beta=true" "  alpha is active again"
+run project resume alpha;        out_has "already active"; ok $? "  resuming again: $(cat "$T/out")"
+
+before=$(state)
+hostile() { # DESC RC MESSAGE ARGS...
+	_d=$1 _r=$2 _m=$3; shift 3
+	run "$@"
+	[ "$(rc)" = "$_r" ] && err_has "$_m"
+	ok $? "refuse $_d (exit $_r): $(head -1 "$T/err")"
+}
+hostile "show of a missing project"   1 'project "nosuch" does not exist' project show nosuch
+err_has "project list shows"; ok $? "  with a hint"
+hostile "pause of a missing project"  1 'does not exist' project pause nosuch
+hostile "resume of a quoted name"     1 'does not exist' project resume "alpha'; UPDATE project SET active = false; --"
+hostile "show without a name"         2 'give exactly one project NAME' project show
+hostile "pause of two names"          2 'give exactly one project NAME' project pause alpha beta
+hostile "an unknown option"           2 'unknown option "--all"' project pause --all
+hostile "list with an argument"       2 'unexpected argument' project list alpha
+hostile "an unknown command"          2 'unknown command "delete"' project delete alpha
+is "$(state)" "$before" "nothing changed"
+run project --help;              is "$(rc)" 0 "project --help"
+out_has "project pause NAME"; ok $? "  lists pause and resume"
+
+done_testing
