@@ -45,6 +45,7 @@ BEGIN
         'config', p.config,
         'dataset', jsonb_build_object('name', d.name, 'tokenizer', d.tokenizer,
                                       'n_tokens', d.n_tokens,
+                                      'heldout_tokens', d.heldout_tokens,
                                       'manifest', api_file_ref(d.manifest_sha256)),
         'seq_len', p.seq_len, 'microbatch_size', p.microbatch_size,
         'target_batch', p.target_batch, 'mb_per_epoch', p.mb_per_epoch, 'seed', p.seed,
@@ -53,6 +54,9 @@ BEGIN
         'accumulated_samples', sched_accumulated(p.id, p.current_version, p.microbatch_size),
         'checkpoint', (SELECT api_file_ref(mv.checkpoint_sha256) FROM model_version mv
                         WHERE mv.project_id = p.id AND mv.version = p.current_version),
+        'eval_every', heldout_every(p.config),
+        'heldout_bpb', (SELECT h.heldout_bpb FROM heldout_latest(p.id) h),
+        'heldout_version', (SELECT h.version FROM heldout_latest(p.id) h),
         'created_at', p.created_at)
       INTO v
       FROM project p JOIN dataset d ON d.id = p.dataset_id
@@ -296,6 +300,73 @@ BEGIN
     PERFORM credit_grant_round(NEW.project_id, NEW.version, credit_now());
     RETURN NULL;
 END
+$$;
+
+--
+-- Name: heldout_every(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.heldout_every(p_config jsonb) RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce((p_config->>'eval_every')::integer, 1)
+$$;
+
+--
+-- Name: heldout_latest(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.heldout_latest(p_project bigint) RETURNS TABLE(version integer, heldout_bpb double precision, heldout_tokens bigint, heldout_cpu_seconds double precision)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT mv.version, mv.heldout_bpb, mv.heldout_tokens, mv.heldout_cpu_seconds
+      FROM model_version mv
+     WHERE mv.project_id = p_project AND mv.heldout_bpb IS NOT NULL
+     ORDER BY mv.version DESC
+     LIMIT 1
+$$;
+
+--
+-- Name: heldout_next(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.heldout_next() RETURNS TABLE(project_id bigint, project text, version integer, checkpoint_sha256 text, dataset_id bigint, heldout_first bigint, seq_len integer, n_seq bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT p.id, p.name, mv.version, mv.checkpoint_sha256, d.id, d.n_tokens - d.heldout_tokens,
+           p.seq_len, least(heldout_sequences(p.config), (d.heldout_tokens - 1) / p.seq_len)
+      FROM model_version mv
+      JOIN project p ON p.id = mv.project_id
+      JOIN dataset d ON d.id = p.dataset_id
+     WHERE mv.heldout_at IS NULL AND mv.checkpoint_sha256 IS NOT NULL
+       AND mv.version <= p.current_version
+       AND d.heldout_tokens > p.seq_len
+       AND heldout_every(p.config) > 0 AND mv.version % heldout_every(p.config) = 0
+     ORDER BY mv.created_at DESC, mv.project_id
+     LIMIT 1
+$$;
+
+--
+-- Name: heldout_sequences(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.heldout_sequences(p_config jsonb) RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce((p_config->>'eval_sequences')::integer, 32)
+$$;
+
+--
+-- Name: heldout_store(bigint, integer, double precision, bigint, double precision, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.heldout_store(p_project bigint, p_version integer, p_bpb double precision, p_tokens bigint, p_cpu_seconds double precision, p_error text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE model_version
+       SET heldout_bpb = p_bpb, heldout_tokens = p_tokens, heldout_cpu_seconds = p_cpu_seconds,
+           heldout_error = p_error, heldout_at = now()
+     WHERE project_id = p_project AND version = p_version AND heldout_at IS NULL
 $$;
 
 --
@@ -908,6 +979,8 @@ BEGIN
                             THEN sched_accumulated(p.id, r.version, p.microbatch_size)
                         ELSE r.samples END,
                    'loss', r.loss,
+                   'heldout_bpb', (SELECT mv.heldout_bpb FROM model_version mv
+                                    WHERE mv.project_id = p.id AND mv.version = r.version),
                    'n_peers', CASE
                         WHEN r.gradient_sha256 IS NOT NULL THEN
                             (SELECT count(*) FROM round_member m
@@ -1573,7 +1646,8 @@ BEGIN
 
     SELECT p.id, p.active, p.current_version, p.wu_seconds, p.flops_per_sample,
            p.microbatch_size, p.seq_len, p.mb_per_epoch, p.seed, p.target_batch,
-           p.dataset_id, d.n_tokens, d.name AS dataset, r.state AS round_state,
+           p.dataset_id, d.n_tokens - d.heldout_tokens AS n_tokens, d.name AS dataset,
+           r.state AS round_state,
            r.attempt AS round_attempt
       INTO v_proj
       FROM project p JOIN dataset d ON d.id = p.dataset_id
@@ -1770,7 +1844,7 @@ BEGIN
      WHERE mv.project_id = p_project AND mv.version = p_version;
     v_files := CASE WHEN v_ckpt IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(v_ckpt) END;
     IF p_hi - p_lo >= p_mb_per_epoch THEN
-        RETURN v_files || sched_shards(p_dataset, 0, p_n_tokens);
+        RETURN v_files || sched_shards(p_dataset, 0, least(p_mb_per_epoch * p_tokens_per_mb + 1, p_n_tokens));
     END IF;
     v_elo := p_lo % p_mb_per_epoch;
     v_ehi := v_elo + (p_hi - p_lo);
@@ -2559,6 +2633,8 @@ CREATE TABLE public.dataset (
     n_tokens bigint NOT NULL,
     manifest_sha256 text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    heldout_tokens bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT dataset_heldout_check CHECK (((heldout_tokens >= 0) AND (heldout_tokens < n_tokens))),
     CONSTRAINT dataset_n_tokens_check CHECK ((n_tokens >= 0)),
     CONSTRAINT dataset_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'::text))
 );
@@ -2675,6 +2751,11 @@ CREATE TABLE public.model_version (
     version integer NOT NULL,
     checkpoint_sha256 text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    heldout_bpb double precision,
+    heldout_tokens bigint,
+    heldout_cpu_seconds double precision,
+    heldout_at timestamp with time zone,
+    heldout_error text,
     CONSTRAINT model_version_version_check CHECK ((version >= 0))
 );
 
@@ -3348,6 +3429,12 @@ CREATE INDEX host_credit_total_idx ON public.host_credit USING btree (total DESC
 --
 
 CREATE INDEX mb_pool_project_idx ON public.mb_pool USING btree (project_id, lo);
+
+--
+-- Name: model_version_heldout_todo_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX model_version_heldout_todo_idx ON public.model_version USING btree (project_id, version) WHERE (heldout_at IS NULL);
 
 --
 -- Name: round_busy_idx; Type: INDEX; Schema: public; Owner: -

@@ -93,7 +93,7 @@ static pair_ptrs pair_at(long pair, int T, int C, int NH, const float *qkv, floa
 void kern_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
 	const kern_backend *be = kern_backend_get();
-	int hd = C / NH, C3 = 3 * C, nt = be->threads();
+	int hd = C / NH, C3 = 3 * C, nt = kern_threads();
 	float scale = 1.0f / sqrtf((float)hd);
 	long npairs = (long)B * NH;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && npairs > 1)
@@ -119,7 +119,7 @@ static void attention_backward(float *dqkv, float *datt, const float *dout, cons
                                const float *att, int B, int T, int C, int NH, float beta)
 {
 	const kern_backend *be = kern_backend_get();
-	int hd = C / NH, C3 = 3 * C, nt = be->threads();
+	int hd = C / NH, C3 = 3 * C, nt = kern_threads();
 	float scale = 1.0f / sqrtf((float)hd);
 	long npairs = (long)B * NH;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && npairs > 1)

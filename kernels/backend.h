@@ -92,7 +92,15 @@ const kern_backend *kern_backend_get(void);
  * OpenMP default, OMP_NUM_THREADS or the number of cores).  Results do not
  * depend on it, only speed.  Applies process-wide. */
 void kern_set_threads(int n);
+/* The threads of the calling thread's kernel calls: kern_set_threads_here's
+ * count on this thread when it set one, else the process-wide one. */
 int kern_threads(void);
+/* For the calling thread only: its kernel calls use n threads (n >= 1; 1
+ * runs them on the caller alone), whatever kern_set_threads says; n < 1
+ * goes back to the process-wide count.  For a background thread that must
+ * stay on one core beside others that use them all (the server's held-out
+ * evaluation). */
+void kern_set_threads_here(int n);
 
 /* When the BLAS library did not recognise this CPU and fell back to slow
  * generic code, the value to put in OPENBLAS_CORETYPE before the process

@@ -255,7 +255,11 @@ const kern_backend *kern_backend_get(void)
 
 void kern_set_threads(int n) { kern_backend_get()->set_threads(n); }
 
-int kern_threads(void) { return cpu_threads(); }
+static __thread int here_threads; /* kern_set_threads_here's, 0: none */
+
+int kern_threads(void) { return here_threads > 0 ? here_threads : cpu_threads(); }
+
+void kern_set_threads_here(int n) { here_threads = n > 0 ? n : 0; }
 
 const char *kern_blas_coretype_hint(void)
 {

@@ -6,14 +6,19 @@
  * unreferenced store files. */
 #include "server/admin.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "server/dataset_import.h"
 
-static const char usage[] = "usage: cotrain-admin dataset import [--shard-tokens N] NAME PATH...\n"
+static const char usage[] = "usage: cotrain-admin dataset import [--shard-tokens N] [--heldout-fraction F]\n"
+                            "                                     NAME PATH...\n"
                             "       cotrain-admin dataset list\n"
                             "\n"
                             "import reads UTF-8 text files, folders (every regular file below, in sorted\n"
@@ -22,7 +27,10 @@ static const char usage[] = "usage: cotrain-admin dataset import [--shard-tokens
                             "a blank line, tokenizes them byte by byte and writes shards of N tokens\n"
                             "(default 1048576) to the file store.  NAME: 1 to 64 letters, digits, '.',\n"
                             "'_' or '-'.  A file that is not UTF-8 or a damaged archive stops the import\n"
-                            "and nothing is recorded.  See doc/dataset.md.\n";
+                            "and nothing is recorded.  The last F of the tokens (default 0.02, at least\n"
+                            "4104 tokens; 0 for none, at most 0.5) are held out: never handed out as work,\n"
+                            "they measure each model version's held-out bits per byte.  See\n"
+                            "doc/dataset.md.\n";
 
 static cot_err record(admin_ctx *ctx, const char *name, const ds_result *r, cot_errbuf *eb)
 {
@@ -45,12 +53,14 @@ static cot_err record(admin_ctx *ctx, const char *name, const ds_result *r, cot_
 			goto fail;
 		PQclear(res);
 	}
+	char held[32];
 	snprintf(ntok, sizeof ntok, "%" PRIu64, r->n_tokens);
-	const char *dp[3] = { name, ntok, r->manifest_sha256 };
+	snprintf(held, sizeof held, "%" PRIu64, r->heldout_tokens);
+	const char *dp[4] = { name, ntok, r->manifest_sha256, held };
 	res = admin_exec(ctx,
-	                 "INSERT INTO dataset (name, tokenizer, n_tokens, manifest_sha256)"
-	                 " VALUES ($1, 'byte', $2, $3) RETURNING id",
-	                 3, dp, eb);
+	                 "INSERT INTO dataset (name, tokenizer, n_tokens, manifest_sha256, heldout_tokens)"
+	                 " VALUES ($1, 'byte', $2, $3, $4) RETURNING id",
+	                 4, dp, eb);
 	if (!res)
 		goto fail;
 	snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
@@ -86,17 +96,42 @@ static bool dataset_exists(admin_ctx *ctx, const char *name, cot_errbuf *eb, boo
 	return true;
 }
 
+/* A decimal fraction from 0 to DS_HELDOUT_FRACTION_MAX ("0.02", "2e-2");
+ * false for anything else (empty, leading blanks or sign, trailing text,
+ * NaN, infinities). */
+static bool parse_fraction(const char *s, double *out)
+{
+	if (!isdigit((unsigned char)s[0]) && s[0] != '.')
+		return false;
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !isfinite(v) || v < 0 || v > DS_HELDOUT_FRACTION_MAX)
+		return false;
+	*out = v;
+	return true;
+}
+
 static int import_cmd(admin_ctx *ctx, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "shard-tokens", required_argument, NULL, 's' },
+		{ "heldout-fraction", required_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	long long shard_tokens = DS_SHARD_TOKENS_DEFAULT;
+	double heldout = DS_HELDOUT_FRACTION_DEFAULT;
 	int c;
 	optind = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (c == 's') {
+		if (c == 'h') {
+			if (!parse_fraction(optarg, &heldout))
+				return admin_usage(usage,
+				                   "dataset import: --heldout-fraction must be a number from "
+				                   "0 "
+				                   "to %g, not \"%.40s\"",
+				                   DS_HELDOUT_FRACTION_MAX, optarg);
+		} else if (c == 's') {
 			if (!admin_parse_ll(optarg, DS_SHARD_TOKENS_MIN, DS_SHARD_TOKENS_MAX, &shard_tokens))
 				return admin_usage(usage,
 				                   "dataset import: --shard-tokens must be an integer from "
@@ -123,8 +158,8 @@ static int import_cmd(admin_ctx *ctx, int argc, char **argv)
 		return admin_failf("dataset \"%s\" already exists", name);
 
 	ds_result r;
-	if (ds_import(ctx->store_dir, name, (uint64_t)shard_tokens, (const char *const *)argv + optind + 1,
-	              (size_t)(argc - optind - 1), &r, &eb))
+	if (ds_import_heldout(ctx->store_dir, name, (uint64_t)shard_tokens, heldout,
+	                      (const char *const *)argv + optind + 1, (size_t)(argc - optind - 1), &r, &eb))
 		return admin_fail(&eb);
 	if (record(ctx, name, &r, &eb)) {
 		ds_result_free(&r);
@@ -133,6 +168,12 @@ static int import_cmd(admin_ctx *ctx, int argc, char **argv)
 	printf("imported dataset \"%s\": %" PRIu64 " tokens from %" PRIu64 " document%s in %zu shard%s\n",
 	       name, r.n_tokens, r.n_documents, r.n_documents == 1 ? "" : "s", r.n_shards,
 	       r.n_shards == 1 ? "" : "s");
+	if (r.heldout_tokens)
+		printf("held out: the last %" PRIu64 " tokens (from token %" PRIu64 "), never handed out as "
+		       "work\n",
+		       r.heldout_tokens, r.n_tokens - r.heldout_tokens);
+	else
+		printf("no held-out part\n");
 	printf("manifest %s\n", r.manifest_sha256);
 	if (r.n_skipped)
 		printf("skipped %" PRIu64 " hidden or non-regular entr%s\n", r.n_skipped,
@@ -150,17 +191,19 @@ static int list_cmd(admin_ctx *ctx, int argc, char **argv)
 		return ADMIN_FAIL;
 	PGresult *r = admin_exec(ctx,
 	                         "SELECT d.name, d.tokenizer, d.n_tokens, count(s.idx), d.manifest_sha256,"
+	                         "       d.heldout_tokens,"
 	                         "       to_char(d.created_at, 'YYYY-MM-DD HH24:MI')"
 	                         "  FROM dataset d LEFT JOIN shard s ON s.dataset_id = d.id"
 	                         " GROUP BY d.id ORDER BY d.name",
 	                         0, NULL, &eb);
 	if (!r)
 		return admin_fail(&eb);
-	printf("%-24s %-9s %14s %7s %-16s %s\n", "NAME", "TOKENIZER", "TOKENS", "SHARDS", "CREATED",
-	       "MANIFEST");
+	printf("%-24s %-9s %14s %12s %7s %-16s %s\n", "NAME", "TOKENIZER", "TOKENS", "HELDOUT", "SHARDS",
+	       "CREATED", "MANIFEST");
 	for (int i = 0; i < PQntuples(r); i++)
-		printf("%-24s %-9s %14s %7s %-16s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
-		       PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 5), PQgetvalue(r, i, 4));
+		printf("%-24s %-9s %14s %12s %7s %-16s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+		       PQgetvalue(r, i, 2), PQgetvalue(r, i, 5), PQgetvalue(r, i, 3), PQgetvalue(r, i, 6),
+		       PQgetvalue(r, i, 4));
 	PQclear(r);
 	return ADMIN_OK;
 }

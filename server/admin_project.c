@@ -12,7 +12,10 @@
  * The training stream: sample j of an epoch is tokens
  * [j*seq_len, j*seq_len + seq_len + 1) of the dataset (inputs and the next
  * tokens as targets), so an epoch has floor((n_tokens - 1) / seq_len)
- * samples and mb_per_epoch = that / microbatch_size whole microbatches. */
+ * samples and mb_per_epoch = that / microbatch_size whole microbatches.
+ * Only the training part counts: a dataset's held-out part, its last
+ * heldout_tokens tokens, is never in an epoch (doc/dataset.md), so
+ * n_tokens here is the dataset's n_tokens - heldout_tokens. */
 #include "server/admin.h"
 
 #include <errno.h>
@@ -155,8 +158,11 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	}
 
 	const char *dp[1] = { p.dataset };
-	PGresult *r = admin_exec(ctx, "SELECT id, n_tokens, tokenizer FROM dataset WHERE name = $1 FOR SHARE",
-	                         1, dp, &eb);
+	PGresult *r =
+	        admin_exec(ctx,
+	                   "SELECT id, n_tokens - heldout_tokens, tokenizer, heldout_tokens FROM dataset"
+	                   " WHERE name = $1 FOR SHARE",
+	                   1, dp, &eb);
 	if (!r) {
 		admin_fail(&eb);
 		goto rollback;
@@ -173,6 +179,7 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	snprintf(dataset_id, sizeof dataset_id, "%s", PQgetvalue(r, 0, 0));
 	long long n_tokens = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
 	int byte_tok = strcmp(PQgetvalue(r, 0, 2), "byte") == 0;
+	long long heldout = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
 	PQclear(r);
 	if (byte_tok && p.model.vocab != 256) {
 		admin_failf("field \"model.vocab\" must be 256 for dataset \"%s\", whose tokenizer is "
@@ -191,6 +198,23 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 		            "A microbatch needs microbatch_size * seq_len + 1 = %lld tokens; import more "
 		            "text or make them smaller.",
 		            (long long)p.microbatch_size * p.model.seq_len + 1);
+		admin_fail(&eb);
+		goto rollback;
+	}
+
+	/* The held-out sample: the first eval_sequences sequences of seq_len + 1
+	 * tokens of the held-out part (server/heldout_eval.h). */
+	long long eval_seq = heldout > 0 ? (heldout - 1) / p.model.seq_len : 0;
+	if (eval_seq > p.eval_sequences)
+		eval_seq = p.eval_sequences;
+	if (heldout > 0 && eval_seq < 1 && p.eval_every > 0) {
+		cot_seterr(&eb, COT_ERR_INVALID,
+		           "the held-out part of dataset \"%s\" (%lld tokens) is too small for one sequence "
+		           "of "
+		           "field \"model.seq_len\" (%d) tokens",
+		           p.dataset, heldout, p.model.seq_len);
+		cot_sethint(&eb, "Set field \"eval_every\" to 0 (no held-out evaluation), or import the "
+		                 "dataset again with a larger --heldout-fraction.");
 		admin_fail(&eb);
 		goto rollback;
 	}
@@ -275,6 +299,14 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	       kern_param_count(&cfg), mb_per_epoch, p.microbatch_size, p.target_batch,
 	       kern_flops_per_sample(&cfg));
 	printf("version 0 checkpoint %s\n", ckpt);
+	if (p.eval_every > 0 && eval_seq > 0)
+		printf("held-out evaluation: every %d version%s on %lld sequences (%lld tokens) of the %lld "
+		       "held-out tokens\n",
+		       p.eval_every, p.eval_every == 1 ? "" : "s", eval_seq, eval_seq * p.model.seq_len,
+		       heldout);
+	else
+		printf("held-out evaluation: off (%s)\n",
+		       heldout > 0 ? "eval_every is 0" : "the dataset has no held-out part");
 	ret = ADMIN_OK;
 	goto out;
 rollback:

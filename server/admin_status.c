@@ -1,5 +1,6 @@
 /* cotrain-admin status: one screen on the state of the server: projects and
- * their versions, the microbatch pool and frontier, datasets, live work
+ * their versions, their training (committed rounds, latest loss, held-out
+ * bits per byte), the microbatch pool and frontier, datasets, live work
  * units, hosts (with the class the NAT service gave each), accounts and
  * teams. */
 #include "server/admin.h"
@@ -12,7 +13,10 @@
 static const char usage[] = "usage: cotrain-admin status [--work-units N] [--hosts N]\n"
                             "\n"
                             "Shows the schema version, every project (version, checkpoint, frontier,\n"
-                            "microbatches in the pool, live work units), the datasets, the hosts (how\n"
+                            "microbatches in the pool, live work units), its training (rounds committed,\n"
+                            "the latest round's loss, the latest held-out bits per byte and its version,\n"
+                            "the evaluation's mean CPU seconds per version), the datasets (tokens, of\n"
+                            "them held out), the hosts (how\n"
                             "many of each NAT class), accounts and teams, the N most recently seen\n"
                             "hosts with their class, mapping, public endpoint and relayed bytes\n"
                             "(--hosts, default 20), and the N most recent live work units\n"
@@ -85,6 +89,23 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	          ph, pw, 10))
 		return ADMIN_FAIL;
 
+	static const char *const th[] = { "PROJECT",     "ROUNDS",          "LATEST_LOSS",
+		                          "HELDOUT_BPB", "HELDOUT_VERSION", "EVAL_CPU_S" };
+	static const int tw[] = { 20, 7, 11, 11, 15, 10 };
+	if (table(ctx, "training", true,
+	          "SELECT p.name,"
+	          "       (SELECT count(*) FROM round r WHERE r.project_id = p.id AND r.state = 'committed'),"
+	          "       (SELECT round(r.loss::numeric, 4) FROM round r"
+	          "         WHERE r.project_id = p.id AND r.state = 'committed' AND r.loss IS NOT NULL"
+	          "         ORDER BY r.version DESC LIMIT 1),"
+	          "       round(h.heldout_bpb::numeric, 4), h.version,"
+	          "       (SELECT round(avg(v.heldout_cpu_seconds)::numeric, 3) FROM model_version v"
+	          "         WHERE v.project_id = p.id AND v.heldout_bpb IS NOT NULL)"
+	          "  FROM project p LEFT JOIN LATERAL heldout_latest(p.id) h ON true"
+	          " ORDER BY p.name",
+	          th, tw, 6))
+		return ADMIN_FAIL;
+
 	static const char *const vh[] = { "PROJECT", "VERSIONS", "FIRST", "LATEST", "LATEST_AT" };
 	static const int vw[] = { 20, 8, 5, 6, 16 };
 	if (table(ctx, "model versions", true,
@@ -95,14 +116,14 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	          vh, vw, 5))
 		return ADMIN_FAIL;
 
-	static const char *const dh[] = { "NAME", "TOKENIZER", "TOKENS", "SHARDS", "PROJECTS" };
-	static const int dw[] = { 20, 9, 14, 7, 8 };
+	static const char *const dh[] = { "NAME", "TOKENIZER", "TOKENS", "HELDOUT", "SHARDS", "PROJECTS" };
+	static const int dw[] = { 20, 9, 14, 12, 7, 8 };
 	if (table(ctx, "datasets", true,
-	          "SELECT d.name, d.tokenizer, d.n_tokens,"
+	          "SELECT d.name, d.tokenizer, d.n_tokens, d.heldout_tokens,"
 	          "       (SELECT count(*) FROM shard s WHERE s.dataset_id = d.id),"
 	          "       (SELECT count(*) FROM project p WHERE p.dataset_id = d.id)"
 	          "  FROM dataset d ORDER BY d.name",
-	          dh, dw, 5))
+	          dh, dw, 6))
 		return ADMIN_FAIL;
 
 	static const char *const hh[] = { "HOSTS",  "SEEN_1H", "SEEN_24H", "REVOKED", "GFLOPS",

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,7 @@ typedef struct {
 	unsigned char *buf; /* the shard being filled: shard_tokens bytes */
 	size_t fill;
 	uint64_t total; /* tokens emitted so far */
+	uint64_t cut;   /* a shard ends at this stream position too (0: none) */
 	ds_shard *shards;
 	size_t n_shards, cap_shards;
 	uint64_t n_docs, n_skipped;
@@ -85,13 +88,15 @@ static cot_err emit(importer *im, const unsigned char *p, size_t n)
 		                  (unsigned long long)DS_MAX_TOKENS);
 	while (n) {
 		size_t room = im->shard_tokens - im->fill;
+		if (im->total < im->cut && im->cut - im->total < room)
+			room = (size_t)(im->cut - im->total);
 		size_t k = n < room ? n : room;
 		memcpy(im->buf + im->fill, p, k);
 		im->fill += k;
 		im->total += k;
 		p += k;
 		n -= k;
-		if (im->fill == im->shard_tokens) {
+		if (im->fill == im->shard_tokens || (im->fill && im->total == im->cut)) {
 			cot_err rc = flush_shard(im);
 			if (rc)
 				return rc;
@@ -506,13 +511,13 @@ static cot_err import_input(importer *im, const char *path)
 static cot_err write_manifest(importer *im, ds_result *r)
 {
 	json_t *shards = json_array();
-	json_t *m =
-	        shards ? json_pack("{s:s, s:i, s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:o}", "format",
-	                           "cotrain-dataset", "version", 1, "dataset", im->name, "tokenizer", "byte",
-	                           "dtype", "u8", "vocab", 256, "separator", DS_SEPARATOR, "n_tokens",
-	                           (json_int_t)im->total, "n_documents", (json_int_t)im->n_docs,
-	                           "shard_tokens", (json_int_t)im->shard_tokens, "shards", shards)
-	               : NULL;
+	json_t *m = shards ? json_pack("{s:s, s:i, s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:o}",
+	                               "format", "cotrain-dataset", "version", 1, "dataset", im->name,
+	                               "tokenizer", "byte", "dtype", "u8", "vocab", 256, "separator",
+	                               DS_SEPARATOR, "n_tokens", (json_int_t)im->total, "heldout_tokens",
+	                               (json_int_t)r->heldout_tokens, "n_documents", (json_int_t)im->n_docs,
+	                               "shard_tokens", (json_int_t)im->shard_tokens, "shards", shards)
+	                   : NULL;
 	if (!m) /* json_pack released shards ("o" steals it, even on failure) */
 		return cot_seterr(im->eb, COT_ERR_NOMEM, "out of memory");
 	for (size_t i = 0; i < im->n_shards; i++) {
@@ -543,8 +548,65 @@ static cot_err write_manifest(importer *im, ds_result *r)
 	return rc;
 }
 
-cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens, const char *const *inputs,
-                  size_t n_inputs, ds_result *out, cot_errbuf *eb)
+uint64_t ds_heldout_tokens(uint64_t n_tokens, double heldout_fraction)
+{
+	if (!(heldout_fraction > 0))
+		return 0;
+	double h = ceil(heldout_fraction * (double)n_tokens);
+	uint64_t held = h >= (double)n_tokens ? n_tokens : (uint64_t)h;
+	return held < DS_HELDOUT_MIN_TOKENS ? DS_HELDOUT_MIN_TOKENS : held;
+}
+
+/* Cut the stream at b = total - heldout: rewrite the shards from the one
+ * holding token b on, reading them back from the store, so that a shard
+ * ends at b; the old shards' files no longer listed are removed from the
+ * store (they were written by this import).  Costs the held-out part and
+ * one shard read and written again. */
+static cot_err cut_heldout(importer *im, uint64_t heldout)
+{
+	uint64_t b = im->total - heldout;
+	size_t k = 0;
+	while (k < im->n_shards && im->shards[k].first_token + im->shards[k].n_tokens <= b)
+		k++;
+	if (k == im->n_shards || im->shards[k].first_token == b)
+		return COT_OK; /* b is already a shard boundary */
+	size_t n_old = im->n_shards - k;
+	ds_shard *old = malloc(n_old * sizeof *old);
+	if (!old)
+		return cot_seterr(im->eb, COT_ERR_NOMEM, "out of memory");
+	memcpy(old, im->shards + k, n_old * sizeof *old);
+	im->n_shards = k;
+	im->total = old[0].first_token;
+	im->fill = 0;
+	im->cut = b;
+	cot_err rc = COT_OK;
+	for (size_t j = 0; j < n_old && !rc; j++) {
+		char path[PATH_MAX];
+		shard_meta meta;
+		unsigned char *tok = NULL;
+		if ((rc = fs_path(im->store, old[j].sha256, path, sizeof path, im->eb)) ||
+		    (rc = shard_read(path, im->shard_tokens, &meta, &tok, im->eb)))
+			break;
+		rc = emit(im, tok, (size_t)meta.n_tokens);
+		free(tok);
+	}
+	if (!rc)
+		rc = flush_shard(im);
+	for (size_t j = 0; j < n_old && !rc; j++) {
+		bool kept = false;
+		for (size_t i = k; i < im->n_shards && !kept; i++)
+			kept = strcmp(im->shards[i].sha256, old[j].sha256) == 0;
+		char path[PATH_MAX];
+		if (!kept && fs_path(im->store, old[j].sha256, path, sizeof path, im->eb) == COT_OK)
+			unlink(path);
+	}
+	free(old);
+	return rc;
+}
+
+cot_err ds_import_heldout(const char *store_dir, const char *name, uint64_t shard_tokens,
+                          double heldout_fraction, const char *const *inputs, size_t n_inputs, ds_result *out,
+                          cot_errbuf *eb)
 {
 	memset(out, 0, sizeof *out);
 	if (!shard_name_valid(name))
@@ -555,6 +617,10 @@ cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens
 	if (shard_tokens < DS_SHARD_TOKENS_MIN || shard_tokens > DS_SHARD_TOKENS_MAX)
 		return cot_seterr(eb, COT_ERR_INVALID, "shard size %llu is out of range: use %u to %u tokens",
 		                  (unsigned long long)shard_tokens, DS_SHARD_TOKENS_MIN, DS_SHARD_TOKENS_MAX);
+	if (!(heldout_fraction >= 0 && heldout_fraction <= DS_HELDOUT_FRACTION_MAX))
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "held-out fraction %g is out of range: use a number from 0 to %g",
+		                  heldout_fraction, DS_HELDOUT_FRACTION_MAX);
 	if (n_inputs == 0)
 		return cot_seterr(eb, COT_ERR_INVALID, "no input files given");
 
@@ -572,6 +638,20 @@ cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens
 		rc = cot_seterr(eb, COT_ERR_INVALID, "dataset \"%s\" would hold no tokens", name);
 		cot_sethint(eb, "The inputs hold no non-empty text files.");
 	}
+	uint64_t heldout = rc ? 0 : ds_heldout_tokens(im.total, heldout_fraction);
+	if (!rc && heldout > im.total / 2) {
+		rc = cot_seterr(eb, COT_ERR_INVALID,
+		                "dataset \"%s\" is too small for a held-out part: %llu of its %llu tokens "
+		                "would be held out",
+		                name, (unsigned long long)heldout, (unsigned long long)im.total);
+		cot_sethint(eb,
+		            "A held-out part holds at least %u tokens and at most half the dataset; import "
+		            "more text, or give --heldout-fraction 0 (no held-out evaluation).",
+		            DS_HELDOUT_MIN_TOKENS);
+	}
+	if (!rc && heldout)
+		rc = cut_heldout(&im, heldout);
+	out->heldout_tokens = heldout;
 	if (!rc)
 		rc = write_manifest(&im, out);
 	free(im.buf);
@@ -587,6 +667,12 @@ cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens
 	out->n_shards = im.n_shards;
 	out->shards = im.shards;
 	return COT_OK;
+}
+
+cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens, const char *const *inputs,
+                  size_t n_inputs, ds_result *out, cot_errbuf *eb)
+{
+	return ds_import_heldout(store_dir, name, shard_tokens, 0, inputs, n_inputs, out, eb);
 }
 
 void ds_result_free(ds_result *r)

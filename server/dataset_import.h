@@ -17,6 +17,12 @@
  * shard_tokens tokens (the last may be shorter), each written to the store
  * with shard_write, then a JSON manifest listing them (doc/dataset.md).
  *
+ * A held-out part (ds_import_heldout) is the last heldout_tokens tokens of
+ * the stream, set aside for evaluation and never handed out as work: the
+ * shard holding its first token is cut there, so the held-out tokens fill
+ * shards of their own (the training part's last shard may be shorter than
+ * shard_tokens), and the manifest records "heldout_tokens".
+ *
  * ds_import touches no database: the caller records the result.  On error,
  * shards already written stay in the store as unreferenced garbage. */
 #ifndef COT_DATASET_IMPORT_H
@@ -36,6 +42,11 @@
 #define DS_MAX_TOKENS (1ull << 40) /* tokens in one dataset */
 #define DS_MAX_FILES 2000000       /* files listed from one folder */
 #define DS_MAX_DEPTH 64            /* folder nesting */
+#define DS_HELDOUT_FRACTION_DEFAULT 0.02
+#define DS_HELDOUT_FRACTION_MAX 0.5
+/* The smallest held-out part when there is one: a few evaluation sequences
+ * of a typical seq_len (eight of 512 tokens, each with its next token). */
+#define DS_HELDOUT_MIN_TOKENS 4104u
 
 typedef struct {
 	int32_t idx;
@@ -47,7 +58,8 @@ typedef struct {
 } ds_shard;
 
 typedef struct {
-	uint64_t n_tokens;
+	uint64_t n_tokens;       /* the whole stream, held-out part included */
+	uint64_t heldout_tokens; /* its last ones, held out (0: none) */
 	uint64_t n_documents;
 	uint64_t n_skipped; /* non-regular and hidden entries */
 	size_t n_shards;
@@ -65,6 +77,20 @@ typedef struct {
  * DS_MAX_DEPTH), COT_ERR_NOMEM; *out is zeroed on error. */
 cot_err ds_import(const char *store_dir, const char *name, uint64_t shard_tokens, const char *const *inputs,
                   size_t n_inputs, ds_result *out, cot_errbuf *eb);
+
+/* The tokens held out of a stream of n_tokens for heldout_fraction (0 to
+ * DS_HELDOUT_FRACTION_MAX): 0 for a fraction of 0, else
+ * max(ceil(fraction * n_tokens), DS_HELDOUT_MIN_TOKENS).  Pure. */
+uint64_t ds_heldout_tokens(uint64_t n_tokens, double heldout_fraction);
+
+/* As ds_import, setting aside the last ds_heldout_tokens(n_tokens,
+ * heldout_fraction) tokens as the held-out part (out->heldout_tokens).
+ * Besides ds_import's errors, COT_ERR_INVALID for a fraction that is not a
+ * number from 0 to DS_HELDOUT_FRACTION_MAX and for a dataset whose held-out
+ * part would be more than half of it (too little text for the minimum). */
+cot_err ds_import_heldout(const char *store_dir, const char *name, uint64_t shard_tokens,
+                          double heldout_fraction, const char *const *inputs, size_t n_inputs, ds_result *out,
+                          cot_errbuf *eb);
 
 void ds_result_free(ds_result *r);
 

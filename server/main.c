@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "server/export_stats.h"
+#include "server/heldout_eval.h"
 #include "server/settings.h"
 #include "server/dbconn.h"
 #include "server/http.h"
@@ -181,6 +182,7 @@ int main(int argc, char **argv)
 	http_server *http = NULL;
 	reaper *rp = NULL;
 	round_coord *coord = NULL;
+	heval *evaluator = NULL;
 	relay_service *relay = NULL;
 	stats_timer *stats = NULL;
 	cfg.conninfo = target.conninfo;
@@ -204,6 +206,7 @@ int main(int argc, char **argv)
 
 	if (dbc_init(cfg.conninfo, &eb) || http_start(&cfg, &http, &eb) ||
 	    reaper_start(cfg.reap_interval, &rp, &eb) || round_coord_start(&cfg, &coord, &eb) ||
+	    heval_start(&cfg, &evaluator, &eb) ||
 	    (relay_cfg.port && (relay_cfg.listen = relay_cfg.listen ? relay_cfg.listen : cfg.listen,
 	                        relay_start(&relay_cfg, &relay, &eb))) ||
 	    (stats_dir && stats_timer_start(cfg.conninfo, stats_dir, stats_interval, &stats, &eb))) {
@@ -232,6 +235,7 @@ out:
 	stats_timer_stop(stats);
 	http_stop(http);
 	relay_stop(relay);
+	heval_stop(evaluator);
 	round_coord_stop(coord);
 	reaper_stop(rp);
 	db_target_close(&target);

@@ -33,7 +33,10 @@ void metrics_observe(int status, double ms)
 }
 
 /* One row per project: name, committed rounds, version, samples of the
- * committed rounds, active hosts, granted credit, open spot checks. */
+ * committed rounds, active hosts, granted credit, open spot checks, speed,
+ * the latest held-out bits per byte and its version (NULL before the first
+ * evaluation: the gauge is left out), the evaluations' CPU seconds and
+ * their count. */
 static const dbc_stmt st_metrics = {
 	"metrics_projects",
 	"SELECT p.name,"
@@ -45,7 +48,13 @@ static const dbc_stmt st_metrics = {
 	"       (SELECT coalesce(sum(g.credit), 0) FROM credit_grant g"
 	"         WHERE g.project_id = p.id AND g.status = 'granted'),"
 	"       (SELECT count(*) FROM spot_check s WHERE s.project_id = p.id AND s.state = 'open'),"
-	"       (SELECT samples_per_sec FROM project_speed(p.id))"
+	"       (SELECT samples_per_sec FROM project_speed(p.id)),"
+	"       (SELECT h.heldout_bpb FROM heldout_latest(p.id) h),"
+	"       (SELECT h.version FROM heldout_latest(p.id) h),"
+	"       (SELECT coalesce(sum(v.heldout_cpu_seconds), 0) FROM model_version v"
+	"         WHERE v.project_id = p.id AND v.heldout_at IS NOT NULL),"
+	"       (SELECT count(*) FROM model_version v"
+	"         WHERE v.project_id = p.id AND v.heldout_bpb IS NOT NULL)"
 	"  FROM project p ORDER BY p.name",
 	0
 };
@@ -105,14 +114,23 @@ void metrics_get(http_req *req)
 		{ "cotrain_spot_checks_open", "gauge", "Spot checks waiting for fingerprints.", 6 },
 		{ "cotrain_samples_per_second", "gauge",
 		  "Summed speed of the hosts computing now (project_speed).", 7 },
+		{ "cotrain_heldout_bits_per_byte", "gauge",
+		  "Held-out bits per byte of the newest evaluated model version.", 8 },
+		{ "cotrain_heldout_version", "gauge", "Model version of cotrain_heldout_bits_per_byte.", 9 },
+		{ "cotrain_heldout_eval_cpu_seconds_total", "counter",
+		  "CPU seconds the server spent on held-out evaluations.", 10 },
+		{ "cotrain_heldout_evaluations_total", "counter",
+		  "Model versions evaluated on held-out data.", 11 },
 	};
 	for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
 		put(&b, "# HELP %s %s\n# TYPE %s %s\n", gauges[g].name, gauges[g].help, gauges[g].name,
 		    gauges[g].type);
 		for (int i = 0; i < PQntuples(r); i++)
-			/* Project names match ^[a-z0-9][a-z0-9-]*$: no label escaping needed. */
-			put(&b, "%s{project=\"%s\"} %s\n", gauges[g].name, PQgetvalue(r, i, 0),
-			    PQgetvalue(r, i, gauges[g].col));
+			/* Project names match ^[a-z0-9][a-z0-9-]*$: no label escaping needed.
+			 * NULL (no evaluation yet) leaves the sample out. */
+			if (!PQgetisnull(r, i, gauges[g].col))
+				put(&b, "%s{project=\"%s\"} %s\n", gauges[g].name, PQgetvalue(r, i, 0),
+				    PQgetvalue(r, i, gauges[g].col));
 	}
 	PQclear(r);
 	put(&b, "# HELP cotrain_http_request_duration_seconds Time to answer HTTP requests.\n"

@@ -373,7 +373,7 @@ static char *normalize(const pf_project *p)
 	json_t *j = json_pack("{s:s, s:s, s:s, s:s,"
 	                      " s:o,"
 	                      " s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:{s:I, s:I, s:s, s:f}},"
-	                      " s:i, s:i, s:I, s:i, s:f}",
+	                      " s:i, s:i, s:I, s:i, s:f, s:i, s:i}",
 	                      "name", p->name, "title", p->title, "description",
 	                      p->description ? p->description : "", "dataset", p->dataset, "model",
 	                      kern_model_config_to_json(m), "optimizer", "type", pf_opt_type_name(o->type),
@@ -383,7 +383,8 @@ static char *normalize(const pf_project *p)
 	                      (json_int_t)o->total_steps, "decay", pf_decay_name(o->decay), "min_lr_ratio",
 	                      o->min_lr_ratio, "target_batch", p->target_batch, "microbatch_size",
 	                      p->microbatch_size, "seed", (json_int_t)p->seed, "work_unit_seconds",
-	                      p->work_unit_seconds, "min_batch_fraction", p->min_batch_fraction);
+	                      p->work_unit_seconds, "min_batch_fraction", p->min_batch_fraction, "eval_every",
+	                      p->eval_every, "eval_sequences", p->eval_sequences);
 	if (j && p->license[0] && json_object_set_new(j, "license", json_string(p->license))) {
 		json_decref(j);
 		return NULL;
@@ -411,6 +412,7 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 		                            "seed",         "work_unit_seconds",
 		                            "mode",         "inner_batch",
 		                            "outer",        "min_batch_fraction",
+		                            "eval_every",   "eval_sequences",
 		                            "license",      NULL };
 	memset(out, 0, sizeof *out);
 	if (normalized)
@@ -433,6 +435,7 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	}
 	scope s = { root, "", eb };
 	long long tb = 0, mb = 8, seed = 0, wus = 180;
+	long long eval_every = PF_EVAL_EVERY_DEFAULT, eval_seq = PF_EVAL_SEQUENCES_DEFAULT;
 	if ((rc = only_keys(&s, keys)) || (rc = get_str(&s, "name", true, 1, PF_NAME_MAX, out->name, NULL)))
 		goto out;
 	if (!name_ok(out->name, true)) {
@@ -467,6 +470,8 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	    (rc = get_int(&s, "seed", false, 0, 9007199254740991ll, &seed)) ||
 	    (rc = get_int(&s, "work_unit_seconds", false, 1, 86400, &wus)) ||
 	    (rc = get_num(&s, "min_batch_fraction", false, 0, 1, false, &out->min_batch_fraction)) ||
+	    (rc = get_int(&s, "eval_every", false, 0, PF_EVAL_EVERY_MAX, &eval_every)) ||
+	    (rc = get_int(&s, "eval_sequences", false, 1, PF_EVAL_SEQUENCES_MAX, &eval_seq)) ||
 	    (rc = parse_mode(&s, out)))
 		goto out;
 	if (tb % mb != 0) {
@@ -479,6 +484,8 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	out->microbatch_size = (int)mb;
 	out->seed = seed;
 	out->work_unit_seconds = (int)wus;
+	out->eval_every = (int)eval_every;
+	out->eval_sequences = (int)eval_seq;
 	if (normalized && !(*normalized = normalize(out)))
 		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 out:

@@ -13,7 +13,7 @@
  *                               "decay": "cosine", "min_lr_ratio": 0.1}},
  *    "target_batch": 256, "microbatch_size": 8, "seed": 42,
  *    "work_unit_seconds": 180,
- *    "mode": "local", "inner_batch": 4,
+ *    "mode": "local", "inner_batch": 4, "eval_every": 1, "eval_sequences": 32,
  *    "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
  *
  * "mode" is "sync" (the default) or "local"; "inner_batch" and "outer" are
@@ -42,6 +42,10 @@
 #define PF_TITLE_MAX 200
 #define PF_DESCRIPTION_MAX 10000
 #define PF_MAX_PARAMS (1ll << 32) /* parameters of one model */
+#define PF_EVAL_EVERY_DEFAULT 1
+#define PF_EVAL_EVERY_MAX 1000000
+#define PF_EVAL_SEQUENCES_DEFAULT 32
+#define PF_EVAL_SEQUENCES_MAX 4096
 
 /* The model's shape: the kernels' own (kernels/model.h), read and written
  * through kernels/model_json.h. */
@@ -91,6 +95,11 @@ typedef struct {
 	 * fraction of target_batch reopens for the rest instead of stepping
 	 * (0: it always steps). */
 	double min_batch_fraction;
+	/* Held-out evaluation (doc/project-file.md): every eval_every-th
+	 * version (0: none) on the first eval_sequences sequences of the
+	 * dataset's held-out part. */
+	int eval_every;
+	int eval_sequences;
 } pf_project;
 
 /* Parse and check len bytes of project file.  On success *out is filled

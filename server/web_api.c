@@ -10,7 +10,9 @@
 #include "server/apiutil.h"
 
 /* Rounds newest first (up to $2), each with its loss when the round table
- * has one (to_jsonb keeps this statement valid whether or not it does). */
+ * has one (to_jsonb keeps this statement valid whether or not it does) and
+ * the held-out bits per byte of its version (the model it trained), null
+ * until evaluated. */
 static const dbc_stmt st_dash = {
 	"web_dashboard",
 	"SELECT json_build_object('project', p.name, 'title', p.title,"
@@ -26,6 +28,8 @@ static const dbc_stmt st_dash = {
 	"       'rounds', (SELECT coalesce(json_agg(json_build_object('version', r.version,"
 	"                  'attempt', r.attempt, 'state', r.state, 'samples', r.samples,"
 	"                  'loss', to_jsonb(r)->'loss', 'n_groups', r.n_groups,"
+	"                  'heldout_bpb', (SELECT mv.heldout_bpb FROM model_version mv"
+	"                                   WHERE mv.project_id = r.project_id AND mv.version = r.version),"
 	"                  'n_peers', (SELECT count(*) FROM round_member m"
 	"                               WHERE m.project_id = r.project_id AND m.version = r.version),"
 	"                  'opened_at', r.opened_at, 'closed_at', r.closed_at,"

@@ -176,7 +176,7 @@ typedef struct {
 	int n;
 	mb_span spans[MAX_SHARDS];
 	unsigned char *owned[MAX_SHARDS];
-	uint64_t n_tokens; /* the manifest's; 0 with bare shards */
+	uint64_t n_tokens; /* the manifest's training part (n_tokens - heldout_tokens); 0 with bare shards */
 } dataset;
 
 static void dataset_free(dataset *d)
@@ -244,7 +244,15 @@ static cot_err load_manifest(dataset *d, const char *store, const char *manifest
 		return cot_seterr(eb, COT_ERR_CORRUPT, "manifest \"%s\" is not a cotrain-dataset manifest",
 		                  path);
 	}
-	d->n_tokens = (uint64_t)json_integer_value(nt);
+	/* The epoch is cut from the training part only (doc/dataset.md). */
+	json_t *ht = json_object_get(m, "heldout_tokens");
+	json_int_t held = json_is_integer(ht) ? json_integer_value(ht) : 0;
+	if (held < 0 || held >= json_integer_value(nt)) {
+		json_decref(m);
+		return cot_seterr(eb, COT_ERR_CORRUPT, "manifest \"%s\" holds out %lld of its tokens", path,
+		                  (long long)held);
+	}
+	d->n_tokens = (uint64_t)(json_integer_value(nt) - held);
 	size_t i;
 	json_t *s;
 	json_array_foreach(shards, i, s)

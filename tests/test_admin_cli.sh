@@ -64,14 +64,25 @@ is "$(rc)" 0 "import a folder"
 out_has "from 2 documents";     ok $? "  $(head -1 "$T/out")"
 ntok=$(( $(wc -c <"$T/src/a.txt") + 2 + $(wc -c <"$T/src/sub/b.txt") ))
 is "$(q "SELECT n_tokens FROM dataset WHERE name = 'tiny'")" "$ntok" "  n_tokens is the bytes plus one separator"
+# The held-out part by default: 2% of the tokens, at least 4104.
+held=$(( (ntok * 2 + 99) / 100 )); [ "$held" -lt 4104 ] && held=4104
+train=$((ntok - held))
+is "$(q "SELECT heldout_tokens FROM dataset WHERE name = 'tiny'")" "$held" "  the last 2% (at least 4104 tokens) are held out"
+out_has "held out: the last $held tokens"; ok $? "  and it says so"
+nshards=$(( (train + 8191) / 8192 + (held + 8191) / 8192 ))
 is "$(q "SELECT count(*) FROM shard s JOIN dataset d ON d.id = s.dataset_id WHERE d.name = 'tiny'")" \
-   "$(( (ntok + 8191) / 8192 ))" "  shards of 8192 tokens"
+   "$nshards" "  shards of 8192 tokens, cut where the held-out part starts"
+is "$(q "SELECT count(*) FROM shard s JOIN dataset d ON d.id = s.dataset_id WHERE d.name = 'tiny'
+          AND s.first_token < $train AND s.first_token + s.n_tokens > $train")" 0 \
+   "  no shard holds both training and held-out tokens"
 is "$(q "SELECT count(*) FROM shard s JOIN file f ON f.sha256 = s.sha256 AND f.kind = 'shard'")" \
-   "$(( (ntok + 8191) / 8192 ))" "  every shard has its file row"
+   "$nshards" "  every shard has its file row"
 is "$(q "SELECT sum(n_tokens) = max(first_token + n_tokens) FROM shard")" "t" "  shards tile the stream"
 man=$(q "SELECT manifest_sha256 FROM dataset WHERE name = 'tiny'")
 [ -f "$D/files/$(echo "$man" | cut -c1-2)/$man" ] && [ "$(sha256sum <"$D/files/$(echo "$man" | cut -c1-2)/$man" | cut -d' ' -f1)" = "$man" ]
 ok $? "  the manifest is in the store under its sha256"
+grep -q "\"heldout_tokens\": $held," "$D/files/$(echo "$man" | cut -c1-2)/$man"
+ok $? "  the manifest records the held-out tokens"
 run dataset list;               out_has "^tiny ";     ok $? "dataset list shows it"
 
 before=$(snapshot)
@@ -95,9 +106,33 @@ printf 'PK\003\004 broken beyond repair' >"$T/bad.zip"
 run dataset import other "$T/bad.zip"
 is "$(rc)" 1 "a corrupt .zip fails the import"
 is "$(snapshot)" "$before" "  and changes nothing in the database"
+for f in -0.1 0.51 1 nan inf -inf 1e400 abc '' 0.02x '0,02' ' 0.1'; do
+	run dataset import --heldout-fraction "$f" other "$T/src"
+	[ "$(rc)" = 2 ] && err_has "heldout-fraction must be a number from 0 to 0.5"
+	ok $? "--heldout-fraction '$f' is refused: $(head -1 "$T/err")"
+done
+is "$(snapshot)" "$before" "  and changes nothing in the database"
+printf 'Too little text for a held-out part.\n' >"$T/small.txt"
+run dataset import small "$T/small.txt"
+is "$(rc)" 1 "a dataset too small for the held-out minimum is refused"
+err_has "too small for a held-out part" && err_has "heldout-fraction 0"
+ok $? "  with a hint: $(tr '\n' ' ' <"$T/err")"
+is "$(snapshot)" "$before" "  and changes nothing in the database"
+run dataset import --heldout-fraction 0 small "$T/small.txt"
+is "$(rc)" 0 "--heldout-fraction 0 imports it"
+out_has "no held-out part";     ok $? "  without a held-out part"
+is "$(q "SELECT heldout_tokens FROM dataset WHERE name = 'small'")" 0 "  heldout_tokens 0"
+run dataset import --heldout-fraction 0.25 --shard-tokens 4096 quarter "$T/src"
+is "$(rc)" 0 "--heldout-fraction 0.25 imports"
+is "$(q "SELECT heldout_tokens FROM dataset WHERE name = 'quarter'")" "$(( (ntok + 3) / 4 ))" \
+   "  holding out the last quarter, rounded up"
+is "$(q "SELECT min(first_token) FROM shard s JOIN dataset d ON d.id = s.dataset_id
+          WHERE d.name = 'quarter' AND s.first_token >= $ntok - $(( (ntok + 3) / 4 ))")" \
+   "$(( ntok - (ntok + 3) / 4 ))" "  in shards of its own"
+before=$(snapshot)
 run dataset import other "$T/good.tar.gz"
 is "$(rc)" 0 "the intact .tar.gz imports"
-is "$(q "SELECT count(DISTINCT manifest_sha256) FROM dataset")" 2 "  as a dataset of its own name"
+is "$(q "SELECT count(DISTINCT manifest_sha256) FROM dataset")" 4 "  as a dataset of its own name (beside tiny, small and quarter)"
 is "$(q "SELECT count(*) FROM (SELECT sha256 FROM shard GROUP BY sha256) s")" \
    "$(q "SELECT count(*) FROM shard")" "  (shard.json names its dataset, so shards differ)"
 
@@ -110,8 +145,11 @@ cat >"$T/p.json" <<'EOF'
 EOF
 run project create "$T/p.json"
 is "$(rc)" 0 "project create"
-mbe=$(( (ntok - 1) / 64 / 4 ))
-is "$(q "SELECT mb_per_epoch FROM project WHERE name = 'demo'")" "$mbe" "  mb_per_epoch = floor((n_tokens - 1) / seq_len) / microbatch_size"
+mbe=$(( (train - 1) / 64 / 4 ))
+is "$(q "SELECT mb_per_epoch FROM project WHERE name = 'demo'")" "$mbe" "  mb_per_epoch = floor((training tokens - 1) / seq_len) / microbatch_size"
+is "$(q "SELECT (mb_per_epoch * microbatch_size * seq_len + 1) <= $train FROM project WHERE name = 'demo'")" t \
+   "  an epoch reads no held-out token"
+out_has "held-out evaluation: every 1 version on 32 sequences"; ok $? "  evaluation on 32 held-out sequences by default"
 is "$(q "SELECT config->'optimizer'->>'beta2' FROM project WHERE name = 'demo'")" "0.999" "  the stored config has the defaults filled in"
 ck=$(q "SELECT v.checkpoint_sha256 FROM model_version v JOIN project p ON p.id = v.project_id WHERE p.name = 'demo' AND v.version = 0")
 is "$(q "SELECT kind FROM file WHERE sha256 = '$ck'")" "checkpoint" "  version 0 has a checkpoint in the store"

@@ -4,6 +4,7 @@
  * bad UTF-8 and corrupt archives are refused with a clear message. */
 #include "server/dataset_import.h"
 #include "shared/common/filestore.h"
+#include "shared/common/microbatch.h"
 #include "shared/common/shard.h"
 #include "tests/tap.h"
 
@@ -11,6 +12,7 @@
 #include <archive_entry.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,6 +230,100 @@ static void check_manifest(const ds_result *r)
 	}
 	ok(good, "manifest entries match the shards");
 	json_decref(m);
+}
+
+/* The held-out part (doc/dataset.md): the last tokens of the stream, in
+ * shards of their own, recorded in the manifest; an epoch cut from the rest
+ * (mb_per_epoch of the training tokens) reads none of them, whatever the
+ * geometry. */
+static void check_heldout(const unsigned char *want, size_t want_len)
+{
+	const char *in[1] = { src };
+	cot_errbuf eb = { "", "" };
+	ds_result h;
+	if (!is_int(ds_import_heldout(store, "held", 4096, 0.05, in, 1, &h, &eb), COT_OK,
+	            "import with a held-out fraction of 0.05")) {
+		diag("%s", eb.msg);
+		return;
+	}
+	/* ceil(0.05 n), at least DS_HELDOUT_MIN_TOKENS */
+	uint64_t expect = (uint64_t)ceil(0.05 * (double)want_len);
+	if (expect < DS_HELDOUT_MIN_TOKENS)
+		expect = DS_HELDOUT_MIN_TOKENS;
+	is_int((long long)h.heldout_tokens, (long long)expect, "the last 5%% of %zu tokens are held out",
+	       want_len);
+	uint64_t b = h.n_tokens - h.heldout_tokens;
+	int starts = 0, straddles = 0;
+	for (size_t i = 0; i < h.n_shards; i++) {
+		starts += h.shards[i].first_token == b;
+		straddles +=
+		        h.shards[i].first_token < b && h.shards[i].first_token + h.shards[i].n_tokens > b;
+	}
+	ok(starts == 1 && straddles == 0,
+	   "a shard starts at the held-out part's first token %llu, none straddles it",
+	   (unsigned long long)b);
+	size_t got_len;
+	unsigned char *got = read_stream(&h, &got_len);
+	ok(got_len == want_len && memcmp(got, want, want_len) == 0,
+	   "the shards still hold the whole stream, in order");
+	free(got);
+	char path[PATH_MAX];
+	fs_path(store, h.manifest_sha256, path, sizeof path, &eb);
+	json_t *m = json_load_file(path, 0, NULL);
+	json_int_t mh = -1;
+	json_unpack(m, "{s:I}", "heldout_tokens", &mh);
+	is_int(mh, (long long)expect, "the manifest records heldout_tokens");
+	json_decref(m);
+
+	/* By construction: every microbatch of an epoch of the training part
+	 * reads tokens below b only, and is filled from the training shards. */
+	static const int64_t Ts[] = { 1, 16, 64, 127, 512 }, Bs[] = { 1, 2, 3, 8 };
+	mb_span spans[64];
+	int ns = 0;
+	unsigned char *owned[64];
+	for (size_t i = 0; i < h.n_shards && ns < 64; i++) {
+		if (h.shards[i].first_token >= b)
+			continue;
+		shard_meta meta;
+		fs_path(store, h.shards[i].sha256, path, sizeof path, &eb);
+		if (shard_read(path, SHARD_TOKENS_MAX, &meta, &owned[ns], &eb))
+			break;
+		spans[ns] = (mb_span){ meta.first_token, meta.n_tokens, owned[ns] };
+		ns++;
+	}
+	int bad = 0, epochs = 0;
+	for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+		for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
+			mb_shape sh = { mb_per_epoch(b, Ts[ti], Bs[bi]), Bs[bi], Ts[ti] };
+			if (sh.mb_per_epoch < 1)
+				continue;
+			epochs++;
+			for (int64_t g = 0; g < 2 * sh.mb_per_epoch; g++)
+				if (mb_first_token(&sh, g) + (uint64_t)(sh.B * sh.T) + 1 > b ||
+				    mb_fill(&sh, spans, ns, g, NULL, NULL, &eb))
+					bad++;
+			/* and the stream's epoch would have read held-out tokens */
+			mb_shape whole = { mb_per_epoch(h.n_tokens, Ts[ti], Bs[bi]), Bs[bi], Ts[ti] };
+			bad += whole.mb_per_epoch <= sh.mb_per_epoch && Ts[ti] * Bs[bi] < 4096;
+		}
+	ok(epochs >= 15 && bad == 0,
+	   "every microbatch of two epochs of %d geometries reads training tokens only, from training shards "
+	   "(%d bad)",
+	   epochs, bad);
+	for (int i = 0; i < ns; i++)
+		free(owned[i]);
+
+	is_int(ds_import_heldout(store, "held2", 4096, 0.6, in, 1, &h, &eb), COT_ERR_INVALID,
+	       "a held-out fraction above 0.5 is refused: %s", eb.msg);
+	is_int(ds_import_heldout(store, "held2", 4096, NAN, in, 1, &h, &eb), COT_ERR_INVALID,
+	       "a NaN fraction is refused");
+	is_int(ds_import_heldout(store, "held2", 4096, -0.01, in, 1, &h, &eb), COT_ERR_INVALID,
+	       "a negative fraction is refused");
+	is_int((long long)ds_heldout_tokens(1000, 0), 0, "a fraction of 0 holds nothing out");
+	is_int((long long)ds_heldout_tokens(1000000, 0.02), 20000, "0.02 of 1e6 tokens is 20000");
+	is_int((long long)ds_heldout_tokens(1000, 0.02), DS_HELDOUT_MIN_TOKENS, "but never fewer than %u",
+	       DS_HELDOUT_MIN_TOKENS);
+	ds_result_free(&h);
 }
 
 int main(void)
@@ -500,6 +596,7 @@ int main(void)
 	is_int(shard_read(shard_path, 100, &m, &tok, &eb), COT_ERR_TOO_LARGE,
 	       "shard_read bounds the tokens it accepts");
 
+	check_heldout(want, want_len);
 	ds_result_free(&folder);
 	free(want);
 	for (int i = 0; i < N_DOCS; i++)

@@ -89,6 +89,10 @@ function drawPlot(c, points, opts) {
 	g.fillStyle = '#fff';
 	g.fillRect(0, 0, w, h);
 	const pts = points.filter(p => isFinite(p.x) && isFinite(p.y));
+	/* opts.second: {points, color, label}, a second curve on the same axes
+	 * (the held-out loss beside the training loss) */
+	const pts2 = opts.second ? opts.second.points.filter(p => isFinite(p.x) && isFinite(p.y)) : [];
+	const all = pts.concat(pts2);
 	const L = 56, R = 12, T = 10, B = 28;
 	g.strokeStyle = '#9aa5b1';
 	g.lineWidth = 1;
@@ -99,13 +103,15 @@ function drawPlot(c, points, opts) {
 	g.stroke();
 	g.fillStyle = '#5b6570';
 	g.font = '11px sans-serif';
-	if (pts.length === 0) {
+	if (opts.second)
+		c.setAttribute('data-points-2', String(pts2.length));
+	if (all.length === 0) {
 		g.fillText('no data yet', L + 10, T + 20);
 		c.setAttribute('data-points', '0');
 		return;
 	}
-	let x0 = Math.min(...pts.map(p => p.x)), x1 = Math.max(...pts.map(p => p.x));
-	let y0 = Math.min(...pts.map(p => p.y)), y1 = Math.max(...pts.map(p => p.y));
+	let x0 = Math.min(...all.map(p => p.x)), x1 = Math.max(...all.map(p => p.x));
+	let y0 = Math.min(...all.map(p => p.y)), y1 = Math.max(...all.map(p => p.y));
 	if (opts.zero)
 		y0 = Math.min(0, y0);
 	if (x1 === x0) { x0 -= 1; x1 += 1; }
@@ -124,16 +130,27 @@ function drawPlot(c, points, opts) {
 	g.fillText(String(x0), L, h - 8);
 	g.fillText(String(x1), w - R - 30, h - 8);
 	g.fillText(opts.xlabel || 'model version', (L + w) / 2 - 30, h - 8);
-	g.strokeStyle = opts.color || '#2b6cb0';
-	g.lineWidth = 2;
-	g.beginPath();
-	pts.forEach((p, i) => (i ? g.lineTo(X(p.x), Y(p.y)) : g.moveTo(X(p.x), Y(p.y))));
-	g.stroke();
-	g.fillStyle = opts.color || '#2b6cb0';
-	for (const p of pts) {
+	const curve = (cp, color) => {
+		g.strokeStyle = color;
+		g.lineWidth = 2;
 		g.beginPath();
-		g.arc(X(p.x), Y(p.y), 2.5, 0, 2 * Math.PI);
-		g.fill();
+		cp.forEach((p, i) => (i ? g.lineTo(X(p.x), Y(p.y)) : g.moveTo(X(p.x), Y(p.y))));
+		g.stroke();
+		g.fillStyle = color;
+		for (const p of cp) {
+			g.beginPath();
+			g.arc(X(p.x), Y(p.y), 2.5, 0, 2 * Math.PI);
+			g.fill();
+		}
+	};
+	curve(pts, opts.color || '#2b6cb0');
+	if (opts.second) {
+		curve(pts2, opts.second.color);
+		g.font = '11px sans-serif';
+		g.fillStyle = opts.color || '#2b6cb0';
+		g.fillText('— ' + (opts.label || ''), w - R - 150, T + 12);
+		g.fillStyle = opts.second.color;
+		g.fillText('— ' + opts.second.label, w - R - 150, T + 26);
 	}
 	c.setAttribute('data-points', String(pts.length));
 }
@@ -188,6 +205,7 @@ async function pageDashboard() {
 		const done = rounds.filter(r => r.state === 'committed');
 		const cur = rounds.length ? rounds[rounds.length - 1] : null;
 		const last = done.length ? done[done.length - 1] : null;
+		const evald = rounds.filter(r => r.heldout_bpb !== null && r.heldout_bpb !== undefined);
 		setMain(
 			el('h1', {}, utext(d.title, 200), ' — training'),
 			el('div', { class: 'stats' },
@@ -195,10 +213,15 @@ async function pageDashboard() {
 			   stat('active peers', fmtNum(d.active_hosts, 0)),
 			   stat('samples / s now', fmtNum(d.samples_per_sec, 1)),
 			   stat('last loss', last && last.loss !== null ? fmtNum(last.loss, 4) : '–'),
+			   stat('held-out bits / byte', evald.length ? fmtNum(evald[evald.length - 1].heldout_bpb, 4) + ' (v' + evald[evald.length - 1].version + ')' : '–'),
 			   stat('last round', last && last.seconds ? fmtNum(last.seconds, 1) + ' s' : '–'),
 			   stat('round ' + (cur ? cur.version : '–'), cur ? cur.state : '–')),
 			el('div', { class: 'plots', id: 'plots' },
-			   plot('Loss', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: r.version, y: Number(r.loss) }))),
+			   /* both in bits per byte (byte tokenizer): the training loss
+			    * the peers reported, in nats, over ln 2; the held-out figure
+			    * of the same model version, computed by the server */
+			   plot('Loss (bits per byte)', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: r.version, y: Number(r.loss) / Math.LN2 })),
+			        { label: 'training', second: { label: 'held-out', color: '#c53030', points: evald.map(r => ({ x: r.version, y: Number(r.heldout_bpb) })) } }),
 			   plot('Samples per second (per round)', done.filter(r => r.seconds > 0).map(r => ({ x: r.version, y: r.samples / r.seconds })), { zero: true, color: '#2f855a' }),
 			   plot('Time per round (s)', done.filter(r => r.seconds > 0).map(r => ({ x: r.version, y: r.seconds })), { zero: true, color: '#b7791f' }),
 			   plot('Peers per round', done.map(r => ({ x: r.version, y: r.n_peers })), { zero: true, color: '#6b46c1' })),

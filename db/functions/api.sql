@@ -29,6 +29,7 @@ BEGIN
         'config', p.config,
         'dataset', jsonb_build_object('name', d.name, 'tokenizer', d.tokenizer,
                                       'n_tokens', d.n_tokens,
+                                      'heldout_tokens', d.heldout_tokens,
                                       'manifest', api_file_ref(d.manifest_sha256)),
         'seq_len', p.seq_len, 'microbatch_size', p.microbatch_size,
         'target_batch', p.target_batch, 'mb_per_epoch', p.mb_per_epoch, 'seed', p.seed,
@@ -37,6 +38,9 @@ BEGIN
         'accumulated_samples', sched_accumulated(p.id, p.current_version, p.microbatch_size),
         'checkpoint', (SELECT api_file_ref(mv.checkpoint_sha256) FROM model_version mv
                         WHERE mv.project_id = p.id AND mv.version = p.current_version),
+        'eval_every', heldout_every(p.config),
+        'heldout_bpb', (SELECT h.heldout_bpb FROM heldout_latest(p.id) h),
+        'heldout_version', (SELECT h.version FROM heldout_latest(p.id) h),
         'created_at', p.created_at)
       INTO v
       FROM project p JOIN dataset d ON d.id = p.dataset_id

@@ -321,7 +321,9 @@ $$;
 -- "samples" counts what the round holds: the mean's samples once it
 -- exists, the plan's while averaging, the accumulated ones while open or
 -- closing; "n_peers" likewise the included hosts, the plan's peers, or the
--- hosts holding work of the version.
+-- hosts holding work of the version.  "heldout_bpb" is the held-out bits
+-- per byte of version v, the model the round trained (the one its "loss"
+-- was measured on), once the evaluator has computed it (else null).
 CREATE OR REPLACE FUNCTION round_list(p_project text, p_limit integer, p_before integer)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -342,6 +344,8 @@ BEGIN
                             THEN sched_accumulated(p.id, r.version, p.microbatch_size)
                         ELSE r.samples END,
                    'loss', r.loss,
+                   'heldout_bpb', (SELECT mv.heldout_bpb FROM model_version mv
+                                    WHERE mv.project_id = p.id AND mv.version = r.version),
                    'n_peers', CASE
                         WHEN r.gradient_sha256 IS NOT NULL THEN
                             (SELECT count(*) FROM round_member m

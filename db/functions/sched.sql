@@ -82,7 +82,9 @@ $$;
 -- its epoch, and microbatch m of an epoch is made of the samples whose tokens
 -- lie in [m*T, (m+1)*T + 1) with T = microbatch_size * seq_len (one extra
 -- token: the last target).  A range that wraps an epoch needs two spans; one
--- of a whole epoch or more needs every shard.
+-- of a whole epoch or more needs every shard of the epoch.  p_n_tokens is the
+-- training part of the dataset: no shard of its held-out part (tokens from
+-- n_tokens - heldout_tokens on, in shards of their own) is ever listed.
 CREATE OR REPLACE FUNCTION sched_files(p_project bigint, p_version integer, p_dataset bigint,
                             p_n_tokens bigint, p_tokens_per_mb bigint, p_mb_per_epoch bigint,
                             p_lo bigint, p_hi bigint)
@@ -100,7 +102,7 @@ BEGIN
      WHERE mv.project_id = p_project AND mv.version = p_version;
     v_files := CASE WHEN v_ckpt IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(v_ckpt) END;
     IF p_hi - p_lo >= p_mb_per_epoch THEN
-        RETURN v_files || sched_shards(p_dataset, 0, p_n_tokens);
+        RETURN v_files || sched_shards(p_dataset, 0, least(p_mb_per_epoch * p_tokens_per_mb + 1, p_n_tokens));
     END IF;
     v_elo := p_lo % p_mb_per_epoch;
     v_ehi := v_elo + (p_hi - p_lo);
@@ -224,7 +226,8 @@ BEGIN
 
     SELECT p.id, p.active, p.current_version, p.wu_seconds, p.flops_per_sample,
            p.microbatch_size, p.seq_len, p.mb_per_epoch, p.seed, p.target_batch,
-           p.dataset_id, d.n_tokens, d.name AS dataset, r.state AS round_state,
+           p.dataset_id, d.n_tokens - d.heldout_tokens AS n_tokens, d.name AS dataset,
+           r.state AS round_state,
            r.attempt AS round_attempt
       INTO v_proj
       FROM project p JOIN dataset d ON d.id = p.dataset_id
