@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "server/apiutil.h"
+#include "server/auth_limit.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
 #include "shared/database/password.h"
@@ -66,8 +67,11 @@ void api_account_create(http_req *req)
 	if (!api_text_ok(req, "name", name) || !api_text_ok(req, "email", email))
 		goto out;
 	char phash[PASSWORD_HASH_MAX], cpid_raw[16], cpid[33], key[KEY_CHARS], hp[API_HASH_PARAM_LEN];
-	if (password_hash(password, req->cfg->kdf_iterations, phash, sizeof phash, &eb) ||
-	    hash_random(cpid_raw, sizeof cpid_raw)) {
+	if (!auth_limit_enter(req))
+		goto out;
+	cot_err hrc = password_hash(password, req->cfg->kdf_iterations, phash, sizeof phash, &eb);
+	auth_limit_leave();
+	if (hrc || hash_random(cpid_raw, sizeof cpid_raw)) {
 		http_reply_error(req, 500, "internal_error", "could not hash the password", NULL);
 		goto out;
 	}
@@ -104,10 +108,14 @@ void api_account_login(http_req *req)
 		api_bad_request(req, &eb);
 		goto out;
 	}
+	if (!auth_limit_enter(req))
+		goto out;
 	const char *params[] = { email };
 	PGresult *r = api_exec(req, &st_lookup, params, NULL);
-	if (!r)
+	if (!r) {
+		auth_limit_leave();
 		goto out;
+	}
 	bool match = false;
 	char id[32] = "";
 	if (PQntuples(r) == 1) {
@@ -121,6 +129,7 @@ void api_account_login(http_req *req)
 		char dummy[PASSWORD_HASH_MAX];
 		password_hash(password, req->cfg->kdf_iterations, dummy, sizeof dummy, NULL);
 	}
+	auth_limit_leave();
 	PQclear(r);
 	if (!match) {
 		http_reply_error(req, 401, "unauthorized", "wrong email or password", NULL);

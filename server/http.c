@@ -1,6 +1,7 @@
 /* cotrain-server: the HTTP layer over libmicrohttpd. */
 #include "server/http.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -62,6 +63,19 @@ const char *http_header(const http_req *req, const char *name)
 {
 	const conn_state *st = req->priv;
 	return MHD_lookup_connection_value(st->conn, MHD_HEADER_KIND, name);
+}
+
+void http_client_ip(const http_req *req, char *out, size_t len)
+{
+	const conn_state *st = req->priv;
+	const union MHD_ConnectionInfo *ci =
+	        MHD_get_connection_info(st->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+	out[0] = '\0';
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)len);
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len);
 }
 
 const char *http_query(const http_req *req, const char *name)

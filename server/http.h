@@ -50,6 +50,9 @@ struct http_req {
 /* Value of a request header (case-insensitive name), or NULL. */
 const char *http_header(const http_req *req, const char *name);
 
+/* The client's address as text ("" when unknown). */
+void http_client_ip(const http_req *req, char *out, size_t len);
+
 /* Value of a query-string argument (?name=value, decoded), or NULL. */
 const char *http_query(const http_req *req, const char *name);
 

@@ -106,9 +106,12 @@ static const opt_spec server_opts[] = {
 	  .help = "seconds between exports" },
 	{ "timeout", 0, OPT_INT, F(cfg.conn_timeout), 1, 86400, .def = "60", .metavar = "S",
 	  .help = "idle connection timeout" },
-	{ "per-ip-connections", 0, OPT_INT, F(cfg.per_ip_connections), 0, 4096, .def = "64", .metavar = "N",
+	{ "per-ip-connections", 0, OPT_INT, F(cfg.per_ip_connections), 0, 4096, .def = "512", .metavar = "N",
 	  .help = "open connections one address may hold at once; 0 is no cap (behind a reverse proxy, "
 	          "which the server sees as one address)" },
+	{ "auth-per-minute", 0, OPT_INT, F(cfg.auth_per_minute), 0, 100000, .def = "30", .metavar = "N",
+	  .help = "log-ins and sign-ups one address may start a minute (each costs a password hash; 0 is "
+	          "no cap)" },
 	{ "log-level", 0, OPT_CALL, 0, .metavar = "L", .set = set_log_level,
 	  .expect = "debug, info, warn or error", .help = "debug, info, warn or error (default info)" },
 	{ "help", 0, OPT_HELP, .help = "show this help and exit" },

@@ -17,6 +17,7 @@ typedef struct {
 	size_t body_limit;           /* largest request body accepted, bytes */
 	int conn_timeout;            /* idle connection timeout, seconds */
 	int per_ip_connections;      /* open connections from one address at most; 0: no cap */
+	int auth_per_minute;         /* log-ins and sign-ups per address and minute (and burst); 0: no cap */
 	long long wu_max;            /* most microbatches in one work unit */
 	long long pool_chunk;        /* microbatches carved off the frontier at once */
 	int cert_lifetime;           /* host certificates, seconds */

@@ -88,7 +88,7 @@ static int connect_from(const char *src)
 	return fd;
 }
 
-/* One address may hold --per-ip-connections (64) connections; others are
+/* One address may hold --per-ip-connections (64 here) connections; others are
  * served meanwhile.  A body trickled in is cut after the grace (closed:
  * libmicrohttpd cannot answer in the middle of a body). */
 static void test_slow_clients(void)
@@ -140,6 +140,42 @@ static void test_slow_clients(void)
 	   "is cut (the connection closed) once it falls behind 1 KiB/s after 10 s (after %.1f s)", secs);
 	if (fd >= 0)
 		close(fd);
+}
+
+/* Failed log-ins from one address: past the burst, 429 at once; another
+ * address is still answered. */
+static void test_login_flood(void)
+{
+	const char *body = "{\"email\": \"nobody@example.org\", \"password\": \"wrong password\"}";
+	char req[512];
+	snprintf(req, sizeof req,
+	         "POST /v1/accounts/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	         "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+	         strlen(body), body);
+	int n401 = 0, n429 = 0, other = 0;
+	for (int i = 0; i < 30 + 10; i++) {
+		int fd = connect_from("127.0.0.5"), status = 0;
+		char buf[256];
+		if (fd >= 0 && write(fd, req, strlen(req)) == (ssize_t)strlen(req)) {
+			ssize_t k = read(fd, buf, sizeof buf - 1);
+			if (k > 0) {
+				buf[k] = '\0';
+				sscanf(buf, "HTTP/1.%*d %d", &status);
+			}
+		}
+		if (fd >= 0)
+			close(fd);
+		n401 += status == 401;
+		n429 += status == 429;
+		other += status != 401 && status != 429;
+	}
+	ok(n401 >= 30 && n401 <= 30 + 2 && n429 >= 8 && other == 0,
+	   "%d failed log-ins from one address: %d answered 401, then %d refused 429 (%d other)", 30 + 10,
+	   n401, n429, other);
+	th_resp r;
+	th_http(NULL, "POST", "/v1/accounts/login", NULL, body, NULL, &r);
+	is_int(r.status, 401, "another address still gets its answer");
+	th_resp_free(&r);
 }
 
 static void test_routing(void)
@@ -624,13 +660,15 @@ static void test_schema_refusal(void)
 int main(void)
 {
 	plan_lazy();
-	const char *args[] = { "--reap-interval", "1", "--threads", "4", NULL };
+	const char *args[] = { "--reap-interval",   "1",  "--threads", "4", "--per-ip-connections", "64",
+		               "--auth-per-minute", "30", NULL };
 	th_start(args);
 	th_seed_project("alpha", 60, 1e6, 4, 16, 8, 1000);
 	th_seed_project("beta", 1, 1e5, 4, 16, 8, 1000); /* bob's host: 5 microbatches */
 
 	test_routing();
 	test_slow_clients();
+	test_login_flood();
 	test_accounts();
 	test_teams();
 	test_hosts();
