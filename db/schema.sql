@@ -303,6 +303,107 @@ END
 $$;
 
 --
+-- Name: file_gc_collect(integer, integer, integer, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.file_gc_collect(p_keep_last integer, p_keep_every integer, p_grace_s integer, p_dry_run boolean) RETURNS TABLE(sha256 text, size bigint, kind text, project text, version integer)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_keep_last IS NULL OR p_keep_last < 1 THEN
+        RAISE EXCEPTION 'keep_last must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    IF p_keep_every IS NULL OR p_keep_every < 0 OR p_grace_s IS NULL OR p_grace_s < 0 THEN
+        RAISE EXCEPTION 'keep_every and grace must not be negative' USING ERRCODE = '22023';
+    END IF;
+    LOCK TABLE model_version IN SHARE ROW EXCLUSIVE MODE;
+    CREATE TEMP TABLE IF NOT EXISTS gc_doomed (sha256 text PRIMARY KEY, size bigint, kind text,
+                                               project text, version integer) ON COMMIT DROP;
+    TRUNCATE gc_doomed;
+    INSERT INTO gc_doomed
+    SELECT f.sha256, f.size, f.kind,
+           (SELECT p.name FROM model_version mv JOIN project p ON p.id = mv.project_id
+             WHERE mv.checkpoint_sha256 = f.sha256 ORDER BY mv.version LIMIT 1),
+           (SELECT min(mv.version) FROM model_version mv WHERE mv.checkpoint_sha256 = f.sha256)
+      FROM file f
+     WHERE f.created_at <= now() - make_interval(secs => p_grace_s)
+       AND NOT EXISTS (SELECT 1 FROM dataset d WHERE d.manifest_sha256 = f.sha256)
+       AND NOT EXISTS (SELECT 1 FROM shard s WHERE s.sha256 = f.sha256)
+       AND NOT EXISTS (SELECT 1 FROM round r
+                        WHERE r.checkpoint_sha256 = f.sha256 AND r.state <> 'committed')
+       AND NOT EXISTS (SELECT 1 FROM file_gc_kept_versions(p_keep_last, p_keep_every) k
+                         JOIN model_version mv
+                           ON mv.project_id = k.project_id AND mv.version = k.version
+                        WHERE mv.checkpoint_sha256 = f.sha256);
+    IF NOT p_dry_run THEN
+        UPDATE model_version mv SET checkpoint_sha256 = NULL
+          FROM gc_doomed g WHERE mv.checkpoint_sha256 = g.sha256;
+        UPDATE round r SET checkpoint_sha256 = NULL
+          FROM gc_doomed g WHERE r.checkpoint_sha256 = g.sha256;
+        DELETE FROM file f USING gc_doomed g WHERE f.sha256 = g.sha256;
+    END IF;
+    RETURN QUERY SELECT g.sha256, g.size, g.kind, g.project, g.version
+                   FROM gc_doomed g ORDER BY g.project NULLS LAST, g.version, g.sha256;
+END
+$$;
+
+--
+-- Name: file_gc_kept_versions(integer, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.file_gc_kept_versions(p_keep_last integer, p_keep_every integer) RETURNS TABLE(project_id bigint, version integer)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT mv.project_id, mv.version
+      FROM model_version mv JOIN project p ON p.id = mv.project_id
+     WHERE mv.version = p.current_version
+        OR mv.version > p.current_version - p_keep_last
+        OR (p_keep_every > 0 AND mv.version % p_keep_every = 0)
+        OR mv.pinned
+        OR EXISTS (SELECT 1 FROM work_unit w
+                    WHERE w.project_id = mv.project_id AND w.version = mv.version
+                      AND w.state = 'live')
+        OR EXISTS (SELECT 1 FROM round r
+                    WHERE r.project_id = mv.project_id AND r.version = mv.version
+                      AND r.state <> 'committed')
+        OR EXISTS (SELECT 1 FROM spot_check c
+                    WHERE c.project_id = mv.project_id AND c.version = mv.version
+                      AND c.state = 'open')
+$$;
+
+--
+-- Name: file_gc_referenced(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.file_gc_referenced() RETURNS SETOF text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT f.sha256 FROM file f
+    UNION
+    SELECT x.sha FROM round r
+     CROSS JOIN LATERAL (SELECT g.sum_sha256 AS sha FROM round_group_sum g
+                          WHERE g.project_id = r.project_id AND g.version = r.version
+                         UNION ALL SELECT r.gradient_sha256) x
+     WHERE x.sha IS NOT NULL
+       AND (r.state <> 'committed'
+            OR EXISTS (SELECT 1 FROM spot_check c
+                        WHERE c.project_id = r.project_id AND c.version = r.version
+                          AND c.state = 'open'))
+$$;
+
+--
+-- Name: file_project_bytes(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.file_project_bytes(p_project bigint) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(sum(f.size), 0)::bigint FROM file f
+     WHERE f.sha256 IN (SELECT mv.checkpoint_sha256 FROM model_version mv
+                         WHERE mv.project_id = p_project)
+$$;
+
+--
 -- Name: heldout_every(jsonb); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2756,6 +2857,7 @@ CREATE TABLE public.model_version (
     heldout_cpu_seconds double precision,
     heldout_at timestamp with time zone,
     heldout_error text,
+    pinned boolean DEFAULT false NOT NULL,
     CONSTRAINT model_version_version_check CHECK ((version >= 0))
 );
 
@@ -3497,6 +3599,12 @@ CREATE INDEX spot_check_host_idx ON public.spot_check USING btree (host_id, id D
 CREATE INDEX spot_check_open_idx ON public.spot_check USING btree (project_id, id) WHERE (state = 'open'::text);
 
 --
+-- Name: spot_check_open_version_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX spot_check_open_version_idx ON public.spot_check USING btree (project_id, version) WHERE (state = 'open'::text);
+
+--
 -- Name: team_credit_rac_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -3525,6 +3633,12 @@ CREATE INDEX work_unit_host_idx ON public.work_unit USING btree (host_id) WHERE 
 --
 
 CREATE INDEX work_unit_live_deadline_idx ON public.work_unit USING btree (deadline) WHERE (state = 'live'::text);
+
+--
+-- Name: work_unit_live_version_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX work_unit_live_version_idx ON public.work_unit USING btree (project_id, version) WHERE (state = 'live'::text);
 
 --
 -- Name: work_unit_version_idx; Type: INDEX; Schema: public; Owner: -

@@ -27,9 +27,10 @@ static const struct {
 	const char *name;
 	int (*run)(admin_ctx *ctx, int argc, char **argv);
 } groups[] = {
-	{ "db", admin_db_main },     { "dataset", admin_dataset_main }, { "project", admin_project_main },
-	{ "user", admin_user_main }, { "team", admin_team_main },       { "status", admin_status_main },
-	{ "export", export_main },   { "model", admin_model_main },     { "help", help_main },
+	{ "db", admin_db_main },       { "dataset", admin_dataset_main }, { "project", admin_project_main },
+	{ "user", admin_user_main },   { "team", admin_team_main },       { "status", admin_status_main },
+	{ "export", export_main },     { "model", admin_model_main },     { "help", help_main },
+	{ "files", admin_files_main }, { "backup", admin_backup_main },   { "restore", admin_restore_main },
 };
 
 static const opt_spec admin_opts[] = {
@@ -61,9 +62,16 @@ static const opt_program admin_prog = {
 	         "  project show [--json] NAME     one project: settings, config, round\n"
 	         "  project pause NAME | project resume NAME\n"
 	         "                                 stop or restart handing out work\n"
+	         "  project delete [--force] NAME  delete a project, its rounds and versions\n"
 	         "  model export [--version V] [--format hf|cotrain] PROJECT DIR\n"
 	         "                                 write a model version for Hugging Face\n"
 	         "                                 transformers (GPT-2) or as a checkpoint\n"
+	         "  model pin PROJECT VERSION | model unpin PROJECT VERSION\n"
+	         "                                 keep a version's checkpoint whatever the policy\n"
+	         "  files gc [--dry-run] [--keep-last N] [--keep-every K] [--grace S]\n"
+	         "                                 remove what the retention policy lets go\n"
+	         "  backup DIR                     database and files, while the server runs\n"
+	         "  restore DIR                    into an empty --data-dir (or --db)\n"
 	         "  user create [--admin] [--team TEAM] [--password-stdin] [--no-key] EMAIL NAME\n"
 	         "  user list | user disable EMAIL | user enable EMAIL\n"
 	         "  user set-admin EMAIL yes|no    grant or revoke administrator rights\n"

@@ -32,7 +32,8 @@
 #define PATH_MAX_EXPORT 2048
 
 static const char usage[] =
-        "usage: cotrain-admin model export [--version V] [--format hf|cotrain] PROJECT DIR\n"
+        "usage: cotrain-admin model export [--version V] [--format hf|cotrain] [--pin] PROJECT DIR\n"
+        "       cotrain-admin model pin PROJECT VERSION | model unpin PROJECT VERSION\n"
         "\n"
         "export writes model version V of PROJECT (default: its current version) to\n"
         "the folder DIR, which must not exist or be empty.  --format hf (the default)\n"
@@ -41,7 +42,11 @@ static const char usage[] =
         "transformers loads with GPT2LMHeadModel.from_pretrained(DIR) and\n"
         "cotrain-generate with --checkpoint DIR; --format cotrain writes the stored\n"
         "checkpoint with its optimizer state as checkpoint.safetensors.  Both add a\n"
-        "README.md model card.  See doc/model.md.\n";
+        "README.md model card.  See doc/model.md.  --pin also pins the version.\n"
+        "\n"
+        "pin keeps a version's checkpoint in the file store whatever the retention\n"
+        "policy (files gc, the server's --gc-interval); unpin lets the policy decide\n"
+        "again.\n";
 
 /* What the model card says, from the database. */
 typedef struct {
@@ -120,7 +125,11 @@ static int lookup(admin_ctx *ctx, const char *project, long long version, card_i
 		else
 			cot_seterr(&eb, COT_ERR_NOT_FOUND, "project \"%s\" has no model version %d", c->name,
 			           c->version);
-		cot_sethint(&eb, "Its versions are 0 to %d.", c->current);
+		if (row)
+			cot_sethint(&eb, "The file store's retention removed it; pin versions to keep them "
+			                 "(model pin, model export --pin).");
+		else
+			cot_sethint(&eb, "Its versions are 0 to %d.", c->current);
 		return admin_fail(&eb);
 	}
 	snprintf(c->sha, sizeof c->sha, "%s", PQgetvalue(r, 0, 0));
@@ -357,15 +366,58 @@ static int check_target(const char *dir, char *parent, size_t plen, char *base, 
 	return ADMIN_OK;
 }
 
+/* Set model_version.pinned of a version; reports itself. */
+static int set_pin(admin_ctx *ctx, const char *project, long long version, bool pinned)
+{
+	char v[24];
+	snprintf(v, sizeof v, "%lld", version);
+	const char *pp[3] = { project, v, pinned ? "true" : "false" };
+	cot_errbuf eb = { "", "" };
+	PGresult *r = admin_exec(ctx,
+	                         "UPDATE model_version mv SET pinned = $3::boolean FROM project p"
+	                         " WHERE p.id = mv.project_id AND p.name = $1 AND mv.version = $2::integer"
+	                         " RETURNING mv.checkpoint_sha256 IS NOT NULL",
+	                         3, pp, &eb);
+	if (!r)
+		return admin_fail(&eb);
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		cot_seterr(&eb, COT_ERR_NOT_FOUND, "project \"%s\" has no model version %lld", project,
+		           version);
+		cot_sethint(&eb, "cotrain-admin project list shows the projects and their current versions.");
+		return admin_fail(&eb);
+	}
+	bool has = PQgetvalue(r, 0, 0)[0] == 't';
+	PQclear(r);
+	printf("%s version %lld of project \"%s\"%s\n", pinned ? "pinned" : "unpinned", version, project,
+	       pinned && !has ? " (its checkpoint was already collected)" : "");
+	return ADMIN_OK;
+}
+
+/* pin|unpin PROJECT VERSION */
+static int pin_cmd(admin_ctx *ctx, int argc, char **argv, bool pinned)
+{
+	long long version;
+	const char *cmd = pinned ? "pin" : "unpin";
+	if (argc != 3)
+		return admin_usage(usage, "model %s: give a PROJECT and a VERSION", cmd);
+	if (!admin_parse_ll(argv[2], 0, 2147483647, &version))
+		return admin_usage(usage, "model %s: VERSION must be an integer from 0 to 2147483647", cmd);
+	if (admin_connect(ctx, true))
+		return ADMIN_FAIL;
+	return set_pin(ctx, argv[1], version, pinned);
+}
+
 static int export_cmd(admin_ctx *ctx, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "version", required_argument, NULL, 'v' },
 		{ "format", required_argument, NULL, 'f' },
+		{ "pin", no_argument, NULL, 'p' },
 		{ NULL, 0, NULL, 0 },
 	};
 	long long version = -1;
-	bool hf = true;
+	bool hf = true, pin = false;
 	int c;
 	optind = 0;
 	opterr = 0;
@@ -374,6 +426,8 @@ static int export_cmd(admin_ctx *ctx, int argc, char **argv)
 			if (!admin_parse_ll(optarg, 0, 2147483647, &version))
 				return admin_usage(usage, "model export: --version must be an integer from 0 "
 				                          "to 2147483647");
+		} else if (c == 'p') {
+			pin = true;
 		} else if (c == 'f') {
 			if (strcmp(optarg, "hf") == 0)
 				hf = true;
@@ -465,7 +519,7 @@ static int export_cmd(admin_ctx *ctx, int argc, char **argv)
 	}
 	printf("exported version %d of project \"%s\" (%zu parameters, %s format) to \"%s\"\n", ci.version,
 	       ci.name, m->n_params, hf ? "hf" : "cotrain", dir);
-	ret = ADMIN_OK;
+	ret = pin ? set_pin(ctx, ci.name, ci.version, true) : ADMIN_OK;
 out:
 	if (made_tmp)
 		remove_tree(tmp);
@@ -485,5 +539,7 @@ int admin_model_main(admin_ctx *ctx, int argc, char **argv)
 		return admin_usage(usage, "model: no command given");
 	if (strcmp(argv[1], "export") == 0)
 		return export_cmd(ctx, argc - 1, argv + 1);
+	if (strcmp(argv[1], "pin") == 0 || strcmp(argv[1], "unpin") == 0)
+		return pin_cmd(ctx, argc - 1, argv + 1, argv[1][0] == 'p');
 	return admin_usage(usage, "model: unknown command \"%s\"", argv[1]);
 }

@@ -39,12 +39,18 @@ static const char usage[] = "usage: cotrain-admin project create FILE\n"
                             "       cotrain-admin project list [--json]\n"
                             "       cotrain-admin project show [--json] NAME\n"
                             "       cotrain-admin project pause NAME | project resume NAME\n"
+                            "       cotrain-admin project delete [--force] NAME\n"
                             "\n"
                             "create reads a project file (JSON, see doc/project-file.md; \"-\" reads\n"
                             "standard input), checks it against its dataset and creates the project with\n"
                             "its model version 0.  show prints one project, its config and its round.\n"
                             "pause stops handing out work for the project (clients are told it is not\n"
-                            "active); resume starts it again.\n";
+                            "active); resume starts it again.  delete removes the project with its rounds,\n"
+                            "work units, model versions, spot checks and credit ledger; the credit it\n"
+                            "granted stays in the hosts', accounts' and teams' totals, its pending credit\n"
+                            "is never granted, and its checkpoints go at the next collection (files gc).\n"
+                            "It is refused while hosts hold live work units of the project or a round\n"
+                            "is closing or averaging, unless --force.\n";
 
 /* Read a whole file of at most max bytes into a malloc'd, NUL-terminated
  * buffer. */
@@ -507,6 +513,82 @@ static int set_active_cmd(admin_ctx *ctx, int argc, char **argv, bool active)
 	return ADMIN_OK;
 }
 
+/* delete [--force] NAME: one transaction, the project's row locked first
+ * (a work request in flight waits for it, then finds no project). */
+static int delete_cmd(admin_ctx *ctx, int argc, char **argv)
+{
+	bool force = false;
+	const char *name = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--force") == 0)
+			force = true;
+		else if (argv[i][0] == '-')
+			return admin_usage(usage, "project delete: unknown option \"%s\"", argv[i]);
+		else if (name)
+			return admin_usage(usage, "project delete: give exactly one project NAME");
+		else
+			name = argv[i];
+	}
+	if (!name)
+		return admin_usage(usage, "project delete: give exactly one project NAME");
+	cot_errbuf eb = { "", "" };
+	if (admin_connect(ctx, true) || admin_begin(ctx, &eb))
+		return eb.msg[0] ? admin_fail(&eb) : ADMIN_FAIL;
+	const char *pp[1] = { name };
+	PGresult *r = admin_exec(ctx,
+	                         "SELECT p.id,"
+	                         "       (SELECT count(*) FROM work_unit w WHERE w.project_id = p.id AND "
+	                         "w.state = 'live'),"
+	                         "       (SELECT count(DISTINCT w.host_id) FROM work_unit w"
+	                         "         WHERE w.project_id = p.id AND w.state = 'live'),"
+	                         "       (SELECT count(*) FROM round r WHERE r.project_id = p.id"
+	                         "           AND r.state IN ('closing', 'averaging')),"
+	                         "       (SELECT count(*) FROM model_version v WHERE v.project_id = p.id),"
+	                         "       (SELECT count(*) FROM round r WHERE r.project_id = p.id AND r.state "
+	                         "= 'committed'),"
+	                         "       (SELECT count(*) FROM credit_grant g WHERE g.project_id = p.id AND "
+	                         "g.status = 'pending')"
+	                         "  FROM project p WHERE p.name = $1 FOR UPDATE",
+	                         1, pp, &eb);
+	if (!r) {
+		admin_rollback(ctx);
+		return admin_fail(&eb);
+	}
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		admin_rollback(ctx);
+		return no_project(name);
+	}
+	long long live = atoll(PQgetvalue(r, 0, 1)), hosts = atoll(PQgetvalue(r, 0, 2)),
+	          busy = atoll(PQgetvalue(r, 0, 3)), versions = atoll(PQgetvalue(r, 0, 4)),
+	          rounds = atoll(PQgetvalue(r, 0, 5)), pending = atoll(PQgetvalue(r, 0, 6));
+	char id[32];
+	snprintf(id, sizeof id, "%s", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	if ((live || busy) && !force) {
+		admin_rollback(ctx);
+		fprintf(stderr,
+		        "cotrain-admin: error: cannot delete project \"%s\": %lld hosts hold %lld live work "
+		        "units and %lld rounds are closing or averaging\n"
+		        "cotrain-admin: hint: Pause it (project pause %s) and delete it once its work has "
+		        "ended, or give --force.\n",
+		        name, hosts, live, busy, name);
+		return ADMIN_FAIL;
+	}
+	const char *ip[1] = { id };
+	if (!(r = admin_exec(ctx, "DELETE FROM project WHERE id = $1", 1, ip, &eb))) {
+		admin_rollback(ctx);
+		return admin_fail(&eb);
+	}
+	PQclear(r);
+	if (admin_commit(ctx, &eb))
+		return admin_fail(&eb);
+	printf("deleted project \"%s\": %lld model versions, %lld committed rounds, %lld live work units "
+	       "(%lld pending credit grants never granted); its checkpoints go at the next files gc\n",
+	       name, versions, rounds, live, pending);
+	return ADMIN_OK;
+}
+
 int admin_project_main(admin_ctx *ctx, int argc, char **argv)
 {
 	if (admin_wants_help(argc, argv)) {
@@ -525,5 +607,7 @@ int admin_project_main(admin_ctx *ctx, int argc, char **argv)
 		return set_active_cmd(ctx, argc - 1, argv + 1, false);
 	if (strcmp(argv[1], "resume") == 0)
 		return set_active_cmd(ctx, argc - 1, argv + 1, true);
+	if (strcmp(argv[1], "delete") == 0)
+		return delete_cmd(ctx, argc - 1, argv + 1);
 	return admin_usage(usage, "project: unknown command \"%s\"", argv[1]);
 }

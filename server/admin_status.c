@@ -1,11 +1,15 @@
 /* cotrain-admin status: one screen on the state of the server: projects and
  * their versions, their training (committed rounds, latest loss, held-out
- * bits per byte), the microbatch pool and frontier, datasets, live work
+ * bits per byte), credit granted and pending, open spot checks, the bytes
+ * of the file store, the microbatch pool and frontier, datasets, live work
  * units, hosts (with the class the NAT service gave each), accounts and
  * teams. */
 #include "server/admin.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdbool.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +19,9 @@ static const char usage[] = "usage: cotrain-admin status [--work-units N] [--hos
                             "Shows the schema version, every project (version, checkpoint, frontier,\n"
                             "microbatches in the pool, live work units), its training (rounds committed,\n"
                             "the latest round's loss, the latest held-out bits per byte and its version,\n"
-                            "the evaluation's mean CPU seconds per version), the datasets (tokens, of\n"
+                            "the evaluation's mean CPU seconds per version), its credit granted and\n"
+                            "pending, open spot checks, stored checkpoints and their bytes, pinned\n"
+                            "versions, the file store's size, the datasets (tokens, of\n"
                             "them held out), the hosts (how\n"
                             "many of each NAT class), accounts and teams, the N most recently seen\n"
                             "hosts with their class, mapping, public endpoint and relayed bytes\n"
@@ -50,6 +56,30 @@ static int table(admin_ctx *ctx, const char *title, bool count, const char *sql,
 	}
 	PQclear(r);
 	return ADMIN_OK;
+}
+
+/* The bytes of every stored file under the store (indexed or not). */
+static unsigned long long store_bytes(const char *store)
+{
+	unsigned long long total = 0;
+	static const char hex[] = "0123456789abcdef";
+	for (int i = 0; i < 256; i++) {
+		char dir[700];
+		snprintf(dir, sizeof dir, "%s/%c%c", store, hex[i >> 4], hex[i & 15]);
+		DIR *d = opendir(dir);
+		if (!d)
+			continue;
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			struct stat st;
+			if (e->d_name[0] != '.' &&
+			    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISREG(st.st_mode))
+				total += (unsigned long long)st.st_size;
+		}
+		closedir(d);
+	}
+	return total;
 }
 
 int admin_status_main(admin_ctx *ctx, int argc, char **argv)
@@ -104,6 +134,36 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	          "  FROM project p LEFT JOIN LATERAL heldout_latest(p.id) h ON true"
 	          " ORDER BY p.name",
 	          th, tw, 6))
+		return ADMIN_FAIL;
+
+	static const char *const ch[] = { "PROJECT",     "CREDIT_GRANTED",   "CREDIT_PENDING", "OPEN_CHECKS",
+		                          "CHECKPOINTS", "CHECKPOINT_BYTES", "PINNED" };
+	static const int cw[] = { 20, 14, 14, 11, 11, 16, 6 };
+	if (table(ctx, "credit, spot checks and stored checkpoints", true,
+	          "SELECT p.name,"
+	          "       to_char(coalesce((SELECT sum(g.credit) FROM credit_grant g"
+	          "         WHERE g.project_id = p.id AND g.status = 'granted'), 0), 'FM999999999990.00'),"
+	          "       to_char(coalesce((SELECT sum(g.credit) FROM credit_grant g"
+	          "         WHERE g.project_id = p.id AND g.status = 'pending'), 0), 'FM999999999990.00'),"
+	          "       (SELECT count(*) FROM spot_check c WHERE c.project_id = p.id AND c.state = 'open'),"
+	          "       (SELECT count(*) FROM model_version v"
+	          "         WHERE v.project_id = p.id AND v.checkpoint_sha256 IS NOT NULL),"
+	          "       file_project_bytes(p.id),"
+	          "       (SELECT count(*) FROM model_version v WHERE v.project_id = p.id AND v.pinned)"
+	          "  FROM project p ORDER BY p.name",
+	          ch, cw, 7))
+		return ADMIN_FAIL;
+
+	static const char *const fh[] = { "FILES", "BYTES", "SHARDS_MANIFESTS", "CHECKPOINTS", "ON_DISK" };
+	static const int fw[] = { 7, 14, 16, 14, 14 };
+	char fsql[512];
+	snprintf(fsql, sizeof fsql,
+	         "SELECT count(*), coalesce(sum(size), 0),"
+	         "       coalesce(sum(size) FILTER (WHERE kind IN ('shard', 'manifest')), 0),"
+	         "       coalesce(sum(size) FILTER (WHERE kind = 'checkpoint'), 0), %llu::bigint FROM file",
+	         store_bytes(ctx->store_dir));
+	if (table(ctx, "file store (indexed files; on disk: everything under the store)", false, fsql, fh, fw,
+	          5))
 		return ADMIN_FAIL;
 
 	static const char *const vh[] = { "PROJECT", "VERSIONS", "FIRST", "LATEST", "LATEST_AT" };

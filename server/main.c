@@ -19,6 +19,7 @@
 #include "server/dbconn.h"
 #include "server/http.h"
 #include "server/reaper.h"
+#include "server/gc_timer.h"
 #include "server/round_coord.h"
 #include "server/relay.h"
 #include "kernels/backend.h"
@@ -35,6 +36,8 @@ typedef struct {
 	relay_config relay;
 	const char *data_dir, *db, *stats_dir;
 	int stats_interval;
+	int gc_interval;
+	fgc_policy gc;
 } server_cli;
 
 static cot_err set_log_level(void *settings, const opt_spec *o, const char *arg, cot_errbuf *eb)
@@ -104,6 +107,17 @@ static const opt_spec server_opts[] = {
 	          "--stats-interval" },
 	{ "stats-interval", 0, OPT_INT, F(stats_interval), 60, 86400 * 30, .def = "86400", .metavar = "S",
 	  .help = "seconds between exports" },
+	{ "gc-interval", 0, OPT_INT, F(gc_interval), 0, 86400 * 30, .def = "3600", .metavar = "S",
+	  .help = "seconds between passes of the file store's collector (doc/design.md, \"Retention "
+	          "and backup\"); 0 is off" },
+	{ "gc-keep-last", 0, OPT_INT, F(gc.keep_last), 1, 1000000, .def = OPT_STR(FGC_KEEP_LAST_DEFAULT),
+	  .metavar = "N", .help = "keep the checkpoints of each project's last N versions..." },
+	{ "gc-keep-every", 0, OPT_INT, F(gc.keep_every), 0, 1000000, .def = OPT_STR(FGC_KEEP_EVERY_DEFAULT),
+	  .metavar = "K",
+	  .help = "...and of every Kth version (0: none), besides pinned ones and any a client or an "
+	          "open spot check still needs" },
+	{ "gc-grace", 0, OPT_INT, F(gc.grace_s), 0, 86400 * 30, .def = OPT_STR(FGC_GRACE_DEFAULT),
+	  .metavar = "S", .help = "never collect a file stored less than S seconds ago" },
 	{ "timeout", 0, OPT_INT, F(cfg.conn_timeout), 1, 86400, .def = "60", .metavar = "S",
 	  .help = "idle connection timeout" },
 	{ "per-ip-connections", 0, OPT_INT, F(cfg.per_ip_connections), 0, 4096, .def = "512", .metavar = "N",
@@ -188,6 +202,7 @@ int main(int argc, char **argv)
 	heval *evaluator = NULL;
 	relay_service *relay = NULL;
 	stats_timer *stats = NULL;
+	gc_timer *gct = NULL;
 	cfg.conninfo = target.conninfo;
 	PGconn *conn = NULL;
 	if (db_connect(cfg.conninfo, &conn, &eb) || db_schema_check(conn, &eb)) {
@@ -212,7 +227,9 @@ int main(int argc, char **argv)
 	    heval_start(&cfg, &evaluator, &eb) ||
 	    (relay_cfg.port && (relay_cfg.listen = relay_cfg.listen ? relay_cfg.listen : cfg.listen,
 	                        relay_start(&relay_cfg, &relay, &eb))) ||
-	    (stats_dir && stats_timer_start(cfg.conninfo, stats_dir, stats_interval, &stats, &eb))) {
+	    (stats_dir && stats_timer_start(cfg.conninfo, stats_dir, stats_interval, &stats, &eb)) ||
+	    (cli.gc_interval &&
+	     gc_timer_start(cfg.conninfo, cfg.files_dir, &cli.gc, cli.gc_interval, &gct, &eb))) {
 		log_error("%s", eb.msg);
 		goto out;
 	}
@@ -235,6 +252,7 @@ int main(int argc, char **argv)
 	log_info("received %s; stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
 	rc = 0;
 out:
+	gc_timer_stop(gct);
 	stats_timer_stop(stats);
 	http_stop(http);
 	relay_stop(relay);

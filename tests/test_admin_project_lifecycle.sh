@@ -1,5 +1,5 @@
 #!/bin/sh
-# cotrain tests: cotrain-admin project list --json, show, pause and resume on
+# cotrain tests: cotrain-admin project list --json, show, pause, resume and delete on
 # a throwaway PostgreSQL, with hostile arguments that must change nothing.
 . "$top_srcdir/tests/tap.sh"
 
@@ -77,9 +77,59 @@ hostile "show without a name"         2 'give exactly one project NAME' project 
 hostile "pause of two names"          2 'give exactly one project NAME' project pause alpha beta
 hostile "an unknown option"           2 'unknown option "--all"' project pause --all
 hostile "list with an argument"       2 'unexpected argument' project list alpha
-hostile "an unknown command"          2 'unknown command "delete"' project delete alpha
+hostile "an unknown command"          2 'unknown command "remove"' project remove alpha
+hostile "delete of a missing project" 1 'project "nosuch" does not exist' project delete nosuch
+hostile "delete of a quoted name"     1 'does not exist' project delete "alpha'; DELETE FROM project; --"
+hostile "delete without a name"       2 'give exactly one project NAME' project delete
+hostile "delete of two names"         2 'give exactly one project NAME' project delete alpha beta
+hostile "delete with a bad option"    2 'unknown option "--yes"' project delete --yes alpha
 is "$(state)" "$before" "nothing changed"
+
+# project delete: refused while a host holds live work, unless --force; the
+# credit it granted stays in the totals; its checkpoints go at the next gc.
+echo 'a long enough password' | run user create --password-stdin v@example.org Vol
+is "$(rc)" 0 "create an account"
+H=$(q "INSERT INTO host (account_id, token_hash, flops) SELECT id, '\\x02', 1e9 FROM account RETURNING id")
+AID=$(q "SELECT id FROM account")
+A_ID=$(q "SELECT id FROM project WHERE name = 'alpha'")
+q "INSERT INTO work_unit (project_id, host_id, version, lo, hi, deadline)
+   VALUES ($A_ID, $H, 0, 0, 2, now() + interval '1 hour');
+   INSERT INTO credit_grant (kind, project_id, version, host_id, account_id, samples, flops, credit, status, created_at)
+   VALUES ('round', $A_ID, 0, $H, $AID, 8, 4.32e11, 1, 'granted', now()),
+          ('round', $A_ID, 1, $H, $AID, 8, 4.32e11, 1, 'pending', now());
+   INSERT INTO account_credit (account_id, total) VALUES ($AID, 1)
+     ON CONFLICT (account_id) DO UPDATE SET total = 1;
+   INSERT INTO host_credit (host_id, total) VALUES ($H, 1)
+     ON CONFLICT (host_id) DO UPDATE SET total = 1;" >"$T/setup"
+is "$(cat "$T/setup")" "" "  a live work unit, a granted and a pending grant" 
+ck=$(q "SELECT checkpoint_sha256 FROM model_version WHERE project_id = $A_ID AND version = 0")
+run project delete alpha
+[ "$(rc)" = 1 ] && err_has 'cannot delete project "alpha": 1 hosts hold 1 live work units' && err_has "give --force"
+ok $? "refuse to delete a project whose hosts hold live work: $(head -1 "$T/err")"
+is "$(q "SELECT count(*) FROM project WHERE name = 'alpha'")" 1 "  alpha is still there"
+run project delete --force alpha; is "$(rc)" 0 "project delete --force alpha"
+out_has 'deleted project "alpha": 1 model versions, 0 committed rounds, 1 live work units (1 pending'
+ok $? "  $(cat "$T/out")"
+is "$(q "SELECT (SELECT count(*) FROM project WHERE name = 'alpha') || ',' ||
+            (SELECT count(*) FROM work_unit) || ',' || (SELECT count(*) FROM round WHERE project_id = $A_ID) || ',' ||
+            (SELECT count(*) FROM model_version WHERE project_id = $A_ID) || ',' ||
+            (SELECT count(*) FROM credit_grant)")" "0,0,0,0,0" "  its project, work units, rounds, versions and grants are gone"
+is "$(q "SELECT total FROM account_credit WHERE account_id = $AID")/$(q "SELECT total FROM host_credit WHERE host_id = $H")" \
+	"1/1" "  the credit it granted stays with the account and the host"
+bk=$(q "SELECT checkpoint_sha256 FROM model_version mv JOIN project p ON p.id = mv.project_id WHERE p.name = 'beta'")
+run files gc --grace 0;          is "$(rc)" 0 "files gc after the delete"
+if [ "$ck" = "$bk" ]; then
+	[ -f "$COTRAIN_DATA_DIR/files/$(echo "$ck" | cut -c1-2)/$ck" ]; ok $? "  beta's version 0 (the same bytes) stays"
+else
+	[ ! -e "$COTRAIN_DATA_DIR/files/$(echo "$ck" | cut -c1-2)/$ck" ] && [ -f "$COTRAIN_DATA_DIR/files/$(echo "$bk" | cut -c1-2)/$bk" ]
+	ok $? "  alpha's checkpoint goes, beta's stays"
+fi
+run project delete beta;         is "$(rc)" 0 "delete beta (no live work)"
+run files gc --grace 0
+[ ! -e "$COTRAIN_DATA_DIR/files/$(echo "$bk" | cut -c1-2)/$bk" ]; ok $? "  its checkpoint goes at the next gc"
+is "$(q "SELECT count(*) FROM shard s JOIN file f ON f.sha256 = s.sha256")" "$(q "SELECT count(*) FROM shard")" \
+	"  the dataset's shards stay"
 run project --help;              is "$(rc)" 0 "project --help"
-out_has "project pause NAME"; ok $? "  lists pause and resume"
+out_has "project pause NAME" && out_has "project delete \[--force\] NAME"; ok $? "  lists pause, resume and delete"
 
 done_testing

@@ -181,9 +181,12 @@ cot_err fs_writer_commit(fs_writer *w, char sha_hex[FS_SHA_HEX_LEN + 1], uint64_
 		goto fail;
 	}
 	/* Already stored: the store is content-addressed, and files only ever
-	 * appear there whole (by rename), so the bytes are the same. */
+	 * appear there whole (by rename), so the bytes are the same.  Its time
+	 * is refreshed: the collector never takes a file stored within its
+	 * grace period, and this one is about to be named again. */
 	struct stat st;
-	if (stat(dest, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == w->size) {
+	if (stat(dest, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == w->size &&
+	    utimensat(AT_FDCWD, dest, NULL, 0) == 0) {
 		unlink(w->tmp_path);
 	} else if (rename(w->tmp_path, dest) != 0) {
 		rc = cot_seterr(eb, COT_ERR_IO, "could not rename \"%s\" to \"%s\": %s", w->tmp_path, dest,

@@ -8,8 +8,9 @@
  * A file is written to a temporary file in <store>/tmp/, hashed (OpenSSL EVP
  * sha256) while it is written, fsynced, then renamed into place, and the
  * folder fsynced; a reader therefore sees either no file or the whole file.
- * Putting bytes that are already stored is a no-op that returns the same
- * name.  Stored files are never modified; the database table `file` indexes
+ * Putting bytes that are already stored returns the same name and only
+ * refreshes the stored file's time (the garbage collector, server/file_gc.h,
+ * spares files stored within its grace period).  Stored files are never modified; the database table `file` indexes
  * the ones in use, and a file that no row references is garbage that may be
  * deleted.
  *
