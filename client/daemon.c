@@ -16,11 +16,12 @@
 #include "client/shard_cache.h"
 #include "client/spotcheck.h"
 #include "kernels/backend.h"
+#include "shared/common/hash.h"
 #include "shared/common/json.h"
 #include "shared/common/log.h"
 
 #define ACCOUNT_CHECK_S 3600
-#define DEADLINE_MARGIN_S 5
+#define DEADLINE_MARGIN_S 1 /* hand back this long before the deadline (units may live only seconds) */
 #define ROUND_RETRY_MAX_S 2 /* seconds between asks for work while a round commits */
 #define WORK_WAIT_S 20      /* how long the server may hold a work request (a long poll) */
 #define SPOT_SHARE 0.1      /* of the wall time, at most, for spot checks */
@@ -306,6 +307,59 @@ static void hand_back(cl_daemon *d, int i, const char *why)
 	log_warn("project %s: handing back work unit %lld: %s", d->st.projects[i].name, (long long)w->id,
 	         why);
 	send_report(d, i, CL_REPORT_HANDBACK, w->mb_done);
+}
+
+/* Before asking for work: the project's current checkpoint into the cache
+ * (lock held; released while fetching).  A work unit's deadline runs from
+ * its assignment, so a checkpoint fetched after it over a slow or
+ * rate-limited link (download_limit) could outlast the unit, which would
+ * expire and come back over and over; fetched first, the unit starts at
+ * once.  Returns 1 when the worker may ask for work now. */
+static int prefetch_checkpoint(cl_daemon *d, int i)
+{
+	cl_project copy = d->st.projects[i];
+	char held[65];
+	snprintf(held, sizeof held, "%s", d->rt[i].session ? d->rt[i].session_ckpt : "");
+	cl_api_opts o;
+	cl_daemon_api_opts(d, &o);
+	cl_prefs prefs;
+	cl_daemon_prefs(d, &prefs);
+	cl_fetch_env env = { .cache_dir = d->cache_dir,
+		             .downloads_dir = d->downloads_dir,
+		             .max_file_bytes = d->cfg.max_file_bytes,
+		             .timeout_s = d->cfg.http_timeout,
+		             .cancel = &d->stop,
+		             .rate_limit = prefs.v[PREF_DOWNLOAD_LIMIT] };
+	pthread_mutex_unlock(&d->lock);
+	cot_errbuf eb = { "", "" };
+	json_t *info = NULL;
+	cot_err rc = cl_api_project(&o, &copy, &info, &eb);
+	const json_t *ck = json_object_get(info, "checkpoint");
+	const char *sha = NULL;
+	long long size = 0;
+	if (!rc && json_is_object(ck) && !cot_json_str(ck, "sha256", true, 64, 64, &sha, NULL) &&
+	    hash_is_sha256_hex(sha) && !cot_json_int(ck, "size", true, 1, 1LL << 40, &size, NULL) &&
+	    strcmp(sha, held) != 0 && !cl_cache_has(d->cache_dir, sha, size)) {
+		char dest[PATH_MAX];
+		pthread_mutex_lock(&d->lock);
+		cl_daemon_activity(d, i, "downloading checkpoint %s (%lld bytes) before asking for work", sha,
+		                   size);
+		pthread_mutex_unlock(&d->lock);
+		rc = cl_cache_fetch(&env, copy.base, copy.host_token, sha, size, dest, sizeof dest, NULL,
+		                    &eb);
+		if (!rc)
+			log_info("project %s: downloaded checkpoint %s (%lld bytes) before asking for work",
+			         copy.name, sha, size);
+	}
+	json_decref(info);
+	pthread_mutex_lock(&d->lock);
+	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0)
+		return 0; /* detached meanwhile */
+	if (rc) {
+		fail(d, i, "fetching the checkpoint", &eb);
+		return 0;
+	}
+	return 1;
 }
 
 /* Ask for a work unit (lock held; released during the requests). */
@@ -804,7 +858,10 @@ void *cl_daemon_worker(void *arg)
 			continue;
 		}
 		if (!p->has_work) {
-			get_work(d, i);
+			/* With a model in memory (the usual case after a commit)
+			 * the next unit most likely starts from it: no prefetch. */
+			if (d->rt[i].session || prefetch_checkpoint(d, i))
+				get_work(d, i);
 			continue;
 		}
 		if (!fetch_files(d, i))

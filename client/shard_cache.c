@@ -157,6 +157,7 @@ cot_err cl_cache_fetch(const cl_fetch_env *env, const char *base, const char *be
 		              .timeout_s = env->timeout_s,
 		              .downloads_dir = env->downloads_dir,
 		              .dest_path = dest,
+		              .rate_limit = env->rate_limit,
 		              .cancel = env->cancel };
 	cl_download_info info;
 	return cl_download(&r, &info, eb);

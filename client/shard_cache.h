@@ -27,6 +27,7 @@ typedef struct {
 	int64_t max_file_bytes;
 	int timeout_s;
 	volatile int *cancel;
+	int64_t rate_limit; /* bytes/s, 0 = unlimited (the download_limit preference) */
 } cl_fetch_env;
 
 /* Make sure <base>/files/<sha> (size bytes; size < 0: ask the server with

@@ -57,24 +57,24 @@ stop_clients() {
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
 	CPIDS=
 }
-project() { # NAME TARGET MIN_BATCH_FRACTION
+project() { # NAME TARGET MIN_BATCH_FRACTION [WORK_UNIT_SECONDS]
 	cat >"$T/$1.json" <<JSON
 {"name": "$1", "title": "$1", "dataset": "tiny",
  "model": {"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256},
  "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "clip_norm": 1.0,
                "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
- "target_batch": $2, "microbatch_size": 4, "seed": 11, "work_unit_seconds": 20,
+ "target_batch": $2, "microbatch_size": 4, "seed": 11, "work_unit_seconds": ${4:-20},
  "min_batch_fraction": $3}
 JSON
 	admin project create "$T/$1.json" >/dev/null
 }
 
-plan 12
+plan 13
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
 admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null &&
-	project t32 32 0 && project reopen 2048 1 || bail_out "could not set up the projects"
+	project t32 32 0 && project reopen 2048 1 && project slow 65536 0 3 || bail_out "could not set up the projects"
 # Every host of t32 checked on every round: never trusted.  None of
 # "reopen": both of its hosts compute every round.
 sql "update spot_policy s set first_rate = 1, trusted_after = 1000000 from project p
@@ -147,4 +147,27 @@ ok $(case $r in *": attempt 1, 2048 samples, reopened for the rest"*) echo 0 ;; 
 	"the round reopened for the rest in its first attempt and stepped on the full target (${r:-no round reopened})"
 grep -q "reopened for the rest of its batch; computing on" "$T/client6.log"
 ok $? "the survivor kept its gradient and computed on"
+stop_clients
+
+# A slow link: a volunteer joins while the model is at version 1 or later
+# with download_limit 150k, so the checkpoint (1.4 MB) takes longer to
+# fetch than a work unit may live (work_unit_seconds 3: a 6 s deadline).
+# It fetches the checkpoint before it asks for work, and takes part.
+start_client 7 slow 1 100 && wait_for 120 version_at_least slow 2 || bail_out "the slow project trains nothing"
+mkdir -p "$T/cl8"
+"$B/client/cotrain-client" --state-dir "$T/cl8" --socket "$T/cl8/control.sock" \
+	--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
+	--set only_on_ac=false --set idle_detection=none --set max_threads=1 --set download_limit=150000 \
+	--set socket_group=nonexistent --set log_level=info 2>>"$T/client8.log" &
+CPIDS="$CPIDS $!"
+key8=$(echo secretpassword | admin user create --password-stdin c8@example.org "client 8" |
+	sed -n 's/^account key: //p')
+wait_for 30 test -S "$T/cl8/control.sock" &&
+	"$B/client/cotrainctl" --socket "$T/cl8/control.sock" attach "http://127.0.0.1:$PORT/projects/slow" \
+		--key "$key8" >/dev/null || bail_out "the slow client did not start"
+H8=$(grep -o '"host_id": *[0-9]*' "$T/cl8/state.json" | grep -o '[0-9]*$' | head -1)
+joined() { [ "$(sql "select count(*) from round_member m join round r using (project_id, version)
+  where r.state = 'committed' and m.host_id = ${H8:-0} and m.included")" -ge 1 ]; }
+wait_for 180 joined
+ok $? "a volunteer on a slow link fetched the checkpoint first and took part ($(grep -c 'before asking for work' "$T/client8.log") prefetches, $(grep -c 'handing back' "$T/client8.log") hand-backs)"
 stop_clients
