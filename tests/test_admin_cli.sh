@@ -221,5 +221,13 @@ else
 	st=$?
 	[ $st -eq 0 ] && env -u COTRAIN_DB "$A" --data-dir "$E" status >"$T/out" 2>>"$T/err"
 	ok $? "the embedded default: db migrate and status with no --db ($(tail -1 "$T/err"))"
+	# A relative --data-dir: the cluster's socket and lock files are made
+	# from it after postgres has moved into its directory.
+	t0=$(date +%s)
+	(cd "$T" && env -u COTRAIN_DB "$A" --data-dir relative db migrate >"$T/out" 2>"$T/err")
+	st=$?
+	secs=$(( $(date +%s) - t0 ))
+	ok $([ $st -eq 0 ] && [ $secs -lt 20 ]; echo $?) \
+		"a relative --data-dir works (exit $st after $secs s: $(tail -1 "$T/err"))"
 fi
 done_testing

@@ -107,9 +107,27 @@ static void log_tail(const char *path, char *buf, size_t max)
 	size_t n = fread(buf, 1, max - 1, f);
 	buf[n] = '\0';
 	fclose(f);
-	for (char *p = buf; *p; p++)
+	/* What says why: the last FATAL (else PANIC) line when there is one,
+	 * else the tail from its first whole line. */
+	char *why = NULL, *p;
+	for (p = buf; (p = strstr(p, "FATAL:")); p++)
+		why = p;
+	for (p = buf; !why && (p = strstr(p, "PANIC:")); p++)
+		why = p;
+	if (why) {
+		char *end = strchr(why, '\n');
+		if (end)
+			*end = '\0';
+		memmove(buf, why, strlen(why) + 1);
+	} else if (sz > (long)max - 1 && (p = strchr(buf, '\n'))) {
+		memmove(buf, p + 1, strlen(p + 1) + 1);
+	}
+	for (p = buf; *p; p++)
 		if (*p == '\n' && p[1])
 			*p = ' ';
+	n = strlen(buf);
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		buf[--n] = '\0';
 }
 
 /* Run argv (as the run user) with output to logpath; returns its exit status
@@ -382,6 +400,17 @@ cot_err pgc_start(const char *dir, int port, unsigned flags, const char *dbname,
                   cot_errbuf *eb)
 {
 	*out = NULL;
+	/* postgres runs in its data directory: a relative path (its socket
+	 * and lock files are made from it) would point elsewhere. */
+	char absdir[4096];
+	if (dir[0] != '/') {
+		char cwd[4096];
+		if (!getcwd(cwd, sizeof cwd) ||
+		    (size_t)snprintf(absdir, sizeof absdir, "%s/%s", cwd, dir) >= sizeof absdir)
+			return cot_seterr(eb, COT_ERR_INVALID, "database directory path \"%s\" is too long",
+			                  dir);
+		dir = absdir;
+	}
 	/* The socket path ("<dir>/.s.PGSQL.<port>") must fit sun_path. */
 	if (strlen(dir) + 16 >= 108 || strlen(dir) >= sizeof(((pgc_cluster *)0)->dir)) {
 		cot_err e =
