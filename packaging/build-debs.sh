@@ -88,7 +88,10 @@ fi
 
 say "building cotrain $version in $src (-j$jobs)"
 log=$out/build.log
-if ! DEB_BUILD_OPTIONS="parallel=$jobs ${DEB_BUILD_OPTIONS:-}" \
+# A clean environment for the build: run from make check (tests/test_debs.sh)
+# the caller's MAKEFLAGS would carry its TESTS= into debian/rules' make check.
+if ! env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u top_srcdir -u top_builddir \
+	DEB_BUILD_OPTIONS="parallel=$jobs ${DEB_BUILD_OPTIONS:-}" \
 	dpkg-buildpackage -us -uc -b >"$log" 2>&1; then
 	tail -40 "$log" >&2
 	die "dpkg-buildpackage failed; the whole log is $log"

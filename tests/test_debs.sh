@@ -48,7 +48,8 @@ trap 'exit 1' INT TERM
 # --- build --------------------------------------------------------------
 out=$top_builddir/debs
 timeout 900 "$top_srcdir/packaging/build-debs.sh" "$out" >"$T/build" 2>&1
-ok $? "packaging/build-debs.sh builds the packages" || { tail -30 "$T/build" | sed 's/^/# /'; exit 1; }
+ok $? "packaging/build-debs.sh builds the packages" ||
+	{ tail -30 "$T/build" | sed 's/^/# /'; bail_out "no packages to install"; }
 client_deb=$(ls "$out"/cotrain-client_"$version"_*.deb 2>/dev/null)
 server_deb=$(ls "$out"/cotrain-server_"$version"_*.deb 2>/dev/null)
 [ -f "$client_deb" ] && [ -f "$server_deb" ]
@@ -60,7 +61,7 @@ diag "sizes: $(du -k "$client_deb" "$server_deb" | awk '{printf "%s %s KiB; ", $
 
 # --- install ------------------------------------------------------------
 dpkg -i "$client_deb" "$server_deb" >"$T/install" 2>&1
-ok $? "dpkg -i installs both" || { sed 's/^/# /' "$T/install"; exit 1; }
+ok $? "dpkg -i installs both" || { sed 's/^/# /' "$T/install"; bail_out "the packages do not install"; }
 
 getent passwd cotrain >/dev/null && getent group cotrain >/dev/null
 ok $? "  the user and group cotrain exist"
