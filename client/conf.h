@@ -49,7 +49,12 @@
 #include "shared/peer/dialer.h"
 #include "shared/common/error.h"
 
-#define CL_DEFAULT_CONFIG "/etc/cotrain/client.conf"
+/* SYSCONFDIR comes from the build (Makefile.am: $(sysconfdir), /etc for the
+ * Debian packages), so the default agrees with where make install puts it. */
+#ifndef SYSCONFDIR
+#define SYSCONFDIR "/etc"
+#endif
+#define CL_DEFAULT_CONFIG SYSCONFDIR "/cotrain/client.conf"
 #define CL_DEFAULT_STATE "/var/lib/cotrain-client"
 
 typedef enum { IDLE_AUTO, IDLE_LOGIND, IDLE_TTY, IDLE_NONE } cl_idle_mode;

@@ -7,6 +7,9 @@
 #                                      tests/test_model_export.sh proves the
 #                                      GPT-2 export against a torch forward)
 #   packaging/install-deps.sh --torch  the same (kept for older scripts)
+#
+# help2man makes the man pages; debhelper, lintian and fakeroot build and
+# check the Debian packages (packaging/build-debs.sh, tests/test_debs.sh).
 set -eu
 
 PKGS="
@@ -22,6 +25,7 @@ zip tar gzip
 python3-torch python3-numpy
 chromium libxml2-utils
 clang-format
+help2man debhelper lintian fakeroot
 "
 
 missing=""
