@@ -764,7 +764,14 @@ BEGIN
             v_why := 'target';
         ELSIF v_acc > 0 AND v_acc >= p_fraction * r.target_batch THEN
             SELECT ps.samples_per_sec INTO v_sps FROM project_speed(r.project_id) ps;
-            IF v_sps <= 0 OR (r.target_batch - v_acc) / v_sps > p_budget_s THEN
+            IF v_sps > 0 AND (r.target_batch - v_acc) / v_sps > p_budget_s THEN
+                v_why := 'stragglers';
+            ELSIF v_sps <= 0 AND NOT EXISTS (
+                    SELECT 1 FROM work_unit w
+                     WHERE w.project_id = r.project_id AND w.version = r.version
+                       AND coalesce(w.finished_at, w.last_heartbeat) > now() - make_interval(secs => r.wu_seconds)) THEN
+                -- Nobody computes, and nobody did for wu_seconds: not a host
+                -- between two units (it asks again within milliseconds).
                 v_why := 'stragglers';
             END IF;
         END IF;

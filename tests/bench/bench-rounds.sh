@@ -107,12 +107,10 @@ PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server
 # The reference: the same clients, alone (no round ever closes), measured
 # before the rounds and again after them (the machine's speed drifts; the
 # efficiency is against the mean of the two).
-alone_n=0
-measure_alone() {
-	alone_n=$((alone_n + 1))
-	project "alone$alone_n" 10000000 20
-	start_clients "alone$alone_n"
-	pid=$(sql "select id from project where name = 'alone$alone_n'")
+measure_alone() { # NAME (a subshell: nothing it sets survives)
+	project "$1" 10000000 20
+	start_clients "$1"
+	pid=$(sql "select id from project where name = '$1'")
 	sleep 10 # downloads, model loads, the first units
 	s0=$(sql "select coalesce(sum(mb_done), 0) * 4 from version_progress where project_id = $pid") t0=$(now)
 	sleep "$SECONDS_"
@@ -120,7 +118,7 @@ measure_alone() {
 	stop_clients
 	echo "($s1 - $s0) / ($t1 - $t0)" | bc -l
 }
-REF1=$(measure_alone)
+REF1=$(measure_alone alone1)
 REF=$REF1
 printf "rounds: %d peers, one thread each, the demo model (microbatch 4), %s\n" "$PEERS" \
 	"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
@@ -169,7 +167,7 @@ for L in $LENGTHS; do
 		}' "$T/$P.rows"
 done
 done
-REF2=$(measure_alone)
+REF2=$(measure_alone alone2)
 printf "  reference: the same clients computing alone, after the rounds: %.1f samples/s\n" "$REF2"
 printf "  (efficiency above is against the first; against the mean of both multiply by %.3f)\n" \
 	"$(echo "$REF1 / (($REF1 + $REF2) / 2)" | bc -l)"
