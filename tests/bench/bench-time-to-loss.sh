@@ -143,7 +143,11 @@ for m in $MODES; do
 	done
 	stop_clients
 	[ -n "$t4" ] || { evaluated "four-$m"; t4=$(time_to "four-$m" "$bpb"); }
+	if [ -n "$t4" ]; then
+		four=$(printf '%.0f s' "$t4") up=$(printf '%.2fx' "$(echo "$t1 / $t4" | bc -l)")
+	else
+		four="not reached in $MINUTES min" up=-
+	fi
 	printf "  %-6s one client: %.3f bits/byte (version %s) in %.0f s; four: %s; speed-up %s\n" "$m" "$bpb" \
-		"${goal#*|}" "$t1" "${t4:+$(printf '%.0f s' "$t4")}${t4:-not reached in $MINUTES min}" \
-		"$( [ -n "$t4" ] && echo "$t1 / $t4" | bc -l | xargs printf '%.2fx' || echo '-')"
+		"${goal#*|}" "$t1" "$four" "$up"
 done
