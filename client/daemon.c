@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "client/download.h"
@@ -340,7 +341,10 @@ static int prefetch_checkpoint(cl_daemon *d, int i)
 	if (!rc && json_is_object(ck) && !cot_json_str(ck, "sha256", true, 64, 64, &sha, NULL) &&
 	    hash_is_sha256_hex(sha) && !cot_json_int(ck, "size", true, 1, 1LL << 40, &size, NULL) &&
 	    strcmp(sha, held) != 0 && !cl_cache_has(d->cache_dir, sha, size)) {
-		char dest[PATH_MAX];
+		char dest[PATH_MAX], part[PATH_MAX + 80];
+		struct stat pst;
+		snprintf(part, sizeof part, "%s/%s.part", d->downloads_dir, sha);
+		int resumed = stat(part, &pst) == 0 && pst.st_size > 0;
 		pthread_mutex_lock(&d->lock);
 		cl_daemon_activity(d, i, "downloading checkpoint %s (%lld bytes) before asking for work", sha,
 		                   size);
@@ -348,8 +352,10 @@ static int prefetch_checkpoint(cl_daemon *d, int i)
 		rc = cl_cache_fetch(&env, copy.base, copy.host_token, sha, size, dest, sizeof dest, NULL,
 		                    &eb);
 		if (!rc)
-			log_info("project %s: downloaded checkpoint %s (%lld bytes) before asking for work",
-			         copy.name, sha, size);
+			log_info("project %s: downloaded %s (%lld bytes%s) before asking for work", copy.name,
+			         sha, size, resumed ? ", resumed" : "");
+		else if (rc == COT_ERR_NOT_FOUND)
+			rc = COT_OK; /* a newer version replaced it meanwhile: the unit will say which */
 	}
 	json_decref(info);
 	pthread_mutex_lock(&d->lock);
