@@ -463,7 +463,15 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, int
 		return rc;
 	if (!a)
 		return cot_seterr(eb, COT_ERR_NETWORK, "server sent no work unit");
+	rc = cl_api_parse_work(a, date, p, w, eb);
+	json_decref(a);
+	return rc;
+}
+
+cot_err cl_api_parse_work(const json_t *a, time_t date, cl_project *p, cl_work *w, cot_errbuf *eb)
+{
 	cot_errbuf e2 = { "", "" };
+	cot_err rc;
 	long long id = 0, ver = 0, lo = 0, hi = 0;
 	const char *deadline = NULL;
 	cl_project tmp = *p;
@@ -527,10 +535,8 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, int
 	p->seq_len = tmp.seq_len;
 	p->microbatch_size = tmp.microbatch_size;
 	p->mb_per_epoch = tmp.mb_per_epoch;
-	json_decref(a);
 	return COT_OK;
 bad:
-	json_decref(a);
 	memset(w, 0, sizeof *w);
 	return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid work unit: %s", e2.msg);
 }

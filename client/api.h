@@ -109,6 +109,13 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
 cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, int wait_s, volatile int *cancel,
                             json_t **refusal, cot_errbuf *eb);
 
+/* Check the work unit answer a (borrowed) as cl_api_request_work does and
+ * fill w; date is the server's Date header (0: unknown), p's project
+ * parameters are refreshed only on success.  COT_ERR_NETWORK with a detail
+ * for anything a server should not send; then w is zeroed.  Exposed for the
+ * fuzz harness (tests/fuzz/fuzz_work.c). */
+cot_err cl_api_parse_work(const json_t *a, time_t date, cl_project *p, cl_work *w, cot_errbuf *eb);
+
 /* POST /v1/workunits/<id>/{heartbeat,handback,finish} with mb_done and
  * samples_per_sec.  On success *answer (when not NULL) is the server's
  * answer (new reference). */
