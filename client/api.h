@@ -96,6 +96,12 @@ cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char 
  * receives the whole validated answer (new reference). */
 cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_errbuf *eb);
 
+/* Check the project information a (borrowed) as cl_api_project does and, on
+ * success only, update p's parameters, model, training mode and seed.
+ * COT_ERR_NETWORK with a detail for what a server should not send.
+ * Exposed for the fuzz harness (tests/fuzz/fuzz_project_info.c). */
+cot_err cl_api_parse_project(const json_t *a, cl_project *p, cot_errbuf *eb);
+
 /* POST /v1/projects/<name>/work: a work unit into w (mb_done etc. zeroed,
  * deadline in local unix seconds, corrected by the server's Date header
  * for clock skew).  The project parameters in p are refreshed from it.
