@@ -293,6 +293,30 @@ static void text_seeds(void)
 	        "{\"work_unit_id\":1,\"version\":0,\"lo\":0,\"hi\":1,\"deadline\":\"2026-01-01T00:00:00Z\","
 	        "\"seq_len\":1,\"microbatch_size\":1,\"mb_per_epoch\":1,\"files\":[]}");
 
+	put_str("project_info", "local",
+	        "{\"name\":\"demo\",\"title\":\"t\",\"description\":\"d\",\"config\":{\"name\":\"demo\","
+	        "\"model\":{\"n_layer\":2,\"n_shared\":2,\"n_head\":2,\"d_model\":16,\"d_ff\":64,"
+	        "\"seq_len\":8,\"vocab\":256},\"optimizer\":{\"type\":\"adamw\",\"lr\":0.003,"
+	        "\"beta1\":0.9,\"beta2\":0.95,\"eps\":1e-08,\"weight_decay\":0.1,\"clip_norm\":1.0,"
+	        "\"schedule\":{\"warmup_steps\":2,\"total_steps\":32,\"decay\":\"cosine\","
+	        "\"min_lr_ratio\":0.1}},\"mode\":\"local\",\"inner_batch\":2,"
+	        "\"outer\":{\"lr\":0.7,\"momentum\":0.9,\"nesterov\":true}},"
+	        "\"dataset\":{\"name\":\"demo\",\"tokenizer\":\"byte\",\"n_tokens\":1048576,"
+	        "\"manifest\":{\"url\":\"/files/x\",\"sha256\":"
+	        "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\",\"size\":1234}},"
+	        "\"seq_len\":8,\"microbatch_size\":8,\"target_batch\":4096,\"mb_per_epoch\":512,"
+	        "\"seed\":0,\"flops_per_sample\":1.2e10,\"wu_seconds\":180,\"active\":true,"
+	        "\"current_version\":0,\"checkpoint\":null}");
+	put_str("project_info", "sync",
+	        "{\"config\":{\"model\":{\"n_layer\":1,\"n_shared\":1,\"n_head\":1,\"d_model\":4,\"d_ff\":8,"
+	        "\"seq_len\":4,\"vocab\":256},\"optimizer\":{\"type\":\"lamb\"}},\"seq_len\":4,"
+	        "\"microbatch_size\":2,\"mb_per_epoch\":10,\"seed\":-5}");
+	put_str("spotcheck", "check",
+	        "{\"id\":3,\"project\":\"demo\",\"version\":4,\"lo\":1500,\"hi\":1504,\"k\":16,"
+	        "\"seed\":\"-1234567890123\",\"tolerance\":0.001,\"checkpoint_sha256\":"
+	        "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\","
+	        "\"deadline\":\"2026-11-22T00:10:00+00:00\",\"state\":\"open\"}");
+
 	put_str("project_file", "sync",
 	        "{\"name\":\"tiny\",\"title\":\"a tiny test\",\"dataset\":\"tiny\",\"license\":\"CC-BY-4.0\","
 	        "\"model\":{\"n_layer\":2,\"n_shared\":1,\"n_head\":2,\"d_model\":16,\"d_ff\":64,"
