@@ -317,6 +317,11 @@ static void text_seeds(void)
 	        "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\","
 	        "\"deadline\":\"2026-11-22T00:10:00+00:00\",\"state\":\"open\"}");
 
+	put_str("control", "status", "{\"cmd\": \"status\"}\n");
+	put_str("control", "echo",
+	        "{\"cmd\": \"echo\", \"args\": {\"project\": \"demo\", \"n\": [1, 2.5, null]}}\n");
+	put_str("control", "no-newline", "{\"cmd\":\"echo\"}");
+
 	put_str("project_file", "sync",
 	        "{\"name\":\"tiny\",\"title\":\"a tiny test\",\"dataset\":\"tiny\",\"license\":\"CC-BY-4.0\","
 	        "\"model\":{\"n_layer\":2,\"n_shared\":1,\"n_head\":2,\"d_model\":16,\"d_ff\":64,"
