@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "client/state.h"
 #include "kernels/checkpoint.h"
 #include "kernels/safetensors.h"
 #include "shared/averaging/allreduce_msg.h"
@@ -252,6 +253,54 @@ static void file_seeds(void)
 		die("rm", dir);
 }
 
+/* A client state with a project, a work unit and a journaled report, as the
+ * body (byte 0 even: the harness writes the header) and as a whole file. */
+static void state_seeds(void)
+{
+	cl_state s;
+	cl_project *p;
+	cot_errbuf eb;
+	if (cl_state_init(&s) || cl_state_add(&s, &p, &eb))
+		die("cl_state", "could not make a state");
+	strcpy(p->url, "http://h/projects/tiny");
+	strcpy(p->base, "http://h");
+	strcpy(p->name, "tiny");
+	strcpy(p->host_token, "tok12345");
+	p->host_id = 3;
+	p->model.n_layer = 1;
+	p->has_work = 1;
+	p->work = (cl_work){ .id = 9,
+		             .lo = 10,
+		             .hi = 30,
+		             .keep_hi = 30,
+		             .mb_done = 7,
+		             .mb_reported = 5,
+		             .pending_op = CL_REPORT_HEARTBEAT,
+		             .pending_mb = 7,
+		             .deadline = 100,
+		             .nfiles = 1 };
+	strcpy(p->work.files[0].url, "/files/x");
+	memset(p->work.files[0].sha256, 'a', 64);
+	p->work.files[0].size = 12;
+	cl_project_mark_done(p, 8);
+	char *text;
+	size_t len;
+	if (cl_state_to_text(&s, &text, &len, &eb))
+		die("cl_state_to_text", eb.msg);
+	const char *nl = memchr(text, '\n', len);
+	size_t blen = len - (size_t)(nl + 1 - text);
+	unsigned char *b = malloc(len + 1);
+	b[0] = 0;
+	memcpy(b + 1, nl + 1, blen);
+	put("state", "body", b, 1 + blen);
+	b[0] = 1;
+	memcpy(b + 1, text, len);
+	put("state", "file", b, 1 + len);
+	free(b);
+	free(text);
+	cl_state_free(&s);
+}
+
 static void text_seeds(void)
 {
 	put_str("nat_line", "answers",
@@ -349,5 +398,6 @@ int main(int argc, char **argv)
 	averaging_seeds();
 	file_seeds();
 	text_seeds();
+	state_seeds();
 	return 0;
 }
