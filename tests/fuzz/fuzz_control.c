@@ -4,6 +4,7 @@
  * and refuses anything else; each input is sent as one connection's bytes
  * (the end of the input ends the request) and the answer read back.  Every
  * answer, whatever was sent, must be one JSON object with a boolean "ok". */
+#include <errno.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -70,6 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t off = 0;
 	while (off < size) {
 		ssize_t w = send(fd, data + off, size - off, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR) /* libFuzzer's timer signal */
+			continue;
 		if (w <= 0)
 			break; /* the daemon stopped reading (a complete or oversized request) */
 		off += (size_t)w;
@@ -79,6 +82,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n = 0;
 	for (;;) {
 		ssize_t r = recv(fd, answer + n, sizeof answer - 1 - n, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
 		if (r <= 0)
 			break;
 		n += (size_t)r;
