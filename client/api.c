@@ -372,33 +372,36 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
 	cot_err rc = request(o, "GET", url, NULL, NULL, &a, NULL, eb);
 	if (rc)
 		return rc;
+	rc = cl_api_parse_project(a, p, eb);
+	if (!rc && info)
+		*info = a;
+	else
+		json_decref(a);
+	return rc;
+}
+
+cot_err cl_api_parse_project(const json_t *a, cl_project *p, cot_errbuf *eb)
+{
 	cot_errbuf e2 = { "", "" };
 	cl_project tmp = *p;
 	if (project_params(a, &tmp, &e2) || !json_is_object(json_object_get(a, "config"))) {
 		if (!e2.msg[0])
 			cot_seterr(&e2, COT_ERR_INVALID, "field \"config\" must be an object");
-		json_decref(a);
 		return cot_seterr(eb, COT_ERR_NETWORK,
 		                  "server sent invalid information on project \"%s\": %s", p->name, e2.msg);
 	}
 	const json_t *model = json_object_get(json_object_get(a, "config"), "model");
 	long long seed = 0;
-	if (kern_model_config_from_json(model, "config.model", 0, &tmp.model, &e2)) {
-		json_decref(a);
+	if (kern_model_config_from_json(model, "config.model", 0, &tmp.model, &e2))
 		return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid model for project \"%s\": %s",
 		                  p->name, e2.msg);
-	}
-	if (cot_json_int(a, "seed", false, -(1LL << 62), 1LL << 62, &seed, &e2)) {
-		json_decref(a);
+	if (cot_json_int(a, "seed", false, -(1LL << 62), 1LL << 62, &seed, &e2))
 		return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid seed: %s", e2.msg);
-	}
 	cot_err rc2 = cl_train_mode_from_config(&tmp.mode, json_object_get(a, "config"), &e2);
-	if (rc2) {
-		json_decref(a);
+	if (rc2)
 		return cot_seterr(eb, rc2 == COT_ERR_NOMEM ? rc2 : COT_ERR_NETWORK,
 		                  "server sent an invalid training mode for project \"%s\": %s", p->name,
 		                  e2.msg);
-	}
 
 	p->seq_len = tmp.seq_len;
 	p->microbatch_size = tmp.microbatch_size;
@@ -407,10 +410,6 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
 	p->model = tmp.model;
 	p->mode = tmp.mode;
 	p->seed = seed;
-	if (info)
-		*info = a;
-	else
-		json_decref(a);
 	return COT_OK;
 }
 
@@ -463,7 +462,15 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, int
 		return rc;
 	if (!a)
 		return cot_seterr(eb, COT_ERR_NETWORK, "server sent no work unit");
+	rc = cl_api_parse_work(a, date, p, w, eb);
+	json_decref(a);
+	return rc;
+}
+
+cot_err cl_api_parse_work(const json_t *a, time_t date, cl_project *p, cl_work *w, cot_errbuf *eb)
+{
 	cot_errbuf e2 = { "", "" };
+	cot_err rc;
 	long long id = 0, ver = 0, lo = 0, hi = 0;
 	const char *deadline = NULL;
 	cl_project tmp = *p;
@@ -527,10 +534,8 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, int
 	p->seq_len = tmp.seq_len;
 	p->microbatch_size = tmp.microbatch_size;
 	p->mb_per_epoch = tmp.mb_per_epoch;
-	json_decref(a);
 	return COT_OK;
 bad:
-	json_decref(a);
 	memset(w, 0, sizeof *w);
 	return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid work unit: %s", e2.msg);
 }

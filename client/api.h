@@ -96,6 +96,12 @@ cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char 
  * receives the whole validated answer (new reference). */
 cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_errbuf *eb);
 
+/* Check the project information a (borrowed) as cl_api_project does and, on
+ * success only, update p's parameters, model, training mode and seed.
+ * COT_ERR_NETWORK with a detail for what a server should not send.
+ * Exposed for the fuzz harness (tests/fuzz/fuzz_project_info.c). */
+cot_err cl_api_parse_project(const json_t *a, cl_project *p, cot_errbuf *eb);
+
 /* POST /v1/projects/<name>/work: a work unit into w (mb_done etc. zeroed,
  * deadline in local unix seconds, corrected by the server's Date header
  * for clock skew).  The project parameters in p are refreshed from it.
@@ -108,6 +114,13 @@ cot_err cl_api_project(const cl_api_opts *o, cl_project *p, json_t **info, cot_e
  * round moves (a long poll); cancel (may be NULL) ends the wait early. */
 cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, int wait_s, volatile int *cancel,
                             json_t **refusal, cot_errbuf *eb);
+
+/* Check the work unit answer a (borrowed) as cl_api_request_work does and
+ * fill w; date is the server's Date header (0: unknown), p's project
+ * parameters are refreshed only on success.  COT_ERR_NETWORK with a detail
+ * for anything a server should not send; then w is zeroed.  Exposed for the
+ * fuzz harness (tests/fuzz/fuzz_work.c). */
+cot_err cl_api_parse_work(const json_t *a, time_t date, cl_project *p, cl_work *w, cot_errbuf *eb);
 
 /* POST /v1/workunits/<id>/{heartbeat,handback,finish} with mb_done and
  * samples_per_sec.  On success *answer (when not NULL) is the server's

@@ -51,6 +51,12 @@ static cot_err parse_check(const json_t *c, const cl_project *p, spot_check *out
 	return COT_OK;
 }
 
+cot_err cl_spot_check_parse(const json_t *c, const cl_project *p, cot_errbuf *eb)
+{
+	spot_check sc;
+	return parse_check(c, p, &sc, eb);
+}
+
 /* Fetch file sha of the server into the cache as a work unit file f of
  * kind; size < 0: ask the server first. */
 static cot_err fetch(const cl_project *p, const cl_fetch_env *env, const char *sha, int64_t size, cl_file *f,

@@ -40,4 +40,10 @@ cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fe
                           cl_spot_job **job, double budget_s, volatile int *cancel, int *answered,
                           cot_errbuf *eb);
 
+/* Check one spot check c (borrowed) of project p as the server sent it,
+ * as a pass does before acting on it.  COT_ERR_NETWORK with the detail
+ * when it is malformed or names another project.  Exposed for the fuzz
+ * harness (tests/fuzz/fuzz_spotcheck.c). */
+cot_err cl_spot_check_parse(const json_t *c, const cl_project *p, cot_errbuf *eb);
+
 #endif

@@ -429,7 +429,8 @@ void api_round_outcome(http_req *req)
 		const char *state = json_string_value(json_object_get(json_object_get(j, "round"), "state"));
 		bool undecided = state && strcmp(state, "averaging") == 0 &&
 		                 !json_is_boolean(json_object_get(j, "accepted"));
-		json_decref(j);
+		bool moved = state && strcmp(state, "averaging") != 0;
+		json_decref(j); /* state pointed into j: use moved from here on */
 		if (undecided && okay && wait > 0 && look < 8) {
 			/* Our v+1 is in, the server's is not yet: wait for it. */
 			if (http_hold(req, gen)) {
@@ -443,7 +444,7 @@ void api_round_outcome(http_req *req)
 		}
 		http_reply_raw(req, st, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
 		/* A commit or a failure moved the round: long polls look again. */
-		if (state && strcmp(state, "averaging") != 0)
+		if (moved)
 			http_wake_held();
 		PQclear(r);
 		break;

@@ -137,9 +137,10 @@ static void write_custom(const kern_model *m, const char *path, enum spoil sp)
 				bail_out("st_writer_add: %s", eb.msg);
 		}
 	}
+	/* The writer borrows the data until st_writer_write: x must outlive it. */
+	static const float x = 0;
 	if (sp == SP_EXTRA) {
 		int64_t one = 1;
-		float x = 0;
 		st_writer_add(w, "param.surprise", ST_F32, 1, &one, &x, &eb);
 	}
 	if (st_writer_write(w, path, &eb))

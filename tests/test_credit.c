@@ -269,7 +269,9 @@ static th_resp send_fp(const host *h, json_t *check, unsigned data_seed)
 	json_t *vals = json_array();
 	for (int j = 0; j < k; j++)
 		json_array_append_new(vals, json_real(fp[j]));
-	char *body = json_dumps(json_pack("{s:o}", "values", vals), JSON_COMPACT);
+	json_t *req = json_pack("{s:o}", "values", vals);
+	char *body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
 	char path[80];
 	snprintf(path, sizeof path, "/api/v1/spotchecks/%lld/fingerprint", id);
 	th_resp r = call("POST", path, h->token, body);

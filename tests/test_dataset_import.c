@@ -312,6 +312,7 @@ static void check_heldout(const unsigned char *want, size_t want_len)
 	   epochs, bad);
 	for (int i = 0; i < ns; i++)
 		free(owned[i]);
+	ds_result_free(&h); /* each refused import below clears h */
 
 	is_int(ds_import_heldout(store, "held2", 4096, 0.6, in, 1, &h, &eb), COT_ERR_INVALID,
 	       "a held-out fraction above 0.5 is refused: %s", eb.msg);

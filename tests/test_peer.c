@@ -252,6 +252,15 @@ static void body_hello_echo(job *j, peer_conn *c)
 	free(p);
 }
 
+/* HELLO alone, timed. */
+static void body_hello_timed(job *j, peer_conn *c)
+{
+	hello_msg ours = make_hello(srv_ctx, j->round);
+	int64_t t0 = deadline_now_ms();
+	j->rc2 = hello_exchange(c, &ours, &j->theirs, &j->version, t0 + 10000, &j->eb2);
+	j->elapsed_ms = deadline_now_ms() - t0;
+}
+
 /* HELLO, then a receive that must time out while the client stalls; then
  * the connection must still carry the client's next frame. */
 static void body_timeout(job *j, peer_conn *c)
@@ -599,6 +608,21 @@ int main(void)
 	ok(strstr(j->eb2.msg, "closed mid-frame, after 10 of 1000 payload bytes") != NULL,
 	   "naming how far it got");
 
+	/* Before HELLO only a HELLO or an ERROR may come: 64 KiB at most. */
+	fh = (frame_header){ FRAME_VERSION, FRAME_HELLO, 0, 1u << 20, 0 };
+	frame_header_encode(&fh, hb);
+	j = serve(body_hello_timed);
+	r = raw_connect(&host2, TLS1_3_VERSION);
+	ok(r.hs == 1 && raw_write(&r, hb, sizeof hb),
+	   "a raw client announces a 1 MiB HELLO (under the 16 MiB default limit) and sends nothing more");
+	finish(j);
+	raw_close(&r, false);
+	is_int(j->rc2, COT_ERR_TOO_LARGE, "it is refused from its header, before any allocation: %s",
+	       j->eb2.msg);
+	ok(j->elapsed_ms < 4000, "at once (%lld ms)", (long long)j->elapsed_ms);
+
+	fh = (frame_header){ FRAME_VERSION, FRAME_SLICE, 0, 1000, 0 };
+	frame_header_encode(&fh, hb);
 	memcpy(hb, "HTTP", 4);
 	j = serve(body_recv);
 	r = raw_connect(&host2, TLS1_3_VERSION);

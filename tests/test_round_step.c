@@ -296,10 +296,9 @@ int main(void)
 	hash_sha256_hex(mine->params, TH_PARAMS * sizeof(float), mine_sha);
 	is_str(psha, mine_sha, "params_sha256 is the sha256 of a local kern_opt_step on that mean");
 	char server_ckpt[65];
-	snprintf(server_ckpt, sizeof server_ckpt, "%s",
-	         PQgetvalue(PQexec(th_db(),
-	                           "SELECT coalesce(checkpoint_sha256, '') FROM round WHERE version = 0"),
-	                    0, 0));
+	PGresult *ck = PQexec(th_db(), "SELECT coalesce(checkpoint_sha256, '') FROM round WHERE version = 0");
+	snprintf(server_ckpt, sizeof server_ckpt, "%s", PQgetvalue(ck, 0, 0));
+	PQclear(ck);
 	char store[512], cpath[1024];
 	snprintf(store, sizeof store, "%s/files", th_data_dir());
 	cot_errbuf eb = { "", "" };

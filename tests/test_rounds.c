@@ -298,10 +298,10 @@ static void test_round(long long pid)
 	is_str(th_json_str(&r, "round.state"), "closing", "the heartbeat says the round is closing");
 	is_int(th_json_int(&r, "round.version"), 0, "... of version 0");
 	th_resp_free(&r);
-	is_str(PQgetvalue(PQexec(th_db(), "SELECT close_reason FROM round WHERE version = 0 AND project_id = "
-	                                  "(SELECT id FROM project WHERE name = 'r1')"),
-	                  0, 0),
-	       "target", "closed for the target");
+	PGresult *cr = PQexec(th_db(), "SELECT close_reason FROM round WHERE version = 0 AND project_id = "
+	                               "(SELECT id FROM project WHERE name = 'r1')");
+	is_str(PQgetvalue(cr, 0, 0), "target", "closed for the target");
+	PQclear(cr);
 
 	char body[512], path[64];
 	snprintf(body, sizeof body, "{\"host_id\": %lld}", E.id);

@@ -254,8 +254,9 @@ static void test_accounts(void)
 	refused("POST", "/v1/accounts", NULL, "[1, 2]", 400, "invalid", "array instead of object");
 	refused("POST", "/v1/accounts", NULL, "", 400, "invalid", "empty body");
 	size_t big = 100 * 1024;
-	char *huge = malloc(big + 64);
-	snprintf(huge, big + 64, "{\"email\": \"c@example.org\", \"name\": \"");
+	/* Head (37 bytes), big x's, tail (30 bytes) and the NUL. */
+	char *huge = malloc(big + 128);
+	snprintf(huge, big + 128, "{\"email\": \"c@example.org\", \"name\": \"");
 	size_t n = strlen(huge);
 	memset(huge + n, 'x', big);
 	strcpy(huge + n + big, "\", \"password\": \"whatever123\"}");

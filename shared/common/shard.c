@@ -200,9 +200,11 @@ static cot_err parse_meta(const char *path, const char *text, size_t len, shard_
 	}
 	const char *format = NULL, *dataset = NULL, *dtype = NULL, *tok = NULL, *sha = NULL;
 	json_int_t version = 0, idx = -1, first = -1, ntok = -1;
-	int bad = json_unpack(j, "{s:s, s:I, s:s, s:I, s:I, s:I, s:s, s:s, s:s}", "format", &format,
-	                      "version", &version, "dataset", &dataset, "idx", &idx, "first_token", &first,
-	                      "n_tokens", &ntok, "dtype", &dtype, "tokenizer", &tok, "tokens_sha256", &sha);
+	size_t dataset_len = 0;
+	int bad =
+	        json_unpack(j, "{s:s, s:I, s:s%, s:I, s:I, s:I, s:s, s:s, s:s}", "format", &format, "version",
+	                    &version, "dataset", &dataset, &dataset_len, "idx", &idx, "first_token", &first,
+	                    "n_tokens", &ntok, "dtype", &dtype, "tokenizer", &tok, "tokens_sha256", &sha);
 	cot_err rc = COT_OK;
 	if (bad || strcmp(format, SHARD_FORMAT) != 0 || version != SHARD_VERSION)
 		rc = cot_seterr(eb, COT_ERR_CORRUPT,
@@ -215,7 +217,7 @@ static cot_err parse_meta(const char *path, const char *text, size_t len, shard_
 		                "are supported",
 		                path, dtype, tok);
 	else if (idx < 0 || idx > INT32_MAX || first < 0 || ntok < 1 || !fs_sha_valid(sha) ||
-	         strlen(dataset) > SHARD_NAME_MAX)
+	         strlen(dataset) != dataset_len || !shard_name_valid(dataset))
 		rc = cot_seterr(eb, COT_ERR_CORRUPT,
 		                "shard \"%s\" is corrupt: shard.json holds a value out of range", path);
 	if (!rc) {

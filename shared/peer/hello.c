@@ -102,6 +102,10 @@ cot_err hello_exchange(peer_conn *c, const hello_msg *ours, hello_msg *theirs, u
 	if (rc)
 		return rc;
 
+	/* The peer's first frame is its HELLO or an ERROR, both well under the
+	 * smallest limit anyone may announce: hold it to that, so a peer that
+	 * has not said hello cannot make us allocate more. */
+	peer_set_max_payload(c, FRAME_PAYLOAD_MIN_MAX);
 	rc = peer_recv_frame(c, &h, &p, deadline, eb);
 	if (rc)
 		return rc;
