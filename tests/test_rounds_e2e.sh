@@ -219,13 +219,16 @@ ok $([ $slept = 1 ] && [ "$(attempt_of "$va")" -gt "$a0" ] && version_at_least $
 	[ "$(sql "select count(*) from round_member m join project p on p.id = m.project_id
 	  where p.name = 'tiny' and m.version = $va and m.host_id = $H1")" = 0 ]; echo $?) \
 	"a peer accepted in an attempt of round $va that failed sat out the attempt $(attempt_of "$va") that committed"
-# Round va+1 is held open (a target out of reach) until host 1 took a
-# work unit of it, so that it wakes into exactly that version.
+# Round va+1 is held open (a target out of reach) until host 1 has
+# computed part of a work unit of it (a heartbeat or a finish says so), so
+# that it wakes into exactly that version and has samples in it when the
+# round closes.
 vb=$((va + 1))
 tb=$(sql "select target_batch from project where name = 'tiny'")
 sql "update project set target_batch = 1000000 where name = 'tiny'" >/dev/null
 kill -CONT "$CPID1"
-took() { [ "$(sql "select count(*) from work_unit where host_id = $H1 and version = $vb")" -ge 1 ]; }
+took() { [ "$(sql "select count(*) from work_unit where host_id = $H1 and version = $vb
+  and (mb_done > 0 or state = 'done')")" -ge 1 ]; }
 wait_for 60 took
 sql "update project set target_batch = $tb where name = 'tiny'" >/dev/null
 joined() { [ "$(sql "select count(*) from round_member m join round r using (project_id, version)
