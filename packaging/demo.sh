@@ -149,7 +149,8 @@ heldout() {
 		out=$(curl -fsS "$URL/v1/projects/$1" 2>/dev/null | $PY -c '
 import json, sys
 p = json.load(sys.stdin)
-print("%s %s %s" % (p.get("heldout_bpb"), p.get("heldout_version"), p["current_version"]))')
+b = p.get("heldout_bpb")
+print("%s %s %s" % ("%.3f" % b if b is not None else None, p.get("heldout_version"), p["current_version"]))')
 		set -- "$1" $out
 		if [ "$3" = "$4" ] || [ $n -ge 60 ]; then echo "$2 $3"; return; fi
 		n=$((n + 1))
