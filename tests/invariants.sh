@@ -2,6 +2,10 @@
 # the work units and the stream, never from a round's own totals.  Source it
 # after tests/tap.sh; the test sets COTRAIN_DB and PG_BINDIR (with-pgtmp).
 #
+#   credit_wrong FPS MB_SAMPLES   prints (empty when all is right) every
+#       granted round credit that is not the accepted peer's reported
+#       samples x FPS FLOPs / 4.32e11, the samples being the mb_done of its
+#       reports in committed rounds x MB_SAMPLES (the microbatch size).
 #   coverage_exact PROJECT DESC   one TAP check: the stream [0, frontier) is
 #       tiled exactly, with no gap and no overlap, by the pool, the live work
 #       units, the microbatches that committed rounds trained on (the reports
@@ -65,4 +69,18 @@ _inv_explain() {
 	  left join round_member m on m.project_id = w.project_id and m.version = w.version and m.host_id = w.host_id
 	  where p.name = '$1' and w.lo < ${_at#* } + 1 and w.hi > ${_at% *}
 	  order by w.id" | while IFS= read -r _l; do diag "  $_l"; done
+}
+
+credit_wrong() {
+	_inv_sql "with g as (select version, host_id, samples, credit from credit_grant
+	    where kind = 'round' and status = 'granted'),
+	  rep as (select rr.version, rr.host_id, sum(rr.mb_done) * $2 as samples
+	    from round_report rr join round_member m on m.project_id = rr.project_id and m.version = rr.version
+	      and m.host_id = rr.host_id and m.accepted
+	    join round r on r.project_id = rr.project_id and r.version = rr.version and r.state = 'committed'
+	    group by rr.version, rr.host_id)
+	  select string_agg(format('v%s host %s: %s samples, %s credit', g.version, g.host_id, g.samples, g.credit), '; ')
+	  from g left join rep using (version, host_id)
+	  where g.samples is distinct from rep.samples
+	     or abs(g.credit - $1 * rep.samples / 4.32e11) > 1e-9 * g.credit"
 }

@@ -181,17 +181,7 @@ ok $([ "$forks" = 0 ] && [ "$accepted" -ge 1 ]; echo $?) \
 	"every included peer held the server's parameters for every committed version ($accepted accepted, $forks differ)"
 FPS=$(awk 'BEGIN { L = 2; T = 16; C = 64; F = 256; V = 256
   printf "%.17g", 3 * (L * (2 * T * (4 * C * C + 2 * C * F) + 2 * C * T * (T + 1)) + 2 * T * C * V) }')
-bad_credit=$(sql "with g as (select version, host_id, samples, credit from credit_grant
-    where kind = 'round' and status = 'granted'),
-  rep as (select rr.version, rr.host_id, sum(rr.mb_done) * 2 as samples
-    from round_report rr join round_member m on m.project_id = rr.project_id and m.version = rr.version
-      and m.host_id = rr.host_id and m.accepted
-    join round r on r.project_id = rr.project_id and r.version = rr.version and r.state = 'committed'
-    group by rr.version, rr.host_id)
-  select string_agg(format('v%s host %s: %s samples, %s credit', g.version, g.host_id, g.samples, g.credit), '; ')
-  from g left join rep using (version, host_id)
-  where g.samples is distinct from rep.samples
-     or abs(g.credit - $FPS * rep.samples / 4.32e11) > 1e-9 * g.credit")
+bad_credit=$(credit_wrong "$FPS" 2)
 ngranted=$(sql "select count(*) from credit_grant where kind = 'round' and status = 'granted'")
 ok $([ "$ngranted" -ge 1 ] && [ -z "$bad_credit" ]; echo $?) \
 	"credit granted ($ngranted grants) is exactly the accepted samples' FLOPs / 4.32e11${bad_credit:+ ($bad_credit)}"
