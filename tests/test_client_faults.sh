@@ -109,7 +109,9 @@ if [ -n "$TMPFS" ]; then
 	st=$?
 	ok $([ $st = 1 ] && grep -q 'could not save the state' "$T/susp.out"; echo $?) \
 		"disk full: suspend is refused with a clear message ($(cat "$T/susp.out"))"
-	ctl --json status | grep -q '"paused": "the state cannot be saved"'
+	# The worker notices at its next turn (within a second or two).
+	paused_full() { ctl --json status | grep -q '"paused": "the state cannot be saved"'; }
+	wait_for 10 paused_full
 	ok $? "disk full: computing pauses and status says why"
 	rm -f "$T/cl/filler"
 	wait_for 10 log_has "state saved again"

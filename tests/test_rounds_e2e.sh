@@ -102,7 +102,7 @@ if [ "$MODE" = groups ]; then
 	NAT_SET="--set nat_service=127.0.0.1:$NATP"
 fi
 "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --wu-max 3 --reap-interval 1 $NAT_ARGS \
-	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 8 --round-average-timeout 20 \
+	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 15 --round-average-timeout 20 \
 	--round-max-group "$([ "$MODE" = groups ] && echo 3 || echo 16)" \
 	--log-level info 2>"$T/server.log" &
 SPID=$!
