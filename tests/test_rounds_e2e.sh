@@ -19,8 +19,9 @@
 #     tests/test_rounds_faults.sh;
 #   - a peer whose v+1 was accepted in an attempt that then failed (another
 #     peer's outcome held back by a trigger until the deadline), and that
-#     sat out the attempt that committed (SIGSTOP), loads the committed
-#     checkpoint instead of training on from its own v+1.
+#     sat out the attempt that committed (SIGSTOP), trains from the
+#     committed checkpoint instead of its own v+1 (it is accepted in the
+#     next round).
 # With ROUNDS_MODE=groups (tests/test_rounds_groups.sh) seven clients train
 # in groups of at most three instead: a round averaged in three groups or
 # more still equals the single-process replay (the mean across groups is
@@ -234,8 +235,16 @@ sql "update project set target_batch = $tb where name = 'tiny'" >/dev/null
 joined() { [ "$(sql "select count(*) from round_member m join round r using (project_id, version)
   where r.state = 'committed' and r.version = $vb and m.host_id = $H1 and m.included")" = 1 ]; }
 wait_for 180 joined
-ok $([ $? = 0 ] && grep -q "our model of version $vb is not the checkpoint" "$T/client1.log"; echo $?) \
-	"it loads the committed checkpoint of version $vb instead of its own, and takes part in round $vb"
+# Accepted in round vb: its v+1 is the server's, which it could only reach
+# from the committed checkpoint of vb, not from its own.  (It gets there
+# either by loading that checkpoint over its stale model, or, when the unit
+# a long poll handed it while it slept had expired, by dropping the model
+# and loading afresh.)
+acc=$(sql "select coalesce(m.accepted::text, 'null') from round_member m join project p on p.id = m.project_id
+  where p.name = 'tiny' and m.version = $vb and m.host_id = $H1")
+how=$(grep -c "our model of version $vb is not the checkpoint" "$T/client1.log")
+ok $([ "$acc" = true ]; echo $?) \
+	"it trains from the committed checkpoint of version $vb instead of its own, and is accepted in round $vb ($acc; $how reloads over its own model)"
 V=$(version)
 for p in $CPIDS; do kill "$p" 2>/dev/null; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done
