@@ -153,6 +153,8 @@ void cl_daemon_activity(cl_daemon *d, int i, const char *fmt, ...)
 /* Back off project i after a failure (lock held). */
 static void fail(cl_daemon *d, int i, const char *what, const cot_errbuf *eb)
 {
+	if (d->stop)
+		return; /* cut short by stopping (a download cancelled): no failure */
 	double delay = cl_backoff_fail(&d->rt[i].bo, cl_now_mono(), cl_random01());
 	log_warn("project %s: %s: %s%s%s; retrying in %.0f s", d->st.projects[i].name, what, eb->msg,
 	         eb->hint[0] ? ". " : "", eb->hint, delay);
@@ -805,7 +807,7 @@ static void spot_checks(cl_daemon *d, int i)
 	d->rt[i].last_spot_end = cl_now_mono();
 	if (job)
 		d->rt[i].next_spot_at = d->rt[i].last_spot_end; /* go on at the next chance */
-	if (rc)
+	if (rc && !d->stop) /* a download cut short by stopping is no failure */
 		log_warn("project %s: spot checks: %s%s%s", copy.name, eb.msg, eb.hint[0] ? ". " : "",
 		         eb.hint);
 	else if (n)
