@@ -233,14 +233,14 @@ void api_round_plan(http_req *req)
 		if (status == 200 && after &&
 		    plan_without_gradient(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1)))
 			status = 204; /* no mean gradient yet: as if no plan */
-		if (status == 204 && wait > 0 && look < 8) {
-			PQclear(r);
-			if (http_hold(req, gen))
-				return; /* called again on a wake-up or at the deadline */
-			if (http_wake_gen() != gen && http_now() < req->hold_until)
-				continue; /* something moved: look again */
-			status = 204;
-			r = NULL;
+		if (status == 204 && wait > 0) {
+			api_poll t = api_long_poll(req, gen, look);
+			if (t != API_POLL_ANSWER) {
+				PQclear(r);
+				if (t == API_POLL_HELD)
+					return;
+				continue;
+			}
 		}
 		if (status == 204) {
 			/* No plan (or no mean) yet: no body, and when to ask again. */
@@ -431,14 +431,13 @@ void api_round_outcome(http_req *req)
 		                 !json_is_boolean(json_object_get(j, "accepted"));
 		bool moved = state && strcmp(state, "averaging") != 0;
 		json_decref(j); /* state pointed into j: use moved from here on */
-		if (undecided && okay && wait > 0 && look < 8) {
+		if (undecided && okay && wait > 0) {
 			/* Our v+1 is in, the server's is not yet: wait for it. */
-			if (http_hold(req, gen)) {
+			api_poll t = api_long_poll(req, gen, look);
+			if (t != API_POLL_ANSWER) {
 				PQclear(r);
-				goto out; /* called again on a wake-up or at the deadline */
-			}
-			if (http_wake_gen() != gen && http_now() < req->hold_until) {
-				PQclear(r);
+				if (t == API_POLL_HELD)
+					goto out;
 				continue;
 			}
 		}

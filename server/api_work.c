@@ -67,16 +67,14 @@ void api_work_request(http_req *req)
 		PGresult *r = api_exec(req, &st_assign, params, NULL);
 		if (!r)
 			return;
-		if (wait > 0 && look < 8 && PQntuples(r) == 1 && PQnfields(r) == 2 &&
-		    atoi(PQgetvalue(r, 0, 0)) == 409 &&
+		if (wait > 0 && PQntuples(r) == 1 && PQnfields(r) == 2 && atoi(PQgetvalue(r, 0, 0)) == 409 &&
 		    refused_to_wait(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1))) {
-			if (http_hold(req, gen)) {
+			api_poll t = api_long_poll(req, gen, look);
+			if (t != API_POLL_ANSWER) {
 				PQclear(r);
-				return; /* called again on a wake-up or at the deadline */
-			}
-			if (http_wake_gen() != gen && http_now() < req->hold_until) {
-				PQclear(r);
-				continue; /* something moved: look again */
+				if (t == API_POLL_HELD)
+					return;
+				continue;
 			}
 		}
 		api_relay_result(req, r);

@@ -192,3 +192,14 @@ bool api_query_int(http_req *req, const char *name, long long lo, long long hi, 
 	*out = v;
 	return true;
 }
+
+api_poll api_long_poll(http_req *req, unsigned long gen, int look)
+{
+	if (look >= 8)
+		return API_POLL_ANSWER;
+	if (http_hold(req, gen))
+		return API_POLL_HELD;
+	if (http_wake_gen() != gen && http_now() < req->hold_until)
+		return API_POLL_AGAIN;
+	return API_POLL_ANSWER;
+}

@@ -48,6 +48,15 @@ void api_relay(http_req *req, const dbc_stmt *stmt, const char *const *params);
  * such row); returns the status answered. */
 int api_relay_result(http_req *req, const PGresult *r);
 
+/* A long poll's turn once a look (begun after gen = http_wake_gen())
+ * found nothing to answer yet: API_POLL_HELD when the request is now held
+ * (return without answering; the handler runs again on a wake-up or at
+ * req->hold_until), API_POLL_AGAIN when something moved meanwhile (look
+ * again now), API_POLL_ANSWER when the wait is over (deadline, or 8 looks
+ * already): answer with what the look found. */
+typedef enum { API_POLL_ANSWER, API_POLL_HELD, API_POLL_AGAIN } api_poll;
+api_poll api_long_poll(http_req *req, unsigned long gen, int look);
+
 /* An optional integer query argument in [lo, hi]: *out keeps its default
  * when absent; false (answered 400) when present and not such an integer. */
 bool api_query_int(http_req *req, const char *name, long long lo, long long hi, long long *out);
