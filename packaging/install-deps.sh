@@ -23,6 +23,7 @@ miniupnpd miniupnpd-nftables
 python3 ca-certificates curl procps iproute2 util-linux
 zip tar gzip
 python3-torch python3-numpy
+g++ libsentencepiece-dev sentencepiece python3-sentencepiece
 chromium libxml2-utils
 clang-format
 help2man debhelper lintian fakeroot
