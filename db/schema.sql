@@ -329,6 +329,7 @@ BEGIN
      WHERE f.created_at <= now() - make_interval(secs => p_grace_s)
        AND NOT EXISTS (SELECT 1 FROM dataset d WHERE d.manifest_sha256 = f.sha256)
        AND NOT EXISTS (SELECT 1 FROM shard s WHERE s.sha256 = f.sha256)
+       AND NOT EXISTS (SELECT 1 FROM tokenizer t WHERE t.sha256 = f.sha256)
        AND NOT EXISTS (SELECT 1 FROM round r
                         WHERE r.checkpoint_sha256 = f.sha256 AND r.state <> 'committed')
        AND NOT EXISTS (SELECT 1 FROM file_gc_kept_versions(p_keep_last, p_keep_every) k
@@ -2742,9 +2743,13 @@ CREATE TABLE public.dataset (
     manifest_sha256 text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     heldout_tokens bigint DEFAULT 0 NOT NULL,
+    trained_tokenizer text,
+    tokenizer_sha256 text,
+    vocab integer DEFAULT 256 NOT NULL,
     CONSTRAINT dataset_heldout_check CHECK (((heldout_tokens >= 0) AND (heldout_tokens < n_tokens))),
     CONSTRAINT dataset_n_tokens_check CHECK ((n_tokens >= 0)),
-    CONSTRAINT dataset_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'::text))
+    CONSTRAINT dataset_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'::text)),
+    CONSTRAINT dataset_tokenizer_check CHECK (((tokenizer = ANY (ARRAY['byte'::text, 'unigram'::text, 'bpe'::text])) AND ((tokenizer = 'byte'::text) = (tokenizer_sha256 IS NULL)) AND ((tokenizer <> 'byte'::text) OR (vocab = 256))))
 );
 
 --
@@ -2773,7 +2778,7 @@ CREATE TABLE public.file (
     size bigint NOT NULL,
     kind text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT file_kind_check CHECK ((kind = ANY (ARRAY['shard'::text, 'manifest'::text, 'checkpoint'::text]))),
+    CONSTRAINT file_kind_check CHECK ((kind = ANY (ARRAY['shard'::text, 'manifest'::text, 'checkpoint'::text, 'tokenizer'::text]))),
     CONSTRAINT file_sha256_check CHECK ((sha256 ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT file_size_check CHECK ((size >= 0))
 );
@@ -3139,6 +3144,21 @@ CREATE SEQUENCE public.team_id_seq
 ALTER SEQUENCE public.team_id_seq OWNED BY public.team.id;
 
 --
+-- Name: tokenizer; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.tokenizer (
+    sha256 text NOT NULL,
+    type text NOT NULL,
+    vocab integer NOT NULL,
+    "normalize" text NOT NULL,
+    special text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tokenizer_type_check CHECK ((type = ANY (ARRAY['unigram'::text, 'bpe'::text]))),
+    CONSTRAINT tokenizer_vocab_check CHECK (((vocab >= 8) AND (vocab <= 1048576)))
+);
+
+--
 -- Name: version_progress; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -3454,6 +3474,13 @@ ALTER TABLE ONLY public.team
     ADD CONSTRAINT team_pkey PRIMARY KEY (id);
 
 --
+-- Name: tokenizer tokenizer_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.tokenizer
+    ADD CONSTRAINT tokenizer_pkey PRIMARY KEY (sha256);
+
+--
 -- Name: version_progress version_progress_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -3758,6 +3785,20 @@ ALTER TABLE ONLY public.dataset
     ADD CONSTRAINT dataset_manifest_sha256_fkey FOREIGN KEY (manifest_sha256) REFERENCES public.file(sha256);
 
 --
+-- Name: dataset dataset_tokenizer_sha256_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.dataset
+    ADD CONSTRAINT dataset_tokenizer_sha256_fkey FOREIGN KEY (tokenizer_sha256) REFERENCES public.tokenizer(sha256);
+
+--
+-- Name: dataset dataset_trained_tokenizer_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.dataset
+    ADD CONSTRAINT dataset_trained_tokenizer_fkey FOREIGN KEY (trained_tokenizer) REFERENCES public.tokenizer(sha256);
+
+--
 -- Name: host host_account_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -3952,6 +3993,13 @@ ALTER TABLE ONLY public.team_credit
 
 ALTER TABLE ONLY public.team
     ADD CONSTRAINT team_founder_fk FOREIGN KEY (founder_id) REFERENCES public.account(id) ON DELETE SET NULL;
+
+--
+-- Name: tokenizer tokenizer_sha256_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.tokenizer
+    ADD CONSTRAINT tokenizer_sha256_fkey FOREIGN KEY (sha256) REFERENCES public.file(sha256);
 
 --
 -- Name: version_progress version_progress_project_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

@@ -32,6 +32,7 @@ typedef struct {
  * command ("import"). */
 int admin_db_main(admin_ctx *ctx, int argc, char **argv);
 int admin_dataset_main(admin_ctx *ctx, int argc, char **argv);
+int admin_tokenizer_main(admin_ctx *ctx, int argc, char **argv); /* dataset tokenizer ... */
 int admin_project_main(admin_ctx *ctx, int argc, char **argv);
 int admin_user_main(admin_ctx *ctx, int argc, char **argv);
 int admin_team_main(admin_ctx *ctx, int argc, char **argv);

@@ -20,6 +20,7 @@
 static const char usage[] = "usage: cotrain-admin dataset import [--shard-tokens N] [--heldout-fraction F]\n"
                             "                                     NAME PATH...\n"
                             "       cotrain-admin dataset list\n"
+                            "       cotrain-admin dataset tokenizer train|export ... (see --help there)\n"
                             "\n"
                             "import reads UTF-8 text files, folders (every regular file below, in sorted\n"
                             "path order, hidden names skipped) and archives (.tar, .tar.gz, .tgz, .tar.bz2,\n"
@@ -210,6 +211,8 @@ static int list_cmd(admin_ctx *ctx, int argc, char **argv)
 
 int admin_dataset_main(admin_ctx *ctx, int argc, char **argv)
 {
+	if (argc >= 2 && strcmp(argv[1], "tokenizer") == 0)
+		return admin_tokenizer_main(ctx, argc - 1, argv + 1);
 	if (admin_wants_help(argc, argv)) {
 		fputs(usage, stdout);
 		return ADMIN_OK;

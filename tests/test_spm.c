@@ -149,11 +149,11 @@ static void check_model(const char *tag, const char *text, size_t len, spm_type 
 	json_t *model = json_object_get(t, "model");
 	if (type == SPM_UNIGRAM) {
 		json_t *v = json_object_get(model, "vocab");
-		bool same = json_array_size(v) == 2000;
-		for (int i = 0; same && i < 2000; i++)
-			same = !strcmp(json_string_value(json_array_get(json_array_get(v, (size_t)i), 0)),
-			               spm_piece(m, i));
-		ok(same, "%s: tokenizer.json's Unigram vocab lists the 2000 pieces in id order", tag);
+		bool in_order = json_array_size(v) == 2000;
+		for (int i = 0; in_order && i < 2000; i++)
+			in_order = !strcmp(json_string_value(json_array_get(json_array_get(v, (size_t)i), 0)),
+			                   spm_piece(m, i));
+		ok(in_order, "%s: tokenizer.json's Unigram vocab lists the 2000 pieces in id order", tag);
 	} else {
 		json_t *v = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
 		bool good = json_object_size(v) == 2000 && json_array_size(merges) > 100;

@@ -32,7 +32,7 @@ $$;
 
 -- The indexed files (rows of `file`) the policy lets go: checkpoints of no
 -- kept version and of no round still averaging, shards and manifests of no
--- dataset; never a row younger than p_grace_s seconds (its writer may not
+-- dataset (a tokenizer's model is never let go: its row pins it); never a row younger than p_grace_s seconds (its writer may not
 -- have stored what references it yet).  Without p_dry_run the references
 -- are cleared (model_version.checkpoint_sha256 of versions that are not
 -- kept, round.checkpoint_sha256 of committed rounds) and the rows deleted,
@@ -66,6 +66,7 @@ BEGIN
      WHERE f.created_at <= now() - make_interval(secs => p_grace_s)
        AND NOT EXISTS (SELECT 1 FROM dataset d WHERE d.manifest_sha256 = f.sha256)
        AND NOT EXISTS (SELECT 1 FROM shard s WHERE s.sha256 = f.sha256)
+       AND NOT EXISTS (SELECT 1 FROM tokenizer t WHERE t.sha256 = f.sha256)
        AND NOT EXISTS (SELECT 1 FROM round r
                         WHERE r.checkpoint_sha256 = f.sha256 AND r.state <> 'committed')
        AND NOT EXISTS (SELECT 1 FROM file_gc_kept_versions(p_keep_last, p_keep_every) k

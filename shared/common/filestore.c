@@ -318,3 +318,61 @@ cot_err fs_verify(const char *store_dir, const char *sha, uint64_t *size, cot_er
 		*size = total;
 	return COT_OK;
 }
+
+cot_err fs_read_verified(const char *store_dir, const char *sha, size_t max, unsigned char **buf, size_t *len,
+                         cot_errbuf *eb)
+{
+	*buf = NULL;
+	*len = 0;
+	char path[PATH_MAX];
+	cot_err rc = fs_path(store_dir, sha, path, sizeof path, eb);
+	if (rc)
+		return rc;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return cot_seterr(eb, COT_ERR_NOT_FOUND, "stored file %s does not exist", sha);
+		return cot_seterr(eb, COT_ERR_IO, "could not open file \"%s\": %s", path, strerror(errno));
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return cot_seterr(eb, COT_ERR_IO, "could not stat file \"%s\"", path);
+	}
+	if ((uint64_t)st.st_size > max) {
+		close(fd);
+		return cot_seterr(eb, COT_ERR_TOO_LARGE,
+		                  "stored file %s is %lld bytes, more than the %zu allowed", sha,
+		                  (long long)st.st_size, max);
+	}
+	unsigned char *b = malloc((size_t)st.st_size + 1);
+	if (!b) {
+		close(fd);
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	}
+	size_t got = 0;
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, b + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	char hex[FS_SHA_HEX_LEN + 1];
+	if (got != (size_t)st.st_size)
+		rc = cot_seterr(eb, COT_ERR_IO, "could not read file \"%s\"", path);
+	else if (hash_sha256_hex(b, got, hex))
+		rc = cot_seterr(eb, COT_ERR_INTERNAL, "sha256 digest failed");
+	else if (strcmp(hex, sha) != 0)
+		rc = cot_seterr(eb, COT_ERR_CORRUPT, "stored file %s is corrupt: its bytes hash to %s", sha,
+		                hex);
+	if (rc) {
+		free(b);
+		return rc;
+	}
+	*buf = b;
+	*len = got;
+	return COT_OK;
+}

@@ -71,4 +71,11 @@ cot_err fs_put_file(const char *store_dir, const char *path, char sha_hex[FS_SHA
  * COT_ERR_IO when it cannot be read. */
 cot_err fs_verify(const char *store_dir, const char *sha, uint64_t *size, cot_errbuf *eb);
 
+/* Read the whole stored file named sha (at most max bytes) into a malloc'd
+ * *buf of *len bytes (the caller frees it), checking that its bytes hash to
+ * sha.  Errors as fs_verify, and COT_ERR_TOO_LARGE over max, COT_ERR_NOMEM;
+ * *buf is NULL on error. */
+cot_err fs_read_verified(const char *store_dir, const char *sha, size_t max, unsigned char **buf, size_t *len,
+                         cot_errbuf *eb);
+
 #endif
