@@ -100,6 +100,7 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 		s->tokens = tokens;
 		s->first = meta.first_token;
 		s->n = meta.n_tokens;
+		s->width = meta.width;
 		c->nspans++;
 	}
 	/* Every token the range needs must be there: an impossible work unit

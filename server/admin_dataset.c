@@ -15,10 +15,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/spm.h"
 #include "server/dataset_import.h"
 
+#define TOKENIZER_MODEL_MAX (64u << 20) /* bytes of a stored tokenizer model we load */
+
 static const char usage[] = "usage: cotrain-admin dataset import [--shard-tokens N] [--heldout-fraction F]\n"
-                            "                                     NAME PATH...\n"
+                            "                                     [--tokenizer DATASET] NAME PATH...\n"
                             "       cotrain-admin dataset list\n"
                             "       cotrain-admin dataset tokenizer train|export ... (see --help there)\n"
                             "\n"
@@ -30,10 +33,13 @@ static const char usage[] = "usage: cotrain-admin dataset import [--shard-tokens
                             "'_' or '-'.  A file that is not UTF-8 or a damaged archive stops the import\n"
                             "and nothing is recorded.  The last F of the tokens (default 0.02, at least\n"
                             "4104 tokens; 0 for none, at most 0.5) are held out: never handed out as work,\n"
-                            "they measure each model version's held-out bits per byte.  See\n"
-                            "doc/dataset.md.\n";
+                            "they measure each model version's held-out bits per byte.  With\n"
+                            "--tokenizer DATASET the documents are encoded with the subword tokenizer\n"
+                            "trained on DATASET (`dataset tokenizer train`) into shards of token ids.\n"
+                            "See doc/dataset.md.\n";
 
-static cot_err record(admin_ctx *ctx, const char *name, const ds_result *r, cot_errbuf *eb)
+static cot_err record(admin_ctx *ctx, const char *name, const ds_result *r, const ds_tokenizer *tok,
+                      cot_errbuf *eb)
 {
 	char size[32], id[32], idx[16], first[32], ntok[32];
 	PGresult *res;
@@ -54,14 +60,19 @@ static cot_err record(admin_ctx *ctx, const char *name, const ds_result *r, cot_
 			goto fail;
 		PQclear(res);
 	}
-	char held[32];
+	char held[32], vocab[16];
 	snprintf(ntok, sizeof ntok, "%" PRIu64, r->n_tokens);
 	snprintf(held, sizeof held, "%" PRIu64, r->heldout_tokens);
-	const char *dp[4] = { name, ntok, r->manifest_sha256, held };
+	snprintf(vocab, sizeof vocab, "%d", tok ? spm_vocab_size(tok->model) : 256);
+	const char *dp[7] = {
+		name, ntok, r->manifest_sha256, held, tok ? tok->type : "byte", tok ? tok->sha256 : NULL,
+		vocab
+	};
 	res = admin_exec(ctx,
-	                 "INSERT INTO dataset (name, tokenizer, n_tokens, manifest_sha256, heldout_tokens)"
-	                 " VALUES ($1, 'byte', $2, $3, $4) RETURNING id",
-	                 4, dp, eb);
+	                 "INSERT INTO dataset (name, tokenizer, n_tokens, manifest_sha256, heldout_tokens,"
+	                 "                     tokenizer_sha256, vocab)"
+	                 " VALUES ($1, $5, $2, $3, $4, $6, $7) RETURNING id",
+	                 7, dp, eb);
 	if (!res)
 		goto fail;
 	snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
@@ -113,13 +124,53 @@ static bool parse_fraction(const char *s, double *out)
 	return true;
 }
 
+/* The subword tokenizer of dataset `from` (the one its shards are encoded
+ * with, else the last one trained on it): its sha256 and type, and the
+ * model loaded from the store, checked against its sha256 (*model: the
+ * caller frees it with spm_free).  COT_ERR_NOT_FOUND when there is none. */
+static cot_err load_tokenizer(admin_ctx *ctx, const char *from, char sha[FS_SHA_HEX_LEN + 1], char type[16],
+                              spm_model **model, cot_errbuf *eb)
+{
+	const char *p[1] = { from };
+	PGresult *r = admin_exec(ctx,
+	                         "SELECT t.sha256, t.type FROM dataset d"
+	                         "  JOIN tokenizer t ON t.sha256 = coalesce(d.tokenizer_sha256, "
+	                         "d.trained_tokenizer)"
+	                         " WHERE d.name = $1",
+	                         1, p, eb);
+	if (!r)
+		return COT_ERR_DB;
+	if (PQntuples(r) == 0) {
+		PQclear(r);
+		cot_seterr(eb, COT_ERR_NOT_FOUND, "dataset \"%.80s\" has no subword tokenizer", from);
+		cot_sethint(eb,
+		            "Train one with `cotrain-admin dataset tokenizer train %.80s --type unigram "
+		            "--vocab N`, "
+		            "or give --tokenizer byte.",
+		            from);
+		return COT_ERR_NOT_FOUND;
+	}
+	snprintf(sha, FS_SHA_HEX_LEN + 1, "%s", PQgetvalue(r, 0, 0));
+	snprintf(type, 16, "%s", PQgetvalue(r, 0, 1));
+	PQclear(r);
+	unsigned char *bytes = NULL;
+	size_t len = 0;
+	cot_err rc = fs_read_verified(ctx->store_dir, sha, TOKENIZER_MODEL_MAX, &bytes, &len, eb);
+	if (!rc)
+		rc = spm_load(bytes, len, model, eb);
+	free(bytes);
+	return rc;
+}
+
 static int import_cmd(admin_ctx *ctx, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "shard-tokens", required_argument, NULL, 's' },
 		{ "heldout-fraction", required_argument, NULL, 'h' },
+		{ "tokenizer", required_argument, NULL, 't' },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *tokenizer_from = NULL;
 	long long shard_tokens = DS_SHARD_TOKENS_DEFAULT;
 	double heldout = DS_HELDOUT_FRACTION_DEFAULT;
 	int c;
@@ -132,6 +183,8 @@ static int import_cmd(admin_ctx *ctx, int argc, char **argv)
 				                   "0 "
 				                   "to %g, not \"%.40s\"",
 				                   DS_HELDOUT_FRACTION_MAX, optarg);
+		} else if (c == 't') {
+			tokenizer_from = optarg;
 		} else if (c == 's') {
 			if (!admin_parse_ll(optarg, DS_SHARD_TOKENS_MIN, DS_SHARD_TOKENS_MAX, &shard_tokens))
 				return admin_usage(usage,
@@ -158,17 +211,30 @@ static int import_cmd(admin_ctx *ctx, int argc, char **argv)
 	if (exists)
 		return admin_failf("dataset \"%s\" already exists", name);
 
-	ds_result r;
-	if (ds_import_heldout(ctx->store_dir, name, (uint64_t)shard_tokens, heldout,
-	                      (const char *const *)argv + optind + 1, (size_t)(argc - optind - 1), &r, &eb))
-		return admin_fail(&eb);
-	if (record(ctx, name, &r, &eb)) {
-		ds_result_free(&r);
-		return admin_fail(&eb);
+	ds_tokenizer tok;
+	char tok_sha[FS_SHA_HEX_LEN + 1], tok_type[16];
+	spm_model *model = NULL;
+	if (tokenizer_from && strcmp(tokenizer_from, "byte") != 0) {
+		if (load_tokenizer(ctx, tokenizer_from, tok_sha, tok_type, &model, &eb))
+			return admin_fail(&eb);
+		tok = (ds_tokenizer){ .model = model, .sha256 = tok_sha, .type = tok_type };
+		tok.separator[0] = tok.separator[1] = spm_piece_id(model, "\n");
 	}
+	ds_result r;
+	cot_err rc = ds_import_tokenized(ctx->store_dir, name, (uint64_t)shard_tokens, heldout,
+	                                 model ? &tok : NULL, (const char *const *)argv + optind + 1,
+	                                 (size_t)(argc - optind - 1), &r, &eb);
+	if (!rc && (rc = record(ctx, name, &r, model ? &tok : NULL, &eb)))
+		ds_result_free(&r);
+	spm_free(model);
+	if (rc)
+		return admin_fail(&eb);
 	printf("imported dataset \"%s\": %" PRIu64 " tokens from %" PRIu64 " document%s in %zu shard%s\n",
 	       name, r.n_tokens, r.n_documents, r.n_documents == 1 ? "" : "s", r.n_shards,
 	       r.n_shards == 1 ? "" : "s");
+	if (r.width > 1)
+		printf("tokenizer %s (%s, from dataset \"%s\"): %d-bit token ids\n", tok_sha, tok_type,
+		       tokenizer_from, 8 * r.width);
 	if (r.heldout_tokens)
 		printf("held out: the last %" PRIu64 " tokens (from token %" PRIu64 "), never handed out as "
 		       "work\n",

@@ -19,6 +19,8 @@
 #include <jansson.h>
 #include <zlib.h>
 
+#include "kernels/spm.h"
+
 #define READ_CHUNK (1u << 16)
 #define DOC_NAME_MAX 1024 /* bytes of a document's name kept for messages */
 
@@ -28,10 +30,12 @@ typedef struct {
 	uint64_t shard_tokens;
 	cot_errbuf *eb;
 
-	unsigned char *buf; /* the shard being filled: shard_tokens bytes */
-	size_t fill;
-	uint64_t total; /* tokens emitted so far */
-	uint64_t cut;   /* a shard ends at this stream position too (0: none) */
+	const ds_tokenizer *tok; /* NULL: the byte tokenizer */
+	int width;               /* bytes a token in the shards: 1, 2 or 4 */
+	unsigned char *buf;      /* the shard being filled: shard_tokens tokens */
+	size_t fill;             /* tokens in buf */
+	uint64_t total;          /* tokens emitted so far */
+	uint64_t cut;            /* a shard ends at this stream position too (0: none) */
 	ds_shard *shards;
 	size_t n_shards, cap_shards;
 	uint64_t n_docs, n_skipped;
@@ -39,6 +43,8 @@ typedef struct {
 
 	/* The current document. */
 	char doc[DOC_NAME_MAX];
+	char *text; /* with a subword tokenizer, its bytes so far (text_cap) */
+	size_t text_len, text_cap;
 	uint64_t doc_off;     /* bytes of it seen */
 	int doc_started;      /* a byte of it has been emitted */
 	int need;             /* UTF-8 continuation bytes still expected */
@@ -65,8 +71,12 @@ static cot_err flush_shard(importer *im)
 		im->cap_shards = cap;
 	}
 	ds_shard *sh = &im->shards[im->n_shards];
-	shard_meta meta = { .idx = (int32_t)im->n_shards, .first_token = im->total - im->fill };
+	shard_meta meta = { .idx = (int32_t)im->n_shards,
+		            .first_token = im->total - im->fill,
+		            .width = im->width };
 	snprintf(meta.dataset, sizeof meta.dataset, "%s", im->name);
+	if (im->tok)
+		snprintf(meta.tokenizer_sha256, sizeof meta.tokenizer_sha256, "%s", im->tok->sha256);
 	cot_err rc = shard_write(im->store, &meta, im->buf, im->fill, sh->sha256, &sh->size, im->eb);
 	if (rc)
 		return rc;
@@ -79,7 +89,8 @@ static cot_err flush_shard(importer *im)
 	return COT_OK;
 }
 
-/* Append n tokens (bytes) to the stream, writing shards as they fill. */
+/* Append n tokens to the stream, writing shards as they fill: p holds them
+ * as shards store them, n * im->width bytes. */
 static cot_err emit(importer *im, const unsigned char *p, size_t n)
 {
 	if (n > DS_MAX_TOKENS - im->total)
@@ -91,10 +102,10 @@ static cot_err emit(importer *im, const unsigned char *p, size_t n)
 		if (im->total < im->cut && im->cut - im->total < room)
 			room = (size_t)(im->cut - im->total);
 		size_t k = n < room ? n : room;
-		memcpy(im->buf + im->fill, p, k);
+		memcpy(im->buf + im->fill * (size_t)im->width, p, k * (size_t)im->width);
 		im->fill += k;
 		im->total += k;
-		p += k;
+		p += k * (size_t)im->width;
 		n -= k;
 		if (im->fill == im->shard_tokens || (im->fill && im->total == im->cut)) {
 			cot_err rc = flush_shard(im);
@@ -113,6 +124,73 @@ static void doc_begin(importer *im, const char *name)
 	im->doc_off = 0;
 	im->doc_started = 0;
 	im->need = 0;
+}
+
+/* Keep n more bytes of the document, to be encoded whole at its end. */
+static cot_err doc_keep(importer *im, const unsigned char *p, size_t n)
+{
+	if (n > DS_DOC_MAX - im->text_len)
+		return cot_seterr(im->eb, COT_ERR_TOO_LARGE,
+		                  "file \"%s\" is larger than %llu bytes, the most a subword tokenizer "
+		                  "encodes as "
+		                  "one document",
+		                  im->doc, (unsigned long long)DS_DOC_MAX);
+	if (im->text_len + n > im->text_cap) {
+		size_t cap = im->text_cap ? im->text_cap : READ_CHUNK;
+		while (cap < im->text_len + n)
+			cap *= 2;
+		char *t = realloc(im->text, cap);
+		if (!t)
+			return cot_seterr(im->eb, COT_ERR_NOMEM, "out of memory for file \"%s\"", im->doc);
+		im->text = t;
+		im->text_cap = cap;
+	}
+	memcpy(im->text + im->text_len, p, n);
+	im->text_len += n;
+	return COT_OK;
+}
+
+/* Emit ids[0..n) in the shards' width (little-endian), in pieces. */
+static cot_err emit_ids(importer *im, const int32_t *ids, size_t n)
+{
+	unsigned char packed[4096];
+	size_t per = sizeof packed / (size_t)im->width;
+	while (n) {
+		size_t k = n < per ? n : per;
+		for (size_t i = 0; i < k; i++) {
+			uint32_t v = (uint32_t)ids[i];
+			for (int b = 0; b < im->width; b++)
+				packed[i * (size_t)im->width + (size_t)b] = (unsigned char)(v >> (8 * b));
+		}
+		cot_err rc = emit(im, packed, k);
+		if (rc)
+			return rc;
+		ids += k;
+		n -= k;
+	}
+	return COT_OK;
+}
+
+/* The end of a document with a subword tokenizer: encode its text whole
+ * and emit the ids, after the separator when a document came before. */
+static cot_err doc_encode(importer *im)
+{
+	if (im->text_len == 0)
+		return COT_OK; /* empty documents are skipped */
+	int32_t *ids = NULL;
+	size_t n = 0;
+	cot_errbuf e2 = { "", "" };
+	cot_err rc = spm_encode(im->tok->model, im->text, im->text_len, &ids, &n, &e2);
+	im->text_len = 0;
+	if (rc)
+		return cot_seterr(im->eb, rc, "could not encode file \"%s\": %s", im->doc, e2.msg);
+	if (im->n_docs > 0)
+		rc = emit_ids(im, im->tok->separator, 2);
+	if (!rc)
+		rc = emit_ids(im, ids, n);
+	free(ids);
+	im->n_docs++;
+	return rc;
 }
 
 /* lead: the first byte of the sequence at offset off, or -1 when c is the
@@ -178,6 +256,8 @@ static cot_err doc_data(importer *im, const unsigned char *p, size_t n)
 		}
 	}
 	im->doc_off += n;
+	if (im->tok)
+		return doc_keep(im, p, n);
 	if (n && !im->doc_started) {
 		im->doc_started = 1;
 		if (im->n_docs > 0) {
@@ -200,7 +280,7 @@ static cot_err doc_end(importer *im)
 		                    "or leave it out.");
 		return COT_ERR_INVALID;
 	}
-	return COT_OK;
+	return im->tok ? doc_encode(im) : COT_OK;
 }
 
 /* ---- inputs ------------------------------------------------------------ */
@@ -511,13 +591,23 @@ static cot_err import_input(importer *im, const char *path)
 static cot_err write_manifest(importer *im, ds_result *r)
 {
 	json_t *shards = json_array();
+	const char *dtype = im->width == 1 ? "u8" : im->width == 2 ? "u16" : "u32";
 	json_t *m = shards ? json_pack("{s:s, s:i, s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:o}",
 	                               "format", "cotrain-dataset", "version", 1, "dataset", im->name,
-	                               "tokenizer", "byte", "dtype", "u8", "vocab", 256, "separator",
+	                               "tokenizer", im->tok ? im->tok->type : "byte", "dtype", dtype, "vocab",
+	                               im->tok ? spm_vocab_size(im->tok->model) : 256, "separator",
 	                               DS_SEPARATOR, "n_tokens", (json_int_t)im->total, "heldout_tokens",
 	                               (json_int_t)r->heldout_tokens, "n_documents", (json_int_t)im->n_docs,
 	                               "shard_tokens", (json_int_t)im->shard_tokens, "shards", shards)
 	                   : NULL;
+	if (m && im->tok &&
+	    (json_object_set_new(m, "tokenizer_sha256", json_string(im->tok->sha256)) ||
+	     json_object_set_new(m, "separator_ids",
+	                         json_pack("[i, i]", (int)im->tok->separator[0],
+	                                   (int)im->tok->separator[1])))) {
+		json_decref(m);
+		m = NULL;
+	}
 	if (!m) /* json_pack released shards ("o" steals it, even on failure) */
 		return cot_seterr(im->eb, COT_ERR_NOMEM, "out of memory");
 	for (size_t i = 0; i < im->n_shards; i++) {
@@ -608,6 +698,14 @@ cot_err ds_import_heldout(const char *store_dir, const char *name, uint64_t shar
                           double heldout_fraction, const char *const *inputs, size_t n_inputs, ds_result *out,
                           cot_errbuf *eb)
 {
+	return ds_import_tokenized(store_dir, name, shard_tokens, heldout_fraction, NULL, inputs, n_inputs,
+	                           out, eb);
+}
+
+cot_err ds_import_tokenized(const char *store_dir, const char *name, uint64_t shard_tokens,
+                            double heldout_fraction, const ds_tokenizer *tok, const char *const *inputs,
+                            size_t n_inputs, ds_result *out, cot_errbuf *eb)
+{
 	memset(out, 0, sizeof *out);
 	if (!shard_name_valid(name))
 		return cot_seterr(eb, COT_ERR_INVALID,
@@ -624,8 +722,13 @@ cot_err ds_import_heldout(const char *store_dir, const char *name, uint64_t shar
 	if (n_inputs == 0)
 		return cot_seterr(eb, COT_ERR_INVALID, "no input files given");
 
-	importer im = { .store = store_dir, .name = name, .shard_tokens = shard_tokens, .eb = eb };
-	im.buf = malloc(shard_tokens);
+	if (tok && (!tok->model || !fs_sha_valid(tok->sha256) || spm_piece_id(tok->model, "\n") < 0))
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "tokenizer %.64s cannot encode a dataset: it has no newline piece",
+		                  tok->sha256);
+	importer im = { .store = store_dir, .name = name, .shard_tokens = shard_tokens, .eb = eb, .tok = tok };
+	im.width = !tok ? 1 : spm_vocab_size(tok->model) <= 65536 ? 2 : 4;
+	im.buf = malloc(shard_tokens * (size_t)im.width);
 	im.chunk = malloc(READ_CHUNK);
 	cot_err rc = COT_OK;
 	if (!im.buf || !im.chunk)
@@ -656,6 +759,7 @@ cot_err ds_import_heldout(const char *store_dir, const char *name, uint64_t shar
 		rc = write_manifest(&im, out);
 	free(im.buf);
 	free(im.chunk);
+	free(im.text);
 	if (rc) {
 		free(im.shards);
 		memset(out, 0, sizeof *out);
@@ -666,6 +770,7 @@ cot_err ds_import_heldout(const char *store_dir, const char *name, uint64_t shar
 	out->n_skipped = im.n_skipped;
 	out->n_shards = im.n_shards;
 	out->shards = im.shards;
+	out->width = im.width;
 	return COT_OK;
 }
 

@@ -13,7 +13,8 @@
  * surrogates, nothing above U+10FFFF); the first one that is not fails the
  * whole import, naming the document and the byte offset.  Empty documents
  * are skipped.  The token stream is the documents' bytes (the byte-level
- * tokenizer: token = byte value) joined by DS_SEPARATOR, cut into shards of
+ * tokenizer: token = byte value; or their subword ids, ds_import_tokenized)
+ * joined by DS_SEPARATOR, cut into shards of
  * shard_tokens tokens (the last may be shorter), each written to the store
  * with shard_write, then a JSON manifest listing them (doc/dataset.md).
  *
@@ -47,6 +48,20 @@
 /* The smallest held-out part when there is one: a few evaluation sequences
  * of a typical seq_len (eight of 512 tokens, each with its next token). */
 #define DS_HELDOUT_MIN_TOKENS 4104u
+/* With a subword tokenizer a document is encoded whole: its most bytes. */
+#define DS_DOC_MAX (1ull << 30)
+
+struct spm_model;
+
+/* A subword tokenizer to encode the documents with (kernels/spm.h): each
+ * document's text is encoded whole, and consecutive documents are joined by
+ * separator, the ids of two newline pieces (what DS_SEPARATOR encodes to). */
+typedef struct {
+	const struct spm_model *model;
+	const char *sha256; /* its name in the file store */
+	const char *type;   /* "unigram" or "bpe", for the manifest */
+	int32_t separator[2];
+} ds_tokenizer;
 
 typedef struct {
 	int32_t idx;
@@ -66,6 +81,7 @@ typedef struct {
 	ds_shard *shards; /* n_shards, malloc'd */
 	char manifest_sha256[FS_SHA_HEX_LEN + 1];
 	uint64_t manifest_size;
+	int width; /* bytes a token in the shards: 1 (byte), 2 or 4 */
 } ds_result;
 
 /* Import inputs[0..n_inputs) as dataset `name` into the store at
@@ -91,6 +107,16 @@ uint64_t ds_heldout_tokens(uint64_t n_tokens, double heldout_fraction);
 cot_err ds_import_heldout(const char *store_dir, const char *name, uint64_t shard_tokens,
                           double heldout_fraction, const char *const *inputs, size_t n_inputs, ds_result *out,
                           cot_errbuf *eb);
+
+/* As ds_import_heldout, encoding the documents with the subword tokenizer
+ * tok (NULL: the byte tokenizer, exactly ds_import_heldout): shards of
+ * u16 ids when its vocabulary has at most 65536 pieces, else u32, naming
+ * the tokenizer; the manifest records it (doc/dataset.md).  Besides
+ * ds_import_heldout's errors, COT_ERR_INVALID for a tokenizer without a
+ * newline piece and COT_ERR_TOO_LARGE for a document over DS_DOC_MAX. */
+cot_err ds_import_tokenized(const char *store_dir, const char *name, uint64_t shard_tokens,
+                            double heldout_fraction, const ds_tokenizer *tok, const char *const *inputs,
+                            size_t n_inputs, ds_result *out, cot_errbuf *eb);
 
 void ds_result_free(ds_result *r);
 

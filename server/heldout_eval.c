@@ -21,13 +21,14 @@
 #include "server/dbconn.h"
 #include "shared/common/filestore.h"
 #include "shared/common/log.h"
+#include "shared/common/microbatch.h"
 #include "shared/common/shard.h"
 
 #define IOPRIO_CLASS_SHIFT 13
 #define IOPRIO_CLASS_IDLE 3
 #define IOPRIO_WHO_PROCESS 1
 
-cot_err heval_bpb(const char *ckpt_path, const unsigned char *tokens, int64_t n_seq, int T, double *bpb,
+cot_err heval_bpb(const char *ckpt_path, const int32_t *tokens, int64_t n_seq, int T, double *bpb,
                   cot_errbuf *eb)
 {
 	if (n_seq < 1 || T < 1)
@@ -82,7 +83,8 @@ struct heval {
 	/* The last sample read: its dataset, first token and length. */
 	long long cache_dataset;
 	uint64_t cache_first, cache_len;
-	unsigned char *cache;
+	int32_t *cache;     /* cache_len tokens */
+	bool cache_subword; /* its dataset's tokenizer is not the byte one */
 };
 
 static const dbc_stmt st_next = { "heldout_next", "SELECT * FROM heldout_next()", 0 };
@@ -117,7 +119,7 @@ static cot_err load_sample(heval *h, long long dataset, uint64_t first, uint64_t
 	if (h->cache && h->cache_dataset == dataset && h->cache_first == first && h->cache_len == len)
 		return COT_OK;
 	free(h->cache);
-	h->cache = malloc(len);
+	h->cache = malloc(len * sizeof *h->cache);
 	h->cache_len = 0;
 	if (!h->cache)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the held-out sample");
@@ -145,8 +147,11 @@ static cot_err load_sample(heval *h, long long dataset, uint64_t first, uint64_t
 		                      ? meta.first_token + meta.n_tokens
 		                      : first + len;
 		if (lo < hi) {
-			memcpy(h->cache + (lo - first), tok + (lo - meta.first_token), hi - lo);
+			mb_span sp = { meta.first_token, meta.n_tokens, tok, meta.width };
+			for (uint64_t pos = lo; pos < hi; pos++)
+				h->cache[pos - first] = mb_token_at(&sp, 1, pos);
 			got += hi - lo;
+			h->cache_subword = meta.width > 1;
 		}
 		free(tok);
 	}
@@ -216,9 +221,9 @@ static bool eval_one(heval *h)
 	if (rc)
 		log_warn("held-out evaluation: project \"%s\" version %s: %s", project, version, eb.msg);
 	else
-		log_info("held-out evaluation: project \"%s\" version %s: %.6f bits per byte on %s tokens, "
+		log_info("held-out evaluation: project \"%s\" version %s: %.6f bits per %s on %s tokens, "
 		         "%.3f CPU s",
-		         project, version, bpb, ts, cpu);
+		         project, version, bpb, h->cache_subword ? "token" : "byte", ts, cpu);
 	cot_errbuf eb2 = { 0 };
 	if (dbc_exec(&st_store, params, &r, state, &eb2)) {
 		log_warn("held-out evaluation: %s", eb2.msg);

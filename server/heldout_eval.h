@@ -9,7 +9,9 @@
  * first token, T = seq_len; inputs the first T, targets the next T, as a
  * training sample), n_seq = min(eval_sequences, (heldout_tokens - 1) / T).
  * The figure is the mean next-token cross-entropy over the n_seq * T
- * predictions, in bits: with the byte tokenizer, bits per byte.
+ * predictions, in bits: with the byte tokenizer, bits per byte; with a
+ * subword tokenizer, bits per token (the column keeps its name,
+ * heldout_bpb).
  *
  * The evaluator is a thread of its own with its own database connection: it
  * runs at SCHED_IDLE, nice 19 and the idle I/O class, its kernel calls on
@@ -26,14 +28,15 @@
 
 #define HEVAL_BATCH 8 /* sequences per forward pass */
 
-/* The held-out bits per byte of the checkpoint at ckpt_path on n_seq
+/* The held-out bits per token (per byte with the byte tokenizer) of the
+ * checkpoint at ckpt_path on n_seq
  * sequences of T tokens read from tokens[0 .. n_seq*T] (n_seq*T + 1
  * tokens, sequence i starting at i*T): the sum over batches of HEVAL_BATCH
  * sequences of the batch's mean loss times its tokens, in double, divided
  * by n_seq*T and by ln 2.  The checkpoint's seq_len must be T.  Errors:
  * those of ckpt_load_new, COT_ERR_INVALID (n_seq < 1, a seq_len that
  * differs, a token outside the vocabulary, a loss that is not finite). */
-cot_err heval_bpb(const char *ckpt_path, const unsigned char *tokens, int64_t n_seq, int T, double *bpb,
+cot_err heval_bpb(const char *ckpt_path, const int32_t *tokens, int64_t n_seq, int T, double *bpb,
                   cot_errbuf *eb);
 
 typedef struct heval heval;

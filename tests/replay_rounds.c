@@ -204,7 +204,7 @@ static cot_err add_shard(dataset *d, const char *path, cot_errbuf *eb)
 			                  "shard \"%s\" overlaps another shard (tokens %" PRIu64 "...)", path,
 			                  meta.first_token);
 		}
-	d->spans[d->n] = (mb_span){ meta.first_token, meta.n_tokens, tok };
+	d->spans[d->n] = (mb_span){ meta.first_token, meta.n_tokens, tok, meta.width };
 	d->owned[d->n] = tok;
 	d->n++;
 	return COT_OK;

@@ -47,10 +47,25 @@ static int span_of(const mb_span *spans, int nspans, uint64_t pos)
 	return -1;
 }
 
+/* Token j of span sp: one byte, or a little-endian u16 or u32. */
+static int32_t token(const mb_span *sp, uint64_t j)
+{
+	const unsigned char *p = sp->tokens;
+	switch (sp->width) {
+	case 2:
+		return (int32_t)((uint32_t)p[2 * j] | (uint32_t)p[2 * j + 1] << 8);
+	case 4:
+		return (int32_t)((uint32_t)p[4 * j] | (uint32_t)p[4 * j + 1] << 8 |
+		                 (uint32_t)p[4 * j + 2] << 16 | (uint32_t)p[4 * j + 3] << 24);
+	default:
+		return p[j];
+	}
+}
+
 int mb_token_at(const mb_span *spans, int nspans, uint64_t pos)
 {
 	int i = span_of(spans, nspans, pos);
-	return i < 0 ? -1 : spans[i].tokens[pos - spans[i].first];
+	return i < 0 ? -1 : (int)token(&spans[i], pos - spans[i].first);
 }
 
 cot_err mb_fill(const mb_shape *s, const mb_span *spans, int nspans, int64_t g, int32_t *in, int32_t *tgt,
@@ -76,7 +91,15 @@ cot_err mb_fill(const mb_shape *s, const mb_span *spans, int nspans, int64_t g, 
 		uint64_t off = pos - spans[i].first, run = spans[i].n - off;
 		if (run > n - k)
 			run = n - k;
-		if (in) {
+		if (in && spans[i].width > 1) {
+			for (uint64_t r = 0; r < run; r++, k++) {
+				int32_t v = token(&spans[i], off + r);
+				if (k < n - 1)
+					in[k] = v;
+				if (k >= 1)
+					tgt[k - 1] = v;
+			}
+		} else if (in) {
 			const unsigned char *t = spans[i].tokens + off;
 			for (uint64_t r = 0; r < run; r++, k++) {
 				if (k < n - 1)

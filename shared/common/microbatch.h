@@ -25,11 +25,14 @@
 #include "shared/common/error.h"
 
 /* A run of the token stream: tokens[0..n) are stream positions
- * [first, first + n).  The tokens are borrowed, never freed here. */
+ * [first, first + n), each `width` bytes as a shard stores them (0 or 1:
+ * one byte, the byte tokenizer; 2 or 4: a little-endian u16 or u32 id of a
+ * subword tokenizer).  The tokens are borrowed, never freed here. */
 typedef struct {
 	uint64_t first;
 	uint64_t n;
 	const unsigned char *tokens;
+	int width;
 } mb_span;
 
 /* The project's geometry: microbatches per epoch, samples per microbatch

@@ -2,6 +2,7 @@
 #include "shared/common/shard.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,16 +94,33 @@ cot_err shard_write(const char *store_dir, shard_meta *meta, const unsigned char
 		                  SHARD_TOKENS_MAX);
 	if (!shard_name_valid(meta->dataset))
 		return cot_seterr(eb, COT_ERR_INVALID, "invalid dataset name \"%.80s\"", meta->dataset);
+	if (meta->width == 0)
+		meta->width = 1;
+	if (meta->width != 1 && meta->width != 2 && meta->width != 4)
+		return cot_seterr(eb, COT_ERR_INVALID, "shard tokens of %d bytes: use 1, 2 or 4",
+		                  meta->width);
+	if ((meta->width == 1) != (meta->tokenizer_sha256[0] == '\0') ||
+	    (meta->width > 1 && !fs_sha_valid(meta->tokenizer_sha256)))
+		return cot_seterr(eb, COT_ERR_INVALID, "a shard of %d-byte tokens %s a tokenizer model",
+		                  meta->width, meta->width == 1 ? "cannot name" : "must name");
+	size_t bytes = n * (size_t)meta->width;
 	meta->n_tokens = n;
-	cot_err rc = sha256_hex(tokens, n, meta->tokens_sha256, eb);
+	cot_err rc = sha256_hex(tokens, bytes, meta->tokens_sha256, eb);
 	if (rc)
 		return rc;
 
+	const char *dtype = meta->width == 1 ? "u8" : meta->width == 2 ? "u16" : "u32";
 	json_t *j =
 	        json_pack("{s:s, s:i, s:s, s:i, s:I, s:I, s:s, s:s, s:s}", "format", SHARD_FORMAT, "version",
 	                  SHARD_VERSION, "dataset", meta->dataset, "idx", (int)meta->idx, "first_token",
 	                  (json_int_t)meta->first_token, "n_tokens", (json_int_t)meta->n_tokens, "dtype",
-	                  "u8", "tokenizer", "byte", "tokens_sha256", meta->tokens_sha256);
+	                  dtype, "tokenizer", meta->width == 1 ? "byte" : "sentencepiece", "tokens_sha256",
+	                  meta->tokens_sha256);
+	if (j && meta->width > 1 &&
+	    json_object_set_new(j, "tokenizer_sha256", json_string(meta->tokenizer_sha256)) != 0) {
+		json_decref(j);
+		j = NULL;
+	}
 	char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
 	json_decref(j);
 	if (!text)
@@ -139,8 +157,10 @@ cot_err shard_write(const char *store_dir, shard_meta *meta, const unsigned char
 		r = archive_write_open2(a, &s, NULL, sink_write, NULL, NULL);
 	if (r == ARCHIVE_OK)
 		r = add_entry(a, "shard.json", json_text, tlen);
+	char entry[16];
+	snprintf(entry, sizeof entry, "tokens.%s", dtype);
 	if (r == ARCHIVE_OK)
-		r = add_entry(a, "tokens.u8", tokens, n);
+		r = add_entry(a, entry, tokens, bytes);
 	if (r == ARCHIVE_OK)
 		r = archive_write_close(a);
 	if (r != ARCHIVE_OK && !s.rc)
@@ -189,6 +209,27 @@ static cot_err read_all(struct archive *a, const char *path, const char *what, u
 	return COT_OK;
 }
 
+/* The token width that dtype and tokenizer name (into m->width, with
+ * m->tokenizer_sha256); false for any other pair. */
+static bool dtype_ok(json_t *j, const char *dtype, const char *tok, shard_meta *m)
+{
+	if (strcmp(dtype, "u8") == 0 && strcmp(tok, "byte") == 0 && !json_object_get(j, "tokenizer_sha256")) {
+		m->width = 1;
+		return true;
+	}
+	const char *sha = json_string_value(json_object_get(j, "tokenizer_sha256"));
+	if (strcmp(tok, "sentencepiece") != 0 || !sha || !fs_sha_valid(sha))
+		return false;
+	if (strcmp(dtype, "u16") == 0)
+		m->width = 2;
+	else if (strcmp(dtype, "u32") == 0)
+		m->width = 4;
+	else
+		return false;
+	memcpy(m->tokenizer_sha256, sha, FS_SHA_HEX_LEN + 1);
+	return true;
+}
+
 static cot_err parse_meta(const char *path, const char *text, size_t len, shard_meta *m, cot_errbuf *eb)
 {
 	json_error_t jerr;
@@ -211,10 +252,11 @@ static cot_err parse_meta(const char *path, const char *text, size_t len, shard_
 		                "shard \"%s\" is corrupt: shard.json lacks a field or is not format %s "
 		                "version %d",
 		                path, SHARD_FORMAT, SHARD_VERSION);
-	else if (strcmp(dtype, "u8") != 0 || strcmp(tok, "byte") != 0)
+	else if (!dtype_ok(j, dtype, tok, m))
 		rc = cot_seterr(eb, COT_ERR_CORRUPT,
-		                "shard \"%s\" has dtype \"%.20s\" and tokenizer \"%.20s\": only u8 and byte "
-		                "are supported",
+		                "shard \"%s\" has dtype \"%.20s\" and tokenizer \"%.20s\": only u8 with "
+		                "byte, "
+		                "and u16 or u32 with sentencepiece and its tokenizer_sha256, are supported",
 		                path, dtype, tok);
 	else if (idx < 0 || idx > INT32_MAX || first < 0 || ntok < 1 || !fs_sha_valid(sha) ||
 	         strlen(dataset) != dataset_len || !shard_name_valid(dataset))
@@ -251,15 +293,15 @@ cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta, unsi
 		                archive_error_string(a) ? archive_error_string(a) : "unknown error");
 		goto out;
 	}
-	static const char *const names[2] = { "shard.json", "tokens.u8" };
+	const char *names[2] = { "shard.json", "tokens.u8" };
 	for (int i = 0; i < 3 && !rc; i++) {
 		struct archive_entry *e;
 		int r = archive_read_next_header(a, &e);
 		if (i == 2) {
 			if (r != ARCHIVE_EOF)
 				rc = cot_seterr(eb, COT_ERR_CORRUPT,
-				                "shard \"%s\" is corrupt: unexpected entry after tokens.u8",
-				                path);
+				                "shard \"%s\" is corrupt: unexpected entry after %s", path,
+				                names[1]);
 			break;
 		}
 		if (r != ARCHIVE_OK) {
@@ -293,35 +335,40 @@ cot_err shard_read(const char *path, uint64_t max_tokens, shard_meta *meta, unsi
 				break;
 			json_text[sz] = '\0';
 			rc = parse_meta(path, json_text, (size_t)sz, meta, eb);
+			names[1] = meta->width == 4   ? "tokens.u32"
+			           : meta->width == 2 ? "tokens.u16"
+			                              : "tokens.u8";
 			if (!rc && meta->n_tokens > max_tokens)
 				rc = cot_seterr(eb, COT_ERR_TOO_LARGE,
 				                "shard \"%s\" holds %llu tokens, more than the %llu allowed",
 				                path, (unsigned long long)meta->n_tokens,
 				                (unsigned long long)max_tokens);
 		} else {
-			if ((uint64_t)sz != meta->n_tokens) {
+			size_t bytes = (size_t)meta->n_tokens * (size_t)meta->width;
+			if ((uint64_t)sz != bytes) {
 				rc = cot_seterr(eb, COT_ERR_CORRUPT,
-				                "shard \"%s\" is corrupt: tokens.u8 is %lld bytes, "
-				                "shard.json says %llu",
-				                path, (long long)sz, (unsigned long long)meta->n_tokens);
+				                "shard \"%s\" is corrupt: %s is %lld bytes, "
+				                "shard.json says %llu tokens",
+				                path, names[1], (long long)sz,
+				                (unsigned long long)meta->n_tokens);
 				break;
 			}
-			if (!(tok = malloc(meta->n_tokens))) {
+			if (!(tok = malloc(bytes))) {
 				rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 				break;
 			}
-			rc = read_all(a, path, "tokens.u8", tok, meta->n_tokens, eb);
+			rc = read_all(a, path, names[1], tok, bytes, eb);
 			if (rc)
 				break;
 			char sha[FS_SHA_HEX_LEN + 1];
-			rc = sha256_hex(tok, meta->n_tokens, sha, eb);
+			rc = sha256_hex(tok, bytes, sha, eb);
 			if (rc)
 				break;
 			if (strcmp(sha, meta->tokens_sha256) != 0)
 				rc = cot_seterr(eb, COT_ERR_CORRUPT,
-				                "shard \"%s\" is corrupt: tokens.u8 does not match its "
+				                "shard \"%s\" is corrupt: %s does not match its "
 				                "sha256",
-				                path);
+				                path, names[1]);
 		}
 	}
 out:

@@ -77,9 +77,9 @@ int main(int argc, char **argv)
 	double train = cpu_now() - t0;
 	/* evaluation: load the checkpoint, forward over the sample */
 	int n_seq = p.eval_sequences;
-	unsigned char *tok = malloc((size_t)n_seq * T + 1);
+	int32_t *tok = malloc(((size_t)n_seq * T + 1) * sizeof *tok);
 	for (size_t i = 0; i < (size_t)n_seq * T + 1; i++)
-		tok[i] = (unsigned char)(rand() % 256);
+		tok[i] = (int32_t)(rand() % p.model.vocab);
 	double bpb = 0;
 	t0 = cpu_now();
 	if (heval_bpb(ck, tok, n_seq, T, &bpb, &eb))
