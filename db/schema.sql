@@ -1952,6 +1952,11 @@ BEGIN
       FROM model_version mv JOIN file f ON f.sha256 = mv.checkpoint_sha256
      WHERE mv.project_id = p_project AND mv.version = p_version;
     v_files := CASE WHEN v_ckpt IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(v_ckpt) END;
+    v_files := v_files || coalesce((SELECT jsonb_build_array(jsonb_build_object(
+                                            'kind', 'tokenizer', 'url', '/files/' || f.sha256,
+                                            'sha256', f.sha256, 'size', f.size))
+                                      FROM dataset d JOIN file f ON f.sha256 = d.tokenizer_sha256
+                                     WHERE d.id = p_dataset), '[]'::jsonb);
     IF p_hi - p_lo >= p_mb_per_epoch THEN
         RETURN v_files || sched_shards(p_dataset, 0, least(p_mb_per_epoch * p_tokens_per_mb + 1, p_n_tokens));
     END IF;

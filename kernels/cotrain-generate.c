@@ -19,13 +19,16 @@
 #include "kernels/generate.h"
 #include "kernels/hf_gpt2.h"
 #include "kernels/model.h"
+#include "kernels/spm.h"
 #include "kernels/tokenizer.h"
 #include "shared/common/options.h"
 
 #define PROG "cotrain-generate"
 
+#define SPM_FILE_MAX (64u << 20) /* bytes of a tokenizer model read */
+
 typedef struct {
-	const char *ckpt, *prompt;
+	const char *ckpt, *prompt, *tokenizer;
 	gen_options o;
 	int threads;
 } gen_cli;
@@ -37,6 +40,9 @@ static const opt_spec gen_opts[] = {
 	          "cotrain-admin model export (config.json and model.safetensors)" },
 	{ "prompt", 'p', OPT_STRING, F(prompt), .metavar = "TEXT",
 	  .help = "text to continue (default: a newline)" },
+	{ "tokenizer", 0, OPT_STRING, F(tokenizer), .metavar = "FILE",
+	  .help = "the SentencePiece model of a dataset imported with a subword tokenizer "
+	          "(spiece.model of cotrain-admin dataset tokenizer export); default: bytes" },
 	{ "tokens", 'n', OPT_INT, F(o.n_tokens), 0, GEN_MAX_TOKENS, .def = "256", .metavar = "N",
 	  .help = "tokens to generate" },
 	{ "top-k", 'k', OPT_INT, F(o.top_k), 0, INT_MAX, .def = "40", .metavar = "K",
@@ -61,6 +67,50 @@ static const opt_program gen_prog = {
 	         "Exit status: 0 on success, 1 on a runtime error, 2 on a usage error.\n",
 	.opts = gen_opts,
 };
+
+/* Load the SentencePiece model in the file at path (at most SPM_FILE_MAX
+ * bytes) into *out.  COT_ERR_IO, COT_ERR_TOO_LARGE and spm_load's errors. */
+static cot_err load_spm(const char *path, spm_model **out, cot_errbuf *eb)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return cot_seterr(eb, COT_ERR_IO, "could not open tokenizer \"%s\": %s", path,
+		                  strerror(errno));
+	unsigned char *buf = malloc(SPM_FILE_MAX + 1);
+	size_t n = buf ? fread(buf, 1, SPM_FILE_MAX + 1, f) : 0;
+	int err = ferror(f);
+	fclose(f);
+	cot_err rc = COT_OK;
+	if (!buf)
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	else if (err)
+		rc = cot_seterr(eb, COT_ERR_IO, "could not read tokenizer \"%s\"", path);
+	else if (n > SPM_FILE_MAX)
+		rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "tokenizer \"%s\" is larger than %u bytes", path,
+		                SPM_FILE_MAX);
+	else
+		rc = spm_load(buf, n, out, eb);
+	free(buf);
+	return rc;
+}
+
+/* The prompt's tokens: its bytes, or its subword ids (spm not NULL), in a
+ * malloc'd *ids of *n (at least one token; the caller frees it). */
+static cot_err encode_prompt(const spm_model *spm, const char *prompt, int32_t **ids, size_t *n,
+                             cot_errbuf *eb)
+{
+	size_t plen = strlen(prompt);
+	if (spm) {
+		cot_err rc = spm_encode(spm, prompt, plen, ids, n, eb);
+		if (!rc && *n == 0)
+			rc = cot_seterr(eb, COT_ERR_INVALID, "the prompt encodes to no token");
+		return rc;
+	}
+	if (!(*ids = malloc(plen * sizeof **ids)))
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	*n = tok_encode(prompt, plen, *ids);
+	return COT_OK;
+}
 
 static int fail(cot_err rc, const cot_errbuf *eb)
 {
@@ -96,33 +146,61 @@ int main(int argc, char **argv)
 	if (rc)
 		return fail(rc, &eb);
 
-	size_t plen = strlen(prompt);
-	if (plen == 0) {
-		prompt = "\n";
-		plen = 1;
+	spm_model *spm = NULL;
+	if (cli.tokenizer && (rc = load_spm(cli.tokenizer, &spm, &eb))) {
+		kern_model_free(m);
+		return fail(rc, &eb);
 	}
+	if (spm && spm_vocab_size(spm) != m->config.vocab) {
+		rc = cot_seterr(&eb, COT_ERR_INVALID,
+		                "tokenizer \"%s\" has %d pieces, the model a vocabulary of %d", cli.tokenizer,
+		                spm_vocab_size(spm), m->config.vocab);
+		spm_free(spm);
+		kern_model_free(m);
+		return fail(rc, &eb);
+	}
+	if (prompt[0] == '\0')
+		prompt = "\n";
+	size_t plen = strlen(prompt), np = 0, tlen = 0;
 	if (plen > GEN_MAX_TOKENS) {
+		spm_free(spm);
 		kern_model_free(m);
 		fprintf(stderr, PROG ": prompt of %zu bytes is longer than %d\n", plen, GEN_MAX_TOKENS);
 		return 2;
 	}
-	int32_t *ptok = malloc(plen * sizeof *ptok);
+	int32_t *ptok = NULL;
 	int32_t *gen = malloc(((size_t)o.n_tokens + 1) * sizeof *gen);
-	char *text = malloc((size_t)o.n_tokens + 1);
-	if (!ptok || !gen || !text) {
+	char *text = spm ? NULL : malloc((size_t)o.n_tokens + 1);
+	if (!gen || (!spm && !text)) {
 		rc = cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	tok_encode(prompt, plen, ptok);
-	rc = gen_generate(m, ptok, (int)plen, &o, gen, &eb);
+	if ((rc = encode_prompt(spm, prompt, &ptok, &np, &eb)))
+		goto out;
+	rc = gen_generate(m, ptok, (int)np, &o, gen, &eb);
 	if (rc)
 		goto out;
-	rc = tok_decode(gen, (size_t)o.n_tokens, text, &eb);
+	tlen = (size_t)o.n_tokens;
+	if (spm) {
+		/* The prompt's ids and the continuation's, decoded together, so
+		 * that a piece's leading space is kept between them. */
+		int32_t *all = malloc((np + tlen) * sizeof *all);
+		if (!all) {
+			rc = cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
+			goto out;
+		}
+		memcpy(all, ptok, np * sizeof *all);
+		memcpy(all + np, gen, tlen * sizeof *all);
+		rc = spm_decode(spm, all, np + tlen, &text, &tlen, &eb);
+		free(all);
+		plen = 0; /* the decoded text holds the prompt */
+	} else {
+		rc = tok_decode(gen, tlen, text, &eb);
+	}
 	if (rc)
 		goto out;
-	if (fwrite(prompt, 1, plen, stdout) != plen ||
-	    fwrite(text, 1, (size_t)o.n_tokens, stdout) != (size_t)o.n_tokens || putchar('\n') == EOF ||
-	    fflush(stdout) == EOF)
+	if (fwrite(prompt, 1, plen, stdout) != plen || fwrite(text, 1, tlen, stdout) != tlen ||
+	    putchar('\n') == EOF || fflush(stdout) == EOF)
 		rc = cot_seterr(&eb, COT_ERR_IO,
 		                "could not write to standard "
 		                "output: %s",
@@ -131,6 +209,7 @@ out:
 	free(ptok);
 	free(gen);
 	free(text);
+	spm_free(spm);
 	kern_model_free(m);
 	return rc ? fail(rc, &eb) : 0;
 }

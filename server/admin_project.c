@@ -164,11 +164,11 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	}
 
 	const char *dp[1] = { p.dataset };
-	PGresult *r =
-	        admin_exec(ctx,
-	                   "SELECT id, n_tokens - heldout_tokens, tokenizer, heldout_tokens FROM dataset"
-	                   " WHERE name = $1 FOR SHARE",
-	                   1, dp, &eb);
+	PGresult *r = admin_exec(ctx,
+	                         "SELECT id, n_tokens - heldout_tokens, tokenizer, heldout_tokens, vocab "
+	                         "FROM dataset"
+	                         " WHERE name = $1 FOR SHARE",
+	                         1, dp, &eb);
 	if (!r) {
 		admin_fail(&eb);
 		goto rollback;
@@ -186,11 +186,32 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	long long n_tokens = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
 	int byte_tok = strcmp(PQgetvalue(r, 0, 2), "byte") == 0;
 	long long heldout = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
+	int vocab = atoi(PQgetvalue(r, 0, 4));
+	char tok_type[16];
+	snprintf(tok_type, sizeof tok_type, "%s", PQgetvalue(r, 0, 2));
 	PQclear(r);
-	if (byte_tok && p.model.vocab != 256) {
-		admin_failf("field \"model.vocab\" must be 256 for dataset \"%s\", whose tokenizer is "
-		            "\"byte\"",
-		            p.dataset);
+	if (byte_tok && p.subword) {
+		cot_seterr(&eb, COT_ERR_INVALID,
+		           "field \"tokenizer\" is \"dataset\", but dataset \"%s\" was imported with the "
+		           "byte "
+		           "tokenizer",
+		           p.dataset);
+		cot_sethint(&eb, "Give \"tokenizer\": \"byte\", or import the text with --tokenizer.");
+		admin_fail(&eb);
+		goto rollback;
+	}
+	if (!byte_tok && !p.subword) {
+		cot_seterr(&eb, COT_ERR_INVALID,
+		           "dataset \"%s\" holds %s token ids, but field \"tokenizer\" is \"byte\"",
+		           p.dataset, tok_type);
+		cot_sethint(&eb, "Give \"tokenizer\": \"dataset\" and \"model.vocab\": %d.", vocab);
+		admin_fail(&eb);
+		goto rollback;
+	}
+	if (p.model.vocab != vocab) {
+		admin_failf("field \"model.vocab\" must be %d for dataset \"%s\", whose tokenizer is "
+		            "\"%s\"",
+		            vocab, p.dataset, tok_type);
 		goto rollback;
 	}
 	long long samples = (n_tokens - 1) / p.model.seq_len;

@@ -385,6 +385,10 @@ static char *normalize(const pf_project *p)
 	                      p->microbatch_size, "seed", (json_int_t)p->seed, "work_unit_seconds",
 	                      p->work_unit_seconds, "min_batch_fraction", p->min_batch_fraction, "eval_every",
 	                      p->eval_every, "eval_sequences", p->eval_sequences);
+	if (j && p->subword && json_object_set_new(j, "tokenizer", json_string("dataset"))) {
+		json_decref(j);
+		return NULL;
+	}
 	if (j && p->license[0] && json_object_set_new(j, "license", json_string(p->license))) {
 		json_decref(j);
 		return NULL;
@@ -405,15 +409,25 @@ static char *normalize(const pf_project *p)
 
 cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalized, cot_errbuf *eb)
 {
-	static const char *const keys[] = { "name",         "title",
-		                            "description",  "dataset",
-		                            "model",        "optimizer",
-		                            "target_batch", "microbatch_size",
-		                            "seed",         "work_unit_seconds",
-		                            "mode",         "inner_batch",
-		                            "outer",        "min_batch_fraction",
-		                            "eval_every",   "eval_sequences",
-		                            "license",      NULL };
+	static const char *const keys[] = { "name",
+		                            "title",
+		                            "description",
+		                            "dataset",
+		                            "model",
+		                            "optimizer",
+		                            "target_batch",
+		                            "microbatch_size",
+		                            "seed",
+		                            "work_unit_seconds",
+		                            "mode",
+		                            "inner_batch",
+		                            "outer",
+		                            "min_batch_fraction",
+		                            "eval_every",
+		                            "eval_sequences",
+		                            "license",
+		                            "tokenizer",
+		                            NULL };
 	memset(out, 0, sizeof *out);
 	if (normalized)
 		*normalized = NULL;
@@ -455,6 +469,17 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 		                out->dataset);
 		goto out;
 	}
+	char tokenizer[16] = "byte";
+	if ((rc = get_str(&s, "tokenizer", false, 1, sizeof tokenizer - 1, tokenizer, NULL)))
+		goto out;
+	if (strcmp(tokenizer, "byte") != 0 && strcmp(tokenizer, "dataset") != 0) {
+		rc = cot_seterr(eb, COT_ERR_INVALID,
+		                "field \"tokenizer\" must be \"byte\" or \"dataset\", not \"%s\"", tokenizer);
+		cot_sethint(eb, "\"dataset\" is the subword tokenizer the dataset was imported with "
+		                "(cotrain-admin dataset import --tokenizer).");
+		goto out;
+	}
+	out->subword = strcmp(tokenizer, "dataset") == 0;
 	if ((rc = get_str(&s, "license", false, 1, PF_LICENSE_MAX, out->license, NULL)))
 		goto out;
 	if (out->license[0] && !license_ok(out->license)) {

@@ -31,6 +31,7 @@
 #ifndef COT_PROJECT_FILE_H
 #define COT_PROJECT_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,6 +84,10 @@ typedef struct {
 	 * "CC-BY-4.0" (letters, digits, '.', '-', '+'); "" when not given.  It
 	 * goes into exported model cards (cotrain-admin model export). */
 	char license[PF_LICENSE_MAX + 1];
+	/* "tokenizer": "byte" (false, the default) or "dataset" (true): the
+	 * subword tokenizer the dataset's shards are encoded with; model.vocab
+	 * must then be its vocabulary (checked by cotrain-admin). */
+	bool subword;
 	pf_model model;
 	pf_optimizer opt;
 	pf_mode mode;

@@ -85,6 +85,8 @@ $$;
 -- of a whole epoch or more needs every shard of the epoch.  p_n_tokens is the
 -- training part of the dataset: no shard of its held-out part (tokens from
 -- n_tokens - heldout_tokens on, in shards of their own) is ever listed.
+-- A dataset encoded with a subword tokenizer lists its model too (kind
+-- 'tokenizer'), fetched and checked by sha256 like the shards.
 CREATE OR REPLACE FUNCTION sched_files(p_project bigint, p_version integer, p_dataset bigint,
                             p_n_tokens bigint, p_tokens_per_mb bigint, p_mb_per_epoch bigint,
                             p_lo bigint, p_hi bigint)
@@ -101,6 +103,11 @@ BEGIN
       FROM model_version mv JOIN file f ON f.sha256 = mv.checkpoint_sha256
      WHERE mv.project_id = p_project AND mv.version = p_version;
     v_files := CASE WHEN v_ckpt IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(v_ckpt) END;
+    v_files := v_files || coalesce((SELECT jsonb_build_array(jsonb_build_object(
+                                            'kind', 'tokenizer', 'url', '/files/' || f.sha256,
+                                            'sha256', f.sha256, 'size', f.size))
+                                      FROM dataset d JOIN file f ON f.sha256 = d.tokenizer_sha256
+                                     WHERE d.id = p_dataset), '[]'::jsonb);
     IF p_hi - p_lo >= p_mb_per_epoch THEN
         RETURN v_files || sched_shards(p_dataset, 0, least(p_mb_per_epoch * p_tokens_per_mb + 1, p_n_tokens));
     END IF;
