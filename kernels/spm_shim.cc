@@ -147,7 +147,10 @@ extern "C" cot_err spm_train(const char *text, size_t len, const spm_train_opts 
 		kw["eos_id"] = "-1";
 		kw["pad_id"] = "-1";
 		kw["unk_id"] = "0";
-		kw["allow_whitespace_only_pieces"] = "true";
+		// A piece never spans a space in its middle, nor is made of spaces
+		// alone: what Hugging Face's Metaspace pre-tokenizer can express, so
+		// the exported tokenizer.json encodes as SentencePiece does.
+		kw["allow_whitespace_only_pieces"] = "false";
 		kw["split_by_whitespace"] = "true";
 		kw["user_defined_symbols"] = join_user_symbols(o);
 		for (int i = 0; i < o->n_special; i++) {
