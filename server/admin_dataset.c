@@ -133,14 +133,18 @@ static cot_err load_tokenizer(admin_ctx *ctx, const char *from, char sha[FS_SHA_
 {
 	const char *p[1] = { from };
 	PGresult *r = admin_exec(ctx,
-	                         "SELECT t.sha256, t.type FROM dataset d"
-	                         "  JOIN tokenizer t ON t.sha256 = coalesce(d.tokenizer_sha256, "
+	                         "SELECT coalesce(t.sha256, ''), coalesce(t.type, '') FROM dataset d"
+	                         "  LEFT JOIN tokenizer t ON t.sha256 = coalesce(d.tokenizer_sha256, "
 	                         "d.trained_tokenizer)"
 	                         " WHERE d.name = $1",
 	                         1, p, eb);
 	if (!r)
 		return COT_ERR_DB;
 	if (PQntuples(r) == 0) {
+		PQclear(r);
+		return cot_seterr(eb, COT_ERR_NOT_FOUND, "dataset \"%.80s\" does not exist", from);
+	}
+	if (PQgetvalue(r, 0, 0)[0] == '\0') {
 		PQclear(r);
 		cot_seterr(eb, COT_ERR_NOT_FOUND, "dataset \"%.80s\" has no subword tokenizer", from);
 		cot_sethint(eb,

@@ -236,6 +236,61 @@ static void check_manifest(const ds_result *r)
  * shards of their own, recorded in the manifest; an epoch cut from the rest
  * (mb_per_epoch of the training tokens) reads none of them, whatever the
  * geometry. */
+/* Shards of subword ids: u16 and u32, little-endian, read back and mapped
+ * to microbatches; a width without its tokenizer, or the reverse, is
+ * refused. */
+static void check_wide_shards(void)
+{
+	static const char tok_sha[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+	cot_errbuf eb = { "", "" };
+	enum { N = 300 };
+	for (int width = 2; width <= 4; width += 2) {
+		unsigned char raw[N * 4];
+		for (uint32_t i = 0; i < N; i++) {
+			uint32_t v = width == 2 ? (i * 211u) % 65536u : i * 70001u; /* ids above 65535 too */
+			for (int b = 0; b < width; b++)
+				raw[i * (uint32_t)width + (uint32_t)b] = (unsigned char)(v >> (8 * b));
+		}
+		shard_meta meta = { .idx = 0, .first_token = 0, .width = width };
+		snprintf(meta.dataset, sizeof meta.dataset, "wide");
+		memcpy(meta.tokenizer_sha256, tok_sha, sizeof tok_sha);
+		char sha[FS_SHA_HEX_LEN + 1], path[PATH_MAX];
+		ok(shard_write(store, &meta, raw, N, sha, NULL, &eb) == COT_OK,
+		   "write a shard of %d u%d ids (%s)", N, 8 * width, eb.msg);
+		shard_meta back;
+		unsigned char *tok = NULL;
+		fs_path(store, sha, path, sizeof path, &eb);
+		ok(shard_read(path, SHARD_TOKENS_MAX, &back, &tok, &eb) == COT_OK && back.width == width &&
+		           back.n_tokens == N && !strcmp(back.tokenizer_sha256, tok_sha) &&
+		           !memcmp(tok, raw, N * (size_t)width),
+		   "read it back: width %d, its tokenizer, the same bytes (%s)", back.width, eb.msg);
+		mb_span sp = { 0, N, tok, back.width };
+		mb_shape sh = { mb_per_epoch(N, 7, 3), 3, 7 };
+		int32_t in[21], tgt[21];
+		bool same = mb_fill(&sh, &sp, 1, 5, in, tgt, &eb) == COT_OK;
+		uint64_t base = mb_first_token(&sh, 5);
+		for (int i = 0; same && i < 21; i++)
+			same = in[i] == (int32_t)(width == 2 ? ((base + (uint64_t)i) * 211u) % 65536u
+			                                     : (uint32_t)(base + (uint64_t)i) * 70001u) &&
+			       tgt[i] == mb_token_at(&sp, 1, base + (uint64_t)i + 1);
+		ok(same, "microbatch 5 of 3 samples of 7 tokens reads the u%d ids", 8 * width);
+		free(tok);
+	}
+	shard_meta bad = { .idx = 0, .first_token = 0, .width = 2 };
+	snprintf(bad.dataset, sizeof bad.dataset, "wide");
+	unsigned char two[4] = { 1, 0, 2, 0 };
+	char sha[FS_SHA_HEX_LEN + 1];
+	is_int(shard_write(store, &bad, two, 2, sha, NULL, &eb), COT_ERR_INVALID,
+	       "a shard of u16 ids without its tokenizer is refused: %s", eb.msg);
+	bad.width = 1;
+	memcpy(bad.tokenizer_sha256, tok_sha, sizeof tok_sha);
+	is_int(shard_write(store, &bad, two, 2, sha, NULL, &eb), COT_ERR_INVALID,
+	       "a shard of bytes naming a tokenizer is refused: %s", eb.msg);
+	bad.width = 3;
+	is_int(shard_write(store, &bad, two, 1, sha, NULL, &eb), COT_ERR_INVALID,
+	       "tokens of 3 bytes are refused: %s", eb.msg);
+}
+
 static void check_heldout(const unsigned char *want, size_t want_len)
 {
 	const char *in[1] = { src };
@@ -598,6 +653,7 @@ int main(void)
 	       "shard_read bounds the tokens it accepts");
 
 	check_heldout(want, want_len);
+	check_wide_shards();
 	ds_result_free(&folder);
 	free(want);
 	for (int i = 0; i < N_DOCS; i++)

@@ -127,6 +127,20 @@ q "INSERT INTO file (sha256, size, kind) VALUES ('$bsha', $(wc -c <"$T/bad.shard
 before=$(snapshot)
 refuse 1 "not valid UTF-8" "a dataset whose text is not UTF-8" dataset tokenizer train mangled --type bpe --vocab 40
 
+# ---- import through a tokenizer ---------------------------------------------
+before=$(snapshot)
+refuse 1 "has no subword tokenizer" "import through a dataset without a tokenizer" \
+	dataset import --tokenizer blank docsub "$top_srcdir/doc"
+refuse 1 "does not exist" "import through a dataset that does not exist" \
+	dataset import --tokenizer nope docsub "$top_srcdir/doc"
+run dataset import --tokenizer docs docsub "$top_srcdir/doc"
+is "$(rc)" 0 "import doc/ through the tokenizer trained on docs"
+is "$(q "SELECT tokenizer || ' ' || vocab || ' ' || (tokenizer_sha256 = '$bpe') FROM dataset WHERE name = 'docsub'")" \
+   "bpe 800 true" "  the dataset records the tokenizer and its vocabulary"
+before=$(snapshot)
+refuse 1 "hold bpe token ids, not text" "training on a dataset of token ids" \
+	dataset tokenizer train docsub --type unigram --vocab 100
+
 # ---- export -----------------------------------------------------------------
 mkdir "$T/hf"
 run dataset tokenizer export docs "$T/hf"
