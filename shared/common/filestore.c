@@ -264,18 +264,30 @@ cot_err fs_put_file(const char *store_dir, const char *path, char sha_hex[FS_SHA
 	return fs_writer_commit(w, sha_hex, size, eb);
 }
 
-cot_err fs_verify(const char *store_dir, const char *sha, uint64_t *size, cot_errbuf *eb)
+/* Open the stored file named sha for reading into *fd, its path in path.
+ * COT_ERR_INVALID (bad name), COT_ERR_NOT_FOUND, COT_ERR_IO. */
+static cot_err open_stored(const char *store_dir, const char *sha, char path[PATH_MAX], int *fd,
+                           cot_errbuf *eb)
 {
-	char path[PATH_MAX];
-	cot_err rc = fs_path(store_dir, sha, path, sizeof path, eb);
+	cot_err rc = fs_path(store_dir, sha, path, PATH_MAX, eb);
 	if (rc)
 		return rc;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0) {
 		if (errno == ENOENT)
 			return cot_seterr(eb, COT_ERR_NOT_FOUND, "stored file %s does not exist", sha);
 		return cot_seterr(eb, COT_ERR_IO, "could not open file \"%s\": %s", path, strerror(errno));
 	}
+	return COT_OK;
+}
+
+cot_err fs_verify(const char *store_dir, const char *sha, uint64_t *size, cot_errbuf *eb)
+{
+	char path[PATH_MAX];
+	int fd;
+	cot_err rc = open_stored(store_dir, sha, path, &fd, eb);
+	if (rc)
+		return rc;
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
 	if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
 		EVP_MD_CTX_free(md);
@@ -325,15 +337,10 @@ cot_err fs_read_verified(const char *store_dir, const char *sha, size_t max, uns
 	*buf = NULL;
 	*len = 0;
 	char path[PATH_MAX];
-	cot_err rc = fs_path(store_dir, sha, path, sizeof path, eb);
+	int fd;
+	cot_err rc = open_stored(store_dir, sha, path, &fd, eb);
 	if (rc)
 		return rc;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		if (errno == ENOENT)
-			return cot_seterr(eb, COT_ERR_NOT_FOUND, "stored file %s does not exist", sha);
-		return cot_seterr(eb, COT_ERR_IO, "could not open file \"%s\": %s", path, strerror(errno));
-	}
 	struct stat st;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
