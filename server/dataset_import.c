@@ -132,8 +132,7 @@ static cot_err doc_keep(importer *im, const unsigned char *p, size_t n)
 	if (n > DS_DOC_MAX - im->text_len)
 		return cot_seterr(im->eb, COT_ERR_TOO_LARGE,
 		                  "file \"%s\" is larger than %llu bytes, the most a subword tokenizer "
-		                  "encodes as "
-		                  "one document",
+		                  "encodes as one document",
 		                  im->doc, (unsigned long long)DS_DOC_MAX);
 	if (im->text_len + n > im->text_cap) {
 		size_t cap = im->text_cap ? im->text_cap : READ_CHUNK;
