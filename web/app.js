@@ -206,6 +206,8 @@ async function pageDashboard() {
 		const cur = rounds.length ? rounds[rounds.length - 1] : null;
 		const last = done.length ? done[done.length - 1] : null;
 		const evald = rounds.filter(r => r.heldout_bpb !== null && r.heldout_bpb !== undefined);
+		/* bits per byte with the byte tokenizer, per token with a subword one */
+		const unit = d.tokenizer === 'byte' ? 'byte' : 'token';
 		setMain(
 			el('h1', {}, utext(d.title, 200), ' — training'),
 			el('div', { class: 'stats' },
@@ -213,14 +215,14 @@ async function pageDashboard() {
 			   stat('active peers', fmtNum(d.active_hosts, 0)),
 			   stat('samples / s now', fmtNum(d.samples_per_sec, 1)),
 			   stat('last loss', last && last.loss !== null ? fmtNum(last.loss, 4) : '–'),
-			   stat('held-out bits / byte', evald.length ? fmtNum(evald[evald.length - 1].heldout_bpb, 4) + ' (v' + evald[evald.length - 1].version + ')' : '–'),
+			   stat('held-out bits / ' + unit, evald.length ? fmtNum(evald[evald.length - 1].heldout_bpb, 4) + ' (v' + evald[evald.length - 1].version + ')' : '–'),
 			   stat('last round', last && last.seconds ? fmtNum(last.seconds, 1) + ' s' : '–'),
 			   stat('round ' + (cur ? cur.version : '–'), cur ? cur.state : '–')),
 			el('div', { class: 'plots', id: 'plots' },
-			   /* both in bits per byte (byte tokenizer): the training loss
+			   /* both in bits per byte (byte tokenizer) or token: the training loss
 			    * the peers reported, in nats, over ln 2; the held-out figure
 			    * of the same model version, computed by the server */
-			   plot('Loss (bits per byte)', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: r.version, y: Number(r.loss) / Math.LN2 })),
+			   plot('Loss (bits per ' + unit + ')', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: r.version, y: Number(r.loss) / Math.LN2 })),
 			        { label: 'training', second: { label: 'held-out', color: '#c53030', points: evald.map(r => ({ x: r.version, y: Number(r.heldout_bpb) })) } }),
 			   plot('Samples per second (per round)', done.filter(r => r.seconds > 0).map(r => ({ x: r.version, y: r.samples / r.seconds })), { zero: true, color: '#2f855a' }),
 			   plot('Time per round (s)', done.filter(r => r.seconds > 0).map(r => ({ x: r.version, y: r.seconds })), { zero: true, color: '#b7791f' }),
