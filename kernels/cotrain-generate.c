@@ -25,8 +25,6 @@
 
 #define PROG "cotrain-generate"
 
-#define SPM_FILE_MAX (64u << 20) /* bytes of a tokenizer model read */
-
 typedef struct {
 	const char *ckpt, *prompt, *tokenizer;
 	gen_options o;
@@ -68,7 +66,7 @@ static const opt_program gen_prog = {
 	.opts = gen_opts,
 };
 
-/* Load the SentencePiece model in the file at path (at most SPM_FILE_MAX
+/* Load the SentencePiece model in the file at path (at most SPM_MODEL_MAX
  * bytes) into *out.  COT_ERR_IO, COT_ERR_TOO_LARGE and spm_load's errors. */
 static cot_err load_spm(const char *path, spm_model **out, cot_errbuf *eb)
 {
@@ -76,8 +74,8 @@ static cot_err load_spm(const char *path, spm_model **out, cot_errbuf *eb)
 	if (!f)
 		return cot_seterr(eb, COT_ERR_IO, "could not open tokenizer \"%s\": %s", path,
 		                  strerror(errno));
-	unsigned char *buf = malloc(SPM_FILE_MAX + 1);
-	size_t n = buf ? fread(buf, 1, SPM_FILE_MAX + 1, f) : 0;
+	unsigned char *buf = malloc(SPM_MODEL_MAX + 1);
+	size_t n = buf ? fread(buf, 1, SPM_MODEL_MAX + 1, f) : 0;
 	int err = ferror(f);
 	fclose(f);
 	cot_err rc = COT_OK;
@@ -85,9 +83,9 @@ static cot_err load_spm(const char *path, spm_model **out, cot_errbuf *eb)
 		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	else if (err)
 		rc = cot_seterr(eb, COT_ERR_IO, "could not read tokenizer \"%s\"", path);
-	else if (n > SPM_FILE_MAX)
+	else if (n > SPM_MODEL_MAX)
 		rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "tokenizer \"%s\" is larger than %u bytes", path,
-		                SPM_FILE_MAX);
+		                SPM_MODEL_MAX);
 	else
 		rc = spm_load(buf, n, out, eb);
 	free(buf);

@@ -23,12 +23,13 @@ extern "C" { /* error.h is C: its functions too */
 #include "shared/common/error.h"
 
 #define SPM_VOCAB_MIN 8
-#define SPM_VOCAB_MAX (1 << 20)  /* pieces; ids fit 32 bits, shards widen past 65536 */
-#define SPM_SPECIAL_MAX 32       /* user special tokens */
-#define SPM_SPECIAL_LEN_MAX 32   /* bytes of one */
-#define SPM_TRAIN_SEED 20240601u /* SentencePiece's random seed while training */
-#define SPM_TRAIN_THREADS 2      /* fixed, so that the result never depends on the host */
-#define SPM_SENTENCE_MAX 16384   /* bytes of a training line; longer lines are cut */
+#define SPM_VOCAB_MAX (1 << 20)   /* pieces; ids fit 32 bits, shards widen past 65536 */
+#define SPM_SPECIAL_MAX 32        /* user special tokens */
+#define SPM_SPECIAL_LEN_MAX 32    /* bytes of one */
+#define SPM_TRAIN_SEED 20240601u  /* SentencePiece's random seed while training */
+#define SPM_TRAIN_THREADS 2       /* fixed, so that the result never depends on the host */
+#define SPM_SENTENCE_MAX 16384    /* bytes of a training line; longer lines are cut */
+#define SPM_MODEL_MAX (64u << 20) /* bytes of a model file cotrain loads */
 
 typedef enum { SPM_UNIGRAM, SPM_BPE } spm_type;
 

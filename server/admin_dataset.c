@@ -18,8 +18,6 @@
 #include "kernels/spm.h"
 #include "server/dataset_import.h"
 
-#define TOKENIZER_MODEL_MAX (64u << 20) /* bytes of a stored tokenizer model we load */
-
 static const char usage[] = "usage: cotrain-admin dataset import [--shard-tokens N] [--heldout-fraction F]\n"
                             "                                     [--tokenizer DATASET] NAME PATH...\n"
                             "       cotrain-admin dataset list\n"
@@ -159,7 +157,7 @@ static cot_err load_tokenizer(admin_ctx *ctx, const char *from, char sha[FS_SHA_
 	PQclear(r);
 	unsigned char *bytes = NULL;
 	size_t len = 0;
-	cot_err rc = fs_read_verified(ctx->store_dir, sha, TOKENIZER_MODEL_MAX, &bytes, &len, eb);
+	cot_err rc = fs_read_verified(ctx->store_dir, sha, SPM_MODEL_MAX, &bytes, &len, eb);
 	if (!rc)
 		rc = spm_load(bytes, len, model, eb);
 	free(bytes);

@@ -25,7 +25,9 @@
 
 #include "kernels/checkpoint.h"
 #include "kernels/hf_gpt2.h"
+#include "kernels/hf_tokenizer.h"
 #include "kernels/model.h"
+#include "kernels/spm.h"
 #include "shared/common/filestore.h"
 
 #define CKPT_EXPORT_FILE "checkpoint.safetensors"
@@ -38,7 +40,8 @@ static const char usage[] =
         "export writes model version V of PROJECT (default: its current version) to\n"
         "the folder DIR, which must not exist or be empty.  --format hf (the default)\n"
         "writes config.json, model.safetensors (GPT-2 names, fp32 weights only),\n"
-        "tokenizer.json and tokenizer_config.json (token = byte), which Hugging Face\n"
+        "tokenizer.json and tokenizer_config.json (token = byte; for a dataset of\n"
+        "subword ids its tokenizer, with spiece.model), which Hugging Face\n"
         "transformers loads with GPT2LMHeadModel.from_pretrained(DIR) and\n"
         "cotrain-generate with --checkpoint DIR; --format cotrain writes the stored\n"
         "checkpoint with its optimizer state as checkpoint.safetensors.  Both add a\n"
@@ -58,6 +61,8 @@ typedef struct {
 	char created[64];
 	bool have_loss;
 	double loss;
+	char tokenizer[16];                     /* the dataset's: "byte", "unigram", "bpe" */
+	char tokenizer_sha[FS_SHA_HEX_LEN + 1]; /* its model in the store; "" for bytes */
 } card_info;
 
 static void card_free(card_info *c)
@@ -82,7 +87,8 @@ static int lookup(admin_ctx *ctx, const char *project, long long version, card_i
 	const char *pp[1] = { project };
 	PGresult *r = admin_exec(ctx,
 	                         "SELECT p.id, p.name, p.title, p.description, p.current_version, d.name,"
-	                         "       d.n_tokens, p.config->>'license'"
+	                         "       d.n_tokens, p.config->>'license', d.tokenizer,"
+	                         "       coalesce(d.tokenizer_sha256, '')"
 	                         "  FROM project p JOIN dataset d ON d.id = p.dataset_id WHERE p.name = $1",
 	                         1, pp, &eb);
 	if (!r)
@@ -101,6 +107,8 @@ static int lookup(admin_ctx *ctx, const char *project, long long version, card_i
 	c->dataset = dup_value(r, 0, 5);
 	c->n_tokens = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
 	c->license = dup_value(r, 0, 7);
+	snprintf(c->tokenizer, sizeof c->tokenizer, "%s", PQgetvalue(r, 0, 8));
+	snprintf(c->tokenizer_sha, sizeof c->tokenizer_sha, "%s", PQgetvalue(r, 0, 9));
 	PQclear(r);
 	if (!c->name || !c->title || !c->description || !c->dataset)
 		return admin_failf("out of memory");
@@ -216,13 +224,23 @@ static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t 
 		        k->n_shared, k->n_layer, k->n_shared, k->n_layer,
 		        hf ? "each layer's copy is written out in full, so fine-tuning may untie them."
 		           : "the checkpoint holds each set once.");
-	fprintf(f,
-	        "\n## Tokenizer\n\n"
-	        "Byte level: token = byte value (0 to 255) of the UTF-8 text; no merges, no special\n"
-	        "tokens. Documents were joined with a blank line; `bos_token_id` and `eos_token_id`\n"
-	        "are %d (\"\\n\").\n",
-	        HF_EOS_TOKEN);
-	if (hf)
+	if (c->tokenizer_sha[0])
+		fprintf(f,
+		        "\n## Tokenizer\n\n"
+		        "SentencePiece %s of %d pieces trained on the dataset's text (sha256 `%s`):\n"
+		        "`spiece.model`%s. Documents were joined by two newline pieces.\n"
+		        "`cotrain-generate --checkpoint DIR --tokenizer DIR/spiece.model` decodes its\n"
+		        "output.\n",
+		        c->tokenizer, k->vocab, c->tokenizer_sha,
+		        hf ? ", and `tokenizer.json` in the form of Hugging Face tokenizers" : "");
+	else
+		fprintf(f,
+		        "\n## Tokenizer\n\n"
+		        "Byte level: token = byte value (0 to 255) of the UTF-8 text; no merges, no special\n"
+		        "tokens. Documents were joined with a blank line; `bos_token_id` and `eos_token_id`\n"
+		        "are %d (\"\\n\").\n",
+		        HF_EOS_TOKEN);
+	if (hf && !c->tokenizer_sha[0])
 		fprintf(f, "`tokenizer.json` says the same in the form of Hugging Face tokenizers (a\n"
 		           "ByteLevel BPE without merges, whose ids are the byte values).\n\n"
 		           "## Use\n\n"
@@ -235,7 +253,7 @@ static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t 
 		           "print(bytes(out[0].tolist()).decode(errors=\"replace\"))\n"
 		           "```\n\n"
 		           "or `cotrain-generate --checkpoint DIR --prompt \"Hello\"`.\n");
-	else
+	else if (!hf)
 		fprintf(f,
 		        "\n## Files\n\n"
 		        "`%s` is cotrain's checkpoint (kernels/checkpoint.h, doc/model.md): the\n"
@@ -247,6 +265,27 @@ static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t 
 		return NULL;
 	}
 	return buf;
+}
+
+/* The subword tokenizer of a model trained on token ids, from the store
+ * (checked by sha256): spiece.model, and with hf tokenizer.json and
+ * tokenizer_config.json in place of the byte tokenizer's
+ * (kernels/hf_tokenizer.h). */
+static cot_err write_tokenizer(admin_ctx *ctx, const char *sha, const char *dir, bool hf, int max_len,
+                               cot_errbuf *eb)
+{
+	unsigned char *bytes = NULL;
+	size_t len = 0;
+	spm_model *m = NULL;
+	cot_err rc = fs_read_verified(ctx->store_dir, sha, SPM_MODEL_MAX, &bytes, &len, eb);
+	if (!rc)
+		rc = spm_load(bytes, len, &m, eb);
+	if (!rc)
+		rc = hf ? hf_tokenizer_write(m, dir, max_len, eb)
+		        : hf_write_file(dir, "spiece.model", bytes, len, eb);
+	spm_free(m);
+	free(bytes);
+	return rc;
 }
 
 /* Copy the file at src to dir/name, fsynced. */
@@ -484,6 +523,11 @@ static int export_cmd(admin_ctx *ctx, int argc, char **argv)
 	size_t card_len = 0;
 	if (hf ? hf_write(m, tmp, &eb) : copy_file(path, tmp, CKPT_EXPORT_FILE, &eb)) {
 		admin_fail(&eb);
+		goto out;
+	}
+	if (ci.tokenizer_sha[0] && write_tokenizer(ctx, ci.tokenizer_sha, tmp, hf, m->config.seq_len, &eb)) {
+		admin_failf("cannot export the tokenizer %s of dataset \"%s\": %s", ci.tokenizer_sha,
+		            ci.dataset, eb.msg);
 		goto out;
 	}
 	if (!(card = card_text(&ci, m, hf, &card_len))) {

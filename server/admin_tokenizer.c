@@ -26,7 +26,6 @@
 
 #define SPECIAL_DEFAULT "[CLS],[SEP],[MASK],[PAD],[UNK]"
 #define NORMALIZE_DEFAULT "nfkc"
-#define MODEL_MAX (64u << 20) /* bytes of a stored tokenizer model we load */
 
 static const char usage[] =
         "usage: cotrain-admin dataset tokenizer train DATASET --type unigram|bpe --vocab N\n"
@@ -305,7 +304,7 @@ static int export_cmd(admin_ctx *ctx, int argc, char **argv)
 	unsigned char *bytes = NULL;
 	size_t len = 0;
 	spm_model *m = NULL;
-	cot_err rc = fs_read_verified(ctx->store_dir, sha, MODEL_MAX, &bytes, &len, &eb);
+	cot_err rc = fs_read_verified(ctx->store_dir, sha, SPM_MODEL_MAX, &bytes, &len, &eb);
 	if (!rc)
 		rc = spm_load(bytes, len, &m, &eb);
 	free(bytes);

@@ -47,7 +47,7 @@ start_client() { # N
 			--key "$_key" >/dev/null
 }
 
-plan 12
+plan 13
 
 mkdir -p "$T/text"
 head -c 120000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -151,3 +151,12 @@ mkdir "$T/hf2" && admin dataset tokenizer train text --type bpe --vocab 150 >/de
 st=$?
 ok $([ $st -eq 1 ] && grep -q "has 150 pieces" "$T/gen2.err"; echo $?) \
 	"  a tokenizer of another vocabulary is refused: $(head -1 "$T/gen2.err")"
+
+# The export carries the tokenizer, not the byte one.
+admin model export sub "$T/export" >/dev/null 2>"$T/export.err"
+st=$?
+[ $st -eq 0 ] && [ "$(sha256sum "$T/export/spiece.model" | cut -d' ' -f1)" = "$TSHA" ] &&
+	"$PY" -c "import json, sys; m = json.load(open(sys.argv[1]))['model']; sys.exit(not (m['type'] == 'Unigram' and len(m['vocab']) == 200))" \
+		"$T/export/tokenizer.json" &&
+	grep -q "SentencePiece unigram of 200 pieces" "$T/export/README.md"
+ok $? "model export writes the tokenizer (spiece.model, a Unigram tokenizer.json of 200 pieces) and says so in the card $(head -1 "$T/export.err")"
