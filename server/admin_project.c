@@ -165,9 +165,8 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 
 	const char *dp[1] = { p.dataset };
 	PGresult *r = admin_exec(ctx,
-	                         "SELECT id, n_tokens - heldout_tokens, tokenizer, heldout_tokens, vocab "
-	                         "FROM dataset"
-	                         " WHERE name = $1 FOR SHARE",
+	                         "SELECT id, n_tokens - heldout_tokens, tokenizer, heldout_tokens, vocab"
+	                         "  FROM dataset WHERE name = $1 FOR SHARE",
 	                         1, dp, &eb);
 	if (!r) {
 		admin_fail(&eb);
@@ -193,8 +192,7 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	if (byte_tok && p.subword) {
 		cot_seterr(&eb, COT_ERR_INVALID,
 		           "field \"tokenizer\" is \"dataset\", but dataset \"%s\" was imported with the "
-		           "byte "
-		           "tokenizer",
+		           "byte tokenizer",
 		           p.dataset);
 		cot_sethint(&eb, "Give \"tokenizer\": \"byte\", or import the text with --tokenizer.");
 		admin_fail(&eb);

@@ -130,6 +130,28 @@ int main(void)
 	refuse(full, "\"dataset\":\"tiny\"", "\"dataset\":7", "dataset", "a dataset that is not a string");
 	refuse(full, "\"dataset\":\"tiny\"", "\"dataset\":\"../etc\"", "dataset", "a bad dataset name");
 	refuse(full, "\"title\":\"Demo\"", "\"title\":\"\"", "title", "an empty title");
+	refuse(full, "\"dataset\":\"tiny\"", "\"dataset\":\"tiny\",\"tokenizer\":\"sentencepiece\"",
+	       "tokenizer", "a tokenizer that is neither byte nor dataset");
+	refuse(full, "\"dataset\":\"tiny\"", "\"dataset\":\"tiny\",\"tokenizer\":7", "tokenizer",
+	       "a tokenizer that is not a string");
+	{
+		char buf[4096], *n2 = NULL;
+		const char *at = strstr(full, "\"dataset\":\"tiny\"");
+		snprintf(buf, sizeof buf, "%.*s\"dataset\":\"tiny\",\"tokenizer\":\"dataset\"%s",
+		         (int)(at - full), full, at + strlen("\"dataset\":\"tiny\""));
+		pf_project q;
+		eb.msg[0] = '\0';
+		ok(pf_parse(buf, strlen(buf), &q, &n2, &eb) == COT_OK && q.subword && n2 &&
+		           strstr(n2, "\"tokenizer\": \"dataset\""),
+		   "\"tokenizer\": \"dataset\" is read and kept in the normalized file (%s)", eb.msg);
+		free(n2);
+		pf_free(&q);
+		ok(!strstr(full, "tokenizer") && pf_parse(full, strlen(full), &q, &n2, &eb) == COT_OK &&
+		           !q.subword && !strstr(n2, "tokenizer"),
+		   "without \"tokenizer\" the project is on bytes and the normalized file does not name it");
+		free(n2);
+		pf_free(&q);
+	}
 	refuse(full, "\"seed\":42", "\"seed\":42,\"colour\":\"blue\"", "colour", "an unknown top-level key");
 	refuse(full, "\"vocab\":256", "\"vocab\":256,\"n_embd\":3", "model.n_embd", "an unknown model key");
 	refuse(full, "\"min_lr_ratio\":0", "\"min_lr_ratio\":0,\"x\":1", "optimizer.schedule.x",
