@@ -87,8 +87,12 @@ print(len(got), "ids")
 PYEOF
 )
 st=$?
-ok $st "the shards' u16 ids are python sentencepiece's encoding of the text ($(echo "$out" | tail -1))"
-[ $st -eq 0 ] || diag "$out"
+if echo "$out" | grep -q "No module named 'sentencepiece'"; then
+	echo "ok $((_tap_n = _tap_n + 1)) - # SKIP $PY cannot import sentencepiece (packaging/install-deps.sh installs python3-sentencepiece)"
+else
+	ok $st "the shards' u16 ids are python sentencepiece's encoding of the text ($(echo "$out" | tail -1))"
+	[ $st -eq 0 ] || diag "$out"
+fi
 
 cat >"$T/project.json" <<JSON
 {"name": "sub", "title": "subword GPT", "dataset": "sub", "tokenizer": "dataset",
