@@ -45,11 +45,12 @@ typedef struct {
 	spm_type type;
 	int vocab;          /* pieces in all, specials included */
 	unsigned normalize; /* SPM_NORM_* */
-	/* Special tokens, in order ("[CLS]", ...); n_special <= SPM_SPECIAL_MAX.
-	 * "[UNK]" becomes the unknown piece and "[PAD]" the padding piece; the
-	 * others are user-defined pieces, matched in text as a whole (so "[MASK]"
-	 * typed in text encodes to the mask id).  Without "[UNK]" the unknown
-	 * piece is "<unk>". */
+	/* Special tokens ("[CLS]", ...); n_special <= SPM_SPECIAL_MAX.  "[UNK]"
+	 * becomes the unknown piece (id 0; "<unk>" when not given) and "[PAD]"
+	 * the padding piece (id 1); the others are user-defined pieces, matched
+	 * in text as a whole (so "[MASK]" typed in text encodes to the mask id),
+	 * with the ids after newline, tab and carriage return, in the order
+	 * given.  Look them up by name with spm_piece_id. */
 	const char *const *special;
 	int n_special;
 } spm_train_opts;
