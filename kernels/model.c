@@ -50,6 +50,7 @@ enum { VIEWS_PER_SET = 12 };
 
 void kern_config_default(kern_config *c)
 {
+	memset(c, 0, sizeof *c);
 	c->n_layer = 4;
 	c->n_shared = 4;
 	c->n_head = 4;
