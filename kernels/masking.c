@@ -80,17 +80,24 @@ static void build_sample(const kern_config *c, kern_rng *r, const int32_t *raw, 
 }
 
 cot_err kern_mask_build(const kern_config *c, uint64_t seed, int64_t epoch, int64_t microbatch, int B,
-                        const int32_t *raw, int32_t *ids, int32_t *segments, int32_t *labels, int32_t *sop,
-                        cot_errbuf *eb)
+                        const int32_t *raw, size_t raw_stride, int32_t *ids, int32_t *segments,
+                        int32_t *labels, int32_t *sop, cot_errbuf *eb)
 {
 	int T = c->seq_len, n = kern_mask_raw_per_sample(c);
 	if (B < 1)
 		return cot_seterr(eb, COT_ERR_INVALID, "batch size %d is below 1", B);
-	for (size_t i = 0; i < (size_t)B * n; i++)
-		if (raw[i] < 0 || raw[i] >= c->vocab)
-			return cot_seterr(eb, COT_ERR_INVALID,
-			                  "raw token %d at position %zu is outside the vocabulary 0..%d",
-			                  (int)raw[i], i, c->vocab - 1);
+	if (raw_stride < (size_t)n)
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "raw token stride %zu is below the %d tokens of a sample", raw_stride, n);
+	for (int b = 0; b < B; b++)
+		for (int i = 0; i < n; i++) {
+			int32_t t = raw[(size_t)b * raw_stride + i];
+			if (t < 0 || t >= c->vocab)
+				return cot_seterr(eb, COT_ERR_INVALID,
+				                  "raw token %d of sample %d, position %d, is outside the "
+				                  "vocabulary 0..%d",
+				                  (int)t, b, i, c->vocab - 1);
+		}
 	int32_t *cand = malloc((size_t)T * sizeof *cand);
 	if (!cand)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for masking");
@@ -102,7 +109,8 @@ cot_err kern_mask_build(const kern_config *c, uint64_t seed, int64_t epoch, int6
 		kern_rng r;
 		kern_rng_seed(&r, h);
 		size_t o = (size_t)b * T;
-		build_sample(c, &r, raw + (size_t)b * n, ids + o, segments + o, labels + o, sop + b, cand);
+		build_sample(c, &r, raw + (size_t)b * raw_stride, ids + o, segments + o, labels + o, sop + b,
+		             cand);
 	}
 	free(cand);
 	return COT_OK;

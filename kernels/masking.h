@@ -1,10 +1,11 @@
 /* cotrain kernels: the encoders' training samples, built deterministically
  * from the raw token stream: sentence-order pairs and dynamic masking.
  *
- * Sample i of microbatch j (B samples each) consumes exactly
- * kern_mask_raw_per_sample(c) = seq_len - 3 raw tokens, the stream's tokens
- * [(j B + i)(T - 3), (j B + i + 1)(T - 3)) of its epoch, no overlap, no
- * gap; a microbatch consumes B (T - 3).  From them and the key (project
+ * A sample consumes exactly kern_mask_raw_per_sample(c) = seq_len - 3 raw
+ * tokens (T = seq_len minus [CLS] and two [SEP]).  Which stream tokens those
+ * are is the dataset side's mapping (doc/model.md): today sample i of
+ * microbatch j is the GPT's sample, tokens [(j B + i) T, (j B + i) T + T - 3)
+ * of its epoch.  From them and the key (project
  * seed, epoch, microbatch index j, sample index i) alone:
  *  - the split: the slice's first a tokens are segment A, the rest B, a
  *    drawn uniformly from [n/4, n - n/4] (n = T - 3, n/4 at least 1), so
@@ -33,13 +34,17 @@
 /* Raw stream tokens one sample consumes: seq_len - 3. */
 int kern_mask_raw_per_sample(const kern_config *c);
 
-/* Build the B samples of microbatch `microbatch` of `epoch`: raw holds the
- * B * kern_mask_raw_per_sample(c) stream tokens, each in [0, vocab); ids,
+/* Build the B samples of microbatch `microbatch` of `epoch`: sample b's
+ * kern_mask_raw_per_sample(c) stream tokens are raw[b * raw_stride ...],
+ * each in [0, vocab) (raw_stride >= seq_len - 3: seq_len - 3 for a packed
+ * stream, seq_len for the GPT's samples, whose last 3 tokens and target
+ * are then left out); ids,
  * segments and labels receive [B, seq_len], sop [B] (kern_enc_batch's
  * layout).  c must be a valid encoder config.  COT_ERR_INVALID (nothing
- * written) for a raw token outside the vocabulary or B < 1; COT_ERR_NOMEM. */
+ * written) for a raw token outside the vocabulary, B < 1 or a stride below
+ * seq_len - 3; COT_ERR_NOMEM. */
 cot_err kern_mask_build(const kern_config *c, uint64_t seed, int64_t epoch, int64_t microbatch, int B,
-                        const int32_t *raw, int32_t *ids, int32_t *segments, int32_t *labels, int32_t *sop,
-                        cot_errbuf *eb);
+                        const int32_t *raw, size_t raw_stride, int32_t *ids, int32_t *segments,
+                        int32_t *labels, int32_t *sop, cot_errbuf *eb);
 
 #endif

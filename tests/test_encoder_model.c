@@ -149,7 +149,7 @@ static void test_masking(void)
 	is_int(n, T - 3, "a sample consumes seq_len - 3 = %d stream tokens", T - 3);
 	int32_t *raw = raw_stream((size_t)B * n, 1);
 	sample_buf s = sbuf(B, T);
-	if (kern_mask_build(&c, 42, 3, 7, B, raw, s.ids, s.seg, s.lab, s.sop, &eb))
+	if (kern_mask_build(&c, 42, 3, 7, B, raw, (size_t)n, s.ids, s.seg, s.lab, s.sop, &eb))
 		bail_out("kern_mask_build: %s", eb.msg);
 	int layout_ok = 1, recover_ok = 1, count_ok = 1, swapped = 0, masked = 0, random = 0, kept = 0,
 	    npred = 0;
@@ -198,14 +198,28 @@ static void test_masking(void)
 
 	/* pure function of the key */
 	sample_buf s2 = sbuf(B, T), s3 = sbuf(B, T);
-	kern_mask_build(&c, 42, 3, 7, B, raw, s2.ids, s2.seg, s2.lab, s2.sop, &eb);
+	kern_mask_build(&c, 42, 3, 7, B, raw, (size_t)n, s2.ids, s2.seg, s2.lab, s2.sop, &eb);
 	ok(same(&s, &s2, B, T), "the same key builds the same samples");
-	kern_mask_build(&c, 42, 3, 8, B, raw, s3.ids, s3.seg, s3.lab, s3.sop, &eb);
+	kern_mask_build(&c, 42, 3, 8, B, raw, (size_t)n, s3.ids, s3.seg, s3.lab, s3.sop, &eb);
 	ok(!same(&s, &s3, B, T), "another microbatch index builds other masks");
-	kern_mask_build(&c, 43, 3, 7, B, raw, s3.ids, s3.seg, s3.lab, s3.sop, &eb);
+	kern_mask_build(&c, 43, 3, 7, B, raw, (size_t)n, s3.ids, s3.seg, s3.lab, s3.sop, &eb);
 	ok(!same(&s, &s3, B, T), "another seed builds other masks");
-	kern_mask_build(&c, 42, 4, 7, B, raw, s3.ids, s3.seg, s3.lab, s3.sop, &eb);
+	kern_mask_build(&c, 42, 4, 7, B, raw, (size_t)n, s3.ids, s3.seg, s3.lab, s3.sop, &eb);
 	ok(!same(&s, &s3, B, T), "another epoch builds other masks");
+	/* the same slices read with the GPT's stride T: the same samples */
+	int32_t *wide = xcalloc((size_t)B * T, 4);
+	for (int b = 0; b < B; b++) {
+		memcpy(wide + (size_t)b * T, raw + (size_t)b * n, (size_t)n * 4);
+		for (int i = n; i < T; i++)
+			wide[(size_t)b * T + i] = 1000; /* outside the vocabulary: must not be read */
+	}
+	cot_err rcw = kern_mask_build(&c, 42, 3, 7, B, wide, (size_t)T, s3.ids, s3.seg, s3.lab, s3.sop, &eb);
+	ok(rcw == COT_OK && same(&s, &s3, B, T),
+	   "read with stride seq_len, the slices give the same samples, the 3 tokens after each unread");
+	ok(kern_mask_build(&c, 42, 3, 7, B, wide, (size_t)n - 1, s3.ids, s3.seg, s3.lab, s3.sop, &eb) ==
+	           COT_ERR_INVALID,
+	   "a stride below seq_len - 3 is refused: %s", eb.msg);
+	free(wide);
 	/* built from 4 threads at once, one sample each at a time */
 	int diff = 0;
 #pragma omp parallel for num_threads(4) schedule(dynamic, 1) reduction(+ : diff)
@@ -213,7 +227,7 @@ static void test_masking(void)
 		cot_errbuf e2;
 		/* the microbatch's first b+1 samples; sample b must match */
 		sample_buf all = sbuf(b + 1, T);
-		kern_mask_build(&c, 42, 3, 7, b + 1, raw, all.ids, all.seg, all.lab, all.sop, &e2);
+		kern_mask_build(&c, 42, 3, 7, b + 1, raw, (size_t)n, all.ids, all.seg, all.lab, all.sop, &e2);
 		diff += memcmp(all.ids + (size_t)b * T, s.ids + (size_t)b * T, (size_t)T * 4) != 0 ||
 		        memcmp(all.lab + (size_t)b * T, s.lab + (size_t)b * T, (size_t)T * 4) != 0 ||
 		        all.sop[b] != s.sop[b];
@@ -224,7 +238,7 @@ static void test_masking(void)
 	/* hostile input */
 	raw[5] = 64;
 	memset(s3.ids, 0x55, (size_t)B * T * 4);
-	cot_err rc = kern_mask_build(&c, 42, 3, 7, B, raw, s3.ids, s3.seg, s3.lab, s3.sop, &eb);
+	cot_err rc = kern_mask_build(&c, 42, 3, 7, B, raw, (size_t)n, s3.ids, s3.seg, s3.lab, s3.sop, &eb);
 	int untouched = 1;
 	for (size_t i = 0; i < (size_t)B * T; i++)
 		untouched &= s3.ids[i] == 0x55555555;
@@ -246,7 +260,7 @@ static void test_inputs(void)
 	kern_model_init(m, 1);
 	int32_t *raw = raw_stream((size_t)B * (T - 3), 2);
 	sample_buf s = sbuf(B, T);
-	kern_mask_build(&c, 1, 0, 0, B, raw, s.ids, s.seg, s.lab, s.sop, &eb);
+	kern_mask_build(&c, 1, 0, 0, B, raw, (size_t)(T - 3), s.ids, s.seg, s.lab, s.sop, &eb);
 	kern_enc_batch good = { s.ids, s.seg, s.lab, s.sop };
 	kern_enc_result res;
 	cot_err rc0 = kern_enc_forward(m, &good, B, &res, &eb);
@@ -330,7 +344,8 @@ static replay run_replay(const kern_config *c, int B, int nt)
 		kern_enc_result res;
 		kern_opt_stats st;
 		kern_zero_grad(m);
-		if (kern_mask_build(c, 11, 0, j, B, raw + (size_t)j * B * n, s.ids, s.seg, s.lab, s.sop, &eb))
+		if (kern_mask_build(c, 11, 0, j, B, raw + (size_t)j * B * n, (size_t)n, s.ids, s.seg, s.lab,
+		                    s.sop, &eb))
 			bail_out("kern_mask_build: %s", eb.msg);
 		kern_enc_batch b = { s.ids, s.seg, s.lab, s.sop };
 		if (kern_enc_forward(m, &b, B, &res, &eb) || kern_enc_backward_scaled(m, 1, &eb) ||
@@ -398,7 +413,7 @@ static void test_learns(void)
 	for (int step = 0; step < STEPS; step++) {
 		for (int i = 0; i < B * n; i++)
 			raw[i] = (int32_t)(((size_t)step * B + i / n) * 37 % 56);
-		kern_mask_build(&c, 9, 0, step, B, raw, s.ids, s.seg, s.lab, s.sop, &eb);
+		kern_mask_build(&c, 9, 0, step, B, raw, (size_t)n, s.ids, s.seg, s.lab, s.sop, &eb);
 		kern_enc_batch b = { s.ids, s.seg, s.lab, s.sop };
 		kern_enc_result res;
 		kern_opt_stats st;

@@ -127,9 +127,9 @@ int main(int argc, char **argv)
 		kern_enc_batch b = { ids, seg, lab, sop };
 		kern_enc_result res;
 		kern_opt_stats st;
-		if (kern_mask_build(&c, 7, 0, s, B, raw, ids, seg, lab, sop, &eb) || (kern_zero_grad(m), 0) ||
-		    kern_enc_forward(m, &b, B, &res, &eb) || kern_enc_backward_scaled(m, 1, &eb) ||
-		    kern_opt_step(m, &o, &st, &eb)) {
+		if (kern_mask_build(&c, 7, 0, s, B, raw, (size_t)n, ids, seg, lab, sop, &eb) ||
+		    (kern_zero_grad(m), 0) || kern_enc_forward(m, &b, B, &res, &eb) ||
+		    kern_enc_backward_scaled(m, 1, &eb) || kern_opt_step(m, &o, &st, &eb)) {
 			fprintf(stderr, "bench_encoder: %s\n", eb.msg);
 			return 1;
 		}
