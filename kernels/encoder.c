@@ -7,6 +7,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/masking.h"
 #include "kernels/matmul.h"
 #include "kernels/mlm_head.h"
 #include "kernels/sop_head.h"
@@ -39,6 +40,7 @@ struct kern_enc_acts {
 	int n_rows;                                 /* rows of the MLM head in the last forward */
 	float *mem;                                 /* one allocation for every float buffer below */
 	int32_t *ids, *segs, *rows, *targets, *sop; /* [B,T] x4, [B] */
+	int32_t *s_ids, *s_segs, *s_labels, *s_sop; /* kern_enc_train_stream's batch */
 	float *emb, *embln, *emb_mean, *emb_rstd;   /* [B,T,E] x2, [B,T] x2 */
 	float *x0;                                  /* [B,T,H] (ALBERT; BERT: embln) */
 	enc_layer_acts *layer;                      /* n_layer */
@@ -319,6 +321,10 @@ void kern_enc_acts_free(struct kern_enc_acts *a)
 	free(a->rows);
 	free(a->targets);
 	free(a->sop);
+	free(a->s_ids);
+	free(a->s_segs);
+	free(a->s_labels);
+	free(a->s_sop);
 	free(a->layer);
 	free(a);
 }
@@ -336,7 +342,12 @@ cot_err kern_enc_acts_create(const kern_config *c, int max_batch, struct kern_en
 	a->rows = calloc(BT, sizeof(int32_t));
 	a->targets = calloc(BT, sizeof(int32_t));
 	a->sop = calloc((size_t)max_batch, sizeof(int32_t));
-	if (a->layer && a->ids && a->segs && a->rows && a->targets && a->sop) {
+	a->s_ids = calloc(BT, sizeof(int32_t));
+	a->s_segs = calloc(BT, sizeof(int32_t));
+	a->s_labels = calloc(BT, sizeof(int32_t));
+	a->s_sop = calloc((size_t)max_batch, sizeof(int32_t));
+	if (a->layer && a->ids && a->segs && a->rows && a->targets && a->sop && a->s_ids && a->s_segs &&
+	    a->s_labels && a->s_sop) {
 		size_t n = acts_layout(a, NULL, c, max_batch);
 		a->mem = calloc(n, sizeof(float));
 		if (a->mem) {
@@ -569,4 +580,27 @@ cot_err kern_enc_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 	                        E);
 	kern_embedding_seg_backward(g.word, g.pos, g.type, a->de2, a->ids, a->segs, B, T, E);
 	return COT_OK;
+}
+
+cot_err kern_enc_train_stream(kern_model *m, const int32_t *raw, size_t raw_stride, int B, uint64_t seed,
+                              int64_t epoch, int64_t microbatch, float scale, kern_enc_result *res,
+                              cot_errbuf *eb)
+{
+	struct kern_enc_acts *a = m->enc_acts;
+	if (res)
+		memset(res, 0, sizeof *res);
+	if (m->config.arch == KERN_ARCH_GPT || !a)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "cannot train a %s model on encoder samples",
+		                  a ? "gpt" : "model without activations");
+	if (B < 1 || B > m->max_batch)
+		return cot_seterr(eb, COT_ERR_INVALID, "batch size %d is outside 1..%d", B, m->max_batch);
+	cot_err rc = kern_mask_build(&m->config, seed, epoch, microbatch, B, raw, raw_stride, a->s_ids,
+	                             a->s_segs, a->s_labels, a->s_sop, eb);
+	if (rc)
+		return rc;
+	kern_enc_batch batch = { a->s_ids, a->s_segs, a->s_labels, a->s_sop };
+	rc = kern_enc_forward(m, &batch, B, res, eb);
+	if (!rc)
+		rc = kern_enc_backward_scaled(m, scale, eb);
+	return rc;
 }

@@ -90,6 +90,14 @@ const float *kern_enc_sop_logits(const kern_model *m);
  * m->grads.  COT_ERR_CONFLICT when no forward with labels preceded it. */
 cot_err kern_enc_backward_scaled(kern_model *m, float scale, cot_errbuf *eb);
 
+/* One microbatch of the training stream: kern_mask_build's samples from
+ * raw (B samples, raw_stride apart) and the key (seed, epoch, microbatch),
+ * then kern_enc_forward (*res as there) and kern_enc_backward_scaled(scale),
+ * the batch held in the model's own buffers.  Errors as those. */
+cot_err kern_enc_train_stream(kern_model *m, const int32_t *raw, size_t raw_stride, int B, uint64_t seed,
+                              int64_t epoch, int64_t microbatch, float scale, kern_enc_result *res,
+                              cot_errbuf *eb);
+
 /* Positions one sample predicts (kernels/masking.h): 15% of its T - 3 raw
  * tokens, rounded, at least 1. */
 int kern_enc_predicted_per_sample(const kern_config *c);
