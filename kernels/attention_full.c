@@ -11,8 +11,8 @@
  * between its product and its softmax. */
 #define ROW_BLOCK 64
 
-/* Softmax of one row p[0..n) in place. */
-KERN_SIMD static void softmax_row(float *p, int n)
+/* Softmax of one row p[0..n) in place, and p[n..T) = 0. */
+KERN_SIMD static void softmax_row(float *p, int n, int T)
 {
 	float lane[16], mx;
 	int i = 0;
@@ -31,6 +31,8 @@ KERN_SIMD static void softmax_row(float *p, int n)
 	float inv = 1.0f / kern_sumf(p, n);
 	for (int j = 0; j < n; j++)
 		p[j] *= inv;
+	for (int j = n; j < T; j++)
+		p[j] = 0.0f;
 }
 
 /* d[0..n) = scale * p * (d - sum_j p d) */
@@ -41,7 +43,8 @@ KERN_SIMD static void softmax_back_row(float *d, const float *p, int n, float sc
 		d[j] = scale * p[j] * (d[j] - dot);
 }
 
-void kern_attention_full_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+void kern_attention_full_forward(float *out, float *att, const float *qkv, const int32_t *lens, int B, int T,
+                                 int C, int NH)
 {
 	const kern_backend *be = kern_backend_get();
 	int hd = C / NH, C3 = 3 * C, nt = kern_threads();
@@ -52,13 +55,14 @@ void kern_attention_full_forward(float *out, float *att, const float *qkv, int B
 		long b = pair / NH, h = pair % NH;
 		const float *q = qkv + (size_t)(b * T * C3 + h * hd), *k = q + C, *v = q + 2 * C;
 		float *p = att + (size_t)pair * T * T, *y = out + (size_t)(b * T * C + h * hd);
+		int n = lens ? lens[b] : T;
 		for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
 			int nr = T - r0 < ROW_BLOCK ? T - r0 : ROW_BLOCK;
 			/* S[r0:r0+nr, :] = scale * Q[r0:r0+nr] K^T */
 			be->sgemm_serial(false, true, nr, T, hd, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
 			                 p + (size_t)r0 * T, T);
 			for (int t = r0; t < r0 + nr; t++)
-				softmax_row(p + (size_t)t * T, T);
+				softmax_row(p + (size_t)t * T, n, T);
 			/* Y[r0:r0+nr] = P[r0:r0+nr, :] V */
 			be->sgemm_serial(false, false, nr, hd, T, 1.0f, p + (size_t)r0 * T, T, v, C3, 0.0f,
 			                 y + (size_t)r0 * C, C);

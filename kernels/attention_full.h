@@ -12,8 +12,15 @@
 #ifndef KERN_ATTENTION_FULL_H
 #define KERN_ATTENTION_FULL_H
 
-/* out[B,T,C]; att[B,NH,T,T] receives the probabilities (kept for backward). */
-void kern_attention_full_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+#include <stdint.h>
+
+/* out[B,T,C]; att[B,NH,T,T] receives the probabilities (kept for backward).
+ * lens[B] (NULL: every sample full) limits sample b's keys to [0, lens[b]):
+ * the padding after them gets probability 0 (Hugging Face's attention_mask
+ * for right-padded inputs); 1 <= lens[b] <= T.  The backward needs no
+ * lengths: a zero probability passes no gradient. */
+void kern_attention_full_forward(float *out, float *att, const float *qkv, const int32_t *lens, int B, int T,
+                                 int C, int NH);
 
 /* dqkv[B,T,3C] = gradient given dout[B,T,C] and the forward's qkv and att,
  * dqkv's old contents ignored; datt[B,NH,T,T] is scratch. */

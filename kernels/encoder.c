@@ -41,6 +41,7 @@ struct kern_enc_acts {
 	float *mem;                                 /* one allocation for every float buffer below */
 	int32_t *ids, *segs, *rows, *targets, *sop; /* [B,T] x4, [B] */
 	int32_t *s_ids, *s_segs, *s_labels, *s_sop; /* kern_enc_train_stream's batch */
+	int32_t *lens;                              /* [B] sample lengths */
 	float *emb, *embln, *emb_mean, *emb_rstd;   /* [B,T,E] x2, [B,T] x2 */
 	float *x0;                                  /* [B,T,H] (ALBERT; BERT: embln) */
 	enc_layer_acts *layer;                      /* n_layer */
@@ -325,6 +326,7 @@ void kern_enc_acts_free(struct kern_enc_acts *a)
 	free(a->s_segs);
 	free(a->s_labels);
 	free(a->s_sop);
+	free(a->lens);
 	free(a->layer);
 	free(a);
 }
@@ -346,8 +348,9 @@ cot_err kern_enc_acts_create(const kern_config *c, int max_batch, struct kern_en
 	a->s_segs = calloc(BT, sizeof(int32_t));
 	a->s_labels = calloc(BT, sizeof(int32_t));
 	a->s_sop = calloc((size_t)max_batch, sizeof(int32_t));
-	if (a->layer && a->ids && a->segs && a->rows && a->targets && a->sop && a->s_ids && a->s_segs &&
-	    a->s_labels && a->s_sop) {
+	a->lens = calloc((size_t)max_batch, sizeof(int32_t));
+	if (a->lens && a->layer && a->ids && a->segs && a->rows && a->targets && a->sop && a->s_ids &&
+	    a->s_segs && a->s_labels && a->s_sop) {
 		size_t n = acts_layout(a, NULL, c, max_batch);
 		a->mem = calloc(n, sizeof(float));
 		if (a->mem) {
@@ -418,6 +421,8 @@ cot_err kern_enc_forward(kern_model *m, const kern_enc_batch *batch, int B, kern
 		rc = check_range(batch->labels, (size_t)BT, 0, V - 1, 1, "label", eb);
 	if (!rc && batch->sop)
 		rc = check_range(batch->sop, (size_t)B, 0, 1, 0, "sentence-order label", eb);
+	if (!rc && batch->lengths)
+		rc = check_range(batch->lengths, (size_t)B, 1, T, 0, "sample length", eb);
 	if (rc)
 		return rc;
 	a->B = 0; /* invalid until the pass completes */
@@ -431,6 +436,8 @@ cot_err kern_enc_forward(kern_model *m, const kern_enc_batch *batch, int B, kern
 		}
 	if (batch->sop)
 		memcpy(a->sop, batch->sop, sizeof(int32_t) * (size_t)B);
+	for (int b = 0; b < B; b++)
+		a->lens[b] = batch->lengths ? batch->lengths[b] : T;
 
 	outer_ptrs o = outer_at(m, m->params);
 	kern_embedding_seg_forward(a->emb, a->ids, a->segs, o.word, o.pos, o.type, B, T, E);
@@ -443,7 +450,7 @@ cot_err kern_enc_forward(kern_model *m, const kern_enc_batch *batch, int B, kern
 		set_ptrs p = set_at(m, m->params, kern_layer_set(c, l));
 		enc_layer_acts *la = &a->layer[l];
 		kern_linear_forward(la->qkv, x, p.qkvw, p.qkvb, BT, H, 3 * H);
-		kern_attention_full_forward(la->atty, la->att, la->qkv, B, T, H, NH);
+		kern_attention_full_forward(la->atty, la->att, la->qkv, a->lens, B, T, H, NH);
 		kern_linear_forward_residual(la->r1, x, la->atty, p.outw, p.outb, BT, H, H);
 		kern_layernorm_forward_eps(la->h1, la->mean1, la->rstd1, la->r1, p.ln1w, p.ln1b, BT, H,
 		                           KERN_ENC_LN_EPS);
@@ -598,7 +605,7 @@ cot_err kern_enc_train_stream(kern_model *m, const int32_t *raw, size_t raw_stri
 	                             a->s_segs, a->s_labels, a->s_sop, eb);
 	if (rc)
 		return rc;
-	kern_enc_batch batch = { a->s_ids, a->s_segs, a->s_labels, a->s_sop };
+	kern_enc_batch batch = { a->s_ids, a->s_segs, a->s_labels, a->s_sop, NULL };
 	rc = kern_enc_forward(m, &batch, B, res, eb);
 	if (!rc)
 		rc = kern_enc_backward_scaled(m, scale, eb);

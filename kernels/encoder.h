@@ -57,6 +57,10 @@ typedef struct {
 	 * export checks). */
 	const int32_t *labels;
 	const int32_t *sop; /* [B]: 0 in order, 1 swapped; NULL iff labels is */
+	/* [B] in 1..T: sample b is its first lengths[b] tokens, padding after
+	 * them unseen by attention (fill-mask of a short text); NULL: every
+	 * sample is full length, as in training. */
+	const int32_t *lengths;
 } kern_enc_batch;
 
 typedef struct {

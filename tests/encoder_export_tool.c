@@ -75,7 +75,7 @@ int main(int argc, char **argv)
 		ids[b * T + 9] = ids[b * T + T - 1] = c.sep_id;
 		ids[b * T + 3] = ids[b * T + 15] = c.mask_id;
 	}
-	kern_enc_batch batch = { ids, seg, NULL, NULL };
+	kern_enc_batch batch = { ids, seg, NULL, NULL, NULL };
 	if (kern_enc_forward(m, &batch, B, NULL, &eb))
 		return fail("forward", eb.msg);
 	int rows;

@@ -44,8 +44,10 @@ static float *nanv(size_t n)
 
 /* ---- oracles ------------------------------------------------------------- */
 
-/* Unmasked attention, qkv [B,T,3C] -> out [B,T,C]; p is [T] scratch. */
-static void att_full_d(double *out, const double *qkv, int B, int T, int C, int NH, double *p)
+/* Unmasked attention, qkv [B,T,3C] -> out [B,T,C], sample b seeing the keys
+ * [0, lens[b]) (lens NULL: all T); p is [T] scratch. */
+static void att_full_d(double *out, const double *qkv, const int32_t *lens, int B, int T, int C, int NH,
+                       double *p)
 {
 	int hd = C / NH;
 	double scale = 1 / sqrt((double)hd);
@@ -54,7 +56,8 @@ static void att_full_d(double *out, const double *qkv, int B, int T, int C, int 
 			for (int t = 0; t < T; t++) {
 				const double *q = qkv + ((size_t)b * T + t) * 3 * C + h * hd;
 				double mx = -INFINITY, sum = 0;
-				for (int j = 0; j < T; j++) {
+				int n = lens ? lens[b] : T;
+				for (int j = 0; j < n; j++) {
 					const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
 					double s = 0;
 					for (int i = 0; i < hd; i++)
@@ -62,12 +65,12 @@ static void att_full_d(double *out, const double *qkv, int B, int T, int C, int 
 					p[j] = s * scale;
 					mx = fmax(mx, p[j]);
 				}
-				for (int j = 0; j < T; j++)
+				for (int j = 0; j < n; j++)
 					sum += p[j] = exp(p[j] - mx);
 				double *y = out + ((size_t)b * T + t) * C + h * hd;
 				for (int i = 0; i < hd; i++)
 					y[i] = 0;
-				for (int j = 0; j < T; j++) {
+				for (int j = 0; j < n; j++) {
 					const double *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hd;
 					for (int i = 0; i < hd; i++)
 						y[i] += p[j] / sum * v[i];
@@ -127,36 +130,42 @@ typedef struct {
 	double *out, *qkv, *p;
 	float *w;
 	int B, T, C, NH;
+	const int32_t *lens;
 } att_ctx;
 
 static double att_obj(void *p)
 {
 	att_ctx *c = p;
-	att_full_d(c->out, c->qkv, c->B, c->T, c->C, c->NH, c->p);
+	att_full_d(c->out, c->qkv, c->lens, c->B, c->T, c->C, c->NH, c->p);
 	return fd_dot(c->w, c->out, (size_t)c->B * c->T * c->C);
 }
 
-static void test_attention(int B, int T, int C, int NH, size_t samples)
+static void test_attention(int B, int T, int C, int NH, size_t samples, const int32_t *lens)
 {
 	size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, na = (size_t)B * NH * T * T;
 	float *qkv = fd_randv(n3, 1), *out = fd_zerov(n1), *att = fd_zerov(na);
-	att_ctx c = { fd_zerod(n1), fd_tod(qkv, n3), fd_zerod(T), fd_randv(n1, 1), B, T, C, NH };
-	kern_attention_full_forward(out, att, qkv, B, T, C, NH);
+	att_ctx c = { fd_zerod(n1), fd_tod(qkv, n3), fd_zerod(T), fd_randv(n1, 1), B, T, C, NH, lens };
+	kern_attention_full_forward(out, att, qkv, lens, B, T, C, NH);
 	att_obj(&c);
 	char what[96], w2[128];
-	snprintf(what, sizeof what, "full attention B%d T%d C%d NH%d", B, T, C, NH);
+	snprintf(what, sizeof what, "full attention B%d T%d C%d NH%d%s", B, T, C, NH,
+	         lens ? " with lengths" : "");
 	fd_check_forward(what, out, c.out, n1);
 	float *dqkv = nanv(n3), *datt = nanv(na);
 	kern_attention_full_backward_set(dqkv, datt, c.w, qkv, att, B, T, C, NH);
 	snprintf(w2, sizeof w2, "%s d qkv", what);
 	fd_check(w2, att_obj, &c, c.qkv, dqkv, n3, samples, LAYER_RTOL, LAYER_ATOL);
-	/* no mask: the first token's output depends on the last token */
+	/* no causal mask: the first token's output depends on the last token,
+	 * unless the last is padding */
 	float *o1 = fd_zerov(n1);
 	memcpy(o1, out, n1 * 4);
 	for (int k = 2 * C; k < 3 * C; k++)
 		qkv[(size_t)(T - 1) * 3 * C + k] += 1.0f; /* v of sample 0's last token */
-	kern_attention_full_forward(out, att, qkv, B, T, C, NH);
-	ok(memcmp(out, o1, (size_t)C * 4) != 0, "%s: the first token sees the last", what);
+	kern_attention_full_forward(out, att, qkv, lens, B, T, C, NH);
+	if (lens && lens[0] < T)
+		ok(memcmp(out, o1, n1 * 4) == 0, "%s: padding after a sample's length is not seen", what);
+	else
+		ok(memcmp(out, o1, (size_t)C * 4) != 0, "%s: the first token sees the last", what);
 	free(qkv);
 	free(out);
 	free(att);
@@ -539,7 +548,7 @@ static double model_obj(void *p)
 		int s = kern_layer_set(k, l);
 		fd_lin(c->qkv, c->x, sparam(c, s, "attn.qkv.weight"), sparam(c, s, "attn.qkv.bias"), N, H,
 		       3 * H);
-		att_full_d(c->y, c->qkv, c->B, T, H, k->n_head, c->scr);
+		att_full_d(c->y, c->qkv, NULL, c->B, T, H, k->n_head, c->scr);
 		fd_lin(c->t, c->y, sparam(c, s, "attn.out.weight"), sparam(c, s, "attn.out.bias"), N, H, H);
 		for (size_t i = 0; i < nh; i++)
 			c->t[i] += c->x[i];
@@ -637,7 +646,7 @@ static void test_model(int arch)
 		        fd_zerod((size_t)B * cfg.d_model),
 		        fd_zerod((size_t)B * 2),
 		        fd_zerod(T) };
-	kern_enc_batch batch = { ids, seg, lab, sop };
+	kern_enc_batch batch = { ids, seg, lab, sop, NULL };
 	kern_enc_result res;
 	kern_zero_grad(m);
 	if (kern_enc_forward(m, &batch, B, &res, &eb) || kern_enc_backward_scaled(m, 1, &eb))
@@ -668,8 +677,10 @@ int main(int argc, char **argv)
 	plan_lazy();
 	kern_rng_seed(&fd_rng, 24);
 	kern_set_threads(2);
-	test_attention(2, 5, 8, 2, 1000);
-	test_attention(1, 70, 8, 2, 300); /* more than one 64-row block */
+	test_attention(2, 5, 8, 2, 1000, NULL);
+	test_attention(1, 70, 8, 2, 300, NULL); /* more than one 64-row block */
+	const int32_t lens[2] = { 3, 5 };
+	test_attention(2, 5, 8, 2, 1000, lens);
 	test_embedding();
 	test_gelu_erf();
 	test_layernorm_eps();

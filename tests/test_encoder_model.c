@@ -13,9 +13,12 @@
  *    set, tanh GELU) and BERT (exact GELU), with products large enough for
  *    the backend's tiled paths;
  *  - a small ALBERT learns: its MLM loss falls below what a model blind to
- *    the context can reach. */
+ *    the context can reach;
+ *  - sample lengths hide the padding after them; fill-mask (kernels/
+ *    fill_mask.h) on a trained byte-level ALBERT predicts the right byte. */
 #include "kernels/backend.h"
 #include "kernels/encoder.h"
+#include "kernels/fill_mask.h"
 #include "kernels/masking.h"
 #include "kernels/model.h"
 #include "kernels/optimizer.h"
@@ -261,7 +264,7 @@ static void test_inputs(void)
 	int32_t *raw = raw_stream((size_t)B * (T - 3), 2);
 	sample_buf s = sbuf(B, T);
 	kern_mask_build(&c, 1, 0, 0, B, raw, (size_t)(T - 3), s.ids, s.seg, s.lab, s.sop, &eb);
-	kern_enc_batch good = { s.ids, s.seg, s.lab, s.sop };
+	kern_enc_batch good = { s.ids, s.seg, s.lab, s.sop, NULL };
 	kern_enc_result res;
 	cot_err rc0 = kern_enc_forward(m, &good, B, &res, &eb);
 	is_int(rc0, COT_OK, "a masked batch runs: loss %.4f", res.loss);
@@ -297,7 +300,28 @@ static void test_inputs(void)
 	           kern_enc_backward_scaled(m, 1, &eb) == COT_OK,
 	   "the refused batches changed nothing: the first one's logits stand and its backward runs");
 	free(before);
-	kern_enc_batch half = { s.ids, s.seg, s.lab, NULL };
+	/* lengths: what follows a sample's length is not seen */
+	int32_t lens[2] = { T / 2, T }, bad_len[2] = { 0, T };
+	kern_enc_batch nolab = { s.ids, s.seg, NULL, NULL, lens };
+	kern_enc_forward(m, &nolab, B, NULL, &eb);
+	lg = kern_enc_mlm_logits(m, &rows, NULL);
+	size_t nh = (size_t)(T / 2) * c.vocab;
+	float *first = xcalloc(nh, sizeof *first);
+	memcpy(first, lg, nh * sizeof *first);
+	for (int t = T / 2; t < T; t++)
+		s.ids[t] = (s.ids[t] + 7) % 60;
+	kern_enc_forward(m, &nolab, B, NULL, &eb);
+	lg = kern_enc_mlm_logits(m, &rows, NULL);
+	ok(!memcmp(lg, first, nh * sizeof *first),
+	   "tokens after a sample's length change none of its logits");
+	free(first);
+	nolab.lengths = bad_len;
+	ok(kern_enc_forward(m, &nolab, B, NULL, &eb) == COT_ERR_INVALID, "refuses a sample length of 0: %s",
+	   eb.msg);
+	bad_len[0] = T + 1;
+	ok(kern_enc_forward(m, &nolab, B, NULL, &eb) == COT_ERR_INVALID,
+	   "refuses a sample length above seq_len: %s", eb.msg);
+	kern_enc_batch half = { s.ids, s.seg, s.lab, NULL, NULL };
 	ok(kern_enc_forward(m, &half, B, &res, &eb) == COT_ERR_INVALID,
 	   "refuses labels without SOP labels: %s", eb.msg);
 	ok(kern_enc_forward(m, &good, B + 1, &res, &eb) == COT_ERR_INVALID,
@@ -347,7 +371,7 @@ static replay run_replay(const kern_config *c, int B, int nt)
 		if (kern_mask_build(c, 11, 0, j, B, raw + (size_t)j * B * n, (size_t)n, s.ids, s.seg, s.lab,
 		                    s.sop, &eb))
 			bail_out("kern_mask_build: %s", eb.msg);
-		kern_enc_batch b = { s.ids, s.seg, s.lab, s.sop };
+		kern_enc_batch b = { s.ids, s.seg, s.lab, s.sop, NULL };
 		if (kern_enc_forward(m, &b, B, &res, &eb) || kern_enc_backward_scaled(m, 1, &eb) ||
 		    kern_opt_step(m, &o, &st, &eb))
 			bail_out("replay step: %s", eb.msg);
@@ -414,7 +438,7 @@ static void test_learns(void)
 		for (int i = 0; i < B * n; i++)
 			raw[i] = (int32_t)(((size_t)step * B + i / n) * 37 % 56);
 		kern_mask_build(&c, 9, 0, step, B, raw, (size_t)n, s.ids, s.seg, s.lab, s.sop, &eb);
-		kern_enc_batch b = { s.ids, s.seg, s.lab, s.sop };
+		kern_enc_batch b = { s.ids, s.seg, s.lab, s.sop, NULL };
 		kern_enc_result res;
 		kern_opt_stats st;
 		kern_zero_grad(m);
@@ -428,6 +452,67 @@ static void test_learns(void)
 	ok(last < 2.5, "a small ALBERT learns from the context: MLM loss %.3f -> %.3f (unigram ln 56 = 4.03)",
 	   first, last);
 	sfree(&s);
+	free(raw);
+	kern_model_free(m);
+}
+
+/* An ALBERT on bytes (vocab 260, specials 256..259) trained on samples
+ * that each repeat one lowercase letter fills "[MASK]" in a run of one
+ * letter with that letter; fill_mask refuses what it cannot do. */
+static void test_fill_mask(void)
+{
+	kern_config c = small_albert();
+	c.vocab = 260;
+	c.seq_len = 24;
+	c.cls_id = 256;
+	c.sep_id = 257;
+	c.mask_id = 258;
+	c.pad_id = 259;
+	int B = 8, n = kern_mask_raw_per_sample(&c);
+	kern_model *m;
+	cot_errbuf eb;
+	if (kern_model_create(&c, B, &m, &eb))
+		bail_out("kern_model_create: %s", eb.msg);
+	kern_model_init(m, 6);
+	kern_opt_config o;
+	kern_opt_default(&o, KERN_OPT_ADAMW);
+	o.lr = 3e-3f;
+	int32_t *raw = xcalloc((size_t)B * n, 4);
+	for (int step = 0; step < 300; step++) {
+		for (int i = 0; i < B * n; i++)
+			raw[i] = 'a' + (int32_t)(((size_t)step * B + i / n) * 7 % 26);
+		kern_enc_result res;
+		kern_opt_stats st;
+		kern_zero_grad(m);
+		if (kern_enc_train_stream(m, raw, (size_t)n, B, 4, 0, step, 1, &res, &eb) ||
+		    kern_opt_step(m, &o, &st, &eb))
+			bail_out("training step: %s", eb.msg);
+	}
+	fill_result r;
+	const char *text = "qqqqqq[MASK]qqqq[MASK]q";
+	cot_err rc = fill_mask(m, text, strlen(text), 3, &r, &eb);
+	char a[8] = "", b[8] = "";
+	if (!rc) {
+		fill_token_name(&m->config, r.token[0], a);
+		fill_token_name(&m->config, r.token[3], b);
+	}
+	ok(!rc && r.n_masks == 2 && r.k == 3 && r.position[0] == 7 && r.token[0] == 'q' &&
+	           r.token[3] == 'q' && r.prob[0] >= r.prob[1] && r.prob[1] >= r.prob[2],
+	   "fill-mask on \"%s\": \"%s\" %.2f and \"%s\" %.2f", text, a, rc ? 0 : r.prob[0], b,
+	   rc ? 0 : r.prob[3]);
+	if (!rc)
+		fill_result_free(&r);
+	ok(fill_mask(m, "no mask", 7, 3, &r, &eb) == COT_ERR_INVALID, "a text without [MASK] is refused: %s",
+	   eb.msg);
+	ok(fill_mask(m, "[MASK] this text is far too long", 33, 3, &r, &eb) == COT_ERR_INVALID,
+	   "a text longer than the model is refused: %s", eb.msg);
+	ok(fill_mask(m, "a[MASK]", 7, 0, &r, &eb) == COT_ERR_INVALID, "0 predictions are refused: %s",
+	   eb.msg);
+	char nm[8];
+	fill_token_name(&m->config, 258, nm);
+	char nm2[8];
+	fill_token_name(&m->config, 10, nm2);
+	ok(!strcmp(nm, "[MASK]") && !strcmp(nm2, "\\x0a"), "token names: %s, %s", nm, nm2);
 	free(raw);
 	kern_model_free(m);
 }
@@ -463,6 +548,7 @@ int main(int argc, char **argv)
 	b.n_shared = 2;
 	test_replay("bert", &b, 4);
 	test_learns();
+	test_fill_mask();
 	done_testing();
 	return exit_status();
 }

@@ -65,7 +65,7 @@ static void check_case(const char *tag)
 			bail_out("%s.%s has %zu values, the model %zu", tag, what, r->n, m->views[v].numel);
 		memcpy(m->params + m->views[v].offset, r->data, r->n * sizeof(float));
 	}
-	kern_enc_batch batch = { ids->data, seg->data, lab->data, sop->data };
+	kern_enc_batch batch = { ids->data, seg->data, lab->data, sop->data, NULL };
 	kern_enc_result res;
 	kern_zero_grad(m);
 	if (kern_enc_forward(m, &batch, B, &res, &eb) || kern_enc_backward_scaled(m, 1.0f, &eb))
@@ -107,7 +107,7 @@ static void check_case(const char *tag)
 	ok(bad == 0, "%s: all %d gradients match torch, worst %.3g (%s)", tag, m->n_views, worst, worst_name);
 
 	/* without labels: logits at every position */
-	kern_enc_batch nolab = { ids->data, seg->data, NULL, NULL };
+	kern_enc_batch nolab = { ids->data, seg->data, NULL, NULL, NULL };
 	if (kern_enc_forward(m, &nolab, B, &res, &eb))
 		bail_out("encoder pass without labels: %s", eb.msg);
 	const ref_record *full = ref_get(tag, "full_logits", 0);

@@ -124,7 +124,7 @@ int main(int argc, char **argv)
 		if (s == 1)
 			cpu0 = cpu_seconds();
 		double t0 = now();
-		kern_enc_batch b = { ids, seg, lab, sop };
+		kern_enc_batch b = { ids, seg, lab, sop, NULL };
 		kern_enc_result res;
 		kern_opt_stats st;
 		if (kern_mask_build(&c, 7, 0, s, B, raw, (size_t)n, ids, seg, lab, sop, &eb) ||
