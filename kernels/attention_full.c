@@ -14,18 +14,7 @@
 /* Softmax of one row p[0..n) in place, and p[n..T) = 0. */
 KERN_SIMD static void softmax_row(float *p, int n, int T)
 {
-	float lane[16], mx;
-	int i = 0;
-	for (int l = 0; l < 16; l++)
-		lane[l] = p[0];
-	for (; i + 16 <= n; i += 16)
-		for (int l = 0; l < 16; l++)
-			lane[l] = p[i + l] > lane[l] ? p[i + l] : lane[l];
-	mx = lane[0];
-	for (int l = 1; l < 16; l++)
-		mx = lane[l] > mx ? lane[l] : mx;
-	for (; i < n; i++)
-		mx = p[i] > mx ? p[i] : mx;
+	float mx = kern_maxf(p, n);
 	for (int j = 0; j < n; j++)
 		p[j] = kern_expf(p[j] - mx);
 	float inv = 1.0f / kern_sumf(p, n);

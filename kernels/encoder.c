@@ -155,19 +155,10 @@ double kern_enc_flops_per_sample(const kern_config *c)
 	return 3 * fwd;
 }
 
-/* Append view k (written only when k < max). */
+/* A view of d0 [x d1] (d1 0: one dimension). */
 static void add_view(kern_view *out, int max, int *k, size_t *off, const char *name, int d0, int d1)
 {
-	kern_view tmp, *v = out && *k < max ? &out[*k] : &tmp;
-	memset(v, 0, sizeof *v);
-	snprintf(v->name, sizeof v->name, "%s", name);
-	v->offset = *off;
-	v->ndim = d1 ? 2 : 1;
-	v->shape[0] = d0;
-	v->shape[1] = d1;
-	v->numel = (size_t)d0 * (d1 ? (size_t)d1 : 1);
-	*off += v->numel;
-	(*k)++;
+	kern_view_append(out, max, k, off, name, d1 ? 2 : 1, d0, d1);
 }
 
 int kern_enc_param_views(const kern_config *c, kern_view *out, int max)

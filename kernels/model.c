@@ -142,8 +142,8 @@ double kern_flops_per_sample(const kern_config *c)
 	return 3 * fwd;
 }
 
-/* Append view k (written only when k < max). */
-static void add_view(kern_view *out, int max, int *k, size_t *off, const char *name, int ndim, int d0, int d1)
+void kern_view_append(kern_view *out, int max, int *k, size_t *off, const char *name, int ndim, int d0,
+                      int d1)
 {
 	kern_view tmp, *v = out && *k < max ? &out[*k] : &tmp;
 	memset(v, 0, sizeof *v);
@@ -180,15 +180,15 @@ int kern_param_views(const kern_config *c, kern_view *out, int max)
 	};
 	size_t off = 0;
 	char nm[64];
-	add_view(out, max, &k, &off, "wte", 2, c->vocab, C);
-	add_view(out, max, &k, &off, "wpe", 2, c->seq_len, C);
+	kern_view_append(out, max, &k, &off, "wte", 2, c->vocab, C);
+	kern_view_append(out, max, &k, &off, "wpe", 2, c->seq_len, C);
 	for (int s = 0; s < c->n_shared; s++)
 		for (int i = 0; i < VIEWS_PER_SET; i++) {
 			snprintf(nm, sizeof nm, "h.%d.%s", s, names[i].suffix);
-			add_view(out, max, &k, &off, nm, names[i].ndim, shapes[i][0], shapes[i][1]);
+			kern_view_append(out, max, &k, &off, nm, names[i].ndim, shapes[i][0], shapes[i][1]);
 		}
-	add_view(out, max, &k, &off, "ln_f.weight", 1, C, 0);
-	add_view(out, max, &k, &off, "ln_f.bias", 1, C, 0);
+	kern_view_append(out, max, &k, &off, "ln_f.weight", 1, C, 0);
+	kern_view_append(out, max, &k, &off, "ln_f.bias", 1, C, 0);
 	return k;
 }
 

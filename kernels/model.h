@@ -111,6 +111,13 @@ typedef struct {
 	int shape[4];
 } kern_view;
 
+/* Append the view name of ndim (1 or 2) dimensions d0 [x d1] at offset
+ * *off as view *k, written only when out is not NULL and *k < max; advance
+ * *k and *off.  The layout helper of kern_param_views (model.c and
+ * encoder.c). */
+void kern_view_append(kern_view *out, int max, int *k, size_t *off, const char *name, int ndim, int d0,
+                      int d1);
+
 /* Fill out[0..max) with the named tensors of c, in buffer order, and return
  * their number (GPT: 2 + 12 n_shared + 2; encoders: encoder.h), also when out is NULL or max is too
  * small (then nothing or only the first max are written).  c must be valid. */

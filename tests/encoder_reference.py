@@ -32,11 +32,12 @@ record: uint32 name length, name, uint32 dtype (0 float32, 1 int32), uint32
 ndim, uint32 shape[ndim], the data.
 """
 import math
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from gen_torch_reference import Writer  # the file format, shared with the GPT's references
 
 torch.set_num_threads(1)
 EPS = 1e-12
@@ -121,30 +122,6 @@ def forward(cfg, P, ids, seg, labels, sop):
     mlm_loss = F.cross_entropy(logits, labels.reshape(-1)[rows])
     sop_loss = F.cross_entropy(sop_logits, sop)
     return logits, sop_logits, mlm_loss + sop_loss, mlm_loss, sop_loss
-
-
-class Writer:
-    def __init__(self):
-        self.records = []
-
-    def f32(self, name, t):
-        t = torch.as_tensor(t).detach().to(torch.float32).contiguous()
-        self.records.append((name, 0, list(t.shape), t.numpy().astype("<f4").tobytes()))
-
-    def i32(self, name, t):
-        t = torch.as_tensor(t, dtype=torch.int32).contiguous()
-        self.records.append((name, 1, list(t.shape), t.numpy().astype("<i4").tobytes()))
-
-    def save(self, path):
-        with open(path, "wb") as f:
-            f.write(b"CTREF001")
-            f.write(struct.pack("<I", len(self.records)))
-            for name, dt, shape, data in self.records:
-                nb = name.encode()
-                f.write(struct.pack("<I", len(nb)) + nb)
-                f.write(struct.pack("<II", dt, len(shape)))
-                f.write(struct.pack("<%dI" % len(shape), *shape))
-                f.write(data)
 
 
 CONFIG_KEYS = ("arch", "L", "S", "NH", "H", "E", "F", "T", "V", "TV", "cls", "sep", "mask", "pad")
