@@ -8,6 +8,10 @@
  * (hf_write, which hands encoders to hf_encoder_write), and writes to DATA
  * a batch and cotrain's MLM logits at every position for it:
  *   int32 B, T, V, int32 ids[B*T], int32 segments[B*T], float32 logits[B*T*V]
+ *
+ *   encoder_export_tool logits CKPT DATA
+ * writes DATA the same way for the encoder checkpoint CKPT (a project's
+ * stored version, for the cotrain-admin export in test_model_export.sh).
  * Exit status 0 on success, 1 with a message on stderr otherwise. */
 #include "kernels/checkpoint.h"
 #include "kernels/encoder.h"
@@ -24,8 +28,59 @@ static int fail(const char *what, const char *msg)
 	return 1;
 }
 
+/* A batch of B samples (random ordinary ids below cls_id, a [SEP] at 9 and
+ * at the end, [MASK] at 3 and 15, segments 0 then 1 from position 10) and
+ * m's MLM logits for it into the file path (the DATA layout above). */
+static int write_data(kern_model *m, int B, kern_rng *r, const char *path)
+{
+	const kern_config *c = &m->config;
+	int T = c->seq_len, V = c->vocab;
+	cot_errbuf eb;
+	if (T < 16)
+		return fail(path, "the model's seq_len is below 16");
+	int32_t *ids = calloc((size_t)B * T, 4), *seg = calloc((size_t)B * T, 4);
+	if (!ids || !seg)
+		return fail(path, "out of memory");
+	for (int i = 0; i < B * T; i++) {
+		ids[i] = (int32_t)(kern_rng_next(r) % (uint64_t)(c->cls_id < 96 ? c->cls_id : 96));
+		seg[i] = i % T >= 10;
+	}
+	for (int b = 0; b < B; b++) {
+		ids[b * T] = c->cls_id;
+		ids[b * T + 9] = ids[b * T + T - 1] = c->sep_id;
+		ids[b * T + 3] = ids[b * T + 15] = c->mask_id;
+	}
+	kern_enc_batch batch = { ids, seg, NULL, NULL, NULL };
+	if (kern_enc_forward(m, &batch, B, NULL, &eb))
+		return fail("forward", eb.msg);
+	int rows;
+	const float *lg = kern_enc_mlm_logits(m, &rows, NULL);
+	FILE *f = fopen(path, "wb");
+	int32_t hdr[3] = { B, T, V };
+	int bad = !f || fwrite(hdr, 4, 3, f) != 3 || fwrite(ids, 4, (size_t)B * T, f) != (size_t)B * T ||
+	          fwrite(seg, 4, (size_t)B * T, f) != (size_t)B * T ||
+	          fwrite(lg, 4, (size_t)rows * V, f) != (size_t)rows * V;
+	if (f && fclose(f) != 0)
+		bad = 1;
+	free(ids);
+	free(seg);
+	return bad ? fail(path, "could not write") : 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 4 && strcmp(argv[1], "logits") == 0) {
+		kern_model *m;
+		cot_errbuf eb;
+		kern_rng r;
+		kern_rng_seed(&r, 5);
+		if (ckpt_load_new(argv[2], 2, &m, &eb))
+			return fail(argv[2], eb.msg);
+		int rc = m->config.arch == KERN_ARCH_GPT ? fail(argv[2], "not an encoder")
+		                                         : write_data(m, 2, &r, argv[3]);
+		kern_model_free(m);
+		return rc;
+	}
 	if (argc != 4 || kern_arch_parse(argv[1]) < KERN_ARCH_ALBERT)
 		return fail("usage", "encoder_export_tool albert|bert DIR DATA");
 	int arch = kern_arch_parse(argv[1]);
@@ -44,7 +99,6 @@ int main(int argc, char **argv)
 		          .mask_id = 98,
 		          .pad_id = 99 };
 	enum { B = 3 };
-	int T = c.seq_len, V = c.vocab;
 	kern_model *m, *back;
 	cot_errbuf eb;
 	if (kern_model_create(&c, B, &m, &eb))
@@ -65,27 +119,8 @@ int main(int argc, char **argv)
 		return fail(ck, "the checkpoint does not read back to the model");
 	if (hf_write(m, argv[2], &eb))
 		return fail(argv[2], eb.msg);
-	int32_t ids[B * 24], seg[B * 24];
-	for (int i = 0; i < B * T; i++) {
-		ids[i] = (int32_t)(kern_rng_next(&r) % 96);
-		seg[i] = i % T >= 10;
-	}
-	for (int b = 0; b < B; b++) {
-		ids[b * T] = c.cls_id;
-		ids[b * T + 9] = ids[b * T + T - 1] = c.sep_id;
-		ids[b * T + 3] = ids[b * T + 15] = c.mask_id;
-	}
-	kern_enc_batch batch = { ids, seg, NULL, NULL, NULL };
-	if (kern_enc_forward(m, &batch, B, NULL, &eb))
-		return fail("forward", eb.msg);
-	int rows;
-	const float *lg = kern_enc_mlm_logits(m, &rows, NULL);
-	FILE *f = fopen(argv[3], "wb");
-	int32_t hdr[3] = { B, T, V };
-	if (!f || fwrite(hdr, 4, 3, f) != 3 || fwrite(ids, 4, (size_t)B * T, f) != (size_t)B * T ||
-	    fwrite(seg, 4, (size_t)B * T, f) != (size_t)B * T ||
-	    fwrite(lg, 4, (size_t)rows * V, f) != (size_t)rows * V || fclose(f) != 0)
-		return fail(argv[3], "could not write");
+	if (write_data(m, B, &r, argv[3]))
+		return 1;
 	kern_model_free(m);
 	return 0;
 }
