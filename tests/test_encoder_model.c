@@ -23,6 +23,7 @@
 #include "kernels/model.h"
 #include "kernels/optimizer.h"
 #include "kernels/rng.h"
+#include "kernels/stream_step.h"
 #include "tests/tap.h"
 
 #include <math.h>
@@ -517,6 +518,42 @@ static void test_fill_mask(void)
 	kern_model_free(m);
 }
 
+/* kern_stream_step on an encoder is the masking of the GPT's samples
+ * (stride seq_len, keyed by epoch g / mb_per_epoch and microbatch
+ * g % mb_per_epoch) and the encoder's passes, bit for bit. */
+static void test_stream_step(void)
+{
+	kern_config c = small_albert();
+	int B = 3, T = c.seq_len;
+	int64_t g = 17, mpe = 5; /* epoch 3, microbatch 2 */
+	kern_model *a, *b;
+	cot_errbuf eb;
+	if (kern_model_create(&c, B, &a, &eb) || kern_model_create(&c, B, &b, &eb))
+		bail_out("kern_model_create: %s", eb.msg);
+	kern_model_init(a, 3);
+	kern_model_init(b, 3);
+	int32_t *in = raw_stream((size_t)B * T, 8), *tgt = raw_stream((size_t)B * T, 9);
+	float loss = -1;
+	cot_err rc = kern_stream_step(a, in, tgt, B, 42, g, mpe, 2.0f, &loss, &eb);
+	sample_buf s = sbuf(B, T);
+	kern_enc_result res;
+	if (kern_mask_build(&c, 42, 3, 2, B, in, (size_t)T, s.ids, s.seg, s.lab, s.sop, &eb))
+		bail_out("kern_mask_build: %s", eb.msg);
+	kern_enc_batch batch = { s.ids, s.seg, s.lab, s.sop, NULL };
+	if (kern_enc_forward(b, &batch, B, &res, &eb) || kern_enc_backward_scaled(b, 2.0f, &eb))
+		bail_out("encoder pass: %s", eb.msg);
+	ok(rc == COT_OK && loss == (float)res.loss &&
+	           !memcmp(a->grads, b->grads, a->n_params * sizeof(float)),
+	   "a stream step of an encoder is its masking and passes, bit for bit (loss %.4f)", loss);
+	ok(kern_stream_step(a, in, tgt, B, 42, -1, mpe, 1, &loss, &eb) == COT_ERR_INVALID && loss == 0,
+	   "a negative microbatch is refused: %s", eb.msg);
+	sfree(&s);
+	free(in);
+	free(tgt);
+	kern_model_free(a);
+	kern_model_free(b);
+}
+
 int main(int argc, char **argv)
 {
 	kern_blas_reexec_if_needed(argc, argv);
@@ -549,6 +586,7 @@ int main(int argc, char **argv)
 	test_replay("bert", &b, 4);
 	test_learns();
 	test_fill_mask();
+	test_stream_step();
 	done_testing();
 	return exit_status();
 }
