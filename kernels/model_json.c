@@ -11,6 +11,7 @@ const char *const kern_model_json_keys[] = { "n_layer", "n_shared", "n_head",  "
 /* The encoder fields after "arch", in kern_model_json_keys' order. */
 enum { GPT_KEYS = 7, ENC_INT_KEYS = 6 };
 
+/* The i-th encoder field of c (i < ENC_INT_KEYS). */
 static int *enc_field(kern_config *c, int i)
 {
 	int *f[ENC_INT_KEYS] = {
@@ -28,7 +29,7 @@ json_t *kern_model_config_to_json(const kern_config *c)
 		return j; /* a GPT's object is what it was before the encoders */
 	const char *name = kern_arch_name(c->arch);
 	int bad = json_object_set_new(j, "arch", json_string(name ? name : "unknown"));
-	kern_config copy = *c;
+	kern_config copy = *c; /* enc_field points into a config it may change */
 	for (int i = 0; i < ENC_INT_KEYS; i++)
 		bad |= json_object_set_new(j, kern_model_json_keys[GPT_KEYS + 1 + i],
 		                           json_integer(*enc_field(&copy, i)));
