@@ -11,6 +11,7 @@
 #include "kernels/local.h"
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
+#include "kernels/stream_step.h"
 #include "shared/common/filestore.h"
 #include "shared/common/microbatch.h"
 #include "shared/common/shard.h"
@@ -19,6 +20,7 @@ struct cl_compute {
 	kern_model *m;
 	int64_t lo, hi; /* stream microbatches allowed */
 	int64_t mb_per_epoch, B, T;
+	uint64_t seed; /* the project's: an encoder's masks are drawn from it */
 	mb_shape shape;
 	int nspans;
 	mb_span spans[CL_MAX_FILES];
@@ -26,16 +28,7 @@ struct cl_compute {
 	kern_local *local; /* local mode's inner steps; NULL in sync mode */
 };
 
-static void to_config(const cl_project *p, kern_config *c)
-{
-	c->n_layer = p->model.n_layer;
-	c->n_shared = p->model.n_shared;
-	c->n_head = p->model.n_head;
-	c->d_model = p->model.d_model;
-	c->d_ff = p->model.d_ff;
-	c->seq_len = p->model.seq_len;
-	c->vocab = p->model.vocab;
-}
+static void to_config(const cl_project *p, kern_config *c) { *c = p->model; }
 
 int64_t cl_compute_memory_estimate(const cl_project *p)
 {
@@ -160,6 +153,7 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 	c->mb_per_epoch = p->mb_per_epoch;
 	c->B = p->microbatch_size;
 	c->T = p->seq_len;
+	c->seed = (uint64_t)p->seed;
 	c->shape = (mb_shape){ .mb_per_epoch = c->mb_per_epoch, .B = c->B, .T = c->T };
 	cot_err rc = mb_shape_check(&c->shape, eb);
 	if (rc) {
@@ -244,9 +238,8 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	if (rc)
 		return rc;
 	float l = 0;
-	rc = kern_forward(c->m, c->in, c->tgt, (int)c->B, &l, eb);
-	if (!rc)
-		rc = kern_backward_scaled(c->m, (float)c->B, eb);
+	rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch, (float)c->B, &l,
+	                      eb);
 	if (!rc && c->local)
 		rc = kern_local_microbatch(c->local, c->m, c->B, eb);
 	if (loss)

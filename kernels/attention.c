@@ -23,20 +23,7 @@ static inline int block_end(int t, int T)
  * masked columns [n, r1) that the next product reads. */
 KERN_SIMD static void softmax_row(float *p, int n, int r1)
 {
-	/* the maximum in 16 lanes (a serial max does not vectorise and was
-	 * most of this function's time); a maximum is exact in any order */
-	float lane[16], mx;
-	int i = 0;
-	for (int l = 0; l < 16; l++)
-		lane[l] = p[0];
-	for (; i + 16 <= n; i += 16)
-		for (int l = 0; l < 16; l++)
-			lane[l] = p[i + l] > lane[l] ? p[i + l] : lane[l];
-	mx = lane[0];
-	for (int l = 1; l < 16; l++)
-		mx = lane[l] > mx ? lane[l] : mx;
-	for (; i < n; i++)
-		mx = p[i] > mx ? p[i] : mx;
+	float mx = kern_maxf(p, n);
 	for (int j = 0; j < n; j++)
 		p[j] = kern_expf(p[j] - mx);
 	float inv = 1.0f / kern_sumf(p, n);

@@ -22,6 +22,10 @@ static const char *const groups[3] = { "param.", "opt.m.", "opt.v." };
 
 /* The config fields, by name, for the metadata. */
 #define CONFIG_FIELDS(X) X(n_layer) X(n_shared) X(n_head) X(d_model) X(seq_len) X(vocab) X(d_ff)
+/* The encoders' fields, written only when arch is not gpt (so a GPT's
+ * checkpoint is the same as before they existed) and read when "arch" is
+ * present. */
+#define ENC_CONFIG_FIELDS(X) X(arch) X(d_embed) X(type_vocab) X(cls_id) X(sep_id) X(mask_id) X(pad_id)
 
 static float *group_data(const kern_model *m, int g) { return g == 0 ? m->params : g == 1 ? m->m : m->v; }
 
@@ -68,6 +72,9 @@ cot_err ckpt_save(const kern_model *m, const char *path, cot_errbuf *eb)
 		rc = st_writer_meta(w, #f, num, eb); \
 	}
 	CONFIG_FIELDS(META)
+	if (m->config.arch != KERN_ARCH_GPT) {
+		ENC_CONFIG_FIELDS(META)
+	}
 #undef META
 	snprintf(num, sizeof num, "%ld", (long)m->step);
 	if (!rc)
@@ -151,6 +158,9 @@ static cot_err read_header(const st_file *f, kern_config *c, long *step, cot_err
 		return rc; \
 	c->fl = (int)x;
 	CONFIG_FIELDS(FIELD)
+	if (st_meta(f, "arch")) {
+		ENC_CONFIG_FIELDS(FIELD)
+	}
 #undef FIELD
 	rc = meta_long(f, "step", 0, LONG_MAX, step, eb);
 	if (rc)
@@ -173,6 +183,7 @@ static const char *config_diff(const kern_config *a, const kern_config *b, int *
 		return #f; \
 	}
 	CONFIG_FIELDS(DIFF)
+	ENC_CONFIG_FIELDS(DIFF)
 #undef DIFF
 	return NULL;
 }

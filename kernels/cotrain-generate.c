@@ -1,6 +1,7 @@
 /* cotrain-generate: continue a prompt with a model checkpoint, or a model
  * exported in the GPT-2 layout (kernels/hf_gpt2.h), to see what the model
- * has learned.
+ * has learned; with --fill-mask, show an encoder's top predictions for each
+ * [MASK] of a text (kernels/fill_mask.h).
  *
  * Exit status: 0 on success, 1 when the checkpoint cannot be used or
  * generation fails, 2 on a usage error. */
@@ -16,6 +17,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
+#include "kernels/fill_mask.h"
 #include "kernels/generate.h"
 #include "kernels/hf_gpt2.h"
 #include "kernels/model.h"
@@ -26,9 +28,9 @@
 #define PROG "cotrain-generate"
 
 typedef struct {
-	const char *ckpt, *prompt, *tokenizer;
+	const char *ckpt, *prompt, *tokenizer, *fill;
 	gen_options o;
-	int threads;
+	int threads, predictions;
 } gen_cli;
 
 #define F(field) offsetof(gen_cli, field)
@@ -48,6 +50,11 @@ static const opt_spec gen_opts[] = {
 	{ "temperature", 't', OPT_FLOAT, F(o.temperature), .dmin = 0, .dmax = 1e6, .def = "1.0",
 	  .metavar = "T", .help = "divide logits by T before sampling; 0 is greedy" },
 	{ "seed", 's', OPT_U64, F(o.seed), .def = "1", .metavar = "S", .help = "seed of the sampler" },
+	{ "fill-mask", 'm', OPT_STRING, F(fill), .metavar = "TEXT",
+	  .help = "an encoder (albert, bert) checkpoint: print the most likely tokens for each [MASK] "
+	          "in TEXT instead of generating" },
+	{ "predictions", 'P', OPT_INT, F(predictions), 1, 100, .def = "5", .metavar = "N",
+	  .help = "with --fill-mask: the N most likely tokens of each [MASK]" },
 	{ "threads", 'j', OPT_INT, F(threads), 1, 4096, .metavar = "N",
 	  .help = "CPU threads (default: all)" },
 	{ "help", 'h', OPT_HELP, .help = "show this help and exit" },
@@ -110,6 +117,38 @@ static cot_err encode_prompt(const spm_model *spm, const char *prompt, int32_t *
 	return COT_OK;
 }
 
+/* Print the predictions for each [MASK] of text, then the text with the
+ * most likely token of each in its place. */
+static cot_err print_fill(kern_model *m, const char *text, int k, cot_errbuf *eb)
+{
+	fill_result r;
+	cot_err rc = fill_mask(m, text, strlen(text), k, &r, eb);
+	if (rc)
+		return rc;
+	char name[8];
+	for (int i = 0; i < r.n_masks; i++) {
+		printf("[MASK] %d of %d:", i + 1, r.n_masks);
+		for (int j = 0; j < r.k; j++) {
+			fill_token_name(&m->config, r.token[(size_t)i * r.k + j], name);
+			printf(" \"%s\" %.3f", name, r.prob[(size_t)i * r.k + j]);
+		}
+		putchar('\n');
+	}
+	printf("filled: ");
+	const char *p = text;
+	for (int i = 0; i < r.n_masks; i++) {
+		const char *at = strstr(p, FILL_MASK_TEXT);
+		fill_token_name(&m->config, r.token[(size_t)i * r.k], name);
+		printf("%.*s%s", (int)(at - p), p, name);
+		p = at + strlen(FILL_MASK_TEXT);
+	}
+	printf("%s\n", p);
+	fill_result_free(&r);
+	if (fflush(stdout) == EOF)
+		return cot_seterr(eb, COT_ERR_IO, "could not write to standard output: %s", strerror(errno));
+	return COT_OK;
+}
+
 static int fail(cot_err rc, const cot_errbuf *eb)
 {
 	fprintf(stderr, PROG ": error: %s\n", eb->msg[0] ? eb->msg : cot_strerror(rc));
@@ -121,7 +160,7 @@ static int fail(cot_err rc, const cot_errbuf *eb)
 int main(int argc, char **argv)
 {
 	kern_blas_reexec_if_needed(argc, argv); /* first: may re-exec with a faster BLAS core */
-	gen_cli cli = { .prompt = "\n" };
+	gen_cli cli = { .prompt = "\n", .predictions = 5 };
 	opt_result orc = opt_parse(&gen_prog, argc, argv, &cli, NULL);
 	if (orc)
 		return orc == OPT_EXIT ? 0 : 2;
@@ -143,6 +182,19 @@ int main(int argc, char **argv)
 	cot_err rc = hf_or_ckpt_load_new(ckpt, 1, &m, &eb);
 	if (rc)
 		return fail(rc, &eb);
+	if (cli.fill) {
+		rc = print_fill(m, cli.fill, cli.predictions, &eb);
+		kern_model_free(m);
+		return rc ? fail(rc, &eb) : 0;
+	}
+	if (m->config.arch != KERN_ARCH_GPT) {
+		kern_model_free(m);
+		fprintf(stderr,
+		        PROG ": %s is an encoder (%s): it fills masks (--fill-mask TEXT), it does not "
+		             "generate\n",
+		        ckpt, kern_arch_name(m->config.arch));
+		return 2;
+	}
 
 	spm_model *spm = NULL;
 	if (cli.tokenizer && (rc = load_spm(cli.tokenizer, &spm, &eb))) {

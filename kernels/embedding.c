@@ -43,3 +43,44 @@ void kern_embedding_backward(float *dwte, float *dwpe, const float *dout, const 
 			}
 	}
 }
+
+void kern_embedding_seg_forward(float *out, const int32_t *tokens, const int32_t *segments, const float *wte,
+                                const float *wpe, const float *wtt, int B, int T, int C)
+{
+	int nt = kern_threads();
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 64) if (nt > 1)
+	for (int bt = 0; bt < B * T; bt++) {
+		float *o = out + (size_t)bt * C;
+		const float *te = wte + (size_t)tokens[bt] * C;
+		const float *se = wtt + (size_t)segments[bt] * C;
+		const float *pe = wpe + (size_t)(bt % T) * C;
+		for (int c = 0; c < C; c++)
+			o[c] = (te[c] + se[c]) + pe[c];
+	}
+}
+
+void kern_embedding_seg_backward(float *dwte, float *dwpe, float *dwtt, const float *dout,
+                                 const int32_t *tokens, const int32_t *segments, int B, int T, int C)
+{
+	/* threads split the channels, as kern_embedding_backward */
+	enum { CB = 32 };
+	int nt = kern_threads();
+	int nblocks = (C + CB - 1) / CB;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+	for (int blk = 0; blk < nblocks; blk++) {
+		int c0 = blk * CB, nc = C - c0 < CB ? C - c0 : CB;
+		for (int b = 0; b < B; b++)
+			for (int t = 0; t < T; t++) {
+				size_t bt = (size_t)b * T + t;
+				const float *d = dout + bt * C + c0;
+				float *te = dwte + (size_t)tokens[bt] * C + c0;
+				float *se = dwtt + (size_t)segments[bt] * C + c0;
+				float *pe = dwpe + (size_t)t * C + c0;
+				for (int j = 0; j < nc; j++) {
+					te[j] += d[j];
+					se[j] += d[j];
+					pe[j] += d[j];
+				}
+			}
+	}
+}

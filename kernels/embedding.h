@@ -1,4 +1,4 @@
-/* cotrain kernels: token and position embeddings. */
+/* cotrain kernels: token, position (and the encoders' segment) embeddings. */
 #ifndef KERN_EMBEDDING_H
 #define KERN_EMBEDDING_H
 
@@ -13,5 +13,16 @@ void kern_embedding_forward(float *out, const int32_t *tokens, const float *wte,
  * Each channel is summed by one thread in (b, t) order: deterministic. */
 void kern_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T,
                              int C);
+
+/* The encoders' embedding sum (BERT's order):
+ *   out[b,t,:] = (wte[tokens[b,t], :] + wtt[segments[b,t], :]) + wpe[t, :]
+ * wtt [type_vocab, C]; tokens and segments already checked. */
+void kern_embedding_seg_forward(float *out, const int32_t *tokens, const int32_t *segments, const float *wte,
+                                const float *wpe, const float *wtt, int B, int T, int C);
+
+/* dwte, dwpe as kern_embedding_backward, and dwtt += dout scattered by
+ * segment; deterministic in the same way. */
+void kern_embedding_seg_backward(float *dwte, float *dwpe, float *dwtt, const float *dout,
+                                 const int32_t *tokens, const int32_t *segments, int B, int T, int C);
 
 #endif

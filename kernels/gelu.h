@@ -20,4 +20,13 @@ void kern_gelu_backward_set(float *dinp, const float *inp, const float *dout, si
 void kern_gelu_forward_span(float *out, const float *inp, size_t n);
 void kern_gelu_backward_set_span(float *dinp, const float *inp, const float *dout, size_t n);
 
+/* The exact GELU of BERT (PyTorch's default, approximate='none'):
+ *   gelu(x) = 0.5 x (1 + erf(x / sqrt(2)))
+ * erf is the C library's erff, so its last bit may differ between C
+ * libraries (unlike the tanh form, made of basic operations only); on one
+ * machine the results do not depend on the thread count. */
+void kern_gelu_erf_forward(float *out, const float *inp, size_t n);
+/* dinp[n] = dout[n] * gelu'(inp[n]) (old contents ignored). */
+void kern_gelu_erf_backward_set(float *dinp, const float *inp, const float *dout, size_t n);
+
 #endif

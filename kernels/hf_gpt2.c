@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kernels/checkpoint.h"
+#include "kernels/hf_albert.h"
 #include "kernels/layernorm.h"
 #include "kernels/safetensors.h"
 #include "kernels/tokenizer.h"
@@ -55,8 +56,7 @@ cot_err hf_write_file(const char *dir, const char *name, const void *buf, size_t
 	return COT_OK;
 }
 
-/* json_dumps of obj (stolen) into dir/name. */
-static cot_err write_json(const char *dir, const char *name, json_t *obj, cot_errbuf *eb)
+cot_err hf_write_json(const char *dir, const char *name, json_t *obj, cot_errbuf *eb)
 {
 	char *s = obj ? json_dumps(obj, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
 	json_decref(obj);
@@ -154,6 +154,8 @@ static json_t *tokenizer_config_json(const kern_config *c)
 cot_err hf_write(const kern_model *m, const char *dir, cot_errbuf *eb)
 {
 	const kern_config *c = &m->config;
+	if (c->arch != KERN_ARCH_GPT)
+		return hf_encoder_write(m, dir, eb);
 	st_writer *w;
 	cot_err rc = st_writer_new(&w, eb);
 	if (rc)
@@ -188,19 +190,24 @@ cot_err hf_write(const kern_model *m, const char *dir, cot_errbuf *eb)
 		rc = st_writer_write(w, path, eb);
 	st_writer_free(w);
 	if (!rc)
-		rc = write_json(dir, HF_CONFIG_FILE, config_json(c), eb);
+		rc = hf_write_json(dir, HF_CONFIG_FILE, config_json(c), eb);
 	if (!rc)
-		rc = write_json(dir, "tokenizer.json", tokenizer_json(), eb);
+		rc = hf_write_json(dir, "tokenizer.json", tokenizer_json(), eb);
 	if (!rc)
-		rc = write_json(dir, "tokenizer_config.json", tokenizer_config_json(c), eb);
-	if (!rc) {
-		int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd < 0 || fsync(fd) != 0)
-			rc = cot_seterr(eb, COT_ERR_IO, "could not sync folder \"%s\": %s", dir,
-			                strerror(errno));
-		if (fd >= 0)
-			close(fd);
-	}
+		rc = hf_write_json(dir, "tokenizer_config.json", tokenizer_config_json(c), eb);
+	if (!rc)
+		rc = hf_sync_dir(dir, eb);
+	return rc;
+}
+
+cot_err hf_sync_dir(const char *dir, cot_errbuf *eb)
+{
+	cot_err rc = COT_OK;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) != 0)
+		rc = cot_seterr(eb, COT_ERR_IO, "could not sync folder \"%s\": %s", dir, strerror(errno));
+	if (fd >= 0)
+		close(fd);
 	return rc;
 }
 

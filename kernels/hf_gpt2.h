@@ -24,6 +24,8 @@
 #include "kernels/model.h"
 #include "shared/common/error.h"
 
+#include <jansson.h>
+
 #define HF_CONFIG_FILE "config.json"
 #define HF_WEIGHTS_FILE "model.safetensors"
 #define HF_CONFIG_MAX (1u << 20) /* bytes of config.json we read */
@@ -37,11 +39,20 @@
  * before an error stay: write into a fresh folder and rename it into place
  * when the whole export must appear at once. */
 cot_err hf_write(const kern_model *m, const char *dir, cot_errbuf *eb);
+/* (An encoder, arch albert or bert, is written by hf_encoder_write,
+ * kernels/hf_albert.h, which hf_write calls for it.) */
 
 /* Write len bytes to dir/name through a temporary file in dir: write,
  * fsync, rename (the folder itself is not fsynced).  COT_ERR_IO naming the
  * file, COT_ERR_INVALID for a path over 4095 bytes. */
 cot_err hf_write_file(const char *dir, const char *name, const void *buf, size_t len, cot_errbuf *eb);
+
+/* json_dumps of obj (stolen; NULL is out of memory), indented, with a final
+ * newline, into dir/name as hf_write_file. */
+cot_err hf_write_json(const char *dir, const char *name, json_t *obj, cot_errbuf *eb);
+
+/* fsync the folder dir.  COT_ERR_IO. */
+cot_err hf_sync_dir(const char *dir, cot_errbuf *eb);
 
 /* Read a folder in this layout (ours, or a GPT-2 saved by transformers,
  * whose names may carry the "transformer." prefix) into a new model made

@@ -8,27 +8,34 @@
 #include <stddef.h>
 
 KERN_SIMD static void ln_fwd_row(float *o, float *mean, float *rstd, const float *x, const float *weight,
-                                 const float *bias, int C)
+                                 const float *bias, int C, float eps)
 {
 	float m = kern_sumf(x, C) / C;
 	/* two passes: o holds x - mean while the variance is summed */
 	for (int c = 0; c < C; c++)
 		o[c] = x[c] - m;
 	float v = kern_dotf(o, o, C) / C;
-	float s = 1.0f / sqrtf(v + KERN_LN_EPS);
+	float s = 1.0f / sqrtf(v + eps);
 	for (int c = 0; c < C; c++)
 		o[c] = o[c] * s * weight[c] + bias[c];
 	*mean = m;
 	*rstd = s;
 }
 
-void kern_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                            const float *bias, int N, int C)
+void kern_layernorm_forward_eps(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                                const float *bias, int N, int C, float eps)
 {
 	int nt = kern_threads();
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 32) if (nt > 1)
 	for (int n = 0; n < N; n++)
-		ln_fwd_row(out + (size_t)n * C, &mean[n], &rstd[n], inp + (size_t)n * C, weight, bias, C);
+		ln_fwd_row(out + (size_t)n * C, &mean[n], &rstd[n], inp + (size_t)n * C, weight, bias, C,
+		           eps);
+}
+
+void kern_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int N, int C)
+{
+	kern_layernorm_forward_eps(out, mean, rstd, inp, weight, bias, N, C, KERN_LN_EPS);
 }
 
 KERN_SIMD static void ln_bwd_row(float *dx, const float *d, const float *x, const float *weight, float m,

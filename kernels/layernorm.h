@@ -10,6 +10,11 @@
 void kern_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                             const float *bias, int N, int C);
 
+/* The same with epsilon eps (BERT and ALBERT use 1e-12); the backward
+ * needs no epsilon, only the saved rstd. */
+void kern_layernorm_forward_eps(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                                const float *bias, int N, int C, float eps);
+
 /* Accumulate: dinp[N,C] += d/dinp, dweight[C] += sum dout * xhat,
  * dbias[C] += sum dout, given dout[N,C] and the forward's inp, mean, rstd.
  * dinp must not overlap dout or inp (the parameter sums read them while

@@ -5,6 +5,7 @@
 #include "kernels/backend.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
+#include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -49,6 +50,7 @@ enum { VIEWS_PER_SET = 12 };
 
 void kern_config_default(kern_config *c)
 {
+	memset(c, 0, sizeof *c);
 	c->n_layer = 4;
 	c->n_shared = 4;
 	c->n_head = 4;
@@ -64,8 +66,31 @@ static size_t set_numel(const kern_config *c)
 	return 2 * C + C * 3 * C + 3 * C + C * C + C + 2 * C + C * F + F + F * C + C;
 }
 
+const char *kern_arch_name(int arch)
+{
+	switch (arch) {
+	case KERN_ARCH_GPT:
+		return "gpt";
+	case KERN_ARCH_ALBERT:
+		return "albert";
+	case KERN_ARCH_BERT:
+		return "bert";
+	}
+	return NULL;
+}
+
+int kern_arch_parse(const char *name)
+{
+	for (int a = KERN_ARCH_GPT; a <= KERN_ARCH_BERT; a++)
+		if (name && strcmp(name, kern_arch_name(a)) == 0)
+			return a;
+	return -1;
+}
+
 size_t kern_param_count(const kern_config *c)
 {
+	if (c->arch != KERN_ARCH_GPT)
+		return kern_enc_param_count(c);
 	size_t C = c->d_model;
 	return (size_t)c->vocab * C + (size_t)c->seq_len * C + (size_t)c->n_shared * set_numel(c) + 2 * C;
 }
@@ -91,6 +116,15 @@ cot_err kern_config_validate(const kern_config *c, cot_errbuf *eb)
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "model config d_model %d is not a multiple of n_head %d", c->d_model,
 		                  c->n_head);
+	if (c->arch != KERN_ARCH_GPT) {
+		cot_err rc = kern_enc_config_validate(c, eb);
+		if (rc)
+			return rc;
+	} else if (c->d_embed || c->type_vocab || c->cls_id || c->sep_id || c->mask_id || c->pad_id) {
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "model config of a gpt has encoder fields (d_embed, type_vocab, special "
+		                  "ids)");
+	}
 	if (kern_param_count(c) > KERN_MAX_PARAMS)
 		return cot_seterr(eb, COT_ERR_INVALID, "model config has %zu parameters; the limit is %zu",
 		                  kern_param_count(c), KERN_MAX_PARAMS);
@@ -101,13 +135,15 @@ int kern_layer_set(const kern_config *c, int l) { return (int)((long)l * c->n_sh
 
 double kern_flops_per_sample(const kern_config *c)
 {
+	if (c->arch != KERN_ARCH_GPT)
+		return kern_enc_flops_per_sample(c);
 	double L = c->n_layer, T = c->seq_len, C = c->d_model, F = c->d_ff, V = c->vocab;
 	double fwd = L * (2 * T * (3 * C * C + C * C + 2 * C * F) + 2 * C * T * (T + 1)) + 2 * T * C * V;
 	return 3 * fwd;
 }
 
-/* Append view k (written only when k < max). */
-static void add_view(kern_view *out, int max, int *k, size_t *off, const char *name, int ndim, int d0, int d1)
+void kern_view_append(kern_view *out, int max, int *k, size_t *off, const char *name, int ndim, int d0,
+                      int d1)
 {
 	kern_view tmp, *v = out && *k < max ? &out[*k] : &tmp;
 	memset(v, 0, sizeof *v);
@@ -126,6 +162,8 @@ static void add_view(kern_view *out, int max, int *k, size_t *off, const char *n
 
 int kern_param_views(const kern_config *c, kern_view *out, int max)
 {
+	if (c->arch != KERN_ARCH_GPT)
+		return kern_enc_param_views(c, out, max);
 	static const struct {
 		const char *suffix;
 		int ndim;
@@ -142,15 +180,15 @@ int kern_param_views(const kern_config *c, kern_view *out, int max)
 	};
 	size_t off = 0;
 	char nm[64];
-	add_view(out, max, &k, &off, "wte", 2, c->vocab, C);
-	add_view(out, max, &k, &off, "wpe", 2, c->seq_len, C);
+	kern_view_append(out, max, &k, &off, "wte", 2, c->vocab, C);
+	kern_view_append(out, max, &k, &off, "wpe", 2, c->seq_len, C);
 	for (int s = 0; s < c->n_shared; s++)
 		for (int i = 0; i < VIEWS_PER_SET; i++) {
 			snprintf(nm, sizeof nm, "h.%d.%s", s, names[i].suffix);
-			add_view(out, max, &k, &off, nm, names[i].ndim, shapes[i][0], shapes[i][1]);
+			kern_view_append(out, max, &k, &off, nm, names[i].ndim, shapes[i][0], shapes[i][1]);
 		}
-	add_view(out, max, &k, &off, "ln_f.weight", 1, C, 0);
-	add_view(out, max, &k, &off, "ln_f.bias", 1, C, 0);
+	kern_view_append(out, max, &k, &off, "ln_f.weight", 1, C, 0);
+	kern_view_append(out, max, &k, &off, "ln_f.bias", 1, C, 0);
 	return k;
 }
 
@@ -256,7 +294,13 @@ cot_err kern_model_create(const kern_config *c, int max_batch, kern_model **out,
 	if (!m->views || !m->params || !m->grads || !m->m || !m->v)
 		goto nomem;
 	kern_param_views(c, m->views, m->n_views);
-	if (max_batch > 0) {
+	if (max_batch > 0 && c->arch != KERN_ARCH_GPT) {
+		cot_err erc = kern_enc_acts_create(c, max_batch, &m->enc_acts, eb);
+		if (erc) {
+			kern_model_free(m);
+			return erc;
+		}
+	} else if (max_batch > 0) {
 		struct kern_acts *a = m->acts = calloc(1, sizeof *a);
 		if (!a)
 			goto nomem;
@@ -285,6 +329,7 @@ void kern_model_free(kern_model *m)
 	if (!m)
 		return;
 	acts_free(m->acts);
+	kern_enc_acts_free(m->enc_acts);
 	free(m->views);
 	free(m->params);
 	free(m->grads);
@@ -340,6 +385,10 @@ cot_err kern_forward(kern_model *m, const int32_t *tokens, const int32_t *target
 	struct kern_acts *a = m->acts;
 	if (loss_out)
 		*loss_out = 0;
+	if (c->arch != KERN_ARCH_GPT)
+		return cot_seterr(eb, COT_ERR_CONFLICT,
+		                  "cannot run a gpt pass on an encoder model (it trains through "
+		                  "kern_enc_forward)");
 	if (!a)
 		return cot_seterr(eb, COT_ERR_CONFLICT,
 		                  "cannot run a forward pass on a model created without activations");

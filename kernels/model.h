@@ -29,7 +29,12 @@
  * with V vocab, T seq_len, C d_model, F d_ff.  Linear weights are [in, out]
  * (GPT-2's Conv1D layout): y = x W + b.  The views are contiguous, with no
  * gaps, so the buffer holds exactly kern_param_count floats.  Gradients and
- * the optimizer's moments use the same layout. */
+ * the optimizer's moments use the same layout.
+ *
+ * A config whose arch is albert or bert is a bidirectional encoder instead
+ * (kernels/encoder.h): same struct, same flat buffers, so the optimizers,
+ * checkpoints and averaging work on it unchanged; its passes are
+ * kern_enc_forward / kern_enc_backward_scaled, and kern_forward refuses it. */
 #ifndef KERN_MODEL_H
 #define KERN_MODEL_H
 
@@ -45,6 +50,10 @@
 #define KERN_MAX_VOCAB 262144
 #define KERN_MAX_PARAMS ((size_t)1 << 32)
 
+/* The architecture: the decoder (this file) or a bidirectional encoder
+ * (kernels/encoder.h).  A zeroed config is a GPT. */
+typedef enum { KERN_ARCH_GPT = 0, KERN_ARCH_ALBERT = 1, KERN_ARCH_BERT = 2 } kern_arch;
+
 typedef struct {
 	int n_layer;  /* L, blocks applied */
 	int n_shared; /* S, parameter sets, 1 <= S <= L */
@@ -53,6 +62,11 @@ typedef struct {
 	int seq_len;  /* T, tokens per sample (every sample is full length) */
 	int vocab;    /* V, 256 for the byte tokenizer */
 	int d_ff;     /* F, MLP width, usually 4 * d_model */
+	/* Encoders only (kernels/encoder.h); 0 and ignored for a GPT. */
+	int arch;                            /* kern_arch */
+	int d_embed;                         /* E: ALBERT's factorised embedding width; BERT: d_model */
+	int type_vocab;                      /* segment types, 2 */
+	int cls_id, sep_id, mask_id, pad_id; /* special tokens, distinct, < vocab */
 } kern_config;
 
 /* The default config of the tests and of the kernel benchmark's "demo"
@@ -69,6 +83,11 @@ cot_err kern_config_validate(const kern_config *c, cot_errbuf *eb);
 
 /* The parameter set used by block l: l * n_shared / n_layer. */
 int kern_layer_set(const kern_config *c, int l);
+
+/* "gpt", "albert", "bert", or NULL for an unknown value. */
+const char *kern_arch_name(int arch);
+/* The kern_arch named name, or -1. */
+int kern_arch_parse(const char *name);
 
 /* Number of parameters (floats) of a valid config. */
 size_t kern_param_count(const kern_config *c);
@@ -92,12 +111,20 @@ typedef struct {
 	int shape[4];
 } kern_view;
 
+/* Append the view name of ndim (1 or 2) dimensions d0 [x d1] at offset
+ * *off as view *k, written only when out is not NULL and *k < max; advance
+ * *k and *off.  The layout helper of kern_param_views (model.c and
+ * encoder.c). */
+void kern_view_append(kern_view *out, int max, int *k, size_t *off, const char *name, int ndim, int d0,
+                      int d1);
+
 /* Fill out[0..max) with the named tensors of c, in buffer order, and return
- * their number (2 + 12 n_shared + 2), also when out is NULL or max is too
+ * their number (GPT: 2 + 12 n_shared + 2; encoders: encoder.h), also when out is NULL or max is too
  * small (then nothing or only the first max are written).  c must be valid. */
 int kern_param_views(const kern_config *c, kern_view *out, int max);
 
 struct kern_acts;
+struct kern_enc_acts;
 
 typedef struct kern_model {
 	kern_config config;
@@ -106,10 +133,11 @@ typedef struct kern_model {
 	kern_view *views; /* n_views entries, owned by the model */
 	float *params;    /* n_params each, same layout */
 	float *grads;
-	float *m, *v;           /* optimizer moments */
-	long step;              /* optimizer steps taken */
-	int max_batch;          /* largest B for kern_forward; 0: no activations */
-	struct kern_acts *acts; /* private */
+	float *m, *v;                   /* optimizer moments */
+	long step;                      /* optimizer steps taken */
+	int max_batch;                  /* largest B for kern_forward; 0: no activations */
+	struct kern_acts *acts;         /* private */
+	struct kern_enc_acts *enc_acts; /* private, encoders (encoder.c) */
 } kern_model;
 
 /* Allocate a model for config c with activation memory for batches of up to

@@ -54,6 +54,25 @@ static inline float kern_tanhf(float x)
 	return 1.0f - 2.0f / (e + 1.0f);
 }
 
+/* The largest of x[0..n), n >= 1, in 16 lanes (a serial max does not
+ * vectorise); a maximum is exact in any order. */
+static inline float kern_maxf(const float *x, int n)
+{
+	float lane[16], mx;
+	int i = 0;
+	for (int l = 0; l < 16; l++)
+		lane[l] = x[0];
+	for (; i + 16 <= n; i += 16)
+		for (int l = 0; l < 16; l++)
+			lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
+	mx = lane[0];
+	for (int l = 1; l < 16; l++)
+		mx = lane[l] > mx ? lane[l] : mx;
+	for (; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	return mx;
+}
+
 /* Sum of x[0..n) in a fixed order (16 interleaved partial sums, combined
  * pairwise), so that the loop vectorises and gives the same result at any
  * vector width. */

@@ -180,37 +180,10 @@ static bool license_ok(const char *s)
 	return true;
 }
 
-/* The README.md model card into a malloc'd string (*len bytes), or NULL. */
-static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t *len)
+/* The model card's sections on a GPT: model, tokenizer, use or files. */
+static void card_gpt(FILE *f, const kern_model *m, bool hf)
 {
-	char *buf = NULL;
-	FILE *f = open_memstream(&buf, len);
-	if (!f)
-		return NULL;
 	const kern_config *k = &m->config;
-	fprintf(f, "---\n");
-	if (license_ok(c->license))
-		fprintf(f, "license: %s\n", c->license);
-	fprintf(f, "library_name: %s\ntags:\n- cotrain\n- gpt2\n- byte-level\n---\n\n",
-	        hf ? "transformers" : "cotrain");
-	fprintf(f, "# %s, version %d\n\n", c->title, c->version);
-	if (c->description[0])
-		fprintf(f, "%s\n\n", c->description);
-	fprintf(f, "Trained together by volunteers with cotrain.\n\n");
-	fprintf(f, "| | |\n|---|---|\n");
-	fprintf(f, "| project | `%s` |\n", c->name);
-	fprintf(f, "| dataset | `%s` (%lld tokens) |\n", c->dataset, c->n_tokens);
-	fprintf(f, "| version | %d (of %d so far), made %s |\n", c->version, c->current, c->created);
-	fprintf(f, "| rounds | %lld committed rounds, %ld optimizer steps |\n", c->rounds, m->step);
-	fprintf(f, "| samples | %lld (of %d tokens each) |\n", c->samples, k->seq_len);
-	fprintf(f, "| contributors | %lld hosts of %lld accounts |\n", c->hosts, c->accounts);
-	if (c->have_loss)
-		fprintf(f, "| loss of the last round | %.4f (training cross-entropy, nats per byte) |\n",
-		        c->loss);
-	else
-		fprintf(f, "| loss of the last round | none: version 0 is the seed model |\n");
-	fprintf(f, "| licence | %s |\n", c->license && c->license[0] ? c->license : "not stated");
-	fprintf(f, "| checkpoint | sha256 `%s` |\n\n", c->sha);
 	fprintf(f,
 	        "## Model\n\n"
 	        "GPT-2 (pre-LayerNorm blocks, tanh GELU, LayerNorm eps 1e-5, output head tied to\n"
@@ -260,6 +233,84 @@ static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t 
 		        "parameters (`param.*`), both optimizer moments (`opt.m.*`, `opt.v.*`) and the\n"
 		        "step in the metadata. `cotrain-generate --checkpoint DIR/%s` reads it.\n",
 		        CKPT_EXPORT_FILE, CKPT_EXPORT_FILE);
+}
+
+/* The same for an encoder (kernels/encoder.h, kernels/hf_albert.h). */
+static void card_encoder(FILE *f, const kern_model *m, bool hf)
+{
+	const kern_config *k = &m->config;
+	int albert = k->arch == KERN_ARCH_ALBERT;
+	fprintf(f,
+	        "## Model\n\n"
+	        "%s, pretrained with masked language modelling and sentence order (post-LayerNorm\n"
+	        "blocks, %s GELU, LayerNorm eps 1e-12, MLM decoder tied to the word embedding): %d\n"
+	        "layers on %d parameter set%s, %d heads, width %d, embedding width %d, MLP width %d,\n"
+	        "context %d, vocabulary %d; %zu parameters.\n",
+	        albert ? "ALBERT" : "BERT", albert ? "tanh" : "erf", k->n_layer, k->n_shared,
+	        k->n_shared == 1 ? "" : "s", k->n_head, k->d_model, k->d_embed, k->d_ff, k->seq_len, k->vocab,
+	        m->n_params);
+	fprintf(f,
+	        "\n## Tokenizer\n\n"
+	        "Byte level: token = byte value (0 to 255) of the UTF-8 text, then [CLS] %d, [SEP] %d,\n"
+	        "[MASK] %d, [PAD] %d. A sample is [CLS] A [SEP] B [SEP].\n",
+	        k->cls_id, k->sep_id, k->mask_id, k->pad_id);
+	if (hf)
+		fprintf(f,
+		        "\n## Use\n\n"
+		        "```python\n"
+		        "from transformers import %sForPreTraining\n"
+		        "model = %sForPreTraining.from_pretrained(\"DIR\")\n"
+		        "```\n\n"
+		        "or `cotrain-generate --checkpoint CHECKPOINT --fill-mask \"text with [MASK]\"` on "
+		        "the\n"
+		        "cotrain checkpoint.\n",
+		        albert ? "Albert" : "Bert", albert ? "Albert" : "Bert");
+	else
+		fprintf(f,
+		        "\n## Files\n\n"
+		        "`%s` is cotrain's checkpoint (kernels/checkpoint.h, doc/model.md).\n"
+		        "`cotrain-generate --checkpoint DIR/%s --fill-mask \"text with [MASK]\"` reads it.\n",
+		        CKPT_EXPORT_FILE, CKPT_EXPORT_FILE);
+}
+
+/* The README.md model card into a malloc'd string (*len bytes), or NULL. */
+static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t *len)
+{
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	if (!f)
+		return NULL;
+	const kern_config *k = &m->config;
+	fprintf(f, "---\n");
+	if (license_ok(c->license))
+		fprintf(f, "license: %s\n", c->license);
+	int enc = m->config.arch != KERN_ARCH_GPT;
+	fprintf(f, "library_name: %s\ntags:\n- cotrain\n- %s\n- byte-level\n%s---\n\n",
+	        hf ? "transformers" : "cotrain", enc ? kern_arch_name(m->config.arch) : "gpt2",
+	        enc ? "- fill-mask\n" : "");
+	fprintf(f, "# %s, version %d\n\n", c->title, c->version);
+	if (c->description[0])
+		fprintf(f, "%s\n\n", c->description);
+	fprintf(f, "Trained together by volunteers with cotrain.\n\n");
+	fprintf(f, "| | |\n|---|---|\n");
+	fprintf(f, "| project | `%s` |\n", c->name);
+	fprintf(f, "| dataset | `%s` (%lld tokens) |\n", c->dataset, c->n_tokens);
+	fprintf(f, "| version | %d (of %d so far), made %s |\n", c->version, c->current, c->created);
+	fprintf(f, "| rounds | %lld committed rounds, %ld optimizer steps |\n", c->rounds, m->step);
+	fprintf(f, "| samples | %lld (of %d tokens each) |\n", c->samples, k->seq_len);
+	fprintf(f, "| contributors | %lld hosts of %lld accounts |\n", c->hosts, c->accounts);
+	if (c->have_loss)
+		fprintf(f, "| loss of the last round | %.4f (%s) |\n", c->loss,
+		        enc ? "masked-LM plus sentence-order cross-entropy, nats"
+		            : "training cross-entropy, nats per byte");
+	else
+		fprintf(f, "| loss of the last round | none: version 0 is the seed model |\n");
+	fprintf(f, "| licence | %s |\n", c->license && c->license[0] ? c->license : "not stated");
+	fprintf(f, "| checkpoint | sha256 `%s` |\n\n", c->sha);
+	if (enc)
+		card_encoder(f, m, hf);
+	else
+		card_gpt(f, m, hf);
 	if (fclose(f) != 0) {
 		free(buf);
 		return NULL;

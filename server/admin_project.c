@@ -90,16 +90,7 @@ static cot_err read_file(const char *path, size_t max, char **out, size_t *len, 
 	return COT_OK;
 }
 
-static void to_kern_config(const pf_model *m, kern_config *c)
-{
-	c->n_layer = m->n_layer;
-	c->n_shared = m->n_shared;
-	c->n_head = m->n_head;
-	c->d_model = m->d_model;
-	c->seq_len = m->seq_len;
-	c->vocab = m->vocab;
-	c->d_ff = m->d_ff;
-}
+static void to_kern_config(const pf_model *m, kern_config *c) { *c = *m; }
 
 /* Initialise the model from the project's seed and store it as the
  * version-0 checkpoint; its name goes to sha. */
@@ -206,10 +197,20 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 		admin_fail(&eb);
 		goto rollback;
 	}
+	/* an encoder adds its four special tokens after the 256 bytes */
+	if (byte_tok && p.model.arch != KERN_ARCH_GPT)
+		vocab = 256 + 4;
 	if (p.model.vocab != vocab) {
 		admin_failf("field \"model.vocab\" must be %d for dataset \"%s\", whose tokenizer is "
 		            "\"%s\"",
 		            vocab, p.dataset, tok_type);
+		goto rollback;
+	}
+	if (byte_tok && p.model.arch != KERN_ARCH_GPT &&
+	    (p.model.cls_id < 256 || p.model.sep_id < 256 || p.model.mask_id < 256 || p.model.pad_id < 256)) {
+		admin_failf("the special token ids of field \"model\" must lie in 256..259 for dataset "
+		            "\"%s\", whose tokenizer is \"byte\"",
+		            p.dataset);
 		goto rollback;
 	}
 	long long samples = (n_tokens - 1) / p.model.seq_len;

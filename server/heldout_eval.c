@@ -37,6 +37,14 @@ cot_err heval_bpb(const char *ckpt_path, const int32_t *tokens, int64_t n_seq, i
 	cot_err rc = ckpt_load_new(ckpt_path, HEVAL_BATCH, &m, eb);
 	if (rc)
 		return rc;
+	if (m->config.arch != KERN_ARCH_GPT) {
+		rc = cot_seterr(eb, COT_ERR_UNSUPPORTED,
+		                "held-out evaluation of %s models is not implemented yet (bits per byte is a "
+		                "next-token measure)",
+		                kern_arch_name(m->config.arch));
+		kern_model_free(m);
+		return rc;
+	}
 	if (m->config.seq_len != T) {
 		rc = cot_seterr(eb, COT_ERR_INVALID, "checkpoint \"%s\" has seq_len %d, the project %d",
 		                ckpt_path, m->config.seq_len, T);

@@ -31,6 +31,8 @@ const char *pf_mode_name(pf_mode m) { return m == PF_MODE_LOCAL ? "local" : "syn
 
 int64_t pf_param_count(const pf_model *m)
 {
+	if (m->arch != KERN_ARCH_GPT)
+		return (int64_t)kern_param_count(m);
 	int64_t d = m->d_model, f = m->d_ff;
 	int64_t block = 4 * d * d + 2 * d * f + 9 * d + f;
 	return (int64_t)m->vocab * d + (int64_t)m->seq_len * d + m->n_shared * block + 2 * d;

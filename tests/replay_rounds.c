@@ -89,6 +89,7 @@
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
 #include "kernels/optimizer.h"
+#include "kernels/stream_step.h"
 #include "server/project_file.h"
 #include "shared/common/filestore.h"
 #include "shared/common/hash.h"
@@ -432,22 +433,13 @@ typedef struct {
 	int64_t mb_per_epoch; /* 0: from the manifest */
 } replay_args;
 
-static void to_config(const pf_model *p, kern_config *c)
-{
-	c->n_layer = p->n_layer;
-	c->n_shared = p->n_shared;
-	c->n_head = p->n_head;
-	c->d_model = p->d_model;
-	c->d_ff = p->d_ff;
-	c->seq_len = p->seq_len;
-	c->vocab = p->vocab;
-}
+static void to_config(const pf_model *p, kern_config *c) { *c = *p; }
 
 /* Train one round of ranges r[0..n) (all of version m->step) on m: sum,
  * mean, step.  *samples and *loss get the round's totals. */
-static cot_err train_round(kern_model *m, const kern_opt_config *o, const mb_shape *shape, const dataset *d,
-                           const range *r, size_t n, int32_t *in, int32_t *tgt, int64_t *samples,
-                           double *loss, cot_errbuf *eb)
+static cot_err train_round(kern_model *m, const kern_opt_config *o, const mb_shape *shape, uint64_t seed,
+                           const dataset *d, const range *r, size_t n, int32_t *in, int32_t *tgt,
+                           int64_t *samples, double *loss, cot_errbuf *eb)
 {
 	kern_zero_grad(m);
 	double lsum = 0;
@@ -457,8 +449,8 @@ static cot_err train_round(kern_model *m, const kern_opt_config *o, const mb_sha
 		for (int64_t g = r[i].lo; g < r[i].hi; g++) {
 			float l = 0;
 			if ((rc = mb_fill(shape, d->spans, d->n, g, in, tgt, eb)) ||
-			    (rc = kern_forward(m, in, tgt, (int)shape->B, &l, eb)) ||
-			    (rc = kern_backward_scaled(m, (float)shape->B, eb)))
+			    (rc = kern_stream_step(m, in, tgt, (int)shape->B, seed, g, shape->mb_per_epoch,
+			                           (float)shape->B, &l, eb)))
 				return rc;
 			lsum += (double)l * (double)shape->B;
 			total += shape->B;
@@ -478,9 +470,9 @@ static cot_err train_round(kern_model *m, const kern_opt_config *o, const mb_sha
  * doubles) for the sum; see the top of the file.  *samples and *loss as
  * train_round. */
 static cot_err train_round_local(kern_model *m, kern_local *l, const kern_mode_config *mc,
-                                 const mb_shape *shape, const dataset *d, const range *r, size_t n,
-                                 int32_t *in, int32_t *tgt, double *acc, int64_t *samples, double *loss,
-                                 cot_errbuf *eb)
+                                 const mb_shape *shape, uint64_t seed, const dataset *d, const range *r,
+                                 size_t n, int32_t *in, int32_t *tgt, double *acc, int64_t *samples,
+                                 double *loss, cot_errbuf *eb)
 {
 	double lsum = 0;
 	int64_t total = 0;
@@ -496,8 +488,8 @@ static cot_err train_round_local(kern_model *m, kern_local *l, const kern_mode_c
 			for (int64_t g = r[k].lo; g < r[k].hi; g++) {
 				float lo = 0;
 				if ((rc = mb_fill(shape, d->spans, d->n, g, in, tgt, eb)) ||
-				    (rc = kern_forward(m, in, tgt, (int)shape->B, &lo, eb)) ||
-				    (rc = kern_backward_scaled(m, (float)shape->B, eb)) ||
+				    (rc = kern_stream_step(m, in, tgt, (int)shape->B, seed, g,
+				                           shape->mb_per_epoch, (float)shape->B, &lo, eb)) ||
 				    (rc = kern_local_microbatch(l, m, shape->B, eb)))
 					return rc;
 				lsum += (double)lo * (double)shape->B;
@@ -629,9 +621,10 @@ static int replay(const replay_args *a)
 		long v = m->step;
 		int64_t samples;
 		double loss;
-		rc = local ? train_round_local(m, lstate, &mc, &shape, d, r + i, j - i, in, tgt, acc,
-		                               &samples, &loss, &eb)
-		           : train_round(m, &o, &shape, d, r + i, j - i, in, tgt, &samples, &loss, &eb);
+		rc = local ? train_round_local(m, lstate, &mc, &shape, (uint64_t)pf.seed, d, r + i, j - i, in,
+		                               tgt, acc, &samples, &loss, &eb)
+		           : train_round(m, &o, &shape, (uint64_t)pf.seed, d, r + i, j - i, in, tgt, &samples,
+		                         &loss, &eb);
 		if (rc)
 			goto out;
 		char hex[HASH_SHA256_HEX_LEN + 1];

@@ -2,6 +2,7 @@
  * database): a full file, defaults, and every kind of bad input named by
  * its field. */
 #include "server/project_file.h"
+#include "kernels/model.h"
 #include "tests/tap.h"
 
 #include <jansson.h>
@@ -111,6 +112,41 @@ int main(void)
 	json_decref(j);
 	free(norm);
 	pf_free(&p);
+
+	/* An encoder: model.arch and its defaults (the byte tokenizer's 256
+	 * ids and four special tokens after them). */
+	const char *albert =
+	        "{\"name\":\"enc\",\"dataset\":\"tiny\",\"model\":{\"arch\":\"albert\",\"n_layer\":4,"
+	        "\"n_shared\":1,\"n_head\":2,\"d_model\":64,\"seq_len\":32},\"target_batch\":64}";
+	norm = NULL;
+	if (!is_int(pf_parse(albert, strlen(albert), &p, &norm, &eb), COT_OK,
+	            "an ALBERT project file parses"))
+		diag("%s", eb.msg);
+	ok(p.model.arch == KERN_ARCH_ALBERT && p.model.vocab == 260 && p.model.d_embed == 64 &&
+	           p.model.type_vocab == 2 && p.model.cls_id == 256 && p.model.sep_id == 257 &&
+	           p.model.mask_id == 258 && p.model.pad_id == 259,
+	   "encoder defaults: vocab 260, d_embed min(128, d_model), specials 256..259");
+	is_int(pf_param_count(&p.model), (long long)kern_param_count(&p.model),
+	       "an encoder's parameter count is the kernels' (%lld)", (long long)kern_param_count(&p.model));
+	ok(norm && strstr(norm, "\"arch\": \"albert\"") && strstr(norm, "\"mask_id\": 258"),
+	   "the normalized file names the arch and the special ids");
+	char *norm3 = NULL;
+	ok(norm && pf_parse(norm, strlen(norm), &q, &norm3, &eb) == COT_OK && norm3 && !strcmp(norm, norm3) &&
+	           !memcmp(&q.model, &p.model, sizeof p.model),
+	   "and parses back to the same model");
+	pf_free(&q);
+	free(norm3);
+	free(norm);
+	pf_free(&p);
+	refuse(albert, "\"albert\"", "\"roberta\"", "model.arch", "an unknown model.arch");
+	refuse(minimal, "\"n_layer\":2", "\"n_layer\":2,\"d_embed\":32", "model.d_embed",
+	       "an encoder field on a gpt");
+	refuse(albert, "\"n_layer\":4", "\"n_layer\":4,\"cls_id\":257", "model",
+	       "two special tokens on one id");
+	refuse(albert, "\"n_shared\":1", "\"n_shared\":3", "model", "ALBERT groups of unequal sizes");
+	refuse(albert, "\"n_layer\":4", "\"n_layer\":4,\"mask_id\":260", "model.mask_id",
+	       "a special id outside the vocabulary");
+
 	is_int(pf_param_count(&(pf_model){ .n_layer = 1,
 	                                   .n_shared = 1,
 	                                   .n_head = 1,

@@ -42,6 +42,7 @@
 #include "kernels/matmul.h"
 #include "kernels/model.h"
 #include "kernels/rng.h"
+#include "tests/fd_check.h"
 #include "tests/tap.h"
 
 #include <math.h>
@@ -49,89 +50,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FD_H 1e-5 /* central-difference step, in double */
 #define LAYER_RTOL 5e-5
 #define LAYER_ATOL 5e-6
 #define MODEL_RTOL 2e-4
 #define MODEL_ATOL 2e-5
-#define FWD_TOL 1e-5 /* float forward vs the double one, relative to max */
 #define LN_EPS 1e-5
-
-static kern_rng rng;
-
-static void *xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size);
-	if (!p)
-		bail_out("out of memory");
-	return p;
-}
-
-static float *randv(size_t n, double std)
-{
-	float *x = xcalloc(n, sizeof *x);
-	for (size_t i = 0; i < n; i++)
-		x[i] = (float)(std * kern_rng_normal(&rng));
-	return x;
-}
-
-static float *zerov(size_t n) { return xcalloc(n, sizeof(float)); }
-static double *zerod(size_t n) { return xcalloc(n, sizeof(double)); }
-
-/* A double copy of x[0..n) (exact), owned by the caller. */
-static double *tod(const float *x, size_t n)
-{
-	double *d = zerod(n);
-	for (size_t i = 0; i < n; i++)
-		d[i] = x[i];
-	return d;
-}
-
-static double dot_fd(const float *w, const double *x, size_t n)
-{
-	double s = 0;
-	for (size_t i = 0; i < n; i++)
-		s += (double)w[i] * x[i];
-	return s;
-}
-
-static double maxabs(const float *x, size_t n)
-{
-	double m = 0;
-	for (size_t i = 0; i < n; i++)
-		m = fabs(x[i]) > m ? fabs(x[i]) : m;
-	return m;
-}
-
-/* ---- the oracle: plain double forwards ----------------------------------- */
-
-/* out[M,N] = inp[M,K] W[K,N] + b[N] (b may be NULL) */
-static void lin_d(double *out, const double *inp, const double *W, const double *b, int M, int K, int N)
-{
-	for (int m = 0; m < M; m++)
-		for (int n = 0; n < N; n++) {
-			double s = b ? b[n] : 0;
-			for (int k = 0; k < K; k++)
-				s += inp[(size_t)m * K + k] * W[(size_t)k * N + n];
-			out[(size_t)m * N + n] = s;
-		}
-}
-
-static void ln_d(double *out, const double *inp, const double *w, const double *b, int N, int C)
-{
-	for (int n = 0; n < N; n++) {
-		const double *x = inp + (size_t)n * C;
-		double m = 0, v = 0;
-		for (int c = 0; c < C; c++)
-			m += x[c];
-		m /= C;
-		for (int c = 0; c < C; c++)
-			v += (x[c] - m) * (x[c] - m);
-		double s = 1 / sqrt(v / C + LN_EPS);
-		for (int c = 0; c < C; c++)
-			out[(size_t)n * C + c] = (x[c] - m) * s * w[c] + b[c];
-	}
-}
 
 /* Causal attention, qkv [B,T,3C] -> out [B,T,C]; p is [T] scratch. */
 static void att_d(double *out, const double *qkv, int B, int T, int C, int NH, double *p)
@@ -188,85 +111,6 @@ static double head_ce_d(double *logits, const double *x, const double *wte, cons
 	return total / N;
 }
 
-/* ---- the comparison ------------------------------------------------------ */
-
-typedef double (*objective)(void *ctx);
-
-/* Compare grad[] (the float backward) with central differences of f over
- * x[] (the double inputs f reads): all coordinates when n <= samples, else
- * `samples` distinct random ones.  Reports one TAP line. */
-static void check(const char *what, objective f, void *ctx, double *x, const float *grad, size_t n,
-                  size_t samples, double rtol, double atol)
-{
-	size_t count = n <= samples ? n : samples;
-	size_t *idx = xcalloc(n, sizeof *idx);
-	double *fd = zerod(count);
-	for (size_t i = 0; i < n; i++)
-		idx[i] = i;
-	for (size_t k = 0; k < count; k++) {
-		if (count < n) { /* partial Fisher-Yates: distinct coordinates */
-			size_t j = k + (size_t)(kern_rng_next(&rng) % (n - k)), t = idx[k];
-			idx[k] = idx[j];
-			idx[j] = t;
-		}
-		size_t i = idx[k];
-		double old = x[i];
-		x[i] = old + FD_H;
-		double fp = f(ctx);
-		x[i] = old - FD_H;
-		double fm = f(ctx);
-		x[i] = old;
-		fd[k] = (fp - fm) / (2 * FD_H);
-	}
-	double scale = 0;
-	for (size_t k = 0; k < count; k++)
-		scale = fmax(scale, fabs(fd[k]));
-	double worst = 0, worst_abs = 0;
-	size_t worst_k = 0;
-	for (size_t k = 0; k < count; k++) {
-		double an = grad[idx[k]], d = fabs(fd[k] - an);
-		double tol = rtol * fabs(fd[k]) + atol * scale;
-		double r = d / (tol > 0 ? tol : 1e-300);
-		worst_abs = fmax(worst_abs, d);
-		if (r > worst) {
-			worst = r;
-			worst_k = k;
-		}
-	}
-	ok(worst <= 1 && scale > 0,
-	   "%s: %zu coordinates, max |grad| %.3g, max error "
-	   "%.2g (%.3g of tolerance)",
-	   what, count, scale, worst_abs / (scale > 0 ? scale : 1), worst);
-	if (worst > 1)
-		diag("  at %zu: finite difference %.10g, analytic %.10g", idx[worst_k], fd[worst_k],
-		     (double)grad[idx[worst_k]]);
-	free(idx);
-	free(fd);
-}
-
-/* The float forward's output against the double one's. */
-static void check_forward(const char *what, const float *out, const double *want, size_t n)
-{
-	double e = 0, s = 0;
-	for (size_t i = 0; i < n; i++) {
-		e = fmax(e, fabs(out[i] - want[i]));
-		s = fmax(s, fabs(want[i]));
-	}
-	ok(s > 0 && e <= FWD_TOL * s, "%s: float forward matches double, relative error %.3g", what,
-	   s > 0 ? e / s : e);
-}
-
-/* The backward run twice must give twice the gradient. */
-static void check_accumulates(const char *what, const float *once, const float *twice, size_t n)
-{
-	double scale = maxabs(once, n), worst = 0;
-	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double)twice[i] - 2.0 * once[i]);
-		worst = d > worst ? d : worst;
-	}
-	ok(worst <= 1e-5 * scale && scale > 0, "%s accumulates: max |twice - 2 once| %.3g", what, worst);
-}
-
 /* ---- linear -------------------------------------------------------------- */
 typedef struct {
 	double *out, *inp, *W, *b;
@@ -277,32 +121,32 @@ typedef struct {
 static double lin_obj(void *p)
 {
 	lin_ctx *c = p;
-	lin_d(c->out, c->inp, c->W, c->b, c->M, c->K, c->N);
-	return dot_fd(c->w, c->out, (size_t)c->M * c->N);
+	fd_lin(c->out, c->inp, c->W, c->b, c->M, c->K, c->N);
+	return fd_dot(c->w, c->out, (size_t)c->M * c->N);
 }
 
 static void test_linear(void)
 {
 	int M = 300, K = 20, N = 12; /* M > a tile: split GEMMs */
 	size_t mk = (size_t)M * K, kn = (size_t)K * N, mn = (size_t)M * N;
-	float *inp = randv(mk, 1), *W = randv(kn, 0.5), *b = randv(N, 0.5), *out = zerov(mn);
-	lin_ctx c = { zerod(mn), tod(inp, mk), tod(W, kn), tod(b, N), randv(mn, 1), M, K, N };
-	float *dinp = zerov(mk), *dW = zerov(kn), *db = zerov(N);
+	float *inp = fd_randv(mk, 1), *W = fd_randv(kn, 0.5), *b = fd_randv(N, 0.5), *out = fd_zerov(mn);
+	lin_ctx c = { fd_zerod(mn), fd_tod(inp, mk), fd_tod(W, kn), fd_tod(b, N), fd_randv(mn, 1), M, K, N };
+	float *dinp = fd_zerov(mk), *dW = fd_zerov(kn), *db = fd_zerov(N);
 	kern_linear_forward(out, inp, W, b, M, K, N);
 	lin_obj(&c);
-	check_forward("linear", out, c.out, mn);
+	fd_check_forward("linear", out, c.out, mn);
 	kern_linear_backward(dinp, dW, db, c.w, inp, W, M, K, N);
-	check("linear d input", lin_obj, &c, c.inp, dinp, mk, 512, LAYER_RTOL, LAYER_ATOL);
-	check("linear d weight", lin_obj, &c, c.W, dW, kn, 512, LAYER_RTOL, LAYER_ATOL);
-	check("linear d bias", lin_obj, &c, c.b, db, N, 512, LAYER_RTOL, LAYER_ATOL);
-	float *dinp2 = zerov(mk), *dW2 = zerov(kn), *db2 = zerov(N);
+	fd_check("linear d input", lin_obj, &c, c.inp, dinp, mk, 512, LAYER_RTOL, LAYER_ATOL);
+	fd_check("linear d weight", lin_obj, &c, c.W, dW, kn, 512, LAYER_RTOL, LAYER_ATOL);
+	fd_check("linear d bias", lin_obj, &c, c.b, db, N, 512, LAYER_RTOL, LAYER_ATOL);
+	float *dinp2 = fd_zerov(mk), *dW2 = fd_zerov(kn), *db2 = fd_zerov(N);
 	memcpy(dinp2, dinp, mk * 4);
 	memcpy(dW2, dW, kn * 4);
 	memcpy(db2, db, N * 4);
 	kern_linear_backward(dinp2, dW2, db2, c.w, inp, W, M, K, N);
-	check_accumulates("linear d input", dinp, dinp2, mk);
-	check_accumulates("linear d weight", dW, dW2, kn);
-	check_accumulates("linear d bias", db, db2, N);
+	fd_check_accumulates("linear d input", dinp, dinp2, mk);
+	fd_check_accumulates("linear d weight", dW, dW2, kn);
+	fd_check_accumulates("linear d bias", db, db2, N);
 	free(inp);
 	free(W);
 	free(b);
@@ -337,7 +181,7 @@ static double emb_obj(void *p)
 				c->out[((size_t)b * c->T + t) * c->C + k] =
 				        c->wte[(size_t)c->tok[b * c->T + t] * c->C + k] +
 				        c->wpe[(size_t)t * c->C + k];
-	return dot_fd(c->w, c->out, (size_t)c->B * c->T * c->C);
+	return fd_dot(c->w, c->out, (size_t)c->B * c->T * c->C);
 }
 
 static void test_embedding(void)
@@ -345,28 +189,34 @@ static void test_embedding(void)
 	enum { V = 7 };
 	int B = 3, T = 5, C = 40;
 	size_t btc = (size_t)B * T * C;
-	int32_t *tok = xcalloc((size_t)B * T, sizeof *tok);
+	int32_t *tok = fd_xcalloc((size_t)B * T, sizeof *tok);
 	for (int i = 0; i < B * T; i++)
-		tok[i] = (int32_t)(kern_rng_next(&rng) % 4); /* repeats on purpose */
-	float *wte = randv((size_t)V * C, 1), *wpe = randv((size_t)T * C, 1), *out = zerov(btc);
-	emb_ctx c = { zerod(btc), tod(wte, (size_t)V * C), tod(wpe, (size_t)T * C), randv(btc, 1), tok, B, T,
+		tok[i] = (int32_t)(kern_rng_next(&fd_rng) % 4); /* repeats on purpose */
+	float *wte = fd_randv((size_t)V * C, 1), *wpe = fd_randv((size_t)T * C, 1), *out = fd_zerov(btc);
+	emb_ctx c = { fd_zerod(btc),
+		      fd_tod(wte, (size_t)V * C),
+		      fd_tod(wpe, (size_t)T * C),
+		      fd_randv(btc, 1),
+		      tok,
+		      B,
+		      T,
 		      C };
 	kern_embedding_forward(out, tok, wte, wpe, B, T, C);
 	emb_obj(&c);
-	check_forward("embedding", out, c.out, btc);
-	float *dwte = zerov((size_t)V * C), *dwpe = zerov((size_t)T * C);
+	fd_check_forward("embedding", out, c.out, btc);
+	float *dwte = fd_zerov((size_t)V * C), *dwpe = fd_zerov((size_t)T * C);
 	kern_embedding_backward(dwte, dwpe, c.w, tok, B, T, C);
 	/* the 4 rows of wte that tokens use */
-	check("embedding d wte", emb_obj, &c, c.wte, dwte, (size_t)4 * C, 1000, LAYER_RTOL, LAYER_ATOL);
-	check("embedding d wpe", emb_obj, &c, c.wpe, dwpe, (size_t)T * C, 1000, LAYER_RTOL, LAYER_ATOL);
-	ok(maxabs(dwte + 4 * C, (size_t)(V - 4) * C) == 0,
+	fd_check("embedding d wte", emb_obj, &c, c.wte, dwte, (size_t)4 * C, 1000, LAYER_RTOL, LAYER_ATOL);
+	fd_check("embedding d wpe", emb_obj, &c, c.wpe, dwpe, (size_t)T * C, 1000, LAYER_RTOL, LAYER_ATOL);
+	ok(fd_maxabs(dwte + 4 * C, (size_t)(V - 4) * C) == 0,
 	   "embedding: rows of unused tokens get no gradient");
-	float *dwte2 = zerov((size_t)V * C), *dwpe2 = zerov((size_t)T * C);
+	float *dwte2 = fd_zerov((size_t)V * C), *dwpe2 = fd_zerov((size_t)T * C);
 	memcpy(dwte2, dwte, (size_t)V * C * 4);
 	memcpy(dwpe2, dwpe, (size_t)T * C * 4);
 	kern_embedding_backward(dwte2, dwpe2, c.w, tok, B, T, C);
-	check_accumulates("embedding d wte", dwte, dwte2, (size_t)V * C);
-	check_accumulates("embedding d wpe", dwpe, dwpe2, (size_t)T * C);
+	fd_check_accumulates("embedding d wte", dwte, dwte2, (size_t)V * C);
+	fd_check_accumulates("embedding d wpe", dwpe, dwpe2, (size_t)T * C);
 	free(tok);
 	free(wte);
 	free(wpe);
@@ -391,40 +241,40 @@ typedef struct {
 static double ln_obj(void *p)
 {
 	ln_ctx *c = p;
-	ln_d(c->out, c->inp, c->wt, c->b, c->N, c->C);
-	return dot_fd(c->w, c->out, (size_t)c->N * c->C);
+	fd_ln(c->out, c->inp, c->wt, c->b, c->N, c->C, LN_EPS);
+	return fd_dot(c->w, c->out, (size_t)c->N * c->C);
 }
 
 static void test_layernorm(int N, int C)
 {
 	size_t nc = (size_t)N * C;
-	float *inp = randv(nc, 1), *wt = randv(C, 1), *b = randv(C, 1);
+	float *inp = fd_randv(nc, 1), *wt = fd_randv(C, 1), *b = fd_randv(C, 1);
 	for (size_t i = 0; i < nc; i++)
 		inp[i] += 0.5f;
-	float *out = zerov(nc), *mean = zerov(N), *rstd = zerov(N);
-	ln_ctx c = { zerod(nc), tod(inp, nc), tod(wt, C), tod(b, C), randv(nc, 1), N, C };
+	float *out = fd_zerov(nc), *mean = fd_zerov(N), *rstd = fd_zerov(N);
+	ln_ctx c = { fd_zerod(nc), fd_tod(inp, nc), fd_tod(wt, C), fd_tod(b, C), fd_randv(nc, 1), N, C };
 	kern_layernorm_forward(out, mean, rstd, inp, wt, b, N, C);
 	ln_obj(&c);
 	char what[64];
 	snprintf(what, sizeof what, "layernorm N%d C%d", N, C);
-	check_forward(what, out, c.out, nc);
-	float *dinp = zerov(nc), *dwt = zerov(C), *db = zerov(C);
+	fd_check_forward(what, out, c.out, nc);
+	float *dinp = fd_zerov(nc), *dwt = fd_zerov(C), *db = fd_zerov(C);
 	kern_layernorm_backward(dinp, dwt, db, c.w, inp, wt, mean, rstd, N, C);
 	char w2[96];
 	snprintf(w2, sizeof w2, "%s d input", what);
-	check(w2, ln_obj, &c, c.inp, dinp, nc, 1000, LAYER_RTOL, LAYER_ATOL);
+	fd_check(w2, ln_obj, &c, c.inp, dinp, nc, 1000, LAYER_RTOL, LAYER_ATOL);
 	snprintf(w2, sizeof w2, "%s d weight", what);
-	check(w2, ln_obj, &c, c.wt, dwt, C, 1000, LAYER_RTOL, LAYER_ATOL);
+	fd_check(w2, ln_obj, &c, c.wt, dwt, C, 1000, LAYER_RTOL, LAYER_ATOL);
 	snprintf(w2, sizeof w2, "%s d bias", what);
-	check(w2, ln_obj, &c, c.b, db, C, 1000, LAYER_RTOL, LAYER_ATOL);
-	float *dinp2 = zerov(nc), *dwt2 = zerov(C), *db2 = zerov(C);
+	fd_check(w2, ln_obj, &c, c.b, db, C, 1000, LAYER_RTOL, LAYER_ATOL);
+	float *dinp2 = fd_zerov(nc), *dwt2 = fd_zerov(C), *db2 = fd_zerov(C);
 	memcpy(dinp2, dinp, nc * 4);
 	memcpy(dwt2, dwt, C * 4);
 	memcpy(db2, db, C * 4);
 	kern_layernorm_backward(dinp2, dwt2, db2, c.w, inp, wt, mean, rstd, N, C);
-	check_accumulates("layernorm d input", dinp, dinp2, nc);
-	check_accumulates("layernorm d weight", dwt, dwt2, C);
-	check_accumulates("layernorm d bias", db, db2, C);
+	fd_check_accumulates("layernorm d input", dinp, dinp2, nc);
+	fd_check_accumulates("layernorm d weight", dwt, dwt2, C);
+	fd_check_accumulates("layernorm d bias", db, db2, C);
 	free(inp);
 	free(wt);
 	free(b);
@@ -455,26 +305,26 @@ static double att_obj(void *p)
 {
 	att_ctx *c = p;
 	att_d(c->out, c->qkv, c->B, c->T, c->C, c->NH, c->p);
-	return dot_fd(c->w, c->out, (size_t)c->B * c->T * c->C);
+	return fd_dot(c->w, c->out, (size_t)c->B * c->T * c->C);
 }
 
 static void test_attention(int B, int T, int C, int NH, size_t samples)
 {
 	size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-	float *qkv = randv(n3, 1), *out = zerov(n1), *att = zerov(na);
-	att_ctx c = { zerod(n1), tod(qkv, n3), zerod(T), randv(n1, 1), B, T, C, NH };
+	float *qkv = fd_randv(n3, 1), *out = fd_zerov(n1), *att = fd_zerov(na);
+	att_ctx c = { fd_zerod(n1), fd_tod(qkv, n3), fd_zerod(T), fd_randv(n1, 1), B, T, C, NH };
 	kern_attention_forward(out, att, qkv, B, T, C, NH);
 	att_obj(&c);
 	char what[96];
 	snprintf(what, sizeof what, "attention B%d T%d C%d NH%d", B, T, C, NH);
-	check_forward(what, out, c.out, n1);
-	float *dqkv = zerov(n3), *datt = zerov(na);
+	fd_check_forward(what, out, c.out, n1);
+	float *dqkv = fd_zerov(n3), *datt = fd_zerov(na);
 	kern_attention_backward(dqkv, datt, c.w, qkv, att, B, T, C, NH);
 	char w2[128];
 	snprintf(w2, sizeof w2, "%s d qkv", what);
-	check(w2, att_obj, &c, c.qkv, dqkv, n3, samples, LAYER_RTOL, LAYER_ATOL);
+	fd_check(w2, att_obj, &c, c.qkv, dqkv, n3, samples, LAYER_RTOL, LAYER_ATOL);
 	/* causality: the output at t must not depend on tokens after t */
-	float *o1 = zerov(n1);
+	float *o1 = fd_zerov(n1);
 	memcpy(o1, out, n1 * 4);
 	for (int k = 0; k < 3 * C; k++)
 		qkv[(size_t)(T - 1) * 3 * C + k] += 1.0f; /* last token of sample 0 */
@@ -484,10 +334,10 @@ static void test_attention(int B, int T, int C, int NH, size_t samples)
 	for (int k = 0; k < 3 * C; k++)
 		qkv[(size_t)(T - 1) * 3 * C + k] -= 1.0f;
 	kern_attention_forward(out, att, qkv, B, T, C, NH);
-	float *dqkv2 = zerov(n3);
+	float *dqkv2 = fd_zerov(n3);
 	memcpy(dqkv2, dqkv, n3 * 4);
 	kern_attention_backward(dqkv2, datt, c.w, qkv, att, B, T, C, NH);
-	check_accumulates(w2, dqkv, dqkv2, n3);
+	fd_check_accumulates(w2, dqkv, dqkv2, n3);
 	free(qkv);
 	free(out);
 	free(att);
@@ -520,17 +370,17 @@ static double gelu_obj(void *p)
 static void test_gelu(void)
 {
 	size_t n = 9000; /* > one chunk */
-	float *inp = randv(n, 2), *out = zerov(n), *dinp = zerov(n);
-	gelu_ctx c = { tod(inp, n), randv(n, 1), n };
+	float *inp = fd_randv(n, 2), *out = fd_zerov(n), *dinp = fd_zerov(n);
+	gelu_ctx c = { fd_tod(inp, n), fd_randv(n, 1), n };
 	kern_gelu_forward(out, inp, n);
-	double *want = zerod(n);
+	double *want = fd_zerod(n);
 	for (size_t i = 0; i < n; i++)
 		want[i] = gelu1(inp[i]);
-	check_forward("gelu", out, want, n);
+	fd_check_forward("gelu", out, want, n);
 	kern_gelu_backward(dinp, inp, c.w, n);
 	/* J is a sum of one term per input: differences of it are exact enough
 	 * for every coordinate, and each coordinate is gelu' at one point */
-	check("gelu d input", gelu_obj, &c, c.inp, dinp, n, 2000, LAYER_RTOL, LAYER_ATOL);
+	fd_check("gelu d input", gelu_obj, &c, c.inp, dinp, n, 2000, LAYER_RTOL, LAYER_ATOL);
 	free(inp);
 	free(out);
 	free(dinp);
@@ -555,23 +405,26 @@ static double ce_obj(void *p)
 static void test_crossentropy(void)
 {
 	int N = 10, C = 12, V = 37;
-	float *x = randv((size_t)N * C, 1), *wte = randv((size_t)V * C, 0.5), *logits = zerov((size_t)N * V),
-	      *losses = zerov(N);
-	int32_t *tg = xcalloc(N, sizeof *tg);
+	float *x = fd_randv((size_t)N * C, 1), *wte = fd_randv((size_t)V * C, 0.5),
+	      *logits = fd_zerov((size_t)N * V), *losses = fd_zerov(N);
+	int32_t *tg = fd_xcalloc(N, sizeof *tg);
 	for (int i = 0; i < N; i++)
-		tg[i] = (int32_t)(kern_rng_next(&rng) % V);
-	ce_ctx c = { zerod((size_t)N * V), tod(x, (size_t)N * C), tod(wte, (size_t)V * C), tg, N, C, V };
+		tg[i] = (int32_t)(kern_rng_next(&fd_rng) % V);
+	ce_ctx c = {
+		fd_zerod((size_t)N * V), fd_tod(x, (size_t)N * C), fd_tod(wte, (size_t)V * C), tg, N, C, V
+	};
 	kern_head_forward(logits, x, wte, N, C, V);
 	double loss = kern_crossentropy_forward(losses, logits, tg, N, V);
 	double want = ce_obj(&c);
-	check_forward("head", logits, c.logits, (size_t)N * V);
+	fd_check_forward("head", logits, c.logits, (size_t)N * V);
 	ok(fabs(loss - want) < 1e-6 * want, "cross-entropy %.9f matches double %.9f", loss, want);
-	float *dlog = zerov((size_t)N * V), *dx = zerov((size_t)N * C), *dwte = zerov((size_t)V * C);
+	float *dlog = fd_zerov((size_t)N * V), *dx = fd_zerov((size_t)N * C), *dwte = fd_zerov((size_t)V * C);
 	kern_crossentropy_backward(dlog, logits, tg, 1.0f / N, N, V);
 	kern_head_backward(dx, dwte, dlog, x, wte, N, C, V);
-	check("head + cross-entropy d x", ce_obj, &c, c.x, dx, (size_t)N * C, 1000, LAYER_RTOL, LAYER_ATOL);
-	check("head + cross-entropy d wte", ce_obj, &c, c.wte, dwte, (size_t)V * C, 1000, LAYER_RTOL,
-	      LAYER_ATOL);
+	fd_check("head + cross-entropy d x", ce_obj, &c, c.x, dx, (size_t)N * C, 1000, LAYER_RTOL,
+	         LAYER_ATOL);
+	fd_check("head + cross-entropy d wte", ce_obj, &c, c.wte, dwte, (size_t)V * C, 1000, LAYER_RTOL,
+	         LAYER_ATOL);
 	free(x);
 	free(wte);
 	free(logits);
@@ -623,24 +476,24 @@ static double model_obj(void *p)
 			        wte[(size_t)c->tok[n] * C + j] + wpe[(size_t)(n % T) * C + j];
 	for (int l = 0; l < k->n_layer; l++) {
 		int s = kern_layer_set(k, l);
-		ln_d(c->h, c->x, sparam(c, s, "ln_1.weight"), sparam(c, s, "ln_1.bias"), N, C);
-		lin_d(c->qkv, c->h, sparam(c, s, "attn.c_attn.weight"), sparam(c, s, "attn.c_attn.bias"), N,
-		      C, 3 * C);
+		fd_ln(c->h, c->x, sparam(c, s, "ln_1.weight"), sparam(c, s, "ln_1.bias"), N, C, LN_EPS);
+		fd_lin(c->qkv, c->h, sparam(c, s, "attn.c_attn.weight"), sparam(c, s, "attn.c_attn.bias"), N,
+		       C, 3 * C);
 		att_d(c->y, c->qkv, c->B, T, C, k->n_head, c->scr);
-		lin_d(c->t, c->y, sparam(c, s, "attn.c_proj.weight"), sparam(c, s, "attn.c_proj.bias"), N, C,
-		      C);
+		fd_lin(c->t, c->y, sparam(c, s, "attn.c_proj.weight"), sparam(c, s, "attn.c_proj.bias"), N, C,
+		       C);
 		for (size_t i = 0; i < nc; i++)
 			c->x[i] += c->t[i];
-		ln_d(c->h, c->x, sparam(c, s, "ln_2.weight"), sparam(c, s, "ln_2.bias"), N, C);
-		lin_d(c->f, c->h, sparam(c, s, "mlp.c_fc.weight"), sparam(c, s, "mlp.c_fc.bias"), N, C, F);
+		fd_ln(c->h, c->x, sparam(c, s, "ln_2.weight"), sparam(c, s, "ln_2.bias"), N, C, LN_EPS);
+		fd_lin(c->f, c->h, sparam(c, s, "mlp.c_fc.weight"), sparam(c, s, "mlp.c_fc.bias"), N, C, F);
 		for (size_t i = 0; i < (size_t)N * F; i++)
 			c->f[i] = gelu1(c->f[i]);
-		lin_d(c->t, c->f, sparam(c, s, "mlp.c_proj.weight"), sparam(c, s, "mlp.c_proj.bias"), N, F,
-		      C);
+		fd_lin(c->t, c->f, sparam(c, s, "mlp.c_proj.weight"), sparam(c, s, "mlp.c_proj.bias"), N, F,
+		       C);
 		for (size_t i = 0; i < nc; i++)
 			c->x[i] += c->t[i];
 	}
-	ln_d(c->h, c->x, param(c, "ln_f.weight"), param(c, "ln_f.bias"), N, C);
+	fd_ln(c->h, c->x, param(c, "ln_f.weight"), param(c, "ln_f.bias"), N, C, LN_EPS);
 	return head_ce_d(c->logits, c->h, wte, c->tg, N, C, V);
 }
 
@@ -659,27 +512,27 @@ static void test_model(int L, int S, int T)
 	for (int v = 0; v < m->n_views; v++) {
 		float *p = m->params + m->views[v].offset;
 		for (size_t i = 0; i < m->views[v].numel; i++)
-			p[i] += (float)((m->views[v].ndim == 1 ? 0.2 : 0.4) * kern_rng_normal(&rng));
+			p[i] += (float)((m->views[v].ndim == 1 ? 0.2 : 0.4) * kern_rng_normal(&fd_rng));
 	}
-	int32_t *tok = xcalloc(N, sizeof *tok), *tg = xcalloc(N, sizeof *tg);
+	int32_t *tok = fd_xcalloc(N, sizeof *tok), *tg = fd_xcalloc(N, sizeof *tg);
 	for (int i = 0; i < N; i++) {
-		tok[i] = (int32_t)(kern_rng_next(&rng) % cfg.vocab);
-		tg[i] = (int32_t)(kern_rng_next(&rng) % cfg.vocab);
+		tok[i] = (int32_t)(kern_rng_next(&fd_rng) % cfg.vocab);
+		tg[i] = (int32_t)(kern_rng_next(&fd_rng) % cfg.vocab);
 	}
 	size_t nc = (size_t)N * cfg.d_model;
 	model_ctx c = { m,
-		        tod(m->params, m->n_params),
+		        fd_tod(m->params, m->n_params),
 		        tok,
 		        tg,
 		        B,
-		        zerod(nc),
-		        zerod(nc),
-		        zerod(3 * nc),
-		        zerod(nc),
-		        zerod(nc),
-		        zerod((size_t)N * cfg.d_ff),
-		        zerod((size_t)N * cfg.vocab),
-		        zerod(T) };
+		        fd_zerod(nc),
+		        fd_zerod(nc),
+		        fd_zerod(3 * nc),
+		        fd_zerod(nc),
+		        fd_zerod(nc),
+		        fd_zerod((size_t)N * cfg.d_ff),
+		        fd_zerod((size_t)N * cfg.vocab),
+		        fd_zerod(T) };
 	float loss;
 	kern_zero_grad(m);
 	if (kern_forward(m, tok, tg, B, &loss, &eb) || kern_backward(m, &eb))
@@ -687,13 +540,13 @@ static void test_model(int L, int S, int T)
 	double dl = model_obj(&c);
 	char what[64];
 	snprintf(what, sizeof what, "model L%d S%d T%d", L, S, T);
-	check_forward(what, kern_logits(m), c.logits, (size_t)N * cfg.vocab);
+	fd_check_forward(what, kern_logits(m), c.logits, (size_t)N * cfg.vocab);
 	ok(fabs(loss - dl) < 1e-6 * dl, "%s: float loss %.9f, double %.9f", what, loss, dl);
 	for (int v = 0; v < m->n_views; v++) {
 		char w2[160];
 		snprintf(w2, sizeof w2, "%s d %s", what, m->views[v].name);
-		check(w2, model_obj, &c, c.p + m->views[v].offset, m->grads + m->views[v].offset,
-		      m->views[v].numel, 256, MODEL_RTOL, MODEL_ATOL);
+		fd_check(w2, model_obj, &c, c.p + m->views[v].offset, m->grads + m->views[v].offset,
+		         m->views[v].numel, 256, MODEL_RTOL, MODEL_ATOL);
 	}
 	free(c.p);
 	free(c.x);
@@ -712,7 +565,7 @@ static void test_model(int L, int S, int T)
 int main(void)
 {
 	plan_lazy();
-	kern_rng_seed(&rng, 7);
+	kern_rng_seed(&fd_rng, 7);
 	kern_set_threads(2);
 	test_linear();
 	test_embedding();

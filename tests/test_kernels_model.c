@@ -13,6 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A GPT config from its seven fields in order (the encoder fields zero). */
+#define GPT(l, s, h, c, t, v, f) \
+	{ \
+		.n_layer = (l), .n_shared = (s), .n_head = (h), .d_model = (c), .seq_len = (t), \
+		.vocab = (v), .d_ff = (f) \
+	}
+
 static void test_config(void)
 {
 	kern_config c;
@@ -32,13 +39,13 @@ static void test_config(void)
 		const char *what;
 		kern_config c;
 	} bad[] = {
-		{ "n_shared > n_layer", { 2, 3, 2, 8, 8, 16, 16 } },
-		{ "n_shared 0", { 2, 0, 2, 8, 8, 16, 16 } },
-		{ "d_model not a multiple of n_head", { 2, 1, 3, 8, 8, 16, 16 } },
-		{ "vocab 1", { 2, 1, 2, 8, 8, 1, 16 } },
-		{ "seq_len 0", { 2, 1, 2, 8, 0, 16, 16 } },
-		{ "huge d_model", { 2, 1, 2, 1 << 20, 8, 16, 16 } },
-		{ "too many parameters", { 256, 256, 2, 16384, 8, 16, 16384 } },
+		{ "n_shared > n_layer", GPT(2, 3, 2, 8, 8, 16, 16) },
+		{ "n_shared 0", GPT(2, 0, 2, 8, 8, 16, 16) },
+		{ "d_model not a multiple of n_head", GPT(2, 1, 3, 8, 8, 16, 16) },
+		{ "vocab 1", GPT(2, 1, 2, 8, 8, 1, 16) },
+		{ "seq_len 0", GPT(2, 1, 2, 8, 0, 16, 16) },
+		{ "huge d_model", GPT(2, 1, 2, 1 << 20, 8, 16, 16) },
+		{ "too many parameters", GPT(256, 256, 2, 16384, 8, 16, 16384) },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		eb.msg[0] = 0;
@@ -84,7 +91,7 @@ static void test_views(void)
 
 static void test_init(void)
 {
-	kern_config c = { 2, 1, 2, 16, 8, 32, 64 };
+	kern_config c = GPT(2, 1, 2, 16, 8, 32, 64);
 	kern_model *a, *b;
 	cot_errbuf eb;
 	if (kern_model_create(&c, 0, &a, &eb) || kern_model_create(&c, 0, &b, &eb))
@@ -116,7 +123,7 @@ static void test_init(void)
 
 static void test_errors(void)
 {
-	kern_config c = { 2, 2, 2, 16, 8, 32, 64 };
+	kern_config c = GPT(2, 2, 2, 16, 8, 32, 64);
 	kern_model *m;
 	cot_errbuf eb;
 	int32_t tok[2 * 8] = { 0 }, tg[2 * 8] = { 0 };
@@ -149,7 +156,7 @@ static void test_errors(void)
  * of two microbatches of 2 (kern_scale_grads by B / n = 2 / 4). */
 static void test_accumulation(void)
 {
-	kern_config c = { 2, 1, 2, 16, 8, 32, 64 };
+	kern_config c = GPT(2, 1, 2, 16, 8, 32, 64);
 	kern_model *m;
 	cot_errbuf eb;
 	if (kern_model_create(&c, 4, &m, &eb))
@@ -220,7 +227,7 @@ static void test_schedule(void)
 
 static void test_nonfinite(void)
 {
-	kern_config c = { 2, 1, 2, 16, 8, 32, 64 };
+	kern_config c = GPT(2, 1, 2, 16, 8, 32, 64);
 	kern_model *m;
 	cot_errbuf eb;
 	if (kern_model_create(&c, 0, &m, &eb))

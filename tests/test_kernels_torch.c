@@ -21,6 +21,7 @@
 #include "kernels/gemm.h"
 #include "kernels/model.h"
 #include "kernels/optimizer.h"
+#include "tests/ref_file.h"
 #include "tests/tap.h"
 
 #include <math.h>
@@ -29,96 +30,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-	char name[128];
-	int dtype; /* 0 float32, 1 int32 */
-	int ndim;
-	uint32_t shape[4];
-	size_t n;
-	void *data;
-} record;
-
-static record *recs;
-static int nrecs;
-
 /* Products of at least this many multiply-adds go to the GEMM driver or
  * to OpenBLAS tiles (kernels/backend_cpu.c). */
 #define TILED_MIN_MACS 1e6
-
-/* Append the records of the reference file at path to recs. */
-static void load(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		bail_out("cannot open %s", path);
-	char magic[8];
-	uint32_t count;
-	if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "CTREF001", 8) != 0 || fread(&count, 4, 1, f) != 1 ||
-	    count > 10000)
-		bail_out("%s is not a reference file", path);
-	recs = realloc(recs, (nrecs + count) * sizeof *recs);
-	if (!recs)
-		bail_out("out of memory");
-	memset(recs + nrecs, 0, count * sizeof *recs);
-	for (uint32_t i = 0; i < count; i++) {
-		record *r = &recs[nrecs + i];
-		uint32_t len, dt, nd;
-		if (fread(&len, 4, 1, f) != 1 || len >= sizeof r->name || fread(r->name, 1, len, f) != len ||
-		    fread(&dt, 4, 1, f) != 1 || fread(&nd, 4, 1, f) != 1 || nd > 4 ||
-		    fread(r->shape, 4, nd, f) != nd)
-			bail_out("%s: bad record %u", path, i);
-		r->dtype = (int)dt;
-		r->ndim = (int)nd;
-		r->n = 1;
-		for (uint32_t k = 0; k < nd; k++)
-			r->n *= r->shape[k];
-		if (r->n > (1u << 24))
-			bail_out("%s: record %s too large", path, r->name);
-		r->data = malloc(r->n * 4 + 1);
-		if (fread(r->data, 4, r->n, f) != r->n)
-			bail_out("%s: truncated at %s", path, r->name);
-	}
-	nrecs += (int)count;
-	fclose(f);
-}
-
-static const record *get(const char *tag, const char *what, int dtype)
-{
-	char name[160];
-	snprintf(name, sizeof name, "%s.%s", tag, what);
-	for (int i = 0; i < nrecs; i++)
-		if (strcmp(recs[i].name, name) == 0) {
-			if (recs[i].dtype != dtype)
-				bail_out("record %s has the wrong type", name);
-			return &recs[i];
-		}
-	bail_out("reference file lacks %s", name);
-}
-
-/* max |a - b| / max |b| */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-	double e = 0, s = 0;
-	for (size_t i = 0; i < n; i++) {
-		e = fmax(e, fabs((double)a[i] - b[i]));
-		s = fmax(s, fabs((double)b[i]));
-	}
-	return s > 0 ? e / s : e;
-}
 
 static void load_params(kern_model *m, const char *tag, const char *kind)
 {
 	for (int v = 0; v < m->n_views; v++) {
 		char what[128];
 		snprintf(what, sizeof what, "%s.%s", kind, m->views[v].name);
-		const record *r = get(tag, what, 0);
+		const ref_record *r = ref_get(tag, what, 0);
 		if (r->n != m->views[v].numel)
 			bail_out("%s.%s has %zu values, the model %zu", tag, what, r->n, m->views[v].numel);
 		memcpy(m->params + m->views[v].offset, r->data, r->n * sizeof(float));
 	}
 }
 
-static void opt_from(kern_opt_config *o, const record *r, kern_opt_kind kind)
+static void opt_from(kern_opt_config *o, const ref_record *r, kern_opt_kind kind)
 {
 	const float *x = r->data;
 	if (r->n != 10)
@@ -143,7 +71,7 @@ static void check_optimizer(kern_model *m, const char *tag, const char *kind, ke
 	kern_opt_config o;
 	char what[64];
 	snprintf(what, sizeof what, "opt.%s", kind);
-	opt_from(&o, get(tag, what, 0), k);
+	opt_from(&o, ref_get(tag, what, 0), k);
 	load_params(m, tag, "param");
 	float *init = malloc(m->n_params * sizeof(float));
 	memcpy(init, m->params, m->n_params * sizeof(float));
@@ -155,7 +83,7 @@ static void check_optimizer(kern_model *m, const char *tag, const char *kind, ke
 		for (int v = 0; v < m->n_views; v++) {
 			char g[128];
 			snprintf(g, sizeof g, "grad.%s", m->views[v].name);
-			const record *r = get(tag, g, 0);
+			const ref_record *r = ref_get(tag, g, 0);
 			memcpy(m->grads + m->views[v].offset, r->data, r->n * sizeof(float));
 		}
 		kern_opt_stats st;
@@ -171,9 +99,9 @@ static void check_optimizer(kern_model *m, const char *tag, const char *kind, ke
 		const kern_view *vw = &m->views[v];
 		char name[128];
 		snprintf(name, sizeof name, "%s.%s", kind, vw->name);
-		const record *r = get(tag, name, 0);
+		const ref_record *r = ref_get(tag, name, 0);
 		const float *want = r->data, *ours = m->params + vw->offset;
-		double e = rel_err(ours, want, vw->numel);
+		double e = ref_rel_err(ours, want, vw->numel);
 		if (e > worst) {
 			worst = e;
 			worst_name = vw->name;
@@ -184,7 +112,7 @@ static void check_optimizer(kern_model *m, const char *tag, const char *kind, ke
 			du[i] = ours[i] - init[vw->offset + i];
 			dw[i] = want[i] - init[vw->offset + i];
 		}
-		double eu = rel_err(du, dw, vw->numel);
+		double eu = ref_rel_err(du, dw, vw->numel);
 		if (eu > worst_upd) {
 			worst_upd = eu;
 			worst_upd_name = vw->name;
@@ -204,7 +132,7 @@ static void check_optimizer(kern_model *m, const char *tag, const char *kind, ke
 /* Compare one case with torch; label names it in the test lines. */
 static void check_case(const char *tag, const char *label, bool with_opt)
 {
-	const record *rc = get(tag, "config", 1);
+	const ref_record *rc = ref_get(tag, "config", 1);
 	const int32_t *c = rc->data;
 	kern_config cfg = { .n_layer = c[0],
 		            .n_shared = c[1],
@@ -213,7 +141,7 @@ static void check_case(const char *tag, const char *label, bool with_opt)
 		            .seq_len = c[4],
 		            .vocab = c[5],
 		            .d_ff = c[6] };
-	const record *tok = get(tag, "tokens", 1), *tg = get(tag, "targets", 1);
+	const ref_record *tok = ref_get(tag, "tokens", 1), *tg = ref_get(tag, "targets", 1);
 	int B = (int)tok->shape[0];
 	kern_model *m;
 	cot_errbuf eb;
@@ -224,17 +152,17 @@ static void check_case(const char *tag, const char *label, bool with_opt)
 	kern_zero_grad(m);
 	if (kern_forward(m, tok->data, tg->data, B, &loss, &eb) || kern_backward(m, &eb))
 		bail_out("model pass: %s", eb.msg);
-	float want = *(const float *)get(tag, "loss", 0)->data;
+	float want = *(const float *)ref_get(tag, "loss", 0)->data;
 	ok(fabs(loss - want) <= 1e-5 * fabs(want), "%s (L%d S%d T%d): loss %.7f, torch %.7f", label,
 	   cfg.n_layer, cfg.n_shared, cfg.seq_len, loss, want);
-	const record *lg = get(tag, "logits", 0);
-	double e = rel_err(kern_logits(m), lg->data, lg->n);
+	const ref_record *lg = ref_get(tag, "logits", 0);
+	double e = ref_rel_err(kern_logits(m), lg->data, lg->n);
 	ok(e <= 1e-4, "%s: logits match torch, relative error %.3g", label, e);
 	for (int v = 0; v < m->n_views; v++) {
 		char what[128];
 		snprintf(what, sizeof what, "grad.%s", m->views[v].name);
-		const record *r = get(tag, what, 0);
-		e = rel_err(m->grads + m->views[v].offset, r->data, r->n);
+		const ref_record *r = ref_get(tag, what, 0);
+		e = ref_rel_err(m->grads + m->views[v].offset, r->data, r->n);
 		ok(e <= 1e-4, "%s: gradient of %s matches torch, relative error %.3g", label,
 		   m->views[v].name, e);
 	}
@@ -249,9 +177,9 @@ static void check_case(const char *tag, const char *label, bool with_opt)
  * one row block, MLP and head products of at least TILED_MIN_MACS. */
 static void check_tiled_shape(const char *tag)
 {
-	const int32_t *c = get(tag, "config", 1)->data;
+	const int32_t *c = ref_get(tag, "config", 1)->data;
 	int T = c[4], C = c[3], V = c[5], F = c[6];
-	double M = (double)get(tag, "tokens", 1)->shape[0] * T;
+	double M = (double)ref_get(tag, "tokens", 1)->shape[0] * T;
 	ok(T > KERN_ATT_BLOCK && M * C * F >= TILED_MIN_MACS && M * C * V >= TILED_MIN_MACS,
 	   "%s: T %d > attention block %d; B*T x C x F = %.3g and B*T x C x V = %.3g "
 	   "multiply-adds >= %.3g",
@@ -267,9 +195,9 @@ int main(int argc, char **argv)
 	diag("%s", kern_backend_get()->describe());
 	kern_set_threads(2);
 	snprintf(path, sizeof path, "%s/tests/data/torch_reference.bin", src ? src : ".");
-	load(path);
+	ref_load(path);
 	snprintf(path, sizeof path, "%s/tests/data/torch_reference_tiled.bin", src ? src : ".");
-	load(path);
+	ref_load(path);
 	check_case("a", "a", true);
 	check_case("b", "b", false);
 	check_tiled_shape("c");
@@ -282,9 +210,7 @@ int main(int argc, char **argv)
 		check_case("c", label, false);
 	}
 	kern_gemm_use(now);
-	for (int i = 0; i < nrecs; i++)
-		free(recs[i].data);
-	free(recs);
+	ref_free_all();
 	done_testing();
 	return exit_status();
 }

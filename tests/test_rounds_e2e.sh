@@ -29,6 +29,10 @@
 # clipping.  They reach each other through the server's NAT service
 # (doc/nat.md), which on loopback finds every host public and lets them
 # dial directly.
+# With ROUNDS_MODE=encoder (tests/test_rounds_encoder.sh) three clients
+# train a tiny ALBERT (masked LM and sentence order on the byte tokenizer
+# with its four special tokens, doc/model.md "Encoders"): the same checks
+# against the single-process replay, whose masks must be the clients'.
 . "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/invariants.sh"
 B=$top_builddir
@@ -72,7 +76,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-if [ "$MODE" = groups ]; then plan 11; else plan 20; fi
+case $MODE in groups) plan 11 ;; encoder) plan 10 ;; *) plan 20 ;; esac
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -81,9 +85,12 @@ TARGET=$([ "$MODE" = groups ] && echo 4032 || echo 192)
 # Groups: no gradient clipping, so the replay compares the mean gradient
 # itself through the step (a clipped step hides a mean off by a factor).
 CLIP=$([ "$MODE" = groups ] && echo 0 || echo 1.0)
+MODEL='{"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256}'
+[ "$MODE" = encoder ] &&
+	MODEL='{"arch": "albert", "n_layer": 2, "n_shared": 1, "n_head": 4, "d_model": 64, "d_embed": 32, "d_ff": 256, "seq_len": 16}'
 cat >"$T/project.json" <<JSON
 {"name": "tiny", "title": "tiny rounds", "dataset": "tiny",
- "model": {"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256},
+ "model": $MODEL,
  "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "clip_norm": $CLIP,
                "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
  "target_batch": $TARGET, "microbatch_size": 2, "seed": 11, "work_unit_seconds": 20}
@@ -119,6 +126,15 @@ if [ "$MODE" = groups ]; then
 	ok $? "seven clients commit rounds averaged in three groups or more ($(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'") groups a round)"
 	grep -q "reached us by direct" "$T"/client*.log
 	ok $? "peers met through the NAT service and dialed each other directly"
+	V=$(version)
+	for p in $CPIDS; do kill "$p" 2>/dev/null; done
+	for p in $CPIDS; do wait "$p" 2>/dev/null; done
+	CPIDS=
+elif [ "$MODE" = encoder ]; then
+	# Three volunteers with different thread counts train the ALBERT.
+	start_client 1 1 && start_client 2 2 && start_client 3 1 || bail_out "a client did not start"
+	wait_for 300 version_at_least 3
+	ok $? "three clients commit three rounds of the ALBERT together (version $(version))"
 	V=$(version)
 	for p in $CPIDS; do kill "$p" 2>/dev/null; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done

@@ -243,6 +243,28 @@ int main(void)
 	   "  and the rungs it dialed over its latest rounds");
 	ok(dom && !strstr(dom, "198.51.100.9"), "  but not its public address");
 	free(dom);
+
+	/* An encoder's dashboard names its objective and plots its loss in
+	 * nats, without the held-out curve it does not have. */
+	long long eid = th_seed_project("encdemo", 180, 2e9, 4, 8, 4, 100000);
+	th_sql("DELETE FROM spot_policy WHERE project_id = %lld", eid);
+	th_sql("UPDATE project SET config = '{\"model\": {\"arch\": \"albert\", \"n_layer\": 2, "
+	       "\"n_shared\": 1, "
+	       "\"n_head\": 2, \"d_model\": 64, \"d_ff\": 256, \"seq_len\": 8, \"vocab\": 260, "
+	       "\"d_embed\": 32, \"type_vocab\": 2, \"cls_id\": 256, \"sep_id\": 257, \"mask_id\": 258, "
+	       "\"pad_id\": 259}}' WHERE id = %lld",
+	       eid);
+	for (int v = 0; v < 3; v++)
+		round_committed(eid, v, hosts, 2);
+	snprintf(url, sizeof url, "%s/dashboard?project=encdemo", th_url());
+	snprintf(shot, sizeof shot, "%s/dashboard-encoder.png", shots);
+	dom = dump_dom(chrome, url, shot);
+	ok(dom && strstr(dom, "masked LM + sentence order") &&
+	           !strcmp(canvas_attr(dom, "Loss (masked LM + sentence order, nats)", "data-points"), "3") &&
+	           !strstr(dom, "Loss (bits per byte)") && !strstr(dom, "class=\"error\""),
+	   "an ALBERT project's dashboard names its objective and plots its 3 rounds' loss in nats");
+	free(dom);
+
 	done_testing();
 	return exit_status();
 }

@@ -167,6 +167,15 @@ async function projectName() {
 	return list.projects[0].name;
 }
 
+/* What a project's model is and what it learns, by model.arch (absent: the
+ * GPT); doc/model.md. */
+const ARCHS = {
+	albert: { model: 'an ALBERT encoder', objective: 'masked LM + sentence order' },
+	bert: { model: 'a BERT encoder', objective: 'masked LM + sentence order' },
+};
+const GPT_ARCH = { model: 'a GPT-style decoder', objective: 'next token' };
+const archOf = m => (m && Object.prototype.hasOwnProperty.call(ARCHS, m.arch) ? ARCHS[m.arch] : GPT_ARCH);
+
 /* The project page: what is trained, on what, how to join. */
 async function pageIndex() {
 	const name = await projectName();
@@ -178,7 +187,8 @@ async function pageIndex() {
 		el('h1', {}, utext(d.title, 200)),
 		el('div', { class: 'card' },
 		   el('p', { class: 'desc' }, utext(d.description, 10000)),
-		   el('p', {}, 'Model: a GPT-style decoder, ', fmtNum(m.n_layer, 0), ' layers of width ',
+		   el('p', {}, 'Model: ', archOf(m).model, ' (objective: ', archOf(m).objective, '), ',
+		      fmtNum(m.n_layer, 0), ' layers of width ',
 		      fmtNum(m.d_model, 0), ', ', fmtNum(m.n_head, 0), ' heads, sequence ', fmtNum(d.seq_len, 0),
 		      ' tokens; ', fmtNum(d.flops_per_sample / 1e9, 3), ' GFLOP per sample; global batch ',
 		      fmtNum(d.target_batch, 0), ' samples.'),
@@ -208,9 +218,19 @@ async function pageDashboard() {
 		const evald = rounds.filter(r => r.heldout_bpb !== null && r.heldout_bpb !== undefined);
 		/* bits per byte with the byte tokenizer, per token with a subword one */
 		const unit = d.tokenizer === 'byte' ? 'byte' : 'token';
+		const arch = archOf(d.model);
+		/* a GPT's loss in bits per byte (byte tokenizer) or token beside the
+		 * held-out figure; an encoder's MLM + SOP loss in nats, which
+		 * the held-out evaluation does not measure */
+		const lossPlot = arch === GPT_ARCH
+			? plot('Loss (bits per ' + unit + ')', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: r.version, y: Number(r.loss) / Math.LN2 })),
+			       { label: 'training', second: { label: 'held-out', color: '#c53030', points: evald.map(r => ({ x: r.version, y: Number(r.heldout_bpb) })) } })
+			: plot('Loss (' + arch.objective + ', nats)', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: r.version, y: Number(r.loss) })),
+			       { label: 'training' });
 		setMain(
 			el('h1', {}, utext(d.title, 200), ' — training'),
 			el('div', { class: 'stats' },
+			   stat('objective', arch.objective),
 			   stat('model version', fmtNum(d.current_version, 0)),
 			   stat('active peers', fmtNum(d.active_hosts, 0)),
 			   stat('samples / s now', fmtNum(d.samples_per_sec, 1)),
@@ -219,11 +239,11 @@ async function pageDashboard() {
 			   stat('last round', last && last.seconds ? fmtNum(last.seconds, 1) + ' s' : '–'),
 			   stat('round ' + (cur ? cur.version : '–'), cur ? cur.state : '–')),
 			el('div', { class: 'plots', id: 'plots' },
-			   /* both in bits per byte (byte tokenizer) or token: the training loss
-			    * the peers reported, in nats, over ln 2; the held-out figure
-			    * of the same model version, computed by the server */
-			   plot('Loss (bits per ' + unit + ')', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: r.version, y: Number(r.loss) / Math.LN2 })),
-			        { label: 'training', second: { label: 'held-out', color: '#c53030', points: evald.map(r => ({ x: r.version, y: Number(r.heldout_bpb) })) } }),
+			   /* a GPT's: both in bits per byte (byte tokenizer) or token,
+			    * the training loss the peers reported, in nats, over ln 2,
+			    * and the held-out figure of the same model version,
+			    * computed by the server */
+			   lossPlot,
 			   plot('Samples per second (per round)', done.filter(r => r.seconds > 0).map(r => ({ x: r.version, y: r.samples / r.seconds })), { zero: true, color: '#2f855a' }),
 			   plot('Time per round (s)', done.filter(r => r.seconds > 0).map(r => ({ x: r.version, y: r.seconds })), { zero: true, color: '#b7791f' }),
 			   plot('Peers per round', done.map(r => ({ x: r.version, y: r.n_peers })), { zero: true, color: '#6b46c1' })),

@@ -1,0 +1,92 @@
+/* cotrain kernels: bidirectional attention.  See attention_full.h. */
+#include "kernels/attention_full.h"
+
+#include "kernels/backend.h"
+#include "kernels/vecmath.h"
+
+#include <math.h>
+#include <stddef.h>
+
+/* Rows of scores handled together, so that a block's scores stay in cache
+ * between its product and its softmax. */
+#define ROW_BLOCK 64
+
+/* Softmax of one row p[0..n) in place, and p[n..T) = 0. */
+KERN_SIMD static void softmax_row(float *p, int n, int T)
+{
+	float mx = kern_maxf(p, n);
+	for (int j = 0; j < n; j++)
+		p[j] = kern_expf(p[j] - mx);
+	float inv = 1.0f / kern_sumf(p, n);
+	for (int j = 0; j < n; j++)
+		p[j] *= inv;
+	for (int j = n; j < T; j++)
+		p[j] = 0.0f;
+}
+
+/* d[0..n) = scale * p * (d - sum_j p d) */
+KERN_SIMD static void softmax_back_row(float *d, const float *p, int n, float scale)
+{
+	float dot = kern_dotf(p, d, n);
+	for (int j = 0; j < n; j++)
+		d[j] = scale * p[j] * (d[j] - dot);
+}
+
+void kern_attention_full_forward(float *out, float *att, const float *qkv, const int32_t *lens, int B, int T,
+                                 int C, int NH)
+{
+	const kern_backend *be = kern_backend_get();
+	int hd = C / NH, C3 = 3 * C, nt = kern_threads();
+	float scale = 1.0f / sqrtf((float)hd);
+	long npairs = (long)B * NH;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && npairs > 1)
+	for (long pair = 0; pair < npairs; pair++) {
+		long b = pair / NH, h = pair % NH;
+		const float *q = qkv + (size_t)(b * T * C3 + h * hd), *k = q + C, *v = q + 2 * C;
+		float *p = att + (size_t)pair * T * T, *y = out + (size_t)(b * T * C + h * hd);
+		int n = lens ? lens[b] : T;
+		for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
+			int nr = T - r0 < ROW_BLOCK ? T - r0 : ROW_BLOCK;
+			/* S[r0:r0+nr, :] = scale * Q[r0:r0+nr] K^T */
+			be->sgemm_serial(false, true, nr, T, hd, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
+			                 p + (size_t)r0 * T, T);
+			for (int t = r0; t < r0 + nr; t++)
+				softmax_row(p + (size_t)t * T, n, T);
+			/* Y[r0:r0+nr] = P[r0:r0+nr, :] V */
+			be->sgemm_serial(false, false, nr, hd, T, 1.0f, p + (size_t)r0 * T, T, v, C3, 0.0f,
+			                 y + (size_t)r0 * C, C);
+		}
+	}
+}
+
+void kern_attention_full_backward_set(float *dqkv, float *datt, const float *dout, const float *qkv,
+                                      const float *att, int B, int T, int C, int NH)
+{
+	const kern_backend *be = kern_backend_get();
+	int hd = C / NH, C3 = 3 * C, nt = kern_threads();
+	float scale = 1.0f / sqrtf((float)hd);
+	long npairs = (long)B * NH;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && npairs > 1)
+	for (long pair = 0; pair < npairs; pair++) {
+		long b = pair / NH, h = pair % NH;
+		size_t x3 = (size_t)(b * T * C3 + h * hd), x1 = (size_t)(b * T * C + h * hd);
+		const float *q = qkv + x3, *k = q + C, *v = q + 2 * C, *dy = dout + x1;
+		const float *p = att + (size_t)pair * T * T;
+		float *dq = dqkv + x3, *dk = dq + C, *dv = dq + 2 * C, *dp = datt + (size_t)pair * T * T;
+		for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
+			int nr = T - r0 < ROW_BLOCK ? T - r0 : ROW_BLOCK;
+			/* dP[r0:r0+nr, :] = dY[r0:r0+nr] V^T */
+			be->sgemm_serial(false, true, nr, T, hd, 1.0f, dy + (size_t)r0 * C, C, v, C3, 0.0f,
+			                 dp + (size_t)r0 * T, T);
+			/* dS = scale * P * (dP - sum_j P dP), the score scale folded in */
+			for (int t = r0; t < r0 + nr; t++)
+				softmax_back_row(dp + (size_t)t * T, p + (size_t)t * T, T, scale);
+			/* dQ[r0:r0+nr] = dS[r0:r0+nr, :] K */
+			be->sgemm_serial(false, false, nr, hd, T, 1.0f, dp + (size_t)r0 * T, T, k, C3, 0.0f,
+			                 dq + (size_t)r0 * C3, C3);
+		}
+		/* dK = dS^T Q, dV = P^T dY */
+		be->sgemm_serial(true, false, T, hd, T, 1.0f, dp, T, q, C3, 0.0f, dk, C3);
+		be->sgemm_serial(true, false, T, hd, T, 1.0f, p, T, dy, C, 0.0f, dv, C3);
+	}
+}

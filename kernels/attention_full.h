@@ -1,0 +1,30 @@
+/* cotrain kernels: bidirectional (unmasked) multi-head self-attention, the
+ * encoders' attention.
+ *
+ * Same layout as kernels/attention.h: qkv[B,T,3C] holds q, k, v for each
+ * token, head h of NH owning channels [h*hd, (h+1)*hd) of each, hd = C/NH;
+ *   att[b,h,t,:] = softmax_j( q_t . k_j / sqrt(hd) ), every j in [0, T)
+ *   out[b,t,h*hd:(h+1)*hd] = sum_j att[b,h,t,j] v_j
+ * No padding mask: every sample is full length (kernels/masking.h builds
+ * them so).  Each (sample, head) pair is one task running the backend's
+ * single-threaded products, as the causal attention does, so results do not
+ * depend on the thread count. */
+#ifndef KERN_ATTENTION_FULL_H
+#define KERN_ATTENTION_FULL_H
+
+#include <stdint.h>
+
+/* out[B,T,C]; att[B,NH,T,T] receives the probabilities (kept for backward).
+ * lens[B] (NULL: every sample full) limits sample b's keys to [0, lens[b]):
+ * the padding after them gets probability 0 (Hugging Face's attention_mask
+ * for right-padded inputs); 1 <= lens[b] <= T.  The backward needs no
+ * lengths: a zero probability passes no gradient. */
+void kern_attention_full_forward(float *out, float *att, const float *qkv, const int32_t *lens, int B, int T,
+                                 int C, int NH);
+
+/* dqkv[B,T,3C] = gradient given dout[B,T,C] and the forward's qkv and att,
+ * dqkv's old contents ignored; datt[B,NH,T,T] is scratch. */
+void kern_attention_full_backward_set(float *dqkv, float *datt, const float *dout, const float *qkv,
+                                      const float *att, int B, int T, int C, int NH);
+
+#endif

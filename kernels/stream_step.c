@@ -1,0 +1,30 @@
+/* cotrain kernels: one microbatch of the training stream.  See stream_step.h. */
+#include "kernels/stream_step.h"
+
+#include "kernels/encoder.h"
+
+cot_err kern_stream_step(kern_model *m, const int32_t *in, const int32_t *tgt, int B, uint64_t seed,
+                         int64_t g, int64_t mb_per_epoch, float scale, float *loss, cot_errbuf *eb)
+{
+	float l = 0;
+	cot_err rc;
+	if (loss)
+		*loss = 0;
+	if (g < 0 || mb_per_epoch < 1)
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "microbatch %lld of epochs of %lld is not in the stream", (long long)g,
+		                  (long long)mb_per_epoch);
+	if (m->config.arch != KERN_ARCH_GPT) {
+		kern_enc_result res;
+		rc = kern_enc_train_stream(m, in, (size_t)m->config.seq_len, B, seed, g / mb_per_epoch,
+		                           g % mb_per_epoch, scale, &res, eb);
+		l = (float)res.loss;
+	} else {
+		rc = kern_forward(m, in, tgt, B, &l, eb);
+		if (!rc)
+			rc = kern_backward_scaled(m, scale, eb);
+	}
+	if (loss && !rc)
+		*loss = l;
+	return rc;
+}
