@@ -180,8 +180,9 @@ static bool license_ok(const char *s)
 	return true;
 }
 
-/* The model card's sections on a GPT: model, tokenizer, use or files. */
-static void card_gpt(FILE *f, const kern_model *m, bool hf)
+/* The model card's sections on a GPT: model, tokenizer (c's, bytes when it has none),
+ * use or files. */
+static void card_gpt(FILE *f, const card_info *c, const kern_model *m, bool hf)
 {
 	const kern_config *k = &m->config;
 	fprintf(f,
@@ -310,7 +311,7 @@ static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t 
 	if (enc)
 		card_encoder(f, m, hf);
 	else
-		card_gpt(f, m, hf);
+		card_gpt(f, c, m, hf);
 	if (fclose(f) != 0) {
 		free(buf);
 		return NULL;
