@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include "shared/common/sketch.h"
+
 static uint64_t mix64(uint64_t z)
 {
 	z ^= z >> 30;
@@ -27,14 +29,4 @@ void spot_fingerprint_compute(const float *g, size_t n, uint64_t seed, int k, do
 	}
 }
 
-double spot_fingerprint_distance(const double *a, const double *b, int k)
-{
-	double d = 0, na = 0, nb = 0;
-	for (int j = 0; j < k; j++) {
-		d += (a[j] - b[j]) * (a[j] - b[j]);
-		na += a[j] * a[j];
-		nb += b[j] * b[j];
-	}
-	double m = sqrt(na > nb ? na : nb);
-	return m > 0 ? sqrt(d) / m : 0;
-}
+double spot_fingerprint_distance(const double *a, const double *b, int k) { return sketch_distance(a, b, k); }
