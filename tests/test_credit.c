@@ -133,10 +133,10 @@ static void test_ledger(void)
 	th_sql("DELETE FROM spot_policy WHERE project_id = %lld", pid);
 	ok(sql_double("SELECT spot_rate(spot_policy_of(%lld), 0)", pid) == 0,
 	   "a project without a spot_policy row is not spot-checked");
-	ok(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 3)") == 1 &&
-	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 20)"),
+	ok(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, 3)") == 1 &&
+	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, 20)"),
 	                0.05) &&
-	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, "
+	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, "
 	                           "1000)"),
 	                0.01),
 	   "BOINC's rule: always below 10 agreeing checks, then 1/record, at least min_rate");
