@@ -2600,8 +2600,9 @@ CREATE FUNCTION public.spot_may_answer(c public.spot_check, p_host bigint, p_acc
                                        WHERE g.project_id = a.project_id AND g.version = a.version
                                          AND g.group_id <> a.group_id))
        AND NOT EXISTS (SELECT 1 FROM spot_check o
-                        WHERE o.host_id = p_host AND o.created_at > c.created_at - interval '7 days'
-                          AND c.host_id IN (o.checker_id, o.third_id))
+                        WHERE o.id = (SELECT max(o2.id) FROM spot_check o2
+                                       WHERE o2.host_id = c.host_id AND o2.id < c.id)
+                          AND p_host IN (o.checker_id, o.third_id))
 $$;
 
 --

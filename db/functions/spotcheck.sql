@@ -174,8 +174,12 @@ $$;
 -- its third?  Not a host of the checked host's account, nor of the first
 -- checker's; not the checked host's averaging partner in the round when the
 -- round had more than one group (with one group every host is everyone's
--- partner); and not a host the checked host itself checked in the last 7
--- days, so that a pair cannot vouch for each other in turn.
+-- partner); and not a host that answered the checked host's previous check,
+-- so that no one host vouches for another twice in a row: a friend can
+-- answer at most every other check of a host, and each dispute is settled
+-- by a third of yet another account.  (A rule that let a host's own checks
+-- bar others from checking it would let a cheater that checks everyone
+-- make itself unchecked.)
 CREATE OR REPLACE FUNCTION spot_may_answer(c spot_check, p_host bigint, p_acc bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT p_host <> c.host_id
@@ -191,8 +195,9 @@ LANGUAGE sql STABLE AS $$
                                        WHERE g.project_id = a.project_id AND g.version = a.version
                                          AND g.group_id <> a.group_id))
        AND NOT EXISTS (SELECT 1 FROM spot_check o
-                        WHERE o.host_id = p_host AND o.created_at > c.created_at - interval '7 days'
-                          AND c.host_id IN (o.checker_id, o.third_id))
+                        WHERE o.id = (SELECT max(o2.id) FROM spot_check o2
+                                       WHERE o2.host_id = c.host_id AND o2.id < c.id)
+                          AND p_host IN (o.checker_id, o.third_id))
 $$;
 
 -- Settle check p_check (its row locked by the caller) with what it holds at
