@@ -130,6 +130,14 @@ ok $([ "$h_agreed" -ge 10 ] && [ "$h_bad" -eq 0 ] && echo 0 || echo 1) \
 ok $([ "$c_dis" -ge 2 ] && echo 0 || echo 1) "the cheater is caught: $c_dis of its $c_all checks disagreed"
 ok $([ "$c_third" -ge 1 ] && [ "$c_third" -ge "$c_dis" ] && echo 0 || echo 1) \
 	"every dispute over the cheater was settled by a third host ($c_third of $c_dis)"
+# From the cheater's first round to its first denial.
+caught_after=$(sql "select round(extract(epoch from min(c.resolved_at) - min(r.opened_at))::numeric, 1) || ' s, '
+  || (select count(*) from round_member m join spot_check d on d.host_id = m.host_id
+       where m.host_id = $CHEAT and m.project_id = $pid and d.id = (select min(id) from spot_check
+         where host_id = $CHEAT and state = 'disagreed') and m.version <= d.version) || ' of its rounds'
+  from spot_check c, round r join round_member m using (project_id, version)
+  where c.host_id = $CHEAT and c.state = 'disagreed' and m.host_id = $CHEAT")
+diag "the cheater's first denial came $caught_after after its first round opened"
 grants=$(sql "select count(*) filter (where status = 'denied') || ' ' || count(*) filter (where status = 'granted')
   || ' ' || count(*) filter (where status = 'pending') from credit_grant where project_id = $pid and host_id = $CHEAT and kind = 'round'")
 set -- $grants
