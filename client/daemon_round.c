@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "client/api_round.h"
+#include "client/cheat.h"
 #include "client/round.h"
 #include "client/shard_cache.h"
 #include "kernels/backend.h"
@@ -257,20 +258,26 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 			return rc;
 		}
 	}
+	/* Test hook: a poisoner sends another vector than its gradient. */
+	float *poison = cl_cheat_poison(j->m->grads, j->m->n_params);
 	allreduce_params ap = { .members = mem,
 		                .n = pl->n,
 		                .self = pl->self,
 		                .round = j->v,
-		                .grad = j->m->grads,
+		                .grad = poison ? poison : j->m->grads,
 		                .len = j->m->n_params,
 		                .send_comp = pl->comp,
 		                .result_comp = pl->comp,
+		                .aggregation = pl->centered_clip ? ALLREDUCE_CENTERED_CLIP : ALLREDUCE_SUM,
+		                .clip_tau = pl->clip_tau,
+		                .clip_iters = pl->clip_iters,
 		                .ctx = j->peer.ctx,
 		                .dialer = dl,
 		                .lst = j->peer.lst,
 		                .collect_deadline = deadline_after_ms(left_ms / 2),
 		                .deadline = deadline };
 	rc = allreduce_run(&ap, j->sum, &j->res, eb);
+	free(poison);
 	size_t i = 0;
 	for (size_t k = 0; acc && k < pl->n; k++) {
 		if (k == pl->self)
