@@ -229,6 +229,37 @@ CREATE FUNCTION public.credit_half_life() RETURNS double precision
     AS $$ SELECT 604800::double precision $$;
 
 --
+-- Name: credit_pending_account(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.credit_pending_account(p_account bigint) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant
+     WHERE account_id = p_account AND status = 'pending'
+$$;
+
+--
+-- Name: credit_pending_host(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.credit_pending_host(p_host bigint) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant WHERE host_id = p_host AND status = 'pending'
+$$;
+
+--
+-- Name: credit_pending_team(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.credit_pending_team(p_team bigint) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant WHERE team_id = p_team AND status = 'pending'
+$$;
+
+--
 -- Name: credit_rac_add(double precision, timestamp with time zone, double precision, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -3764,6 +3795,12 @@ CREATE INDEX account_key_account_idx ON public.account_key USING btree (account_
 CREATE INDEX credit_grant_account_idx ON public.credit_grant USING btree (account_id, id DESC);
 
 --
+-- Name: credit_grant_account_pending_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX credit_grant_account_pending_idx ON public.credit_grant USING btree (account_id) WHERE (status = 'pending'::text);
+
+--
 -- Name: credit_grant_host_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -3780,6 +3817,12 @@ CREATE INDEX credit_grant_pending_idx ON public.credit_grant USING btree (host_i
 --
 
 CREATE INDEX credit_grant_team_idx ON public.credit_grant USING btree (team_id, id DESC);
+
+--
+-- Name: credit_grant_team_pending_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX credit_grant_team_pending_idx ON public.credit_grant USING btree (team_id) WHERE (status = 'pending'::text);
 
 --
 -- Name: host_account_idx; Type: INDEX; Schema: public; Owner: -

@@ -722,6 +722,30 @@ static void test_sketch_checks(void)
 	              pid) == 3,
 	   "the checks carry the round's sketch seed");
 
+	/* Pending credit beside the totals: A's grant of round 40 waits. */
+	char path[80];
+	snprintf(path, sizeof path, "/api/v1/credit/hosts/%lld", A.id);
+	th_resp pr = call("GET", path, NULL, NULL);
+	double pend = pr.json ? json_number_value(json_object_get(pr.json, "pending_credit")) : -1;
+	ok(near(pend,
+	        sql_double("SELECT sum(credit) FROM credit_grant WHERE host_id = %lld AND status = 'pending'",
+	                   A.id)) &&
+	           pend >= credit_of(20) - 1e-12,
+	   "the host's pending credit is in its API answer (%g)", pend);
+	th_resp_free(&pr);
+	pr = call("GET", "/api/v1/credit/users?limit=10", NULL, NULL);
+	json_t *rows = pr.json ? json_object_get(pr.json, "rows") : NULL;
+	int with_pending = 0, right = json_array_size(rows) > 0;
+	for (size_t i = 0; i < json_array_size(rows); i++) {
+		json_t *row = json_array_get(rows, i);
+		double p = json_number_value(json_object_get(row, "pending_credit"));
+		with_pending += p > 0;
+		right &= near(p, sql_double("SELECT credit_pending_account(%lld)",
+		                            (long long)json_integer_value(json_object_get(row, "id"))));
+	}
+	ok(right && with_pending >= 1,
+	   "each row of the users' leaderboard shows its pending credit (%d with some)", with_pending);
+	th_resp_free(&pr);
 	long st;
 	json_t *c1 = claim(&B, &st);
 	ok(c1 && json_array_size(json_object_get(c1, "microbatches")) == 2,

@@ -227,3 +227,20 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- Pending credit: the credit of a holder's grants that wait for a spot
+-- check (shown beside the totals, as BOINC shows pending credit; never in
+-- them).
+CREATE OR REPLACE FUNCTION credit_pending_host(p_host bigint) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant WHERE host_id = p_host AND status = 'pending'
+$$;
+CREATE OR REPLACE FUNCTION credit_pending_account(p_account bigint) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant
+     WHERE account_id = p_account AND status = 'pending'
+$$;
+CREATE OR REPLACE FUNCTION credit_pending_team(p_team bigint) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant WHERE team_id = p_team AND status = 'pending'
+$$;

@@ -38,3 +38,8 @@ CREATE INDEX spot_check_third_idx ON spot_check (third_id) WHERE state = 'open';
 -- round_report takes the sketches now (db/functions/round_report.sql).
 DROP FUNCTION round_report(bytea, bigint, bigint, bigint, text, double precision, boolean, jsonb,
                            double precision);
+
+-- Pending credit is shown beside the totals (credit_pending_*): what a
+-- holder's open spot checks still hold back.
+CREATE INDEX credit_grant_account_pending_idx ON credit_grant (account_id) WHERE status = 'pending';
+CREATE INDEX credit_grant_team_pending_idx ON credit_grant (team_id) WHERE status = 'pending';
