@@ -45,6 +45,9 @@
 #define PLAN_WAIT_S 30
 #define PLAN_GIVE_UP_S 1800 /* a round that plans nothing for this long is dead to us */
 #define OUTCOME_RETRY_S 2
+/* Sketch values a report carries at most: about 2.4 MB of JSON, within the
+ * server's 4 MiB for a report (API_REPORT_MAX_BYTES). */
+#define SKETCH_REPORT_MAX_VALUES 100000
 
 /* Everything one round needs outside the lock. */
 typedef struct {
@@ -127,40 +130,42 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 		snprintf(d->rt[i].network, sizeof d->rt[i].network, "%s", net);
 	pthread_mutex_unlock(&d->lock);
 	json_t *rtt = cl_peer_rtt_json(&j->peer);
-	for (int k_unit = 0; k_unit < j->acc.n; k_unit++) {
-		if (j->acc.u[k_unit].reported)
+	for (int k = 0; k < j->acc.n; k++) {
+		if (j->acc.u[k].reported)
 			continue; /* the server kept it when the round reopened */
-		cl_round_report r = { .mb_done = j->acc.u[k_unit].mb,
-			              .samples = j->acc.u[k_unit].mb * j->p.microbatch_size,
+		cl_round_report r = { .mb_done = j->acc.u[k].mb,
+			              .samples = j->acc.u[k].mb * j->p.microbatch_size,
 			              .bandwidth = (double)d->cfg.peer_bandwidth,
 			              .can_aggregate = cl_peer_can_aggregate(&j->peer),
-			              .has_loss = j->acc.u[k_unit].mb > 0,
-			              .loss = j->acc.u[k_unit].mb > 0 ? j->acc.u[k_unit].loss_sum /
-			                                                        (double)j->acc.u[k_unit].mb
-			                                              : 0,
+			              .has_loss = j->acc.u[k].mb > 0,
+			              .loss = j->acc.u[k].mb > 0
+			                              ? j->acc.u[k].loss_sum / (double)j->acc.u[k].mb
+			                              : 0,
 			              .rtt = rtt };
 		/* A unit with nothing done is reported too: the server returns it
 		 * at once instead of waiting for it until the report timeout. */
 		snprintf(r.endpoint, sizeof r.endpoint, "%s", j->peer.endpoint);
 		/* With the sketch of each of its microbatches, which spot checks
-		 * compare with (doc/credit.md). */
+		 * compare with (doc/credit.md), unless they would make the report
+		 * too large for the server (then the unit is checked whole). */
 		double *sk = NULL;
-		int k = cl_compute_sketch_k(j->s);
-		if (k > 0 && r.mb_done > 0) {
-			sk = malloc((size_t)r.mb_done * (size_t)k * sizeof *sk);
+		int sk_k = cl_compute_sketch_k(j->s);
+		if (sk_k > 0 && r.mb_done > 0 && r.mb_done * sk_k <= SKETCH_REPORT_MAX_VALUES) {
+			sk = malloc((size_t)r.mb_done * (size_t)sk_k * sizeof *sk);
 			if (!sk) {
 				rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 				break;
 			}
-			if (cl_compute_sketches(j->s, j->acc.u[k_unit].lo, r.mb_done, sk, eb)) {
+			cot_errbuf e2 = { "", "" };
+			if (cl_compute_sketches(j->s, j->acc.u[k].lo, r.mb_done, sk, &e2)) {
 				free(sk); /* not all sketched (a restart): report without */
 				sk = NULL;
 			}
 			r.sketches = sk;
-			r.sketch_k = k;
+			r.sketch_k = sk_k;
 		}
 		for (int tries = 0;; tries++) {
-			rc = cl_api_round_report(&j->o, &j->p, j->acc.u[k_unit].id, &r, NULL, eb);
+			rc = cl_api_round_report(&j->o, &j->p, j->acc.u[k].id, &r, NULL, eb);
 			if (rc != COT_ERR_NETWORK || tries >= 4 || d->stop)
 				break;
 			sleep(2u << tries);

@@ -6,7 +6,7 @@
 
 #define GOLDEN 0x9E3779B97F4A7C15ULL
 
-static uint64_t mix64(uint64_t z)
+uint64_t sketch_mix64(uint64_t z)
 {
 	z ^= z >> 30;
 	z *= 0xBF58476D1CE4E5B9ULL;
@@ -34,12 +34,12 @@ void sketch_add(const float *x, size_t len, uint64_t first, uint64_t seed, int k
 		size_t in_blk = 64 - (size_t)(g & 63);
 		size_t end = len - i < in_blk ? len : i + in_blk;
 		/* y = sum over this block's coordinates of r(g) x[g]. */
-		uint64_t r = mix64(seed + GOLDEN * (blk + 1));
+		uint64_t r = sketch_mix64(seed + GOLDEN * (blk + 1));
 		double y = 0;
 		for (; i < end; i++, g++)
 			y += signed_by((double)x[i], (r >> (g & 63)) & 1);
 		for (int b = 0; b * 64 < k; b++) {
-			uint64_t a = mix64(seed + GOLDEN * ((((uint64_t)b + 1) << 56) + blk + 1));
+			uint64_t a = sketch_mix64(seed + GOLDEN * ((((uint64_t)b + 1) << 56) + blk + 1));
 			int kb = k - b * 64 < 64 ? k - b * 64 : 64;
 			double *out = acc + b * 64;
 			for (int j = 0; j < kb; j++)

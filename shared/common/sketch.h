@@ -43,6 +43,10 @@
  * k must be 1..SKETCH_K_MAX; first + len must stay below 2^48. */
 void sketch_add(const float *x, size_t len, uint64_t first, uint64_t seed, int k, double *acc);
 
+/* SplitMix64's finaliser, as above (the fingerprints of whole-range checks
+ * use it too). */
+uint64_t sketch_mix64(uint64_t z);
+
 /* The relative distance of two sketches, ||a - b|| / max(||a||, ||b||)
  * (0 when both are 0): what a tolerance is compared with. */
 double sketch_distance(const double *a, const double *b, int k);
