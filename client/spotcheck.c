@@ -59,17 +59,16 @@ static cot_err parse_check(const json_t *c, const cl_project *p, spot_check *out
 		size_t n = json_array_size(mbs);
 		if (!json_is_array(mbs) || n == 0 || n > CHECK_MB_MAX)
 			return cot_seterr(eb, COT_ERR_NETWORK,
-			                  "server sent a spot check whose \"microbatches\" is not 1 to %d "
-			                  "numbers",
+			                  "server sent a spot check whose "
+			                  "\"microbatches\" is not 1 to %d numbers",
 			                  CHECK_MB_MAX);
 		for (size_t i = 0; i < n; i++) {
 			const json_t *g = json_array_get(mbs, i);
 			json_int_t x = json_is_integer(g) ? json_integer_value(g) : -1;
 			if (x < lo || x >= hi || (i > 0 && x <= out->mb[i - 1]))
 				return cot_seterr(eb, COT_ERR_NETWORK,
-				                  "server sent a spot check naming microbatches out of order "
-				                  "or "
-				                  "outside its range");
+				                  "server sent a spot check naming "
+				                  "microbatches out of order or outside its range");
 			out->mb[i] = (int64_t)x;
 		}
 		out->nmb = (int)n;
