@@ -163,9 +163,19 @@ checked=$(sql "select coalesce(sum(cardinality(microbatches) * ((fp_checker is n
 trained=$(sql "select sum(mb_done) from work_unit where project_id = $pid and state in ('done', 'returned')")
 diag "checks recomputed $checked microbatches of the $trained trained: $(echo "$checked $trained" | awk '{printf "%.1f%%", 100 * $1 / $2}') (first_rate 1, 2 microbatches a check)"
 
-# Expiry on the server's timer: nothing lists or claims checks now.
+# Expiry on the server's timer: no client runs, so nothing lists or claims
+# checks now.  The checks left open are made overdue, and one more opens
+# (a copy of a settled one, due in 3 s) to be sure there is one.
 sql "update spot_check set deadline = now() - interval '1 second' where project_id = $pid and state = 'open'" >/dev/null
+late=$(sql "insert into spot_check (project_id, version, work_unit_id, host_id, lo, hi, samples, seed, k,
+    tolerance, created_at, deadline, microbatches, fp_host)
+  select project_id, version, work_unit_id, host_id, lo, hi, samples, seed, k, tolerance, now(),
+    now() + interval '3 seconds', microbatches, fp_host
+  from spot_check where project_id = $pid and microbatches is not null order by id limit 1 returning id")
 left=$(sql "select count(*) from spot_check where project_id = $pid and state = 'open'")
 none_open() { [ "$(sql "select count(*) from spot_check where project_id = $pid and state = 'open'")" -eq 0 ]; }
 wait_for 30 none_open
-ok $? "the server's timer expired the $left checks left open past their deadline"
+expired=$?
+ok $([ $expired -eq 0 ] && [ "$left" -ge 1 ] &&
+	[ "$(sql "select state || ': ' || outcome from spot_check where id = ${late:-0}")" = "expired: expired without a checker" ] &&
+	echo 0 || echo 1) "the server's timer expired the $left checks left open once past their deadline"
