@@ -1,6 +1,7 @@
 /* cotrain client: the server's v1 API over libcurl (see api.h). */
 #include "client/api.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "kernels/model_json.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
+#include "shared/common/sketch.h"
 #include "shared/nat/nat.h"
 
 typedef struct {
@@ -522,6 +524,23 @@ cot_err cl_api_parse_work(const json_t *a, time_t date, cl_project *p, cl_work *
 		snprintf(cf->sha256, sizeof cf->sha256, "%s", sha);
 		snprintf(cf->kind, sizeof cf->kind, "%s", kind);
 		cf->size = size;
+	}
+	const json_t *sk = json_object_get(a, "sketch");
+	if (sk && !json_is_null(sk)) {
+		const char *seed = NULL;
+		long long k = 0;
+		char *end;
+		if (cot_json_str(sk, "seed", true, 1, 21, &seed, &e2) ||
+		    cot_json_int(sk, "k", true, 1, SKETCH_K_MAX, &k, &e2))
+			goto bad;
+		errno = 0;
+		long long v = strtoll(seed, &end, 10);
+		if (*end || errno) {
+			cot_seterr(&e2, COT_ERR_INVALID, "field \"sketch\" has a bad seed");
+			goto bad;
+		}
+		w->sketch_seed = (uint64_t)v;
+		w->sketch_k = (int)k;
 	}
 	w->id = id;
 	w->version = ver;

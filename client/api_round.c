@@ -81,6 +81,22 @@ cot_err cl_api_round_report(const cl_api_opts *o, const cl_project *p, int64_t w
 		json_object_set_new(body, "loss", json_real(rep->loss));
 	if (body && rep->rtt)
 		json_object_set(body, "rtt", (json_t *)rep->rtt);
+	if (body && rep->sketches && rep->sketch_k > 0) {
+		json_t *rows = json_array();
+		for (int64_t i = 0; rows && i < rep->mb_done; i++) {
+			json_t *row = json_array();
+			for (int j = 0; row && j < rep->sketch_k; j++)
+				json_array_append_new(row, json_real(rep->sketches[i * rep->sketch_k + j]));
+			if (!row || json_array_append_new(rows, row)) {
+				json_decref(rows);
+				rows = NULL;
+			}
+		}
+		if (!rows || json_object_set_new(body, "sketches", rows)) {
+			json_decref(body);
+			body = NULL;
+		}
+	}
 	json_t *a = NULL;
 	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .json = body, .out = &a };
 	cot_err rc = body ? cl_api_http(o, &r, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");

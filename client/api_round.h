@@ -29,8 +29,10 @@ typedef struct {
 	double bandwidth;  /* bytes/s */
 	int can_aggregate;
 	int has_loss;
-	double loss;       /* mean loss over the samples */
-	const json_t *rtt; /* {"<host id>": ms} measured to peers, or NULL */
+	double loss;            /* mean loss over the samples */
+	const json_t *rtt;      /* {"<host id>": ms} measured to peers, or NULL */
+	const double *sketches; /* mb_done rows of sketch_k values, or NULL (doc/credit.md) */
+	int sketch_k;
 } cl_round_report;
 
 /* POST /v1/workunits/<wu>/report. */

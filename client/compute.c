@@ -15,6 +15,7 @@
 #include "shared/common/filestore.h"
 #include "shared/common/microbatch.h"
 #include "shared/common/shard.h"
+#include "shared/common/sketch.h"
 
 struct cl_compute {
 	kern_model *m;
@@ -26,6 +27,13 @@ struct cl_compute {
 	mb_span spans[CL_MAX_FILES];
 	int32_t *in, *tgt; /* B*T each */
 	kern_local *local; /* local mode's inner steps; NULL in sync mode */
+	/* Sketches of this version's microbatches (cl_compute_sketch_on). */
+	uint64_t sk_seed;
+	int sk_k;        /* 0: not sketching */
+	double *sk_sum;  /* sk_k: the sketch of the gradient sum so far */
+	int64_t *sk_g;   /* the stream microbatch of each logged sketch */
+	double *sk_vals; /* sk_n rows of sk_k */
+	size_t sk_n, sk_cap;
 };
 
 static void to_config(const cl_project *p, kern_config *c) { *c = p->model; }
@@ -63,6 +71,9 @@ void cl_compute_close(cl_compute *c)
 	kern_model_free(c->m);
 	free(c->in);
 	free(c->tgt);
+	free(c->sk_sum);
+	free(c->sk_g);
+	free(c->sk_vals);
 	free(c);
 }
 
@@ -229,6 +240,38 @@ cot_err cl_compute_retarget(cl_compute *c, const cl_work *w, const char *cache_d
 
 kern_model *cl_compute_model(cl_compute *c) { return c ? c->m : NULL; }
 
+/* Log row for microbatch g: its sketch, out of the new gradient sum's
+ * sketch minus the previous one (or, fake, a copy of the last row). */
+static cot_err sketch_log(cl_compute *c, int64_t g, int fake, cot_errbuf *eb)
+{
+	if (c->sk_n == c->sk_cap) {
+		size_t cap = c->sk_cap ? 2 * c->sk_cap : 64;
+		int64_t *ng = realloc(c->sk_g, cap * sizeof *ng);
+		if (ng)
+			c->sk_g = ng;
+		double *nv = ng ? realloc(c->sk_vals, cap * (size_t)c->sk_k * sizeof *nv) : NULL;
+		if (!nv)
+			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the microbatch sketches");
+		c->sk_vals = nv;
+		c->sk_cap = cap;
+	}
+	int k = c->sk_k;
+	double *row = c->sk_vals + c->sk_n * (size_t)k;
+	if (fake) {
+		for (int j = 0; j < k; j++)
+			row[j] = c->sk_n ? row[j - k] : 0;
+	} else {
+		double now[SKETCH_K_MAX] = { 0 };
+		sketch_add(c->m->grads, c->m->n_params, 0, c->sk_seed, k, now);
+		for (int j = 0; j < k; j++) {
+			row[j] = now[j] - c->sk_sum[j];
+			c->sk_sum[j] = now[j];
+		}
+	}
+	c->sk_g[c->sk_n++] = g;
+	return COT_OK;
+}
+
 cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf *eb)
 {
 	if (g < c->lo || g >= c->hi)
@@ -242,10 +285,64 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	                      eb);
 	if (!rc && c->local)
 		rc = kern_local_microbatch(c->local, c->m, c->B, eb);
+	if (!rc && c->sk_k)
+		rc = sketch_log(c, g, 0, eb);
 	if (loss)
 		*loss = l;
 	return rc;
 }
+
+cot_err cl_compute_fake_microbatch(cl_compute *c, int64_t g, cot_errbuf *eb)
+{
+	if (g < c->lo || g >= c->hi)
+		return cot_seterr(eb, COT_ERR_INVALID, "microbatch %lld is outside [%lld, %lld)",
+		                  (long long)g, (long long)c->lo, (long long)c->hi);
+	return c->sk_k ? sketch_log(c, g, 1, eb) : COT_OK;
+}
+
+cot_err cl_compute_sketch_on(cl_compute *c, uint64_t seed, int k, cot_errbuf *eb)
+{
+	if (c->local || k <= 0)
+		return COT_OK;
+	if (c->sk_k == k && c->sk_seed == seed)
+		return COT_OK;
+	if (k > SKETCH_K_MAX)
+		return cot_seterr(eb, COT_ERR_INVALID, "a sketch has at most %d values, not %d", SKETCH_K_MAX,
+		                  k);
+	if (c->sk_n)
+		return cot_seterr(eb, COT_ERR_CONFLICT,
+		                  "this version's microbatches are sketched under another seed already");
+	double *sum = calloc((size_t)k, sizeof *sum);
+	if (!sum)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	free(c->sk_sum);
+	free(c->sk_vals);
+	c->sk_vals = NULL;
+	c->sk_cap = 0;
+	c->sk_sum = sum;
+	c->sk_seed = seed;
+	c->sk_k = k;
+	/* The gradient may hold microbatches already: start from its sketch. */
+	sketch_add(c->m->grads, c->m->n_params, 0, seed, k, c->sk_sum);
+	return COT_OK;
+}
+
+cot_err cl_compute_sketches(const cl_compute *c, int64_t g, int64_t n, double *out, cot_errbuf *eb)
+{
+	for (int64_t i = 0; i < n; i++) {
+		size_t r = c->sk_n;
+		while (r > 0 && c->sk_g[r - 1] != g + i)
+			r--;
+		if (!r)
+			return cot_seterr(eb, COT_ERR_NOT_FOUND, "microbatch %lld was not sketched",
+			                  (long long)(g + i));
+		memcpy(out + i * c->sk_k, c->sk_vals + (r - 1) * (size_t)c->sk_k,
+		       (size_t)c->sk_k * sizeof *out);
+	}
+	return COT_OK;
+}
+
+int cl_compute_sketch_k(const cl_compute *c) { return c ? c->sk_k : 0; }
 
 int cl_compute_is_local(const cl_compute *c) { return c && c->local; }
 
@@ -258,6 +355,9 @@ cot_err cl_compute_finish(cl_compute *c, int64_t *samples, cot_errbuf *eb)
 
 void cl_compute_next_version(cl_compute *c)
 {
+	/* The next version's microbatches are sketched under its own seed. */
+	c->sk_k = 0;
+	c->sk_n = 0;
 	if (c->local)
 		kern_local_begin(c->local, c->m); /* zeroes the gradient too */
 	else

@@ -47,6 +47,29 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
  * not finite in local mode), COT_ERR_CONFLICT after cl_compute_finish. */
 cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf *eb);
 
+/* Test hook (COTRAIN_CHEAT=skip-half, client/cheat.h): count stream
+ * microbatch g as done without computing it, logging a made-up sketch (a
+ * copy of the last one).  COT_ERR_INVALID when g is outside the range. */
+cot_err cl_compute_fake_microbatch(cl_compute *c, int64_t g, cot_errbuf *eb);
+
+/* Sketch, from now on in this version, every microbatch the session
+ * computes under seed with k values (shared/common/sketch.h): the sketch of
+ * the gradient sum's change, so a microbatch's sketch is its gradient's to
+ * fp32 summation rounding.  Nothing in local mode (inner steps move the
+ * parameters, so a microbatch's gradient cannot be recomputed on theta_v
+ * alone) nor when it sketches with this seed and k already.
+ * COT_ERR_CONFLICT when this version's microbatches were sketched under
+ * another seed, COT_ERR_INVALID (k), COT_ERR_NOMEM. */
+cot_err cl_compute_sketch_on(cl_compute *c, uint64_t seed, int k, cot_errbuf *eb);
+
+/* The k values (cl_compute_sketch_k) of each sketch of stream microbatches
+ * [g, g + n) into out[n * k], the latest when one was computed twice.
+ * COT_ERR_NOT_FOUND when one was not sketched. */
+cot_err cl_compute_sketches(const cl_compute *c, int64_t g, int64_t n, double *out, cot_errbuf *eb);
+
+/* The session's sketch size, 0 when it does not sketch. */
+int cl_compute_sketch_k(const cl_compute *c);
+
 /* Point the session at work unit w (of the same version) without touching
  * the model or its accumulated gradient: its shards replace the previous
  * unit's.  Errors as cl_compute_open; on error the session computes
@@ -65,8 +88,9 @@ int cl_compute_is_local(const cl_compute *c);
  * (called twice); the round is lost then. */
 cot_err cl_compute_finish(cl_compute *c, int64_t *samples, cot_errbuf *eb);
 
-/* After the round's step: the model holds v+1; zero the gradient and, in
- * local mode, start the next round's inner steps from it. */
+/* After the round's step: the model holds v+1; zero the gradient, forget
+ * the sketches and, in local mode, start the next round's inner steps from
+ * it. */
 void cl_compute_next_version(cl_compute *c);
 
 /* The session's model: parameters, optimizer state and the gradient sum. */

@@ -31,7 +31,7 @@
 typedef struct {
 	int n;
 	struct {
-		int64_t id, mb;
+		int64_t id, lo, mb; /* the unit, its first microbatch, how many are summed */
 		double loss_sum;
 		int reported; /* in a round that reopened for the rest: not again */
 	} u[CL_ROUND_MAX_UNITS];

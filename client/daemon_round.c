@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "client/api_round.h"
+#include "client/cheat.h"
 #include "client/round.h"
 #include "client/shard_cache.h"
 #include "kernels/backend.h"
@@ -44,6 +45,9 @@
 #define PLAN_WAIT_S 30
 #define PLAN_GIVE_UP_S 1800 /* a round that plans nothing for this long is dead to us */
 #define OUTCOME_RETRY_S 2
+/* Sketch values a report carries at most: about 2.4 MB of JSON, within the
+ * server's 4 MiB for a report (API_REPORT_MAX_BYTES). */
+#define SKETCH_REPORT_MAX_VALUES 100000
 
 /* Everything one round needs outside the lock. */
 typedef struct {
@@ -141,12 +145,32 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 		/* A unit with nothing done is reported too: the server returns it
 		 * at once instead of waiting for it until the report timeout. */
 		snprintf(r.endpoint, sizeof r.endpoint, "%s", j->peer.endpoint);
+		/* With the sketch of each of its microbatches, which spot checks
+		 * compare with (doc/credit.md), unless they would make the report
+		 * too large for the server (then the unit is checked whole). */
+		double *sk = NULL;
+		int sk_k = cl_compute_sketch_k(j->s);
+		if (sk_k > 0 && r.mb_done > 0 && r.mb_done * sk_k <= SKETCH_REPORT_MAX_VALUES) {
+			sk = malloc((size_t)r.mb_done * (size_t)sk_k * sizeof *sk);
+			if (!sk) {
+				rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+				break;
+			}
+			cot_errbuf e2 = { "", "" };
+			if (cl_compute_sketches(j->s, j->acc.u[k].lo, r.mb_done, sk, &e2)) {
+				free(sk); /* not all sketched (a restart): report without */
+				sk = NULL;
+			}
+			r.sketches = sk;
+			r.sketch_k = sk_k;
+		}
 		for (int tries = 0;; tries++) {
 			rc = cl_api_round_report(&j->o, &j->p, j->acc.u[k].id, &r, NULL, eb);
 			if (rc != COT_ERR_NETWORK || tries >= 4 || d->stop)
 				break;
 			sleep(2u << tries);
 		}
+		free(sk);
 		if (rc)
 			break;
 	}
@@ -239,20 +263,26 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 			return rc;
 		}
 	}
+	/* Test hook: a poisoner sends another vector than its gradient. */
+	float *poison = cl_cheat_poison(j->m->grads, j->m->n_params);
 	allreduce_params ap = { .members = mem,
 		                .n = pl->n,
 		                .self = pl->self,
 		                .round = j->v,
-		                .grad = j->m->grads,
+		                .grad = poison ? poison : j->m->grads,
 		                .len = j->m->n_params,
 		                .send_comp = pl->comp,
 		                .result_comp = pl->comp,
+		                .aggregation = pl->centered_clip ? ALLREDUCE_CENTERED_CLIP : ALLREDUCE_SUM,
+		                .clip_tau = pl->clip_tau,
+		                .clip_iters = pl->clip_iters,
 		                .ctx = j->peer.ctx,
 		                .dialer = dl,
 		                .lst = j->peer.lst,
 		                .collect_deadline = deadline_after_ms(left_ms / 2),
 		                .deadline = deadline };
 	rc = allreduce_run(&ap, j->sum, &j->res, eb);
+	free(poison);
 	size_t i = 0;
 	for (size_t k = 0; acc && k < pl->n; k++) {
 		if (k == pl->self)

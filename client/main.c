@@ -23,6 +23,7 @@
 
 #include "config.h"
 #include "client/benchmark.h"
+#include "client/cheat.h"
 #include "client/control.h"
 #include "client/daemon.h"
 #include "client/hostinfo.h"
@@ -147,6 +148,8 @@ int main(int argc, char **argv)
 		return fatal("bad configuration", &eb);
 	cot_log_set_level((cot_log_level)d.cfg.log_level);
 	rc = fault_init(&eb); /* a test hook, off unless COTRAIN_FAULT is set */
+	if (!rc)
+		rc = cl_cheat_init(&eb); /* a test hook, off unless COTRAIN_CHEAT is set */
 	if (rc)
 		return fatal("bad test hook", &eb);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "client/api.h"
+#include "shared/averaging/centered_clip.h"
 #include "shared/averaging/compress.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
@@ -92,6 +93,23 @@ cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t
 	else
 		return bad(eb, &(cot_errbuf){ "unknown compression", "" });
 	out->comp = comp_choose((size_t)pc, pol);
+	const char *agg = "mean";
+	if (cot_json_str(j, "aggregation", false, 1, 16, &agg, &e))
+		return bad(eb, &e);
+	out->clip_tau = CCLIP_TAU_DEFAULT;
+	out->clip_iters = CCLIP_ITERS_DEFAULT;
+	if (strcmp(agg, "centered_clip") == 0) {
+		const json_t *cc = json_object_get(j, "centered_clip");
+		long long it = out->clip_iters;
+		out->centered_clip = 1;
+		if (cc && !json_is_null(cc) &&
+		    (cot_json_num(cc, "tau", false, 1e-30, 1e6, &out->clip_tau, &e) ||
+		     cot_json_int(cc, "iterations", false, 1, CCLIP_ITERS_MAX, &it, &e)))
+			return bad(eb, &e);
+		out->clip_iters = (int)it;
+	} else if (strcmp(agg, "mean") != 0) {
+		return bad(eb, &(cot_errbuf){ "unknown aggregation", "" });
+	}
 	const json_t *mem = json_object_get(j, "members");
 	if (!json_is_array(mem) || json_array_size(mem) < 1 || json_array_size(mem) > CL_PLAN_MAX_MEMBERS)
 		return bad(eb, &(cot_errbuf){ "field \"members\" must be an array of 1 to 256 members", "" });

@@ -33,9 +33,12 @@ typedef struct {
 	int64_t group, n_groups;
 	int64_t round_samples; /* across every group */
 	int64_t param_count;
-	int64_t deadline; /* unix seconds (server clock) */
-	int comp;         /* comp_kind for slices and results */
-	size_t n;         /* members of our group, ascending host id */
+	int64_t deadline;  /* unix seconds (server clock) */
+	int comp;          /* comp_kind for slices and results */
+	int centered_clip; /* aggregators combine with CenteredClip (else the exact sum) */
+	double clip_tau;
+	int clip_iters;
+	size_t n; /* members of our group, ascending host id */
 	cl_plan_member members[CL_PLAN_MAX_MEMBERS];
 	size_t self;      /* our index in members */
 	int has_gradient; /* the server's mean exists (several groups) */
@@ -47,7 +50,9 @@ typedef struct {
 /* Parse and check a plan answer for host_id and version: members ascending
  * and unique, ranges tiling [0, param_count) in order, endpoints numeric,
  * samples > 0, ourselves among them, param_count equal to the model's
- * (expect_params), compression known.  COT_ERR_NETWORK with the detail
+ * (expect_params), compression and aggregation known ("mean", or
+ * "centered_clip" with "centered_clip": {"tau", "iterations"}, BTARD's
+ * defaults when absent).  COT_ERR_NETWORK with the detail
  * when the server sent something else. */
 cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t expect_params, cl_plan *out,
                       cot_errbuf *eb);

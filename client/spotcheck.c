@@ -12,15 +12,20 @@
 #include "shared/common/fingerprint.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
+#include "shared/common/sketch.h"
 
 #define MAX_CHECKS_A_PASS 8
 #define MANIFEST_MAX (16 << 20)
+
+#define CHECK_MB_MAX 64 /* microbatches a check may name (spot_policy.microbatches) */
 
 typedef struct {
 	int64_t id, version, lo, hi;
 	uint64_t seed;
 	int k;
 	char checkpoint[65];
+	int nmb; /* 0: a check of the whole range; else of these microbatches */
+	int64_t mb[CHECK_MB_MAX];
 } spot_check;
 
 /* Check a check as the server sent it. */
@@ -48,6 +53,26 @@ static cot_err parse_check(const json_t *c, const cl_project *p, spot_check *out
 		return cot_seterr(eb, COT_ERR_NETWORK, "server sent a spot check with a bad seed");
 	*out = (spot_check){ .id = id, .version = v, .lo = lo, .hi = hi, .seed = (uint64_t)s, .k = (int)k };
 	memcpy(out->checkpoint, ck, 65);
+	/* A check of some microbatches of the range: ascending, within it. */
+	const json_t *mbs = json_object_get(c, "microbatches");
+	if (mbs && !json_is_null(mbs)) {
+		size_t n = json_array_size(mbs);
+		if (!json_is_array(mbs) || n == 0 || n > CHECK_MB_MAX)
+			return cot_seterr(eb, COT_ERR_NETWORK,
+			                  "server sent a spot check whose "
+			                  "\"microbatches\" is not 1 to %d numbers",
+			                  CHECK_MB_MAX);
+		for (size_t i = 0; i < n; i++) {
+			const json_t *g = json_array_get(mbs, i);
+			json_int_t x = json_is_integer(g) ? json_integer_value(g) : -1;
+			if (x < lo || x >= hi || (i > 0 && x <= out->mb[i - 1]))
+				return cot_seterr(eb, COT_ERR_NETWORK,
+				                  "server sent a spot check naming "
+				                  "microbatches out of order or outside its range");
+			out->mb[i] = (int64_t)x;
+		}
+		out->nmb = (int)n;
+	}
 	return COT_OK;
 }
 
@@ -144,7 +169,8 @@ struct cl_spot_job {
 	spot_check c;
 	cl_work w;
 	cl_compute *s;
-	int64_t next; /* the next microbatch of the range to compute */
+	int64_t next; /* the next microbatch of the range to compute, or the
+	               * index of the next one in c.mb */
 };
 
 void cl_spot_job_free(cl_spot_job *j)
@@ -163,7 +189,7 @@ static cot_err job_start(const cl_api_opts *o, const cl_project *p, const cl_fet
 	if (!j)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	j->c = *c;
-	j->next = c->lo;
+	j->next = c->nmb ? 0 : c->lo;
 	cot_err rc = gather(o, p, env, c, &j->w, eb);
 	/* A spot check fingerprints the plain gradient sum of its range, in
 	 * local mode too: the session takes no inner step. */
@@ -175,6 +201,10 @@ static cot_err job_start(const cl_api_opts *o, const cl_project *p, const cl_fet
 		sync->mode = (cl_train_mode){ .known = 1, .json = "{}" };
 		rc = cl_compute_open(sync, &j->w, env->cache_dir, &j->s, eb);
 	}
+	/* A check of microbatches compares their sketches under the round's
+	 * seed with the ones the host committed. */
+	if (!rc && c->nmb)
+		rc = cl_compute_sketch_on(j->s, c->seed, c->k, eb);
 	free(sync);
 	if (rc) {
 		cl_spot_job_free(j);
@@ -184,17 +214,32 @@ static cot_err job_start(const cl_api_opts *o, const cl_project *p, const cl_fet
 	return COT_OK;
 }
 
-/* Send the fingerprint of the finished job's gradient. */
+/* Send the finished job's answer: the fingerprint of the range's gradient,
+ * or the sketches of the check's microbatches in its order. */
 static cot_err job_answer(const cl_api_opts *o, const cl_project *p, const cl_spot_job *j, cot_errbuf *eb)
 {
-	double fp[SPOT_K_MAX];
-	kern_model *m = cl_compute_model(j->s);
-	spot_fingerprint_compute(m->grads, m->n_params, j->c.seed, j->c.k, fp);
+	int n = j->c.nmb ? j->c.nmb * j->c.k : j->c.k;
+	double *fp = malloc((size_t)n * sizeof *fp);
+	if (!fp)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	if (j->c.nmb) {
+		for (int i = 0; i < j->c.nmb; i++) {
+			cot_err rc = cl_compute_sketches(j->s, j->c.mb[i], 1, fp + i * j->c.k, eb);
+			if (rc) {
+				free(fp);
+				return rc;
+			}
+		}
+	} else {
+		kern_model *m = cl_compute_model(j->s);
+		spot_fingerprint_compute(m->grads, m->n_params, j->c.seed, j->c.k, fp);
+	}
 	char url[CL_URL_MAX + 128];
 	snprintf(url, sizeof url, "%s/v1/spotchecks/%lld/fingerprint", p->base, (long long)j->c.id);
 	json_t *vals = json_array();
-	for (int k = 0; vals && k < j->c.k; k++)
+	for (int k = 0; vals && k < n; k++)
 		json_array_append_new(vals, json_real(fp[k]));
+	free(fp);
 	json_t *body = vals ? json_pack("{s:o}", "values", vals) : NULL;
 	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .json = body };
 	cot_err rc = body ? cl_api_http(o, &r, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
@@ -256,15 +301,17 @@ cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fe
 				break;
 		}
 		cl_spot_job *j = *job;
-		while (!rc && j->next < j->c.hi && !*cancel && cl_now_mono() < end)
-			if (!(rc = cl_compute_microbatch(j->s, j->next, NULL, eb)))
+		int64_t last = j->c.nmb ? j->c.nmb : j->c.hi;
+		while (!rc && j->next < last && !*cancel && cl_now_mono() < end)
+			if (!(rc = cl_compute_microbatch(j->s, j->c.nmb ? j->c.mb[j->next] : j->next, NULL,
+			                                 eb)))
 				j->next++;
-		if (!rc && j->next == j->c.hi) {
+		if (!rc && j->next == last) {
 			rc = job_answer(o, p, j, eb);
 			if (!rc)
 				(*answered)++;
 		}
-		if (rc || j->next == j->c.hi) {
+		if (rc || j->next == last) {
 			/* Answered, or failed: a failed check stays open on the
 			 * server and is tried again from its start later. */
 			cl_spot_job_free(j);

@@ -2,11 +2,14 @@
  * doc/credit.md).
  *
  * The server picks, after a round committed, some of a host's work ranges
- * to check: the host and a second host (the checker) each recompute the
- * range's gradient on the round's checkpoint and send its fingerprint
- * (shared/common/fingerprint.h); the host's credit for the round waits until both
- * agree.  A client answers the checks of its own work and, now and then,
- * claims one check of another host's work.
+ * to check.  When the host committed the sketch of each microbatch with its
+ * report, the check names a few of them: a checker (and, on a dispute, a
+ * third host) recomputes only those on the round's checkpoint and sends
+ * their sketches (shared/common/sketch.h).  Otherwise (local mode) the host
+ * and the checker each recompute the whole range's gradient and send its
+ * fingerprint (shared/common/fingerprint.h).  The host's credit for the
+ * round waits until the check agrees.  A client answers the checks of its
+ * own work and, now and then, claims one check of another host's work.
  *
  * Recomputing needs the checkpoint named by the check and the dataset shards
  * that hold the range, found through the dataset's manifest; all of them go

@@ -15,6 +15,7 @@
 #include "kernels/model_json.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
+#include "shared/common/sketch.h"
 
 static const char *op_names[] = { "none", "heartbeat", "finish", "handback" };
 
@@ -86,12 +87,19 @@ static json_t *work_to_json(const cl_work *w)
 		                      json_pack("{s:s, s:s, s:I, s:s}", "url", w->files[i].url, "sha256",
 		                                w->files[i].sha256, "size", (json_int_t)w->files[i].size,
 		                                "kind", w->files[i].kind));
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:f, s:s, s:I}", "id",
-	                 (json_int_t)w->id, "version", (json_int_t)w->version, "lo", (json_int_t)w->lo, "hi",
-	                 (json_int_t)w->hi, "deadline", (json_int_t)w->deadline, "files", files, "mb_done",
-	                 (json_int_t)w->mb_done, "mb_reported", (json_int_t)w->mb_reported, "keep_hi",
-	                 (json_int_t)w->keep_hi, "samples_per_sec", w->samples_per_sec, "pending_op",
-	                 op_names[w->pending_op], "pending_mb", (json_int_t)w->pending_mb);
+	json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:f, s:s, s:I}", "id",
+	                      (json_int_t)w->id, "version", (json_int_t)w->version, "lo", (json_int_t)w->lo,
+	                      "hi", (json_int_t)w->hi, "deadline", (json_int_t)w->deadline, "files", files,
+	                      "mb_done", (json_int_t)w->mb_done, "mb_reported", (json_int_t)w->mb_reported,
+	                      "keep_hi", (json_int_t)w->keep_hi, "samples_per_sec", w->samples_per_sec,
+	                      "pending_op", op_names[w->pending_op], "pending_mb", (json_int_t)w->pending_mb);
+	if (o && w->sketch_k > 0) {
+		char seed[24];
+		snprintf(seed, sizeof seed, "%llu", (unsigned long long)w->sketch_seed);
+		json_object_set_new(o, "sketch_seed", json_string(seed));
+		json_object_set_new(o, "sketch_k", json_integer(w->sketch_k));
+	}
+	return o;
 }
 
 cot_err cl_train_mode_from_config(cl_train_mode *t, const json_t *config, cot_errbuf *eb)
@@ -236,6 +244,19 @@ static cot_err work_from_json(cl_work *w, const json_t *o, cot_errbuf *eb)
 	TRY(get_i64(o, "keep_hi", w->lo, w->hi, &w->keep_hi, eb));
 	TRY(cot_json_num(o, "samples_per_sec", true, 0, 1e15, &w->samples_per_sec, eb));
 	TRY(get_i64(o, "pending_mb", 0, w->hi - w->lo, &w->pending_mb, eb));
+	if (json_object_get(o, "sketch_k")) {
+		int64_t k = 0;
+		const char *seed = NULL;
+		TRY(get_i64(o, "sketch_k", 1, SKETCH_K_MAX, &k, eb));
+		TRY(cot_json_str(o, "sketch_seed", true, 1, 20, &seed, eb));
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(seed, &end, 10);
+		if (*end || errno || seed[0] == '-')
+			return cot_seterr(eb, COT_ERR_CORRUPT, "\"sketch_seed\" is not a 64-bit number");
+		w->sketch_seed = v;
+		w->sketch_k = (int)k;
+	}
 	const char *op = "";
 	TRY(cot_json_str(o, "pending_op", true, 1, 16, &op, eb));
 	w->pending_op = CL_REPORT_NONE;

@@ -70,6 +70,8 @@ typedef struct {
 	double samples_per_sec;
 	cl_report_op pending_op; /* journal: a report sent but not acknowledged */
 	int64_t pending_mb;
+	uint64_t sketch_seed; /* sketch each microbatch under this seed (doc/credit.md) */
+	int sketch_k;         /* with k values; 0: the server wants no sketches */
 } cl_work;
 
 /* The model's shape, from the project file (kernels/model_json.h); all

@@ -176,13 +176,30 @@ BEGIN
           INTO v_rec;
         v_check := NULL;
         IF random() < spot_rate(pol, v_rec) THEN
-            -- One of its committed ranges, at random.
-            SELECT w.id, w.lo, w.lo + w.mb_done AS hi, w.mb_done INTO wu
-              FROM work_unit w
+            -- One of its committed ranges, at random, preferring one whose
+            -- microbatch sketches were committed with its report.
+            SELECT w.id, w.lo, w.lo + w.mb_done AS hi, w.mb_done, ws.k AS sk, ws.sketches INTO wu
+              FROM work_unit w LEFT JOIN work_unit_sketch ws ON ws.work_unit_id = w.id
              WHERE w.project_id = p_project AND w.version = p_version AND w.host_id = m.host_id
                AND w.mb_done > 0 AND w.state IN ('done', 'returned')
-             ORDER BY random() LIMIT 1;
-            IF FOUND THEN
+             ORDER BY ws.work_unit_id IS NULL, random() LIMIT 1;
+            IF FOUND AND wu.sketches IS NOT NULL THEN
+                -- pol.microbatches of them, at random: the host's committed
+                -- sketches of those are its answer already.
+                INSERT INTO spot_check (project_id, version, work_unit_id, host_id, lo, hi,
+                                        samples, seed, k, tolerance, created_at, deadline,
+                                        microbatches, fp_host)
+                SELECT p_project, p_version, wu.id, m.host_id, wu.lo, wu.hi,
+                       count(*) * pr.microbatch_size, spot_sketch_seed(p_project, p_version),
+                       wu.sk, pol.tolerance, p_now, p_now + make_interval(secs => pol.deadline_s),
+                       array_agg(wu.lo + o ORDER BY o),
+                       (SELECT array_agg(wu.sketches[o2 * wu.sk + j] ORDER BY o2, j)
+                          FROM unnest(array_agg(o)) o2, generate_series(1, wu.sk) j)
+                  FROM (SELECT o FROM generate_series(0, wu.mb_done - 1) o
+                         ORDER BY random() LIMIT pol.microbatches) pick
+                RETURNING id INTO v_check;
+                UPDATE credit_grant SET spot_check_id = v_check WHERE id = v_grant;
+            ELSIF FOUND THEN
                 INSERT INTO spot_check (project_id, version, work_unit_id, host_id, lo, hi,
                                         samples, seed, k, tolerance, created_at, deadline)
                 VALUES (p_project, p_version, wu.id, m.host_id, wu.lo, wu.hi,
@@ -210,6 +227,37 @@ $$;
 CREATE FUNCTION public.credit_half_life() RETURNS double precision
     LANGUAGE sql IMMUTABLE
     AS $$ SELECT 604800::double precision $$;
+
+--
+-- Name: credit_pending_account(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.credit_pending_account(p_account bigint) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant
+     WHERE account_id = p_account AND status = 'pending'
+$$;
+
+--
+-- Name: credit_pending_host(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.credit_pending_host(p_host bigint) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant WHERE host_id = p_host AND status = 'pending'
+$$;
+
+--
+-- Name: credit_pending_team(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.credit_pending_team(p_team bigint) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant WHERE team_id = p_team AND status = 'pending'
+$$;
 
 --
 -- Name: credit_rac_add(double precision, timestamp with time zone, double precision, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
@@ -1448,6 +1496,8 @@ BEGIN
         'round_samples', ro.samples, 'param_count', ro.param_count,
         'deadline', ro.plan_deadline,
         'compression', coalesce(c.config->'compression', '"none"'::jsonb),
+        'aggregation', coalesce(c.config->'aggregation', '"mean"'::jsonb),
+        'centered_clip', c.config->'centered_clip',
         'members', (SELECT jsonb_agg(jsonb_build_object(
                         'host_id', g.host_id, 'endpoint', g.endpoint, 'samples', g.samples,
                         'can_aggregate', g.can_aggregate, 'lo', g.lo, 'hi', g.hi)
@@ -1528,10 +1578,10 @@ END
 $$;
 
 --
--- Name: round_report(bytea, bigint, bigint, bigint, text, double precision, boolean, jsonb, double precision); Type: FUNCTION; Schema: public; Owner: -
+-- Name: round_report(bytea, bigint, bigint, bigint, text, double precision, boolean, jsonb, double precision, jsonb); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_report(p_token_hash bytea, p_wu bigint, p_mb_done bigint, p_samples bigint, p_endpoint text, p_bandwidth double precision, p_can_aggregate boolean, p_rtt jsonb, p_loss double precision) RETURNS TABLE(status integer, body text)
+CREATE FUNCTION public.round_report(p_token_hash bytea, p_wu bigint, p_mb_done bigint, p_samples bigint, p_endpoint text, p_bandwidth double precision, p_can_aggregate boolean, p_rtt jsonb, p_loss double precision, p_sketches jsonb) RETURNS TABLE(status integer, body text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1539,6 +1589,9 @@ DECLARE
     w      record;
     v_state text;
     prev   record;
+    v_k    integer;
+    v_flat double precision[];
+    v_err  text;
 BEGIN
     v_host := host_auth(p_token_hash);
     IF v_host IS NULL THEN
@@ -1559,11 +1612,22 @@ BEGIN
         RETURN QUERY SELECT 403, api_error('forbidden', format('work unit %s belongs to another host', p_wu));
         RETURN;
     END IF;
+    IF p_sketches IS NOT NULL AND jsonb_typeof(p_sketches) <> 'null' THEN
+        v_k := (spot_policy_of(w.project_id)).k;
+        v_err := spot_sketches_invalid(p_sketches, p_mb_done, v_k);
+        IF v_err IS NOT NULL THEN
+            RETURN QUERY SELECT 400, api_error('invalid', v_err);
+            RETURN;
+        END IF;
+        v_flat := spot_sketches_flat(p_sketches);
+    END IF;
     SELECT * INTO prev FROM round_report WHERE work_unit_id = p_wu;
     IF FOUND THEN
         IF prev.mb_done = p_mb_done AND prev.samples = p_samples AND prev.endpoint = p_endpoint
            AND prev.bandwidth = p_bandwidth AND prev.can_aggregate = p_can_aggregate
-           AND prev.rtt = p_rtt AND prev.loss IS NOT DISTINCT FROM p_loss THEN
+           AND prev.rtt = p_rtt AND prev.loss IS NOT DISTINCT FROM p_loss
+           AND (SELECT ws.sketches FROM work_unit_sketch ws WHERE ws.work_unit_id = p_wu)
+               IS NOT DISTINCT FROM v_flat THEN
             RETURN QUERY SELECT 200, round_report_answer(p_wu);
         ELSE
             RETURN QUERY SELECT 409, api_error('conflict',
@@ -1594,7 +1658,8 @@ BEGIN
     IF EXISTS (SELECT 1 FROM round_report WHERE work_unit_id = p_wu) THEN
         -- The same unit reported concurrently: answer as a repeat.
         RETURN QUERY SELECT * FROM round_report(p_token_hash, p_wu, p_mb_done, p_samples, p_endpoint,
-                                                p_bandwidth, p_can_aggregate, p_rtt, p_loss);
+                                                p_bandwidth, p_can_aggregate, p_rtt, p_loss,
+                                                p_sketches);
         RETURN;
     END IF;
     IF w.state NOT IN ('live', 'done') THEN
@@ -1638,6 +1703,10 @@ BEGIN
                               endpoint, bandwidth, can_aggregate, rtt, loss)
     VALUES (p_wu, w.project_id, w.version, v_host, p_mb_done, p_samples,
             p_endpoint, p_bandwidth, p_can_aggregate, p_rtt, p_loss);
+    IF v_flat IS NOT NULL AND p_mb_done > 0 THEN
+        INSERT INTO work_unit_sketch (work_unit_id, k, sketches) VALUES (p_wu, v_k, v_flat)
+        ON CONFLICT (work_unit_id) DO UPDATE SET k = EXCLUDED.k, sketches = EXCLUDED.sketches;
+    END IF;
     RETURN QUERY SELECT 200, round_report_answer(p_wu);
 END
 $$;
@@ -1863,6 +1932,7 @@ BEGIN
         'deadline', v_deadline,
         'heartbeat_interval', greatest(1, v_proj.wu_seconds / 4),
         'target_batch', v_proj.target_batch,
+        'sketch', spot_sketch_params(v_proj.id, v_proj.current_version),
         'files', sched_files(v_proj.id, v_proj.current_version, v_proj.dataset_id, v_proj.n_tokens,
                              v_proj.microbatch_size::bigint * v_proj.seq_len, v_proj.mb_per_epoch,
                              v_lo, v_hi))::text;
@@ -2266,6 +2336,12 @@ CREATE TABLE public.spot_check (
     assigned_at timestamp with time zone,
     deadline timestamp with time zone NOT NULL,
     resolved_at timestamp with time zone,
+    microbatches bigint[],
+    disputed_at timestamp with time zone,
+    third_id bigint,
+    third_assigned_at timestamp with time zone,
+    fp_third double precision[],
+    outcome text,
     CONSTRAINT spot_check_check CHECK ((lo < hi)),
     CONSTRAINT spot_check_state_check CHECK ((state = ANY (ARRAY['open'::text, 'agreed'::text, 'disagreed'::text, 'expired'::text])))
 );
@@ -2280,6 +2356,7 @@ CREATE FUNCTION public.spot_check_json(c public.spot_check) RETURNS jsonb
     SELECT jsonb_build_object(
         'id', c.id, 'project', p.name, 'version', c.version, 'lo', c.lo, 'hi', c.hi,
         'samples', c.samples, 'seed', c.seed::text, 'k', c.k, 'tolerance', c.tolerance,
+        'microbatches', to_jsonb(c.microbatches),
         'checkpoint_sha256', mv.checkpoint_sha256, 'deadline', c.deadline, 'state', c.state)
       FROM project p
       LEFT JOIN model_version mv ON mv.project_id = p.id AND mv.version = c.version
@@ -2313,22 +2390,73 @@ BEGIN
     SELECT account_id INTO v_acc FROM host WHERE id = v_host;
     -- One claimed, unanswered check at a time: the same again.
     SELECT * INTO c FROM spot_check
-     WHERE project_id = v_pid AND checker_id = v_host AND state = 'open' AND fp_checker IS NULL
+     WHERE project_id = v_pid AND state = 'open'
+       AND ((checker_id = v_host AND fp_checker IS NULL) OR (third_id = v_host AND fp_third IS NULL))
      ORDER BY id LIMIT 1;
     IF NOT FOUND THEN
-        SELECT sc.* INTO c FROM spot_check sc JOIN host h ON h.id = sc.host_id
-         WHERE sc.project_id = v_pid AND sc.state = 'open' AND sc.checker_id IS NULL
-           AND h.account_id <> v_acc
+        SELECT sc.* INTO c FROM spot_check sc
+         WHERE sc.project_id = v_pid AND sc.state = 'open'
+           AND (sc.checker_id IS NULL OR (sc.disputed_at IS NOT NULL AND sc.third_id IS NULL))
+           AND spot_may_answer(sc, v_host, v_acc)
          ORDER BY sc.id LIMIT 1 FOR UPDATE OF sc SKIP LOCKED;
         IF NOT FOUND THEN
             RETURN QUERY SELECT 204, jsonb_build_object('retry_after', 600)::text;
             RETURN;
         END IF;
-        UPDATE spot_check SET checker_id = v_host, assigned_at = credit_now()
-         WHERE id = c.id RETURNING * INTO c;
+        IF c.checker_id IS NULL THEN
+            UPDATE spot_check SET checker_id = v_host, assigned_at = credit_now()
+             WHERE id = c.id RETURNING * INTO c;
+        ELSE
+            UPDATE spot_check SET third_id = v_host, third_assigned_at = credit_now()
+             WHERE id = c.id RETURNING * INTO c;
+        END IF;
     END IF;
     RETURN QUERY SELECT 200, spot_check_json(c)::text;
 END
+$$;
+
+--
+-- Name: spot_credit_checker(public.spot_check, bigint, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_credit_checker(c public.spot_check, p_host bigint, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    g       record;
+    v_grant bigint;
+BEGIN
+    SELECT h.id AS host_id, h.account_id, a.team_id, p.flops_per_sample INTO g
+      FROM host h JOIN account a ON a.id = h.account_id, project p
+     WHERE h.id = p_host AND p.id = c.project_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO credit_grant (kind, project_id, version, host_id, account_id, team_id, samples,
+                              flops, credit, status, work_start, created_at, spot_check_id)
+    VALUES ('check', c.project_id, c.version, g.host_id, g.account_id, g.team_id, c.samples,
+            g.flops_per_sample * c.samples,
+            g.flops_per_sample * c.samples / credit_flops_per_credit(), 'pending',
+            coalesce(c.assigned_at, c.created_at), p_now, c.id)
+    ON CONFLICT (project_id, version, host_id, kind) DO NOTHING
+    RETURNING id INTO v_grant;
+    IF v_grant IS NOT NULL THEN
+        PERFORM credit_release(v_grant, p_now);
+    END IF;
+END
+$$;
+
+--
+-- Name: spot_distance(double precision[], double precision[], integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_distance(a double precision[], b double precision[], p_k integer) RETURNS double precision
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce(max(CASE WHEN greatest(na, nb) > 0 THEN sqrt(d) / sqrt(greatest(na, nb))
+                             ELSE 0 END), 0)
+      FROM (SELECT (o - 1) / p_k AS r, sum((x - y) ^ 2) AS d, sum(x ^ 2) AS na, sum(y ^ 2) AS nb
+              FROM unnest(a, b) WITH ORDINALITY u(x, y, o) GROUP BY 1) t
 $$;
 
 --
@@ -2375,19 +2503,22 @@ BEGIN
         RETURN QUERY SELECT 404, api_error('not_found', format('spot check %s does not exist', p_check));
         RETURN;
     END IF;
-    IF v_host <> c.host_id AND v_host IS DISTINCT FROM c.checker_id THEN
+    IF v_host <> c.host_id AND v_host IS DISTINCT FROM c.checker_id
+       AND v_host IS DISTINCT FROM c.third_id THEN
         RETURN QUERY SELECT 403, api_error('forbidden',
-            format('host %s is neither the host nor the checker of spot check %s', v_host, p_check),
+            format('host %s is neither the host nor a checker of spot check %s', v_host, p_check),
             'Claim a check first (POST /v1/projects/{name}/spotchecks/claim).');
         RETURN;
     END IF;
-    IF cardinality(p_values) IS DISTINCT FROM c.k THEN
+    IF cardinality(p_values) IS DISTINCT FROM c.k * coalesce(cardinality(c.microbatches), 1) THEN
         RETURN QUERY SELECT 400, api_error('invalid',
-            format('spot check %s wants %s values, not %s', p_check, c.k,
+            format('spot check %s wants %s values, not %s', p_check,
+                   c.k * coalesce(cardinality(c.microbatches), 1),
                    coalesce(cardinality(p_values), 0)));
         RETURN;
     END IF;
-    v_prev := CASE WHEN v_host = c.host_id THEN c.fp_host ELSE c.fp_checker END;
+    v_prev := CASE v_host WHEN c.host_id THEN c.fp_host WHEN c.checker_id THEN c.fp_checker
+                          ELSE c.fp_third END;
     IF v_prev IS NOT NULL THEN
         IF v_prev = p_values THEN
             RETURN QUERY SELECT 200, jsonb_build_object('id', c.id, 'state', c.state,
@@ -2406,13 +2537,52 @@ BEGIN
     END IF;
     IF v_host = c.host_id THEN
         UPDATE spot_check SET fp_host = p_values WHERE id = p_check;
-    ELSE
+    ELSIF v_host = c.checker_id THEN
         UPDATE spot_check SET fp_checker = p_values WHERE id = p_check;
+    ELSE
+        UPDATE spot_check SET fp_third = p_values WHERE id = p_check;
     END IF;
     v_state := spot_settle(p_check, credit_now());
     RETURN QUERY SELECT 200, (SELECT jsonb_build_object('id', s.id, 'state', s.state,
                                                         'distance', s.distance)
                                 FROM spot_check s WHERE s.id = p_check)::text;
+END
+$$;
+
+--
+-- Name: spot_host_agreed(public.spot_check, double precision, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_host_agreed(c public.spot_check, p_distance double precision, p_outcome text, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE spot_check SET state = 'agreed', distance = p_distance, resolved_at = p_now,
+                          outcome = p_outcome
+     WHERE id = c.id;
+    PERFORM spot_record(c.host_id, true, p_now);
+    PERFORM credit_release(g.id, p_now)
+       FROM credit_grant g
+      WHERE g.kind = 'round' AND g.project_id = c.project_id AND g.version = c.version
+        AND g.host_id = c.host_id;
+END
+$$;
+
+--
+-- Name: spot_host_denied(public.spot_check, double precision, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_host_denied(c public.spot_check, p_distance double precision, p_outcome text, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE spot_check SET state = 'disagreed', distance = p_distance, resolved_at = p_now,
+                          outcome = p_outcome
+     WHERE id = c.id;
+    PERFORM spot_record(c.host_id, false, p_now);
+    UPDATE credit_grant SET status = 'denied',
+           reason = format('spot check %s: %s', c.id, p_outcome)
+     WHERE host_id = c.host_id AND status = 'pending';
 END
 $$;
 
@@ -2442,9 +2612,36 @@ BEGIN
                           WHERE c.host_id = p_host AND c.state = 'open' AND c.fp_host IS NULL),
                         '[]'::jsonb),
         'checking', coalesce((SELECT jsonb_agg(spot_check_json(c) ORDER BY c.id) FROM spot_check c
-                               WHERE c.checker_id = p_host AND c.state = 'open'
-                                 AND c.fp_checker IS NULL), '[]'::jsonb))::text;
+                               WHERE c.state = 'open'
+                                 AND ((c.checker_id = p_host AND c.fp_checker IS NULL)
+                                      OR (c.third_id = p_host AND c.fp_third IS NULL))),
+                        '[]'::jsonb))::text;
 END
+$$;
+
+--
+-- Name: spot_may_answer(public.spot_check, bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_may_answer(c public.spot_check, p_host bigint, p_acc bigint) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT p_host <> c.host_id
+       AND p_host IS DISTINCT FROM c.checker_id
+       AND NOT EXISTS (SELECT 1 FROM host h WHERE h.id IN (c.host_id, c.checker_id)
+                                            AND h.account_id = p_acc)
+       AND NOT EXISTS (SELECT 1 FROM round_member a
+                         JOIN round_member b ON b.project_id = a.project_id
+                                            AND b.version = a.version AND b.group_id = a.group_id
+                        WHERE a.project_id = c.project_id AND a.version = c.version
+                          AND a.host_id = c.host_id AND b.host_id = p_host
+                          AND EXISTS (SELECT 1 FROM round_member g
+                                       WHERE g.project_id = a.project_id AND g.version = a.version
+                                         AND g.group_id <> a.group_id))
+       AND NOT EXISTS (SELECT 1 FROM spot_check o
+                        WHERE o.id = (SELECT max(o2.id) FROM spot_check o2
+                                       WHERE o2.host_id = c.host_id AND o2.id < c.id)
+                          AND p_host IN (o.checker_id, o.third_id))
 $$;
 
 --
@@ -2472,9 +2669,11 @@ CREATE TABLE public.spot_policy (
     k integer DEFAULT 16 NOT NULL,
     tolerance double precision DEFAULT 0.001 NOT NULL,
     deadline_s integer DEFAULT 86400 NOT NULL,
+    microbatches integer DEFAULT 2 NOT NULL,
     CONSTRAINT spot_policy_deadline_s_check CHECK ((deadline_s > 0)),
     CONSTRAINT spot_policy_first_rate_check CHECK (((first_rate >= (0)::double precision) AND (first_rate <= (1)::double precision))),
     CONSTRAINT spot_policy_k_check CHECK (((k >= 1) AND (k <= 256))),
+    CONSTRAINT spot_policy_microbatches_check CHECK (((microbatches >= 1) AND (microbatches <= 64))),
     CONSTRAINT spot_policy_min_rate_check CHECK (((min_rate >= (0)::double precision) AND (min_rate <= (1)::double precision))),
     CONSTRAINT spot_policy_tolerance_check CHECK (((tolerance > (0)::double precision) AND (tolerance < (1)::double precision))),
     CONSTRAINT spot_policy_trusted_after_check CHECK ((trusted_after >= 0))
@@ -2487,7 +2686,7 @@ CREATE TABLE public.spot_policy (
 CREATE FUNCTION public.spot_policy_of(p_project bigint) RETURNS public.spot_policy
     LANGUAGE sql STABLE
     AS $$
-    SELECT coalesce(s, ROW(p_project, 2147483647, 0, 0, 16, 1e-3, 86400)::spot_policy)
+    SELECT coalesce(s, ROW(p_project, 2147483647, 0, 0, 16, 1e-3, 86400, 2)::spot_policy)
       FROM (SELECT NULL) x LEFT JOIN spot_policy s ON s.project_id = p_project
 $$;
 
@@ -2503,6 +2702,23 @@ CREATE FUNCTION public.spot_rate(p public.spot_policy, p_record integer) RETURNS
 $$;
 
 --
+-- Name: spot_record(bigint, boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_record(p_host bigint, p_agreed boolean, p_now timestamp with time zone) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO host_check_record AS r (host_id, consecutive, n_agreed, n_disagreed, last_at)
+    VALUES (p_host, CASE WHEN p_agreed THEN 1 ELSE 0 END, CASE WHEN p_agreed THEN 1 ELSE 0 END,
+            CASE WHEN p_agreed THEN 0 ELSE 1 END, p_now)
+    ON CONFLICT (host_id) DO UPDATE
+       SET consecutive = CASE WHEN p_agreed THEN r.consecutive + 1 ELSE 0 END,
+           n_agreed = r.n_agreed + CASE WHEN p_agreed THEN 1 ELSE 0 END,
+           n_disagreed = r.n_disagreed + CASE WHEN p_agreed THEN 0 ELSE 1 END,
+           last_at = p_now
+$$;
+
+--
 -- Name: spot_settle(bigint, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2510,80 +2726,142 @@ CREATE FUNCTION public.spot_settle(p_check bigint, p_now timestamp with time zon
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    c      record;
-    v_diff double precision;
-    v_na   double precision;
-    v_nb   double precision;
-    v_grant bigint;
-    g      record;
+    c      spot_check;
+    v_hc   double precision;
+    v_ht   double precision;
+    v_ct   double precision;
 BEGIN
     SELECT * INTO c FROM spot_check WHERE id = p_check;
     IF c.state <> 'open' THEN
         RETURN c.state;
     END IF;
-    SELECT id INTO v_grant FROM credit_grant
-     WHERE kind = 'round' AND project_id = c.project_id AND version = c.version
-       AND host_id = c.host_id;
-    IF c.fp_host IS NOT NULL AND c.fp_checker IS NOT NULL THEN
-        SELECT sqrt(sum((a - b) ^ 2)), sqrt(sum(a ^ 2)), sqrt(sum(b ^ 2))
-          INTO v_diff, v_na, v_nb
-          FROM unnest(c.fp_host, c.fp_checker) AS u(a, b);
-        v_diff := CASE WHEN greatest(v_na, v_nb) > 0 THEN v_diff / greatest(v_na, v_nb)
-                       ELSE 0 END;
-        IF v_diff <= c.tolerance THEN
-            UPDATE spot_check SET state = 'agreed', distance = v_diff, resolved_at = p_now
-             WHERE id = p_check;
-            INSERT INTO host_check_record AS r (host_id, consecutive, n_agreed, last_at)
-            VALUES (c.host_id, 1, 1, p_now)
-            ON CONFLICT (host_id) DO UPDATE SET consecutive = r.consecutive + 1,
-                n_agreed = r.n_agreed + 1, last_at = p_now;
-            PERFORM credit_release(v_grant, p_now);
-            -- The checker did the same work: a 'check' grant for it.
-            SELECT h.id AS host_id, h.account_id, a.team_id, p.flops_per_sample INTO g
-              FROM host h JOIN account a ON a.id = h.account_id, project p
-             WHERE h.id = c.checker_id AND p.id = c.project_id;
-            IF FOUND THEN
-                INSERT INTO credit_grant (kind, project_id, version, host_id, account_id,
-                                          team_id, samples, flops, credit, status, work_start,
-                                          created_at, spot_check_id)
-                VALUES ('check', c.project_id, c.version, g.host_id, g.account_id, g.team_id,
-                        c.samples, g.flops_per_sample * c.samples,
-                        g.flops_per_sample * c.samples / credit_flops_per_credit(), 'pending',
-                        c.assigned_at, p_now, p_check)
-                ON CONFLICT (project_id, version, host_id, kind) DO NOTHING
-                RETURNING id INTO v_grant;
-                IF v_grant IS NOT NULL THEN
-                    PERFORM credit_release(v_grant, p_now);
-                END IF;
-            END IF;
+    IF c.fp_host IS NOT NULL AND c.fp_checker IS NOT NULL AND c.disputed_at IS NULL THEN
+        v_hc := spot_distance(c.fp_host, c.fp_checker, c.k);
+        IF v_hc <= c.tolerance THEN
+            PERFORM spot_host_agreed(c, v_hc, 'the checker agreed', p_now);
+            PERFORM spot_credit_checker(c, c.checker_id, p_now);
             RETURN 'agreed';
         END IF;
-        UPDATE spot_check SET state = 'disagreed', distance = v_diff, resolved_at = p_now
+        IF c.microbatches IS NULL THEN
+            PERFORM spot_host_denied(c, v_hc, format('the checker disagreed (distance %s)', v_hc), p_now);
+            RETURN 'disagreed';
+        END IF;
+        UPDATE spot_check SET disputed_at = p_now, distance = v_hc,
+               deadline = greatest(deadline, p_now + make_interval(
+                   secs => (spot_policy_of(c.project_id)).deadline_s))
          WHERE id = p_check;
-        INSERT INTO host_check_record AS r (host_id, consecutive, n_disagreed, last_at)
-        VALUES (c.host_id, 0, 1, p_now)
-        ON CONFLICT (host_id) DO UPDATE SET consecutive = 0, n_disagreed = r.n_disagreed + 1,
-            last_at = p_now;
-        -- Withhold: this grant and every other pending grant of the host.
-        UPDATE credit_grant SET status = 'denied',
-               reason = format('spot check %s disagreed (distance %s)', p_check, v_diff)
-         WHERE host_id = c.host_id AND status = 'pending';
+        RETURN 'open';
+    END IF;
+    IF c.disputed_at IS NOT NULL AND c.fp_third IS NOT NULL THEN
+        v_ht := spot_distance(c.fp_host, c.fp_third, c.k);
+        v_ct := spot_distance(c.fp_checker, c.fp_third, c.k);
+        IF v_ht <= c.tolerance THEN
+            PERFORM spot_host_agreed(c, v_ht, format(
+                'the third host agreed with the host; the checker disagreed (distance %s)',
+                c.distance), p_now);
+            PERFORM spot_credit_checker(c, c.third_id, p_now);
+            PERFORM spot_record(c.checker_id, false, p_now);
+            RETURN 'agreed';
+        ELSIF v_ct <= c.tolerance THEN
+            PERFORM spot_host_denied(c, c.distance, format(
+                'the checker and a third host disagreed with the committed sketches (distances %s, %s)',
+                c.distance, v_ht), p_now);
+            PERFORM spot_credit_checker(c, c.checker_id, p_now);
+            PERFORM spot_credit_checker(c, c.third_id, p_now);
+            RETURN 'disagreed';
+        END IF;
+        PERFORM spot_host_denied(c, c.distance, format(
+            'host, checker and third host all differ (distances %s, %s, %s): a tie denies',
+            c.distance, v_ht, v_ct), p_now);
         RETURN 'disagreed';
     END IF;
     IF p_now < c.deadline THEN
         RETURN 'open';
     END IF;
-    -- Past the deadline.  A host that never sent its own fingerprint cannot
-    -- show its work: denied.  One whose checker never came gets its credit.
     UPDATE spot_check SET state = 'expired', resolved_at = p_now WHERE id = p_check;
-    IF c.fp_host IS NULL THEN
+    IF c.fp_host IS NULL OR c.disputed_at IS NOT NULL THEN
+        UPDATE spot_check SET outcome = CASE WHEN c.fp_host IS NULL
+                                             THEN 'expired without the host''s fingerprint'
+                                             ELSE 'expired disputed, no third host came' END
+         WHERE id = p_check;
         UPDATE credit_grant SET status = 'denied',
-               reason = format('spot check %s expired without the host''s fingerprint', p_check)
-         WHERE id = v_grant AND status = 'pending';
+               reason = format('spot check %s %s', p_check,
+                               CASE WHEN c.fp_host IS NULL
+                                    THEN 'expired without the host''s fingerprint'
+                                    ELSE 'expired disputed: no third host settled it' END)
+         WHERE kind = 'round' AND project_id = c.project_id AND version = c.version
+           AND host_id = c.host_id AND status = 'pending';
     ELSE
-        PERFORM credit_release(v_grant, p_now);
+        UPDATE spot_check SET outcome = 'expired without a checker' WHERE id = p_check;
+        PERFORM credit_release(g.id, p_now)
+           FROM credit_grant g
+          WHERE g.kind = 'round' AND g.project_id = c.project_id AND g.version = c.version
+            AND g.host_id = c.host_id;
     END IF;
     RETURN 'expired';
+END
+$$;
+
+--
+-- Name: spot_sketch_params(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_sketch_params(p_project bigint, p_version integer) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_build_object('seed', spot_sketch_seed(p_project, p_version)::text, 'k', s.k)
+      FROM spot_policy s WHERE s.project_id = p_project
+$$;
+
+--
+-- Name: spot_sketch_seed(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_sketch_seed(p_project bigint, p_version integer) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT ('x' || substr(md5(p.sketch_secret::text || ':' || p_version), 1, 16))::bit(64)::bigint
+      FROM project p WHERE p.id = p_project
+$$;
+
+--
+-- Name: spot_sketches_flat(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_sketches_flat(p jsonb) RETURNS double precision[]
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT ARRAY(SELECT x::text::double precision
+                   FROM jsonb_array_elements(p) WITH ORDINALITY a(e, i),
+                        jsonb_array_elements(e) WITH ORDINALITY b(x, j)
+                  ORDER BY i, j)
+$$;
+
+--
+-- Name: spot_sketches_invalid(jsonb, bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_sketches_invalid(p jsonb, p_mb bigint, p_k integer) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF jsonb_typeof(p) <> 'array' THEN
+        RETURN 'field "sketches" must be an array of sketches';
+    END IF;
+    IF jsonb_array_length(p) <> p_mb THEN
+        RETURN format('field "sketches" holds %s sketches, not one for each of the %s microbatches done',
+                      jsonb_array_length(p), p_mb);
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(p) e
+                WHERE jsonb_typeof(e) <> 'array' OR jsonb_array_length(e) <> p_k) THEN
+        RETURN format('each sketch must be an array of %s numbers (the project''s k)', p_k);
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(p) e, jsonb_array_elements(e) x
+                WHERE CASE WHEN jsonb_typeof(x) = 'number' THEN abs(x::text::numeric) > 1e300
+                           ELSE true END) THEN
+        RETURN 'each sketch value must be a number of magnitude at most 1e300';
+    END IF;
+    RETURN NULL;
 END
 $$;
 
@@ -2900,6 +3178,7 @@ CREATE TABLE public.project (
     current_version integer DEFAULT 0 NOT NULL,
     active boolean DEFAULT true NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sketch_secret uuid DEFAULT gen_random_uuid() NOT NULL,
     CONSTRAINT project_current_version_check CHECK ((current_version >= 0)),
     CONSTRAINT project_description_check CHECK ((length(description) <= 10000)),
     CONSTRAINT project_flops_per_sample_check CHECK ((flops_per_sample > (0)::double precision)),
@@ -3216,6 +3495,17 @@ CREATE SEQUENCE public.work_unit_id_seq
 ALTER SEQUENCE public.work_unit_id_seq OWNED BY public.work_unit.id;
 
 --
+-- Name: work_unit_sketch; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.work_unit_sketch (
+    work_unit_id bigint NOT NULL,
+    k integer NOT NULL,
+    sketches double precision[] NOT NULL,
+    CONSTRAINT work_unit_sketch_k_check CHECK (((k >= 1) AND (k <= 256)))
+);
+
+--
 -- Name: account id; Type: DEFAULT; Schema: public; Owner: -
 --
 
@@ -3500,6 +3790,13 @@ ALTER TABLE ONLY public.work_unit
     ADD CONSTRAINT work_unit_pkey PRIMARY KEY (id);
 
 --
+-- Name: work_unit_sketch work_unit_sketch_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.work_unit_sketch
+    ADD CONSTRAINT work_unit_sketch_pkey PRIMARY KEY (work_unit_id);
+
+--
 -- Name: account_credit_rac_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -3530,6 +3827,12 @@ CREATE INDEX account_key_account_idx ON public.account_key USING btree (account_
 CREATE INDEX credit_grant_account_idx ON public.credit_grant USING btree (account_id, id DESC);
 
 --
+-- Name: credit_grant_account_pending_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX credit_grant_account_pending_idx ON public.credit_grant USING btree (account_id) WHERE (status = 'pending'::text);
+
+--
 -- Name: credit_grant_host_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -3546,6 +3849,12 @@ CREATE INDEX credit_grant_pending_idx ON public.credit_grant USING btree (host_i
 --
 
 CREATE INDEX credit_grant_team_idx ON public.credit_grant USING btree (team_id, id DESC);
+
+--
+-- Name: credit_grant_team_pending_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX credit_grant_team_pending_idx ON public.credit_grant USING btree (team_id) WHERE (status = 'pending'::text);
 
 --
 -- Name: host_account_idx; Type: INDEX; Schema: public; Owner: -
@@ -3642,6 +3951,12 @@ CREATE INDEX spot_check_open_idx ON public.spot_check USING btree (project_id, i
 --
 
 CREATE INDEX spot_check_open_version_idx ON public.spot_check USING btree (project_id, version) WHERE (state = 'open'::text);
+
+--
+-- Name: spot_check_third_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX spot_check_third_idx ON public.spot_check USING btree (third_id) WHERE (state = 'open'::text);
 
 --
 -- Name: team_credit_rac_idx; Type: INDEX; Schema: public; Owner: -
@@ -3972,6 +4287,13 @@ ALTER TABLE ONLY public.spot_check
     ADD CONSTRAINT spot_check_project_id_fkey FOREIGN KEY (project_id) REFERENCES public.project(id) ON DELETE CASCADE;
 
 --
+-- Name: spot_check spot_check_third_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.spot_check
+    ADD CONSTRAINT spot_check_third_id_fkey FOREIGN KEY (third_id) REFERENCES public.host(id) ON DELETE SET NULL;
+
+--
 -- Name: spot_check spot_check_work_unit_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -4026,6 +4348,13 @@ ALTER TABLE ONLY public.work_unit
 
 ALTER TABLE ONLY public.work_unit
     ADD CONSTRAINT work_unit_project_id_fkey FOREIGN KEY (project_id) REFERENCES public.project(id) ON DELETE CASCADE;
+
+--
+-- Name: work_unit_sketch work_unit_sketch_work_unit_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.work_unit_sketch
+    ADD CONSTRAINT work_unit_sketch_work_unit_id_fkey FOREIGN KEY (work_unit_id) REFERENCES public.work_unit(id) ON DELETE CASCADE;
 
 --
 -- PostgreSQL database dump complete

@@ -45,6 +45,9 @@ void api_round_list(http_req *req);
  * (2^28 parameters), checked against the round's exact parameter count
  * before they are read (http_req.early). */
 #define API_GRADIENT_MAX_BYTES ((size_t)1 << 30)
+/* A work unit's report, with the sketch of each of its microbatches (k
+ * numbers each, doc/credit.md): bodies up to 4 MiB. */
+#define API_REPORT_MAX_BYTES ((size_t)4 << 20)
 void api_round_group_sum(http_req *req);
 
 void files_get(http_req *req);

@@ -98,18 +98,21 @@ static cot_err rtt_param(const json_t *body, char **out, cot_errbuf *eb)
 static const dbc_stmt st_report = { "round_report_loss",
 	                            "SELECT status, body FROM round_report($1::bytea, $2, $3, $4, $5, $6, "
 	                            "$7, $8::jsonb,"
-	                            " $9::double precision)",
-	                            9 };
+	                            " $9::double precision, $10::jsonb)",
+	                            10 };
 
 void api_work_report(http_req *req)
 {
 	long long wu;
 	char hp[API_HASH_PARAM_LEN];
+	if (req->early)
+		return; /* up to API_REPORT_MAX_BYTES (the sketches): read it */
 	if (!api_path_id(req, 0, "work unit", &wu) || !api_bearer(req, hp))
 		return;
 	json_t *body;
 	if (!api_body(req, false, &body))
 		return;
+	char *sketches = NULL;
 	long long mb_done = 0, samples = 0;
 	double bandwidth = 0, loss = -1;
 	bool can_aggregate = false;
@@ -137,12 +140,22 @@ void api_work_report(http_req *req)
 	snprintf(sbw, sizeof sbw, "%.17g", bandwidth);
 	snprintf(sloss, sizeof sloss, "%.17g", loss);
 	const char *params[] = {
-		hp,  req->params[0],          smb, ssamples, endpoint, sbw, can_aggregate ? "true" : "false",
-		rtt, loss >= 0 ? sloss : NULL
+		hp,  req->params[0],           smb, ssamples, endpoint, sbw, can_aggregate ? "true" : "false",
+		rtt, loss >= 0 ? sloss : NULL, NULL
 	};
+	const json_t *sk = json_object_get(body, "sketches");
+	if (sk && !json_is_null(sk)) {
+		/* Its shape is checked against the unit and the policy in SQL. */
+		if (!(sketches = json_dumps(sk, JSON_COMPACT))) {
+			http_reply_error(req, 500, "out_of_memory", "out of memory", NULL);
+			goto out;
+		}
+		params[9] = sketches;
+	}
 	api_relay(req, &st_report, params);
 	round_coord_wake(); /* maybe the last report the plan waits for */
 out:
+	free(sketches);
 	free(rtt);
 	json_decref(body);
 }

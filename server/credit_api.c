@@ -32,19 +32,21 @@ static const struct {
 } kinds[N_KINDS] = {
 	{ "account_credit", "account_id",
 	  "JOIN account x ON x.id = p.id LEFT JOIN team t ON t.id = x.team_id",
-	  "'name', x.name, 'team_id', x.team_id, 'team_name', t.name" },
+	  "'name', x.name, 'team_id', x.team_id, 'team_name', t.name,"
+	  " 'pending_credit', credit_pending_account(x.id)" },
 	{ "team_credit", "team_id", "JOIN team x ON x.id = p.id",
-	  "'name', x.name, 'members', (SELECT count(*) FROM account a WHERE a.team_id = x.id)" },
+	  "'name', x.name, 'members', (SELECT count(*) FROM account a WHERE a.team_id = x.id),"
+	  " 'pending_credit', credit_pending_team(x.id)" },
 	{ "host_credit", "host_id", "JOIN host x ON x.id = p.id JOIN account a ON a.id = x.account_id",
 	  "'owner_id', a.id, 'owner_name', a.name, 'cpu_model', x.cpu_model, 'gpu', x.gpu,"
-	  " 'os_name', x.os_name" },
+	  " 'os_name', x.os_name, 'pending_credit', credit_pending_host(x.id)" },
 };
 
 static const char *const order_cols[N_ORDERS] = { "total", "rac_key" };
 
 /* [kind][order][after?]: prepared once, names unique. */
 static dbc_stmt lb_stmts[N_KINDS][N_ORDERS][2];
-static char lb_sql[N_KINDS][N_ORDERS][2][1400];
+static char lb_sql[N_KINDS][N_ORDERS][2][2048];
 static char lb_names[N_KINDS][N_ORDERS][2][32];
 static pthread_once_t lb_once = PTHREAD_ONCE_INIT;
 
@@ -204,10 +206,12 @@ static const dbc_stmt st_user = {
 	"SELECT json_build_object('id', a.id, 'name', a.name, 'created_at', a.created_at,"
 	"       'team_id', a.team_id, 'team_name', t.name,"
 	"       'total_credit', coalesce(c.total, 0),"
+	"       'pending_credit', credit_pending_account(a.id),"
 	"       'expavg_credit', credit_rac_at(c.rac, c.rac_time, credit_now()),"
 	"       'hosts', (SELECT coalesce(json_agg(json_build_object('id', h.id,"
 	"                 'cpu_model', h.cpu_model, 'gpu', h.gpu, 'os_name', h.os_name,"
 	"                 'total_credit', coalesce(hc.total, 0),"
+	"                 'pending_credit', credit_pending_host(h.id),"
 	"                 'expavg_credit', credit_rac_at(hc.rac, hc.rac_time, credit_now()))"
 	"                 ORDER BY h.id), '[]')"
 	"                   FROM host h LEFT JOIN host_credit hc ON hc.host_id = h.id"
@@ -226,6 +230,7 @@ static const dbc_stmt st_team = {
 	"SELECT json_build_object('id', t.id, 'name', t.name, 'description', t.description,"
 	"       'created_at', t.created_at, 'founder_id', t.founder_id, 'founder_name', f.name,"
 	"       'total_credit', coalesce(c.total, 0),"
+	"       'pending_credit', credit_pending_team(t.id),"
 	"       'expavg_credit', credit_rac_at(c.rac, c.rac_time, credit_now()),"
 	"       'n_members', (SELECT count(*) FROM account a WHERE a.team_id = t.id),"
 	"       'members', (SELECT coalesce(json_agg(json_build_object('id', m.id, 'name', m.name,"
@@ -253,6 +258,7 @@ static const dbc_stmt st_host = {
 	"       'client_version', h.client_version, 'created_at', h.created_at,"
 	"       'last_seen', h.last_seen,"
 	"       'total_credit', coalesce(c.total, 0),"
+	"       'pending_credit', credit_pending_host(h.id),"
 	"       'expavg_credit', credit_rac_at(c.rac, c.rac_time, credit_now()),"
 	"       'spot_checks', json_build_object('consecutive', coalesce(r.consecutive, 0),"
 	"                      'agreed', coalesce(r.n_agreed, 0),"

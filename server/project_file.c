@@ -11,6 +11,7 @@
 
 #include "kernels/model_json.h"
 #include "kernels/opt_json.h"
+#include "shared/averaging/centered_clip.h"
 
 const char *pf_opt_type_name(pf_opt_type t) { return t == PF_OPT_ADAMW ? "adamw" : "lamb"; }
 
@@ -357,6 +358,37 @@ static cot_err parse_mode(const scope *top, pf_project *p)
 	return COT_OK;
 }
 
+/* "aggregation" and, with "centered_clip", its "centered_clip" settings
+ * (BTARD's defaults: tau 1, 20 iterations). */
+static cot_err parse_aggregation(const scope *top, pf_project *p)
+{
+	static const char *const aggs[] = { "mean", "centered_clip", NULL };
+	static const char *const ckeys[] = { "tau", "iterations", NULL };
+	int agg = PF_AGG_MEAN;
+	cot_err rc = get_enum(top, "aggregation", aggs, &agg);
+	if (rc)
+		return rc;
+	p->aggregation = (pf_aggregation)agg;
+	p->clip_tau = CCLIP_TAU_DEFAULT;
+	p->clip_iters = CCLIP_ITERS_DEFAULT;
+	const json_t *o;
+	if ((rc = get_obj(top, "centered_clip", false, &o)))
+		return rc;
+	if (!o)
+		return COT_OK;
+	if (p->aggregation != PF_AGG_CENTERED_CLIP)
+		return bad(top, "centered_clip",
+		           "Set \"aggregation\": \"centered_clip\", or remove the field.",
+		           "field \"%s\" is only used with CenteredClip aggregation%s", "");
+	scope s = { o, "centered_clip", top->eb };
+	long long iters = p->clip_iters;
+	if ((rc = only_keys(&s, ckeys)) || (rc = get_num(&s, "tau", false, 0, 1e6, true, &p->clip_tau)) ||
+	    (rc = get_int(&s, "iterations", false, 1, CCLIP_ITERS_MAX, &iters)))
+		return rc;
+	p->clip_iters = (int)iters;
+	return COT_OK;
+}
+
 /* A licence identifier: letters, digits, '.', '-', '+' (SPDX ids and the
  * short names of model hubs), safe in a model card's YAML header. */
 static bool license_ok(const char *s)
@@ -395,6 +427,13 @@ static char *normalize(const pf_project *p)
 		json_decref(j);
 		return NULL;
 	}
+	if (j && p->aggregation == PF_AGG_CENTERED_CLIP &&
+	    (json_object_set_new(j, "aggregation", json_string("centered_clip")) ||
+	     json_object_set_new(j, "centered_clip",
+	                         json_pack("{s:f, s:i}", "tau", p->clip_tau, "iterations", p->clip_iters)))) {
+		json_decref(j);
+		return NULL;
+	}
 	if (j && p->mode == PF_MODE_LOCAL &&
 	    (json_object_set_new(j, "mode", json_string(pf_mode_name(p->mode))) ||
 	     json_object_set_new(j, "inner_batch", json_integer(p->local.inner_batch)) ||
@@ -429,6 +468,8 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 		                            "eval_sequences",
 		                            "license",
 		                            "tokenizer",
+		                            "aggregation",
+		                            "centered_clip",
 		                            NULL };
 	memset(out, 0, sizeof *out);
 	if (normalized)
@@ -499,7 +540,7 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	    (rc = get_num(&s, "min_batch_fraction", false, 0, 1, false, &out->min_batch_fraction)) ||
 	    (rc = get_int(&s, "eval_every", false, 0, PF_EVAL_EVERY_MAX, &eval_every)) ||
 	    (rc = get_int(&s, "eval_sequences", false, 1, PF_EVAL_SEQUENCES_MAX, &eval_seq)) ||
-	    (rc = parse_mode(&s, out)))
+	    (rc = parse_mode(&s, out)) || (rc = parse_aggregation(&s, out)))
 		goto out;
 	if (tb % mb != 0) {
 		rc = cot_seterr(eb, COT_ERR_INVALID,

@@ -75,6 +75,10 @@ typedef struct {
 	int nesterov;
 } pf_local;
 
+/* How aggregators combine their slices (doc/project-file.md
+ * "aggregation"): the exact mean, or CenteredClip with tau and iterations. */
+typedef enum { PF_AGG_MEAN, PF_AGG_CENTERED_CLIP } pf_aggregation;
+
 typedef struct {
 	char name[PF_NAME_MAX + 1];
 	char title[PF_TITLE_MAX + 1];
@@ -91,7 +95,10 @@ typedef struct {
 	pf_model model;
 	pf_optimizer opt;
 	pf_mode mode;
-	pf_local local;      /* read only with PF_MODE_LOCAL; the defaults otherwise */
+	pf_local local; /* read only with PF_MODE_LOCAL; the defaults otherwise */
+	pf_aggregation aggregation;
+	double clip_tau; /* CenteredClip's, with PF_AGG_CENTERED_CLIP */
+	int clip_iters;
 	int target_batch;    /* samples per optimizer step */
 	int microbatch_size; /* samples per microbatch */
 	int64_t seed;

@@ -47,6 +47,7 @@ typedef struct {
 
 static const dbc_stmt st_close = { "round_close_due", "SELECT round_close_due($1, $2)", 2 };
 static const dbc_stmt st_expire = { "round_expire_averaging", "SELECT round_expire_averaging()", 0 };
+static const dbc_stmt st_spot_expire = { "spot_expire", "SELECT spot_expire()", 0 };
 static const dbc_stmt st_closing = { "round_closing",
 	                             "SELECT project_id, version FROM round WHERE state = 'closing'"
 	                             " ORDER BY closed_at LIMIT 100",
@@ -302,6 +303,7 @@ static void pass(const srv_config *cfg)
 	const char *cparams[] = { frac, budget };
 	run(&st_close, cparams, NULL);
 	run(&st_expire, NULL, NULL);
+	run(&st_spot_expire, NULL, NULL); /* overdue spot checks, whoever asks or not */
 	PGresult *r;
 	if (!run(&st_closing, NULL, &r))
 		return;

@@ -7,7 +7,9 @@
  *      round_close_fraction of it while the live work units, at their
  *      reported speed, would need more than round_straggler_budget seconds
  *      for the rest (round_close_due);
- *   2. fails rounds whose averaging deadline passed (round_expire_averaging);
+ *   2. fails rounds whose averaging deadline passed (round_expire_averaging)
+ *      and settles spot checks past their deadline (spot_expire, so they
+ *      expire whether or not a host lists or claims checks);
  *   3. plans each closing round once every holder of gradients reported (or
  *      round_report_timeout seconds after it closed, dropping those that did
  *      not): groups of at most round_max_group peers close by round-trip time

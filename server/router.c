@@ -152,5 +152,7 @@ size_t router_body_limit(route_handler h, size_t dflt)
 {
 	if (h == api_round_group_sum)
 		return API_GRADIENT_MAX_BYTES > dflt ? API_GRADIENT_MAX_BYTES : dflt;
+	if (h == api_work_report)
+		return API_REPORT_MAX_BYTES > dflt ? API_REPORT_MAX_BYTES : dflt;
 	return dflt;
 }

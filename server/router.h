@@ -24,7 +24,8 @@ route_result router_match(http_req *req, char *pathbuf, size_t pathlen, route_ha
 
 /* The largest request body accepted for handler h: dflt (--body-limit)
  * except for routes that take bulk bytes (a round's gradient,
- * API_GRADIENT_MAX_BYTES), whose handlers check the exact length. */
+ * API_GRADIENT_MAX_BYTES), whose handlers check the exact length, and a
+ * work unit's report with its sketches (API_REPORT_MAX_BYTES). */
 size_t router_body_limit(route_handler h, size_t dflt);
 
 #endif

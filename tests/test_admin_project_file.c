@@ -264,6 +264,44 @@ int main(void)
 	   "a sync project normalizes as before local mode existed");
 	free(norm);
 	pf_free(&p);
+	/* Aggregation: the mean by default, CenteredClip with BTARD's defaults
+	 * or the given tau and iterations. */
+	norm = NULL;
+	ok(pf_parse(minimal, strlen(minimal), &p, &norm, &eb) == COT_OK && p.aggregation == PF_AGG_MEAN &&
+	           norm && !strstr(norm, "aggregation") && !strstr(norm, "centered_clip"),
+	   "the mean by default, nothing written for it");
+	free(norm);
+	pf_free(&p);
+	const char *cc =
+	        "{\"name\":\"cc\",\"dataset\":\"tiny\",\"model\":{\"n_layer\":2,\"n_head\":2,"
+	        "\"d_model\":64,\"seq_len\":32},\"target_batch\":64,\"aggregation\":\"centered_clip\","
+	        "\"centered_clip\":{\"tau\":0.25,\"iterations\":7}}";
+	norm = NULL;
+	ok(pf_parse(cc, strlen(cc), &p, &norm, &eb) == COT_OK && p.aggregation == PF_AGG_CENTERED_CLIP &&
+	           p.clip_tau == 0.25 && p.clip_iters == 7,
+	   "centered_clip with tau 0.25 and 7 iterations as written");
+	j = norm ? json_loads(norm, 0, NULL) : NULL;
+	ok(j && strcmp(json_string_value(json_object_get(j, "aggregation")), "centered_clip") == 0 &&
+	           json_real_value(json_object_get(json_object_get(j, "centered_clip"), "tau")) == 0.25 &&
+	           json_integer_value(json_object_get(json_object_get(j, "centered_clip"), "iterations")) ==
+	                   7,
+	   "the normalized config holds them (what the plan hands the aggregators)");
+	json_decref(j);
+	free(norm);
+	pf_free(&p);
+	const char *ccd =
+	        "{\"name\":\"cc\",\"dataset\":\"tiny\",\"model\":{\"n_layer\":2,\"n_head\":2,"
+	        "\"d_model\":64,\"seq_len\":32},\"target_batch\":64,\"aggregation\":\"centered_clip\"}";
+	ok(pf_parse(ccd, strlen(ccd), &p, NULL, &eb) == COT_OK && p.clip_tau == 1.0 && p.clip_iters == 20,
+	   "CenteredClip's defaults are BTARD's: tau 1, 20 iterations");
+	pf_free(&p);
+	refuse(cc, "\"aggregation\":\"centered_clip\"", "\"aggregation\":\"median\"", "aggregation",
+	       "an unknown aggregation");
+	refuse(cc, "\"aggregation\":\"centered_clip\"", "\"aggregation\":\"mean\"", "centered_clip",
+	       "centered_clip settings with the mean");
+	refuse(cc, "\"tau\":0.25", "\"tau\":0", "centered_clip.tau", "a tau of 0");
+	refuse(cc, "\"iterations\":7", "\"iterations\":0", "centered_clip.iterations", "0 iterations");
+	refuse(cc, "\"iterations\":7", "\"iterations\":7,\"eps\":1", "centered_clip.eps", "an unknown key");
 	refuse(local, "\"mode\":\"local\"", "\"mode\":\"async\"", "mode", "an unknown mode");
 	refuse(local, "\"mode\":\"local\"", "\"mode\":\"sync\"", "inner_batch", "inner_batch in sync mode");
 	refuse(local, "\"mode\":\"local\",\"inner_batch\":2,", "", "outer", "outer without local mode");

@@ -8,6 +8,7 @@
  * result compression), and the dropped contributions.  alarm() bounds the
  * whole test. */
 #include "shared/averaging/allreduce.h"
+#include "shared/averaging/centered_clip.h"
 #include "shared/averaging/compress.h"
 #include "shared/common/deadline.h"
 #include "shared/peer/dialer.h"
@@ -82,6 +83,7 @@ typedef struct {
 	cot_errbuf eb[MAXN];
 	int64_t elapsed[MAXN];
 	int64_t t0;
+	int cclip; /* aggregators combine with CenteredClip, tau 0.02 */
 } group;
 
 typedef struct {
@@ -145,6 +147,9 @@ static void *member_main(void *arg)
 		.collect_deadline = g->t0 + g->collect_ms,
 		.deadline = g->t0 + g->deadline_ms,
 		.no_stream = g->no_stream[j->self],
+		.aggregation = g->cclip ? ALLREDUCE_CENTERED_CLIP : ALLREDUCE_SUM,
+		.clip_tau = 0.02,
+		.clip_iters = 20,
 	};
 	g->rc[j->self] = allreduce_run(&p, g->out[j->self], &g->res[j->self], &g->eb[j->self]);
 	g->elapsed[j->self] = deadline_now_ms() - g->t0;
@@ -635,6 +640,63 @@ static void test_params(void)
 	   eb.msg);
 }
 
+/* CenteredClip in the all-reduce: every member holds the same bytes, each
+ * range what cclip_combine gives for the slices in ascending host order;
+ * with a poisoner among 4 the result stays near the honest mean. */
+static void test_centered_clip(void)
+{
+	uint64_t s4[] = { 4, 8, 4, 8 }, e4[] = { 700, 1500, 2300, 3000 };
+	group *g = group_new(4, 3000, e4, s4);
+	g->cclip = 1;
+	/* Members 1 and 2 computed about what member 0 did (per sample);
+	 * member 3 (host 13) sends -5 times it. */
+	for (size_t j = 0; j < g->len; j++) {
+		float g0 = g->grad[0][j] / 4;
+		g->grad[1][j] = (g0 + (float)(0.0002 * (urand() - 0.5))) * 8;
+		g->grad[2][j] = (g0 + (float)(0.0002 * (urand() - 0.5))) * 4;
+		g->grad[3][j] = -5.0f * g0 * 8;
+	}
+	group_run(g, NULL);
+	int all = 1, same = 1;
+	for (size_t i = 0; i < 4; i++) {
+		all &= g->rc[i] == COT_OK;
+		same &= memcmp(g->out[i], g->out[0], g->len * sizeof(float)) == 0;
+	}
+	ok(all && same, "CenteredClip: every member finished with the same bytes");
+	size_t order[4] = { 1, 0, 3, 2 }; /* hosts 11, 12, 13, 14 */
+	float *e = calloc(g->len, sizeof *e);
+	int match = 1;
+	for (size_t a = 0; a < 4; a++) {
+		const float *x[4];
+		uint64_t smp[4];
+		for (size_t k = 0; k < 4; k++) {
+			x[k] = g->grad[order[k]] + g->start[a];
+			smp[k] = g->samples[order[k]];
+		}
+		cot_errbuf eb = { 0 };
+		match &= cclip_combine(x, smp, 4, g->end[a] - g->start[a], 0.02, 20, e + g->start[a], &eb) ==
+		         COT_OK;
+	}
+	size_t differ = 0;
+	for (size_t j = 0; j < g->len; j++)
+		differ += e[j] != g->out[0][j];
+	ok(match && differ == 0 && g->res[0].n_included == 4,
+	   "CenteredClip: each range is cclip_combine of its slices in host order (%zu values differ, %zu "
+	   "included)",
+	   differ, g->res[0].n_included);
+	double d_cc = 0, d_mean = 0;
+	for (size_t j = 0; j < g->len; j++) {
+		double honest = ((double)g->grad[0][j] + g->grad[1][j] + g->grad[2][j]) / 16;
+		double mean = (honest * 16 + g->grad[3][j]) / 24;
+		d_cc += (g->out[0][j] / 24.0 - honest) * (g->out[0][j] / 24.0 - honest);
+		d_mean += (mean - honest) * (mean - honest);
+	}
+	ok(sqrt(d_cc) < 0.25 * sqrt(d_mean),
+	   "CenteredClip: the poisoner moves the result %.3g, the mean %.3g", sqrt(d_cc), sqrt(d_mean));
+	free(e);
+	group_free(g);
+}
+
 int main(void)
 {
 	alarm(120);
@@ -653,6 +715,7 @@ int main(void)
 	test_faults();
 	test_outsider();
 	test_junk_connections();
+	test_centered_clip();
 
 	for (size_t i = 0; i < MAXN; i++)
 		peer_ctx_free(ctx[i]);

@@ -67,6 +67,9 @@ typedef struct {
 	int accepted; /* 1 accepted, 0 hash differed, -1 dropped (not a member) */
 } member;
 
+static double mb_sketch(long long g, int j, int data);
+static bool sketch_units; /* commit_round: with sketches of the units' microbatches */
+
 /* Commit round `version` of the test project at clock time `now` (opened a
  * day before), with these members, the way the round code does. */
 static void commit_round(int version, const char *now, const member *m, int n)
@@ -82,6 +85,19 @@ static void commit_round(int version, const char *now, const member *m, int n)
 		       " VALUES (%lld, %lld, %d, %lld, %lld, %lld, '%s', now())",
 		       pid, m[i].h->id, version, m[i].lo, m[i].hi, dropped ? 0 : m[i].mb_done,
 		       dropped ? "expired" : "returned");
+		if (sketch_units) {
+			char vals[4096] = "";
+			size_t len = 0;
+			for (long long g = m[i].lo; g < m[i].lo + m[i].mb_done; g++)
+				for (int j = 0; j < 4; j++)
+					len += (size_t)snprintf(vals + len, sizeof vals - len, "%s%.17g",
+					                        len ? "," : "", mb_sketch(g, j, 0));
+			th_sql("INSERT INTO work_unit_sketch (work_unit_id, k, sketches)"
+			       " SELECT id, 4, '{%s}' FROM work_unit WHERE project_id = %lld AND host_id = "
+			       "%lld"
+			       " AND version = %d AND lo = %lld",
+			       vals, pid, m[i].h->id, version, m[i].lo);
+		}
 		if (!dropped)
 			th_sql("INSERT INTO round_member (project_id, version, host_id, group_id, samples,"
 			       " endpoint, bandwidth, can_aggregate, lo, hi, outcome, params_sha256, "
@@ -133,10 +149,11 @@ static void test_ledger(void)
 	th_sql("DELETE FROM spot_policy WHERE project_id = %lld", pid);
 	ok(sql_double("SELECT spot_rate(spot_policy_of(%lld), 0)", pid) == 0,
 	   "a project without a spot_policy row is not spot-checked");
-	ok(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 3)") == 1 &&
-	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, 20)"),
+	ok(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, 3)") == 1 &&
+	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, "
+	                           "20)"),
 	                0.05) &&
-	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400)::spot_policy, "
+	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, "
 	                           "1000)"),
 	                0.01),
 	   "BOINC's rule: always below 10 agreeing checks, then 1/record, at least min_rate");
@@ -601,6 +618,255 @@ static void test_export(void)
 	free(email);
 }
 
+/* The made-up sketch value j of stream microbatch g computed by "data"
+ * honest (0) or not: what the host commits and a checker recomputes. */
+static double mb_sketch(long long g, int j, int data)
+{
+	return sin((double)g * 7 + j + data * 100) * (1 + j);
+}
+
+/* Commit round `version` like commit_round, each member's work unit with
+ * the sketches of its microbatches (k 4, mb_sketch with data 0). */
+static void commit_sketched_round(int version, const char *now, const member *m, int n)
+{
+	th_sql("INSERT INTO round (project_id, version) VALUES (%lld, %d) ON CONFLICT DO NOTHING", pid,
+	       version);
+	sketch_units = true;
+	commit_round(version, now, m, n);
+	sketch_units = false;
+	th_sql("RESET cotrain.now");
+}
+
+/* POST h's sketches of check's microbatches (data 0: honest; noise: a
+ * relative perturbation, as another thread count or BLAS gives). */
+static th_resp send_sketches(const host *h, json_t *check, int data, double noise)
+{
+	json_t *mbs = json_object_get(check, "microbatches");
+	json_t *vals = json_array();
+	for (size_t i = 0; i < json_array_size(mbs); i++)
+		for (int j = 0; j < 4; j++)
+			json_array_append_new(vals,
+			                      json_real(mb_sketch(json_integer_value(json_array_get(mbs, i)),
+			                                          j, data) *
+			                                (1 + noise * ((j & 1) ? 1 : -1))));
+	json_t *req = json_pack("{s:o}", "values", vals);
+	char *body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	char path[80];
+	snprintf(path, sizeof path, "/api/v1/spotchecks/%lld/fingerprint",
+	         (long long)json_integer_value(json_object_get(check, "id")));
+	th_resp r = call("POST", path, h->token, body);
+	free(body);
+	return r;
+}
+
+static json_t *claim(const host *h, long *status)
+{
+	th_resp r = call("POST", "/v1/projects/credit/spotchecks/claim", h->token, NULL);
+	*status = r.status;
+	json_t *c = r.status == 200 && r.json ? json_incref(r.json) : NULL;
+	th_resp_free(&r);
+	return c;
+}
+
+/* Claim checks for h until it is handed one of round `version` (returned)
+ * or nothing (NULL); checks of other rounds are answered honestly. */
+static json_t *claim_version(const host *h, int version)
+{
+	for (int i = 0; i < 20; i++) {
+		long st;
+		json_t *c = claim(h, &st);
+		if (!c || json_integer_value(json_object_get(c, "version")) == version)
+			return c;
+		th_resp x = send_sketches(h, c, 0, 0);
+		th_resp_free(&x);
+		json_decref(c);
+	}
+	return NULL;
+}
+
+static const char *check_state(json_t *c)
+{
+	static char st[32];
+	char q[200];
+	snprintf(q, sizeof q,
+	         "SELECT state || CASE WHEN disputed_at IS NOT NULL AND state = 'open' THEN '/disputed'"
+	         " ELSE '' END FROM spot_check WHERE id = %lld",
+	         (long long)json_integer_value(json_object_get(c, "id")));
+	PGresult *r = PQexec(th_db(), q);
+	snprintf(st, sizeof st, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "?");
+	PQclear(r);
+	return st;
+}
+
+static void test_sketch_checks(void)
+{
+	th_sql("UPDATE spot_policy SET first_rate = 1, k = 4, microbatches = 2, tolerance = 1e-3"
+	       " WHERE project_id = %lld",
+	       pid);
+	th_sql("DELETE FROM host_check_record");
+	/* Round 40: A, C and D, each checked on 2 of its microbatches. */
+	member r[] = { { &A, 400, 405, 5, 1 }, { &C, 405, 410, 5, 1 }, { &D, 410, 415, 5, 1 } };
+	commit_sketched_round(40, "2031-01-01 00:00:00+00", r, 3);
+	ok(th_sql_int("SELECT count(*) FROM spot_check WHERE version = 40 AND cardinality(microbatches) = 2"
+	              " AND fp_host IS NOT NULL AND samples = 2 * %d",
+	              MBS) == 3,
+	   "each host's check names 2 of its microbatches, its committed sketches already its answer");
+	ok(th_sql_int("SELECT count(*) FROM spot_check c, unnest(c.microbatches) WITH ORDINALITY m(g, i),"
+	              " generate_series(1, 4) j, work_unit_sketch ws"
+	              " WHERE c.version = 40 AND ws.work_unit_id = c.work_unit_id"
+	              " AND c.fp_host[(i - 1) * 4 + j] = ws.sketches[(g - c.lo) * 4 + j]") == 3 * 2 * 4,
+	   "the check's host values are the committed sketches of exactly those microbatches");
+	ok(th_sql_int("SELECT count(*) FROM spot_check WHERE version = 40 AND seed = spot_sketch_seed(%lld, "
+	              "40)",
+	              pid) == 3,
+	   "the checks carry the round's sketch seed");
+
+	/* Pending credit beside the totals: A's grant of round 40 waits. */
+	char path[80];
+	snprintf(path, sizeof path, "/api/v1/credit/hosts/%lld", A.id);
+	th_resp pr = call("GET", path, NULL, NULL);
+	double pend = pr.json ? json_number_value(json_object_get(pr.json, "pending_credit")) : -1;
+	ok(near(pend,
+	        sql_double("SELECT sum(credit) FROM credit_grant WHERE host_id = %lld AND status = 'pending'",
+	                   A.id)) &&
+	           pend >= credit_of(20) - 1e-12,
+	   "the host's pending credit is in its API answer (%g)", pend);
+	th_resp_free(&pr);
+	pr = call("GET", "/api/v1/credit/users?limit=10", NULL, NULL);
+	json_t *rows = pr.json ? json_object_get(pr.json, "rows") : NULL;
+	int with_pending = 0, right = json_array_size(rows) > 0;
+	for (size_t i = 0; i < json_array_size(rows); i++) {
+		json_t *row = json_array_get(rows, i);
+		double p = json_number_value(json_object_get(row, "pending_credit"));
+		with_pending += p > 0;
+		right &= near(p, sql_double("SELECT credit_pending_account(%lld)",
+		                            (long long)json_integer_value(json_object_get(row, "id"))));
+	}
+	ok(right && with_pending >= 1,
+	   "each row of the users' leaderboard shows its pending credit (%d with some)", with_pending);
+	th_resp_free(&pr);
+	long st;
+	json_t *c1 = claim(&B, &st);
+	ok(c1 && json_array_size(json_object_get(c1, "microbatches")) == 2,
+	   "B claims a check and is told its 2 microbatches (%ld)", st);
+	if (!c1)
+		return;
+	long long h1 = th_sql_int("SELECT host_id FROM spot_check WHERE id = %lld",
+	                          (long long)json_integer_value(json_object_get(c1, "id")));
+	th_resp x = send_sketches(&B, c1, 0, 2e-5);
+	ok(x.status == 200 && strcmp(th_json_str(&x, "state"), "agreed") == 0,
+	   "sketches within 2e-5 of the committed ones agree: %s", x.body);
+	th_resp_free(&x);
+	x = call("POST", "/v1/spotchecks/1/fingerprint", B.token, "{\"values\": [1, 2, 3, 4]}");
+	th_resp_free(&x);
+
+	/* The next check: B answers it with other data; a dispute. */
+	json_t *c2 = claim(&B, &st);
+	ok(c2 != NULL, "B claims a second check (%ld)", st);
+	if (!c2)
+		return;
+	long long h2 = th_sql_int("SELECT host_id FROM spot_check WHERE id = %lld",
+	                          (long long)json_integer_value(json_object_get(c2, "id")));
+	x = send_sketches(&B, c2, 1, 0);
+	ok(x.status == 200 && strcmp(check_state(c2), "open/disputed") == 0,
+	   "a checker that disagrees opens a dispute, nothing is decided yet (%s)", check_state(c2));
+	th_resp_free(&x);
+	/* The third: not the checked host, not the checker, nor a host the
+	 * checked host checked shortly before. */
+	host *hosts[] = { &A, &C, &D };
+	host *third = NULL;
+	for (int i = 0; i < 3; i++)
+		if (hosts[i]->id != h2 && !third) {
+			json_t *c3 = claim(hosts[i], &st);
+			if (c3 && json_integer_value(json_object_get(c3, "id")) ==
+			                  json_integer_value(json_object_get(c2, "id")))
+				third = hosts[i];
+			json_decref(c3);
+		}
+	ok(third != NULL, "another host is handed the disputed check as its third");
+	if (third) {
+		x = send_sketches(third, c2, 0, -3e-5);
+		ok(x.status == 200 && strcmp(th_json_str(&x, "state"), "agreed") == 0,
+		   "the third agrees with the committed sketches: the host wins (%s)", x.body);
+		th_resp_free(&x);
+		ok(th_sql_int("SELECT consecutive FROM host_check_record WHERE host_id = %lld", B.id) == 0 &&
+		           th_sql_int("SELECT n_disagreed FROM host_check_record WHERE host_id = %lld",
+		                      B.id) == 1,
+		   "the checker that disagreed loses its record");
+		ok(th_sql_int("SELECT count(*) FROM credit_grant WHERE version = 40 AND host_id = %lld"
+		              " AND status = 'granted' AND kind = 'round'",
+		              h2) == 1,
+		   "the host's credit is granted");
+	}
+	/* Round 41: h1 again.  B answered its last check, so B is not handed
+	 * this one; another host is. */
+	host *h1p = h1 == A.id ? &A : h1 == C.id ? &C : &D;
+	member r41[] = { { h1p, 415, 420, 5, 1 } };
+	commit_sketched_round(41, "2031-01-02 00:00:00+00", r41, 1);
+	json_t *c4 = claim_version(&B, 41);
+	ok(!c4,
+	   "the checker of a host's last check is not handed its next: no host vouches for another twice "
+	   "in a row");
+	json_decref(c4);
+	host *other = h1p == &A ? &C : &A;
+	c4 = claim_version(other, 41);
+	ok(c4 != NULL, "another host is handed it");
+	if (c4) {
+		x = send_sketches(other, c4, 0, 0);
+		th_resp_free(&x);
+	}
+	json_decref(c4);
+
+	/* Round 42: three different answers deny the host. */
+	member r42[] = { { &D, 420, 425, 5, 1 } };
+	commit_sketched_round(42, "2031-01-03 00:00:00+00", r42, 1);
+	json_t *c5 = claim_version(&A, 42);
+	json_t *c6 = NULL;
+	if (c5) {
+		x = send_sketches(&A, c5, 1, 0);
+		th_resp_free(&x);
+		c6 = claim_version(&C, 42);
+	}
+	ok(c5 && c6 &&
+	           json_integer_value(json_object_get(c5, "id")) ==
+	                   json_integer_value(json_object_get(c6, "id")),
+	   "after A disputes D's check, C is its third");
+	if (c6) {
+		x = send_sketches(&C, c6, 2, 0);
+		ok(x.status == 200 && strcmp(th_json_str(&x, "state"), "disagreed") == 0 &&
+		           th_sql_int("SELECT count(*) FROM credit_grant WHERE version = 42 AND host_id = "
+		                      "%lld"
+		                      " AND status = 'denied'",
+		                      D.id) == 1,
+		   "host, checker and third all differ: a tie denies the host (%s)", x.body);
+		th_resp_free(&x);
+	}
+	json_decref(c5);
+	json_decref(c6);
+
+	/* Round 43: A disputed, no third before the deadline: the server's
+	 * expiry denies it. */
+	member r43[] = { { &A, 425, 430, 5, 1 } };
+	commit_sketched_round(43, "2031-01-04 00:00:00+00", r43, 1);
+	host *checkers[] = { &B, &C, &D };
+	json_t *c7 = NULL;
+	for (int i = 0; i < 3 && !c7; i++)
+		if ((c7 = claim_version(checkers[i], 43))) {
+			x = send_sketches(checkers[i], c7, 1, 0);
+			th_resp_free(&x);
+		}
+	ok(c7 && th_sql_int("SELECT spot_expire('2031-03-01 00:00:00+00')") >= 1 &&
+	           th_sql_int("SELECT count(*) FROM credit_grant WHERE version = 43 AND host_id = %lld"
+	                      " AND status = 'denied'",
+	                      A.id) == 1,
+	   "a dispute no third host settled by the deadline denies the host");
+	json_decref(c7);
+	th_sql("RESET cotrain.now");
+	json_decref(c1);
+	json_decref(c2);
+}
+
 int main(void)
 {
 	plan_lazy();
@@ -615,6 +881,9 @@ int main(void)
 	test_leaderboards();
 	test_pages_and_metrics();
 	test_export();
+	test_sketch_checks();
+	ok(near(sql_double("SELECT coalesce(sum(total), 0) FROM host_credit"), granted_sum()),
+	   "after sketch checks: host totals add up to the granted ledger");
 	done_testing();
 	return exit_status();
 }

@@ -138,7 +138,7 @@ r=$(q old "SELECT status || ' ' || (body::jsonb->>'state') FROM sched_finish(sha
 is "$r" "200 done" "sched_finish on an old work unit"
 r=$(q old "SELECT status FROM spot_list(sha256('token-1'::bytea), 1)")
 is "$r" 200 "spot_list authenticates an old host"
-r=$(q old "SELECT status || ' ' || (body::jsonb->>'state') FROM round_report(sha256('token-1'::bytea), 3, 0, 0, '127.0.0.1:1', 1e6, true, '{}', NULL)")
+r=$(q old "SELECT status || ' ' || (body::jsonb->>'state') FROM round_report(sha256('token-1'::bytea), 3, 0, 0, '127.0.0.1:1', 1e6, true, '{}', NULL, NULL)")
 is "$r" "200 returned" "round_report on the old closing round"
 
 # ---- a function file that changed -------------------------------------------

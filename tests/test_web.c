@@ -229,9 +229,17 @@ int main(void)
 	th_sql("INSERT INTO round_link (project_id, version, host_id, peer_id, rung, connect_ms) VALUES"
 	       " (%lld, 7, %lld, %lld, 'relay', 830), (%lld, 7, %lld, %lld, 'punch', 40.5)",
 	       pid, hosts[0], hosts[1], pid, hosts[1], hosts[0]);
+	/* A grant waiting for a spot check: pending credit beside the total. */
+	th_sql("INSERT INTO credit_grant (kind, project_id, version, host_id, account_id, team_id, samples,"
+	       " flops, credit, status, created_at)"
+	       " SELECT 'round', %lld, 100, h.id, h.account_id, a.team_id, 4, 8e9, 1.25, 'pending', now()"
+	       " FROM host h JOIN account a ON a.id = h.account_id WHERE h.id = %lld",
+	       pid, hosts[0]);
 	snprintf(url, sizeof url, "%s/host?id=%lld", th_url(), hosts[0]);
 	snprintf(shot, sizeof shot, "%s/host.png", shots);
 	dom = dump_dom(chrome, url, shot);
+	ok(dom && strstr(dom, ">pending<") && strstr(dom, ">1.25<"),
+	   "the host page shows its pending credit (1.25)");
 	ok(dom && strstr(dom, "id=\"reachability\"") && strstr(dom, "behind NAT") && strstr(dom, "2.5 MB") &&
 	           !strstr(dom, "class=\"error\""),
 	   "the host page shows the host's reachability and relayed bytes");

@@ -274,7 +274,7 @@ async function pageLeaderboard() {
 		head.appendChild(el('th', {}, 'Team'));
 	if (kind === 'hosts')
 		head.append(el('th', {}, 'Owner'), el('th', {}, 'CPU'));
-	head.append(el('th', { class: 'num' }, 'Total credit'), el('th', { class: 'num' }, 'Recent average'));
+	head.append(el('th', { class: 'num' }, 'Total credit'), el('th', { class: 'num' }, 'Pending'), el('th', { class: 'num' }, 'Recent average'));
 	const body = el('tbody', { id: 'rows' });
 	const single = { users: 'user', teams: 'team', hosts: 'host' }[kind];
 	for (const r of d.rows) {
@@ -284,7 +284,8 @@ async function pageLeaderboard() {
 			tr.appendChild(el('td', {}, r.team_id ? link('/team?id=' + r.team_id, utext(r.team_name)) : ''));
 		if (kind === 'hosts')
 			tr.append(el('td', {}, link('/user?id=' + r.owner_id, utext(r.owner_name))), el('td', {}, utext(r.cpu_model)));
-		tr.append(el('td', { class: 'num' }, fmtNum(r.total_credit)), el('td', { class: 'num' }, fmtNum(r.expavg_credit)));
+		tr.append(el('td', { class: 'num' }, fmtNum(r.total_credit)), el('td', { class: 'num' }, fmtNum(r.pending_credit)),
+		          el('td', { class: 'num' }, fmtNum(r.expavg_credit)));
 		body.appendChild(tr);
 	}
 	const pager = el('nav', { class: 'pager' });
@@ -326,15 +327,17 @@ async function pageUser() {
 	for (const h of u.hosts)
 		hosts.appendChild(el('tr', {}, el('td', {}, link('/host?id=' + h.id, 'host ' + h.id)), el('td', {}, utext(h.cpu_model)),
 		                     el('td', {}, utext(h.os_name)), el('td', { class: 'num' }, fmtNum(h.total_credit)),
+		                     el('td', { class: 'num' }, fmtNum(h.pending_credit)),
 		                     el('td', { class: 'num' }, fmtNum(h.expavg_credit))));
 	document.title = 'User ' + u.id;
 	setMain(el('h1', { id: 'name' }, utext(u.name, 100)),
-	        el('div', { class: 'stats' }, stat('total credit', fmtNum(u.total_credit)), stat('recent average', fmtNum(u.expavg_credit)),
+	        el('div', { class: 'stats' }, stat('total credit', fmtNum(u.total_credit)), stat('pending', fmtNum(u.pending_credit)),
+	           stat('recent average', fmtNum(u.expavg_credit)),
 	           stat('team', u.team_id ? link('/team?id=' + u.team_id, utext(u.team_name)) : 'none'),
 	           stat('member since', fmtTime(u.created_at).slice(0, 10))),
 	        el('h2', {}, 'Hosts'),
 	        el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'Host'), el('th', {}, 'CPU'), el('th', {}, 'OS'),
-	           el('th', { class: 'num' }, 'Total'), el('th', { class: 'num' }, 'Recent average'))), hosts),
+	           el('th', { class: 'num' }, 'Total'), el('th', { class: 'num' }, 'Pending'), el('th', { class: 'num' }, 'Recent average'))), hosts),
 	        el('h2', {}, 'Recent grants'), grantsTable(u.grants));
 }
 
@@ -347,7 +350,8 @@ async function pageTeam() {
 	document.title = 'Team ' + t.id;
 	setMain(el('h1', { id: 'name' }, utext(t.name, 100)),
 	        el('p', { class: 'desc' }, utext(t.description, 4000)),
-	        el('div', { class: 'stats' }, stat('total credit', fmtNum(t.total_credit)), stat('recent average', fmtNum(t.expavg_credit)),
+	        el('div', { class: 'stats' }, stat('total credit', fmtNum(t.total_credit)), stat('pending', fmtNum(t.pending_credit)),
+	           stat('recent average', fmtNum(t.expavg_credit)),
 	           stat('members', fmtNum(t.n_members, 0)),
 	           stat('founder', t.founder_id ? link('/user?id=' + t.founder_id, utext(t.founder_name)) : '–')),
 	        el('h2', {}, 'Members'),
@@ -422,7 +426,8 @@ async function pageHost() {
 	document.title = 'Host ' + h.id;
 	setMain(el('h1', { id: 'name' }, 'Host ' + h.id),
 	        el('div', { class: 'stats' }, stat('owner', link('/user?id=' + h.owner_id, utext(h.owner_name))),
-	           stat('total credit', fmtNum(h.total_credit)), stat('recent average', fmtNum(h.expavg_credit)),
+	           stat('total credit', fmtNum(h.total_credit)), stat('pending', fmtNum(h.pending_credit)),
+	           stat('recent average', fmtNum(h.expavg_credit)),
 	           stat('spot checks agreed in a row', fmtNum(h.spot_checks.consecutive, 0))),
 	        el('div', { class: 'card' },
 	           el('p', {}, 'CPU: ', utext(h.cpu_model, 256), ' (', fmtNum(h.cores, 0), ' cores)'),

@@ -176,13 +176,30 @@ BEGIN
           INTO v_rec;
         v_check := NULL;
         IF random() < spot_rate(pol, v_rec) THEN
-            -- One of its committed ranges, at random.
-            SELECT w.id, w.lo, w.lo + w.mb_done AS hi, w.mb_done INTO wu
-              FROM work_unit w
+            -- One of its committed ranges, at random, preferring one whose
+            -- microbatch sketches were committed with its report.
+            SELECT w.id, w.lo, w.lo + w.mb_done AS hi, w.mb_done, ws.k AS sk, ws.sketches INTO wu
+              FROM work_unit w LEFT JOIN work_unit_sketch ws ON ws.work_unit_id = w.id
              WHERE w.project_id = p_project AND w.version = p_version AND w.host_id = m.host_id
                AND w.mb_done > 0 AND w.state IN ('done', 'returned')
-             ORDER BY random() LIMIT 1;
-            IF FOUND THEN
+             ORDER BY ws.work_unit_id IS NULL, random() LIMIT 1;
+            IF FOUND AND wu.sketches IS NOT NULL THEN
+                -- pol.microbatches of them, at random: the host's committed
+                -- sketches of those are its answer already.
+                INSERT INTO spot_check (project_id, version, work_unit_id, host_id, lo, hi,
+                                        samples, seed, k, tolerance, created_at, deadline,
+                                        microbatches, fp_host)
+                SELECT p_project, p_version, wu.id, m.host_id, wu.lo, wu.hi,
+                       count(*) * pr.microbatch_size, spot_sketch_seed(p_project, p_version),
+                       wu.sk, pol.tolerance, p_now, p_now + make_interval(secs => pol.deadline_s),
+                       array_agg(wu.lo + o ORDER BY o),
+                       (SELECT array_agg(wu.sketches[o2 * wu.sk + j] ORDER BY o2, j)
+                          FROM unnest(array_agg(o)) o2, generate_series(1, wu.sk) j)
+                  FROM (SELECT o FROM generate_series(0, wu.mb_done - 1) o
+                         ORDER BY random() LIMIT pol.microbatches) pick
+                RETURNING id INTO v_check;
+                UPDATE credit_grant SET spot_check_id = v_check WHERE id = v_grant;
+            ELSIF FOUND THEN
                 INSERT INTO spot_check (project_id, version, work_unit_id, host_id, lo, hi,
                                         samples, seed, k, tolerance, created_at, deadline)
                 VALUES (p_project, p_version, wu.id, m.host_id, wu.lo, wu.hi,
@@ -209,4 +226,21 @@ BEGIN
     PERFORM credit_grant_round(NEW.project_id, NEW.version, credit_now());
     RETURN NULL;
 END
+$$;
+
+-- Pending credit: the credit of a holder's grants that wait for a spot
+-- check (shown beside the totals, as BOINC shows pending credit; never in
+-- them).
+CREATE OR REPLACE FUNCTION credit_pending_host(p_host bigint) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant WHERE host_id = p_host AND status = 'pending'
+$$;
+CREATE OR REPLACE FUNCTION credit_pending_account(p_account bigint) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant
+     WHERE account_id = p_account AND status = 'pending'
+$$;
+CREATE OR REPLACE FUNCTION credit_pending_team(p_team bigint) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(credit), 0) FROM credit_grant WHERE team_id = p_team AND status = 'pending'
 $$;

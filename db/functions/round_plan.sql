@@ -164,6 +164,8 @@ BEGIN
         'round_samples', ro.samples, 'param_count', ro.param_count,
         'deadline', ro.plan_deadline,
         'compression', coalesce(c.config->'compression', '"none"'::jsonb),
+        'aggregation', coalesce(c.config->'aggregation', '"mean"'::jsonb),
+        'centered_clip', c.config->'centered_clip',
         'members', (SELECT jsonb_agg(jsonb_build_object(
                         'host_id', g.host_id, 'endpoint', g.endpoint, 'samples', g.samples,
                         'can_aggregate', g.can_aggregate, 'lo', g.lo, 'hi', g.hi)

@@ -17,21 +17,28 @@ $$;
 -- A work unit's report once its round is closing: the exact microbatches
 -- done (samples = mb_done * microbatch_size), what the plan needs of its
 -- host (endpoint, bandwidth in bytes/s, whether it accepts connections,
--- round-trip times to other hosts) and the unit's mean training loss (NULL:
--- unknown).  A live unit becomes 'returned' and its rest [lo + mb_done, hi)
+-- round-trip times to other hosts), the unit's mean training loss (NULL:
+-- unknown) and the sketches of its microbatches' gradients (NULL: none; else
+-- an array of mb_done arrays of the policy's k numbers, row i for stream
+-- microbatch lo + i, under the round's sketch seed: what spot checks compare
+-- with, doc/credit.md).  A live unit becomes 'returned' and its rest [lo + mb_done, hi)
 -- goes back to the pool; a finished one must report all of its range.  The
 -- same report (loss included) again answers the same; a different one is
 -- 409.  Holds the round row FOR SHARE, so the plan (which takes it FOR
 -- UPDATE) sees every report made before it, and none after.
 CREATE OR REPLACE FUNCTION round_report(p_token_hash bytea, p_wu bigint, p_mb_done bigint, p_samples bigint,
                              p_endpoint text, p_bandwidth double precision,
-                             p_can_aggregate boolean, p_rtt jsonb, p_loss double precision)
+                             p_can_aggregate boolean, p_rtt jsonb, p_loss double precision,
+                             p_sketches jsonb)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
 DECLARE
     v_host bigint;
     w      record;
     v_state text;
     prev   record;
+    v_k    integer;
+    v_flat double precision[];
+    v_err  text;
 BEGIN
     v_host := host_auth(p_token_hash);
     IF v_host IS NULL THEN
@@ -52,11 +59,22 @@ BEGIN
         RETURN QUERY SELECT 403, api_error('forbidden', format('work unit %s belongs to another host', p_wu));
         RETURN;
     END IF;
+    IF p_sketches IS NOT NULL AND jsonb_typeof(p_sketches) <> 'null' THEN
+        v_k := (spot_policy_of(w.project_id)).k;
+        v_err := spot_sketches_invalid(p_sketches, p_mb_done, v_k);
+        IF v_err IS NOT NULL THEN
+            RETURN QUERY SELECT 400, api_error('invalid', v_err);
+            RETURN;
+        END IF;
+        v_flat := spot_sketches_flat(p_sketches);
+    END IF;
     SELECT * INTO prev FROM round_report WHERE work_unit_id = p_wu;
     IF FOUND THEN
         IF prev.mb_done = p_mb_done AND prev.samples = p_samples AND prev.endpoint = p_endpoint
            AND prev.bandwidth = p_bandwidth AND prev.can_aggregate = p_can_aggregate
-           AND prev.rtt = p_rtt AND prev.loss IS NOT DISTINCT FROM p_loss THEN
+           AND prev.rtt = p_rtt AND prev.loss IS NOT DISTINCT FROM p_loss
+           AND (SELECT ws.sketches FROM work_unit_sketch ws WHERE ws.work_unit_id = p_wu)
+               IS NOT DISTINCT FROM v_flat THEN
             RETURN QUERY SELECT 200, round_report_answer(p_wu);
         ELSE
             RETURN QUERY SELECT 409, api_error('conflict',
@@ -87,7 +105,8 @@ BEGIN
     IF EXISTS (SELECT 1 FROM round_report WHERE work_unit_id = p_wu) THEN
         -- The same unit reported concurrently: answer as a repeat.
         RETURN QUERY SELECT * FROM round_report(p_token_hash, p_wu, p_mb_done, p_samples, p_endpoint,
-                                                p_bandwidth, p_can_aggregate, p_rtt, p_loss);
+                                                p_bandwidth, p_can_aggregate, p_rtt, p_loss,
+                                                p_sketches);
         RETURN;
     END IF;
     IF w.state NOT IN ('live', 'done') THEN
@@ -131,6 +150,10 @@ BEGIN
                               endpoint, bandwidth, can_aggregate, rtt, loss)
     VALUES (p_wu, w.project_id, w.version, v_host, p_mb_done, p_samples,
             p_endpoint, p_bandwidth, p_can_aggregate, p_rtt, p_loss);
+    IF v_flat IS NOT NULL AND p_mb_done > 0 THEN
+        INSERT INTO work_unit_sketch (work_unit_id, k, sketches) VALUES (p_wu, v_k, v_flat)
+        ON CONFLICT (work_unit_id) DO UPDATE SET k = EXCLUDED.k, sketches = EXCLUDED.sketches;
+    END IF;
     RETURN QUERY SELECT 200, round_report_answer(p_wu);
 END
 $$;

@@ -341,6 +341,7 @@ BEGIN
         'deadline', v_deadline,
         'heartbeat_interval', greatest(1, v_proj.wu_seconds / 4),
         'target_batch', v_proj.target_batch,
+        'sketch', spot_sketch_params(v_proj.id, v_proj.current_version),
         'files', sched_files(v_proj.id, v_proj.current_version, v_proj.dataset_id, v_proj.n_tokens,
                              v_proj.microbatch_size::bigint * v_proj.seq_len, v_proj.mb_per_epoch,
                              v_lo, v_hi))::text;

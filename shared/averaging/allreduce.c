@@ -39,7 +39,9 @@
  * results at their upload rate (doc/averaging.md, "Pacing"). */
 #include "shared/averaging/allreduce.h"
 #include "shared/averaging/allreduce_internal.h"
+#include "shared/averaging/centered_clip.h"
 
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -155,6 +157,13 @@ static cot_err check_params(const allreduce_params *p, cot_errbuf *eb)
 		return cot_seterr(eb, COT_ERR_INVALID, "invalid all-reduce parameters");
 	if (!comp_kind_valid(p->send_comp) || !comp_kind_valid(p->result_comp))
 		return cot_seterr(eb, COT_ERR_INVALID, "unknown compression");
+	if (p->aggregation == ALLREDUCE_CENTERED_CLIP &&
+	    (!(p->clip_tau > 0) || !isfinite(p->clip_tau) || p->clip_iters < 1 ||
+	     p->clip_iters > CCLIP_ITERS_MAX))
+		return cot_seterr(eb, COT_ERR_INVALID, "CenteredClip needs tau > 0 and 1 to %d iterations",
+		                  CCLIP_ITERS_MAX);
+	if (p->aggregation != ALLREDUCE_SUM && p->aggregation != ALLREDUCE_CENTERED_CLIP)
+		return cot_seterr(eb, COT_ERR_INVALID, "unknown aggregation");
 	if (p->members[p->self].host_id != peer_ctx_host_id(p->ctx))
 		return cot_seterr(eb, COT_ERR_INVALID, "member %zu is host %lld, not us (host %lld)", p->self,
 		                  (long long)p->members[p->self].host_id,
@@ -216,7 +225,8 @@ static cot_err run_init(run *r, const allreduce_params *p, float *out, cot_errbu
 	if (r->agg) {
 		r->spec_bytes = malloc(comp_encoded_size(p->result_comp, r->a_len));
 		r->spec_tmp = malloc((r->a_len < PART_VALUES ? r->a_len : PART_VALUES) * sizeof *r->spec_tmp);
-		r->spec_ok = r->spec_bytes && r->spec_tmp;
+		/* CenteredClip needs every slice whole: nothing is streamed. */
+		r->spec_ok = r->spec_bytes && r->spec_tmp && p->aggregation != ALLREDUCE_CENTERED_CLIP;
 	}
 	for (size_t i = 0; i < p->n; i++) {
 		r->m[i].r = r;

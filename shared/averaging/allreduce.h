@@ -22,7 +22,10 @@
  * exact up to one rounding: each aggregator adds the included contributions
  * (as decoded from the wire) in ascending host id order in double and rounds
  * to fp32 once, then applies result_comp once; every member decodes the same
- * bytes. */
+ * bytes.  With ALLREDUCE_CENTERED_CLIP each aggregator instead combines its
+ * range with CenteredClip (shared/averaging/centered_clip.h) over the same
+ * ordered set, once the whole of every slice is in (no result is streamed
+ * while slices arrive), and returns total samples x the result. */
 #ifndef COT_ALLREDUCE_H
 #define COT_ALLREDUCE_H
 
@@ -42,6 +45,12 @@
 #define ALLREDUCE_FRAME_ACCEPTED 0x13 /* aggregator -> sender: whom it accepted */
 
 #define ALLREDUCE_MAX_MEMBERS 256
+
+/* How an aggregator combines the included contributions to its range. */
+typedef enum {
+	ALLREDUCE_SUM,          /* the exact sum (allreduce_sum): the default */
+	ALLREDUCE_CENTERED_CLIP /* CenteredClip (centered_clip.h), scaled back to a sum */
+} allreduce_aggregation;
 #define ALLREDUCE_OUTLIER_DEFAULT 10.0 /* norm per sample above 10x the median */
 
 typedef struct {
@@ -59,15 +68,18 @@ typedef struct {
 	int64_t round;     /* model version being averaged (HELLO round) */
 	const float *grad; /* our gradient sum, len values */
 	size_t len;
-	int send_comp;            /* comp_kind of slices (the group agrees) */
-	int result_comp;          /* comp_kind of results */
-	double outlier_factor;    /* 0: ALLREDUCE_OUTLIER_DEFAULT; < 0: off */
-	peer_ctx *ctx;            /* our identity */
-	dialer *dialer;           /* to reach the aggregators */
-	listener *lst;            /* ours; needed when our range is not empty */
-	int64_t collect_deadline; /* slices must have arrived by then */
-	int64_t deadline;         /* the whole exchange ends by then */
-	int no_stream;            /* 1: open no stream connections; every
+	int send_comp;                     /* comp_kind of slices (the group agrees) */
+	int result_comp;                   /* comp_kind of results */
+	double outlier_factor;             /* 0: ALLREDUCE_OUTLIER_DEFAULT; < 0: off */
+	peer_ctx *ctx;                     /* our identity */
+	dialer *dialer;                    /* to reach the aggregators */
+	listener *lst;                     /* ours; needed when our range is not empty */
+	int64_t collect_deadline;          /* slices must have arrived by then */
+	int64_t deadline;                  /* the whole exchange ends by then */
+	allreduce_aggregation aggregation; /* what our aggregator computes */
+	double clip_tau;                   /* CenteredClip's tau and iterations */
+	int clip_iters;
+	int no_stream; /* 1: open no stream connections; every
 	                                   * aggregator then sends us its result on
 	                                   * the slice connection (one connection
 	                                   * per aggregator instead of two) */

@@ -10,6 +10,7 @@
  * while the slices still arrive.  The caller's thread decides (ar_agg_collect,
  * ar_agg_reduce); the handlers only send what it published. */
 #include "shared/averaging/allreduce_internal.h"
+#include "shared/averaging/centered_clip.h"
 #include "shared/averaging/allreduce_msg.h"
 
 #include "shared/peer/frame.h"
@@ -320,8 +321,14 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 			                (long long)r->fin[k]);
 		x[k] = c->data;
 	}
-	if (!rc)
+	if (!rc && p->aggregation == ALLREDUCE_CENTERED_CLIP) {
+		uint64_t samples[ALLREDUCE_MAX_MEMBERS];
+		for (size_t k = 0; k < r->n_fin; k++)
+			samples[k] = p->members[ar_member_index(p, r->fin[k])].samples;
+		rc = cclip_combine(x, samples, r->n_fin, r->a_len, p->clip_tau, p->clip_iters, sum, eb);
+	} else if (!rc) {
 		allreduce_sum(x, r->n_fin, r->a_len, sum);
+	}
 	for (size_t i = 0; !rc && i < r->a_len; i++)
 		if (!isfinite(sum[i]))
 			rc = cot_seterr(eb, COT_ERR_INVALID, "the sum overflowed at value %llu",

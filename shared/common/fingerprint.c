@@ -3,15 +3,7 @@
 
 #include <math.h>
 
-static uint64_t mix64(uint64_t z)
-{
-	z ^= z >> 30;
-	z *= 0xBF58476D1CE4E5B9ULL;
-	z ^= z >> 27;
-	z *= 0x94D049BB133111EBULL;
-	z ^= z >> 31;
-	return z;
-}
+#include "shared/common/sketch.h"
 
 void spot_fingerprint_compute(const float *g, size_t n, uint64_t seed, int k, double *out)
 {
@@ -20,21 +12,11 @@ void spot_fingerprint_compute(const float *g, size_t n, uint64_t seed, int k, do
 		double s = 0;
 		uint64_t base = (uint64_t)j << 40;
 		for (size_t i = 0; i < n; i++) {
-			uint64_t u = mix64(seed + 0x9E3779B97F4A7C15ULL * (base + (uint64_t)i + 1));
+			uint64_t u = sketch_mix64(seed + 0x9E3779B97F4A7C15ULL * (base + (uint64_t)i + 1));
 			s += (u >> 63) ? -(double)g[i] : (double)g[i];
 		}
 		out[j] = s * scale;
 	}
 }
 
-double spot_fingerprint_distance(const double *a, const double *b, int k)
-{
-	double d = 0, na = 0, nb = 0;
-	for (int j = 0; j < k; j++) {
-		d += (a[j] - b[j]) * (a[j] - b[j]);
-		na += a[j] * a[j];
-		nb += b[j] * b[j];
-	}
-	double m = sqrt(na > nb ? na : nb);
-	return m > 0 ? sqrt(d) / m : 0;
-}
+double spot_fingerprint_distance(const double *a, const double *b, int k) { return sketch_distance(a, b, k); }

@@ -1,0 +1,181 @@
+#!/bin/sh
+# cotrain tests: spot checks of committed microbatch sketches (issue 18;
+# doc/credit.md, "Spot checks").  A real PostgreSQL, cotrain-server and
+# five cotrain-client daemons train a tiny model in sync mode with every
+# host checked on every round (first_rate 1, never trusted), two
+# microbatches a check:
+#   - four honest hosts on different thread counts and GEMM paths (the
+#     backend's own and OpenBLAS's, COTRAIN_GEMM=blas) never disagree: 0
+#     false positives over the run;
+#   - a host that skips half of its microbatches and reports made-up
+#     sketches for them (the test hook COTRAIN_CHEAT=skip-half) is caught:
+#     its checks disagree, a third host settles each dispute against it,
+#     and its credit is denied;
+#   - the checked host never recomputes anything: the checks' compute is
+#     the microbatches the checkers and third hosts recomputed, printed as a
+#     fraction of the microbatches trained;
+#   - the cheater, stopped (as if detached), still has its open checks
+#     settled by the others from the sketches it committed;
+#   - no host answered two consecutive checks of the same host (a friend
+#     cannot vouch for a host every time);
+#   - checks past their deadline expire on the server's timer, with no
+#     client listing or claiming checks.
+. "$top_srcdir/tests/tap.sh"
+B=$top_builddir
+[ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
+T=$(mktemp -d /tmp/cotrain-sketch-XXXXXX)
+SPID= CPIDS=
+cleanup() {
+	for p in $CPIDS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+	for p in $CPIDS; do wait "$p" 2>/dev/null; done
+	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT INT TERM
+admin() { "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" "$@"; }
+sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
+wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
+version() { sql "select current_version from project where name = 'val'"; }
+version_at_least() { [ "$(version)" -ge "$1" ] 2>/dev/null; }
+start_client() { # N THREADS [ENV...]
+	c_n=$1 c_t=$2
+	shift 2
+	mkdir -p "$T/cl$c_n"
+	env "$@" "$B/client/cotrain-client" --state-dir "$T/cl$c_n" --socket "$T/cl$c_n/control.sock" \
+		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
+		--set only_on_ac=false --set idle_detection=none --set max_threads="$c_t" \
+		--set socket_group=nonexistent --set log_level=info \
+		--set spot_interval=1 2>>"$T/client$c_n.log" &
+	CPIDS="$CPIDS $!"
+	eval "CPID$c_n=$!"
+	_key=$(echo secretpassword | admin user create --password-stdin "c$c_n@example.org" "client $c_n" |
+		sed -n 's/^account key: //p')
+	wait_for 30 test -S "$T/cl$c_n/control.sock" &&
+		"$B/client/cotrainctl" --socket "$T/cl$c_n/control.sock" attach "http://127.0.0.1:$PORT/projects/val" \
+			--key "$_key" >/dev/null &&
+		wait_for 30 grep -qs '"host_id": *[0-9]' "$T/cl$c_n/state.json" &&
+		eval "H$c_n=$(grep -o '"host_id": *[0-9]*' "$T/cl$c_n/state.json" | grep -o '[0-9]*$' | head -1)"
+}
+stop_clients() {
+	for p in $CPIDS; do kill "$p" 2>/dev/null; done
+	for p in $CPIDS; do wait "$p" 2>/dev/null; done
+	CPIDS=
+}
+
+plan 12
+
+mkdir -p "$T/text"
+head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
+cat >"$T/val.json" <<JSON
+{"name": "val", "title": "val", "dataset": "tiny",
+ "model": {"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256},
+ "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "clip_norm": 1.0,
+               "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
+ "target_batch": 96, "microbatch_size": 4, "seed": 11, "work_unit_seconds": 20}
+JSON
+admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null &&
+	admin project create "$T/val.json" >/dev/null || bail_out "could not set up the project"
+pid=$(sql "select id from project where name = 'val'")
+sql "update spot_policy set first_rate = 1, trusted_after = 1000000 where project_id = $pid" >/dev/null
+
+"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --reap-interval 1 \
+	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 4 --round-average-timeout 20 \
+	--log-level info 2>"$T/server.log" &
+SPID=$!
+wait_for 20 grep -qs 'listening on' "$T/server.log" || bail_out "the server did not start"
+PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
+
+start_client 1 1 && start_client 2 2 COTRAIN_GEMM=blas && start_client 3 2 &&
+	start_client 4 1 COTRAIN_GEMM=blas && start_client 5 1 COTRAIN_CHEAT=skip-half ||
+	bail_out "a client did not start"
+HONEST="$H1,$H2,$H3,$H4"
+CHEAT=$H5
+grep -q "COTRAIN_CHEAT=skip-half" "$T/client5.log"
+ok $? "client 5 (host $CHEAT) cheats: it skips half of its microbatches"
+
+caught() { [ "$(sql "select count(*) from spot_check where host_id = $CHEAT and state = 'disagreed'")" -ge 2 ]; }
+wait_for 400 version_at_least 16
+ok $? "five clients commit 15 rounds (version $(version))"
+wait_for 120 caught
+n_sk=$(sql "select count(*) from work_unit_sketch ws join work_unit w on w.id = ws.work_unit_id
+  where w.project_id = $pid")
+ok $([ "$n_sk" -ge 15 ] && echo 0 || echo 1) "the reports committed the sketches of their microbatches ($n_sk work units)"
+
+# The cheater, stopped as if detached: its open checks are settled
+# without it, from what it committed.
+kill "$CPID5" && wait "$CPID5" 2>/dev/null
+open_of_cheat() { sql "select count(*) from spot_check where host_id = $CHEAT and state = 'open'"; }
+before=$(open_of_cheat)
+settled() { [ "$(open_of_cheat)" -eq 0 ]; }
+wait_for 120 settled
+ok $? "the stopped cheater's $before open checks were settled without it ($(open_of_cheat) left)"
+stop_clients
+
+summary=$(sql "select
+  count(*) filter (where host_id in ($HONEST)) || ' ' ||
+  count(*) filter (where host_id in ($HONEST) and state = 'agreed') || ' ' ||
+  count(*) filter (where host_id in ($HONEST) and (state = 'disagreed' or disputed_at is not null)) || ' ' ||
+  count(*) filter (where host_id = $CHEAT) || ' ' ||
+  count(*) filter (where host_id = $CHEAT and state = 'disagreed') || ' ' ||
+  count(*) filter (where host_id = $CHEAT and state = 'agreed') || ' ' ||
+  count(*) filter (where host_id = $CHEAT and fp_third is not null) || ' ' ||
+  coalesce(max(distance) filter (where host_id in ($HONEST)), 0)
+  from spot_check where project_id = $pid and microbatches is not null")
+set -- $summary
+h_all=$1 h_agreed=$2 h_bad=$3 c_all=$4 c_dis=$5 c_agr=$6 c_third=$7 h_maxd=$8
+diag "honest hosts: $h_all checks, $h_agreed agreed, $h_bad disputed or disagreed, largest distance $h_maxd"
+diag "cheater: $c_all checks, $c_dis disagreed, $c_agr agreed (both microbatches drawn among those it computed), $c_third settled by a third host"
+ok $([ "$h_agreed" -ge 10 ] && [ "$h_bad" -eq 0 ] && echo 0 || echo 1) \
+	"honest hosts on 1 and 2 threads, two GEMM paths: $h_agreed checks agreed, 0 false positives ($h_bad)"
+ok $([ "$c_dis" -ge 2 ] && echo 0 || echo 1) "the cheater is caught: $c_dis of its $c_all checks disagreed"
+ok $([ "$c_third" -ge 1 ] && [ "$c_third" -ge "$c_dis" ] && echo 0 || echo 1) \
+	"every dispute over the cheater was settled by a third host ($c_third of $c_dis)"
+# From the cheater's first round to its first denial.
+caught_after=$(sql "select round(extract(epoch from min(c.resolved_at) - min(r.opened_at))::numeric, 1) || ' s, '
+  || (select count(*) from round_member m join spot_check d on d.host_id = m.host_id
+       where m.host_id = $CHEAT and m.project_id = $pid and d.id = (select min(id) from spot_check
+         where host_id = $CHEAT and state = 'disagreed') and m.version <= d.version) || ' of its rounds'
+  from spot_check c, round r join round_member m using (project_id, version)
+  where c.host_id = $CHEAT and c.state = 'disagreed' and m.host_id = $CHEAT")
+diag "the cheater's first denial came $caught_after after its first round opened"
+grants=$(sql "select count(*) filter (where status = 'denied') || ' ' || count(*) filter (where status = 'granted')
+  || ' ' || count(*) filter (where status = 'pending') from credit_grant where project_id = $pid and host_id = $CHEAT and kind = 'round'")
+set -- $grants
+ok $([ "$1" -ge "$c_dis" ] && [ "$1" -gt "$2" ] && echo 0 || echo 1) \
+	"the cheater's credit is denied: $1 round grants denied, $2 granted, $3 pending"
+h_denied=$(sql "select count(*) from credit_grant where project_id = $pid and host_id in ($HONEST) and status = 'denied'")
+is "$h_denied" 0 "no honest host was denied credit"
+# Checkers agreeing with the cheater's made-up sketches would be flagged.
+is "$(sql "select count(*) from spot_check where project_id = $pid and outcome like '%the checker disagreed%'
+  and host_id = $CHEAT")" 0 "no third host sided with the cheater"
+
+# No host vouches for another twice in a row.
+pairs=$(sql "select count(*) from spot_check c join spot_check o on o.host_id = c.host_id
+  and o.id = (select max(id) from spot_check p where p.host_id = c.host_id and p.id < c.id)
+  where c.project_id = $pid
+    and (c.checker_id in (o.checker_id, o.third_id) or c.third_id in (o.checker_id, o.third_id))")
+is "$pairs" 0 "no host answered two consecutive checks of the same host"
+
+# The compute the checks took: the microbatches recomputed by checkers and
+# third hosts, against every microbatch trained.
+checked=$(sql "select coalesce(sum(cardinality(microbatches) * ((fp_checker is not null)::int + (fp_third is not null)::int)), 0)
+  from spot_check where project_id = $pid")
+trained=$(sql "select sum(mb_done) from work_unit where project_id = $pid and state in ('done', 'returned')")
+diag "checks recomputed $checked microbatches of the $trained trained: $(echo "$checked $trained" | awk '{printf "%.1f%%", 100 * $1 / $2}') (first_rate 1, 2 microbatches a check)"
+
+# Expiry on the server's timer: no client runs, so nothing lists or claims
+# checks now.  The checks left open are made overdue, and one more opens
+# (a copy of a settled one, due in 3 s) to be sure there is one.
+sql "update spot_check set deadline = now() - interval '1 second' where project_id = $pid and state = 'open'" >/dev/null
+late=$(sql "insert into spot_check (project_id, version, work_unit_id, host_id, lo, hi, samples, seed, k,
+    tolerance, created_at, deadline, microbatches, fp_host)
+  select project_id, version, work_unit_id, host_id, lo, hi, samples, seed, k, tolerance, now(),
+    now() + interval '3 seconds', microbatches, fp_host
+  from spot_check where project_id = $pid and microbatches is not null order by id limit 1 returning id")
+left=$(sql "select count(*) from spot_check where project_id = $pid and state = 'open'")
+none_open() { [ "$(sql "select count(*) from spot_check where project_id = $pid and state = 'open'")" -eq 0 ]; }
+wait_for 30 none_open
+expired=$?
+ok $([ $expired -eq 0 ] && [ "$left" -ge 1 ] &&
+	[ "$(sql "select state || ': ' || outcome from spot_check where id = ${late:-0}")" = "expired: expired without a checker" ] &&
+	echo 0 || echo 1) "the server's timer expired the $left checks left open once past their deadline"
