@@ -326,6 +326,10 @@ cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char 
 	                         "cores", h->cores, "memory_bytes", (json_int_t)h->memory_bytes, "gpu",
 	                         h->gpu, "flops", h->flops, "client_version", h->client_version, "os_name",
 	                         h->os_name, "os_version", h->os_version);
+	if (body && h->machine_id[0] && json_object_set_new(body, "machine_id", json_string(h->machine_id))) {
+		json_decref(body);
+		body = NULL;
+	}
 	json_t *a;
 	cot_err rc = body ? request(o, "POST", url, key, body, &a, NULL, eb) : COT_ERR_NOMEM;
 	json_decref(body);

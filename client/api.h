@@ -85,9 +85,12 @@ typedef struct {
 	char client_version[65];
 	char os_name[65];
 	char os_version[129];
+	char machine_id[65]; /* hex, per project (cl_hostinfo_machine_id); "" = none */
 } cl_hostinfo;
 
-/* POST /v1/hosts with the account key: a new host id and token. */
+/* POST /v1/hosts with the account key: a host id and a new token.  With a
+ * machine id the server gives back the account's host of that machine when
+ * it has one (the same id, a new token), else a new host. */
 cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char *key, const cl_hostinfo *h,
                              int64_t *host_id, char token[CL_TOKEN_MAX], cot_errbuf *eb);
 

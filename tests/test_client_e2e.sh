@@ -49,7 +49,7 @@ done_at_least() { [ "$(done_units)" -ge "$1" ] 2>/dev/null; }
 log_has() { grep -q "$1" "$T/client.log"; }
 mb_total() { ctl --json status | sed -n 's/.*"mb_total": \([0-9]*\),*$/\1/p' | head -1; }
 
-plan 38
+plan 42
 
 mkdir -p "$T/text"
 head -c 30000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -234,7 +234,17 @@ PYEOF
 else
 	skip 2 "python3 is needed to send raw control requests"
 fi
-ctl detach tiny >/dev/null; ok $? "detach"
+# Detach and attach again: the same host comes back (one host per machine
+# and account), with its credit and pending checks.
+hid() { ctl --json status | sed -n 's/.*"host_id": \([0-9]*\),*$/\1/p' | head -1; }
+h1=$(hid) nhosts=$(sql "select count(*) from host")
 ctl detach tiny2 >/dev/null; ok $? "detach the second project"
+ctl detach tiny >/dev/null; ok $? "detach"
+ctl attach "http://127.0.0.1:$PORT/projects/tiny" --key "$KEY" >/dev/null
+ok $? "attach again after the detach"
+h2=$(hid)
+ok $([ -n "$h1" ] && [ "$h1" = "$h2" ]; echo $?) "the same host comes back ($h1 -> $h2)"
+is "$(sql "select count(*) from host")" "$nhosts" "  and the server made no new host"
+ctl detach tiny >/dev/null; ok $? "detach once more"
 ctl status | grep -q 'project tiny'; is $? 1 "no project is left attached"
 done_testing
