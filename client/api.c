@@ -565,3 +565,36 @@ cot_err cl_api_report(const cl_api_opts *o, const cl_project *p, cl_report_op op
 		json_decref(a);
 	return COT_OK;
 }
+
+cot_err cl_api_host_credit(const cl_api_opts *o, const char *base, int64_t host_id, double *granted,
+                           double *pending, cot_errbuf *eb)
+{
+	char url[CL_URL_MAX + 64];
+	snprintf(url, sizeof url, "%s/v1/credit/hosts/%lld", base, (long long)host_id);
+	json_t *a;
+	cot_err rc = request(o, "GET", url, NULL, NULL, &a, NULL, eb);
+	if (rc)
+		return rc;
+	double g = 0, pend = 0;
+	cot_errbuf e2 = { "", "" };
+	if (cot_json_num(a, "total_credit", true, 0, 1e300, &g, &e2)) {
+		json_decref(a);
+		return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid credit answer: %s", e2.msg);
+	}
+	if (cot_json_num(a, "pending_credit", true, 0, 1e300, &pend, NULL)) {
+		pend = 0;
+		size_t k;
+		const json_t *row;
+		json_array_foreach(json_object_get(a, "grants"), k, row)
+		{
+			const char *st = json_string_value(json_object_get(row, "status"));
+			double c = json_number_value(json_object_get(row, "credit"));
+			if (st && strcmp(st, "pending") == 0 && c > 0 && c < 1e300)
+				pend += c;
+		}
+	}
+	json_decref(a);
+	*granted = g;
+	*pending = pend;
+	return COT_OK;
+}

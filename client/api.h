@@ -125,6 +125,13 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, int
  * fuzz harness (tests/fuzz/fuzz_work.c). */
 cot_err cl_api_parse_work(const json_t *a, time_t date, cl_project *p, cl_work *w, cot_errbuf *eb);
 
+/* GET /v1/credit/hosts/<id> (public): the host's granted credit
+ * (total_credit) and its pending credit: the answer's "pending_credit" when
+ * the server sends one, else the sum of the pending grants among the latest
+ * it lists.  Fields it does not know are ignored. */
+cot_err cl_api_host_credit(const cl_api_opts *o, const char *base, int64_t host_id, double *granted,
+                           double *pending, cot_errbuf *eb);
+
 /* POST /v1/workunits/<id>/{heartbeat,handback,finish} with mb_done and
  * samples_per_sec.  On success *answer (when not NULL) is the server's
  * answer (new reference). */

@@ -231,6 +231,7 @@ int main(int argc, char **argv)
 		}
 	}
 	d.hw.flops = d.st.bench_flops;
+	d.idle_since = (int64_t)time(NULL);
 
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	pthread_mutex_init(&d.lock, NULL);

@@ -49,7 +49,7 @@ done_at_least() { [ "$(done_units)" -ge "$1" ] 2>/dev/null; }
 log_has() { grep -q "$1" "$T/client.log"; }
 mb_total() { ctl --json status | sed -n 's/.*"mb_total": \([0-9]*\),*$/\1/p' | head -1; }
 
-plan 42
+plan 49
 
 mkdir -p "$T/text"
 head -c 30000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -88,10 +88,15 @@ fi
 
 ctl attach "http://127.0.0.1:$PORT/projects/nosuch" --key "$KEY" >/dev/null 2>&1
 is $? 1 "attaching to a missing project is refused (exit 1)"
-ctl attach "http://127.0.0.1:$PORT/projects/tiny" --key "wrongkey123" >/dev/null 2>&1
+ctl status | grep -q '^activity: no project attached$'; ok $? "status says no project is attached"
+ctl attach "http://127.0.0.1:$PORT/projects/tiny" --key "wrongkey123" >/dev/null 2>"$T/badkey.err"
 is $? 1 "attaching with a wrong key is refused"
+ok $(grep -q 'web site' "$T/badkey.err" && ! grep -qi 'authorization\|bearer' "$T/badkey.err"; echo $?) \
+	"  with a hint for a volunteer, not about HTTP headers: $(tr '\n' ' ' <"$T/badkey.err")"
 ctl attach "http://127.0.0.1:$PORT/projects/tiny" --key "$KEY" >/dev/null
 ok $? "attach with an account key"
+ctl --json status >"$T/attached.json"
+ok $(! grep -q '"activity": ""' "$T/attached.json"; echo $?) "right after attach no activity is blank"
 ctl --json attach "http://127.0.0.1:$PORT/projects/tiny" --key "$KEY" >"$T/dup.json" 2>/dev/null
 is $? 1 "attaching twice is refused"
 grep -q '"code": "already_exists"' "$T/dup.json"; ok $? "--json prints the error object"
@@ -103,9 +108,22 @@ wait_for 90 both_done
 ok $? "work units of both projects are computed and finished on the server ($(done_in tiny) + $(done_in tiny2))"
 grep -q "downloaded $CKPT .*resumed" "$T/client.log"; ok $? "the partial checkpoint download was resumed"
 ctl status | grep -q 'microbatches reported in all'; ok $? "status shows the project and its progress"
+wait_for 10 sh -c "\"$B/client/cotrainctl\" --socket '$T/cl/control.sock' status | grep -q '^activity: computing (project tiny2\\{0,1\\}, work unit [0-9]*)$'"
+ok $? "status says computing, with the project and work unit"
+# Credit as the server has it: granted and pending, looked at after each
+# finished work unit.
+H=$(sql "select host_id from work_unit w join project p on p.id = w.project_id where p.name = 'tiny' limit 1")
+P=$(sql "select id from project where name = 'tiny'")
+sql "insert into credit_grant (kind, project_id, version, host_id, account_id, samples, flops, credit, status, created_at)
+     select 'round', $P, v, $H, account_id, 8, 1, c, s, now() from host,
+            (values (900, 12.5, 'granted'), (901, 3.25, 'pending')) x(v, c, s) where id = $H;
+     insert into host_credit (host_id, total) values ($H, 12.5)" >/dev/null
+wait_for 30 sh -c "\"$B/client/cotrainctl\" --socket '$T/cl/control.sock' status | grep -q '^  credit: 12.5 granted, 3.25 pending$'"
+ok $? "status shows the host's credit, granted and pending: $(ctl status | grep credit: | tr '\n' ' ')"
 
 ctl suspend >/dev/null; ok $? "suspend"
 ctl --json status | grep -q '"suspended": true'; ok $? "status --json says suspended"
+ctl status | grep -q '^activity: suspended: by the user$'; ok $? "status says why nothing is computed"
 n1=$(done_units); sleep 2
 n2=$(done_units)
 ok $([ "$n2" -le "$((n1 + 2))" ]; echo $?) "no work is finished while suspended ($n1 -> $n2)"
@@ -141,6 +159,8 @@ ok $([ "$nrep" -ge 2 ] && [ "$overlap" = 0 ]; echo $?) "no microbatch was report
 kill "$SPID"; wait "$SPID" 2>/dev/null; SPID=
 wait_for 30 log_has 'retrying in'
 ok $? "with the server away the client retries with backoff"
+wait_for 10 sh -c "\"$B/client/cotrainctl\" --socket '$T/cl/control.sock' status | grep -q '^activity: waiting for work (project tiny2\\{0,1\\}), next attempt at [0-9:]*; idle since [0-9:]*$'"
+ok $? "status says it waits for work, with the next attempt's time: $(ctl status | head -1)"
 start_server || bail_out "server did not restart"
 n1=$(done_units)
 wait_for 30 done_at_least $((n1 + 1))
