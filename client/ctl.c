@@ -345,7 +345,9 @@ static void cmd_usage(FILE *f, int i)
 	fprintf(f, "usage: cotrainctl [--json] %s %s\n%s\n", cmds[i].name, cmds[i].args, cmds[i].help);
 	if (strcmp(cmds[i].name, "prefs") == 0)
 		fprintf(f,
-		        "\nKeys: max_threads, cpu_percent, only_when_idle, idle_after (s), only_on_ac,\n"
+		        "\nKeys: max_threads, cpu_percent, cpu_time_percent, only_when_idle, idle_after "
+		        "(s),\n"
+		        "only_on_ac, "
 		        "download_limit, upload_limit (bytes/s), disk_max, memory_max (bytes; k M G T).\n");
 }
 

@@ -16,6 +16,7 @@
 #include "client/priority.h"
 #include "client/shard_cache.h"
 #include "client/spotcheck.h"
+#include "client/throttle.h"
 #include "kernels/backend.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
@@ -694,6 +695,7 @@ static void compute(cl_daemon *d, int i)
 	if (rt->last_report == 0)
 		rt->last_report = start;
 	cl_daemon_activity(d, i, "computing");
+	int time_percent = (int)prefs.v[PREF_CPU_TIME_PERCENT];
 	d->interrupt = 0;
 	d->computing = s;
 	pthread_mutex_unlock(&d->lock);
@@ -705,9 +707,11 @@ static void compute(cl_daemon *d, int i)
 	d->computing_wu = wu;
 	while (k < n && !d->stop && !d->interrupt) {
 		float loss;
+		double tm = cl_now_mono();
 		rc = cl_compute_microbatch(s, lo + k, &loss, &eb);
 		if (rc)
 			break;
+		cl_throttle_rest(cl_now_mono() - tm, time_percent, &d->stop, &d->interrupt);
 		loss_sum += loss;
 		k++;
 		d->computing_mb = k;
@@ -838,7 +842,10 @@ static void spot_checks(cl_daemon *d, int i)
 	pthread_mutex_unlock(&d->lock);
 	cot_errbuf eb = { "", "" };
 	int n = 0;
-	cot_err rc = cl_spotchecks_run(&o, &copy, &env, &job, budget, &d->interrupt, &n, &eb);
+	cl_prefs prefs;
+	cl_daemon_prefs(d, &prefs);
+	cot_err rc = cl_spotchecks_run(&o, &copy, &env, &job, budget, (int)prefs.v[PREF_CPU_TIME_PERCENT],
+	                               &d->interrupt, &n, &eb);
 	pthread_mutex_lock(&d->lock);
 	i = cl_daemon_find(d, copy.url);
 	if (i < 0) {

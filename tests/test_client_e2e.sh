@@ -49,7 +49,7 @@ done_at_least() { [ "$(done_units)" -ge "$1" ] 2>/dev/null; }
 log_has() { grep -q "$1" "$T/client.log"; }
 mb_total() { ctl --json status | sed -n 's/.*"mb_total": \([0-9]*\),*$/\1/p' | head -1; }
 
-plan 49
+plan 52
 
 mkdir -p "$T/text"
 head -c 30000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -131,6 +131,14 @@ ctl resume >/dev/null; ok $? "resume"
 ctl prefs set max_threads=1 disk_max=64M >/dev/null; ok $? "prefs set"
 ctl prefs set max_threads=lots >/dev/null 2>&1; is $? 1 "a bad preference value is refused (exit 1)"
 ctl --json prefs | grep -q '"disk_max": 67108864'; ok $? "prefs get shows the new value"
+# The idle-only default: what the daemon does (nothing here sets it), what
+# doc/client.md says and what the project page tells volunteers agree.
+ctl --json prefs | tr -d ' \n' | grep -q '"effective":{[^}]*"only_when_idle":false'
+ok $? "only_when_idle is off by default"
+grep -q '^| `only_when_idle` | .* | false |$' "$top_srcdir/doc/client.md"; ok $? "  as doc/client.md says"
+ok $(grep -q 'computes also while you use the machine' "$top_srcdir/web/app.js" &&
+	! grep -q 'computes only when the machine is idle' "$top_srcdir/web/app.js"; echo $?) "  and as the project page says"
+
 
 # kill -9: on restart nothing is downloaded again and no microbatch is
 # counted twice on the server.
