@@ -57,6 +57,8 @@ static const route routes[] = {
 	{ "GET", "/user", web_page },
 	{ "GET", "/team", web_page },
 	{ "GET", "/host", web_page },
+	{ "GET", "/signup", web_signup_form },
+	{ "POST", "/signup", web_signup_post },
 };
 
 /* Does path (already split: segs[0..nseg)) match pattern?  Captures the

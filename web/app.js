@@ -192,8 +192,9 @@ async function pageIndex() {
 		el('div', { class: 'card' },
 		   el('p', {}, '1. Install the client (Debian 12):'),
 		   el('pre', {}, 'sudo apt install ./cotrain-client_*.deb    # or build: ./configure && make && sudo make install\nsudo systemctl enable --now cotrain-client'),
-		   el('p', {}, '2. Create an account, then attach the client with your account key:'),
-		   el('pre', {}, 'curl -s -X POST ' + url + '/v1/accounts -d \'{"email": "you@example.org", "name": "you", "password": "…"}\'\ncotrainctl attach ' + url + '/projects/' + d.project + ' --key YOUR_ACCOUNT_KEY\n# or: echo "$PASSWORD" | cotrainctl attach ' + url + '/projects/' + d.project + ' --email you@example.org --password-stdin'),
+		   el('p', {}, '2. ', link('/signup?project=' + encodeURIComponent(d.project), 'Create an account'),
+		      '; the page then shows your account key and the command that attaches the client:'),
+		   el('pre', {}, 'cotrainctl attach ' + url + '/projects/' + d.project + ' --key YOUR_ACCOUNT_KEY\n# or: echo "$PASSWORD" | cotrainctl attach ' + url + '/projects/' + d.project + ' --email you@example.org --password-stdin'),
 		   el('p', {}, '3. Watch it work: ', el('code', {}, 'cotrainctl status'), '. Like BOINC, it computes also while you use the machine, at the lowest priority, so your own programs come first; to compute only while you are away: ', el('code', {}, 'cotrainctl prefs set only_when_idle=true'), '. To use less of the CPU: ', el('code', {}, 'cotrainctl prefs set cpu_time_percent=50'), '.')));
 }
 
