@@ -25,6 +25,21 @@ static const dbc_stmt st_dash = {
 	"       'samples_per_sec', (SELECT samples_per_sec FROM project_speed(p.id)),"
 	"       'total_credit', (SELECT coalesce(sum(g.credit), 0) FROM credit_grant g"
 	"                         WHERE g.project_id = p.id AND g.status = 'granted'),"
+	/* The contributors (sahajBERT's dashboard): the 100 accounts with the
+	 * most samples in the project's rounds (grants not denied), their
+	 * granted credit, and when the server last heard of them. */
+	"       'contributors', (SELECT coalesce(json_agg(json_build_object('id', c.account_id,"
+	"                  'name', c.name, 'samples', c.samples, 'credit', c.credit,"
+	"                  'last_seen', c.last_seen) ORDER BY c.samples DESC, c.account_id), '[]')"
+	"                    FROM (SELECT g.account_id, a.name,"
+	"                                 coalesce(sum(g.samples) FILTER (WHERE g.kind = 'round'), 0) AS samples,"
+	"                                 coalesce(sum(g.credit) FILTER (WHERE g.status = 'granted'), 0) AS credit,"
+	"                                 greatest(max(g.created_at), (SELECT max(h.last_seen) FROM host h"
+	"                                                         WHERE h.account_id = g.account_id)) AS last_seen"
+	"                            FROM credit_grant g JOIN account a ON a.id = g.account_id"
+	"                           WHERE g.project_id = p.id AND g.status <> 'denied' AND NOT a.disabled"
+	"                           GROUP BY g.account_id, a.name"
+	"                           ORDER BY 3 DESC, g.account_id LIMIT 100) c),"
 	"       'rounds', (SELECT coalesce(json_agg(json_build_object('version', r.version,"
 	"                  'attempt', r.attempt, 'state', r.state, 'samples', r.samples,"
 	"                  'loss', to_jsonb(r)->'loss', 'n_groups', r.n_groups,"
