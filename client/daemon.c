@@ -839,11 +839,11 @@ static void spot_checks(cl_daemon *d, int i)
 	kern_set_threads(d->threads);
 	d->interrupt = 0;
 	cl_daemon_activity(d, i, "answering spot checks");
+	cl_prefs prefs;
+	cl_daemon_prefs(d, &prefs);
 	pthread_mutex_unlock(&d->lock);
 	cot_errbuf eb = { "", "" };
 	int n = 0;
-	cl_prefs prefs;
-	cl_daemon_prefs(d, &prefs);
 	cot_err rc = cl_spotchecks_run(&o, &copy, &env, &job, budget, (int)prefs.v[PREF_CPU_TIME_PERCENT],
 	                               &d->interrupt, &n, &eb);
 	pthread_mutex_lock(&d->lock);
