@@ -64,6 +64,11 @@ static void overall_activity(const cl_daemon *d, char *buf, size_t len)
 			return;
 		}
 	for (int i = 0; i < d->st.nprojects; i++)
+		if (strcmp(d->rt[i].activity, SPOT_ACTIVITY) == 0) {
+			snprintf(buf, len, "computing (project %s, spot checks)", d->st.projects[i].name);
+			return;
+		}
+	for (int i = 0; i < d->st.nprojects; i++)
 		if (d->rt[i].round_running) {
 			snprintf(buf, len, "averaging (project %s, round %lld)", d->st.projects[i].name,
 			         (long long)d->rt[i].round_version);

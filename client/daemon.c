@@ -838,7 +838,7 @@ static void spot_checks(cl_daemon *d, int i)
 	rt->spot = NULL;
 	kern_set_threads(d->threads);
 	d->interrupt = 0;
-	cl_daemon_activity(d, i, "answering spot checks");
+	cl_daemon_activity(d, i, SPOT_ACTIVITY);
 	cl_prefs prefs;
 	cl_daemon_prefs(d, &prefs);
 	pthread_mutex_unlock(&d->lock);

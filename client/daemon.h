@@ -105,6 +105,9 @@ void *cl_daemon_worker(void *arg);
 /* Wake the worker (after attach, resume, prefs...). */
 void cl_daemon_kick(cl_daemon *d);
 
+/* The activity of a project while the worker answers its spot checks. */
+#define SPOT_ACTIVITY "answering spot checks"
+
 /* t (unix seconds) as the local time of day "HH:MM:SS", for status. */
 void cl_daemon_clock_text(int64_t t, char *buf, size_t len);
 

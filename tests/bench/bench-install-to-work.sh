@@ -12,7 +12,7 @@
 # installs cotrain-server (not timed) and runs it on a throwaway PostgreSQL
 # (tests/with-pgtmp) with a small project; then, timed: apt-get install of
 # the client package, the daemon started as its unit starts it (there is no
-# systemd here: the unit's ExecStart as the user cotrain, with the packaged
+# systemd here: the unit's ExecStart as the user cotrain (setpriv), with the packaged
 # /etc/cotrain/client.conf, so the benchmark of the first start counts),
 # cotrainctl attach, until the server has the first finished work unit of the
 # new host.  Prints each step's seconds.  Nothing is asserted; the machine is
@@ -43,14 +43,14 @@ T=$(mktemp -d /tmp/cot-bench-install-XXXXXX)
 chmod 755 "$T"
 spid= dpid= rpid=
 cleanup() {
-	for p in $dpid $rpid; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-	[ -n "$spid" ] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null
-	dpkg --purge cotrain-client cotrain-server >/dev/null 2>&1 || true
+	set +e # every step runs, whatever the one before gave
+	for p in $dpid $rpid $spid; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+	dpkg --purge cotrain-client cotrain-server >/dev/null 2>&1
 	[ "$had_sdata" = 1 ] || rm -rf /var/lib/cotrain
-	[ "$had_user" = 1 ] || userdel cotrain 2>/dev/null || true
-	[ "$had_group" = 1 ] || groupdel cotrain 2>/dev/null || true
-	[ "$had_suser" = 1 ] || userdel cotrain-server 2>/dev/null || true
-	[ "$had_sgroup" = 1 ] || groupdel cotrain-server 2>/dev/null || true
+	[ "$had_user" = 1 ] || userdel cotrain 2>/dev/null
+	[ "$had_group" = 1 ] || groupdel cotrain 2>/dev/null
+	[ "$had_suser" = 1 ] || userdel cotrain-server 2>/dev/null
+	[ "$had_sgroup" = 1 ] || groupdel cotrain-server 2>/dev/null
 	rm -rf "$T"
 }
 trap cleanup EXIT
@@ -111,6 +111,7 @@ wait_sock 60 "$T/ref/control.sock"
 h=$(host_of "$b/client/cotrainctl" "$T/ref/control.sock")
 wait_done 300 "$h" || { say "the reference client never finished a unit"; tail "$T/ref.log"; exit 1; }
 t1=$(now)
+ref_host=$h
 ref=$(secs "$t0" "$t1")
 kill "$rpid"; wait "$rpid" 2>/dev/null || true; rpid=
 
@@ -119,7 +120,8 @@ sock=/var/lib/cotrain-client/control.sock
 t0=$(now)
 apt-get install -y -qq "$client_deb" >"$T/apt-client" 2>&1 || { cat "$T/apt-client"; exit 1; }
 t_apt=$(now)
-runuser -u cotrain -g cotrain -- /usr/bin/cotrain-client --config /etc/cotrain/client.conf \
+# setpriv execs the daemon, so $! is the daemon itself
+setpriv --reuid=cotrain --regid=cotrain --init-groups /usr/bin/cotrain-client --config /etc/cotrain/client.conf \
 	--socket "$sock" >"$T/daemon.log" 2>&1 &
 dpid=$!
 wait_sock 60 "$sock" || { cat "$T/daemon.log"; exit 1; }
@@ -130,6 +132,8 @@ h=$(host_of /usr/bin/cotrainctl "$sock")
 wait_done 300 "$h" || { say "the installed client never finished a unit"; tail "$T/daemon.log"; exit 1; }
 t_done=$(now)
 total=$(secs "$t0" "$t_done")
+unit=$(sql "select id || ': ' || (hi - lo) || ' microbatches' from work_unit where host_id = $h and state = 'done' order by id limit 1")
+echo "hosts: reference $ref_host, installed client $h (unit $unit)"
 echo "apt install:                 $(secs "$t0" "$t_apt") s"
 echo "daemon start (benchmark):    $(secs "$t_apt" "$t_up") s"
 echo "attach:                      $(secs "$t_up" "$t_att") s"
