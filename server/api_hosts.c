@@ -1,6 +1,7 @@
 /* cotrain-server: hosts: register under an account (receiving a host id and
- * a host token; the same host again for the same machine id), show (with what the NAT service learned of it and the
- * rungs of its latest round's connections, db/functions/nat.sql), revoke.  Only the owning account may see or revoke a
+ * a host token; the same host again for the same machine id,
+ * db/functions/hosts.sql), show (with what the NAT service learned of it and
+ * the rungs of its latest round's connections, db/functions/nat.sql), revoke.  Only the owning account may see or revoke a
  * host (403 for any other).  Host tokens are 32 random bytes in base64url; the
  * database keeps their sha256 only. */
 #include "server/api.h"
@@ -60,9 +61,8 @@ void api_host_register(http_req *req)
 		goto out;
 	if (!machine_id_ok(machine)) {
 		http_reply_error(req, 400, "invalid", "\"machine_id\" must be 64 lowercase hex digits",
-		                 "The client derives it from its state folder; leave it out to register a "
-		                 "new "
-		                 "host.");
+		                 "The client derives it from its state folder; leave it out to register "
+		                 "a new host.");
 		goto out;
 	}
 	char token[48], hp[API_HASH_PARAM_LEN];
