@@ -328,6 +328,10 @@ cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char 
 	                         "cores", h->cores, "memory_bytes", (json_int_t)h->memory_bytes, "gpu",
 	                         h->gpu, "flops", h->flops, "client_version", h->client_version, "os_name",
 	                         h->os_name, "os_version", h->os_version);
+	if (body && h->machine_id[0] && json_object_set_new(body, "machine_id", json_string(h->machine_id))) {
+		json_decref(body);
+		body = NULL;
+	}
 	json_t *a;
 	cot_err rc = body ? request(o, "POST", url, key, body, &a, NULL, eb) : COT_ERR_NOMEM;
 	json_decref(body);
@@ -578,5 +582,38 @@ cot_err cl_api_report(const cl_api_opts *o, const cl_project *p, cl_report_op op
 		*answer = a;
 	else
 		json_decref(a);
+	return COT_OK;
+}
+
+cot_err cl_api_host_credit(const cl_api_opts *o, const char *base, int64_t host_id, double *granted,
+                           double *pending, cot_errbuf *eb)
+{
+	char url[CL_URL_MAX + 64];
+	snprintf(url, sizeof url, "%s/v1/credit/hosts/%lld", base, (long long)host_id);
+	json_t *a;
+	cot_err rc = request(o, "GET", url, NULL, NULL, &a, NULL, eb);
+	if (rc)
+		return rc;
+	double g = 0, pend = 0;
+	cot_errbuf e2 = { "", "" };
+	if (cot_json_num(a, "total_credit", true, 0, 1e300, &g, &e2)) {
+		json_decref(a);
+		return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid credit answer: %s", e2.msg);
+	}
+	if (cot_json_num(a, "pending_credit", true, 0, 1e300, &pend, NULL)) {
+		pend = 0;
+		size_t k;
+		const json_t *row;
+		json_array_foreach(json_object_get(a, "grants"), k, row)
+		{
+			const char *st = json_string_value(json_object_get(row, "status"));
+			double c = json_number_value(json_object_get(row, "credit"));
+			if (st && strcmp(st, "pending") == 0 && c > 0 && c < 1e300)
+				pend += c;
+		}
+	}
+	json_decref(a);
+	*granted = g;
+	*pending = pend;
 	return COT_OK;
 }

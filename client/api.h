@@ -85,9 +85,12 @@ typedef struct {
 	char client_version[65];
 	char os_name[65];
 	char os_version[129];
+	char machine_id[65]; /* hex, per project (cl_hostinfo_machine_id); "" = none */
 } cl_hostinfo;
 
-/* POST /v1/hosts with the account key: a new host id and token. */
+/* POST /v1/hosts with the account key: a host id and a new token.  With a
+ * machine id the server gives back the account's host of that machine when
+ * it has one (the same id, a new token), else a new host. */
 cot_err cl_api_register_host(const cl_api_opts *o, const char *base, const char *key, const cl_hostinfo *h,
                              int64_t *host_id, char token[CL_TOKEN_MAX], cot_errbuf *eb);
 
@@ -121,6 +124,13 @@ cot_err cl_api_request_work(const cl_api_opts *o, cl_project *p, cl_work *w, int
  * for anything a server should not send; then w is zeroed.  Exposed for the
  * fuzz harness (tests/fuzz/fuzz_work.c). */
 cot_err cl_api_parse_work(const json_t *a, time_t date, cl_project *p, cl_work *w, cot_errbuf *eb);
+
+/* GET /v1/credit/hosts/<id> (public): the host's granted credit
+ * (total_credit) and its pending credit: the answer's "pending_credit" when
+ * the server sends one, else the sum of the pending grants among the latest
+ * it lists.  Fields it does not know are ignored. */
+cot_err cl_api_host_credit(const cl_api_opts *o, const char *base, int64_t host_id, double *granted,
+                           double *pending, cot_errbuf *eb);
 
 /* POST /v1/workunits/<id>/{heartbeat,handback,finish} with mb_done and
  * samples_per_sec.  On success *answer (when not NULL) is the server's

@@ -32,23 +32,97 @@ static json_t *work_json(const cl_daemon *d, int i)
 	                 (json_int_t)w->deadline);
 }
 
+/* The host's credit as the server last said, or null before the first
+ * answer. */
+static json_t *credit_json(const cl_runtime *rt)
+{
+	if (rt->credit_at <= 0)
+		return json_null();
+	return json_pack("{s:f, s:f, s:I}", "granted", rt->credit_granted, "pending", rt->credit_pending,
+	                 "at", (json_int_t)rt->credit_at);
+}
+
+/* What the daemon does now, in one phrase that is true at every moment
+ * (doc/client.md, "Status"): no project attached, suspended (and why),
+ * computing, averaging, waiting for work with the next attempt's time, or
+ * idle since when, with what it waits for (lock held). */
+static void overall_activity(const cl_daemon *d, char *buf, size_t len)
+{
+	if (d->st.nprojects == 0) {
+		snprintf(buf, len, "no project attached");
+		return;
+	}
+	if (d->paused[0]) {
+		snprintf(buf, len, "suspended: %s", d->paused);
+		return;
+	}
+	for (int i = 0; i < d->st.nprojects; i++)
+		if (d->computing_wu != 0 && d->st.projects[i].has_work &&
+		    d->st.projects[i].work.id == d->computing_wu) {
+			snprintf(buf, len, "computing (project %s, work unit %lld)", d->st.projects[i].name,
+			         (long long)d->computing_wu);
+			return;
+		}
+	for (int i = 0; i < d->st.nprojects; i++)
+		if (strcmp(d->rt[i].activity, SPOT_ACTIVITY) == 0) {
+			snprintf(buf, len, "computing (project %s, spot checks)", d->st.projects[i].name);
+			return;
+		}
+	for (int i = 0; i < d->st.nprojects; i++)
+		if (d->rt[i].round_running) {
+			snprintf(buf, len, "averaging (project %s, round %lld)", d->st.projects[i].name,
+			         (long long)d->rt[i].round_version);
+			return;
+		}
+	char since[16];
+	cl_daemon_clock_text(d->idle_since, since, sizeof since);
+	double now = cl_now_mono(), soonest = 0;
+	int k = -1;
+	for (int i = 0; i < d->st.nprojects; i++)
+		if (d->rt[i].bo.failures > 0 && d->rt[i].bo.next_at > now &&
+		    (k < 0 || d->rt[i].bo.next_at < soonest)) {
+			k = i;
+			soonest = d->rt[i].bo.next_at;
+		}
+	if (k >= 0) {
+		char at[16];
+		cl_daemon_clock_text((int64_t)time(NULL) + (int64_t)(soonest - now + 0.5), at, sizeof at);
+		snprintf(buf, len, "waiting for work (project %s), next attempt at %s; idle since %s",
+		         d->st.projects[k].name, at, since);
+		return;
+	}
+	const char *what = d->rt[0].activity[0] ? d->rt[0].activity : "waiting for its turn";
+	snprintf(buf, len, "idle since %s (project %s: %s)", since, d->st.projects[0].name, what);
+}
+
 static json_t *cmd_status(cl_daemon *d)
 {
 	json_t *projects = json_array();
+	double now = cl_now_mono();
 	for (int i = 0; i < d->st.nprojects; i++) {
 		const cl_project *p = &d->st.projects[i];
-		double wait = d->rt[i].bo.next_at - cl_now_mono();
+		double wait = d->rt[i].bo.next_at - now;
+		json_t *next = wait > 0 && d->rt[i].bo.failures > 0
+		                       ? json_integer((json_int_t)time(NULL) + (json_int_t)(wait + 0.5))
+		                       : json_null();
 		json_array_append_new(projects,
-		                      json_pack("{s:s, s:s, s:I, s:f, s:s, s:s, s:s, s:f, s:I, s:f, s:o}",
+		                      json_pack("{s:s, s:s, s:I, s:f, s:s, s:s, s:s, s:f, s:o, s:I, s:f, "
+		                                "s:o, s:o}",
 		                                "name", p->name, "url", p->url, "host_id",
 		                                (json_int_t)p->host_id, "resource_share", p->resource_share,
-		                                "activity", d->rt[i].activity, "network", d->rt[i].network,
-		                                "links", d->rt[i].links, "retry_in", wait > 0 ? wait : 0.0,
+		                                "activity",
+		                                d->rt[i].activity[0] ? d->rt[i].activity
+		                                                     : "waiting for its turn",
+		                                "network", d->rt[i].network, "links", d->rt[i].links,
+		                                "retry_in", wait > 0 ? wait : 0.0, "next_attempt_at", next,
 		                                "mb_total", (json_int_t)p->mb_total, "samples_per_sec",
-		                                d->rt[i].sps, "work",
+		                                d->rt[i].sps, "credit", credit_json(&d->rt[i]), "work",
 		                                p->has_work ? work_json(d, i) : json_null()));
 	}
-	return json_pack("{s:b, s:o, s:i, s:f, s:s, s:b, s:o}", "suspended", d->st.suspended, "paused",
+	char act[600];
+	overall_activity(d, act, sizeof act);
+	return json_pack("{s:s, s:I, s:b, s:o, s:i, s:f, s:s, s:b, s:o}", "activity", act, "idle_since",
+	                 (json_int_t)d->idle_since, "suspended", d->st.suspended, "paused",
 	                 d->paused[0] ? json_string(d->paused) : json_null(), "threads", d->threads,
 	                 "benchmark_flops", d->st.bench_flops, "state_dir", d->cfg.state_dir, "state_error",
 	                 d->state_error, "projects", projects);
@@ -88,6 +162,7 @@ static json_t *cmd_attach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errb
 	cl_daemon_api_opts(d, &o);
 	cl_hostinfo hw = d->hw;
 	hw.flops = d->st.bench_flops > 1 ? d->st.bench_flops : 1e9;
+	cl_hostinfo_machine_id(d->st.machine_secret, p->base, p->name, hw.machine_id);
 	pthread_mutex_unlock(&d->lock);
 	if (dup) {
 		*rc = cot_seterr(eb, COT_ERR_EXISTS, "project \"%s\" is already attached", p->name);
@@ -102,8 +177,16 @@ static json_t *cmd_attach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errb
 		snprintf(p->account_key, sizeof p->account_key, "%s", key);
 	else if ((*rc = cl_api_login(&o, p->base, email, password, p->account_key, eb)))
 		goto out;
-	if ((*rc = cl_api_account(&o, p->base, p->account_key, &p->account_prefs, eb)) ||
-	    (*rc = cl_api_project(&o, p, NULL, eb)) ||
+	if ((*rc = cl_api_account(&o, p->base, p->account_key, &p->account_prefs, eb)) == COT_ERR_AUTH) {
+		/* The server's own hint speaks of HTTP headers: a volunteer needs
+		 * to know where the key comes from. */
+		cot_seterr(eb, *rc, "the project refused this account key");
+		cot_sethint(eb, "Copy the key again from the project's web site: the page shown after "
+		                "signing up, or your account page.  Or attach with --email and "
+		                "--password-stdin.");
+		goto out;
+	}
+	if (*rc || (*rc = cl_api_project(&o, p, NULL, eb)) ||
 	    (*rc = cl_api_register_host(&o, p->base, p->account_key, &hw, &p->host_id, p->host_token, eb)))
 		goto out;
 	pthread_mutex_lock(&d->lock);
@@ -115,6 +198,7 @@ static json_t *cmd_attach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errb
 		int i = (int)(slot - d->st.projects);
 		memset(&d->rt[i], 0, sizeof d->rt[i]);
 		cl_backoff_init(&d->rt[i].bo, d->cfg.retry_base, d->cfg.retry_max);
+		cl_daemon_activity(d, i, "attached: about to ask for work");
 		if ((*rc = cl_daemon_save(d))) {
 			cl_daemon_remove_project(d, i);
 			cot_seterr(eb, *rc, "could not save the state; project \"%s\" was not attached",

@@ -104,8 +104,8 @@ static void fmt_duration(double s, char *out, size_t len)
 
 static void print_status(const json_t *a)
 {
-	const json_t *paused = json_object_get(a, "paused");
-	printf("computing: %s\n", json_is_string(paused) ? json_string_value(paused) : "yes");
+	const char *act = json_string_value(json_object_get(a, "activity"));
+	printf("activity: %s\n", act ? act : "unknown (a daemon older than this cotrainctl)");
 	printf("threads: %lld, benchmark: %.3g GFLOP/s\n",
 	       (long long)json_integer_value(json_object_get(a, "threads")),
 	       json_number_value(json_object_get(a, "benchmark_flops")) / 1e9);
@@ -130,6 +130,14 @@ static void print_status(const json_t *a)
 			printf("  last round's connections: %s\n", links);
 		printf("  microbatches reported in all: %lld\n",
 		       (long long)json_integer_value(json_object_get(p, "mb_total")));
+		const json_t *cr = json_object_get(p, "credit");
+		if (json_is_object(cr))
+			printf("  credit: %.6g granted, %.6g pending\n",
+			       json_number_value(json_object_get(cr, "granted")),
+			       json_number_value(json_object_get(cr, "pending")));
+		else
+			printf("  credit: not known yet (asked of the server after each finished work "
+			       "unit)\n");
 		const json_t *w = json_object_get(p, "work");
 		if (!json_is_object(w))
 			continue;
@@ -337,7 +345,9 @@ static void cmd_usage(FILE *f, int i)
 	fprintf(f, "usage: cotrainctl [--json] %s %s\n%s\n", cmds[i].name, cmds[i].args, cmds[i].help);
 	if (strcmp(cmds[i].name, "prefs") == 0)
 		fprintf(f,
-		        "\nKeys: max_threads, cpu_percent, only_when_idle, idle_after (s), only_on_ac,\n"
+		        "\nKeys: max_threads, cpu_percent, cpu_time_percent, only_when_idle, idle_after "
+		        "(s),\n"
+		        "only_on_ac, "
 		        "download_limit, upload_limit (bytes/s), disk_max, memory_max (bytes; k M G T).\n");
 }
 

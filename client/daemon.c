@@ -17,6 +17,7 @@
 #include "client/shard_cache.h"
 #include "client/cheat.h"
 #include "client/spotcheck.h"
+#include "client/throttle.h"
 #include "kernels/backend.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
@@ -143,6 +144,44 @@ void cl_daemon_kick(cl_daemon *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
+void cl_daemon_clock_text(int64_t t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+	if (!localtime_r(&tt, &tm) || !strftime(buf, len, "%H:%M:%S", &tm))
+		snprintf(buf, len, "?");
+}
+
+/* Ask the server for project i's host credit when it is time (lock held;
+ * released during the request).  Looked at after each finished unit and
+ * every CREDIT_REFRESH_S otherwise; a failure is not worth a backoff of the
+ * work, only a later look. */
+#define CREDIT_REFRESH_S 600
+static void refresh_credit(cl_daemon *d, int i)
+{
+	cl_project copy = d->st.projects[i];
+	d->rt[i].next_credit_at = cl_now_mono() + CREDIT_REFRESH_S;
+	if (copy.host_id <= 0)
+		return;
+	cl_api_opts o;
+	cl_daemon_api_opts(d, &o);
+	pthread_mutex_unlock(&d->lock);
+	double g = 0, pend = 0;
+	cot_errbuf eb = { "", "" };
+	cot_err rc = cl_api_host_credit(&o, copy.base, copy.host_id, &g, &pend, &eb);
+	pthread_mutex_lock(&d->lock);
+	i = cl_daemon_find(d, copy.url);
+	if (i < 0)
+		return; /* detached meanwhile */
+	if (rc) {
+		log_debug("project %s: could not read the host's credit: %s", copy.name, eb.msg);
+		return;
+	}
+	d->rt[i].credit_granted = g;
+	d->rt[i].credit_pending = pend;
+	d->rt[i].credit_at = (int64_t)time(NULL);
+}
+
 void cl_daemon_activity(cl_daemon *d, int i, const char *fmt, ...)
 {
 	va_list ap;
@@ -159,7 +198,9 @@ static void fail(cl_daemon *d, int i, const char *what, const cot_errbuf *eb)
 	double delay = cl_backoff_fail(&d->rt[i].bo, cl_now_mono(), cl_random01());
 	log_warn("project %s: %s: %s%s%s; retrying in %.0f s", d->st.projects[i].name, what, eb->msg,
 	         eb->hint[0] ? ". " : "", eb->hint, delay);
-	cl_daemon_activity(d, i, "%s failed: %s; retrying in %.0f s", what, eb->msg, delay);
+	char at[16];
+	cl_daemon_clock_text((int64_t)time(NULL) + (int64_t)(delay + 0.5), at, sizeof at);
+	cl_daemon_activity(d, i, "%s failed: %s; next attempt at %s", what, eb->msg, at);
 }
 
 /* Why compute must wait now, or "" (lock held). */
@@ -173,7 +214,7 @@ static void update_paused(cl_daemon *d)
 		return;
 	}
 	if (d->st.suspended) {
-		snprintf(d->paused, sizeof d->paused, "suspended by the user");
+		snprintf(d->paused, sizeof d->paused, "by the user");
 		return;
 	}
 	if (p.v[PREF_ONLY_ON_AC] && !cl_power_on_ac(d->cfg.power_supply_dir)) {
@@ -289,6 +330,7 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 		if (op == CL_REPORT_FINISH || op == CL_REPORT_HANDBACK || rc) {
 			if (rc == COT_OK)
 				p->mb_total += mb;
+			d->rt[i].next_credit_at = 0; /* a new grant may be pending */
 			cl_project_mark_done(p, w->id);
 			p->has_work = 0;
 			memset(w, 0, sizeof *w);
@@ -662,6 +704,7 @@ static void compute(cl_daemon *d, int i)
 	if (rt->last_report == 0)
 		rt->last_report = start;
 	cl_daemon_activity(d, i, "computing");
+	int time_percent = (int)prefs.v[PREF_CPU_TIME_PERCENT];
 	d->interrupt = 0;
 	d->computing = s;
 	pthread_mutex_unlock(&d->lock);
@@ -673,12 +716,14 @@ static void compute(cl_daemon *d, int i)
 	d->computing_wu = wu;
 	while (k < n && !d->stop && !d->interrupt) {
 		float loss = 0;
+		double tm = cl_now_mono();
 		if (cl_cheat_skip(lo + k))
 			rc = cl_compute_fake_microbatch(s, lo + k, &eb);
 		else
 			rc = cl_compute_microbatch(s, lo + k, &loss, &eb);
 		if (rc)
 			break;
+		cl_throttle_rest(cl_now_mono() - tm, time_percent, &d->stop, &d->interrupt);
 		loss_sum += loss;
 		k++;
 		d->computing_mb = k;
@@ -689,6 +734,7 @@ static void compute(cl_daemon *d, int i)
 	pthread_mutex_lock(&d->lock);
 	d->computing = NULL;
 	d->computing_wu = 0;
+	d->idle_since = (int64_t)time(NULL);
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, url) != 0 || !d->st.projects[i].has_work ||
 	    d->st.projects[i].work.id != wu) {
 		/* Detached (or the work unit dropped) meanwhile: the session is ours
@@ -804,11 +850,14 @@ static void spot_checks(cl_daemon *d, int i)
 	rt->spot = NULL;
 	kern_set_threads(d->threads);
 	d->interrupt = 0;
-	cl_daemon_activity(d, i, "answering spot checks");
+	cl_daemon_activity(d, i, SPOT_ACTIVITY);
+	cl_prefs prefs;
+	cl_daemon_prefs(d, &prefs);
 	pthread_mutex_unlock(&d->lock);
 	cot_errbuf eb = { "", "" };
 	int n = 0;
-	cot_err rc = cl_spotchecks_run(&o, &copy, &env, &job, budget, &d->interrupt, &n, &eb);
+	cot_err rc = cl_spotchecks_run(&o, &copy, &env, &job, budget, (int)prefs.v[PREF_CPU_TIME_PERCENT],
+	                               &d->interrupt, &n, &eb);
 	pthread_mutex_lock(&d->lock);
 	i = cl_daemon_find(d, copy.url);
 	if (i < 0) {
@@ -850,7 +899,7 @@ void *cl_daemon_worker(void *arg)
 		int paused = d->paused[0] != '\0';
 		for (int j = 0; j < d->st.nprojects; j++)
 			if (paused && d->rt[j].bo.failures == 0)
-				cl_daemon_activity(d, j, "waiting: %s", d->paused);
+				cl_daemon_activity(d, j, "suspended: %s", d->paused);
 		for (int j = 0; j < d->st.nprojects; j++)
 			if (d->rt[j].round_due && !d->rt[j].round_running)
 				cl_daemon_round_start(d, j);
@@ -860,6 +909,14 @@ void *cl_daemon_worker(void *arg)
 				sc = j;
 		if (sc >= 0) {
 			spot_checks(d, sc);
+			continue;
+		}
+		int cr = -1;
+		for (int j = 0; j < d->st.nprojects && cr < 0; j++)
+			if (cl_now_mono() >= d->rt[j].next_credit_at)
+				cr = j;
+		if (cr >= 0) {
+			refresh_credit(d, cr);
 			continue;
 		}
 		int i = cl_daemon_pick(d, paused, cl_now_mono());

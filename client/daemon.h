@@ -60,6 +60,10 @@ typedef struct {
 	double next_spot_at;      /* monotonic seconds of the next spot-check pass */
 	double last_spot_end;     /* monotonic seconds the last pass ended */
 	struct cl_spot_job *spot; /* a check computed in part, for the next pass */
+	/* The host's credit as the server last said (cl_api_host_credit). */
+	double credit_granted, credit_pending;
+	int64_t credit_at;     /* unix seconds of that answer, 0 = none yet */
+	double next_credit_at; /* monotonic seconds of the next look */
 } cl_runtime;
 
 typedef struct {
@@ -83,6 +87,7 @@ typedef struct {
 	volatile int64_t computing_wu, computing_mb;
 	cl_compute *computing; /* the session in use outside the lock, or NULL */
 	int rounds_running;    /* round threads (daemon_round.c) */
+	int64_t idle_since;    /* unix seconds this host last stopped computing or averaging */
 } cl_daemon;
 
 /* Effective preferences: defaults < account < config file < local. */
@@ -99,6 +104,12 @@ void *cl_daemon_worker(void *arg);
 
 /* Wake the worker (after attach, resume, prefs...). */
 void cl_daemon_kick(cl_daemon *d);
+
+/* The activity of a project while the worker answers its spot checks. */
+#define SPOT_ACTIVITY "answering spot checks"
+
+/* t (unix seconds) as the local time of day "HH:MM:SS", for status. */
+void cl_daemon_clock_text(int64_t t, char *buf, size_t len);
 
 /* Show what project i does now, for status (lock held). */
 void cl_daemon_activity(cl_daemon *d, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -615,6 +615,7 @@ static void *round_main(void *arg)
 	if (i >= 0)
 		d->rt[i].round_running = 0;
 	d->rounds_running--;
+	d->idle_since = (int64_t)time(NULL);
 	pthread_cond_broadcast(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 	free(a);

@@ -50,3 +50,14 @@ void cl_hostinfo_fingerprint(const cl_hostinfo *h, char out[65])
 	                 (long long)(h->memory_bytes >> 28), h->gpu);
 	hash_sha256_hex(buf, (size_t)n, out);
 }
+
+void cl_hostinfo_machine_id(const char *secret, const char *base, const char *name, char out[65])
+{
+	out[0] = '\0';
+	if (!secret[0])
+		return;
+	char buf[64 + 1024 + 64 + 3];
+	int n = snprintf(buf, sizeof buf, "%s|%s|%s", secret, base, name);
+	if (n < 0 || (size_t)n >= sizeof buf || hash_sha256_hex(buf, (size_t)n, out))
+		out[0] = '\0';
+}

@@ -31,6 +31,7 @@
 #include "client/priority.h"
 #include "kernels/backend.h"
 #include "shared/common/fault.h"
+#include "shared/common/hash.h"
 #include "shared/common/log.h"
 #include "shared/common/options.h"
 
@@ -205,6 +206,9 @@ int main(int argc, char **argv)
 			log_error("hint: %s", eb.hint);
 		eb.msg[0] = eb.hint[0] = '\0';
 	}
+	/* The machine's identity, drawn once and kept across detach and attach. */
+	if (!d.st.machine_secret[0] && hash_random_token(32, d.st.machine_secret, sizeof d.st.machine_secret))
+		return fatal("cannot start", &(cot_errbuf){ "could not draw a random machine secret", "" });
 	/* Prove the folder takes writes now, not at the first report. */
 	rc = cl_state_save(&d.st, d.cfg.state_dir, &eb);
 	if (rc)
@@ -230,6 +234,7 @@ int main(int argc, char **argv)
 		}
 	}
 	d.hw.flops = d.st.bench_flops;
+	d.idle_since = (int64_t)time(NULL);
 
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	pthread_mutex_init(&d.lock, NULL);

@@ -23,6 +23,7 @@ static const struct {
 	[PREF_UPLOAD_LIMIT] = { "upload_limit", T_BYTES, 0, 1000000000000LL, 0 },
 	[PREF_DISK_MAX] = { "disk_max", T_BYTES, 1LL << 20, 1LL << 50, 10LL << 30 },
 	[PREF_MEMORY_MAX] = { "memory_max", T_BYTES, 0, 1LL << 50, 0 },
+	[PREF_CPU_TIME_PERCENT] = { "cpu_time_percent", T_INT, 1, 100, 100 },
 };
 
 void cl_prefs_defaults(cl_prefs *p)

@@ -10,6 +10,8 @@
  * source):
  *   max_threads       compute threads, 0 = one per core          0..4096
  *   cpu_percent       share of the cores to use, percent         1..100
+ *   cpu_time_percent  share of the time to compute, percent      1..100
+ *                     (a duty cycle, client/throttle.h)
  *   only_when_idle    compute only when the user is idle         bool
  *   idle_after        seconds without input before "idle"        0..86400
  *   only_on_ac        compute only on mains power                bool
@@ -40,6 +42,7 @@ typedef enum {
 	PREF_UPLOAD_LIMIT,
 	PREF_DISK_MAX,
 	PREF_MEMORY_MAX,
+	PREF_CPU_TIME_PERCENT,
 	PREF_COUNT
 } cl_pref_key;
 

@@ -8,6 +8,7 @@
 
 #include "client/compute.h"
 #include "client/shard_cache.h"
+#include "client/throttle.h"
 #include "kernels/model.h"
 #include "shared/common/fingerprint.h"
 #include "shared/common/hash.h"
@@ -286,8 +287,8 @@ static cot_err next_check(const cl_api_opts *o, const cl_project *p, spot_check 
 }
 
 cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env,
-                          cl_spot_job **job, double budget_s, volatile int *cancel, int *answered,
-                          cot_errbuf *eb)
+                          cl_spot_job **job, double budget_s, int time_percent, volatile int *cancel,
+                          int *answered, cot_errbuf *eb)
 {
 	*answered = 0;
 	double end = cl_now_mono() + budget_s;
@@ -302,10 +303,13 @@ cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fe
 		}
 		cl_spot_job *j = *job;
 		int64_t last = j->c.nmb ? j->c.nmb : j->c.hi;
-		while (!rc && j->next < last && !*cancel && cl_now_mono() < end)
+		while (!rc && j->next < last && !*cancel && cl_now_mono() < end) {
+			double t = cl_now_mono();
 			if (!(rc = cl_compute_microbatch(j->s, j->c.nmb ? j->c.mb[j->next] : j->next, NULL,
 			                                 eb)))
 				j->next++;
+			cl_throttle_rest(cl_now_mono() - t, time_percent, NULL, cancel);
+		}
 		if (!rc && j->next == last) {
 			rc = job_answer(o, p, j, eb);
 			if (!rc)

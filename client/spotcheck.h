@@ -38,10 +38,11 @@ void cl_spot_job_free(cl_spot_job *j);
  * round waits for, so a check never delays its own work (doc/client.md).
  * *answered gets how many fingerprints were sent.  Errors as the API's
  * (the first one stops the pass; the check stays open on the server and is
- * tried again later, from its start). */
+ * tried again later, from its start).  Each microbatch is followed by the
+ * rest of the time_percent duty cycle (client/throttle.h). */
 cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fetch_env *env,
-                          cl_spot_job **job, double budget_s, volatile int *cancel, int *answered,
-                          cot_errbuf *eb);
+                          cl_spot_job **job, double budget_s, int time_percent, volatile int *cancel,
+                          int *answered, cot_errbuf *eb);
 
 /* Check one spot check c (borrowed) of project p as the server sent it,
  * as a pass does before acting on it.  COT_ERR_NETWORK with the detail

@@ -172,6 +172,11 @@ cot_err cl_state_to_text(const cl_state *s, char **out, size_t *len, cot_errbuf 
 	                         "local_prefs", cl_prefs_to_json(&s->local_prefs), "benchmark", "flops",
 	                         s->bench_flops, "hw", s->bench_hw, "at", (json_int_t)s->bench_at, "saved_at",
 	                         (json_int_t)s->saved_at, "projects", projects);
+	if (root && s->machine_secret[0] &&
+	    json_object_set_new(root, "machine_secret", json_string(s->machine_secret))) {
+		json_decref(root);
+		root = NULL;
+	}
 	if (!root)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory while writing the state");
 	char *body = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
@@ -382,6 +387,9 @@ cot_err cl_state_from_text(cl_state *s, const char *buf, size_t len, cot_errbuf 
 	    (rc = cl_prefs_from_json(&tmp.local_prefs, json_object_get(root, "local_prefs"), &e2)))
 		goto bad;
 	tmp.suspended = susp;
+	if (json_object_get(root, "machine_secret") &&
+	    (rc = get_str(root, "machine_secret", 16, tmp.machine_secret, sizeof tmp.machine_secret, &e2)))
+		goto bad;
 	if (!json_is_object(bench)) {
 		rc = cot_seterr(&e2, COT_ERR_CORRUPT, "\"benchmark\" must be an object");
 		goto bad;

@@ -120,13 +120,14 @@ typedef struct {
 
 typedef struct {
 	int nprojects;
-	cl_project *projects; /* CL_MAX_PROJECTS slots, owned */
-	int suspended;        /* by the user */
-	cl_prefs local_prefs; /* set with cotrainctl */
-	double bench_flops;   /* FLOP/s measured, 0 = never */
-	char bench_hw[65];    /* hardware fingerprint the benchmark ran on */
-	int64_t bench_at;     /* unix seconds */
-	int64_t saved_at;     /* unix seconds of the last save (clock checks) */
+	cl_project *projects;    /* CL_MAX_PROJECTS slots, owned */
+	int suspended;           /* by the user */
+	cl_prefs local_prefs;    /* set with cotrainctl */
+	double bench_flops;      /* FLOP/s measured, 0 = never */
+	char bench_hw[65];       /* hardware fingerprint the benchmark ran on */
+	int64_t bench_at;        /* unix seconds */
+	int64_t saved_at;        /* unix seconds of the last save (clock checks) */
+	char machine_secret[64]; /* random, drawn once; "" until drawn (hostinfo.h) */
 } cl_state;
 
 /* An empty state (no projects).  COT_ERR_NOMEM. */

@@ -41,6 +41,7 @@ int admin_model_main(admin_ctx *ctx, int argc, char **argv);
 int admin_files_main(admin_ctx *ctx, int argc, char **argv);
 int admin_backup_main(admin_ctx *ctx, int argc, char **argv);
 int admin_restore_main(admin_ctx *ctx, int argc, char **argv);
+int admin_host_main(admin_ctx *ctx, int argc, char **argv);
 
 /* Open the database (starting the embedded cluster when needed) unless
  * already open.  With check_schema, refuse a database whose schema is not

@@ -31,6 +31,7 @@ static const struct {
 	{ "user", admin_user_main },   { "team", admin_team_main },       { "status", admin_status_main },
 	{ "export", export_main },     { "model", admin_model_main },     { "help", help_main },
 	{ "files", admin_files_main }, { "backup", admin_backup_main },   { "restore", admin_restore_main },
+	{ "host", admin_host_main },
 };
 
 static const opt_spec admin_opts[] = {
@@ -78,6 +79,7 @@ static const opt_program admin_prog = {
 	         "  user key EMAIL                 issue a new account key\n"
 	         "  team create [--description TEXT] [--founder EMAIL] NAME\n"
 	         "  team list | team add TEAM EMAIL... | team remove EMAIL... | team delete TEAM\n"
+	         "  host merge OLD NEW             fold host OLD into host NEW (one account's)\n"
 	         "  status                         projects, versions, datasets, pool, work, hosts\n"
 	         "  export stats DIR               BOINC-style statistics export (tables.xml, *.gz)\n",
 	.outro = "Exit status: 0 success, 1 error, 2 bad command line.\n",

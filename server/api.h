@@ -9,6 +9,27 @@
 #include "server/http.h"
 
 void api_account_create(http_req *req);
+
+/* Why an account could not be made: the HTTP status, the API's error code,
+ * a message and a hint in PostgreSQL's style, and the seconds to wait for a
+ * 429 or 503. */
+#define API_ACCOUNT_KEY_CHARS 48
+typedef struct {
+	int status;
+	const char *code;
+	char message[256];
+	char hint[256];
+	int retry_after;
+} api_account_error;
+
+/* Make an account under the API's rules, for the API (POST /v1/accounts)
+ * and the web site's sign-up form alike: email 3 to 254 bytes with an '@',
+ * name 1 to 100, password 8 or more, no character the stats export cannot
+ * carry, one account per email, the per-address limit of log-ins and
+ * sign-ups (server/auth_limit.h).  Answers nothing: true with the account's
+ * id and a fresh account key, or false with *e filled. */
+bool api_account_new(http_req *req, const char *email, const char *name, const char *password,
+                     long long *account_id, char key[API_ACCOUNT_KEY_CHARS], api_account_error *e);
 void api_account_login(http_req *req);
 void api_account_get(http_req *req);
 void api_account_update(http_req *req);

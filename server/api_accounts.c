@@ -5,30 +5,41 @@
  * which only the sha256 is stored, one row per log-in, revocable. */
 #include "server/api.h"
 
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/apiutil.h"
 #include "server/auth_limit.h"
+#include "server/dbconn.h"
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
 #include "shared/database/password.h"
 
 #define KEY_BYTES 32
-#define KEY_CHARS 48
+#define KEY_CHARS API_ACCOUNT_KEY_CHARS
 
-/* A fresh account key into key (KEY_CHARS bytes) and its hash parameter. */
-static bool new_key(http_req *req, char key[KEY_CHARS], char hp[API_HASH_PARAM_LEN])
+/* A fresh account key into key and its hash parameter; false when no random
+ * key could be drawn. */
+static bool draw_key(char key[KEY_CHARS], char hp[API_HASH_PARAM_LEN])
 {
 	unsigned char md[HASH_SHA256_LEN];
-	if (hash_random_token(KEY_BYTES, key, KEY_CHARS) || hash_sha256(key, strlen(key), md)) {
-		http_reply_error(req, 500, "internal_error", "could not draw a random key", NULL);
+	if (hash_random_token(KEY_BYTES, key, KEY_CHARS) || hash_sha256(key, strlen(key), md))
 		return false;
-	}
 	hp[0] = '\\';
 	hp[1] = 'x';
 	hash_hex(md, sizeof md, hp + 2);
 	return true;
+}
+
+/* draw_key, answering 500 when it fails. */
+static bool new_key(http_req *req, char key[KEY_CHARS], char hp[API_HASH_PARAM_LEN])
+{
+	if (draw_key(key, hp))
+		return true;
+	http_reply_error(req, 500, "internal_error", "could not draw a random key", NULL);
+	return false;
 }
 
 static void reply_key(http_req *req, int status, const char *account_id, const char *key)
@@ -47,6 +58,78 @@ static const dbc_stmt st_create = {
 	5
 };
 
+/* Set *e to an error and return false. */
+static bool refuse(api_account_error *e, int status, const char *code, const char *hint, const char *fmt, ...)
+        __attribute__((format(printf, 5, 6)));
+static bool refuse(api_account_error *e, int status, const char *code, const char *hint, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof e->message, fmt, ap);
+	va_end(ap);
+	e->status = status;
+	e->code = code;
+	snprintf(e->hint, sizeof e->hint, "%s", hint ? hint : "");
+	return false;
+}
+
+static bool length_ok(api_account_error *e, const char *field, const char *s, size_t min, size_t max)
+{
+	size_t n = strlen(s);
+	if (n >= min && n <= max)
+		return true;
+	return refuse(e, 400, "invalid", NULL, "field \"%s\" must be %zu to %zu bytes long (got %zu)", field,
+	              min, max, n);
+}
+
+bool api_account_new(http_req *req, const char *email, const char *name, const char *password,
+                     long long *account_id, char key[API_ACCOUNT_KEY_CHARS], api_account_error *e)
+{
+	memset(e, 0, sizeof *e);
+	if (!length_ok(e, "email", email, 3, 254) || !length_ok(e, "name", name, 1, 100) ||
+	    !length_ok(e, "password", password, 8, PASSWORD_MAX_LEN))
+		return false;
+	if (!strchr(email, '@'))
+		return refuse(e, 400, "invalid", NULL, "field \"email\" is not an email address");
+	cot_errbuf eb = { 0 };
+	if (!api_text_check("name", name, &eb) || !api_text_check("email", email, &eb))
+		return refuse(e, 400, "invalid", eb.hint, "%s", eb.msg);
+	char phash[PASSWORD_HASH_MAX], cpid_raw[16], cpid[33], hp[API_HASH_PARAM_LEN];
+	switch (auth_limit_take(req, &e->retry_after)) {
+	case AUTH_LIMIT_OK:
+		break;
+	case AUTH_LIMIT_RATE:
+		return refuse(e, 429, "too_many_requests",
+		              "Wait for the time Retry-After says, then try again.",
+		              "too many log-ins or sign-ups from this address");
+	default:
+		return refuse(e, 503, "unavailable", "Try again in a moment.",
+		              "the server is busy with other log-ins");
+	}
+	cot_err hrc = password_hash(password, req->cfg->kdf_iterations, phash, sizeof phash, &eb);
+	auth_limit_leave();
+	if (hrc || hash_random(cpid_raw, sizeof cpid_raw))
+		return refuse(e, 500, "internal_error", NULL, "could not hash the password");
+	hash_hex((unsigned char *)cpid_raw, sizeof cpid_raw, cpid);
+	if (!draw_key(key, hp))
+		return refuse(e, 500, "internal_error", NULL, "could not draw a random key");
+	const char *params[] = { email, name, phash, cpid, hp };
+	PGresult *r;
+	char state[6];
+	if (dbc_exec(&st_create, params, &r, state, &eb)) {
+		if (strcmp(state, "23505") == 0)
+			return refuse(e, 409, "already_exists", "Log in with it, or use another address.",
+			              "an account with this email address already exists");
+		if (strncmp(state, "23", 2) == 0 || strncmp(state, "22", 2) == 0)
+			return refuse(e, 400, "invalid", NULL, "%s", eb.msg);
+		return refuse(e, 503, "database_error", eb.hint[0] ? eb.hint : "Try again later.", "%s",
+		              eb.msg);
+	}
+	*account_id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
+	return true;
+}
+
 void api_account_create(http_req *req)
 {
 	json_t *body;
@@ -60,30 +143,19 @@ void api_account_create(http_req *req)
 		api_bad_request(req, &eb);
 		goto out;
 	}
-	if (!strchr(email, '@')) {
-		http_reply_error(req, 400, "invalid", "field \"email\" is not an email address", NULL);
+	long long id;
+	char key[API_ACCOUNT_KEY_CHARS];
+	api_account_error e;
+	if (!api_account_new(req, email, name, password, &id, key, &e)) {
+		http_reply_error(req, e.status, e.code, e.message, e.hint[0] ? e.hint : NULL);
+		if (e.retry_after > 0 && (e.status == 429 || e.status == 503)) {
+			char ra[16];
+			snprintf(ra, sizeof ra, "%d", e.retry_after);
+			http_add_header(req, "Retry-After", ra);
+		}
 		goto out;
 	}
-	if (!api_text_ok(req, "name", name) || !api_text_ok(req, "email", email))
-		goto out;
-	char phash[PASSWORD_HASH_MAX], cpid_raw[16], cpid[33], key[KEY_CHARS], hp[API_HASH_PARAM_LEN];
-	if (!auth_limit_enter(req))
-		goto out;
-	cot_err hrc = password_hash(password, req->cfg->kdf_iterations, phash, sizeof phash, &eb);
-	auth_limit_leave();
-	if (hrc || hash_random(cpid_raw, sizeof cpid_raw)) {
-		http_reply_error(req, 500, "internal_error", "could not hash the password", NULL);
-		goto out;
-	}
-	hash_hex((unsigned char *)cpid_raw, sizeof cpid_raw, cpid);
-	if (!new_key(req, key, hp))
-		goto out;
-	const char *params[] = { email, name, phash, cpid, hp };
-	PGresult *r = api_exec(req, &st_create, params, "an account with this email address already exists");
-	if (!r)
-		goto out; /* a 409 for a taken email comes from the unique index */
-	reply_key(req, 201, PQgetvalue(r, 0, 0), key);
-	PQclear(r);
+	http_reply_json(req, 201, json_pack("{s:I, s:s}", "account_id", (json_int_t)id, "account_key", key));
 out:
 	json_decref(body);
 }

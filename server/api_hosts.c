@@ -1,6 +1,7 @@
 /* cotrain-server: hosts: register under an account (receiving a host id and
- * a host token), show (with what the NAT service learned of it and the
- * rungs of its latest round's connections, db/functions/nat.sql), revoke.  Only the owning account may see or revoke a
+ * a host token; the same host again for the same machine id,
+ * db/functions/hosts.sql), show (with what the NAT service learned of it and
+ * the rungs of its latest round's connections, db/functions/nat.sql), revoke.  Only the owning account may see or revoke a
  * host (403 for any other).  Host tokens are 32 random bytes in base64url; the
  * database keeps their sha256 only. */
 #include "server/api.h"
@@ -13,12 +14,22 @@
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
 
+/* db/functions/hosts.sql: a machine id gives back the account's host of
+ * that machine (same id, new token). */
 static const dbc_stmt st_register = { "host_register",
-	                              "INSERT INTO host (account_id, token_hash, cpu_model, cores, "
-	                              "memory_bytes, gpu, flops,"
-	                              "                  client_version, os_name, os_version)"
-	                              " VALUES ($1, $2::bytea, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-	                              10 };
+	                              "SELECT host_id, reused FROM host_register($1, $2::bytea,"
+	                              " nullif($3, ''), $4, $5, $6, $7, $8, $9, $10, $11)",
+	                              11 };
+
+/* A machine id is 64 lowercase hex digits (client/hostinfo.h). */
+static bool machine_id_ok(const char *s)
+{
+	size_t n = 0;
+	for (; s[n]; n++)
+		if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
+			return false;
+	return n == 0 || n == 64;
+}
 
 void api_host_register(http_req *req)
 {
@@ -28,7 +39,7 @@ void api_host_register(http_req *req)
 	json_t *body;
 	if (!api_body(req, false, &body))
 		return;
-	const char *cpu = "", *gpu = "", *version = "", *os_name = "", *os_version = "";
+	const char *cpu = "", *gpu = "", *version = "", *os_name = "", *os_version = "", *machine = "";
 	long long cores = 1, memory = 0;
 	double flops = 0;
 	cot_errbuf eb = { 0 };
@@ -39,7 +50,8 @@ void api_host_register(http_req *req)
 	    cot_json_str(body, "gpu", false, 0, 256, &gpu, &eb) ||
 	    cot_json_str(body, "client_version", false, 0, 64, &version, &eb) ||
 	    cot_json_str(body, "os_name", false, 0, 64, &os_name, &eb) ||
-	    cot_json_str(body, "os_version", false, 0, 128, &os_version, &eb)) {
+	    cot_json_str(body, "os_version", false, 0, 128, &os_version, &eb) ||
+	    cot_json_str(body, "machine_id", false, 0, 64, &machine, &eb)) {
 		api_bad_request(req, &eb);
 		goto out;
 	}
@@ -47,6 +59,12 @@ void api_host_register(http_req *req)
 	    !api_text_ok(req, "client_version", version) || !api_text_ok(req, "os_name", os_name) ||
 	    !api_text_ok(req, "os_version", os_version))
 		goto out;
+	if (!machine_id_ok(machine)) {
+		http_reply_error(req, 400, "invalid", "\"machine_id\" must be 64 lowercase hex digits",
+		                 "The client derives it from its state folder; leave it out to register "
+		                 "a new host.");
+		goto out;
+	}
 	char token[48], hp[API_HASH_PARAM_LEN];
 	unsigned char md[HASH_SHA256_LEN];
 	if (hash_random_token(32, token, sizeof token) || hash_sha256(token, strlen(token), md)) {
@@ -61,13 +79,16 @@ void api_host_register(http_req *req)
 	snprintf(scores, sizeof scores, "%lld", cores);
 	snprintf(smem, sizeof smem, "%lld", memory);
 	snprintf(sflops, sizeof sflops, "%.17g", flops);
-	const char *params[] = { acc, hp, cpu, scores, smem, gpu, sflops, version, os_name, os_version };
+	const char *params[] = { acc, hp,     machine, cpu,     scores,    smem,
+		                 gpu, sflops, version, os_name, os_version };
 	PGresult *r = api_exec(req, &st_register, params, NULL);
 	if (!r)
 		goto out;
-	http_reply_json(req, 201,
-	                json_pack("{s:I, s:s}", "host_id", (json_int_t)strtoll(PQgetvalue(r, 0, 0), NULL, 10),
-	                          "host_token", token));
+	bool reused = PQgetvalue(r, 0, 1)[0] == 't';
+	http_reply_json(req, reused ? 200 : 201,
+	                json_pack("{s:I, s:s, s:b}", "host_id",
+	                          (json_int_t)strtoll(PQgetvalue(r, 0, 0), NULL, 10), "host_token", token,
+	                          "reused", reused));
 	PQclear(r);
 out:
 	json_decref(body);
@@ -96,7 +117,7 @@ static const dbc_stmt st_get = {
 	"       'cpu_model', h.cpu_model, 'cores', h.cores, 'memory_bytes', h.memory_bytes,"
 	"       'gpu', h.gpu, 'flops', h.flops, 'client_version', h.client_version,"
 	"       'os_name', h.os_name, 'os_version', h.os_version, 'revoked', h.revoked,"
-	"       'created_at', h.created_at, 'last_seen', h.last_seen,"
+	"       'created_at', h.created_at, 'last_seen', h.last_seen, 'merged_into', h.merged_into,"
 	"       'reachability', host_reachability_json(h, true),"
 	"       'links', host_links_json(h.id))::text"
 	"  FROM host h WHERE h.id = $1",

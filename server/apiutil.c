@@ -15,25 +15,29 @@ bool api_bad_request(http_req *req, const cot_errbuf *eb)
 	return false;
 }
 
-bool api_text_ok(http_req *req, const char *field, const char *s)
+bool api_text_check(const char *field, const char *s, cot_errbuf *eb)
 {
 	unsigned cp = 0;
 	for (const unsigned char *p = (const unsigned char *)s; *p && !cp; p++) {
 		if (*p < 0x20 && *p != '\t' && *p != '\n')
 			cp = *p;
 		else if (p[0] == 0xEF && p[1] == 0xBF && (p[2] == 0xBE || p[2] == 0xBF))
-			cp = 0xFF00u | p[2]; /* U+FFFE, U+FFFF */
+			cp = p[2] == 0xBE ? 0xFFFEu : 0xFFFFu;
 	}
 	if (!cp)
 		return true;
-	char msg[160];
-	snprintf(msg, sizeof msg, "field \"%s\" contains the character U+%04X, which cannot be stored", field,
-	         cp);
-	http_reply_error(req, 400, "invalid", msg,
-	                 "Names and descriptions are published in the XML statistics export, which "
-	                 "cannot carry U+FFFE, U+FFFF or control characters other than tab and "
-	                 "newline; remove the character.");
+	cot_seterr(eb, COT_ERR_INVALID, "field \"%s\" contains the character U+%04X, which cannot be stored",
+	           field, cp);
+	cot_sethint(eb, "Names and descriptions are published in the XML statistics export, which "
+	                "cannot carry U+FFFE, U+FFFF or control characters other than tab and "
+	                "newline; remove the character.");
 	return false;
+}
+
+bool api_text_ok(http_req *req, const char *field, const char *s)
+{
+	cot_errbuf eb = { 0 };
+	return api_text_check(field, s, &eb) || api_bad_request(req, &eb);
 }
 
 bool api_body(http_req *req, bool optional, json_t **out)

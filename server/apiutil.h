@@ -70,6 +70,8 @@ void api_reply_row(http_req *req, const dbc_stmt *stmt, const char *const *param
  * character other than tab and newline (s is valid UTF-8: Jansson checked
  * it).  Answers 400 naming field and returns false otherwise. */
 bool api_text_ok(http_req *req, const char *field, const char *s);
+/* The same check without answering: false with the error in eb. */
+bool api_text_check(const char *field, const char *s, cot_errbuf *eb);
 
 /* Answer 400 for a shape error described in eb; returns false. */
 bool api_bad_request(http_req *req, const cot_errbuf *eb);

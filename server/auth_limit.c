@@ -43,7 +43,7 @@ static bucket *bucket_of(const char *ip, double now, double burst)
 	return oldest;
 }
 
-bool auth_limit_enter(http_req *req)
+auth_limit_verdict auth_limit_take(http_req *req, int *retry_after)
 {
 	char ip[48];
 	http_client_ip(req, ip, sizeof ip);
@@ -57,15 +57,9 @@ bool auth_limit_enter(http_req *req)
 		b->at = now;
 	}
 	if (b && b->tokens < 1) {
-		int wait = (int)((1 - b->tokens) * 60.0 / rate) + 1;
+		*retry_after = (int)((1 - b->tokens) * 60.0 / rate) + 1;
 		pthread_mutex_unlock(&mu);
-		char ra[16];
-		snprintf(ra, sizeof ra, "%d", wait);
-		http_reply_error(req, 429, "too_many_requests",
-		                 "too many log-ins or sign-ups from this address",
-		                 "Wait for the time Retry-After says, then try again.");
-		http_add_header(req, "Retry-After", ra);
-		return false;
+		return AUTH_LIMIT_RATE;
 	}
 	if (b)
 		b->tokens -= 1;
@@ -85,12 +79,27 @@ bool auth_limit_enter(http_req *req)
 	if (ok)
 		hashing++;
 	pthread_mutex_unlock(&mu);
-	if (!ok) {
+	*retry_after = 1;
+	return ok ? AUTH_LIMIT_OK : AUTH_LIMIT_BUSY;
+}
+
+bool auth_limit_enter(http_req *req)
+{
+	int wait = 0;
+	auth_limit_verdict v = auth_limit_take(req, &wait);
+	if (v == AUTH_LIMIT_OK)
+		return true;
+	char ra[16];
+	snprintf(ra, sizeof ra, "%d", wait);
+	if (v == AUTH_LIMIT_RATE)
+		http_reply_error(req, 429, "too_many_requests",
+		                 "too many log-ins or sign-ups from this address",
+		                 "Wait for the time Retry-After says, then try again.");
+	else
 		http_reply_error(req, 503, "unavailable", "the server is busy with other log-ins",
 		                 "Try again in a moment.");
-		http_add_header(req, "Retry-After", "1");
-	}
-	return ok;
+	http_add_header(req, "Retry-After", ra);
+	return false;
 }
 
 void auth_limit_leave(void)

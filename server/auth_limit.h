@@ -21,8 +21,18 @@
 
 #define AUTH_WAIT_MS 2000
 
-/* Take a hashing slot for req: true when it may hash now (call
- * auth_limit_leave() after), false when it was answered (429 or 503). */
+typedef enum {
+	AUTH_LIMIT_OK,   /* may hash now: call auth_limit_leave() after */
+	AUTH_LIMIT_RATE, /* the address is over its rate (429) */
+	AUTH_LIMIT_BUSY  /* no hashing slot came free in time (503) */
+} auth_limit_verdict;
+
+/* Take a hashing slot for req without answering it; *retry_after gets the
+ * seconds to wait when the verdict is not AUTH_LIMIT_OK. */
+auth_limit_verdict auth_limit_take(http_req *req, int *retry_after);
+
+/* The same, answering the request (JSON 429 or 503 with Retry-After) when
+ * it may not hash: true when it may (call auth_limit_leave() after). */
 bool auth_limit_enter(http_req *req);
 void auth_limit_leave(void);
 

@@ -30,6 +30,11 @@ void spot_fingerprint_post(http_req *req);
  * GET /static/{name}: their scripts and style. */
 void web_page(http_req *req);
 void web_static(http_req *req);
+/* The statistics export's files, GET /stats/NAME (server/stats_serve.c). */
+void stats_get(http_req *req);
+/* The sign-up form (server/web_signup.c, doc/web.md). */
+void web_signup_form(http_req *req);
+void web_signup_post(http_req *req);
 /* GET /v1/projects/{name}/dashboard?rounds=N */
 void web_dashboard(http_req *req);
 /* GET /v1/hosts/{id}/network: a host's class and rungs, public (web_api.c) */

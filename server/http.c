@@ -65,6 +65,12 @@ const char *http_header(const http_req *req, const char *name)
 	return MHD_lookup_connection_value(st->conn, MHD_HEADER_KIND, name);
 }
 
+const char *http_cookie(const http_req *req, const char *name)
+{
+	const conn_state *st = req->priv;
+	return MHD_lookup_connection_value(st->conn, MHD_COOKIE_KIND, name);
+}
+
 void http_client_ip(const http_req *req, char *out, size_t len)
 {
 	const conn_state *st = req->priv;

@@ -50,6 +50,9 @@ struct http_req {
 /* Value of a request header (case-insensitive name), or NULL. */
 const char *http_header(const http_req *req, const char *name);
 
+/* Value of a cookie the request carries, or NULL. */
+const char *http_cookie(const http_req *req, const char *name);
+
 /* The client's address as text ("" when unknown). */
 void http_client_ip(const http_req *req, char *out, size_t len);
 

@@ -104,7 +104,7 @@ static const opt_spec server_opts[] = {
 	  .help = "close a relay session idle for S seconds" },
 	{ "stats-dir", 0, OPT_STRING, F(stats_dir), .metavar = "DIR",
 	  .help = "write the BOINC-style statistics export there (doc/credit.md), at start and every "
-	          "--stats-interval" },
+	          "--stats-interval, and serve it under /stats/" },
 	{ "stats-interval", 0, OPT_INT, F(stats_interval), 60, 86400 * 30, .def = "86400", .metavar = "S",
 	  .help = "seconds between exports" },
 	{ "gc-interval", 0, OPT_INT, F(gc_interval), 0, 86400 * 30, .def = "3600", .metavar = "S",
@@ -164,6 +164,7 @@ int main(int argc, char **argv)
 	int stats_interval = cli.stats_interval;
 	if (db && !*db)
 		db = NULL;
+	cfg.stats_dir = stats_dir && *stats_dir ? stats_dir : NULL;
 	if (cfg.threads == 0) {
 		/* Workers block on their database round trip; with the database on
 		 * the same machine more of them only add context switches (measured

@@ -57,6 +57,10 @@ static const route routes[] = {
 	{ "GET", "/user", web_page },
 	{ "GET", "/team", web_page },
 	{ "GET", "/host", web_page },
+	{ "GET", "/stats/{}", stats_get },
+	{ "HEAD", "/stats/{}", stats_get },
+	{ "GET", "/signup", web_signup_form },
+	{ "POST", "/signup", web_signup_post },
 };
 
 /* Does path (already split: segs[0..nseg)) match pattern?  Captures the

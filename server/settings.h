@@ -7,6 +7,7 @@
 
 typedef struct {
 	const char *data_dir;        /* holds files/ (the store) and pg/ (embedded db) */
+	const char *stats_dir;       /* the statistics export, served under /stats/; NULL: none */
 	char files_dir[4096];        /* <data_dir>/files */
 	const char *conninfo;        /* libpq conninfo, resolved before start */
 	const char *listen;          /* address to bind, "127.0.0.1" by default */

@@ -49,7 +49,7 @@ done_at_least() { [ "$(done_units)" -ge "$1" ] 2>/dev/null; }
 log_has() { grep -q "$1" "$T/client.log"; }
 mb_total() { ctl --json status | sed -n 's/.*"mb_total": \([0-9]*\),*$/\1/p' | head -1; }
 
-plan 38
+plan 52
 
 mkdir -p "$T/text"
 head -c 30000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -88,10 +88,15 @@ fi
 
 ctl attach "http://127.0.0.1:$PORT/projects/nosuch" --key "$KEY" >/dev/null 2>&1
 is $? 1 "attaching to a missing project is refused (exit 1)"
-ctl attach "http://127.0.0.1:$PORT/projects/tiny" --key "wrongkey123" >/dev/null 2>&1
+ctl status | grep -q '^activity: no project attached$'; ok $? "status says no project is attached"
+ctl attach "http://127.0.0.1:$PORT/projects/tiny" --key "wrongkey123" >/dev/null 2>"$T/badkey.err"
 is $? 1 "attaching with a wrong key is refused"
+ok $(grep -q 'web site' "$T/badkey.err" && ! grep -qi 'authorization\|bearer' "$T/badkey.err"; echo $?) \
+	"  with a hint for a volunteer, not about HTTP headers: $(tr '\n' ' ' <"$T/badkey.err")"
 ctl attach "http://127.0.0.1:$PORT/projects/tiny" --key "$KEY" >/dev/null
 ok $? "attach with an account key"
+ctl --json status >"$T/attached.json"
+ok $(! grep -q '"activity": ""' "$T/attached.json"; echo $?) "right after attach no activity is blank"
 ctl --json attach "http://127.0.0.1:$PORT/projects/tiny" --key "$KEY" >"$T/dup.json" 2>/dev/null
 is $? 1 "attaching twice is refused"
 grep -q '"code": "already_exists"' "$T/dup.json"; ok $? "--json prints the error object"
@@ -103,9 +108,22 @@ wait_for 90 both_done
 ok $? "work units of both projects are computed and finished on the server ($(done_in tiny) + $(done_in tiny2))"
 grep -q "downloaded $CKPT .*resumed" "$T/client.log"; ok $? "the partial checkpoint download was resumed"
 ctl status | grep -q 'microbatches reported in all'; ok $? "status shows the project and its progress"
+wait_for 10 sh -c "\"$B/client/cotrainctl\" --socket '$T/cl/control.sock' status | grep -q '^activity: computing (project tiny2\\{0,1\\}, work unit [0-9]*)$'"
+ok $? "status says computing, with the project and work unit"
+# Credit as the server has it: granted and pending, looked at after each
+# finished work unit.
+H=$(sql "select host_id from work_unit w join project p on p.id = w.project_id where p.name = 'tiny' limit 1")
+P=$(sql "select id from project where name = 'tiny'")
+sql "insert into credit_grant (kind, project_id, version, host_id, account_id, samples, flops, credit, status, created_at)
+     select 'round', $P, v, $H, account_id, 8, 1, c, s, now() from host,
+            (values (900, 12.5, 'granted'), (901, 3.25, 'pending')) x(v, c, s) where id = $H;
+     insert into host_credit (host_id, total) values ($H, 12.5)" >/dev/null
+wait_for 30 sh -c "\"$B/client/cotrainctl\" --socket '$T/cl/control.sock' status | grep -q '^  credit: 12.5 granted, 3.25 pending$'"
+ok $? "status shows the host's credit, granted and pending: $(ctl status | grep credit: | tr '\n' ' ')"
 
 ctl suspend >/dev/null; ok $? "suspend"
 ctl --json status | grep -q '"suspended": true'; ok $? "status --json says suspended"
+ctl status | grep -q '^activity: suspended: by the user$'; ok $? "status says why nothing is computed"
 n1=$(done_units); sleep 2
 n2=$(done_units)
 ok $([ "$n2" -le "$((n1 + 2))" ]; echo $?) "no work is finished while suspended ($n1 -> $n2)"
@@ -113,6 +131,14 @@ ctl resume >/dev/null; ok $? "resume"
 ctl prefs set max_threads=1 disk_max=64M >/dev/null; ok $? "prefs set"
 ctl prefs set max_threads=lots >/dev/null 2>&1; is $? 1 "a bad preference value is refused (exit 1)"
 ctl --json prefs | grep -q '"disk_max": 67108864'; ok $? "prefs get shows the new value"
+# The idle-only default: what the daemon does (nothing here sets it), what
+# doc/client.md says and what the project page tells volunteers agree.
+ctl --json prefs | tr -d ' \n' | grep -q '"effective":{[^}]*"only_when_idle":false'
+ok $? "only_when_idle is off by default"
+grep -q '^| `only_when_idle` | .* | false |$' "$top_srcdir/doc/client.md"; ok $? "  as doc/client.md says"
+ok $(grep -q 'computes also while you use the machine' "$top_srcdir/web/app.js" &&
+	! grep -q 'computes only when the machine is idle' "$top_srcdir/web/app.js"; echo $?) "  and as the project page says"
+
 
 # kill -9: on restart nothing is downloaded again and no microbatch is
 # counted twice on the server.
@@ -141,6 +167,10 @@ ok $([ "$nrep" -ge 2 ] && [ "$overlap" = 0 ]; echo $?) "no microbatch was report
 kill "$SPID"; wait "$SPID" 2>/dev/null; SPID=
 wait_for 30 log_has 'retrying in'
 ok $? "with the server away the client retries with backoff"
+# (The next attempt shows on the activity line, or on the project's own when
+# a round's thread holds the activity line: "averaging".)
+wait_for 20 sh -c "\"$B/client/cotrainctl\" --socket '$T/cl/control.sock' status | grep -q 'failed: .*; next attempt at [0-9][0-9]:[0-9][0-9]:[0-9][0-9]'"
+ok $? "status says when the next attempt is: $(ctl status | grep 'next attempt' | head -1)"
 start_server || bail_out "server did not restart"
 n1=$(done_units)
 wait_for 30 done_at_least $((n1 + 1))
@@ -234,7 +264,17 @@ PYEOF
 else
 	skip 2 "python3 is needed to send raw control requests"
 fi
-ctl detach tiny >/dev/null; ok $? "detach"
+# Detach and attach again: the same host comes back (one host per machine
+# and account), with its credit and pending checks.
+hid() { ctl --json status | sed -n 's/.*"host_id": \([0-9]*\),*$/\1/p' | head -1; }
+h1=$(hid) nhosts=$(sql "select count(*) from host")
 ctl detach tiny2 >/dev/null; ok $? "detach the second project"
+ctl detach tiny >/dev/null; ok $? "detach"
+ctl attach "http://127.0.0.1:$PORT/projects/tiny" --key "$KEY" >/dev/null
+ok $? "attach again after the detach"
+h2=$(hid)
+ok $([ -n "$h1" ] && [ "$h1" = "$h2" ]; echo $?) "the same host comes back ($h1 -> $h2)"
+is "$(sql "select count(*) from host")" "$nhosts" "  and the server made no new host"
+ctl detach tiny >/dev/null; ok $? "detach once more"
 ctl status | grep -q 'project tiny'; is $? 1 "no project is left attached"
 done_testing

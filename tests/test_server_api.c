@@ -353,6 +353,46 @@ static void test_teams(void)
 static long long host_a, host_b;
 static char token_a[64], token_b[64];
 
+#define MACHINE \
+	"\"machine_id\": \"" \
+	"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\""
+
+/* One host per machine and account: registering again with the same
+ * machine id (a detach and attach) gives the same host and a new token. */
+static void test_host_identity(void)
+{
+	th_resp r = call("POST", "/v1/hosts", alice_key, "{\"flops\": 1e6, " MACHINE "}", 201,
+	                 "register a host with a machine id");
+	long long first = th_json_int(&r, "host_id");
+	char old_token[64];
+	snprintf(old_token, sizeof old_token, "%s", th_json_str(&r, "host_token"));
+	ok(json_is_false(json_object_get(r.json, "reused")), "  a new host");
+	th_resp_free(&r);
+	r = call("POST", "/v1/hosts", alice_key, "{\"flops\": 3e6, \"cores\": 4, " MACHINE "}", 200,
+	         "register the same machine again");
+	is_int(th_json_int(&r, "host_id"), first, "  the same host comes back");
+	ok(json_is_true(json_object_get(r.json, "reused")), "  marked reused");
+	ok(strcmp(th_json_str(&r, "host_token"), old_token) != 0, "  with a new token");
+	is_int(th_sql_int("SELECT count(*) FROM host WHERE id = %lld AND cores = 4 AND token_hash = "
+	                  "sha256('%s')",
+	                  first, th_json_str(&r, "host_token")),
+	       1, "  the new token and hardware are stored");
+	is_int(th_sql_int("SELECT count(*) FROM host WHERE token_hash = sha256('%s')", old_token), 0,
+	       "  the old token no longer names a host");
+	th_resp_free(&r);
+	r = call("POST", "/v1/hosts", bob_key, "{\"flops\": 1e6, " MACHINE "}", 201,
+	         "the same machine id under another account");
+	ok(th_json_int(&r, "host_id") != first, "  is another host");
+	th_resp_free(&r);
+	r = call("POST", "/v1/hosts", alice_key, "{\"flops\": 1e6}", 201, "no machine id");
+	ok(th_json_int(&r, "host_id") != first, "  is a new host");
+	th_resp_free(&r);
+	refused("POST", "/v1/hosts", alice_key, "{\"flops\": 1e6, \"machine_id\": \"ABC\"}", 400, "invalid",
+	        "a machine id that is not 64 hex digits");
+	refused("POST", "/v1/hosts", alice_key, "{\"flops\": 1e6, \"machine_id\": 7}", 400, "invalid",
+	        "a machine id that is not a string");
+}
+
 static void test_hosts(void)
 {
 	th_resp r =
@@ -396,6 +436,7 @@ static void test_hosts(void)
 	refused("GET", path, bob_key, NULL, 403, "forbidden", "show another account's host");
 	refused("DELETE", path, bob_key, NULL, 403, "forbidden", "revoke another account's host");
 	refused("GET", "/v1/hosts/999999", alice_key, NULL, 404, "not_found", "unknown host");
+	test_host_identity();
 }
 
 static void test_projects(void)

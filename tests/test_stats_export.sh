@@ -216,6 +216,35 @@ for i in $(seq 1 100); do [ -f "$T/timed/tables.xml" ] && break; sleep 0.1; done
 [ -f "$T/timed/tables.xml" ]
 ok $? "the server's timed export wrote $T/timed"
 check_export "$T/timed" "the server's timer"
+
+# ---- served under /stats/ with caching headers ----------------------------------
+get() {  # PATH [CURL ARGS...]: the status; body in $T/got, headers in $T/got.h
+	_p=$1; shift
+	rm -f "$T/got"; curl -s -o "$T/got" -D "$T/got.h" -w '%{http_code}' "$@" "$URL$_p"
+}
+hdr() { sed -n "s/^$1: \(.*\)\r\$/\1/Ip" "$T/got.h" | head -1; }
+is "$(get /stats/tables.xml)" 200 "GET /stats/tables.xml"
+cmp -s "$T/got" "$T/timed/tables.xml"; ok $? "  is the exported file"
+etag=$(hdr ETag) lm=$(hdr Last-Modified)
+ok $([ -n "$etag" ] && [ -n "$lm" ]; echo $?) "  with ETag $etag and Last-Modified $lm"
+case $(hdr Content-Type) in application/xml*) ok 0 "  as XML" ;; *) ok 1 "  as XML: $(hdr Content-Type)" ;; esac
+is "$(get /stats/tables.xml -H "If-None-Match: $etag")" 304 "  If-None-Match with its tag: 304"
+is "$(cat "$T/got" 2>/dev/null | wc -c)" 0 "  with no body"
+is "$(get /stats/tables.xml -H "If-None-Match: W/$etag, \"other\"")" 304 "  a weak tag in a list: 304"
+is "$(get /stats/tables.xml -H 'If-None-Match: "other"')" 200 "  another tag: 200"
+is "$(get /stats/tables.xml -H "If-Modified-Since: $lm")" 304 "  If-Modified-Since its Last-Modified: 304"
+is "$(get /stats/tables.xml -H 'If-Modified-Since: Sat, 01 Jan 2000 00:00:00 GMT')" 200 "  an older date: 200"
+is "$(get /stats/user.gz)" 200 "GET /stats/user.gz"
+cmp -s "$T/got" "$T/timed/user.gz"; ok $? "  is the exported file"
+is "$(hdr Content-Type)" application/gzip "  as gzip"
+is "$(get /stats/tables.xml -I)" 200 "HEAD /stats/tables.xml"
+for bad in nosuch.gz .tables.xml tables.txt '..%2Ftimed%2Ftables.xml' 'TABLES.XML'; do
+	is "$(get "/stats/$bad")" 404 "/stats/$bad is 404"
+done
+stop_server
+start_server
+is "$(get /stats/tables.xml)" 404 "a server without --stats-dir has no /stats/"
+grep -q 'does not export statistics' "$T/got"; ok $? "  and says so"
 stop_server
 
 done_testing

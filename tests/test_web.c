@@ -25,9 +25,10 @@ static const char *chromium(void)
 	return NULL;
 }
 
-/* Load url in headless Chromium, let its scripts run for a few seconds of
- * virtual time; the serialised DOM (malloc'd), or NULL. */
-static char *dump_dom(const char *chrome, const char *url, const char *shot)
+/* Load url in headless Chromium in a window width px wide, let its scripts
+ * run for a few seconds of virtual time; the serialised DOM (malloc'd), or
+ * NULL. */
+static char *dump_dom_at(const char *chrome, const char *url, const char *shot, int width)
 {
 	char cmd[2048];
 	char tmpl[] = "/tmp/cotrain-dom-XXXXXX";
@@ -38,16 +39,16 @@ static char *dump_dom(const char *chrome, const char *url, const char *shot)
 	/* --no-sandbox: tests run as root in CI; the page is our own. */
 	snprintf(cmd, sizeof cmd,
 	         "timeout 60 '%s' --headless --no-sandbox --disable-gpu --no-first-run "
-	         "--user-data-dir=%s.profile --window-size=1280,1000 --virtual-time-budget=8000 "
+	         "--user-data-dir=%s.profile --window-size=%d,1000 --virtual-time-budget=8000 "
 	         "--dump-dom '%s' > %s 2>/dev/null",
-	         chrome, tmpl, url, tmpl);
+	         chrome, tmpl, width, url, tmpl);
 	int rc = system(cmd);
 	if (shot) {
 		snprintf(cmd, sizeof cmd,
 		         "timeout 60 '%s' --headless --no-sandbox --disable-gpu --no-first-run "
-		         "--user-data-dir=%s.profile --window-size=1280,1000 --virtual-time-budget=8000 "
+		         "--user-data-dir=%s.profile --window-size=%d,1000 --virtual-time-budget=8000 "
 		         "--screenshot='%s' '%s' >/dev/null 2>&1",
-		         chrome, tmpl, shot, url);
+		         chrome, tmpl, width, shot, url);
 		if (system(cmd))
 			diag("screenshot of %s failed", url);
 	}
@@ -71,6 +72,33 @@ static char *dump_dom(const char *chrome, const char *url, const char *shot)
 		diag("could not remove the profile");
 	return dom;
 }
+
+static char *dump_dom(const char *chrome, const char *url, const char *shot)
+{
+	return dump_dom_at(chrome, url, shot, 1280);
+}
+
+/* An attribute of the page's <html> element, in a static buffer; "" when
+ * it is not set.  app.js's markOverflow sets data-overflow (how far the page
+ * is wider than the window) and data-cut-times (time cells that cut their
+ * text), measured inside the page. */
+static const char *html_attr(const char *dom, const char *name)
+{
+	static char val[32];
+	char key[64];
+	val[0] = 0;
+	snprintf(key, sizeof key, " %s=\"", name);
+	const char *h = dom ? strstr(dom, "<html") : NULL;
+	const char *end = h ? strchr(h, '>') : NULL;
+	const char *a = h ? strstr(h, key) : NULL;
+	if (a && a < end) {
+		a += strlen(key);
+		snprintf(val, sizeof val, "%.*s", (int)strcspn(a, "\""), a);
+	}
+	return val;
+}
+
+static const char *overflow_of(const char *dom) { return html_attr(dom, "data-overflow"); }
 
 static int count(const char *hay, const char *needle)
 {
@@ -185,10 +213,42 @@ int main(void)
 		   "the dashboard shows the latest held-out bits per byte and its version");
 		ok(strstr(dom, "Loading") == NULL && strstr(dom, "class=\"error\"") == NULL,
 		   "the dashboard's data loaded without error");
+		is_str(canvas_attr(dom, "Loss (bits per byte)", "data-x"), "version",
+		       "the plots are against the model version by default");
+		is_int(count(dom, "class=\"contributor\""), 3, "the contributors table has the 3 accounts");
+		ok(strstr(dom, "<th class=\"num\">Samples</th>") &&
+		           strstr(dom, "<th class=\"when\">Last seen</th>") &&
+		           strstr(dom, "&lt;b&gt;x&lt;/b&gt;"),
+		   "  with their names (as text), samples, credit and when last seen");
+		is_str(overflow_of(dom), "0", "the dashboard fits a 1280 px window (no sideways scroll)");
 	}
 	free(dom);
 	struct stat st;
 	ok(stat(shot, &st) == 0 && st.st_size > 1000, "a screenshot of the dashboard is at %s", shot);
+
+	snprintf(url, sizeof url, "%s/dashboard?project=webdemo&x=time", th_url());
+	dom = dump_dom(chrome, url, NULL);
+	ok(dom && !strcmp(canvas_attr(dom, "Loss (bits per byte)", "data-x"), "time") &&
+	           !strcmp(canvas_attr(dom, "Loss (bits per byte)", "data-points"), "8") &&
+	           !strcmp(canvas_attr(dom, "Peers per round", "data-x"), "time"),
+	   "with ?x=time the plots are against the time each round committed");
+	free(dom);
+
+	/* A 390 px phone: every page fits its width, measured inside the page. */
+	static const struct {
+		const char *path, *file;
+	} phone[] = { { "/dashboard?project=webdemo", "dashboard-390.png" },
+		      { "/leaderboard?kind=users", "leaderboard-390.png" },
+		      { "/", "project-390.png" },
+		      { "/signup", "signup-390.png" } };
+	for (size_t i = 0; i < sizeof phone / sizeof phone[0]; i++) {
+		snprintf(url, sizeof url, "%s%s", th_url(), phone[i].path);
+		snprintf(shot, sizeof shot, "%s/%s", shots, phone[i].file);
+		dom = dump_dom_at(chrome, url, shot, 390);
+		is_str(overflow_of(dom), "0", "%s fits a 390 px phone (no sideways scroll)", phone[i].path);
+		is_str(html_attr(dom, "data-cut-times"), "0", "  and no time in it is cut");
+		free(dom);
+	}
 
 	snprintf(url, sizeof url, "%s/leaderboard?kind=users", th_url());
 	snprintf(shot, sizeof shot, "%s/leaderboard.png", shots);
@@ -273,6 +333,21 @@ int main(void)
 	   "an ALBERT project's dashboard names its objective and plots its 3 rounds' loss in nats");
 	free(dom);
 
+	for (int k = 0; k < 2; k++) { /* the grants' "When" column, the user's hosts */
+		if (k == 0)
+			snprintf(url, sizeof url, "%s/host?id=%lld", th_url(), hosts[0]);
+		else
+			snprintf(url, sizeof url, "%s/user?id=%lld", th_url(),
+			         th_sql_int("SELECT account_id FROM host WHERE id = %lld", hosts[0]));
+		snprintf(shot, sizeof shot, "%s/%s-390.png", shots, k ? "user" : "host");
+		dom = dump_dom_at(chrome, url, shot, 390);
+		is_str(overflow_of(dom), "0", "the %s page fits a 390 px phone", k ? "user" : "host");
+		ok(dom && strstr(dom, "<td class=\"when\">") &&
+		           !strcmp(html_attr(dom, "data-cut-times"), "0"),
+		   "  with the whole time in the When column of its grants (%s cut)",
+		   html_attr(dom, "data-cut-times"));
+		free(dom);
+	}
 	done_testing();
 	return exit_status();
 }

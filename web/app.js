@@ -63,7 +63,26 @@ function param(name) { return new URLSearchParams(location.search).get(name); }
 function setMain(...kids) {
 	const m = document.getElementById('main');
 	m.replaceChildren(...kids);
+	requestAnimationFrame(markOverflow);
+	setTimeout(markOverflow, 1000); /* again once fonts and plots settled */
 }
+
+/* Record on <html> by how many pixels the page is wider than the window
+ * (data-overflow, 0 when it fits): a page must never scroll sideways, on a
+ * phone least of all; wide tables scroll inside their own box.  And how
+ * many time cells (.when) cut their text (data-cut-times).  The web test
+ * reads both in headless Chromium at 1280 and 390 px. */
+function markOverflow() {
+	const d = document.documentElement;
+	d.setAttribute('data-overflow', String(Math.max(0, d.scrollWidth - d.clientWidth)));
+	const cut = Array.from(document.querySelectorAll('td.when, th.when')).filter(c => c.scrollWidth > c.clientWidth);
+	d.setAttribute('data-cut-times', String(cut.length));
+}
+window.addEventListener('resize', () => requestAnimationFrame(markOverflow));
+
+/* A table in a box of its own that scrolls sideways when the window is
+ * narrower than the table needs. */
+function scrollBox(table) { return el('div', { class: 'scroll' }, table); }
 
 function fail(e) {
 	setMain(el('p', { class: 'error', id: 'status' }, 'Could not load: ' + e.message));
@@ -127,9 +146,16 @@ function drawPlot(c, points, opts) {
 		g.lineTo(w - R, Y(yv));
 		g.stroke();
 	}
-	g.fillText(String(x0), L, h - 8);
-	g.fillText(String(x1), w - R - 30, h - 8);
-	g.fillText(opts.xlabel || 'model version', (L + w) / 2 - 30, h - 8);
+	/* opts.time: x is unix seconds, labelled as UTC times of day (with the
+	 * date when the span is longer than a day) */
+	const xtext = x => !opts.time ? String(x)
+	        : new Date(x * 1000).toISOString().slice(x1 - x0 > 86400 ? 5 : 11, 16).replace('T', ' ');
+	g.fillText(xtext(x0), L, h - 8);
+	const xt1 = xtext(x1);
+	g.fillText(xt1, w - R - g.measureText(xt1).width, h - 8);
+	const xl = opts.time ? 'time (UTC)' : 'model version';
+	g.fillText(xl, (L + w - R - g.measureText(xl).width) / 2, h - 8);
+	c.setAttribute('data-x', opts.time ? 'time' : 'version');
 	const curve = (cp, color) => {
 		g.strokeStyle = color;
 		g.lineWidth = 2;
@@ -202,9 +228,10 @@ async function pageIndex() {
 		el('div', { class: 'card' },
 		   el('p', {}, '1. Install the client (Debian 12):'),
 		   el('pre', {}, 'sudo apt install ./cotrain-client_*.deb    # or build: ./configure && make && sudo make install\nsudo systemctl enable --now cotrain-client'),
-		   el('p', {}, '2. Create an account, then attach the client with your account key:'),
-		   el('pre', {}, 'curl -s -X POST ' + url + '/v1/accounts -d \'{"email": "you@example.org", "name": "you", "password": "…"}\'\ncotrainctl attach ' + url + '/projects/' + d.project + ' --key YOUR_ACCOUNT_KEY\n# or: echo "$PASSWORD" | cotrainctl attach ' + url + '/projects/' + d.project + ' --email you@example.org --password-stdin'),
-		   el('p', {}, '3. Watch it work: ', el('code', {}, 'cotrainctl status'), '. It computes only when the machine is idle and obeys your preferences.')));
+		   el('p', {}, '2. ', link('/signup?project=' + encodeURIComponent(d.project), 'Create an account'),
+		      '; the page then shows your account key and the command that attaches the client:'),
+		   el('pre', {}, 'cotrainctl attach ' + url + '/projects/' + d.project + ' --key YOUR_ACCOUNT_KEY\n# or: echo "$PASSWORD" | cotrainctl attach ' + url + '/projects/' + d.project + ' --email you@example.org --password-stdin'),
+		   el('p', {}, '3. Watch it work: ', el('code', {}, 'cotrainctl status'), '. Like BOINC, it computes also while you use the machine, at the lowest priority, so your own programs come first; to compute only while you are away: ', el('code', {}, 'cotrainctl prefs set only_when_idle=true'), '. To use less of the CPU: ', el('code', {}, 'cotrainctl prefs set cpu_time_percent=50'), '.')));
 }
 
 async function pageDashboard() {
@@ -216,6 +243,15 @@ async function pageDashboard() {
 		const cur = rounds.length ? rounds[rounds.length - 1] : null;
 		const last = done.length ? done[done.length - 1] : null;
 		const evald = rounds.filter(r => r.heldout_bpb !== null && r.heldout_bpb !== undefined);
+		/* x: the model version, or the time the round committed (opened,
+		 * for one still open) */
+		const byTime = param('x') === 'time';
+		const X = r => byTime ? Date.parse(r.committed_at || r.opened_at) / 1000 : r.version;
+		const axis = el('p', { class: 'tabs' }, 'Plot against: ');
+		for (const [k, label] of [['version', 'model version'], ['time', 'time']])
+			axis.appendChild(el('a', { href: '/dashboard?project=' + encodeURIComponent(name) + (k === 'time' ? '&x=time' : ''),
+			                           class: (k === 'time') === byTime ? 'on' : null }, label));
+		const popt = o => Object.assign({ time: byTime }, o);
 		/* bits per byte with the byte tokenizer, per token with a subword one */
 		const unit = d.tokenizer === 'byte' ? 'byte' : 'token';
 		const arch = archOf(d.model);
@@ -223,10 +259,10 @@ async function pageDashboard() {
 		 * held-out figure; an encoder's MLM + SOP loss in nats, which
 		 * the held-out evaluation does not measure */
 		const lossPlot = arch === GPT_ARCH
-			? plot('Loss (bits per ' + unit + ')', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: r.version, y: Number(r.loss) / Math.LN2 })),
-			       { label: 'training', second: { label: 'held-out', color: '#c53030', points: evald.map(r => ({ x: r.version, y: Number(r.heldout_bpb) })) } })
-			: plot('Loss (' + arch.objective + ', nats)', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: r.version, y: Number(r.loss) })),
-			       { label: 'training' });
+			? plot('Loss (bits per ' + unit + ')', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: X(r), y: Number(r.loss) / Math.LN2 })),
+			       popt({ label: 'training', second: { label: 'held-out', color: '#c53030', points: evald.map(r => ({ x: X(r), y: Number(r.heldout_bpb) })) } }))
+			: plot('Loss (' + arch.objective + ', nats)', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: X(r), y: Number(r.loss) })),
+			       popt({ label: 'training' }));
 		setMain(
 			el('h1', {}, utext(d.title, 200), ' — training'),
 			el('div', { class: 'stats' },
@@ -238,15 +274,18 @@ async function pageDashboard() {
 			   stat('held-out bits / ' + unit, evald.length ? fmtNum(evald[evald.length - 1].heldout_bpb, 4) + ' (v' + evald[evald.length - 1].version + ')' : '–'),
 			   stat('last round', last && last.seconds ? fmtNum(last.seconds, 1) + ' s' : '–'),
 			   stat('round ' + (cur ? cur.version : '–'), cur ? cur.state : '–')),
+			axis,
 			el('div', { class: 'plots', id: 'plots' },
 			   /* a GPT's: both in bits per byte (byte tokenizer) or token,
 			    * the training loss the peers reported, in nats, over ln 2,
 			    * and the held-out figure of the same model version,
 			    * computed by the server */
 			   lossPlot,
-			   plot('Samples per second (per round)', done.filter(r => r.seconds > 0).map(r => ({ x: r.version, y: r.samples / r.seconds })), { zero: true, color: '#2f855a' }),
-			   plot('Time per round (s)', done.filter(r => r.seconds > 0).map(r => ({ x: r.version, y: r.seconds })), { zero: true, color: '#b7791f' }),
-			   plot('Peers per round', done.map(r => ({ x: r.version, y: r.n_peers })), { zero: true, color: '#6b46c1' })),
+			   plot('Samples per second (per round)', done.filter(r => r.seconds > 0).map(r => ({ x: X(r), y: r.samples / r.seconds })), popt({ zero: true, color: '#2f855a' })),
+			   plot('Time per round (s)', done.filter(r => r.seconds > 0).map(r => ({ x: X(r), y: r.seconds })), popt({ zero: true, color: '#b7791f' })),
+			   plot('Peers per round', done.map(r => ({ x: X(r), y: r.n_peers })), popt({ zero: true, color: '#6b46c1' }))),
+			el('h2', {}, 'Contributors'),
+			contributorsTable(d.contributors || []),
 			el('p', {}, 'Updated ', fmtTime(new Date().toISOString()), '; refreshes every 15 s.'));
 	};
 	await load();
@@ -299,19 +338,33 @@ async function pageLeaderboard() {
 	        el('p', {}, 'One credit is 4.32e11 floating-point operations of validated training; the recent average decays with a one-week half-life.'));
 }
 
+/* The dashboard's contributors, as sahajBERT's: who trained, how many
+ * samples, how much credit, when last seen. */
+function contributorsTable(rows) {
+	if (!rows.length)
+		return el('p', {}, 'No contributions yet.');
+	const body = el('tbody', { id: 'contributors' });
+	rows.forEach((c, i) => body.appendChild(el('tr', { class: 'contributor' }, el('td', { class: 'rank' }, i + 1),
+	              el('td', {}, link('/user?id=' + c.id, utext(c.name))), el('td', { class: 'num' }, fmtNum(c.samples, 0)),
+	              el('td', { class: 'num' }, fmtNum(c.credit)), el('td', { class: 'when' }, fmtTime(c.last_seen)))));
+	return scrollBox(el('table', {}, el('thead', {}, el('tr', {}, el('th', { class: 'rank' }, '#'), el('th', {}, 'Name'),
+	                 el('th', { class: 'num' }, 'Samples'), el('th', { class: 'num' }, 'Credit'),
+	                 el('th', { class: 'when' }, 'Last seen'))), body));
+}
+
 function grantsTable(grants) {
 	if (!grants.length)
 		return el('p', {}, 'No grants yet.');
 	const body = el('tbody', {});
 	for (const g of grants)
-		body.appendChild(el('tr', {}, el('td', {}, fmtTime(g.granted_at || g.created_at)),
+		body.appendChild(el('tr', {}, el('td', { class: 'when' }, fmtTime(g.granted_at || g.created_at)),
 		                    el('td', {}, utext(g.project)), el('td', { class: 'num' }, g.version),
 		                    el('td', {}, g.kind), el('td', { class: 'num' }, fmtNum(g.samples, 0)),
 		                    el('td', { class: 'num' }, fmtNum(g.credit, 4)),
 		                    el('td', { title: g.reason || null }, g.status)));
-	return el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'When'), el('th', {}, 'Project'),
+	return scrollBox(el('table', {}, el('thead', {}, el('tr', {}, el('th', { class: 'when' }, 'When'), el('th', {}, 'Project'),
 	          el('th', { class: 'num' }, 'Version'), el('th', {}, 'For'), el('th', { class: 'num' }, 'Samples'),
-	          el('th', { class: 'num' }, 'Credit'), el('th', {}, 'Status'))), body);
+	          el('th', { class: 'num' }, 'Credit'), el('th', {}, 'Status'))), body));
 }
 
 function idParam() {
@@ -447,4 +500,6 @@ document.addEventListener('DOMContentLoaded', () => {
 	const f = PAGES[document.body.dataset.page];
 	if (f)
 		f().catch(fail);
+	else
+		requestAnimationFrame(markOverflow); /* a page made by the server (the sign-up form) */
 });
