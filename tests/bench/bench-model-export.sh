@@ -6,7 +6,9 @@
 # copying the stored checkpoint file to the same disk and fsyncing it (what
 # any export must at least do: read the checkpoint and write a file of its
 # size; --format cotrain writes exactly those bytes, --format hf a third of
-# them, the parameters without the two Adam moments).
+# them, the parameters without the two Adam moments).  The fixed cost of a
+# cotrain-admin command (start, database connection, schema check) is
+# printed beside them: `project list`.
 #
 #   tests/bench/bench-model-export.sh [RUNS]
 #
@@ -54,23 +56,26 @@ while [ \$i -lt $runs ]; do
 	t2=\$(now)
 	mkdir "$work/ref" && cp "\$ck" "$work/ref/checkpoint.safetensors" && sync -f "$work/ref/checkpoint.safetensors"
 	t3=\$(now)
-	echo "hf_s=\$(echo "\$t1 - \$t0" | bc -l) cotrain_s=\$(echo "\$t2 - \$t1" | bc -l) copy_s=\$(echo "\$t3 - \$t2" | bc -l)"
+	admin project list >/dev/null
+	t4=\$(now)
+	echo "hf_s=\$(echo "\$t1 - \$t0" | bc -l) cotrain_s=\$(echo "\$t2 - \$t1" | bc -l) copy_s=\$(echo "\$t3 - \$t2" | bc -l) admin_s=\$(echo "\$t4 - \$t3" | bc -l)"
 	i=\$((i + 1))
 done
 for f in "$work"/hf/* "$work"/raw/*; do echo "file=\$(basename "\$(dirname "\$f")")/\$(basename "\$f"):\$(wc -c <"\$f")"; done
 EOS
 "$b/tests/with-pgtmp" sh "$work/inner.sh" >"$work/out"
 tr ' ' '\n' <"$work/out" | grep = | awk -F= '
-	$1 == "hf_s" { h[++nh] = $2 } $1 == "cotrain_s" { c[++nc] = $2 } $1 == "copy_s" { r[++nr] = $2 }
+	$1 == "hf_s" { h[++nh] = $2 } $1 == "cotrain_s" { c[++nc] = $2 } $1 == "copy_s" { r[++nr] = $2 } $1 == "admin_s" { a[++na] = $2 }
 	$1 == "file" { files[++nf] = $2 } $1 == "params" || $1 == "checkpoint_bytes" { v[$1] = $2 }
 	function sort(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t } }
 	END {
-		sort(h, nh); sort(c, nc); sort(r, nr)
+		sort(h, nh); sort(c, nc); sort(r, nr); sort(a, na)
 		printf "model export: %d parameters, stored checkpoint %d bytes, %d runs\n", v["params"], v["checkpoint_bytes"], nh
 		printf "  %-48s %9s %9s %12s\n", "", "best s", "median s", "best / copy"
 		printf "  %-48s %9.3f %9.3f %12.2f\n", "model export --format hf", h[1], h[int((nh + 1) / 2)], h[1] / r[1]
 		printf "  %-48s %9.3f %9.3f %12.2f\n", "model export --format cotrain", c[1], c[int((nc + 1) / 2)], c[1] / r[1]
 		printf "  %-48s %9.3f %9.3f %12s\n", "reference: cp of the checkpoint + fsync", r[1], r[int((nr + 1) / 2)], "1.00"
+		printf "  %-48s %9.3f %9.3f %12s\n", "fixed cost: cotrain-admin project list", a[1], a[int((na + 1) / 2)], ""
 		printf "  %-48s %14s\n", "file", "bytes"
 		for (i = 1; i <= nf; i++) { split(files[i], x, ":"); printf "  %-48s %14d\n", x[1], x[2]; t[substr(x[1], 1, index(x[1], "/") - 1)] += x[2] }
 		printf "  %-48s %14d (%.2f bytes per parameter)\n", "hf, all files", t["hf"], t["hf"] / v["params"]
