@@ -1,14 +1,16 @@
 #!/bin/sh
 # cotrain tests: the chaos run (issue 20).  A real PostgreSQL, cotrain-server
 # and six cotrain-client daemons train a tiny model for at least
-# CHAOS_VERSIONS (20) versions and CHAOS_FAULTS (15) faults, within
+# CHAOS_VERSIONS (20) versions and CHAOS_FAULTS (18) faults, within
 # CHAOS_SECONDS (300), while a seeded schedule (the seed is printed:
 # CHAOS_SEED=N replays it) does, repeatedly and overlapping:
 #   - kill -9 of a random client, restarted later from its state folder;
 #   - kill -9 of the server while the current round is open, closing or
 #     averaging (each phase in turn), restarted on the same port;
-#   - every database connection of the server terminated at once (what a
-#     PostgreSQL restart does to it);
+#   - every database connection of the server terminated at once;
+#   - PostgreSQL itself stopped at once (pg_ctl -m immediate: a crash, no
+#     checkpoint, WAL replayed at the next start) and started again a few
+#     seconds later;
 #   - a client suspended (SIGSTOP) for longer than the round's report and
 #     averaging timeouts, then resumed;
 #   - as root: a client's state folder full (a small tmpfs filled), freed
@@ -19,18 +21,33 @@
 # every included peer's parameters equal the server's for every version;
 # credit granted is exactly the FLOPs of the accepted peers' reported
 # samples / 4.32e11; no process and no temporary folder is left behind.
-# Links cut by nft and a client's clock stepped by hours are not part of
-# this run (they need network namespaces and a per-process clock).
+# The test runs its own PostgreSQL (initdb and pg_ctl, as the unprivileged
+# COTRAIN_PG_USER or postgres when root, as with-pgtmp does), with
+# fsync=off (the machine never crashes here, the postmaster does) but
+# synchronous_commit on: a commit the server was told of is in the WAL that
+# the restart replays.  Links cut by nft and a client's clock stepped by
+# hours are not part of this run (they need network namespaces and a
+# per-process clock).
 . "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/invariants.sh"
 B=$top_builddir
-[ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 SEED=${CHAOS_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 VERSIONS=${CHAOS_VERSIONS:-20}
-FAULTS=${CHAOS_FAULTS:-15}
+FAULTS=${CHAOS_FAULTS:-18}
 BUDGET_S=${CHAOS_SECONDS:-300}
 T=$(mktemp -d /tmp/cotrain-chaos-XXXXXX)
-SPID= TMPFS=
+SPID= TMPFS= PGD=
+# The run's own PostgreSQL, in a folder of the run user's (the socket path
+# must stay short).
+PGD=$(mktemp -d /tmp/cotrain-chaospg-XXXXXX)
+PGPORT_CHAOS=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u "${COTRAIN_PG_USER:-postgres}" -- "$@"; else "$@"; fi; }
+pg_start() {
+	as_pg "$PG_BINDIR/pg_ctl" -D "$PGD/data" -l "$PGD/postgres.log" -w -t 60 \
+		-o "-k $PGD -p $PGPORT_CHAOS -c listen_addresses= -c max_connections=300 -c fsync=off -c full_page_writes=off" \
+		start >/dev/null
+}
+pg_crash() { as_pg "$PG_BINDIR/pg_ctl" -D "$PGD/data" -m immediate -w stop >/dev/null; }
 cleanup() {
 	for i in 1 2 3 4 5 6; do
 		eval "p=\${CPID$i:-}"
@@ -38,7 +55,8 @@ cleanup() {
 	done
 	[ -n "$SPID" ] && kill -9 "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
 	[ -n "$TMPFS" ] && umount "$TMPFS" 2>/dev/null
-	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
+	[ -f "$PGD/data/postmaster.pid" ] && pg_crash 2>/dev/null
+	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T and $PGD"; else rm -rf "$T" "$PGD"; fi
 }
 trap cleanup EXIT INT TERM
 admin() { "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" "$@"; }
@@ -56,6 +74,15 @@ rand() { # N: R gets a number in [0, N) (a variable: $(rand) would lose RNG)
 	R=$(( RNG / 65536 % $1 ))
 }
 diag "seed $SEED (CHAOS_SEED=$SEED replays this schedule)"
+[ "$(id -u)" != 0 ] || id "${COTRAIN_PG_USER:-postgres}" >/dev/null 2>&1 ||
+	skip_all "root, and no user ${COTRAIN_PG_USER:-postgres} to run PostgreSQL as"
+[ "$(id -u)" = 0 ] && chown "${COTRAIN_PG_USER:-postgres}" "$PGD"
+as_pg "$PG_BINDIR/initdb" -D "$PGD/data" -U cotrain -A trust -E UTF8 --locale=C --no-sync >"$T/initdb.log" 2>&1 &&
+	pg_start && "$PG_BINDIR/createdb" -h "$PGD" -p "$PGPORT_CHAOS" -U cotrain cotrain ||
+	bail_out "could not start the run's PostgreSQL: $(tail -3 "$T/initdb.log" "$PGD/postgres.log" 2>/dev/null)"
+COTRAIN_DB="host=$PGD port=$PGPORT_CHAOS dbname=cotrain user=cotrain connect_timeout=10"
+PGHOST=$PGD PGPORT=$PGPORT_CHAOS PGDATABASE=cotrain PGUSER=cotrain
+export COTRAIN_DB PGHOST PGPORT PGDATABASE PGUSER
 
 plan 6
 
@@ -104,11 +131,11 @@ wait_for 120 version_at_least 1 || bail_out "no round committed before the fault
 
 # The schedule.
 phases="open closing averaging"
-n_kill=0 n_srv=0 n_db=0 n_stop=0 n_full=0
+n_kill=0 n_srv=0 n_db=0 n_stop=0 n_full=0 n_pg=0
 start=$(date +%s)
 down= stopped= full=
 n_faults=0
-rand 5
+rand 6
 first=$R
 while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 	[ $(( $(date +%s) - start )) -lt "$BUDGET_S" ]; do
@@ -122,9 +149,9 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 	for i in $stopped; do eval "kill -CONT \$CPID$i"; done
 	stopped=
 	[ -n "$full" ] && rm -f "$TMPFS/fill" && full=
-	# Every kind in turn (from a random one), so each happens FAULTS / 5
+	# Every kind in turn (from a random one), so each happens FAULTS / 6
 	# times; the moments and the victims are random.
-	kind=$(( (n_faults - 1 + first) % 5 ))
+	kind=$(( (n_faults - 1 + first) % 6 ))
 	rand 6
 	i=$(( 1 + R ))
 	case $kind in
@@ -158,6 +185,13 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 			full=1 n_full=$((n_full + 1))
 			diag "$(date +%T) client 6's state folder full"
 		fi ;;
+	5)
+		pg_crash || bail_out "could not stop PostgreSQL"
+		n_pg=$((n_pg + 1))
+		rand 4
+		diag "$(date +%T) PostgreSQL stopped at once (immediate), down for $((2 + R)) s"
+		sleep "$((2 + R))"
+		pg_start || bail_out "PostgreSQL did not start again: $(tail -3 "$PGD/postgres.log")" ;;
 	esac
 done
 for i in $down; do start_client "$i"; done
@@ -165,8 +199,8 @@ for i in $stopped; do eval "kill -CONT \$CPID$i"; done
 [ -n "$full" ] && rm -f "$TMPFS/fill"
 V=$(version)
 ok $([ "$V" -ge "$VERSIONS" ]; echo $?) \
-	"the run reached version $VERSIONS (version $V in $(( $(date +%s) - start )) s) through $n_kill client kills, $n_srv server kills, $n_db database disconnections, $n_stop suspensions, $n_full full disks"
-ok $([ "$n_kill" -ge 2 ] && [ "$n_srv" -ge 3 ] && [ "$n_db" -ge 2 ] && [ "$n_stop" -ge 2 ]; echo $?) \
+	"the run reached version $VERSIONS (version $V in $(( $(date +%s) - start )) s) through $n_kill client kills, $n_srv server kills, $n_db database disconnections, $n_pg PostgreSQL crashes, $n_stop suspensions, $n_full full disks"
+ok $([ "$n_kill" -ge 2 ] && [ "$n_srv" -ge 3 ] && [ "$n_db" -ge 2 ] && [ "$n_pg" -ge 2 ] && [ "$n_stop" -ge 2 ]; echo $?) \
 	"the schedule did every kind of fault at least twice, the server kill in each phase (seed $SEED)"
 for i in 1 2 3 4 5 6; do eval "p=\$CPID$i"; kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
