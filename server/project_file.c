@@ -612,6 +612,12 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	    (rc = get_int(&s, "eval_sequences", false, 1, PF_EVAL_SEQUENCES_MAX, &eval_seq)) ||
 	    (rc = parse_mode(&s, out)) || (rc = parse_validation(&s, out)))
 		goto out;
+	if (tb < mb) {
+		rc = cot_seterr(eb, COT_ERR_INVALID,
+		                "field \"target_batch\" must be at least microbatch_size (%lld)", mb);
+		cot_sethint(eb, "It is %lld; a round steps on whole microbatches of %lld samples.", tb, mb);
+		goto out;
+	}
 	if (tb % mb != 0) {
 		rc = cot_seterr(eb, COT_ERR_INVALID,
 		                "field \"target_batch\" must be a multiple of microbatch_size (%lld)", mb);
