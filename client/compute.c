@@ -22,8 +22,9 @@ struct cl_compute {
 	mb_shape shape;
 	int nspans;
 	mb_span spans[CL_MAX_FILES];
-	int32_t *in, *tgt; /* B*T each */
-	kern_local *local; /* local mode's inner steps; NULL in sync mode */
+	int32_t *in, *tgt;     /* B*T each */
+	kern_local *local;     /* local mode's inner steps; NULL in sync mode */
+	kern_opt_config inner; /* local mode: the inner optimizer in use */
 };
 
 static void to_config(const cl_project *p, kern_config *c)
@@ -114,8 +115,21 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 	return COT_OK;
 }
 
-/* Local mode's inner state for c's model, when the project trains so. */
-static cot_err open_local(cl_compute *c, const cl_project *p, cot_errbuf *eb)
+/* Local mode's inner state for c's model, when the project trains so: the
+ * inner optimizer is the one in force at work unit w's version, which the
+ * server sends with the unit (a project update may change it from a
+ * version on, doc/project-file.md), else the project's own. */
+/* The inner optimizer of work unit w of project p into *inner (zeroed first,
+ * so two equal configs compare equal with memcmp). */
+static cot_err unit_inner(const cl_project *p, const cl_work *w, kern_opt_config *inner, cot_errbuf *eb)
+{
+	char unit_opt[CL_WORK_OPT_MAX + 32];
+	snprintf(unit_opt, sizeof unit_opt, "{\"optimizer\": %s}", w->optimizer);
+	memset(inner, 0, sizeof *inner);
+	return kern_opt_config_from_json(w->optimizer[0] ? unit_opt : p->mode.json, inner, eb);
+}
+
+static cot_err open_local(cl_compute *c, const cl_project *p, const cl_work *w, cot_errbuf *eb)
 {
 	if (!p->mode.known)
 		return cot_seterr(eb, COT_ERR_INVALID, "the training mode of project \"%s\" is not known yet",
@@ -123,8 +137,7 @@ static cot_err open_local(cl_compute *c, const cl_project *p, cot_errbuf *eb)
 	kern_mode_config mc;
 	kern_opt_config inner;
 	cot_errbuf e2 = { "", "" };
-	if (kern_mode_config_from_json(p->mode.json, &mc, &e2) ||
-	    kern_opt_config_from_json(p->mode.json, &inner, &e2))
+	if (kern_mode_config_from_json(p->mode.json, &mc, &e2) || unit_inner(p, w, &inner, &e2))
 		return cot_seterr(eb, COT_ERR_INVALID, "project \"%s\" has unusable training settings: %s",
 		                  p->name, e2.msg);
 	if (mc.mode != KERN_MODE_LOCAL)
@@ -132,6 +145,7 @@ static cot_err open_local(cl_compute *c, const cl_project *p, cot_errbuf *eb)
 	cot_err rc = kern_local_new(c->m, &inner, mc.inner_batch, &c->local, eb);
 	if (rc)
 		return rc;
+	c->inner = inner;
 	kern_local_begin(c->local, c->m);
 	return COT_OK;
 }
@@ -214,7 +228,7 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 	if (rc)
 		goto fail;
 	kern_zero_grad(c->m);
-	rc = open_local(c, p, eb);
+	rc = open_local(c, p, w, eb);
 	if (rc)
 		goto fail;
 	*out = c;
@@ -224,8 +238,24 @@ fail:
 	return rc;
 }
 
-cot_err cl_compute_retarget(cl_compute *c, const cl_work *w, const char *cache_dir, cot_errbuf *eb)
+cot_err cl_compute_retarget(cl_compute *c, const cl_project *p, const cl_work *w, const char *cache_dir,
+                            cot_errbuf *eb)
 {
+	/* A session goes on across versions: the unit of a later version may
+	 * bring another inner optimizer (a project update). */
+	if (c->local) {
+		kern_opt_config inner;
+		cot_errbuf e2 = { "", "" };
+		if (unit_inner(p, w, &inner, &e2))
+			return cot_seterr(eb, COT_ERR_INVALID, "work unit %lld has an unusable optimizer: %s",
+			                  (long long)w->id, e2.msg);
+		if (memcmp(&inner, &c->inner, sizeof inner) != 0) {
+			cot_err rc = kern_local_set_inner(c->local, &inner, eb);
+			if (rc)
+				return rc;
+			c->inner = inner;
+		}
+	}
 	cot_err rc = load_range(c, w, cache_dir, eb);
 	if (rc)
 		c->hi = c->lo; /* nothing may be computed from a half-loaded range */

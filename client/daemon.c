@@ -621,7 +621,7 @@ static void compute(cl_daemon *d, int i)
 		memset(&rt->acc, 0, sizeof rt->acc);
 	} else if (rt->session_wu != w->id) {
 		cot_errbuf eb = { "", "" };
-		cot_err rc = cl_compute_retarget(rt->session, w, d->cache_dir, &eb);
+		cot_err rc = cl_compute_retarget(rt->session, p, w, d->cache_dir, &eb);
 		if (rc) {
 			hand_back(d, i, eb.msg);
 			return;

@@ -86,12 +86,17 @@ static json_t *work_to_json(const cl_work *w)
 		                      json_pack("{s:s, s:s, s:I, s:s}", "url", w->files[i].url, "sha256",
 		                                w->files[i].sha256, "size", (json_int_t)w->files[i].size,
 		                                "kind", w->files[i].kind));
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:f, s:s, s:I}", "id",
-	                 (json_int_t)w->id, "version", (json_int_t)w->version, "lo", (json_int_t)w->lo, "hi",
-	                 (json_int_t)w->hi, "deadline", (json_int_t)w->deadline, "files", files, "mb_done",
-	                 (json_int_t)w->mb_done, "mb_reported", (json_int_t)w->mb_reported, "keep_hi",
-	                 (json_int_t)w->keep_hi, "samples_per_sec", w->samples_per_sec, "pending_op",
-	                 op_names[w->pending_op], "pending_mb", (json_int_t)w->pending_mb);
+	json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:f, s:s, s:I}", "id",
+	                      (json_int_t)w->id, "version", (json_int_t)w->version, "lo", (json_int_t)w->lo,
+	                      "hi", (json_int_t)w->hi, "deadline", (json_int_t)w->deadline, "files", files,
+	                      "mb_done", (json_int_t)w->mb_done, "mb_reported", (json_int_t)w->mb_reported,
+	                      "keep_hi", (json_int_t)w->keep_hi, "samples_per_sec", w->samples_per_sec,
+	                      "pending_op", op_names[w->pending_op], "pending_mb", (json_int_t)w->pending_mb);
+	if (j && w->optimizer[0] && json_object_set_new(j, "optimizer", json_string(w->optimizer))) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
 }
 
 cot_err cl_train_mode_from_config(cl_train_mode *t, const json_t *config, cot_errbuf *eb)
@@ -236,6 +241,9 @@ static cot_err work_from_json(cl_work *w, const json_t *o, cot_errbuf *eb)
 	TRY(get_i64(o, "keep_hi", w->lo, w->hi, &w->keep_hi, eb));
 	TRY(cot_json_num(o, "samples_per_sec", true, 0, 1e15, &w->samples_per_sec, eb));
 	TRY(get_i64(o, "pending_mb", 0, w->hi - w->lo, &w->pending_mb, eb));
+	const char *opt = "";
+	TRY(cot_json_str(o, "optimizer", false, 0, CL_WORK_OPT_MAX - 1, &opt, eb));
+	snprintf(w->optimizer, sizeof w->optimizer, "%s", opt ? opt : "");
 	const char *op = "";
 	TRY(cot_json_str(o, "pending_op", true, 1, 16, &op, eb));
 	w->pending_op = CL_REPORT_NONE;

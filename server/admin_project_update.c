@@ -32,7 +32,8 @@ static const char usage[] =
         "Changes the settings of project NAME from model version VERSION on: the round\n"
         "that trains VERSION into VERSION+1 and every later one.  Without --at, the\n"
         "change applies from the current version when its round is still open, else\n"
-        "from the next.  A version in the past is refused.  SETTING is one of:\n"
+        "from the next (a local-mode project's optimizer: from the next).  A version\n"
+        "in the past is refused.  SETTING is one of:\n"
         "  optimizer.lr                      peak learning rate (above 0, at most 10)\n"
         "  optimizer.schedule.warmup_steps   steps of linear warm-up\n"
         "  optimizer.schedule.total_steps    end of the decay (extend the schedule)\n"
@@ -44,8 +45,8 @@ static const char usage[] =
         "  validation.first_rate             spot-check rate of an untrusted host, 0 to 1\n"
         "  validation.min_rate               least spot-check rate of a trusted host, 0 to 1\n"
         "The schedule counts optimizer steps from version 0, so a changed schedule\n"
-        "takes its value at the version it applies from.  Local-mode projects take\n"
-        "no optimizer change.  The changes show in \"project show\" (config.changes).\n";
+        "takes its value at the version it applies from; in local mode the optimizer\n"
+        "is the inner steps'.  The changes show in \"project show\" (config.changes).\n";
 
 typedef enum { SET_INT, SET_REAL, SET_WORD } setting_kind;
 
@@ -212,17 +213,25 @@ int admin_project_update(admin_ctx *ctx, int argc, char **argv)
 	char state[32];
 	snprintf(state, sizeof state, "%s", PQntuples(r) ? PQgetvalue(r, 0, 0) : "open");
 	PQclear(r);
+	/* The earliest version the change may take: the current one while its
+	 * round is open, except for a local-mode project's optimizer, which its
+	 * peers took with the round's first work units (client/compute.c). */
+	const char *mode = json_string_value(json_object_get(config, "mode"));
+	bool local_opt = mode && strcmp(mode, "local") == 0 && json_object_get(change, "optimizer");
+	long long earliest = open && !local_opt ? current : current + 1;
 	if (at < 0)
-		at = open ? current : current + 1;
-	if (at < current || (at == current && !open)) {
+		at = earliest;
+	if (at < earliest) {
 		json_decref(config);
 		cot_seterr(&eb, COT_ERR_CONFLICT, "cannot change project \"%.80s\" from version %lld: %s",
 		           name, at,
-		           at < current ? "that version is in the past" : "its round is no longer open");
+		           at < current ? "that version is in the past"
+		           : local_opt  ? "its peers' inner steps of that version have begun"
+		                        : "its round is no longer open");
 		cot_sethint(&eb,
 		            "The project is at version %lld, whose round is %s; give --at %lld or later, "
 		            "or leave --at out.",
-		            current, state, open ? current : current + 1);
+		            current, state, earliest);
 		goto fail;
 	}
 	char stamp[32];

@@ -379,7 +379,7 @@ static cot_err parse_validation(const scope *top, pf_project *p)
 
 /* The shape of change i (0-based) of "changes": an object with "version",
  * an optional "at", and only the settings a run may change. */
-static cot_err check_change(const scope *top, const json_t *c, size_t i, bool local)
+static cot_err check_change(const scope *top, const json_t *c, size_t i)
 {
 	static const char *const keys[] = { "version",           "at",         "optimizer", "target_batch",
 		                            "work_unit_seconds", "validation", NULL };
@@ -406,11 +406,6 @@ static cot_err check_change(const scope *top, const json_t *c, size_t i, bool lo
 	}
 	if (!o)
 		return COT_OK;
-	if (local)
-		return bad(&s, "optimizer",
-		           "In local mode every peer reads its inner optimizer when it starts a "
-		           "session; change the outer settings or start a new project.",
-		           "field \"%s\" cannot change in a local-mode project%s", "");
 	char opath[80];
 	snprintf(opath, sizeof opath, "%s.optimizer", path);
 	scope so = { o, opath, top->eb };
@@ -432,7 +427,7 @@ static cot_err parse_changes(const scope *top, const json_t *root, pf_project *p
 		return bad(top, "changes", NULL, "field \"%s\" must be an array of at most 256 changes%s",
 		           "");
 	for (size_t i = 0; i < json_array_size(a); i++) {
-		cot_err rc = check_change(top, json_array_get(a, i), i, p->mode == PF_MODE_LOCAL);
+		cot_err rc = check_change(top, json_array_get(a, i), i);
 		if (rc)
 			return rc;
 	}

@@ -631,9 +631,10 @@ static int replay(const replay_args *a)
 		long v = m->step;
 		int64_t samples;
 		double loss;
-		/* The optimizer in force at v: the project's "changes" (sync mode;
-		 * local mode's optimizer takes none, server/project_file.c). */
-		if (!local && (rc = kern_opt_config_at(normalized, v, &o, &eb)))
+		/* The optimizer in force at v (the project's "changes"): the
+		 * step's in sync mode, the inner steps' in local mode. */
+		if ((rc = kern_opt_config_at(normalized, v, &o, &eb)) ||
+		    (local && (rc = kern_local_set_inner(lstate, &o, &eb))))
 			goto out;
 		rc = local ? train_round_local(m, lstate, &mc, &shape, d, r + i, j - i, in, tgt, acc,
 		                               &samples, &loss, &eb)

@@ -282,8 +282,9 @@ int main(void)
 	       "a change whose warm-up passes the schedule's end");
 	refuse(buf, "\"first_rate\":0.5", "\"first_rate\":2", "validation.first_rate", "a rate above 1");
 	refuse(local, "\"outer\":", "\"changes\":5,\"outer\":", "changes", "changes that are not an array");
-	refuse(local, "\"outer\":", "\"changes\":[{\"version\":1,\"optimizer\":{\"lr\":0.1}}],\"outer\":",
-	       "changes[0].optimizer", "an optimizer change in local mode");
+	ok(parse_edit(local, "\"outer\":",
+	              "\"changes\":[{\"version\":1,\"optimizer\":{\"lr\":0.1}}],\"outer\":", &eb) == COT_OK,
+	   "a local-mode project takes an optimizer change (its inner steps')");
 	refuse(local, "\"outer\":", "\"changes\":[{\"version\":1,\"at\":\"x\"}],\"outer\":", "changes[0]",
 	       "a change of nothing");
 
