@@ -3,6 +3,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,19 +116,28 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 	return COT_OK;
 }
 
-/* Local mode's inner state for c's model, when the project trains so: the
- * inner optimizer is the one in force at work unit w's version, which the
- * server sends with the unit (a project update may change it from a
- * version on, doc/project-file.md), else the project's own. */
-/* The inner optimizer of work unit w of project p into *inner (zeroed first,
- * so two equal configs compare equal with memcmp). */
+/* The inner optimizer of work unit w of project p into *inner: the one in
+ * force at the unit's version, which the server sends with the unit (a
+ * project update may change it from a version on, doc/project-file.md),
+ * else the project's own. */
 static cot_err unit_inner(const cl_project *p, const cl_work *w, kern_opt_config *inner, cot_errbuf *eb)
 {
 	char unit_opt[CL_WORK_OPT_MAX + 32];
 	snprintf(unit_opt, sizeof unit_opt, "{\"optimizer\": %s}", w->optimizer);
-	memset(inner, 0, sizeof *inner);
 	return kern_opt_config_from_json(w->optimizer[0] ? unit_opt : p->mode.json, inner, eb);
 }
+
+/* Field by field (a struct's padding is not compared). */
+static bool same_opt(const kern_opt_config *a, const kern_opt_config *b)
+{
+	return a->kind == b->kind && a->lr == b->lr && a->beta1 == b->beta1 && a->beta2 == b->beta2 &&
+	       a->eps == b->eps && a->weight_decay == b->weight_decay && a->clip_norm == b->clip_norm &&
+	       a->warmup_steps == b->warmup_steps && a->total_steps == b->total_steps &&
+	       a->decay == b->decay && a->min_lr_ratio == b->min_lr_ratio;
+}
+
+/* Local mode's inner state for c's model, when the project trains so, with
+ * the inner optimizer of unit w (unit_inner). */
 
 static cot_err open_local(cl_compute *c, const cl_project *p, const cl_work *w, cot_errbuf *eb)
 {
@@ -249,7 +259,7 @@ cot_err cl_compute_retarget(cl_compute *c, const cl_project *p, const cl_work *w
 		if (unit_inner(p, w, &inner, &e2))
 			return cot_seterr(eb, COT_ERR_INVALID, "work unit %lld has an unusable optimizer: %s",
 			                  (long long)w->id, e2.msg);
-		if (memcmp(&inner, &c->inner, sizeof inner) != 0) {
+		if (!same_opt(&inner, &c->inner)) {
 			cot_err rc = kern_local_set_inner(c->local, &inner, eb);
 			if (rc)
 				return rc;
