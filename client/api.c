@@ -546,6 +546,20 @@ cot_err cl_api_parse_work(const json_t *a, time_t date, cl_project *p, cl_work *
 		w->sketch_seed = (uint64_t)v;
 		w->sketch_k = (int)k;
 	}
+	const json_t *opt = json_object_get(a, "optimizer");
+	if (opt && !json_is_null(opt)) {
+		char *text = json_is_object(opt) ? json_dumps(opt, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+		bool fits = text && strlen(text) < sizeof w->optimizer;
+		if (fits)
+			snprintf(w->optimizer, sizeof w->optimizer, "%s", text);
+		free(text);
+		if (!fits) {
+			cot_seterr(&e2, COT_ERR_INVALID,
+			           "field \"optimizer\" must be an object of at most %d bytes",
+			           CL_WORK_OPT_MAX - 1);
+			goto bad;
+		}
+	}
 	w->id = id;
 	w->version = ver;
 	w->lo = lo;

@@ -3,6 +3,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,8 +26,9 @@ struct cl_compute {
 	mb_shape shape;
 	int nspans;
 	mb_span spans[CL_MAX_FILES];
-	int32_t *in, *tgt; /* B*T each */
-	kern_local *local; /* local mode's inner steps; NULL in sync mode */
+	int32_t *in, *tgt;     /* B*T each */
+	kern_local *local;     /* local mode's inner steps; NULL in sync mode */
+	kern_opt_config inner; /* local mode: the inner optimizer in use */
 	/* Sketches of this version's microbatches (cl_compute_sketch_on). */
 	uint64_t sk_seed;
 	int sk_k;        /* 0: not sketching */
@@ -119,8 +121,30 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 	return COT_OK;
 }
 
-/* Local mode's inner state for c's model, when the project trains so. */
-static cot_err open_local(cl_compute *c, const cl_project *p, cot_errbuf *eb)
+/* The inner optimizer of work unit w of project p into *inner: the one in
+ * force at the unit's version, which the server sends with the unit (a
+ * project update may change it from a version on, doc/project-file.md),
+ * else the project's own. */
+static cot_err unit_inner(const cl_project *p, const cl_work *w, kern_opt_config *inner, cot_errbuf *eb)
+{
+	char unit_opt[CL_WORK_OPT_MAX + 32];
+	snprintf(unit_opt, sizeof unit_opt, "{\"optimizer\": %s}", w->optimizer);
+	return kern_opt_config_from_json(w->optimizer[0] ? unit_opt : p->mode.json, inner, eb);
+}
+
+/* Field by field (a struct's padding is not compared). */
+static bool same_opt(const kern_opt_config *a, const kern_opt_config *b)
+{
+	return a->kind == b->kind && a->lr == b->lr && a->beta1 == b->beta1 && a->beta2 == b->beta2 &&
+	       a->eps == b->eps && a->weight_decay == b->weight_decay && a->clip_norm == b->clip_norm &&
+	       a->warmup_steps == b->warmup_steps && a->total_steps == b->total_steps &&
+	       a->decay == b->decay && a->min_lr_ratio == b->min_lr_ratio;
+}
+
+/* Local mode's inner state for c's model, when the project trains so, with
+ * the inner optimizer of unit w (unit_inner). */
+
+static cot_err open_local(cl_compute *c, const cl_project *p, const cl_work *w, cot_errbuf *eb)
 {
 	if (!p->mode.known)
 		return cot_seterr(eb, COT_ERR_INVALID, "the training mode of project \"%s\" is not known yet",
@@ -128,8 +152,7 @@ static cot_err open_local(cl_compute *c, const cl_project *p, cot_errbuf *eb)
 	kern_mode_config mc;
 	kern_opt_config inner;
 	cot_errbuf e2 = { "", "" };
-	if (kern_mode_config_from_json(p->mode.json, &mc, &e2) ||
-	    kern_opt_config_from_json(p->mode.json, &inner, &e2))
+	if (kern_mode_config_from_json(p->mode.json, &mc, &e2) || unit_inner(p, w, &inner, &e2))
 		return cot_seterr(eb, COT_ERR_INVALID, "project \"%s\" has unusable training settings: %s",
 		                  p->name, e2.msg);
 	if (mc.mode != KERN_MODE_LOCAL)
@@ -137,6 +160,7 @@ static cot_err open_local(cl_compute *c, const cl_project *p, cot_errbuf *eb)
 	cot_err rc = kern_local_new(c->m, &inner, mc.inner_batch, &c->local, eb);
 	if (rc)
 		return rc;
+	c->inner = inner;
 	kern_local_begin(c->local, c->m);
 	return COT_OK;
 }
@@ -220,7 +244,7 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 	if (rc)
 		goto fail;
 	kern_zero_grad(c->m);
-	rc = open_local(c, p, eb);
+	rc = open_local(c, p, w, eb);
 	if (rc)
 		goto fail;
 	*out = c;
@@ -230,8 +254,24 @@ fail:
 	return rc;
 }
 
-cot_err cl_compute_retarget(cl_compute *c, const cl_work *w, const char *cache_dir, cot_errbuf *eb)
+cot_err cl_compute_retarget(cl_compute *c, const cl_project *p, const cl_work *w, const char *cache_dir,
+                            cot_errbuf *eb)
 {
+	/* A session goes on across versions: the unit of a later version may
+	 * bring another inner optimizer (a project update). */
+	if (c->local) {
+		kern_opt_config inner;
+		cot_errbuf e2 = { "", "" };
+		if (unit_inner(p, w, &inner, &e2))
+			return cot_seterr(eb, COT_ERR_INVALID, "work unit %lld has an unusable optimizer: %s",
+			                  (long long)w->id, e2.msg);
+		if (!same_opt(&inner, &c->inner)) {
+			cot_err rc = kern_local_set_inner(c->local, &inner, eb);
+			if (rc)
+				return rc;
+			c->inner = inner;
+		}
+	}
 	cot_err rc = load_range(c, w, cache_dir, eb);
 	if (rc)
 		c->hi = c->lo; /* nothing may be computed from a half-loaded range */

@@ -70,11 +70,15 @@ cot_err cl_compute_sketches(const cl_compute *c, int64_t g, int64_t n, double *o
 /* The session's sketch size, 0 when it does not sketch. */
 int cl_compute_sketch_k(const cl_compute *c);
 
-/* Point the session at work unit w (of the same version) without touching
- * the model or its accumulated gradient: its shards replace the previous
- * unit's.  Errors as cl_compute_open; on error the session computes
- * nothing until retargeted successfully. */
-cot_err cl_compute_retarget(cl_compute *c, const cl_work *w, const char *cache_dir, cot_errbuf *eb);
+/* Point the session at work unit w of project p without touching the
+ * model or its accumulated gradient: its shards replace the previous
+ * unit's; in local mode, the inner optimizer the unit brings (its
+ * version's) replaces the session's between rounds (COT_ERR_CONFLICT when
+ * it differs once the round's inner steps have begun).  Errors as
+ * cl_compute_open; on error the session computes nothing until retargeted
+ * successfully. */
+cot_err cl_compute_retarget(cl_compute *c, const cl_project *p, const cl_work *w, const char *cache_dir,
+                            cot_errbuf *eb);
 
 /* 1 when the session trains in local mode. */
 int cl_compute_is_local(const cl_compute *c);

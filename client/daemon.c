@@ -664,7 +664,7 @@ static void compute(cl_daemon *d, int i)
 		memset(&rt->acc, 0, sizeof rt->acc);
 	} else if (rt->session_wu != w->id) {
 		cot_errbuf eb = { "", "" };
-		cot_err rc = cl_compute_retarget(rt->session, w, d->cache_dir, &eb);
+		cot_err rc = cl_compute_retarget(rt->session, p, w, d->cache_dir, &eb);
 		if (rc) {
 			hand_back(d, i, eb.msg);
 			return;
@@ -903,6 +903,18 @@ void *cl_daemon_worker(void *arg)
 		for (int j = 0; j < d->st.nprojects; j++)
 			if (d->rt[j].round_due && !d->rt[j].round_running)
 				cl_daemon_round_start(d, j);
+		if (d->state_error) {
+			/* Nothing goes on unjournaled (a report, a work request):
+			 * wait for space.  Retrying a journaled report at once
+			 * spun with the lock held, and the thread that stops the
+			 * daemon never got it (the chaos run's full disk). */
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			pthread_cond_timedwait(&d->wake, &d->lock, &ts);
+			d->interrupt = 0;
+			continue;
+		}
 		int sc = -1;
 		for (int j = 0; j < d->st.nprojects && sc < 0 && !paused; j++)
 			if (spot_due(d, j))

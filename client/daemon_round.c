@@ -368,7 +368,7 @@ static cot_err step(round_job *j, cot_errbuf *eb)
 	json_decref(info);
 	kern_opt_config oc;
 	kern_mode_config mc;
-	rc = cfg ? kern_opt_config_from_json(cfg, &oc, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	rc = cfg ? kern_opt_config_at(cfg, j->v, &oc, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	if (!rc)
 		rc = kern_mode_config_from_json(cfg, &mc, eb);
 	free(cfg);

@@ -2,6 +2,7 @@
 #include "client/spotcheck.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "shared/common/hash.h"
 #include "shared/common/json.h"
 #include "shared/common/sketch.h"
+#include "shared/common/microbatch.h"
 
 #define MAX_CHECKS_A_PASS 8
 #define MANIFEST_MAX (16 << 20)
@@ -83,6 +85,38 @@ cot_err cl_spot_check_parse(const json_t *c, const cl_project *p, cot_errbuf *eb
 	return parse_check(c, p, &sc, eb);
 }
 
+int cl_spot_token_runs(const cl_project *p, int64_t lo, int64_t hi, uint64_t first[2], uint64_t last[2],
+                       cot_errbuf *eb)
+{
+	/* The shape check bounds mb_per_epoch * B * T + 1 by 2^62, so no
+	 * position below overflows (the product of the server's numbers alone
+	 * could reach 2^90). */
+	mb_shape shape = { .mb_per_epoch = p->mb_per_epoch, .B = p->microbatch_size, .T = p->seq_len };
+	cot_errbuf e = { "", "" };
+	if (mb_shape_check(&shape, &e)) {
+		cot_seterr(eb, COT_ERR_NETWORK, "server sent a project whose stream does not fit: %s", e.msg);
+		return -1;
+	}
+	if (lo < 0 || hi <= lo || hi - lo > shape.mb_per_epoch) {
+		cot_seterr(eb, COT_ERR_NETWORK,
+		           "server sent a spot check of microbatches [%lld, %lld), not 1 to %lld of them",
+		           (long long)lo, (long long)hi, (long long)shape.mb_per_epoch);
+		return -1;
+	}
+	uint64_t per_mb = (uint64_t)shape.B * (uint64_t)shape.T;
+	uint64_t elo = (uint64_t)(lo % shape.mb_per_epoch), n = (uint64_t)(hi - lo);
+	uint64_t epoch = (uint64_t)shape.mb_per_epoch;
+	first[0] = elo * per_mb;
+	if (elo + n <= epoch) {
+		last[0] = (elo + n) * per_mb; /* inclusive: the last target token */
+		return 1;
+	}
+	last[0] = epoch * per_mb;
+	first[1] = 0;
+	last[1] = (elo + n - epoch) * per_mb;
+	return 2;
+}
+
 /* Fetch file sha of the server into the cache as a work unit file f of
  * kind; size < 0: ask the server first. */
 static cot_err fetch(const cl_project *p, const cl_fetch_env *env, const char *sha, int64_t size, cl_file *f,
@@ -128,10 +162,12 @@ static cot_err gather(const cl_api_opts *o, const cl_project *p, const cl_fetch_
 	if (rc)
 		goto out;
 	w->nfiles = 1;
-	/* A range never crosses an epoch's end: its tokens are one span. */
-	uint64_t per_mb = (uint64_t)(p->microbatch_size * p->seq_len);
-	uint64_t first = (uint64_t)(c->lo % p->mb_per_epoch) * per_mb;
-	uint64_t last = first + (uint64_t)(c->hi - c->lo) * per_mb; /* inclusive: the last target */
+	uint64_t first[2], last[2];
+	int runs = cl_spot_token_runs(p, c->lo, c->hi, first, last, eb);
+	if (runs < 0) {
+		rc = COT_ERR_NETWORK;
+		goto out;
+	}
 	const json_t *shards = json_object_get(man, "shards");
 	for (size_t i = 0; i < json_array_size(shards); i++) {
 		const json_t *s = json_array_get(shards, i);
@@ -145,7 +181,10 @@ static cot_err gather(const cl_api_opts *o, const cl_project *p, const cl_fetch_
 			                e.msg);
 			goto out;
 		}
-		if ((uint64_t)(ft + nt) <= first || (uint64_t)ft > last)
+		bool needed = false;
+		for (int r = 0; r < runs; r++)
+			needed = needed || ((uint64_t)(ft + nt) > first[r] && (uint64_t)ft <= last[r]);
+		if (!needed)
 			continue;
 		if (w->nfiles == CL_MAX_FILES) {
 			rc = cot_seterr(eb, COT_ERR_TOO_LARGE, "spot check %lld needs more than %d files",

@@ -50,4 +50,15 @@ cot_err cl_spotchecks_run(const cl_api_opts *o, const cl_project *p, const cl_fe
  * harness (tests/fuzz/fuzz_spotcheck.c). */
 cot_err cl_spot_check_parse(const json_t *c, const cl_project *p, cot_errbuf *eb);
 
+/* The stream positions of the tokens that microbatches [lo, hi) of project
+ * p read (shared/common/microbatch.h), as runs [first[i], last[i]], last
+ * inclusive (the last target token): one run, or two when the range passes
+ * an epoch's end and wraps to its start.  Returns the number of runs, or -1
+ * with COT_ERR_NETWORK in eb when p's stream geometry does not pass
+ * mb_shape_check (so every position fits in 2^62) or the range is empty or
+ * longer than an epoch.  The spot check picks the shards it downloads by
+ * these runs. */
+int cl_spot_token_runs(const cl_project *p, int64_t lo, int64_t hi, uint64_t first[2], uint64_t last[2],
+                       cot_errbuf *eb);
+
 #endif

@@ -99,6 +99,10 @@ static json_t *work_to_json(const cl_work *w)
 		json_object_set_new(o, "sketch_seed", json_string(seed));
 		json_object_set_new(o, "sketch_k", json_integer(w->sketch_k));
 	}
+	if (o && w->optimizer[0] && json_object_set_new(o, "optimizer", json_string(w->optimizer))) {
+		json_decref(o);
+		return NULL;
+	}
 	return o;
 }
 
@@ -262,6 +266,9 @@ static cot_err work_from_json(cl_work *w, const json_t *o, cot_errbuf *eb)
 		w->sketch_seed = v;
 		w->sketch_k = (int)k;
 	}
+	const char *opt = "";
+	TRY(cot_json_str(o, "optimizer", false, 0, CL_WORK_OPT_MAX - 1, &opt, eb));
+	snprintf(w->optimizer, sizeof w->optimizer, "%s", opt ? opt : "");
 	const char *op = "";
 	TRY(cot_json_str(o, "pending_op", true, 1, 16, &op, eb));
 	w->pending_op = CL_REPORT_NONE;

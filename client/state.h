@@ -46,7 +46,8 @@
 #define CL_FILE_URL_MAX 512
 #define CL_TOKEN_MAX 256
 #define CL_NAME_MAX 64
-#define CL_RECENT_DONE 16 /* finished work unit ids remembered */
+#define CL_RECENT_DONE 16    /* finished work unit ids remembered */
+#define CL_WORK_OPT_MAX 1024 /* bytes of a work unit's optimizer (JSON) */
 
 typedef enum { CL_REPORT_NONE, CL_REPORT_HEARTBEAT, CL_REPORT_FINISH, CL_REPORT_HANDBACK } cl_report_op;
 
@@ -68,6 +69,11 @@ typedef struct {
 	int64_t mb_reported; /* acknowledged by the server */
 	int64_t keep_hi;     /* after a hand-back: compute only [lo, keep_hi) */
 	double samples_per_sec;
+	/* The optimizer in force at the unit's version, as the server sent it
+	 * (compact JSON, the "optimizer" of a project file), or "" from a
+	 * server that sends none: a local-mode session's inner steps take it
+	 * (client/compute.c). */
+	char optimizer[CL_WORK_OPT_MAX];
 	cl_report_op pending_op; /* journal: a report sent but not acknowledged */
 	int64_t pending_mb;
 	uint64_t sketch_seed; /* sketch each microbatch under this seed (doc/credit.md) */

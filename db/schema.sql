@@ -807,6 +807,27 @@ CREATE FUNCTION public.host_register(p_account bigint, p_token_hash bytea, p_mac
 $$;
 
 --
+-- Name: jsonb_merge_deep(jsonb, jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.jsonb_merge_deep(a jsonb, b jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    k text;
+    v jsonb;
+BEGIN
+    IF jsonb_typeof(a) IS DISTINCT FROM 'object' OR jsonb_typeof(b) IS DISTINCT FROM 'object' THEN
+        RETURN b;
+    END IF;
+    FOR k, v IN SELECT * FROM jsonb_each(b) LOOP
+        a := jsonb_set(a, ARRAY[k], CASE WHEN a ? k THEN jsonb_merge_deep(a->k, v) ELSE v END);
+    END LOOP;
+    RETURN a;
+END
+$$;
+
+--
 -- Name: nat_history_skip(bigint, bigint, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -870,6 +891,61 @@ BEGIN
         END IF;
     END LOOP;
     peers := cardinality(v_seen);
+END
+$$;
+
+--
+-- Name: project_apply_settings(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.project_apply_settings(p_project bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    cfg jsonb;
+    val jsonb;
+BEGIN
+    SELECT project_config_at(config, current_version) INTO cfg FROM project WHERE id = p_project;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE project
+       SET target_batch = coalesce((cfg->>'target_batch')::integer, target_batch),
+           wu_seconds = coalesce((cfg->>'work_unit_seconds')::integer, wu_seconds)
+     WHERE id = p_project
+       AND (target_batch, wu_seconds) IS DISTINCT FROM
+           (coalesce((cfg->>'target_batch')::integer, target_batch),
+            coalesce((cfg->>'work_unit_seconds')::integer, wu_seconds));
+    val := cfg->'validation';
+    IF jsonb_typeof(val) = 'object' THEN
+        INSERT INTO spot_policy AS s (project_id, trusted_after, first_rate, min_rate)
+        VALUES (p_project, coalesce((val->>'trusted_after')::integer, 10),
+                coalesce((val->>'first_rate')::double precision, 1),
+                coalesce((val->>'min_rate')::double precision, 0.01))
+        ON CONFLICT (project_id) DO UPDATE
+           SET trusted_after = EXCLUDED.trusted_after, first_rate = EXCLUDED.first_rate,
+               min_rate = EXCLUDED.min_rate;
+    END IF;
+END
+$$;
+
+--
+-- Name: project_config_at(jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.project_config_at(p_config jsonb, p_version integer) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    c   jsonb;
+    cfg jsonb := p_config - 'changes';
+BEGIN
+    FOR c IN SELECT e FROM jsonb_array_elements(coalesce(p_config->'changes', '[]')) WITH ORDINALITY x(e, i)
+              WHERE (e->>'version')::integer <= p_version
+              ORDER BY (e->>'version')::integer, i LOOP
+        cfg := jsonb_merge_deep(cfg, c - 'version' - 'at');
+    END LOOP;
+    RETURN cfg;
 END
 $$;
 
@@ -1261,7 +1337,8 @@ BEGIN
     RETURN QUERY SELECT 200, jsonb_build_object('rounds', coalesce((
         SELECT jsonb_agg(jsonb_build_object(
                    'version', r.version, 'attempt', r.attempt, 'state', r.state,
-                   'target_batch', p.target_batch,
+                   'target_batch', coalesce((project_config_at(p.config, r.version)->>'target_batch')::integer,
+                                            p.target_batch),
                    'samples', CASE
                         WHEN r.gradient_samples IS NOT NULL THEN r.gradient_samples
                         WHEN r.state IN ('open', 'closing')
@@ -1908,6 +1985,8 @@ BEGIN
     ON CONFLICT DO NOTHING;
     UPDATE project SET current_version = p_version + 1
      WHERE id = p_project AND current_version = p_version;
+    -- The settings of version v + 1 (project_settings.sql).
+    PERFORM project_apply_settings(p_project);
 END
 $$;
 
@@ -1955,7 +2034,7 @@ BEGIN
     END IF;
 
     SELECT p.id, p.active, p.current_version, p.wu_seconds, p.flops_per_sample,
-           p.microbatch_size, p.seq_len, p.mb_per_epoch, p.seed, p.target_batch,
+           p.microbatch_size, p.seq_len, p.mb_per_epoch, p.seed, p.target_batch, p.config,
            p.dataset_id, d.n_tokens - d.heldout_tokens AS n_tokens, d.name AS dataset,
            r.state AS round_state,
            r.attempt AS round_attempt
@@ -2065,6 +2144,9 @@ BEGIN
         'heartbeat_interval', greatest(1, v_proj.wu_seconds / 4),
         'target_batch', v_proj.target_batch,
         'sketch', spot_sketch_params(v_proj.id, v_proj.current_version),
+        -- The optimizer in force at the unit's version (project_settings.sql):
+        -- a local-mode peer's inner steps take it.
+        'optimizer', project_config_at(v_proj.config, v_proj.current_version)->'optimizer',
         'files', sched_files(v_proj.id, v_proj.current_version, v_proj.dataset_id, v_proj.n_tokens,
                              v_proj.microbatch_size::bigint * v_proj.seq_len, v_proj.mb_per_epoch,
                              v_lo, v_hi))::text;

@@ -68,6 +68,18 @@ void kern_local_begin(kern_local *l, kern_model *m)
 	kern_zero_grad(m);
 }
 
+cot_err kern_local_set_inner(kern_local *l, const kern_opt_config *inner, cot_errbuf *eb)
+{
+	cot_err rc = kern_opt_validate(inner, eb);
+	if (rc)
+		return rc;
+	if (!l->finished && (l->t > 0 || l->pending > 0 || l->samples > 0))
+		return cot_seterr(eb, COT_ERR_CONFLICT,
+		                  "the inner optimizer cannot change once a round's inner steps have begun");
+	l->inner = *inner;
+	return COT_OK;
+}
+
 long kern_local_steps(const kern_local *l) { return l->t; }
 
 /* The inner step over the pending microbatches. */

@@ -45,6 +45,13 @@ cot_err kern_local_new(const kern_model *m, const kern_opt_config *inner, int in
                        cot_errbuf *eb);
 void kern_local_free(kern_local *l);
 
+/* Take inner (copied) as the inner optimizer from now on: between rounds
+ * only (before the round's first microbatch, or after kern_local_finish),
+ * for a project whose optimizer changes from a version on
+ * (doc/project-file.md "Changes during a run").  COT_ERR_INVALID (a bad
+ * config), COT_ERR_CONFLICT (the round's inner steps have begun). */
+cot_err kern_local_set_inner(kern_local *l, const kern_opt_config *inner, cot_errbuf *eb);
+
 /* Start a round from m as it is: theta_v = m->params, moments and counters
  * zero, the schedule's step m->step; zeroes m->grads. */
 void kern_local_begin(kern_local *l, kern_model *m);

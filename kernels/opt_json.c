@@ -1,9 +1,12 @@
 /* cotrain kernels: the optimizer settings of a project file (see opt_json.h). */
 #include "kernels/opt_json.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
+
+#include "kernels/config_changes.h"
 
 /* A number field of obj into *out (left alone when absent). */
 static cot_err num(const json_t *obj, const char *key, float *out, cot_errbuf *eb)
@@ -162,5 +165,15 @@ cot_err kern_mode_config_from_json(const char *config_json, kern_mode_config *mc
 	rc = kern_outer_validate(&mc->outer, eb);
 out:
 	json_decref(cfg);
+	return rc;
+}
+
+cot_err kern_opt_config_at(const char *config_json, long long version, kern_opt_config *o, cot_errbuf *eb)
+{
+	char *at = NULL;
+	cot_err rc = kern_config_at(config_json, version, &at, eb);
+	if (!rc)
+		rc = kern_opt_config_from_json(at, o, eb);
+	free(at);
 	return rc;
 }

@@ -15,6 +15,12 @@
  * the field. */
 cot_err kern_opt_config_from_json(const char *config_json, kern_opt_config *o, cot_errbuf *eb);
 
+/* kern_opt_config_from_json of the config in force at version
+ * (kern_config_at, kernels/config_changes.h: the project's "changes" of
+ * versions <= version merged in): the optimizer of the step that trains
+ * version into version + 1.  Errors as both. */
+cot_err kern_opt_config_at(const char *config_json, long long version, kern_opt_config *o, cot_errbuf *eb);
+
 /* How a round turns the peers' work into v+1 (doc/project-file.md "mode"). */
 typedef enum {
 	KERN_MODE_SYNC = 0, /* one optimizer step on the mean gradient */

@@ -34,6 +34,8 @@ int admin_db_main(admin_ctx *ctx, int argc, char **argv);
 int admin_dataset_main(admin_ctx *ctx, int argc, char **argv);
 int admin_tokenizer_main(admin_ctx *ctx, int argc, char **argv); /* dataset tokenizer ... */
 int admin_project_main(admin_ctx *ctx, int argc, char **argv);
+/* project update (admin_project_update.c); argv[0] is "update". */
+int admin_project_update(admin_ctx *ctx, int argc, char **argv);
 int admin_user_main(admin_ctx *ctx, int argc, char **argv);
 int admin_team_main(admin_ctx *ctx, int argc, char **argv);
 int admin_status_main(admin_ctx *ctx, int argc, char **argv);

@@ -2,6 +2,8 @@
  * show them, pause and resume them (project.active: sched_assign refuses
  * work for a paused project).
  *
+ * update is in admin_project_update.c.
+ *
  * create checks the file (server/project_file.c), then, in one transaction,
  * the things only the database knows: the dataset exists, its tokenizer
  * fits the model's vocabulary, it holds at least one microbatch; and
@@ -40,6 +42,8 @@ static const char usage[] = "usage: cotrain-admin project create FILE\n"
                             "       cotrain-admin project show [--json] NAME\n"
                             "       cotrain-admin project pause NAME | project resume NAME\n"
                             "       cotrain-admin project delete [--force] NAME\n"
+                            "       cotrain-admin project update [--json] [--at VERSION] NAME "
+                            "SETTING=VALUE...\n"
                             "\n"
                             "create reads a project file (JSON, see doc/project-file.md; \"-\" reads\n"
                             "standard input), checks it against its dataset and creates the project with\n"
@@ -50,7 +54,8 @@ static const char usage[] = "usage: cotrain-admin project create FILE\n"
                             "granted stays in the hosts', accounts' and teams' totals, its pending credit\n"
                             "is never granted, and its checkpoints go at the next collection (files gc).\n"
                             "It is refused while hosts hold live work units of the project or a round\n"
-                            "is closing or averaging, unless --force.\n";
+                            "is closing or averaging, unless --force.  update changes hyperparameters\n"
+                            "from a model version on (project update --help lists them).\n";
 
 /* Read a whole file of at most max bytes into a malloc'd, NUL-terminated
  * buffer. */
@@ -311,6 +316,12 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	                     "INSERT INTO model_version (project_id, version, checkpoint_sha256)"
 	                     " VALUES ($1, 0, $2)",
 	                     2, vp, &eb))) {
+		admin_fail(&eb);
+		goto rollback;
+	}
+	PQclear(r);
+	/* The file's spot-check policy ("validation"), when it names one. */
+	if (!(r = admin_exec(ctx, "SELECT project_apply_settings($1)", 1, vp, &eb))) {
 		admin_fail(&eb);
 		goto rollback;
 	}
@@ -611,6 +622,8 @@ static int delete_cmd(admin_ctx *ctx, int argc, char **argv)
 
 int admin_project_main(admin_ctx *ctx, int argc, char **argv)
 {
+	if (argc >= 2 && strcmp(argv[1], "update") == 0)
+		return admin_project_update(ctx, argc - 1, argv + 1);
 	if (admin_wants_help(argc, argv)) {
 		fputs(usage, stdout);
 		return ADMIN_OK;

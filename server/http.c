@@ -14,6 +14,7 @@
 
 #include <microhttpd.h>
 
+#include "server/http_conns.h"
 #include "server/metrics.h"
 #include "server/router.h"
 #include "shared/common/log.h"
@@ -326,6 +327,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (!st) {
 		/* Headers are in: route now, so 404, 405 and 413 by Content-Length
 		 * are answered without reading the body. */
+		http_conns_head_done(conn);
 		st = calloc(1, sizeof *st);
 		if (!st)
 			return MHD_NO;
@@ -447,6 +449,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
 	conn_state *st = *con_cls;
+	http_conns_request_done(conn); /* a next head is timed from now */
 	if (!st)
 		return;
 	struct timespec end;
@@ -516,15 +519,16 @@ cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
 	        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
-	                             MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
-	                             (unsigned)cfg->threads, MHD_OPTION_CONNECTION_TIMEOUT,
-	                             (unsigned)cfg->conn_timeout, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-	                             (size_t)64 * 1024, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
-	                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
-	                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-	                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-	                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
+	s->daemon =
+	        MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+	                         ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+	                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->conn_timeout,
+	                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+	                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
+	                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
+	                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_NOTIFY_COMPLETED,
+	                         on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, http_conns_notify, NULL,
+	                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!s->daemon) {
 		free(s);
@@ -543,6 +547,11 @@ cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
 		return cot_seterr(eb, COT_ERR_INTERNAL, "could not start the long-poll timer thread");
 	}
 	s->timer_started = true;
+	cot_err rc = http_conns_start((double)cfg->conn_timeout, eb);
+	if (rc) {
+		http_stop(s);
+		return rc;
+	}
 	*out = s;
 	return COT_OK;
 }
@@ -578,5 +587,6 @@ void http_stop(http_server *s)
 		nanosleep(&ms10, NULL);
 	}
 	MHD_stop_daemon(s->daemon);
+	http_conns_stop();
 	free(s);
 }

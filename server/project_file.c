@@ -2,6 +2,7 @@
 #include "server/project_file.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "kernels/config_changes.h"
 #include "kernels/model_json.h"
 #include "kernels/opt_json.h"
 #include "shared/averaging/centered_clip.h"
@@ -389,6 +391,106 @@ static cot_err parse_aggregation(const scope *top, pf_project *p)
 	return COT_OK;
 }
 
+/* "validation" (into p->validation; has_validation when present), the
+ * spot-check policy of the project. */
+static cot_err parse_validation(const scope *top, pf_project *p)
+{
+	static const char *const keys[] = { "trusted_after", "first_rate", "min_rate", NULL };
+	p->validation = (pf_validation){ .trusted_after = 10, .first_rate = 1, .min_rate = 0.01 };
+	const json_t *o;
+	cot_err rc = get_obj(top, "validation", false, &o);
+	if (rc || !o)
+		return rc;
+	scope s = { o, "validation", top->eb };
+	if ((rc = only_keys(&s, keys)) ||
+	    (rc = get_int(&s, "trusted_after", false, 0, 1000000000, &p->validation.trusted_after)) ||
+	    (rc = get_num(&s, "first_rate", false, 0, 1, false, &p->validation.first_rate)) ||
+	    (rc = get_num(&s, "min_rate", false, 0, 1, false, &p->validation.min_rate)))
+		return rc;
+	p->has_validation = 1;
+	return COT_OK;
+}
+
+/* The shape of change i (0-based) of "changes": an object with "version",
+ * an optional "at", and only the settings a run may change. */
+static cot_err check_change(const scope *top, const json_t *c, size_t i)
+{
+	static const char *const keys[] = { "version",           "at",         "optimizer", "target_batch",
+		                            "work_unit_seconds", "validation", NULL };
+	static const char *const okeys[] = { "lr", "schedule", NULL };
+	char path[64];
+	snprintf(path, sizeof path, "changes[%zu]", i);
+	if (!json_is_object(c)) {
+		cot_seterr(top->eb, COT_ERR_INVALID, "field \"%s\" must be a JSON object", path);
+		return COT_ERR_INVALID;
+	}
+	scope s = { c, path, top->eb };
+	long long version = 0;
+	char at[PF_AT_MAX + 1];
+	const json_t *o;
+	cot_err rc;
+	if ((rc = only_keys(&s, keys)) || (rc = get_int(&s, "version", true, 0, INT32_MAX, &version)) ||
+	    (rc = get_str(&s, "at", false, 1, PF_AT_MAX, at, NULL)) ||
+	    (rc = get_obj(&s, "optimizer", false, &o)))
+		return rc;
+	if (json_object_size(c) == (size_t)1 + (json_object_get(c, "at") != NULL)) {
+		cot_seterr(top->eb, COT_ERR_INVALID, "field \"%s\" changes nothing", path);
+		cot_sethint(top->eb, "A change names at least one setting besides \"version\" and \"at\".");
+		return COT_ERR_INVALID;
+	}
+	if (!o)
+		return COT_OK;
+	char opath[80];
+	snprintf(opath, sizeof opath, "%s.optimizer", path);
+	scope so = { o, opath, top->eb };
+	if ((rc = only_keys(&so, okeys)) || (rc = get_obj(&so, "schedule", false, &o)))
+		return rc;
+	return COT_OK;
+}
+
+/* "changes": the shape of each entry, then the settings in force at each
+ * entry's version, checked as a project file of their own (every check of
+ * the file's own settings holds for every version).  root is the whole
+ * file. */
+static cot_err parse_changes(const scope *top, const json_t *root, pf_project *p)
+{
+	const json_t *a = get(top, "changes");
+	if (!a)
+		return COT_OK;
+	if (!json_is_array(a) || json_array_size(a) > PF_CHANGES_MAX)
+		return bad(top, "changes", NULL, "field \"%s\" must be an array of at most 256 changes%s",
+		           "");
+	for (size_t i = 0; i < json_array_size(a); i++) {
+		cot_err rc = check_change(top, json_array_get(a, i), i);
+		if (rc)
+			return rc;
+	}
+	char *text = json_dumps(root, JSON_COMPACT);
+	if (!text)
+		return cot_seterr(top->eb, COT_ERR_NOMEM, "out of memory");
+	cot_err rc = COT_OK;
+	for (size_t i = 0; i < json_array_size(a) && !rc; i++) {
+		long long v = json_integer_value(json_object_get(json_array_get(a, i), "version"));
+		char *at = NULL;
+		pf_project q;
+		if ((rc = kern_config_at(text, v, &at, top->eb)))
+			break;
+		rc = pf_parse(at, strlen(at), &q, NULL, top->eb);
+		free(at);
+		if (rc) {
+			char msg[sizeof top->eb->msg];
+			snprintf(msg, sizeof msg, "%s", top->eb->msg);
+			cot_seterr(top->eb, rc, "with change %zu (version %lld): %s", i + 1, v, msg);
+		} else {
+			pf_free(&q);
+		}
+	}
+	free(text);
+	if (!rc)
+		p->n_changes = (int)json_array_size(a);
+	return rc;
+}
+
 /* A licence identifier: letters, digits, '.', '-', '+' (SPDX ids and the
  * short names of model hubs), safe in a model card's YAML header. */
 static bool license_ok(const char *s)
@@ -400,7 +502,9 @@ static bool license_ok(const char *s)
 	return true;
 }
 
-static char *normalize(const pf_project *p)
+/* The normalized text of p (defaults filled, fixed key order) with the
+ * file's "changes" array (NULL: none) as given, in ascending version. */
+static char *normalize(const pf_project *p, const json_t *changes)
 {
 	const pf_model *m = &p->model;
 	const pf_optimizer *o = &p->opt;
@@ -443,6 +547,34 @@ static char *normalize(const pf_project *p)
 		json_decref(j);
 		return NULL;
 	}
+	if (j && p->has_validation &&
+	    json_object_set_new(j, "validation",
+	                        json_pack("{s:I, s:f, s:f}", "trusted_after",
+	                                  (json_int_t)p->validation.trusted_after, "first_rate",
+	                                  p->validation.first_rate, "min_rate", p->validation.min_rate))) {
+		json_decref(j);
+		return NULL;
+	}
+	if (j && changes && json_array_size(changes)) {
+		/* A stable insertion sort by version, as kern_config_at applies them. */
+		json_t *sorted = json_array();
+		for (size_t i = 0; sorted && i < json_array_size(changes); i++) {
+			json_t *c = json_array_get(changes, i);
+			json_int_t v = json_integer_value(json_object_get(c, "version"));
+			size_t k = json_array_size(sorted);
+			while (k > 0 && json_integer_value(json_object_get(json_array_get(sorted, k - 1),
+			                                                   "version")) > v)
+				k--;
+			if (json_array_insert(sorted, k, c)) {
+				json_decref(sorted);
+				sorted = NULL;
+			}
+		}
+		if (!sorted || json_object_set_new(j, "changes", sorted)) {
+			json_decref(j);
+			return NULL;
+		}
+	}
 	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
 	json_decref(j);
 	return text;
@@ -470,6 +602,8 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 		                            "tokenizer",
 		                            "aggregation",
 		                            "centered_clip",
+		                            "validation",
+		                            "changes",
 		                            NULL };
 	memset(out, 0, sizeof *out);
 	if (normalized)
@@ -540,8 +674,15 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	    (rc = get_num(&s, "min_batch_fraction", false, 0, 1, false, &out->min_batch_fraction)) ||
 	    (rc = get_int(&s, "eval_every", false, 0, PF_EVAL_EVERY_MAX, &eval_every)) ||
 	    (rc = get_int(&s, "eval_sequences", false, 1, PF_EVAL_SEQUENCES_MAX, &eval_seq)) ||
-	    (rc = parse_mode(&s, out)) || (rc = parse_aggregation(&s, out)))
+	    (rc = parse_mode(&s, out)) || (rc = parse_aggregation(&s, out)) ||
+	    (rc = parse_validation(&s, out)))
 		goto out;
+	if (tb < mb) {
+		rc = cot_seterr(eb, COT_ERR_INVALID,
+		                "field \"target_batch\" must be at least microbatch_size (%lld)", mb);
+		cot_sethint(eb, "It is %lld; a round steps on whole microbatches of %lld samples.", tb, mb);
+		goto out;
+	}
 	if (tb % mb != 0) {
 		rc = cot_seterr(eb, COT_ERR_INVALID,
 		                "field \"target_batch\" must be a multiple of microbatch_size (%lld)", mb);
@@ -554,7 +695,9 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	out->work_unit_seconds = (int)wus;
 	out->eval_every = (int)eval_every;
 	out->eval_sequences = (int)eval_seq;
-	if (normalized && !(*normalized = normalize(out)))
+	if ((rc = parse_changes(&s, root, out)))
+		goto out;
+	if (normalized && !(*normalized = normalize(out, get(&s, "changes"))))
 		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 out:
 	json_decref(root);

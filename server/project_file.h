@@ -16,6 +16,14 @@
  *    "mode": "local", "inner_batch": 4, "eval_every": 1, "eval_sequences": 32,
  *    "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
  *
+ * Optional: "validation" {"trusted_after", "first_rate", "min_rate"}, and
+ * "changes", an array of mid-run changes [{"version": V, "at": "...",
+ * "optimizer": {"lr", "schedule"}, "target_batch", "work_unit_seconds",
+ * "validation"}] (written by `cotrain-admin project update`; the settings
+ * at version v are the file's with every change of version <= v merged over
+ * them, kernels/config_changes.h).  Each version's settings must pass the
+ * checks the file's own do; a local-mode project takes no optimizer change.
+ *
  * "mode" is "sync" (the default) or "local"; "inner_batch" and "outer" are
  * local mode's and refused with "sync".  A sync project normalizes without
  * the three keys, as before they existed.
@@ -47,6 +55,8 @@
 #define PF_EVAL_EVERY_MAX 1000000
 #define PF_EVAL_SEQUENCES_DEFAULT 32
 #define PF_EVAL_SEQUENCES_MAX 4096
+#define PF_CHANGES_MAX 256 /* entries of "changes" */
+#define PF_AT_MAX 64       /* bytes of a change's "at" */
 
 /* The model's shape: the kernels' own (kernels/model.h), read and written
  * through kernels/model_json.h. */
@@ -78,6 +88,14 @@ typedef struct {
 /* How aggregators combine their slices (doc/project-file.md
  * "aggregation"): the exact mean, or CenteredClip with tau and iterations. */
 typedef enum { PF_AGG_MEAN, PF_AGG_CENTERED_CLIP } pf_aggregation;
+
+/* How hosts' work is spot-checked (db: spot_policy): every unit of a host
+ * with fewer than trusted_after agreeing checks with probability first_rate,
+ * then max(min_rate, 1 / record). */
+typedef struct {
+	long long trusted_after;
+	double first_rate, min_rate;
+} pf_validation;
 
 typedef struct {
 	char name[PF_NAME_MAX + 1];
@@ -112,6 +130,14 @@ typedef struct {
 	 * dataset's held-out part. */
 	int eval_every;
 	int eval_sequences;
+	/* The spot-check policy (doc/project-file.md "validation"), the
+	 * spot_policy row's; has_validation 0: the database's defaults. */
+	int has_validation;
+	pf_validation validation;
+	/* Entries of "changes": hyperparameters changed mid-run, each with the
+	 * version it takes effect at (kernels/config_changes.h).  The fields
+	 * above are the file's own, before any change. */
+	int n_changes;
 } pf_project;
 
 /* Parse and check len bytes of project file.  On success *out is filled

@@ -110,7 +110,7 @@ cot_err round_step_compute(const char *store_dir, const char *ckpt_sha, const ch
 {
 	kern_opt_config o;
 	kern_mode_config mc;
-	cot_err rc = kern_opt_config_from_json(config_json, &o, eb);
+	cot_err rc = kern_opt_config_at(config_json, version, &o, eb);
 	if (!rc)
 		rc = kern_mode_config_from_json(config_json, &mc, eb);
 	if (rc)

@@ -24,7 +24,7 @@
 
 /* Compute v+1: load the checkpoint named ckpt_sha from store_dir, take one
  * step with grad[0..n) (n must be the model's parameter count) and the
- * optimizer of config_json, store the new checkpoint in store_dir (its name
+ * optimizer of config_json in force at version (kernels/config_changes.h), store the new checkpoint in store_dir (its name
  * into ckpt_out, its size into *size) and the parameter hash into
  * params_out.  Steps run one at a time (a process-wide lock), so memory is
  * bounded by one model.  Errors: COT_ERR_NOT_FOUND/IO/CORRUPT (checkpoint

@@ -10,7 +10,9 @@
  *
  * Replay: the project file is read as `cotrain-admin project create` reads
  * it (server/project_file.c), the optimizer from its normalized form as the
- * server's step and the clients read it (kernels/opt_json.h).  The
+ * server's step and the clients read it (kernels/opt_json.h), for each round
+ * the settings in force at its version (the file's "changes",
+ * kernels/config_changes.h).  The
  * dataset's tokens come from the shards listed by a manifest in a file
  * store (the server's <data dir>/files) or from shard files given one by
  * one; mb_per_epoch is the manifest's (doc/project-file.md), or
@@ -621,6 +623,11 @@ static int replay(const replay_args *a)
 		long v = m->step;
 		int64_t samples;
 		double loss;
+		/* The optimizer in force at v (the project's "changes"): the
+		 * step's in sync mode, the inner steps' in local mode. */
+		if ((rc = kern_opt_config_at(normalized, v, &o, &eb)) ||
+		    (local && (rc = kern_local_set_inner(lstate, &o, &eb))))
+			goto out;
 		rc = local ? train_round_local(m, lstate, &mc, &shape, (uint64_t)pf.seed, d, r + i, j - i, in,
 		                               tgt, acc, &samples, &loss, &eb)
 		           : train_round(m, &o, &shape, (uint64_t)pf.seed, d, r + i, j - i, in, tgt, &samples,

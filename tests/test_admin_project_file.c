@@ -3,6 +3,8 @@
  * its field. */
 #include "server/project_file.h"
 #include "kernels/model.h"
+#include "kernels/config_changes.h"
+#include "kernels/opt_json.h"
 #include "tests/tap.h"
 
 #include <jansson.h>
@@ -319,6 +321,68 @@ int main(void)
 	       "an unknown outer key");
 	refuse(local, "\"outer\":{\"lr\":0.5,\"momentum\":0.8,\"nesterov\":false}", "\"outer\":0.7", "outer",
 	       "an outer that is not an object");
+
+	/* Mid-run changes ("changes", kernels/config_changes.h). */
+	const char *ch = "\"work_unit_seconds\":120}";
+	const char *with = "\"work_unit_seconds\":120,\"validation\":{\"first_rate\":0.5},\"changes\":["
+	                   "{\"version\":7,\"at\":\"2026-11-26T09:00:00Z\",\"target_batch\":512},"
+	                   "{\"version\":3,\"optimizer\":{\"lr\":0.0001,\"schedule\":{\"total_steps\":400}},"
+	                   "\"validation\":{\"min_rate\":0.2}}]}";
+	char buf[4096];
+	snprintf(buf, sizeof buf, "%.*s%s", (int)(strstr(full, ch) - full), full, with);
+	norm = NULL;
+	if (is_int(pf_parse(buf, strlen(buf), &p, &norm, &eb), COT_OK, "a file with changes parses: %s",
+	           eb.msg)) {
+		ok(p.n_changes == 2 && p.target_batch == 256 && p.opt.lr == 0.0003 && p.has_validation &&
+		           p.validation.first_rate == 0.5,
+		   "the file's own settings are those before any change");
+		j = norm ? json_loads(norm, 0, NULL) : NULL;
+		json_t *c = json_object_get(j, "changes");
+		ok(json_array_size(c) == 2 &&
+		           json_integer_value(json_object_get(json_array_get(c, 0), "version")) == 3,
+		   "the normalized file keeps the changes, in ascending version");
+		json_decref(j);
+		kern_opt_config o2, o3, o9;
+		ok(kern_opt_config_at(norm, 2, &o2, &eb) == COT_OK &&
+		           kern_opt_config_at(norm, 3, &o3, &eb) == COT_OK &&
+		           kern_opt_config_at(norm, 9, &o9, &eb) == COT_OK && o2.lr == 0.0003f &&
+		           o2.total_steps == 100 && o3.lr == 0.0001f && o3.total_steps == 400 &&
+		           o3.warmup_steps == 10 && o3.decay == KERN_DECAY_LINEAR && o9.lr == 0.0001f,
+		   "the optimizer at each version: the file's before 3, the change's lr and total_steps from "
+		   "3 "
+		   "(the rest of the schedule kept)");
+		char *at = NULL;
+		j = kern_config_at(norm, 8, &at, &eb) == COT_OK ? json_loads(at, 0, NULL) : NULL;
+		json_t *val = json_object_get(j, "validation");
+		ok(j && json_integer_value(json_object_get(j, "target_batch")) == 512 &&
+		           !json_object_get(j, "changes") &&
+		           json_real_value(json_object_get(val, "first_rate")) == 0.5 &&
+		           json_real_value(json_object_get(val, "min_rate")) == 0.2,
+		   "the config at version 8: target 512, both changes' validation merged key by key");
+		json_decref(j);
+		free(at);
+		pf_free(&p);
+	}
+	free(norm);
+	norm = NULL;
+	refuse(buf, "\"target_batch\":512", "\"target_batch\":4", "target_batch",
+	       "a change to a target batch below the microbatch size");
+	refuse(buf, "\"lr\":0.0001", "\"lr\":-0.0001", "optimizer.lr", "a change to a negative lr");
+	refuse(buf, "\"lr\":0.0001", "\"beta1\":0.5", "changes[1].optimizer.beta1",
+	       "a change to a setting a run cannot change");
+	refuse(buf, "\"version\":7,", "\"version\":7,\"model\":{},", "changes[0].model",
+	       "a change to the model");
+	refuse(buf, "\"version\":7,", "", "changes[0].version", "a change without a version");
+	refuse(buf, "\"version\":7", "\"version\":-1", "changes[0].version", "a negative version");
+	refuse(buf, "\"total_steps\":400", "\"warmup_steps\":400", "optimizer.schedule.warmup_steps",
+	       "a change whose warm-up passes the schedule's end");
+	refuse(buf, "\"first_rate\":0.5", "\"first_rate\":2", "validation.first_rate", "a rate above 1");
+	refuse(local, "\"outer\":", "\"changes\":5,\"outer\":", "changes", "changes that are not an array");
+	ok(parse_edit(local, "\"outer\":",
+	              "\"changes\":[{\"version\":1,\"optimizer\":{\"lr\":0.1}}],\"outer\":", &eb) == COT_OK,
+	   "a local-mode project takes an optimizer change (its inner steps')");
+	refuse(local, "\"outer\":", "\"changes\":[{\"version\":1,\"at\":\"x\"}],\"outer\":", "changes[0]",
+	       "a change of nothing");
 
 	char *huge = malloc(PF_MAX_BYTES + 2);
 	if (huge) {

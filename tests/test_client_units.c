@@ -25,6 +25,7 @@
 #include "client/download.h"
 #include "client/idle.h"
 #include "client/power.h"
+#include "client/spotcheck.h"
 #include "client/state.h"
 #include "shared/common/log.h"
 #include "tests/tap.h"
@@ -390,6 +391,44 @@ static void test_disk_full(void)
 	cl_state_free(&d.st);
 }
 
+/* The shards a spot check downloads are picked by the token positions of
+ * its range (cl_spot_token_runs).  The server's numbers pass the client's
+ * bounds one by one (seq_len and microbatch_size up to 2^20, mb_per_epoch
+ * up to 2^50) while their product reaches 2^90: the position of
+ * microbatch 2^24 + 1 of such an epoch, 2^64 + 2^40, wrapped modulo 2^64 to
+ * 2^40, and the check fetched the shards of another part of the stream. */
+static void test_spot_runs(void)
+{
+	cl_project p;
+	memset(&p, 0, sizeof p);
+	cot_errbuf eb = { "", "" };
+	uint64_t f[2], l[2];
+	p.seq_len = 128;
+	p.microbatch_size = 8;
+	p.mb_per_epoch = 1000;
+	ok(cl_spot_token_runs(&p, 2010, 2013, f, l, &eb) == 1 && f[0] == 10 * 1024 && l[0] == 13 * 1024,
+	   "a spot check of microbatches [2010, 2013) reads tokens 10240 to 13312 of the stream");
+	ok(cl_spot_token_runs(&p, 1998, 2001, f, l, &eb) == 2 && f[0] == 998 * 1024 && l[0] == 1000 * 1024 &&
+	           f[1] == 0 && l[1] == 1024,
+	   "a range that passes an epoch's end reads its end and its start");
+	p.seq_len = 1 << 20;
+	p.microbatch_size = 1 << 20;
+	p.mb_per_epoch = 1LL << 50;
+	int64_t lo = (1LL << 24) + 1;
+	uint64_t wrapped = (uint64_t)lo * (uint64_t)(p.microbatch_size * p.seq_len); /* the old arithmetic */
+	ok(wrapped == 1ULL << 40, "the old arithmetic wraps for such a project (%llu, not 2^64 + 2^40)",
+	   (unsigned long long)wrapped);
+	ok(cl_spot_token_runs(&p, lo, lo + 1, f, l, &eb) == -1 && strstr(eb.msg, "does not fit"),
+	   "a project whose positions overflow is refused, not wrapped: %s", eb.msg);
+	p.seq_len = 128;
+	p.microbatch_size = 8;
+	p.mb_per_epoch = 1000;
+	ok(cl_spot_token_runs(&p, 5, 5, f, l, &eb) == -1 &&
+	           cl_spot_token_runs(&p, 5, 1006, f, l, &eb) == -1 &&
+	           cl_spot_token_runs(&p, -1, 3, f, l, &eb) == -1,
+	   "an empty range, one longer than an epoch and a negative one are refused: %s", eb.msg);
+}
+
 int main(void)
 {
 	plan_lazy();
@@ -403,6 +442,7 @@ int main(void)
 	test_shares();
 	test_downloads();
 	test_disk_full();
+	test_spot_runs();
 	fake_stop();
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

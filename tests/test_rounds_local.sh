@@ -12,7 +12,11 @@
 #   - a single process replaying each host's ranges in the order it got them
 #     (tests/replay_rounds with the HOST column) reaches the server's
 #     checkpoints within 1e-5 (parameters; 1e-4 for the outer momentum and
-#     the unused second moment), with the same loss curve.
+#     the unused second moment), with the same loss curve;
+#   - the inner learning rate changed mid-run (cotrain-admin project
+#     update, from the next version) is taken by every peer from that
+#     version on: the replay with the stored config matches, one without
+#     the change departs right after it.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
@@ -45,7 +49,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-plan 7
+plan 9
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -70,8 +74,17 @@ wait_for 20 grep -qs 'listening on' "$T/server.log" || bail_out "the server did 
 PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
 
 start_client 1 1 && start_client 2 2 && start_client 3 1 || bail_out "a client did not start"
-wait_for 240 version_at_least 5
-ok $? "three clients commit five local rounds together (version $(version))"
+# The inner learning rate changes mid-run (cotrain-admin project update): a
+# local-mode project's optimizer from the next version on, which every
+# peer's inner steps take from the work units of that version.
+wait_for 240 version_at_least 2
+admin project update --json tiny optimizer.lr=0.001 >"$T/update.json" 2>"$T/update.err"
+VCH=$(sed -n 's/.*"version": *\([0-9]*\).*/\1/p' "$T/update.json")
+ok $([ -n "$VCH" ] && [ "$VCH" -gt 2 ]; echo $?) \
+	"the inner learning rate changes from the next version on ($(cat "$T/update.json" "$T/update.err"))"
+VCH=${VCH:-3}
+wait_for 240 version_at_least $((VCH + 3))
+ok $? "three clients commit local rounds together, three after the change (version $(version))"
 V=$(version)
 for p in $CPIDS; do kill "$p" 2>/dev/null; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done
@@ -97,14 +110,15 @@ sql "select rr.version, w.lo, w.lo + rr.mb_done, rr.host_id
   where p.name = 'tiny' and r.state = 'committed' and m.included and rr.mb_done > 0
   order by rr.version, rr.host_id, w.id" | tr '|' ' ' >"$T/rounds.txt"
 nrounds=$(cut -d' ' -f1 "$T/rounds.txt" | sort -un | wc -l)
-ok $([ "$V" -ge 5 ] && [ "$nrounds" = "$V" ]; echo $?) \
+ok $([ "$V" -ge $((VCH + 3)) ] && [ "$nrounds" = "$V" ]; echo $?) \
 	"the committed rounds' work units are known for every version ($nrounds of $V)"
 
 MANIFEST=$(sql "select d.manifest_sha256 from dataset d where d.name = 'tiny'")
 ck() { _s=$(sql "select checkpoint_sha256 from model_version m join project p on p.id = m.project_id
   where p.name = 'tiny' and version = $1"); echo "$T/srv/files/$(echo "$_s" | cut -c1-2)/$_s"; }
 mkdir -p "$T/replay"
-"$B/tests/replay_rounds" --project "$T/project.json" --rounds "$T/rounds.txt" --store "$T/srv/files" \
+sql "select config::text from project where name = 'tiny'" >"$T/stored.json"
+"$B/tests/replay_rounds" --project "$T/stored.json" --rounds "$T/rounds.txt" --store "$T/srv/files" \
 	--manifest "$MANIFEST" --checkpoint "$(ck 0)" --out "$T/replay" >"$T/replay.out" 2>"$T/replay.err"
 ok $? "the single-process replay of each host's inner steps runs" || cat "$T/replay.err" >&2
 
@@ -131,3 +145,16 @@ cmp_loss=$(awk 'NR == FNR { s[$1] = $2; next }
     d = s[$1] - $2; if (d < 0) d = -d; if (d > 1e-4 * ($2 > 1 ? $2 : 1)) { print "round " $1 ": server " s[$1] ", replay " $2; exit } }
   END { if (m < n) print "the replay has " m + 0 " rounds of " n }' n="$V" "$T/loss.server" "$T/loss.replay")
 is "${cmp_loss:-same}" same "the loss curve matches the replay's ($(tr '\n' ' ' <"$T/loss.server"))"
+
+# Without the change the replay departs right after it: the peers' inner
+# steps took the new learning rate from its version on.
+mkdir -p "$T/replay-old"
+"$B/tests/replay_rounds" --project "$T/project.json" --rounds "$T/rounds.txt" --store "$T/srv/files" \
+	--manifest "$MANIFEST" --checkpoint "$(ck 0)" --out "$T/replay-old" >/dev/null 2>&1
+"$B/tests/replay_rounds" --compare "$T/replay-old/v$VCH.safetensors" "$(ck "$VCH")" --tolerance 1e-5 >/dev/null 2>&1
+same_before=$?
+"$B/tests/replay_rounds" --compare "$T/replay-old/v$((VCH + 1)).safetensors" "$(ck $((VCH + 1)))" \
+	--tolerance 1e-5 >"$T/cmp-old.out" 2>&1
+departs=$?
+ok $([ "$same_before" = 0 ] && [ "$departs" = 1 ]; echo $?) \
+	"a replay that ignores the change matches up to version $VCH and departs at $((VCH + 1)): $(head -1 "$T/cmp-old.out")"

@@ -142,6 +142,43 @@ static void test_slow_clients(void)
 		close(fd);
 }
 
+/* A request head trickled a byte every half second (each byte used to push
+ * libmicrohttpd's idle timeout on, holding the connection for good) is cut
+ * HTTP_HEAD_TIMEOUT_S (10 s) after the accept (server/http_conns.h); other
+ * addresses are answered meanwhile. */
+static void test_slow_head(void)
+{
+	int fd = connect_from("127.0.0.6");
+	const char *head = "GET /v1/projects HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+	ok(fd >= 0 && write(fd, head, strlen(head)) == (ssize_t)strlen(head),
+	   "a request head sent a byte at a time");
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	bool closed = false, served = false;
+	char buf[256];
+	for (int i = 0; i < 60 && fd >= 0; i++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 500) == 1) {
+			closed = read(fd, buf, sizeof buf) <= 0;
+			break;
+		}
+		if (i == 4)
+			served = raw_status("GET /v1/projects HTTP/1.1\r\nHost: x\r\nConnection: "
+			                    "close\r\n\r\n") == 200;
+		if (write(fd, "a", 1) != 1) {
+			closed = true;
+			break;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	ok(served, "another address is served while the head trickles in");
+	ok(closed && secs > 9 && secs < 14,
+	   "the connection is closed about 10 s after the accept (after %.1f s)", secs);
+	if (fd >= 0)
+		close(fd);
+}
+
 /* Failed log-ins from one address: past the burst, 429 at once; another
  * address is still answered. */
 static void test_login_flood(void)
@@ -710,6 +747,7 @@ int main(void)
 
 	test_routing();
 	test_slow_clients();
+	test_slow_head();
 	test_login_flood();
 	test_accounts();
 	test_teams();

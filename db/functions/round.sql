@@ -321,6 +321,8 @@ BEGIN
     ON CONFLICT DO NOTHING;
     UPDATE project SET current_version = p_version + 1
      WHERE id = p_project AND current_version = p_version;
+    -- The settings of version v + 1 (project_settings.sql).
+    PERFORM project_apply_settings(p_project);
 END
 $$;
 
@@ -332,6 +334,8 @@ $$;
 -- hosts holding work of the version.  "heldout_bpb" is the held-out bits
 -- per byte of version v, the model the round trained (the one its "loss"
 -- was measured on), once the evaluator has computed it (else null).
+-- "target_batch" is the target in force at the round's version (a change
+-- recorded by project update applies from its version on).
 CREATE OR REPLACE FUNCTION round_list(p_project text, p_limit integer, p_before integer)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -345,7 +349,8 @@ BEGIN
     RETURN QUERY SELECT 200, jsonb_build_object('rounds', coalesce((
         SELECT jsonb_agg(jsonb_build_object(
                    'version', r.version, 'attempt', r.attempt, 'state', r.state,
-                   'target_batch', p.target_batch,
+                   'target_batch', coalesce((project_config_at(p.config, r.version)->>'target_batch')::integer,
+                                            p.target_batch),
                    'samples', CASE
                         WHEN r.gradient_samples IS NOT NULL THEN r.gradient_samples
                         WHEN r.state IN ('open', 'closing')

@@ -232,7 +232,7 @@ BEGIN
     END IF;
 
     SELECT p.id, p.active, p.current_version, p.wu_seconds, p.flops_per_sample,
-           p.microbatch_size, p.seq_len, p.mb_per_epoch, p.seed, p.target_batch,
+           p.microbatch_size, p.seq_len, p.mb_per_epoch, p.seed, p.target_batch, p.config,
            p.dataset_id, d.n_tokens - d.heldout_tokens AS n_tokens, d.name AS dataset,
            r.state AS round_state,
            r.attempt AS round_attempt
@@ -342,6 +342,9 @@ BEGIN
         'heartbeat_interval', greatest(1, v_proj.wu_seconds / 4),
         'target_batch', v_proj.target_batch,
         'sketch', spot_sketch_params(v_proj.id, v_proj.current_version),
+        -- The optimizer in force at the unit's version (project_settings.sql):
+        -- a local-mode peer's inner steps take it.
+        'optimizer', project_config_at(v_proj.config, v_proj.current_version)->'optimizer',
         'files', sched_files(v_proj.id, v_proj.current_version, v_proj.dataset_id, v_proj.n_tokens,
                              v_proj.microbatch_size::bigint * v_proj.seq_len, v_proj.mb_per_epoch,
                              v_lo, v_hi))::text;
