@@ -228,7 +228,9 @@ static int name_ok(const char *s, bool project)
 
 /* ---- the sections ------------------------------------------------------ */
 
-static cot_err parse_model(const scope *top, pf_model *m)
+const char *const pf_special_keys[PF_SPECIAL_N] = { "cls_id", "sep_id", "mask_id", "pad_id", "unk_id" };
+
+static cot_err parse_model(const scope *top, pf_model *m, unsigned *special_given)
 {
 	const json_t *o;
 	cot_err rc = get_obj(top, "model", true, &o);
@@ -238,6 +240,10 @@ static cot_err parse_model(const scope *top, pf_model *m)
 	if ((rc = only_keys(&s, (const char *const *)kern_model_json_keys)) ||
 	    (rc = kern_model_config_from_json(o, "model", KERN_MODEL_JSON_DEFAULTS, m, s.eb)))
 		return rc;
+	*special_given = 0;
+	for (int i = 0; i < PF_SPECIAL_N; i++)
+		if (json_object_get(o, pf_special_keys[i]))
+			*special_given |= 1u << i;
 	int64_t np = pf_param_count(m);
 	if (np > PF_MAX_PARAMS) {
 		cot_seterr(s.eb, COT_ERR_INVALID,
@@ -368,7 +374,7 @@ static bool license_ok(const char *s)
 	return true;
 }
 
-static char *normalize(const pf_project *p)
+char *pf_normalize(const pf_project *p)
 {
 	const pf_model *m = &p->model;
 	const pf_optimizer *o = &p->opt;
@@ -491,7 +497,8 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 		            "Use letters, digits, '.', '-' and '+', e.g. \"apache-2.0\" or \"CC-BY-4.0\".");
 		goto out;
 	}
-	if ((rc = parse_model(&s, &out->model)) || (rc = parse_optimizer(&s, &out->opt)) ||
+	if ((rc = parse_model(&s, &out->model, &out->special_given)) ||
+	    (rc = parse_optimizer(&s, &out->opt)) ||
 	    (rc = get_int(&s, "target_batch", true, 1, 10000000, &tb)) ||
 	    (rc = get_int(&s, "microbatch_size", false, 1, 4096, &mb)) ||
 	    (rc = get_int(&s, "seed", false, 0, 9007199254740991ll, &seed)) ||
@@ -513,7 +520,7 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	out->work_unit_seconds = (int)wus;
 	out->eval_every = (int)eval_every;
 	out->eval_sequences = (int)eval_seq;
-	if (normalized && !(*normalized = normalize(out)))
+	if (normalized && !(*normalized = pf_normalize(out)))
 		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 out:
 	json_decref(root);

@@ -97,7 +97,8 @@ int main(int argc, char **argv)
 		          .cls_id = 96,
 		          .sep_id = 97,
 		          .mask_id = 98,
-		          .pad_id = 99 };
+		          .pad_id = 99,
+		          .unk_id = -1 };
 	enum { B = 3 };
 	kern_model *m, *back;
 	cot_errbuf eb;
