@@ -343,17 +343,14 @@ static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t 
 static cot_err write_tokenizer(admin_ctx *ctx, const char *sha, const char *dir, bool hf, int max_len,
                                cot_errbuf *eb)
 {
-	unsigned char *bytes = NULL;
-	size_t len = 0;
 	spm_model *m = NULL;
-	cot_err rc = fs_read_verified(ctx->store_dir, sha, SPM_MODEL_MAX, &bytes, &len, eb);
-	if (!rc)
-		rc = spm_load(bytes, len, &m, eb);
+	size_t len = 0;
+	cot_err rc = admin_tokenizer_load(ctx, sha, &m, eb);
+	const unsigned char *bytes = rc ? NULL : spm_bytes(m, &len);
 	if (!rc)
 		rc = hf ? hf_tokenizer_write(m, dir, max_len, eb)
 		        : hf_write_file(dir, "spiece.model", bytes, len, eb);
 	spm_free(m);
-	free(bytes);
 	return rc;
 }
 

@@ -134,13 +134,8 @@ static cot_err write_checkpoint(admin_ctx *ctx, const kern_config *cfg, uint64_t
 static cot_err subword_special_ids(admin_ctx *ctx, pf_project *p, const char *sha, char **normalized,
                                    cot_errbuf *eb)
 {
-	unsigned char *bytes = NULL;
-	size_t len = 0;
 	spm_model *tok = NULL;
-	cot_err rc = fs_read_verified(ctx->store_dir, sha, SPM_MODEL_MAX, &bytes, &len, eb);
-	if (!rc)
-		rc = spm_load(bytes, len, &tok, eb);
-	free(bytes);
+	cot_err rc = admin_tokenizer_load(ctx, sha, &tok, eb);
 	if (!rc)
 		rc = ptok_special_ids(p, tok, eb);
 	spm_free(tok);
@@ -234,6 +229,12 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 		admin_failf("field \"model.vocab\" must be %d for dataset \"%s\", whose tokenizer is "
 		            "\"%s\"",
 		            vocab, p.dataset, tok_type);
+		goto rollback;
+	}
+	if (byte_tok && p.model.arch != KERN_ARCH_GPT && p.model.unk_id != -1) {
+		admin_failf("field \"model.unk_id\" must be -1 for dataset \"%s\": the byte tokenizer has "
+		            "no unknown token",
+		            p.dataset);
 		goto rollback;
 	}
 	if (byte_tok && p.model.arch != KERN_ARCH_GPT &&

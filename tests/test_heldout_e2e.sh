@@ -53,7 +53,7 @@ start_client() { # N
 			--key "$_key" >/dev/null
 }
 
-plan 11
+plan $((11 + ENC))
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -68,8 +68,15 @@ cat >"$T/project.json" <<JSON
  "target_batch": 192, "microbatch_size": 2, "seed": 11, "work_unit_seconds": 20}
 JSON
 # 10% held out: the last 6000 bytes of the one document.
-admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 --heldout-fraction 0.1 tiny "$T/text" >/dev/null &&
-	admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
+admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 --heldout-fraction 0.1 tiny "$T/text" >/dev/null ||
+	bail_out "could not import the text"
+if [ "$ENC" = 1 ]; then
+	sed 's/"d_embed": 32,/"d_embed": 32, "unk_id": 65,/' "$T/project.json" >"$T/bad-unk.json"
+	out=$(admin project create "$T/bad-unk.json" 2>&1)
+	ok $(echo "$out" | grep -q 'field "model.unk_id" must be -1 for dataset "tiny"' &&
+		[ "$(sql "select count(*) from project")" = 0 ]; echo $?) "a byte encoder with an unknown token is refused: $out"
+fi
+admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
 HELD=$(sql "select heldout_tokens from dataset where name = 'tiny'")
 NTOK=$(sql "select n_tokens from dataset where name = 'tiny'")
 is "$HELD $NTOK" "6000 60000" "the dataset holds out its last 6000 tokens"
