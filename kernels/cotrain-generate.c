@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,23 +194,24 @@ static cot_err print_fill_spm(kern_model *m, const spm_model *spm, const char *t
 	return rc;
 }
 
-/* A folder written by cotrain-admin model export --format cotrain holds
- * EXPORT_CKPT; *ckpt becomes that file's path in buf then.  When no
- * tokenizer is given and the folder (of either format) holds spiece.model,
- * *tokenizer becomes its path in tbuf. */
+/* Whether *ckpt is a folder.  A folder written by cotrain-admin model
+ * export --format cotrain holds EXPORT_CKPT; *ckpt becomes that file's path
+ * in buf then.  When no tokenizer is given and the folder (of either
+ * format) holds spiece.model, *tokenizer becomes its path in tbuf. */
 #define EXPORT_CKPT "checkpoint.safetensors"
-static void resolve_folder(const char **ckpt, char *buf, size_t size, const char **tokenizer, char *tbuf,
+static bool resolve_folder(const char **ckpt, char *buf, size_t size, const char **tokenizer, char *tbuf,
                            size_t tsize)
 {
 	struct stat st;
 	if (stat(*ckpt, &st) != 0 || !S_ISDIR(st.st_mode))
-		return;
+		return false;
 	const char *dir = *ckpt;
 	if (!*tokenizer && (size_t)snprintf(tbuf, tsize, "%s/spiece.model", dir) < tsize &&
 	    access(tbuf, R_OK) == 0)
 		*tokenizer = tbuf;
 	if ((size_t)snprintf(buf, size, "%s/" EXPORT_CKPT, dir) < size && access(buf, R_OK) == 0)
 		*ckpt = buf;
+	return true;
 }
 
 static int fail(cot_err rc, const cot_errbuf *eb)
@@ -234,7 +236,8 @@ int main(int argc, char **argv)
 	}
 	const char *ckpt = cli.ckpt, *prompt = cli.prompt;
 	char ckpt_buf[PATH_MAX], tok_buf[PATH_MAX];
-	resolve_folder(&ckpt, ckpt_buf, sizeof ckpt_buf, &cli.tokenizer, tok_buf, sizeof tok_buf);
+	bool folder =
+	        resolve_folder(&ckpt, ckpt_buf, sizeof ckpt_buf, &cli.tokenizer, tok_buf, sizeof tok_buf);
 	gen_options o = cli.o;
 	int threads = cli.threads;
 
@@ -245,6 +248,10 @@ int main(int argc, char **argv)
 	memset(&eb, 0, sizeof eb);
 	kern_model *m;
 	cot_err rc = hf_or_ckpt_load_new(ckpt, 1, &m, &eb);
+	if (rc == COT_ERR_UNSUPPORTED && cli.fill && folder && ckpt != ckpt_buf)
+		cot_sethint(&eb, "An encoder in Hugging Face's layout is read by transformers; "
+		                 "fill-mask reads the folder of `cotrain-admin model export --format "
+		                 "cotrain`, or a checkpoint.");
 	if (rc)
 		return fail(rc, &eb);
 	if (!cli.fill && m->config.arch != KERN_ARCH_GPT) {

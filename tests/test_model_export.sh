@@ -221,6 +221,9 @@ cmp -s "$T/out" "$T/err"
 ok $? "  and on the stored checkpoint with --tokenizer, the same predictions"
 "$G" -c "$(ckpt_of enc 0)" --tokenizer "$T/e6/spiece.model" --fill-mask "The [MASK]" >/dev/null 2>"$T/err"
 is "$?" 1 "  --tokenizer refuses a model of another vocabulary: $(head -1 "$T/err")"
+"$G" -c "$T/e5" --fill-mask "The [MASK]" >/dev/null 2>"$T/err"
+[ $? = 1 ] && err_has 'model_type is "albert"' && err_has 'format cotrain'
+ok $? "  --fill-mask on the hf folder says what it reads instead: $(tail -1 "$T/err")"
 
 # ---- cotrain-generate on a folder ---------------------------------------------
 "$G" -c "$T/moved.safetensors" -p "The round " -n 40 -k 1 >"$T/out" 2>&1
