@@ -57,6 +57,9 @@ BEGIN
         'eval_every', heldout_every(p.config),
         'heldout_bpb', (SELECT h.heldout_bpb FROM heldout_latest(p.id) h),
         'heldout_version', (SELECT h.version FROM heldout_latest(p.id) h),
+        'heldout_mlm_loss', (SELECT h.heldout_mlm_loss FROM heldout_mlm_latest(p.id) h),
+        'heldout_mlm_accuracy', (SELECT h.heldout_mlm_accuracy FROM heldout_mlm_latest(p.id) h),
+        'heldout_mlm_version', (SELECT h.version FROM heldout_mlm_latest(p.id) h),
         'created_at', p.created_at)
       INTO v
       FROM project p JOIN dataset d ON d.id = p.dataset_id
@@ -477,6 +480,20 @@ CREATE FUNCTION public.heldout_latest(p_project bigint) RETURNS TABLE(version in
 $$;
 
 --
+-- Name: heldout_mlm_latest(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.heldout_mlm_latest(p_project bigint) RETURNS TABLE(version integer, heldout_mlm_loss double precision, heldout_mlm_accuracy double precision, heldout_tokens bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT mv.version, mv.heldout_mlm_loss, mv.heldout_mlm_accuracy, mv.heldout_tokens
+      FROM model_version mv
+     WHERE mv.project_id = p_project AND mv.heldout_mlm_loss IS NOT NULL
+     ORDER BY mv.version DESC
+     LIMIT 1
+$$;
+
+--
 -- Name: heldout_next(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -515,6 +532,20 @@ CREATE FUNCTION public.heldout_store(p_project bigint, p_version integer, p_bpb 
     AS $$
     UPDATE model_version
        SET heldout_bpb = p_bpb, heldout_tokens = p_tokens, heldout_cpu_seconds = p_cpu_seconds,
+           heldout_error = p_error, heldout_at = now()
+     WHERE project_id = p_project AND version = p_version AND heldout_at IS NULL
+$$;
+
+--
+-- Name: heldout_store_mlm(bigint, integer, double precision, double precision, bigint, double precision, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.heldout_store_mlm(p_project bigint, p_version integer, p_loss double precision, p_accuracy double precision, p_predicted bigint, p_cpu_seconds double precision, p_error text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE model_version
+       SET heldout_mlm_loss = p_loss, heldout_mlm_accuracy = p_accuracy,
+           heldout_tokens = p_predicted, heldout_cpu_seconds = p_cpu_seconds,
            heldout_error = p_error, heldout_at = now()
      WHERE project_id = p_project AND version = p_version AND heldout_at IS NULL
 $$;
@@ -1347,6 +1378,10 @@ BEGIN
                    'loss', r.loss,
                    'heldout_bpb', (SELECT mv.heldout_bpb FROM model_version mv
                                     WHERE mv.project_id = p.id AND mv.version = r.version),
+                   'heldout_mlm_loss', (SELECT mv.heldout_mlm_loss FROM model_version mv
+                                         WHERE mv.project_id = p.id AND mv.version = r.version),
+                   'heldout_mlm_accuracy', (SELECT mv.heldout_mlm_accuracy FROM model_version mv
+                                             WHERE mv.project_id = p.id AND mv.version = r.version),
                    'n_peers', CASE
                         WHEN r.gradient_sha256 IS NOT NULL THEN
                             (SELECT count(*) FROM round_member m
@@ -3367,6 +3402,9 @@ CREATE TABLE public.model_version (
     heldout_at timestamp with time zone,
     heldout_error text,
     pinned boolean DEFAULT false NOT NULL,
+    heldout_mlm_loss double precision,
+    heldout_mlm_accuracy double precision,
+    CONSTRAINT model_version_heldout_mlm_check CHECK (((heldout_mlm_accuracy IS NULL) OR ((heldout_mlm_accuracy >= (0)::double precision) AND (heldout_mlm_accuracy <= (1)::double precision)))),
     CONSTRAINT model_version_version_check CHECK ((version >= 0))
 );
 

@@ -74,6 +74,7 @@ cot_err ckpt_save(const kern_model *m, const char *path, cot_errbuf *eb)
 	CONFIG_FIELDS(META)
 	if (m->config.arch != KERN_ARCH_GPT) {
 		ENC_CONFIG_FIELDS(META)
+		META(unk_id)
 	}
 #undef META
 	snprintf(num, sizeof num, "%ld", (long)m->step);
@@ -160,6 +161,10 @@ static cot_err read_header(const st_file *f, kern_config *c, long *step, cot_err
 	CONFIG_FIELDS(FIELD)
 	if (st_meta(f, "arch")) {
 		ENC_CONFIG_FIELDS(FIELD)
+		c->unk_id = -1; /* absent from the encoders' first checkpoints: none */
+		if (st_meta(f, "unk_id")) {
+			FIELD(unk_id)
+		}
 	}
 #undef FIELD
 	rc = meta_long(f, "step", 0, LONG_MAX, step, eb);
@@ -184,6 +189,7 @@ static const char *config_diff(const kern_config *a, const kern_config *b, int *
 	}
 	CONFIG_FIELDS(DIFF)
 	ENC_CONFIG_FIELDS(DIFF)
+	DIFF(unk_id)
 #undef DIFF
 	return NULL;
 }

@@ -10,10 +10,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
@@ -37,7 +40,8 @@ typedef struct {
 static const opt_spec gen_opts[] = {
 	{ "checkpoint", 'c', OPT_STRING, F(ckpt), .metavar = "PATH",
 	  .help = "the checkpoint (a .safetensors file), or a folder written by "
-	          "cotrain-admin model export (config.json and model.safetensors)" },
+	          "cotrain-admin model export (config.json and model.safetensors, or --format "
+	          "cotrain's checkpoint.safetensors; its spiece.model is the default --tokenizer)" },
 	{ "prompt", 'p', OPT_STRING, F(prompt), .metavar = "TEXT",
 	  .help = "text to continue (default: a newline)" },
 	{ "tokenizer", 0, OPT_STRING, F(tokenizer), .metavar = "FILE",
@@ -52,7 +56,7 @@ static const opt_spec gen_opts[] = {
 	{ "seed", 's', OPT_U64, F(o.seed), .def = "1", .metavar = "S", .help = "seed of the sampler" },
 	{ "fill-mask", 'm', OPT_STRING, F(fill), .metavar = "TEXT",
 	  .help = "an encoder (albert, bert) checkpoint: print the most likely tokens for each [MASK] "
-	          "in TEXT instead of generating" },
+	          "in TEXT instead of generating (with --tokenizer, the pieces of a subword model)" },
 	{ "predictions", 'P', OPT_INT, F(predictions), 1, 100, .def = "5", .metavar = "N",
 	  .help = "with --fill-mask: the N most likely tokens of each [MASK]" },
 	{ "threads", 'j', OPT_INT, F(threads), 1, 4096, .metavar = "N",
@@ -149,6 +153,67 @@ static cot_err print_fill(kern_model *m, const char *text, int k, cot_errbuf *eb
 	return COT_OK;
 }
 
+/* The subword form of print_fill: text encoded by spm (its "[MASK]" piece
+ * the model's mask id; a lone "▁" piece before a mask dropped, as
+ * transformers' tokenizers strip the space before [MASK]), the predictions
+ * named by their pieces, and the text decoded with the first of each in
+ * place. */
+static cot_err print_fill_spm(kern_model *m, const spm_model *spm, const char *text, int k, cot_errbuf *eb)
+{
+	int32_t *ids = NULL;
+	size_t n = 0, len = 0;
+	char *filled = NULL;
+	fill_result r = { 0 };
+	cot_err rc = spm_encode(spm, text, strlen(text), &ids, &n, eb);
+	if (rc)
+		return rc;
+	int space = spm_piece_id(spm, "\xe2\x96\x81"); /* U+2581, SentencePiece's space */
+	size_t w = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!(space >= 0 && ids[i] == space && i + 1 < n && ids[i + 1] == m->config.mask_id))
+			ids[w++] = ids[i];
+	n = w;
+	rc = fill_mask_ids(m, ids, n, k, &r, eb);
+	for (int i = 0; !rc && i < r.n_masks; i++) {
+		printf("[MASK] %d of %d:", i + 1, r.n_masks);
+		for (int j = 0; j < r.k; j++)
+			printf(" \"%s\" %.3f", spm_piece(spm, r.token[(size_t)i * r.k + j]),
+			       r.prob[(size_t)i * r.k + j]);
+		putchar('\n');
+		ids[r.position[i] - 1] = r.token[(size_t)i * r.k];
+	}
+	if (!rc)
+		rc = spm_decode(spm, ids, n, &filled, &len, eb);
+	if (!rc)
+		printf("filled: %s\n", filled);
+	free(filled);
+	free(ids);
+	fill_result_free(&r);
+	if (!rc && fflush(stdout) == EOF)
+		rc = cot_seterr(eb, COT_ERR_IO, "could not write to standard output: %s", strerror(errno));
+	return rc;
+}
+
+/* Whether *ckpt is a folder.  A folder written by cotrain-admin model
+ * export --format cotrain holds EXPORT_CKPT; *ckpt becomes that file's path
+ * in buf then.  When no tokenizer is given and the folder (of either
+ * format) holds spiece.model, *tokenizer becomes its path in tbuf. */
+#define EXPORT_CKPT "checkpoint.safetensors"
+static bool resolve_folder(const char **ckpt, char *buf, size_t size, const char **tokenizer, char *tbuf,
+                           size_t tsize)
+{
+	struct stat st;
+	if (stat(*ckpt, &st) != 0 || !S_ISDIR(st.st_mode))
+		return false;
+	const char *dir = *ckpt;
+	if (!*tokenizer && (size_t)snprintf(tbuf, tsize, "%s/spiece.model", dir) < tsize &&
+	    access(tbuf, R_OK) == 0)
+		*tokenizer = tbuf;
+	if ((size_t)snprintf(buf, size, "%s/" EXPORT_CKPT, dir) < size && access(buf, R_OK) == 0)
+		*ckpt = buf;
+	return true;
+}
+
 static int fail(cot_err rc, const cot_errbuf *eb)
 {
 	fprintf(stderr, PROG ": error: %s\n", eb->msg[0] ? eb->msg : cot_strerror(rc));
@@ -170,6 +235,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *ckpt = cli.ckpt, *prompt = cli.prompt;
+	char ckpt_buf[PATH_MAX], tok_buf[PATH_MAX];
+	bool folder =
+	        resolve_folder(&ckpt, ckpt_buf, sizeof ckpt_buf, &cli.tokenizer, tok_buf, sizeof tok_buf);
 	gen_options o = cli.o;
 	int threads = cli.threads;
 
@@ -180,14 +248,13 @@ int main(int argc, char **argv)
 	memset(&eb, 0, sizeof eb);
 	kern_model *m;
 	cot_err rc = hf_or_ckpt_load_new(ckpt, 1, &m, &eb);
+	if (rc == COT_ERR_UNSUPPORTED && cli.fill && folder && ckpt != ckpt_buf)
+		cot_sethint(&eb, "An encoder in Hugging Face's layout is read by transformers; "
+		                 "fill-mask reads the folder of `cotrain-admin model export --format "
+		                 "cotrain`, or a checkpoint.");
 	if (rc)
 		return fail(rc, &eb);
-	if (cli.fill) {
-		rc = print_fill(m, cli.fill, cli.predictions, &eb);
-		kern_model_free(m);
-		return rc ? fail(rc, &eb) : 0;
-	}
-	if (m->config.arch != KERN_ARCH_GPT) {
+	if (!cli.fill && m->config.arch != KERN_ARCH_GPT) {
 		kern_model_free(m);
 		fprintf(stderr,
 		        PROG ": %s is an encoder (%s): it fills masks (--fill-mask TEXT), it does not "
@@ -208,6 +275,13 @@ int main(int argc, char **argv)
 		spm_free(spm);
 		kern_model_free(m);
 		return fail(rc, &eb);
+	}
+	if (cli.fill) {
+		rc = spm ? print_fill_spm(m, spm, cli.fill, cli.predictions, &eb)
+		         : print_fill(m, cli.fill, cli.predictions, &eb);
+		spm_free(spm);
+		kern_model_free(m);
+		return rc ? fail(rc, &eb) : 0;
 	}
 	if (prompt[0] == '\0')
 		prompt = "\n";

@@ -112,6 +112,10 @@ cot_err kern_enc_config_validate(const kern_config *c, cot_errbuf *eb)
 				                  "model config fields %s and %s are both %d", names[j],
 				                  names[i], ids[i]);
 	}
+	if (c->unk_id < -1 || c->unk_id >= c->vocab)
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "model config field unk_id is %d; it must lie in -1..%d", c->unk_id,
+		                  c->vocab - 1);
 	if (c->vocab < 5)
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "model config vocab %d leaves no ordinary token beside the four special "

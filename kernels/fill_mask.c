@@ -64,25 +64,14 @@ static cot_err encode(const kern_config *c, const char *text, size_t len, int32_
 	return COT_OK;
 }
 
-cot_err fill_mask(kern_model *m, const char *text, size_t len, int k, fill_result *r, cot_errbuf *eb)
+/* The forward of the encoded sample ids[0..n) (n <= seq_len, masks at
+ * r->position) and the top k of each mask into r; ids is padded in place. */
+static cot_err predict(kern_model *m, int32_t *ids, int n, int k, fill_result *r, cot_errbuf *eb)
 {
 	const kern_config *c = &m->config;
-	memset(r, 0, sizeof *r);
-	if (c->arch == KERN_ARCH_GPT)
-		return cot_seterr(eb, COT_ERR_INVALID, "fill-mask needs an encoder; this model is a gpt");
-	if (c->cls_id < 256 || c->sep_id < 256 || c->mask_id < 256 || c->pad_id < 256)
-		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "fill-mask reads text with the byte tokenizer, and this model's special "
-		                  "tokens "
-		                  "are not after the 256 bytes");
-	if (k < 1 || k > c->vocab)
-		return cot_seterr(eb, COT_ERR_INVALID, "%d predictions per mask is outside 1..%d", k,
-		                  c->vocab);
-	int T = c->seq_len, n = 0;
-	int32_t *ids = malloc((size_t)T * sizeof *ids), *seg = calloc((size_t)T, sizeof *seg);
-	cot_err rc = ids && seg ? COT_OK : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
-	if (!rc)
-		rc = encode(c, text, len, ids, &n, r, eb);
+	int T = c->seq_len;
+	int32_t *seg = calloc((size_t)T, sizeof *seg);
+	cot_err rc = seg ? COT_OK : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	if (!rc) {
 		for (int t = n; t < T; t++)
 			ids[t] = c->pad_id;
@@ -122,8 +111,80 @@ cot_err fill_mask(kern_model *m, const char *text, size_t len, int k, fill_resul
 			pk[j] = (float)(exp((double)l[best] - mx) / sum);
 		}
 	}
-	free(ids);
 	free(seg);
+	return rc;
+}
+
+/* The checks every fill-mask makes of m and k. */
+static cot_err check_model(const kern_config *c, int k, cot_errbuf *eb)
+{
+	if (c->arch == KERN_ARCH_GPT)
+		return cot_seterr(eb, COT_ERR_INVALID, "fill-mask needs an encoder; this model is a gpt");
+	if (k < 1 || k > c->vocab)
+		return cot_seterr(eb, COT_ERR_INVALID, "%d predictions per mask is outside 1..%d", k,
+		                  c->vocab);
+	return COT_OK;
+}
+
+cot_err fill_mask(kern_model *m, const char *text, size_t len, int k, fill_result *r, cot_errbuf *eb)
+{
+	const kern_config *c = &m->config;
+	memset(r, 0, sizeof *r);
+	cot_err rc = check_model(c, k, eb);
+	if (rc)
+		return rc;
+	if (c->cls_id < 256 || c->sep_id < 256 || c->mask_id < 256 || c->pad_id < 256)
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "fill-mask reads text with the byte tokenizer, and this model's special "
+		                  "tokens are not after the 256 bytes");
+	int T = c->seq_len, n = 0;
+	int32_t *ids = malloc((size_t)T * sizeof *ids);
+	rc = ids ? COT_OK : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	if (!rc)
+		rc = encode(c, text, len, ids, &n, r, eb);
+	if (!rc)
+		rc = predict(m, ids, n, k, r, eb);
+	free(ids);
+	if (rc)
+		fill_result_free(r);
+	return rc;
+}
+
+cot_err fill_mask_ids(kern_model *m, const int32_t *text_ids, size_t n, int k, fill_result *r, cot_errbuf *eb)
+{
+	const kern_config *c = &m->config;
+	memset(r, 0, sizeof *r);
+	cot_err rc = check_model(c, k, eb);
+	if (rc)
+		return rc;
+	int T = c->seq_len;
+	if (n > (size_t)T - 2)
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "the text is %zu tokens, and the model reads %d between [CLS] and [SEP]", n,
+		                  T - 2);
+	for (size_t i = 0; i < n; i++) {
+		if (text_ids[i] < 0 || text_ids[i] >= c->vocab)
+			return cot_seterr(eb, COT_ERR_INVALID,
+			                  "token %d at position %zu is outside the vocabulary 0..%d",
+			                  (int)text_ids[i], i, c->vocab - 1);
+		if (text_ids[i] == c->mask_id) {
+			if (r->n_masks == FILL_MAX_MASKS)
+				return cot_seterr(eb, COT_ERR_INVALID,
+				                  "the text has more than %d " FILL_MASK_TEXT "s",
+				                  FILL_MAX_MASKS);
+			r->position[r->n_masks++] = (int)i + 1;
+		}
+	}
+	if (r->n_masks == 0)
+		return cot_seterr(eb, COT_ERR_INVALID, "the text has no " FILL_MASK_TEXT " to fill");
+	int32_t *ids = malloc((size_t)T * sizeof *ids);
+	if (!ids)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	ids[0] = c->cls_id;
+	memcpy(ids + 1, text_ids, n * sizeof *ids);
+	ids[n + 1] = c->sep_id;
+	rc = predict(m, ids, (int)n + 2, k, r, eb);
+	free(ids);
 	if (rc)
 		fill_result_free(r);
 	return rc;

@@ -267,6 +267,28 @@ static json_t *config_json(const spm_model *m, int model_max_length)
 	return c;
 }
 
+/* special_tokens_map.json: the same roles, for the loaders that read the
+ * special tokens from it rather than from tokenizer_config.json. */
+static json_t *special_map_json(const spm_model *m)
+{
+	json_t *c = config_json(m, 0), *map = json_object();
+	static const char *const keep[] = { "unk_token", "pad_token", "cls_token", "sep_token",
+		                            "mask_token" };
+	for (size_t i = 0; c && map && i < sizeof keep / sizeof keep[0]; i++) {
+		json_t *v = json_object_get(c, keep[i]);
+		if (v && json_object_set(map, keep[i], v)) {
+			json_decref(map);
+			map = NULL;
+		}
+	}
+	json_decref(c);
+	if (!c) {
+		json_decref(map);
+		return NULL;
+	}
+	return map;
+}
+
 cot_err hf_tokenizer_write(const spm_model *m, const char *dir, int model_max_length, cot_errbuf *eb)
 {
 	json_t *t;
@@ -276,6 +298,8 @@ cot_err hf_tokenizer_write(const spm_model *m, const char *dir, int model_max_le
 	rc = write_json(dir, "tokenizer.json", t, eb);
 	if (!rc)
 		rc = write_json(dir, "tokenizer_config.json", config_json(m, model_max_length), eb);
+	if (!rc)
+		rc = write_json(dir, "special_tokens_map.json", special_map_json(m), eb);
 	size_t len;
 	const unsigned char *bytes = spm_bytes(m, &len);
 	if (!rc)

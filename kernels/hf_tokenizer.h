@@ -21,9 +21,10 @@
  *                   the ones whose name is in brackets are special
  *
  * hf_tokenizer_write also writes the SentencePiece model itself as
- * spiece.model (the name transformers' ALBERT tokenizer looks for) and a
- * tokenizer_config.json naming the special tokens, so the folder loads with
- * or without the `tokenizers` library. */
+ * spiece.model (the name transformers' ALBERT tokenizer looks for), a
+ * tokenizer_config.json naming the special tokens and the same roles in
+ * special_tokens_map.json, so the folder loads with or without the
+ * `tokenizers` library. */
 #ifndef KERN_HF_TOKENIZER_H
 #define KERN_HF_TOKENIZER_H
 
@@ -36,7 +37,8 @@
  * COT_ERR_NOMEM, COT_ERR_UNSUPPORTED (a word or char model). */
 cot_err hf_tokenizer_json(const spm_model *m, json_t **out, cot_errbuf *eb);
 
-/* Write tokenizer.json, tokenizer_config.json and spiece.model of m into
+/* Write tokenizer.json, tokenizer_config.json, special_tokens_map.json and
+ * spiece.model of m into
  * the folder dir (which exists); model_max_length goes into the config.
  * COT_ERR_IO naming the file, and hf_tokenizer_json's errors. */
 cot_err hf_tokenizer_write(const spm_model *m, const char *dir, int model_max_length, cot_errbuf *eb);

@@ -23,9 +23,10 @@ static uint64_t mix64(uint64_t z)
  * everywhere, which is what matters here). */
 static uint64_t below(kern_rng *r, uint64_t n) { return kern_rng_next(r) % n; }
 
+/* A token masking never picks: the four special ones and [UNK]. */
 static int is_special(const kern_config *c, int32_t t)
 {
-	return t == c->cls_id || t == c->sep_id || t == c->mask_id || t == c->pad_id;
+	return t == c->cls_id || t == c->sep_id || t == c->mask_id || t == c->pad_id || t == c->unk_id;
 }
 
 /* One sample from its n = T - 3 raw tokens; cand is [T] scratch. */

@@ -14,7 +14,7 @@
  *      ids = [CLS] first [SEP] second [SEP]
  *    segment ids 0 up to and including the middle [SEP], 1 after;
  *  - the masking: of the positions holding an ordinary token (not [CLS],
- *    [SEP], [MASK] or [PAD]), round(15%) (at least 1 when there is one) are
+ *    [SEP], [MASK], [PAD] or the unknown piece c->unk_id), round(15%) (at least 1 when there is one) are
  *    drawn without replacement; each gets its original token as MLM label
  *    and its input replaced by [MASK] with probability 0.8, by a uniformly
  *    drawn ordinary token with 0.1, kept with 0.1.  Other labels are

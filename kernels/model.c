@@ -120,7 +120,8 @@ cot_err kern_config_validate(const kern_config *c, cot_errbuf *eb)
 		cot_err rc = kern_enc_config_validate(c, eb);
 		if (rc)
 			return rc;
-	} else if (c->d_embed || c->type_vocab || c->cls_id || c->sep_id || c->mask_id || c->pad_id) {
+	} else if (c->d_embed || c->type_vocab || c->cls_id || c->sep_id || c->mask_id || c->pad_id ||
+	           c->unk_id) {
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "model config of a gpt has encoder fields (d_embed, type_vocab, special "
 		                  "ids)");

@@ -67,6 +67,11 @@ typedef struct {
 	int d_embed;                         /* E: ALBERT's factorised embedding width; BERT: d_model */
 	int type_vocab;                      /* segment types, 2 */
 	int cls_id, sep_id, mask_id, pad_id; /* special tokens, distinct, < vocab */
+	/* The tokenizer's unknown piece ([UNK]), which masking never picks as a
+	 * target or a replacement; -1 when it has none (the byte tokenizer).  A
+	 * subword project's special ids come from its tokenizer's pieces
+	 * (server/project_tokenizer.h). */
+	int unk_id;
 } kern_config;
 
 /* The default config of the tests and of the kernel benchmark's "demo"

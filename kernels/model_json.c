@@ -4,19 +4,19 @@
 #include <stdbool.h>
 #include <string.h>
 
-const char *const kern_model_json_keys[] = { "n_layer", "n_shared", "n_head",  "d_model", "d_ff",
-	                                     "seq_len", "vocab",    "arch",    "d_embed", "type_vocab",
-	                                     "cls_id",  "sep_id",   "mask_id", "pad_id",  NULL };
+const char *const kern_model_json_keys[] = { "n_layer", "n_shared",   "n_head", "d_model",
+	                                     "d_ff",    "seq_len",    "vocab",  "arch",
+	                                     "d_embed", "type_vocab", "cls_id", "sep_id",
+	                                     "mask_id", "pad_id",     "unk_id", NULL };
 
 /* The encoder fields after "arch", in kern_model_json_keys' order. */
-enum { GPT_KEYS = 7, ENC_INT_KEYS = 6 };
+enum { GPT_KEYS = 7, ENC_INT_KEYS = 7, ENC_UNK = 6 /* unk_id: -1 allowed, absent is -1 */ };
 
 /* The i-th encoder field of c (i < ENC_INT_KEYS). */
 static int *enc_field(kern_config *c, int i)
 {
-	int *f[ENC_INT_KEYS] = {
-		&c->d_embed, &c->type_vocab, &c->cls_id, &c->sep_id, &c->mask_id, &c->pad_id
-	};
+	int *f[ENC_INT_KEYS] = { &c->d_embed, &c->type_vocab, &c->cls_id, &c->sep_id,
+		                 &c->mask_id, &c->pad_id,     &c->unk_id };
 	return f[i];
 }
 
@@ -92,7 +92,8 @@ static cot_err get_int(const json_t *model, const char *path, const char *key, b
  * absent one (allowed unless all) takes its default, d_embed min(128,
  * d_model) for ALBERT and d_model for BERT, type_vocab 2, and the special
  * ids the last four of the vocabulary ([CLS], [SEP], [MASK], [PAD]: 256..259
- * with the byte tokenizer); then the whole config is checked. */
+ * with the byte tokenizer; a subword project's are its tokenizer's, set by
+ * cotrain-admin), unk_id -1 (none); then the whole config is checked. */
 static cot_err encoder_fields(const json_t *model, const char *path, bool all, kern_config *m, cot_errbuf *eb)
 {
 	m->d_embed = m->arch == KERN_ARCH_ALBERT && m->d_model > 128 ? 128 : m->d_model;
@@ -101,11 +102,13 @@ static cot_err encoder_fields(const json_t *model, const char *path, bool all, k
 	m->sep_id = m->vocab - 3;
 	m->mask_id = m->vocab - 2;
 	m->pad_id = m->vocab - 1;
+	m->unk_id = -1;
 	cot_err rc;
 	for (int i = 0; i < ENC_INT_KEYS; i++) {
 		long long hi = i == 0 ? KERN_MAX_DIM : i == 1 ? 16 : m->vocab - 1;
-		if ((rc = get_int(model, path, kern_model_json_keys[GPT_KEYS + 1 + i], all,
-		                  i == 1 ? 2 : i == 0, hi, enc_field(m, i), eb)))
+		long long lo = i == ENC_UNK ? -1 : i == 1 ? 2 : i == 0;
+		if ((rc = get_int(model, path, kern_model_json_keys[GPT_KEYS + 1 + i], all && i != ENC_UNK,
+		                  lo, hi, enc_field(m, i), eb)))
 			return rc;
 	}
 	cot_errbuf d = { "", "" };
@@ -130,6 +133,7 @@ cot_err kern_model_config_from_json(const json_t *model, const char *path, unsig
 			&m.n_layer, &m.n_shared, &m.n_head, &m.d_model, &m.d_ff, &m.seq_len, &m.vocab
 		};
 		memset(&m, 0, sizeof m);
+		m.unk_id = -1; /* a copy saved before unk_id existed */
 		for (int i = 0; i < GPT_KEYS; i++)
 			if ((rc = get_int(model, path, kern_model_json_keys[i], true, 0, 1 << 20, dims[i],
 			                  eb)))
@@ -137,8 +141,8 @@ cot_err kern_model_config_from_json(const json_t *model, const char *path, unsig
 		if ((rc = get_arch(model, path, &m.arch, eb)))
 			return rc;
 		for (int i = 0; m.arch != KERN_ARCH_GPT && i < ENC_INT_KEYS; i++)
-			if ((rc = get_int(model, path, kern_model_json_keys[GPT_KEYS + 1 + i], true, 0,
-			                  1 << 20, enc_field(&m, i), eb)))
+			if ((rc = get_int(model, path, kern_model_json_keys[GPT_KEYS + 1 + i], i != ENC_UNK,
+			                  i == ENC_UNK ? -1 : 0, 1 << 20, enc_field(&m, i), eb)))
 				return rc;
 		*c = m;
 		return COT_OK;

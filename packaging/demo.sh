@@ -24,18 +24,32 @@
 #      held-out losses, and the
 #      dashboard's address; the server keeps serving the dashboard until
 #      Ctrl-C when run from a terminal.
-# Settings (environment): COTRAIN_DEMO_DIR (default /var/tmp/cotrain-demo,
+# With COTRAIN_DEMO_MODEL=albert the run trains the second demo instead,
+# packaging/demo/albert.json: a small ALBERT pretrained with masked language
+# modelling and sentence order on the ids of a Unigram tokenizer of 4000
+# pieces trained on the same text (its training time is printed); it
+# prints the held-out masked-LM accuracy of version 0 and of the last
+# version, and the trained model's fill-mask predictions on a few
+# sentences, and has no one-process baseline.
+# Settings (environment): COTRAIN_DEMO_MODEL (gpt or albert),
+# COTRAIN_DEMO_DIR (default /var/tmp/cotrain-demo,
 # recreated on each run), COTRAIN_DEMO_PORT (8480), COTRAIN_DEMO_CLIENTS (4),
-# COTRAIN_DEMO_ROUNDS (32), COTRAIN_DEMO_SECONDS (900, a bound),
+# COTRAIN_DEMO_ROUNDS (32; 8 for albert), COTRAIN_DEMO_SECONDS (900, a bound),
 # COTRAIN_DEMO_TEXT (a folder of text instead of the addresses).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
+MODEL=${COTRAIN_DEMO_MODEL:-gpt}
+case $MODEL in
+gpt) PROJECT=demo PFILE="$top/packaging/demo/project.json" ;;
+albert) PROJECT=demo-albert PFILE="$top/packaging/demo/albert.json" ;;
+*) echo "demo: COTRAIN_DEMO_MODEL must be gpt or albert, not \"$MODEL\"" >&2; exit 2 ;;
+esac
 "$top/packaging/build.sh"
 B="$top/_build"
 DIR=${COTRAIN_DEMO_DIR:-/var/tmp/cotrain-demo}
 PORT=${COTRAIN_DEMO_PORT:-8480}
 CLIENTS=${COTRAIN_DEMO_CLIENTS:-4}
-ROUNDS=${COTRAIN_DEMO_ROUNDS:-32}
+ROUNDS=${COTRAIN_DEMO_ROUNDS:-$([ "$MODEL" = albert ] && echo 8 || echo 32)}
 RUN_SECONDS=${COTRAIN_DEMO_SECONDS:-900}
 PY=/usr/bin/python3
 URL="http://127.0.0.1:$PORT"
@@ -72,11 +86,21 @@ echo "text: $TEXT ($(du -sh "$TEXT" | cut -f1))"
 say "publishing the demo project (embedded PostgreSQL under $DIR/server/pg)"
 admin db migrate
 admin dataset import demo "$TEXT"
-admin project create "$top/packaging/demo/project.json"
+if [ "$MODEL" = albert ]; then
+	say "training a Unigram tokenizer of 4000 pieces (NFKC, lowercased) on the text"
+	t0=$(date +%s.%N)
+	admin dataset tokenizer train demo --type unigram --vocab 4000 --normalize nfkc,lowercase
+	t1=$(date +%s.%N)
+	echo "tokenizer training: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s wall on $(du -sh "$TEXT" | cut -f1) of text"
+	admin dataset import --tokenizer demo demo-albert "$TEXT"
+	admin project create "$PFILE"
+else
+admin project create "$PFILE"
 # The baseline: the same project trained by one process alone (below).
 sed 's/"name": "demo"/"name": "demo-alone"/; s/"title": "cotrain demo"/"title": "cotrain demo, one process alone"/' \
-	"$top/packaging/demo/project.json" >"$DIR/project-alone.json"
+	"$PFILE" >"$DIR/project-alone.json"
 admin project create "$DIR/project-alone.json" >/dev/null
+fi
 KEY=$(echo demo-password | admin user create --password-stdin volunteer@example.org "Demo volunteer" |
 	sed -n 's/^account key: //p')
 [ -n "$KEY" ] || { echo "demo: could not create the volunteer account" >&2; exit 1; }
@@ -114,7 +138,7 @@ while [ "$i" -le "$CLIENTS" ]; do
 		[ $n -gt 300 ] && { cat "$st/client.log" >&2; echo "demo: client $i did not start" >&2; exit 1; }
 		sleep 0.1
 	done
-	"$B/client/cotrainctl" --socket "$st/control.sock" attach "$URL/projects/demo" --key "$KEY" >/dev/null
+	"$B/client/cotrainctl" --socket "$st/control.sock" attach "$URL/projects/$PROJECT" --key "$KEY" >/dev/null
 	echo "client $i: $threads thread(s), state in $st"
 	i=$((i + 1))
 done
@@ -122,7 +146,7 @@ done
 # One progress line from the server's JSON: the current round and the last
 # committed one.
 progress() {
-	{ curl -fsS "$URL/v1/projects/demo" && echo && curl -fsS "$URL/v1/projects/demo/rounds?limit=2"; } 2>/dev/null |
+	{ curl -fsS "$URL/v1/projects/$PROJECT" && echo && curl -fsS "$URL/v1/projects/$PROJECT/rounds?limit=2"; } 2>/dev/null |
 		$PY -c '
 import json, sys
 lines = sys.stdin.read().split("\n", 1)
@@ -138,9 +162,12 @@ if done:
         d["seconds"] or 0, sps)
 if p.get("heldout_bpb") is not None:
     cur += " | held-out %.3f bits/byte (v%d)" % (p["heldout_bpb"], p["heldout_version"])
+if p.get("heldout_mlm_accuracy") is not None:
+    cur += " | held-out MLM accuracy %.3f, loss %.3f (v%d)" % (p["heldout_mlm_accuracy"],
+           p["heldout_mlm_loss"], p["heldout_mlm_version"])
 print(cur)' || echo "(server not answering)"
 }
-version() { curl -fsS "$URL/v1/projects/${1:-demo}" 2>/dev/null | $PY -c 'import json,sys; print(json.load(sys.stdin)["current_version"])' || echo 0; }
+version() { curl -fsS "$URL/v1/projects/${1:-$PROJECT}" 2>/dev/null | $PY -c 'import json,sys; print(json.load(sys.stdin)["current_version"])' || echo 0; }
 # "BPB VERSION" of project $1's newest held-out evaluation, once it covers
 # its current version (waiting up to 60 s for the server's evaluator).
 heldout() {
@@ -172,7 +199,7 @@ CPIDS=
 TOGETHER_S=$(( $(date +%s) - start ))
 
 say "loss curve"
-curl -fsS "$URL/v1/projects/demo/rounds?limit=1000" >"$DIR/rounds.json"
+curl -fsS "$URL/v1/projects/$PROJECT/rounds?limit=1000" >"$DIR/rounds.json"
 "$top/packaging/demo/plot-loss.sh" "$DIR/rounds.json" || true
 # Efficiency: the collaboration's samples per second over the clients'
 # own speed computing together (samples per second while a round is open:
@@ -192,15 +219,52 @@ if r:
           samples / computing, computing / total))
 PYEOF
 
+if [ "$MODEL" = albert ]; then
+	say "held-out masked-LM accuracy (masks from the fixed evaluation seed, text no work unit held)"
+	# the evaluator runs at idle priority: wait for the last version's figure
+	n=0
+	while [ $n -lt 120 ]; do
+		curl -fsS "$URL/v1/projects/$PROJECT/rounds?limit=1000" >"$DIR/rounds.json" 2>/dev/null &&
+			$PY -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["rounds"]
+v = max(x["version"] for x in r)
+sys.exit(0 if [x for x in r if x["version"] == v and x.get("heldout_mlm_accuracy") is not None] else 1)' \
+				"$DIR/rounds.json" && break
+		n=$((n + 1))
+		sleep 1
+	done
+	$PY -c '
+import json, sys
+r = sorted((x for x in json.load(open(sys.argv[1]))["rounds"] if x.get("heldout_mlm_accuracy") is not None),
+           key=lambda x: x["version"])
+if r:
+    a, b = r[0], r[-1]
+    print("version %d (the seed model): accuracy %.3f, loss %.3f nats" % (a["version"], a["heldout_mlm_accuracy"], a["heldout_mlm_loss"]))
+    print("version %d (trained):        accuracy %.3f, loss %.3f nats" % (b["version"], b["heldout_mlm_accuracy"], b["heldout_mlm_loss"]))' \
+		"$DIR/rounds.json" || true
+	say "fill-mask with the trained model (exported with its tokenizer to $DIR/export)"
+	admin model export --format cotrain "$PROJECT" "$DIR/export" >/dev/null
+	for s in "Fellow citizens of the Senate and House of [MASK]:" \
+		"I ask the [MASK] to pass this bill." \
+		"The state of our [MASK] is strong." \
+		"The people of the United [MASK] will not fail." \
+		"We must reduce the [MASK] of the Government."; do
+		"$B/cotrain-generate" --checkpoint "$DIR/export" --fill-mask "$s" --predictions 5 --threads 2 || true
+	done
+fi
+
+if [ "$MODEL" = gpt ]; then
 say "a sample from the trained model"
 CK=$(curl -fsS "$URL/v1/projects/demo" | $PY -c 'import json,sys; c=json.load(sys.stdin)["checkpoint"]; print(c["sha256"] if c else "")')
-if [ -n "$CK" ]; then
+fi
+if [ "$MODEL" = gpt ] && [ -n "$CK" ]; then
 	"$B/cotrain-generate" --checkpoint "$DIR/server/files/$(echo "$CK" | cut -c1-2)/$CK" \
 		--prompt "Fellow citizens" --tokens 200 --top-k 20 --temperature 0.8 --threads 2 || true
 	echo
 fi
 
-if [ "${COTRAIN_DEMO_BASELINE:-1}" = 1 ]; then
+if [ "$MODEL" = gpt ] && [ "${COTRAIN_DEMO_BASELINE:-1}" = 1 ]; then
 	say "the baseline: one process alone on the same cores for the same $TOGETHER_S s"
 	st="$DIR/alone"
 	mkdir -p "$st"
@@ -228,7 +292,7 @@ fi
 say "server summary"
 admin status --work-units 5 || true
 echo
-echo "dashboard: $URL/dashboard?project=demo"
+echo "dashboard: $URL/dashboard?project=$PROJECT"
 echo "logs and data are in $DIR"
 if [ -t 0 ]; then
 	echo "the server keeps serving the dashboard; Ctrl-C stops it"

@@ -33,6 +33,12 @@ typedef struct {
 int admin_db_main(admin_ctx *ctx, int argc, char **argv);
 int admin_dataset_main(admin_ctx *ctx, int argc, char **argv);
 int admin_tokenizer_main(admin_ctx *ctx, int argc, char **argv); /* dataset tokenizer ... */
+
+struct spm_model;
+/* The SentencePiece model stored under sha in ctx's file store, checked
+ * against its sha256, into *out (free with spm_free).  The errors of
+ * fs_read_verified and spm_load (admin_tokenizer.c). */
+cot_err admin_tokenizer_load(admin_ctx *ctx, const char *sha, struct spm_model **out, cot_errbuf *eb);
 int admin_project_main(admin_ctx *ctx, int argc, char **argv);
 /* project update (admin_project_update.c); argv[0] is "update". */
 int admin_project_update(admin_ctx *ctx, int argc, char **argv);

@@ -155,13 +155,7 @@ static cot_err load_tokenizer(admin_ctx *ctx, const char *from, char sha[FS_SHA_
 	snprintf(sha, FS_SHA_HEX_LEN + 1, "%s", PQgetvalue(r, 0, 0));
 	snprintf(type, 16, "%s", PQgetvalue(r, 0, 1));
 	PQclear(r);
-	unsigned char *bytes = NULL;
-	size_t len = 0;
-	cot_err rc = fs_read_verified(ctx->store_dir, sha, SPM_MODEL_MAX, &bytes, &len, eb);
-	if (!rc)
-		rc = spm_load(bytes, len, model, eb);
-	free(bytes);
-	return rc;
+	return admin_tokenizer_load(ctx, sha, model, eb);
 }
 
 static int import_cmd(admin_ctx *ctx, int argc, char **argv)

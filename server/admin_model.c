@@ -236,8 +236,10 @@ static void card_gpt(FILE *f, const card_info *c, const kern_model *m, bool hf)
 		        CKPT_EXPORT_FILE, CKPT_EXPORT_FILE);
 }
 
-/* The same for an encoder (kernels/encoder.h, kernels/hf_albert.h). */
-static void card_encoder(FILE *f, const kern_model *m, bool hf)
+/* The same for an encoder (kernels/encoder.h, kernels/hf_albert.h), with
+ * c's tokenizer: bytes and four special ids after them, or a subword
+ * model's pieces. */
+static void card_encoder(FILE *f, const card_info *c, const kern_model *m, bool hf)
 {
 	const kern_config *k = &m->config;
 	int albert = k->arch == KERN_ARCH_ALBERT;
@@ -250,11 +252,26 @@ static void card_encoder(FILE *f, const kern_model *m, bool hf)
 	        albert ? "ALBERT" : "BERT", albert ? "tanh" : "erf", k->n_layer, k->n_shared,
 	        k->n_shared == 1 ? "" : "s", k->n_head, k->d_model, k->d_embed, k->d_ff, k->seq_len, k->vocab,
 	        m->n_params);
-	fprintf(f,
-	        "\n## Tokenizer\n\n"
-	        "Byte level: token = byte value (0 to 255) of the UTF-8 text, then [CLS] %d, [SEP] %d,\n"
-	        "[MASK] %d, [PAD] %d. A sample is [CLS] A [SEP] B [SEP].\n",
-	        k->cls_id, k->sep_id, k->mask_id, k->pad_id);
+	if (c->tokenizer_sha[0])
+		fprintf(f,
+		        "\n## Tokenizer\n\n"
+		        "SentencePiece %s model of %d pieces (sha256 `%s`), trained on the dataset's text\n"
+		        "(`spiece.model`%s). Special pieces: [CLS] %d, [SEP] %d, [MASK] %d, [PAD] %d,\n"
+		        "unknown %d. A sample is [CLS] A [SEP] B [SEP] (segment ids 0 up to the first\n"
+		        "[SEP], 1 after).\n",
+		        c->tokenizer, k->vocab, c->tokenizer_sha,
+		        hf ? "; `tokenizer.json` for Hugging Face tokenizers, whose template adds\n"
+		             "[CLS] and [SEP]; `tokenizer_config.json` and `special_tokens_map.json`"
+		           : "",
+		        k->cls_id, k->sep_id, k->mask_id, k->pad_id, k->unk_id);
+	else
+		fprintf(f,
+		        "\n## Tokenizer\n\n"
+		        "Byte level: token = byte value (0 to 255) of the UTF-8 text, then [CLS] %d,\n"
+		        "[SEP] %d, [MASK] %d, [PAD] %d; there is no unknown token. A sample is\n"
+		        "[CLS] A [SEP] B [SEP]. No tokenizer file is written: the ids of a text are its\n"
+		        "UTF-8 bytes, with the four special ids added around them.\n",
+		        k->cls_id, k->sep_id, k->mask_id, k->pad_id);
 	if (hf)
 		fprintf(f,
 		        "\n## Use\n\n"
@@ -270,8 +287,8 @@ static void card_encoder(FILE *f, const kern_model *m, bool hf)
 		fprintf(f,
 		        "\n## Files\n\n"
 		        "`%s` is cotrain's checkpoint (kernels/checkpoint.h, doc/model.md).\n"
-		        "`cotrain-generate --checkpoint DIR/%s --fill-mask \"text with [MASK]\"` reads it.\n",
-		        CKPT_EXPORT_FILE, CKPT_EXPORT_FILE);
+		        "`cotrain-generate --checkpoint DIR --fill-mask \"text with [MASK]\"` reads it%s.\n",
+		        CKPT_EXPORT_FILE, c->tokenizer_sha[0] ? " and its tokenizer `spiece.model`" : "");
 }
 
 /* The README.md model card into a malloc'd string (*len bytes), or NULL. */
@@ -286,8 +303,8 @@ static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t 
 	if (license_ok(c->license))
 		fprintf(f, "license: %s\n", c->license);
 	int enc = m->config.arch != KERN_ARCH_GPT;
-	fprintf(f, "library_name: %s\ntags:\n- cotrain\n- %s\n- byte-level\n%s---\n\n",
-	        hf ? "transformers" : "cotrain", enc ? kern_arch_name(m->config.arch) : "gpt2",
+	fprintf(f, "library_name: %s\ntags:\n- cotrain\n- %s\n%s%s---\n\n", hf ? "transformers" : "cotrain",
+	        enc ? kern_arch_name(m->config.arch) : "gpt2", c->tokenizer_sha[0] ? "" : "- byte-level\n",
 	        enc ? "- fill-mask\n" : "");
 	fprintf(f, "# %s, version %d\n\n", c->title, c->version);
 	if (c->description[0])
@@ -309,7 +326,7 @@ static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t 
 	fprintf(f, "| licence | %s |\n", c->license && c->license[0] ? c->license : "not stated");
 	fprintf(f, "| checkpoint | sha256 `%s` |\n\n", c->sha);
 	if (enc)
-		card_encoder(f, m, hf);
+		card_encoder(f, c, m, hf);
 	else
 		card_gpt(f, c, m, hf);
 	if (fclose(f) != 0) {
@@ -326,17 +343,14 @@ static char *card_text(const card_info *c, const kern_model *m, bool hf, size_t 
 static cot_err write_tokenizer(admin_ctx *ctx, const char *sha, const char *dir, bool hf, int max_len,
                                cot_errbuf *eb)
 {
-	unsigned char *bytes = NULL;
-	size_t len = 0;
 	spm_model *m = NULL;
-	cot_err rc = fs_read_verified(ctx->store_dir, sha, SPM_MODEL_MAX, &bytes, &len, eb);
-	if (!rc)
-		rc = spm_load(bytes, len, &m, eb);
+	size_t len = 0;
+	cot_err rc = admin_tokenizer_load(ctx, sha, &m, eb);
+	const unsigned char *bytes = rc ? NULL : spm_bytes(m, &len);
 	if (!rc)
 		rc = hf ? hf_tokenizer_write(m, dir, max_len, eb)
 		        : hf_write_file(dir, "spiece.model", bytes, len, eb);
 	spm_free(m);
-	free(bytes);
 	return rc;
 }
 

@@ -35,6 +35,7 @@
 #include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "server/project_file.h"
+#include "server/project_tokenizer.h"
 #include "shared/common/filestore.h"
 
 static const char usage[] = "usage: cotrain-admin project create FILE\n"
@@ -131,6 +132,28 @@ static cot_err write_checkpoint(admin_ctx *ctx, const kern_config *cfg, uint64_t
 	return rc;
 }
 
+/* An encoder on subword ids: its special ids from the dataset's tokenizer
+ * (the model bytes at sha in the store, checked), and *normalized written
+ * again with them (the old text freed).  cot_err as ptok_special_ids, and
+ * the store's. */
+static cot_err subword_special_ids(admin_ctx *ctx, pf_project *p, const char *sha, char **normalized,
+                                   cot_errbuf *eb)
+{
+	spm_model *tok = NULL;
+	cot_err rc = admin_tokenizer_load(ctx, sha, &tok, eb);
+	if (!rc)
+		rc = ptok_special_ids(p, tok, eb);
+	spm_free(tok);
+	if (rc)
+		return rc;
+	char *text = pf_normalize(p);
+	if (!text)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the project's config");
+	free(*normalized);
+	*normalized = text;
+	return COT_OK;
+}
+
 static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 {
 	if (argc != 2)
@@ -161,7 +184,8 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 
 	const char *dp[1] = { p.dataset };
 	PGresult *r = admin_exec(ctx,
-	                         "SELECT id, n_tokens - heldout_tokens, tokenizer, heldout_tokens, vocab"
+	                         "SELECT id, n_tokens - heldout_tokens, tokenizer, heldout_tokens, vocab,"
+	                         "       coalesce(tokenizer_sha256, '')"
 	                         "  FROM dataset WHERE name = $1 FOR SHARE",
 	                         1, dp, &eb);
 	if (!r) {
@@ -182,8 +206,9 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 	int byte_tok = strcmp(PQgetvalue(r, 0, 2), "byte") == 0;
 	long long heldout = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
 	int vocab = atoi(PQgetvalue(r, 0, 4));
-	char tok_type[16];
+	char tok_type[16], tok_sha[FS_SHA_HEX_LEN + 1];
 	snprintf(tok_type, sizeof tok_type, "%s", PQgetvalue(r, 0, 2));
+	snprintf(tok_sha, sizeof tok_sha, "%s", PQgetvalue(r, 0, 5));
 	PQclear(r);
 	if (byte_tok && p.subword) {
 		cot_seterr(&eb, COT_ERR_INVALID,
@@ -211,12 +236,25 @@ static int create_cmd(admin_ctx *ctx, int argc, char **argv)
 		            vocab, p.dataset, tok_type);
 		goto rollback;
 	}
+	if (byte_tok && p.model.arch != KERN_ARCH_GPT && p.model.unk_id != -1) {
+		admin_failf("field \"model.unk_id\" must be -1 for dataset \"%s\": the byte tokenizer has "
+		            "no unknown token",
+		            p.dataset);
+		goto rollback;
+	}
 	if (byte_tok && p.model.arch != KERN_ARCH_GPT &&
 	    (p.model.cls_id < 256 || p.model.sep_id < 256 || p.model.mask_id < 256 || p.model.pad_id < 256)) {
 		admin_failf("the special token ids of field \"model\" must lie in 256..259 for dataset "
 		            "\"%s\", whose tokenizer is \"byte\"",
 		            p.dataset);
 		goto rollback;
+	}
+	if (p.subword && p.model.arch != KERN_ARCH_GPT) {
+		if (subword_special_ids(ctx, &p, tok_sha, &normalized, &eb)) {
+			admin_fail(&eb);
+			goto rollback;
+		}
+		to_kern_config(&p.model, &cfg);
 	}
 	long long samples = (n_tokens - 1) / p.model.seq_len;
 	long long mb_per_epoch = samples / p.microbatch_size;

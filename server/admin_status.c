@@ -1,6 +1,6 @@
 /* cotrain-admin status: one screen on the state of the server: projects and
  * their versions, their training (committed rounds, latest loss, held-out
- * bits per byte), credit granted and pending, open spot checks, the bytes
+ * bits per byte, or an encoder's held-out masked-LM loss and accuracy), credit granted and pending, open spot checks, the bytes
  * of the file store, the microbatch pool and frontier, datasets, live work
  * units, hosts (with the class the NAT service gave each), accounts and
  * teams. */
@@ -19,7 +19,8 @@ static const char usage[] = "usage: cotrain-admin status [--work-units N] [--hos
                             "Shows the schema version, every project (version, checkpoint, frontier,\n"
                             "microbatches in the pool, live work units), its training (rounds committed,\n"
                             "the latest round's loss, the latest held-out bits per byte and its version,\n"
-                            "the evaluation's mean CPU seconds per version), its credit granted and\n"
+                            "the evaluation's mean CPU seconds per version, an encoder's held-out\n"
+                            "masked-LM loss and accuracy), its credit granted and\n"
                             "pending, open spot checks, stored checkpoints and their bytes, pinned\n"
                             "versions, the file store's size, the datasets (tokens, of\n"
                             "them held out), the hosts (how\n"
@@ -119,21 +120,25 @@ int admin_status_main(admin_ctx *ctx, int argc, char **argv)
 	          ph, pw, 10))
 		return ADMIN_FAIL;
 
-	static const char *const th[] = { "PROJECT",     "ROUNDS",          "LATEST_LOSS",
-		                          "HELDOUT_BPB", "HELDOUT_VERSION", "EVAL_CPU_S" };
-	static const int tw[] = { 20, 7, 11, 11, 15, 10 };
+	/* HELDOUT_BPB for a GPT, MLM_LOSS and MLM_ACCURACY for an encoder */
+	static const char *const th[] = { "PROJECT",         "ROUNDS",     "LATEST_LOSS", "HELDOUT_BPB",
+		                          "HELDOUT_VERSION", "EVAL_CPU_S", "MLM_LOSS",    "MLM_ACCURACY" };
+	static const int tw[] = { 20, 7, 11, 11, 15, 10, 8, 12 };
 	if (table(ctx, "training", true,
 	          "SELECT p.name,"
 	          "       (SELECT count(*) FROM round r WHERE r.project_id = p.id AND r.state = 'committed'),"
 	          "       (SELECT round(r.loss::numeric, 4) FROM round r"
 	          "         WHERE r.project_id = p.id AND r.state = 'committed' AND r.loss IS NOT NULL"
 	          "         ORDER BY r.version DESC LIMIT 1),"
-	          "       round(h.heldout_bpb::numeric, 4), h.version,"
+	          "       round(h.heldout_bpb::numeric, 4), coalesce(h.version, m.version),"
 	          "       (SELECT round(avg(v.heldout_cpu_seconds)::numeric, 3) FROM model_version v"
-	          "         WHERE v.project_id = p.id AND v.heldout_bpb IS NOT NULL)"
+	          "         WHERE v.project_id = p.id"
+	          "           AND (v.heldout_bpb IS NOT NULL OR v.heldout_mlm_loss IS NOT NULL)),"
+	          "       round(m.heldout_mlm_loss::numeric, 4), round(m.heldout_mlm_accuracy::numeric, 4)"
 	          "  FROM project p LEFT JOIN LATERAL heldout_latest(p.id) h ON true"
+	          "  LEFT JOIN LATERAL heldout_mlm_latest(p.id) m ON true"
 	          " ORDER BY p.name",
-	          th, tw, 6))
+	          th, tw, 8))
 		return ADMIN_FAIL;
 
 	static const char *const ch[] = { "PROJECT",     "CREDIT_GRANTED",   "CREDIT_PENDING", "OPEN_CHECKS",

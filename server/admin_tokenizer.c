@@ -301,13 +301,8 @@ static int export_cmd(admin_ctx *ctx, int argc, char **argv)
 		                   "tokenizer train %s`",
 		                   name, name);
 	cot_errbuf eb = { "", "" };
-	unsigned char *bytes = NULL;
-	size_t len = 0;
 	spm_model *m = NULL;
-	cot_err rc = fs_read_verified(ctx->store_dir, sha, SPM_MODEL_MAX, &bytes, &len, &eb);
-	if (!rc)
-		rc = spm_load(bytes, len, &m, &eb);
-	free(bytes);
+	cot_err rc = admin_tokenizer_load(ctx, sha, &m, &eb);
 	if (!rc)
 		rc = hf_tokenizer_write(m, dir, 512, &eb);
 	spm_free(m);
@@ -332,4 +327,16 @@ int admin_tokenizer_main(admin_ctx *ctx, int argc, char **argv)
 	if (strcmp(argv[1], "export") == 0)
 		return export_cmd(ctx, argc - 1, argv + 1);
 	return admin_usage(usage, "dataset tokenizer: unknown command \"%s\"", argv[1]);
+}
+
+cot_err admin_tokenizer_load(admin_ctx *ctx, const char *sha, spm_model **out, cot_errbuf *eb)
+{
+	unsigned char *bytes = NULL;
+	size_t len = 0;
+	*out = NULL;
+	cot_err rc = fs_read_verified(ctx->store_dir, sha, SPM_MODEL_MAX, &bytes, &len, eb);
+	if (!rc)
+		rc = spm_load(bytes, len, out, eb);
+	free(bytes);
+	return rc;
 }

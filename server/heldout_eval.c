@@ -17,6 +17,8 @@
 
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
+#include "kernels/encoder.h"
+#include "kernels/masking.h"
 #include "kernels/model.h"
 #include "server/dbconn.h"
 #include "shared/common/filestore.h"
@@ -28,29 +30,11 @@
 #define IOPRIO_CLASS_IDLE 3
 #define IOPRIO_WHO_PROCESS 1
 
-cot_err heval_bpb(const char *ckpt_path, const int32_t *tokens, int64_t n_seq, int T, double *bpb,
-                  cot_errbuf *eb)
+/* The bits per token of the GPT m (seq_len T, created for HEVAL_BATCH). */
+static cot_err gpt_bpb(kern_model *m, const int32_t *tokens, int64_t n_seq, int T, double *bpb,
+                       cot_errbuf *eb)
 {
-	if (n_seq < 1 || T < 1)
-		return cot_seterr(eb, COT_ERR_INVALID, "no held-out sequence to evaluate");
-	kern_model *m = NULL;
-	cot_err rc = ckpt_load_new(ckpt_path, HEVAL_BATCH, &m, eb);
-	if (rc)
-		return rc;
-	if (m->config.arch != KERN_ARCH_GPT) {
-		rc = cot_seterr(eb, COT_ERR_UNSUPPORTED,
-		                "held-out evaluation of %s models is not implemented yet (bits per byte is a "
-		                "next-token measure)",
-		                kern_arch_name(m->config.arch));
-		kern_model_free(m);
-		return rc;
-	}
-	if (m->config.seq_len != T) {
-		rc = cot_seterr(eb, COT_ERR_INVALID, "checkpoint \"%s\" has seq_len %d, the project %d",
-		                ckpt_path, m->config.seq_len, T);
-		kern_model_free(m);
-		return rc;
-	}
+	cot_err rc = COT_OK;
 	int32_t *in = malloc((size_t)HEVAL_BATCH * (size_t)T * sizeof *in);
 	int32_t *tgt = malloc((size_t)HEVAL_BATCH * (size_t)T * sizeof *tgt);
 	if (!in || !tgt)
@@ -76,6 +60,105 @@ cot_err heval_bpb(const char *ckpt_path, const int32_t *tokens, int64_t n_seq, i
 		*bpb = sum / ((double)n_seq * (double)T) / log(2.0);
 	free(in);
 	free(tgt);
+	return rc;
+}
+
+/* The masked-LM figures of the encoder m (seq_len T, created for
+ * HEVAL_BATCH) into r. */
+static cot_err enc_mlm(kern_model *m, const int32_t *tokens, int64_t n_seq, int T, heval_result *r,
+                       cot_errbuf *eb)
+{
+	cot_err rc = COT_OK;
+	size_t n = (size_t)HEVAL_BATCH * (size_t)T;
+	int32_t *ids = malloc(n * sizeof *ids), *seg = malloc(n * sizeof *seg);
+	int32_t *lab = malloc(n * sizeof *lab), sop[HEVAL_BATCH];
+	if (!ids || !seg || !lab)
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the held-out batch");
+	double sum = 0;
+	int64_t predicted = 0, correct = 0;
+	for (int64_t s0 = 0; !rc && s0 < n_seq; s0 += HEVAL_BATCH) {
+		int B = n_seq - s0 < HEVAL_BATCH ? (int)(n_seq - s0) : HEVAL_BATCH;
+		/* each sequence its own key, so the masks do not depend on B */
+		for (int b = 0; !rc && b < B; b++) {
+			size_t o = (size_t)b * T;
+			rc = kern_mask_build(&m->config, HEVAL_MASK_SEED, 0, s0 + b, 1,
+			                     tokens + (size_t)(s0 + b) * (size_t)T, (size_t)T, ids + o,
+			                     seg + o, lab + o, sop + b, eb);
+		}
+		kern_enc_batch batch = { ids, seg, lab, sop, NULL };
+		kern_enc_result res;
+		if (rc || (rc = kern_enc_forward(m, &batch, B, &res, eb)))
+			break;
+		if (!isfinite(res.mlm_loss))
+			rc = cot_seterr(eb, COT_ERR_INVALID, "the held-out masked-LM loss is not finite");
+		sum += res.mlm_loss * (double)res.n_predicted;
+		predicted += res.n_predicted;
+		correct += res.mlm_correct;
+	}
+	if (!rc && predicted < 1)
+		rc = cot_seterr(eb, COT_ERR_INVALID, "the held-out sample has no token to predict");
+	if (!rc) {
+		r->mlm_loss = sum / (double)predicted;
+		r->mlm_accuracy = (double)correct / (double)predicted;
+		r->counted = predicted;
+	}
+	free(ids);
+	free(seg);
+	free(lab);
+	return rc;
+}
+
+/* The checkpoint at ckpt_path, checked against T and n_seq, into *out. */
+static cot_err load_for_eval(const char *ckpt_path, int64_t n_seq, int T, kern_model **out, cot_errbuf *eb)
+{
+	if (n_seq < 1 || T < 1)
+		return cot_seterr(eb, COT_ERR_INVALID, "no held-out sequence to evaluate");
+	kern_model *m = NULL;
+	cot_err rc = ckpt_load_new(ckpt_path, HEVAL_BATCH, &m, eb);
+	if (rc)
+		return rc;
+	if (m->config.seq_len != T) {
+		rc = cot_seterr(eb, COT_ERR_INVALID, "checkpoint \"%s\" has seq_len %d, the project %d",
+		                ckpt_path, m->config.seq_len, T);
+		kern_model_free(m);
+		return rc;
+	}
+	*out = m;
+	return COT_OK;
+}
+
+cot_err heval_bpb(const char *ckpt_path, const int32_t *tokens, int64_t n_seq, int T, double *bpb,
+                  cot_errbuf *eb)
+{
+	kern_model *m = NULL;
+	cot_err rc = load_for_eval(ckpt_path, n_seq, T, &m, eb);
+	if (rc)
+		return rc;
+	if (m->config.arch != KERN_ARCH_GPT)
+		rc = cot_seterr(eb, COT_ERR_UNSUPPORTED,
+		                "bits per token is a next-token measure, not one of a %s model",
+		                kern_arch_name(m->config.arch));
+	else
+		rc = gpt_bpb(m, tokens, n_seq, T, bpb, eb);
+	kern_model_free(m);
+	return rc;
+}
+
+cot_err heval_checkpoint(const char *ckpt_path, const int32_t *tokens, int64_t n_seq, int T,
+                         heval_result *out, cot_errbuf *eb)
+{
+	kern_model *m = NULL;
+	cot_err rc = load_for_eval(ckpt_path, n_seq, T, &m, eb);
+	if (rc)
+		return rc;
+	memset(out, 0, sizeof *out);
+	out->arch = m->config.arch;
+	if (m->config.arch == KERN_ARCH_GPT) {
+		rc = gpt_bpb(m, tokens, n_seq, T, &out->bpb, eb);
+		out->counted = n_seq * T;
+	} else {
+		rc = enc_mlm(m, tokens, n_seq, T, out, eb);
+	}
 	kern_model_free(m);
 	return rc;
 }
@@ -97,6 +180,8 @@ struct heval {
 
 static const dbc_stmt st_next = { "heldout_next", "SELECT * FROM heldout_next()", 0 };
 static const dbc_stmt st_store = { "heldout_store", "SELECT heldout_store($1, $2, $3, $4, $5, $6)", 6 };
+static const dbc_stmt st_store_mlm = { "heldout_store_mlm",
+	                               "SELECT heldout_store_mlm($1, $2, $3, $4, $5, $6, $7)", 7 };
 static const dbc_stmt st_shards = { "heldout_shards",
 	                            "SELECT first_token, n_tokens, sha256 FROM shard"
 	                            " WHERE dataset_id = $1 AND first_token < $3 AND first_token + n_tokens "
@@ -210,30 +295,41 @@ static bool eval_one(heval *h)
 	int64_t n_seq = atoll(PQgetvalue(r, 0, 7));
 	PQclear(r);
 
-	double cpu0 = thread_cpu_seconds(), bpb = 0;
+	double cpu0 = thread_cpu_seconds();
+	heval_result res = { 0 };
 	char path[4300];
 	cot_err rc = n_seq < 1 ? cot_seterr(&eb, COT_ERR_INVALID, "no held-out sequence to evaluate")
 	                       : fs_path(h->cfg->files_dir, sha, path, sizeof path, &eb);
 	if (!rc)
 		rc = load_sample(h, dataset, first, (uint64_t)n_seq * (uint64_t)T + 1, &eb);
 	if (!rc)
-		rc = heval_bpb(path, h->cache, n_seq, T, &bpb, &eb);
+		rc = heval_checkpoint(path, h->cache, n_seq, T, &res, &eb);
 	double cpu = thread_cpu_seconds() - cpu0;
 	if (rc == COT_ERR_DB) /* a database hiccup: try again at the next pass */
 		return false;
-	char bs[40], ts[24], cs[40];
-	snprintf(bs, sizeof bs, "%.17g", bpb);
-	snprintf(ts, sizeof ts, "%" PRId64, n_seq * T);
+	/* an error before the checkpoint told its arch goes to the GPT's column,
+	 * which holds heldout_error either way */
+	bool enc = res.arch != KERN_ARCH_GPT;
+	char bs[40], as[40], ts[24], cs[40];
+	snprintf(bs, sizeof bs, "%.17g", enc ? res.mlm_loss : res.bpb);
+	snprintf(as, sizeof as, "%.17g", res.mlm_accuracy);
+	snprintf(ts, sizeof ts, "%" PRId64, rc ? n_seq * T : res.counted);
 	snprintf(cs, sizeof cs, "%.6f", cpu);
 	const char *params[] = { project_id, version, rc ? NULL : bs, ts, cs, rc ? eb.msg : NULL };
+	const char *mparams[] = { project_id, version, rc ? NULL : bs,    rc ? NULL : as,
+		                  ts,         cs,      rc ? eb.msg : NULL };
 	if (rc)
 		log_warn("held-out evaluation: project \"%s\" version %s: %s", project, version, eb.msg);
+	else if (enc)
+		log_info("held-out evaluation: project \"%s\" version %s: masked-LM loss %.6f, accuracy "
+		         "%.4f on %s predicted tokens, %.3f CPU s",
+		         project, version, res.mlm_loss, res.mlm_accuracy, ts, cpu);
 	else
 		log_info("held-out evaluation: project \"%s\" version %s: %.6f bits per %s on %s tokens, "
 		         "%.3f CPU s",
-		         project, version, bpb, h->cache_subword ? "token" : "byte", ts, cpu);
+		         project, version, res.bpb, h->cache_subword ? "token" : "byte", ts, cpu);
 	cot_errbuf eb2 = { 0 };
-	if (dbc_exec(&st_store, params, &r, state, &eb2)) {
+	if (dbc_exec(enc ? &st_store_mlm : &st_store, enc ? mparams : params, &r, state, &eb2)) {
 		log_warn("held-out evaluation: %s", eb2.msg);
 		return false;
 	}

@@ -13,6 +13,15 @@
  * subword tokenizer, bits per token (the column keeps its name,
  * heldout_bpb).
  *
+ * An encoder (ALBERT, BERT) has no next-token figure: sequence i's first
+ * T - 3 tokens are masked as a training sample is (kern_mask_build: [CLS] A
+ * [SEP] B [SEP], 15% of the ordinary tokens predicted), from the fixed key
+ * (HEVAL_MASK_SEED, epoch 0, microbatch i, sample 0), so every version
+ * of every server faces the same masks whatever the batching; the figures
+ * are the masked-LM cross-entropy in nats (mean over all predicted
+ * positions) and the fraction of them whose arg-max is the original token
+ * (model_version.heldout_mlm_loss, heldout_mlm_accuracy).
+ *
  * The evaluator is a thread of its own with its own database connection: it
  * runs at SCHED_IDLE, nice 19 and the idle I/O class, its kernel calls on
  * one thread (kern_set_threads_here), and shares no lock with the rounds,
@@ -27,6 +36,17 @@
 #include "shared/common/error.h"
 
 #define HEVAL_BATCH 8 /* sequences per forward pass */
+/* The encoders' evaluation masks' seed, the same for every project. */
+#define HEVAL_MASK_SEED UINT64_C(0x686f6c646f7574) /* "holdout" */
+
+/* One version's figures. */
+typedef struct {
+	int arch;            /* the checkpoint's kern_arch */
+	double bpb;          /* a GPT's bits per token */
+	double mlm_loss;     /* an encoder's: nats per predicted position */
+	double mlm_accuracy; /* an encoder's: 0..1 */
+	int64_t counted;     /* tokens predicted: n_seq * T, or the masked positions */
+} heval_result;
 
 /* The held-out bits per token (per byte with the byte tokenizer) of the
  * checkpoint at ckpt_path on n_seq
@@ -38,6 +58,14 @@
  * differs, a token outside the vocabulary, a loss that is not finite). */
 cot_err heval_bpb(const char *ckpt_path, const int32_t *tokens, int64_t n_seq, int T, double *bpb,
                   cot_errbuf *eb);
+
+/* The figures of the checkpoint at ckpt_path on the same n_seq sequences,
+ * as its arch has them: heval_bpb's for a GPT; for an encoder the masked-LM
+ * loss and accuracy above, summed over all predicted positions in double.
+ * The errors of heval_bpb, and for an encoder a token outside its
+ * vocabulary (COT_ERR_INVALID). */
+cot_err heval_checkpoint(const char *ckpt_path, const int32_t *tokens, int64_t n_seq, int T,
+                         heval_result *out, cot_errbuf *eb);
 
 typedef struct heval heval;
 

@@ -54,7 +54,11 @@ static const dbc_stmt st_metrics = {
 	"       (SELECT coalesce(sum(v.heldout_cpu_seconds), 0) FROM model_version v"
 	"         WHERE v.project_id = p.id AND v.heldout_at IS NOT NULL),"
 	"       (SELECT count(*) FROM model_version v"
-	"         WHERE v.project_id = p.id AND v.heldout_bpb IS NOT NULL)"
+	"         WHERE v.project_id = p.id"
+	"           AND (v.heldout_bpb IS NOT NULL OR v.heldout_mlm_loss IS NOT NULL)),"
+	"       (SELECT h.heldout_mlm_loss FROM heldout_mlm_latest(p.id) h),"
+	"       (SELECT h.heldout_mlm_accuracy FROM heldout_mlm_latest(p.id) h),"
+	"       (SELECT h.version FROM heldout_mlm_latest(p.id) h)"
 	"  FROM project p ORDER BY p.name",
 	0
 };
@@ -121,6 +125,11 @@ void metrics_get(http_req *req)
 		  "CPU seconds the server spent on held-out evaluations.", 10 },
 		{ "cotrain_heldout_evaluations_total", "counter",
 		  "Model versions evaluated on held-out data.", 11 },
+		{ "cotrain_heldout_mlm_loss", "gauge",
+		  "Held-out masked-LM loss (nats) of the newest evaluated version of an encoder.", 12 },
+		{ "cotrain_heldout_mlm_accuracy", "gauge",
+		  "Held-out masked-LM accuracy (0..1) of the newest evaluated version of an encoder.", 13 },
+		{ "cotrain_heldout_mlm_version", "gauge", "Model version of cotrain_heldout_mlm_loss.", 14 },
 	};
 	for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
 		put(&b, "# HELP %s %s\n# TYPE %s %s\n", gauges[g].name, gauges[g].help, gauges[g].name,

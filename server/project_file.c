@@ -231,7 +231,9 @@ static int name_ok(const char *s, bool project)
 
 /* ---- the sections ------------------------------------------------------ */
 
-static cot_err parse_model(const scope *top, pf_model *m)
+const char *const pf_special_keys[PF_SPECIAL_N] = { "cls_id", "sep_id", "mask_id", "pad_id", "unk_id" };
+
+static cot_err parse_model(const scope *top, pf_model *m, unsigned *special_given)
 {
 	const json_t *o;
 	cot_err rc = get_obj(top, "model", true, &o);
@@ -241,6 +243,10 @@ static cot_err parse_model(const scope *top, pf_model *m)
 	if ((rc = only_keys(&s, (const char *const *)kern_model_json_keys)) ||
 	    (rc = kern_model_config_from_json(o, "model", KERN_MODEL_JSON_DEFAULTS, m, s.eb)))
 		return rc;
+	*special_given = 0;
+	for (int i = 0; i < PF_SPECIAL_N; i++)
+		if (json_object_get(o, pf_special_keys[i]))
+			*special_given |= 1u << i;
 	int64_t np = pf_param_count(m);
 	if (np > PF_MAX_PARAMS) {
 		cot_seterr(s.eb, COT_ERR_INVALID,
@@ -503,8 +509,9 @@ static bool license_ok(const char *s)
 }
 
 /* The normalized text of p (defaults filled, fixed key order) with the
- * file's "changes" array (NULL: none) as given, in ascending version. */
-static char *normalize(const pf_project *p, const json_t *changes)
+ * file's "changes" array (p->changes, NULL: none) as given, in ascending
+ * version. */
+char *pf_normalize(const pf_project *p)
 {
 	const pf_model *m = &p->model;
 	const pf_optimizer *o = &p->opt;
@@ -555,6 +562,7 @@ static char *normalize(const pf_project *p, const json_t *changes)
 		json_decref(j);
 		return NULL;
 	}
+	const json_t *changes = p->changes;
 	if (j && changes && json_array_size(changes)) {
 		/* A stable insertion sort by version, as kern_config_at applies them. */
 		json_t *sorted = json_array();
@@ -666,7 +674,8 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 		            "Use letters, digits, '.', '-' and '+', e.g. \"apache-2.0\" or \"CC-BY-4.0\".");
 		goto out;
 	}
-	if ((rc = parse_model(&s, &out->model)) || (rc = parse_optimizer(&s, &out->opt)) ||
+	if ((rc = parse_model(&s, &out->model, &out->special_given)) ||
+	    (rc = parse_optimizer(&s, &out->opt)) ||
 	    (rc = get_int(&s, "target_batch", true, 1, 10000000, &tb)) ||
 	    (rc = get_int(&s, "microbatch_size", false, 1, 4096, &mb)) ||
 	    (rc = get_int(&s, "seed", false, 0, 9007199254740991ll, &seed)) ||
@@ -697,7 +706,9 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	out->eval_sequences = (int)eval_seq;
 	if ((rc = parse_changes(&s, root, out)))
 		goto out;
-	if (normalized && !(*normalized = normalize(out, get(&s, "changes"))))
+	if (out->n_changes)
+		out->changes = json_incref((json_t *)get(&s, "changes"));
+	if (normalized && !(*normalized = pf_normalize(out)))
 		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 out:
 	json_decref(root);
@@ -711,5 +722,6 @@ void pf_free(pf_project *p)
 	if (!p)
 		return;
 	free(p->description);
+	json_decref(p->changes);
 	memset(p, 0, sizeof *p);
 }

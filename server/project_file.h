@@ -97,6 +97,11 @@ typedef struct {
 	double first_rate, min_rate;
 } pf_validation;
 
+/* The special ids of an encoder's model, in pf_project.special_given's bit
+ * order. */
+enum { PF_SPECIAL_CLS, PF_SPECIAL_SEP, PF_SPECIAL_MASK, PF_SPECIAL_PAD, PF_SPECIAL_UNK, PF_SPECIAL_N };
+extern const char *const pf_special_keys[PF_SPECIAL_N];
+
 typedef struct {
 	char name[PF_NAME_MAX + 1];
 	char title[PF_TITLE_MAX + 1];
@@ -111,6 +116,11 @@ typedef struct {
 	 * must then be its vocabulary (checked by cotrain-admin). */
 	bool subword;
 	pf_model model;
+	/* Which of model.cls_id, sep_id, mask_id, pad_id, unk_id the file
+	 * gives (bit i for the i-th, PF_SPECIAL_*); the others hold defaults,
+	 * which a subword project's tokenizer replaces
+	 * (server/project_tokenizer.h). */
+	unsigned special_given;
 	pf_optimizer opt;
 	pf_mode mode;
 	pf_local local; /* read only with PF_MODE_LOCAL; the defaults otherwise */
@@ -138,6 +148,8 @@ typedef struct {
 	 * version it takes effect at (kernels/config_changes.h).  The fields
 	 * above are the file's own, before any change. */
 	int n_changes;
+	struct json_t *changes; /* the "changes" array as given (a reference
+	                         * pf_free drops), NULL when there is none */
 } pf_project;
 
 /* Parse and check len bytes of project file.  On success *out is filled
@@ -151,6 +163,12 @@ typedef struct {
 cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalized, cot_errbuf *eb);
 
 void pf_free(pf_project *p);
+
+/* The normalized JSON text of p (pf_parse's *normalized), for a project
+ * whose fields the caller changed after pf_parse (the special ids a
+ * tokenizer gives); malloc'd (the caller frees it), NULL when out of
+ * memory. */
+char *pf_normalize(const pf_project *p);
 
 /* Parameters of the model described (embeddings, blocks, final norm; the
  * output head is tied to the token embedding). */

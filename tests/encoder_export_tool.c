@@ -28,7 +28,7 @@ static int fail(const char *what, const char *msg)
 	return 1;
 }
 
-/* A batch of B samples (random ordinary ids below cls_id, a [SEP] at 9 and
+/* A batch of B samples (random ordinary ids of the vocabulary, a [SEP] at 9 and
  * at the end, [MASK] at 3 and 15, segments 0 then 1 from position 10) and
  * m's MLM logits for it into the file path (the DATA layout above). */
 static int write_data(kern_model *m, int B, kern_rng *r, const char *path)
@@ -42,7 +42,12 @@ static int write_data(kern_model *m, int B, kern_rng *r, const char *path)
 	if (!ids || !seg)
 		return fail(path, "out of memory");
 	for (int i = 0; i < B * T; i++) {
-		ids[i] = (int32_t)(kern_rng_next(r) % (uint64_t)(c->cls_id < 96 ? c->cls_id : 96));
+		int32_t t;
+		do
+			t = (int32_t)(kern_rng_next(r) % (uint64_t)V);
+		while (t == c->cls_id || t == c->sep_id || t == c->mask_id || t == c->pad_id ||
+		       t == c->unk_id);
+		ids[i] = t;
 		seg[i] = i % T >= 10;
 	}
 	for (int b = 0; b < B; b++) {
@@ -97,7 +102,8 @@ int main(int argc, char **argv)
 		          .cls_id = 96,
 		          .sep_id = 97,
 		          .mask_id = 98,
-		          .pad_id = 99 };
+		          .pad_id = 99,
+		          .unk_id = -1 };
 	enum { B = 3 };
 	kern_model *m, *back;
 	cot_errbuf eb;

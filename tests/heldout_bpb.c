@@ -9,7 +9,12 @@
  * "PATH BPB": the mean next-token cross-entropy, in bits, over sequences
  * i = 0 .. N_SEQ-1 of T + 1 tokens starting at held-out token i*T (T the
  * checkpoint's seq_len), each through kern_forward alone (one sequence a
- * batch, where the server takes eight), summed in double.  It reads
+ * batch, where the server takes eight), summed in double.  For an
+ * encoder's checkpoint it prints "PATH MLM_LOSS MLM_ACCURACY": each
+ * sequence's first T - 3 tokens masked alone by kern_mask_build under the
+ * key the server's evaluation states (seed 0x686f6c646f7574, "holdout";
+ * epoch 0; microbatch i; sample 0), the masked-LM loss in nats and the
+ * accuracy over all predicted positions.  It reads
  * neither shards nor the database, so a server that evaluates the wrong
  * tokens, model or formula disagrees with it.  Exit 0 when every
  * checkpoint was evaluated, 1 otherwise. */
@@ -20,7 +25,46 @@
 #include <string.h>
 
 #include "kernels/checkpoint.h"
+#include "kernels/encoder.h"
+#include "kernels/masking.h"
 #include "kernels/model.h"
+
+/* The masked-LM loss and accuracy of encoder m on sequences 0..n_seq-1 of
+ * h, one a batch; 0, or 1 with a message. */
+static int encoder_figures(kern_model *m, const char *path, const unsigned char *h, long n_seq)
+{
+	int T = m->config.seq_len;
+	int32_t *raw = malloc((size_t)T * sizeof *raw), *ids = malloc((size_t)T * sizeof *ids);
+	int32_t *seg = malloc((size_t)T * sizeof *seg), *lab = malloc((size_t)T * sizeof *lab), sop;
+	double sum = 0;
+	long predicted = 0, correct = 0;
+	int rc = !(raw && ids && seg && lab);
+	cot_errbuf eb = { "out of memory", "" };
+	for (long i = 0; i < n_seq && !rc; i++) {
+		for (int t = 0; t < T; t++)
+			raw[t] = h[i * T + t];
+		kern_enc_batch b = { ids, seg, lab, &sop, NULL };
+		kern_enc_result res = { 0 };
+		rc = kern_mask_build(&m->config, UINT64_C(0x686f6c646f7574), 0, i, 1, raw, (size_t)T, ids,
+		                     seg, lab, &sop, &eb) ||
+		     kern_enc_forward(m, &b, 1, &res, &eb);
+		sum += res.mlm_loss * res.n_predicted;
+		predicted += res.n_predicted;
+		correct += res.mlm_correct;
+	}
+	if (!rc && predicted < 1)
+		rc = snprintf(eb.msg, sizeof eb.msg, "nothing predicted") > 0;
+	if (rc)
+		fprintf(stderr, "heldout_bpb: %s: %s\n", path, eb.msg);
+	else
+		printf("%s %.10f %.10f\n", path, sum / (double)predicted,
+		       (double)correct / (double)predicted);
+	free(raw);
+	free(ids);
+	free(seg);
+	free(lab);
+	return rc;
+}
 
 int main(int argc, char **argv)
 {
@@ -63,6 +107,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "heldout_bpb: %ld sequences of %d tokens need more than %ld tokens\n",
 			        n_seq, T, held);
 			return 2;
+		}
+		if (m->config.arch != KERN_ARCH_GPT) {
+			rc |= encoder_figures(m, argv[a], h, n_seq);
+			kern_model_free(m);
+			continue;
 		}
 		int32_t *in = malloc((size_t)T * sizeof *in), *tgt = malloc((size_t)T * sizeof *tgt);
 		double sum = 0;

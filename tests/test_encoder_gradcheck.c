@@ -598,7 +598,8 @@ static void test_model(int arch)
 		            .cls_id = 0,
 		            .sep_id = 1,
 		            .mask_id = 2,
-		            .pad_id = 3 };
+		            .pad_id = 3,
+		            .unk_id = -1 };
 	kern_model *m;
 	cot_errbuf eb;
 	int B = 2, T = cfg.seq_len, N = B * T;

@@ -54,7 +54,8 @@ static kern_config small_albert(void)
 		          .cls_id = 60,
 		          .sep_id = 61,
 		          .mask_id = 62,
-		          .pad_id = 63 };
+		          .pad_id = 63,
+		          .unk_id = -1 };
 	return c;
 }
 
@@ -251,6 +252,44 @@ static void test_masking(void)
 	sfree(&s2);
 	sfree(&s3);
 	free(raw);
+}
+
+/* A subword tokenizer's unknown piece (unk_id) is never a prediction
+ * target nor a random replacement, as [CLS], [SEP], [MASK], [PAD] are not:
+ * a stream where it is frequent (every tenth token) masks around it. */
+static void test_masking_unk(void)
+{
+	kern_config c = small_albert();
+	c.unk_id = 0; /* SentencePiece's [UNK] */
+	int T = c.seq_len, n = kern_mask_raw_per_sample(&c), B = 400;
+	int32_t *raw = raw_stream((size_t)B * n, 3);
+	for (size_t i = 0; i < (size_t)B * n; i += 10)
+		raw[i] = 0;
+	sample_buf s = sbuf(B, T);
+	cot_errbuf eb;
+	if (kern_mask_build(&c, 42, 3, 7, B, raw, (size_t)n, s.ids, s.seg, s.lab, s.sop, &eb))
+		bail_out("kern_mask_build: %s", eb.msg);
+	int unk_target = 0, unk_random = 0, unk_kept = 0, random = 0;
+	for (int i = 0; i < B * T; i++) {
+		unk_target += s.lab[i] == 0;
+		if (s.lab[i] != KERN_ENC_IGNORE && s.ids[i] != c.mask_id && s.ids[i] != s.lab[i]) {
+			random++;
+			unk_random += s.ids[i] == 0;
+		}
+		unk_kept += s.ids[i] == 0 && s.lab[i] == KERN_ENC_IGNORE;
+	}
+	ok(unk_target == 0 && unk_random == 0 && random > 100 && unk_kept >= B * n / 10,
+	   "[UNK] (id 0) is never a target nor a random replacement (%d targets, %d of %d random "
+	   "replacements), and stays in the input (%d times)",
+	   unk_target, unk_random, random, unk_kept);
+	c.unk_id = 64;
+	ok(kern_config_validate(&c, &eb) == COT_ERR_INVALID && strstr(eb.msg, "unk_id"),
+	   "an unk_id outside the vocabulary is refused: %s", eb.msg);
+	free(raw);
+	free(s.ids);
+	free(s.seg);
+	free(s.lab);
+	free(s.sop);
 }
 
 static void test_inputs(void)
@@ -561,6 +600,7 @@ int main(int argc, char **argv)
 	diag("%s", kern_backend_get()->describe());
 	test_config();
 	test_masking();
+	test_masking_unk();
 	test_inputs();
 	/* products above the backend's tiling threshold (1e6 multiply-adds):
 	 * B*T = 512 rows x 64 x 256 */
@@ -577,7 +617,8 @@ int main(int argc, char **argv)
 		          .cls_id = 296,
 		          .sep_id = 297,
 		          .mask_id = 298,
-		          .pad_id = 299 };
+		          .pad_id = 299,
+		          .unk_id = -1 };
 	test_replay("albert", &a, 4);
 	kern_config b = a;
 	b.arch = KERN_ARCH_BERT;

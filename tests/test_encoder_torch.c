@@ -44,6 +44,7 @@ static void config_of(const char *tag, kern_config *c)
 	c->sep_id = x[11];
 	c->mask_id = x[12];
 	c->pad_id = x[13];
+	c->unk_id = -1;
 }
 
 static void check_case(const char *tag)

@@ -13,6 +13,9 @@
 #   - the API (rounds and project), /metrics and cotrain-admin status show
 #     them.
 # It prints the evaluation's CPU seconds per version against the clients'.
+# With HELDOUT_MODE=encoder (tests/test_heldout_encoder.sh) the model is a
+# tiny ALBERT on bytes, and the figures are the held-out masked-LM loss and
+# accuracy (model_version.heldout_mlm_*), checked the same ways.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
@@ -28,10 +31,13 @@ trap cleanup EXIT INT TERM
 admin() { "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" "$@"; }
 sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
 wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
+ENC=$([ "${HELDOUT_MODE:-gpt}" = encoder ] && echo 1 || echo 0)
+# The figure each version gets: bits per byte, or an encoder's MLM loss.
+FIG=$([ "$ENC" = 1 ] && echo heldout_mlm_loss || echo heldout_bpb)
 version() { sql "select current_version from project where name = 'tiny'"; }
 version_at_least() { [ "$(version)" -ge "$1" ] 2>/dev/null; }
 evaluated_through() { [ "$(sql "select count(*) from model_version m join project p on p.id = m.project_id
-  where p.name = 'tiny' and m.version <= $1 and m.heldout_bpb is not null")" -ge $(($1 + 1)) ]; }
+  where p.name = 'tiny' and m.version <= $1 and m.$FIG is not null")" -ge $(($1 + 1)) ]; }
 
 start_client() { # N
 	mkdir -p "$T/cl$1"
@@ -47,20 +53,30 @@ start_client() { # N
 			--key "$_key" >/dev/null
 }
 
-plan 11
+plan $((11 + ENC))
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
+MODEL='{"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256}'
+[ "$ENC" = 1 ] &&
+	MODEL='{"arch": "albert", "n_layer": 2, "n_shared": 1, "n_head": 4, "d_model": 64, "d_embed": 32, "d_ff": 256, "seq_len": 16}'
 cat >"$T/project.json" <<JSON
 {"name": "tiny", "title": "tiny held-out", "dataset": "tiny",
- "model": {"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256},
+ "model": $MODEL,
  "optimizer": {"type": "adamw", "lr": 0.01, "weight_decay": 0.01, "clip_norm": 1.0,
                "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
  "target_batch": 192, "microbatch_size": 2, "seed": 11, "work_unit_seconds": 20}
 JSON
 # 10% held out: the last 6000 bytes of the one document.
-admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 --heldout-fraction 0.1 tiny "$T/text" >/dev/null &&
-	admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
+admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 --heldout-fraction 0.1 tiny "$T/text" >/dev/null ||
+	bail_out "could not import the text"
+if [ "$ENC" = 1 ]; then
+	sed 's/"d_embed": 32,/"d_embed": 32, "unk_id": 65,/' "$T/project.json" >"$T/bad-unk.json"
+	out=$(admin project create "$T/bad-unk.json" 2>&1)
+	ok $(echo "$out" | grep -q 'field "model.unk_id" must be -1 for dataset "tiny"' &&
+		[ "$(sql "select count(*) from project")" = 0 ]; echo $?) "a byte encoder with an unknown token is refused: $out"
+fi
+admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
 HELD=$(sql "select heldout_tokens from dataset where name = 'tiny'")
 NTOK=$(sql "select n_tokens from dataset where name = 'tiny'")
 is "$HELD $NTOK" "6000 60000" "the dataset holds out its last 6000 tokens"
@@ -107,41 +123,64 @@ is "$fetched" 0 "no client downloaded a held-out shard"
 
 # Every version against the independent computation.
 NSEQ=$(sql "select least(32, (heldout_tokens - 1) / 16) from dataset where name = 'tiny'")
-sql "select m.version, m.checkpoint_sha256, m.heldout_bpb from model_version m join project p on p.id = m.project_id
+sql "select m.version, m.checkpoint_sha256, m.$FIG, m.heldout_mlm_accuracy from model_version m join project p on p.id = m.project_id
   where p.name = 'tiny' order by m.version" | tr '|' ' ' >"$T/server.bpb"
 ckpts=$(awk -v d="$T/srv/files" '{ print d "/" substr($2, 1, 2) "/" $2 }' "$T/server.bpb")
 "$B/tests/heldout_bpb" "$T/text/a.txt" "$HELD" "$NSEQ" $ckpts >"$T/check.bpb" 2>"$T/check.err"
-cmp_bpb=$(awk 'NR == FNR { want[NR] = $2; n = NR; next }
+# The second figure (an encoder's accuracy) must agree too.
+cmp_bpb=$(awk 'NR == FNR { want[NR] = $2; acc[NR] = $3; n = NR; next }
   { got = $3; if (got == "") { print "version " $1 " not evaluated"; exit }
     w = want[FNR]; d = got - w; if (d < 0) d = -d
-    if (d > 1e-6 * w) { printf "version %s: server %s, independent %s\n", $1, got, w; exit } }
+    if (d > 1e-6 * w) { printf "version %s: server %s, independent %s\n", $1, got, w; exit }
+    d = $4 - acc[FNR]; if (d < 0) d = -d
+    if (d > 1e-9) { printf "version %s: accuracy %s, independent %s\n", $1, $4, acc[FNR]; exit } }
   END { if (n < 6) print "only " n " versions checked" }' "$T/check.bpb" "$T/server.bpb")
-is "${cmp_bpb:-same}" same "each version's held-out bits per byte equals the independent computation within 1e-6 ($(wc -l <"$T/server.bpb") versions)"
+WHAT=$([ "$ENC" = 1 ] && echo "masked-LM loss and accuracy" || echo "bits per byte")
+FALLS=$([ "$ENC" = 1 ] && echo "masked-LM loss falls" || echo "bits per byte fall")
+is "${cmp_bpb:-same}" same "each version's held-out $WHAT equals the independent computation within 1e-6 ($(wc -l <"$T/server.bpb") versions)"
 first=$(head -1 "$T/server.bpb" | cut -d' ' -f3)
 last=$(tail -1 "$T/server.bpb" | cut -d' ' -f3)
 ok $(awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.1) }'; echo $?) \
-	"held-out bits per byte fall ($(awk '{ printf "%s%.3f", (NR > 1 ? " " : ""), $3 }' "$T/server.bpb"))"
+	"held-out $FALLS ($(awk '{ printf "%s%.3f", (NR > 1 ? " " : ""), $3 }' "$T/server.bpb"))"
+[ "$ENC" = 1 ] && diag "held-out masked-LM accuracy by version: $(awk '{ printf "%s%.3f", (NR > 1 ? " " : ""), $4 }' "$T/server.bpb")"
 
 # Shown: the rounds list (version v's figure on round v), the project, /metrics, status.
-r1=$(sql "select heldout_bpb from model_version m join project p on p.id = m.project_id where p.name = 'tiny' and version = 1")
+r1=$(sql "select $FIG from model_version m join project p on p.id = m.project_id where p.name = 'tiny' and version = 1")
 ok $(python3 -c "
 import json, sys
 rounds = json.load(open('$T/rounds.json'))['rounds']
 r = [x for x in rounds if x['version'] == 1][0]
 p = json.load(open('$T/project.json.out'))
-ok = abs(r['heldout_bpb'] - $r1) <= 1e-12 * $r1 and p['heldout_bpb'] > 0 and p['heldout_version'] >= 4 \
-     and p['dataset']['heldout_tokens'] == $HELD and p['eval_every'] == 1
-sys.exit(0 if ok else 1)"; echo $?) "GET rounds and GET the project carry heldout_bpb"
+if $ENC:
+    ok = abs(r['heldout_mlm_loss'] - $r1) <= 1e-12 * $r1 and 0 <= r['heldout_mlm_accuracy'] <= 1 \
+         and r['heldout_bpb'] is None and p['heldout_mlm_loss'] > 0 and 0 < p['heldout_mlm_accuracy'] <= 1 \
+         and p['heldout_mlm_version'] >= 4 and p['heldout_bpb'] is None
+else:
+    ok = abs(r['heldout_bpb'] - $r1) <= 1e-12 * $r1 and p['heldout_bpb'] > 0 and p['heldout_version'] >= 4 \
+         and p['heldout_mlm_loss'] is None
+ok = ok and p['dataset']['heldout_tokens'] == $HELD and p['eval_every'] == 1
+sys.exit(0 if ok else 1)"; echo $?) "GET rounds and GET the project carry $FIG"
+if [ "$ENC" = 1 ]; then
+	grep -q '^cotrain_heldout_mlm_loss{project="tiny"} [0-9]' "$T/metrics.txt" &&
+		grep -q '^cotrain_heldout_mlm_accuracy{project="tiny"} 0\.[0-9]' "$T/metrics.txt" &&
+		grep -q '^cotrain_heldout_eval_cpu_seconds_total{project="tiny"} [0-9]' "$T/metrics.txt" &&
+		! grep -q '^cotrain_heldout_bits_per_byte{project="tiny"}' "$T/metrics.txt"
+	ok $? "/metrics exposes the held-out masked-LM loss and accuracy and the evaluation's CPU seconds"
+	grep -A2 '^training' "$T/status.txt" | grep -q "MLM_ACCURACY" &&
+		grep -A2 '^training' "$T/status.txt" | grep -Eq "^  tiny +[0-9]+ +[0-9.]+ +- +[0-9]+ +[0-9.]+ +[0-9]\.[0-9]{4} +0\.[0-9]{4}"
+	ok $? "cotrain-admin status shows rounds, the latest loss and the held-out masked-LM loss and accuracy"
+else
 grep -q '^cotrain_heldout_bits_per_byte{project="tiny"} [0-9]' "$T/metrics.txt" &&
 	grep -q '^cotrain_heldout_eval_cpu_seconds_total{project="tiny"} [0-9]' "$T/metrics.txt"
 ok $? "/metrics exposes the held-out bits per byte and the evaluation's CPU seconds"
 grep -A2 '^training' "$T/status.txt" | grep -q "HELDOUT_BPB" &&
 	grep -A2 '^training' "$T/status.txt" | grep -Eq "^  tiny +[0-9]+ +[0-9.]+ +[0-9]\.[0-9]{4} +[0-9]+"
 ok $? "cotrain-admin status shows rounds, the latest loss and held-out bits per byte"
+fi
 
 # The cost: the evaluation's CPU seconds per version against the clients'
 # (user + system of both processes, from /proc while they ran: their log).
-eval_s=$(sql "select round(avg(heldout_cpu_seconds)::numeric, 4) from model_version where heldout_bpb is not null")
+eval_s=$(sql "select round(avg(heldout_cpu_seconds)::numeric, 4) from model_version where $FIG is not null")
 diag "held-out evaluation: $eval_s CPU s per version on $NSEQ sequences of 16 tokens"
 grep -q "held-out evaluation: project \"tiny\" version 0: " "$T/server.log"
 ok $? "the server logs each evaluation with its CPU seconds"

@@ -33,10 +33,16 @@
 # train a tiny ALBERT (masked LM and sentence order on the byte tokenizer
 # with its four special tokens, doc/model.md "Encoders"): the same checks
 # against the single-process replay, whose masks must be the clients'.
+# With ROUNDS_MODE=subword (tests/test_rounds_subword_encoder.sh) the
+# ALBERT trains on the ids of a Unigram tokenizer trained on the text:
+# its special ids are the tokenizer's pieces (a file giving others, a
+# tokenizer lacking one, are refused), and the replay, reading the
+# project's stored config, builds the clients' masks.
 . "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/invariants.sh"
 B=$top_builddir
 MODE=${ROUNDS_MODE:-faults}
+ENC=$(case $MODE in encoder | subword) echo 1 ;; *) echo 0 ;; esac)
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 T=$(mktemp -d /tmp/cotrain-rounds-XXXXXX)
 SPID= CPIDS=
@@ -76,7 +82,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-case $MODE in groups) plan 11 ;; encoder) plan 10 ;; *) plan 20 ;; esac
+case $MODE in groups) plan 11 ;; encoder) plan 10 ;; subword) plan 13 ;; *) plan 20 ;; esac
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -86,17 +92,45 @@ TARGET=$([ "$MODE" = groups ] && echo 4032 || echo 192)
 # itself through the step (a clipped step hides a mean off by a factor).
 CLIP=$([ "$MODE" = groups ] && echo 0 || echo 1.0)
 MODEL='{"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256}'
-[ "$MODE" = encoder ] &&
+[ "$ENC" = 1 ] &&
 	MODEL='{"arch": "albert", "n_layer": 2, "n_shared": 1, "n_head": 4, "d_model": 64, "d_embed": 32, "d_ff": 256, "seq_len": 16}'
+[ "$MODE" = subword ] &&
+	MODEL='{"arch": "albert", "n_layer": 2, "n_shared": 1, "n_head": 4, "d_model": 64, "d_embed": 32, "d_ff": 256, "seq_len": 24, "vocab": 300}'
+TOKENIZER=$([ "$MODE" = subword ] && echo '"tokenizer": "dataset",')
 cat >"$T/project.json" <<JSON
-{"name": "tiny", "title": "tiny rounds", "dataset": "tiny",
+{"name": "tiny", "title": "tiny rounds", "dataset": "tiny", $TOKENIZER
  "model": $MODEL,
  "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "clip_norm": $CLIP,
                "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
  "target_batch": $TARGET, "microbatch_size": 2, "seed": 11, "work_unit_seconds": 20}
 JSON
-admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null &&
-	admin project create "$T/project.json" >"$T/project.out" || bail_out "could not set up the project"
+admin db migrate >/dev/null || bail_out "could not migrate the database"
+if [ "$MODE" = subword ]; then
+	# A tokenizer without [MASK] first, then one with every special piece.
+	admin dataset import raw "$T/text" >/dev/null &&
+		admin dataset tokenizer train raw --type unigram --vocab 300 --special "[CLS],[SEP],[PAD],[UNK]" >/dev/null &&
+		admin dataset import --shard-tokens 16384 --tokenizer raw nomask "$T/text" >/dev/null &&
+		admin dataset tokenizer train raw --type unigram --vocab 300 >/dev/null &&
+		admin dataset import --shard-tokens 16384 --tokenizer raw tiny "$T/text" >/dev/null ||
+		bail_out "could not tokenize the text"
+	sed 's/"dataset": "tiny"/"dataset": "nomask"/' "$T/project.json" >"$T/no-mask.json"
+	out=$(admin project create "$T/no-mask.json" 2>&1)
+	ok $(echo "$out" | grep -q 'the tokenizer of dataset "nomask" has no piece "\[MASK\]"' &&
+		[ "$(sql "select count(*) from project")" = 0 ]; echo $?) "a tokenizer without [MASK] is refused for an encoder: $out"
+	sed 's/"d_embed": 32,/"d_embed": 32, "mask_id": 9,/' "$T/project.json" >"$T/bad-id.json"
+	out=$(admin project create "$T/bad-id.json" 2>&1)
+	ok $(echo "$out" | grep -q 'field "model.mask_id" is 9, but the tokenizer of dataset "tiny" gives \[MASK\] the id' &&
+		[ "$(sql "select count(*) from project")" = 0 ]; echo $?) "a special id the tokenizer disagrees with is refused: $out"
+fi
+admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null 2>&1 || [ "$MODE" = subword ] ||
+	bail_out "could not import the text"
+admin project create "$T/project.json" >"$T/project.out" 2>&1 || bail_out "could not set up the project: $(cat "$T/project.out")"
+# The tokenizer's pieces (kernels/spm.h): [UNK] 0, [PAD] 1, newline, tab,
+# carriage return, then [CLS], [SEP], [MASK] in the order --special gives.
+[ "$MODE" = subword ] &&
+	is "$(sql "select concat_ws(' ', c->>'cls_id', c->>'sep_id', c->>'mask_id', c->>'pad_id', c->>'unk_id')
+	  from (select config->'model' c from project where name = 'tiny') x")" "5 6 7 1 0" \
+	"the ALBERT's [CLS] [SEP] [MASK] [PAD] [UNK] are the tokenizer's pieces, not the vocabulary's last ids"
 # Every project is spot-checked by default (doc/credit.md).
 is "$(sql "select count(*) from spot_policy s join project p on p.id = s.project_id where p.name = 'tiny'")" 1 \
 	"a new project gets the default spot-check policy"
@@ -130,7 +164,7 @@ if [ "$MODE" = groups ]; then
 	for p in $CPIDS; do kill "$p" 2>/dev/null; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
 	CPIDS=
-elif [ "$MODE" = encoder ]; then
+elif [ "$ENC" = 1 ]; then
 	# Three volunteers with different thread counts train the ALBERT.
 	start_client 1 1 && start_client 2 2 && start_client 3 1 || bail_out "a client did not start"
 	wait_for 300 version_at_least 3
@@ -329,7 +363,9 @@ ck() { _s=$(sql "select checkpoint_sha256 from model_version m join project p on
 VC=$((V < 25 ? V : 25))
 awk -v n="$VC" '$1 < n' "$T/rounds.txt" >"$T/rounds-cmp.txt"
 mkdir -p "$T/replay"
-"$B/tests/replay_rounds" --project "$T/project.json" --rounds "$T/rounds-cmp.txt" --store "$T/srv/files" \
+# The project as stored: a subword encoder's special ids are set at create.
+sql "select config from project where name = 'tiny'" >"$T/project-db.json"
+"$B/tests/replay_rounds" --project "$T/project-db.json" --rounds "$T/rounds-cmp.txt" --store "$T/srv/files" \
 	--manifest "$MANIFEST" --checkpoint "$(ck 0)" --out "$T/replay" >"$T/replay.out" 2>"$T/replay.err"
 ok $? "the single-process replay of the same global batches runs" || cat "$T/replay.err" >&2
 coverage_exact tiny "at the end of the run, the stream is tiled exactly by the pool, live units and trained ranges"

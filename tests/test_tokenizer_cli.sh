@@ -145,7 +145,7 @@ refuse 1 "hold bpe token ids, not text" "training on a dataset of token ids" \
 mkdir "$T/hf"
 run dataset tokenizer export docs "$T/hf"
 is "$(rc)" 0 "export the tokenizer trained on docs"
-for x in tokenizer.json tokenizer_config.json spiece.model; do
+for x in tokenizer.json tokenizer_config.json special_tokens_map.json spiece.model; do
 	ok $([ -s "$T/hf/$x" ]; echo $?) "  wrote $x"
 done
 is "$(sha256sum "$T/hf/spiece.model" | cut -d' ' -f1)" "$bpe" "  spiece.model is the stored model"

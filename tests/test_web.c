@@ -313,7 +313,8 @@ int main(void)
 	free(dom);
 
 	/* An encoder's dashboard names its objective and plots its loss in
-	 * nats, without the held-out curve it does not have. */
+	 * nats beside the held-out masked-LM loss (versions 0 and 1 evaluated),
+	 * with the latest held-out accuracy. */
 	long long eid = th_seed_project("encdemo", 180, 2e9, 4, 8, 4, 100000);
 	th_sql("DELETE FROM spot_policy WHERE project_id = %lld", eid);
 	th_sql("UPDATE project SET config = '{\"model\": {\"arch\": \"albert\", \"n_layer\": 2, "
@@ -324,6 +325,11 @@ int main(void)
 	       eid);
 	for (int v = 0; v < 3; v++)
 		round_committed(eid, v, hosts, 2);
+	th_sql("UPDATE model_version SET heldout_bpb = NULL, heldout_at = NULL WHERE project_id = %lld", eid);
+	for (int v = 0; v < 2; v++)
+		th_sql("UPDATE model_version SET heldout_mlm_loss = %g, heldout_mlm_accuracy = %g,"
+		       " heldout_at = now() WHERE project_id = %lld AND version = %d",
+		       5.0 - v, 0.2 + 0.21 * v, eid, v);
 	snprintf(url, sizeof url, "%s/dashboard?project=encdemo", th_url());
 	snprintf(shot, sizeof shot, "%s/dashboard-encoder.png", shots);
 	dom = dump_dom(chrome, url, shot);
@@ -331,6 +337,11 @@ int main(void)
 	           !strcmp(canvas_attr(dom, "Loss (masked LM + sentence order, nats)", "data-points"), "3") &&
 	           !strstr(dom, "Loss (bits per byte)") && !strstr(dom, "class=\"error\""),
 	   "an ALBERT project's dashboard names its objective and plots its 3 rounds' loss in nats");
+	ok(dom && !strcmp(canvas_attr(dom, "Loss (masked LM + sentence order, nats)", "data-points-2"), "2") &&
+	           strstr(dom, "held-out MLM accuracy") && strstr(dom, "41 % (v1)") &&
+	           !strstr(dom, "held-out bits"),
+	   "  beside the held-out masked-LM loss of the 2 versions evaluated, and shows the latest "
+	   "held-out accuracy");
 	free(dom);
 
 	for (int k = 0; k < 2; k++) { /* the grants' "When" column, the user's hosts */

@@ -255,14 +255,20 @@ async function pageDashboard() {
 		/* bits per byte with the byte tokenizer, per token with a subword one */
 		const unit = d.tokenizer === 'byte' ? 'byte' : 'token';
 		const arch = archOf(d.model);
+		const evaldMlm = rounds.filter(r => r.heldout_mlm_loss !== null && r.heldout_mlm_loss !== undefined);
+		const lastMlm = evaldMlm.length ? evaldMlm[evaldMlm.length - 1] : null;
 		/* a GPT's loss in bits per byte (byte tokenizer) or token beside the
-		 * held-out figure; an encoder's MLM + SOP loss in nats, which
-		 * the held-out evaluation does not measure */
+		 * held-out figure; an encoder's MLM + SOP loss in nats beside the
+		 * held-out masked-LM loss (the sentence-order part is not
+		 * evaluated) */
 		const lossPlot = arch === GPT_ARCH
 			? plot('Loss (bits per ' + unit + ')', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: X(r), y: Number(r.loss) / Math.LN2 })),
 			       popt({ label: 'training', second: { label: 'held-out', color: '#c53030', points: evald.map(r => ({ x: X(r), y: Number(r.heldout_bpb) })) } }))
 			: plot('Loss (' + arch.objective + ', nats)', done.filter(r => r.loss !== null && r.loss !== undefined).map(r => ({ x: X(r), y: Number(r.loss) })),
-			       popt({ label: 'training' }));
+			       popt({ label: 'training', second: { label: 'held-out masked LM', color: '#c53030', points: evaldMlm.map(r => ({ x: X(r), y: Number(r.heldout_mlm_loss) })) } }));
+		const heldStat = arch === GPT_ARCH
+			? stat('held-out bits / ' + unit, evald.length ? fmtNum(evald[evald.length - 1].heldout_bpb, 4) + ' (v' + evald[evald.length - 1].version + ')' : '–')
+			: stat('held-out MLM accuracy', lastMlm ? fmtNum(100 * lastMlm.heldout_mlm_accuracy, 1) + ' % (v' + lastMlm.version + ')' : '–');
 		setMain(
 			el('h1', {}, utext(d.title, 200), ' — training'),
 			el('div', { class: 'stats' },
@@ -271,7 +277,7 @@ async function pageDashboard() {
 			   stat('active peers', fmtNum(d.active_hosts, 0)),
 			   stat('samples / s now', fmtNum(d.samples_per_sec, 1)),
 			   stat('last loss', last && last.loss !== null ? fmtNum(last.loss, 4) : '–'),
-			   stat('held-out bits / ' + unit, evald.length ? fmtNum(evald[evald.length - 1].heldout_bpb, 4) + ' (v' + evald[evald.length - 1].version + ')' : '–'),
+			   heldStat,
 			   stat('last round', last && last.seconds ? fmtNum(last.seconds, 1) + ' s' : '–'),
 			   stat('round ' + (cur ? cur.version : '–'), cur ? cur.state : '–')),
 			axis,

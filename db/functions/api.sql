@@ -41,6 +41,9 @@ BEGIN
         'eval_every', heldout_every(p.config),
         'heldout_bpb', (SELECT h.heldout_bpb FROM heldout_latest(p.id) h),
         'heldout_version', (SELECT h.version FROM heldout_latest(p.id) h),
+        'heldout_mlm_loss', (SELECT h.heldout_mlm_loss FROM heldout_mlm_latest(p.id) h),
+        'heldout_mlm_accuracy', (SELECT h.heldout_mlm_accuracy FROM heldout_mlm_latest(p.id) h),
+        'heldout_mlm_version', (SELECT h.version FROM heldout_mlm_latest(p.id) h),
         'created_at', p.created_at)
       INTO v
       FROM project p JOIN dataset d ON d.id = p.dataset_id

@@ -1,7 +1,7 @@
 -- cotrain functions: held-out evaluation (doc/design.md, "Held-out
 -- evaluation").  The server's evaluator thread (server/heldout_eval.c) asks
 -- heldout_next for a committed version to evaluate and records the result
--- with heldout_store; the API, the dashboard, /metrics and cotrain-admin
+-- with heldout_store (heldout_store_mlm for an encoder); the API, the dashboard, /metrics and cotrain-admin
 -- status read model_version.heldout_* (heldout_latest for the newest).
 
 -- A project's evaluation settings from its project file (defaults as in
@@ -50,6 +50,34 @@ RETURNS void LANGUAGE sql AS $$
        SET heldout_bpb = p_bpb, heldout_tokens = p_tokens, heldout_cpu_seconds = p_cpu_seconds,
            heldout_error = p_error, heldout_at = now()
      WHERE project_id = p_project AND version = p_version AND heldout_at IS NULL
+$$;
+
+-- Record an encoder's evaluation: masked-LM loss (nats) and accuracy, the
+-- predicted positions, CPU seconds, or an error (p_loss NULL).  As
+-- heldout_store, only the first result of a version counts.
+CREATE OR REPLACE FUNCTION heldout_store_mlm(p_project bigint, p_version integer,
+                                             p_loss double precision, p_accuracy double precision,
+                                             p_predicted bigint, p_cpu_seconds double precision,
+                                             p_error text)
+RETURNS void LANGUAGE sql AS $$
+    UPDATE model_version
+       SET heldout_mlm_loss = p_loss, heldout_mlm_accuracy = p_accuracy,
+           heldout_tokens = p_predicted, heldout_cpu_seconds = p_cpu_seconds,
+           heldout_error = p_error, heldout_at = now()
+     WHERE project_id = p_project AND version = p_version AND heldout_at IS NULL
+$$;
+
+-- An encoder project's newest evaluated version and its masked-LM figures
+-- (no row: none yet).
+CREATE OR REPLACE FUNCTION heldout_mlm_latest(p_project bigint)
+RETURNS TABLE (version integer, heldout_mlm_loss double precision,
+               heldout_mlm_accuracy double precision, heldout_tokens bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT mv.version, mv.heldout_mlm_loss, mv.heldout_mlm_accuracy, mv.heldout_tokens
+      FROM model_version mv
+     WHERE mv.project_id = p_project AND mv.heldout_mlm_loss IS NOT NULL
+     ORDER BY mv.version DESC
+     LIMIT 1
 $$;
 
 -- A project's newest evaluated version and its figures (no row: none yet).

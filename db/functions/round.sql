@@ -333,7 +333,8 @@ $$;
 -- closing; "n_peers" likewise the included hosts, the plan's peers, or the
 -- hosts holding work of the version.  "heldout_bpb" is the held-out bits
 -- per byte of version v, the model the round trained (the one its "loss"
--- was measured on), once the evaluator has computed it (else null).
+-- was measured on), once the evaluator has computed it (else null);
+-- "heldout_mlm_loss" and "heldout_mlm_accuracy" the same for an encoder.
 -- "target_batch" is the target in force at the round's version (a change
 -- recorded by project update applies from its version on).
 CREATE OR REPLACE FUNCTION round_list(p_project text, p_limit integer, p_before integer)
@@ -359,6 +360,10 @@ BEGIN
                    'loss', r.loss,
                    'heldout_bpb', (SELECT mv.heldout_bpb FROM model_version mv
                                     WHERE mv.project_id = p.id AND mv.version = r.version),
+                   'heldout_mlm_loss', (SELECT mv.heldout_mlm_loss FROM model_version mv
+                                         WHERE mv.project_id = p.id AND mv.version = r.version),
+                   'heldout_mlm_accuracy', (SELECT mv.heldout_mlm_accuracy FROM model_version mv
+                                             WHERE mv.project_id = p.id AND mv.version = r.version),
                    'n_peers', CASE
                         WHEN r.gradient_sha256 IS NOT NULL THEN
                             (SELECT count(*) FROM round_member m

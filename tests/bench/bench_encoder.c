@@ -69,6 +69,7 @@ static int model_config(const char *name, kern_config *c)
 	c->sep_id = 3;
 	c->mask_id = 4;
 	c->pad_id = 0;
+	c->unk_id = 1;
 	return 1;
 }
 
