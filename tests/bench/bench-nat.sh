@@ -186,19 +186,23 @@ pair() {
 	printf "  %-34s rounds %s: all-reduce %s s (median), connections: %s\n" "$2" "$(echo $1)" "$MED" "$(links "$1")"
 }
 echo "pairs training alone (2 sites, links $MBIT Mbit/s):"
-nr_renat r12 eim || die "r12 to eim"
+nr_renat r12 eim && nr_renat r15 eim || die "r12 and r15 to eim"
 # The relayed pair: B and C (CGNAT), which could punch, with two failed
-# punches written into their history, so that the NAT service relays them
-# at once for 3 rounds: both aggregate, as B and X do (a pair with a
-# symmetric NAT would have one aggregator and move twice the bytes).
+# punches written into their history (over their links of the last round
+# before, which an outcome of theirs can no longer replace), so that the
+# NAT service relays them at once for 3 rounds, as it does B and X.
 HB=$(nr_host B) HC=$(nr_host C)
-nr_sql "insert into round_link (project_id, version, host_id, peer_id, rung, connect_ms, plan)
-  select p.id, p.current_version, h.a, h.b, 'relay', 4000, 'punch' from project p,
-    (values ($HB, $HC), ($HC, $HB)) h(a, b) where p.name = 'tiny'" >/dev/null || die "the relayed pair's history"
+nr_sql "insert into round_link as k (project_id, version, host_id, peer_id, rung, connect_ms, plan)
+  select p.id, p.current_version - 1, h.a, h.b, 'relay', 4000, 'punch' from project p,
+    (values ($HB, $HC), ($HC, $HB)) h(a, b) where p.name = 'tiny'
+  on conflict (project_id, version, host_id, peer_id)
+  do update set rung = 'relay', connect_ms = 4000, plan = 'punch', reported_at = now()" >/dev/null ||
+	die "the relayed pair's history"
 pair_start B:12 C:15 || die "the relayed pair"
 rounds_after "$V0" "$ROUNDS" || die "no $ROUNDS rounds of the relayed pair"
 pair "$FULL" "relayed (history says so)"
 RELAY_S=$MED
+echo "    (B: $(nr_class B), C: $(nr_class C); the NAT service: $(grep -c "meet in round .*: relay (history" "$T/server.log") meetings relayed by history)"
 pair_start B:12 X:23 || die "the pair that cannot punch"
 HX=$(nr_host X)
 first_punch() {
