@@ -199,7 +199,17 @@ nr_sql "insert into round_link as k (project_id, version, host_id, peer_id, rung
   do update set rung = 'relay', connect_ms = 4000, plan = 'punch', reported_at = now()" >/dev/null ||
 	die "the relayed pair's history"
 pair_start B:12 C:15 || die "the relayed pair"
-rounds_after "$V0" "$ROUNDS" || die "no $ROUNDS rounds of the relayed pair"
+# its committed rounds whose links history relayed (at most 3: the 4th
+# retries the punch), in FULL
+NREL=$((ROUNDS < 3 ? ROUNDS : 3))
+relayed_rounds() {
+	FULL=$(nr_sql "select string_agg(version::text, ' ' order by version) from (select l.version from round_link l
+	  join round r using (project_id, version) where r.state = 'committed' and l.version >= $V0
+	    and ((l.host_id = $HB and l.peer_id = $HC) or (l.host_id = $HC and l.peer_id = $HB))
+	  group by l.version having bool_and(l.plan = 'relay') order by l.version limit $NREL) x")
+	[ "$(echo $FULL | wc -w)" -ge "$NREL" ]
+}
+nr_wait 600 relayed_rounds || die "no $NREL rounds of the relayed pair (rounds: ${FULL:-none})"
 pair "$FULL" "relayed (history says so)"
 RELAY_S=$MED
 echo "    (B: $(nr_class B), C: $(nr_class C); the NAT service: $(grep -c "meet in round .*: relay (history" "$T/server.log") meetings relayed by history)"
