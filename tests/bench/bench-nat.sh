@@ -192,7 +192,7 @@ nr_renat r12 eim && nr_renat r15 eim || die "r12 and r15 to eim"
 # before, which an outcome of theirs can no longer replace), so that the
 # NAT service relays them at once for 3 rounds, as it does B and X.
 HB=$(nr_host B) HC=$(nr_host C)
-nr_sql "insert into round_link as k (project_id, version, host_id, peer_id, rung, connect_ms, plan)
+nr_sql "insert into round_link (project_id, version, host_id, peer_id, rung, connect_ms, plan)
   select p.id, p.current_version - 1, h.a, h.b, 'relay', 4000, 'punch' from project p,
     (values ($HB, $HC), ($HC, $HB)) h(a, b) where p.name = 'tiny'
   on conflict (project_id, version, host_id, peer_id)
