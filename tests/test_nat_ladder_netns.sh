@@ -21,8 +21,10 @@
 # peer does not mark them); for every connection of every round the dialer's log,
 # the aggregator's log and round_link name the same rung (failed punches
 # included); Y takes part in every full round, and its daemon never waited
-# out an HTTP timeout.  The all-reduce time per round is printed as TAP
-# comments.  NAT_KEEP=DIR keeps the logs.
+# out an HTTP timeout, also in a round that H1 holds up (stopped before it
+# reports) for longer than Y's router remembers an idle connection, so
+# that Y's plan long poll idles past 15 s.  The all-reduce time per round
+# is printed as TAP comments.  NAT_KEEP=DIR keeps the logs.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 . "$top_srcdir/tests/netns.sh"
@@ -36,7 +38,7 @@ NAT_DATA=$T
 NETNS_EXIT_HOOK='nr_teardown'
 netns_init
 
-plan 12
+plan 13
 
 SITES="H1:21 H2:22 X:23 Y:25"
 netns_hub_new || bail_out "no hub"
@@ -45,31 +47,17 @@ SRV=$(netns_ip 1)
 # H1 and H2: one router (r21), two LAN ports; LAN to LAN is forwarded, the
 # public address is not hairpinned (masquerade only, no DNAT).
 natns_router r21 21 192.168.21 eim || bail_out "no household router"
-netns_new h22 && netns_link r21 lan1 h22 eth0 && netns_addr r21 lan1 192.168.22.1/24 &&
-	netns_addr h22 eth0 192.168.22.2/24 && ip -n "$NETNS_PREFIX-h22" route add default via 192.168.22.1 ||
-	bail_out "no second host in the household"
+natns_household r21 22 192.168.22 || bail_out "no second host in the household"
 # X: server-bound flows from the router's hub address, the rest from a second one.
 natns_router r23 23 192.168.23 eim || bail_out "no router X"
-X2=$(netns_ip 24)
-netns_addr r23 eth0 "$X2/16" || bail_out "no second WAN address"
-dualwan() {
-	netns_exec r23 nft -f - <<NFT
-flush table ip cotnat
-table ip cotnat {
-	chain cot_post {
-		oifname "eth0" ip daddr $SRV masquerade
-		oifname "eth0" snat to $X2
-	}
-}
-NFT
-}
-dualwan || bail_out "could not make router X dual-WAN"
+natns_dualwan r23 24 "$SRV" || bail_out "could not make router X dual-WAN"
 # Y: a router that forgets an established connection idle for 15 s.
 natns_router r25 25 192.168.25 eim || bail_out "no router Y"
 netns_exec r25 sysctl -qw net.netfilter.nf_conntrack_tcp_timeout_established=15 ||
 	bail_out "could not lower the conntrack timeout in router Y"
 
 nr_project "$T" || bail_out "could not set up the project"
+NR_REPORT_TIMEOUT=40 # the silence Y's long poll must outlive (below)
 nr_server "$T" "$SRV" 8080 7001 || bail_out "the server did not start"
 for s in $SITES; do
 	nr_client "${s%%:*}" "${s#*:}" "http://$SRV:8080/projects/tiny" "$SRV:7001" ||
@@ -106,18 +94,19 @@ ok $([ -n "$FAILV" ]; echo $?) "X's punches fail behind the dual-WAN router and 
 # For each pair of X whose punches failed in a round: "V:H-H=PLAN", the
 # plan of the pair's next round with links ("" when none came yet).
 pairs_next() {
-	nr_sql "select coalesce(string_agg(f.v || ':' || f.a || '-' || f.b || '=' || n.plan, ' ' order by f.v, f.a), '')
+	nr_sql "select coalesce(string_agg(f.v || ':' || f.a || '-' || f.b || '=' || coalesce(n.plan, '?'), ' ' order by f.v, f.a), '')
 	  from (select distinct l.version v, least(l.host_id, l.peer_id) a, greatest(l.host_id, l.peer_id) b
 	          from round_link l where l.plan = 'punch' and l.rung <> 'punch'
 	           and (l.host_id = $HX or l.peer_id = $HX) and l.version < $1) f
-	  cross join lateral (select l2.plan from round_link l2
+	  left join lateral (select l2.plan from round_link l2
 	         where least(l2.host_id, l2.peer_id) = f.a and greatest(l2.host_id, l2.peer_id) = f.b
-	           and l2.version > f.v order by l2.version, l2.plan = 'punch' desc limit 1) n"
+	           and l2.version > f.v order by l2.version, l2.plan = 'punch' desc limit 1) n on true"
 }
 LATER=
-next_known() { LATER=$(pairs_next 1000000); [ -n "$LATER" ]; }
+# every pair whose punch failed had a round since
+next_known() { LATER=$(pairs_next 1000000); case "$LATER" in ""|*=\?*) return 1 ;; esac; }
 [ -n "$FAILV" ] && nr_wait 90 next_known
-case " $LATER " in *=punch*|"  ") r=1 ;; *) r=0 ;; esac
+case " $LATER " in *=punch*|*=\?*|"  ") r=1 ;; *) r=0 ;; esac
 ok $r "from its next round on each pair whose punch failed is planned relay at once (round:pair=next plan: ${LATER:-none})"
 # What the owner and the admin see while X is relayed by history.
 view=$(netns_exec srv curl -fsS "http://$SRV:8080/v1/hosts/$HX/network" 2>&1)
@@ -154,6 +143,33 @@ again_next() {
 [ -n "$PV" ] && nr_wait 120 again_next
 case " $AFTER " in *relay/*|"  ") r=1 ;; *) r=0 ;; esac
 ok $r "  and that pair keeps punching in its next round (${AFTER:-none came})"
+
+# Y's long poll across a silence longer than its router's 15 s: H1 stops
+# (SIGSTOP) before it reports in round VK, so the round is planned only at
+# the report timeout (NR_REPORT_TIMEOUT, 40 s), and Y, which reported at
+# once, holds its plan request (PLAN_WAIT_S, 30 s) idle meanwhile.  Without
+# keepalives its router forgets the connection, the answer is lost and Y
+# waits out its HTTP timeout, missing the round.
+VK=$(($(nr_sql "select current_version from project where name = 'tiny'") + 2))
+COTRAIN_FAULT=before-report:stop:$VK
+export COTRAIN_FAULT
+nr_restart H1 21 "$SRV:7001" || bail_out "H1 did not start again"
+unset COTRAIN_FAULT
+vk_done() {
+	[ -n "$(nr_sql "select 1 from round r join project p on p.id = r.project_id
+	  where p.name = 'tiny' and r.version = $VK and r.state in ('committed', 'failed')")" ]
+}
+nr_wait 240 vk_done
+kill -CONT "$NR_PID_H1" 2>/dev/null
+# seconds of the day at the first line of Y's log that has $1
+y_at() { grep -m1 "$1" "$T/clY.log" | awk '{ split($2, t, ":"); printf "%.1f", t[1] * 3600 + t[2] * 60 + t[3] }'; }
+held=$(awk -v a="$(y_at "round $VK is closing")" -v b="$(y_at "round $VK: attempt [0-9]* planned")" \
+	'BEGIN { if (a != "" && b != "") printf "%.0f", b - a; else print -1 }')
+yin=$(nr_sql "select count(*) from round_member m join round r using (project_id, version) join project p on p.id = m.project_id
+  where p.name = 'tiny' and r.version = $VK and r.state = 'committed' and m.host_id = $HY and m.included")
+fired=$(grep -c "fault point before-report: stop" "$T/clH1.log")
+ok $([ "$fired" -ge 1 ] && [ "$held" -ge 20 ] && [ "$yin" = 1 ]; echo $?) \
+	"Y's plan long poll outlives its router's 15 s idle timeout: held $held s in round $VK while H1 was stopped (fault fired: $fired), and Y is in the round ($yin)"
 nr_stop_clients
 
 # Every committed round with links, as each side saw it.

@@ -1,9 +1,10 @@
 /* cotrain tests: the web site in headless Chromium (Debian's `chromium`),
  * against the real cotrain-server with data: the dashboard draws its
  * plots, the leaderboard lists its rows, a user named with markup shows
- * as text, not as elements, and a host's page shows its NAT class and the
- * rungs of its connections.  Screenshots are written under the build
- * folder (tests/web-screenshots/) for people to look at.  SKIP when
+ * as text, not as elements, and a host's page shows its NAT class, the
+ * rungs of its connections and the pairs that history relays at once.
+ * Screenshots are written under the build folder (tests/web-screenshots/)
+ * for people to look at.  SKIP when
  * chromium is absent. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,6 +360,21 @@ int main(void)
 		   html_attr(dom, "data-cut-times"));
 		free(dom);
 	}
+	/* Plans from history (doc/nat.md): the pair's punches failed both ways
+	 * in round 8, so the NAT service relays it at once for now. */
+	th_sql("INSERT INTO round_link (project_id, version, host_id, peer_id, rung, connect_ms, plan) VALUES"
+	       " (%lld, 8, %lld, %lld, 'relay', 4210, 'punch'), (%lld, 8, %lld, %lld, 'relay', 4190, "
+	       "'punch')",
+	       pid, hosts[0], hosts[1], pid, hosts[1], hosts[0]);
+	snprintf(url, sizeof url, "%s/host?id=%lld", th_url(), hosts[0]);
+	snprintf(shot, sizeof shot, "%s/host-history.png", shots);
+	dom = dump_dom(chrome, url, shot);
+	char skipped[64];
+	snprintf(skipped, sizeof skipped, "for now: host %lld (punch).", hosts[1]);
+	ok(dom && strstr(dom, "id=\"history\"") && strstr(dom, "Failed punches in a row: 2.") &&
+	           strstr(dom, skipped),
+	   "  and, after two failed punches with a peer, that the pair goes through the relay for now");
+	free(dom);
 	done_testing();
 	return exit_status();
 }

@@ -11,11 +11,20 @@
 # rounds, first with every router endpoint-independent (every pair punched,
 # a direct path), then, with the daemons restarted, every router symmetric
 # (every pair through the relay), on the same shaped links in the same run.
+# Then pairs that train alone, where the ladder learns (doc/nat.md, "Plans
+# from history"): a pair whose punch cannot work (a dual-WAN router, as in
+# tests/test_nat_ladder_netns.sh), its first round with a punch planned
+# (which fails and pays the punch window) and its later rounds (relayed at
+# once by history), beside a pair that the relay carries from its first
+# round (goal: later rounds within 10%); and two hosts of one
+# household behind a router that does not hairpin (the lan rung), beside a
+# pair of public hosts that dial each other directly (goal: within 10%).
 # Root only; not run by make check.
 #
 #   tests/bench/bench-nat.sh [MBIT] [DELAY_MS] [MIB] [ROUNDS]
 #
-# ROUNDS (3) full rounds are timed on each path; 0 leaves the run out.
+# ROUNDS (3) full rounds are timed on each path (and for each pair after
+# its first); 0 leaves the rounds out.
 #
 # Run from the build directory (top_builddir), or set top_builddir.
 set -u
@@ -46,10 +55,15 @@ netns_hub_attach h20 20 "$MBIT" "$DELAY" || die "h20"
 # Sites: routers shaped on their hub link.
 natns_router r11 11 192.168.11 eim && natns_router r12 12 192.168.12 eim &&
 	natns_router r13 13 192.168.13 symmetric && natns_cgnat r15 15 192.168.15 || die "routers"
-for i in 11 12 13 15; do
+SRV=$(netns_ip 1)
+# The pairs: a household of two hosts (r21: h21, h22), a dual-WAN router
+# (r23, second address at 24), a second public host (h26).
+natns_router r21 21 192.168.21 eim && natns_household r21 22 192.168.22 &&
+	natns_router r23 23 192.168.23 eim && natns_dualwan r23 24 "$SRV" || die "the pairs' routers"
+netns_hub_attach h26 26 "$MBIT" "$DELAY" || die "h26"
+for i in 11 12 13 15 21 23; do
 	netns_shape "r$i" eth0 "$MBIT" "$DELAY" && netns_shape hub "p$i" "$MBIT" "$DELAY" || die "shape $i"
 done
-SRV=$(netns_ip 1)
 netns_bg srv "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --listen "$SRV" \
 	--port 8080 --relay-port 7001 --round-interval 3600 --kdf-iterations 1000 --log-level warn \
 	>/dev/null 2>"$T/server.log"
@@ -141,3 +155,85 @@ for ph in punched relayed; do
 done
 awk -v d="$(cut -d' ' -f2 "$T/ar.punched" | median)" -v r="$(cut -d' ' -f2 "$T/ar.relayed" | median)" \
 	'BEGIN { if (d > 0) printf "  relay / direct all-reduce time = %.2f\n", r / d }'
+
+# Pairs alone.  pair_start A:IDX B:IDX: every other daemon stopped, the
+# two sites' daemons started (attached first when new); V0, the project's
+# version once both run.
+pair_start() {
+	nr_stop_clients
+	natns_flush
+	NR_SITES=
+	for _s in "$@"; do
+		if [ -n "$(nr_host "${_s%%:*}")" ]; then
+			nr_daemon "${_s%%:*}" "${_s#*:}" "$SRV:7011" && NR_SITES="$NR_SITES ${_s%%:*}"
+		else
+			nr_client "${_s%%:*}" "${_s#*:}" "http://$SRV:8081/projects/tiny" "$SRV:7011"
+		fi || return 1
+	done
+	V0=$(nr_sql "select current_version from project where name = 'tiny'")
+}
+# links "V...": what the pair's connections in rounds V were planned and
+# took, counted ("2 punch/relay, 2 relay/relay")
+links() {
+	nr_sql "select string_agg(n || ' ' || pr, ', ' order by pr) from (select coalesce(l.plan, '-') || '/' || l.rung pr,
+	  count(*) n from round_link l join project p on p.id = l.project_id
+	  where p.name = 'tiny' and l.version in ($(echo $1 | tr ' ' ',')) group by 1) x"
+}
+# pair ROUNDS LABEL: the all-reduce median of rounds ROUNDS (printed), in MED
+pair() {
+	nr_allreduce_s "$1" >"$T/ar.pair"
+	MED=$(cut -d' ' -f2 "$T/ar.pair" | median)
+	printf "  %-34s rounds %s: all-reduce %s s (median), connections: %s\n" "$2" "$(echo $1)" "$MED" "$(links "$1")"
+}
+echo "pairs training alone (2 sites, links $MBIT Mbit/s):"
+nr_renat r12 eim && nr_renat r15 eim || die "r12 and r15 to eim"
+# The relayed pair: B and C (CGNAT), which could punch, with two failed
+# punches written into their history (over their links of the last round
+# before, which an outcome of theirs can no longer replace), so that the
+# NAT service relays them at once for 3 rounds, as it does B and X.
+HB=$(nr_host B) HC=$(nr_host C)
+nr_sql "insert into round_link (project_id, version, host_id, peer_id, rung, connect_ms, plan)
+  select p.id, p.current_version - 1, h.a, h.b, 'relay', 4000, 'punch' from project p,
+    (values ($HB, $HC), ($HC, $HB)) h(a, b) where p.name = 'tiny'
+  on conflict (project_id, version, host_id, peer_id)
+  do update set rung = 'relay', connect_ms = 4000, plan = 'punch', reported_at = now()" >/dev/null ||
+	die "the relayed pair's history"
+pair_start B:12 C:15 || die "the relayed pair"
+# its committed rounds whose links history relayed (at most 3: the 4th
+# retries the punch), in FULL
+NREL=$((ROUNDS < 3 ? ROUNDS : 3))
+relayed_rounds() {
+	FULL=$(nr_sql "select string_agg(version::text, ' ' order by version) from (select l.version from round_link l
+	  join round r using (project_id, version) where r.state = 'committed' and l.version >= $V0
+	    and ((l.host_id = $HB and l.peer_id = $HC) or (l.host_id = $HC and l.peer_id = $HB))
+	  group by l.version having bool_and(l.plan = 'relay') order by l.version limit $NREL) x")
+	[ "$(echo $FULL | wc -w)" -ge "$NREL" ]
+}
+nr_wait 600 relayed_rounds || die "no $NREL rounds of the relayed pair (rounds: ${FULL:-none})"
+pair "$FULL" "relayed (history says so)"
+RELAY_S=$MED
+echo "    (B: $(nr_class B), C: $(nr_class C); the NAT service: $(grep -c "meet in round .*: relay (history" "$T/server.log") meetings relayed by history)"
+pair_start B:12 X:23 || die "the pair that cannot punch"
+HX=$(nr_host X)
+first_punch() {
+	FIRST=$(nr_sql "select min(l.version) from round_link l join round r using (project_id, version)
+	  where r.state = 'committed' and l.plan = 'punch' and l.version > $V0
+	    and ((l.host_id = $HB and l.peer_id = $HX) or (l.host_id = $HX and l.peer_id = $HB))")
+	[ -n "$FIRST" ]
+}
+nr_wait 300 first_punch || die "the pair behind the dual-WAN router never tried a punch"
+rounds_after "$FIRST" "$ROUNDS" || die "no $ROUNDS rounds of the pair that cannot punch after its first"
+pair "$FIRST" "cannot punch (dual-WAN): first punch"
+FIRST_S=$MED
+pair "$FULL" "  later"
+awk -v f="$FIRST_S" -v l="$MED" -v r="$RELAY_S" 'BEGIN { if (r > 0)
+	printf "    later / relayed = %.2f (goal <= 1.10); first / relayed = %.2f\n", l / r, f / r }'
+pair_start D1:20 D2:26 || die "the direct pair"
+rounds_after "$V0" "$ROUNDS" || die "no $ROUNDS rounds of the direct pair"
+pair "$FULL" "direct (two public hosts)"
+DIRECT_S=$MED
+pair_start H1:21 H2:22 || die "the household"
+rounds_after "$V0" "$ROUNDS" || die "no $ROUNDS rounds of the household"
+pair "$FULL" "one household (no hairpin)"
+awk -v h="$MED" -v d="$DIRECT_S" 'BEGIN { if (d > 0) printf "    household / direct = %.2f (goal <= 1.10)\n", h / d }'
+nr_stop_clients

@@ -22,6 +22,17 @@
 #                           "natpmp" (NAT-PMP only).  Its forward filter lets
 #                           in what a mapping forwards (ct status dnat).  Needs
 #                           $NAT_DATA (config, leases, log NAME-miniupnpd.log)
+#   natns_household NAME IDX LAN
+#                           a second LAN port on natns_router NAME with host
+#                           namespace "hIDX" at LAN.2/24 behind it: two hosts
+#                           of one household, which the router forwards LAN
+#                           to LAN but does not hairpin (masquerade only)
+#   natns_dualwan NAME IDX SERVER
+#                           make natns_router NAME "dual-WAN": a second public
+#                           address (netns_ip IDX); flows to SERVER leave
+#                           from the first, every other flow from the second
+#                           (both keep the port).  The server then sees an
+#                           endpoint-independent NAT whose punches cannot work
 #   natns_flush             flush connection tracking in every router
 #   natns_host NAME         the host namespace behind router NAME's site
 #   natns_require           netns_require, and skip_all without nft or conntrack
@@ -88,6 +99,27 @@ natns_cgnat() {
 	ip -n "$NETNS_PREFIX-h$_i" route add default via "$_lan.1" || return 1
 	natns__nat "$_r" eth0 eim && natns__nat "$_r-home" eth0 eim || return 1
 	NATNS_ROUTERS="$NATNS_ROUTERS $_r $_r-home"
+}
+
+natns_household() {
+	_r=$1 _i=$2 _lan=$3
+	netns_new "h$_i" && netns_link "$_r" "lan$_i" "h$_i" eth0 || return 1
+	netns_addr "$_r" "lan$_i" "$_lan.1/24" && netns_addr "h$_i" eth0 "$_lan.2/24" || return 1
+	ip -n "$NETNS_PREFIX-h$_i" route add default via "$_lan.1"
+}
+
+natns_dualwan() {
+	_r=$1 _w2=$(netns_ip "$2")
+	netns_addr "$_r" eth0 "$_w2/16" || return 1
+	netns_exec "$_r" nft -f - <<NFT
+flush table ip cotnat
+table ip cotnat {
+	chain cot_post {
+		oifname "eth0" ip daddr $3 masquerade
+		oifname "eth0" snat to $_w2
+	}
+}
+NFT
 }
 
 # miniupnpd 2.3.1 refuses a private external address (the hub's 10.231/16),

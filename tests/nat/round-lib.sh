@@ -9,7 +9,8 @@
 #   nr_server T ADDR PORT RELAY
 #                           cotrain-server in namespace "srv": HTTP on
 #                           ADDR:PORT, the NAT service on RELAY and RELAY+1,
-#                           one round a second, groups of up to 16; its pid in
+#                           one round a second, groups of up to 16, a report
+#                           timeout of NR_REPORT_TIMEOUT s (8); its pid in
 #                           NR_SPID, its log T/server.log
 #   nr_client NAME IDX URL NATSVC
 #                           a cotrain-client daemon in namespace hIDX (log
@@ -18,7 +19,9 @@
 #   nr_daemon NAME IDX NATSVC
 #                           (re)start the daemon of site NAME (attached or not),
 #                           logging at NR_LOG_LEVEL (info; debug traces the
-#                           all-reduce)
+#                           all-reduce); its pid in NR_PID_NAME
+#   nr_restart NAME IDX NATSVC
+#                           stop the daemon of site NAME and start it again
 #   nr_host NAME            the daemon's host id
 #   nr_site HOST            the site name of a host id
 #   nr_class NAME           "CLASS MAPPING" as the NAT service last told NAME
@@ -68,8 +71,8 @@ JSON
 nr_server() {
 	netns_bg srv "$top_builddir/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$1/srv" --listen "$2" \
 		--port "$3" --relay-port "$4" --wu-max "${NR_WU_MAX:-128}" --reap-interval 1 --kdf-iterations 1000 \
-		--round-interval 1 --round-report-timeout 8 --round-average-timeout 40 --round-max-group 16 \
-		--log-level info >/dev/null 2>"$1/server.log"
+		--round-interval 1 --round-report-timeout "${NR_REPORT_TIMEOUT:-8}" --round-average-timeout 40 \
+		--round-max-group 16 --log-level info >/dev/null 2>"$1/server.log"
 	NR_SPID=$NETNS_LAST_PID
 	nr_wait 20 grep -qs 'listening on' "$1/server.log"
 }
@@ -83,7 +86,16 @@ nr_daemon() {
 		--set socket_group=nonexistent --set log_level="${NR_LOG_LEVEL:-info}" --set spot_interval=2 \
 		--set peer_port=40000 --set nat_service="$3" 2>>"$T/cl$1.log"
 	NR_PIDS="$NR_PIDS $NETNS_LAST_PID"
+	eval "NR_PID_$1=\$NETNS_LAST_PID"
 	nr_wait 30 test -S "$T/cl$1/control.sock"
+}
+
+nr_restart() {
+	eval "_p=\$NR_PID_$1"
+	kill "$_p" 2>/dev/null
+	wait "$_p" 2>/dev/null
+	NR_PIDS=$(echo " $NR_PIDS " | sed "s/ $_p / /")
+	nr_daemon "$@"
 }
 
 nr_client() {
