@@ -1,6 +1,6 @@
 # cotrain tests: TAP helpers for shell tests.  Source it: . "$top_srcdir/tests/tap.sh"
 #   plan N | skip_all REASON | bail_out REASON | ok COND-EXIT-STATUS DESC... | is GOT WANT DESC |
-#   done_testing
+#   skip N REASON | done_testing
 _tap_n=0
 _tap_failed=0
 _tap_planned=
@@ -16,9 +16,11 @@ ok() {
 	if [ "$_st" -eq 0 ]; then echo "ok $_tap_n - $*"; else echo "not ok $_tap_n - $*"; _tap_failed=$((_tap_failed + 1)); fi
 	return "$_st"
 }
+# skip N REASON: N checks that cannot run here, each reported as a SKIP
+skip() { _k=$1; shift; while [ "$_k" -gt 0 ]; do _tap_n=$((_tap_n + 1)); echo "ok $_tap_n # SKIP $*"; _k=$((_k - 1)); done; }
 is() {
 	_got=$1; _want=$2; shift 2
-	if [ "$_got" = "$_want" ]; then ok 0 "$@"; else ok 1 "$@"; diag "  got: '$_got', expected: '$_want'"; fi
+	if [ "$_got" = "$_want" ]; then ok 0 "$@"; else ok 1 "$@"; diag "  got: '$_got', expected: '$_want'"; return 1; fi
 }
 done_testing() {
 	[ -z "$_tap_planned" ] && echo "1..$_tap_n"

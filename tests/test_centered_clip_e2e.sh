@@ -56,7 +56,7 @@ run() { # PROJECT CHEAT_OF_CLIENT_4
 		CPIDS="$CPIDS $!"
 		wait_for 30 test -S "$d/control.sock" &&
 			"$B/client/cotrainctl" --socket "$d/control.sock" attach "http://127.0.0.1:$PORT/projects/$1" \
-				--key "$KEY" >/dev/null || return 1
+				--key "$KEY" >"$d/attached" || return 1
 	done
 	at_20() { [ "$(sql "select current_version from project where name = '$1'")" -ge 20 ] 2>/dev/null; }
 	wait_for 300 at_20 "$1"
@@ -90,7 +90,28 @@ run cclip poison
 ok $? "three honest hosts and a poisoner train 20 rounds with CenteredClip"
 c=$(bpb clean) m=$(bpb mean) cc=$(bpb cclip)
 diag "held-out bits per byte after 20 rounds: clean $c, poisoned with the mean $m, poisoned with CenteredClip $cc"
-ok $(echo "$c $m" | awk '{exit !($2 > 1.05 * $1)}' && echo 0 || echo 1) \
-	"the poisoner wrecks the mean: $m against $c bits per byte"
-ok $(echo "$c $cc" | awk '{exit !($2 <= 1.05 * $1)}' && echo 0 || echo 1) \
-	"CenteredClip stays within 5% of the clean run: $cc against $c bits per byte"
+# The poisoner's share f of the samples its rounds included: the mean moves
+# along (1 - 6f) times the honest gradient, so only f above 1/6 turns it
+# uphill (Adam's steps do not shrink with the gradient's length).  A loaded
+# machine can starve the poisoner's one thread below that; the checks then
+# say so instead of passing or failing on a run that shows nothing.
+share() { # PROJECT: the poisoner's share of the included samples
+	h=$(sed -n 's/.* as host \([0-9]*\).*/\1/p' "$T/$1-cl4/attached")
+	sql "select round(coalesce(sum(m.samples) filter (where m.host_id = ${h:-0}), 0)::numeric
+	  / nullif(sum(m.samples), 0), 3) from round_member m join project p on p.id = m.project_id
+	  where p.name = '$1' and m.included and m.version < 20"
+}
+fm=$(share mean) fc=$(share cclip)
+diag "the poisoner's share of the included samples: ${fm:-none} with the mean, ${fc:-none} with CenteredClip"
+if echo "${fm:-0}" | awk '{exit !($1 >= 0.2)}'; then
+	ok $(echo "$c $m" | awk '{exit !($2 > 1.05 * $1)}' && echo 0 || echo 1) \
+		"the poisoner wrecks the mean: $m against $c bits per byte"
+else
+	skip 1 "the poisoner computed ${fm:-none} of the mean run's samples, below the 0.2 that turns the mean uphill (a loaded machine)"
+fi
+if echo "${fc:-0}" | awk '{exit !($1 >= 0.2)}'; then
+	ok $(echo "$c $cc" | awk '{exit !($2 <= 1.05 * $1)}' && echo 0 || echo 1) \
+		"CenteredClip stays within 5% of the clean run: $cc against $c bits per byte"
+else
+	skip 1 "the poisoner computed ${fc:-none} of the CenteredClip run's samples, below 0.2 (a loaded machine)"
+fi

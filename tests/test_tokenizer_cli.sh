@@ -30,10 +30,6 @@ snapshot() {
 	q "SELECT (SELECT count(*) FROM tokenizer) || ' ' || (SELECT count(*) FROM file) || ' ' ||
 	          (SELECT string_agg(name || '=' || coalesce(trained_tokenizer, '-'), ',' ORDER BY name) FROM dataset)"
 }
-skip() { # N REASON: N checks that cannot run here
-	_i=0
-	while [ $_i -lt "$1" ]; do echo "ok $((_tap_n = _tap_n + 1)) - # SKIP $2"; _i=$((_i + 1)); done
-}
 run() { "$A" "$@" >"$T/out" 2>"$T/err"; echo $? >"$T/rc"; }
 rc() { cat "$T/rc"; }
 err_has() { grep -q -- "$1" "$T/err"; }
