@@ -188,7 +188,7 @@ out:
 
 cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok, int wait_s,
                              const int64_t *included, size_t n, const char *params_sha256, cl_links *links,
-                             json_t **answer, cot_errbuf *eb)
+                             const json_t *sketches, json_t **answer, cot_errbuf *eb)
 {
 	char url[CL_URL_MAX + 128], what[32];
 	snprintf(what, sizeof what, "outcome?wait=%d", wait_s);
@@ -203,6 +203,8 @@ cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t 
 	if (body && ok && params_sha256)
 		json_object_set_new(body, "params_sha256", json_string(params_sha256));
 	json_decref(inc);
+	if (body && ok && sketches)
+		json_object_set(body, "sketches", (json_t *)sketches);
 	if (body && links) {
 		json_t *ls = json_array();
 		pthread_mutex_lock(&links->mu);

@@ -274,9 +274,8 @@ void api_round_plan(http_req *req)
 
 static const dbc_stmt st_outcome = { "round_outcome_links",
 	                             "SELECT status, body FROM round_outcome_links($1::bytea, $2, $3, $4, "
-	                             "$5, $6::jsonb, $7,"
-	                             "                                             $8::jsonb)",
-	                             8 };
+	                             "$5, $6::jsonb, $7, $8::jsonb, $9::jsonb)",
+	                             9 };
 
 static bool known_rung(const char *r)
 {
@@ -363,7 +362,7 @@ void api_round_outcome(http_req *req)
 		return;
 	long long host = 0;
 	const char *status = NULL, *sha = NULL;
-	char *included = NULL, *links = NULL;
+	char *included = NULL, *links = NULL, *sketches = NULL;
 	cot_errbuf eb = { 0 };
 	if (cot_json_int(body, "host_id", true, 1, (1LL << 62), &host, &eb) ||
 	    cot_json_str(body, "status", true, 1, 16, &status, &eb)) {
@@ -422,7 +421,19 @@ void api_round_outcome(http_req *req)
 		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
 		goto out;
 	}
-	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha, links };
+	/* The sketches of what the host averaged: checked in
+	 * round_sketches_invalid (db/functions/round_sketch.sql). */
+	const json_t *skj = json_object_get(body, "sketches");
+	if (skj && !json_is_null(skj) && !json_is_object(skj)) {
+		http_reply_error(req, 400, "invalid", "field \"sketches\" must be an object", NULL);
+		goto out;
+	}
+	sketches = skj && json_is_object(skj) ? json_dumps(skj, JSON_COMPACT) : NULL;
+	if (skj && json_is_object(skj) && !sketches) {
+		http_reply_error(req, 500, "internal_error", "out of memory", NULL);
+		goto out;
+	}
+	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha, links, sketches };
 	if (wait > 0 && req->hold_until == 0)
 		req->hold_until = http_now() + (double)wait;
 	for (int look = 0;; look++) {
@@ -464,6 +475,7 @@ void api_round_outcome(http_req *req)
 out:
 	free(included);
 	free(links);
+	free(sketches);
 	json_decref(body);
 }
 

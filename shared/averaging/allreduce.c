@@ -162,6 +162,8 @@ static cot_err check_params(const allreduce_params *p, cot_errbuf *eb)
 	     p->clip_iters > CCLIP_ITERS_MAX))
 		return cot_seterr(eb, COT_ERR_INVALID, "CenteredClip needs tau > 0 and 1 to %d iterations",
 		                  CCLIP_ITERS_MAX);
+	if (p->sketch_k < 0 || p->sketch_k > SKETCH_K_MAX || !(p->test_result_noise >= 0))
+		return cot_seterr(eb, COT_ERR_INVALID, "a sketch has 0 to %d values", SKETCH_K_MAX);
 	if (p->aggregation != ALLREDUCE_SUM && p->aggregation != ALLREDUCE_CENTERED_CLIP)
 		return cot_seterr(eb, COT_ERR_INVALID, "unknown aggregation");
 	if (p->members[p->self].host_id != peer_ctx_host_id(p->ctx))
@@ -478,6 +480,8 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 		rc = check_agreement(&r, eb);
 	if (!rc)
 		rc = build_result(&r, res, eb);
+	if (!rc && p->sketch_k)
+		rc = ar_sketch_result(&r, res, eb);
 	if (rc)
 		allreduce_result_free(res);
 	TRACE(&r, "done: %s", rc ? eb->msg : "ok");
@@ -490,5 +494,10 @@ void allreduce_result_free(allreduce_result *res)
 	free(res->included);
 	free(res->dropped);
 	free(res->refused);
+	free(res->agg_partials);
+	free(res->agg_errs);
+	free(res->agg_result);
+	free(res->recv_from);
+	free(res->recv_sketches);
 	memset(res, 0, sizeof *res);
 }

@@ -111,6 +111,7 @@ static void spec_advance(run *r)
 		for (size_t j = 0; j < p->n; j++)
 			r->spec_x[j] = r->m[r->order[j]].data + off;
 		allreduce_sum(r->spec_x, p->n, n, r->spec_tmp);
+		ar_test_noise(p, me->start + off, r->spec_tmp, n);
 		int ok = 1;
 		for (size_t i = 0; i < n && ok; i++)
 			ok = isfinite(r->spec_tmp[i]);
@@ -329,6 +330,8 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 	} else if (!rc) {
 		allreduce_sum(x, r->n_fin, r->a_len, sum);
 	}
+	if (!rc)
+		ar_test_noise(p, me->start, sum, r->a_len);
 	for (size_t i = 0; !rc && i < r->a_len; i++)
 		if (!isfinite(sum[i]))
 			rc = cot_seterr(eb, COT_ERR_INVALID, "the sum overflowed at value %llu",

@@ -169,6 +169,17 @@ void ar_agg_abort(run *r, const char *reason);
 /* Stop streaming and wait until no thread is summing (mu held). */
 void ar_spec_stop(run *r);
 
+/* ---- allreduce_sketch.c ---- */
+
+/* Fill res's sketches (allreduce.h) from the decoded slices of our range
+ * and r->out, once the exchange succeeded (p->sketch_k > 0; mu not held).
+ * COT_ERR_NOMEM leaves in *res what allreduce_result_free frees. */
+cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb);
+
+/* Test hook: add p->test_result_noise |x[i]| with a pseudo-random sign to
+ * each of x[0..n), the values [first, first + n) of the vector. */
+void ar_test_noise(const allreduce_params *p, uint64_t first, float *x, size_t n);
+
 /* ---- allreduce_member.c ---- */
 
 /* Sender thread (arg: member_state * of the aggregator): sends our slice,

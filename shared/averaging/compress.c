@@ -232,3 +232,23 @@ cot_err comp_decode(int kind, const unsigned char *in, size_t len, float *out, s
 	}
 	return COT_OK;
 }
+
+double comp_error_bound(int kind, const float *y, size_t n, double rel)
+{
+	double sq = 0;
+	for (size_t b = 0; b < n; b += COMP_BLOCK) {
+		size_t m = n - b < COMP_BLOCK ? n - b : COMP_BLOCK;
+		double scale = 0;
+		for (size_t i = 0; kind == COMP_BLOCK8 && i < m; i++)
+			scale = fmax(scale, fabs((double)y[b + i]));
+		for (size_t i = 0; i < m; i++) {
+			double a = fabs((double)y[b + i]), e = rel * a;
+			if (kind == COMP_BLOCK8) /* plus the decoder's rounding to fp32 */
+				e += scale / 254.0 + a * 0x1p-24;
+			else if (kind == COMP_FP16)
+				e += a * 0x1p-11 + 0x1p-25;
+			sq += e * e;
+		}
+	}
+	return sqrt(sq);
+}
