@@ -18,7 +18,7 @@ static const struct {
 	[RANDOM_BYTES] = { "random-bytes", "sends random values with its gradient's norm" },
 	[SCALE_100] = { "scale-100", "sends 100 times its gradient" },
 	[REPLAY] = { "replay", "sends the gradient of its previous round again" },
-	[MISMATCH] = { "mismatch", "sends half its gradient, not what its sketches commit" },
+	[MISMATCH] = { "mismatch", "sends a quarter of its gradient, not what its sketches commit" },
 	[AGG_NOISE] = { "agg-noise", "adds noise to the sums it returns as an aggregator" },
 };
 

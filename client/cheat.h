@@ -18,7 +18,7 @@
  *         refuse it before any sketch is compared);
  *     COTRAIN_CHEAT=replay        sends the gradient of its previous
  *         round (its own gradient in its first);
- *     COTRAIN_CHEAT=mismatch      sends half its gradient: bytes that
+ *     COTRAIN_CHEAT=mismatch      sends a quarter of its gradient: bytes that
  *         differ from the sketches it committed, within every norm limit;
  *     COTRAIN_CHEAT=agg-noise     as an aggregator, adds noise of half
  *         each value's size to the sum it returns

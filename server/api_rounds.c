@@ -352,6 +352,8 @@ static cot_err links_param(const json_t *body, char **out, cot_errbuf *eb)
  * host hears the moment it can go on. */
 void api_round_outcome(http_req *req)
 {
+	if (req->early)
+		return; /* a body of up to API_REPORT_MAX_BYTES (sketches): read it */
 	long long version, wait = 0;
 	char hp[API_HASH_PARAM_LEN];
 	if (!path_version(req, &version) || !api_bearer(req, hp) ||

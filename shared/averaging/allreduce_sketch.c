@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "shared/common/sketch.h"
 
@@ -20,6 +21,8 @@ cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 	const allreduce_params *p = r->p;
 	const allreduce_member *me = &p->members[p->self];
 	size_t k = (size_t)p->sketch_k, n_inc = res->n_included;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	res->sketch_k = p->sketch_k;
 	res->recv_from = calloc(p->n, sizeof *res->recv_from);
 	res->recv_sketches = calloc(p->n * k, sizeof *res->recv_sketches);
@@ -35,7 +38,7 @@ cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 		res->n_recv++;
 	}
 	if (!r->agg)
-		return COT_OK;
+		goto done;
 	res->agg_partials = calloc(n_inc * k + 1, sizeof *res->agg_partials);
 	res->agg_errs = calloc(n_inc + 1, sizeof *res->agg_errs);
 	res->agg_result = calloc(k, sizeof *res->agg_result);
@@ -52,6 +55,9 @@ cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 	/* The sum rounded to fp32 once (half an ulp, below |y| 2^-23 with the
 	 * decoder's own rounding), then the result encoding. */
 	res->agg_result_err = comp_error_bound(p->result_comp, y, r->a_len, 0x1p-23);
+done:
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	res->sketch_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 	return COT_OK;
 }
 
