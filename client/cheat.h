@@ -11,8 +11,9 @@
  *     COTRAIN_CHEAT=poison      sends -5 times its gradient into the
  *         all-reduce (the direction that raises the loss, with a norm
  *         below the aggregators' outlier limit of 10 times the median).
- *     COTRAIN_CHEAT=random-bytes  sends random values of its gradient's
- *         norm (a new draw each round);
+ *     COTRAIN_CHEAT=random-bytes  sends random values with its gradient's
+ *         norm in every block of 4096 values, so in every aggregator's
+ *         slice (a new draw each round);
  *     COTRAIN_CHEAT=scale-100     sends 100 times its gradient (above
  *         the outlier limit: with 3 or more contributions the aggregators
  *         refuse it before any sketch is compared);
