@@ -501,8 +501,17 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 		return rc;
 	}
 	double t1 = cl_now_mono();
-	if (!included(&j->res, j->p.host_id))
+	if (!included(&j->res, j->p.host_id)) {
+		/* The checks of the others' slices need our aggregator's
+		 * sketches (doc/credit.md, "Tied to the bytes"). */
+		json_t *sk = j->res.agg_partials ? cl_round_sketches_json(&j->res) : NULL;
+		cot_errbuf e2 = { "", "" };
+		if (sk)
+			cl_api_round_outcome(&j->o, &j->p, j->v, -1, 0, j->res.included, j->res.n_included,
+			                     NULL, &j->links, sk, NULL, &e2);
+		json_decref(sk);
 		return cot_seterr(eb, COT_ERR_CONFLICT, "our group averaged without us");
+	}
 	rc = round_mean(j, eb);
 	if (rc)
 		return rc;

@@ -1286,6 +1286,15 @@ BEGIN
     UPDATE round_member SET outcome = p_status, included_hosts = p_included,
                             params_sha256 = p_sha256, outcome_at = now()
      WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
+    IF p_status = 'dropped' THEN
+        -- Its group left it out (or will: the group sum is authoritative;
+        -- an included host that says dropped never says ok, and the round
+        -- runs out its deadline).  Its sketches may be what a commit waits
+        -- for.
+        PERFORM round_try_commit(c.project_id, p_version);
+        RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
+        RETURN;
+    END IF;
     IF m.included IS FALSE THEN
         RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
         RETURN;
@@ -1378,7 +1387,7 @@ BEGIN
             RETURN QUERY SELECT 400, api_error('invalid', v_why);
             RETURN;
         END IF;
-        IF v_project IS NOT NULL AND p_status = 'ok' THEN
+        IF v_project IS NOT NULL AND p_status IN ('ok', 'dropped') THEN
             UPDATE round_member SET sketches = p_sketches
              WHERE project_id = v_project AND version = p_version AND host_id = p_host
                AND outcome IS NULL
@@ -1933,8 +1942,8 @@ BEGIN
     SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
            (e->>'err')::double precision
       FROM round_member rm, jsonb_array_elements(rm.sketches->'aggregated'->'members') e
-     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included AND rm.hi > rm.lo
-       AND (rm.sketches->>'k')::integer = v_k;
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+       AND (rm.included OR rm.outcome = 'dropped') AND (rm.sketches->>'k')::integer = v_k;
     -- 1. Members against their commitments.
     FOR m IN SELECT rm.host_id, rm.group_id, rm.samples FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
@@ -1971,7 +1980,8 @@ BEGIN
     FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(rm.sketches->'aggregated'->'result') AS res,
                     (rm.sketches->'aggregated'->>'result_err')::double precision AS err
                FROM round_member rm
-              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+              WHERE rm.project_id = p_project AND rm.version = p_version
+                AND (rm.included OR rm.outcome = 'dropped')
                 AND rm.hi > rm.lo AND (rm.sketches->>'k')::integer = v_k
                 AND rm.sketches->'aggregated' IS NOT NULL
               ORDER BY rm.host_id LOOP
@@ -2084,6 +2094,15 @@ BEGIN
            count(*) FILTER (WHERE included AND params_sha256 = ro.params_sha256)
       INTO v_left, v_ok
       FROM round_member WHERE project_id = p_project AND version = p_version;
+    -- Aggregators its group left out still aggregated their range: where
+    -- the group's peers sketch (round_sketch_verify), wait for theirs
+    -- (outcome 'dropped'); one that never comes runs out the deadline.
+    SELECT v_left + count(*) INTO v_left FROM round_member a
+     WHERE a.project_id = p_project AND a.version = p_version AND a.hi > a.lo
+       AND a.included IS NOT TRUE AND a.outcome IS NULL
+       AND EXISTS (SELECT 1 FROM round_member g
+                    WHERE g.project_id = p_project AND g.version = p_version
+                      AND g.group_id = a.group_id AND g.included AND g.sketches IS NOT NULL);
     IF v_left > 0 THEN
         RETURN;
     END IF;
@@ -3648,7 +3667,7 @@ CREATE TABLE public.round_member (
     CONSTRAINT round_member_check CHECK ((hi >= lo)),
     CONSTRAINT round_member_group_id_check CHECK ((group_id >= 0)),
     CONSTRAINT round_member_lo_check CHECK ((lo >= 0)),
-    CONSTRAINT round_member_outcome_check CHECK ((outcome = ANY (ARRAY['ok'::text, 'failed'::text]))),
+    CONSTRAINT round_member_outcome_check CHECK ((outcome = ANY (ARRAY['ok'::text, 'failed'::text, 'dropped'::text]))),
     CONSTRAINT round_member_samples_check CHECK ((samples > 0))
 );
 

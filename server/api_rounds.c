@@ -372,8 +372,9 @@ void api_round_outcome(http_req *req)
 		goto out;
 	}
 	bool okay = strcmp(status, "ok") == 0;
-	if (!okay && strcmp(status, "failed") != 0) {
-		http_reply_error(req, 400, "invalid", "field \"status\" must be \"ok\" or \"failed\"", NULL);
+	if (!okay && strcmp(status, "failed") != 0 && strcmp(status, "dropped") != 0) {
+		http_reply_error(req, 400, "invalid",
+		                 "field \"status\" must be \"ok\", \"failed\" or \"dropped\"", NULL);
 		goto out;
 	}
 	if (cot_json_str(body, "params_sha256", okay, 64, 64, &sha, &eb)) {

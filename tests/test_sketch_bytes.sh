@@ -113,8 +113,16 @@ checked=$(sql "select count(*) from round_member m join round r using (project_i
 ok $([ "$fp" -eq 0 ] && [ "$checked" -ge 6 ] && echo 0 || echo 1) \
 	"honest hosts on 1 and 2 threads, two GEMM paths: 0 flagged ($fp) over $checked checked outcomes of committed rounds"
 
+# A cheater's bytes: every contribution of random-bytes, mismatch and
+# scale-100 in a round of several peers, replay's after its first such
+# round (its first sends its own gradient), agg-noise's sums (as an
+# aggregator of a range).
+multi="(select count(*) from round_member o where o.project_id = m.project_id and o.version = m.version) > 1"
+first5=$(sql "select coalesce(min(m.version), 1000000) from round_member m join round r using (project_id, version)
+  where m.project_id = $pid and m.host_id = $H5 and m.included and r.state = 'committed' and $multi")
 leaked=$(sql "select count(*) from round_member m join round r using (project_id, version)
-  where m.project_id = $pid and r.state = 'committed' and m.included and m.host_id in ($CHEATS)")
+  where m.project_id = $pid and r.state = 'committed' and m.included and $multi
+    and (m.host_id in ($H4, $H6, $H8) or (m.host_id = $H5 and m.version > $first5) or (m.host_id = $H7 and m.hi > m.lo))")
 committed=$(sql "select count(*) from round where project_id = $pid and state = 'committed'")
 attempts=$(sql "select sum(attempt) from round where project_id = $pid and state = 'committed'")
 sql "select 'included cheater: version ' || m.version || ' host ' || m.host_id || ' peers ' ||
@@ -128,16 +136,20 @@ sql "select 'included cheater: version ' || m.version || ' host ' || m.host_id |
   where m.project_id = $pid and r.state = 'committed' and m.included and m.host_id in ($CHEATS)" | while read -r l; do diag "$l"; done
 is "$leaked" 0 "no committed step includes a cheater's bytes ($committed rounds committed in $attempts attempts)"
 
+# From a cheater's bad round to the step without it: the flag, then the
+# round's rerun committing.
+diag "a flagged round reran and committed without the cheaters $(sql "select round(min(extract(epoch from r.committed_at - f.created_at))::numeric, 1) || '..' || round(max(extract(epoch from r.committed_at - f.created_at))::numeric, 1) from round_sketch_flag f join round r using (project_id, version) where f.project_id = $pid and r.state = 'committed'") s after the flag"
 denied=$(sql "select count(*) from credit_grant where project_id = $pid and host_id in ($SKETCHED) and status = 'denied'")
-granted=$(sql "select count(*) from credit_grant where project_id = $pid and host_id in ($CHEATS) and status <> 'denied'")
+granted=$(sql "select count(*) from credit_grant g where project_id = $pid and host_id in ($H4, $H6, $H8)
+  and status <> 'denied' and version in (select version from round_member m where m.project_id = $pid and m.host_id = g.host_id and $multi)")
 h_denied=$(sql "select count(*) from credit_grant where project_id = $pid and host_id in ($HONEST) and status = 'denied'")
 ok $([ "$denied" -ge 4 ] && [ "$granted" -eq 0 ] && [ "$h_denied" -eq 0 ] && echo 0 || echo 1) \
-	"cheaters' credit: $denied round grants denied, $granted granted or pending; honest hosts denied: $h_denied"
+	"cheaters' credit: $denied round grants denied; random-bytes, mismatch, scale-100 granted or pending: $granted; honest hosts denied: $h_denied"
 
 # scale-100: the outlier refusal, not a sketch, keeps it out.
-refused=$(grep -c "refus\|outlier" "$T/client1.log" "$T/client2.log" "$T/client3.log" | awk -F: '{s += $2} END {print s + 0}')
+planned8=$(sql "select count(*) from round_member m where project_id = $pid and host_id = $H8 and $multi")
 incl8=$(sql "select count(*) from round_member where project_id = $pid and host_id = $H8 and included")
-diag "scale-100 (host $H8): included in $incl8 outcomes, $(sql "select count(*) from round_sketch_flag where host_id = $H8") flags; honest logs mention refusals $refused times"
+diag "scale-100 (host $H8): in $planned8 plans of several peers, included in $incl8, flagged $(sql "select count(*) from round_sketch_flag where host_id = $H8") times"
 ok $([ "$incl8" -eq 0 ] && echo 0 || echo 1) "the scale-100 cheater is never included: the aggregators' outlier refusal drops it"
 
 # The flags are visible through the API (the host page reads it).

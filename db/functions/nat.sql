@@ -44,7 +44,7 @@ BEGIN
             RETURN QUERY SELECT 400, api_error('invalid', v_why);
             RETURN;
         END IF;
-        IF v_project IS NOT NULL AND p_status = 'ok' THEN
+        IF v_project IS NOT NULL AND p_status IN ('ok', 'dropped') THEN
             UPDATE round_member SET sketches = p_sketches
              WHERE project_id = v_project AND version = p_version AND host_id = p_host
                AND outcome IS NULL

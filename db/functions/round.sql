@@ -299,6 +299,15 @@ BEGIN
            count(*) FILTER (WHERE included AND params_sha256 = ro.params_sha256)
       INTO v_left, v_ok
       FROM round_member WHERE project_id = p_project AND version = p_version;
+    -- Aggregators its group left out still aggregated their range: where
+    -- the group's peers sketch (round_sketch_verify), wait for theirs
+    -- (outcome 'dropped'); one that never comes runs out the deadline.
+    SELECT v_left + count(*) INTO v_left FROM round_member a
+     WHERE a.project_id = p_project AND a.version = p_version AND a.hi > a.lo
+       AND a.included IS NOT TRUE AND a.outcome IS NULL
+       AND EXISTS (SELECT 1 FROM round_member g
+                    WHERE g.project_id = p_project AND g.version = p_version
+                      AND g.group_id = a.group_id AND g.included AND g.sketches IS NOT NULL);
     IF v_left > 0 THEN
         RETURN;
     END IF;

@@ -164,8 +164,10 @@ $$;
 --      that result: the same bytes sketched the same way, so equal up to
 --      the JSON round trip (1e-9).  One of the two lies: both are flagged
 --      (as BTARD's accusations remove accuser and accused).
--- A check whose inputs are missing (a peer reported no sketches: an older
--- client, local mode) is skipped.
+-- Aggregators their group left out report their sketches too (outcome
+-- 'dropped'; round_try_commit waits for them).  A check whose inputs are
+-- missing (a peer reported no sketches: an older client, local mode) is
+-- skipped.
 CREATE OR REPLACE FUNCTION round_sketch_verify(p_project bigint, p_version integer) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -202,8 +204,8 @@ BEGIN
     SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
            (e->>'err')::double precision
       FROM round_member rm, jsonb_array_elements(rm.sketches->'aggregated'->'members') e
-     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included AND rm.hi > rm.lo
-       AND (rm.sketches->>'k')::integer = v_k;
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+       AND (rm.included OR rm.outcome = 'dropped') AND (rm.sketches->>'k')::integer = v_k;
     -- 1. Members against their commitments.
     FOR m IN SELECT rm.host_id, rm.group_id, rm.samples FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
@@ -240,7 +242,8 @@ BEGIN
     FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(rm.sketches->'aggregated'->'result') AS res,
                     (rm.sketches->'aggregated'->>'result_err')::double precision AS err
                FROM round_member rm
-              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+              WHERE rm.project_id = p_project AND rm.version = p_version
+                AND (rm.included OR rm.outcome = 'dropped')
                 AND rm.hi > rm.lo AND (rm.sketches->>'k')::integer = v_k
                 AND rm.sketches->'aggregated' IS NOT NULL
               ORDER BY rm.host_id LOOP

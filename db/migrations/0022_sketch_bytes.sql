@@ -8,8 +8,14 @@
 -- sketches the members committed with their reports; a host that fails is
 -- flagged here, denied its credit, and the round reruns without it.
 
--- What the peer's outcome reported (db/functions/round_sketch.sql).
+-- What the peer's outcome reported (db/functions/round_sketch.sql).  A
+-- peer its group left out but which aggregated a range reports 'dropped'
+-- with the sketches of what it aggregated: the checks of the others'
+-- slices need them.
 ALTER TABLE round_member ADD COLUMN sketches jsonb;
+ALTER TABLE round_member DROP CONSTRAINT round_member_outcome_check;
+ALTER TABLE round_member ADD CONSTRAINT round_member_outcome_check
+    CHECK (outcome IN ('ok', 'failed', 'dropped'));
 
 -- One row per failed check: the host, in which role, why, and the check's
 -- distance beside its tolerance (both relative to the larger sketch).
