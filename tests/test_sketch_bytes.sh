@@ -13,6 +13,8 @@
 #   - scale-100 sends 100 times its gradient: the aggregators' outlier
 #     refusal (10 times the median norm) drops it before any sketch is
 #     compared, so no step takes its bytes and it earns nothing;
+# the slices and results travel in 8-bit blocks (COMP to change it), so the
+# checks' tolerance covers the encoding's error;
 # the model is unharmed: no committed step includes a cheater (the
 # included set of every committed round), and the loss falls; three honest
 # hosts on 1 and 2 threads and two GEMM paths are never flagged (0 false
@@ -70,6 +72,9 @@ pid=$(sql "select id from project where name = 'val'")
 # No spot checks (first_rate 0, never trusted): this test is about the
 # averaged bytes.  The policy stays: it hands out the sketch seed and k.
 sql "update spot_policy set first_rate = 0, trusted_after = 1000000 where project_id = $pid" >/dev/null
+# Slices and results in 8-bit blocks (COMP=none|fp16|8bit; 8bit by
+# default): the tolerance must cover the encoding's error for honest hosts.
+sql "update project set config = config || '{\"compression\": \"${COMP:-8bit}\"}' where id = $pid" >/dev/null
 
 "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --reap-interval 1 \
 	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 4 --round-average-timeout 30 \
