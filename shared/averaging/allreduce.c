@@ -224,6 +224,13 @@ static cot_err run_init(run *r, const allreduce_params *p, float *out, cot_errbu
 	r->fin = calloc(p->n, sizeof *r->fin);
 	if (!r->m || !r->order || !r->spec_x || !r->fin)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	if (p->sketch_k) { /* filled as slices and results arrive (allreduce_sketch.c) */
+		r->sk_part = calloc(p->n * (size_t)p->sketch_k, sizeof *r->sk_part);
+		r->sk_err2 = calloc(p->n, sizeof *r->sk_err2);
+		r->sk_recv = calloc(p->n * (size_t)p->sketch_k, sizeof *r->sk_recv);
+		if (!r->sk_part || !r->sk_err2 || !r->sk_recv)
+			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	}
 	if (r->agg) {
 		r->spec_bytes = malloc(comp_encoded_size(p->result_comp, r->a_len));
 		r->spec_tmp = malloc((r->a_len < PART_VALUES ? r->a_len : PART_VALUES) * sizeof *r->spec_tmp);
@@ -264,6 +271,9 @@ static void run_free(run *r)
 	free(r->acc_payload);
 	free(r->res_payload);
 	free(r->fin_bytes);
+	free(r->sk_part);
+	free(r->sk_err2);
+	free(r->sk_recv);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	pthread_cond_destroy(&r->pace_cv);

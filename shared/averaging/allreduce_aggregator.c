@@ -67,6 +67,9 @@ static void take_slice(run *r, size_t idx, size_t off, size_t n, const unsigned 
 		}
 		if (!c->reason[0] && p->members[idx].samples == 0 && !zero)
 			snprintf(c->reason, sizeof c->reason, "a gradient of 0 samples is not zero");
+		if (!c->reason[0] && p->sketch_k) /* what we sum, part by part */
+			ar_sketch_part(p, x, n, p->members[p->self].start + off, p->send_comp,
+			               r->sk_part + idx * (size_t)p->sketch_k, r->sk_err2 + idx);
 	}
 	if (c->reason[0]) {
 		c->state = C_REFUSED;

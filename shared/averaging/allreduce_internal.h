@@ -100,6 +100,11 @@ struct run {
 	float *spec_tmp;           /* PART_VALUES, for the one busy thread */
 	const float **spec_x;      /* p->n, for the one busy thread */
 
+	/* sketches (p->sketch_k), as data arrives: by member index, k each */
+	double *sk_part; /* aggregator: each member's slice of our range, decoded */
+	double *sk_err2; /* the square of its encoding error bound */
+	double *sk_recv; /* member: each aggregator's result as we decoded it */
+
 	/* member side */
 	size_t rep_pending; /* ACCEPTED reports still to come */
 	int failed;
@@ -171,10 +176,18 @@ void ar_spec_stop(run *r);
 
 /* ---- allreduce_sketch.c ---- */
 
-/* Fill res's sketches (allreduce.h) from the decoded slices of our range
- * and r->out, once the exchange succeeded (p->sketch_k > 0; mu not held).
- * COT_ERR_NOMEM leaves in *res what allreduce_result_free frees. */
+/* Fill res's sketches (allreduce.h) once the exchange succeeded
+ * (p->sketch_k > 0; mu not held): the slices' and received results'
+ * sketches taken as they arrived, our result's now.  COT_ERR_NOMEM leaves
+ * in *res what allreduce_result_free frees. */
 cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb);
+
+/* Add the sketch of x[0..n), values [first, first + n) of the vector, to
+ * row[0..k) and the square of its encoding error bound under kind to
+ * *err2 (NULL: none), when p->sketch_k > 0.  Linear and range-splittable:
+ * parts add up to the whole. */
+void ar_sketch_part(const allreduce_params *p, const float *x, size_t n, uint64_t first, int kind,
+                    double *row, double *err2);
 
 /* Test hook: add p->test_result_noise |x[i]| with a pseudo-random sign to
  * each of x[0..n), the values [first, first + n) of the vector. */

@@ -1,9 +1,12 @@
 /* cotrain: the sketches of what an all-reduce averaged (allreduce.h,
  * sketch_k; doc/credit.md, "Tied to the bytes").
  *
- * Computed once the exchange succeeded, on exactly the values the
- * aggregator summed (each member's slice as decoded from the wire) and on
- * the bytes every member decoded (r->out): the server checks that a
+ * Taken on exactly the values the aggregator sums (each member's slice as
+ * decoded from the wire, part by part as it arrives, in take_slice) and on
+ * the bytes every member decoded (r->out: each aggregator's range once its
+ * RESULT settled it, in its sender thread; our own range at the end, when
+ * the result is known), so that only our own range's sketch and the last
+ * part to arrive lie on the round's critical path.  The server checks that a
  * member's partials over the aggregators add up to the sketch it committed
  * with its report, that an aggregator's result is the sum of its partials,
  * and that every member received what the aggregator says it returned. */
@@ -15,6 +18,18 @@
 #include <time.h>
 
 #include "shared/common/sketch.h"
+
+void ar_sketch_part(const allreduce_params *p, const float *x, size_t n, uint64_t first, int kind,
+                    double *row, double *err2)
+{
+	if (!p->sketch_k || !row)
+		return;
+	sketch_add(x, n, first, p->sketch_seed, p->sketch_k, row);
+	if (err2) {
+		double e = comp_error_bound(kind, x, n, 0);
+		*err2 += e * e;
+	}
+}
 
 cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 {
@@ -28,34 +43,34 @@ cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 	res->recv_sketches = calloc(p->n * k, sizeof *res->recv_sketches);
 	if (!res->recv_from || !res->recv_sketches)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the sketches");
+	if (r->agg) {
+		res->agg_partials = calloc(n_inc * k + 1, sizeof *res->agg_partials);
+		res->agg_errs = calloc(n_inc + 1, sizeof *res->agg_errs);
+		res->agg_result = calloc(k, sizeof *res->agg_result);
+		if (!res->agg_partials || !res->agg_errs || !res->agg_result)
+			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the sketches");
+		for (size_t i = 0; i < n_inc; i++) {
+			size_t idx = (size_t)ar_member_index(p, res->included[i]);
+			memcpy(res->agg_partials + i * k, r->sk_part + idx * k,
+			       k * sizeof *res->agg_partials);
+			res->agg_errs[i] = sqrt(r->sk_err2[idx]);
+		}
+		/* Our range of the result, as every member decodes it: the sum
+		 * rounded to fp32 once (half an ulp, below |y| 2^-23 with the
+		 * decoder's own rounding), then the result encoding. */
+		const float *y = r->out + me->start;
+		sketch_add(y, r->a_len, me->start, p->sketch_seed, p->sketch_k, res->agg_result);
+		res->agg_result_err = comp_error_bound(p->result_comp, y, r->a_len, 0x1p-23);
+	}
 	for (size_t a = 0; a < p->n; a++) {
-		const allreduce_member *m = &p->members[a];
-		if (m->end == m->start)
+		if (p->members[a].end == p->members[a].start)
 			continue;
-		res->recv_from[res->n_recv] = m->host_id;
-		sketch_add(r->out + m->start, (size_t)(m->end - m->start), m->start, p->sketch_seed,
-		           p->sketch_k, res->recv_sketches + res->n_recv * k);
+		res->recv_from[res->n_recv] = p->members[a].host_id;
+		/* Ours is our result: the same bytes. */
+		memcpy(res->recv_sketches + res->n_recv * k,
+		       a == p->self ? res->agg_result : r->sk_recv + a * k, k * sizeof *res->recv_sketches);
 		res->n_recv++;
 	}
-	if (!r->agg)
-		goto done;
-	res->agg_partials = calloc(n_inc * k + 1, sizeof *res->agg_partials);
-	res->agg_errs = calloc(n_inc + 1, sizeof *res->agg_errs);
-	res->agg_result = calloc(k, sizeof *res->agg_result);
-	if (!res->agg_partials || !res->agg_errs || !res->agg_result)
-		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the sketches");
-	for (size_t i = 0; i < n_inc; i++) {
-		const member_state *c = &r->m[ar_member_index(p, res->included[i])];
-		sketch_add(c->data, r->a_len, me->start, p->sketch_seed, p->sketch_k,
-		           res->agg_partials + i * k);
-		res->agg_errs[i] = comp_error_bound(p->send_comp, c->data, r->a_len, 0);
-	}
-	const float *y = r->out + me->start;
-	sketch_add(y, r->a_len, me->start, p->sketch_seed, p->sketch_k, res->agg_result);
-	/* The sum rounded to fp32 once (half an ulp, below |y| 2^-23 with the
-	 * decoder's own rounding), then the result encoding. */
-	res->agg_result_err = comp_error_bound(p->result_comp, y, r->a_len, 0x1p-23);
-done:
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	res->sketch_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 	return COT_OK;
