@@ -19,7 +19,8 @@ static const struct {
 	[SCALE_100] = { "scale-100", "sends 100 times its gradient" },
 	[REPLAY] = { "replay", "sends the gradient of its previous round again" },
 	[MISMATCH] = { "mismatch", "sends a quarter of its gradient, not what its sketches commit" },
-	[AGG_NOISE] = { "agg-noise", "adds noise to the sums it returns as an aggregator" },
+	[AGG_NOISE] = { "agg-noise",
+	                "adds noise the size of each value to the sums it returns as an aggregator" },
 };
 
 /* RANDOM_BYTES keeps the norm of each block of this many values, so of
@@ -48,7 +49,7 @@ cot_err cl_cheat_init(cot_errbuf *eb)
 
 int cl_cheat_skip(int64_t g) { return mode == SKIP_HALF && (g & 1); }
 
-double cl_cheat_result_noise(void) { return mode == AGG_NOISE ? 0.5 : 0; }
+double cl_cheat_result_noise(void) { return mode == AGG_NOISE ? 1.0 : 0; }
 
 float *cl_cheat_poison(const float *grad, size_t n)
 {

@@ -21,11 +21,12 @@
  *         round (its own gradient in its first);
  *     COTRAIN_CHEAT=mismatch      sends a quarter of its gradient: bytes that
  *         differ from the sketches it committed, within every norm limit;
- *     COTRAIN_CHEAT=agg-noise     as an aggregator, adds noise of half
- *         each value's size to the sum it returns
+ *     COTRAIN_CHEAT=agg-noise     as an aggregator, adds noise the size of
+ *         each value to the sum it returns
  *         (allreduce_params.test_result_noise).
- * The sketch checks of the averaged bytes catch the last five
- * (doc/credit.md, "Tied to the bytes").
+ * The sketch checks of the averaged bytes catch random-bytes, replay,
+ * mismatch and agg-noise, the outlier refusal scale-100 (doc/credit.md,
+ * "Tied to the bytes").
  *
  * Spot checks the host answers for other hosts are computed honestly.  A
  * warning is logged at start, so that a test sees it is on.

@@ -228,7 +228,8 @@ static cot_err run_init(run *r, const allreduce_params *p, float *out, cot_errbu
 		r->sk_part = calloc(p->n * (size_t)p->sketch_k, sizeof *r->sk_part);
 		r->sk_err2 = calloc(p->n, sizeof *r->sk_err2);
 		r->sk_recv = calloc(p->n * (size_t)p->sketch_k, sizeof *r->sk_recv);
-		if (!r->sk_part || !r->sk_err2 || !r->sk_recv)
+		r->sk_res = calloc((size_t)p->sketch_k, sizeof *r->sk_res);
+		if (!r->sk_part || !r->sk_err2 || !r->sk_recv || !r->sk_res)
 			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	}
 	if (r->agg) {
@@ -274,6 +275,7 @@ static void run_free(run *r)
 	free(r->sk_part);
 	free(r->sk_err2);
 	free(r->sk_recv);
+	free(r->sk_res);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	pthread_cond_destroy(&r->pace_cv);

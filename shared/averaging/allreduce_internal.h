@@ -101,9 +101,11 @@ struct run {
 	const float **spec_x;      /* p->n, for the one busy thread */
 
 	/* sketches (p->sketch_k), as data arrives: by member index, k each */
-	double *sk_part; /* aggregator: each member's slice of our range, decoded */
-	double *sk_err2; /* the square of its encoding error bound */
-	double *sk_recv; /* member: each aggregator's result as we decoded it */
+	double *sk_part;    /* aggregator: each member's slice of our range, decoded */
+	double *sk_err2;    /* the square of its encoding error bound */
+	double *sk_recv;    /* member: each aggregator's result as we decoded it */
+	double *sk_res;     /* aggregator: our result as every member decodes it */
+	double sk_res_err2; /* the square of its rounding and encoding bound */
 
 	/* member side */
 	size_t rep_pending; /* ACCEPTED reports still to come */
@@ -183,10 +185,10 @@ void ar_spec_stop(run *r);
 cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb);
 
 /* Add the sketch of x[0..n), values [first, first + n) of the vector, to
- * row[0..k) and the square of its encoding error bound under kind to
- * *err2 (NULL: none), when p->sketch_k > 0.  Linear and range-splittable:
- * parts add up to the whole. */
-void ar_sketch_part(const allreduce_params *p, const float *x, size_t n, uint64_t first, int kind,
+ * row[0..k) and the square of its error bound (comp_error_bound(kind, x,
+ * n, rel)) to *err2 (NULL: none), when p->sketch_k > 0 and row is not
+ * NULL.  Linear and range-splittable: parts add up to the whole. */
+void ar_sketch_part(const allreduce_params *p, const float *x, size_t n, uint64_t first, int kind, double rel,
                     double *row, double *err2);
 
 /* Test hook: add p->test_result_noise |x[i]| with a pseudo-random sign to

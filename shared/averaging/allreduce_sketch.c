@@ -4,9 +4,12 @@
  * Taken on exactly the values the aggregator sums (each member's slice as
  * decoded from the wire, part by part as it arrives, in take_slice) and on
  * the bytes every member decoded (r->out: each aggregator's range once its
- * RESULT settled it, in its sender thread; our own range at the end, when
- * the result is known), so that only our own range's sketch and the last
- * part to arrive lie on the round's critical path.  The server checks that a
+ * RESULT settled it, in its sender thread; our own range as its parts are
+ * summed and decoded, or at once when the final sum is not the streamed
+ * one), so that little more than the last part lies on the round's
+ * critical path.  The result's error bound: the sum rounded to fp32 once
+ * (half an ulp, below |y| 2^-23 with the decoder's own rounding), then the
+ * result encoding.  The server checks that a
  * member's partials over the aggregators add up to the sketch it committed
  * with its report, that an aggregator's result is the sum of its partials,
  * and that every member received what the aggregator says it returned. */
@@ -19,14 +22,14 @@
 
 #include "shared/common/sketch.h"
 
-void ar_sketch_part(const allreduce_params *p, const float *x, size_t n, uint64_t first, int kind,
+void ar_sketch_part(const allreduce_params *p, const float *x, size_t n, uint64_t first, int kind, double rel,
                     double *row, double *err2)
 {
 	if (!p->sketch_k || !row)
 		return;
 	sketch_add(x, n, first, p->sketch_seed, p->sketch_k, row);
 	if (err2) {
-		double e = comp_error_bound(kind, x, n, 0);
+		double e = comp_error_bound(kind, x, n, rel);
 		*err2 += e * e;
 	}
 }
@@ -34,7 +37,6 @@ void ar_sketch_part(const allreduce_params *p, const float *x, size_t n, uint64_
 cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 {
 	const allreduce_params *p = r->p;
-	const allreduce_member *me = &p->members[p->self];
 	size_t k = (size_t)p->sketch_k, n_inc = res->n_included;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -55,12 +57,10 @@ cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 			       k * sizeof *res->agg_partials);
 			res->agg_errs[i] = sqrt(r->sk_err2[idx]);
 		}
-		/* Our range of the result, as every member decodes it: the sum
-		 * rounded to fp32 once (half an ulp, below |y| 2^-23 with the
-		 * decoder's own rounding), then the result encoding. */
-		const float *y = r->out + me->start;
-		sketch_add(y, r->a_len, me->start, p->sketch_seed, p->sketch_k, res->agg_result);
-		res->agg_result_err = comp_error_bound(p->result_comp, y, r->a_len, 0x1p-23);
+		/* Our range of the result, as every member decodes it (taken
+		 * as it was decoded: the streamed parts or the final sum). */
+		memcpy(res->agg_result, r->sk_res, k * sizeof *res->agg_result);
+		res->agg_result_err = sqrt(r->sk_res_err2);
 	}
 	for (size_t a = 0; a < p->n; a++) {
 		if (p->members[a].end == p->members[a].start)
