@@ -123,8 +123,8 @@ typedef struct {
 	int64_t *recv_from;    /* n_recv aggregators (non-empty ranges, us too) */
 	double *recv_sketches; /* n_recv x k: their results as we decoded them */
 	size_t n_recv;
-	double sketch_s; /* seconds spent on sketches after the exchange (the
-	                  * rest is taken as the data arrives) */
+	double sketch_s; /* seconds spent sketching, all threads together (taken
+	                  * as the data arrived, mostly beside the transfers) */
 } allreduce_result;
 
 /* Run the all-reduce for member p->self.  On COT_OK out[0..len) holds the

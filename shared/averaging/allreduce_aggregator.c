@@ -68,8 +68,9 @@ static void take_slice(run *r, size_t idx, size_t off, size_t n, const unsigned 
 		if (!c->reason[0] && p->members[idx].samples == 0 && !zero)
 			snprintf(c->reason, sizeof c->reason, "a gradient of 0 samples is not zero");
 		if (!c->reason[0] && p->sketch_k) /* what we sum, part by part */
-			ar_sketch_part(p, x, n, p->members[p->self].start + off, p->send_comp, 0,
-			               r->sk_part + idx * (size_t)p->sketch_k, r->sk_err2 + idx);
+			r->sk_time +=
+			        ar_sketch_part(p, x, n, p->members[p->self].start + off, p->send_comp, 0,
+			                       r->sk_part + idx * (size_t)p->sketch_k, r->sk_err2 + idx);
 	}
 	if (c->reason[0]) {
 		c->state = C_REFUSED;
@@ -124,8 +125,8 @@ static void spec_advance(run *r)
 		     !comp_decode(p->result_comp, r->spec_bytes + eoff, elen, r->out + me->start + off, n,
 		                  NULL);
 		if (ok && r->sk_res) /* our result as it streams, part by part, in order */
-			ar_sketch_part(p, r->out + me->start + off, n, me->start + off, p->result_comp,
-			               0x1p-23, r->sk_res, &r->sk_res_err2);
+			r->sk_time_res += ar_sketch_part(p, r->out + me->start + off, n, me->start + off,
+			                                 p->result_comp, 0x1p-23, r->sk_res, &r->sk_res_err2);
 		pthread_mutex_lock(&r->mu);
 		r->spec_busy = 0;
 		if (!ok)
@@ -349,8 +350,8 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 	if (!rc && r->sk_res) { /* not the streamed sum: sketch this one */
 		memset(r->sk_res, 0, (size_t)p->sketch_k * sizeof *r->sk_res);
 		r->sk_res_err2 = 0;
-		ar_sketch_part(p, r->out + me->start, r->a_len, me->start, p->result_comp, 0x1p-23, r->sk_res,
-		               &r->sk_res_err2);
+		r->sk_time_res += ar_sketch_part(p, r->out + me->start, r->a_len, me->start, p->result_comp,
+		                                 0x1p-23, r->sk_res, &r->sk_res_err2);
 	}
 	if (!rc) {
 		r->fin_bytes = bytes; /* the handlers send it in parts, then RESULT */

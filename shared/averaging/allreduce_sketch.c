@@ -22,25 +22,35 @@
 
 #include "shared/common/sketch.h"
 
-void ar_sketch_part(const allreduce_params *p, const float *x, size_t n, uint64_t first, int kind, double rel,
-                    double *row, double *err2)
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+double ar_sketch_part(const allreduce_params *p, const float *x, size_t n, uint64_t first, int kind,
+                      double rel, double *row, double *err2)
 {
 	if (!p->sketch_k || !row)
-		return;
+		return 0;
+	double t0 = now_s();
 	sketch_add(x, n, first, p->sketch_seed, p->sketch_k, row);
 	if (err2) {
 		double e = comp_error_bound(kind, x, n, rel);
 		*err2 += e * e;
 	}
+	return now_s() - t0;
 }
 
 cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 {
 	const allreduce_params *p = r->p;
 	size_t k = (size_t)p->sketch_k, n_inc = res->n_included;
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	res->sketch_k = p->sketch_k;
+	res->sketch_s = r->sk_time + r->sk_time_res;
+	for (size_t a = 0; a < p->n; a++)
+		res->sketch_s += r->m[a].sk_time;
 	res->recv_from = calloc(p->n, sizeof *res->recv_from);
 	res->recv_sketches = calloc(p->n * k, sizeof *res->recv_sketches);
 	if (!res->recv_from || !res->recv_sketches)
@@ -71,8 +81,6 @@ cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 		       a == p->self ? res->agg_result : r->sk_recv + a * k, k * sizeof *res->recv_sketches);
 		res->n_recv++;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	res->sketch_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 	return COT_OK;
 }
 

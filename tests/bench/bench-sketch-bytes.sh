@@ -2,23 +2,23 @@
 # cotrain bench: the cost, on a round's critical path, of the sketches that
 # tie the averaged bytes to the committed ones (doc/credit.md, "Tied to the
 # bytes"): each member sketches every result it received, each aggregator
-# every slice it summed and its result, after the exchange and before
-# allreduce_run returns.
+# every slice it summed and its result, within allreduce_run.
 #
 # The slices' sketches are taken part by part as they arrive (under the
-# aggregator's lock, beside the decoding), each aggregator's result in the
-# member's sender thread once it settled, and only the sketch of the
-# aggregator's own result after the exchange: that last part is strictly
-# on the critical path; the rest overlaps the transfers when the network,
-# not the CPU, is the limit.
+# aggregator's lock, beside the decoding), the aggregator's result as it
+# is summed, each aggregator's result in the member's sender thread once
+# it settled: it overlaps the transfers when the network, not the CPU, is
+# the limit.
 #
 # Runs a group of N allreduce_peer processes on loopback (no shaping), at
 # the demo model's size (the parameter count bench_sketch reports for it)
 # and at 18M values, in 8-bit (the encoding "auto" picks at these sizes),
 # each twice: without sketches (the reference) and with k = 16.  Prints per
 # size the slowest member's wall time of each and their ratio (on loopback
-# the CPU is the limit, so all the sketching shows in it), the largest time
-# a member spent sketching after the exchange, and that time as a fraction
+# the CPU is the limit, so all the sketching shows in it, and so does the
+# noise of a shared machine), the largest time a member spent sketching
+# (allreduce_result.sketch_s, all its threads together: an upper bound on
+# what the sketches add to its critical path), and that time as a fraction
 # of the averaging time with sketches (goal: at most 2%).  Loopback
 # averages at memory speed, so the fraction is the worst case: over a real
 # network (bench-allreduce.sh: 18M values take 12.5 s among 8 shaped peers)
@@ -80,7 +80,7 @@ for len in "$demo" 18000000; do
 	with=$(best "$len" 16) || exit 1
 	set -- $ref $with
 	echo "$len $1 $3 $4" | awk -v shaped="$SHAPED_S" '{
-		printf "len %d: averaging %d ms without sketches, %d ms with (ratio %.3f); sketches after the exchange %.1f ms = %.2f%% of the averaging (goal <= 2%%)", $1, $2, $3, $3 / $2, $4, 100 * $4 / $3
+		printf "len %d: averaging %d ms without sketches, %d ms with (ratio %.3f); a member spent at most %.1f ms sketching = %.2f%% of the averaging (goal <= 2%%)", $1, $2, $3, $3 / $2, $4, 100 * $4 / $3
 		if ($1 == 18000000) printf "; %.2f%% of the shaped 8-peer averaging (%.1f s)", 100 * $4 / (shaped * 1000), shaped
 		printf "\n" }'
 done
