@@ -1935,8 +1935,12 @@ BEGIN
     IF v_k IS NULL THEN
         RETURN v_bad;
     END IF;
-    CREATE TEMP TABLE IF NOT EXISTS round_sketch_partial (agg bigint, member bigint, group_id integer,
-        sketch double precision[], err double precision) ON COMMIT DROP;
+    -- Every aggregator's partials, parsed once (a temporary table of this
+    -- transaction; created without a notice when it is not there yet).
+    IF to_regclass('pg_temp.round_sketch_partial') IS NULL THEN
+        CREATE TEMP TABLE round_sketch_partial (agg bigint, member bigint, group_id integer,
+            sketch double precision[], err double precision) ON COMMIT DROP;
+    END IF;
     DELETE FROM round_sketch_partial;
     INSERT INTO round_sketch_partial
     SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
