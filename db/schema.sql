@@ -1972,7 +1972,7 @@ BEGIN
         END IF;
         v_d := round_sketch_norm(v_sum, v_com);
         v_scale := greatest(round_sketch_norm(v_sum), round_sketch_norm(v_com), 1e-300);
-        v_bound := v_tol * v_scale + 4 * sqrt(v_k) * sqrt(v_err2);
+        v_bound := v_tol * v_scale + 3 * sqrt(v_k) * sqrt(v_err2);
         IF v_d > v_bound THEN
             PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, m.host_id, 'member',
                 'the bytes it sent into the all-reduce differ from the sketches it committed',
@@ -1997,7 +1997,7 @@ BEGIN
             IF v_sum IS NOT NULL THEN
                 v_d := round_sketch_norm(g.res, v_sum);
                 v_scale := greatest(round_sketch_norm(g.res), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 4 * sqrt(v_k) * g.err;
+                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.err;
                 IF v_d > v_bound THEN
                     PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
                         'the sum it returned is not the sum of the slices it received',

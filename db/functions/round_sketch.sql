@@ -151,10 +151,12 @@ $$;
 -- tolerance (fp32 sums in another order, thread count or BLAS) and E a
 -- bound on the L2 norm of the wire encodings' error in the vectors
 -- compared, a difference d of two sketches passes when
---     ||d|| <= tol max(||a||, ||b||) + 4 sqrt(k) E.
+--     ||d|| <= tol max(||a||, ||b||) + 3 sqrt(k) E.
 -- (Each of d's k values is a +-1 projection of an error vector of norm at
--- most E: a sub-Gaussian sum of variance at most E^2, so ||d|| exceeds
--- sqrt(k) E by a factor of 4 with probability below 1e-30 at k = 16.)
+-- most E: a sub-Gaussian sum of variance at most E^2, so ||d||^2 is at
+-- most about chi-square with k degrees times E^2, which exceeds 9 k E^2
+-- with probability about 1e-22 at k = 16; rounding to nearest errs by
+-- about E / sqrt(3), which makes it far smaller.)
 --   1. Each included member: the sum of its partials over its group's
 --      aggregators against the sketch it committed (round_sketch_committed);
 --      E^2 = sum of the aggregators' "err"^2.
@@ -234,7 +236,7 @@ BEGIN
         END IF;
         v_d := round_sketch_norm(v_sum, v_com);
         v_scale := greatest(round_sketch_norm(v_sum), round_sketch_norm(v_com), 1e-300);
-        v_bound := v_tol * v_scale + 4 * sqrt(v_k) * sqrt(v_err2);
+        v_bound := v_tol * v_scale + 3 * sqrt(v_k) * sqrt(v_err2);
         IF v_d > v_bound THEN
             PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, m.host_id, 'member',
                 'the bytes it sent into the all-reduce differ from the sketches it committed',
@@ -259,7 +261,7 @@ BEGIN
             IF v_sum IS NOT NULL THEN
                 v_d := round_sketch_norm(g.res, v_sum);
                 v_scale := greatest(round_sketch_norm(g.res), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 4 * sqrt(v_k) * g.err;
+                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.err;
                 IF v_d > v_bound THEN
                     PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
                         'the sum it returned is not the sum of the slices it received',
