@@ -188,21 +188,25 @@ out:
 
 cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok, int wait_s,
                              const int64_t *included, size_t n, const char *params_sha256, cl_links *links,
-                             json_t **answer, cot_errbuf *eb)
+                             const json_t *sketches, json_t **answer, cot_errbuf *eb)
 {
 	char url[CL_URL_MAX + 128], what[32];
 	snprintf(what, sizeof what, "outcome?wait=%d", wait_s);
 	round_url(url, sizeof url, p, version, what);
-	json_t *body =
-	        json_pack("{s:I, s:s}", "host_id", (json_int_t)p->host_id, "status", ok ? "ok" : "failed");
+	json_t *body = json_pack("{s:I, s:s}", "host_id", (json_int_t)p->host_id, "status",
+	                         ok > 0   ? "ok"
+	                         : ok < 0 ? "dropped"
+	                                  : "failed");
 	json_t *inc = json_array();
 	for (size_t i = 0; inc && i < n; i++)
 		json_array_append_new(inc, json_integer((json_int_t)included[i]));
 	if (body && inc)
 		json_object_set(body, "included_hosts", inc);
-	if (body && ok && params_sha256)
+	if (body && ok > 0 && params_sha256)
 		json_object_set_new(body, "params_sha256", json_string(params_sha256));
 	json_decref(inc);
+	if (body && ok && sketches)
+		json_object_set(body, "sketches", (json_t *)sketches);
 	if (body && links) {
 		json_t *ls = json_array();
 		pthread_mutex_lock(&links->mu);

@@ -52,12 +52,14 @@ cot_err cl_api_group_sum(const cl_api_opts *o, const cl_project *p, int64_t vers
                          size_t n, int64_t samples, const float *sum, size_t len, json_t **answer,
                          cot_errbuf *eb);
 
-/* POST .../rounds/<v>/outcome?wait=S: ok (with the included hosts and the
- * sha256 of our parameters of v+1) or failed; with links (may be NULL), the
- * connections we dialed and the rung each took.  The server holds an ok up
+/* POST .../rounds/<v>/outcome?wait=S: ok (1, with the included hosts and
+ * the sha256 of our parameters of v+1), failed (0), or dropped (-1: our
+ * group left us out, but we aggregated a range: only the sketches); with links (may be NULL), the
+ * connections we dialed and the rung each took.  With sketches (may be
+ * NULL; cl_round_sketches_json), the sketches of what we averaged.  The server holds an ok up
  * to wait_s seconds until it can say whether we are accepted. */
 cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok, int wait_s,
                              const int64_t *included, size_t n, const char *params_sha256, cl_links *links,
-                             json_t **answer, cot_errbuf *eb);
+                             const json_t *sketches, json_t **answer, cot_errbuf *eb);
 
 #endif

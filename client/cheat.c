@@ -1,35 +1,99 @@
 /* cotrain client: cheating on purpose, a test hook (see cheat.h). */
 #include "client/cheat.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "shared/common/log.h"
+#include "shared/common/sketch.h"
 
-static int skip_half, poison;
+typedef enum { NONE, SKIP_HALF, POISON, RANDOM_BYTES, SCALE_100, REPLAY, MISMATCH, AGG_NOISE } cheat;
+
+static const struct {
+	const char *name, *what;
+} cheats[] = {
+	[SKIP_HALF] = { "skip-half", "skips half of its microbatches" },
+	[POISON] = { "poison", "sends -5 times its gradient" },
+	[RANDOM_BYTES] = { "random-bytes", "sends random values with its gradient's norm in every block" },
+	[SCALE_100] = { "scale-100", "sends 100 times its gradient" },
+	[REPLAY] = { "replay", "sends the gradient of its previous round again" },
+	[MISMATCH] = { "mismatch", "sends a quarter of its gradient, not what its sketches commit" },
+	[AGG_NOISE] = { "agg-noise",
+	                "adds noise the size of each value to the sums it returns as an aggregator" },
+};
+
+/* RANDOM_BYTES keeps the norm of each block of this many values, so of
+ * every aggregator's slice but for its two edge blocks: the outlier
+ * refusal, which compares slices' norms, cannot tell it from an honest host. */
+#define RANDOM_BLOCK 4096
+
+static cheat mode;
+static float *last; /* REPLAY: the gradient of the previous round */
+static size_t last_n;
+static uint64_t draws; /* RANDOM_BYTES: rounds drawn so far */
 
 cot_err cl_cheat_init(cot_errbuf *eb)
 {
 	const char *v = getenv("COTRAIN_CHEAT");
 	if (!v || !*v)
 		return COT_OK;
-	if (strcmp(v, "skip-half") == 0)
-		skip_half = 1;
-	else if (strcmp(v, "poison") == 0)
-		poison = 1;
-	else
+	for (size_t i = 1; i < sizeof cheats / sizeof cheats[0]; i++)
+		if (strcmp(v, cheats[i].name) == 0)
+			mode = (cheat)i;
+	if (mode == NONE)
 		return cot_seterr(eb, COT_ERR_INVALID, "unknown cheat \"%s\" in COTRAIN_CHEAT", v);
-	log_warn("test hook COTRAIN_CHEAT=%s: this client %s", v,
-	         skip_half ? "skips half of its microbatches" : "sends -5 times its gradient");
+	log_warn("test hook COTRAIN_CHEAT=%s: this client %s", v, cheats[mode].what);
 	return COT_OK;
 }
 
-int cl_cheat_skip(int64_t g) { return skip_half && (g & 1); }
+int cl_cheat_skip(int64_t g) { return mode == SKIP_HALF && (g & 1); }
+
+double cl_cheat_result_noise(void) { return mode == AGG_NOISE ? 1.0 : 0; }
 
 float *cl_cheat_poison(const float *grad, size_t n)
 {
-	float *out = poison ? malloc(n * sizeof *out) : NULL;
-	for (size_t i = 0; out && i < n; i++)
-		out[i] = -5.0f * grad[i];
+	if (mode != POISON && mode != RANDOM_BYTES && mode != SCALE_100 && mode != REPLAY && mode != MISMATCH)
+		return NULL;
+	float *out = malloc(n * sizeof *out);
+	if (!out)
+		return NULL;
+	double rms = 0; /* RANDOM_BYTES: of grad's block of RANDOM_BLOCK values */
+	for (size_t i = 0; i < n; i++) {
+		if (mode == RANDOM_BYTES && i % RANDOM_BLOCK == 0) {
+			size_t m = n - i < RANDOM_BLOCK ? n - i : RANDOM_BLOCK;
+			rms = 0;
+			for (size_t b = i; b < i + m; b++)
+				rms += (double)grad[b] * grad[b];
+			rms = sqrt(rms / (double)m);
+		}
+		double g = grad[i];
+		switch (mode) {
+		case POISON:
+			g *= -5;
+			break;
+		case SCALE_100:
+			g *= 100;
+			break;
+		case MISMATCH:
+			g *= 0.5;
+			break;
+		case RANDOM_BYTES: /* random signs, each block's norm: no norm check sees it */
+			g = ((sketch_mix64(i + (draws << 40)) & 1) ? -1 : 1) * rms;
+			break;
+		default:
+			g = last && last_n == n ? last[i] : g;
+			break;
+		}
+		out[i] = (float)g;
+	}
+	draws++;
+	if (mode == REPLAY) {
+		free(last);
+		last = malloc(n * sizeof *last);
+		if (last)
+			memcpy(last, grad, n * sizeof *last);
+		last_n = n;
+	}
 	return out;
 }

@@ -11,6 +11,22 @@
  *     COTRAIN_CHEAT=poison      sends -5 times its gradient into the
  *         all-reduce (the direction that raises the loss, with a norm
  *         below the aggregators' outlier limit of 10 times the median).
+ *     COTRAIN_CHEAT=random-bytes  sends random values with its gradient's
+ *         norm in every block of 4096 values, so in every aggregator's
+ *         slice (a new draw each round);
+ *     COTRAIN_CHEAT=scale-100     sends 100 times its gradient (above
+ *         the outlier limit: with 3 or more contributions the aggregators
+ *         refuse it before any sketch is compared);
+ *     COTRAIN_CHEAT=replay        sends the gradient of its previous
+ *         round (its own gradient in its first);
+ *     COTRAIN_CHEAT=mismatch      sends a quarter of its gradient: bytes that
+ *         differ from the sketches it committed, within every norm limit;
+ *     COTRAIN_CHEAT=agg-noise     as an aggregator, adds noise the size of
+ *         each value to the sum it returns
+ *         (allreduce_params.test_result_noise).
+ * The sketch checks of the averaged bytes catch random-bytes, replay,
+ * mismatch and agg-noise, the outlier refusal scale-100 (doc/credit.md,
+ * "Tied to the bytes").
  *
  * Spot checks the host answers for other hosts are computed honestly.  A
  * warning is logged at start, so that a test sees it is on.
@@ -32,8 +48,13 @@ cot_err cl_cheat_init(cot_errbuf *eb);
 /* 1 when stream microbatch g of the host's own work is to be skipped. */
 int cl_cheat_skip(int64_t g);
 
-/* With the poison cheat, a malloc'd copy of grad[0..n) as the host sends
- * it (the caller frees it); else NULL (send grad). */
+/* With a cheat that sends other bytes (poison, random-bytes, scale-100,
+ * replay, mismatch), a malloc'd vector of n values the host sends instead
+ * of grad[0..n) (the caller frees it); else NULL (send grad).  Called once
+ * a round (replay keeps grad for the next). */
 float *cl_cheat_poison(const float *grad, size_t n);
+
+/* With agg-noise, the relative noise our aggregator adds to its sums; 0. */
+double cl_cheat_result_noise(void);
 
 #endif

@@ -384,6 +384,8 @@ cot_err cl_compute_sketches(const cl_compute *c, int64_t g, int64_t n, double *o
 
 int cl_compute_sketch_k(const cl_compute *c) { return c ? c->sk_k : 0; }
 
+uint64_t cl_compute_sketch_seed(const cl_compute *c) { return c ? c->sk_seed : 0; }
+
 int cl_compute_is_local(const cl_compute *c) { return c && c->local; }
 
 cot_err cl_compute_finish(cl_compute *c, int64_t *samples, cot_errbuf *eb)

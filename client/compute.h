@@ -70,6 +70,10 @@ cot_err cl_compute_sketches(const cl_compute *c, int64_t g, int64_t n, double *o
 /* The session's sketch size, 0 when it does not sketch. */
 int cl_compute_sketch_k(const cl_compute *c);
 
+/* The seed the session sketches under (meaningful when cl_compute_sketch_k
+ * is not 0): the round's, which the averaged bytes are sketched under too. */
+uint64_t cl_compute_sketch_seed(const cl_compute *c);
+
 /* Point the session at work unit w of project p without touching the
  * model or its accumulated gradient: its shards replace the previous
  * unit's; in local mode, the inner optimizer the unit brings (its

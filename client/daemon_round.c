@@ -280,7 +280,11 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		                .dialer = dl,
 		                .lst = j->peer.lst,
 		                .collect_deadline = deadline_after_ms(left_ms / 2),
-		                .deadline = deadline };
+		                .deadline = deadline,
+		                /* Under the round's seed, as our committed sketches. */
+		                .sketch_seed = cl_compute_sketch_seed(j->s),
+		                .sketch_k = cl_compute_is_local(j->s) ? 0 : cl_compute_sketch_k(j->s),
+		                .test_result_noise = cl_cheat_result_noise() };
 	rc = allreduce_run(&ap, j->sum, &j->res, eb);
 	free(poison);
 	size_t i = 0;
@@ -397,38 +401,47 @@ static cot_err step(round_job *j, cot_errbuf *eb)
 static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 {
 	*accepted = 0;
+	json_t *sk = ok ? cl_round_sketches_json(&j->res) : NULL;
+	cot_err rc;
 	for (;;) {
 		json_t *a = NULL;
 		double t0 = cl_now_mono();
-		cot_err rc =
-		        cl_api_round_outcome(&j->o, &j->p, j->v, ok, ok ? PLAN_WAIT_S : 0, j->res.included,
-		                             j->res.n_included, ok ? j->params_sha : NULL, &j->links, &a, eb);
+		rc = cl_api_round_outcome(&j->o, &j->p, j->v, ok, ok ? PLAN_WAIT_S : 0, j->res.included,
+		                          j->res.n_included, ok ? j->params_sha : NULL, &j->links, sk, &a,
+		                          eb);
 		if (rc || !ok) {
 			json_decref(a);
-			return rc;
+			break;
 		}
 		const json_t *acc = json_object_get(a, "accepted");
 		const char *st = NULL;
 		cot_json_str(json_object_get(a, "round"), "state", false, 1, 15, &st, NULL);
 		int reopened = st && strcmp(st, "open") == 0;
-		if (json_is_boolean(acc))
+		int decided = json_is_boolean(acc);
+		if (decided)
 			*accepted = json_is_true(acc);
 		const char *ck = NULL;
 		if (*accepted && !cot_json_str(a, "checkpoint_sha256", true, 64, 64, &ck, NULL) &&
 		    hash_is_sha256_hex(ck))
 			snprintf(j->ckpt_sha, sizeof j->ckpt_sha, "%s", ck);
-		json_decref(a);
-		if (json_is_boolean(acc))
-			return COT_OK;
-		if (reopened)
-			return cot_seterr(eb, COT_ERR_CONFLICT, "the round failed and opened again");
-		if (j->d->stop || (int64_t)time(NULL) > j->plan.deadline + 60)
-			return cot_seterr(eb, COT_ERR_TIMEOUT,
-			                  "the server did not compute version %lld in time",
-			                  (long long)j->v + 1);
+		json_decref(a); /* acc with it */
+		if (decided)
+			break;
+		if (reopened) {
+			rc = cot_seterr(eb, COT_ERR_CONFLICT, "the round failed and opened again");
+			break;
+		}
+		if (j->d->stop || (int64_t)time(NULL) > j->plan.deadline + 60) {
+			rc = cot_seterr(eb, COT_ERR_TIMEOUT,
+			                "the server did not compute version %lld in time",
+			                (long long)j->v + 1);
+			break;
+		}
 		if (cl_now_mono() - t0 < 1)
 			sleep(OUTCOME_RETRY_S); /* a server that does not hold the request */
 	}
+	json_decref(sk);
+	return rc;
 }
 
 /* The steps 1-6 outside the lock; *accepted as for outcome(). */
@@ -488,8 +501,17 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 		return rc;
 	}
 	double t1 = cl_now_mono();
-	if (!included(&j->res, j->p.host_id))
+	if (!included(&j->res, j->p.host_id)) {
+		/* The checks of the others' slices need our aggregator's
+		 * sketches (doc/credit.md, "Tied to the bytes"). */
+		json_t *sk = j->res.agg_partials ? cl_round_sketches_json(&j->res) : NULL;
+		cot_errbuf e2 = { "", "" };
+		if (sk)
+			cl_api_round_outcome(&j->o, &j->p, j->v, -1, 0, j->res.included, j->res.n_included,
+			                     NULL, &j->links, sk, NULL, &e2);
+		json_decref(sk);
 		return cot_seterr(eb, COT_ERR_CONFLICT, "our group averaged without us");
+	}
 	rc = round_mean(j, eb);
 	if (rc)
 		return rc;

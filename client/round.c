@@ -188,3 +188,50 @@ void cl_round_mean(const float *sum, size_t n, uint64_t total, float *out)
 	for (size_t i = 0; i < n; i++)
 		out[i] = (float)((double)sum[i] / t);
 }
+
+static json_t *sketch_array(const double *x, int k)
+{
+	json_t *a = json_array();
+	for (int j = 0; a && j < k; j++)
+		if (json_array_append_new(a, json_real(x[j]))) {
+			json_decref(a);
+			return NULL;
+		}
+	return a;
+}
+
+json_t *cl_round_sketches_json(const allreduce_result *res)
+{
+	int k = res->sketch_k;
+	if (k <= 0)
+		return NULL;
+	json_t *recv = json_array();
+	for (size_t i = 0; recv && i < res->n_recv; i++)
+		if (json_array_append_new(recv,
+		                          json_pack("{s:I, s:o*}", "aggregator",
+		                                    (json_int_t)res->recv_from[i], "sketch",
+		                                    sketch_array(res->recv_sketches + i * (size_t)k, k)))) {
+			json_decref(recv);
+			recv = NULL;
+		}
+	json_t *out = recv ? json_pack("{s:i, s:o}", "k", k, "received", recv) : NULL;
+	if (!out || !res->agg_partials)
+		return out;
+	json_t *mem = json_array();
+	for (size_t i = 0; mem && i < res->n_included; i++)
+		if (json_array_append_new(mem, json_pack("{s:I, s:o*, s:f}", "host_id",
+		                                         (json_int_t)res->included[i], "sketch",
+		                                         sketch_array(res->agg_partials + i * (size_t)k, k),
+		                                         "err", res->agg_errs[i]))) {
+			json_decref(mem);
+			mem = NULL;
+		}
+	json_t *agg = mem ? json_pack("{s:o, s:o*, s:f}", "members", mem, "result",
+	                              sketch_array(res->agg_result, k), "result_err", res->agg_result_err)
+	                  : NULL;
+	if (!agg || json_object_set_new(out, "aggregated", agg)) {
+		json_decref(out);
+		return NULL;
+	}
+	return out;
+}

@@ -15,6 +15,8 @@
 
 #include <jansson.h>
 
+#include "shared/averaging/allreduce.h"
+
 #include "shared/peer/dialer.h"
 #include "shared/common/error.h"
 
@@ -61,6 +63,14 @@ cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t
  * port (1..65535).  COT_ERR_INVALID when it is anything else (no names:
  * nothing is looked up). */
 cot_err cl_parse_endpoint(const char *s, char addr[DIALER_ADDR_MAX], uint16_t *port, cot_errbuf *eb);
+
+/* The sketches of what our all-reduce averaged (allreduce_result, when
+ * res->sketch_k > 0) as the outcome's "sketches" (doc/api.md, "Rounds"):
+ * {"k", "received": [{"aggregator", "sketch"}], "aggregated": {"members":
+ * [{"host_id", "sketch", "err"}], "result", "result_err"}} ("aggregated"
+ * only when we aggregate a range).  A new reference, or NULL when there
+ * are none or memory ran out. */
+json_t *cl_round_sketches_json(const allreduce_result *res);
 
 /* The round's mean from one group's sum, as the server computes it:
  * out[i] = (float)((double)sum[i] / (double)total).  out may be sum. */

@@ -1530,6 +1530,15 @@ BEGIN
     UPDATE round_member SET outcome = p_status, included_hosts = p_included,
                             params_sha256 = p_sha256, outcome_at = now()
      WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
+    IF p_status = 'dropped' THEN
+        -- Its group left it out (or will: the group sum is authoritative;
+        -- an included host that says dropped never says ok, and the round
+        -- runs out its deadline).  Its sketches may be what a commit waits
+        -- for.
+        PERFORM round_try_commit(c.project_id, p_version);
+        RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
+        RETURN;
+    END IF;
     IF m.included IS FALSE THEN
         RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
         RETURN;
@@ -1588,15 +1597,16 @@ END
 $$;
 
 --
--- Name: round_outcome_links(bytea, text, integer, bigint, text, jsonb, text, jsonb); Type: FUNCTION; Schema: public; Owner: -
+-- Name: round_outcome_links(bytea, text, integer, bigint, text, jsonb, text, jsonb, jsonb); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_outcome_links(p_token_hash bytea, p_project text, p_version integer, p_host bigint, p_status text, p_included jsonb, p_sha256 text, p_links jsonb) RETURNS TABLE(status integer, body text)
+CREATE FUNCTION public.round_outcome_links(p_token_hash bytea, p_project text, p_version integer, p_host bigint, p_status text, p_included jsonb, p_sha256 text, p_links jsonb, p_sketches jsonb) RETURNS TABLE(status integer, body text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_project bigint;
     v_links   jsonb;
+    v_why     text;
     o         record;
 BEGIN
     SELECT p.id INTO v_project FROM project p WHERE p.name = p_project;
@@ -1612,6 +1622,21 @@ BEGIN
                                 WHERE m.project_id = v_project AND m.version = p_version
                                   AND m.host_id = x.peer)
                  ORDER BY x.peer) l;
+    END IF;
+    -- The sketches of what the host averaged (round_sketch.sql), stored
+    -- before the outcome, which may commit the round, checks them.
+    IF p_sketches IS NOT NULL AND jsonb_typeof(p_sketches) <> 'null' THEN
+        v_why := round_sketches_invalid(p_sketches);
+        IF v_why IS NOT NULL THEN
+            RETURN QUERY SELECT 400, api_error('invalid', v_why);
+            RETURN;
+        END IF;
+        IF v_project IS NOT NULL AND p_status IN ('ok', 'dropped') THEN
+            UPDATE round_member SET sketches = p_sketches
+             WHERE project_id = v_project AND version = p_version AND host_id = p_host
+               AND outcome IS NULL
+               AND host_auth(p_token_hash) = p_host;
+        END IF;
     END IF;
     SELECT * INTO o FROM round_outcome(p_token_hash, p_project, p_version, p_host, p_status,
                                        p_included, p_sha256);
@@ -1657,6 +1682,14 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM round_drop_units(p_project, p_version, true);
+    -- Hosts an earlier attempt flagged (round_sketch_verify) take no part:
+    -- their ranges go back to the pool for the others.
+    PERFORM round_give_back(ARRAY(
+        SELECT w.id FROM work_unit w
+         WHERE w.project_id = p_project AND w.version = p_version
+           AND (w.mb_done > 0 OR w.state = 'live')
+           AND w.host_id = ANY (round_sketch_flagged(p_project, p_version))
+           FOR UPDATE));
     SELECT coalesce(jsonb_agg(jsonb_build_object(
                'host_id', h.host_id, 'samples', h.samples, 'endpoint', l.endpoint,
                'bandwidth', l.bandwidth, 'can_aggregate', l.can_aggregate, 'rtt', l.rtt)
@@ -1974,6 +2007,319 @@ END
 $$;
 
 --
+-- Name: round_sketch_committed(bigint, integer, bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_committed(p_project bigint, p_version integer, p_host bigint, p_k integer, p_samples bigint) RETURNS double precision[]
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_mb    bigint;
+    v_units bigint;
+    v_with  bigint;
+    v_size  integer;
+BEGIN
+    SELECT microbatch_size INTO v_size FROM project WHERE id = p_project;
+    SELECT coalesce(sum(w.mb_done), 0), count(*),
+           count(*) FILTER (WHERE ws.k = p_k AND cardinality(ws.sketches) = w.mb_done * p_k)
+      INTO v_mb, v_units, v_with
+      FROM work_unit w LEFT JOIN work_unit_sketch ws ON ws.work_unit_id = w.id
+     WHERE w.project_id = p_project AND w.version = p_version AND w.host_id = p_host
+       AND w.mb_done > 0;
+    IF v_units = 0 OR v_with <> v_units OR v_mb * v_size <> p_samples THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY(SELECT sum(x) FROM work_unit w JOIN work_unit_sketch ws ON ws.work_unit_id = w.id,
+                        unnest(ws.sketches) WITH ORDINALITY u(x, i)
+                  WHERE w.project_id = p_project AND w.version = p_version AND w.host_id = p_host
+                    AND w.mb_done > 0
+                  GROUP BY (i - 1) % p_k ORDER BY (i - 1) % p_k);
+END
+$$;
+
+--
+-- Name: round_sketch_err_valid(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_err_valid(e jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce(jsonb_typeof(e) = 'number' AND e::text::numeric >= 0
+                    AND e::text::numeric < 1e300, false)
+$$;
+
+--
+-- Name: round_sketch_flag_host(bigint, integer, integer, bigint, text, text, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_flag_host(p_project bigint, p_version integer, p_attempt integer, p_host bigint, p_role text, p_reason text, p_distance double precision, p_tolerance double precision) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_why text := format('round %s: %s', p_version, p_reason);
+BEGIN
+    INSERT INTO round_sketch_flag (project_id, version, attempt, host_id, role, reason, distance, tolerance)
+    VALUES (p_project, p_version, p_attempt, p_host, p_role, p_reason, p_distance, p_tolerance);
+    INSERT INTO credit_grant (kind, project_id, version, host_id, account_id, team_id, samples,
+                              flops, credit, status, reason, work_start, created_at)
+    SELECT 'round', p_project, p_version, h.id, h.account_id, a.team_id, 0, 0, 0, 'denied', v_why,
+           credit_now(), credit_now()
+      FROM host h JOIN account a ON a.id = h.account_id WHERE h.id = p_host
+    ON CONFLICT (project_id, version, host_id, kind) DO NOTHING;
+    UPDATE credit_grant SET status = 'denied', reason = v_why
+     WHERE host_id = p_host AND status = 'pending';
+    PERFORM spot_record(p_host, false, credit_now());
+END
+$$;
+
+--
+-- Name: round_sketch_flagged(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_flagged(p_project bigint, p_version integer) RETURNS bigint[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_flag
+                  WHERE project_id = p_project AND version = p_version ORDER BY host_id)
+$$;
+
+--
+-- Name: round_sketch_flags_json(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_flags_json(p_host bigint) RETURNS json
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT json_build_object('count', (SELECT count(*) FROM round_sketch_flag WHERE host_id = p_host),
+        'latest', coalesce((SELECT json_agg(json_build_object('project', pr.name, 'version', f.version,
+                                'attempt', f.attempt, 'role', f.role, 'reason', f.reason,
+                                'distance', f.distance, 'tolerance', f.tolerance,
+                                'created_at', f.created_at) ORDER BY f.id DESC)
+                              FROM (SELECT * FROM round_sketch_flag WHERE host_id = p_host
+                                     ORDER BY id DESC LIMIT 20) f
+                              JOIN project pr ON pr.id = f.project_id), '[]'))
+$$;
+
+--
+-- Name: round_sketch_norm(double precision[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_norm(a double precision[], b double precision[] DEFAULT NULL::double precision[]) RETURNS double precision
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT sqrt(coalesce(sum((x - coalesce(y, 0)) ^ 2), 0))
+      FROM unnest(a, coalesce(b, array_fill(0::double precision, ARRAY[cardinality(a)]))) t(x, y)
+$$;
+
+--
+-- Name: round_sketch_sum(double precision[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_sum(a double precision[], b double precision[]) RETURNS double precision[]
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN a IS NULL THEN b
+                ELSE ARRAY(SELECT x + y FROM unnest(a, b) WITH ORDINALITY t(x, y, i) ORDER BY i) END
+$$;
+
+--
+-- Name: round_sketch_valid(jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_valid(s jsonb, k integer) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce(jsonb_typeof(s) = 'array' AND jsonb_array_length(s) = k
+           AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(s) x
+                            WHERE jsonb_typeof(x) <> 'number' OR abs(x::text::numeric) >= 1e300), false)
+$$;
+
+--
+-- Name: round_sketch_vec(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_vec(s jsonb) RETURNS double precision[]
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT ARRAY(SELECT x::text::double precision FROM jsonb_array_elements(s) WITH ORDINALITY a(x, i)
+                  ORDER BY i)
+$$;
+
+--
+-- Name: round_sketch_verify(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_verify(p_project bigint, p_version integer) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_attempt integer;
+    v_tol     double precision;
+    v_clip    boolean;
+    v_k       integer;
+    m         record;
+    g         record;
+    v_sum     double precision[];
+    v_err2    double precision;
+    v_n       integer;
+    v_com     double precision[];
+    v_res     double precision[];
+    v_d       double precision;
+    v_scale   double precision;
+    v_bound   double precision;
+    v_bad     bigint[] := '{}';
+BEGIN
+    SELECT ro.attempt, coalesce((p.config->>'aggregation') = 'centered_clip', false)
+      INTO v_attempt, v_clip
+      FROM round ro JOIN project p ON p.id = ro.project_id
+     WHERE ro.project_id = p_project AND ro.version = p_version;
+    v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
+    SELECT min((sketches->>'k')::integer) INTO v_k FROM round_member
+     WHERE project_id = p_project AND version = p_version AND included AND sketches IS NOT NULL;
+    IF v_k IS NULL THEN
+        RETURN v_bad;
+    END IF;
+    -- Every aggregator's partials, parsed once (a temporary table of this
+    -- transaction; created without a notice when it is not there yet).
+    IF to_regclass('pg_temp.round_sketch_partial') IS NULL THEN
+        CREATE TEMP TABLE round_sketch_partial (agg bigint, member bigint, group_id integer,
+            sketch double precision[], err double precision) ON COMMIT DROP;
+    END IF;
+    DELETE FROM round_sketch_partial;
+    INSERT INTO round_sketch_partial
+    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
+           (e->>'err')::double precision
+      FROM round_member rm, jsonb_array_elements(rm.sketches->'aggregated'->'members') e
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+       AND (rm.included OR rm.outcome = 'dropped') AND (rm.sketches->>'k')::integer = v_k;
+    -- 1. Members against their commitments.
+    FOR m IN SELECT rm.host_id, rm.group_id, rm.samples FROM round_member rm
+              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+              ORDER BY rm.host_id LOOP
+        SELECT count(*) INTO v_n FROM round_member a
+         WHERE a.project_id = p_project AND a.version = p_version AND a.group_id = m.group_id
+           AND a.hi > a.lo;
+        v_sum := NULL;
+        v_err2 := 0;
+        FOR g IN SELECT sketch, err FROM round_sketch_partial WHERE member = m.host_id
+                  AND group_id = m.group_id ORDER BY agg LOOP
+            v_sum := round_sketch_sum(v_sum, g.sketch);
+            v_err2 := v_err2 + g.err ^ 2;
+        END LOOP;
+        IF (SELECT count(*) FROM round_sketch_partial WHERE member = m.host_id
+             AND group_id = m.group_id) <> v_n OR v_n = 0 THEN
+            CONTINUE;
+        END IF;
+        v_com := round_sketch_committed(p_project, p_version, m.host_id, v_k, m.samples);
+        IF v_com IS NULL THEN
+            CONTINUE;
+        END IF;
+        v_d := round_sketch_norm(v_sum, v_com);
+        v_scale := greatest(round_sketch_norm(v_sum), round_sketch_norm(v_com), 1e-300);
+        v_bound := v_tol * v_scale + 3 * sqrt(v_k) * sqrt(v_err2);
+        IF v_d > v_bound THEN
+            PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, m.host_id, 'member',
+                'the bytes it sent into the all-reduce differ from the sketches it committed',
+                v_d / v_scale, v_bound / v_scale);
+            v_bad := v_bad || m.host_id;
+        END IF;
+    END LOOP;
+    -- 2. and 3. Aggregators' results.
+    FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(rm.sketches->'aggregated'->'result') AS res,
+                    (rm.sketches->'aggregated'->>'result_err')::double precision AS err
+               FROM round_member rm
+              WHERE rm.project_id = p_project AND rm.version = p_version
+                AND (rm.included OR rm.outcome = 'dropped')
+                AND rm.hi > rm.lo AND (rm.sketches->>'k')::integer = v_k
+                AND rm.sketches->'aggregated' IS NOT NULL
+              ORDER BY rm.host_id LOOP
+        IF NOT v_clip THEN
+            v_sum := NULL;
+            FOR m IN SELECT sketch FROM round_sketch_partial WHERE agg = g.host_id ORDER BY member LOOP
+                v_sum := round_sketch_sum(v_sum, m.sketch);
+            END LOOP;
+            IF v_sum IS NOT NULL THEN
+                v_d := round_sketch_norm(g.res, v_sum);
+                v_scale := greatest(round_sketch_norm(g.res), round_sketch_norm(v_sum), 1e-300);
+                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.err;
+                IF v_d > v_bound THEN
+                    PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
+                        'the sum it returned is not the sum of the slices it received',
+                        v_d / v_scale, v_bound / v_scale);
+                    v_bad := v_bad || g.host_id;
+                END IF;
+            END IF;
+        END IF;
+        FOR m IN SELECT rm.host_id, round_sketch_vec(e->'sketch') AS got
+                   FROM round_member rm, jsonb_array_elements(rm.sketches->'received') e
+                  WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+                    AND rm.group_id = g.group_id AND (rm.sketches->>'k')::integer = v_k
+                    AND (e->>'aggregator')::bigint = g.host_id
+                  ORDER BY rm.host_id LOOP
+            v_d := round_sketch_norm(m.got, g.res);
+            v_scale := greatest(round_sketch_norm(m.got), round_sketch_norm(g.res), 1e-300);
+            IF v_d > 1e-9 * v_scale THEN
+                PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, m.host_id, 'member',
+                    format('the result it says it received from host %s is not the one that host says it returned',
+                           g.host_id), v_d / v_scale, 1e-9);
+                PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
+                    format('host %s says it received another result than the one this host says it returned',
+                           m.host_id), v_d / v_scale, 1e-9);
+                v_bad := v_bad || m.host_id || g.host_id;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
+END
+$$;
+
+--
+-- Name: round_sketches_invalid(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketches_invalid(p jsonb) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    k integer;
+    e jsonb;
+    a jsonb;
+BEGIN
+    IF jsonb_typeof(p) <> 'object' OR jsonb_typeof(p->'k') <> 'number'
+       OR (p->>'k')::numeric NOT BETWEEN 1 AND 256 OR (p->>'k')::numeric % 1 <> 0 THEN
+        RETURN 'field "sketches" must be an object with "k" from 1 to 256';
+    END IF;
+    k := (p->>'k')::integer;
+    IF jsonb_typeof(p->'received') <> 'array' OR jsonb_array_length(p->'received') > 256 THEN
+        RETURN 'field "sketches.received" must be an array of at most 256 sketches';
+    END IF;
+    FOR e IN SELECT x FROM jsonb_array_elements(p->'received') x LOOP
+        IF jsonb_typeof(e->'aggregator') <> 'number' OR (e->>'aggregator')::numeric NOT BETWEEN 1 AND 4e18
+           OR (e->>'aggregator')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k) THEN
+            RETURN format('field "sketches.received" must hold {"aggregator": host id, "sketch": %s numbers}', k);
+        END IF;
+    END LOOP;
+    a := p->'aggregated';
+    IF a IS NULL OR jsonb_typeof(a) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(a) <> 'object' OR jsonb_typeof(a->'members') <> 'array'
+       OR jsonb_array_length(a->'members') > 256 OR NOT round_sketch_valid(a->'result', k)
+       OR NOT round_sketch_err_valid(a->'result_err') THEN
+        RETURN format('field "sketches.aggregated" must hold "members", "result" (%s numbers) and "result_err"', k);
+    END IF;
+    FOR e IN SELECT x FROM jsonb_array_elements(a->'members') x LOOP
+        IF jsonb_typeof(e->'host_id') <> 'number' OR (e->>'host_id')::numeric NOT BETWEEN 1 AND 4e18
+           OR (e->>'host_id')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k)
+           OR NOT round_sketch_err_valid(e->'err') THEN
+            RETURN format('field "sketches.aggregated.members" must hold {"host_id", "sketch": %s numbers, "err"}', k);
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+--
 -- Name: round_try_commit(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1984,6 +2330,7 @@ DECLARE
     ro     record;
     v_left bigint;
     v_ok   bigint;
+    v_bad  bigint[];
 BEGIN
     SELECT state, params_sha256, checkpoint_sha256, gradient_sha256 INTO ro FROM round
      WHERE project_id = p_project AND version = p_version;
@@ -1995,7 +2342,27 @@ BEGIN
            count(*) FILTER (WHERE included AND params_sha256 = ro.params_sha256)
       INTO v_left, v_ok
       FROM round_member WHERE project_id = p_project AND version = p_version;
+    -- Aggregators its group left out still aggregated their range: where
+    -- the group's peers sketch (round_sketch_verify), wait for theirs
+    -- (outcome 'dropped'); one that never comes runs out the deadline.
+    SELECT v_left + count(*) INTO v_left FROM round_member a
+     WHERE a.project_id = p_project AND a.version = p_version AND a.hi > a.lo
+       AND a.included IS NOT TRUE AND a.outcome IS NULL
+       AND EXISTS (SELECT 1 FROM round_member g
+                    WHERE g.project_id = p_project AND g.version = p_version
+                      AND g.group_id = a.group_id AND g.included AND g.sketches IS NOT NULL);
     IF v_left > 0 THEN
+        RETURN;
+    END IF;
+    -- The averaged bytes against the committed sketches: a host that fails
+    -- is flagged and denied, and the round reruns without it (its next
+    -- attempt's plan leaves it out), so no step takes its bytes.
+    v_bad := round_sketch_verify(p_project, p_version);
+    IF cardinality(v_bad) > 0 THEN
+        PERFORM round_fail(p_project, p_version,
+                           format('host(s) %s failed the check of the averaged bytes against the '
+                                  'committed sketches; the round reruns without them',
+                                  array_to_string(v_bad, ', ')));
         RETURN;
     END IF;
     IF v_ok = 0 THEN
@@ -3552,10 +3919,11 @@ CREATE TABLE public.round_member (
     outcome_at timestamp with time zone,
     accepted boolean,
     included boolean,
+    sketches jsonb,
     CONSTRAINT round_member_check CHECK ((hi >= lo)),
     CONSTRAINT round_member_group_id_check CHECK ((group_id >= 0)),
     CONSTRAINT round_member_lo_check CHECK ((lo >= 0)),
-    CONSTRAINT round_member_outcome_check CHECK ((outcome = ANY (ARRAY['ok'::text, 'failed'::text]))),
+    CONSTRAINT round_member_outcome_check CHECK ((outcome = ANY (ARRAY['ok'::text, 'failed'::text, 'dropped'::text]))),
     CONSTRAINT round_member_samples_check CHECK ((samples > 0))
 );
 
@@ -3582,6 +3950,41 @@ CREATE TABLE public.round_report (
     CONSTRAINT round_report_mb_done_check CHECK ((mb_done >= 0)),
     CONSTRAINT round_report_samples_check CHECK ((samples >= 0))
 );
+
+--
+-- Name: round_sketch_flag; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.round_sketch_flag (
+    id bigint NOT NULL,
+    project_id bigint NOT NULL,
+    version integer NOT NULL,
+    attempt integer NOT NULL,
+    host_id bigint NOT NULL,
+    role text NOT NULL,
+    reason text NOT NULL,
+    distance double precision NOT NULL,
+    tolerance double precision NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT round_sketch_flag_role_check CHECK ((role = ANY (ARRAY['member'::text, 'aggregator'::text])))
+);
+
+--
+-- Name: round_sketch_flag_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.round_sketch_flag_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: round_sketch_flag_id_seq; Type: SEQUENCE OWNED BY; Schema: public; Owner: -
+--
+
+ALTER SEQUENCE public.round_sketch_flag_id_seq OWNED BY public.round_sketch_flag.id;
 
 --
 -- Name: schema_function_files; Type: TABLE; Schema: public; Owner: -
@@ -3800,6 +4203,12 @@ ALTER TABLE ONLY public.mb_pool ALTER COLUMN id SET DEFAULT nextval('public.mb_p
 ALTER TABLE ONLY public.project ALTER COLUMN id SET DEFAULT nextval('public.project_id_seq'::regclass);
 
 --
+-- Name: round_sketch_flag id; Type: DEFAULT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.round_sketch_flag ALTER COLUMN id SET DEFAULT nextval('public.round_sketch_flag_id_seq'::regclass);
+
+--
 -- Name: spot_check id; Type: DEFAULT; Schema: public; Owner: -
 --
 
@@ -3970,6 +4379,13 @@ ALTER TABLE ONLY public.round
 
 ALTER TABLE ONLY public.round_report
     ADD CONSTRAINT round_report_pkey PRIMARY KEY (work_unit_id);
+
+--
+-- Name: round_sketch_flag round_sketch_flag_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.round_sketch_flag
+    ADD CONSTRAINT round_sketch_flag_pkey PRIMARY KEY (id);
 
 --
 -- Name: schema_function_files schema_function_files_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -4179,6 +4595,18 @@ CREATE INDEX round_member_group_idx ON public.round_member USING btree (project_
 --
 
 CREATE INDEX round_report_version_idx ON public.round_report USING btree (project_id, version, host_id);
+
+--
+-- Name: round_sketch_flag_host_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX round_sketch_flag_host_idx ON public.round_sketch_flag USING btree (host_id);
+
+--
+-- Name: round_sketch_flag_round_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX round_sketch_flag_round_idx ON public.round_sketch_flag USING btree (project_id, version);
 
 --
 -- Name: shard_tokens_idx; Type: INDEX; Schema: public; Owner: -
@@ -4515,6 +4943,20 @@ ALTER TABLE ONLY public.round_report
 
 ALTER TABLE ONLY public.round_report
     ADD CONSTRAINT round_report_work_unit_id_fkey FOREIGN KEY (work_unit_id) REFERENCES public.work_unit(id) ON DELETE CASCADE;
+
+--
+-- Name: round_sketch_flag round_sketch_flag_host_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.round_sketch_flag
+    ADD CONSTRAINT round_sketch_flag_host_id_fkey FOREIGN KEY (host_id) REFERENCES public.host(id) ON DELETE CASCADE;
+
+--
+-- Name: round_sketch_flag round_sketch_flag_project_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.round_sketch_flag
+    ADD CONSTRAINT round_sketch_flag_project_id_fkey FOREIGN KEY (project_id) REFERENCES public.project(id) ON DELETE CASCADE;
 
 --
 -- Name: shard shard_dataset_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

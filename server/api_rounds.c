@@ -274,9 +274,8 @@ void api_round_plan(http_req *req)
 
 static const dbc_stmt st_outcome = { "round_outcome_links",
 	                             "SELECT status, body FROM round_outcome_links($1::bytea, $2, $3, $4, "
-	                             "$5, $6::jsonb, $7,"
-	                             "                                             $8::jsonb)",
-	                             8 };
+	                             "$5, $6::jsonb, $7, $8::jsonb, $9::jsonb)",
+	                             9 };
 
 static bool known_rung(const char *r)
 {
@@ -353,6 +352,8 @@ static cot_err links_param(const json_t *body, char **out, cot_errbuf *eb)
  * host hears the moment it can go on. */
 void api_round_outcome(http_req *req)
 {
+	if (req->early)
+		return; /* a body of up to API_REPORT_MAX_BYTES (sketches): read it */
 	long long version, wait = 0;
 	char hp[API_HASH_PARAM_LEN];
 	if (!path_version(req, &version) || !api_bearer(req, hp) ||
@@ -363,7 +364,7 @@ void api_round_outcome(http_req *req)
 		return;
 	long long host = 0;
 	const char *status = NULL, *sha = NULL;
-	char *included = NULL, *links = NULL;
+	char *included = NULL, *links = NULL, *sketches = NULL;
 	cot_errbuf eb = { 0 };
 	if (cot_json_int(body, "host_id", true, 1, (1LL << 62), &host, &eb) ||
 	    cot_json_str(body, "status", true, 1, 16, &status, &eb)) {
@@ -371,8 +372,9 @@ void api_round_outcome(http_req *req)
 		goto out;
 	}
 	bool okay = strcmp(status, "ok") == 0;
-	if (!okay && strcmp(status, "failed") != 0) {
-		http_reply_error(req, 400, "invalid", "field \"status\" must be \"ok\" or \"failed\"", NULL);
+	if (!okay && strcmp(status, "failed") != 0 && strcmp(status, "dropped") != 0) {
+		http_reply_error(req, 400, "invalid",
+		                 "field \"status\" must be \"ok\", \"failed\" or \"dropped\"", NULL);
 		goto out;
 	}
 	if (cot_json_str(body, "params_sha256", okay, 64, 64, &sha, &eb)) {
@@ -422,7 +424,19 @@ void api_round_outcome(http_req *req)
 		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
 		goto out;
 	}
-	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha, links };
+	/* The sketches of what the host averaged: checked in
+	 * round_sketches_invalid (db/functions/round_sketch.sql). */
+	const json_t *skj = json_object_get(body, "sketches");
+	if (skj && !json_is_null(skj) && !json_is_object(skj)) {
+		http_reply_error(req, 400, "invalid", "field \"sketches\" must be an object", NULL);
+		goto out;
+	}
+	sketches = skj && json_is_object(skj) ? json_dumps(skj, JSON_COMPACT) : NULL;
+	if (skj && json_is_object(skj) && !sketches) {
+		http_reply_error(req, 500, "internal_error", "out of memory", NULL);
+		goto out;
+	}
+	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha, links, sketches };
 	if (wait > 0 && req->hold_until == 0)
 		req->hold_until = http_now() + (double)wait;
 	for (int look = 0;; look++) {
@@ -464,6 +478,7 @@ void api_round_outcome(http_req *req)
 out:
 	free(included);
 	free(links);
+	free(sketches);
 	json_decref(body);
 }
 

@@ -263,6 +263,7 @@ static const dbc_stmt st_host = {
 	"       'spot_checks', json_build_object('consecutive', coalesce(r.consecutive, 0),"
 	"                      'agreed', coalesce(r.n_agreed, 0),"
 	"                      'disagreed', coalesce(r.n_disagreed, 0)),"
+	"       'sketch_flags', round_sketch_flags_json(h.id),"
 	"       'grants', " GRANTS_JSON("g.host_id = h.id") ")::text"
 	"  FROM host h JOIN account a ON a.id = h.account_id"
 	"  LEFT JOIN host_credit c ON c.host_id = h.id"

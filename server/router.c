@@ -156,7 +156,9 @@ size_t router_body_limit(route_handler h, size_t dflt)
 {
 	if (h == api_round_group_sum)
 		return API_GRADIENT_MAX_BYTES > dflt ? API_GRADIENT_MAX_BYTES : dflt;
-	if (h == api_work_report)
+	/* An outcome carries the sketches of what was averaged: up to 2 x 256
+	 * sketches of 256 values. */
+	if (h == api_work_report || h == api_round_outcome)
 		return API_REPORT_MAX_BYTES > dflt ? API_REPORT_MAX_BYTES : dflt;
 	return dflt;
 }

@@ -110,6 +110,15 @@ static void test_roundtrip(int kind, size_t n, const char *what)
 		}
 	}
 	is_int((long long)bad, 0, "%s: every value within its bound", what);
+	/* The bound the sketch checks' tolerance rests on (doc/credit.md, "Tied
+	 * to the bytes"), from the decoded values alone. */
+	double e2 = 0;
+	for (size_t i = 0; i < n; i++)
+		e2 += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+	double bound = comp_error_bound(kind, y, n, 0);
+	ok(sqrt(e2) <= bound && (kind == COMP_NONE ? bound == 0 : sqrt(e2) >= bound / 10),
+	   "%s: the encoding's error %.3g is within comp_error_bound %.3g, and not 10 times below", what,
+	   sqrt(e2), bound);
 	free(x);
 	free(y);
 	free(buf);

@@ -338,6 +338,28 @@ int main(void)
 	is_str(th_json_str(&r, "reload.checkpoint_sha256"), server_ckpt, "D is told to reload checkpoint 1");
 	is_str(th_json_str(&r, "round.state"), "averaging", "D's failure does not fail the round");
 	th_resp_free(&r);
+	/* Malformed sketches of what was averaged: 400, nothing applied. */
+	const char *bad_sketches[] = {
+		"5",
+		"{\"k\": 0, \"received\": []}",
+		"{\"k\": 2, \"received\": [{\"aggregator\": 1, \"sketch\": [1, 2, 3]}]}",
+		"{\"k\": 2, \"received\": [], \"aggregated\": {\"members\": [], \"result\": [1, 2], "
+		"\"result_err\": -1}}",
+		"{\"k\": 2, \"received\": [{\"aggregator\": 1, \"sketch\": [1, \"x\"]}]}",
+	};
+	for (size_t i = 0; i < sizeof bad_sketches / sizeof bad_sketches[0]; i++) {
+		char sb[512];
+		snprintf(sb, sizeof sb,
+		         "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [%lld, %lld, %lld], "
+		         "\"params_sha256\": \"%s\", \"sketches\": %s}",
+		         A.id, A.id, B.id, C.id, mine_sha, bad_sketches[i]);
+		th_refused("POST", "/v1/projects/s1/rounds/0/outcome", A.token, sb, 400, "invalid",
+		           "malformed sketches of the averaged bytes");
+	}
+	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0 AND "
+	                  "host_id = %lld AND outcome IS NULL AND sketches IS NULL",
+	                  pid, A.id),
+	       1, "malformed sketches are refused (400) and change nothing");
 	r = outcome(&A, "ok", mine_sha);
 	is_str(th_json_str(&r, "round.state"), "averaging", "one included peer of three reported: averaging");
 	ok(json_is_true(json_object_get(r.json, "accepted")), "A's hash matches the server's: accepted");

@@ -487,7 +487,8 @@ async function pageHost() {
 	        el('div', { class: 'stats' }, stat('owner', link('/user?id=' + h.owner_id, utext(h.owner_name))),
 	           stat('total credit', fmtNum(h.total_credit)), stat('pending', fmtNum(h.pending_credit)),
 	           stat('recent average', fmtNum(h.expavg_credit)),
-	           stat('spot checks agreed in a row', fmtNum(h.spot_checks.consecutive, 0))),
+	           stat('spot checks agreed in a row', fmtNum(h.spot_checks.consecutive, 0)),
+	           stat('averaging checks failed', fmtNum(h.sketch_flags.count, 0))),
 	        el('div', { class: 'card' },
 	           el('p', {}, 'CPU: ', utext(h.cpu_model, 256), ' (', fmtNum(h.cores, 0), ' cores)'),
 	           el('p', {}, 'GPU: ', utext(h.gpu || 'none', 256)),
@@ -496,7 +497,22 @@ async function pageHost() {
 	           el('p', {}, 'Registered ', fmtTime(h.created_at), '; last seen ', fmtTime(h.last_seen))),
 	        net instanceof Error ? el('p', { class: 'error' }, 'Could not load the network view: ' + net.message)
 	                             : hostNetwork(net),
+	        h.sketch_flags.count > 0 ? el('h2', {}, 'Averaging checks failed') : '',
+	        h.sketch_flags.count > 0 ? sketchFlagsTable(h.sketch_flags.latest) : '',
 	        el('h2', {}, 'Recent grants'), grantsTable(h.grants));
+}
+
+// The rounds in which the host failed a check of the averaged bytes
+// against its sketches (doc/credit.md, "Tied to the bytes").
+function sketchFlagsTable(flags) {
+	const t = el('table', {}, el('tr', {}, el('th', {}, 'project'), el('th', {}, 'round'), el('th', {}, 'as'),
+	                             el('th', {}, 'why'), el('th', {}, 'distance / tolerance'), el('th', {}, 'when')));
+	for (const f of flags)
+		t.append(el('tr', {}, el('td', {}, utext(f.project)), el('td', { class: 'num' }, fmtNum(f.version, 0)),
+		            el('td', {}, utext(f.role)), el('td', {}, utext(f.reason, 256)),
+		            el('td', { class: 'num' }, fmtNum(f.distance, 4) + ' / ' + fmtNum(f.tolerance, 4)),
+		            el('td', {}, fmtTime(f.created_at))));
+	return t;
 }
 
 const PAGES = { index: pageIndex, dashboard: pageDashboard, leaderboard: pageLeaderboard,

@@ -14,11 +14,12 @@
 -- since a 'failed' outcome fails the round and empties its members.
 CREATE OR REPLACE FUNCTION round_outcome_links(p_token_hash bytea, p_project text, p_version integer,
                                     p_host bigint, p_status text, p_included jsonb,
-                                    p_sha256 text, p_links jsonb)
+                                    p_sha256 text, p_links jsonb, p_sketches jsonb)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
 DECLARE
     v_project bigint;
     v_links   jsonb;
+    v_why     text;
     o         record;
 BEGIN
     SELECT p.id INTO v_project FROM project p WHERE p.name = p_project;
@@ -34,6 +35,21 @@ BEGIN
                                 WHERE m.project_id = v_project AND m.version = p_version
                                   AND m.host_id = x.peer)
                  ORDER BY x.peer) l;
+    END IF;
+    -- The sketches of what the host averaged (round_sketch.sql), stored
+    -- before the outcome, which may commit the round, checks them.
+    IF p_sketches IS NOT NULL AND jsonb_typeof(p_sketches) <> 'null' THEN
+        v_why := round_sketches_invalid(p_sketches);
+        IF v_why IS NOT NULL THEN
+            RETURN QUERY SELECT 400, api_error('invalid', v_why);
+            RETURN;
+        END IF;
+        IF v_project IS NOT NULL AND p_status IN ('ok', 'dropped') THEN
+            UPDATE round_member SET sketches = p_sketches
+             WHERE project_id = v_project AND version = p_version AND host_id = p_host
+               AND outcome IS NULL
+               AND host_auth(p_token_hash) = p_host;
+        END IF;
     END IF;
     SELECT * INTO o FROM round_outcome(p_token_hash, p_project, p_version, p_host, p_status,
                                        p_included, p_sha256);

@@ -273,7 +273,9 @@ END
 $$;
 
 -- Commit round p_version when it is averaging, the server's v+1 exists
--- (which needs every group's sum) and every included peer reported ok: each
+-- (which needs every group's sum), every included peer reported ok and the
+-- sketches of what was averaged pass round_sketch_verify (else the round
+-- fails and reruns without the hosts it flagged): each
 -- included peer is accepted when its hash equals the server's, the others
 -- (and every peer no group included) are not; with no included peer
 -- accepted the round fails.  The round's loss is the sample-weighted mean of
@@ -285,6 +287,7 @@ DECLARE
     ro     record;
     v_left bigint;
     v_ok   bigint;
+    v_bad  bigint[];
 BEGIN
     SELECT state, params_sha256, checkpoint_sha256, gradient_sha256 INTO ro FROM round
      WHERE project_id = p_project AND version = p_version;
@@ -296,7 +299,27 @@ BEGIN
            count(*) FILTER (WHERE included AND params_sha256 = ro.params_sha256)
       INTO v_left, v_ok
       FROM round_member WHERE project_id = p_project AND version = p_version;
+    -- Aggregators its group left out still aggregated their range: where
+    -- the group's peers sketch (round_sketch_verify), wait for theirs
+    -- (outcome 'dropped'); one that never comes runs out the deadline.
+    SELECT v_left + count(*) INTO v_left FROM round_member a
+     WHERE a.project_id = p_project AND a.version = p_version AND a.hi > a.lo
+       AND a.included IS NOT TRUE AND a.outcome IS NULL
+       AND EXISTS (SELECT 1 FROM round_member g
+                    WHERE g.project_id = p_project AND g.version = p_version
+                      AND g.group_id = a.group_id AND g.included AND g.sketches IS NOT NULL);
     IF v_left > 0 THEN
+        RETURN;
+    END IF;
+    -- The averaged bytes against the committed sketches: a host that fails
+    -- is flagged and denied, and the round reruns without it (its next
+    -- attempt's plan leaves it out), so no step takes its bytes.
+    v_bad := round_sketch_verify(p_project, p_version);
+    IF cardinality(v_bad) > 0 THEN
+        PERFORM round_fail(p_project, p_version,
+                           format('host(s) %s failed the check of the averaged bytes against the '
+                                  'committed sketches; the round reruns without them',
+                                  array_to_string(v_bad, ', ')));
         RETURN;
     END IF;
     IF v_ok = 0 THEN

@@ -56,7 +56,9 @@ BEGIN
 END
 $$;
 
--- A peer's outcome of averaging.  The round commits in round_try_commit,
+-- A peer's outcome of averaging ('ok', 'failed', or 'dropped': its group
+-- left it out, and it reports the sketches of the range it aggregated,
+-- which round_sketch_verify needs).  The round commits in round_try_commit,
 -- once the server's own v+1 exists and every included peer said ok; peers
 -- whose hash differs are not accepted, and do not fail the round.  A peer
 -- that its group's kept sum does not include is ignored (its outcome is
@@ -102,6 +104,15 @@ BEGIN
     UPDATE round_member SET outcome = p_status, included_hosts = p_included,
                             params_sha256 = p_sha256, outcome_at = now()
      WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
+    IF p_status = 'dropped' THEN
+        -- Its group left it out (or will: the group sum is authoritative;
+        -- an included host that says dropped never says ok, and the round
+        -- runs out its deadline).  Its sketches may be what a commit waits
+        -- for.
+        PERFORM round_try_commit(c.project_id, p_version);
+        RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
+        RETURN;
+    END IF;
     IF m.included IS FALSE THEN
         RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
         RETURN;

@@ -47,6 +47,14 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM round_drop_units(p_project, p_version, true);
+    -- Hosts an earlier attempt flagged (round_sketch_verify) take no part:
+    -- their ranges go back to the pool for the others.
+    PERFORM round_give_back(ARRAY(
+        SELECT w.id FROM work_unit w
+         WHERE w.project_id = p_project AND w.version = p_version
+           AND (w.mb_done > 0 OR w.state = 'live')
+           AND w.host_id = ANY (round_sketch_flagged(p_project, p_version))
+           FOR UPDATE));
     SELECT coalesce(jsonb_agg(jsonb_build_object(
                'host_id', h.host_id, 'samples', h.samples, 'endpoint', l.endpoint,
                'bandwidth', l.bandwidth, 'can_aggregate', l.can_aggregate, 'rtt', l.rtt)

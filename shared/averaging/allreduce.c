@@ -162,6 +162,8 @@ static cot_err check_params(const allreduce_params *p, cot_errbuf *eb)
 	     p->clip_iters > CCLIP_ITERS_MAX))
 		return cot_seterr(eb, COT_ERR_INVALID, "CenteredClip needs tau > 0 and 1 to %d iterations",
 		                  CCLIP_ITERS_MAX);
+	if (p->sketch_k < 0 || p->sketch_k > SKETCH_K_MAX || !(p->test_result_noise >= 0))
+		return cot_seterr(eb, COT_ERR_INVALID, "a sketch has 0 to %d values", SKETCH_K_MAX);
 	if (p->aggregation != ALLREDUCE_SUM && p->aggregation != ALLREDUCE_CENTERED_CLIP)
 		return cot_seterr(eb, COT_ERR_INVALID, "unknown aggregation");
 	if (p->members[p->self].host_id != peer_ctx_host_id(p->ctx))
@@ -222,6 +224,14 @@ static cot_err run_init(run *r, const allreduce_params *p, float *out, cot_errbu
 	r->fin = calloc(p->n, sizeof *r->fin);
 	if (!r->m || !r->order || !r->spec_x || !r->fin)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	if (p->sketch_k) { /* filled as slices and results arrive (allreduce_sketch.c) */
+		r->sk_part = calloc(p->n * (size_t)p->sketch_k, sizeof *r->sk_part);
+		r->sk_err2 = calloc(p->n, sizeof *r->sk_err2);
+		r->sk_recv = calloc(p->n * (size_t)p->sketch_k, sizeof *r->sk_recv);
+		r->sk_res = calloc((size_t)p->sketch_k, sizeof *r->sk_res);
+		if (!r->sk_part || !r->sk_err2 || !r->sk_recv || !r->sk_res)
+			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	}
 	if (r->agg) {
 		r->spec_bytes = malloc(comp_encoded_size(p->result_comp, r->a_len));
 		r->spec_tmp = malloc((r->a_len < PART_VALUES ? r->a_len : PART_VALUES) * sizeof *r->spec_tmp);
@@ -262,6 +272,10 @@ static void run_free(run *r)
 	free(r->acc_payload);
 	free(r->res_payload);
 	free(r->fin_bytes);
+	free(r->sk_part);
+	free(r->sk_err2);
+	free(r->sk_recv);
+	free(r->sk_res);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	pthread_cond_destroy(&r->pace_cv);
@@ -478,6 +492,8 @@ cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *r
 		rc = check_agreement(&r, eb);
 	if (!rc)
 		rc = build_result(&r, res, eb);
+	if (!rc && p->sketch_k)
+		rc = ar_sketch_result(&r, res, eb);
 	if (rc)
 		allreduce_result_free(res);
 	TRACE(&r, "done: %s", rc ? eb->msg : "ok");
@@ -490,5 +506,10 @@ void allreduce_result_free(allreduce_result *res)
 	free(res->included);
 	free(res->dropped);
 	free(res->refused);
+	free(res->agg_partials);
+	free(res->agg_errs);
+	free(res->agg_result);
+	free(res->recv_from);
+	free(res->recv_sketches);
 	memset(res, 0, sizeof *res);
 }

@@ -35,6 +35,7 @@
 #include "shared/averaging/compress.h"
 #include "shared/peer/dialer.h"
 #include "shared/common/error.h"
+#include "shared/common/sketch.h"
 #include "shared/peer/listener.h"
 #include "shared/peer/peer.h"
 
@@ -83,6 +84,16 @@ typedef struct {
 	                                   * aggregator then sends us its result on
 	                                   * the slice connection (one connection
 	                                   * per aggregator instead of two) */
+	/* Sketches of what was averaged (doc/credit.md, "Tied to the bytes"):
+	 * with sketch_k 1..SKETCH_K_MAX, *res gets, under sketch_seed, the
+	 * partial sketch of each included member's slice of our range as we
+	 * decoded it, of the result of our range, and of every aggregator's
+	 * result as we decoded it; 0: none. */
+	uint64_t sketch_seed;
+	int sketch_k;
+	/* Test hook (client/cheat.h only): our aggregator adds noise of this
+	 * relative size to the sum it returns; 0 in every real use. */
+	double test_result_noise;
 } allreduce_params;
 
 typedef struct {
@@ -100,6 +111,20 @@ typedef struct {
 	uint64_t dropped_samples;
 	allreduce_drop *refused; /* senders our aggregator refused, and why */
 	size_t n_refused;
+	/* With p->sketch_k (k below), all sketches k values each, in double: */
+	int sketch_k;
+	double *agg_partials;  /* n_included x k: each included member's slice of
+	                        * our range as decoded (order of included); NULL
+	                        * when our range is empty */
+	double *agg_errs;      /* n_included: a bound on the L2 norm of the wire
+	                        * encoding's error in each (comp_error_bound) */
+	double *agg_result;    /* k: our range of the result we returned, decoded */
+	double agg_result_err; /* bound on its fp32 rounding and encoding error */
+	int64_t *recv_from;    /* n_recv aggregators (non-empty ranges, us too) */
+	double *recv_sketches; /* n_recv x k: their results as we decoded them */
+	size_t n_recv;
+	double sketch_s; /* seconds spent sketching, all threads together (taken
+	                  * as the data arrived, mostly beside the transfers) */
 } allreduce_result;
 
 /* Run the all-reduce for member p->self.  On COT_OK out[0..len) holds the

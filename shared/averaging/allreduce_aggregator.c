@@ -67,6 +67,10 @@ static void take_slice(run *r, size_t idx, size_t off, size_t n, const unsigned 
 		}
 		if (!c->reason[0] && p->members[idx].samples == 0 && !zero)
 			snprintf(c->reason, sizeof c->reason, "a gradient of 0 samples is not zero");
+		if (!c->reason[0] && p->sketch_k) /* what we sum, part by part */
+			r->sk_time +=
+			        ar_sketch_part(p, x, n, p->members[p->self].start + off, p->send_comp, 0,
+			                       r->sk_part + idx * (size_t)p->sketch_k, r->sk_err2 + idx);
 	}
 	if (c->reason[0]) {
 		c->state = C_REFUSED;
@@ -111,6 +115,7 @@ static void spec_advance(run *r)
 		for (size_t j = 0; j < p->n; j++)
 			r->spec_x[j] = r->m[r->order[j]].data + off;
 		allreduce_sum(r->spec_x, p->n, n, r->spec_tmp);
+		ar_test_noise(p, me->start + off, r->spec_tmp, n);
 		int ok = 1;
 		for (size_t i = 0; i < n && ok; i++)
 			ok = isfinite(r->spec_tmp[i]);
@@ -119,6 +124,9 @@ static void spec_advance(run *r)
 		ok = ok && !comp_encode(p->result_comp, r->spec_tmp, n, r->spec_bytes + eoff, elen, NULL) &&
 		     !comp_decode(p->result_comp, r->spec_bytes + eoff, elen, r->out + me->start + off, n,
 		                  NULL);
+		if (ok && r->sk_res) /* our result as it streams, part by part, in order */
+			r->sk_time_res += ar_sketch_part(p, r->out + me->start + off, n, me->start + off,
+			                                 p->result_comp, 0x1p-23, r->sk_res, &r->sk_res_err2);
 		pthread_mutex_lock(&r->mu);
 		r->spec_busy = 0;
 		if (!ok)
@@ -329,6 +337,8 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 	} else if (!rc) {
 		allreduce_sum(x, r->n_fin, r->a_len, sum);
 	}
+	if (!rc)
+		ar_test_noise(p, me->start, sum, r->a_len);
 	for (size_t i = 0; !rc && i < r->a_len; i++)
 		if (!isfinite(sum[i]))
 			rc = cot_seterr(eb, COT_ERR_INVALID, "the sum overflowed at value %llu",
@@ -337,6 +347,12 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 		rc = comp_encode(p->result_comp, sum, r->a_len, bytes, enc, eb);
 	if (!rc)
 		rc = comp_decode(p->result_comp, bytes, enc, r->out + me->start, r->a_len, eb);
+	if (!rc && r->sk_res) { /* not the streamed sum: sketch this one */
+		memset(r->sk_res, 0, (size_t)p->sketch_k * sizeof *r->sk_res);
+		r->sk_res_err2 = 0;
+		r->sk_time_res += ar_sketch_part(p, r->out + me->start, r->a_len, me->start, p->result_comp,
+		                                 0x1p-23, r->sk_res, &r->sk_res_err2);
+	}
 	if (!rc) {
 		r->fin_bytes = bytes; /* the handlers send it in parts, then RESULT */
 		bytes = NULL;

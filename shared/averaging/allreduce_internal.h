@@ -62,6 +62,7 @@ typedef struct {
 	unsigned char st_busy;     /* the streamer is decoding a part into out */
 	size_t pace_next;          /* the next part our sender sends */
 	unsigned char pacing;      /* our sender is sending parts */
+	double sk_time;            /* seconds our sender thread spent sketching its result */
 	pthread_t sender_th, streamer_th;
 	int have_sender, have_streamer;
 } member_state;
@@ -99,6 +100,15 @@ struct run {
 	unsigned char *spec_bytes; /* result encoding of our whole range */
 	float *spec_tmp;           /* PART_VALUES, for the one busy thread */
 	const float **spec_x;      /* p->n, for the one busy thread */
+
+	/* sketches (p->sketch_k), as data arrives: by member index, k each */
+	double *sk_part;    /* aggregator: each member's slice of our range, decoded */
+	double *sk_err2;    /* the square of its encoding error bound */
+	double *sk_recv;    /* member: each aggregator's result as we decoded it */
+	double *sk_res;     /* aggregator: our result as every member decodes it */
+	double sk_res_err2; /* the square of its rounding and encoding bound */
+	double sk_time;     /* seconds sketching slices (mu held) */
+	double sk_time_res; /* seconds sketching our result (one thread at a time) */
 
 	/* member side */
 	size_t rep_pending; /* ACCEPTED reports still to come */
@@ -168,6 +178,26 @@ void ar_agg_abort(run *r, const char *reason);
 
 /* Stop streaming and wait until no thread is summing (mu held). */
 void ar_spec_stop(run *r);
+
+/* ---- allreduce_sketch.c ---- */
+
+/* Fill res's sketches (allreduce.h) once the exchange succeeded
+ * (p->sketch_k > 0; mu not held): the slices' and received results'
+ * sketches taken as they arrived, our result's now.  COT_ERR_NOMEM leaves
+ * in *res what allreduce_result_free frees. */
+cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb);
+
+/* Add the sketch of x[0..n), values [first, first + n) of the vector, to
+ * row[0..k) and the square of its error bound (comp_error_bound(kind, x,
+ * n, rel)) to *err2 (NULL: none), when p->sketch_k > 0 and row is not
+ * NULL.  Linear and range-splittable: parts add up to the whole.
+ * Returns the seconds it took (for allreduce_result.sketch_s). */
+double ar_sketch_part(const allreduce_params *p, const float *x, size_t n, uint64_t first, int kind,
+                      double rel, double *row, double *err2);
+
+/* Test hook: add p->test_result_noise |x[i]| with a pseudo-random sign to
+ * each of x[0..n), the values [first, first + n) of the vector. */
+void ar_test_noise(const allreduce_params *p, uint64_t first, float *x, size_t n);
 
 /* ---- allreduce_member.c ---- */
 

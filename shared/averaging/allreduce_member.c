@@ -360,6 +360,11 @@ static cot_err recv_result(run *r, member_state *a, peer_conn *c, cot_errbuf *eb
 		return rc;
 	}
 	TRACE(r, "RESULT from host %lld", (long long)r->p->members[a->idx].host_id);
+	/* Its range of out is final: sketch it here, beside the other
+	 * senders, not after the exchange (allreduce_sketch.c). */
+	const allreduce_member *m = &r->p->members[a->idx];
+	a->sk_time = ar_sketch_part(r->p, r->out + m->start, (size_t)ar_range_len(m), m->start, COMP_NONE, 0,
+	                            r->sk_recv ? r->sk_recv + a->idx * (size_t)r->p->sketch_k : NULL, NULL);
 	pthread_mutex_lock(&r->mu);
 	a->rids = res.ids;
 	a->rids_n = res.n_ids;

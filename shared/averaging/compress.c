@@ -232,3 +232,31 @@ cot_err comp_decode(int kind, const unsigned char *in, size_t len, float *out, s
 	}
 	return COT_OK;
 }
+
+double comp_error_bound(int kind, const float *y, size_t n, double rel)
+{
+	/* Per value the bound is c + d |y|: per block, the sum of its squares
+	 * is m c^2 + 2 c d sum |y| + d^2 sum y^2. */
+	double sq = 0;
+	for (size_t b = 0; b < n; b += COMP_BLOCK) {
+		size_t m = n - b < COMP_BLOCK ? n - b : COMP_BLOCK;
+		double s1 = 0, s2 = 0;
+		float mx = 0;
+		for (size_t i = 0; i < m; i++) {
+			float a = fabsf(y[b + i]);
+			s1 += a;
+			s2 += (double)a * a;
+			mx = a > mx ? a : mx;
+		}
+		double c = 0, d = rel;
+		if (kind == COMP_BLOCK8) { /* plus the decoder's rounding to fp32 */
+			c = mx / 254.0;
+			d += 0x1p-24;
+		} else if (kind == COMP_FP16) {
+			c = 0x1p-25;
+			d += 0x1p-11;
+		}
+		sq += (double)m * c * c + 2 * c * d * s1 + d * d * s2;
+	}
+	return sqrt(sq);
+}

@@ -67,6 +67,15 @@ cot_err comp_encode(int kind, const float *x, size_t n, unsigned char *out, size
  * that is negative or not finite, or a code of -128. */
 cot_err comp_decode(int kind, const unsigned char *in, size_t len, float *out, size_t n, cot_errbuf *eb);
 
+/* A bound on the L2 norm of x - y where y[0..n) is what the encoding of
+ * kind decoded from some x (rounding to nearest): per value, 8-bit blocks
+ * err by at most half a step, scale / 254, with scale the largest |y| of the
+ * block; fp16 by half an ulp, at most |y| 2^-11 (normal) or 2^-25
+ * (subnormal); none by nothing.  Each value's bound is increased by
+ * rel |y| (0 for none; callers add the rounding of their own sums).  Used
+ * for the tolerance of the sketch checks (doc/credit.md). */
+double comp_error_bound(int kind, const float *y, size_t n, double rel);
+
 /* IEEE binary16 conversions (round to nearest even; finite overflow clamps to
  * +-65504; NaN stays NaN).  Exposed for tests. */
 uint16_t comp_half_from_float(float f);

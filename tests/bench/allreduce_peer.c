@@ -29,6 +29,9 @@
  *   start_ms T       wall-clock start (Unix ms, CLOCK_REALTIME): all members
  *                    call allreduce_run at T, after their listeners are open
  *   timeout_s S      collect deadline S after start, whole deadline 1.5 S
+ *   sketch K         the sketches of what was averaged, K values each
+ *                    (allreduce_params.sketch_k; default 0: none); the
+ *                    member line ends "sketch_ms X", the time they took
  *   verify 0|1       recompute every member's gradient and compare the result
  *                    with allreduce_sum in ascending host id order (comp none:
  *                    bit-exact; otherwise within the encodings' error)
@@ -167,6 +170,7 @@ typedef struct {
 	int64_t start_ms;
 	int timeout_s;
 	int verify;
+	int sketch_k;
 	allreduce_member m[ALLREDUCE_MAX_MEMBERS];
 	char addr[ALLREDUCE_MAX_MEMBERS][DIALER_ADDR_MAX];
 	size_t n;
@@ -207,6 +211,8 @@ static int read_plan(const char *path, plan *pl)
 			pl->timeout_s = (int)u;
 		else if (!strcmp(key, "verify") && sscanf(line, "%*s %llu", &u) == 1 && u <= 1)
 			pl->verify = (int)u;
+		else if (!strcmp(key, "sketch") && sscanf(line, "%*s %llu", &u) == 1 && u <= SKETCH_K_MAX)
+			pl->sketch_k = (int)u;
 		else if (!strcmp(key, "comp") && sscanf(line, "%*s %127s", a) == 1 &&
 		         (!strcmp(a, "none") || !strcmp(a, "fp16") || !strcmp(a, "8bit")))
 			pl->comp = !strcmp(a, "none")   ? COMP_NONE
@@ -375,6 +381,8 @@ static int run_member(const char *plan_path, long self, const char *certs)
 		.lst = lst,
 		.collect_deadline = t0 + (int64_t)pl.timeout_s * 1000,
 		.deadline = t0 + (int64_t)pl.timeout_s * 1500,
+		.sketch_seed = pl.seed,
+		.sketch_k = pl.sketch_k,
 	};
 	allreduce_result res;
 	struct rusage ru0, ru;
@@ -393,10 +401,10 @@ static int run_member(const char *plan_path, long self, const char *certs)
 	       ms_between(&ru0.ru_utime, &ru.ru_utime), ms_between(&ru0.ru_stime, &ru.ru_stime));
 	const char *v = pl.verify ? verify(&pl, out) : "skipped";
 	printf("member %ld host %lld wall_ms %lld checksum %016llx total_samples %llu included %zu "
-	       "verify %s\n",
+	       "verify %s sketch_ms %.3f\n",
 	       self, (long long)me->host_id, (long long)wall,
 	       (unsigned long long)fnv1a(out, len * sizeof *out), (unsigned long long)res.total_samples,
-	       res.n_included, v);
+	       res.n_included, v, res.sketch_s * 1000);
 	allreduce_result_free(&res);
 	status = strcmp(v, "FAILED") == 0;
 done:
