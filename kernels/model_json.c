@@ -133,13 +133,16 @@ cot_err kern_model_config_from_json(const json_t *model, const char *path, unsig
 			&m.n_layer, &m.n_shared, &m.n_head, &m.d_model, &m.d_ff, &m.seq_len, &m.vocab
 		};
 		memset(&m, 0, sizeof m);
-		m.unk_id = -1; /* a copy saved before unk_id existed */
 		for (int i = 0; i < GPT_KEYS; i++)
 			if ((rc = get_int(model, path, kern_model_json_keys[i], true, 0, 1 << 20, dims[i],
 			                  eb)))
 				return rc;
 		if ((rc = get_arch(model, path, &m.arch, eb)))
 			return rc;
+		/* an encoder saved before unk_id existed has none; a GPT has no
+		 * encoder fields at all (0, as kern_config_validate wants) */
+		if (m.arch != KERN_ARCH_GPT)
+			m.unk_id = -1;
 		for (int i = 0; m.arch != KERN_ARCH_GPT && i < ENC_INT_KEYS; i++)
 			if ((rc = get_int(model, path, kern_model_json_keys[GPT_KEYS + 1 + i], i != ENC_UNK,
 			                  i == ENC_UNK ? -1 : 0, 1 << 20, enc_field(&m, i), eb)))

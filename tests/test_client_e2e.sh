@@ -16,7 +16,7 @@ cleanup() {
 	[ -n "$FPID" ] && kill "$FPID" 2>/dev/null && wait "$FPID" 2>/dev/null
 	[ -n "$CPID" ] && kill -9 "$CPID" 2>/dev/null
 	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
-	rm -rf "$T"
+	[ -n "$KEEP_LOGS" ] && echo "# logs kept in $T" || rm -rf "$T"
 }
 trap cleanup EXIT INT TERM
 admin() { "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" "$@"; }

@@ -21,6 +21,7 @@
 #include "kernels/fill_mask.h"
 #include "kernels/masking.h"
 #include "kernels/model.h"
+#include "kernels/model_json.h"
 #include "kernels/optimizer.h"
 #include "kernels/rng.h"
 #include "kernels/stream_step.h"
@@ -593,6 +594,30 @@ static void test_stream_step(void)
 	kern_model_free(b);
 }
 
+/* The client's saved copy of a model (its state file) reads back to a
+ * config that validates: a GPT's has no encoder fields (unk_id 0), an
+ * encoder's its own (a daemon restarted with a GPT project once refused its
+ * own model as "a gpt with encoder fields"). */
+static void test_stored_round_trip(void)
+{
+	kern_config cs[2];
+	kern_config_default(&cs[0]);
+	cs[1] = small_albert();
+	for (int i = 0; i < 2; i++) {
+		json_t *j = kern_model_config_to_json(&cs[i]);
+		kern_config back;
+		cot_errbuf eb = { "", "" };
+		cot_err rc = j ? kern_model_config_from_json(j, "model", KERN_MODEL_JSON_STORED, &back, &eb)
+		               : COT_ERR_NOMEM;
+		if (!rc)
+			rc = kern_config_validate(&back, &eb);
+		ok(!rc && !memcmp(&back, &cs[i], sizeof back),
+		   "a %s's saved model config reads back valid and equal%s%s", kern_arch_name(cs[i].arch),
+		   rc ? ": " : "", rc ? eb.msg : "");
+		json_decref(j);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	kern_blas_reexec_if_needed(argc, argv);
@@ -602,6 +627,7 @@ int main(int argc, char **argv)
 	test_masking();
 	test_masking_unk();
 	test_inputs();
+	test_stored_round_trip();
 	/* products above the backend's tiling threshold (1e6 multiply-adds):
 	 * B*T = 512 rows x 64 x 256 */
 	kern_config a = { .n_layer = 2,
