@@ -381,9 +381,10 @@ cot_err round_coord_start(const srv_config *cfg, round_coord **out, cot_errbuf *
 	if (!rc)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	rc->cfg = cfg;
-	if (duty_open(cfg->conninfo, DUTY_ROUNDS, &rc->duty, eb)) {
+	cot_err err = duty_open(cfg->conninfo, DUTY_ROUNDS, &rc->duty, eb);
+	if (err) {
 		free(rc);
-		return COT_ERR_NOMEM;
+		return err;
 	}
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);

@@ -193,11 +193,12 @@ static void start_server(int k, const char *bin, const char *conninfo, const cha
 		close(out[1]);
 		if (threads)
 			execl(bin, bin, "--port", "0", "--db", conninfo, "--data-dir", data_dir,
-			      "--kdf-iterations", "1000", "--log-level", "warn", "--threads", threads,
-			      (char *)NULL);
+			      "--kdf-iterations", "1000", "--auth-per-minute", "0", "--log-level", "warn",
+			      "--threads", threads, (char *)NULL);
 		else
 			execl(bin, bin, "--port", "0", "--db", conninfo, "--data-dir", data_dir,
-			      "--kdf-iterations", "1000", "--log-level", "warn", (char *)NULL);
+			      "--kdf-iterations", "1000", "--auth-per-minute", "0", "--log-level", "warn",
+			      (char *)NULL);
 		_exit(127);
 	}
 	close(out[1]);
