@@ -4,7 +4,8 @@
  *                   [--threads N] [--servers K]
  *
  * With $COTRAIN_DB pointing at an empty database (tests/with-pgtmp gives
- * one), it applies the migrations, inserts a project (64 shards, checkpoint),
+ * one), it applies the migrations, inserts a project (64 shards, checkpoint,
+ * a round target out of reach so that work is never refused as full),
  * starts SERVER_BINARY on a free port, registers N hosts (default 32) through
  * the API, then runs N threads, each with its own keep-alive curl handle and
  * host token, asking for work as fast as they can: a warm-up, then the
@@ -256,7 +257,7 @@ int main(int argc, char **argv)
 	             "INSERT INTO project (name, title, config, dataset_id, seq_len, microbatch_size, "
 	             "target_batch,"
 	             "  mb_per_epoch, flops_per_sample, wu_seconds)"
-	             " SELECT 'bench', 'Benchmark', '{}', id, 256, 8, 4096, (64 * 1048576 - 1) / 2048, "
+	             " SELECT 'bench', 'Benchmark', '{}', id, 256, 8, 2000000000, (64 * 1048576 - 1) / 2048, "
 	             "1.2e10, 180"
 	             "  FROM dataset WHERE name = 'bench-data';"
 	             "INSERT INTO model_version SELECT id, 0, encode(sha256('bench-ckpt'), 'hex') FROM "
