@@ -6,6 +6,8 @@
 # attach through it, so their requests land on both.  Then:
 #   - exactly one process holds the round coordinator's duty (its advisory
 #     lock), and both serve requests;
+#   - a duty whose lock session ends (pg_terminate_backend) is lost by its
+#     holder and taken again;
 #   - killing that process (SIGKILL) in the middle of a round, the other
 #     takes the duty over within seconds and the run goes on on the
 #     survivor alone;
@@ -34,7 +36,7 @@ version_at_least() { [ "$(version)" -ge "$1" ] 2>/dev/null; }
 round_state() { sql "select state from round r join project p on p.id = r.project_id where p.name = 'tiny' and r.version = $1"; }
 now() { date +%s.%N; }
 
-plan 17
+plan 18
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -93,6 +95,16 @@ served() { # NAME: work requests answered, from its /metrics
 }
 na=$(served "$PORT_a") nb=$(served "$PORT_b")
 ok $([ "$na" -gt 20 ] && [ "$nb" -gt 20 ]; echo $?) "both processes serve the clients ($na and $nb requests)"
+# A process that loses the lock's connection loses the duty: end the
+# reaper's lock session from the database side; the duty is held again
+# (by either process) and its old holder says it lost it.
+sql "select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory'
+  and classid = 1668248690 and objid = 2" >/dev/null
+reaper_again() { grep -qs 'reaper duty lost' "$T/a.log" "$T/b.log" &&
+	[ "$(sql "select count(*) from pg_locks where locktype = 'advisory' and classid = 1668248690
+	  and objid = 2 and granted")" = 1 ]; }
+wait_for 15 reaper_again
+ok $? "the reaper's duty, its session ended, is lost and held again ($(grep -ho 'reaper duty [a-z]*' "$T/a.log" "$T/b.log" | tr '\n' ',' | sed 's/,$//'))"
 if [ "$(taken a)" = 1 ]; then HOLDER=a OTHER=b; else HOLDER=b OTHER=a; fi
 eval "HPID=\$SPID_$HOLDER"
 
