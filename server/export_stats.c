@@ -20,6 +20,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include "server/duty.h"
 #include "shared/common/log.h"
 
 /* An output file: gzip through libarchive's raw format, or plain. */
@@ -670,6 +671,7 @@ struct stats_timer {
 	bool stop;
 	const char *conninfo, *dir;
 	int interval_s;
+	duty *duty; /* DUTY_STATS: only its holder runs */
 };
 
 static void *timer_main(void *arg)
@@ -678,15 +680,17 @@ static void *timer_main(void *arg)
 	pthread_mutex_lock(&t->mu);
 	while (!t->stop) {
 		pthread_mutex_unlock(&t->mu);
-		PGconn *c = PQconnectdb(t->conninfo);
-		cot_errbuf eb = { 0 };
-		if (PQstatus(c) != CONNECTION_OK)
-			log_warn("stats export: could not connect: %s", PQerrorMessage(c));
-		else if (stats_export(c, t->dir, &eb))
-			log_warn("stats export: %s", eb.msg);
-		else
-			log_info("stats export written to \"%s\"", t->dir);
-		PQfinish(c);
+		if (duty_held(t->duty)) {
+			PGconn *c = PQconnectdb(t->conninfo);
+			cot_errbuf eb = { 0 };
+			if (PQstatus(c) != CONNECTION_OK)
+				log_warn("stats export: could not connect: %s", PQerrorMessage(c));
+			else if (stats_export(c, t->dir, &eb))
+				log_warn("stats export: %s", eb.msg);
+			else
+				log_info("stats export written to \"%s\"", t->dir);
+			PQfinish(c);
+		}
 		pthread_mutex_lock(&t->mu);
 		struct timespec until;
 		clock_gettime(CLOCK_REALTIME, &until);
@@ -707,9 +711,15 @@ cot_err stats_timer_start(const char *conninfo, const char *dir, int interval_s,
 	t->conninfo = conninfo;
 	t->dir = dir;
 	t->interval_s = interval_s > 0 ? interval_s : 86400;
+	cot_err rc = duty_open(conninfo, DUTY_STATS, &t->duty, eb);
+	if (rc) {
+		free(t);
+		return rc;
+	}
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->cv, NULL);
 	if (pthread_create(&t->thread, NULL, timer_main, t)) {
+		duty_close(t->duty);
 		free(t);
 		return cot_seterr(eb, COT_ERR_IO, "could not start the stats export thread");
 	}
@@ -728,5 +738,6 @@ void stats_timer_stop(stats_timer *t)
 	pthread_join(t->thread, NULL);
 	pthread_mutex_destroy(&t->mu);
 	pthread_cond_destroy(&t->cv);
+	duty_close(t->duty);
 	free(t);
 }

@@ -23,7 +23,9 @@ cot_err stats_export(PGconn *c, const char *dir, cot_errbuf *eb);
 
 /* A thread that runs stats_export every interval_s seconds (first at once)
  * on its own connection; errors are logged and retried at the next tick.
- * The strings must outlive the timer. */
+ * Of several server processes on one database only the holder of the
+ * DUTY_STATS advisory lock exports (server/duty.h).  The strings must
+ * outlive the timer. */
 typedef struct stats_timer stats_timer;
 cot_err stats_timer_start(const char *conninfo, const char *dir, int interval_s, stats_timer **out,
                           cot_errbuf *eb);

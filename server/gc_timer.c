@@ -9,6 +9,7 @@
 
 #include <libpq-fe.h>
 
+#include "server/duty.h"
 #include "shared/common/log.h"
 
 struct gc_timer {
@@ -19,6 +20,7 @@ struct gc_timer {
 	const char *conninfo, *store;
 	fgc_policy pol;
 	int interval_s;
+	duty *duty; /* DUTY_GC: only its holder runs */
 };
 
 static void one_pass(gc_timer *t)
@@ -49,7 +51,8 @@ static void *timer_main(void *arg)
 		if (t->stop)
 			break;
 		pthread_mutex_unlock(&t->mu);
-		one_pass(t);
+		if (duty_held(t->duty))
+			one_pass(t);
 		pthread_mutex_lock(&t->mu);
 	}
 	pthread_mutex_unlock(&t->mu);
@@ -67,11 +70,17 @@ cot_err gc_timer_start(const char *conninfo, const char *store_dir, const fgc_po
 	t->pol = *pol;
 	t->pol.dry_run = false;
 	t->interval_s = interval_s > 0 ? interval_s : 3600;
+	cot_err rc = duty_open(conninfo, DUTY_GC, &t->duty, eb);
+	if (rc) {
+		free(t);
+		return rc;
+	}
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->cv, NULL);
 	if (pthread_create(&t->thread, NULL, timer_main, t)) {
 		pthread_mutex_destroy(&t->mu);
 		pthread_cond_destroy(&t->cv);
+		duty_close(t->duty);
 		free(t);
 		return cot_seterr(eb, COT_ERR_IO, "could not start the file store collection thread");
 	}
@@ -90,5 +99,6 @@ void gc_timer_stop(gc_timer *t)
 	pthread_join(t->thread, NULL);
 	pthread_mutex_destroy(&t->mu);
 	pthread_cond_destroy(&t->cv);
+	duty_close(t->duty);
 	free(t);
 }

@@ -3,7 +3,8 @@
  * own database connection and runs one fgc_run pass (server/file_gc.h) with
  * the server's retention policy, logging what it removed; a pass skipped
  * because a backup holds the lock, or failed, is logged and tried again at
- * the next interval. */
+ * the next interval.  Of several server processes on one database only the
+ * holder of the DUTY_GC advisory lock collects (server/duty.h). */
 #ifndef COT_SERVER_GC_TIMER_H
 #define COT_SERVER_GC_TIMER_H
 

@@ -21,6 +21,7 @@
 #include "kernels/masking.h"
 #include "kernels/model.h"
 #include "server/dbconn.h"
+#include "server/duty.h"
 #include "shared/common/filestore.h"
 #include "shared/common/log.h"
 #include "shared/common/microbatch.h"
@@ -171,6 +172,7 @@ struct heval {
 	pthread_cond_t wake;
 	bool stop;
 	const srv_config *cfg;
+	duty *duty; /* DUTY_HELDOUT: only its holder evaluates */
 	/* The last sample read: its dataset, first token and length. */
 	long long cache_dataset;
 	uint64_t cache_first, cache_len;
@@ -345,7 +347,7 @@ static void *run(void *arg)
 	pthread_mutex_lock(&h->lock);
 	while (!h->stop) {
 		pthread_mutex_unlock(&h->lock);
-		bool more = eval_one(h);
+		bool more = duty_held(h->duty) && eval_one(h);
 		pthread_mutex_lock(&h->lock);
 		if (more)
 			continue; /* a backlog: go on at once (stop is checked above) */
@@ -366,6 +368,11 @@ cot_err heval_start(const srv_config *cfg, heval **out, cot_errbuf *eb)
 	if (!h)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	h->cfg = cfg;
+	cot_err rc = duty_open(cfg->conninfo, DUTY_HELDOUT, &h->duty, eb);
+	if (rc) {
+		free(h);
+		return rc;
+	}
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -375,6 +382,7 @@ cot_err heval_start(const srv_config *cfg, heval **out, cot_errbuf *eb)
 	if (pthread_create(&h->thread, NULL, run, h)) {
 		pthread_cond_destroy(&h->wake);
 		pthread_mutex_destroy(&h->lock);
+		duty_close(h->duty);
 		free(h);
 		return cot_seterr(eb, COT_ERR_INTERNAL, "could not start the held-out evaluation thread");
 	}
@@ -393,6 +401,7 @@ void heval_stop(heval *h)
 	pthread_join(h->thread, NULL);
 	pthread_cond_destroy(&h->wake);
 	pthread_mutex_destroy(&h->lock);
+	duty_close(h->duty);
 	free(h->cache);
 	free(h);
 }

@@ -26,7 +26,9 @@
  * runs at SCHED_IDLE, nice 19 and the idle I/O class, its kernel calls on
  * one thread (kern_set_threads_here), and shares no lock with the rounds,
  * so it never delays one; it polls every round_interval seconds
- * (db/functions/heldout.sql: heldout_next, heldout_store). */
+ * (db/functions/heldout.sql: heldout_next, heldout_store).  Of several
+ * server processes on one database only the holder of the DUTY_HELDOUT
+ * advisory lock evaluates (server/duty.h). */
 #ifndef COT_SERVER_HELDOUT_EVAL_H
 #define COT_SERVER_HELDOUT_EVAL_H
 

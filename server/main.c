@@ -224,7 +224,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
 	if (dbc_init(cfg.conninfo, &eb) || http_start(&cfg, &http, &eb) ||
-	    reaper_start(cfg.reap_interval, &rp, &eb) || round_coord_start(&cfg, &coord, &eb) ||
+	    reaper_start(cfg.conninfo, cfg.reap_interval, &rp, &eb) || round_coord_start(&cfg, &coord, &eb) ||
 	    heval_start(&cfg, &evaluator, &eb) ||
 	    (relay_cfg.port && (relay_cfg.listen = relay_cfg.listen ? relay_cfg.listen : cfg.listen,
 	                        relay_start(&relay_cfg, &relay, &eb))) ||

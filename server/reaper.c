@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "server/dbconn.h"
+#include "server/duty.h"
 #include "server/http.h"
 #include "shared/common/log.h"
 
@@ -19,6 +20,7 @@ struct reaper {
 	pthread_cond_t wake;
 	bool stop;
 	int interval_s;
+	duty *duty; /* DUTY_REAPER: only its holder reaps */
 };
 
 static const dbc_stmt st_reap = { "sched_reap", "SELECT sched_reap($1)", 1 };
@@ -61,7 +63,8 @@ static void *run(void *arg)
 		if (rp->stop)
 			break;
 		pthread_mutex_unlock(&rp->lock);
-		reap_once();
+		if (duty_held(rp->duty))
+			reap_once();
 		pthread_mutex_lock(&rp->lock);
 	}
 	pthread_mutex_unlock(&rp->lock);
@@ -69,11 +72,16 @@ static void *run(void *arg)
 	return NULL;
 }
 
-cot_err reaper_start(int interval_s, reaper **out, cot_errbuf *eb)
+cot_err reaper_start(const char *conninfo, int interval_s, reaper **out, cot_errbuf *eb)
 {
 	reaper *rp = calloc(1, sizeof *rp);
 	if (!rp)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	cot_err rc = duty_open(conninfo, DUTY_REAPER, &rp->duty, eb);
+	if (rc) {
+		free(rp);
+		return rc;
+	}
 	rp->interval_s = interval_s < 1 ? 1 : interval_s;
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -84,6 +92,7 @@ cot_err reaper_start(int interval_s, reaper **out, cot_errbuf *eb)
 	if (pthread_create(&rp->thread, NULL, run, rp)) {
 		pthread_cond_destroy(&rp->wake);
 		pthread_mutex_destroy(&rp->lock);
+		duty_close(rp->duty);
 		free(rp);
 		return cot_seterr(eb, COT_ERR_INTERNAL, "could not start the reaper thread");
 	}
@@ -102,5 +111,6 @@ void reaper_stop(reaper *rp)
 	pthread_join(rp->thread, NULL);
 	pthread_cond_destroy(&rp->wake);
 	pthread_mutex_destroy(&rp->lock);
+	duty_close(rp->duty);
 	free(rp);
 }

@@ -15,6 +15,7 @@
 #include "kernels/model.h"
 #include "kernels/model_json.h"
 #include "server/dbconn.h"
+#include "server/duty.h"
 #include "server/grouping.h"
 #include "server/http.h"
 #include "server/load_balance.h"
@@ -22,6 +23,10 @@
 
 /* Peers grouped together at most: grp_form needs an n*n matrix. */
 #define GROUPING_CHUNK 1024
+/* How often every process looks whether a round moved (the wake-up of its
+ * long polls when another process moved it): the latency that serving
+ * from several processes adds to a plan or outcome long poll. */
+#define WATCH_MS 250
 
 struct round_coord {
 	pthread_t thread;
@@ -29,6 +34,8 @@ struct round_coord {
 	pthread_cond_t wake;
 	bool stop, woken;
 	const srv_config *cfg;
+	duty *duty;     /* DUTY_ROUNDS: only its holder closes, plans and expires */
+	char moved[40]; /* the last st_moved seen */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -295,6 +302,24 @@ out:
 	json_decref(begin);
 }
 
+/* Wake this process's long polls when the rounds moved since the last look,
+ * whoever moved them (this process, another one sharing the database, a
+ * failure at a deadline). */
+static void watch(round_coord *rc)
+{
+	PGresult *r;
+	if (!run(&st_moved, NULL, &r))
+		return;
+	if (PQntuples(r) == 1 && strcmp(rc->moved, PQgetvalue(r, 0, 0)) != 0) {
+		if (rc->moved[0])
+			http_wake_held();
+		snprintf(rc->moved, sizeof rc->moved, "%s", PQgetvalue(r, 0, 0));
+	}
+	PQclear(r);
+}
+
+/* The coordinator's duty: close due rounds, expire overdue averaging and
+ * spot checks, plan the closing rounds. */
 static void pass(const srv_config *cfg)
 {
 	char frac[40], budget[24];
@@ -310,34 +335,39 @@ static void pass(const srv_config *cfg)
 	for (int i = 0; i < PQntuples(r); i++)
 		plan_round(cfg, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1));
 	PQclear(r);
-	/* Rounds moved by anyone (another server process, a failure at the
-	 * deadline): wake the long polls so they look again. */
-	static char last[40];
-	if (run(&st_moved, NULL, &r)) {
-		if (PQntuples(r) == 1 && strcmp(last, PQgetvalue(r, 0, 0)) != 0) {
-			if (last[0])
-				http_wake_held();
-			snprintf(last, sizeof last, "%s", PQgetvalue(r, 0, 0));
-		}
-		PQclear(r);
-	}
 }
 
 static void *coord_main(void *arg)
 {
 	round_coord *rc = arg;
+	struct timespec next_pass;
+	clock_gettime(CLOCK_MONOTONIC, &next_pass);
+	next_pass.tv_sec += rc->cfg->round_interval;
 	pthread_mutex_lock(&rc->lock);
 	while (!rc->stop) {
-		struct timespec until;
+		struct timespec now, until;
 		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_sec += rc->cfg->round_interval;
+		until.tv_nsec += WATCH_MS * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
 		while (!rc->stop && !rc->woken && pthread_cond_timedwait(&rc->wake, &rc->lock, &until) == 0)
 			;
 		if (rc->stop)
 			break;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		bool due = rc->woken || now.tv_sec > next_pass.tv_sec ||
+		           (now.tv_sec == next_pass.tv_sec && now.tv_nsec >= next_pass.tv_nsec);
 		rc->woken = false;
 		pthread_mutex_unlock(&rc->lock);
-		pass(rc->cfg);
+		if (due) {
+			next_pass = now;
+			next_pass.tv_sec += rc->cfg->round_interval;
+			if (duty_held(rc->duty))
+				pass(rc->cfg);
+		}
+		watch(rc);
 		pthread_mutex_lock(&rc->lock);
 	}
 	pthread_mutex_unlock(&rc->lock);
@@ -351,6 +381,11 @@ cot_err round_coord_start(const srv_config *cfg, round_coord **out, cot_errbuf *
 	if (!rc)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	rc->cfg = cfg;
+	cot_err err = duty_open(cfg->conninfo, DUTY_ROUNDS, &rc->duty, eb);
+	if (err) {
+		free(rc);
+		return err;
+	}
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -360,6 +395,7 @@ cot_err round_coord_start(const srv_config *cfg, round_coord **out, cot_errbuf *
 	if (pthread_create(&rc->thread, NULL, coord_main, rc)) {
 		pthread_cond_destroy(&rc->wake);
 		pthread_mutex_destroy(&rc->lock);
+		duty_close(rc->duty);
 		free(rc);
 		return cot_seterr(eb, COT_ERR_INTERNAL, "could not start the round coordinator thread");
 	}
@@ -397,5 +433,6 @@ void round_coord_stop(round_coord *rc)
 	pthread_join(rc->thread, NULL);
 	pthread_cond_destroy(&rc->wake);
 	pthread_mutex_destroy(&rc->lock);
+	duty_close(rc->duty);
 	free(rc);
 }

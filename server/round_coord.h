@@ -16,12 +16,16 @@
  *      (grp_form), each group's shares of the parameter vector by DeDLOC's
  *      load balancing (lb_shares, lb_split); the plan is stored and the round
  *      goes to 'averaging'.
+ * Only the process holding the DUTY_ROUNDS advisory lock (server/duty.h)
+ * makes these passes; another takes the duty over within round_interval
+ * seconds of its holder's death.  Every step is idempotent besides, so a
+ * holder that lost its lock in the middle of a pass does no harm.
  * After storing a plan, and whenever the rounds not yet committed changed
- * since the last pass (also by another server process), it wakes the held
- * long polls (http_wake_held).
+ * (every process looks every 250 ms, whoever moved them: another server
+ * process, a failure at a deadline), it wakes the held long polls
+ * (http_wake_held).
  * It uses its own database connection; errors are logged and the pass is
- * tried again next time.  Every step is idempotent, so several server
- * processes may run coordinators against one database. */
+ * tried again next time. */
 #ifndef COT_SERVER_ROUND_COORD_H
 #define COT_SERVER_ROUND_COORD_H
 

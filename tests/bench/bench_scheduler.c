@@ -1,14 +1,18 @@
 /* cotrain benchmark: work assignments per second of cotrain-server.
  *
  *   bench_scheduler SERVER_BINARY [--hosts N] [--seconds S] [--warmup S]
- *                   [--threads N]
+ *                   [--threads N] [--servers K]
  *
  * With $COTRAIN_DB pointing at an empty database (tests/with-pgtmp gives
- * one), it applies the migrations, inserts a project (64 shards, checkpoint),
+ * one), it applies the migrations, inserts a project (64 shards, checkpoint,
+ * a round target out of reach so that work is never refused as full),
  * starts SERVER_BINARY on a free port, registers N hosts (default 32) through
  * the API, then runs N threads, each with its own keep-alive curl handle and
  * host token, asking for work as fast as they can: a warm-up, then the
- * measured window.  Prints one line:
+ * measured window.  With --servers K (default 1) it starts K server
+ * processes on the same database and spreads the hosts over them, host i
+ * asking server i mod K (doc/design.md, "Several server processes").
+ * Prints one line:
  *
  *   assignments_per_s=... p50_ms=... p99_ms=... max_ms=... requests=... errors=...
  *
@@ -34,13 +38,17 @@
 
 #define MAX_SAMPLES 4000000
 
-static char base_url[128];
+#define MAX_SERVERS 8
+
+static char base_url[MAX_SERVERS][128];
 static atomic_int state; /* 0 warm-up, 1 measuring, 2 stop */
-static pid_t server_pid;
+static pid_t server_pid[MAX_SERVERS];
+static int n_servers = 1;
 static char data_dir[64];
 
 typedef struct {
 	long long host_id;
+	const char *base; /* the server this host asks */
 	char token[64];
 	pthread_t thread;
 	float *lat_ms; /* latencies in the measured window */
@@ -69,11 +77,14 @@ static void die(const char *fmt, ...)
 
 static void stop_server(void)
 {
-	if (server_pid > 0) {
-		kill(server_pid, SIGTERM);
-		waitpid(server_pid, NULL, 0);
-		server_pid = 0;
-	}
+	for (int i = 0; i < n_servers; i++)
+		if (server_pid[i] > 0)
+			kill(server_pid[i], SIGTERM);
+	for (int i = 0; i < n_servers; i++)
+		if (server_pid[i] > 0) {
+			waitpid(server_pid[i], NULL, 0);
+			server_pid[i] = 0;
+		}
 	if (data_dir[0]) {
 		char cmd[128];
 		snprintf(cmd, sizeof cmd, "rm -rf '%s'", data_dir);
@@ -106,15 +117,17 @@ static size_t sink(char *p, size_t size, size_t n, void *arg)
 	return k;
 }
 
-/* POST with curl handle c; returns the status, body in out (truncated). */
-static long post(CURL *c, const char *path, const char *bearer, const char *body, char *out, size_t outlen)
+/* POST to server base with curl handle c; returns the status, body in out
+ * (truncated). */
+static long post(CURL *c, const char *base, const char *path, const char *bearer, const char *body, char *out,
+                 size_t outlen)
 {
 	struct {
 		char buf[8192];
 		size_t len;
 	} m = { .len = 0 };
 	char url[256], auth[128];
-	snprintf(url, sizeof url, "%s%s", base_url, path);
+	snprintf(url, sizeof url, "%s%s", base, path);
 	struct curl_slist *h = NULL;
 	if (bearer) {
 		snprintf(auth, sizeof auth, "Authorization: Bearer %s", bearer);
@@ -147,7 +160,7 @@ static void *worker_main(void *arg)
 	int st;
 	while ((st = atomic_load(&state)) != 2) {
 		double t0 = now_s();
-		long status = post(c, "/v1/projects/bench/work", w->token, body, NULL, 0);
+		long status = post(c, w->base, "/v1/projects/bench/work", w->token, body, NULL, 0);
 		double ms = (now_s() - t0) * 1e3;
 		if (st != 1)
 			continue;
@@ -166,11 +179,43 @@ static int cmp_float(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* Start server k (of the same database, the same data folder) and read its
+ * address from the ready line; dies on failure. */
+static void start_server(int k, const char *bin, const char *conninfo, const char *threads)
+{
+	int out[2];
+	if (pipe(out))
+		die("pipe: %s", strerror(errno));
+	server_pid[k] = fork();
+	if (server_pid[k] == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		dup2(out[1], STDOUT_FILENO);
+		close(out[0]);
+		close(out[1]);
+		if (threads)
+			execl(bin, bin, "--port", "0", "--db", conninfo, "--data-dir", data_dir,
+			      "--kdf-iterations", "1000", "--auth-per-minute", "0", "--log-level", "warn",
+			      "--threads", threads, (char *)NULL);
+		else
+			execl(bin, bin, "--port", "0", "--db", conninfo, "--data-dir", data_dir,
+			      "--kdf-iterations", "1000", "--auth-per-minute", "0", "--log-level", "warn",
+			      (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	FILE *f = fdopen(out[0], "r");
+	char line[256];
+	if (!f || !fgets(line, sizeof line, f) || !strstr(line, "listening on "))
+		die("server %d did not start", k + 1);
+	line[strcspn(line, "\n")] = '\0';
+	snprintf(base_url[k], sizeof base_url[k], "%s", strstr(line, "listening on ") + 13);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
 		die("usage: bench_scheduler SERVER_BINARY [--hosts N] [--seconds S] [--warmup S] [--threads "
-		    "N]");
+		    "N] [--servers K]");
 	const char *bin = argv[1];
 	int nhosts = 32, seconds = 10, warmup = 2;
 	const char *threads = NULL; /* the server's default */
@@ -183,11 +228,13 @@ int main(int argc, char **argv)
 			warmup = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--threads") == 0)
 			threads = argv[i + 1];
+		else if (strcmp(argv[i], "--servers") == 0)
+			n_servers = atoi(argv[i + 1]);
 		else
 			die("unknown option %s", argv[i]);
 	}
-	if (nhosts < 1 || nhosts > 1024 || seconds < 1)
-		die("bad --hosts or --seconds");
+	if (nhosts < 1 || nhosts > 1024 || seconds < 1 || n_servers < 1 || n_servers > MAX_SERVERS)
+		die("bad --hosts, --seconds or --servers");
 	const char *conninfo = getenv("COTRAIN_DB");
 	if (!conninfo)
 		die("COTRAIN_DB is not set (run under tests/with-pgtmp)");
@@ -210,7 +257,7 @@ int main(int argc, char **argv)
 	             "INSERT INTO project (name, title, config, dataset_id, seq_len, microbatch_size, "
 	             "target_batch,"
 	             "  mb_per_epoch, flops_per_sample, wu_seconds)"
-	             " SELECT 'bench', 'Benchmark', '{}', id, 256, 8, 4096, (64 * 1048576 - 1) / 2048, "
+	             " SELECT 'bench', 'Benchmark', '{}', id, 256, 8, 2000000000, (64 * 1048576 - 1) / 2048, "
 	             "1.2e10, 180"
 	             "  FROM dataset WHERE name = 'bench-data';"
 	             "INSERT INTO model_version SELECT id, 0, encode(sha256('bench-ckpt'), 'hex') FROM "
@@ -220,49 +267,27 @@ int main(int argc, char **argv)
 	if (!mkdtemp(data_dir))
 		die("mkdtemp: %s", strerror(errno));
 	atexit(stop_server);
-	int out[2];
-	if (pipe(out))
-		die("pipe: %s", strerror(errno));
-	server_pid = fork();
-	if (server_pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		dup2(out[1], STDOUT_FILENO);
-		close(out[0]);
-		close(out[1]);
-		if (threads)
-			execl(bin, bin, "--port", "0", "--db", conninfo, "--data-dir", data_dir,
-			      "--kdf-iterations", "1000", "--log-level", "warn", "--threads", threads,
-			      (char *)NULL);
-		else
-			execl(bin, bin, "--port", "0", "--db", conninfo, "--data-dir", data_dir,
-			      "--kdf-iterations", "1000", "--log-level", "warn", (char *)NULL);
-		_exit(127);
-	}
-	close(out[1]);
-	FILE *f = fdopen(out[0], "r");
-	char line[256];
-	if (!f || !fgets(line, sizeof line, f) || !strstr(line, "listening on "))
-		die("the server did not start");
-	line[strcspn(line, "\n")] = '\0';
-	snprintf(base_url, sizeof base_url, "%s", strstr(line, "listening on ") + 13);
-
+	for (int k = 0; k < n_servers; k++)
+		start_server(k, bin, conninfo, threads);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	worker *ws = calloc((size_t)nhosts, sizeof *ws);
 	CURL *c = curl_easy_init();
 	for (int i = 0; i < nhosts; i++) {
 		char body[256], resp[8192];
+		ws[i].base = base_url[i % n_servers];
 		snprintf(body, sizeof body,
 		         "{\"email\": \"bench%d@example.org\", \"name\": \"bench %d\", \"password\": "
 		         "\"benchmark!\"}",
 		         i, i);
-		if (post(c, "/v1/accounts", NULL, body, resp, sizeof resp) != 201)
+		if (post(c, ws[i].base, "/v1/accounts", NULL, body, resp, sizeof resp) != 201)
 			die("could not create an account: %s", resp);
 		json_t *j = json_loads(resp, 0, NULL);
 		char key[64];
 		snprintf(key, sizeof key, "%s", json_string_value(json_object_get(j, "account_key")));
 		json_decref(j);
 		/* 1e12 FLOPS: n = 1e12 * 180 / (1.2e10 * 8) = 1875 microbatches. */
-		if (post(c, "/v1/hosts", key, "{\"flops\": 1e12, \"cores\": 16}", resp, sizeof resp) != 201)
+		if (post(c, ws[i].base, "/v1/hosts", key, "{\"flops\": 1e12, \"cores\": 16}", resp,
+		         sizeof resp) != 201)
 			die("could not register a host: %s", resp);
 		j = json_loads(resp, 0, NULL);
 		ws[i].host_id = json_integer_value(json_object_get(j, "host_id"));
@@ -305,9 +330,9 @@ int main(int argc, char **argv)
 	long long wus = PQresultStatus(r) == PGRES_TUPLES_OK ? atoll(PQgetvalue(r, 0, 0)) : -1;
 	PQclear(r);
 	printf("assignments_per_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f requests=%zu errors=%ld "
-	       "work_units=%lld hosts=%d server_threads=%s\n",
+	       "work_units=%lld hosts=%d server_threads=%s servers=%d\n",
 	       (double)total / elapsed, p50, p99, mx, total, errors, wus, nhosts,
-	       threads ? threads : "default");
+	       threads ? threads : "default", n_servers);
 	free(all);
 	free(ws);
 	PQfinish(db);
