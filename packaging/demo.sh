@@ -26,7 +26,7 @@
 #      Ctrl-C when run from a terminal.
 # With COTRAIN_DEMO_MODEL=albert the run trains the second demo instead,
 # packaging/demo/albert.json: a small ALBERT pretrained with masked language
-# modelling and sentence order on the ids of a Unigram tokenizer of 4000
+# modelling and sentence order on the ids of a Unigram tokenizer of 2000
 # pieces trained on the same text (its training time is printed); it
 # prints the held-out masked-LM accuracy of version 0 and of the last
 # version, and the trained model's fill-mask predictions on a few
@@ -34,7 +34,7 @@
 # Settings (environment): COTRAIN_DEMO_MODEL (gpt or albert),
 # COTRAIN_DEMO_DIR (default /var/tmp/cotrain-demo,
 # recreated on each run), COTRAIN_DEMO_PORT (8480), COTRAIN_DEMO_CLIENTS (4),
-# COTRAIN_DEMO_ROUNDS (32; 8 for albert), COTRAIN_DEMO_SECONDS (900, a bound),
+# COTRAIN_DEMO_ROUNDS (32; 10 for albert), COTRAIN_DEMO_SECONDS (900, a bound),
 # COTRAIN_DEMO_TEXT (a folder of text instead of the addresses).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,7 +49,7 @@ B="$top/_build"
 DIR=${COTRAIN_DEMO_DIR:-/var/tmp/cotrain-demo}
 PORT=${COTRAIN_DEMO_PORT:-8480}
 CLIENTS=${COTRAIN_DEMO_CLIENTS:-4}
-ROUNDS=${COTRAIN_DEMO_ROUNDS:-$([ "$MODEL" = albert ] && echo 8 || echo 32)}
+ROUNDS=${COTRAIN_DEMO_ROUNDS:-$([ "$MODEL" = albert ] && echo 10 || echo 32)}
 RUN_SECONDS=${COTRAIN_DEMO_SECONDS:-900}
 PY=/usr/bin/python3
 URL="http://127.0.0.1:$PORT"
@@ -87,9 +87,9 @@ say "publishing the demo project (embedded PostgreSQL under $DIR/server/pg)"
 admin db migrate
 admin dataset import demo "$TEXT"
 if [ "$MODEL" = albert ]; then
-	say "training a Unigram tokenizer of 4000 pieces (NFKC, lowercased) on the text"
+	say "training a Unigram tokenizer of 2000 pieces (NFKC, lowercased) on the text"
 	t0=$(date +%s.%N)
-	admin dataset tokenizer train demo --type unigram --vocab 4000 --normalize nfkc,lowercase
+	admin dataset tokenizer train demo --type unigram --vocab 2000 --normalize nfkc,lowercase
 	t1=$(date +%s.%N)
 	echo "tokenizer training: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s wall on $(du -sh "$TEXT" | cut -f1) of text"
 	admin dataset import --tokenizer demo demo-albert "$TEXT"

@@ -1,0 +1,302 @@
+/* bench_mlm_plateau: how many training steps a small ALBERT needs to leave
+ * the unigram plateau of masked language modelling on real text, in one
+ * process (no server, no rounds), to choose the ALBERT demo's settings
+ * (packaging/demo/albert.json, doc/model.md "The ALBERT demo").
+ *
+ *   bench_mlm_plateau --text FILE [--vocab N] [--seq T] [--d-model H]
+ *       [--d-embed E] [--layers L] [--heads NH] [--d-ff F] [--opt adamw|lamb]
+ *       [--lr X] [--warmup W] [--steps N] [--batch B] [--clients C]
+ *       [--inner K] [--eval-every N] [--threads N]
+ *
+ * Trains a lowercasing Unigram tokenizer of N pieces on FILE's lines (as
+ * `cotrain-admin dataset tokenizer train --normalize nfkc,lowercase`),
+ * encodes the text, keeps the last 2% of the ids for evaluation, and trains
+ * an ALBERT (one parameter set shared by every layer) on the rest in stream
+ * order with MLM + SOP (kern_enc_train_stream), AdamW or LAMB, warm-up then
+ * cosine decay to 0.1 over the steps.  With --clients C > 1 it takes local
+ * mode's rounds as the demo's clients do (kernels/local.h): each of C
+ * clients takes K inner steps of B samples from the round's parameters with
+ * moments that start at zero, at the round's learning rate, and the round
+ * averages their parameters (outer lr 1, no momentum); --steps counts
+ * rounds then.  Every --eval-every steps (rounds) it prints one line
+ *
+ *   step S samples N loss L heldout_acc A heldout_loss X unigram_acc U
+ *
+ * A: arg-max accuracy on the masked positions of 128 held-out samples
+ * (fixed masks), X their mean MLM loss, U the accuracy of always predicting
+ * the training text's most frequent non-special id on the same positions
+ * (the plateau). */
+#include "kernels/backend.h"
+#include "kernels/encoder.h"
+#include "kernels/masking.h"
+#include "kernels/model.h"
+#include "kernels/optimizer.h"
+#include "kernels/spm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EVAL_SAMPLES 128
+
+static void die(const char *what, const cot_errbuf *eb)
+{
+	fprintf(stderr, "bench_mlm_plateau: %s: %s\n", what, eb ? eb->msg : "failed");
+	exit(1);
+}
+
+/* The whole of a file, NUL-terminated, or NULL. */
+static char *read_all(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+		free(s);
+		s = NULL;
+	}
+	fclose(f);
+	if (s) {
+		s[n] = 0;
+		*len = (size_t)n;
+	}
+	return s;
+}
+
+/* Held-out accuracy and loss on EVAL_SAMPLES samples of the held-out ids,
+ * and the accuracy of always answering `top`. */
+static void evaluate(kern_model *m, const int32_t *ids, size_t n_ids, int B, int32_t top, double *acc,
+                     double *loss, double *uni)
+{
+	const kern_config *c = &m->config;
+	int T = c->seq_len, n = kern_mask_raw_per_sample(c);
+	int32_t *tok = malloc((size_t)B * T * 4), *seg = malloc((size_t)B * T * 4),
+	        *lab = malloc((size_t)B * T * 4), *sop = malloc((size_t)B * 4);
+	long correct = 0, total = 0, ucorrect = 0;
+	double lsum = 0;
+	cot_errbuf eb;
+	for (int s0 = 0; s0 < EVAL_SAMPLES; s0 += B) {
+		if ((size_t)(s0 + B) * n > n_ids)
+			break;
+		if (kern_mask_build(c, 0x686f6c646f7574ULL, 0, s0, B, ids + (size_t)s0 * n, (size_t)n, tok,
+		                    seg, lab, sop, &eb))
+			die("masking the held-out samples", &eb);
+		kern_enc_batch b = { tok, seg, lab, sop, NULL };
+		kern_enc_result r;
+		if (kern_enc_forward(m, &b, B, &r, &eb))
+			die("evaluating", &eb);
+		correct += r.mlm_correct;
+		total += r.n_predicted;
+		lsum += r.mlm_loss * r.n_predicted;
+		for (int i = 0; i < B * T; i++)
+			ucorrect += lab[i] == top;
+	}
+	*acc = total ? (double)correct / total : 0;
+	*loss = total ? lsum / total : 0;
+	*uni = total ? (double)ucorrect / total : 0;
+	free(tok);
+	free(seg);
+	free(lab);
+	free(sop);
+}
+
+int main(int argc, char **argv)
+{
+	kern_blas_reexec_if_needed(argc, argv);
+	const char *text_path = NULL, *opt = "adamw";
+	int vocab = 4000, T = 64, H = 128, E = 64, L = 4, NH = 4, F = 512, steps = 500, B = 16, every = 50;
+	int threads = 1, clients = 1, inner = 1, warmup = 1;
+	double lr = 2e-3;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!v) {
+			fprintf(stderr, "bench_mlm_plateau: %s needs a value\n", a);
+			return 2;
+		}
+		i++;
+		if (!strcmp(a, "--text"))
+			text_path = v;
+		else if (!strcmp(a, "--opt"))
+			opt = v;
+		else if (!strcmp(a, "--vocab"))
+			vocab = atoi(v);
+		else if (!strcmp(a, "--seq"))
+			T = atoi(v);
+		else if (!strcmp(a, "--d-model"))
+			H = atoi(v);
+		else if (!strcmp(a, "--d-embed"))
+			E = atoi(v);
+		else if (!strcmp(a, "--layers"))
+			L = atoi(v);
+		else if (!strcmp(a, "--heads"))
+			NH = atoi(v);
+		else if (!strcmp(a, "--d-ff"))
+			F = atoi(v);
+		else if (!strcmp(a, "--lr"))
+			lr = atof(v);
+		else if (!strcmp(a, "--warmup"))
+			warmup = atoi(v);
+		else if (!strcmp(a, "--steps"))
+			steps = atoi(v);
+		else if (!strcmp(a, "--batch"))
+			B = atoi(v);
+		else if (!strcmp(a, "--clients"))
+			clients = atoi(v);
+		else if (!strcmp(a, "--inner"))
+			inner = atoi(v);
+		else if (!strcmp(a, "--eval-every"))
+			every = atoi(v);
+		else if (!strcmp(a, "--threads"))
+			threads = atoi(v);
+		else {
+			fprintf(stderr, "bench_mlm_plateau: unknown option %s (see the file's comment)\n", a);
+			return 2;
+		}
+	}
+	if (!text_path || steps < 1 || B < 1 || every < 1 || clients < 1 || inner < 1 || warmup < 1) {
+		fprintf(stderr, "bench_mlm_plateau: --text is required; steps, batch, clients, inner, "
+		                "warmup and eval-every must be positive\n");
+		return 2;
+	}
+	kern_set_threads(threads);
+	cot_errbuf eb;
+	size_t len;
+	char *text = read_all(text_path, &len);
+	if (!text)
+		die("reading the text", NULL);
+
+	static const char *const special[] = { "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]" };
+	spm_train_opts so = { SPM_UNIGRAM, vocab, SPM_NORM_NFKC | SPM_NORM_LOWERCASE, special, 5 };
+	unsigned char *bytes;
+	size_t blen;
+	spm_model *sp;
+	if (spm_train(text, len, &so, &bytes, &blen, &eb) || spm_load(bytes, blen, &sp, &eb))
+		die("training the tokenizer", &eb);
+	int32_t *ids;
+	size_t n_ids;
+	if (spm_encode(sp, text, len, &ids, &n_ids, &eb))
+		die("encoding the text", &eb);
+	size_t n_eval = n_ids / 50, n_train = n_ids - n_eval;
+
+	kern_config c;
+	kern_config_default(&c);
+	c.arch = KERN_ARCH_ALBERT;
+	c.n_layer = L;
+	c.n_shared = 1;
+	c.n_head = NH;
+	c.d_model = H;
+	c.d_embed = E;
+	c.d_ff = F;
+	c.seq_len = T;
+	c.vocab = vocab;
+	c.type_vocab = 2;
+	c.cls_id = spm_piece_id(sp, "[CLS]");
+	c.sep_id = spm_piece_id(sp, "[SEP]");
+	c.mask_id = spm_piece_id(sp, "[MASK]");
+	c.pad_id = spm_piece_id(sp, "[PAD]");
+	c.unk_id = spm_piece_id(sp, "[UNK]");
+	int eB = B < EVAL_SAMPLES ? B : EVAL_SAMPLES;
+	kern_model *m;
+	if (kern_model_create(&c, B, &m, &eb))
+		die("creating the model", &eb);
+	kern_model_init(m, 42);
+
+	/* the plateau's answer: the most frequent id that masking may pick */
+	long *freq = calloc((size_t)vocab, sizeof *freq);
+	for (size_t i = 0; i < n_train; i++)
+		freq[ids[i]]++;
+	int32_t top = -1;
+	for (int32_t t = 0; t < vocab; t++)
+		if (t != c.cls_id && t != c.sep_id && t != c.mask_id && t != c.pad_id && t != c.unk_id &&
+		    (top < 0 || freq[t] > freq[top]))
+			top = t;
+
+	kern_opt_config o;
+	kern_opt_default(&o, strcmp(opt, "lamb") ? KERN_OPT_ADAMW : KERN_OPT_LAMB);
+	o.lr = (float)lr;
+	o.beta2 = 0.98f;
+	o.eps = 1e-6f;
+	o.weight_decay = 0.01f;
+	o.warmup_steps = warmup;
+	o.total_steps = steps;
+	o.decay = KERN_DECAY_COSINE;
+	size_t np = m->n_params, per_sample = (size_t)kern_mask_raw_per_sample(&c);
+	/* the stream's samples in order, wrapping around the training ids */
+	long n_samples = (long)(n_train / per_sample), next = 0;
+	float *theta = clients > 1 ? malloc(np * 4) : NULL, *sum = clients > 1 ? calloc(np, 4) : NULL;
+	float *m1 = clients > 1 ? malloc(np * 4) : NULL, *m2 = clients > 1 ? malloc(np * 4) : NULL;
+	printf("# params %zu ids %zu (train %zu) vocab %d top '%s' samples/epoch %ld\n", np, n_ids, n_train,
+	       vocab, spm_piece(sp, top), n_samples);
+	double lsum = 0;
+	long lcount = 0, done = 0;
+	for (int s = 0; s < steps; s++) {
+		if (clients == 1) {
+			kern_zero_grad(m);
+			kern_enc_result r;
+			long mb = next % (n_samples / B);
+			next++;
+			if (kern_enc_train_stream(m, ids + (size_t)mb * B * per_sample, per_sample, B, 42, 0,
+			                          mb, 1, &r, &eb))
+				die("training", &eb);
+			lsum += r.loss;
+			lcount++;
+			kern_opt_stats st;
+			if (kern_opt_step(m, &o, &st, &eb))
+				die("the optimizer step", &eb);
+			done += B;
+		} else {
+			memcpy(theta, m->params, np * 4);
+			memset(sum, 0, np * 4);
+			for (int k = 0; k < clients; k++) {
+				memcpy(m->params, theta, np * 4);
+				memset(m1, 0, np * 4);
+				memset(m2, 0, np * 4);
+				for (int t = 1; t <= inner; t++) {
+					kern_zero_grad(m);
+					kern_enc_result r;
+					long mb = next % (n_samples / B);
+					next++;
+					if (kern_enc_train_stream(m, ids + (size_t)mb * B * per_sample,
+					                          per_sample, B, 42, 0, mb, 1, &r, &eb))
+						die("training", &eb);
+					lsum += r.loss;
+					lcount++;
+					kern_opt_stats st;
+					if (kern_opt_step_with(m, &o, m1, m2, s, t, &st, &eb))
+						die("the inner step", &eb);
+					done += B;
+				}
+				for (size_t i = 0; i < np; i++)
+					sum[i] += m->params[i];
+			}
+			for (size_t i = 0; i < np; i++)
+				m->params[i] = sum[i] / clients;
+		}
+		if ((s + 1) % every == 0 || s + 1 == steps) {
+			double acc, loss, uni;
+			evaluate(m, ids + n_train, n_eval, eB, top, &acc, &loss, &uni);
+			printf("step %d samples %ld loss %.4f heldout_acc %.4f heldout_loss %.4f unigram_acc "
+			       "%.4f\n",
+			       s + 1, done, lsum / lcount, acc, loss, uni);
+			fflush(stdout);
+			lsum = 0;
+			lcount = 0;
+		}
+	}
+	kern_model_free(m);
+	spm_free(sp);
+	free(bytes);
+	free(ids);
+	free(text);
+	free(freq);
+	free(theta);
+	free(sum);
+	free(m1);
+	free(m2);
+	return 0;
+}
