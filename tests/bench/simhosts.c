@@ -108,6 +108,8 @@ static int register_host(sim_host *h)
 	uint64_t s = opt_seed * 1000003ULL + (uint64_t)h->idx;
 	for (int i = 0; i < 4; i++)
 		snprintf(mid + 16 * i, 17, "%016llx", (unsigned long long)rng_next(&s));
+	/* flops 1: the first unit is one microbatch; the server sizes the next
+	 * ones from the speed the host measured. */
 	json_t *b = json_pack("{s:f, s:i, s:s, s:s}", "flops", 1.0, "cores", 1, "client_version", "simhosts",
 	                      "machine_id", mid);
 	h->http.bearer = opt_key;
