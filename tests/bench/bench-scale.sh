@@ -14,6 +14,9 @@
 #   B/rnd/host  bytes on the wire (requests and answers, headers included,
 #               counted by the simulated hosts) per round per host
 #   assign/s    work units handed out per second over the whole run
+#   report s    from the close to the last report (mean): hosts hear of the
+#               close at their next heartbeat (wu_seconds / 4 = 2 s here)
+#   planned s   from the close to the coordinator's plan (mean)
 # Nothing is asserted.  Not run by make check (tests/test_simhosts.sh is
 # its smoke test).  One address holds at most 4096 connections
 # (server/http.c): each host keeps one, so the host count stops there.
@@ -66,10 +69,15 @@ run() {
 	kill "$MON" 2>/dev/null
 	wait "$MON" 2>/dev/null
 	MON=
-	sim_sql "select version, extract(epoch from closed_at) from round
-	  where project_id = $pid and state = 'committed' and version >= 1 order by version" | tr '|' ' ' >"$T/$p/closed"
+	sim_sql "select r.version, extract(epoch from r.closed_at),
+	         extract(epoch from (select max(q.reported_at) from round_report q
+	                              where q.project_id = r.project_id and q.version = r.version) - r.closed_at),
+	         extract(epoch from r.planned_at - r.closed_at)
+	    from round r where r.project_id = $pid and r.state = 'committed' and r.version >= 1
+	   order by r.version" | tr '|' ' ' >"$T/$p/closed"
 	rounds=$(wc -l <"$T/$p/closed")
-	[ "$rounds" -gt 0 ] || { echo "$n - - - - - -"; return; }
+	[ "$rounds" -gt 0 ] || { echo "$n - - - - - - - -"; return; }
+	split=$(awk '{ r += $3; p += $4 } END { printf "%.2f %.2f", r / NR, p / NR }' "$T/$p/closed")
 	# Per measured round: the close and the last plan delivered.
 	awk 'NR == FNR { c[$1] = $2; next } ($1 in c) { if ($2 > last[$1]) last[$1] = $2 }
 	     END { for (v in c) if (v in last) print v, c[v], last[v] }' "$T/$p/closed" "$T/$p/plans.tsv" >"$T/$p/storm"
@@ -82,16 +90,17 @@ run() {
 	bytes=$(sed -n 's/.* bytes=\([0-9]*\).*/\1/p' "$T/$p/sim.out")
 	assign=$(sed -n 's/.* assignments=\([0-9]*\).* seconds=\([0-9.]*\).*/\1 \2/p' "$T/$p/sim.out")
 	all=$(sim_sql "select count(*) from round where project_id = $pid and state = 'committed'")
-	printf "%s %s %s %.3f %.0f %s\n" "$n" "$plan" "$p99" "$cpu" "$(echo "${bytes:-0} / $all / $n" | bc -l)" \
-		"$(echo "$assign" | awk '{ printf "%.1f", ($2 > 0 ? $1 / $2 : 0) }')"
+	printf "%s %s %s %.3f %.0f %s %s\n" "$n" "$plan" "$p99" "$cpu" "$(echo "${bytes:-0} / $all / $n" | bc -l)" \
+		"$(echo "$assign" | awk '{ printf "%.1f", ($2 > 0 ? $1 / $2 : 0) }')" "$split"
 }
 
 printf "scale: simhosts against one cotrain-server on loopback, %s, %s cores\n" \
 	"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" "$(nproc)"
-printf "  %6s %17s %9s %10s %11s %9s\n" hosts "plan s mean/max" "p99 ms" "cpu s/rnd" "B/rnd/host" "assign/s"
+printf "  %6s %17s %9s %10s %11s %9s %9s %9s\n" hosts "plan s mean/max" "p99 ms" "cpu s/rnd" "B/rnd/host" \
+	"assign/s" "report s" "planned s"
 row() {
 	echo "$1" | awk -v r="$2" '{
-		printf "  %6s %8s/%-8s %9s %10s %11s %9s\n", $1, $2, $3, $4, $5, $6, $7
+		printf "  %6s %8s/%-8s %9s %10s %11s %9s %9s %9s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9
 		if (r != "") { split(r, q, " ")
 			printf "  %6s %7.1fx/%-7s %8.1fx %9.1fx %10.2fx %8.1fx  (against the reference)\n", "",
 			       q[2] ? $2 / q[2] : 0, sprintf("%.1fx", q[3] ? $3 / q[3] : 0), q[4] ? $4 / q[4] : 0, q[5] ? $5 / q[5] : 0,

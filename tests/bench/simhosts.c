@@ -29,7 +29,9 @@
  * fresh project's version 0 committed), or after S seconds.  With --out it
  * writes DIR/lat.tsv (one line per call: start epoch, ms, api|poll, status,
  * method, path) and DIR/plans.tsv (version, epoch the host got its plan,
- * host id).  Prints "hosts= assignments= errors= bytes= seconds=" and exits
+ * host id).  Prints "hosts= assignments= errors= left= died= expired= bytes=
+ * seconds=" (expired: units the server had expired or taken back when the
+ * host heartbeat or finished them, dropped as a client drops them) and exits
  * non-zero when a host hit an unexpected answer. */
 #include <getopt.h>
 #include <math.h>
@@ -72,7 +74,7 @@ static unsigned long long opt_seed = 1;
 static FILE *lat_file, *plan_file;
 static pthread_mutex_t plan_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int stopping;
-static atomic_long n_assign, n_errors, n_left, n_died;
+static atomic_long n_assign, n_errors, n_left, n_died, n_dropped;
 static double t_start;
 
 static uint64_t rng_next(uint64_t *s)
@@ -320,8 +322,10 @@ static int compute(sim_host *h, sim_unit *u, int hb_interval)
 			last_hb = sim_now();
 			int closing = st == 200 && strcmp(round_state(a), "") != 0;
 			json_decref(a);
-			if (st == 409)
+			if (st == 409) {
+				atomic_fetch_add(&n_dropped, 1);
 				return -1;
+			}
 			if (closing)
 				return 1;
 		}
@@ -333,7 +337,9 @@ static int compute(sim_host *h, sim_unit *u, int hb_interval)
 	json_decref(b);
 	u->finished = st == 200;
 	int closing = st == 200 && strcmp(round_state(a), "") != 0;
-	if (st != 200)
+	if (st == 409) /* expired or handed back: drop it, as a client does */
+		atomic_fetch_add(&n_dropped, 1);
+	else if (st != 200)
 		error_at(h, "finish", st, a);
 	json_decref(a);
 	return st != 200 ? -1 : closing;
