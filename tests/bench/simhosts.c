@@ -127,14 +127,16 @@ static int register_host(sim_host *h)
 			json_decref(b);
 			return 0;
 		}
-		if (st != 429 && st != 503) {
+		if (st != 0 && st != 429 && st != 503) { /* else busy or timed out: again */
 			error_at(h, "register", st, a);
 			json_decref(a);
 			break;
 		}
 		json_decref(a);
-		pause_s(1 + rng_unit(&h->rng));
+		pause_s(1 + 2 * rng_unit(&h->rng));
 	}
+	if (!should_stop())
+		error_at(h, "register", 0, NULL);
 	json_decref(b);
 	return -1;
 }
