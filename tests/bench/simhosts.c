@@ -11,12 +11,12 @@
  * the compute at its own speed (microbatches per second: SPEED times
  * exp(SIGMA * a normal draw), fixed per host by the seed), heartbeats, and
  * when its round closes reports its units, long-polls its plan, and runs an
- * averaging stand-in consistent with the plan: its group's first member
- * uploads the group sum of deterministic fake gradients (every member would
- * send the same bytes; another member sends them when the first is silent
- * for a whole long poll), every member waits for the server's mean
- * (after=gradient) and reports "ok" with the server's params_sha256, which
- * is what a real peer computes bit-identically.
+ * averaging stand-in consistent with the plan: as cotrain-client does
+ * today, every member uploads its group's sum (of deterministic fake
+ * gradients: the same bytes from every member), waits for the server's mean
+ * (after=gradient), downloads it when there are several groups, and reports
+ * "ok" with the server's params_sha256, which is what a real peer computes
+ * bit-identically.
  *
  * Churn: --ramp spreads the first hosts' starts over S seconds; --join N
  * more hosts join during the run; at each new work unit that is its first
@@ -130,7 +130,8 @@ static int register_host(sim_host *h)
 		if (st != 0 && st != 429 && st != 503) { /* else busy or timed out: again */
 			error_at(h, "register", st, a);
 			json_decref(a);
-			break;
+			json_decref(b);
+			return -1;
 		}
 		json_decref(a);
 		pause_s(1 + 2 * rng_unit(&h->rng));
@@ -255,11 +256,10 @@ static int take_round(sim_host *h)
 		fprintf(plan_file, "%lld %.3f %lld\n", v, sim_now(), h->host_id);
 	pthread_mutex_unlock(&plan_mu);
 
+	/* As cotrain-client does today: every member uploads its group's sum
+	 * (the same bytes), and with several groups downloads the mean. */
 	json_t *members = json_object_get(plan, "members");
-	long long first = json_integer_value(json_object_get(json_array_get(members, 0), "host_id"));
-	int uploaded = 0;
-	if (first == h->host_id)
-		uploaded = upload_sum(h, plan, v) == 0;
+	upload_sum(h, plan, v);
 	const char *params = NULL;
 	json_t *full = NULL;
 	for (int polls = 0; !params && !atomic_load(&stopping) && polls < 40; polls++) {
@@ -270,14 +270,19 @@ static int take_round(sim_host *h)
 		                        &full);
 		if (st == 200)
 			params = json_string_value(json_object_get(full, "params_sha256"));
-		else if (st == 204 && !uploaded) /* the first member is silent: send the same sum */
-			uploaded = upload_sum(h, plan, v) == 0;
 		else if (st != 204)
 			break;
 		if (!params) {
 			json_decref(full);
 			full = NULL;
 		}
+	}
+	const char *url = json_string_value(json_object_get(json_object_get(full, "gradient"), "url"));
+	if (params && url && json_integer_value(json_object_get(plan, "n_groups")) > 1 && strlen(url) < 200 &&
+	    strncmp(url, "/files/", 7) == 0) {
+		long st = sim_http_call(&h->http, "GET", url, NULL, NULL, 0, 120, SIM_CALL_PLAIN, NULL);
+		if (st != 200)
+			error_at(h, "mean gradient", st, NULL);
 	}
 	if (params) {
 		json_t *inc = json_array();
