@@ -13,17 +13,17 @@ static pthread_mutex_t lat_mu = PTHREAD_MUTEX_INITIALIZER;
 typedef struct {
 	char *buf;
 	size_t len;
-	int too_long;
+	int keep; /* 0: count and drop (a file download) */
 } sink;
 
 static size_t collect(char *p, size_t sz, size_t n, void *ud)
 {
 	sink *s = ud;
 	size_t add = sz * n;
-	if (s->len + add > ANSWER_MAX) {
-		s->too_long = 1;
+	if (!s->keep)
+		return add;
+	if (s->len + add > ANSWER_MAX)
 		return 0;
-	}
 	char *nb = realloc(s->buf, s->len + add + 1);
 	if (!nb)
 		return 0;
@@ -52,7 +52,7 @@ long sim_http_call(sim_http *h, const char *method, const char *path, json_t *js
 	hd = curl_slist_append(hd, json ? "Content-Type: application/json"
 	                                : "Content-Type: application/octet-stream");
 	hd = curl_slist_append(hd, "Expect:");
-	sink s = { NULL, 0, 0 };
+	sink s = { NULL, 0, answer != NULL };
 	CURL *c = h->curl;
 	curl_easy_reset(c);
 	curl_easy_setopt(c, CURLOPT_URL, url);

@@ -23,8 +23,9 @@ typedef struct {
 
 /* One request: METHOD base+path with a JSON body (json, may be NULL) or raw
  * bytes (raw/rawlen), held at most timeout_s.  Returns the HTTP status (0
- * when the transport failed); *answer (may be NULL) gets the parsed JSON
- * answer, owned by the caller, or NULL when there was none.  Appends
+ * when the transport failed); *answer gets the parsed JSON answer (at most
+ * 4 MiB), owned by the caller, or NULL when there was none; without answer
+ * the body is counted and dropped.  Appends
  * "start_epoch ms kind status path" to h->lat. */
 long sim_http_call(sim_http *h, const char *method, const char *path, json_t *json, const void *raw,
                    size_t rawlen, long timeout_s, sim_call_kind kind, json_t **answer);
