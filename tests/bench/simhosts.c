@@ -508,6 +508,10 @@ int main(int argc, char **argv)
 	}
 	if (!opt_url || !opt_project || !opt_key || optind != argc)
 		usage();
+	if (strlen(opt_key) > 200 || strlen(opt_url) > 200) {
+		fprintf(stderr, "simhosts: --key and --url must be at most 200 bytes\n");
+		return 2;
+	}
 	if (strlen(opt_project) > 64 ||
 	    strspn(opt_project, "abcdefghijklmnopqrstuvwxyz0123456789_-") != strlen(opt_project)) {
 		fprintf(stderr, "simhosts: invalid project name \"%s\"\n", opt_project);

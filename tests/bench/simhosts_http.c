@@ -44,8 +44,12 @@ double sim_now(void)
 long sim_http_call(sim_http *h, const char *method, const char *path, json_t *json, const void *raw,
                    size_t rawlen, long timeout_s, sim_call_kind kind, json_t **answer)
 {
-	char url[1024], auth[256];
-	snprintf(url, sizeof url, "%s%s", h->base, path);
+	char auth[320];
+	size_t ulen = strlen(h->base) + strlen(path) + 1;
+	char *url = malloc(ulen);
+	if (!url)
+		return 0;
+	snprintf(url, ulen, "%s%s", h->base, path);
 	snprintf(auth, sizeof auth, "Authorization: Bearer %s", h->bearer);
 	struct curl_slist *hd = curl_slist_append(NULL, auth);
 	char *body = json ? json_dumps(json, JSON_COMPACT) : NULL;
@@ -95,6 +99,7 @@ long sim_http_call(sim_http *h, const char *method, const char *path, json_t *js
 	}
 	free(s.buf);
 	free(body);
+	free(url);
 	curl_slist_free_all(hd);
 	return status;
 }
