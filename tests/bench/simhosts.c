@@ -1,12 +1,13 @@
 /* cotrain benchmark: N simulated hosts in one process against a real
  * cotrain-server (doc/scale.md).
  *
- *   simhosts --url http://127.0.0.1:PORT --project NAME --key ACCOUNT_KEY
+ *   simhosts --url http://127.0.0.1:PORT[,http://...] --project NAME --key ACCOUNT_KEY
  *            [--hosts N] [--rounds R] [--seconds S] [--speed MB_PER_S]
  *            [--speed-spread SIGMA] [--ramp S] [--join N] [--leave P]
  *            [--die P] [--seed X] [--out DIR]
  *
- * Each host is one thread with one keep-alive connection.  It registers
+ * Each host is one thread with one keep-alive connection, to the addresses
+ * of --url in turn (several server processes on one database).  It registers
  * with the account key (POST /v1/hosts), asks for work (long poll), fakes
  * the compute at its own speed (microbatches per second: SPEED times
  * exp(SIGMA * a normal draw), fixed per host by the seed), heartbeats, and
@@ -68,6 +69,9 @@ typedef struct {
 } sim_host;
 
 static const char *opt_url, *opt_project, *opt_key, *opt_out;
+#define MAX_URLS 16
+static char *urls[MAX_URLS]; /* --url split at commas: host i speaks to urls[i % n_urls] */
+static int n_urls;
 static int opt_hosts = 10, opt_join, opt_rounds = -1;
 static double opt_seconds = 600, opt_speed = 4, opt_spread = 0.5, opt_ramp = 2, opt_leave, opt_die;
 static unsigned long long opt_seed = 1;
@@ -430,7 +434,8 @@ out:
 static void usage(void)
 {
 	fprintf(stderr,
-	        "usage: simhosts --url URL --project NAME --key ACCOUNT_KEY [--hosts N] [--rounds V]\n"
+	        "usage: simhosts --url URL[,URL...] --project NAME --key ACCOUNT_KEY [--hosts N] [--rounds "
+	        "V]\n"
 	        "       [--seconds S] [--speed MB_PER_S] [--speed-spread SIGMA] [--ramp S] [--join N]\n"
 	        "       [--leave P] [--die P] [--seed X] [--out DIR]\n");
 	exit(2);
@@ -512,6 +517,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "simhosts: --key and --url must be at most 200 bytes\n");
 		return 2;
 	}
+	char *list = strdup(opt_url), *save = NULL;
+	for (char *u = list ? strtok_r(list, ",", &save) : NULL; u; u = strtok_r(NULL, ",", &save)) {
+		if (n_urls == MAX_URLS || strncmp(u, "http://", 7) != 0) {
+			fprintf(stderr,
+			        "simhosts: --url must be at most %d http:// addresses separated by commas\n",
+			        MAX_URLS);
+			return 2;
+		}
+		urls[n_urls++] = u;
+	}
+	if (n_urls == 0)
+		usage();
 	if (strlen(opt_project) > 64 ||
 	    strspn(opt_project, "abcdefghijklmnopqrstuvwxyz0123456789_-") != strlen(opt_project)) {
 		fprintf(stderr, "simhosts: invalid project name \"%s\"\n", opt_project);
@@ -546,7 +563,7 @@ int main(int argc, char **argv)
 		double g = sqrt(-2 * log(rng_unit(&rs))) * cos(2 * M_PI * rng_unit(&rs));
 		h->speed = opt_speed * exp(opt_spread * g);
 		h->version = -1;
-		h->http.base = opt_url;
+		h->http.base = urls[i % n_urls];
 		h->http.lat = lat_file;
 		/* The first hosts over --ramp, the joiners over the run's middle. */
 		double at = i < opt_hosts ? opt_ramp * i / opt_hosts
@@ -580,6 +597,7 @@ int main(int argc, char **argv)
 	if (plan_file)
 		fclose(plan_file);
 	free(hosts);
+	free(list);
 	curl_global_cleanup();
 	return atomic_load(&n_errors) ? 1 : 0;
 }
