@@ -399,7 +399,7 @@ static void *host_main(void *arg)
 			if (h->n_units == MAX_UNITS)
 				h->n_units--; /* cannot happen with wu sizing; keep bounded */
 			int r = compute(h, &u, hb > 0 ? hb : 5);
-			if (r >= 0 || u.mb_done > 0)
+			if (r >= 0) /* else expired or stopped: nothing to report */
 				h->units[h->n_units++] = u;
 			if (r == 1)
 				take_round(h); /* a reopened round keeps the units */
@@ -407,7 +407,8 @@ static void *host_main(void *arg)
 		}
 		if (st == 409) {
 			json_t *ro = json_object_get(a, "round");
-			const char *state = round_state(a);
+			char state[16];
+			snprintf(state, sizeof state, "%s", round_state(a)); /* a is freed below */
 			long long rv = json_integer_value(json_object_get(ro, "version"));
 			int full = json_is_true(json_object_get(ro, "full"));
 			long long retry = json_integer_value(json_object_get(a, "retry_after"));
