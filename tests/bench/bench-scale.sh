@@ -1,0 +1,113 @@
+#!/bin/sh
+# cotrain benchmark: the server at scale (issue 21, doc/scale.md).  A real
+# cotrain-server and PostgreSQL on loopback and tests/bench/simhosts: for
+# the reference (10 hosts) and then each host count (default 100 1000), a
+# fresh project of a tiny model whose round target is 16 samples per host
+# (about 4 s of each host's fake compute), ROUNDS rounds (default 4; round
+# 0 is the warm-up: registration, the first one-microbatch units).  Prints,
+# per host count and as a ratio to the reference:
+#   plan s      from the round's close (round.closed_at) to the last host
+#               holding its plan, mean and largest over the measured rounds
+#   p99 ms      p99 latency of the API calls (long polls excluded) started
+#               between a round's close and its last plan delivered
+#   cpu s/rnd   the server's CPU seconds (/proc/PID/stat) per measured round
+#   B/rnd/host  bytes on the wire (requests and answers, headers included,
+#               counted by the simulated hosts) per round per host
+#   assign/s    work units handed out per second over the whole run
+#   report s    from the close to the last report (mean): hosts hear of the
+#               close at their next heartbeat (wu_seconds / 4 = 2 s here)
+#   planned s   from the close to the coordinator's plan (mean)
+# Nothing is asserted.  Not run by make check (tests/test_simhosts.sh is
+# its smoke test).  One address holds at most 4096 connections
+# (server/http.c): each host keeps one, so the host count stops there.
+#
+#   tests/bench/bench-scale.sh [HOSTS...]      (from the build directory)
+set -u
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
+PG_BINDIR=${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
+export top_builddir top_srcdir PG_BINDIR
+B=$(cd "$top_builddir" && pwd)
+for f in "$B/server/cotrain-server" "$B/tests/bench/simhosts" "$B/tests/with-pgtmp"; do
+	[ -x "$f" ] || { echo "bench-scale: $f is missing; run make first" >&2; exit 1; }
+done
+[ -n "${COTRAIN_DB:-}" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
+HOSTS=${*:-100 1000}
+ROUNDS=${ROUNDS:-4}
+T=$(mktemp -d /tmp/cotrain-benchscale-XXXXXX)
+. "$top_srcdir/tests/bench/simhosts-lib.sh"
+MON=
+trap '[ -n "$MON" ] && kill "$MON" 2>/dev/null; sim_stop; rm -rf "$T"' EXIT INT TERM
+die() { echo "bench-scale: $*" >&2; exit 1; }
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+TCK=$(getconf CLK_TCK)
+
+sim_setup || die "could not set up the database"
+sim_server || die "the server did not start: $(cat "$T/server.log")"
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$SPID/stat"; }
+
+# run N: one measured run; prints "N plan_mean plan_max p99 cpu bytes assign"
+run() {
+	n=$1 p=scale$1
+	sim_project "$p" $((n * 16)) || die "project $p: $(cat "$T/$p.out")"
+	pid=$(sim_sql "select id from project where name = '$p'")
+	mkdir -p "$T/$p"
+	# The server's CPU when each version opens.
+	(
+		last=-1
+		while :; do
+			v=$(sim_sql "select current_version from project where id = $pid")
+			[ "$v" != "$last" ] && echo "$v $(cpu_ticks)" >>"$T/$p/cpu" && last=$v
+			sleep 0.2
+		done
+	) &
+	MON=$!
+	"$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project "$p" --key "$KEY" --hosts "$n" \
+		--rounds "$ROUNDS" --seconds 900 --speed 4 --ramp $((n / 200 + 2)) --seed 7 --out "$T/$p" \
+		>"$T/$p/sim.out" 2>"$T/$p/sim.err" || echo "bench-scale: simhosts at $n hosts: $(tail -1 "$T/$p/sim.err")" >&2
+	sleep 0.5
+	kill "$MON" 2>/dev/null
+	wait "$MON" 2>/dev/null
+	MON=
+	sim_sql "select r.version, extract(epoch from r.closed_at),
+	         extract(epoch from (select max(q.reported_at) from round_report q
+	                              where q.project_id = r.project_id and q.version = r.version) - r.closed_at),
+	         extract(epoch from r.planned_at - r.closed_at)
+	    from round r where r.project_id = $pid and r.state = 'committed' and r.version >= 1
+	   order by r.version" | tr '|' ' ' >"$T/$p/closed"
+	rounds=$(wc -l <"$T/$p/closed")
+	[ "$rounds" -gt 0 ] || { echo "$n - - - - - - - -"; return; }
+	split=$(awk '{ r += $3; p += $4 } END { printf "%.2f %.2f", r / NR, p / NR }' "$T/$p/closed")
+	# Per measured round: the close and the last plan delivered.
+	awk 'NR == FNR { c[$1] = $2; next } ($1 in c) { if ($2 > last[$1]) last[$1] = $2 }
+	     END { for (v in c) if (v in last) print v, c[v], last[v] }' "$T/$p/closed" "$T/$p/plans.tsv" >"$T/$p/storm"
+	plan=$(awk '{ d = $3 - $2; s += d; if (d > m) m = d; k++ } END { printf "%.2f %.2f", k ? s / k : 0, m }' "$T/$p/storm")
+	p99=$(awk 'NR == FNR { lo[NR] = $2; hi[NR] = $3; k = NR; next }
+	      $3 == "api" { for (i = 1; i <= k; i++) if ($1 >= lo[i] && $1 <= hi[i]) { print $2; break } }' \
+		"$T/$p/storm" "$T/$p/lat.tsv" | sort -n | awk '{ a[NR] = $1 } END { i = int(NR * 0.99); if (i < 1) i = 1; print NR ? a[i] : 0 }')
+	c1=$(awk '$1 == 1 { print $2 }' "$T/$p/cpu") c2=$(awk -v v=$((rounds + 1)) '$1 == v { print $2 }' "$T/$p/cpu")
+	cpu=$(echo "(${c2:-0} - ${c1:-0}) / $TCK / $rounds" | bc -l)
+	bytes=$(sed -n 's/.* bytes=\([0-9]*\).*/\1/p' "$T/$p/sim.out")
+	assign=$(sed -n 's/.* assignments=\([0-9]*\).* seconds=\([0-9.]*\).*/\1 \2/p' "$T/$p/sim.out")
+	all=$(sim_sql "select count(*) from round where project_id = $pid and state = 'committed'")
+	printf "%s %s %s %.3f %.0f %s %s\n" "$n" "$plan" "$p99" "$cpu" "$(echo "${bytes:-0} / $all / $n" | bc -l)" \
+		"$(echo "$assign" | awk '{ printf "%.1f", ($2 > 0 ? $1 / $2 : 0) }')" "$split"
+}
+
+printf "scale: simhosts against one cotrain-server on loopback, %s, %s cores\n" \
+	"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" "$(nproc)"
+printf "  %6s %17s %9s %10s %11s %9s %9s %9s\n" hosts "plan s mean/max" "p99 ms" "cpu s/rnd" "B/rnd/host" \
+	"assign/s" "report s" "planned s"
+row() {
+	echo "$1" | awk -v r="$2" '{
+		printf "  %6s %8s/%-8s %9s %10s %11s %9s %9s %9s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9
+		if (r != "") { split(r, q, " ")
+			printf "  %6s %7.1fx/%-7s %8.1fx %9.1fx %10.2fx %8.1fx  (against the reference)\n", "",
+			       q[2] ? $2 / q[2] : 0, sprintf("%.1fx", q[3] ? $3 / q[3] : 0), q[4] ? $4 / q[4] : 0, q[5] ? $5 / q[5] : 0,
+			       q[6] ? $6 / q[6] : 0, q[7] ? $7 / q[7] : 0 } }'
+}
+REF=$(run 10)
+row "$REF" ""
+for n in $HOSTS; do
+	row "$(run "$n")" "$REF"
+done
