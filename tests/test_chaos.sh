@@ -305,7 +305,7 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 			clock_set "$step"
 			n_clock=$((n_clock + 1))
 			[ -n "$clock_from" ] || clock_from=$(sql "select now()")
-			diag "$(date +%T) client 5's realtime clock stepped to $step of the time"
+			diag "$(date +%T) client 5's realtime clock stepped to the true time $step"
 		fi ;;
 	esac
 done
@@ -319,7 +319,7 @@ at=
 for ph in $phases; do eval "at=\"\${at:+\$at, }\$n_at_$ph $ph\""; done
 diag "faults (seed $SEED): $n_kill client kills, $n_srv server kills (by phase: $at), $n_db database disconnections, $n_pg PostgreSQL crashes, $n_stop suspensions, $n_full full disks, $n_cut link cuts, $n_clock clock steps"
 ok $([ "$V" -ge "$VERSIONS" ]; echo $?) \
-	"the run reached version $VERSIONS (version $V in $(( $(date +%s) - start )) s) through $n_kill client kills, $n_srv server kills, $n_db database disconnections, $n_pg PostgreSQL crashes, $n_stop suspensions, $n_full full disks, $n_cut link cuts$([ -n "$NFT" ] || echo " (not root with nft: none)"), $n_clock clock steps$([ -n "$FAKETIME_LIB" ] || echo " (no libfaketime, Debian's faketime: none)")"
+	"the run reached version $VERSIONS (version $V in $(( $(date +%s) - start )) s) through $n_kill client kills, $n_srv server kills, $n_db database disconnections, $n_pg PostgreSQL crashes, $n_stop suspensions, $n_full full disks, $n_cut link cuts$([ -n "$NFT" ] || echo " (not root with nft: none)"), $n_clock clock steps$([ -n "$FAKETIME_LIB" ] || echo " (no libfaketime: none)")"
 every_phase=0
 for ph in $phases; do eval "[ \$n_at_$ph -ge 1 ]" || every_phase=1; done
 ok $([ "$n_kill" -ge 2 ] && [ "$n_srv" -ge 5 ] && [ "$every_phase" = 0 ] && [ "$n_db" -ge 2 ] && [ "$n_pg" -ge 2 ] &&
@@ -337,7 +337,7 @@ if [ -n "$FAKETIME_LIB" ] && [ -n "$clock_from" ]; then
 	ok $([ "$jumps" -ge 1 ] && [ "$after" -ge 1 ]; echo $?) \
 		"client 5 saw its clock stepped ($jumps jumps logged for $n_clock steps) and took part in $after committed rounds after the first step"
 else
-	skip 1 "no clock was stepped (libfaketime: ${FAKETIME_LIB:-absent, install Debian's faketime})"
+	skip 1 "no clock was stepped (libfaketime: ${FAKETIME_LIB:-absent, install Debian's libfaketime})"
 fi
 # Every client stops on SIGTERM, whatever state the faults left it in (a
 # full disk held one spinning once, never to stop).
@@ -362,6 +362,10 @@ ok $([ "$nfd" -ge 1 ] && [ "$(srv_files)" = 0 ] && [ "$(srv_conns)" = 0 ]; echo 
 kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
 SPID=
 is "$(ls -A "$T/tmp" | wc -l)" 0 "no temporary file or folder is left in the daemons' TMPDIR"
+# Uploads cut by a kill -9 leave their partial file in the file store's
+# tmp/, which the file collector removes once a day old: counted, not
+# judged.
+diag "upload temporaries left in the server's file store: $(ls "$T/srv/files/tmp" 2>/dev/null | wc -l)"
 coverage_exact chaos "after the chaos run: every microbatch trained at most once per committed version, none lost"
 forks=$(sql "select count(*) from round_member m join round r using (project_id, version)
   where r.state = 'committed' and m.included and m.params_sha256 is distinct from r.params_sha256")
@@ -381,12 +385,13 @@ is "$left" 0 "no cotrain process of the run is left"
 # process in the data folder its child; none left once it is stopped.
 in_cluster() { for _p in $(pgrep -x postgres); do [ "$(readlink "/proc/$_p/cwd")" = "$PGD/data" ] && echo "$_p"; done; }
 pm=$(head -n 1 "$PGD/data/postmaster.pid")
-strays=0
+strays=0 seen=0
 for p in $(in_cluster); do
-	[ "$p" = "$pm" ] || [ "$(ps -o ppid= -p "$p" | tr -d ' ')" = "$pm" ] || strays=$((strays + 1))
+	[ "$p" = "$pm" ] && seen=1 && continue
+	[ "$(ps -o ppid= -p "$p" | tr -d ' ')" = "$pm" ] || strays=$((strays + 1))
 done
 as_pg "$PG_BINDIR/pg_ctl" -D "$PGD/data" -m fast -w stop >/dev/null
 left_pg=$(in_cluster | wc -l)
-ok $([ "$strays" = 0 ] && [ "$left_pg" = 0 ]; echo $?) \
-	"PostgreSQL's cluster had one postmaster and no stray process ($strays), none left after its stop ($left_pg)"
+ok $([ "$seen" = 1 ] && [ "$strays" = 0 ] && [ "$left_pg" = 0 ]; echo $?) \
+	"PostgreSQL's cluster had its postmaster running and no stray process ($strays), none left after its stop ($left_pg)"
 
