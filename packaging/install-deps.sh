@@ -18,7 +18,7 @@ libpq-dev postgresql postgresql-client
 libcurl4-openssl-dev libssl-dev libjansson-dev libarchive-dev zlib1g-dev
 libmicrohttpd-dev libopenblas-dev
 libminiupnpc-dev libnatpmp-dev
-nftables conntrack
+nftables conntrack libfaketime
 miniupnpd miniupnpd-nftables
 python3 ca-certificates curl procps iproute2 util-linux
 zip tar gzip

@@ -14,9 +14,10 @@
 # tree is never written; new inputs and crashes stay in FUZZ_OUT (default
 # ./fuzz-out/<name>/).  One line per harness: executions, executions per
 # second, coverage (libFuzzer's cov: edges, ft: features) and the corpus
-# size at the end.  Exit status 1 when a harness crashed or found a
-# sanitizer report: its input is FUZZ_OUT/<name>/crash-* (add it to the
-# corpus as tests/fuzz/corpus/<name>/crash-<what> once fixed).
+# size at the end; then a total line (executions over every harness).
+# Exit status 1 when a harness crashed or found a sanitizer report: its
+# input is FUZZ_OUT/<name>/crash-* (add it to the corpus as
+# tests/fuzz/corpus/<name>/crash-<what> once fixed).
 set -u
 secs=${1:-60}
 [ $# -gt 0 ] && shift
@@ -29,6 +30,7 @@ fi
 
 printf '%-14s %8s %12s %10s %8s %8s %8s  %s\n' harness seconds execs exec/s cov ft corpus result
 failed=0
+total_execs=0 total_secs=0 ran=0
 for name in "$@"; do
 	bin=$build/tests/fuzz/fuzz_$name
 	if [ ! -x "$bin" ]; then
@@ -64,5 +66,8 @@ for name in "$@"; do
 	fi
 	printf '%-14s %8s %12s %10s %8s %8s %8s  %s\n' "$name" "$((end - start))" "${execs:-?}" "${rate:-?}" \
 		"${cov:-?}" "${ft:-?}" "$n" "$result"
+	total_execs=$((total_execs + ${execs:-0})) total_secs=$((total_secs + end - start)) ran=$((ran + 1))
 done
+printf '%-14s %8s %12s  (%d harnesses, %s)\n' total "$total_secs" "$total_execs" "$ran" \
+	"$([ "$failed" = 0 ] && echo "no crash" || echo "FAILED")"
 exit $failed
