@@ -337,7 +337,7 @@ if [ -n "$FAKETIME_LIB" ] && [ -n "$clock_from" ]; then
 	ok $([ "$jumps" -ge 1 ] && [ "$after" -ge 1 ]; echo $?) \
 		"client 5 saw its clock stepped ($jumps jumps logged for $n_clock steps) and took part in $after committed rounds after the first step"
 else
-	skip 1 "no clock was stepped (libfaketime: ${FAKETIME_LIB:-absent, install Debian's libfaketime})"
+	skip 1 "no clock was stepped (libfaketime: ${FAKETIME_LIB:-absent: install the Debian package libfaketime})"
 fi
 # Every client stops on SIGTERM, whatever state the faults left it in (a
 # full disk held one spinning once, never to stop).
