@@ -144,6 +144,7 @@ cot_err spm_proto_parse(const unsigned char *b, size_t len, spm_proto *out, cot_
 	reader sub;
 	uint64_t v;
 	size_t cap = 0;
+	bool have_trainer = false, have_normalizer = false;
 	while (r.p < r.end) {
 		if (!field(&r, &num, &wt, &sub, &v))
 			goto corrupt;
@@ -167,12 +168,17 @@ cot_err spm_proto_parse(const unsigned char *b, size_t len, spm_proto *out, cot_
 		} else if (num == 2 && wt == 2) {
 			if (!trainer(sub, out))
 				goto corrupt;
+			have_trainer = true;
 		} else if (num == 3 && wt == 2) {
 			if (!normalizer(sub, out))
 				goto corrupt;
+			have_normalizer = true;
 		}
 	}
-	if (out->n_pieces == 0)
+	/* Every model SentencePiece writes has pieces, then its trainer and
+	 * normalizer specs: a file cut short ends among the pieces, which a
+	 * field-by-field read alone would take for a smaller model. */
+	if (out->n_pieces == 0 || !have_trainer || !have_normalizer)
 		goto corrupt;
 	return COT_OK;
 corrupt:

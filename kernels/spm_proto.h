@@ -53,7 +53,8 @@ typedef struct {
 
 /* Parse the model bytes b[0..len), which must outlive *out.  Free with
  * spm_proto_free.  COT_ERR_CORRUPT for a malformed message or a model
- * without pieces, COT_ERR_NOMEM; *out is zeroed on error. */
+ * without pieces, trainer spec or normalizer spec (a file cut short),
+ * COT_ERR_NOMEM; *out is zeroed on error. */
 cot_err spm_proto_parse(const unsigned char *b, size_t len, spm_proto *out, cot_errbuf *eb);
 void spm_proto_free(spm_proto *p);
 

@@ -104,7 +104,7 @@ ar_run() {
 	AR_OK=$(grep -c ' checksum ' "$_f.out")
 	AR_SUMS=$(awk '$7 == "checksum" {print $8}' "$_f.out" | sort -u | wc -l)
 	AR_SAMPLES=$(awk '$7 == "checksum" {print $10}' "$_f.out" | sort -u | tr '\n' ' ')
-	AR_VERIFIED=$(grep -c ' verify ok$' "$_f.out")
+	AR_VERIFIED=$(grep -c ' verify ok\( \|$\)' "$_f.out")
 }
 
 ar_links() {
