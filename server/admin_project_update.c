@@ -175,10 +175,36 @@ int admin_project_update(admin_ctx *ctx, int argc, char **argv)
 		goto out;
 	}
 	const char *np[1] = { name };
-	PGresult *r = admin_exec(ctx,
-	                         "SELECT id, config::text, current_version FROM project WHERE name = $1"
-	                         " FOR UPDATE",
-	                         1, np, &eb);
+	/* Locks in the order the round's own paths take them (the round of the
+	 * current version, then its project), so that an update beside a commit
+	 * or an assignment waits instead of deadlocking: the version is read
+	 * first without a lock, its round locked, then the project locked and
+	 * the version read again; when a commit moved it on meanwhile, again. */
+	PGresult *r;
+	int tries = 0;
+	long long locked;
+again:
+	locked = -1;
+	if (!(r = admin_exec(ctx, "SELECT id, current_version FROM project WHERE name = $1", 1, np, &eb)))
+		goto fail;
+	if (PQntuples(r) == 1) {
+		const char *lp[2] = { PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1) };
+		locked = atoll(lp[1]);
+		PGresult *l =
+		        admin_exec(ctx,
+		                   "SELECT 1 FROM round WHERE project_id = $1 AND version = $2 FOR UPDATE", 2,
+		                   lp, &eb);
+		PQclear(r);
+		if (!l)
+			goto fail;
+		PQclear(l);
+	} else {
+		PQclear(r);
+	}
+	r = admin_exec(ctx,
+	               "SELECT id, config::text, current_version FROM project WHERE name = $1"
+	               " FOR UPDATE",
+	               1, np, &eb);
 	if (!r)
 		goto fail;
 	if (PQntuples(r) == 0) {
@@ -192,6 +218,15 @@ int admin_project_update(admin_ctx *ctx, int argc, char **argv)
 	json_t *config = json_loads(PQgetvalue(r, 0, 1), 0, NULL);
 	long long current = atoll(PQgetvalue(r, 0, 2));
 	PQclear(r);
+	if (current != locked && ++tries < 5) {
+		json_decref(config);
+		admin_rollback(ctx);
+		if (admin_begin(ctx, &eb)) {
+			admin_fail(&eb);
+			goto out;
+		}
+		goto again;
+	}
 	if (!json_is_object(config)) {
 		json_decref(config);
 		cot_seterr(&eb, COT_ERR_CORRUPT, "the config of project \"%.80s\" is not a JSON object",

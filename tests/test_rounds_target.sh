@@ -113,10 +113,12 @@ is "$listed" "$batches" "GET .../rounds shows the batch of every committed step"
 is "$(sql "select count(*) from round where project_id = $pid and state = 'committed' and attempt > 1")" 0 \
 	"no round needed a second attempt"
 is "$(grep -c 'work units expired' "$T/server.log")" 0 "no work unit passed its deadline (the reaper expired none)"
-is "$(cat "$T"/client*.log | grep -c 'dropping the gradient\|handing back work unit')" 0 \
-	"no client dropped a gradient or handed back a unit" ||
-	grep -h 'dropping the gradient\|handing back work unit' "$T"/client*.log | head -5 |
-		while IFS= read -r l; do diag "$l"; done
+# (The round of version 21 or later is cut by the clients' stop: its drops
+# are the stop's, not the scheduler's.)
+dropped() { cat "$T"/client*.log | grep 'dropping the gradient\|handing back work unit' |
+	grep -v 'dropping the gradient of version \(2[1-9]\|[3-9][0-9]\|[0-9]\{3,\}\) '; }
+is "$(dropped | wc -l)" 0 "no client dropped a gradient or handed back a unit" ||
+	dropped | head -5 | while IFS= read -r l; do diag "$l"; done
 answered=$(cat "$T"/client*.log | sed -n 's/.*answered \([0-9]*\) spot check.*/\1/p' | awk '{s += $1} END {print s + 0}')
 ok $([ "$answered" -ge 1 ] && echo 0 || echo 1) "spot checks were answered meanwhile ($answered fingerprints)"
 coverage_exact t32 "after 20 rounds"
