@@ -163,3 +163,11 @@ void fd_check_accumulates(const char *what, const float *once, const float *twic
 	}
 	ok(worst <= 1e-5 * scale && scale > 0, "%s accumulates: max |twice - 2 once| %.3g", what, worst);
 }
+
+const double *fd_view(const kern_model *m, const double *p, const char *name)
+{
+	for (int v = 0; v < m->n_views; v++)
+		if (strcmp(m->views[v].name, name) == 0)
+			return p + m->views[v].offset;
+	bail_out("the model has no tensor %s", name);
+}

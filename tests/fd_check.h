@@ -7,6 +7,7 @@
 #ifndef COT_TESTS_FD_CHECK_H
 #define COT_TESTS_FD_CHECK_H
 
+#include "kernels/model.h"
 #include "kernels/rng.h"
 
 #include <stddef.h>
@@ -28,6 +29,9 @@ double *fd_tod(const float *x, size_t n);
 /* sum w_i x_i in double. */
 double fd_dot(const float *w, const double *x, size_t n);
 double fd_maxabs(const float *x, size_t n);
+/* The tensor called name of model m within p, a double copy of its flat
+ * parameters (the same offsets); bails out when m has none. */
+const double *fd_view(const kern_model *m, const double *p, const char *name);
 
 /* out[M,N] = inp[M,K] W[K,N] + b[N] (b may be NULL). */
 void fd_lin(double *out, const double *inp, const double *W, const double *b, int M, int K, int N);

@@ -509,13 +509,7 @@ typedef struct {
 	double *e, *x, *qkv, *y, *t, *f, *rows, *logits, *pre, *act, *cls, *pooled, *sl, *scr;
 } model_ctx;
 
-static const double *param(const model_ctx *c, const char *name)
-{
-	for (int v = 0; v < c->m->n_views; v++)
-		if (strcmp(c->m->views[v].name, name) == 0)
-			return c->p + c->m->views[v].offset;
-	bail_out("the model has no tensor %s", name);
-}
+static const double *param(const model_ctx *c, const char *name) { return fd_view(c->m, c->p, name); }
 
 static const double *sparam(const model_ctx *c, int s, const char *name)
 {

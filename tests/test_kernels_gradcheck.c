@@ -447,13 +447,7 @@ typedef struct {
 	double *x, *h, *qkv, *y, *t, *f, *logits, *scr; /* activations */
 } model_ctx;
 
-static const double *param(const model_ctx *c, const char *name)
-{
-	for (int v = 0; v < c->m->n_views; v++)
-		if (strcmp(c->m->views[v].name, name) == 0)
-			return c->p + c->m->views[v].offset;
-	bail_out("the model has no tensor %s", name);
-}
+static const double *param(const model_ctx *c, const char *name) { return fd_view(c->m, c->p, name); }
 
 static const double *sparam(const model_ctx *c, int s, const char *name)
 {
