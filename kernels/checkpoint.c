@@ -1,6 +1,8 @@
 /* cotrain kernels: model checkpoints (see checkpoint.h for the format). */
 #include "kernels/checkpoint.h"
 
+#include "kernels/gpu.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -319,6 +321,7 @@ cot_err ckpt_load(kern_model *m, const char *path, cot_errbuf *eb)
 			                "checkpoint's config.");
 		} else {
 			copy_in(m, f, views, nv, step);
+			kern_gpu_params_changed(m);
 		}
 		free(views);
 	}

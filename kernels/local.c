@@ -1,6 +1,8 @@
 /* cotrain kernels: the inner steps of local mode (see local.h). */
 #include "kernels/local.h"
 
+#include "kernels/gpu.h"
+
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +127,7 @@ cot_err kern_local_finish(kern_local *l, kern_model *m, int64_t *samples, cot_er
 		m->grads[i] = d * s;
 	}
 	memcpy(m->params, l->theta0, l->n * sizeof *m->params);
+	kern_gpu_params_changed(m);
 	l->finished = true;
 	if (samples)
 		*samples = l->samples;

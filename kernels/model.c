@@ -7,6 +7,7 @@
 #include "kernels/embedding.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
+#include "kernels/gpu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/rng.h"
@@ -330,6 +331,7 @@ void kern_model_free(kern_model *m)
 	if (!m)
 		return;
 	acts_free(m->acts);
+	kern_gpu_unbind(m);
 	kern_enc_acts_free(m->enc_acts);
 	free(m->views);
 	free(m->params);
@@ -367,6 +369,7 @@ void kern_model_init(kern_model *m, uint64_t seed)
 	memset(m->m, 0, m->n_params * sizeof(float));
 	memset(m->v, 0, m->n_params * sizeof(float));
 	m->step = 0;
+	kern_gpu_params_changed(m);
 }
 
 static cot_err check_ids(const int32_t *ids, size_t n, int V, const char *what, cot_errbuf *eb)

@@ -132,6 +132,7 @@ int kern_param_views(const kern_config *c, kern_view *out, int max);
 
 struct kern_acts;
 struct kern_enc_acts;
+struct kern_gpu_bind;
 
 typedef struct kern_model {
 	kern_config config;
@@ -145,6 +146,7 @@ typedef struct kern_model {
 	int max_batch;                  /* largest B for kern_forward; 0: no activations */
 	struct kern_acts *acts;         /* private */
 	struct kern_enc_acts *enc_acts; /* private, encoders (encoder.c) */
+	struct kern_gpu_bind *gpu;      /* private: the GPU it computes on, or NULL (gpu.h) */
 } kern_model;
 
 /* Allocate a model for config c with activation memory for batches of up to

@@ -3,6 +3,7 @@
 #include "kernels/optimizer.h"
 
 #include "kernels/backend.h"
+#include "kernels/gpu.h"
 #include "kernels/vecmath.h"
 
 #include <math.h>
@@ -310,6 +311,7 @@ cot_err kern_opt_step_with(kern_model *m, const kern_opt_config *o, float *mom1,
 		st->clip_coef = coef;
 		st->lr = lr;
 	}
+	kern_gpu_params_changed(m);
 	return COT_OK;
 }
 
@@ -372,5 +374,6 @@ cot_err kern_opt_outer_step(kern_model *m, const kern_outer_config *o, cot_errbu
 		outer_segment(m->params + lo, m->m + lo, m->grads + lo, len, o->lr, o->momentum, o->nesterov);
 	}
 	m->step++;
+	kern_gpu_params_changed(m);
 	return COT_OK;
 }

@@ -2,6 +2,7 @@
 #include "kernels/stream_step.h"
 
 #include "kernels/encoder.h"
+#include "kernels/gpu.h"
 
 cot_err kern_stream_step(kern_model *m, const int32_t *in, const int32_t *tgt, int B, uint64_t seed,
                          int64_t g, int64_t mb_per_epoch, float scale, float *loss, cot_errbuf *eb)
@@ -19,6 +20,8 @@ cot_err kern_stream_step(kern_model *m, const int32_t *in, const int32_t *tgt, i
 		rc = kern_enc_train_stream(m, in, (size_t)m->config.seq_len, B, seed, g / mb_per_epoch,
 		                           g % mb_per_epoch, scale, &res, eb);
 		l = (float)res.loss;
+	} else if (kern_gpu_bound(m)) {
+		rc = kern_gpu_step(m, in, tgt, B, scale, &l, eb);
 	} else {
 		rc = kern_forward(m, in, tgt, B, &l, eb);
 		if (!rc)

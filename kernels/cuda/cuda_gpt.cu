@@ -1,0 +1,433 @@
+/* cotrain CUDA backend: the GPT model's forward and backward on one GPU.
+ *
+ * The same passes as kernels/model.c, layer for layer, on device buffers:
+ * parameters and the gradient are one flat fp32 buffer each, in the host's
+ * layout (the views the caller passes), so a step's parameters go up and
+ * its gradient comes down in one copy.  Activations are fp32; the matrix
+ * products run in the model's precision (cuda_layers.h, cu_gemm).
+ * Attention materialises each (sample, head) pair's [T, T] probabilities,
+ * as the CPU does: simple, exact, and the memory fits a GPU at the shapes
+ * cotrain trains (GPT-2 small at B 16, T 1024: 0.8 GB a layer). */
+#include "kernels/cuda/cuda_layers.h"
+#include "kernels/cuda/cuda_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define LN_EPS 1e-5f /* kernels/layernorm.h's KERN_LN_EPS */
+
+namespace {
+
+struct layer_buf {
+	float *ln1, *ln1_mean, *ln1_rstd, *qkvp, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg,
+	        *res3;
+};
+
+/* offsets of one parameter set's 12 tensors (model.h's order) */
+struct set_off {
+	size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+};
+
+} // namespace
+
+struct kern_gpu_model {
+	kern_config c;
+	int max_batch, precision, device;
+	size_t n_params, wte, wpe, lnfw, lnfb;
+	std::vector<set_off> sets;
+	cublasHandle_t blas;
+	cudaStream_t s;
+	void *mem; /* one allocation: everything below on the device */
+	void *blas_ws;
+	float *params, *grads;
+	std::vector<layer_buf> L;
+	float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
+	float *dres, *dln, *dqkv, *dqkvp, *datty, *yp, *dfch, *dfchg, *datt, *scratch;
+	int32_t *tokens, *targets, *uniq, *offs, *pos;
+	/* host side: the embedding gradient's token lists, the losses */
+	std::vector<int32_t> h_cnt, h_uniq, h_offs, h_pos;
+	float *h_losses; /* pinned */
+	float *h_stage;  /* pinned, n_params: the gradient on its way down */
+	int B, have_targets, n_uniq;
+	cudaEvent_t ev[3];
+	double ms[2];
+};
+
+/* Lay out (or, with base NULL, count) the device memory of a model. */
+static size_t dev_layout(kern_gpu_model *g, char *base)
+{
+	const kern_config *c = &g->c;
+	size_t BT = (size_t)g->max_batch * c->seq_len, C = c->d_model, F = c->d_ff, V = c->vocab,
+	       att = (size_t)g->max_batch * c->n_head * c->seq_len * c->seq_len, off = 0;
+#define TAKE(ptr, n, type) \
+	do { \
+		if (base) \
+			(ptr) = (type *)(base + off); \
+		off += ((n) * sizeof(type) + 255) & ~(size_t)255; \
+	} while (0)
+#define TAKEF(ptr, n) TAKE(ptr, n, float)
+	TAKEF(g->params, g->n_params);
+	TAKEF(g->grads, g->n_params);
+	TAKEF(g->encoded, BT * C);
+	for (auto &l : g->L) {
+		TAKEF(l.ln1, BT * C);
+		TAKEF(l.ln1_mean, BT);
+		TAKEF(l.ln1_rstd, BT);
+		TAKEF(l.qkvp, 3 * BT * C);
+		TAKEF(l.att, att);
+		TAKEF(l.atty, BT * C);
+		TAKEF(l.res2, BT * C);
+		TAKEF(l.ln2, BT * C);
+		TAKEF(l.ln2_mean, BT);
+		TAKEF(l.ln2_rstd, BT);
+		TAKEF(l.fch, BT * F);
+		TAKEF(l.fchg, BT * F);
+		TAKEF(l.res3, BT * C);
+	}
+	TAKEF(g->lnf, BT * C);
+	TAKEF(g->lnf_mean, BT);
+	TAKEF(g->lnf_rstd, BT);
+	TAKEF(g->logits, BT * V);
+	TAKEF(g->lse, BT);
+	TAKEF(g->losses, BT);
+	TAKEF(g->dres, BT * C);
+	TAKEF(g->dln, BT * C);
+	TAKEF(g->dqkv, 3 * BT * C);
+	TAKEF(g->dqkvp, 3 * BT * C);
+	TAKEF(g->datty, BT * C);
+	TAKEF(g->yp, BT * C);
+	TAKEF(g->dfch, BT * F);
+	TAKEF(g->dfchg, BT * F);
+	TAKEF(g->datt, att);
+	size_t widest = 3 * C > F ? 3 * C : F;
+	TAKEF(g->scratch, cu_colsum_scratch((int)BT, (int)(widest > V ? widest : V)));
+	TAKE(g->tokens, BT, int32_t);
+	TAKE(g->targets, BT, int32_t);
+	TAKE(g->uniq, BT, int32_t);
+	TAKE(g->offs, BT + 1, int32_t);
+	TAKE(g->pos, BT, int32_t);
+#undef TAKEF
+#undef TAKE
+	return off;
+}
+
+extern "C" void cu_model_free(kern_gpu_model *g)
+{
+	if (!g)
+		return;
+	cudaSetDevice(g->device);
+	if (g->s)
+		cudaStreamSynchronize(g->s);
+	for (auto &e : g->ev)
+		if (e)
+			cudaEventDestroy(e);
+	if (g->blas)
+		cublasDestroy(g->blas);
+	if (g->s)
+		cudaStreamDestroy(g->s);
+	cudaFree(g->mem);
+	cudaFree(g->blas_ws);
+	cudaFreeHost(g->h_losses);
+	cudaFreeHost(g->h_stage);
+	delete g;
+}
+
+static int model_on_device(kern_gpu_model *g, size_t BT, char *err, size_t errlen);
+
+static int find_view(const kern_view *views, int n, const char *name, size_t numel, size_t *off)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(views[i].name, name) == 0 && views[i].numel == numel) {
+			*off = views[i].offset;
+			return 1;
+		}
+	return 0;
+}
+
+extern "C" int cu_model_create(const kern_config *c, const kern_view *views, int n_views, int max_batch, int device,
+                               int precision, kern_gpu_model **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	if (c->arch != KERN_ARCH_GPT)
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend",
+		               "only the gpt architecture runs on the GPU (encoders compute on the CPU)");
+	if (max_batch < 1 || precision < KERN_PREC_FP32 || precision > KERN_PREC_BF16)
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "bad batch or precision");
+	kern_gpu_model *g = new (std::nothrow) kern_gpu_model();
+	if (!g)
+		return cu_fail(err, errlen, KERN_GPU_ENOMEM, "CUDA backend", "out of host memory");
+	g->c = *c;
+	g->max_batch = max_batch;
+	g->precision = precision;
+	g->device = device;
+	size_t C = c->d_model, F = c->d_ff, n = 0;
+	int ok = find_view(views, n_views, "wte", (size_t)c->vocab * C, &g->wte) &&
+	         find_view(views, n_views, "wpe", (size_t)c->seq_len * C, &g->wpe) &&
+	         find_view(views, n_views, "ln_f.weight", C, &g->lnfw) &&
+	         find_view(views, n_views, "ln_f.bias", C, &g->lnfb);
+	for (int s = 0; ok && s < c->n_shared; s++) {
+		set_off o;
+		char nm[64];
+#define V(field, suffix, numel) \
+	(snprintf(nm, sizeof nm, "h.%d.%s", s, suffix), find_view(views, n_views, nm, numel, &o.field))
+		ok = V(ln1w, "ln_1.weight", C) && V(ln1b, "ln_1.bias", C) && V(qkvw, "attn.c_attn.weight", C * 3 * C) &&
+		     V(qkvb, "attn.c_attn.bias", 3 * C) && V(projw, "attn.c_proj.weight", C * C) &&
+		     V(projb, "attn.c_proj.bias", C) && V(ln2w, "ln_2.weight", C) && V(ln2b, "ln_2.bias", C) &&
+		     V(fcw, "mlp.c_fc.weight", C * F) && V(fcb, "mlp.c_fc.bias", F) &&
+		     V(fcprojw, "mlp.c_proj.weight", F * C) && V(fcprojb, "mlp.c_proj.bias", C);
+#undef V
+		g->sets.push_back(o);
+	}
+	for (int i = 0; i < n_views; i++)
+		n += views[i].numel;
+	g->n_params = n;
+	if (!ok) {
+		delete g;
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "the parameter views are not a gpt's");
+	}
+	g->L.resize((size_t)c->n_layer);
+	g->h_cnt.assign((size_t)c->vocab, 0);
+	size_t BT = (size_t)max_batch * c->seq_len;
+	g->h_uniq.resize(BT);
+	g->h_offs.resize(BT + 1);
+	g->h_pos.resize(BT);
+	int rc = model_on_device(g, BT, err, errlen);
+	if (rc) {
+		cu_model_free(g);
+		return rc;
+	}
+	*out = g;
+	return KERN_GPU_OK;
+}
+
+/* The device half of cu_model_create: stream, events, memory, cuBLAS. */
+static int model_on_device(kern_gpu_model *g, size_t BT, char *err, size_t errlen)
+{
+	int device = g->device;
+	CU_TRY(cudaSetDevice(device), "selecting the GPU");
+	CU_TRY(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking), "creating a stream");
+	for (auto &e : g->ev)
+		CU_TRY(cudaEventCreate(&e), "creating an event");
+	size_t bytes = dev_layout(g, NULL);
+	CU_TRY(cudaMalloc(&g->mem, bytes), "allocating the model's device memory");
+	dev_layout(g, (char *)g->mem);
+	CU_TRY(cudaMemsetAsync(g->grads, 0, g->n_params * sizeof(float), g->s), "zeroing the gradient");
+	CU_TRY(cudaMallocHost(&g->h_losses, BT * sizeof(float)), "allocating pinned memory");
+	CU_TRY(cudaMallocHost(&g->h_stage, g->n_params * sizeof(float)), "allocating pinned memory");
+	CUBLAS_TRY(cublasCreate(&g->blas), "creating the cuBLAS handle");
+	CUBLAS_TRY(cublasSetStream(g->blas, g->s), "cuBLAS stream");
+	/* a fixed workspace: cuBLAS's results then depend on nothing else */
+	size_t ws = 32u << 20;
+	CU_TRY(cudaMalloc(&g->blas_ws, ws), "allocating the cuBLAS workspace");
+	CUBLAS_TRY(cublasSetWorkspace(g->blas, g->blas_ws, ws), "cuBLAS workspace");
+	CUBLAS_TRY(cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH), "cuBLAS math mode");
+	CU_SYNC(g->s, "creating the model");
+	return KERN_GPU_OK;
+}
+
+extern "C" int cu_set_params(kern_gpu_model *g, const float *host, char *err, size_t errlen)
+{
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	CU_TRY(cudaMemcpyAsync(g->params, host, g->n_params * sizeof(float), cudaMemcpyHostToDevice, g->s),
+	       "copying the parameters to the GPU");
+	CU_SYNC(g->s, "copying the parameters to the GPU");
+	return KERN_GPU_OK;
+}
+
+/* The host's lists for the embedding gradient: each token present, and the
+ * positions holding it in increasing order (a counting sort). */
+static void token_lists(kern_gpu_model *g, const int32_t *tokens, int BT)
+{
+	int32_t *cnt = g->h_cnt.data();
+	int nu = 0;
+	for (int i = 0; i < BT; i++)
+		if (cnt[tokens[i]]++ == 0)
+			g->h_uniq[nu++] = tokens[i];
+	/* offsets in order of first appearance; cnt becomes the write cursor */
+	int off = 0;
+	for (int u = 0; u < nu; u++) {
+		int t = g->h_uniq[u], k = cnt[t];
+		g->h_offs[u] = off;
+		cnt[t] = off;
+		off += k;
+	}
+	g->h_offs[nu] = off;
+	for (int i = 0; i < BT; i++)
+		g->h_pos[cnt[tokens[i]]++] = i;
+	for (int u = 0; u < nu; u++)
+		cnt[g->h_uniq[u]] = 0;
+	g->n_uniq = nu;
+}
+
+#define P(off) (g->params + (off))
+#define G(off) (g->grads + (off))
+#define GEMM(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc) \
+	CUBLAS_TRY(cu_gemm(g->blas, g->precision, ta, tb, M, N, K, alpha, A, lda, 0, Bm, ldb, 0, beta, Cm, ldc, 0, \
+	                   1), \
+	           "a matrix product")
+#define GEMMB(ta, tb, M, N, K, alpha, A, lda, sa, Bm, ldb, sb, beta, Cm, ldc, sc, n) \
+	CUBLAS_TRY(cu_gemm(g->blas, g->precision, ta, tb, M, N, K, alpha, A, lda, sa, Bm, ldb, sb, beta, Cm, ldc, \
+	                   sc, n), \
+	           "a batched matrix product")
+
+extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B, double *loss,
+                          char *err, size_t errlen)
+{
+	const kern_config *c = &g->c;
+	if (loss)
+		*loss = 0;
+	if (B < 1 || B > g->max_batch)
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA forward", "batch size outside 1..max_batch");
+	int T = c->seq_len, C = c->d_model, NH = c->n_head, F = c->d_ff, V = c->vocab, BT = B * T, hd = C / NH;
+	for (int i = 0; i < BT; i++)
+		if (tokens[i] < 0 || tokens[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
+			return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA forward", "a token outside the vocabulary");
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	g->B = 0;
+	cudaStream_t s = g->s;
+	CU_TRY(cudaEventRecord(g->ev[0], s), "recording an event");
+	CU_TRY(cudaMemcpyAsync(g->tokens, tokens, BT * sizeof(int32_t), cudaMemcpyHostToDevice, s), "copying tokens");
+	if (targets) {
+		CU_TRY(cudaMemcpyAsync(g->targets, targets, BT * sizeof(int32_t), cudaMemcpyHostToDevice, s),
+		       "copying targets");
+		token_lists(g, tokens, BT);
+		CU_TRY(cudaMemcpyAsync(g->uniq, g->h_uniq.data(), g->n_uniq * sizeof(int32_t), cudaMemcpyHostToDevice, s),
+		       "copying token lists");
+		CU_TRY(cudaMemcpyAsync(g->offs, g->h_offs.data(), (g->n_uniq + 1) * sizeof(int32_t),
+		                       cudaMemcpyHostToDevice, s),
+		       "copying token lists");
+		CU_TRY(cudaMemcpyAsync(g->pos, g->h_pos.data(), BT * sizeof(int32_t), cudaMemcpyHostToDevice, s),
+		       "copying token lists");
+	}
+	cu_embedding_fwd(s, g->encoded, g->tokens, P(g->wte), P(g->wpe), B, T, C);
+	const float *res = g->encoded;
+	float scale = 1.0f / sqrtf((float)hd);
+	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)BT * C;
+	for (int l = 0; l < c->n_layer; l++) {
+		const set_off &p = g->sets[(size_t)((long)l * c->n_shared / c->n_layer)];
+		layer_buf &a = g->L[(size_t)l];
+		cu_layernorm_fwd(s, a.ln1, a.ln1_mean, a.ln1_rstd, res, P(p.ln1w), P(p.ln1b), BT, C, LN_EPS);
+		cu_rows_bias(s, g->dqkv, NULL, P(p.qkvb), BT, 3 * C);
+		GEMM(false, false, BT, 3 * C, C, 1.0f, a.ln1, C, P(p.qkvw), 3 * C, 1.0f, g->dqkv, 3 * C);
+		cu_qkv_split(s, a.qkvp, g->dqkv, B, T, C, NH);
+		const float *q = a.qkvp, *k = a.qkvp + BTC, *v = a.qkvp + 2 * BTC;
+		GEMMB(false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, a.att, T, sa, B * NH);
+		cu_softmax_causal(s, a.att, (long)B * NH * T, T);
+		GEMMB(false, false, T, hd, T, 1.0f, a.att, T, sa, v, hd, sq, 0.0f, g->yp, hd, sq, B * NH);
+		cu_heads_merge(s, a.atty, g->yp, B, T, C, NH);
+		cu_rows_bias(s, a.res2, res, P(p.projb), BT, C);
+		GEMM(false, false, BT, C, C, 1.0f, a.atty, C, P(p.projw), C, 1.0f, a.res2, C);
+		cu_layernorm_fwd(s, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(p.ln2w), P(p.ln2b), BT, C, LN_EPS);
+		cu_rows_bias(s, a.fch, NULL, P(p.fcb), BT, F);
+		GEMM(false, false, BT, F, C, 1.0f, a.ln2, C, P(p.fcw), F, 1.0f, a.fch, F);
+		cu_gelu_fwd(s, a.fchg, a.fch, (long)BT * F);
+		cu_rows_bias(s, a.res3, a.res2, P(p.fcprojb), BT, C);
+		GEMM(false, false, BT, C, F, 1.0f, a.fchg, F, P(p.fcprojw), C, 1.0f, a.res3, C);
+		res = a.res3;
+	}
+	cu_layernorm_fwd(s, g->lnf, g->lnf_mean, g->lnf_rstd, res, P(g->lnfw), P(g->lnfb), BT, C, LN_EPS);
+	GEMM(false, true, BT, V, C, 1.0f, g->lnf, C, P(g->wte), C, 0.0f, g->logits, V);
+	if (targets) {
+		cu_crossentropy_fwd(s, g->losses, g->lse, g->logits, g->targets, BT, V);
+		CU_TRY(cudaMemcpyAsync(g->h_losses, g->losses, BT * sizeof(float), cudaMemcpyDeviceToHost, s),
+		       "copying the losses");
+	}
+	CU_TRY(cudaEventRecord(g->ev[1], s), "recording an event");
+	CU_SYNC(s, "the forward pass");
+	if (targets && loss) {
+		double sum = 0;
+		for (int i = 0; i < BT; i++)
+			sum += g->h_losses[i];
+		*loss = sum / BT;
+	}
+	g->have_targets = targets != NULL;
+	g->B = B;
+	return KERN_GPU_OK;
+}
+
+extern "C" int cu_backward(kern_gpu_model *g, float dscale, char *err, size_t errlen)
+{
+	const kern_config *c = &g->c;
+	if (g->B == 0 || !g->have_targets)
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backward",
+		               "no forward pass with targets preceded it");
+	int B = g->B, T = c->seq_len, C = c->d_model, NH = c->n_head, F = c->d_ff, V = c->vocab, BT = B * T,
+	    hd = C / NH, L = c->n_layer;
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	cudaStream_t s = g->s;
+	float scale = 1.0f / sqrtf((float)hd);
+	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)BT * C;
+	/* the head; the logits become their gradient (the forward's logits are
+	 * not kept: kern_logits is the CPU model's) */
+	cu_crossentropy_bwd(s, g->logits, g->lse, g->targets, BT, V, dscale / (float)BT);
+	GEMM(false, false, BT, C, V, 1.0f, g->logits, V, P(g->wte), C, 0.0f, g->dln, C);
+	GEMM(true, false, V, C, BT, 1.0f, g->logits, V, g->lnf, C, 1.0f, G(g->wte), C);
+	CU_TRY(cudaMemsetAsync(g->dres, 0, BTC * sizeof(float), s), "zeroing a gradient");
+	cu_layernorm_bwd(s, g->dres, G(g->lnfw), G(g->lnfb), g->dln, g->L[(size_t)L - 1].res3, P(g->lnfw),
+	                 g->lnf_mean, g->lnf_rstd, BT, C, g->scratch);
+	g->B = 0; /* the logits are spent */
+	for (int l = L - 1; l >= 0; l--) {
+		const set_off &p = g->sets[(size_t)((long)l * c->n_shared / c->n_layer)];
+		layer_buf &a = g->L[(size_t)l];
+		const float *res_in = l > 0 ? g->L[(size_t)l - 1].res3 : g->encoded;
+		/* the MLP: dres is d res3 */
+		GEMM(false, true, BT, F, C, 1.0f, g->dres, C, P(p.fcprojw), C, 0.0f, g->dfchg, F);
+		GEMM(true, false, F, C, BT, 1.0f, a.fchg, F, g->dres, C, 1.0f, G(p.fcprojw), C);
+		cu_colsum_add(s, G(p.fcprojb), g->dres, BT, C, g->scratch);
+		cu_gelu_bwd(s, g->dfch, a.fch, g->dfchg, (long)BT * F);
+		GEMM(false, true, BT, C, F, 1.0f, g->dfch, F, P(p.fcw), F, 0.0f, g->dln, C);
+		GEMM(true, false, C, F, BT, 1.0f, a.ln2, C, g->dfch, F, 1.0f, G(p.fcw), F);
+		cu_colsum_add(s, G(p.fcb), g->dfch, BT, F, g->scratch);
+		cu_layernorm_bwd(s, g->dres, G(p.ln2w), G(p.ln2b), g->dln, a.res2, P(p.ln2w), a.ln2_mean, a.ln2_rstd,
+		                 BT, C, g->scratch);
+		/* the attention: dres is d res2 */
+		GEMM(false, true, BT, C, C, 1.0f, g->dres, C, P(p.projw), C, 0.0f, g->datty, C);
+		GEMM(true, false, C, C, BT, 1.0f, a.atty, C, g->dres, C, 1.0f, G(p.projw), C);
+		cu_colsum_add(s, G(p.projb), g->dres, BT, C, g->scratch);
+		cu_heads_split(s, g->yp, g->datty, B, T, C, NH);
+		const float *q = a.qkvp, *k = a.qkvp + BTC, *v = a.qkvp + 2 * BTC;
+		float *dq = g->dqkvp, *dk = g->dqkvp + BTC, *dv = g->dqkvp + 2 * BTC;
+		GEMMB(false, true, T, T, hd, 1.0f, g->yp, hd, sq, v, hd, sq, 0.0f, g->datt, T, sa, B * NH);
+		cu_softmax_causal_bwd(s, g->datt, a.att, (long)B * NH * T, T, scale);
+		GEMMB(false, false, T, hd, T, 1.0f, g->datt, T, sa, k, hd, sq, 0.0f, dq, hd, sq, B * NH);
+		GEMMB(true, false, T, hd, T, 1.0f, g->datt, T, sa, q, hd, sq, 0.0f, dk, hd, sq, B * NH);
+		GEMMB(true, false, T, hd, T, 1.0f, a.att, T, sa, g->yp, hd, sq, 0.0f, dv, hd, sq, B * NH);
+		cu_qkv_merge(s, g->dqkv, g->dqkvp, B, T, C, NH);
+		GEMM(false, true, BT, C, 3 * C, 1.0f, g->dqkv, 3 * C, P(p.qkvw), 3 * C, 0.0f, g->dln, C);
+		GEMM(true, false, C, 3 * C, BT, 1.0f, a.ln1, C, g->dqkv, 3 * C, 1.0f, G(p.qkvw), 3 * C);
+		cu_colsum_add(s, G(p.qkvb), g->dqkv, BT, 3 * C, g->scratch);
+		cu_layernorm_bwd(s, g->dres, G(p.ln1w), G(p.ln1b), g->dln, res_in, P(p.ln1w), a.ln1_mean, a.ln1_rstd,
+		                 BT, C, g->scratch);
+	}
+	cu_embedding_bwd(s, G(g->wte), G(g->wpe), g->dres, g->uniq, g->offs, g->pos, g->n_uniq, B, T, C);
+	CU_TRY(cudaEventRecord(g->ev[2], s), "recording an event");
+	CU_SYNC(s, "the backward pass");
+	float f = 0, b = 0;
+	cudaEventElapsedTime(&f, g->ev[0], g->ev[1]);
+	cudaEventElapsedTime(&b, g->ev[1], g->ev[2]);
+	g->ms[0] = f;
+	g->ms[1] = b;
+	return KERN_GPU_OK;
+}
+
+extern "C" int cu_take_grads(kern_gpu_model *g, float *host, int add, char *err, size_t errlen)
+{
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	size_t n = g->n_params;
+	CU_TRY(cudaMemcpyAsync(add ? g->h_stage : host, g->grads, n * sizeof(float), cudaMemcpyDeviceToHost, g->s),
+	       "copying the gradient from the GPU");
+	CU_TRY(cudaMemsetAsync(g->grads, 0, n * sizeof(float), g->s), "zeroing the gradient");
+	CU_SYNC(g->s, "copying the gradient from the GPU");
+	if (add)
+		for (size_t i = 0; i < n; i++)
+			host[i] += g->h_stage[i];
+	return KERN_GPU_OK;
+}
+
+extern "C" void cu_last_timings(kern_gpu_model *g, double ms[2])
+{
+	ms[0] = g->ms[0];
+	ms[1] = g->ms[1];
+}

@@ -1,0 +1,170 @@
+/* cotrain kernels: the CUDA backend's loader and a model's GPU binding.
+ * See gpu.h. */
+#include "kernels/gpu.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef COTRAIN_CUDA_LIBPATH
+#define COTRAIN_CUDA_LIBPATH "" /* a build without CUDA */
+#endif
+
+struct kern_gpu_bind {
+	const kern_gpu_api *api;
+	kern_gpu_model *g;
+	int device, precision;
+	bool stale; /* the host's parameters changed since the last upload */
+};
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static const kern_gpu_api *loaded;
+static char load_why[256];
+
+static void load(void)
+{
+	const char *path = getenv(KERN_GPU_LIB_ENV);
+	if (!path || !*path)
+		path = COTRAIN_CUDA_LIBPATH;
+	if (!*path) {
+		snprintf(load_why, sizeof load_why, "this build has no CUDA backend (configure --with-cuda)");
+		return;
+	}
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(load_why, sizeof load_why, "the CUDA backend did not load: %s", dlerror());
+		return;
+	}
+	kern_gpu_entry_fn entry = (kern_gpu_entry_fn)dlsym(h, KERN_GPU_ENTRY);
+	const kern_gpu_api *api = entry ? entry() : NULL;
+	if (!api || api->abi_version != KERN_GPU_ABI_VERSION) {
+		snprintf(load_why, sizeof load_why,
+		         "%s is not this build's CUDA backend (ABI %d, expected %d)", path,
+		         api ? api->abi_version : -1, KERN_GPU_ABI_VERSION);
+		dlclose(h);
+		return;
+	}
+	loaded = api; /* the library stays loaded for the process's life */
+}
+
+const kern_gpu_api *kern_gpu_api_get(char *why, size_t n)
+{
+	pthread_once(&load_once, load);
+	if (!loaded && why && n)
+		snprintf(why, n, "%s", load_why);
+	return loaded;
+}
+
+int kern_gpu_count(char *why, size_t n)
+{
+	const kern_gpu_api *api = kern_gpu_api_get(why, n);
+	if (!api)
+		return 0;
+	char err[256] = "";
+	int k = api->device_count(err, sizeof err);
+	if (k < 0 && why && n)
+		snprintf(why, n, "%s", err);
+	else if (k == 0 && why && n)
+		snprintf(why, n, "no CUDA device is present");
+	return k < 0 ? 0 : k;
+}
+
+int kern_precision_parse(const char *name)
+{
+	static const char *names[] = { "fp32", "tf32", "bf16" };
+	for (int i = 0; i < 3; i++)
+		if (name && strcmp(name, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *kern_precision_name(int precision)
+{
+	return precision == KERN_PREC_BF16 ? "bf16" : precision == KERN_PREC_TF32 ? "tf32" : "fp32";
+}
+
+static cot_err gpu_err(cot_errbuf *eb, int code, const char *what, const char *msg)
+{
+	cot_err rc = code == KERN_GPU_ENOMEM   ? COT_ERR_NOMEM
+	             : code == KERN_GPU_EINVAL ? COT_ERR_INVALID
+	                                       : COT_ERR_IO;
+	return cot_seterr(eb, rc, "%s: %s", what, msg);
+}
+
+cot_err kern_gpu_bind(kern_model *m, int device, int precision, cot_errbuf *eb)
+{
+	char why[256] = "";
+	kern_gpu_unbind(m);
+	if (m->config.arch != KERN_ARCH_GPT)
+		return cot_seterr(eb, COT_ERR_UNSUPPORTED,
+		                  "the GPU backend trains gpt models only; this %s computes on the CPU",
+		                  kern_arch_name(m->config.arch));
+	if (m->max_batch < 1)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "cannot bind a model without activations to a GPU");
+	int n = kern_gpu_count(why, sizeof why);
+	if (n <= 0)
+		return cot_seterr(eb, COT_ERR_UNSUPPORTED, "no GPU: %s", why);
+	if (device < 0 || device >= n)
+		return cot_seterr(eb, COT_ERR_UNSUPPORTED, "GPU %d does not exist (this machine has %d)",
+		                  device, n);
+	struct kern_gpu_bind *b = calloc(1, sizeof *b);
+	if (!b)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	b->api = kern_gpu_api_get(NULL, 0);
+	b->device = device;
+	b->precision = precision;
+	b->stale = true;
+	int code = b->api->model_create(&m->config, m->views, m->n_views, m->max_batch, device, precision,
+	                                &b->g, why, sizeof why);
+	if (code) {
+		free(b);
+		return gpu_err(eb, code, "could not put the model on the GPU", why);
+	}
+	m->gpu = b;
+	return COT_OK;
+}
+
+void kern_gpu_unbind(kern_model *m)
+{
+	struct kern_gpu_bind *b = m ? m->gpu : NULL;
+	if (!b)
+		return;
+	b->api->model_free(b->g);
+	free(b);
+	m->gpu = NULL;
+}
+
+bool kern_gpu_bound(const kern_model *m) { return m && m->gpu; }
+
+void kern_gpu_params_changed(kern_model *m)
+{
+	if (m && m->gpu)
+		m->gpu->stale = true;
+}
+
+cot_err kern_gpu_step(kern_model *m, const int32_t *tokens, const int32_t *targets, int B, float scale,
+                      float *loss, cot_errbuf *eb)
+{
+	struct kern_gpu_bind *b = m->gpu;
+	char why[256] = "";
+	double l = 0;
+	int code;
+	if (loss)
+		*loss = 0;
+	if (!b)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the model is not on a GPU");
+	if (b->stale) {
+		if ((code = b->api->set_params(b->g, m->params, why, sizeof why)))
+			return gpu_err(eb, code, "GPU", why);
+		b->stale = false;
+	}
+	if ((code = b->api->forward(b->g, tokens, targets, B, &l, why, sizeof why)) ||
+	    (code = b->api->backward(b->g, scale, why, sizeof why)) ||
+	    (code = b->api->take_grads(b->g, m->grads, 1, why, sizeof why)))
+		return gpu_err(eb, code, "GPU", why);
+	if (loss)
+		*loss = (float)l;
+	return COT_OK;
+}

@@ -1,0 +1,61 @@
+/* cotrain kernels: GPUs, chosen at run time.
+ *
+ * The CUDA backend is a shared library of its own (libcotrain-cuda.so,
+ * kernels/cuda/, entry table kernels/gpu_abi.h) that this loader opens with
+ * dlopen() on first use.  A program built with or without CUDA, on a
+ * machine with or without a GPU, driver or cuBLAS, starts and runs the same
+ * way: where the library or a device is missing, kern_gpu_api_get says why
+ * in one line and everything computes on the CPU.
+ *
+ * A model bound to a GPU (kern_gpu_bind) runs its GPT forward and backward
+ * there through kern_stream_step; its parameters and gradient stay the
+ * host's fp32 buffers: the parameters go up when they change
+ * (kern_gpu_params_changed), each backward's gradient comes down into
+ * m->grads, and the optimizer step stays the deterministic CPU one, so
+ * every peer still applies identical bytes. */
+#ifndef KERN_GPU_H
+#define KERN_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kernels/gpu_abi.h"
+#include "kernels/model.h"
+
+/* The environment variable naming the library to load instead of the
+ * installed one (tests and benchmarks in the build tree). */
+#define KERN_GPU_LIB_ENV "COTRAIN_CUDA_LIB"
+
+/* The backend's table, loading it on first call (thread safe), or NULL
+ * with why[0..n) saying what is missing ("libcotrain-cuda.so: cannot open
+ * shared object file", "no usable CUDA driver: ...", "this build has no
+ * CUDA backend").  why may be NULL. */
+const kern_gpu_api *kern_gpu_api_get(char *why, size_t n);
+
+/* Number of usable GPUs (0 when none or no backend; why says why). */
+int kern_gpu_count(char *why, size_t n);
+
+/* "fp32", "tf32", "bf16" <-> KERN_PREC_*; parse returns -1 for others. */
+int kern_precision_parse(const char *name);
+const char *kern_precision_name(int precision);
+
+/* Bind m (a GPT created with activations for max_batch samples) to GPU
+ * device at precision: its passes in kern_stream_step run there from now
+ * on.  COT_ERR_UNSUPPORTED (no backend or device, an encoder; the message
+ * says which), COT_ERR_NOMEM (the device's memory), COT_ERR_IO (a device
+ * error).  On error m stays on the CPU. */
+cot_err kern_gpu_bind(kern_model *m, int device, int precision, cot_errbuf *eb);
+/* Back to the CPU, freeing the device's memory (no-op when not bound). */
+void kern_gpu_unbind(kern_model *m);
+bool kern_gpu_bound(const kern_model *m);
+/* Mark m's parameters as changed on the host: the next GPU pass uploads them. */
+void kern_gpu_params_changed(kern_model *m);
+
+/* One microbatch on the bound GPU: kern_forward(tokens, targets, B) then
+ * kern_backward_scaled(scale), the gradient added into m->grads.  Errors:
+ * COT_ERR_INVALID (tokens, B), COT_ERR_NOMEM, COT_ERR_IO (device): the
+ * caller may unbind and compute the microbatch on the CPU instead. */
+cot_err kern_gpu_step(kern_model *m, const int32_t *tokens, const int32_t *targets, int B, float scale,
+                      float *loss, cot_errbuf *eb);
+
+#endif

@@ -1,0 +1,118 @@
+/* cotrain kernels: the table of entry points that the CUDA backend's shared
+ * library (libcotrain-cuda.so, kernels/cuda/) exports to the loader
+ * (kernels/gpu.c).  Programs never call it directly: they use kernels/gpu.h.
+ *
+ * Why a library loaded at run time: a client built with CUDA must still
+ * start on a machine with no GPU, no driver and no cuBLAS.  Linking cuBLAS
+ * into the programs would stop them at load time there; dlopen() of this
+ * library fails cleanly instead, and the client computes on the CPU.
+ *
+ * Every entry returns 0 on success or a KERN_GPU_E* code with a message in
+ * err[0..errlen), and never aborts the process.  Pointers named host_* are
+ * host memory; the library copies them to and from the device itself. */
+#ifndef KERN_GPU_ABI_H
+#define KERN_GPU_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever the table below changes; the loader refuses a library of
+ * another version (an old library left beside a new client). */
+#define KERN_GPU_ABI_VERSION 1
+
+/* The symbol the library exports: const kern_gpu_api *KERN_GPU_ENTRY(void). */
+#define KERN_GPU_ENTRY "cotrain_cuda_api"
+
+enum {
+	KERN_GPU_OK = 0,
+	KERN_GPU_EINVAL = 1, /* a bad argument (shape, batch, token id) */
+	KERN_GPU_ENOMEM = 2, /* device memory exhausted */
+	KERN_GPU_EDEVICE = 3 /* the driver or device failed (no device, Xid-style fault, launch error) */
+};
+
+/* Precision of the matrix products (the project setting `precision`).
+ * Parameters and gradients are fp32 in every mode. */
+enum { KERN_PREC_FP32 = 0, KERN_PREC_TF32 = 1, KERN_PREC_BF16 = 2 };
+
+typedef struct kern_gpu_info {
+	char name[96];
+	int cc_major, cc_minor;
+	int multiprocessors;
+	size_t mem_total, mem_free;
+} kern_gpu_info;
+
+/* One layer on host buffers, for the tests that compare each layer with the
+ * CPU backend (tests/test_gpu_kernels.c).  Which fields an op reads is
+ * written beside it in kern_gpu_op; every array is host memory. */
+enum {
+	KERN_GPU_OP_LINEAR_FWD, /* y[N,O] = x[N,I] w[I,O] + b[O] */
+	KERN_GPU_OP_LINEAR_BWD, /* dx[N,I] = dy w^T; dw += x^T dy; db += colsum(dy) */
+	KERN_GPU_OP_LN_FWD,     /* y, mean, rstd = layernorm(x; w, b), rows N of width C */
+	KERN_GPU_OP_LN_BWD,     /* dx += ..; dw += ..; db += .. from dy, x, w, mean, rstd */
+	KERN_GPU_OP_GELU_FWD,   /* y = gelu(x), n = N*C elements */
+	KERN_GPU_OP_GELU_BWD,   /* dx = dy * gelu'(x) */
+	KERN_GPU_OP_ATTN_FWD,   /* y[B,T,C], att[B,NH,T,T] from qkv[B,T,3C] (x) */
+	KERN_GPU_OP_ATTN_BWD,   /* dqkv (dx, set) from dy, qkv (x), att */
+	KERN_GPU_OP_CE_FWD,     /* losses[N] (y) of logits x[N,V] against targets */
+	KERN_GPU_OP_CE_BWD,     /* dlogits (dx, set) = scale * (softmax - onehot) */
+	KERN_GPU_OP_EMB_FWD,    /* y[B,T,C] = wte[tok] (w) + wpe[t] (b) */
+	KERN_GPU_OP_EMB_BWD     /* dwte (dw) += ..; dwpe (db) += .. from dy */
+};
+
+typedef struct kern_gpu_op {
+	int op, precision;
+	int N, I, O;        /* rows, in and out widths (LINEAR); N, C for LN and GELU */
+	int B, T, C, NH, V; /* attention, cross-entropy (N rows of V), embedding */
+	float scale;        /* CE_BWD */
+	const float *x, *w, *b, *dy, *mean_in, *rstd_in, *att_in;
+	const int32_t *ids; /* tokens or targets */
+	float *y, *dx, *dw, *db, *mean, *rstd, *att;
+} kern_gpu_op;
+
+typedef struct kern_gpu_model kern_gpu_model;
+
+typedef struct kern_gpu_api {
+	int abi_version;
+	/* a line naming the library's build ("cuda 13.0, cuBLAS 13.0.0, sm_80 ...") */
+	const char *(*describe)(void);
+	/* number of usable devices (0 is a valid answer), or -1 with err */
+	int (*device_count)(char *err, size_t errlen);
+	int (*device_info)(int device, kern_gpu_info *out, char *err, size_t errlen);
+	/* the device's measured matrix rate in FLOP/s for a precision: a few
+	 * timed products of the model's size (about 0.1 s) */
+	int (*device_bench)(int device, int precision, double *flops, char *err, size_t errlen);
+	/* the GPT model c on device, its parameters laid out as views[n_views]
+	 * (kern_param_views), activations for batches of up to max_batch;
+	 * parameters unset and gradients zero */
+	int (*model_create)(const kern_config *c, const kern_view *views, int n_views, int max_batch,
+	                    int device, int precision, kern_gpu_model **out, char *err, size_t errlen);
+	void (*model_free)(kern_gpu_model *g);
+	/* host_params[kern_param_count] onto the device (after every step) */
+	int (*set_params)(kern_gpu_model *g, const float *host_params, char *err, size_t errlen);
+	/* kern_forward's contract: tokens, targets [B*T] (targets NULL: no loss);
+	 * *loss the mean cross-entropy, summed in double */
+	int (*forward)(kern_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B, double *loss,
+	               char *err, size_t errlen);
+	/* kern_backward_scaled's contract, adding into the device's gradient */
+	int (*backward)(kern_gpu_model *g, float scale, char *err, size_t errlen);
+	/* host_grads (+)= the device's gradient (add 0: =), then zero it there */
+	int (*take_grads)(kern_gpu_model *g, float *host_grads, int add, char *err, size_t errlen);
+	/* one layer op on host buffers (see kern_gpu_op), on device 0 */
+	int (*layer_op)(const kern_gpu_op *op, char *err, size_t errlen);
+	/* timings of the last forward + backward in ms: [0] forward, [1] backward */
+	void (*last_timings)(kern_gpu_model *g, double ms[2]);
+} kern_gpu_api;
+
+typedef const kern_gpu_api *(*kern_gpu_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

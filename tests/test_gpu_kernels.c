@@ -1,0 +1,464 @@
+/* The CUDA backend against the CPU backend, on a GPU (issue: GPU volunteers).
+ *
+ *   test_gpu_kernels [--quick]
+ *
+ * Each layer's forward and backward on the same random inputs: fp32 within
+ * 1e-5 relative (max abs error over max abs value), bf16 within 2e-2 with
+ * the gradient's cosine similarity >= 0.999; a whole model's loss and
+ * gradient at the demo and sahaj shapes (GPT variants), both modes; ten
+ * AdamW steps on the GPU against ten on the CPU from the same parameters,
+ * loss curves within 1e-4 (fp32) / 1e-2 (bf16).  Every figure is printed
+ * (diag), so a run records the honest spread.
+ *
+ * Without a usable GPU (no backend built, no driver, no device: the CPU
+ * machines of CI) it checks the CPU fallback instead: a bind refuses with a
+ * clear message, the model stays on the CPU and still trains; the GPU checks
+ * are skipped with that message as the reason.  --quick leaves out the
+ * sahaj shape. */
+#include "kernels/gpu.h"
+#include "kernels/attention.h"
+#include "kernels/backend.h"
+#include "kernels/crossentropy.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/model.h"
+#include "kernels/optimizer.h"
+#include "kernels/rng.h"
+#include "kernels/stream_step.h"
+#include "tests/tap.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kern_rng rng;
+
+static float *randn(size_t n, double sd)
+{
+	float *p = malloc(n * sizeof *p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)(sd * kern_rng_normal(&rng));
+	return p;
+}
+
+static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
+
+static float *copy(const float *a, size_t n)
+{
+	float *p = malloc(n * sizeof *p);
+	memcpy(p, a, n * sizeof *p);
+	return p;
+}
+
+static int32_t *ids(size_t n, int V)
+{
+	int32_t *p = malloc(n * sizeof *p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (int32_t)(kern_rng_next(&rng) % (uint64_t)V);
+	return p;
+}
+
+/* max |a - b| / max |b|, and the cosine of a and b */
+static double rel_err(const float *a, const float *b, size_t n, double *cosine)
+{
+	double num = 0, den = 0, ab = 0, aa = 0, bb = 0;
+	int bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(a[i]))
+			bad = 1;
+		double d = fabs((double)a[i] - b[i]);
+		num = d > num ? d : num;
+		den = fabs(b[i]) > den ? fabs(b[i]) : den;
+		ab += (double)a[i] * b[i];
+		aa += (double)a[i] * a[i];
+		bb += (double)b[i] * b[i];
+	}
+	if (cosine)
+		*cosine = aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : (aa == bb ? 1 : 0);
+	if (bad)
+		return INFINITY;
+	return den > 0 ? num / den : num;
+}
+
+/* one comparison line: fp32 by the relative error alone, bf16 also by the
+ * cosine (a gradient) */
+static void close_to(int prec, int is_grad, const float *gpu, const float *cpu, size_t n, const char *what)
+{
+	double cs, e = rel_err(gpu, cpu, n, &cs);
+	if (prec == KERN_PREC_FP32)
+		ok(e <= 1e-5, "%s fp32: relative error %.2e (limit 1e-5)", what, e);
+	else if (is_grad)
+		ok(e <= 2e-2 && cs >= 0.999,
+		   "%s %s: relative error %.2e (limit 2e-2), cosine %.6f (limit 0.999)", what,
+		   kern_precision_name(prec), e, cs);
+	else
+		ok(e <= 2e-2, "%s %s: relative error %.2e (limit 2e-2)", what, kern_precision_name(prec), e);
+}
+
+static const kern_gpu_api *api;
+
+static void run_op(kern_gpu_op *o, const char *what)
+{
+	char err[256] = "";
+	int rc = api->layer_op(o, err, sizeof err);
+	if (rc)
+		diag("%s: GPU error %d: %s", what, rc, err);
+}
+
+static void layer_tests(int prec)
+{
+	const int B = 2, T = 64, C = 96, NH = 4, F = 384, V = 200, N = B * T;
+	const char *pn = kern_precision_name(prec);
+	char what[96];
+	kern_gpu_op o;
+
+	/* linear: forward, and its three gradients */
+	float *x = randn((size_t)N * C, 1), *w = randn((size_t)C * F, 0.1), *b = randn(F, 0.1);
+	float *yc = zeros((size_t)N * F), *yg = zeros((size_t)N * F);
+	kern_linear_forward(yc, x, w, b, N, C, F);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_LINEAR_FWD,
+		           .precision = prec,
+		           .N = N,
+		           .I = C,
+		           .O = F,
+		           .x = x,
+		           .w = w,
+		           .b = b,
+		           .y = yg };
+	run_op(&o, "linear forward");
+	close_to(prec, 0, yg, yc, (size_t)N * F, "linear forward");
+	float *dy = randn((size_t)N * F, 1), *dxc = zeros((size_t)N * C), *dxg = zeros((size_t)N * C);
+	float *dwc = randn((size_t)C * F, 0.1), *dbc = randn(F, 0.1);
+	float *dwg = copy(dwc, (size_t)C * F), *dbg = copy(dbc, F);
+	kern_linear_backward_set(dxc, dwc, dbc, dy, x, w, N, C, F);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_LINEAR_BWD,
+		           .precision = prec,
+		           .N = N,
+		           .I = C,
+		           .O = F,
+		           .x = x,
+		           .w = w,
+		           .dy = dy,
+		           .dx = dxg,
+		           .dw = dwg,
+		           .db = dbg };
+	run_op(&o, "linear backward");
+	close_to(prec, 1, dxg, dxc, (size_t)N * C, "linear backward dx");
+	close_to(prec, 1, dwg, dwc, (size_t)C * F, "linear backward dW");
+	close_to(prec, 1, dbg, dbc, F, "linear backward db");
+	free(yc), free(yg), free(dy), free(dxc), free(dxg), free(dwc), free(dbc), free(dwg), free(dbg),
+	        free(w), free(b);
+
+	/* attention on qkv [B, T, 3C] */
+	float *qkv = randn((size_t)N * 3 * C, 1);
+	size_t natt = (size_t)B * NH * T * T;
+	float *ac = zeros(natt), *ag = zeros(natt), *oc = zeros((size_t)N * C), *og = zeros((size_t)N * C);
+	kern_attention_forward(oc, ac, qkv, B, T, C, NH);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_ATTN_FWD,
+		           .precision = prec,
+		           .B = B,
+		           .T = T,
+		           .C = C,
+		           .NH = NH,
+		           .x = qkv,
+		           .y = og,
+		           .att = ag };
+	run_op(&o, "attention forward");
+	close_to(prec, 0, og, oc, (size_t)N * C, "attention forward");
+	close_to(prec, 0, ag, ac, natt, "attention probabilities");
+	float *ady = randn((size_t)N * C, 1), *dqc = zeros((size_t)N * 3 * C),
+	      *dqg = zeros((size_t)N * 3 * C), *datt = zeros(natt);
+	kern_attention_backward_set(dqc, datt, ady, qkv, ac, B, T, C, NH);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_ATTN_BWD,
+		           .precision = prec,
+		           .B = B,
+		           .T = T,
+		           .C = C,
+		           .NH = NH,
+		           .x = qkv,
+		           .dy = ady,
+		           .att_in = ac,
+		           .dx = dqg };
+	run_op(&o, "attention backward");
+	close_to(prec, 1, dqg, dqc, (size_t)N * 3 * C, "attention backward dqkv");
+	free(qkv), free(ac), free(ag), free(oc), free(og), free(ady), free(dqc), free(dqg), free(datt);
+	if (prec != KERN_PREC_FP32) {
+		free(x);
+		return;
+	}
+
+	/* the layers without products: fp32 in every mode */
+	float *lw = randn(C, 1), *lb = randn(C, 1), *lyc = zeros((size_t)N * C), *lyg = zeros((size_t)N * C);
+	float *mc = zeros(N), *rc = zeros(N), *mg = zeros(N), *rg = zeros(N);
+	kern_layernorm_forward(lyc, mc, rc, x, lw, lb, N, C);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_LN_FWD,
+		           .N = N,
+		           .C = C,
+		           .x = x,
+		           .w = lw,
+		           .b = lb,
+		           .y = lyg,
+		           .mean = mg,
+		           .rstd = rg };
+	run_op(&o, "layernorm forward");
+	close_to(prec, 0, lyg, lyc, (size_t)N * C, "layernorm forward");
+	close_to(prec, 0, rg, rc, N, "layernorm rstd");
+	float *ldy = randn((size_t)N * C, 1), *ldxc = randn((size_t)N * C, 1), *ldwc = randn(C, 1),
+	      *ldbc = randn(C, 1);
+	float *ldxg = copy(ldxc, (size_t)N * C), *ldwg = copy(ldwc, C), *ldbg = copy(ldbc, C);
+	kern_layernorm_backward(ldxc, ldwc, ldbc, ldy, x, lw, mc, rc, N, C);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_LN_BWD,
+		           .N = N,
+		           .C = C,
+		           .x = x,
+		           .w = lw,
+		           .dy = ldy,
+		           .mean_in = mc,
+		           .rstd_in = rc,
+		           .dx = ldxg,
+		           .dw = ldwg,
+		           .db = ldbg };
+	run_op(&o, "layernorm backward");
+	close_to(prec, 1, ldxg, ldxc, (size_t)N * C, "layernorm backward dx");
+	close_to(prec, 1, ldwg, ldwc, C, "layernorm backward dw");
+	close_to(prec, 1, ldbg, ldbc, C, "layernorm backward db");
+	free(lw), free(lb), free(lyc), free(lyg), free(mc), free(rc), free(mg), free(rg), free(ldy),
+	        free(ldxc), free(ldwc), free(ldbc), free(ldxg), free(ldwg), free(ldbg);
+
+	float *gc = zeros((size_t)N * C), *gg = zeros((size_t)N * C), *gdy = randn((size_t)N * C, 1);
+	kern_gelu_forward(gc, x, (size_t)N * C);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_GELU_FWD, .N = N, .C = C, .x = x, .y = gg };
+	run_op(&o, "gelu forward");
+	close_to(prec, 0, gg, gc, (size_t)N * C, "gelu forward");
+	kern_gelu_backward_set(gc, x, gdy, (size_t)N * C);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_GELU_BWD, .N = N, .C = C, .x = x, .dy = gdy, .dx = gg };
+	run_op(&o, "gelu backward");
+	close_to(prec, 1, gg, gc, (size_t)N * C, "gelu backward");
+	free(gc), free(gg), free(gdy);
+
+	float *logits = randn((size_t)N * V, 2), *lc = zeros(N), *lg = zeros(N);
+	int32_t *tg = ids(N, V);
+	kern_crossentropy_forward(lc, logits, tg, N, V);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_CE_FWD, .N = N, .V = V, .x = logits, .ids = tg, .y = lg };
+	run_op(&o, "cross-entropy forward");
+	close_to(prec, 0, lg, lc, N, "cross-entropy forward");
+	float *dlc = zeros((size_t)N * V), *dlg = zeros((size_t)N * V);
+	kern_crossentropy_backward_set(dlc, logits, tg, 0.37f, N, V);
+	o = (kern_gpu_op){
+		.op = KERN_GPU_OP_CE_BWD, .N = N, .V = V, .x = logits, .ids = tg, .scale = 0.37f, .dx = dlg
+	};
+	run_op(&o, "cross-entropy backward");
+	close_to(prec, 1, dlg, dlc, (size_t)N * V, "cross-entropy backward");
+	free(logits), free(lc), free(lg), free(tg), free(dlc), free(dlg);
+
+	float *wte = randn((size_t)V * C, 1), *wpe = randn((size_t)T * C, 1), *ec = zeros((size_t)N * C),
+	      *eg = zeros((size_t)N * C);
+	int32_t *tok = ids(N, V / 4); /* repeats, for the gradient's sums */
+	kern_embedding_forward(ec, tok, wte, wpe, B, T, C);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_EMB_FWD,
+		           .B = B,
+		           .T = T,
+		           .C = C,
+		           .V = V,
+		           .ids = tok,
+		           .w = wte,
+		           .b = wpe,
+		           .y = eg };
+	run_op(&o, "embedding forward");
+	close_to(prec, 0, eg, ec, (size_t)N * C, "embedding forward");
+	float *edy = randn((size_t)N * C, 1), *dtec = randn((size_t)V * C, 1),
+	      *dpec = randn((size_t)T * C, 1);
+	float *dteg = copy(dtec, (size_t)V * C), *dpeg = copy(dpec, (size_t)T * C);
+	kern_embedding_backward(dtec, dpec, edy, tok, B, T, C);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_EMB_BWD,
+		           .B = B,
+		           .T = T,
+		           .C = C,
+		           .V = V,
+		           .ids = tok,
+		           .dy = edy,
+		           .dw = dteg,
+		           .db = dpeg };
+	run_op(&o, "embedding backward");
+	close_to(prec, 1, dteg, dtec, (size_t)V * C, "embedding backward dwte");
+	close_to(prec, 1, dpeg, dpec, (size_t)T * C, "embedding backward dwpe");
+	free(wte), free(wpe), free(ec), free(eg), free(tok), free(edy), free(dtec), free(dpec), free(dteg),
+	        free(dpeg), free(x);
+	(void)pn;
+	(void)what;
+}
+
+static void shape(const char *name, kern_config *c, int *B)
+{
+	kern_config_default(c);
+	*B = 4;
+	if (strcmp(name, "sahaj") == 0) { /* sahajBERT's sizes on the GPT: 24 layers, one shared set */
+		c->n_layer = 24;
+		c->n_shared = 1;
+		c->n_head = 16;
+		c->d_model = 1024;
+		c->d_ff = 4096;
+		c->seq_len = 512;
+		c->vocab = 32000;
+		*B = 2;
+	}
+}
+
+/* A whole model's loss and gradient on both backends. */
+static void model_test(const char *name, int prec)
+{
+	kern_config c;
+	int B;
+	shape(name, &c, &B);
+	cot_errbuf eb = { "", "" };
+	kern_model *cpu, *gpu;
+	if (kern_model_create(&c, B, &cpu, &eb) || kern_model_create(&c, B, &gpu, &eb))
+		bail_out("model: %s", eb.msg);
+	kern_model_init(cpu, 7);
+	kern_model_init(gpu, 7);
+	size_t BT = (size_t)B * c.seq_len;
+	int32_t *tok = ids(BT + 1, c.vocab);
+	float lc = 0, lg = 0;
+	kern_zero_grad(cpu);
+	kern_zero_grad(gpu);
+	cot_err rc = kern_stream_step(cpu, tok, tok + 1, B, 1, 0, 1, (float)B, &lc, &eb);
+	if (!rc)
+		rc = kern_gpu_bind(gpu, 0, prec, &eb);
+	if (!rc)
+		rc = kern_stream_step(gpu, tok, tok + 1, B, 1, 0, 1, (float)B, &lg, &eb);
+	if (rc) {
+		ok(0, "%s model %s: %s", name, kern_precision_name(prec), eb.msg);
+	} else {
+		double lim = prec == KERN_PREC_FP32 ? 1e-5 : 2e-2, dl = fabs((double)lg - lc) / fabs(lc);
+		ok(dl <= lim,
+		   "%s model %s: loss %.6f on the GPU, %.6f on the CPU (relative %.2e, limit %.0e)", name,
+		   kern_precision_name(prec), lg, lc, dl, lim);
+		double cs, e = rel_err(gpu->grads, cpu->grads, cpu->n_params, &cs);
+		/* the whole gradient: the layers' limits compound over the depth */
+		double elim = prec == KERN_PREC_FP32 ? 1e-4 : 5e-2,
+		       clim = prec == KERN_PREC_FP32 ? 0.99999 : 0.999;
+		ok(e <= elim && cs >= clim,
+		   "%s model %s: gradient relative error %.2e (limit %.0e), cosine %.7f (limit %g)", name,
+		   kern_precision_name(prec), e, elim, cs, clim);
+		for (int i = 0; i < cpu->n_views; i++) {
+			const kern_view *v = &cpu->views[i];
+			double vc,
+			        ve = rel_err(gpu->grads + v->offset, cpu->grads + v->offset, v->numel, &vc);
+			if (i < 4 || i >= cpu->n_views - 2 || ve > elim)
+				diag("  %-24s relative %.2e cosine %.7f", v->name, ve, vc);
+		}
+	}
+	free(tok);
+	kern_model_free(cpu);
+	kern_model_free(gpu);
+}
+
+/* Ten AdamW steps from the same parameters on each backend. */
+static void training_test(int prec)
+{
+	kern_config c;
+	int B;
+	shape("demo", &c, &B);
+	cot_errbuf eb = { "", "" };
+	kern_model *cpu, *gpu;
+	if (kern_model_create(&c, B, &cpu, &eb) || kern_model_create(&c, B, &gpu, &eb))
+		bail_out("model: %s", eb.msg);
+	kern_model_init(cpu, 11);
+	kern_model_init(gpu, 11);
+	kern_opt_config oc;
+	kern_opt_default(&oc, KERN_OPT_ADAMW);
+	oc.lr = 1e-3f;
+	double worst = 0;
+	char curve[512] = "";
+	cot_err rc = kern_gpu_bind(gpu, 0, prec, &eb);
+	size_t BT = (size_t)B * c.seq_len;
+	for (int s = 0; !rc && s < 10; s++) {
+		int32_t *tok = ids(BT + 1, 64); /* a small alphabet: the loss falls */
+		float lc = 0, lg = 0;
+		kern_zero_grad(cpu);
+		kern_zero_grad(gpu);
+		rc = kern_stream_step(cpu, tok, tok + 1, B, 1, s, 1000, 1.0f, &lc, &eb);
+		if (!rc)
+			rc = kern_stream_step(gpu, tok, tok + 1, B, 1, s, 1000, 1.0f, &lg, &eb);
+		if (!rc)
+			rc = kern_opt_step(cpu, &oc, NULL, &eb);
+		if (!rc)
+			rc = kern_opt_step(gpu, &oc, NULL, &eb);
+		double d = fabs((double)lg - lc);
+		worst = d > worst ? d : worst;
+		size_t len = strlen(curve);
+		snprintf(curve + len, sizeof curve - len, " %.4f/%.4f", lg, lc);
+		free(tok);
+	}
+	double lim = prec == KERN_PREC_FP32 ? 1e-4 : 1e-2;
+	if (rc)
+		ok(0, "ten steps %s: %s", kern_precision_name(prec), eb.msg);
+	else
+		ok(worst <= lim, "ten AdamW steps %s: loss curves within %.2e (limit %.0e)",
+		   kern_precision_name(prec), worst, lim);
+	diag("  GPU/CPU losses:%s", curve);
+	kern_model_free(cpu);
+	kern_model_free(gpu);
+}
+
+/* Without a GPU: the bind refuses clearly and the model trains on the CPU. */
+static void fallback_test(const char *why)
+{
+	kern_config c;
+	int B;
+	shape("demo", &c, &B);
+	c.n_layer = c.n_shared = 1;
+	c.seq_len = 16;
+	cot_errbuf eb = { "", "" };
+	kern_model *m;
+	if (kern_model_create(&c, B, &m, &eb))
+		bail_out("model: %s", eb.msg);
+	kern_model_init(m, 3);
+	cot_err rc = kern_gpu_bind(m, 0, KERN_PREC_BF16, &eb);
+	is_int(rc, COT_ERR_UNSUPPORTED, "without a GPU the bind is refused as unsupported: %s", eb.msg);
+	ok(strstr(eb.msg, why) != NULL, "the refusal says why (\"%s\")", why);
+	ok(!kern_gpu_bound(m), "the model stays on the CPU");
+	int32_t *tok = ids((size_t)B * c.seq_len + 1, c.vocab);
+	float l = 0;
+	rc = kern_stream_step(m, tok, tok + 1, B, 1, 0, 1, 1.0f, &l, &eb);
+	ok(rc == COT_OK && isfinite(l) && l > 0, "and computes its microbatch on the CPU (loss %.4f)", l);
+	free(tok);
+	kern_model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+	int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+	kern_rng_seed(&rng, 20261126);
+	plan_lazy();
+	char why[256] = "";
+	api = kern_gpu_api_get(why, sizeof why);
+	int n = kern_gpu_count(why, sizeof why);
+	if (!api || n <= 0) {
+		diag("no GPU: %s", why);
+		fallback_test(why);
+		skip(1, why);
+		done_testing();
+		return exit_status();
+	}
+	kern_gpu_info info;
+	char err[256] = "";
+	if (api->device_info(0, &info, err, sizeof err) == 0)
+		diag("GPU 0: %s, compute capability %d.%d, %d multiprocessors, %.1f GiB; %s", info.name,
+		     info.cc_major, info.cc_minor, info.multiprocessors, info.mem_total / 1073741824.0,
+		     api->describe());
+	for (int prec = KERN_PREC_FP32; prec <= KERN_PREC_BF16; prec += 2)
+		layer_tests(prec);
+	for (int prec = KERN_PREC_FP32; prec <= KERN_PREC_BF16; prec += 2) {
+		model_test("demo", prec);
+		if (!quick)
+			model_test("sahaj", prec);
+	}
+	for (int prec = KERN_PREC_FP32; prec <= KERN_PREC_BF16; prec += 2)
+		training_test(prec);
+	done_testing();
+	return exit_status();
+}
