@@ -16,7 +16,8 @@ struct kern_gpu_bind {
 	const kern_gpu_api *api;
 	kern_gpu_model *g;
 	int device, precision;
-	bool stale; /* the host's parameters changed since the last upload */
+	bool stale;  /* the host's parameters changed since the last upload */
+	bool pinned; /* params and grads pinned for the copies */
 };
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -122,6 +123,14 @@ cot_err kern_gpu_bind(kern_model *m, int device, int precision, cot_errbuf *eb)
 		free(b);
 		return gpu_err(eb, code, "could not put the model on the GPU", why);
 	}
+	/* pinned, the copies run at the bus's speed; unpinned they still work */
+	size_t bytes = m->n_params * sizeof(float);
+	if (b->api->host_register(m->params, bytes, 1, why, sizeof why) == 0) {
+		if (b->api->host_register(m->grads, bytes, 1, why, sizeof why) == 0)
+			b->pinned = true;
+		else
+			b->api->host_register(m->params, bytes, 0, why, sizeof why);
+	}
 	m->gpu = b;
 	return COT_OK;
 }
@@ -132,6 +141,11 @@ void kern_gpu_unbind(kern_model *m)
 	if (!b)
 		return;
 	b->api->model_free(b->g);
+	if (b->pinned) {
+		char why[256];
+		b->api->host_register(m->params, 0, 0, why, sizeof why);
+		b->api->host_register(m->grads, 0, 0, why, sizeof why);
+	}
 	free(b);
 	m->gpu = NULL;
 }

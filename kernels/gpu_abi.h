@@ -58,7 +58,7 @@ enum {
 	KERN_GPU_OP_GELU_FWD,   /* y = gelu(x), n = N*C elements */
 	KERN_GPU_OP_GELU_BWD,   /* dx = dy * gelu'(x) */
 	KERN_GPU_OP_ATTN_FWD,   /* y[B,T,C], att[B,NH,T,T] from qkv[B,T,3C] (x) */
-	KERN_GPU_OP_ATTN_BWD,   /* dqkv (dx, set) from dy, qkv (x), att */
+	KERN_GPU_OP_ATTN_BWD,   /* dqkv (dx, set) from dy and qkv (x), through its own forward */
 	KERN_GPU_OP_CE_FWD,     /* losses[N] (y) of logits x[N,V] against targets */
 	KERN_GPU_OP_CE_BWD,     /* dlogits (dx, set) = scale * (softmax - onehot) */
 	KERN_GPU_OP_EMB_FWD,    /* y[B,T,C] = wte[tok] (w) + wpe[t] (b) */
@@ -105,6 +105,11 @@ typedef struct kern_gpu_api {
 	int (*take_grads)(kern_gpu_model *g, float *host_grads, int add, char *err, size_t errlen);
 	/* one layer op on host buffers (see kern_gpu_op), on device 0 */
 	int (*layer_op)(const kern_gpu_op *op, char *err, size_t errlen);
+	/* Pin (on 1) or unpin (on 0) host memory [p, p + bytes) that
+	 * set_params and take_grads copy from and to: the copies then run at
+	 * the bus's speed instead of through a bounce buffer.  Unpin before
+	 * freeing it. */
+	int (*host_register)(void *p, size_t bytes, int on, char *err, size_t errlen);
 	/* timings of the last forward + backward in ms: [0] forward, [1] backward */
 	void (*last_timings)(kern_gpu_model *g, double ms[2]);
 } kern_gpu_api;

@@ -23,6 +23,7 @@ int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_t *targets,
 int cu_backward(kern_gpu_model *g, float scale, char *err, size_t errlen);
 int cu_take_grads(kern_gpu_model *g, float *host, int add, char *err, size_t errlen);
 void cu_last_timings(kern_gpu_model *g, double ms[2]);
+int cu_host_register(void *p, size_t bytes, int on, char *err, size_t errlen);
 }
 
 static const char *cu_describe(void)
@@ -121,10 +122,16 @@ static int cu_device_bench(int device, int precision, double *flops, char *err, 
 	cudaEvent_t e0, e1;
 	cudaEventCreate(&e0);
 	cudaEventCreate(&e1);
-	cublasStatus_t st = cu_gemm(h, precision, false, false, n, n, n, 1.0f, a, n, 0, b, n, 0, 0.0f, c, n, 0, 1);
+	cu_gemm_ctx gx = { h, 0, precision, NULL, NULL, 0 };
+	if (precision == KERN_PREC_BF16) {
+		CU_TRY(d.alloc(&gx.a16, (size_t)n * n), "allocating benchmark buffers");
+		CU_TRY(d.alloc(&gx.b16, (size_t)n * n), "allocating benchmark buffers");
+		gx.cap = (size_t)n * n;
+	}
+	cublasStatus_t st = cu_gemm(&gx, false, false, n, n, n, 1.0f, a, n, 0, b, n, 0, 0.0f, c, n, 0, 1);
 	cudaEventRecord(e0, 0);
 	for (int i = 0; i < reps && st == CUBLAS_STATUS_SUCCESS; i++)
-		st = cu_gemm(h, precision, false, false, n, n, n, 1.0f, a, n, 0, b, n, 0, 0.0f, c, n, 0, 1);
+		st = cu_gemm(&gx, false, false, n, n, n, 1.0f, a, n, 0, b, n, 0, 0.0f, c, n, 0, 1);
 	cudaEventRecord(e1, 0);
 	cudaError_t e = cudaEventSynchronize(e1);
 	float ms = 0;
@@ -151,14 +158,24 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		~hguard() { cublasDestroy(h); }
 	} guard = { h };
 	(void)guard;
-	float *x, *w, *b, *dy, *mean, *rstd, *att, *y, *dx, *dw, *db, *scr;
+	float *x, *w, *b, *dy, *mean, *rstd, *y, *dx, *dw, *db, *scr;
 	int32_t *ids;
 	int N = o->N, I = o->I, O = o->O, C = o->C, B = o->B, T = o->T, NH = o->NH, V = o->V;
 	size_t BT = (size_t)B * T;
 #define UP(dst, src, n) CU_TRY(d.up(&dst, src, n), "copying a layer's input")
 #define ALLOC(dst, n) CU_TRY(d.alloc(&dst, n), "allocating a layer's buffer")
 #define DOWN(host, dev, n) CU_TRY(cudaMemcpy(host, dev, (n) * sizeof(*(host)), cudaMemcpyDeviceToHost), "copying out")
-#define PROD(...) CUBLAS_TRY(cu_gemm(h, o->precision, __VA_ARGS__), "a matrix product")
+#define PROD(...) CUBLAS_TRY(cu_gemm(&gx, __VA_ARGS__), "a matrix product")
+	/* bf16 scratch for the largest operand any op multiplies */
+	cu_gemm_ctx gx = { h, s, o->precision, NULL, NULL, 0 };
+	if (o->precision == KERN_PREC_BF16) {
+		size_t big = (size_t)N * (I > O ? I : O);
+		for (size_t n : { (size_t)I * O, (size_t)B * NH * T * T, 3 * BT * C })
+			big = n > big ? n : big;
+		CU_TRY(d.alloc(&gx.a16, big), "allocating bf16 scratch");
+		CU_TRY(d.alloc(&gx.b16, big), "allocating bf16 scratch");
+		gx.cap = big;
+	}
 	switch (o->op) {
 	case KERN_GPU_OP_LINEAR_FWD:
 		UP(x, o->x, (size_t)N * I);
@@ -228,39 +245,38 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		break;
 	case KERN_GPU_OP_ATTN_FWD:
 	case KERN_GPU_OP_ATTN_BWD: {
-		int hd = C / NH;
-		long sq = (long)T * hd, sa = (long)T * T, BTC = (long)BT * C;
-		size_t natt = (size_t)B * NH * T * T;
-		float scale = 1.0f / sqrtf((float)hd), *qkvp, *yp;
+		size_t natt = (size_t)B * NH * T * T, ae = cu_att_elem(o->precision);
+		char *qkvp, *patt;
+		float *yp;
 		UP(x, o->x, 3 * BT * C);
-		ALLOC(qkvp, 3 * BT * C);
+		ALLOC(qkvp, 3 * BT * C * ae);
+		ALLOC(patt, natt * ae);
 		ALLOC(yp, BT * C);
-		cu_qkv_split(s, qkvp, x, B, T, C, NH);
-		const float *q = qkvp, *k = qkvp + BTC, *v = qkvp + 2 * BTC;
+		ALLOC(y, BT * C);
+		/* the backward's saved state comes from this forward (its
+		 * probabilities are the GPU's own, in its storage type) */
+		CUBLAS_TRY(cu_attention_fwd(&gx, y, patt, qkvp, yp, x, B, T, C, NH), "the attention");
 		if (o->op == KERN_GPU_OP_ATTN_FWD) {
-			ALLOC(att, natt);
-			ALLOC(y, BT * C);
-			PROD(false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, att, T, sa, B * NH);
-			cu_softmax_causal(s, att, (long)B * NH * T, T);
-			PROD(false, false, T, hd, T, 1.0f, att, T, sa, v, hd, sq, 0.0f, yp, hd, sq, B * NH);
-			cu_heads_merge(s, y, yp, B, T, C, NH);
 			DOWN(o->y, y, BT * C);
-			DOWN(o->att, att, natt);
+			if (ae == sizeof(float)) {
+				DOWN(o->att, (float *)patt, natt);
+			} else { /* widen bf16 for the caller */
+				std::vector<__nv_bfloat16> h16(natt);
+				DOWN(h16.data(), (__nv_bfloat16 *)patt, natt);
+				for (size_t i = 0; i < natt; i++)
+					o->att[i] = __bfloat162float(h16[i]);
+			}
 			break;
 		}
-		float *datt, *dqkvp;
-		UP(att, o->att_in, natt);
+		char *datt, *dyp;
+		float *dqkvp;
 		UP(dy, o->dy, BT * C);
-		ALLOC(datt, natt);
+		ALLOC(datt, natt * ae);
+		ALLOC(dyp, BT * C * ae);
 		ALLOC(dqkvp, 3 * BT * C);
 		ALLOC(dx, 3 * BT * C);
-		cu_heads_split(s, yp, dy, B, T, C, NH);
-		PROD(false, true, T, T, hd, 1.0f, yp, hd, sq, v, hd, sq, 0.0f, datt, T, sa, B * NH);
-		cu_softmax_causal_bwd(s, datt, att, (long)B * NH * T, T, scale);
-		PROD(false, false, T, hd, T, 1.0f, datt, T, sa, k, hd, sq, 0.0f, dqkvp, hd, sq, B * NH);
-		PROD(true, false, T, hd, T, 1.0f, datt, T, sa, q, hd, sq, 0.0f, dqkvp + BTC, hd, sq, B * NH);
-		PROD(true, false, T, hd, T, 1.0f, att, T, sa, yp, hd, sq, 0.0f, dqkvp + 2 * BTC, hd, sq, B * NH);
-		cu_qkv_merge(s, dx, dqkvp, B, T, C, NH);
+		CUBLAS_TRY(cu_attention_bwd(&gx, dx, dy, qkvp, patt, dyp, datt, dqkvp, B, T, C, NH),
+		           "the attention's backward");
 		DOWN(o->dx, dx, 3 * BT * C);
 		break;
 	}
@@ -327,7 +343,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 static const kern_gpu_api api = {
 	KERN_GPU_ABI_VERSION, cu_describe, cu_device_count, cu_device_info, cu_device_bench, cu_model_create,
 	cu_model_free,        cu_set_params, cu_forward,    cu_backward,    cu_take_grads,   cu_layer_op,
-	cu_last_timings,
+	cu_host_register, cu_last_timings,
 };
 
 extern "C" __attribute__((visibility("default"))) const kern_gpu_api *cotrain_cuda_api(void) { return &api; }

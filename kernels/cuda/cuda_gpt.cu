@@ -21,8 +21,8 @@
 namespace {
 
 struct layer_buf {
-	float *ln1, *ln1_mean, *ln1_rstd, *qkvp, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg,
-	        *res3;
+	float *ln1, *ln1_mean, *ln1_rstd, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *res3;
+	void *qkvp, *att; /* of cu_att_elem bytes each: fp32, or bf16 in bf16 mode */
 };
 
 /* offsets of one parameter set's 12 tensors (model.h's order) */
@@ -39,12 +39,14 @@ struct kern_gpu_model {
 	std::vector<set_off> sets;
 	cublasHandle_t blas;
 	cudaStream_t s;
+	cu_gemm_ctx gx; /* the products' handle, precision and bf16 scratch */
 	void *mem; /* one allocation: everything below on the device */
 	void *blas_ws;
 	float *params, *grads;
 	std::vector<layer_buf> L;
 	float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
-	float *dres, *dln, *dqkv, *dqkvp, *datty, *yp, *dfch, *dfchg, *datt, *scratch;
+	float *dres, *dln, *dqkv, *dqkvp, *datty, *yp, *dfch, *dfchg, *scratch;
+	void *dyp, *datt; /* of cu_att_elem bytes */
 	int32_t *tokens, *targets, *uniq, *offs, *pos;
 	/* host side: the embedding gradient's token lists, the losses */
 	std::vector<int32_t> h_cnt, h_uniq, h_offs, h_pos;
@@ -68,6 +70,8 @@ static size_t dev_layout(kern_gpu_model *g, char *base)
 		off += ((n) * sizeof(type) + 255) & ~(size_t)255; \
 	} while (0)
 #define TAKEF(ptr, n) TAKE(ptr, n, float)
+#define TAKEA(ptr, n) TAKE(ptr, (n) * ae, char)
+	size_t ae = cu_att_elem(g->precision);
 	TAKEF(g->params, g->n_params);
 	TAKEF(g->grads, g->n_params);
 	TAKEF(g->encoded, BT * C);
@@ -75,8 +79,8 @@ static size_t dev_layout(kern_gpu_model *g, char *base)
 		TAKEF(l.ln1, BT * C);
 		TAKEF(l.ln1_mean, BT);
 		TAKEF(l.ln1_rstd, BT);
-		TAKEF(l.qkvp, 3 * BT * C);
-		TAKEF(l.att, att);
+		TAKEA(l.qkvp, 3 * BT * C);
+		TAKEA(l.att, att);
 		TAKEF(l.atty, BT * C);
 		TAKEF(l.res2, BT * C);
 		TAKEF(l.ln2, BT * C);
@@ -100,7 +104,8 @@ static size_t dev_layout(kern_gpu_model *g, char *base)
 	TAKEF(g->yp, BT * C);
 	TAKEF(g->dfch, BT * F);
 	TAKEF(g->dfchg, BT * F);
-	TAKEF(g->datt, att);
+	TAKEA(g->datt, att);
+	TAKEA(g->dyp, BT * C);
 	size_t widest = 3 * C > F ? 3 * C : F;
 	TAKEF(g->scratch, cu_colsum_scratch((int)BT, (int)(widest > V ? widest : V)));
 	TAKE(g->tokens, BT, int32_t);
@@ -108,7 +113,16 @@ static size_t dev_layout(kern_gpu_model *g, char *base)
 	TAKE(g->uniq, BT, int32_t);
 	TAKE(g->offs, BT + 1, int32_t);
 	TAKE(g->pos, BT, int32_t);
+	if (g->precision == KERN_PREC_BF16) { /* the largest operand of a product */
+		size_t big = BT * V;
+		for (size_t n : { att, BT * F, 3 * BT * C, V * C, C * F })
+			big = n > big ? n : big;
+		g->gx.cap = big;
+		TAKE(g->gx.a16, big, __nv_bfloat16);
+		TAKE(g->gx.b16, big, __nv_bfloat16);
+	}
 #undef TAKEF
+#undef TAKEA
 #undef TAKE
 	return off;
 }
@@ -223,6 +237,9 @@ static int model_on_device(kern_gpu_model *g, size_t BT, char *err, size_t errle
 	CU_TRY(cudaMalloc(&g->blas_ws, ws), "allocating the cuBLAS workspace");
 	CUBLAS_TRY(cublasSetWorkspace(g->blas, g->blas_ws, ws), "cuBLAS workspace");
 	CUBLAS_TRY(cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH), "cuBLAS math mode");
+	g->gx.h = g->blas;
+	g->gx.s = g->s;
+	g->gx.precision = g->precision;
 	CU_SYNC(g->s, "creating the model");
 	return KERN_GPU_OK;
 }
@@ -264,14 +281,9 @@ static void token_lists(kern_gpu_model *g, const int32_t *tokens, int BT)
 #define P(off) (g->params + (off))
 #define G(off) (g->grads + (off))
 #define GEMM(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc) \
-	CUBLAS_TRY(cu_gemm(g->blas, g->precision, ta, tb, M, N, K, alpha, A, lda, 0, Bm, ldb, 0, beta, Cm, ldc, 0, \
+	CUBLAS_TRY(cu_gemm(&g->gx, ta, tb, M, N, K, alpha, A, lda, 0, Bm, ldb, 0, beta, Cm, ldc, 0, \
 	                   1), \
 	           "a matrix product")
-#define GEMMB(ta, tb, M, N, K, alpha, A, lda, sa, Bm, ldb, sb, beta, Cm, ldc, sc, n) \
-	CUBLAS_TRY(cu_gemm(g->blas, g->precision, ta, tb, M, N, K, alpha, A, lda, sa, Bm, ldb, sb, beta, Cm, ldc, \
-	                   sc, n), \
-	           "a batched matrix product")
-
 extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B, double *loss,
                           char *err, size_t errlen)
 {
@@ -280,7 +292,7 @@ extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_
 		*loss = 0;
 	if (B < 1 || B > g->max_batch)
 		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA forward", "batch size outside 1..max_batch");
-	int T = c->seq_len, C = c->d_model, NH = c->n_head, F = c->d_ff, V = c->vocab, BT = B * T, hd = C / NH;
+	int T = c->seq_len, C = c->d_model, NH = c->n_head, F = c->d_ff, V = c->vocab, BT = B * T;
 	for (int i = 0; i < BT; i++)
 		if (tokens[i] < 0 || tokens[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
 			return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA forward", "a token outside the vocabulary");
@@ -303,20 +315,13 @@ extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_
 	}
 	cu_embedding_fwd(s, g->encoded, g->tokens, P(g->wte), P(g->wpe), B, T, C);
 	const float *res = g->encoded;
-	float scale = 1.0f / sqrtf((float)hd);
-	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)BT * C;
 	for (int l = 0; l < c->n_layer; l++) {
 		const set_off &p = g->sets[(size_t)((long)l * c->n_shared / c->n_layer)];
 		layer_buf &a = g->L[(size_t)l];
 		cu_layernorm_fwd(s, a.ln1, a.ln1_mean, a.ln1_rstd, res, P(p.ln1w), P(p.ln1b), BT, C, LN_EPS);
 		cu_rows_bias(s, g->dqkv, NULL, P(p.qkvb), BT, 3 * C);
 		GEMM(false, false, BT, 3 * C, C, 1.0f, a.ln1, C, P(p.qkvw), 3 * C, 1.0f, g->dqkv, 3 * C);
-		cu_qkv_split(s, a.qkvp, g->dqkv, B, T, C, NH);
-		const float *q = a.qkvp, *k = a.qkvp + BTC, *v = a.qkvp + 2 * BTC;
-		GEMMB(false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, a.att, T, sa, B * NH);
-		cu_softmax_causal(s, a.att, (long)B * NH * T, T);
-		GEMMB(false, false, T, hd, T, 1.0f, a.att, T, sa, v, hd, sq, 0.0f, g->yp, hd, sq, B * NH);
-		cu_heads_merge(s, a.atty, g->yp, B, T, C, NH);
+		CUBLAS_TRY(cu_attention_fwd(&g->gx, a.atty, a.att, a.qkvp, g->yp, g->dqkv, B, T, C, NH), "the attention");
 		cu_rows_bias(s, a.res2, res, P(p.projb), BT, C);
 		GEMM(false, false, BT, C, C, 1.0f, a.atty, C, P(p.projw), C, 1.0f, a.res2, C);
 		cu_layernorm_fwd(s, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(p.ln2w), P(p.ln2b), BT, C, LN_EPS);
@@ -354,11 +359,10 @@ extern "C" int cu_backward(kern_gpu_model *g, float dscale, char *err, size_t er
 		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backward",
 		               "no forward pass with targets preceded it");
 	int B = g->B, T = c->seq_len, C = c->d_model, NH = c->n_head, F = c->d_ff, V = c->vocab, BT = B * T,
-	    hd = C / NH, L = c->n_layer;
+	    L = c->n_layer;
 	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
 	cudaStream_t s = g->s;
-	float scale = 1.0f / sqrtf((float)hd);
-	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)BT * C;
+	long BTC = (long)BT * C;
 	/* the head; the logits become their gradient (the forward's logits are
 	 * not kept: kern_logits is the CPU model's) */
 	cu_crossentropy_bwd(s, g->logits, g->lse, g->targets, BT, V, dscale / (float)BT);
@@ -386,15 +390,9 @@ extern "C" int cu_backward(kern_gpu_model *g, float dscale, char *err, size_t er
 		GEMM(false, true, BT, C, C, 1.0f, g->dres, C, P(p.projw), C, 0.0f, g->datty, C);
 		GEMM(true, false, C, C, BT, 1.0f, a.atty, C, g->dres, C, 1.0f, G(p.projw), C);
 		cu_colsum_add(s, G(p.projb), g->dres, BT, C, g->scratch);
-		cu_heads_split(s, g->yp, g->datty, B, T, C, NH);
-		const float *q = a.qkvp, *k = a.qkvp + BTC, *v = a.qkvp + 2 * BTC;
-		float *dq = g->dqkvp, *dk = g->dqkvp + BTC, *dv = g->dqkvp + 2 * BTC;
-		GEMMB(false, true, T, T, hd, 1.0f, g->yp, hd, sq, v, hd, sq, 0.0f, g->datt, T, sa, B * NH);
-		cu_softmax_causal_bwd(s, g->datt, a.att, (long)B * NH * T, T, scale);
-		GEMMB(false, false, T, hd, T, 1.0f, g->datt, T, sa, k, hd, sq, 0.0f, dq, hd, sq, B * NH);
-		GEMMB(true, false, T, hd, T, 1.0f, g->datt, T, sa, q, hd, sq, 0.0f, dk, hd, sq, B * NH);
-		GEMMB(true, false, T, hd, T, 1.0f, a.att, T, sa, g->yp, hd, sq, 0.0f, dv, hd, sq, B * NH);
-		cu_qkv_merge(s, g->dqkv, g->dqkvp, B, T, C, NH);
+		CUBLAS_TRY(cu_attention_bwd(&g->gx, g->dqkv, g->datty, a.qkvp, a.att, g->dyp, g->datt, g->dqkvp, B, T, C,
+		                            NH),
+		           "the attention's backward");
 		GEMM(false, true, BT, C, 3 * C, 1.0f, g->dqkv, 3 * C, P(p.qkvw), 3 * C, 0.0f, g->dln, C);
 		GEMM(true, false, C, 3 * C, BT, 1.0f, a.ln1, C, g->dqkv, 3 * C, 1.0f, G(p.qkvw), 3 * C);
 		cu_colsum_add(s, G(p.qkvb), g->dqkv, BT, 3 * C, g->scratch);
@@ -420,9 +418,21 @@ extern "C" int cu_take_grads(kern_gpu_model *g, float *host, int add, char *err,
 	       "copying the gradient from the GPU");
 	CU_TRY(cudaMemsetAsync(g->grads, 0, n * sizeof(float), g->s), "zeroing the gradient");
 	CU_SYNC(g->s, "copying the gradient from the GPU");
-	if (add)
+	if (add) {
+		const float *st = g->h_stage;
+#pragma omp parallel for schedule(static)
 		for (size_t i = 0; i < n; i++)
-			host[i] += g->h_stage[i];
+			host[i] += st[i];
+	}
+	return KERN_GPU_OK;
+}
+
+extern "C" int cu_host_register(void *p, size_t bytes, int on, char *err, size_t errlen)
+{
+	if (on)
+		CU_TRY(cudaHostRegister(p, bytes, cudaHostRegisterDefault), "pinning host memory");
+	else
+		CU_TRY(cudaHostUnregister(p), "unpinning host memory");
 	return KERN_GPU_OK;
 }
 

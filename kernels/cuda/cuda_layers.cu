@@ -42,22 +42,54 @@ template <bool MAX> __device__ float block_reduce(float v, float *sh)
 	return MAX ? warp_max(r) : warp_sum(r);
 }
 
-cublasStatus_t cu_gemm(cublasHandle_t h, int precision, bool ta, bool tb, int M, int N, int K, float alpha,
-                       const float *A, int lda, long sa, const float *B, int ldb, long sb, float beta, float *C,
-                       int ldc, long sc, int batch)
+__global__ void to_bf16_k(__nv_bfloat16 *dst, const float *src, long n)
 {
-	cublasComputeType_t ct = precision == KERN_PREC_BF16   ? CUBLAS_COMPUTE_32F_FAST_16BF
-	                         : precision == KERN_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-	                                                       : CUBLAS_COMPUTE_32F_PEDANTIC;
-	/* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
-	cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-	if (batch <= 1)
-		return cublasGemmEx(h, ob, oa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
-		                    CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
-	return cublasGemmStridedBatchedEx(h, ob, oa, N, M, K, &alpha, B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda,
-	                                  sa, &beta, C, CUDA_R_32F, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT);
+	long tid = blockIdx.x * (long)blockDim.x + threadIdx.x, stride = (long)gridDim.x * blockDim.x, n4 = n / 4;
+	for (long i = tid; i < n4; i += stride) {
+		float4 v = ((const float4 *)src)[i];
+		((__nv_bfloat162 *)dst)[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+		((__nv_bfloat162 *)dst)[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+	}
+	for (long i = n4 * 4 + tid; i < n; i += stride)
+		dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+/* elements an operand of rows x cols (leading dimension ld) spans, over a
+ * batch of stride st */
+static long extent(int rows, int cols, int ld, long st, int batch)
+{
+	return (batch > 1 ? (long)(batch - 1) * st : 0) + (long)(rows - 1) * ld + cols;
+}
+
+cublasStatus_t cu_gemm(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
+                       int lda, long sa, const float *B, int ldb, long sb, float beta, float *C, int ldc, long sc,
+                       int batch)
+{
+	/* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
+	cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+	const void *a = A, *b = B;
+	cudaDataType_t type = CUDA_R_32F;
+	cublasComputeType_t ct = x->precision == KERN_PREC_BF16   ? CUBLAS_COMPUTE_32F_FAST_16BF
+	                         : x->precision == KERN_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+	                                                          : CUBLAS_COMPUTE_32F_PEDANTIC;
+	long na = extent(ta ? K : M, ta ? M : K, lda, sa, batch), nb = extent(tb ? N : K, tb ? K : N, ldb, sb, batch);
+	/* bf16: round the operands into the scratch (float4 loads: 16-byte
+	 * aligned operands), then a bf16 product with fp32 accumulation */
+	if (x->precision == KERN_PREC_BF16 && x->a16 && (size_t)na <= x->cap && (size_t)nb <= x->cap &&
+	    (uintptr_t)A % 16 == 0 && (uintptr_t)B % 16 == 0) {
+		to_bf16_k<<<blocks_for((na + 3) / 4, 256), 256, 0, x->s>>>(x->a16, A, na);
+		to_bf16_k<<<blocks_for((nb + 3) / 4, 256), 256, 0, x->s>>>(x->b16, B, nb);
+		a = x->a16;
+		b = x->b16;
+		type = CUDA_R_16BF;
+		ct = CUBLAS_COMPUTE_32F;
+	}
+	if (batch <= 1)
+		return cublasGemmEx(x->h, ob, oa, N, M, K, &alpha, b, type, ldb, a, type, lda, &beta, C, CUDA_R_32F, ldc,
+		                    ct, CUBLAS_GEMM_DEFAULT);
+	return cublasGemmStridedBatchedEx(x->h, ob, oa, N, M, K, &alpha, b, type, ldb, sb, a, type, lda, sa, &beta, C,
+	                                  CUDA_R_32F, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT);
+}
 __global__ void rows_bias_k(float *out, const float *res, const float *bias, long n, int C)
 {
 	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
@@ -228,6 +260,13 @@ void cu_gelu_bwd(cudaStream_t s, float *dinp, const float *inp, const float *dou
 	gelu_bwd_k<<<blocks_for(n, 256), 256, 0, s>>>(dinp, inp, dout, n);
 }
 
+/* Element conversions for the attention's storage type (fp32, or bf16 in
+ * bf16 mode): loads and stores through fp32. */
+__device__ __forceinline__ float ld(const float *p) { return *p; }
+__device__ __forceinline__ float ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
 /* index i of [B,T,3C] (c3 = which * C + h * hd + d) <-> [which][B][NH][T][hd] */
 __device__ __forceinline__ long qkv_perm(long i, int T, int C, int NH, long BTC)
 {
@@ -238,30 +277,23 @@ __device__ __forceinline__ long qkv_perm(long i, int T, int C, int NH, long BTC)
 	return which * BTC + ((b * NH + h) * T + t) * hd + d;
 }
 
-template <bool MERGE> __global__ void qkv_perm_k(float *dst, const float *src, int B, int T, int C, int NH)
+/* split: dst[perm(i)] = src[i]; merge: dst[i] = src[perm(i)] */
+template <bool MERGE, typename D, typename S>
+__global__ void qkv_perm_k(D *dst, const S *src, int B, int T, int C, int NH)
 {
 	long n = (long)B * T * 3 * C, BTC = (long)B * T * C;
 	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
 		long p = qkv_perm(i, T, C, NH, BTC);
 		if (MERGE)
-			dst[i] = src[p];
+			st(dst + i, ld(src + p));
 		else
-			dst[p] = src[i];
+			st(dst + p, ld(src + i));
 	}
 }
 
-void cu_qkv_split(cudaStream_t s, float *qkvp, const float *qkv, int B, int T, int C, int NH)
-{
-	qkv_perm_k<false><<<blocks_for((long)B * T * 3 * C, 256), 256, 0, s>>>(qkvp, qkv, B, T, C, NH);
-}
-
-void cu_qkv_merge(cudaStream_t s, float *dqkv, const float *dqkvp, int B, int T, int C, int NH)
-{
-	qkv_perm_k<true><<<blocks_for((long)B * T * 3 * C, 256), 256, 0, s>>>(dqkv, dqkvp, B, T, C, NH);
-}
-
 /* i over [B,T,C] (c = h * hd + d) <-> [B][NH][T][hd] */
-template <bool MERGE> __global__ void heads_perm_k(float *dst, const float *src, int B, int T, int C, int NH)
+template <bool MERGE, typename D, typename S>
+__global__ void heads_perm_k(D *dst, const S *src, int B, int T, int C, int NH)
 {
 	long n = (long)B * T * C;
 	int hd = C / NH;
@@ -270,71 +302,133 @@ template <bool MERGE> __global__ void heads_perm_k(float *dst, const float *src,
 		int c = (int)(i % C), h = c / hd, d = c % hd;
 		long p = ((b * NH + h) * T + t) * hd + d;
 		if (MERGE)
-			dst[i] = src[p];
+			st(dst + i, ld(src + p));
 		else
-			dst[p] = src[i];
+			st(dst + p, ld(src + i));
 	}
 }
 
-void cu_heads_merge(cudaStream_t s, float *out, const float *yp, int B, int T, int C, int NH)
-{
-	heads_perm_k<true><<<blocks_for((long)B * T * C, 256), 256, 0, s>>>(out, yp, B, T, C, NH);
-}
-
-void cu_heads_split(cudaStream_t s, float *yp, const float *y, int B, int T, int C, int NH)
-{
-	heads_perm_k<false><<<blocks_for((long)B * T * C, 256), 256, 0, s>>>(yp, y, B, T, C, NH);
-}
-
-/* one warp per row of scores */
-__global__ void softmax_causal_k(float *att, long rows, int T)
+/* one warp per row of scores: softmax of the first r % T + 1, zeros past */
+template <typename A> __global__ void softmax_causal_k(A *att, long rows, int T)
 {
 	long row = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
 	int lane = threadIdx.x & 31;
 	if (row >= rows)
 		return;
-	float *p = att + row * T;
+	A *p = att + row * T;
 	int n = (int)(row % T) + 1;
 	float mx = -INFINITY;
 	for (int j = lane; j < n; j += 32)
-		mx = fmaxf(mx, p[j]);
+		mx = fmaxf(mx, ld(p + j));
 	mx = warp_max(mx);
 	float sum = 0.0f;
-	for (int j = lane; j < n; j += 32) {
-		float e = expf(p[j] - mx);
-		p[j] = e;
-		sum += e;
-	}
+	for (int j = lane; j < n; j += 32)
+		sum += expf(ld(p + j) - mx);
 	float inv = 1.0f / warp_sum(sum);
 	for (int j = lane; j < T; j += 32)
-		p[j] = j < n ? p[j] * inv : 0.0f;
+		st(p + j, j < n ? expf(ld(p + j) - mx) * inv : 0.0f);
 }
 
-__global__ void softmax_causal_bwd_k(float *datt, const float *att, long rows, int T, float scale)
+/* dP -> dS = scale * P * (dP - sum P dP), zeros past the mask, in place */
+template <typename A> __global__ void softmax_causal_bwd_k(A *datt, const A *att, long rows, int T, float scale)
 {
 	long row = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
 	int lane = threadIdx.x & 31;
 	if (row >= rows)
 		return;
-	float *d = datt + row * T;
-	const float *p = att + row * T;
+	A *d = datt + row * T;
+	const A *p = att + row * T;
 	int n = (int)(row % T) + 1;
 	float dot = 0.0f;
 	for (int j = lane; j < n; j += 32)
-		dot += p[j] * d[j];
+		dot += ld(p + j) * ld(d + j);
 	dot = warp_sum(dot);
 	for (int j = lane; j < T; j += 32)
-		d[j] = j < n ? scale * p[j] * (d[j] - dot) : 0.0f;
+		st(d + j, j < n ? scale * ld(p + j) * (ld(d + j) - dot) : 0.0f);
 }
 
-void cu_softmax_causal(cudaStream_t s, float *att, long rows, int T)
+static cublasStatus_t gemm_typed(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int K, float alpha,
+                                 const void *A, int lda, long sa, const void *B, int ldb, long sb, float beta,
+                                 void *C, cudaDataType_t ctype, int ldc, long sc, int batch)
 {
-	softmax_causal_k<<<(int)((rows * 32 + 255) / 256), 256, 0, s>>>(att, rows, T);
+	cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+	return cublasGemmStridedBatchedEx(x->h, ob, oa, N, M, K, &alpha, B, CUDA_R_16BF, ldb, sb, A, CUDA_R_16BF, lda,
+	                                  sa, &beta, C, ctype, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+	                                  CUBLAS_GEMM_DEFAULT);
 }
 
-void cu_softmax_causal_bwd(cudaStream_t s, float *datt, const float *att, long rows, int T, float scale)
+size_t cu_att_elem(int precision) { return precision == KERN_PREC_BF16 ? 2 : 4; }
+
+#define TRY_BLAS(call) \
+	do { \
+		cublasStatus_t s_ = (call); \
+		if (s_ != CUBLAS_STATUS_SUCCESS) \
+			return s_; \
+	} while (0)
+
+cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
+                                const float *qkv, int B, int T, int C, int NH)
 {
-	softmax_causal_bwd_k<<<(int)((rows * 32 + 255) / 256), 256, 0, s>>>(datt, att, rows, T, scale);
+	int hd = C / NH, BH = B * NH;
+	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
+	float scale = 1.0f / sqrtf((float)hd);
+	int gq = blocks_for(3 * BTC, 256), gs = (int)((rows * 32 + 255) / 256);
+	cudaStream_t s = x->s;
+	if (x->precision == KERN_PREC_BF16) {
+		/* q, k, v and the probabilities stored in bf16: the products read
+		 * them as they are, and the [T, T] traffic halves */
+		__nv_bfloat16 *q = (__nv_bfloat16 *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (__nv_bfloat16 *)att;
+		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, B, T, C, NH);
+		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, CUDA_R_16BF, T, sa,
+		                    BH));
+		softmax_causal_k<<<gs, 256, 0, s>>>(p, rows, T);
+		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, CUDA_R_32F, hd, sq,
+		                    BH));
+	} else {
+		float *q = (float *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (float *)att;
+		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, B, T, C, NH);
+		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, T, sa, BH));
+		softmax_causal_k<<<gs, 256, 0, s>>>(p, rows, T);
+		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, hd, sq, BH));
+	}
+	heads_perm_k<true><<<blocks_for(BTC, 256), 256, 0, s>>>(out, yp, B, T, C, NH);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *dout, const void *qkvp,
+                                const void *att, void *dyp, void *datt, float *dqkvp, int B, int T, int C, int NH)
+{
+	int hd = C / NH, BH = B * NH;
+	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
+	float scale = 1.0f / sqrtf((float)hd), *dq = dqkvp, *dk = dqkvp + BTC, *dv = dqkvp + 2 * BTC;
+	int gs = (int)((rows * 32 + 255) / 256);
+	cudaStream_t s = x->s;
+	if (x->precision == KERN_PREC_BF16) {
+		const __nv_bfloat16 *q = (const __nv_bfloat16 *)qkvp, *k = q + BTC, *v = q + 2 * BTC,
+		                    *p = (const __nv_bfloat16 *)att;
+		__nv_bfloat16 *dy = (__nv_bfloat16 *)dyp, *dp = (__nv_bfloat16 *)datt;
+		heads_perm_k<false><<<blocks_for(BTC, 256), 256, 0, s>>>(dy, dout, B, T, C, NH);
+		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, 1.0f, dy, hd, sq, v, hd, sq, 0.0f, dp, CUDA_R_16BF, T, sa,
+		                    BH));
+		softmax_causal_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, scale);
+		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, 1.0f, dp, T, sa, k, hd, sq, 0.0f, dq, CUDA_R_32F, hd, sq,
+		                    BH));
+		TRY_BLAS(gemm_typed(x, true, false, T, hd, T, 1.0f, dp, T, sa, q, hd, sq, 0.0f, dk, CUDA_R_32F, hd, sq,
+		                    BH));
+		TRY_BLAS(gemm_typed(x, true, false, T, hd, T, 1.0f, p, T, sa, dy, hd, sq, 0.0f, dv, CUDA_R_32F, hd, sq,
+		                    BH));
+	} else {
+		const float *q = (const float *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (const float *)att;
+		float *dy = (float *)dyp, *dp = (float *)datt;
+		heads_perm_k<false><<<blocks_for(BTC, 256), 256, 0, s>>>(dy, dout, B, T, C, NH);
+		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, 1.0f, dy, hd, sq, v, hd, sq, 0.0f, dp, T, sa, BH));
+		softmax_causal_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, scale);
+		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, 1.0f, dp, T, sa, k, hd, sq, 0.0f, dq, hd, sq, BH));
+		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, 1.0f, dp, T, sa, q, hd, sq, 0.0f, dk, hd, sq, BH));
+		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, 1.0f, p, T, sa, dy, hd, sq, 0.0f, dv, hd, sq, BH));
+	}
+	qkv_perm_k<true><<<blocks_for(3 * BTC, 256), 256, 0, s>>>(dqkv, dqkvp, B, T, C, NH);
+	return CUBLAS_STATUS_SUCCESS;
 }
 
 /* one block per row of logits */

@@ -12,13 +12,28 @@
 #define COTRAIN_CUDA_LAYERS_H
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+/* Where the products run: the handle (on stream s), the precision
+ * (KERN_PREC_*), and for bf16 two scratch buffers of cap elements each
+ * that hold the operands rounded to bf16 (NULL or too small: cuBLAS's own
+ * fp32-to-bf16 path, several times slower). */
+struct cu_gemm_ctx {
+	cublasHandle_t h;
+	cudaStream_t s;
+	int precision;
+	__nv_bfloat16 *a16, *b16;
+	size_t cap;
+};
+
 /* The products: row-major as kernels/backend.h (element (i, j) at
- * [i * ld + j]), C = alpha op(A) op(B) + beta C, in the precision's compute
- * type (KERN_PREC_*).  batch > 1 runs a strided batch (strides in floats). */
-cublasStatus_t cu_gemm(cublasHandle_t h, int precision, bool ta, bool tb, int M, int N, int K, float alpha,
+ * [i * ld + j]), C = alpha op(A) op(B) + beta C, in fp32 or tf32 on the
+ * fp32 operands, or in bf16 on the operands rounded to bf16 (fp32
+ * accumulation and output).  batch > 1 runs a strided batch (strides in
+ * floats). */
+cublasStatus_t cu_gemm(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int K, float alpha,
                        const float *A, int lda, long sa, const float *B, int ldb, long sb, float beta,
                        float *C, int ldc, long sc, int batch);
 
@@ -42,16 +57,23 @@ void cu_gelu_fwd(cudaStream_t s, float *out, const float *inp, long n);
 /* dinp = dout * gelu'(inp) */
 void cu_gelu_bwd(cudaStream_t s, float *dinp, const float *inp, const float *dout, long n);
 
-/* qkv [B,T,3,NH,hd] <-> q, k, v each [B,NH,T,hd] (q, k, v contiguous in qkvp) */
-void cu_qkv_split(cudaStream_t s, float *qkvp, const float *qkv, int B, int T, int C, int NH);
-void cu_qkv_merge(cudaStream_t s, float *dqkv, const float *dqkvp, int B, int T, int C, int NH);
-/* y [B,NH,T,hd] <-> [B,T,C] */
-void cu_heads_merge(cudaStream_t s, float *out, const float *yp, int B, int T, int C, int NH);
-void cu_heads_split(cudaStream_t s, float *yp, const float *y, int B, int T, int C, int NH);
-/* rows of T scores, row r masked past r % T: softmax in place, zeros past */
-void cu_softmax_causal(cudaStream_t s, float *att, long rows, int T);
-/* dP -> dS = scale * P * (dP - sum P dP), zeros past the mask, in place */
-void cu_softmax_causal_bwd(cudaStream_t s, float *datt, const float *att, long rows, int T, float scale);
+/* Bytes of one element of the attention's saved q, k, v and
+ * probabilities: 4 (fp32), or 2 in bf16 mode, where they are stored in bf16
+ * and multiplied as they are. */
+size_t cu_att_elem(int precision);
+
+/* Causal multi-head attention (kernels/attention.c's values) on
+ * qkv [B,T,3C] into out [B,T,C], saving qkvp (3*B*T*C elements: q, k, v
+ * as [B,NH,T,hd]) and att (the probabilities [B,NH,T,T]), each of
+ * cu_att_elem bytes; yp is fp32 scratch of B*T*C. */
+cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
+                                const float *qkv, int B, int T, int C, int NH);
+/* Its backward: dqkv [B,T,3C] (set) from dout [B,T,C] and what the forward
+ * saved; scratch: dyp (B*T*C) and datt ([B,NH,T,T]) of cu_att_elem bytes,
+ * dqkvp 3*B*T*C floats. */
+cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *dout, const void *qkvp,
+                                const void *att, void *dyp, void *datt, float *dqkvp, int B, int T, int C,
+                                int NH);
 
 /* lse[n] = logsumexp(logits[n, :]), losses[n] = lse - logits[n, target] */
 void cu_crossentropy_fwd(cudaStream_t s, float *losses, float *lse, const float *logits,

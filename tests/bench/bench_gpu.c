@@ -116,6 +116,9 @@ int main(int argc, char **argv)
 		printf("bench_gpu: %s %s B %d: %s\n", model, prec_name, B, err);
 		return 1;
 	}
+	/* as kern_gpu_bind does: the host's buffers pinned for the copies */
+	api->host_register(m->params, m->n_params * sizeof(float), 1, err, sizeof err);
+	api->host_register(m->grads, m->n_params * sizeof(float), 1, err, sizeof err);
 	size_t BT = (size_t)B * c.seq_len;
 	int32_t *tok = malloc((BT + 1) * sizeof *tok);
 	kern_rng r;
@@ -163,6 +166,8 @@ int main(int argc, char **argv)
 	       model, t_grads * 1e3, 100 * t_grads / step_s, t_opt * 1e3, 100 * t_opt / step_s,
 	       kern_threads(), t_up * 1e3, 100 * t_up / step_s);
 	api->model_free(g);
+	api->host_register(m->params, 0, 0, err, sizeof err);
+	api->host_register(m->grads, 0, 0, err, sizeof err);
 	kern_model_free(m);
 	free(tok);
 	return rc ? 1 : 0;
