@@ -112,6 +112,11 @@ typedef struct kern_gpu_api {
 	int (*host_register)(void *p, size_t bytes, int on, char *err, size_t errlen);
 	/* timings of the last forward + backward in ms: [0] forward, [1] backward */
 	void (*last_timings)(kern_gpu_model *g, double ms[2]);
+	/* With COTRAIN_CUDA_PROFILE=1 in the environment when the model was
+	 * created: the last forward + backward's time by kind of work (events
+	 * between its launches; *names and *ms get n entries, n returned);
+	 * otherwise 0.  For tests/bench/bench_gpu. */
+	int (*profile)(kern_gpu_model *g, const char *const **names, const double **ms);
 } kern_gpu_api;
 
 typedef const kern_gpu_api *(*kern_gpu_entry_fn)(void);

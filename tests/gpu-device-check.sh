@@ -33,6 +33,7 @@ echo "test_gpu_kernels: exit ${PIPESTATUS[0]}"
 echo "== bench"
 bench() { timeout 60 ./bench_gpu "$@" 2>&1 | tee -a "$out/bench.txt"; }
 bench --model gpt2 --precision bf16
+COTRAIN_CUDA_PROFILE=1 bench --model gpt2 --precision bf16 --steps 3
 bench --model gpt2-bytes --precision bf16
 bench --model sahaj --precision bf16
 bench --model gpt2 --precision tf32

@@ -23,6 +23,7 @@ int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_t *targets,
 int cu_backward(kern_gpu_model *g, float scale, char *err, size_t errlen);
 int cu_take_grads(kern_gpu_model *g, float *host, int add, char *err, size_t errlen);
 void cu_last_timings(kern_gpu_model *g, double ms[2]);
+int cu_profile(kern_gpu_model *g, const char *const **names, const double **ms);
 int cu_host_register(void *p, size_t bytes, int on, char *err, size_t errlen);
 }
 
@@ -255,7 +256,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		ALLOC(y, BT * C);
 		/* the backward's saved state comes from this forward (its
 		 * probabilities are the GPU's own, in its storage type) */
-		CUBLAS_TRY(cu_attention_fwd(&gx, y, patt, qkvp, yp, x, B, T, C, NH), "the attention");
+		CUBLAS_TRY(cu_attention_fwd(&gx, y, patt, qkvp, yp, x, NULL, B, T, C, NH), "the attention");
 		if (o->op == KERN_GPU_OP_ATTN_FWD) {
 			DOWN(o->y, y, BT * C);
 			if (ae == sizeof(float)) {
@@ -287,12 +288,12 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		UP(ids, o->ids, (size_t)N);
 		ALLOC(lse, (size_t)N);
 		ALLOC(losses, (size_t)N);
-		cu_crossentropy_fwd(s, losses, lse, x, ids, N, V);
+		cu_crossentropy_fwd(s, losses, lse, x, ids, N, V, V);
 		if (o->op == KERN_GPU_OP_CE_FWD) {
 			DOWN(o->y, losses, (size_t)N);
 			break;
 		}
-		cu_crossentropy_bwd(s, x, lse, ids, N, V, o->scale);
+		cu_crossentropy_bwd(s, x, lse, ids, N, V, V, o->scale);
 		DOWN(o->dx, x, (size_t)N * V);
 		break;
 	}
@@ -343,7 +344,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 static const kern_gpu_api api = {
 	KERN_GPU_ABI_VERSION, cu_describe, cu_device_count, cu_device_info, cu_device_bench, cu_model_create,
 	cu_model_free,        cu_set_params, cu_forward,    cu_backward,    cu_take_grads,   cu_layer_op,
-	cu_host_register, cu_last_timings,
+	cu_host_register, cu_last_timings, cu_profile,
 };
 
 extern "C" __attribute__((visibility("default"))) const kern_gpu_api *cotrain_cuda_api(void) { return &api; }

@@ -18,6 +18,12 @@
 
 #define LN_EPS 1e-5f /* kernels/layernorm.h's KERN_LN_EPS */
 
+/* The kinds of work the profile tells apart. */
+enum { PROF_PRODUCTS, PROF_ATTENTION, PROF_LAYERNORM, PROF_ELEMENTWISE, PROF_HEAD, PROF_EMBEDDING, PROF_KINDS };
+static const char *const prof_names[PROF_KINDS] = { "products",    "attention", "layernorm",
+	                                            "elementwise", "head+ce",   "embedding+copies" };
+enum { PROF_MAX_EVENTS = 4096 };
+
 namespace {
 
 struct layer_buf {
@@ -35,6 +41,7 @@ struct set_off {
 struct kern_gpu_model {
 	kern_config c;
 	int max_batch, precision, device;
+	int Vp; /* the logits' row stride: the vocabulary rounded up to 64 */
 	size_t n_params, wte, wpe, lnfw, lnfb;
 	std::vector<set_off> sets;
 	cublasHandle_t blas;
@@ -46,7 +53,8 @@ struct kern_gpu_model {
 	std::vector<layer_buf> L;
 	float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
 	float *dres, *dln, *dqkv, *dqkvp, *datty, *yp, *dfch, *dfchg, *scratch;
-	void *dyp, *datt; /* of cu_att_elem bytes */
+	void *dyp, *datt;           /* of cu_att_elem bytes */
+	__nv_bfloat16 *dlogits16;   /* bf16 mode: the logits' gradient */
 	int32_t *tokens, *targets, *uniq, *offs, *pos;
 	/* host side: the embedding gradient's token lists, the losses */
 	std::vector<int32_t> h_cnt, h_uniq, h_offs, h_pos;
@@ -55,6 +63,13 @@ struct kern_gpu_model {
 	int B, have_targets, n_uniq;
 	cudaEvent_t ev[3];
 	double ms[2];
+	/* COTRAIN_CUDA_PROFILE: an event before each stage of the passes, and
+	 * the time from each to the next summed by the stage's kind */
+	bool prof;
+	int np;
+	std::vector<cudaEvent_t> pev;
+	std::vector<int> pkind;
+	double pms[PROF_KINDS];
 };
 
 /* Lay out (or, with base NULL, count) the device memory of a model. */
@@ -93,7 +108,7 @@ static size_t dev_layout(kern_gpu_model *g, char *base)
 	TAKEF(g->lnf, BT * C);
 	TAKEF(g->lnf_mean, BT);
 	TAKEF(g->lnf_rstd, BT);
-	TAKEF(g->logits, BT * V);
+	TAKEF(g->logits, BT * g->Vp);
 	TAKEF(g->lse, BT);
 	TAKEF(g->losses, BT);
 	TAKEF(g->dres, BT * C);
@@ -114,12 +129,13 @@ static size_t dev_layout(kern_gpu_model *g, char *base)
 	TAKE(g->offs, BT + 1, int32_t);
 	TAKE(g->pos, BT, int32_t);
 	if (g->precision == KERN_PREC_BF16) { /* the largest operand of a product */
-		size_t big = BT * V;
-		for (size_t n : { att, BT * F, 3 * BT * C, V * C, C * F })
+		size_t big = V * C; /* the logits' gradient has a buffer of its own */
+		for (size_t n : { BT * F, 3 * BT * C, C * F })
 			big = n > big ? n : big;
 		g->gx.cap = big;
 		TAKE(g->gx.a16, big, __nv_bfloat16);
 		TAKE(g->gx.b16, big, __nv_bfloat16);
+		TAKE(g->dlogits16, BT * g->Vp, __nv_bfloat16);
 	}
 #undef TAKEF
 #undef TAKEA
@@ -135,6 +151,9 @@ extern "C" void cu_model_free(kern_gpu_model *g)
 	if (g->s)
 		cudaStreamSynchronize(g->s);
 	for (auto &e : g->ev)
+		if (e)
+			cudaEventDestroy(e);
+	for (auto &e : g->pev)
 		if (e)
 			cudaEventDestroy(e);
 	if (g->blas)
@@ -176,6 +195,7 @@ extern "C" int cu_model_create(const kern_config *c, const kern_view *views, int
 	g->max_batch = max_batch;
 	g->precision = precision;
 	g->device = device;
+	g->Vp = (c->vocab + 63) / 64 * 64;
 	size_t C = c->d_model, F = c->d_ff, n = 0;
 	int ok = find_view(views, n_views, "wte", (size_t)c->vocab * C, &g->wte) &&
 	         find_view(views, n_views, "wpe", (size_t)c->seq_len * C, &g->wpe) &&
@@ -240,6 +260,14 @@ static int model_on_device(kern_gpu_model *g, size_t BT, char *err, size_t errle
 	g->gx.h = g->blas;
 	g->gx.s = g->s;
 	g->gx.precision = g->precision;
+	const char *pe = getenv("COTRAIN_CUDA_PROFILE");
+	if (pe && strcmp(pe, "1") == 0) {
+		g->prof = true;
+		g->pev.resize(PROF_MAX_EVENTS);
+		g->pkind.resize(PROF_MAX_EVENTS);
+		for (auto &e : g->pev)
+			CU_TRY(cudaEventCreate(&e), "creating an event");
+	}
 	CU_SYNC(g->s, "creating the model");
 	return KERN_GPU_OK;
 }
@@ -278,6 +306,36 @@ static void token_lists(kern_gpu_model *g, const int32_t *tokens, int BT)
 	g->n_uniq = nu;
 }
 
+/* the work from here to the next mark is of kind k (profiling only) */
+#define MARK(k) \
+	do { \
+		if (g->prof && g->np < PROF_MAX_EVENTS) { \
+			cudaEventRecord(g->pev[(size_t)g->np], g->s); \
+			g->pkind[(size_t)g->np++] = (k); \
+		} \
+	} while (0)
+
+/* Sum the marks' intervals by kind, the last one ending at end. */
+static void prof_collect(kern_gpu_model *g, cudaEvent_t end)
+{
+	if (!g->prof)
+		return;
+	memset(g->pms, 0, sizeof g->pms);
+	for (int k = 0; k < g->np; k++) {
+		float ms = 0;
+		cudaEventElapsedTime(&ms, g->pev[(size_t)k], k + 1 < g->np ? g->pev[(size_t)k + 1] : end);
+		g->pms[g->pkind[(size_t)k]] += ms;
+	}
+	g->np = 0;
+}
+
+extern "C" int cu_profile(kern_gpu_model *g, const char *const **names, const double **ms)
+{
+	*names = prof_names;
+	*ms = g->pms;
+	return g->prof ? PROF_KINDS : 0;
+}
+
 #define P(off) (g->params + (off))
 #define G(off) (g->grads + (off))
 #define GEMM(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, Cm, ldc) \
@@ -300,6 +358,7 @@ extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_
 	g->B = 0;
 	cudaStream_t s = g->s;
 	CU_TRY(cudaEventRecord(g->ev[0], s), "recording an event");
+	MARK(PROF_EMBEDDING);
 	CU_TRY(cudaMemcpyAsync(g->tokens, tokens, BT * sizeof(int32_t), cudaMemcpyHostToDevice, s), "copying tokens");
 	if (targets) {
 		CU_TRY(cudaMemcpyAsync(g->targets, targets, BT * sizeof(int32_t), cudaMemcpyHostToDevice, s),
@@ -318,24 +377,32 @@ extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_
 	for (int l = 0; l < c->n_layer; l++) {
 		const set_off &p = g->sets[(size_t)((long)l * c->n_shared / c->n_layer)];
 		layer_buf &a = g->L[(size_t)l];
+		MARK(PROF_LAYERNORM);
 		cu_layernorm_fwd(s, a.ln1, a.ln1_mean, a.ln1_rstd, res, P(p.ln1w), P(p.ln1b), BT, C, LN_EPS);
-		cu_rows_bias(s, g->dqkv, NULL, P(p.qkvb), BT, 3 * C);
-		GEMM(false, false, BT, 3 * C, C, 1.0f, a.ln1, C, P(p.qkvw), 3 * C, 1.0f, g->dqkv, 3 * C);
-		CUBLAS_TRY(cu_attention_fwd(&g->gx, a.atty, a.att, a.qkvp, g->yp, g->dqkv, B, T, C, NH), "the attention");
+		MARK(PROF_PRODUCTS);
+		GEMM(false, false, BT, 3 * C, C, 1.0f, a.ln1, C, P(p.qkvw), 3 * C, 0.0f, g->dqkv, 3 * C);
+		MARK(PROF_ATTENTION);
+		CUBLAS_TRY(cu_attention_fwd(&g->gx, a.atty, a.att, a.qkvp, g->yp, g->dqkv, P(p.qkvb), B, T, C, NH),
+		           "the attention");
+		MARK(PROF_PRODUCTS);
 		cu_rows_bias(s, a.res2, res, P(p.projb), BT, C);
 		GEMM(false, false, BT, C, C, 1.0f, a.atty, C, P(p.projw), C, 1.0f, a.res2, C);
+		MARK(PROF_LAYERNORM);
 		cu_layernorm_fwd(s, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(p.ln2w), P(p.ln2b), BT, C, LN_EPS);
-		cu_rows_bias(s, a.fch, NULL, P(p.fcb), BT, F);
-		GEMM(false, false, BT, F, C, 1.0f, a.ln2, C, P(p.fcw), F, 1.0f, a.fch, F);
-		cu_gelu_fwd(s, a.fchg, a.fch, (long)BT * F);
+		MARK(PROF_PRODUCTS);
+		GEMM(false, false, BT, F, C, 1.0f, a.ln2, C, P(p.fcw), F, 0.0f, a.fch, F);
+		MARK(PROF_ELEMENTWISE);
+		cu_bias_gelu_fwd(s, a.fchg, a.fch, P(p.fcb), BT, F);
+		MARK(PROF_PRODUCTS);
 		cu_rows_bias(s, a.res3, a.res2, P(p.fcprojb), BT, C);
 		GEMM(false, false, BT, C, F, 1.0f, a.fchg, F, P(p.fcprojw), C, 1.0f, a.res3, C);
 		res = a.res3;
 	}
+	MARK(PROF_HEAD);
 	cu_layernorm_fwd(s, g->lnf, g->lnf_mean, g->lnf_rstd, res, P(g->lnfw), P(g->lnfb), BT, C, LN_EPS);
-	GEMM(false, true, BT, V, C, 1.0f, g->lnf, C, P(g->wte), C, 0.0f, g->logits, V);
+	GEMM(false, true, BT, V, C, 1.0f, g->lnf, C, P(g->wte), C, 0.0f, g->logits, g->Vp);
 	if (targets) {
-		cu_crossentropy_fwd(s, g->losses, g->lse, g->logits, g->targets, BT, V);
+		cu_crossentropy_fwd(s, g->losses, g->lse, g->logits, g->targets, BT, V, g->Vp);
 		CU_TRY(cudaMemcpyAsync(g->h_losses, g->losses, BT * sizeof(float), cudaMemcpyDeviceToHost, s),
 		       "copying the losses");
 	}
@@ -363,11 +430,24 @@ extern "C" int cu_backward(kern_gpu_model *g, float dscale, char *err, size_t er
 	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
 	cudaStream_t s = g->s;
 	long BTC = (long)BT * C;
+	int Vp = g->Vp;
 	/* the head; the logits become their gradient (the forward's logits are
 	 * not kept: kern_logits is the CPU model's) */
-	cu_crossentropy_bwd(s, g->logits, g->lse, g->targets, BT, V, dscale / (float)BT);
-	GEMM(false, false, BT, C, V, 1.0f, g->logits, V, P(g->wte), C, 0.0f, g->dln, C);
-	GEMM(true, false, V, C, BT, 1.0f, g->logits, V, g->lnf, C, 1.0f, G(g->wte), C);
+	MARK(PROF_HEAD);
+	if (g->dlogits16) { /* bf16: the gradient written once in bf16, read so by both products */
+		cu_crossentropy_bwd16(s, g->dlogits16, g->logits, g->lse, g->targets, BT, V, Vp, dscale / (float)BT);
+		CUBLAS_TRY(cu_gemm_a16(&g->gx, false, false, BT, C, V, 1.0f, g->dlogits16, Vp, P(g->wte), C, 0.0f,
+		                       g->dln, C),
+		           "a matrix product");
+		CUBLAS_TRY(cu_gemm_a16(&g->gx, true, false, V, C, BT, 1.0f, g->dlogits16, Vp, g->lnf, C, 1.0f,
+		                       G(g->wte), C),
+		           "a matrix product");
+	} else {
+		cu_crossentropy_bwd(s, g->logits, g->lse, g->targets, BT, V, Vp, dscale / (float)BT);
+		GEMM(false, false, BT, C, V, 1.0f, g->logits, Vp, P(g->wte), C, 0.0f, g->dln, C);
+		GEMM(true, false, V, C, BT, 1.0f, g->logits, Vp, g->lnf, C, 1.0f, G(g->wte), C);
+	}
+	MARK(PROF_LAYERNORM);
 	CU_TRY(cudaMemsetAsync(g->dres, 0, BTC * sizeof(float), s), "zeroing a gradient");
 	cu_layernorm_bwd(s, g->dres, G(g->lnfw), G(g->lnfb), g->dln, g->L[(size_t)L - 1].res3, P(g->lnfw),
 	                 g->lnf_mean, g->lnf_rstd, BT, C, g->scratch);
@@ -377,28 +457,37 @@ extern "C" int cu_backward(kern_gpu_model *g, float dscale, char *err, size_t er
 		layer_buf &a = g->L[(size_t)l];
 		const float *res_in = l > 0 ? g->L[(size_t)l - 1].res3 : g->encoded;
 		/* the MLP: dres is d res3 */
+		MARK(PROF_PRODUCTS);
 		GEMM(false, true, BT, F, C, 1.0f, g->dres, C, P(p.fcprojw), C, 0.0f, g->dfchg, F);
 		GEMM(true, false, F, C, BT, 1.0f, a.fchg, F, g->dres, C, 1.0f, G(p.fcprojw), C);
 		cu_colsum_add(s, G(p.fcprojb), g->dres, BT, C, g->scratch);
+		MARK(PROF_ELEMENTWISE);
 		cu_gelu_bwd(s, g->dfch, a.fch, g->dfchg, (long)BT * F);
+		MARK(PROF_PRODUCTS);
 		GEMM(false, true, BT, C, F, 1.0f, g->dfch, F, P(p.fcw), F, 0.0f, g->dln, C);
 		GEMM(true, false, C, F, BT, 1.0f, a.ln2, C, g->dfch, F, 1.0f, G(p.fcw), F);
 		cu_colsum_add(s, G(p.fcb), g->dfch, BT, F, g->scratch);
+		MARK(PROF_LAYERNORM);
 		cu_layernorm_bwd(s, g->dres, G(p.ln2w), G(p.ln2b), g->dln, a.res2, P(p.ln2w), a.ln2_mean, a.ln2_rstd,
 		                 BT, C, g->scratch);
 		/* the attention: dres is d res2 */
+		MARK(PROF_PRODUCTS);
 		GEMM(false, true, BT, C, C, 1.0f, g->dres, C, P(p.projw), C, 0.0f, g->datty, C);
 		GEMM(true, false, C, C, BT, 1.0f, a.atty, C, g->dres, C, 1.0f, G(p.projw), C);
 		cu_colsum_add(s, G(p.projb), g->dres, BT, C, g->scratch);
+		MARK(PROF_ATTENTION);
 		CUBLAS_TRY(cu_attention_bwd(&g->gx, g->dqkv, g->datty, a.qkvp, a.att, g->dyp, g->datt, g->dqkvp, B, T, C,
 		                            NH),
 		           "the attention's backward");
+		MARK(PROF_PRODUCTS);
 		GEMM(false, true, BT, C, 3 * C, 1.0f, g->dqkv, 3 * C, P(p.qkvw), 3 * C, 0.0f, g->dln, C);
 		GEMM(true, false, C, 3 * C, BT, 1.0f, a.ln1, C, g->dqkv, 3 * C, 1.0f, G(p.qkvw), 3 * C);
 		cu_colsum_add(s, G(p.qkvb), g->dqkv, BT, 3 * C, g->scratch);
+		MARK(PROF_LAYERNORM);
 		cu_layernorm_bwd(s, g->dres, G(p.ln1w), G(p.ln1b), g->dln, res_in, P(p.ln1w), a.ln1_mean, a.ln1_rstd,
 		                 BT, C, g->scratch);
 	}
+	MARK(PROF_EMBEDDING);
 	cu_embedding_bwd(s, G(g->wte), G(g->wpe), g->dres, g->uniq, g->offs, g->pos, g->n_uniq, B, T, C);
 	CU_TRY(cudaEventRecord(g->ev[2], s), "recording an event");
 	CU_SYNC(s, "the backward pass");
@@ -407,6 +496,7 @@ extern "C" int cu_backward(kern_gpu_model *g, float dscale, char *err, size_t er
 	cudaEventElapsedTime(&b, g->ev[1], g->ev[2]);
 	g->ms[0] = f;
 	g->ms[1] = b;
+	prof_collect(g, g->ev[2]);
 	return KERN_GPU_OK;
 }
 

@@ -90,6 +90,18 @@ cublasStatus_t cu_gemm(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int
 	return cublasGemmStridedBatchedEx(x->h, ob, oa, N, M, K, &alpha, b, type, ldb, sb, a, type, lda, sa, &beta, C,
 	                                  CUDA_R_32F, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT);
 }
+cublasStatus_t cu_gemm_a16(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int K, float alpha,
+                           const __nv_bfloat16 *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+	long nb = extent(tb ? N : K, tb ? K : N, ldb, 0, 1);
+	if (!x->b16 || (size_t)nb > x->cap || (uintptr_t)B % 16)
+		return CUBLAS_STATUS_INVALID_VALUE;
+	to_bf16_k<<<blocks_for((nb + 3) / 4, 256), 256, 0, x->s>>>(x->b16, B, nb);
+	cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+	return cublasGemmEx(x->h, ob, oa, N, M, K, &alpha, x->b16, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
+	                    CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
 __global__ void rows_bias_k(float *out, const float *res, const float *bias, long n, int C)
 {
 	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
@@ -250,6 +262,22 @@ __global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout, lon
 	}
 }
 
+/* pre[i] += bias[i % N]; out[i] = gelu(pre[i]) */
+__global__ void bias_gelu_k(float *out, float *pre, const float *bias, long n, int N)
+{
+	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+		float x = pre[i] + bias[i % N];
+		pre[i] = x;
+		out[i] = 0.5f * x * (1.0f + tanhf(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
+	}
+}
+
+void cu_bias_gelu_fwd(cudaStream_t s, float *out, float *pre, const float *bias, int rows, int N)
+{
+	long n = (long)rows * N;
+	bias_gelu_k<<<blocks_for(n, 256), 256, 0, s>>>(out, pre, bias, n, N);
+}
+
 void cu_gelu_fwd(cudaStream_t s, float *out, const float *inp, long n)
 {
 	gelu_fwd_k<<<blocks_for(n, 256), 256, 0, s>>>(out, inp, n);
@@ -277,9 +305,10 @@ __device__ __forceinline__ long qkv_perm(long i, int T, int C, int NH, long BTC)
 	return which * BTC + ((b * NH + h) * T + t) * hd + d;
 }
 
-/* split: dst[perm(i)] = src[i]; merge: dst[i] = src[perm(i)] */
+/* split: dst[perm(i)] = src[i] + bias[i % 3C] (bias may be NULL);
+ * merge: dst[i] = src[perm(i)] */
 template <bool MERGE, typename D, typename S>
-__global__ void qkv_perm_k(D *dst, const S *src, int B, int T, int C, int NH)
+__global__ void qkv_perm_k(D *dst, const S *src, const float *bias, int B, int T, int C, int NH)
 {
 	long n = (long)B * T * 3 * C, BTC = (long)B * T * C;
 	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
@@ -287,7 +316,7 @@ __global__ void qkv_perm_k(D *dst, const S *src, int B, int T, int C, int NH)
 		if (MERGE)
 			st(dst + i, ld(src + p));
 		else
-			st(dst + p, ld(src + i));
+			st(dst + p, ld(src + i) + (bias ? bias[i % (3 * C)] : 0.0f));
 	}
 }
 
@@ -367,7 +396,7 @@ size_t cu_att_elem(int precision) { return precision == KERN_PREC_BF16 ? 2 : 4; 
 	} while (0)
 
 cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
-                                const float *qkv, int B, int T, int C, int NH)
+                                const float *qkv, const float *bias, int B, int T, int C, int NH)
 {
 	int hd = C / NH, BH = B * NH;
 	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
@@ -378,7 +407,7 @@ cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, voi
 		/* q, k, v and the probabilities stored in bf16: the products read
 		 * them as they are, and the [T, T] traffic halves */
 		__nv_bfloat16 *q = (__nv_bfloat16 *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (__nv_bfloat16 *)att;
-		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, B, T, C, NH);
+		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, bias, B, T, C, NH);
 		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, CUDA_R_16BF, T, sa,
 		                    BH));
 		softmax_causal_k<<<gs, 256, 0, s>>>(p, rows, T);
@@ -386,7 +415,7 @@ cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, voi
 		                    BH));
 	} else {
 		float *q = (float *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (float *)att;
-		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, B, T, C, NH);
+		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, bias, B, T, C, NH);
 		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, T, sa, BH));
 		softmax_causal_k<<<gs, 256, 0, s>>>(p, rows, T);
 		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, hd, sq, BH));
@@ -427,23 +456,29 @@ cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *
 		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, 1.0f, dp, T, sa, q, hd, sq, 0.0f, dk, hd, sq, BH));
 		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, 1.0f, p, T, sa, dy, hd, sq, 0.0f, dv, hd, sq, BH));
 	}
-	qkv_perm_k<true><<<blocks_for(3 * BTC, 256), 256, 0, s>>>(dqkv, dqkvp, B, T, C, NH);
+	qkv_perm_k<true><<<blocks_for(3 * BTC, 256), 256, 0, s>>>(dqkv, dqkvp, (const float *)NULL, B, T, C, NH);
 	return CUBLAS_STATUS_SUCCESS;
 }
 
 /* one block per row of logits */
-__global__ void crossentropy_fwd_k(float *losses, float *lse, const float *logits, const int32_t *targets, int V)
+__global__ void crossentropy_fwd_k(float *losses, float *lse, const float *logits, const int32_t *targets, int V,
+                                   int ld)
 {
 	__shared__ float sh[32];
-	const float *l = logits + (size_t)blockIdx.x * V;
-	float mx = -INFINITY;
-	for (int j = threadIdx.x; j < V; j += blockDim.x)
-		mx = fmaxf(mx, l[j]);
-	mx = block_reduce<true>(mx, sh);
-	float sum = 0.0f;
-	for (int j = threadIdx.x; j < V; j += blockDim.x)
-		sum += expf(l[j] - mx);
-	sum = block_reduce<false>(sum, sh);
+	const float *l = logits + (size_t)blockIdx.x * ld;
+	/* one pass: each thread keeps its running max and the sum scaled to it */
+	float m = -INFINITY, sum = 0.0f;
+	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+		float v = l[j];
+		if (v > m) {
+			sum = sum * expf(m - v) + 1.0f;
+			m = v;
+		} else {
+			sum += expf(v - m);
+		}
+	}
+	float mx = block_reduce<true>(m, sh);
+	sum = block_reduce<false>(m == -INFINITY ? 0.0f : sum * expf(m - mx), sh);
 	if (threadIdx.x == 0) {
 		float z = mx + logf(sum);
 		lse[blockIdx.x] = z;
@@ -451,25 +486,43 @@ __global__ void crossentropy_fwd_k(float *losses, float *lse, const float *logit
 	}
 }
 
-__global__ void crossentropy_bwd_k(float *logits, const float *lse, const int32_t *targets, int V, float scale)
+__global__ void crossentropy_bwd_k(float *logits, const float *lse, const int32_t *targets, int V, int ld,
+                                   float scale)
 {
-	float *l = logits + (size_t)blockIdx.x * V;
+	float *l = logits + (size_t)blockIdx.x * ld;
 	float z = lse[blockIdx.x];
 	int tgt = targets[blockIdx.x];
 	for (int j = threadIdx.x; j < V; j += blockDim.x)
 		l[j] = scale * (expf(l[j] - z) - (j == tgt ? 1.0f : 0.0f));
 }
 
-void cu_crossentropy_fwd(cudaStream_t s, float *losses, float *lse, const float *logits, const int32_t *targets,
-                         int N, int V)
+__global__ void crossentropy_bwd16_k(__nv_bfloat16 *d, const float *logits, const float *lse, const int32_t *targets,
+                                     int V, int ld, float scale)
 {
-	crossentropy_fwd_k<<<N, 256, 0, s>>>(losses, lse, logits, targets, V);
+	const float *l = logits + (size_t)blockIdx.x * ld;
+	__nv_bfloat16 *o = d + (size_t)blockIdx.x * ld;
+	float z = lse[blockIdx.x];
+	int tgt = targets[blockIdx.x];
+	for (int j = threadIdx.x; j < V; j += blockDim.x)
+		o[j] = __float2bfloat16_rn(scale * (expf(l[j] - z) - (j == tgt ? 1.0f : 0.0f)));
+}
+
+void cu_crossentropy_bwd16(cudaStream_t s, __nv_bfloat16 *dlogits, const float *logits, const float *lse,
+                           const int32_t *targets, int N, int V, int ld, float scale)
+{
+	crossentropy_bwd16_k<<<N, 256, 0, s>>>(dlogits, logits, lse, targets, V, ld, scale);
+}
+
+void cu_crossentropy_fwd(cudaStream_t s, float *losses, float *lse, const float *logits, const int32_t *targets,
+                         int N, int V, int ld)
+{
+	crossentropy_fwd_k<<<N, 256, 0, s>>>(losses, lse, logits, targets, V, ld);
 }
 
 void cu_crossentropy_bwd(cudaStream_t s, float *logits, const float *lse, const int32_t *targets, int N, int V,
-                         float scale)
+                         int ld, float scale)
 {
-	crossentropy_bwd_k<<<N, 256, 0, s>>>(logits, lse, targets, V, scale);
+	crossentropy_bwd_k<<<N, 256, 0, s>>>(logits, lse, targets, V, ld, scale);
 }
 
 __global__ void embedding_fwd_k(float *out, const int32_t *tokens, const float *wte, const float *wpe, int B, int T,

@@ -54,6 +54,9 @@ size_t cu_colsum_scratch(int N, int C);
 void cu_colsum_add(cudaStream_t s, float *out, const float *a, int N, int C, float *scratch);
 
 void cu_gelu_fwd(cudaStream_t s, float *out, const float *inp, long n);
+/* pre[rows, N] += bias (the product's bias, added after it), then
+ * out = gelu(pre): the MLP's first half after its product */
+void cu_bias_gelu_fwd(cudaStream_t s, float *out, float *pre, const float *bias, int rows, int N);
 /* dinp = dout * gelu'(inp) */
 void cu_gelu_bwd(cudaStream_t s, float *dinp, const float *inp, const float *dout, long n);
 
@@ -65,9 +68,10 @@ size_t cu_att_elem(int precision);
 /* Causal multi-head attention (kernels/attention.c's values) on
  * qkv [B,T,3C] into out [B,T,C], saving qkvp (3*B*T*C elements: q, k, v
  * as [B,NH,T,hd]) and att (the probabilities [B,NH,T,T]), each of
- * cu_att_elem bytes; yp is fp32 scratch of B*T*C. */
+ * cu_att_elem bytes; yp is fp32 scratch of B*T*C.  bias[3C] (may be NULL)
+ * is added to qkv on the way (the c_attn projection's bias). */
 cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
-                                const float *qkv, int B, int T, int C, int NH);
+                                const float *qkv, const float *bias, int B, int T, int C, int NH);
 /* Its backward: dqkv [B,T,3C] (set) from dout [B,T,C] and what the forward
  * saved; scratch: dyp (B*T*C) and datt ([B,NH,T,T]) of cu_att_elem bytes,
  * dqkvp 3*B*T*C floats. */
@@ -75,12 +79,22 @@ cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *
                                 const void *att, void *dyp, void *datt, float *dqkvp, int B, int T, int C,
                                 int NH);
 
-/* lse[n] = logsumexp(logits[n, :]), losses[n] = lse - logits[n, target] */
+/* Rows of V logits, ld apart (a multiple of 64 keeps the head's products
+ * on aligned, fast kernels: GPT-2's 50257 is not even a multiple of 2).
+ * lse[n] = logsumexp(logits[n, :]), losses[n] = lse - logits[n, target] */
 void cu_crossentropy_fwd(cudaStream_t s, float *losses, float *lse, const float *logits,
-                         const int32_t *targets, int N, int V);
+                         const int32_t *targets, int N, int V, int ld);
 /* in place: logits -> scale * (softmax - onehot(target)) */
 void cu_crossentropy_bwd(cudaStream_t s, float *logits, const float *lse, const int32_t *targets, int N,
-                         int V, float scale);
+                         int V, int ld, float scale);
+
+/* The same into a bf16 copy (bf16 mode: what the head's two products read) */
+void cu_crossentropy_bwd16(cudaStream_t s, __nv_bfloat16 *dlogits, const float *logits, const float *lse,
+                           const int32_t *targets, int N, int V, int ld, float scale);
+/* cu_gemm with A already in bf16 (bf16 mode only; B is rounded as cu_gemm does) */
+cublasStatus_t cu_gemm_a16(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int K, float alpha,
+                           const __nv_bfloat16 *A, int lda, const float *B, int ldb, float beta, float *C,
+                           int ldc);
 
 /* out[b, t, :] = wte[tok] + wpe[t] */
 void cu_embedding_fwd(cudaStream_t s, float *out, const int32_t *tokens, const float *wte, const float *wpe,

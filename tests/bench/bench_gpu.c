@@ -10,6 +10,8 @@
  * tf32, 67 fp32).  Then the CPU side of a step at that size: the gradient
  * copied back (and added into the host's), the parameters copied up, and
  * the deterministic CPU AdamW step, each as a fraction of the GPU's step.
+ * With COTRAIN_CUDA_PROFILE=1, also the last step's time by kind of work
+ * (events between the launches, kern_gpu_api's profile).
  * The reference beside it is PyTorch on the same GPU, same model, batch and
  * sequence (tests/bench/bench_gpu_torch.py); tests/gpu-device-check.sh
  * runs both in one call and prints the ratios.
@@ -161,6 +163,15 @@ int main(int argc, char **argv)
 	       "backward %.1f), %.1f TFLOP/s, MFU %.1f%% of %.0f; loss %.3f\n",
 	       model, info.name, prec_name, m->n_params, B, c.seq_len, BT / step_s, step_s * 1e3, fwd / steps,
 	       bwd / steps, flops / step_s / 1e12, 100 * flops / step_s / peak, peak / 1e12, loss);
+	const char *const *pn;
+	const double *pms;
+	int np = api->profile(g, &pn, &pms);
+	if (np > 0) { /* COTRAIN_CUDA_PROFILE=1: the last step by kind of work */
+		printf("bench_gpu: %s profile of one step:", model);
+		for (int k = 0; k < np; k++)
+			printf(" %s %.1f ms;", pn[k], pms[k]);
+		printf("\n");
+	}
 	printf("bench_gpu: %s CPU side per step: gradient down %.1f ms (%.0f%% of the GPU step), CPU AdamW "
 	       "%.1f ms (%.0f%%) on %d threads, parameters up %.1f ms (%.0f%%)\n",
 	       model, t_grads * 1e3, 100 * t_grads / step_s, t_opt * 1e3, 100 * t_opt / step_s,
