@@ -108,7 +108,7 @@ static json_t *work_to_json(const cl_work *w)
 
 cot_err cl_train_mode_from_config(cl_train_mode *t, const json_t *config, cot_errbuf *eb)
 {
-	static const char *const keys[] = { "mode", "inner_batch", "outer", "optimizer", NULL };
+	static const char *const keys[] = { "mode", "inner_batch", "outer", "optimizer", "precision", NULL };
 	if (!json_is_object(config))
 		return cot_seterr(eb, COT_ERR_INVALID, "the project's config is not a JSON object");
 	json_t *sub = json_object();

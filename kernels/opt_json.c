@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "kernels/config_changes.h"
+#include "kernels/gpu.h"
 
 /* A number field of obj into *out (left alone when absent). */
 static cot_err num(const json_t *obj, const char *key, float *out, cot_errbuf *eb)
@@ -108,6 +109,7 @@ cot_err kern_mode_config_from_json(const char *config_json, kern_mode_config *mc
 {
 	mc->mode = KERN_MODE_SYNC;
 	mc->inner_batch = KERN_INNER_BATCH_DEFAULT;
+	mc->precision = KERN_PRECISION_DEFAULT;
 	kern_outer_default(&mc->outer);
 	json_t *cfg = json_loads(config_json ? config_json : "{}", 0, NULL);
 	if (!json_is_object(cfg)) {
@@ -116,7 +118,17 @@ cot_err kern_mode_config_from_json(const char *config_json, kern_mode_config *mc
 	}
 	cot_err rc = COT_OK;
 	json_t *mode = json_object_get(cfg, "mode"), *ib = json_object_get(cfg, "inner_batch");
-	json_t *outer = json_object_get(cfg, "outer");
+	json_t *outer = json_object_get(cfg, "outer"), *prec = json_object_get(cfg, "precision");
+	if (prec) {
+		int p = kern_precision_parse(json_string_value(prec));
+		if (p < 0) {
+			rc = cot_seterr(eb, COT_ERR_INVALID,
+			                "field \"precision\" of the project must be \"fp32\", \"tf32\" or "
+			                "\"bf16\"");
+			goto out;
+		}
+		mc->precision = p;
+	}
 	if (mode) {
 		const char *t = json_string_value(mode);
 		if (t && strcmp(t, "sync") == 0)

@@ -6,6 +6,7 @@
 #ifndef KERN_OPT_JSON_H
 #define KERN_OPT_JSON_H
 
+#include "kernels/gpu_abi.h"
 #include "kernels/optimizer.h"
 #include "shared/common/error.h"
 
@@ -30,18 +31,25 @@ typedef enum {
 #define KERN_INNER_BATCH_DEFAULT 4
 #define KERN_INNER_BATCH_MAX 65536
 
+/* The precision of a GPU host's matrix products when a project names none
+ * (doc/project-file.md "precision"). */
+#define KERN_PRECISION_DEFAULT KERN_PREC_BF16
+
 typedef struct {
 	kern_round_mode mode;
 	int inner_batch;         /* local: microbatches per inner step */
 	kern_outer_config outer; /* local: the outer optimizer */
+	int precision;           /* KERN_PREC_* (kernels/gpu_abi.h): a GPU's products */
 } kern_mode_config;
 
 /* The round mode of a project config (JSON text, NULL = "{}"): "mode"
  * ("sync", the default, or "local"), "inner_batch" (default
- * KERN_INNER_BATCH_DEFAULT) and "outer" {"lr", "momentum", "nesterov"}
- * (kern_outer_default).  Every place that branches on the mode (the
- * client's session and round, the server's step, the replay) reads it
- * here.  COT_ERR_INVALID naming the field. */
+ * KERN_INNER_BATCH_DEFAULT), "outer" {"lr", "momentum", "nesterov"}
+ * (kern_outer_default) and "precision" ("fp32", "tf32" or "bf16", default
+ * KERN_PRECISION_DEFAULT; only a GPU host reads it, kern_gpu_bind).  Every
+ * place that branches on the mode (the client's session and round, the
+ * server's step, the replay) reads it here.  COT_ERR_INVALID naming the
+ * field. */
 cot_err kern_mode_config_from_json(const char *config_json, kern_mode_config *mc, cot_errbuf *eb);
 
 #endif

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "kernels/config_changes.h"
+#include "kernels/gpu.h"
 #include "kernels/model_json.h"
 #include "kernels/opt_json.h"
 #include "shared/averaging/centered_clip.h"
@@ -366,6 +367,21 @@ static cot_err parse_mode(const scope *top, pf_project *p)
 	return COT_OK;
 }
 
+/* "precision": how a GPU host computes its matrix products (the
+ * kernels' KERN_PREC_*, whose order the names follow). */
+static cot_err parse_precision(const scope *top, pf_project *p)
+{
+	static const char *const precs[] = {
+		[KERN_PREC_FP32] = "fp32", [KERN_PREC_TF32] = "tf32", [KERN_PREC_BF16] = "bf16", NULL
+	};
+	p->precision = KERN_PRECISION_DEFAULT;
+	cot_err rc = get_enum(top, "precision", precs, &p->precision);
+	if (rc)
+		cot_sethint(top->eb, "It sets the matrix products of hosts that compute on a GPU: \"fp32\" "
+		                     "(TF32 off), \"tf32\" or \"bf16\" (the default); CPU hosts ignore it.");
+	return rc;
+}
+
 /* "aggregation" and, with "centered_clip", its "centered_clip" settings
  * (BTARD's defaults: tau 1, 20 iterations). */
 static cot_err parse_aggregation(const scope *top, pf_project *p)
@@ -530,6 +546,10 @@ char *pf_normalize(const pf_project *p)
 	                      p->microbatch_size, "seed", (json_int_t)p->seed, "work_unit_seconds",
 	                      p->work_unit_seconds, "min_batch_fraction", p->min_batch_fraction, "eval_every",
 	                      p->eval_every, "eval_sequences", p->eval_sequences);
+	if (j && json_object_set_new(j, "precision", json_string(kern_precision_name(p->precision)))) {
+		json_decref(j);
+		return NULL;
+	}
 	if (j && p->subword && json_object_set_new(j, "tokenizer", json_string("dataset"))) {
 		json_decref(j);
 		return NULL;
@@ -590,29 +610,13 @@ char *pf_normalize(const pf_project *p)
 
 cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalized, cot_errbuf *eb)
 {
-	static const char *const keys[] = { "name",
-		                            "title",
-		                            "description",
-		                            "dataset",
-		                            "model",
-		                            "optimizer",
-		                            "target_batch",
-		                            "microbatch_size",
-		                            "seed",
-		                            "work_unit_seconds",
-		                            "mode",
-		                            "inner_batch",
-		                            "outer",
-		                            "min_batch_fraction",
-		                            "eval_every",
-		                            "eval_sequences",
-		                            "license",
-		                            "tokenizer",
-		                            "aggregation",
-		                            "centered_clip",
-		                            "validation",
-		                            "changes",
-		                            NULL };
+	static const char *const keys[] = {
+		"name",          "title",          "description",     "dataset",   "model",
+		"optimizer",     "target_batch",   "microbatch_size", "seed",      "work_unit_seconds",
+		"mode",          "inner_batch",    "outer",           "precision", "min_batch_fraction",
+		"eval_every",    "eval_sequences", "license",         "tokenizer", "aggregation",
+		"centered_clip", "validation",     "changes",         NULL
+	};
 	memset(out, 0, sizeof *out);
 	if (normalized)
 		*normalized = NULL;
@@ -683,8 +687,8 @@ cot_err pf_parse(const char *text, size_t len, pf_project *out, char **normalize
 	    (rc = get_num(&s, "min_batch_fraction", false, 0, 1, false, &out->min_batch_fraction)) ||
 	    (rc = get_int(&s, "eval_every", false, 0, PF_EVAL_EVERY_MAX, &eval_every)) ||
 	    (rc = get_int(&s, "eval_sequences", false, 1, PF_EVAL_SEQUENCES_MAX, &eval_seq)) ||
-	    (rc = parse_mode(&s, out)) || (rc = parse_aggregation(&s, out)) ||
-	    (rc = parse_validation(&s, out)))
+	    (rc = parse_mode(&s, out)) || (rc = parse_precision(&s, out)) ||
+	    (rc = parse_aggregation(&s, out)) || (rc = parse_validation(&s, out)))
 		goto out;
 	if (tb < mb) {
 		rc = cot_seterr(eb, COT_ERR_INVALID,

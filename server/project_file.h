@@ -14,7 +14,8 @@
  *    "target_batch": 256, "microbatch_size": 8, "seed": 42,
  *    "work_unit_seconds": 180,
  *    "mode": "local", "inner_batch": 4, "eval_every": 1, "eval_sequences": 32,
- *    "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}}
+ *    "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true},
+ *    "precision": "bf16"}
  *
  * Optional: "validation" {"trusted_after", "first_rate", "min_rate"}, and
  * "changes", an array of mid-run changes [{"version": V, "at": "...",
@@ -27,6 +28,10 @@
  * "mode" is "sync" (the default) or "local"; "inner_batch" and "outer" are
  * local mode's and refused with "sync".  A sync project normalizes without
  * the three keys, as before they existed.
+ *
+ * "precision" ("fp32", "tf32" or "bf16", the default) is the precision of
+ * a GPU host's matrix products (kernels/gpu.h); CPU hosts ignore it.  The
+ * normalized form always names it.
  *
  * pf_parse checks it by shape: types, ranges, the relations between fields
  * (d_model a multiple of n_head, n_shared at most n_layer, ...), with the
@@ -124,6 +129,7 @@ typedef struct {
 	pf_optimizer opt;
 	pf_mode mode;
 	pf_local local; /* read only with PF_MODE_LOCAL; the defaults otherwise */
+	int precision;  /* KERN_PREC_* (kernels/gpu_abi.h): a GPU host's products */
 	pf_aggregation aggregation;
 	double clip_tau; /* CenteredClip's, with PF_AGG_CENTERED_CLIP */
 	int clip_iters;

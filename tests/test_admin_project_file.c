@@ -45,10 +45,14 @@ static cot_err parse_edit(const char *base, const char *from, const char *to, co
 	return rc;
 }
 
+/* The error of the last refuse(), for checks of its wording. */
+static cot_errbuf eb_last;
+
 static void refuse(const char *base, const char *from, const char *to, const char *field, const char *what)
 {
 	cot_errbuf eb = { "", "" };
 	cot_err rc = parse_edit(base, from, to, &eb);
+	eb_last = eb;
 	is_int(rc, COT_ERR_INVALID, "refuse %s", what);
 	char quoted[128];
 	snprintf(quoted, sizeof quoted, "\"%s\"", field);
@@ -304,6 +308,55 @@ int main(void)
 	refuse(cc, "\"tau\":0.25", "\"tau\":0", "centered_clip.tau", "a tau of 0");
 	refuse(cc, "\"iterations\":7", "\"iterations\":0", "centered_clip.iterations", "0 iterations");
 	refuse(cc, "\"iterations\":7", "\"iterations\":7,\"eps\":1", "centered_clip.eps", "an unknown key");
+	/* Precision of a GPU host's products: each name read, kept in the
+	 * normalized file and read back by the kernels (what a client binds its
+	 * GPU with); bf16 when absent, spelled out. */
+	{
+		static const char *const names[] = { "fp32", "tf32", "bf16" };
+		static const int precs[] = { KERN_PREC_FP32, KERN_PREC_TF32, KERN_PREC_BF16 };
+		for (int i = 0; i < 3; i++) {
+			char buf[4096], want[32], *n2 = NULL, *n3 = NULL;
+			snprintf(buf, sizeof buf, "%.*s,\"precision\":\"%s\"}", (int)strlen(minimal) - 1,
+			         minimal, names[i]);
+			snprintf(want, sizeof want, "\"precision\": \"%s\"", names[i]);
+			kern_mode_config mc = { .precision = -1 };
+			pf_project back;
+			eb.msg[0] = '\0';
+			ok(pf_parse(buf, strlen(buf), &p, &n2, &eb) == COT_OK && p.precision == precs[i] &&
+			           n2 && strstr(n2, want) &&
+			           kern_mode_config_from_json(n2, &mc, &eb) == COT_OK &&
+			           mc.precision == precs[i],
+			   "\"precision\": \"%s\" is read, normalized and read back by the kernels %s",
+			   names[i], eb.msg);
+			ok(n2 && pf_parse(n2, strlen(n2), &back, &n3, &eb) == COT_OK && n3 &&
+			           strcmp(n2, n3) == 0 && back.precision == precs[i],
+			   "  and normalizes to itself");
+			free(n2);
+			free(n3);
+			pf_free(&back);
+			pf_free(&p);
+		}
+		char *n2 = NULL;
+		kern_mode_config mc = { .precision = -1 };
+		ok(!strstr(minimal, "precision") &&
+		           pf_parse(minimal, strlen(minimal), &p, &n2, &eb) == COT_OK &&
+		           p.precision == KERN_PREC_BF16 && n2 && strstr(n2, "\"precision\": \"bf16\"") &&
+		           kern_mode_config_from_json(n2, &mc, &eb) == COT_OK &&
+		           mc.precision == KERN_PREC_BF16,
+		   "without \"precision\" the project computes in bf16 and its normalized file says so");
+		free(n2);
+		pf_free(&p);
+	}
+	const char *prec = "{\"name\":\"pr\",\"dataset\":\"tiny\",\"model\":{\"n_layer\":2,\"n_head\":2,"
+	                   "\"d_model\":64,\"seq_len\":32},\"target_batch\":64,\"precision\":\"tf32\"}";
+	refuse(prec, "\"tf32\"", "\"fp16\"", "precision", "a precision of fp16");
+	ok(strstr(eb_last.msg, "\"fp32\", \"tf32\", \"bf16\"") && strstr(eb_last.hint, "GPU"),
+	   "  the message lists the allowed values and the hint says what it sets: %s / %s", eb_last.msg,
+	   eb_last.hint);
+	refuse(prec, "\"tf32\"", "\"BF16\"", "precision", "a precision in capitals");
+	refuse(prec, "\"tf32\"", "16", "precision", "a precision that is not a string");
+	refuse(prec, "\"precision\":\"tf32\"", "\"changes\":[{\"version\":1,\"precision\":\"fp32\"}]",
+	       "changes[0].precision", "a precision in a mid-run change");
 	refuse(local, "\"mode\":\"local\"", "\"mode\":\"async\"", "mode", "an unknown mode");
 	refuse(local, "\"mode\":\"local\"", "\"mode\":\"sync\"", "inner_batch", "inner_batch in sync mode");
 	refuse(local, "\"mode\":\"local\",\"inner_batch\":2,", "", "outer", "outer without local mode");

@@ -27,12 +27,19 @@ run project list --json;         is "$(rc)" 0 "project list --json with no proje
 is "$(cat "$T/out")" "[]" "  is an empty array"
 cp "$top_srcdir/doc/design.md" "$T/text.txt"
 run dataset import text "$T/text.txt"; is "$(rc)" 0 "import a dataset"
+# beta names its GPU hosts' precision; alpha takes the default.
 for n in alpha beta; do
+	extra=; [ "$n" = beta ] && extra=', "precision": "fp32"'
 	printf '{"name": "%s", "title": "Project %s", "dataset": "text", "license": "CC-BY-4.0",
 	 "model": {"n_layer": 1, "n_head": 2, "d_model": 16, "seq_len": 32},
-	 "target_batch": 8, "microbatch_size": 4}\n' "$n" "$n" >"$T/$n.json"
+	 "target_batch": 8, "microbatch_size": 4%s}\n' "$n" "$n" "$extra" >"$T/$n.json"
 	run project create "$T/$n.json"; is "$(rc)" 0 "create project $n"
 done
+sed 's/"alpha"/"gamma"/; s/"microbatch_size": 4/&, "precision": "fp16"/' "$T/alpha.json" >"$T/gamma.json"
+run project create "$T/gamma.json"
+[ "$(rc)" = 1 ] && err_has 'field "precision" must be one of "fp32", "tf32", "bf16"' &&
+	[ "$(q "SELECT count(*) FROM project WHERE name = 'gamma'")" = 0 ]
+ok $? "refuse a project with precision fp16, creating nothing: $(head -1 "$T/err")"
 
 run project list --json;         is "$(rc)" 0 "project list --json"
 "$PY" -c 'import json, sys; a = json.load(open(sys.argv[1]))
@@ -46,9 +53,11 @@ out_has "^alpha .* yes "; ok $? "  alpha is active"
 run project show alpha;          is "$(rc)" 0 "project show alpha"
 out_has "^title  *Project alpha$" && out_has "^round  *version 0, open, attempt 1$" && out_has '"license": "CC-BY-4.0"'
 ok $? "  shows the title, the round and the config"
+out_has '"precision": "bf16"'; ok $? "  the config names the default precision, bf16"
 run project show --json beta;    is "$(rc)" 0 "project show --json beta"
-"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); assert p["name"] == "beta" and p["target_batch"] == 8, p' "$T/out"
-ok $? "  one JSON object"
+"$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); assert p["name"] == "beta" and p["target_batch"] == 8, p
+assert p["config"]["precision"] == "fp32", p["config"]' "$T/out"
+ok $? "  one JSON object, its config with precision fp32"
 
 run project pause alpha;         is "$(rc)" 0 "project pause alpha"
 out_has "paused project"; ok $? "  $(cat "$T/out")"

@@ -258,8 +258,25 @@ static void mode_json(void)
 	kern_mode_config mc;
 	is_int(kern_mode_config_from_json("{}", &mc, &eb), COT_OK, "no mode: sync");
 	ok(mc.mode == KERN_MODE_SYNC && mc.inner_batch == 4 && mc.outer.lr == 0.7f &&
-	           mc.outer.momentum == 0.9f && mc.outer.nesterov,
-	   "  with the defaults");
+	           mc.outer.momentum == 0.9f && mc.outer.nesterov && mc.precision == KERN_PREC_BF16,
+	   "  with the defaults (a GPU's products in bf16)");
+	static const struct {
+		const char *json;
+		int precision;
+	} precs[] = { { "{\"precision\":\"fp32\"}", KERN_PREC_FP32 },
+		      { "{\"precision\":\"tf32\",\"mode\":\"local\"}", KERN_PREC_TF32 },
+		      { "{\"precision\":\"bf16\"}", KERN_PREC_BF16 } };
+	for (int i = 0; i < 3; i++) {
+		mc.precision = -1;
+		eb.msg[0] = '\0';
+		ok(kern_mode_config_from_json(precs[i].json, &mc, &eb) == COT_OK &&
+		           mc.precision == precs[i].precision,
+		   "%s: precision %d %s", precs[i].json, precs[i].precision, eb.msg);
+	}
+	is_int(kern_mode_config_from_json("{\"precision\":\"fp16\"}", &mc, &eb), COT_ERR_INVALID,
+	       "refused: precision fp16");
+	ok(strstr(eb.msg, "\"precision\"") && strstr(eb.msg, "\"fp32\", \"tf32\" or \"bf16\""),
+	   "  the message names the field and the allowed values: %s", eb.msg);
 	is_int(kern_mode_config_from_json("{\"mode\":\"local\",\"inner_batch\":8,\"outer\":{\"lr\":0.5,"
 	                                  "\"momentum\":0.8,\"nesterov\":false}}",
 	                                  &mc, &eb),
@@ -274,6 +291,9 @@ static void mode_json(void)
 		                           "{\"outer\":{\"momentum\":1}}",
 		                           "{\"outer\":{\"nesterov\":1}}",
 		                           "{\"outer\":3}",
+		                           "{\"precision\":16}",
+		                           "{\"precision\":null}",
+		                           "{\"precision\":\"\"}",
 		                           NULL };
 	for (int i = 0; bad[i]; i++)
 		is_int(kern_mode_config_from_json(bad[i], &mc, &eb), COT_ERR_INVALID, "refused: %s (%s)",
