@@ -15,4 +15,10 @@
  * three steps); 0 on failure with a detail in eb. */
 double cl_benchmark(int threads, double seconds, cot_errbuf *eb);
 
+/* The same on GPU device (kernels/gpu.h), products in fp32 (the projects'
+ * default precision), on a model the size of a GPU's work (4 layers, width
+ * 512, sequence 256, batch 16); 0 on failure (no GPU, a device error) with
+ * a detail in eb. */
+double cl_benchmark_gpu(int device, double seconds, cot_errbuf *eb);
+
 #endif

@@ -119,13 +119,15 @@ static json_t *cmd_status(cl_daemon *d)
 		                                d->rt[i].sps, "credit", credit_json(&d->rt[i]), "work",
 		                                p->has_work ? work_json(d, i) : json_null()));
 	}
-	char act[600];
+	char act[600], dev[200];
 	overall_activity(d, act, sizeof act);
-	return json_pack("{s:s, s:I, s:b, s:o, s:i, s:f, s:s, s:b, s:o}", "activity", act, "idle_since",
-	                 (json_int_t)d->idle_since, "suspended", d->st.suspended, "paused",
+	cl_compute_device_text(dev, sizeof dev);
+	return json_pack("{s:s, s:I, s:b, s:o, s:i, s:f, s:s, s:b, s:o, s:s, s:s, s:o}", "activity", act,
+	                 "idle_since", (json_int_t)d->idle_since, "suspended", d->st.suspended, "paused",
 	                 d->paused[0] ? json_string(d->paused) : json_null(), "threads", d->threads,
 	                 "benchmark_flops", d->st.bench_flops, "state_dir", d->cfg.state_dir, "state_error",
-	                 d->state_error, "projects", projects);
+	                 d->state_error, "projects", projects, "compute_device", dev, "gpus", d->hw.gpu,
+	                 "gpu_none", d->gpus > 0 ? json_null() : json_string(d->gpu_why));
 }
 
 /* attach: {"url", "account_key" | "email"+"password", "resource_share"}.

@@ -2,6 +2,8 @@
 #include "client/compute.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -9,11 +11,13 @@
 
 #include "client/shard_cache.h"
 #include "kernels/checkpoint.h"
+#include "kernels/gpu.h"
 #include "kernels/local.h"
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
 #include "kernels/stream_step.h"
 #include "shared/common/filestore.h"
+#include "shared/common/log.h"
 #include "shared/common/microbatch.h"
 #include "shared/common/shard.h"
 #include "shared/common/sketch.h"
@@ -36,7 +40,72 @@ struct cl_compute {
 	int64_t *sk_g;   /* the stream microbatch of each logged sketch */
 	double *sk_vals; /* sk_n rows of sk_k */
 	size_t sk_n, sk_cap;
+	/* The GPU the model is bound to (-1: the CPU), the project's product
+	 * precision there, and whether a GPU failed this session (it then
+	 * stays on the CPU). */
+	int gpu, precision;
+	bool gpu_failed;
 };
+
+/* The GPU sessions should compute on (cl_compute_use_gpu), and the line
+ * that says what computes now (cl_compute_device_text). */
+static int want_gpu = -1;
+static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
+static char device_text[200] = "CPU";
+
+void cl_compute_use_gpu(int device) { __atomic_store_n(&want_gpu, device, __ATOMIC_RELAXED); }
+
+void cl_compute_device_text(char *buf, size_t n)
+{
+	pthread_mutex_lock(&device_lock);
+	snprintf(buf, n, "%s", device_text);
+	pthread_mutex_unlock(&device_lock);
+}
+
+static void set_device_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void set_device_text(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	pthread_mutex_lock(&device_lock);
+	vsnprintf(device_text, sizeof device_text, fmt, ap);
+	pthread_mutex_unlock(&device_lock);
+	va_end(ap);
+}
+
+/* Bind the session's model to the GPU the daemon wants, or back to the
+ * CPU, before a microbatch.  A model the GPU cannot take (an encoder, too
+ * large for its memory, no device) stays on the CPU with one log line. */
+static void gpu_follow(cl_compute *c)
+{
+	int want = __atomic_load_n(&want_gpu, __ATOMIC_RELAXED);
+	if (c->gpu_failed)
+		want = -1;
+	if (want == c->gpu)
+		return;
+	kern_gpu_unbind(c->m);
+	c->gpu = -1;
+	if (want < 0) {
+		set_device_text("CPU");
+		return;
+	}
+	cot_errbuf eb = { "", "" };
+	if (kern_gpu_bind(c->m, want, c->precision, &eb)) {
+		log_warn("cannot compute on GPU %d: %s; computing on the CPU", want, eb.msg);
+		set_device_text("CPU (GPU %d: %s)", want, eb.msg);
+		c->gpu_failed = true;
+		return;
+	}
+	c->gpu = want;
+	char why[200] = "";
+	const kern_gpu_api *api = kern_gpu_api_get(why, sizeof why);
+	kern_gpu_info info = { .name = "?" };
+	if (api)
+		api->device_info(want, &info, why, sizeof why);
+	log_info("computing on GPU %d (%s), products in %s", want, info.name,
+	         kern_precision_name(c->precision));
+	set_device_text("GPU %d (%s, %s)", want, info.name, kern_precision_name(c->precision));
+}
 
 static void to_config(const cl_project *p, kern_config *c) { *c = p->model; }
 
@@ -185,6 +254,9 @@ cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache
 	cl_compute *c = calloc(1, sizeof *c);
 	if (!c)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	c->gpu = -1;
+	kern_mode_config mc;
+	c->precision = kern_mode_config_from_json(p->mode.json, &mc, &e2) ? KERN_PREC_FP32 : mc.precision;
 	c->mb_per_epoch = p->mb_per_epoch;
 	c->B = p->microbatch_size;
 	c->T = p->seq_len;
@@ -321,8 +393,23 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	if (rc)
 		return rc;
 	float l = 0;
+	gpu_follow(c);
 	rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch, (float)c->B, &l,
 	                      eb);
+	if (rc && c->gpu >= 0 && (rc == COT_ERR_NOMEM || rc == COT_ERR_IO)) {
+		/* The GPU failed (out of its memory, a device fault): nothing was
+		 * added to the gradient, so the microbatch is computed again on
+		 * the CPU, and the session stays there. */
+		log_warn("GPU %d failed on microbatch %lld: %s; computing on the CPU from now on", c->gpu,
+		         (long long)g, eb->msg);
+		kern_gpu_unbind(c->m);
+		c->gpu = -1;
+		c->gpu_failed = true;
+		set_device_text("CPU (GPU failed: %s)", eb->msg);
+		eb->msg[0] = eb->hint[0] = '\0';
+		rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch,
+		                      (float)c->B, &l, eb);
+	}
 	if (!rc && c->local)
 		rc = kern_local_microbatch(c->local, c->m, c->B, eb);
 	if (!rc && c->sk_k)

@@ -21,6 +21,7 @@
 #ifndef CL_COMPUTE_H
 #define CL_COMPUTE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "client/state.h"
@@ -41,7 +42,19 @@ int64_t cl_compute_memory_estimate(const cl_project *p);
 cot_err cl_compute_open(const cl_project *p, const cl_work *w, const char *cache_dir, cl_compute **out,
                         cot_errbuf *eb);
 
-/* Forward and backward over stream microbatch g; *loss (may be NULL) gets
+/* The GPU (CUDA device index) every session computes on from its next
+ * microbatch, or -1 for the CPU; the daemon sets it from the preferences
+ * (use_gpu, gpu_device, gpu_only_when_idle).  A session whose model the GPU
+ * cannot take, or whose GPU failed, stays on the CPU (logged once). */
+void cl_compute_use_gpu(int device);
+
+/* What computed the last microbatch, for status: "CPU", "GPU 0 (NVIDIA
+ * H100 80GB HBM3, bf16)", "CPU (GPU 0: ...why...)". */
+void cl_compute_device_text(char *buf, size_t n);
+
+/* Forward and backward over stream microbatch g (on the GPU when one is
+ * bound: a GPU that fails falls back to the CPU for the same microbatch,
+ * nothing lost); *loss (may be NULL) gets
  * the mean loss; in local mode an inner step when the inner batch is full.
  * COT_ERR_INVALID when g is outside the session's range (or a gradient is
  * not finite in local mode), COT_ERR_CONFLICT after cl_compute_finish. */

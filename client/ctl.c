@@ -109,6 +109,12 @@ static void print_status(const json_t *a)
 	printf("threads: %lld, benchmark: %.3g GFLOP/s\n",
 	       (long long)json_integer_value(json_object_get(a, "threads")),
 	       json_number_value(json_object_get(a, "benchmark_flops")) / 1e9);
+	const char *dev = json_string_value(json_object_get(a, "compute_device"));
+	if (dev)
+		printf("computes on: %s\n", dev);
+	const char *nogpu = json_string_value(json_object_get(a, "gpu_none"));
+	if (nogpu)
+		printf("GPU: none (%s)\n", nogpu);
 	const json_t *projects = json_object_get(a, "projects");
 	if (json_array_size(projects) == 0)
 		printf("no project attached; attach one with \"cotrainctl attach URL --key KEY\"\n");
@@ -347,7 +353,7 @@ static void cmd_usage(FILE *f, int i)
 		fprintf(f,
 		        "\nKeys: max_threads, cpu_percent, cpu_time_percent, only_when_idle, idle_after "
 		        "(s),\n"
-		        "only_on_ac, "
+		        "only_on_ac, use_gpu, gpu_only_when_idle, gpu_device, "
 		        "download_limit, upload_limit (bytes/s), disk_max, memory_max (bytes; k M G T).\n");
 }
 

@@ -209,6 +209,15 @@ static void update_paused(cl_daemon *d)
 	cl_prefs p;
 	cl_daemon_prefs(d, &p);
 	d->threads = cl_prefs_threads(&p, d->hw.cores);
+	/* The GPU, when usable and allowed now; the CPU otherwise. */
+	int gpu = -1;
+	if (p.v[PREF_USE_GPU] && p.v[PREF_GPU_DEVICE] < d->gpus) {
+		gpu = (int)p.v[PREF_GPU_DEVICE];
+		if (p.v[PREF_GPU_ONLY_WHEN_IDLE] &&
+		    cl_idle_seconds(&d->cfg, &d->idle_source) < (double)p.v[PREF_IDLE_AFTER])
+			gpu = -1;
+	}
+	cl_compute_use_gpu(gpu);
 	if (d->state_error) {
 		snprintf(d->paused, sizeof d->paused, "the state cannot be saved");
 		return;

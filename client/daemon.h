@@ -88,6 +88,8 @@ typedef struct {
 	cl_compute *computing; /* the session in use outside the lock, or NULL */
 	int rounds_running;    /* round threads (daemon_round.c) */
 	int64_t idle_since;    /* unix seconds this host last stopped computing or averaging */
+	int gpus;              /* usable GPUs found at start (kernels/gpu.h) */
+	char gpu_why[200];     /* with none: why ("no usable CUDA driver: ...") */
 } cl_daemon;
 
 /* Effective preferences: defaults < account < config file < local. */

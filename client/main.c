@@ -30,6 +30,7 @@
 #include "client/logring.h"
 #include "client/priority.h"
 #include "kernels/backend.h"
+#include "kernels/gpu.h"
 #include "shared/common/fault.h"
 #include "shared/common/hash.h"
 #include "shared/common/log.h"
@@ -118,6 +119,48 @@ static int fatal(const char *what, const cot_errbuf *eb)
 	if (eb->hint[0])
 		log_error("hint: %s", eb->hint);
 	return 1;
+}
+
+/* The GPUs this client may compute on (logged, named in the host's
+ * hardware), and the speed of the one the preferences pick: a GPU faster
+ * than the CPU is what the host reports, so the server sizes work units to
+ * it.  Without one, the reason is logged once and kept for status. */
+static void find_gpus(cl_daemon *d)
+{
+	d->gpus = kern_gpu_count(d->gpu_why, sizeof d->gpu_why);
+	if (d->gpus <= 0) {
+		log_info("no GPU: %s; computing on the CPU", d->gpu_why);
+		return;
+	}
+	const kern_gpu_api *api = kern_gpu_api_get(NULL, 0);
+	size_t len = 0;
+	for (int g = 0; g < d->gpus; g++) {
+		kern_gpu_info info;
+		char err[200] = "";
+		if (api->device_info(g, &info, err, sizeof err)) {
+			log_warn("GPU %d: %s", g, err);
+			continue;
+		}
+		log_info("GPU %d: %s, compute capability %d.%d, %.1f GiB; %s", g, info.name, info.cc_major,
+		         info.cc_minor, (double)info.mem_total / (1 << 30), api->describe());
+		len += (size_t)snprintf(d->hw.gpu + len, len < sizeof d->hw.gpu ? sizeof d->hw.gpu - len : 0,
+		                        "%s%s (%.0f GiB)", g ? ", " : "", info.name,
+		                        (double)info.mem_total / (1 << 30));
+		if (len >= sizeof d->hw.gpu)
+			len = sizeof d->hw.gpu - 1;
+	}
+	cl_prefs p;
+	cl_daemon_prefs(d, &p);
+	int dev = (int)p.v[PREF_GPU_DEVICE] < d->gpus ? (int)p.v[PREF_GPU_DEVICE] : 0;
+	cot_errbuf eb = { "", "" };
+	double f = cl_benchmark_gpu(dev, d->cfg.benchmark_seconds, &eb);
+	if (f <= 0) {
+		log_warn("GPU %d benchmark failed: %s", dev, eb.msg);
+		return;
+	}
+	log_info("GPU %d benchmark: %.3g FLOP/s (fp32 products)", dev, f);
+	if (p.v[PREF_USE_GPU] && f > d->hw.flops)
+		d->hw.flops = f;
 }
 
 int main(int argc, char **argv)
@@ -234,6 +277,7 @@ int main(int argc, char **argv)
 		}
 	}
 	d.hw.flops = d.st.bench_flops;
+	find_gpus(&d);
 	d.idle_since = (int64_t)time(NULL);
 
 	curl_global_init(CURL_GLOBAL_DEFAULT);

@@ -24,6 +24,9 @@ static const struct {
 	[PREF_DISK_MAX] = { "disk_max", T_BYTES, 1LL << 20, 1LL << 50, 10LL << 30 },
 	[PREF_MEMORY_MAX] = { "memory_max", T_BYTES, 0, 1LL << 50, 0 },
 	[PREF_CPU_TIME_PERCENT] = { "cpu_time_percent", T_INT, 1, 100, 100 },
+	[PREF_USE_GPU] = { "use_gpu", T_BOOL, 0, 1, 1 },
+	[PREF_GPU_ONLY_WHEN_IDLE] = { "gpu_only_when_idle", T_BOOL, 0, 1, 0 },
+	[PREF_GPU_DEVICE] = { "gpu_device", T_INT, 0, 63, 0 },
 };
 
 void cl_prefs_defaults(cl_prefs *p)

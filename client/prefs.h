@@ -19,6 +19,9 @@
  *   upload_limit      bytes/s, 0 = unlimited                     0..1e12
  *   disk_max          bytes for the file cache                   1 MiB..1 PiB
  *   memory_max        bytes the model may take, 0 = no limit     0..1 PiB
+ *   use_gpu           compute on a GPU when one is usable        bool
+ *   gpu_only_when_idle  the GPU only while the user is idle      bool
+ *   gpu_device        which GPU (CUDA device index)              0..63
  *
  * Text values accept suffixes: k M G T (powers of 1024) for bytes, and
  * true/false/yes/no/on/off/1/0 for booleans. */
@@ -43,6 +46,9 @@ typedef enum {
 	PREF_DISK_MAX,
 	PREF_MEMORY_MAX,
 	PREF_CPU_TIME_PERCENT,
+	PREF_USE_GPU,
+	PREF_GPU_ONLY_WHEN_IDLE,
+	PREF_GPU_DEVICE,
 	PREF_COUNT
 } cl_pref_key;
 

@@ -194,7 +194,8 @@ BEGIN
                                         microbatches, fp_host)
                 SELECT p_project, p_version, wu.id, m.host_id, wu.lo, wu.hi,
                        count(*) * pr.microbatch_size, spot_sketch_seed(p_project, p_version),
-                       wu.sk, pol.tolerance, p_now, p_now + make_interval(secs => pol.deadline_s),
+                       wu.sk, greatest(pol.tolerance, spot_precision_floor(p_project)), p_now,
+                       p_now + make_interval(secs => pol.deadline_s),
                        array_agg(wu.lo + o ORDER BY o),
                        (SELECT array_agg(wu.sketches[o2 * wu.sk + j] ORDER BY o2, j)
                           FROM unnest(array_agg(o)) o2, generate_series(1, wu.sk) j)
@@ -209,7 +210,7 @@ BEGIN
                         wu.mb_done * pr.microbatch_size,
                         ('x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16))
                             ::bit(64)::bigint,
-                        pol.k, pol.tolerance, p_now,
+                        pol.k, greatest(pol.tolerance, spot_precision_floor(p_project)), p_now,
                         p_now + make_interval(secs => pol.deadline_s))
                 RETURNING id INTO v_check;
                 UPDATE credit_grant SET spot_check_id = v_check WHERE id = v_grant;
@@ -3304,6 +3305,20 @@ CREATE FUNCTION public.spot_policy_of(p_project bigint) RETURNS public.spot_poli
     AS $$
     SELECT coalesce(s, ROW(p_project, 2147483647, 0, 0, 16, 1e-3, 86400, 2)::spot_policy)
       FROM (SELECT NULL) x LEFT JOIN spot_policy s ON s.project_id = p_project
+$$;
+
+--
+-- Name: spot_precision_floor(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_precision_floor(p_project bigint) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE coalesce((SELECT config->>'precision' FROM project WHERE id = p_project), 'bf16')
+               WHEN 'fp32' THEN 0.0
+               WHEN 'tf32' THEN 1e-2
+               ELSE 3e-2
+           END
 $$;
 
 --
