@@ -58,7 +58,7 @@ done_at_least() { [ "$(done_units)" -ge "$1" ] 2>/dev/null; }
 log_has() { grep -q "$1" "$T/client.log"; }
 mb_total() { ctl --json status | sed -n 's/.*"mb_total": \([0-9]*\),*$/\1/p' | head -1; }
 
-plan 52
+plan 53
 
 mkdir -p "$T/text"
 head -c 30000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -137,6 +137,8 @@ n1=$(done_units); sleep 2
 n2=$(done_units)
 ok $([ "$n2" -le "$((n1 + 2))" ]; echo $?) "no work is finished while suspended ($n1 -> $n2)"
 ctl resume >/dev/null; ok $? "resume"
+ctl status >"$T/resumed.txt"
+ok $(! grep -q 'suspended' "$T/resumed.txt"; echo $?) "right after resume nothing says suspended: $(head -1 "$T/resumed.txt")"
 ctl prefs set max_threads=1 disk_max=64M >/dev/null; ok $? "prefs set"
 ctl prefs set max_threads=lots >/dev/null 2>&1; is $? 1 "a bad preference value is refused (exit 1)"
 ctl --json prefs | grep -q '"disk_max": 67108864'; ok $? "prefs get shows the new value"
