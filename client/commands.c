@@ -264,6 +264,7 @@ static json_t *cmd_suspend(cl_daemon *d, int on, cot_err *rc, cot_errbuf *eb)
 	*rc = cl_daemon_save(d);
 	if (*rc)
 		d->st.suspended = was;
+	cl_daemon_update_paused(d); /* status says so before this answer */
 	d->interrupt = 1;
 	pthread_cond_broadcast(&d->wake);
 	pthread_mutex_unlock(&d->lock);
@@ -341,6 +342,7 @@ static json_t *cmd_prefs(cl_daemon *d, const json_t *req, cot_err *rc, cot_errbu
 			cot_seterr(eb, *rc, "could not save the state; preferences unchanged");
 			goto fail;
 		}
+		cl_daemon_update_paused(d); /* only_when_idle, only_on_ac, max_threads */
 		d->interrupt = 1;
 		pthread_cond_broadcast(&d->wake);
 	}

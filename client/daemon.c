@@ -203,8 +203,7 @@ static void fail(cl_daemon *d, int i, const char *what, const cot_errbuf *eb)
 	cl_daemon_activity(d, i, "%s failed: %s; next attempt at %s", what, eb->msg, at);
 }
 
-/* Why compute must wait now, or "" (lock held). */
-static void update_paused(cl_daemon *d)
+void cl_daemon_update_paused(cl_daemon *d)
 {
 	cl_prefs p;
 	cl_daemon_prefs(d, &p);
@@ -218,26 +217,24 @@ static void update_paused(cl_daemon *d)
 			gpu = -1;
 	}
 	cl_compute_use_gpu(gpu);
+	d->paused[0] = '\0';
 	if (d->state_error) {
 		snprintf(d->paused, sizeof d->paused, "the state cannot be saved");
-		return;
-	}
-	if (d->st.suspended) {
+	} else if (d->st.suspended) {
 		snprintf(d->paused, sizeof d->paused, "by the user");
-		return;
-	}
-	if (p.v[PREF_ONLY_ON_AC] && !cl_power_on_ac(d->cfg.power_supply_dir)) {
+	} else if (p.v[PREF_ONLY_ON_AC] && !cl_power_on_ac(d->cfg.power_supply_dir)) {
 		snprintf(d->paused, sizeof d->paused, "on battery power");
-		return;
-	}
-	if (p.v[PREF_ONLY_WHEN_IDLE]) {
+	} else if (p.v[PREF_ONLY_WHEN_IDLE]) {
 		double idle = cl_idle_seconds(&d->cfg, &d->idle_source);
-		if (idle < (double)p.v[PREF_IDLE_AFTER]) {
+		if (idle < (double)p.v[PREF_IDLE_AFTER])
 			snprintf(d->paused, sizeof d->paused, "the user is active (%s)", d->idle_source);
-			return;
-		}
 	}
-	d->paused[0] = '\0';
+	for (int j = 0; j < d->st.nprojects; j++) {
+		if (d->paused[0] && d->rt[j].bo.failures == 0)
+			cl_daemon_activity(d, j, "suspended: %s", d->paused);
+		else if (!d->paused[0] && strncmp(d->rt[j].activity, "suspended: ", 11) == 0)
+			d->rt[j].activity[0] = '\0'; /* shown as waiting for its turn */
+	}
 }
 
 void cl_daemon_check_clock(cl_daemon *d, int64_t wall, double mono)
@@ -904,11 +901,8 @@ void *cl_daemon_worker(void *arg)
 		cl_daemon_check_clock(d, (int64_t)time(NULL), cl_now_mono());
 		if (d->state_error)
 			cl_daemon_save(d); /* try again */
-		update_paused(d);
+		cl_daemon_update_paused(d);
 		int paused = d->paused[0] != '\0';
-		for (int j = 0; j < d->st.nprojects; j++)
-			if (paused && d->rt[j].bo.failures == 0)
-				cl_daemon_activity(d, j, "suspended: %s", d->paused);
 		for (int j = 0; j < d->st.nprojects; j++)
 			if (d->rt[j].round_due && !d->rt[j].round_running)
 				cl_daemon_round_start(d, j);

@@ -104,6 +104,16 @@ void cl_daemon_remove_project(cl_daemon *d, int i);
 /* The work loop; returns when d->stop is set. */
 void *cl_daemon_worker(void *arg);
 
+/* Decide again why compute must wait (d->paused: the state cannot be
+ * saved, suspended by the user, on battery, the user active; "" when it may
+ * run) and the compute threads, from the state and the effective
+ * preferences, and show it in each project's activity ("suspended: WHY"
+ * while paused, unless the project backs off; cleared when the pause ends).
+ * The worker calls it on every turn; a control command that changes what it
+ * depends on calls it too, so that status is true the moment the command
+ * has answered, not only once the worker comes round (lock held). */
+void cl_daemon_update_paused(cl_daemon *d);
+
 /* Wake the worker (after attach, resume, prefs...). */
 void cl_daemon_kick(cl_daemon *d);
 

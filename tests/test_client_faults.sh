@@ -26,7 +26,16 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 ctl() { "$B/client/cotrainctl" --socket "$T/ctl.sock" "$@"; }
-wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
+# wait_for SECONDS CMD...: poll CMD until it succeeds, for at most SECONDS
+# of wall time (generous: the sanitizer build runs several times slower).
+wait_for() {
+	_end=$(($(date +%s) + $1)); shift
+	while :; do
+		"$@" && return 0
+		[ "$(date +%s)" -lt "$_end" ] || return 1
+		sleep 0.1
+	done
+}
 log_has() { grep -q "$1" "$T/client.log"; }
 fake_log() { python3 -c 'import sys,urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
 	"http://127.0.0.1:$PORT/_log"; }
@@ -63,7 +72,7 @@ ctl attach "http://127.0.0.1:$PORT/projects/fake" --key fakeaccountkey >/dev/nul
 ok $? "attach to the fake project"
 
 # The scenarios come one per request for work, in this order.
-wait_for 40 log_has "handing back work unit 9"
+wait_for 90 log_has "handing back work unit 9"
 ok $? "the daemon went through every broken answer"
 log_has "asking for work: server sent an invalid answer to POST .*/work"
 ok $? "garbage: an invalid answer, said so"
@@ -91,14 +100,21 @@ log_has "downloaded $SMALL (3000 bytes)"
 ok $? "and fetched again, verified"
 test ! -e "$T/cl/downloads/$SMALL.part"
 ok $? "no partial file is left behind"
-fake_log >"$T/fake.jsonl"
+# The client logs a hand-back before it sends it: wait for the server's side.
+handbacks_seen() { fake_log >"$T/fake.jsonl" && [ "$(grep -c '"op": "handback"' "$T/fake.jsonl")" -ge "$1" ]; }
+wait_for 30 handbacks_seen 4
 n=$(grep -c '"op": "handback"' "$T/fake.jsonl")
 is "$n" 4 "work units 6 to 9 were handed back to the server"
 alive
 ok $? "the daemon is still running"
 ctl --json status >"$T/status.json"
 is $? 0 "status answers"
-grep -q '"activity": "asking for work failed: server: no work for now' "$T/status.json"
+# The next request for work fails a moment after the last hand-back.
+no_work_shown() {
+	ctl --json status >"$T/status.json" &&
+		grep -q '"activity": "asking for work failed: server: no work for now' "$T/status.json"
+}
+wait_for 30 no_work_shown
 ok $? "status shows the last error: $(grep -o '"activity": "[^"]*"' "$T/status.json")"
 
 # The state folder fills up, then turns read-only, under the running daemon.
@@ -108,12 +124,12 @@ if [ -n "$TMPFS" ]; then
 	st=$?
 	ok $([ $st = 1 ] && grep -q 'could not save the state' "$T/susp.out"; echo $?) \
 		"disk full: suspend is refused with a clear message ($(cat "$T/susp.out"))"
-	# The worker notices at its next turn (within a second or two).
+	# The refused suspend found the disk full: status says so from then on.
 	paused_full() { ctl --json status | grep -q '"paused": "the state cannot be saved"'; }
-	wait_for 10 paused_full
+	wait_for 30 paused_full
 	ok $? "disk full: computing pauses and status says why"
 	rm -f "$T/cl/filler"
-	wait_for 10 log_has "state saved again"
+	wait_for 30 log_has "state saved again"
 	ok $? "space freed: the state is saved again and computing resumes"
 	# A read-only bind mount over the folder (the tmpfs itself cannot be
 	# remounted read-only while the daemon holds its lock file open).

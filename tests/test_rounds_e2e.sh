@@ -295,6 +295,12 @@ acc=$(sql "select coalesce(m.accepted::text, 'null') from round_member m join pr
 how=$(grep -c "our model of version $vb is not the checkpoint" "$T/client1.log")
 ok $([ "$acc" = true ]; echo $?) \
 	"it trains from the committed checkpoint of version $vb instead of its own, and is accepted in round $vb ($acc; $how reloads over its own model)"
+# The spot checks and the credit they release, read once below, come
+# between rounds: wait for them while the clients still run (a slow build,
+# the sanitizers', gets there later).
+spot_checked() { [ "$(sql "select count(*) from spot_check where state = 'agreed'")" -ge 2 ] &&
+	[ "$(sql "select count(distinct version) from credit_grant where kind = 'round' and status = 'granted'")" -ge 2 ]; }
+wait_for 120 spot_checked
 V=$(version)
 for p in $CPIDS; do kill "$p" 2>/dev/null; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done
