@@ -11,9 +11,10 @@
  * may be split over output elements but never over the summed dimension K in
  * a way that depends on the thread count.
  *
- * The CPU backend (backend_cpu.c, OpenBLAS + OpenMP) is the only one built
- * today; a CUDA backend would add a second vtable and change kern_backend_get()
- * only, not its callers. */
+ * The CPU backend (backend_cpu.c, OpenBLAS + OpenMP) is the only one of this
+ * vtable.  The GPU does not come through it: products on host pointers
+ * would copy every activation across the bus, so the CUDA backend
+ * (kernels/gpu.h) runs a whole model's passes on the device instead. */
 #ifndef KERN_BACKEND_H
 #define KERN_BACKEND_H
 
