@@ -150,6 +150,12 @@ cot_err cl_peer_fetch(const cl_fetch_env *env, const cl_api_opts *o, const cl_pr
 		return rc;
 	info->pieces = m.n;
 	info->sources = n_src;
+	if (n_src == 0 || !ctx || !dl) {
+		/* Nobody to ask (version 0, or no holder left): the caller's
+		 * whole download, resumable, beats one range request a piece. */
+		ckpt_manifest_free(&m);
+		return cot_seterr(eb, COT_ERR_NOT_FOUND, "no peer holds checkpoint %s", sha);
+	}
 
 	char part[PATH_MAX + 80];
 	snprintf(part, sizeof part, "%s/%s.pieces", env->downloads_dir, sha);
@@ -162,7 +168,7 @@ cot_err cl_peer_fetch(const cl_fetch_env *env, const cl_api_opts *o, const cl_pr
 		rc = cot_seterr(eb, COT_ERR_IO, "could not create \"%s\": %s", part, strerror(errno));
 	double t0 = cl_now_mono();
 	pieces_source_stats st[PIECES_SOURCES_MAX];
-	if (!rc && n_src > 0 && ctx && dl) {
+	if (!rc) {
 		pieces_fetch_params fp = { .m = &m,
 			                   .fd = fd,
 			                   .ctx = ctx,
@@ -178,9 +184,8 @@ cot_err cl_peer_fetch(const cl_fetch_env *env, const cl_api_opts *o, const cl_pr
 		for (size_t k = 0; k < n_src; k++) {
 			info->from_peers += st[k].pieces;
 			info->refused += st[k].refused;
-			log_info("project %s: checkpoint %s: %u pieces from host %lld (%s:%u)%s%s%s", p->name, sha,
+			log_info("project %s: checkpoint %s: %u pieces from host %lld (%s:%u)%s%s", p->name, sha,
 			         st[k].pieces, (long long)st[k].host_id, src[k].addr, (unsigned)src[k].port,
-			         st[k].refused ? ", which sent a piece that does not match the manifest" : "",
 			         st[k].error[0] ? "; left it: " : "", st[k].error);
 		}
 	}

@@ -34,10 +34,11 @@ typedef struct {
 } cl_peer_fetch_info;
 
 /* Put checkpoint sha (size bytes) of project p into the cache as above;
- * its path goes into dest.  ctx and dl may be NULL (no peer identity yet:
- * every piece from the server).  Errors: those of the manifest request
+ * its path goes into dest.  Errors: those of the manifest request
  * (COT_ERR_NOT_FOUND for a file that is no checkpoint of the project, or a
- * server without the route; COT_ERR_NETWORK), COT_ERR_INVALID for a
+ * server without the route; COT_ERR_NETWORK), COT_ERR_NOT_FOUND too when
+ * the server names no holder (or ctx or dl is NULL): the caller then
+ * downloads the file whole, which resumes; COT_ERR_INVALID for a
  * manifest that does not fit the file, COT_ERR_NETWORK when a piece could
  * be had from nobody, COT_ERR_CORRUPT when the whole file does not hash to
  * sha (nothing is kept), COT_ERR_IO.  info may be NULL. */

@@ -107,7 +107,7 @@ cot_err pieces_serve(peer_conn *c, const pieces_serve_opts *o, int64_t deadline,
 		int err = errno;
 		close(fd);
 		if (len == 0)
-			rc = cot_seterr(eb, COT_ERR_INVALID, "file %s has %u pieces, not %u", sha, m.n, index + 1);
+			rc = cot_seterr(eb, COT_ERR_INVALID, "file %s has %u pieces: there is no piece %u", sha, m.n, index);
 		else if (got != (ssize_t)len)
 			rc = cot_seterr(eb, COT_ERR_INTERNAL, "could not read piece %u of file %s: %s", index, sha,
 			                got < 0 ? strerror(err) : "short read");
