@@ -92,13 +92,15 @@ all_hold() { # every one of clients 1-3 serves the current checkpoint
 settled() { # the current round is open: no commit is on its way
 	[ "$(sql "select r.state from project p join round r on r.project_id = p.id and r.version = p.current_version where p.id = $pid")" = open ]
 }
-held=1
+held=0
 for _ in 1 2 3 4 5; do
-	wait_for 300 all_hold || { held=0; break; }
+	wait_for 300 all_hold || break
 	for c in 1 2 3; do ctl $c suspend; done
-	wait_for 60 settled && all_hold && break
+	if wait_for 60 settled && all_hold; then
+		held=1
+		break
+	fi
 	for c in 1 2 3; do ctl $c resume; done
-	held=0
 done
 SHA=$(cur_sha)
 V=$(sql "select current_version from project where id = $pid")
