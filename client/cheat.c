@@ -8,7 +8,17 @@
 #include "shared/common/log.h"
 #include "shared/common/sketch.h"
 
-typedef enum { NONE, SKIP_HALF, POISON, RANDOM_BYTES, SCALE_100, REPLAY, MISMATCH, AGG_NOISE, CORRUPT_PIECES } cheat;
+typedef enum {
+	NONE,
+	SKIP_HALF,
+	POISON,
+	RANDOM_BYTES,
+	SCALE_100,
+	REPLAY,
+	MISMATCH,
+	AGG_NOISE,
+	CORRUPT_PIECES
+} cheat;
 
 static const struct {
 	const char *name, *what;

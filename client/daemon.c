@@ -380,8 +380,9 @@ static void hand_back(cl_daemon *d, int i, const char *why)
  * first: a joiner has none before its first round.  Lock not held; the
  * peer is taken from the runtime meanwhile, as a round takes it (no round
  * runs: the project has no session). */
-static cot_err from_peers(cl_daemon *d, int i, const cl_project *p, const cl_api_opts *o, const cl_fetch_env *env,
-                          const char *sha, int64_t size, char *dest, size_t destlen, cot_errbuf *eb)
+static cot_err from_peers(cl_daemon *d, int i, const cl_project *p, const cl_api_opts *o,
+                          const cl_fetch_env *env, const char *sha, int64_t size, char *dest, size_t destlen,
+                          cot_errbuf *eb)
 {
 	pthread_mutex_lock(&d->lock);
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, p->url) != 0 || d->rt[i].round_running) {
@@ -398,7 +399,7 @@ static cot_err from_peers(cl_daemon *d, int i, const cl_project *p, const cl_api
 	cot_err rc = cl_peer_ready(&pe, o, p, &d->cfg, eb);
 	if (!rc)
 		rc = cl_peer_nat_config(&pe, p, &d->cfg, &nc) ? nat_dialer_new(&nc, p->name, 0, &dl, eb)
-		                                               : dialer_direct_new(&dl, eb);
+		                                              : dialer_direct_new(&dl, eb);
 	cl_peer_fetch_info info;
 	if (!rc)
 		rc = cl_peer_fetch(env, o, p, pe.ctx, dl, sha, size, dest, destlen, &info, eb);
@@ -461,13 +462,14 @@ static int prefetch_checkpoint(cl_daemon *d, int i)
 		 * without the route, or any failure, leaves it to the whole
 		 * download below. */
 		cot_errbuf pe = { "", "" };
-		rc = resumed ? COT_ERR_EXISTS : from_peers(d, i, &copy, &o, &env, sha, size, dest, sizeof dest, &pe);
+		rc = resumed ? COT_ERR_EXISTS
+		             : from_peers(d, i, &copy, &o, &env, sha, size, dest, sizeof dest, &pe);
 		if (rc && !resumed)
-			log_info("project %s: checkpoint %s not from peers (%s); downloading it whole", copy.name,
-			         sha, pe.msg);
+			log_info("project %s: checkpoint %s not from peers (%s); downloading it whole",
+			         copy.name, sha, pe.msg);
 		if (rc)
-			rc = cl_cache_fetch(&env, copy.base, copy.host_token, sha, size, dest, sizeof dest, NULL,
-			                    &eb);
+			rc = cl_cache_fetch(&env, copy.base, copy.host_token, sha, size, dest, sizeof dest,
+			                    NULL, &eb);
 		if (!rc) {
 			log_info("project %s: downloaded %s (%lld bytes%s) before asking for work", copy.name,
 			         sha, size, resumed ? ", resumed" : "");

@@ -52,12 +52,12 @@ typedef struct {
 	cl_round_acc acc; /* the work units whose microbatches the session's gradient sums */
 	int round_due;    /* the round of round_version closed: take part */
 	int64_t round_version, round_attempt;
-	cl_peer peer;       /* identity and listener for averaging */
+	cl_peer peer;            /* identity and listener for averaging */
 	cl_piece_server *pieces; /* serves held checkpoints on peer's listener between rounds */
-	char network[200];  /* how the NAT service sees us (cl_peer_network), for status */
-	char links[600];    /* the last round's connections (cl_links_summary), for status */
-	int round_running;  /* a round thread owns the session, the peer and the live unit */
-	double last_report; /* monotonic seconds */
+	char network[200];       /* how the NAT service sees us (cl_peer_network), for status */
+	char links[600];         /* the last round's connections (cl_links_summary), for status */
+	int round_running;       /* a round thread owns the session, the peer and the live unit */
+	double last_report;      /* monotonic seconds */
 	double last_account_check;
 	double next_spot_at;      /* monotonic seconds of the next spot-check pass */
 	double last_spot_end;     /* monotonic seconds the last pass ended */

@@ -69,10 +69,10 @@ typedef struct {
 	float *sum; /* the group sum, then the mean */
 	allreduce_result res;
 	char params_sha[65];
-	char ckpt_sha[65]; /* the server's checkpoint of v+1 when accepted ("" if unsaid) */
+	char ckpt_sha[65];        /* the server's checkpoint of v+1 when accepted ("" if unsaid) */
 	char held_path[PATH_MAX]; /* our copy of that checkpoint in the cache ("" when none) */
 	uint64_t held_size;
-	cl_links links;    /* the connections we dialed */
+	cl_links links; /* the connections we dialed */
 } round_job;
 
 static void activity(round_job *j, const char *what)

@@ -27,7 +27,8 @@ static size_t parse_sources(const json_t *a, int64_t self, pieces_source *src)
 {
 	size_t n = 0;
 	const json_t *peers = json_object_get(a, "peers");
-	for (size_t k = 0; json_is_array(peers) && k < json_array_size(peers) && n < PIECES_SOURCES_MAX; k++) {
+	for (size_t k = 0; json_is_array(peers) && k < json_array_size(peers) && n < PIECES_SOURCES_MAX;
+	     k++) {
 		const json_t *x = json_array_get(peers, k);
 		long long host = 0;
 		const char *ep = NULL;
@@ -72,7 +73,8 @@ static cot_err server_piece(const cl_fetch_env *env, const cl_project *p, const 
 	uint64_t off = (uint64_t)i * m->piece_size;
 	char url[CL_URL_MAX + 128], range[64], auth[CL_TOKEN_MAX + 32], err[CURL_ERROR_SIZE] = "";
 	snprintf(url, sizeof url, "%s/files/%s", p->base, m->sha256);
-	snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)off, (unsigned long long)(off + len - 1));
+	snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)off,
+	         (unsigned long long)(off + len - 1));
 	snprintf(auth, sizeof auth, "Authorization: Bearer %s", p->host_token);
 	CURL *c = curl_easy_init();
 	struct curl_slist *h = curl_slist_append(NULL, auth);
@@ -106,18 +108,19 @@ static cot_err server_piece(const cl_fetch_env *env, const cl_project *p, const 
 	curl_easy_cleanup(c);
 	curl_slist_free_all(h);
 	if (b.overflow)
-		return cot_seterr(eb, COT_ERR_NETWORK, "the server sent more than piece %u of %s", i, m->sha256);
+		return cot_seterr(eb, COT_ERR_NETWORK, "the server sent more than piece %u of %s", i,
+		                  m->sha256);
 	if (cc != CURLE_OK)
-		return cot_seterr(eb, COT_ERR_NETWORK, "could not fetch piece %u of %s from the server: %s", i,
-		                  m->sha256, err[0] ? err : curl_easy_strerror(cc));
+		return cot_seterr(eb, COT_ERR_NETWORK, "could not fetch piece %u of %s from the server: %s",
+		                  i, m->sha256, err[0] ? err : curl_easy_strerror(cc));
 	if (status == 404)
 		return cot_seterr(eb, COT_ERR_NOT_FOUND, "the server no longer has file %s", m->sha256);
 	if (status != 206 && !(status == 200 && off == 0 && len == m->size))
-		return cot_seterr(eb, COT_ERR_NETWORK, "the server answered %ld to a range of file %s", status,
-		                  m->sha256);
+		return cot_seterr(eb, COT_ERR_NETWORK, "the server answered %ld to a range of file %s",
+		                  status, m->sha256);
 	if (!ckpt_piece_ok(m, i, buf, b.len))
-		return cot_seterr(eb, COT_ERR_NETWORK, "piece %u of %s from the server does not match its manifest",
-		                  i, m->sha256);
+		return cot_seterr(eb, COT_ERR_NETWORK,
+		                  "piece %u of %s from the server does not match its manifest", i, m->sha256);
 	return COT_OK;
 }
 
@@ -132,8 +135,9 @@ cot_err cl_peer_fetch(const cl_fetch_env *env, const cl_api_opts *o, const cl_pr
 	if (!hash_is_sha256_hex(sha) || size <= 0)
 		return cot_seterr(eb, COT_ERR_INVALID, "invalid checkpoint name or size");
 	if (env->max_file_bytes > 0 && size > env->max_file_bytes)
-		return cot_seterr(eb, COT_ERR_TOO_LARGE, "checkpoint %s has %lld bytes, more than max_file_bytes",
-		                  sha, (long long)size);
+		return cot_seterr(eb, COT_ERR_TOO_LARGE,
+		                  "checkpoint %s has %lld bytes, more than max_file_bytes", sha,
+		                  (long long)size);
 	char url[CL_URL_MAX + 192];
 	snprintf(url, sizeof url, "%s/v1/projects/%s/checkpoints/%s", p->base, p->name, sha);
 	json_t *a = NULL;
@@ -176,17 +180,17 @@ cot_err cl_peer_fetch(const cl_fetch_env *env, const cl_api_opts *o, const cl_pr
 			                   .src = src,
 			                   .n_src = n_src,
 			                   .deadline = deadline_after_ms(FETCH_FROM_PEERS_MS),
-			                   .piece_timeout_ms = (int64_t)(env->timeout_s > 0 ? env->timeout_s : 60) *
-			                                       1000,
+			                   .piece_timeout_ms =
+			                           (int64_t)(env->timeout_s > 0 ? env->timeout_s : 60) * 1000,
 			                   .cancel = env->cancel,
 			                   .have = have };
 		rc = pieces_fetch(&fp, st, eb);
 		for (size_t k = 0; k < n_src; k++) {
 			info->from_peers += st[k].pieces;
 			info->refused += st[k].refused;
-			log_info("project %s: checkpoint %s: %u pieces from host %lld (%s:%u)%s%s", p->name, sha,
-			         st[k].pieces, (long long)st[k].host_id, src[k].addr, (unsigned)src[k].port,
-			         st[k].error[0] ? "; left it: " : "", st[k].error);
+			log_info("project %s: checkpoint %s: %u pieces from host %lld (%s:%u)%s%s", p->name,
+			         sha, st[k].pieces, (long long)st[k].host_id, src[k].addr,
+			         (unsigned)src[k].port, st[k].error[0] ? "; left it: " : "", st[k].error);
 		}
 	}
 	double t1 = cl_now_mono();
@@ -199,7 +203,8 @@ cot_err cl_peer_fetch(const cl_fetch_env *env, const cl_api_opts *o, const cl_pr
 		else if (!(rc = server_piece(env, p, &m, i, buf, eb))) {
 			uint32_t len = ckpt_piece_len(&m, i);
 			if (pwrite(fd, buf, len, (off_t)i * m.piece_size) != (ssize_t)len)
-				rc = cot_seterr(eb, COT_ERR_IO, "could not write \"%s\": %s", part, strerror(errno));
+				rc = cot_seterr(eb, COT_ERR_IO, "could not write \"%s\": %s", part,
+				                strerror(errno));
 			have[i] = 1;
 			info->from_server++;
 			info->server_file_bytes += len;
@@ -211,14 +216,16 @@ cot_err cl_peer_fetch(const cl_fetch_env *env, const cl_api_opts *o, const cl_pr
 	if (fd >= 0)
 		close(fd);
 	if (!rc && !(rc = hash_file_sha256_hex(part, got, NULL, eb)) && strcmp(got, sha) != 0)
-		rc = cot_seterr(eb, COT_ERR_CORRUPT, "checkpoint assembled from pieces hashes to %s, not %s", got,
-		                sha);
+		rc = cot_seterr(eb, COT_ERR_CORRUPT, "checkpoint assembled from pieces hashes to %s, not %s",
+		                got, sha);
 	if (!rc && !(rc = cl_cache_path(env->cache_dir, sha, dest, destlen, eb)) && rename(part, dest))
-		rc = cot_seterr(eb, COT_ERR_IO, "could not move \"%s\" into the cache: %s", part, strerror(errno));
+		rc = cot_seterr(eb, COT_ERR_IO, "could not move \"%s\" into the cache: %s", part,
+		                strerror(errno));
 	if (rc)
 		unlink(part);
 	else
-		log_info("project %s: checkpoint %s (%lld bytes, %u pieces of %u bytes): %u from %zu peers in "
+		log_info("project %s: checkpoint %s (%lld bytes, %u pieces of %u bytes): %u from %zu peers "
+		         "in "
 		         "%.2f s (%u refused), %u from the server (%lld bytes)",
 		         p->name, sha, (long long)size, m.n, m.piece_size, info->from_peers, n_src, t1 - t0,
 		         info->refused, info->from_server, (long long)info->server_file_bytes);

@@ -25,12 +25,12 @@
 #include "shared/peer/peer.h"
 
 typedef struct {
-	uint32_t pieces;             /* in the checkpoint */
-	uint32_t from_peers;         /* pieces peers delivered, verified */
-	uint32_t from_server;        /* pieces the server delivered */
-	uint32_t refused;            /* pieces peers sent that did not match the manifest */
-	size_t sources;              /* peers the server named */
-	int64_t server_file_bytes;   /* bytes of the file the server sent */
+	uint32_t pieces;           /* in the checkpoint */
+	uint32_t from_peers;       /* pieces peers delivered, verified */
+	uint32_t from_server;      /* pieces the server delivered */
+	uint32_t refused;          /* pieces peers sent that did not match the manifest */
+	size_t sources;            /* peers the server named */
+	int64_t server_file_bytes; /* bytes of the file the server sent */
 } cl_peer_fetch_info;
 
 /* Put checkpoint sha (size bytes) of project p into the cache as above;

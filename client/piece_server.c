@@ -17,9 +17,9 @@
 #include "shared/common/log.h"
 #include "shared/peer/pieces.h"
 
-#define ACCEPT_SLICE_MS 100      /* a detach waits at most this for the accept to return */
-#define CONN_IDLE_MS 10000       /* between requests */
-#define CONN_LIFE_MS 120000      /* a connection's whole life */
+#define ACCEPT_SLICE_MS 100 /* a detach waits at most this for the accept to return */
+#define CONN_IDLE_MS 10000  /* between requests */
+#define CONN_LIFE_MS 120000 /* a connection's whole life */
 #define CONN_MAX_REQUESTS 4096
 
 struct cl_piece_server {
@@ -34,7 +34,7 @@ struct cl_piece_server {
 	listener *lst;
 	peer_ctx *ctx;
 	int64_t host_id;
-	int64_t rate;       /* bytes/s, 0 = unlimited */
+	int64_t rate;         /* bytes/s, 0 = unlimited */
 	int64_t next_free_ms; /* the rate limit: when the next piece may leave */
 	struct {
 		char sha[HASH_SHA256_HEX_LEN + 1];
@@ -129,10 +129,12 @@ static void *conn_main(void *arg)
 		rc = pieces_serve(c, &o, deadline, &served, &eb);
 	}
 	if (rc)
-		log_info("project %s: pieces: %s%lld%s: %s (%u pieces served)", s->project, peer ? "host " : "",
-		         (long long)peer, peer ? "" : " (unauthenticated)", eb.msg, served);
+		log_info("project %s: pieces: %s%lld%s: %s (%u pieces served)", s->project,
+		         peer ? "host " : "", (long long)peer, peer ? "" : " (unauthenticated)", eb.msg,
+		         served);
 	else if (served)
-		log_info("project %s: pieces: served %u pieces to host %lld", s->project, served, (long long)peer);
+		log_info("project %s: pieces: served %u pieces to host %lld", s->project, served,
+		         (long long)peer);
 	peer_close(c);
 	pthread_mutex_lock(&s->mu);
 	s->conns--;

@@ -105,7 +105,8 @@ void api_checkpoint_sources(http_req *req)
 		log_error("checkpoint %s: could not build its piece manifest: %s", sha,
 		          body ? eb.msg : "bad answer from the database");
 		json_decref(body);
-		http_reply_error(req, 500, "internal", "could not build the checkpoint's piece manifest", NULL);
+		http_reply_error(req, 500, "internal", "could not build the checkpoint's piece manifest",
+		                 NULL);
 		return;
 	}
 	json_object_set(body, "piece_size", json_object_get(m, "piece_size"));

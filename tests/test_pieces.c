@@ -138,8 +138,11 @@ static cot_err dial(holder *h, peer_ctx *ctx, int64_t round, peer_conn **c, cot_
 	dialer_free(d);
 	if (!rc)
 		rc = peer_handshake(ctx, res.fd, PEER_CLIENT, t.host_id, deadline_after_ms(5000), c, eb);
-	hello_msg ours = { .proto_min = 3, .proto_max = HELLO_PROTO_MAX, .host_id = peer_ctx_host_id(ctx),
-		           .round = round, .max_payload = 1u << 20 },
+	hello_msg ours = { .proto_min = 3,
+		           .proto_max = HELLO_PROTO_MAX,
+		           .host_id = peer_ctx_host_id(ctx),
+		           .round = round,
+		           .max_payload = 1u << 20 },
 	          theirs;
 	snprintf(ours.project, sizeof ours.project, "demo");
 	uint16_t v;
@@ -174,13 +177,16 @@ static cot_err ask(peer_conn *c, uint8_t type, const char *name, uint32_t index,
 static void test_manifest(void)
 {
 	ok(ckpt_piece_size(1) == CKPT_PIECE_MIN && ckpt_piece_size(64ull << 20) == (1u << 20) &&
-	           ckpt_piece_size(231000000ull) == CKPT_PIECE_MAX && ckpt_piece_size(CKPT_FILE_MAX) == CKPT_PIECE_MAX,
+	           ckpt_piece_size(231000000ull) == CKPT_PIECE_MAX &&
+	           ckpt_piece_size(CKPT_FILE_MAX) == CKPT_PIECE_MAX,
 	   "piece sizes: 64 KiB for small files, 1 MiB for 64 MiB, 4 MiB at most");
 	cot_errbuf eb = { 0 };
 	ckpt_manifest m, back;
 	cot_err rc = ckpt_manifest_build(path, sha, &m, &eb);
-	ok(rc == COT_OK && m.n == 5 && m.piece_size == 65536 && ckpt_piece_len(&m, 4) == FILE_SIZE - 4 * 65536,
-	   "the manifest of a %d-byte file: %u pieces of %u bytes (%s)", FILE_SIZE, m.n, m.piece_size, eb.msg);
+	ok(rc == COT_OK && m.n == 5 && m.piece_size == 65536 &&
+	           ckpt_piece_len(&m, 4) == FILE_SIZE - 4 * 65536,
+	   "the manifest of a %d-byte file: %u pieces of %u bytes (%s)", FILE_SIZE, m.n, m.piece_size,
+	   eb.msg);
 	json_t *j = ckpt_manifest_to_json(&m);
 	rc = ckpt_manifest_from_json(j, sha, FILE_SIZE, &back, &eb);
 	ok(rc == COT_OK && back.n == m.n && memcmp(back.hash, m.hash, m.n * sizeof *m.hash) == 0,
@@ -239,8 +245,10 @@ static void test_fetch(holder *honest, holder *liar, peer_ctx *me)
 	if (fd < 0 || ftruncate(fd, FILE_SIZE))
 		bail_out("could not create %s", out);
 	unsigned char have[5] = { 0 };
-	pieces_source src[2] = { { .host_id = peer_ctx_host_id(liar->ctx), .addr = "127.0.0.1", .port = liar->port },
-		                 { .host_id = peer_ctx_host_id(honest->ctx), .addr = "127.0.0.1", .port = honest->port } };
+	pieces_source src[2] = {
+		{ .host_id = peer_ctx_host_id(liar->ctx), .addr = "127.0.0.1", .port = liar->port },
+		{ .host_id = peer_ctx_host_id(honest->ctx), .addr = "127.0.0.1", .port = honest->port }
+	};
 	dialer *d = NULL;
 	dialer_direct_new(&d, &eb);
 	pieces_fetch_params p = { .m = &m,
@@ -311,7 +319,8 @@ static void test_hostile(holder *h, peer_ctx *me)
 		rc = ask(c, FRAME_PIECE_GET, sha, 0, &fh, &eb);
 	uint8_t first = fh.type;
 	cot_err rc2 = rc ? rc : ask(c, FRAME_PIECE_GET, sha, 5, &fh, &eb);
-	ok(rc == COT_OK && first == FRAME_PIECE && rc2 == COT_ERR_INVALID && strstr(eb.msg, "has 5 pieces: there is no piece 5"),
+	ok(rc == COT_OK && first == FRAME_PIECE && rc2 == COT_ERR_INVALID &&
+	           strstr(eb.msg, "has 5 pieces: there is no piece 5"),
 	   "a piece past the end, after a good one: %s", eb.msg);
 	peer_close(c);
 	c = NULL;
@@ -326,7 +335,8 @@ static void test_hostile(holder *h, peer_ctx *me)
 	rc = dial(h, me, HELLO_ROUND_FILES, &c, &eb);
 	if (!rc)
 		rc = ask(c, FRAME_PIECE_GET, "not a sha", 0, &fh, &eb);
-	ok(rc == COT_ERR_INVALID && strstr(eb.msg, "names no sha256"), "a name that is no sha256: %s", eb.msg);
+	ok(rc == COT_ERR_INVALID && strstr(eb.msg, "names no sha256"), "a name that is no sha256: %s",
+	   eb.msg);
 	peer_close(c);
 	c = NULL;
 
@@ -334,7 +344,8 @@ static void test_hostile(holder *h, peer_ctx *me)
 	rc = dial(h, me, HELLO_ROUND_FILES, &c, &eb);
 	for (uint32_t i = 0; !rc && i < 3; i++)
 		rc = ask(c, FRAME_PIECE_GET, sha, i, &fh, &eb);
-	ok(rc == COT_ERR_TOO_LARGE && strstr(eb.msg, "more than 2 requests"), "too many requests: %s", eb.msg);
+	ok(rc == COT_ERR_TOO_LARGE && strstr(eb.msg, "more than 2 requests"), "too many requests: %s",
+	   eb.msg);
 	peer_close(c);
 	c = NULL;
 	h->max_requests = 4096;

@@ -110,10 +110,7 @@ json_t *ckpt_manifest_to_json(const ckpt_manifest *m)
 	                 "piece_size", (json_int_t)m->piece_size, "pieces", pieces);
 }
 
-static int unhex(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
+static int unhex(char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
 
 cot_err ckpt_manifest_from_json(const json_t *j, const char *sha256, uint64_t size, ckpt_manifest *m,
                                 cot_errbuf *eb)
@@ -129,8 +126,8 @@ cot_err ckpt_manifest_from_json(const json_t *j, const char *sha256, uint64_t si
 		                  e2.msg[0] ? e2.msg : "not an object");
 	if (strcmp(sha, sha256) != 0 || (uint64_t)sz != size)
 		return cot_seterr(eb, COT_ERR_INVALID,
-		                  "piece manifest is for file %s of %lld bytes, not %s of %llu bytes", sha, sz,
-		                  sha256, (unsigned long long)size);
+		                  "piece manifest is for file %s of %lld bytes, not %s of %llu bytes", sha,
+		                  sz, sha256, (unsigned long long)size);
 	if ((uint32_t)ps != ckpt_piece_size(size))
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "piece manifest has pieces of %lld bytes, files of %llu bytes have %u", ps,

@@ -35,7 +35,7 @@ typedef struct {
 	char sha256[HASH_SHA256_HEX_LEN + 1]; /* the whole file */
 	uint64_t size;
 	uint32_t piece_size;
-	uint32_t n;                            /* pieces: ceil(size / piece_size) */
+	uint32_t n;                             /* pieces: ceil(size / piece_size) */
 	unsigned char (*hash)[HASH_SHA256_LEN]; /* n entries, malloc'd */
 } ckpt_manifest;
 

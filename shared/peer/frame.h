@@ -54,13 +54,13 @@ enum frame_type {
 
 /* Codes carried by FRAME_ERROR: stable on the wire, unlike cot_err values. */
 enum frame_error {
-	FRAME_ERR_PROTOCOL = 1, /* malformed or unexpected message */
-	FRAME_ERR_VERSION = 2,  /* no common protocol version */
-	FRAME_ERR_PROJECT = 3,  /* another project */
-	FRAME_ERR_IDENTITY = 4, /* host id does not match the certificate, or not expected */
-	FRAME_ERR_ROUND = 5,    /* not in the same round */
-	FRAME_ERR_LIMIT = 6,    /* a size limit was exceeded */
-	FRAME_ERR_INTERNAL = 7, /* the sender failed */
+	FRAME_ERR_PROTOCOL = 1,  /* malformed or unexpected message */
+	FRAME_ERR_VERSION = 2,   /* no common protocol version */
+	FRAME_ERR_PROJECT = 3,   /* another project */
+	FRAME_ERR_IDENTITY = 4,  /* host id does not match the certificate, or not expected */
+	FRAME_ERR_ROUND = 5,     /* not in the same round */
+	FRAME_ERR_LIMIT = 6,     /* a size limit was exceeded */
+	FRAME_ERR_INTERNAL = 7,  /* the sender failed */
 	FRAME_ERR_NOT_FOUND = 8, /* the file asked for is not held (pieces.h) */
 };
 

@@ -64,7 +64,8 @@ cot_err hello_check(const hello_msg *ours, const hello_msg *theirs, int64_t cert
 		return cot_seterr(eb, COT_ERR_CONFLICT, "peer asks for pieces of files, we are in round %lld",
 		                  (long long)ours->round);
 	if (theirs->round != ours->round && ours->round == HELLO_ROUND_FILES)
-		return cot_seterr(eb, COT_ERR_CONFLICT, "peer is in round %lld, we serve only pieces of files",
+		return cot_seterr(eb, COT_ERR_CONFLICT,
+		                  "peer is in round %lld, we serve only pieces of files",
 		                  (long long)theirs->round);
 	if (theirs->round != ours->round)
 		return cot_seterr(eb, COT_ERR_CONFLICT, "peer is in round %lld, we are in round %lld",

@@ -35,8 +35,8 @@ static cot_err refuse(peer_conn *c, cot_err rc, int64_t deadline, cot_errbuf *eb
 
 /* ---- Serving ---- */
 
-static cot_err decode_get(const unsigned char *p, size_t len, char sha[HASH_SHA256_HEX_LEN + 1], uint32_t *index,
-                          cot_errbuf *eb)
+static cot_err decode_get(const unsigned char *p, size_t len, char sha[HASH_SHA256_HEX_LEN + 1],
+                          uint32_t *index, cot_errbuf *eb)
 {
 	frame_reader r;
 	frame_reader_init(&r, p, len);
@@ -76,8 +76,9 @@ cot_err pieces_serve(peer_conn *c, const pieces_serve_opts *o, int64_t deadline,
 			break;
 		}
 		if (rc == COT_ERR_TIMEOUT) {
-			rc = refuse(c, cot_seterr(eb, COT_ERR_TIMEOUT, "no request for %lld ms",
-			                          (long long)o->idle_ms),
+			rc = refuse(c,
+			            cot_seterr(eb, COT_ERR_TIMEOUT, "no request for %lld ms",
+			                       (long long)o->idle_ms),
 			            deadline, eb);
 			break;
 		}
@@ -107,10 +108,11 @@ cot_err pieces_serve(peer_conn *c, const pieces_serve_opts *o, int64_t deadline,
 		int err = errno;
 		close(fd);
 		if (len == 0)
-			rc = cot_seterr(eb, COT_ERR_INVALID, "file %s has %u pieces: there is no piece %u", sha, m.n, index);
+			rc = cot_seterr(eb, COT_ERR_INVALID, "file %s has %u pieces: there is no piece %u",
+			                sha, m.n, index);
 		else if (got != (ssize_t)len)
-			rc = cot_seterr(eb, COT_ERR_INTERNAL, "could not read piece %u of file %s: %s", index, sha,
-			                got < 0 ? strerror(err) : "short read");
+			rc = cot_seterr(eb, COT_ERR_INTERNAL, "could not read piece %u of file %s: %s", index,
+			                sha, got < 0 ? strerror(err) : "short read");
 		if (rc) {
 			rc = refuse(c, rc, deadline, eb);
 			break;
@@ -217,8 +219,8 @@ static cot_err fetch_one(fetch_run *r, peer_conn *c, uint32_t i, frame_writer *w
 	frame_get_u32(&rd, &idx);
 	frame_get_blob(&rd, &data, &len, CKPT_PIECE_MAX);
 	if (h.type != FRAME_PIECE)
-		rc = cot_seterr(eb, COT_ERR_INVALID, "expected PIECE, got %s (type %u)", frame_type_name(h.type),
-		                h.type);
+		rc = cot_seterr(eb, COT_ERR_INVALID, "expected PIECE, got %s (type %u)",
+		                frame_type_name(h.type), h.type);
 	else if (!(rc = frame_reader_end(&rd, "PIECE", eb)) && idx != i)
 		rc = cot_seterr(eb, COT_ERR_INVALID, "asked for piece %u, got piece %u", i, idx);
 	else if (!rc && !ckpt_piece_ok(p->m, i, data, len))
@@ -230,8 +232,8 @@ static cot_err fetch_one(fetch_run *r, peer_conn *c, uint32_t i, frame_writer *w
 		if (put != (ssize_t)len) {
 			pthread_mutex_lock(&r->mu);
 			if (!r->io_rc)
-				r->io_rc = cot_seterr(&r->io_eb, COT_ERR_IO, "could not write piece %u: %s", i,
-				                      put < 0 ? strerror(errno) : "short write");
+				r->io_rc = cot_seterr(&r->io_eb, COT_ERR_IO, "could not write piece %u: %s",
+				                      i, put < 0 ? strerror(errno) : "short write");
 			pthread_mutex_unlock(&r->mu);
 			rc = COT_ERR_IO;
 			cot_seterr(eb, rc, "%s", r->io_eb.msg);
@@ -255,7 +257,8 @@ static void *worker_main(void *arg)
 	cot_err rc = dialer_connect(p->dialer, &t, hd, &res, &eb);
 	if (!rc)
 		rc = peer_handshake(p->ctx, res.fd, PEER_CLIENT, s->host_id, hd, &c, &eb);
-	uint32_t max = p->m->piece_size + 64 > FRAME_PAYLOAD_MIN_MAX ? p->m->piece_size + 64 : FRAME_PAYLOAD_MIN_MAX;
+	uint32_t max =
+	        p->m->piece_size + 64 > FRAME_PAYLOAD_MIN_MAX ? p->m->piece_size + 64 : FRAME_PAYLOAD_MIN_MAX;
 	hello_msg ours = files_hello(peer_ctx_project(p->ctx), peer_ctx_host_id(p->ctx), max), theirs;
 	uint16_t version;
 	if (!rc)
@@ -272,8 +275,8 @@ static void *worker_main(void *arg)
 			wk->st->pieces++;
 		else if (rc == COT_ERR_CORRUPT) {
 			wk->st->refused++;
-			log_warn("pieces: host %lld (%s:%u) sent %s; it is not asked again", (long long)s->host_id,
-			         s->addr, (unsigned)s->port, eb.msg);
+			log_warn("pieces: host %lld (%s:%u) sent %s; it is not asked again",
+			         (long long)s->host_id, s->addr, (unsigned)s->port, eb.msg);
 		}
 	}
 	frame_writer_free(&w);

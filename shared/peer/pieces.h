@@ -26,8 +26,8 @@
 #include "shared/peer/dialer.h"
 #include "shared/peer/peer.h"
 
-#define PIECES_PROTO_MIN 3     /* the first protocol version with pieces */
-#define PIECES_SOURCES_MAX 16  /* holders asked at once */
+#define PIECES_PROTO_MIN 3       /* the first protocol version with pieces */
+#define PIECES_SOURCES_MAX 16    /* holders asked at once */
 #define PIECES_HANDSHAKE_MS 5000 /* TLS and HELLO, either side */
 
 /* ---- Serving ---- */
