@@ -72,7 +72,8 @@ typedef struct {
 	char ckpt_sha[65];        /* the server's checkpoint of v+1 when accepted ("" if unsaid) */
 	char held_path[PATH_MAX]; /* our copy of that checkpoint in the cache ("" when none) */
 	uint64_t held_size;
-	cl_links links; /* the connections we dialed */
+	double held_write_s; /* what writing and hashing it took */
+	cl_links links;      /* the connections we dialed */
 } round_job;
 
 static void activity(round_job *j, const char *what)
@@ -459,6 +460,7 @@ static void keep_checkpoint(round_job *j)
 	char tmp[PATH_MAX + 80], sha[65];
 	long long size = 0;
 	cot_errbuf eb = { "", "" };
+	double t0 = cl_now_mono();
 	snprintf(tmp, sizeof tmp, "%s/%s.own", j->d->downloads_dir, j->ckpt_sha);
 	mkdir(j->d->downloads_dir, 0700);
 	if (ckpt_save(j->m, tmp, &eb) || hash_file_sha256_hex(tmp, sha, &size, &eb)) {
@@ -475,6 +477,7 @@ static void keep_checkpoint(round_job *j)
 		j->held_path[0] = '\0';
 	} else {
 		j->held_size = (uint64_t)size;
+		j->held_write_s = cl_now_mono() - t0;
 		return;
 	}
 	unlink(tmp);
@@ -632,8 +635,10 @@ void cl_daemon_round(cl_daemon *d, int i)
 	cl_daemon_pieces_lend(d, i);
 	if (j.held_path[0] && rt->pieces) {
 		cl_piece_server_hold(rt->pieces, j.ckpt_sha, j.held_path, j.held_size);
-		log_info("project %s: serving pieces of checkpoint %s (version %lld) to peers", j.p.name,
-		         j.ckpt_sha, (long long)j.v + 1);
+		log_info("project %s: serving pieces of checkpoint %s (version %lld, %llu bytes written in "
+		         "%.3f s) to peers",
+		         j.p.name, j.ckpt_sha, (long long)j.v + 1, (unsigned long long)j.held_size,
+		         j.held_write_s);
 	}
 	if (links[0])
 		snprintf(rt->links, sizeof rt->links, "round %lld: %s", (long long)j.v, links);
