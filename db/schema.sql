@@ -82,6 +82,7 @@ CREATE FUNCTION public.ckpt_sources(p_token_hash bytea, p_project text, p_sha te
 DECLARE
     v_host    bigint;
     v_project bigint;
+    v_current integer;
     c         record;
     v_peers   jsonb;
 BEGIN
@@ -91,7 +92,7 @@ BEGIN
                                            'Register the host again to get a new token.');
         RETURN;
     END IF;
-    SELECT p.id INTO v_project FROM project p WHERE p.name = p_project;
+    SELECT p.id, p.current_version INTO v_project, v_current FROM project p WHERE p.name = p_project;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 404, api_error('not_found', format('project "%s" does not exist', p_project));
         RETURN;
@@ -104,6 +105,13 @@ BEGIN
         RETURN QUERY SELECT 404, api_error('not_found',
             format('file %s is not a checkpoint of project "%s"', p_sha, p_project),
             'Ask for the project''s current checkpoint (GET /v1/projects/<name>).');
+        RETURN;
+    END IF;
+    IF c.version < v_current - 1 THEN
+        RETURN QUERY SELECT 404, api_error('not_found',
+            format('checkpoint %s is of version %s: only those of versions %s and %s come from peers',
+                   p_sha, c.version, v_current - 1, v_current),
+            format('Download it whole from /files/%s.', p_sha));
         RETURN;
     END IF;
     SELECT coalesce(jsonb_agg(jsonb_build_object('host_id', s.host_id, 'endpoint', s.endpoint)), '[]'::jsonb)

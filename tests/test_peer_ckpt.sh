@@ -84,7 +84,8 @@ cur_sha() {
 	sql "select mv.checkpoint_sha256 from project p join model_version mv
 	  on mv.project_id = p.id and mv.version = p.current_version where p.id = $pid"
 }
-all_hold() { # every one of clients 1-3 serves the current checkpoint
+all_hold() { # version 2 or later, and every one of clients 1-3 serves its checkpoint
+	[ "$(sql "select current_version from project where id = $pid")" -ge 2 ] || return 1
 	_s=$(cur_sha)
 	[ -n "$_s" ] || return 1
 	for c in 1 2 3; do grep -q "serving pieces of checkpoint $_s" "$T/client$c.log" || return 1; done
@@ -105,7 +106,7 @@ done
 SHA=$(cur_sha)
 V=$(sql "select current_version from project where id = $pid")
 SIZE=$(sql "select size from file where sha256 = '$SHA'")
-ok $([ "$held" = 1 ] && [ "$V" -ge 1 ] && echo 0 || echo 1) \
+ok $([ "$held" = 1 ] && [ "$V" -ge 2 ] && echo 0 || echo 1) \
 	"three clients train to version $V and each holds its checkpoint $SHA ($SIZE bytes) from its own step"
 
 mark=$(wc -l <"$T/server.log")
@@ -149,10 +150,13 @@ s2=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN4" "
 zero=0000000000000000000000000000000000000000000000000000000000000000
 b3=$(curl -s -H "Authorization: Bearer $TOKEN4" "$url/$zero")
 s4=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN4" "http://127.0.0.1:$PORT/v1/projects/nope/checkpoints/$SHA")
-diag "no token: $s1; not a sha256: $s2; no checkpoint: $b3; no project: $s4"
+OLD=$(sql "select checkpoint_sha256 from model_version where project_id = $pid and version = 0")
+b5=$(curl -s -H "Authorization: Bearer $TOKEN4" "$url/$OLD")
+diag "no token: $s1; not a sha256: $s2; no checkpoint: $b3; no project: $s4; version 0 of $V: $b5"
 ok $([ "$s1" = 401 ] && [ "$s2" = 400 ] && [ "$s4" = 404 ] &&
-	echo "$b3" | grep -q "file $zero is not a checkpoint of project" && echo 0 || echo 1) \
-	"the checkpoint route refuses hostile requests: no token 401, no sha256 400, no checkpoint 404, no project 404"
+	echo "$b3" | grep -q "file $zero is not a checkpoint of project" &&
+	echo "$b5" | grep -q "is of version 0: only those of versions" && echo 0 || echo 1) \
+	"the checkpoint route refuses hostile requests: no token 401, no sha256 400, no checkpoint, no project, an old checkpoint 404"
 
 sent3=$(grep -c "pieces: served [0-9]* pieces to host $H4\|pieces: host $H4: " "$T/client3.log")
 ok $([ "$sent3" -ge 1 ] && echo 0 || echo 1) "the lying peer did serve the joiner (its log: $sent3 connections)"
