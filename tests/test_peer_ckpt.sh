@@ -106,7 +106,7 @@ done
 SHA=$(cur_sha)
 V=$(sql "select current_version from project where id = $pid")
 SIZE=$(sql "select size from file where sha256 = '$SHA'")
-ok $([ "$held" = 1 ] && [ "$V" -ge 2 ] && echo 0 || echo 1) \
+ok "$([ "$held" = 1 ] && [ "$V" -ge 2 ] && echo 0 || echo 1)" \
 	"three clients train to version $V and each holds its checkpoint $SHA ($SIZE bytes) from its own step"
 
 mark=$(wc -l <"$T/server.log")
@@ -117,7 +117,7 @@ diag "joiner: ${line#*: }"
 pieces=$(echo "$line" | sed -n 's/.*bytes, \([0-9]*\) pieces of.*/\1/p')
 peers=$(echo "$line" | sed -n 's/.*: \([0-9]*\) from [0-9]* peers.*/\1/p')
 server=$(echo "$line" | sed -n 's/.*, \([0-9]*\) from the server.*/\1/p')
-ok $([ -n "$pieces" ] && [ "$pieces" -gt 3 ] && [ "$peers" = "$pieces" ] && [ "$server" = 0 ] && echo 0 || echo 1) \
+ok "$([ -n "$pieces" ] && [ "$pieces" -gt 3 ] && [ "$peers" = "$pieces" ] && [ "$server" = 0 ] && echo 0 || echo 1)" \
 	"the joiner gets all ${pieces:-?} pieces of the checkpoint from peers (${peers:-?}), none from the server (${server:-?})"
 
 egress() { # bytes of file $1 the server sent after line $2 of its log
@@ -125,19 +125,19 @@ egress() { # bytes of file $1 the server sent after line $2 of its log
 		awk '{ s += $1 } END { print s + 0 }'
 }
 e4=$(egress "$SHA" "$mark")
-ok $([ "$e4" -eq 0 ] && echo 0 || echo 1) "the server sent 0 bytes of the checkpoint's file for the joiner ($e4)"
+ok "$([ "$e4" -eq 0 ] && echo 0 || echo 1)" "the server sent 0 bytes of the checkpoint's file for the joiner ($e4)"
 
 TOKEN4=$(sed -n 's/.*"host_token": *"\([^"]*\)".*/\1/p' "$T/cl4/state.json" | head -1)
 url="http://127.0.0.1:$PORT/v1/projects/pc/checkpoints"
 mbytes=$(curl -s -H "Authorization: Bearer $TOKEN4" "$url/$SHA" | wc -c)
 diag "the server's answer for the joiner: the manifest, $mbytes bytes against the checkpoint's $SIZE"
-ok $([ "$mbytes" -gt 0 ] && [ $((mbytes * 10)) -lt "$SIZE" ] && echo 0 || echo 1) \
+ok "$([ "$mbytes" -gt 0 ] && [ $((mbytes * 10)) -lt "$SIZE" ] && echo 0 || echo 1)" \
 	"the server's egress for a joiner is the manifest ($mbytes bytes), under a tenth of the checkpoint ($SIZE bytes)"
 
 refused=$(grep -c "host $H3 .*sent piece [0-9]* of $SHA .*does not match the manifest: refused" "$T/client4.log")
 honest=$(grep "checkpoint $SHA: [0-9]* pieces from host \($H1\|$H2\) " "$T/client4.log" | sed -n 's/.*: \([0-9]*\) pieces from host.*/\1/p' |
 	awk '{ s += $1 } END { print s + 0 }')
-ok $([ "$refused" -ge 1 ] && [ "$honest" = "$pieces" ] && echo 0 || echo 1) \
+ok "$([ "$refused" -ge 1 ] && [ "$honest" = "$pieces" ] && echo 0 || echo 1)" \
 	"the lying peer (host $H3)'s piece is refused ($refused) and every piece comes from the honest peers ($honest)"
 
 f4=$(find "$T/cl4/cache" -name "$SHA" | head -1)
@@ -153,13 +153,13 @@ s4=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN4" "
 OLD=$(sql "select checkpoint_sha256 from model_version where project_id = $pid and version = 0")
 b5=$(curl -s -H "Authorization: Bearer $TOKEN4" "$url/$OLD")
 diag "no token: $s1; not a sha256: $s2; no checkpoint: $b3; no project: $s4; version 0 of $V: $b5"
-ok $([ "$s1" = 401 ] && [ "$s2" = 400 ] && [ "$s4" = 404 ] &&
+ok "$([ "$s1" = 401 ] && [ "$s2" = 400 ] && [ "$s4" = 404 ] &&
 	echo "$b3" | grep -q "file $zero is not a checkpoint of project" &&
-	echo "$b5" | grep -q "is of version 0: only those of versions" && echo 0 || echo 1) \
+	echo "$b5" | grep -q "is of version 0: only those of versions" && echo 0 || echo 1)" \
 	"the checkpoint route refuses hostile requests: no token 401, no sha256 400, no checkpoint, no project, an old checkpoint 404"
 
 sent3=$(grep -c "pieces: served [0-9]* pieces to host $H4\|pieces: host $H4: " "$T/client3.log")
-ok $([ "$sent3" -ge 1 ] && echo 0 || echo 1) "the lying peer did serve the joiner (its log: $sent3 connections)"
+ok "$([ "$sent3" -ge 1 ] && echo 0 || echo 1)" "the lying peer did serve the joiner (its log: $sent3 connections)"
 
 # Every holder gone: the server is the fallback, piece by piece.  (The
 # joiner, which trained alone meanwhile, goes too: it may hold a newer one.)
@@ -173,7 +173,7 @@ line=$(grep "project pc: checkpoint $SHA (" "$T/client5.log" | head -1)
 diag "second joiner: ${line#*: }"
 server=$(echo "$line" | sed -n 's/.*, \([0-9]*\) from the server.*/\1/p')
 e5=$(egress "$SHA" "$mark")
-ok $([ -n "$server" ] && [ "$server" = "$pieces" ] && [ "$e5" = "$SIZE" ] && echo 0 || echo 1) \
+ok "$([ -n "$server" ] && [ "$server" = "$pieces" ] && [ "$e5" = "$SIZE" ] && echo 0 || echo 1)" \
 	"with no holder left the server serves every piece ($server) and its egress is the file ($e5 of $SIZE bytes)"
 f5=$(find "$T/cl5/cache" -name "$SHA" | head -1)
 got=$(sha256sum "$f5" 2>/dev/null | cut -d' ' -f1)
