@@ -132,14 +132,15 @@ cot_err ckpt_manifest_from_json(const json_t *j, const char *sha256, uint64_t si
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "piece manifest has pieces of %lld bytes, files of %llu bytes have %u", ps,
 		                  (unsigned long long)size, ckpt_piece_size(size));
+	/* The count before anything is allocated for it. */
+	uint64_t want = (size + (uint64_t)ps - 1) / (uint64_t)ps;
+	const json_t *pieces = json_object_get(j, "pieces");
+	if (!json_is_array(pieces) || json_array_size(pieces) != want)
+		return cot_seterr(eb, COT_ERR_INVALID, "piece manifest must list %llu pieces",
+		                  (unsigned long long)want);
 	cot_err rc = alloc_pieces(m, sha256, size, eb);
 	if (rc)
 		return rc;
-	const json_t *pieces = json_object_get(j, "pieces");
-	if (!json_is_array(pieces) || json_array_size(pieces) != m->n) {
-		ckpt_manifest_free(m);
-		return cot_seterr(eb, COT_ERR_INVALID, "piece manifest must list %u pieces", m->n);
-	}
 	for (uint32_t i = 0; i < m->n; i++) {
 		const char *h = json_string_value(json_array_get(pieces, i));
 		if (!h || !hash_is_sha256_hex(h)) {
