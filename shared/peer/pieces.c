@@ -253,8 +253,9 @@ static void *worker_main(void *arg)
 	dialer_target t = { .addr = s->addr, .port = s->port, .host_id = s->host_id };
 	dialer_result res = { .fd = -1 };
 	peer_conn *c = NULL;
-	int64_t hd = min64(p->deadline, deadline_after_ms(2 * PIECES_HANDSHAKE_MS));
+	int64_t hd = min64(p->deadline, deadline_after_ms(PIECES_CONNECT_MS));
 	cot_err rc = dialer_connect(p->dialer, &t, hd, &res, &eb);
+	hd = min64(p->deadline, deadline_after_ms(PIECES_HANDSHAKE_MS));
 	if (!rc)
 		rc = peer_handshake(p->ctx, res.fd, PEER_CLIENT, s->host_id, hd, &c, &eb);
 	uint32_t max =

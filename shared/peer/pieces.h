@@ -29,6 +29,10 @@
 #define PIECES_PROTO_MIN 3       /* the first protocol version with pieces */
 #define PIECES_SOURCES_MAX 16    /* holders asked at once */
 #define PIECES_HANDSHAKE_MS 5000 /* TLS and HELLO, either side */
+/* Reaching a holder (the ladder's meeting and a TCP connect): short, since a
+ * fetch ends only when every holder's thread has; a holder that cannot be
+ * reached in this long is left to the others. */
+#define PIECES_CONNECT_MS 3000
 
 /* ---- Serving ---- */
 
