@@ -22,11 +22,11 @@
 #include "client/daemon.h"
 
 #include <errno.h>
-#include <sys/stat.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
