@@ -8,7 +8,17 @@
 #include "shared/common/log.h"
 #include "shared/common/sketch.h"
 
-typedef enum { NONE, SKIP_HALF, POISON, RANDOM_BYTES, SCALE_100, REPLAY, MISMATCH, AGG_NOISE } cheat;
+typedef enum {
+	NONE,
+	SKIP_HALF,
+	POISON,
+	RANDOM_BYTES,
+	SCALE_100,
+	REPLAY,
+	MISMATCH,
+	AGG_NOISE,
+	CORRUPT_PIECES
+} cheat;
 
 static const struct {
 	const char *name, *what;
@@ -21,6 +31,7 @@ static const struct {
 	[MISMATCH] = { "mismatch", "sends a quarter of its gradient, not what its sketches commit" },
 	[AGG_NOISE] = { "agg-noise",
 	                "adds noise the size of each value to the sums it returns as an aggregator" },
+	[CORRUPT_PIECES] = { "corrupt-pieces", "serves checkpoint pieces with one bit changed" },
 };
 
 /* RANDOM_BYTES keeps the norm of each block of this many values, so of
@@ -50,6 +61,12 @@ cot_err cl_cheat_init(cot_errbuf *eb)
 int cl_cheat_skip(int64_t g) { return mode == SKIP_HALF && (g & 1); }
 
 double cl_cheat_result_noise(void) { return mode == AGG_NOISE ? 1.0 : 0; }
+
+void cl_cheat_piece(unsigned char *data, size_t len)
+{
+	if (mode == CORRUPT_PIECES && len > 0)
+		data[len / 2] ^= 0x01;
+}
 
 float *cl_cheat_poison(const float *grad, size_t n)
 {

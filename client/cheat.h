@@ -23,7 +23,10 @@
  *         differ from the sketches it committed, within every norm limit;
  *     COTRAIN_CHEAT=agg-noise     as an aggregator, adds noise the size of
  *         each value to the sum it returns
- *         (allreduce_params.test_result_noise).
+ *         (allreduce_params.test_result_noise);
+ *     COTRAIN_CHEAT=corrupt-pieces  serves pieces of the checkpoints it
+ *         holds with one bit changed (client/piece_server.h): the joiner's
+ *         check against the manifest refuses them.
  * The sketch checks of the averaged bytes catch random-bytes, replay,
  * mismatch and agg-noise, the outlier refusal scale-100 (doc/credit.md,
  * "Tied to the bytes").
@@ -56,5 +59,8 @@ float *cl_cheat_poison(const float *grad, size_t n);
 
 /* With agg-noise, the relative noise our aggregator adds to its sums; 0. */
 double cl_cheat_result_noise(void);
+
+/* With corrupt-pieces, flip one bit of a piece about to be served. */
+void cl_cheat_piece(unsigned char *data, size_t len);
 
 #endif

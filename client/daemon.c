@@ -12,6 +12,7 @@
 
 #include "client/download.h"
 #include "client/idle.h"
+#include "client/peer_fetch.h"
 #include "client/power.h"
 #include "client/priority.h"
 #include "client/shard_cache.h"
@@ -74,12 +75,31 @@ void cl_daemon_remove_project(cl_daemon *d, int i)
 	 * by them. */
 	if (d->rt[i].session != d->computing && !d->rt[i].round_running)
 		cl_compute_close(d->rt[i].session);
+	cl_piece_server_stop(d->rt[i].pieces);
 	cl_peer_free(&d->rt[i].peer);
 	cl_spot_job_free(d->rt[i].spot);
 	cl_peer_forget(&d->st.projects[i], d->cfg.state_dir);
 	memmove(&d->rt[i], &d->rt[i + 1], (size_t)(d->st.nprojects - i - 1) * sizeof d->rt[0]);
 	memset(&d->rt[d->st.nprojects - 1], 0, sizeof d->rt[0]);
 	cl_state_remove(&d->st, i);
+}
+
+void cl_daemon_pieces_lend(cl_daemon *d, int i)
+{
+	cl_runtime *rt = &d->rt[i];
+	if (!rt->peer.lst || !rt->peer.ctx)
+		return;
+	if (!rt->pieces) {
+		cot_errbuf eb = { "", "" };
+		if (!(rt->pieces = cl_piece_server_start(d->st.projects[i].name, &eb))) {
+			log_warn("project %s: could not serve checkpoint pieces: %s", d->st.projects[i].name,
+			         eb.msg);
+			return;
+		}
+	}
+	cl_prefs prefs;
+	cl_daemon_prefs(d, &prefs);
+	cl_piece_server_attach(rt->pieces, rt->peer.lst, rt->peer.ctx, prefs.v[PREF_UPLOAD_LIMIT]);
 }
 
 void cl_daemon_drop_gradient(cl_daemon *d, int i, const char *why)
@@ -361,6 +381,47 @@ static void hand_back(cl_daemon *d, int i, const char *why)
 	send_report(d, i, CL_REPORT_HANDBACK, w->mb_done);
 }
 
+/* Checkpoint sha (size bytes) of project i from the peers that hold it
+ * (client/peer_fetch.h), with our peer identity and listener made ready
+ * first: a joiner has none before its first round.  Lock not held; the
+ * peer is taken from the runtime meanwhile, as a round takes it (no round
+ * runs: the project has no session). */
+static cot_err from_peers(cl_daemon *d, int i, const cl_project *p, const cl_api_opts *o,
+                          const cl_fetch_env *env, const char *sha, int64_t size, char *dest, size_t destlen,
+                          cot_errbuf *eb)
+{
+	pthread_mutex_lock(&d->lock);
+	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, p->url) != 0 || d->rt[i].round_running) {
+		pthread_mutex_unlock(&d->lock);
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the project is busy");
+	}
+	cl_peer pe = d->rt[i].peer;
+	memset(&d->rt[i].peer, 0, sizeof d->rt[i].peer);
+	cl_piece_server_detach(d->rt[i].pieces);
+	pthread_mutex_unlock(&d->lock);
+
+	nat_config nc;
+	dialer *dl = NULL;
+	cot_err rc = cl_peer_ready(&pe, o, p, &d->cfg, eb);
+	if (!rc)
+		rc = cl_peer_nat_config(&pe, p, &d->cfg, &nc) ? nat_dialer_new(&nc, p->name, 0, &dl, eb)
+		                                              : dialer_direct_new(&dl, eb);
+	cl_peer_fetch_info info;
+	if (!rc)
+		rc = cl_peer_fetch(env, o, p, pe.ctx, dl, sha, size, dest, destlen, &info, eb);
+	dialer_free(dl);
+
+	pthread_mutex_lock(&d->lock);
+	if (i < d->st.nprojects && strcmp(d->st.projects[i].url, p->url) == 0) {
+		d->rt[i].peer = pe;
+		cl_daemon_pieces_lend(d, i);
+	} else {
+		cl_peer_free(&pe); /* detached meanwhile */
+	}
+	pthread_mutex_unlock(&d->lock);
+	return rc;
+}
+
 /* Before asking for work: the project's current checkpoint into the cache
  * (lock held; released while fetching).  A work unit's deadline runs from
  * its assignment, so a checkpoint fetched after it over a slow or
@@ -389,10 +450,13 @@ static int prefetch_checkpoint(cl_daemon *d, int i)
 	const json_t *ck = json_object_get(info, "checkpoint");
 	const char *sha = NULL;
 	long long size = 0;
+	char sha_copy[65] = "", dest[PATH_MAX];
+	int fetched = 0;
 	if (!rc && json_is_object(ck) && !cot_json_str(ck, "sha256", true, 64, 64, &sha, NULL) &&
 	    hash_is_sha256_hex(sha) && !cot_json_int(ck, "size", true, 1, 1LL << 40, &size, NULL) &&
 	    strcmp(sha, held) != 0 && !cl_cache_has(d->cache_dir, sha, size)) {
-		char dest[PATH_MAX], part[PATH_MAX + 80];
+		snprintf(sha_copy, sizeof sha_copy, "%s", sha);
+		char part[PATH_MAX + 80];
 		struct stat pst;
 		snprintf(part, sizeof part, "%s/%s.part", d->downloads_dir, sha);
 		int resumed = stat(part, &pst) == 0 && pst.st_size > 0;
@@ -400,18 +464,33 @@ static int prefetch_checkpoint(cl_daemon *d, int i)
 		cl_daemon_activity(d, i, "downloading checkpoint %s (%lld bytes) before asking for work", sha,
 		                   size);
 		pthread_mutex_unlock(&d->lock);
-		rc = cl_cache_fetch(&env, copy.base, copy.host_token, sha, size, dest, sizeof dest, NULL,
-		                    &eb);
-		if (!rc)
+		/* From the peers that hold it, the server filling in; a server
+		 * without the route, or any failure, leaves it to the whole
+		 * download below. */
+		cot_errbuf pe = { "", "" };
+		rc = resumed ? COT_ERR_EXISTS
+		             : from_peers(d, i, &copy, &o, &env, sha, size, dest, sizeof dest, &pe);
+		if (rc && !resumed)
+			log_info("project %s: checkpoint %s not from peers (%s); downloading it whole",
+			         copy.name, sha, pe.msg);
+		if (rc)
+			rc = cl_cache_fetch(&env, copy.base, copy.host_token, sha, size, dest, sizeof dest,
+			                    NULL, &eb);
+		if (!rc) {
 			log_info("project %s: downloaded %s (%lld bytes%s) before asking for work", copy.name,
 			         sha, size, resumed ? ", resumed" : "");
-		else if (rc == COT_ERR_NOT_FOUND)
+			fetched = 1;
+		} else if (rc == COT_ERR_NOT_FOUND)
 			rc = COT_OK; /* a newer version replaced it meanwhile: the unit will say which */
 	}
 	json_decref(info);
 	pthread_mutex_lock(&d->lock);
 	if (i >= d->st.nprojects || strcmp(d->st.projects[i].url, copy.url) != 0)
 		return 0; /* detached meanwhile */
+	if (fetched) {
+		cl_daemon_pieces_lend(d, i);
+		cl_piece_server_hold(d->rt[i].pieces, sha_copy, dest, (uint64_t)size);
+	}
 	if (rc) {
 		fail(d, i, "fetching the checkpoint", &eb);
 		return 0;

@@ -18,6 +18,7 @@
 #include "client/compute.h"
 #include "client/conf.h"
 #include "client/peer_id.h"
+#include "client/piece_server.h"
 #include "client/state.h"
 
 #define CL_ROUND_MAX_UNITS 256
@@ -51,11 +52,12 @@ typedef struct {
 	cl_round_acc acc; /* the work units whose microbatches the session's gradient sums */
 	int round_due;    /* the round of round_version closed: take part */
 	int64_t round_version, round_attempt;
-	cl_peer peer;       /* identity and listener for averaging */
-	char network[200];  /* how the NAT service sees us (cl_peer_network), for status */
-	char links[600];    /* the last round's connections (cl_links_summary), for status */
-	int round_running;  /* a round thread owns the session, the peer and the live unit */
-	double last_report; /* monotonic seconds */
+	cl_peer peer;            /* identity and listener for averaging */
+	cl_piece_server *pieces; /* serves held checkpoints on peer's listener between rounds */
+	char network[200];       /* how the NAT service sees us (cl_peer_network), for status */
+	char links[600];         /* the last round's connections (cl_links_summary), for status */
+	int round_running;       /* a round thread owns the session, the peer and the live unit */
+	double last_report;      /* monotonic seconds */
 	double last_account_check;
 	double next_spot_at;      /* monotonic seconds of the next spot-check pass */
 	double last_spot_end;     /* monotonic seconds the last pass ended */
@@ -139,6 +141,11 @@ void cl_daemon_drop_gradient(cl_daemon *d, int i, const char *why);
  * goes on with other projects) while rt->round_running is set; nothing else
  * touches that project's session meanwhile. */
 void cl_daemon_round(cl_daemon *d, int i);
+
+/* Lend project i's peer listener and identity, when it has them, to its
+ * piece server (started on first use; client/piece_server.h) until the
+ * next round or prefetch takes them (cl_piece_server_detach).  Lock held. */
+void cl_daemon_pieces_lend(cl_daemon *d, int i);
 
 /* Start the round of project i in its own thread (lock held). */
 void cl_daemon_round_start(cl_daemon *d, int i);

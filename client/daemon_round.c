@@ -21,9 +21,12 @@
  * nothing is lost or counted twice. */
 #include "client/daemon.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +35,7 @@
 #include "client/round.h"
 #include "client/shard_cache.h"
 #include "kernels/backend.h"
+#include "kernels/checkpoint.h"
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
 #include "shared/averaging/allreduce.h"
@@ -65,8 +69,11 @@ typedef struct {
 	float *sum; /* the group sum, then the mean */
 	allreduce_result res;
 	char params_sha[65];
-	char ckpt_sha[65]; /* the server's checkpoint of v+1 when accepted ("" if unsaid) */
-	cl_links links;    /* the connections we dialed */
+	char ckpt_sha[65];        /* the server's checkpoint of v+1 when accepted ("" if unsaid) */
+	char held_path[PATH_MAX]; /* our copy of that checkpoint in the cache ("" when none) */
+	uint64_t held_size;
+	double held_write_s; /* what writing and hashing it took */
+	cl_links links;      /* the connections we dialed */
 } round_job;
 
 static void activity(round_job *j, const char *what)
@@ -444,6 +451,38 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 	return rc;
 }
 
+/* After an accepted step our model is the server's v+1: write it as the
+ * checkpoint file the server wrote, so that joiners may fetch its pieces
+ * from us (client/piece_server.h).  Kept in the cache only when it hashes
+ * to the server's checkpoint; j->held_path then names it. */
+static void keep_checkpoint(round_job *j)
+{
+	char tmp[PATH_MAX + 80], sha[65];
+	long long size = 0;
+	cot_errbuf eb = { "", "" };
+	double t0 = cl_now_mono();
+	snprintf(tmp, sizeof tmp, "%s/%s.own", j->d->downloads_dir, j->ckpt_sha);
+	mkdir(j->d->downloads_dir, 0700);
+	if (ckpt_save(j->m, tmp, &eb) || hash_file_sha256_hex(tmp, sha, &size, &eb)) {
+		log_warn("project %s: could not write our checkpoint of version %lld: %s", j->p.name,
+		         (long long)j->v + 1, eb.msg);
+	} else if (strcmp(sha, j->ckpt_sha) != 0) {
+		log_warn("project %s: our checkpoint of version %lld hashes to %s, the server's to %s: we do "
+		         "not serve it",
+		         j->p.name, (long long)j->v + 1, sha, j->ckpt_sha);
+	} else if (cl_cache_path(j->d->cache_dir, sha, j->held_path, sizeof j->held_path, &eb) ||
+	           rename(tmp, j->held_path)) {
+		log_warn("project %s: could not keep our checkpoint of version %lld: %s", j->p.name,
+		         (long long)j->v + 1, eb.msg[0] ? eb.msg : strerror(errno));
+		j->held_path[0] = '\0';
+	} else {
+		j->held_size = (uint64_t)size;
+		j->held_write_s = cl_now_mono() - t0;
+		return;
+	}
+	unlink(tmp);
+}
+
 /* The steps 1-6 outside the lock; *accepted as for outcome(). */
 static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 {
@@ -524,6 +563,8 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 	rc = outcome(j, 1, accepted, eb);
 	if (rc)
 		return rc;
+	if (*accepted && j->ckpt_sha[0])
+		keep_checkpoint(j);
 	log_info("project %s: round %lld: averaged %llu samples of %zu peers (%zu dropped) in %.2f s; "
 	         "parameters %s%s",
 	         j->p.name, (long long)j->v, (unsigned long long)j->res.total_samples, j->res.n_included,
@@ -562,6 +603,8 @@ void cl_daemon_round(cl_daemon *d, int i)
 			}
 		j.live_wu = w->id;
 	}
+	/* The all-reduce accepts on our listener: the piece server stops. */
+	cl_piece_server_detach(rt->pieces);
 	cl_daemon_api_opts(d, &j.o);
 	kern_set_threads(d->threads);
 	pthread_mutex_unlock(&d->lock);
@@ -589,6 +632,14 @@ void cl_daemon_round(cl_daemon *d, int i)
 	}
 	rt = &d->rt[i];
 	rt->peer = j.peer;
+	cl_daemon_pieces_lend(d, i);
+	if (j.held_path[0] && rt->pieces) {
+		cl_piece_server_hold(rt->pieces, j.ckpt_sha, j.held_path, j.held_size);
+		log_info("project %s: serving pieces of checkpoint %s (version %lld, %llu bytes written in "
+		         "%.3f s) to peers",
+		         j.p.name, j.ckpt_sha, (long long)j.v + 1, (unsigned long long)j.held_size,
+		         j.held_write_s);
+	}
 	if (links[0])
 		snprintf(rt->links, sizeof rt->links, "round %lld: %s", (long long)j.v, links);
 	if (j.reopened) {

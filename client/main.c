@@ -323,6 +323,7 @@ int main(int argc, char **argv)
 		if (d.rt[i].round_running)
 			continue; /* a round still ending owns them */
 		cl_compute_close(d.rt[i].session);
+		cl_piece_server_stop(d.rt[i].pieces);
 		cl_peer_free(&d.rt[i].peer);
 	}
 	pthread_mutex_unlock(&d.lock);

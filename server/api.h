@@ -73,4 +73,8 @@ void api_round_group_sum(http_req *req);
 
 void files_get(http_req *req);
 
+/* A checkpoint's piece manifest and the peers that hold it
+ * (api_checkpoints.c). */
+void api_checkpoint_sources(http_req *req);
+
 #endif

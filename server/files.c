@@ -19,6 +19,7 @@
 
 #include "shared/common/filestore.h"
 #include "shared/common/hash.h"
+#include "shared/common/log.h"
 
 /* Parse a Range header against size.  Returns 1 with [*off, *off + *len)
  * for one satisfiable range, 0 to send the whole file (no header, an unknown
@@ -157,6 +158,9 @@ void files_get(http_req *req)
 	}
 	if (!r)
 		return;
+	/* The server's egress per file, which tests of peer-served
+	 * checkpoints count (doc/design.md, "Checkpoints from peers"). */
+	log_debug("file %s: sending %" PRIu64 " bytes from offset %" PRIu64, sha, len, off);
 	add_headers(r, etag);
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
 	if (range > 0) {

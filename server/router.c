@@ -42,6 +42,7 @@ static const route routes[] = {
 	{ "POST", "/v1/projects/{}/rounds/{}/outcome", api_round_outcome },
 	{ "POST", "/v1/projects/{}/rounds/{}/group_sum", api_round_group_sum },
 	{ "GET", "/v1/projects/{}/rounds", api_round_list },
+	{ "GET", "/v1/projects/{}/checkpoints/{}", api_checkpoint_sources },
 	{ "GET", "/files/{}", files_get },
 	{ "HEAD", "/files/{}", files_get },
 	{ "GET", "/v1/credit/{}", credit_leaderboard },

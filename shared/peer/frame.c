@@ -30,6 +30,10 @@ const char *frame_type_name(uint8_t type)
 		return "RESULT";
 	case FRAME_ABORT:
 		return "ABORT";
+	case FRAME_PIECE_GET:
+		return "PIECE_GET";
+	case FRAME_PIECE:
+		return "PIECE";
 	}
 	return "unknown";
 }
@@ -399,6 +403,8 @@ cot_err frame_error_to_cot(uint16_t code)
 		return COT_ERR_CONFLICT;
 	case FRAME_ERR_LIMIT:
 		return COT_ERR_TOO_LARGE;
+	case FRAME_ERR_NOT_FOUND:
+		return COT_ERR_NOT_FOUND;
 	}
 	return COT_ERR_NETWORK;
 }
@@ -418,6 +424,8 @@ uint16_t frame_error_from_cot(cot_err e)
 		return FRAME_ERR_ROUND;
 	case COT_ERR_TOO_LARGE:
 		return FRAME_ERR_LIMIT;
+	case COT_ERR_NOT_FOUND:
+		return FRAME_ERR_NOT_FOUND;
 	default:
 		return FRAME_ERR_INTERNAL;
 	}

@@ -44,18 +44,24 @@ enum frame_type {
 	FRAME_SLICE = 0x10,  /* a peer's slice of the gradient to an aggregator */
 	FRAME_RESULT = 0x11, /* an aggregator's summed slice */
 	FRAME_ABORT = 0x12,  /* leave the round */
-	                     /* 0x20..0xff: unassigned (the NAT service speaks a line protocol, not frames) */
+	/* 0x20..0x2f: unassigned (the NAT service speaks a line protocol, not
+	 * frames).  0x30..0x3f: pieces of held files (protocol version 3,
+	 * pieces.h): */
+	FRAME_PIECE_GET = 0x30, /* str sha256, u32 index: ask for a piece */
+	FRAME_PIECE = 0x31,     /* u32 index, blob bytes: the piece asked for */
+	                        /* 0x40..0xff: unassigned */
 };
 
 /* Codes carried by FRAME_ERROR: stable on the wire, unlike cot_err values. */
 enum frame_error {
-	FRAME_ERR_PROTOCOL = 1, /* malformed or unexpected message */
-	FRAME_ERR_VERSION = 2,  /* no common protocol version */
-	FRAME_ERR_PROJECT = 3,  /* another project */
-	FRAME_ERR_IDENTITY = 4, /* host id does not match the certificate, or not expected */
-	FRAME_ERR_ROUND = 5,    /* not in the same round */
-	FRAME_ERR_LIMIT = 6,    /* a size limit was exceeded */
-	FRAME_ERR_INTERNAL = 7, /* the sender failed */
+	FRAME_ERR_PROTOCOL = 1,  /* malformed or unexpected message */
+	FRAME_ERR_VERSION = 2,   /* no common protocol version */
+	FRAME_ERR_PROJECT = 3,   /* another project */
+	FRAME_ERR_IDENTITY = 4,  /* host id does not match the certificate, or not expected */
+	FRAME_ERR_ROUND = 5,     /* not in the same round */
+	FRAME_ERR_LIMIT = 6,     /* a size limit was exceeded */
+	FRAME_ERR_INTERNAL = 7,  /* the sender failed */
+	FRAME_ERR_NOT_FOUND = 8, /* the file asked for is not held (pieces.h) */
 };
 
 typedef struct {

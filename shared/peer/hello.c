@@ -60,6 +60,13 @@ cot_err hello_check(const hello_msg *ours, const hello_msg *theirs, int64_t cert
 		return cot_seterr(eb, COT_ERR_UNSUPPORTED,
 		                  "no common protocol version: we speak %u..%u, the peer %u..%u",
 		                  ours->proto_min, ours->proto_max, theirs->proto_min, theirs->proto_max);
+	if (theirs->round != ours->round && theirs->round == HELLO_ROUND_FILES)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "peer asks for pieces of files, we are in round %lld",
+		                  (long long)ours->round);
+	if (theirs->round != ours->round && ours->round == HELLO_ROUND_FILES)
+		return cot_seterr(eb, COT_ERR_CONFLICT,
+		                  "peer is in round %lld, we serve only pieces of files",
+		                  (long long)theirs->round);
 	if (theirs->round != ours->round)
 		return cot_seterr(eb, COT_ERR_CONFLICT, "peer is in round %lld, we are in round %lld",
 		                  (long long)theirs->round, (long long)ours->round);

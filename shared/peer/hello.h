@@ -24,8 +24,13 @@
 #include "shared/peer/pki.h"
 
 #define HELLO_PROTO_MIN \
-	2 /* message-set versions this build speaks (2: pipelined parts, doc/peer-protocol.md) */
-#define HELLO_PROTO_MAX 2
+	2 /* message-set versions this build speaks (2: pipelined parts, 3: pieces of held files; doc/peer-protocol.md) */
+#define HELLO_PROTO_MAX 3
+
+/* The round of a connection that is no round's: one that asks for pieces of
+ * held files (pieces.h), which needs protocol version 3.  Rounds are model
+ * versions, far below. */
+#define HELLO_ROUND_FILES INT64_MAX
 
 typedef struct {
 	uint16_t proto_min, proto_max;

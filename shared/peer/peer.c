@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ struct peer_ctx {
 	SSL_CTX *ssl;
 	pki_trust *trust;
 	int64_t host_id;
+	atomic_int refs; /* peer_ctx_ref */
 };
 
 struct peer_conn {
@@ -106,9 +108,16 @@ static int verify_peer(X509_STORE_CTX *sctx, void *arg)
 	return 1;
 }
 
+peer_ctx *peer_ctx_ref(peer_ctx *ctx)
+{
+	if (ctx)
+		atomic_fetch_add(&ctx->refs, 1);
+	return ctx;
+}
+
 void peer_ctx_free(peer_ctx *ctx)
 {
-	if (!ctx)
+	if (!ctx || atomic_fetch_sub(&ctx->refs, 1) > 1)
 		return;
 	SSL_CTX_free(ctx->ssl);
 	pki_trust_free(ctx->trust);
@@ -135,6 +144,8 @@ cot_err peer_ctx_new(const peer_identity *id, peer_ctx **out, cot_errbuf *eb)
 	EVP_PKEY *key = NULL;
 	cot_err rc;
 	peer_ctx *ctx = calloc(1, sizeof *ctx);
+	if (ctx)
+		atomic_init(&ctx->refs, 1);
 	if (!ctx)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	if ((rc = pki_trust_new(id->ca_pem, id->ca_len, id->project, &ctx->trust, eb)) ||

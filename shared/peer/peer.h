@@ -57,6 +57,11 @@ typedef enum { PEER_CLIENT, PEER_SERVER } peer_role;
  * validity window is not checked here (peers check it at each handshake), so
  * a context may outlive one certificate: make a new one at renewal. */
 cot_err peer_ctx_new(const peer_identity *id, peer_ctx **out, cot_errbuf *eb);
+
+/* One more owner of ctx (returned): each owner calls peer_ctx_free once, and
+ * the last one frees it.  So a thread that handshakes with a context may
+ * keep it while its first owner renews it (client/piece_server.c). */
+peer_ctx *peer_ctx_ref(peer_ctx *ctx);
 void peer_ctx_free(peer_ctx *ctx);
 
 /* This host's id, from its own certificate. */

@@ -20,6 +20,7 @@
 #include "kernels/safetensors.h"
 #include "shared/averaging/allreduce_msg.h"
 #include "shared/averaging/compress.h"
+#include "shared/common/ckpt_pieces.h"
 #include "shared/common/filestore.h"
 #include "shared/common/shard.h"
 #include "shared/peer/frame.h"
@@ -385,6 +386,30 @@ static void text_seeds(void)
 	        "\"d_ff\":8,\"seq_len\":4,\"vocab\":256},\"target_batch\":8,\"microbatch_size\":8}");
 }
 
+/* Piece manifests as the checkpoint route answers them: a file of one
+ * piece and one of four, the last short. */
+static void manifest_seeds(void)
+{
+	static const uint64_t sizes[] = { 1, 200000 };
+	static const char *const names[] = { "one-piece", "four-pieces" };
+	for (int k = 0; k < 2; k++) {
+		ckpt_manifest m = { .size = sizes[k], .piece_size = ckpt_piece_size(sizes[k]) };
+		m.n = (uint32_t)((m.size + m.piece_size - 1) / m.piece_size);
+		m.hash = malloc(m.n * sizeof *m.hash);
+		for (uint32_t i = 0; i < m.n; i++)
+			hash_sha256(&i, sizeof i, m.hash[i]);
+		hash_sha256_hex(names[k], strlen(names[k]), m.sha256);
+		json_t *j = ckpt_manifest_to_json(&m);
+		char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		if (!text)
+			die(names[k], "could not encode a manifest");
+		put_str("ckpt_manifest", names[k], text);
+		free(text);
+		json_decref(j);
+		ckpt_manifest_free(&m);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -399,5 +424,6 @@ int main(int argc, char **argv)
 	file_seeds();
 	text_seeds();
 	state_seeds();
+	manifest_seeds();
 	return 0;
 }
