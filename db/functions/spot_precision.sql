@@ -2,7 +2,7 @@
 -- precision its GPU hosts compute in (the project file's "precision",
 -- doc/project-file.md): a host's gradient on a GPU and a checker's on a CPU
 -- differ by the products' rounding, not by any fault.  Measured on an H200
--- (tests/test_gpu_kernels.c, doc/gpu-runs/): bf16 gradients against the
+-- (tests/test_gpu_kernels.c, tests/bench/gpu-runs/): bf16 gradients against the
 -- CPU's have a cosine of 0.99998 (relative L2 difference about 6e-3), fp32
 -- ones agree to 2e-6; the floors leave five times that margin.  A project
 -- without the key (created before it existed) computes in bf16.
