@@ -433,6 +433,10 @@ int main(int argc, char **argv)
 {
 	int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
 	kern_rng_seed(&rng, 20261126);
+	/* the build tree's backend (tests/tests.am), unless one is named */
+	const char *lib = getenv("COTRAIN_TEST_CUDA_LIB");
+	if (lib && !getenv(KERN_GPU_LIB_ENV))
+		setenv(KERN_GPU_LIB_ENV, lib, 1);
 	plan_lazy();
 	char why[256] = "";
 	api = kern_gpu_api_get(why, sizeof why);
