@@ -949,13 +949,14 @@ BEGIN
             coalesce((cfg->>'work_unit_seconds')::integer, wu_seconds));
     val := cfg->'validation';
     IF jsonb_typeof(val) = 'object' THEN
-        INSERT INTO spot_policy AS s (project_id, trusted_after, first_rate, min_rate)
-        VALUES (p_project, coalesce((val->>'trusted_after')::integer, 10),
+        INSERT INTO spot_policy AS s (project_id, trusted_after, first_rate, min_rate, decay)
+        VALUES (p_project, coalesce((val->>'trusted_after')::integer, 1),
                 coalesce((val->>'first_rate')::double precision, 1),
-                coalesce((val->>'min_rate')::double precision, 0.01))
+                coalesce((val->>'min_rate')::double precision, 0.01),
+                coalesce((val->>'decay')::double precision, 0.5))
         ON CONFLICT (project_id) DO UPDATE
            SET trusted_after = EXCLUDED.trusted_after, first_rate = EXCLUDED.first_rate,
-               min_rate = EXCLUDED.min_rate;
+               min_rate = EXCLUDED.min_rate, decay = EXCLUDED.decay;
     END IF;
 END
 $$;
@@ -3279,14 +3280,16 @@ $$;
 
 CREATE TABLE public.spot_policy (
     project_id bigint NOT NULL,
-    trusted_after integer DEFAULT 10 NOT NULL,
+    trusted_after integer DEFAULT 1 NOT NULL,
     first_rate double precision DEFAULT 1 NOT NULL,
     min_rate double precision DEFAULT 0.01 NOT NULL,
     k integer DEFAULT 16 NOT NULL,
     tolerance double precision DEFAULT 0.001 NOT NULL,
     deadline_s integer DEFAULT 86400 NOT NULL,
     microbatches integer DEFAULT 2 NOT NULL,
+    decay double precision DEFAULT 0.5 NOT NULL,
     CONSTRAINT spot_policy_deadline_s_check CHECK ((deadline_s > 0)),
+    CONSTRAINT spot_policy_decay_check CHECK (((decay > (0)::double precision) AND (decay <= (1)::double precision))),
     CONSTRAINT spot_policy_first_rate_check CHECK (((first_rate >= (0)::double precision) AND (first_rate <= (1)::double precision))),
     CONSTRAINT spot_policy_k_check CHECK (((k >= 1) AND (k <= 256))),
     CONSTRAINT spot_policy_microbatches_check CHECK (((microbatches >= 1) AND (microbatches <= 64))),
@@ -3302,7 +3305,7 @@ CREATE TABLE public.spot_policy (
 CREATE FUNCTION public.spot_policy_of(p_project bigint) RETURNS public.spot_policy
     LANGUAGE sql STABLE
     AS $$
-    SELECT coalesce(s, ROW(p_project, 2147483647, 0, 0, 16, 1e-3, 86400, 2)::spot_policy)
+    SELECT coalesce(s, ROW(p_project, 2147483647, 0, 0, 16, 1e-3, 86400, 2, 0.5)::spot_policy)
       FROM (SELECT NULL) x LEFT JOIN spot_policy s ON s.project_id = p_project
 $$;
 
@@ -3314,7 +3317,9 @@ CREATE FUNCTION public.spot_rate(p public.spot_policy, p_record integer) RETURNS
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT CASE WHEN p_record < p.trusted_after THEN p.first_rate
-                ELSE greatest(p.min_rate, 1.0 / greatest(p_record, 1)) END
+                ELSE greatest(p.min_rate, p.first_rate * exp(greatest(
+                         ln(p.decay) * (p_record - p.trusted_after + 1)::double precision, -700)))
+           END
 $$;
 
 --

@@ -144,19 +144,27 @@ static void totals_match_ledger(const char *when)
 
 static void test_ledger(void)
 {
-	ok(sql_double("SELECT count(*) FROM spot_policy WHERE project_id = %lld", pid) == 1,
-	   "a new project gets the default spot-check policy");
+	ok(sql_double("SELECT count(*) FROM spot_policy WHERE project_id = %lld AND trusted_after = 1"
+	              " AND first_rate = 1 AND decay = 0.5",
+	              pid) == 1,
+	   "a new project gets the default spot-check policy (new hosts always, halved per agreeing "
+	   "check)");
 	th_sql("DELETE FROM spot_policy WHERE project_id = %lld", pid);
 	ok(sql_double("SELECT spot_rate(spot_policy_of(%lld), 0)", pid) == 0,
 	   "a project without a spot_policy row is not spot-checked");
-	ok(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, 3)") == 1 &&
-	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, "
-	                           "20)"),
-	                0.05) &&
-	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, "
-	                           "1000)"),
-	                0.01),
-	   "BOINC's rule: always below 10 agreeing checks, then 1/record, at least min_rate");
+#define DEFAULT_POLICY "ROW(1, 1, 1, 0.01, 16, 1e-3, 86400, 2, 0.5)::spot_policy"
+	ok(sql_double("SELECT spot_rate(" DEFAULT_POLICY ", 0)") == 1 &&
+	           near(sql_double("SELECT spot_rate(" DEFAULT_POLICY ", 1)"), 0.5) &&
+	           near(sql_double("SELECT spot_rate(" DEFAULT_POLICY ", 3)"), 0.125) &&
+	           near(sql_double("SELECT spot_rate(" DEFAULT_POLICY ", 1000000)"), 0.01),
+	   "the default rule: a new host always, then halved by each agreeing check, at least min_rate");
+	ok(sql_double("SELECT spot_rate(ROW(1, 10, 0.8, 0.01, 16, 1e-3, 86400, 2, 0.25)::spot_policy, 9)") ==
+	                   0.8 &&
+	           near(sql_double("SELECT spot_rate(ROW(1, 10, 0.8, 0.01, 16, 1e-3, 86400, 2, "
+	                           "0.25)::spot_policy, "
+	                           "11)"),
+	                0.8 * 0.25 * 0.25),
+	   "first_rate below trusted_after agreeing checks, then first_rate x decay per further one");
 	th_sql("INSERT INTO spot_policy (project_id, trusted_after, first_rate, min_rate)"
 	       " VALUES (%lld, 1000000, 0, 0)",
 	       pid); /* no spot checks yet */
