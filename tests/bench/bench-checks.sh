@@ -6,11 +6,9 @@
 # in sync mode with its target_batch and microbatch_size, ROUNDS rounds,
 # every host new (first_rate 1) under the project's adaptive policy (TRUST
 # adaptive: the rate falls as a host's record of agreeing checks grows), or
-# checked on every round (TRUST never: never trusted).  With CHEAT (a
-# COTRAIN_CHEAT mode of client/cheat.h, e.g. skip-half) one more daemon
-# cheats that way, and the shares count the honest hosts only.
+# checked on every round (TRUST never: never trusted).
 #
-#   tests/bench/bench-checks.sh [PEERS] [ROUNDS] [MICROBATCHES] [TRUST] [CHEAT]
+#   tests/bench/bench-checks.sh [PEERS] [ROUNDS] [MICROBATCHES] [TRUST]
 #
 # Prints, from the server's record, the microbatches the checkers and third
 # hosts recomputed against every microbatch trained (the compute of the
@@ -21,7 +19,7 @@
 # microbatch at the demo size and at 19M parameters.  Nothing is asserted.
 # Not run by make check.  Run from the build directory, or set top_builddir.
 set -u
-PEERS=${1:-4} ROUNDS=${2:-4} MBS=${3:-2} TRUST=${4:-adaptive} CHEAT=${5:-}
+PEERS=${1:-4} ROUNDS=${2:-4} MBS=${3:-2} TRUST=${4:-adaptive}
 case $TRUST in
 adaptive) POLICY="first_rate = 1" ;;
 never) POLICY="first_rate = 1, trusted_after = 1000000" ;;
@@ -35,7 +33,7 @@ B=$(cd "$top_builddir" && pwd)
 for f in "$B/server/cotrain-server" "$B/client/cotrain-client" "$B/tests/with-pgtmp" "$B/tests/bench/bench_sketch"; do
 	[ -x "$f" ] || { echo "bench-checks: $f is missing; run make first" >&2; exit 1; }
 done
-[ -n "${COTRAIN_DB:-}" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$PEERS" "$ROUNDS" "$MBS" "$TRUST" "$CHEAT"
+[ -n "${COTRAIN_DB:-}" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$PEERS" "$ROUNDS" "$MBS" "$TRUST"
 T=$(mktemp -d /tmp/cotrain-benchchecks-XXXXXX)
 SPID= CPIDS=
 cleanup() {
@@ -68,14 +66,10 @@ SPID=$!
 n=200; while [ $n -gt 0 ] && ! grep -qs 'listening on' "$T/server.log"; do sleep 0.1; n=$((n - 1)); done
 PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
 [ -n "$PORT" ] || die "the server did not start"
-NCL=$PEERS
-[ -z "$CHEAT" ] || NCL=$((PEERS + 1))
-for i in $(seq 1 "$NCL"); do
+for i in $(seq 1 "$PEERS"); do
 	d="$T/cl$i"
 	mkdir -p "$d"
-	cheat=
-	[ "$i" -le "$PEERS" ] || cheat=$CHEAT
-	COTRAIN_CHEAT=$cheat "$B/client/cotrain-client" --state-dir "$d" --socket "$d/control.sock" \
+	"$B/client/cotrain-client" --state-dir "$d" --socket "$d/control.sock" \
 		--set heartbeat_interval=2 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
 		--set only_on_ac=false --set idle_detection=none --set max_threads=1 --set spot_interval=1 \
 		--set socket_group=nonexistent --set log_level=warn 2>>"$d/log" &
@@ -86,14 +80,6 @@ for i in $(seq 1 "$NCL"); do
 	"$B/client/cotrainctl" --socket "$d/control.sock" attach "http://127.0.0.1:$PORT/projects/checks" \
 		--key "$key" >/dev/null || die "attach $i"
 done
-# The cheater's host (0: none).
-CHEATER=0
-if [ -n "$CHEAT" ]; then
-	n=300
-	while [ $n -gt 0 ] && ! grep -qs '"host_id": *[0-9]' "$T/cl$NCL/state.json"; do sleep 0.1; n=$((n - 1)); done
-	CHEATER=$(grep -o '"host_id": *[0-9]*' "$T/cl$NCL/state.json" | grep -o '[0-9]*$' | head -1)
-	[ -n "$CHEATER" ] || die "the cheater did not register"
-fi
 n=0
 while [ "$(sql "select current_version from project where name = 'checks'")" -le "$ROUNDS" ]; do
 	sleep 1; n=$((n + 1)); [ $n -lt 3600 ] || die "no $ROUNDS rounds in an hour"
@@ -107,28 +93,12 @@ sql "select 'rounds=' || count(distinct version) || ' checks=' || count(*) ||
   ' answered=' || count(*) filter (where fp_checker is not null) ||
   ' agreed=' || count(*) filter (where state = 'agreed') ||
   ' disputed=' || count(*) filter (where disputed_at is not null)
-  from spot_check where microbatches is not null and host_id <> $CHEATER"
-trained=$(sql "select sum(mb_done) from work_unit w where state in ('done', 'returned') and w.host_id <> $CHEATER
+  from spot_check where microbatches is not null"
+trained=$(sql "select sum(mb_done) from work_unit w where state in ('done', 'returned')
   and exists (select 1 from round r where r.project_id = w.project_id and r.version = w.version and r.state = 'committed')")
 checked=$(sql "select coalesce(sum(cardinality(microbatches) * ((fp_checker is not null)::int + (fp_third is not null)::int)), 0)
-  from spot_check where microbatches is not null and host_id <> $CHEATER")
-whole=$(sql "select coalesce(sum(2 * (hi - lo)), 0) from spot_check where microbatches is not null
-  and fp_checker is not null and host_id <> $CHEATER")
-if [ "$CHEATER" != 0 ]; then
-	# From the cheater's first committed round to the first check that
-	# denied it: rounds, and seconds from that round's commit.
-	sql "with f as (select min(w.version) v from work_unit w join round r on r.project_id = w.project_id
-	      and r.version = w.version and r.state = 'committed' where w.host_id = $CHEATER and w.mb_done > 0),
-	    d as (select min(version) v, min(resolved_at) t from spot_check where host_id = $CHEATER and state = 'disagreed')
-	  select 'cheater=$CHEAT host=$CHEATER first_round=' || f.v || ' checks=' ||
-	    (select count(*) from spot_check where host_id = $CHEATER) || ' denied=' ||
-	    (select count(*) from spot_check where host_id = $CHEATER and state = 'disagreed') ||
-	    ' first_denied_round=' || coalesce(d.v::text, 'none') ||
-	    ' rounds_to_denial=' || coalesce((d.v - f.v + 1)::text, 'none') ||
-	    ' seconds_to_denial=' || coalesce(round(extract(epoch from d.t - (select committed_at from round
-	      where version = f.v)))::text, 'none')
-	  from f, d"
-fi
+  from spot_check where microbatches is not null")
+whole=$(sql "select coalesce(sum(2 * (hi - lo)), 0) from spot_check where microbatches is not null and fp_checker is not null")
 echo "$checked $trained $whole $PEERS $MBS $TRUST" | awk '{printf "microbatches_recomputed=%d microbatches_trained=%d check_share=%.4f whole_range_check_share=%.4f (peers=%d, %d microbatches a check, first_rate 1, trust %s)\n", $1, $2, $1 / $2, $3 / $2, $4, $5, $6}'
 "$B/tests/bench/bench_sketch" --model demo
 "$B/tests/bench/bench_sketch" --model sahaj --steps 3
