@@ -236,13 +236,18 @@ BEGIN
           INTO v_rec;
         v_check := NULL;
         IF random() < spot_rate(pol, v_rec) THEN
-            -- One of its committed ranges, at random, preferring one whose
-            -- microbatch sketches were committed with its report.
+            -- One of its committed ranges, preferring one whose microbatch
+            -- sketches were committed with its report, at random with a
+            -- probability proportional to its microbatches (the exponential
+            -- race: the least -ln(u) / weight wins), so that the checked
+            -- microbatches are a uniform draw of the host's round whatever
+            -- its units' sizes: a host cannot cheat in its one large unit
+            -- and hide behind several small honest ones.
             SELECT w.id, w.lo, w.lo + w.mb_done AS hi, w.mb_done, ws.k AS sk, ws.sketches INTO wu
               FROM work_unit w LEFT JOIN work_unit_sketch ws ON ws.work_unit_id = w.id
              WHERE w.project_id = p_project AND w.version = p_version AND w.host_id = m.host_id
                AND w.mb_done > 0 AND w.state IN ('done', 'returned')
-             ORDER BY ws.work_unit_id IS NULL, random() LIMIT 1;
+             ORDER BY ws.work_unit_id IS NULL, -ln(1 - random()) / w.mb_done LIMIT 1;
             IF FOUND AND wu.sketches IS NOT NULL THEN
                 -- pol.microbatches of them, at random: the host's committed
                 -- sketches of those are its answer already.
@@ -1007,13 +1012,14 @@ BEGIN
             coalesce((cfg->>'work_unit_seconds')::integer, wu_seconds));
     val := cfg->'validation';
     IF jsonb_typeof(val) = 'object' THEN
-        INSERT INTO spot_policy AS s (project_id, trusted_after, first_rate, min_rate)
-        VALUES (p_project, coalesce((val->>'trusted_after')::integer, 10),
+        INSERT INTO spot_policy AS s (project_id, trusted_after, first_rate, min_rate, decay)
+        VALUES (p_project, coalesce((val->>'trusted_after')::integer, 1),
                 coalesce((val->>'first_rate')::double precision, 1),
-                coalesce((val->>'min_rate')::double precision, 0.01))
+                coalesce((val->>'min_rate')::double precision, 0.01),
+                coalesce((val->>'decay')::double precision, 0.5))
         ON CONFLICT (project_id) DO UPDATE
            SET trusted_after = EXCLUDED.trusted_after, first_rate = EXCLUDED.first_rate,
-               min_rate = EXCLUDED.min_rate;
+               min_rate = EXCLUDED.min_rate, decay = EXCLUDED.decay;
     END IF;
 END
 $$;
@@ -3337,14 +3343,16 @@ $$;
 
 CREATE TABLE public.spot_policy (
     project_id bigint NOT NULL,
-    trusted_after integer DEFAULT 10 NOT NULL,
+    trusted_after integer DEFAULT 1 NOT NULL,
     first_rate double precision DEFAULT 1 NOT NULL,
     min_rate double precision DEFAULT 0.01 NOT NULL,
     k integer DEFAULT 16 NOT NULL,
     tolerance double precision DEFAULT 0.001 NOT NULL,
     deadline_s integer DEFAULT 86400 NOT NULL,
     microbatches integer DEFAULT 2 NOT NULL,
+    decay double precision DEFAULT 0.5 NOT NULL,
     CONSTRAINT spot_policy_deadline_s_check CHECK ((deadline_s > 0)),
+    CONSTRAINT spot_policy_decay_check CHECK (((decay > (0)::double precision) AND (decay <= (1)::double precision))),
     CONSTRAINT spot_policy_first_rate_check CHECK (((first_rate >= (0)::double precision) AND (first_rate <= (1)::double precision))),
     CONSTRAINT spot_policy_k_check CHECK (((k >= 1) AND (k <= 256))),
     CONSTRAINT spot_policy_microbatches_check CHECK (((microbatches >= 1) AND (microbatches <= 64))),
@@ -3360,7 +3368,7 @@ CREATE TABLE public.spot_policy (
 CREATE FUNCTION public.spot_policy_of(p_project bigint) RETURNS public.spot_policy
     LANGUAGE sql STABLE
     AS $$
-    SELECT coalesce(s, ROW(p_project, 2147483647, 0, 0, 16, 1e-3, 86400, 2)::spot_policy)
+    SELECT coalesce(s, ROW(p_project, 2147483647, 0, 0, 16, 1e-3, 86400, 2, 0.5)::spot_policy)
       FROM (SELECT NULL) x LEFT JOIN spot_policy s ON s.project_id = p_project
 $$;
 
@@ -3386,7 +3394,9 @@ CREATE FUNCTION public.spot_rate(p public.spot_policy, p_record integer) RETURNS
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT CASE WHEN p_record < p.trusted_after THEN p.first_rate
-                ELSE greatest(p.min_rate, 1.0 / greatest(p_record, 1)) END
+                ELSE greatest(p.min_rate, p.first_rate * exp(greatest(
+                         ln(p.decay) * (p_record - p.trusted_after + 1)::double precision, -700)))
+           END
 $$;
 
 --

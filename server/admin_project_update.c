@@ -41,9 +41,10 @@ static const char usage[] =
         "  optimizer.schedule.min_lr_ratio   floor of the decay, 0 to 1\n"
         "  target_batch                      samples per step, a multiple of microbatch_size\n"
         "  work_unit_seconds                 seconds of work a unit holds, 1 to 86400\n"
-        "  validation.trusted_after          agreeing spot checks before a host is trusted\n"
-        "  validation.first_rate             spot-check rate of an untrusted host, 0 to 1\n"
+        "  validation.trusted_after          agreeing spot checks before a host's rate falls\n"
+        "  validation.first_rate             spot-check rate of a new host, 0 to 1\n"
         "  validation.min_rate               least spot-check rate of a trusted host, 0 to 1\n"
+        "  validation.decay                  rate factor per further agreeing check, (0, 1]\n"
         "The schedule counts optimizer steps from version 0, so a changed schedule\n"
         "takes its value at the version it applies from; in local mode the optimizer\n"
         "is the inner steps'.  The changes show in \"project show\" (config.changes).\n";
@@ -64,6 +65,7 @@ static const struct {
 	{ "validation.trusted_after", SET_INT },
 	{ "validation.first_rate", SET_REAL },
 	{ "validation.min_rate", SET_REAL },
+	{ "validation.decay", SET_REAL },
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

@@ -417,8 +417,9 @@ static cot_err parse_aggregation(const scope *top, pf_project *p)
  * spot-check policy of the project. */
 static cot_err parse_validation(const scope *top, pf_project *p)
 {
-	static const char *const keys[] = { "trusted_after", "first_rate", "min_rate", NULL };
-	p->validation = (pf_validation){ .trusted_after = 10, .first_rate = 1, .min_rate = 0.01 };
+	static const char *const keys[] = { "trusted_after", "first_rate", "min_rate", "decay", NULL };
+	p->validation =
+	        (pf_validation){ .trusted_after = 1, .first_rate = 1, .min_rate = 0.01, .decay = 0.5 };
 	const json_t *o;
 	cot_err rc = get_obj(top, "validation", false, &o);
 	if (rc || !o)
@@ -427,7 +428,8 @@ static cot_err parse_validation(const scope *top, pf_project *p)
 	if ((rc = only_keys(&s, keys)) ||
 	    (rc = get_int(&s, "trusted_after", false, 0, 1000000000, &p->validation.trusted_after)) ||
 	    (rc = get_num(&s, "first_rate", false, 0, 1, false, &p->validation.first_rate)) ||
-	    (rc = get_num(&s, "min_rate", false, 0, 1, false, &p->validation.min_rate)))
+	    (rc = get_num(&s, "min_rate", false, 0, 1, false, &p->validation.min_rate)) ||
+	    (rc = get_num(&s, "decay", false, 0, 1, true, &p->validation.decay)))
 		return rc;
 	p->has_validation = 1;
 	return COT_OK;
@@ -576,9 +578,10 @@ char *pf_normalize(const pf_project *p)
 	}
 	if (j && p->has_validation &&
 	    json_object_set_new(j, "validation",
-	                        json_pack("{s:I, s:f, s:f}", "trusted_after",
+	                        json_pack("{s:I, s:f, s:f, s:f}", "trusted_after",
 	                                  (json_int_t)p->validation.trusted_after, "first_rate",
-	                                  p->validation.first_rate, "min_rate", p->validation.min_rate))) {
+	                                  p->validation.first_rate, "min_rate", p->validation.min_rate,
+	                                  "decay", p->validation.decay))) {
 		json_decref(j);
 		return NULL;
 	}

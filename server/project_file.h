@@ -94,12 +94,12 @@ typedef struct {
  * "aggregation"): the exact mean, or CenteredClip with tau and iterations. */
 typedef enum { PF_AGG_MEAN, PF_AGG_CENTERED_CLIP } pf_aggregation;
 
-/* How hosts' work is spot-checked (db: spot_policy): every unit of a host
- * with fewer than trusted_after agreeing checks with probability first_rate,
- * then max(min_rate, 1 / record). */
+/* How hosts' work is spot-checked (db: spot_policy, spot_rate): a host with
+ * fewer than trusted_after agreeing checks with probability first_rate,
+ * then first_rate x decay^(record - trusted_after + 1), at least min_rate. */
 typedef struct {
 	long long trusted_after;
-	double first_rate, min_rate;
+	double first_rate, min_rate, decay;
 } pf_validation;
 
 /* The special ids of an encoder's model, in pf_project.special_given's bit

@@ -430,6 +430,8 @@ int main(void)
 	refuse(buf, "\"total_steps\":400", "\"warmup_steps\":400", "optimizer.schedule.warmup_steps",
 	       "a change whose warm-up passes the schedule's end");
 	refuse(buf, "\"first_rate\":0.5", "\"first_rate\":2", "validation.first_rate", "a rate above 1");
+	refuse(buf, "\"first_rate\":0.5", "\"decay\":0", "validation.decay",
+	       "a decay of 0 (a rate that never comes back)");
 	refuse(local, "\"outer\":", "\"changes\":5,\"outer\":", "changes", "changes that are not an array");
 	ok(parse_edit(local, "\"outer\":",
 	              "\"changes\":[{\"version\":1,\"optimizer\":{\"lr\":0.1}}],\"outer\":", &eb) == COT_OK,

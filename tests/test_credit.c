@@ -144,19 +144,27 @@ static void totals_match_ledger(const char *when)
 
 static void test_ledger(void)
 {
-	ok(sql_double("SELECT count(*) FROM spot_policy WHERE project_id = %lld", pid) == 1,
-	   "a new project gets the default spot-check policy");
+	ok(sql_double("SELECT count(*) FROM spot_policy WHERE project_id = %lld AND trusted_after = 1"
+	              " AND first_rate = 1 AND decay = 0.5",
+	              pid) == 1,
+	   "a new project gets the default spot-check policy (new hosts always, halved per agreeing "
+	   "check)");
 	th_sql("DELETE FROM spot_policy WHERE project_id = %lld", pid);
 	ok(sql_double("SELECT spot_rate(spot_policy_of(%lld), 0)", pid) == 0,
 	   "a project without a spot_policy row is not spot-checked");
-	ok(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, 3)") == 1 &&
-	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, "
-	                           "20)"),
-	                0.05) &&
-	           near(sql_double("SELECT spot_rate(ROW(1, 10, 1, 0.01, 16, 1e-3, 86400, 2)::spot_policy, "
-	                           "1000)"),
-	                0.01),
-	   "BOINC's rule: always below 10 agreeing checks, then 1/record, at least min_rate");
+#define DEFAULT_POLICY "ROW(1, 1, 1, 0.01, 16, 1e-3, 86400, 2, 0.5)::spot_policy"
+	ok(sql_double("SELECT spot_rate(" DEFAULT_POLICY ", 0)") == 1 &&
+	           near(sql_double("SELECT spot_rate(" DEFAULT_POLICY ", 1)"), 0.5) &&
+	           near(sql_double("SELECT spot_rate(" DEFAULT_POLICY ", 3)"), 0.125) &&
+	           near(sql_double("SELECT spot_rate(" DEFAULT_POLICY ", 1000000)"), 0.01),
+	   "the default rule: a new host always, then halved by each agreeing check, at least min_rate");
+	ok(sql_double("SELECT spot_rate(ROW(1, 10, 0.8, 0.01, 16, 1e-3, 86400, 2, 0.25)::spot_policy, 9)") ==
+	                   0.8 &&
+	           near(sql_double("SELECT spot_rate(ROW(1, 10, 0.8, 0.01, 16, 1e-3, 86400, 2, "
+	                           "0.25)::spot_policy, "
+	                           "11)"),
+	                0.8 * 0.25 * 0.25),
+	   "first_rate below trusted_after agreeing checks, then first_rate x decay per further one");
 	th_sql("INSERT INTO spot_policy (project_id, trusted_after, first_rate, min_rate)"
 	       " VALUES (%lld, 1000000, 0, 0)",
 	       pid); /* no spot checks yet */
@@ -867,6 +875,42 @@ static void test_sketch_checks(void)
 	json_decref(c2);
 }
 
+/* Which unit a check names: over 200 rounds in which B computed a unit of
+ * 1 microbatch and one of 19, checked every round, the small one is named
+ * about 1 time in 20 (10 expected; 100 were the two units drawn alike). */
+static void test_check_sizing(void)
+{
+	th_sql("SET cotrain.now = '2032-01-01 00:00:00+00'");
+	th_sql("UPDATE spot_policy SET first_rate = 1, trusted_after = 1000000, k = 1, microbatches = 1"
+	       " WHERE project_id = %lld",
+	       pid);
+	th_sql("DO $$ DECLARE v integer; BEGIN"
+	       " FOR v IN 2000..2199 LOOP"
+	       "  INSERT INTO round (project_id, version) VALUES (%lld, v) ON CONFLICT DO NOTHING;"
+	       "  INSERT INTO work_unit (project_id, host_id, version, lo, hi, mb_done, state, deadline)"
+	       "   VALUES (%lld, %lld, v, v * 100, v * 100 + 1, 1, 'returned', now()),"
+	       "          (%lld, %lld, v, v * 100 + 1, v * 100 + 20, 19, 'returned', now());"
+	       "  INSERT INTO work_unit_sketch (work_unit_id, k, sketches)"
+	       "   SELECT id, 1, array_fill(1.0::double precision, ARRAY[mb_done::integer]) FROM work_unit"
+	       "    WHERE project_id = %lld AND version = v;"
+	       "  INSERT INTO round_member (project_id, version, host_id, group_id, samples, endpoint,"
+	       "   bandwidth, can_aggregate, lo, hi, outcome, params_sha256, accepted)"
+	       "   VALUES (%lld, v, %lld, 0, 20 * %d, '127.0.0.1:1', 1e6, true, 0, 0, 'ok', 'good', true);"
+	       "  UPDATE round SET state = 'committed', committed_at = now(), samples = 20 * %d"
+	       "   WHERE project_id = %lld AND version = v;"
+	       " END LOOP; END $$",
+	       pid, pid, B.id, pid, B.id, pid, pid, B.id, MBS, MBS, pid);
+	long long n = th_sql_int("SELECT count(*) FROM spot_check WHERE version BETWEEN 2000 AND 2199");
+	long long small =
+	        th_sql_int("SELECT count(*) FROM spot_check c JOIN work_unit w ON w.id = c.work_unit_id"
+	                   " WHERE c.version BETWEEN 2000 AND 2199 AND w.mb_done = 1");
+	ok(n == 200 && small <= 30,
+	   "a check names a unit in proportion to its microbatches: the 1-microbatch unit %lld times in "
+	   "%lld checks (10 expected)",
+	   small, n);
+	th_sql("RESET cotrain.now");
+}
+
 int main(void)
 {
 	plan_lazy();
@@ -884,6 +928,7 @@ int main(void)
 	test_sketch_checks();
 	ok(near(sql_double("SELECT coalesce(sum(total), 0) FROM host_credit"), granted_sum()),
 	   "after sketch checks: host totals add up to the granted ledger");
+	test_check_sizing();
 	done_testing();
 	return exit_status();
 }

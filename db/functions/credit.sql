@@ -176,13 +176,18 @@ BEGIN
           INTO v_rec;
         v_check := NULL;
         IF random() < spot_rate(pol, v_rec) THEN
-            -- One of its committed ranges, at random, preferring one whose
-            -- microbatch sketches were committed with its report.
+            -- One of its committed ranges, preferring one whose microbatch
+            -- sketches were committed with its report, at random with a
+            -- probability proportional to its microbatches (the exponential
+            -- race: the least -ln(u) / weight wins), so that the checked
+            -- microbatches are a uniform draw of the host's round whatever
+            -- its units' sizes: a host cannot cheat in its one large unit
+            -- and hide behind several small honest ones.
             SELECT w.id, w.lo, w.lo + w.mb_done AS hi, w.mb_done, ws.k AS sk, ws.sketches INTO wu
               FROM work_unit w LEFT JOIN work_unit_sketch ws ON ws.work_unit_id = w.id
              WHERE w.project_id = p_project AND w.version = p_version AND w.host_id = m.host_id
                AND w.mb_done > 0 AND w.state IN ('done', 'returned')
-             ORDER BY ws.work_unit_id IS NULL, random() LIMIT 1;
+             ORDER BY ws.work_unit_id IS NULL, -ln(1 - random()) / w.mb_done LIMIT 1;
             IF FOUND AND wu.sketches IS NOT NULL THEN
                 -- pol.microbatches of them, at random: the host's committed
                 -- sketches of those are its answer already.

@@ -66,13 +66,14 @@ BEGIN
             coalesce((cfg->>'work_unit_seconds')::integer, wu_seconds));
     val := cfg->'validation';
     IF jsonb_typeof(val) = 'object' THEN
-        INSERT INTO spot_policy AS s (project_id, trusted_after, first_rate, min_rate)
-        VALUES (p_project, coalesce((val->>'trusted_after')::integer, 10),
+        INSERT INTO spot_policy AS s (project_id, trusted_after, first_rate, min_rate, decay)
+        VALUES (p_project, coalesce((val->>'trusted_after')::integer, 1),
                 coalesce((val->>'first_rate')::double precision, 1),
-                coalesce((val->>'min_rate')::double precision, 0.01))
+                coalesce((val->>'min_rate')::double precision, 0.01),
+                coalesce((val->>'decay')::double precision, 0.5))
         ON CONFLICT (project_id) DO UPDATE
            SET trusted_after = EXCLUDED.trusted_after, first_rate = EXCLUDED.first_rate,
-               min_rate = EXCLUDED.min_rate;
+               min_rate = EXCLUDED.min_rate, decay = EXCLUDED.decay;
     END IF;
 END
 $$;

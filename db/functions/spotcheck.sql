@@ -1,6 +1,7 @@
 -- cotrain functions: spot checks (doc/credit.md), BOINC's adaptive
 -- replication.  When a round commits, each accepted host is checked with a
--- probability that falls as its record of consecutive agreeing checks grows.
+-- probability that falls geometrically as its record of consecutive
+-- agreeing checks grows (spot_rate).
 -- A host that reported the sketch of each microbatch's gradient
 -- (shared/common/sketch.h, under the round's sketch seed) is checked on a
 -- few of them (the policy's microbatches): a second host recomputes those
@@ -16,15 +17,23 @@
 
 -- The policy of a project; without a row, checks are off.
 CREATE OR REPLACE FUNCTION spot_policy_of(p_project bigint) RETURNS spot_policy LANGUAGE sql STABLE AS $$
-    SELECT coalesce(s, ROW(p_project, 2147483647, 0, 0, 16, 1e-3, 86400, 2)::spot_policy)
+    SELECT coalesce(s, ROW(p_project, 2147483647, 0, 0, 16, 1e-3, 86400, 2, 0.5)::spot_policy)
       FROM (SELECT NULL) x LEFT JOIN spot_policy s ON s.project_id = p_project
 $$;
 
--- The probability of checking a host with this record under this policy.
+-- The probability of checking a host with this record (consecutive
+-- agreeing checks) under this policy: first_rate below trusted_after, then
+-- multiplied by decay for each further agreeing check, never below
+-- min_rate.  A host that cheats on a fraction f of its microbatches passes
+-- a check with probability (1 - f)^microbatches, so the chance that it
+-- reaches a low rate shrinks as fast as the rate does; a failure puts the
+-- record, and the rate, back to the start (spot_record).
 CREATE OR REPLACE FUNCTION spot_rate(p spot_policy, p_record integer) RETURNS double precision
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN p_record < p.trusted_after THEN p.first_rate
-                ELSE greatest(p.min_rate, 1.0 / greatest(p_record, 1)) END
+                ELSE greatest(p.min_rate, p.first_rate * exp(greatest(
+                         ln(p.decay) * (p_record - p.trusted_after + 1)::double precision, -700)))
+           END
 $$;
 
 -- Trigger project_spot_policy: every new project gets the default policy.

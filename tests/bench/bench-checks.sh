@@ -3,10 +3,12 @@
 # 18; doc/credit.md, "Spot checks").  PEERS cotrain-client daemons (one
 # thread each; each its own account, so that they check one another), a
 # real server and PostgreSQL, the demo's model (packaging/demo/project.json)
-# in sync mode with its target_batch and microbatch_size, every host checked
-# on every round (first_rate 1, never trusted), ROUNDS rounds.
+# in sync mode with its target_batch and microbatch_size, ROUNDS rounds,
+# every host new (first_rate 1) under the project's adaptive policy (TRUST
+# adaptive: the rate falls as a host's record of agreeing checks grows), or
+# checked on every round (TRUST never: never trusted).
 #
-#   tests/bench/bench-checks.sh [PEERS] [ROUNDS] [MICROBATCHES]
+#   tests/bench/bench-checks.sh [PEERS] [ROUNDS] [MICROBATCHES] [TRUST]
 #
 # Prints, from the server's record, the microbatches the checkers and third
 # hosts recomputed against every microbatch trained (the compute of the
@@ -17,7 +19,12 @@
 # microbatch at the demo size and at 19M parameters.  Nothing is asserted.
 # Not run by make check.  Run from the build directory, or set top_builddir.
 set -u
-PEERS=${1:-4} ROUNDS=${2:-4} MBS=${3:-2}
+PEERS=${1:-4} ROUNDS=${2:-4} MBS=${3:-2} TRUST=${4:-adaptive}
+case $TRUST in
+adaptive) POLICY="first_rate = 1" ;;
+never) POLICY="first_rate = 1, trusted_after = 1000000" ;;
+*) echo "bench-checks: TRUST must be adaptive or never, not \"$TRUST\"" >&2; exit 2 ;;
+esac
 top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
 PG_BINDIR=${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
@@ -26,7 +33,7 @@ B=$(cd "$top_builddir" && pwd)
 for f in "$B/server/cotrain-server" "$B/client/cotrain-client" "$B/tests/with-pgtmp" "$B/tests/bench/bench_sketch"; do
 	[ -x "$f" ] || { echo "bench-checks: $f is missing; run make first" >&2; exit 1; }
 done
-[ -n "${COTRAIN_DB:-}" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$PEERS" "$ROUNDS" "$MBS"
+[ -n "${COTRAIN_DB:-}" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$PEERS" "$ROUNDS" "$MBS" "$TRUST"
 T=$(mktemp -d /tmp/cotrain-benchchecks-XXXXXX)
 SPID= CPIDS=
 cleanup() {
@@ -52,7 +59,7 @@ print(json.dumps(p))
 PY
 admin db migrate >/dev/null && admin dataset import bench "$T/text" >/dev/null &&
 	admin project create "$T/p.json" >/dev/null || die "setup"
-sql "update spot_policy set first_rate = 1, trusted_after = 1000000, microbatches = $MBS" >/dev/null
+sql "update spot_policy set $POLICY, microbatches = $MBS" >/dev/null
 "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --reap-interval 1 \
 	--kdf-iterations 1000 --round-interval 1 --log-level warn 2>"$T/server.log" &
 SPID=$!
@@ -92,6 +99,6 @@ trained=$(sql "select sum(mb_done) from work_unit w where state in ('done', 'ret
 checked=$(sql "select coalesce(sum(cardinality(microbatches) * ((fp_checker is not null)::int + (fp_third is not null)::int)), 0)
   from spot_check where microbatches is not null")
 whole=$(sql "select coalesce(sum(2 * (hi - lo)), 0) from spot_check where microbatches is not null and fp_checker is not null")
-echo "$checked $trained $whole $PEERS $MBS" | awk '{printf "microbatches_recomputed=%d microbatches_trained=%d check_share=%.4f whole_range_check_share=%.4f (peers=%d, %d microbatches a check, first_rate 1)\n", $1, $2, $1 / $2, $3 / $2, $4, $5}'
+echo "$checked $trained $whole $PEERS $MBS $TRUST" | awk '{printf "microbatches_recomputed=%d microbatches_trained=%d check_share=%.4f whole_range_check_share=%.4f (peers=%d, %d microbatches a check, first_rate 1, trust %s)\n", $1, $2, $1 / $2, $3 / $2, $4, $5, $6}'
 "$B/tests/bench/bench_sketch" --model demo
 "$B/tests/bench/bench_sketch" --model sahaj --steps 3
