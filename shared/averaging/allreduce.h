@@ -50,8 +50,19 @@
 /* How an aggregator combines the included contributions to its range. */
 typedef enum {
 	ALLREDUCE_SUM,          /* the exact sum (allreduce_sum): the default */
-	ALLREDUCE_CENTERED_CLIP /* CenteredClip (centered_clip.h), scaled back to a sum */
+	ALLREDUCE_CENTERED_CLIP, /* CenteredClip (centered_clip.h), scaled back to a sum */
+	ALLREDUCE_MEAN /* the stage across groups (cross_group.h): the sum in double
+	                * divided by the included samples, rounded to fp32 once */
 } allreduce_aggregation;
+
+/* The stage across groups (shared/averaging/cross_group.h), called by our
+ * aggregator once its range's group sum is known (mu of the call not
+ * held): sum[0..end - start) holds the group's sum of the values
+ * [start, end) over group_samples samples; on COT_OK it holds the round's
+ * mean of those values, identical at every peer of every group.  Any error
+ * aborts our range (the group fails, as when an aggregator fails). */
+typedef cot_err (*allreduce_cross_fn)(void *arg, float *sum, uint64_t start, uint64_t end,
+                                      uint64_t group_samples, cot_errbuf *eb);
 #define ALLREDUCE_OUTLIER_DEFAULT 10.0 /* norm per sample above 10x the median */
 
 typedef struct {
@@ -91,6 +102,22 @@ typedef struct {
 	 * result as we decoded it; 0: none. */
 	uint64_t sketch_seed;
 	int sketch_k;
+	/* With cross: our aggregator turns its range's group sum into the
+	 * round's mean through cross(cross_arg, ...) before it returns it, so
+	 * the result every member gets is the round's MEAN, not the group's
+	 * sum.  Nothing is streamed, and our acceptor stops once the slices
+	 * are frozen (the stage across groups accepts on the same listener);
+	 * members must set no_stream. */
+	allreduce_cross_fn cross;
+	void *cross_arg;
+	/* The stage across groups itself: members[].samples of the others are
+	 * not known in advance (0): each sender's SLICE names its samples
+	 * (>= 1), and the total is what the RESULTs name. */
+	int claimed_samples;
+	/* Dial again, until collect_deadline, an aggregator whose acceptor
+	 * refused our HELLO as for another round (it is still in an earlier
+	 * stage on the same listener). */
+	int retry_refused;
 	/* Test hook (client/cheat.h only): our aggregator adds noise of this
 	 * relative size to the sum it returns; 0 in every real use. */
 	double test_result_noise;
@@ -119,6 +146,10 @@ typedef struct {
 	double *agg_errs;      /* n_included: a bound on the L2 norm of the wire
 	                        * encoding's error in each (comp_error_bound) */
 	double *agg_result;    /* k: our range of the result we returned, decoded */
+	double *agg_group_sum; /* k: with cross, our range of the group's sum (what
+	                        * the partials add up to) before the stage across
+	                        * groups made it the mean; else NULL */
+	double agg_group_sum_err; /* bound on its fp32 rounding */
 	double agg_result_err; /* bound on its fp32 rounding and encoding error */
 	int64_t *recv_from;    /* n_recv aggregators (non-empty ranges, us too) */
 	double *recv_sketches; /* n_recv x k: their results as we decoded them */

@@ -43,6 +43,7 @@ typedef struct {
 	char reason[160];             /* why it was refused or failed */
 	size_t parts_in;              /* slice parts taken */
 	unsigned char claimed;        /* a connection identified as its slice one */
+	uint64_t claimed_samples;     /* p->claimed_samples: the samples its SLICE named */
 	unsigned char claimed_stream; /* a stream connection from it */
 	unsigned char stream_end;     /* once its stream connection was served: 1 every
 	                               * part and STREAM_END 1 went out, 2 not */
@@ -106,6 +107,8 @@ struct run {
 	double *sk_err2;    /* the square of its encoding error bound */
 	double *sk_recv;    /* member: each aggregator's result as we decoded it */
 	double *sk_res;     /* aggregator: our result as every member decodes it */
+	double *sk_gsum;    /* aggregator with p->cross: the group's sum of our range */
+	double sk_gsum_err2;
 	double sk_res_err2; /* the square of its rounding and encoding bound */
 	double sk_time;     /* seconds sketching slices (mu held) */
 	double sk_time_res; /* seconds sketching our result (one thread at a time) */
