@@ -196,8 +196,9 @@ cot_err cl_api_mean_hash(const cl_api_opts *o, const cl_project *p, int64_t vers
 		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	int w = snprintf(what, cap, "mean_hash?host_id=%lld&samples=%lld&sha256=%.64s&included=",
-	                 (long long)p->host_id, (long long)samples, sha256);
+	int w = snprintf(what, cap,
+	                 "mean_hash?host_id=%lld&samples=%lld&sha256=%.64s&included=", (long long)p->host_id,
+	                 (long long)samples, sha256);
 	rc = id_list(included, n, what + w, cap - (size_t)w, eb);
 	if (rc)
 		goto out;

@@ -414,8 +414,8 @@ static cot_err upload_checkpoint(round_job *j, cot_errbuf *eb)
 	snprintf(path, sizeof path, "%s/ckpt-XXXXXX", j->d->downloads_dir);
 	int fd = mkstemp(path);
 	if (fd < 0)
-		return cot_seterr(eb, COT_ERR_IO, "could not create a file in \"%s\": %s", j->d->downloads_dir,
-		                  strerror(errno));
+		return cot_seterr(eb, COT_ERR_IO, "could not create a file in \"%s\": %s",
+		                  j->d->downloads_dir, strerror(errno));
 	close(fd);
 	cot_err rc = ckpt_save(j->m, path, eb);
 	FILE *f = rc ? NULL : fopen(path, "rb");
@@ -553,8 +553,8 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 			uploaded = 1; /* once: a refused upload leaves the round to its deadline */
 			cot_errbuf e2 = { "", "" };
 			if (upload_checkpoint(j, &e2))
-				log_warn("project %s: round %lld: could not send our checkpoint: %s", j->p.name,
-				         (long long)j->v, e2.msg);
+				log_warn("project %s: round %lld: could not send our checkpoint: %s",
+				         j->p.name, (long long)j->v, e2.msg);
 			continue;
 		}
 		if (reopened) {

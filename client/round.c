@@ -55,15 +55,9 @@ static cot_err bad(cot_errbuf *eb, const cot_errbuf *why)
 	return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid averaging plan: %s", why->msg);
 }
 
-static uint64_t me_lo(const cl_plan *p)
-{
-	return p->members[p->self].lo;
-}
+static uint64_t me_lo(const cl_plan *p) { return p->members[p->self].lo; }
 
-static uint64_t me_hi(const cl_plan *p)
-{
-	return p->members[p->self].hi;
-}
+static uint64_t me_hi(const cl_plan *p) { return p->members[p->self].hi; }
 
 void cl_plan_free(cl_plan *p)
 {
@@ -106,7 +100,8 @@ static cot_err parse_cross(const json_t *cr, int64_t host_id, uint64_t lo, uint6
 		    cot_json_int(s, "hi", true, slo + 1, 1LL << 40, &shi, e))
 			return COT_ERR_INVALID;
 		if ((uint64_t)slo != at || (uint64_t)shi > hi)
-			return cot_seterr(e, COT_ERR_INVALID, "the slices across groups do not tile our range");
+			return cot_seterr(e, COT_ERR_INVALID,
+			                  "the slices across groups do not tile our range");
 		cross_slice *cs = &out->cross[i];
 		*cs = (cross_slice){ .index = idx, .lo = (uint64_t)slo, .hi = (uint64_t)shi, .holders = h };
 		uint64_t next = (uint64_t)slo;
@@ -120,11 +115,15 @@ static cot_err parse_cross(const json_t *cr, int64_t host_id, uint64_t lo, uint6
 			    cot_json_int(x, "lo", true, slo, shi, &hlo, e) ||
 			    cot_json_int(x, "hi", true, hlo, shi, &hhi, e) ||
 			    cot_json_str(x, "endpoint", true, 3, 79, &ep, e))
-				return e->msg[0] ? COT_ERR_INVALID
-				                 : cot_seterr(e, COT_ERR_INVALID, "cross[%zu].holders[%zu] is not an object", i, k);
+				return e->msg[0]
+				               ? COT_ERR_INVALID
+				               : cot_seterr(e, COT_ERR_INVALID,
+				                            "cross[%zu].holders[%zu] is not an object", i, k);
 			if ((k > 0 && id <= h[-1].host_id) || (uint64_t)hlo != next)
 				return cot_seterr(e, COT_ERR_INVALID,
-				                  "the holders of cross[%zu] are not in ascending host id order tiling the slice", i);
+				                  "the holders of cross[%zu] are not in ascending host id "
+				                  "order tiling the slice",
+				                  i);
 			if (cl_parse_endpoint(ep, h->addr, &h->port, e))
 				return COT_ERR_INVALID;
 			h->host_id = id;
@@ -138,7 +137,8 @@ static cot_err parse_cross(const json_t *cr, int64_t host_id, uint64_t lo, uint6
 			cs->n++;
 		}
 		if (next != (uint64_t)shi || self != 1)
-			return cot_seterr(e, COT_ERR_INVALID, "cross[%zu] does not name us once or is not tiled", i);
+			return cot_seterr(e, COT_ERR_INVALID,
+			                  "cross[%zu] does not name us once or is not tiled", i);
 		at = (uint64_t)shi;
 	}
 	if (at != hi)
@@ -268,7 +268,9 @@ cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t
 	const json_t *cr = json_object_get(j, "cross");
 	if (cr && !json_is_null(cr)) {
 		if (!out->cross_peers || ng < 2 || me_hi(out) <= me_lo(out))
-			return bad(eb, &(cot_errbuf){ "field \"cross\" where nothing is averaged across groups", "" });
+			return bad(eb,
+			           &(cot_errbuf){ "field \"cross\" where nothing is averaged across groups",
+			                          "" });
 		if (parse_cross(cr, host_id, me_lo(out), me_hi(out), out, &e)) {
 			cl_plan_free(out);
 			return bad(eb, &e);

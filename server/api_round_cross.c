@@ -195,7 +195,8 @@ void api_round_checkpoint(http_req *req)
 	}
 	if (req->body_len == 0 || req->body_len > most) {
 		char msg[128];
-		snprintf(msg, sizeof msg, "the checkpoint must be 1 to %llu bytes, not %zu", most, req->body_len);
+		snprintf(msg, sizeof msg, "the checkpoint must be 1 to %llu bytes, not %zu", most,
+		         req->body_len);
 		http_reply_error(req, req->body_len ? 413 : 400, req->body_len ? "too_large" : "invalid", msg,
 		                 "Send the checkpoint file of v+1 as it was saved.");
 		goto out;
@@ -212,7 +213,8 @@ void api_round_checkpoint(http_req *req)
 		goto out;
 	}
 	if ((rc = check_checkpoint(req->cfg->files_dir, sha, version, (size_t)n, want, &eb))) {
-		log_warn("round %lld of project %s: host %lld uploaded a checkpoint of v+1 that is refused: %s",
+		log_warn("round %lld of project %s: host %lld uploaded a checkpoint of v+1 that is refused: "
+		         "%s",
 		         version, req->params[0], host, eb.msg);
 		http_reply_error(req, rc == COT_ERR_INVALID ? 400 : 500,
 		                 rc == COT_ERR_INVALID ? "invalid" : "internal_error",

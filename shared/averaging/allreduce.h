@@ -49,9 +49,9 @@
 
 /* How an aggregator combines the included contributions to its range. */
 typedef enum {
-	ALLREDUCE_SUM,          /* the exact sum (allreduce_sum): the default */
+	ALLREDUCE_SUM,           /* the exact sum (allreduce_sum): the default */
 	ALLREDUCE_CENTERED_CLIP, /* CenteredClip (centered_clip.h), scaled back to a sum */
-	ALLREDUCE_MEAN /* the stage across groups (cross_group.h): the sum in double
+	ALLREDUCE_MEAN           /* the stage across groups (cross_group.h): the sum in double
 	                * divided by the included samples, rounded to fp32 once */
 } allreduce_aggregation;
 
@@ -140,19 +140,19 @@ typedef struct {
 	size_t n_refused;
 	/* With p->sketch_k (k below), all sketches k values each, in double: */
 	int sketch_k;
-	double *agg_partials;  /* n_included x k: each included member's slice of
+	double *agg_partials;     /* n_included x k: each included member's slice of
 	                        * our range as decoded (order of included); NULL
 	                        * when our range is empty */
-	double *agg_errs;      /* n_included: a bound on the L2 norm of the wire
+	double *agg_errs;         /* n_included: a bound on the L2 norm of the wire
 	                        * encoding's error in each (comp_error_bound) */
-	double *agg_result;    /* k: our range of the result we returned, decoded */
-	double *agg_group_sum; /* k: with cross, our range of the group's sum (what
+	double *agg_result;       /* k: our range of the result we returned, decoded */
+	double *agg_group_sum;    /* k: with cross, our range of the group's sum (what
 	                        * the partials add up to) before the stage across
 	                        * groups made it the mean; else NULL */
 	double agg_group_sum_err; /* bound on its fp32 rounding */
-	double agg_result_err; /* bound on its fp32 rounding and encoding error */
-	int64_t *recv_from;    /* n_recv aggregators (non-empty ranges, us too) */
-	double *recv_sketches; /* n_recv x k: their results as we decoded them */
+	double agg_result_err;    /* bound on its fp32 rounding and encoding error */
+	int64_t *recv_from;       /* n_recv aggregators (non-empty ranges, us too) */
+	double *recv_sketches;    /* n_recv x k: their results as we decoded them */
 	size_t n_recv;
 	double sketch_s; /* seconds spent sketching, all threads together (taken
 	                  * as the data arrived, mostly beside the transfers) */

@@ -7,10 +7,7 @@
 #include "shared/common/fault.h"
 #include "shared/common/log.h"
 
-int64_t cross_group_round(int64_t version, int64_t index)
-{
-	return version + ((index + 1) << 32);
-}
+int64_t cross_group_round(int64_t version, int64_t index) { return version + ((index + 1) << 32); }
 
 /* One slice: the all-reduce among its holders into out[0..hi - lo). */
 static cot_err reduce_slice(const cross_group_params *p, const cross_slice *s, const float *x,
@@ -86,12 +83,13 @@ cot_err cross_group_reduce(void *arg, float *sum, uint64_t start, uint64_t end, 
 		/* Every slice holds every group: the same total in each. */
 		if (!rc && i > 0 && t != total)
 			rc = cot_seterr(eb, COT_ERR_NETWORK,
-			                "slice %lld averaged %llu samples, slice %lld %llu", (long long)s->index,
-			                (unsigned long long)t, (long long)p->slices[0].index,
-			                (unsigned long long)total);
+			                "slice %lld averaged %llu samples, slice %lld %llu",
+			                (long long)s->index, (unsigned long long)t,
+			                (long long)p->slices[0].index, (unsigned long long)total);
 		total = t;
 		if (!rc)
-			log_debug("round %lld: slice %lld [%llu, %llu) averaged across %zu groups (%llu samples)",
+			log_debug("round %lld: slice %lld [%llu, %llu) averaged across %zu groups (%llu "
+			          "samples)",
 			          (long long)p->round, (long long)s->index, (unsigned long long)s->lo,
 			          (unsigned long long)s->hi, s->n, (unsigned long long)t);
 	}

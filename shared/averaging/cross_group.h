@@ -41,11 +41,11 @@ typedef struct {
 } cross_holder;
 
 typedef struct {
-	int64_t index;   /* the slice's index in the round's partition */
-	uint64_t lo, hi; /* the slice of the vector */
-	size_t n;        /* its holders, one per group (1..ALLREDUCE_MAX_MEMBERS) */
+	int64_t index;               /* the slice's index in the round's partition */
+	uint64_t lo, hi;             /* the slice of the vector */
+	size_t n;                    /* its holders, one per group (1..ALLREDUCE_MAX_MEMBERS) */
 	const cross_holder *holders; /* n, the caller's */
-	size_t self;     /* our index in holders */
+	size_t self;                 /* our index in holders */
 } cross_slice;
 
 typedef struct {
