@@ -90,7 +90,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-case $MODE in groups) plan 11 ;; xgroup) plan 14 ;; encoder) plan 10 ;; subword) plan 13 ;; *) plan 20 ;; esac
+case $MODE in groups) plan 11 ;; xgroup) plan 15 ;; encoder) plan 10 ;; subword) plan 13 ;; *) plan 20 ;; esac
 GROUPS_MODE=$(case $MODE in groups | xgroup) echo 1 ;; *) echo 0 ;; esac)
 
 mkdir -p "$T/text"
@@ -209,6 +209,14 @@ elif [ "$MODE" = xgroup ]; then
 	nhash=$(grep -c 'POST /v1/projects/tiny/rounds/[0-9]*/mean_hash 200 .* 0 bytes in' "$T/server.log")
 	ok $([ "$gb" = 0 ] && [ "${cb:-0}" -gt 0 ] && [ "$big" = 0 ] && [ "$nsum" = 0 ] && [ "$nhash" -ge 9 ]; echo $?) \
 		"the server received no gradient: $gb bytes of group sums, $nsum group sum requests, $big other requests of a gradient's size ($((PC * 4)) bytes) or more; $nhash mean hashes (no body) and $cb bytes of peers' checkpoints of v+1"
+	# The sketches of what was averaged were checked (doc/credit.md): each
+	# aggregator's group sum before the stage against its members' partials,
+	# the mean it returned against what its members received.
+	sk=$(sql "select count(*) filter (where m.sketches->'aggregated'->'group_sum' is not null) || ' ' ||
+	  (select count(*) from round_sketch_flag)
+	  from round_member m join round r using (project_id, version) where r.state = 'committed' and r.cross_peers")
+	ok $([ "${sk% *}" -ge 9 ] && [ "${sk#* }" = 0 ]; echo $?) \
+		"the sketches of the averaged bytes pass their checks (aggregators' group sums sketched, hosts flagged: $sk)"
 	ncp=$(grep -c "our checkpoint of version [0-9]* sent" "$T"/client*.log | awk -F: '{ s += $2 } END { print s }')
 	ncommit=$(sql "select count(*) from round where state = 'committed' and cross_peers")
 	ok $([ "$ncp" -ge "$ncommit" ] && [ "$ncp" -le $((ncommit + 2)) ]; echo $?) \

@@ -25,7 +25,9 @@
  * bytes.  With ALLREDUCE_CENTERED_CLIP each aggregator instead combines its
  * range with CenteredClip (shared/averaging/centered_clip.h) over the same
  * ordered set, once the whole of every slice is in (no result is streamed
- * while slices arrive), and returns total samples x the result. */
+ * while slices arrive), and returns total samples x the result.  With a
+ * stage across groups (cross below, cross_group.h) each aggregator makes
+ * its range's sum the round's mean before returning it. */
 #ifndef COT_ALLREDUCE_H
 #define COT_ALLREDUCE_H
 
@@ -51,8 +53,9 @@
 typedef enum {
 	ALLREDUCE_SUM,           /* the exact sum (allreduce_sum): the default */
 	ALLREDUCE_CENTERED_CLIP, /* CenteredClip (centered_clip.h), scaled back to a sum */
-	ALLREDUCE_MEAN           /* the stage across groups (cross_group.h): the sum in double
-	                * divided by the included samples, rounded to fp32 once */
+	/* The stage across groups (cross_group.h): the sum in double divided by
+	 * the included samples, rounded to fp32 once. */
+	ALLREDUCE_MEAN
 } allreduce_aggregation;
 
 /* The stage across groups (shared/averaging/cross_group.h), called by our
@@ -114,9 +117,10 @@ typedef struct {
 	 * not known in advance (0): each sender's SLICE names its samples
 	 * (>= 1), and the total is what the RESULTs name. */
 	int claimed_samples;
-	/* Dial again, until collect_deadline, an aggregator whose acceptor
-	 * refused our HELLO as for another round (it is still in an earlier
-	 * stage on the same listener). */
+	/* Dial an aggregator again every 50 ms until collect_deadline when a
+	 * connection fails: across groups its acceptor may refuse our HELLO as
+	 * for another round (it is still in an earlier stage on the same
+	 * listener), and such a refusal drops nobody. */
 	int retry_refused;
 	/* Test hook (client/cheat.h only): our aggregator adds noise of this
 	 * relative size to the sum it returns; 0 in every real use. */
@@ -140,26 +144,28 @@ typedef struct {
 	size_t n_refused;
 	/* With p->sketch_k (k below), all sketches k values each, in double: */
 	int sketch_k;
-	double *agg_partials;     /* n_included x k: each included member's slice of
+	double *agg_partials;  /* n_included x k: each included member's slice of
 	                        * our range as decoded (order of included); NULL
 	                        * when our range is empty */
-	double *agg_errs;         /* n_included: a bound on the L2 norm of the wire
+	double *agg_errs;      /* n_included: a bound on the L2 norm of the wire
 	                        * encoding's error in each (comp_error_bound) */
-	double *agg_result;       /* k: our range of the result we returned, decoded */
-	double *agg_group_sum;    /* k: with cross, our range of the group's sum (what
-	                        * the partials add up to) before the stage across
-	                        * groups made it the mean; else NULL */
-	double agg_group_sum_err; /* bound on its fp32 rounding */
-	double agg_result_err;    /* bound on its fp32 rounding and encoding error */
-	int64_t *recv_from;       /* n_recv aggregators (non-empty ranges, us too) */
-	double *recv_sketches;    /* n_recv x k: their results as we decoded them */
+	double *agg_result;    /* k: our range of the result we returned, decoded */
+	double agg_result_err; /* bound on its fp32 rounding and encoding error */
+	int64_t *recv_from;    /* n_recv aggregators (non-empty ranges, us too) */
+	double *recv_sketches; /* n_recv x k: their results as we decoded them */
 	size_t n_recv;
+	/* With cross: our range of the group's sum before the stage across
+	 * groups made it the mean (what the partials add up to), k values, and
+	 * a bound on its fp32 rounding; else NULL. */
+	double *agg_group_sum;
+	double agg_group_sum_err;
 	double sketch_s; /* seconds spent sketching, all threads together (taken
 	                  * as the data arrived, mostly beside the transfers) */
 } allreduce_result;
 
 /* Run the all-reduce for member p->self.  On COT_OK out[0..len) holds the
- * group's gradient SUM (identical bytes at every member that succeeds) and
+ * group's gradient SUM, or with p->cross the round's MEAN (identical bytes
+ * at every member that succeeds) and
  * *res what was included and dropped; free it with allreduce_result_free.
  * Errors: COT_ERR_INVALID for bad parameters (nothing sent);
  * COT_ERR_NETWORK when some aggregator's range could not be reduced or the

@@ -103,15 +103,17 @@ struct run {
 	const float **spec_x;      /* p->n, for the one busy thread */
 
 	/* sketches (p->sketch_k), as data arrives: by member index, k each */
-	double *sk_part; /* aggregator: each member's slice of our range, decoded */
-	double *sk_err2; /* the square of its encoding error bound */
-	double *sk_recv; /* member: each aggregator's result as we decoded it */
-	double *sk_res;  /* aggregator: our result as every member decodes it */
-	double *sk_gsum; /* aggregator with p->cross: the group's sum of our range */
-	double sk_gsum_err2;
+	double *sk_part;    /* aggregator: each member's slice of our range, decoded */
+	double *sk_err2;    /* the square of its encoding error bound */
+	double *sk_recv;    /* member: each aggregator's result as we decoded it */
+	double *sk_res;     /* aggregator: our result as every member decodes it */
 	double sk_res_err2; /* the square of its rounding and encoding bound */
 	double sk_time;     /* seconds sketching slices (mu held) */
 	double sk_time_res; /* seconds sketching our result (one thread at a time) */
+	/* aggregator with p->cross: the group's sum of our range, and the
+	 * square of its rounding bound */
+	double *sk_gsum;
+	double sk_gsum_err2;
 
 	/* member side */
 	size_t rep_pending; /* ACCEPTED reports still to come */
