@@ -124,18 +124,24 @@ static cot_err connect_agg_once(run *r, member_state *a, int if_wanted, peer_con
 	return rc;
 }
 
-/* connect_agg_once, and with p->retry_refused again every 50 ms until the
- * collect deadline: in the stage across groups an aggregator may still be
- * in an earlier stage, whose acceptor on the same listener refuses us (or
- * not be accepting yet). */
+/* connect_agg_once, and with p->retry_refused again until the collect
+ * deadline, after 50 ms, then twice as long each time up to 1 s: in the
+ * stage across groups an aggregator may still be in an earlier stage,
+ * whose acceptor on the same listener refuses us (or not be accepting
+ * yet).  Each try through the NAT service is a meeting, of which a pair
+ * has 16 a round (doc/nat.md): hence the backoff. */
 static cot_err connect_agg(run *r, member_state *a, int if_wanted, peer_conn **cp, cot_errbuf *eb)
 {
+	long wait_ms = 50;
 	for (;;) {
 		cot_err rc = connect_agg_once(r, a, if_wanted, cp, eb);
-		if (!rc || !r->p->retry_refused || deadline_left_ms(r->p->collect_deadline) < 100)
+		if (!rc || !r->p->retry_refused || deadline_left_ms(r->p->collect_deadline) < wait_ms + 50)
 			return rc;
-		struct timespec ts = { 0, 50 * 1000 * 1000 };
+		TRACE(r, "host %lld not ready for us (%s); again in %ld ms",
+		      (long long)r->p->members[a->idx].host_id, eb->msg, wait_ms);
+		struct timespec ts = { wait_ms / 1000, (wait_ms % 1000) * 1000 * 1000 };
 		nanosleep(&ts, NULL);
+		wait_ms = wait_ms * 2 > 1000 ? 1000 : wait_ms * 2;
 	}
 }
 
