@@ -337,7 +337,11 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		                .grad = poison ? poison : j->m->grads,
 		                .len = j->m->n_params,
 		                .send_comp = pl->comp,
-		                .result_comp = pl->comp,
+		                /* Across groups the mean comes encoded once by the
+		                 * stage; passed on in 8-bit it would be encoded again
+		                 * in other blocks in each group, and the groups would
+		                 * differ (fp16 of fp16 values is exact). */
+		                .result_comp = cross && pl->comp == COMP_BLOCK8 ? COMP_NONE : pl->comp,
 		                .aggregation = pl->centered_clip ? ALLREDUCE_CENTERED_CLIP : ALLREDUCE_SUM,
 		                .clip_tau = pl->clip_tau,
 		                .clip_iters = pl->clip_iters,

@@ -73,6 +73,8 @@ typedef struct {
 	uint16_t port[N];
 	uint64_t start[N], end[N]; /* each member's range within its group */
 	int sabotage;              /* member 3's stage fails at once */
+	int comp;                  /* slices' and the stage's encoding; the group's
+	                            * results in fp32 under 8-bit, as the client does */
 	cot_err rc[N];
 	cot_errbuf eb[N];
 	int64_t t0;
@@ -143,6 +145,7 @@ static void *member_main(void *arg)
 			                   w->start[g0 + k], w->end[g0 + k], samples[g0 + k] };
 	plan_slices(j);
 	j->cp.round = 7;
+	j->cp.comp = w->comp;
 	j->cp.ctx = ctx[j->self];
 	j->cp.dialer = d;
 	j->cp.lst = w->lst[j->self];
@@ -161,6 +164,8 @@ static void *member_main(void *arg)
 		.collect_deadline = w->t0 + 3000,
 		.deadline = w->t0 + 8000,
 		.no_stream = 1,
+		.send_comp = w->comp,
+		.result_comp = w->comp == COMP_BLOCK8 ? COMP_NONE : w->comp,
 		.cross = w->sabotage && j->self == 3 ? fail_stage : cross_group_reduce,
 		.cross_arg = &j->cp,
 	};
@@ -240,6 +245,27 @@ int main(void)
 	for (size_t k = 0; k < LEN; k++)
 		bad += memcmp(&w.out[0][k], &want[k], sizeof(float)) != 0;
 	is_int((long long)bad, 0, "they are the exact mean of the four contributions, rounded once");
+
+	/* 8-bit on the wire, blocks that straddle the slices: the mean is
+	 * encoded once, by the stage, so both groups still hold the same bytes. */
+	w.comp = COMP_BLOCK8;
+	run_world(&w);
+	int all_ok = 1;
+	for (size_t i = 0; i < N; i++)
+		all_ok &= w.rc[i] == COT_OK;
+	same = 1;
+	for (size_t i = 1; i < N; i++)
+		same &= memcmp(w.out[i], w.out[0], LEN * sizeof(float)) == 0;
+	double err = 0, scale = 0;
+	for (size_t k = 0; k < LEN; k++) {
+		err = fmax(err, fabs((double)w.out[0][k] - (double)want[k]));
+		scale = fmax(scale, fabs((double)want[k]));
+	}
+	ok(all_ok && same && err <= 0.05 * scale,
+	   "in 8-bit every member of both groups holds the same bytes, near the mean (error %.3g of %.3g; "
+	   "%s)",
+	   err, scale, w.eb[0].msg);
+	w.comp = COMP_NONE;
 
 	/* A holder whose stage fails: both groups fail, nobody keeps a mix. */
 	w.sabotage = 1;
