@@ -65,11 +65,15 @@ static const dbc_stmt st_store = { "round_plan_store",
 static const dbc_stmt st_fail = { "round_fail", "SELECT round_fail($1, $2, $3)", 3 };
 /* What long polls wait on, for every round not committed (and the newest
  * commits): a change, made by this process or another one sharing the
- * database, wakes them (http_wake_held). */
+ * database, wakes them (http_wake_held).  Across groups between the peers,
+ * the peer asked for v+1 (round_checkpoint_uploader) waits on it too. */
 static const dbc_stmt st_moved = {
 	"round_moved",
 	"SELECT md5(coalesce(string_agg(project_id || ':' || version || ':' || state || ':' ||"
-	" attempt || ':' || coalesce(gradient_sha256, ''), ',' ORDER BY project_id, version), ''))"
+	" attempt || ':' || coalesce(gradient_sha256, '') || ':' ||"
+	" CASE WHEN cross_peers AND state = 'averaging'"
+	"      THEN coalesce(round_checkpoint_uploader(project_id, version)::text, '') ELSE '' END,"
+	" ',' ORDER BY project_id, version), ''))"
 	" FROM round WHERE state IN ('open', 'closing', 'averaging')",
 	0
 };

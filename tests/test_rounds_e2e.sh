@@ -90,7 +90,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-case $MODE in groups) plan 11 ;; xgroup) plan 16 ;; encoder) plan 10 ;; subword) plan 13 ;; *) plan 20 ;; esac
+case $MODE in groups) plan 11 ;; xgroup) plan 17 ;; encoder) plan 10 ;; subword) plan 13 ;; *) plan 20 ;; esac
 GROUPS_MODE=$(case $MODE in groups | xgroup) echo 1 ;; *) echo 0 ;; esac)
 
 mkdir -p "$T/text"
@@ -221,6 +221,15 @@ elif [ "$MODE" = xgroup ]; then
 	ncommit=$(sql "select count(*) from round where state = 'committed' and cross_peers")
 	ok $([ "$ncp" -ge "$ncommit" ] && [ "$ncp" -le $((ncommit + 2)) ]; echo $?) \
 		"one peer a round sent its checkpoint of v+1 ($ncp uploads for $ncommit rounds committed across peers)"
+	# Two peers left: one group, whose mean they take themselves; the
+	# server still gets only its hash and a checkpoint.
+	for i in 3 4 5 6 7 8; do eval "kill \$CPID$i"; done
+	one_group() { [ "$(sql "select count(*) from round where state = 'committed' and n_groups = 1 and cross_peers")" -ge 1 ]; }
+	wait_for 300 one_group
+	curl -sf "http://127.0.0.1:$PORT/metrics" >"$T/metrics.txt"
+	gb=$(sed -n 's/^cotrain_gradient_bytes_received_total //p' "$T/metrics.txt")
+	ok $(one_group && [ "$gb" = 0 ]; echo $?) \
+		"two peers left commit a round of one group with no gradient to the server ($gb bytes; groups a round: $(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'"))"
 	V=$(version)
 	for p in $CPIDS; do kill "$p" 2>/dev/null; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
