@@ -144,9 +144,10 @@ admin project create "$T/project.json" >"$T/project.out" 2>&1 || bail_out "could
 is "$(sql "select count(*) from spot_policy s join project p on p.id = s.project_id where p.name = 'tiny'")" 1 \
 	"a new project gets the default spot-check policy"
 
-NAT_ARGS= NAT_SET= XG_ARGS= FAULT=
-# Across groups peer to peer: the replay is held to 1e-5 over these few rounds.
-[ "$MODE" = xgroup ] && XG_ARGS=--round-cross-peers && REPLAY_TOLERANCE=1e-5
+NAT_ARGS='' NAT_SET='' XG_ARGS='' FAULT=''
+# Across groups peer to peer: the replay (tests/rounds_checks.sh) is held to
+# 1e-5 over these few rounds.
+[ "$MODE" = xgroup ] && XG_ARGS=--round-cross-peers && export REPLAY_TOLERANCE=1e-5
 if [ "$GROUPS_MODE" = 1 ]; then
 	# two ports (N, N+1) below Linux's ephemeral range (32768-60999),
 	# where an outgoing connection could hold one
@@ -196,7 +197,7 @@ elif [ "$MODE" = xgroup ]; then
 	  where p.name = 'tiny' and r.version = $XW and r.state = 'committed'")
 	xin=$(sql "select count(*) filter (where m.host_id = $H9) || ' ' || count(*) filter (where m.included) || ' ' || count(*)
 	  from round_member m join project p on p.id = m.project_id where p.name = 'tiny' and m.version = $XW")
-	ok $([ "${xr%% *}" -ge 2 ] 2>/dev/null && [ "${xin%% *}" = 0 ] && [ "$(echo "$xin" | cut -d' ' -f2)" = "$(echo "$xin" | cut -d' ' -f3)" ]; echo $?) \
+	ok "$([ "${xr%% *}" -ge 2 ] 2>/dev/null && [ "${xin%% *}" = 0 ] && [ "$(echo "$xin" | cut -d' ' -f2)" = "$(echo "$xin" | cut -d' ' -f3)" ]; echo $?)" \
 		"round $XW failed and reran, and committed without the dead aggregator, every other peer included (attempt, last failure: ${xr:-none}; dead host in plan, included, planned: $xin)"
 	# The server took no gradient: no byte of a group sum, and no request
 	# body as large as one gradient but the one checkpoint of v+1 a round.
@@ -207,7 +208,7 @@ elif [ "$MODE" = xgroup ]; then
 	big=$(awk -v g="$((PC * 4))" '/ bytes in/ { for (i = 1; i <= NF; i++) if ($i == "bytes" && $(i - 1) + 0 >= g && $0 !~ /\/checkpoint /) n++ } END { print n + 0 }' "$T/server.log")
 	nsum=$(grep -c '/group_sum ' "$T/server.log")
 	nhash=$(grep -c 'POST /v1/projects/tiny/rounds/[0-9]*/mean_hash 200 .* 0 bytes in' "$T/server.log")
-	ok $([ "$gb" = 0 ] && [ "${cb:-0}" -gt 0 ] && [ "$big" = 0 ] && [ "$nsum" = 0 ] && [ "$nhash" -ge 9 ]; echo $?) \
+	ok "$([ "$gb" = 0 ] && [ "${cb:-0}" -gt 0 ] && [ "$big" = 0 ] && [ "$nsum" = 0 ] && [ "$nhash" -ge 9 ]; echo $?)" \
 		"the server received no gradient: $gb bytes of group sums, $nsum group sum requests, $big other requests of a gradient's size ($((PC * 4)) bytes) or more; $nhash mean hashes (no body) and $cb bytes of peers' checkpoints of v+1"
 	# The sketches of what was averaged were checked (doc/credit.md): each
 	# aggregator's group sum before the stage against its members' partials,
@@ -215,11 +216,11 @@ elif [ "$MODE" = xgroup ]; then
 	sk=$(sql "select count(*) filter (where m.sketches->'aggregated'->'group_sum' is not null) || ' ' ||
 	  (select count(*) from round_sketch_flag)
 	  from round_member m join round r using (project_id, version) where r.state = 'committed' and r.cross_peers")
-	ok $([ "${sk% *}" -ge 9 ] && [ "${sk#* }" = 0 ]; echo $?) \
+	ok "$([ "${sk% *}" -ge 9 ] && [ "${sk#* }" = 0 ]; echo $?)" \
 		"the sketches of the averaged bytes pass their checks (aggregators' group sums sketched, hosts flagged: $sk)"
 	ncp=$(grep -c "our checkpoint of version [0-9]* sent" "$T"/client*.log | awk -F: '{ s += $2 } END { print s }')
 	ncommit=$(sql "select count(*) from round where state = 'committed' and cross_peers")
-	ok $([ "$ncp" -ge "$ncommit" ] && [ "$ncp" -le $((ncommit + 2)) ]; echo $?) \
+	ok "$([ "$ncp" -ge "$ncommit" ] && [ "$ncp" -le $((ncommit + 2)) ]; echo $?)" \
 		"one peer a round sent its checkpoint of v+1 ($ncp uploads for $ncommit rounds committed across peers)"
 	# Two peers left: one group, whose mean they take themselves; the
 	# server still gets only its hash and a checkpoint.  A target two
@@ -230,7 +231,7 @@ elif [ "$MODE" = xgroup ]; then
 	wait_for 300 one_group
 	curl -sf "http://127.0.0.1:$PORT/metrics" >"$T/metrics.txt"
 	gb=$(sed -n 's/^cotrain_gradient_bytes_received_total //p' "$T/metrics.txt")
-	ok $(one_group && [ "$gb" = 0 ]; echo $?) \
+	ok "$(one_group && [ "$gb" = 0 ]; echo $?)" \
 		"two peers left commit a round of one group with no gradient to the server ($gb bytes; groups a round: $(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'"))"
 	V=$(version)
 	for p in $CPIDS; do kill "$p" 2>/dev/null; done
