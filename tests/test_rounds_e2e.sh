@@ -36,7 +36,8 @@
 # replay (within 1e-5), the server receives no gradient byte (its metrics
 # and its access log), and an aggregator dying as it starts the stage
 # across groups (fault point cross-stage) makes its round fail and rerun
-# without it, as any aggregator's death does.
+# without it, as any aggregator's death does; then two peers left commit a
+# round of one group the same way (they take the mean themselves).
 # With ROUNDS_MODE=encoder (tests/test_rounds_encoder.sh) three clients
 # train a tiny ALBERT (masked LM and sentence order on the byte tokenizer
 # with its four special tokens, doc/model.md "Encoders"): the same checks
