@@ -139,6 +139,7 @@ DECLARE
     ro record;
     m  record;
     b  jsonb;
+    x  jsonb;
 BEGIN
     SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
     IF c.status IS NOT NULL THEN
@@ -190,8 +191,9 @@ BEGIN
                        AND g.group_id = m.group_id));
     IF ro.cross_peers THEN
         b := b || jsonb_build_object('cross_group', 'peers');
-        IF round_cross_slices(c.project_id, p_version, p_host) IS NOT NULL THEN
-            b := b || jsonb_build_object('cross', round_cross_slices(c.project_id, p_version, p_host));
+        x := round_cross_slices(c.project_id, p_version, p_host);
+        IF x IS NOT NULL THEN
+            b := b || jsonb_build_object('cross', x);
         END IF;
     END IF;
     IF ro.gradient_sha256 IS NOT NULL THEN
