@@ -186,6 +186,61 @@ out:
 	return rc;
 }
 
+cot_err cl_api_mean_hash(const cl_api_opts *o, const cl_project *p, int64_t version, const int64_t *included,
+                         size_t n, int64_t samples, const char *sha256, cot_errbuf *eb)
+{
+	size_t cap = 160 + n * 21;
+	char *what = malloc(cap), *url = malloc(cap + CL_URL_MAX + 128);
+	cot_err rc = COT_OK;
+	if (!what || !url) {
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	int w = snprintf(what, cap,
+	                 "mean_hash?host_id=%lld&samples=%lld&sha256=%.64s&included=", (long long)p->host_id,
+	                 (long long)samples, sha256);
+	rc = id_list(included, n, what + w, cap - (size_t)w, eb);
+	if (rc)
+		goto out;
+	round_url(url, cap + CL_URL_MAX + 128, p, version, what);
+	json_t *a = NULL;
+	cl_http_req r = {
+		.method = "POST", .url = url, .bearer = p->host_token, .raw = "", .rawlen = 0, .out = &a
+	};
+	rc = cl_api_http(o, &r, eb);
+	if (!rc && !a)
+		rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent no answer to the mean's hash");
+	json_decref(a);
+out:
+	free(what);
+	free(url);
+	return rc;
+}
+
+cot_err cl_api_round_checkpoint(const cl_api_opts *o, const cl_project *p, int64_t version, const void *bytes,
+                                size_t len, json_t **answer, cot_errbuf *eb)
+{
+	char url[CL_URL_MAX + 192], what[48];
+	snprintf(what, sizeof what, "checkpoint?host_id=%lld", (long long)p->host_id);
+	round_url(url, sizeof url, p, version, what);
+	json_t *a = NULL;
+	cl_http_req r = { .method = "POST",
+		          .url = url,
+		          .bearer = p->host_token,
+		          .raw = bytes,
+		          .rawlen = len,
+		          .out = &a,
+		          .extra_timeout_s = 600 };
+	cot_err rc = cl_api_http(o, &r, eb);
+	if (!rc && !a)
+		rc = cot_seterr(eb, COT_ERR_NETWORK, "server sent no answer to the checkpoint");
+	if (rc || !answer)
+		json_decref(a);
+	else
+		*answer = a;
+	return rc;
+}
+
 cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok, int wait_s,
                              const int64_t *included, size_t n, const char *params_sha256, cl_links *links,
                              const json_t *sketches, json_t **answer, cot_errbuf *eb)

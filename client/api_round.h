@@ -52,6 +52,19 @@ cot_err cl_api_group_sum(const cl_api_opts *o, const cl_project *p, int64_t vers
                          size_t n, int64_t samples, const float *sum, size_t len, json_t **answer,
                          cot_errbuf *eb);
 
+/* POST .../rounds/<v>/mean_hash: with averaging across groups between the
+ * peers, the sha256 of the round's mean we hold (64 hex digits), our group
+ * having included[0..n) (ascending), samples in all.  No body: the server
+ * takes no gradient. */
+cot_err cl_api_mean_hash(const cl_api_opts *o, const cl_project *p, int64_t version, const int64_t *included,
+                         size_t n, int64_t samples, const char *sha256, cot_errbuf *eb);
+
+/* POST .../rounds/<v>/checkpoint: our checkpoint of v+1 (len bytes of the
+ * file kernels/checkpoint.h saves), when the outcome's answer asked for it;
+ * *answer (may be NULL) gets the answer, as an outcome's. */
+cot_err cl_api_round_checkpoint(const cl_api_opts *o, const cl_project *p, int64_t version, const void *bytes,
+                                size_t len, json_t **answer, cot_errbuf *eb);
+
 /* POST .../rounds/<v>/outcome?wait=S: ok (1, with the included hosts and
  * the sha256 of our parameters of v+1), failed (0), or dropped (-1: our
  * group left us out, but we aggregated a range: only the sketches); with links (may be NULL), the

@@ -8,10 +8,15 @@
  *      opens again, or the server says we are not in it;
  *   3. all-reduce the gradient SUM within the group (shared/averaging/allreduce.h);
  *   4. upload the group's sum; the mean is sum / total with one group, or
- *      the server's mean over every group's sum, downloaded;
+ *      the server's mean over every group's sum, downloaded; or, when the
+ *      plan says "cross_group": "peers", the aggregators already averaged
+ *      across groups between themselves (shared/averaging/cross_group.h):
+ *      we hold the mean and post only its hash;
  *   5. one optimizer step with the project's settings, the sha256 of the
  *      new parameters to the server; when the server's v+1 differs from
  *      ours, drop ours (the next work unit loads the server's checkpoint).
+ *      Across groups between the peers the server has no v+1 of its own:
+ *      it asks one peer of the majority for its checkpoint.
  * In local mode (doc/design.md "Local mode") the session has taken inner
  * steps on its own parameters: once planned, it turns them into its
  * contribution, samples x (theta_v - theta), with theta_v back in the model
@@ -39,6 +44,7 @@
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
 #include "shared/averaging/allreduce.h"
+#include "shared/averaging/cross_group.h"
 #include "shared/common/deadline.h"
 #include "shared/common/fault.h"
 #include "shared/common/hash.h"
@@ -197,6 +203,7 @@ static cot_err wait_plan(round_job *j, int after_gradient, cot_errbuf *eb)
 		cot_err rc = cl_api_round_plan(&j->o, &j->p, j->v, PLAN_WAIT_S, after_gradient, &a,
 		                               &j->reopened, eb);
 		if (rc == COT_OK && a) {
+			cl_plan_free(&j->plan);
 			rc = cl_plan_parse(a, j->p.host_id, j->v, (int64_t)j->m->n_params, &j->plan, eb);
 			json_decref(a);
 			if (rc)
@@ -220,11 +227,39 @@ static cot_err wait_plan(round_job *j, int after_gradient, cot_errbuf *eb)
 	}
 }
 
-/* 3. The all-reduce within our group. */
+/* The hosts that dial us in the round: our group's other members, then
+ * every other holder of our slices across groups, each once; *n of them
+ * (malloc'd, the caller frees; NULL with *n 0 when out of memory). */
+static int64_t *dialing_us(const cl_plan *pl, int64_t self, size_t *n)
+{
+	size_t cap = pl->n;
+	for (size_t s = 0; s < pl->n_cross; s++)
+		cap += pl->cross[s].n;
+	int64_t *o = malloc((cap ? cap : 1) * sizeof *o);
+	*n = 0;
+	for (size_t k = 0; o && k < pl->n; k++)
+		if (pl->members[k].host_id != self)
+			o[(*n)++] = pl->members[k].host_id;
+	for (size_t s = 0; o && s < pl->n_cross; s++)
+		for (size_t k = 0; k < pl->cross[s].n; k++) {
+			int64_t id = pl->cross[s].holders[k].host_id;
+			size_t i = 0;
+			while (i < *n && o[i] != id)
+				i++;
+			if (id != self && i == *n)
+				o[(*n)++] = id;
+		}
+	return o;
+}
+
+/* 3. The all-reduce within our group, and with "cross_group": "peers" the
+ * stage across groups inside it (our aggregator's range becomes the
+ * round's mean before it is returned). */
 static cot_err average(round_job *j, cot_errbuf *eb)
 {
 	const cl_plan *pl = &j->plan;
-	if (pl->n == 1) {
+	int cross = pl->cross_peers && pl->n_groups > 1;
+	if (pl->n == 1 && !cross) {
 		/* Alone in the group: the group sum is our own, exactly. */
 		j->res.included = malloc(sizeof *j->res.included);
 		if (!j->res.included)
@@ -259,16 +294,43 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		return rc;
 	const cl_plan_member *me = &pl->members[pl->self];
 	if (nat && me->hi > me->lo) {
-		int64_t others[CL_PLAN_MAX_MEMBERS];
 		size_t n = 0;
-		for (size_t k = 0; k < pl->n; k++)
-			if (k != pl->self)
-				others[n++] = pl->members[k].host_id;
-		rc = nat_acceptor_start(&nc, j->p.name, j->v, others, n, deadline, &acc, eb);
+		int64_t *others = dialing_us(pl, j->p.host_id, &n);
+		rc = others ? nat_acceptor_start(&nc, j->p.name, j->v, others, n, deadline, &acc, eb)
+		            : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		free(others);
 		if (rc) {
 			dialer_free(dl);
 			return rc;
 		}
+	}
+	/* Across groups: the slices of our range, reduced between their
+	 * holders after our group's slices are in and before our result goes
+	 * back (a quarter of the time left, then an eighth for the results). */
+	cross_group_params cp = { .slices = pl->cross,
+		                  .n_slices = pl->n_cross,
+		                  .round = j->v,
+		                  .comp = pl->comp,
+		                  .ctx = j->peer.ctx,
+		                  .dialer = dl,
+		                  .lst = j->peer.lst,
+		                  .collect_deadline = deadline_after_ms(left_ms * 3 / 4),
+		                  .deadline = deadline_after_ms(left_ms * 7 / 8) };
+	if (pl->n == 1) {
+		/* Alone in our group: our gradient is the group's sum, and our
+		 * range (all of it) goes straight to the stage across groups. */
+		memcpy(j->sum, j->m->grads, j->m->n_params * sizeof *j->sum);
+		rc = cross_group_reduce(&cp, j->sum, 0, j->m->n_params, (uint64_t)me->samples, eb);
+		if (!rc && !(j->res.included = malloc(sizeof *j->res.included)))
+			rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+		if (!rc) {
+			j->res.included[0] = j->p.host_id;
+			j->res.n_included = 1;
+			j->res.total_samples = (uint64_t)me->samples;
+		}
+		nat_acceptor_stop(acc);
+		dialer_free(dl);
+		return rc;
 	}
 	/* Test hook: a poisoner sends another vector than its gradient. */
 	float *poison = cl_cheat_poison(j->m->grads, j->m->n_params);
@@ -279,7 +341,11 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		                .grad = poison ? poison : j->m->grads,
 		                .len = j->m->n_params,
 		                .send_comp = pl->comp,
-		                .result_comp = pl->comp,
+		                /* Across groups the mean comes encoded once by the
+		                 * stage; passed on in 8-bit it would be encoded again
+		                 * in other blocks in each group, and the groups would
+		                 * differ (fp16 of fp16 values is exact). */
+		                .result_comp = cross && pl->comp == COMP_BLOCK8 ? COMP_NONE : pl->comp,
 		                .aggregation = pl->centered_clip ? ALLREDUCE_CENTERED_CLIP : ALLREDUCE_SUM,
 		                .clip_tau = pl->clip_tau,
 		                .clip_iters = pl->clip_iters,
@@ -291,7 +357,11 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		                /* Under the round's seed, as our committed sketches. */
 		                .sketch_seed = cl_compute_sketch_seed(j->s),
 		                .sketch_k = cl_compute_is_local(j->s) ? 0 : cl_compute_sketch_k(j->s),
-		                .test_result_noise = cl_cheat_result_noise() };
+		                .test_result_noise = cl_cheat_result_noise(),
+		                /* across groups: our range becomes the round's mean */
+		                .cross = cross && me->hi > me->lo ? cross_group_reduce : NULL,
+		                .cross_arg = &cp,
+		                .no_stream = cross };
 	rc = allreduce_run(&ap, j->sum, &j->res, eb);
 	free(poison);
 	size_t i = 0;
@@ -331,9 +401,60 @@ static int included(const allreduce_result *r, int64_t host)
 	return 0;
 }
 
+/* 4, across groups between the peers: j->sum holds the round's mean
+ * already (several groups), or our group's sum (one); post its hash. */
+static cot_err round_mean_peers(round_job *j, cot_errbuf *eb)
+{
+	if (j->plan.n_groups == 1)
+		cl_round_mean(j->sum, j->m->n_params, j->res.total_samples, j->sum);
+	char sha[65];
+	if (hash_sha256_hex(j->sum, j->m->n_params * sizeof *j->sum, sha))
+		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash the mean");
+	return cl_api_mean_hash(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
+	                        (int64_t)j->res.total_samples, sha, eb);
+}
+
+/* Our checkpoint of v+1 to the server, which asked for it (round_cross.sql:
+ * we are the lowest host id of the majority). */
+static cot_err upload_checkpoint(round_job *j, cot_errbuf *eb)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/ckpt-XXXXXX", j->d->downloads_dir);
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return cot_seterr(eb, COT_ERR_IO, "could not create a file in \"%s\": %s",
+		                  j->d->downloads_dir, strerror(errno));
+	close(fd);
+	cot_err rc = ckpt_save(j->m, path, eb);
+	FILE *f = rc ? NULL : fopen(path, "rb");
+	void *buf = NULL;
+	long len = -1;
+	if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+	    (buf = malloc((size_t)len)) && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+		free(buf);
+		buf = NULL;
+	}
+	if (f)
+		fclose(f);
+	unlink(path);
+	if (!rc && !buf)
+		rc = cot_seterr(eb, COT_ERR_IO, "could not read our checkpoint of version %lld",
+		                (long long)j->v + 1);
+	if (!rc) {
+		rc = cl_api_round_checkpoint(&j->o, &j->p, j->v, buf, (size_t)len, NULL, eb);
+		if (!rc)
+			log_info("project %s: round %lld: our checkpoint of version %lld sent (%ld bytes)",
+			         j->p.name, (long long)j->v, (long long)j->v + 1, len);
+	}
+	free(buf);
+	return rc;
+}
+
 /* 4. The round's mean into j->sum. */
 static cot_err round_mean(round_job *j, cot_errbuf *eb)
 {
+	if (j->plan.cross_peers)
+		return round_mean_peers(j, eb);
 	cot_err rc = cl_api_group_sum(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
 	                              (int64_t)j->res.total_samples, j->sum, j->m->n_params, NULL, eb);
 	if (rc)
@@ -410,6 +531,7 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 	*accepted = 0;
 	json_t *sk = ok ? cl_round_sketches_json(&j->res) : NULL;
 	cot_err rc;
+	int uploaded = 0;
 	for (;;) {
 		json_t *a = NULL;
 		double t0 = cl_now_mono();
@@ -425,6 +547,7 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 		cot_json_str(json_object_get(a, "round"), "state", false, 1, 15, &st, NULL);
 		int reopened = st && strcmp(st, "open") == 0;
 		int decided = json_is_boolean(acc);
+		int upload = !decided && json_is_true(json_object_get(a, "checkpoint_upload"));
 		if (decided)
 			*accepted = json_is_true(acc);
 		const char *ck = NULL;
@@ -434,6 +557,14 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 		json_decref(a); /* acc with it */
 		if (decided)
 			break;
+		if (upload && !uploaded) {
+			uploaded = 1; /* once: a refused upload leaves the round to its deadline */
+			cot_errbuf e2 = { "", "" };
+			if (upload_checkpoint(j, &e2))
+				log_warn("project %s: round %lld: could not send our checkpoint: %s",
+				         j->p.name, (long long)j->v, e2.msg);
+			continue;
+		}
 		if (reopened) {
 			rc = cot_seterr(eb, COT_ERR_CONFLICT, "the round failed and opened again");
 			break;
@@ -613,6 +744,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 	int accepted = 0;
 	cl_links_init(&j.links);
 	cot_err rc = run(&j, &accepted, &eb);
+	cl_plan_free(&j.plan);
 	free(j.sum);
 	allreduce_result_free(&j.res);
 	char links[560];

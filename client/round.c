@@ -55,6 +55,98 @@ static cot_err bad(cot_errbuf *eb, const cot_errbuf *why)
 	return cot_seterr(eb, COT_ERR_NETWORK, "server sent an invalid averaging plan: %s", why->msg);
 }
 
+static uint64_t me_lo(const cl_plan *p) { return p->members[p->self].lo; }
+
+static uint64_t me_hi(const cl_plan *p) { return p->members[p->self].hi; }
+
+void cl_plan_free(cl_plan *p)
+{
+	free(p->cross);
+	free(p->cross_holders);
+	p->cross = NULL;
+	p->cross_holders = NULL;
+	p->n_cross = 0;
+}
+
+/* The "cross" field: slices tiling [lo, hi), ascending, each with its
+ * holders (ascending host ids, ourselves once, their parts tiling the
+ * slice), into out->cross.  COT_ERR_INVALID with why in e otherwise (what
+ * was allocated stays in out for cl_plan_free). */
+static cot_err parse_cross(const json_t *cr, int64_t host_id, uint64_t lo, uint64_t hi, cl_plan *out,
+                           cot_errbuf *e)
+{
+	size_t ns = json_array_size(cr), total = 0;
+	if (!json_is_array(cr) || ns < 1 || ns > CROSS_MAX_SLICES)
+		return cot_seterr(e, COT_ERR_INVALID, "field \"cross\" must be an array of 1 to %d slices",
+		                  CROSS_MAX_SLICES);
+	for (size_t i = 0; i < ns; i++) {
+		size_t nh = json_array_size(json_object_get(json_array_get(cr, i), "holders"));
+		if (nh < 1 || nh > ALLREDUCE_MAX_MEMBERS || (total += nh) > CL_PLAN_MAX_HOLDERS)
+			return cot_seterr(e, COT_ERR_INVALID, "cross[%zu] must hold 1 to %d holders", i,
+			                  ALLREDUCE_MAX_MEMBERS);
+	}
+	out->cross = calloc(ns, sizeof *out->cross);
+	out->cross_holders = calloc(total, sizeof *out->cross_holders);
+	if (!out->cross || !out->cross_holders)
+		return cot_seterr(e, COT_ERR_INVALID, "out of memory for the slices across groups");
+	uint64_t at = lo;
+	cross_holder *h = out->cross_holders;
+	for (size_t i = 0; i < ns; i++) {
+		const json_t *s = json_array_get(cr, i);
+		const json_t *hs = json_object_get(s, "holders");
+		long long idx = 0, slo = 0, shi = 0;
+		if (cot_json_int(s, "index", true, 0, 1LL << 30, &idx, e) ||
+		    cot_json_int(s, "lo", true, 0, 1LL << 40, &slo, e) ||
+		    cot_json_int(s, "hi", true, slo + 1, 1LL << 40, &shi, e))
+			return COT_ERR_INVALID;
+		if ((uint64_t)slo != at || (uint64_t)shi > hi)
+			return cot_seterr(e, COT_ERR_INVALID,
+			                  "the slices across groups do not tile our range");
+		cross_slice *cs = &out->cross[i];
+		*cs = (cross_slice){ .index = idx, .lo = (uint64_t)slo, .hi = (uint64_t)shi, .holders = h };
+		uint64_t next = (uint64_t)slo;
+		int self = 0;
+		for (size_t k = 0; k < json_array_size(hs); k++, h++) {
+			const json_t *x = json_array_get(hs, k);
+			long long id = 0, g = 0, hlo = 0, hhi = 0;
+			const char *ep = NULL;
+			if (!json_is_object(x) || cot_json_int(x, "host_id", true, 1, 1LL << 62, &id, e) ||
+			    cot_json_int(x, "group", true, 0, 1LL << 20, &g, e) ||
+			    cot_json_int(x, "lo", true, slo, shi, &hlo, e) ||
+			    cot_json_int(x, "hi", true, hlo, shi, &hhi, e) ||
+			    cot_json_str(x, "endpoint", true, 3, 79, &ep, e))
+				return e->msg[0]
+				               ? COT_ERR_INVALID
+				               : cot_seterr(e, COT_ERR_INVALID,
+				                            "cross[%zu].holders[%zu] is not an object", i, k);
+			if ((k > 0 && id <= h[-1].host_id) || (uint64_t)hlo != next)
+				return cot_seterr(e, COT_ERR_INVALID,
+				                  "the holders of cross[%zu] are not in ascending host id "
+				                  "order tiling the slice",
+				                  i);
+			if (cl_parse_endpoint(ep, h->addr, &h->port, e))
+				return COT_ERR_INVALID;
+			h->host_id = id;
+			h->lo = (uint64_t)hlo;
+			h->hi = (uint64_t)hhi;
+			next = (uint64_t)hhi;
+			if (id == host_id) {
+				cs->self = k;
+				self++;
+			}
+			cs->n++;
+		}
+		if (next != (uint64_t)shi || self != 1)
+			return cot_seterr(e, COT_ERR_INVALID,
+			                  "cross[%zu] does not name us once or is not tiled", i);
+		at = (uint64_t)shi;
+	}
+	if (at != hi)
+		return cot_seterr(e, COT_ERR_INVALID, "the slices across groups do not cover our range");
+	out->n_cross = ns;
+	return COT_OK;
+}
+
 cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t expect_params, cl_plan *out,
                       cot_errbuf *eb)
 {
@@ -168,9 +260,29 @@ cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t
 		memcpy(out->gradient_sha256, sha, 65);
 		out->gradient_samples = gs;
 	}
+	const char *cg = "server";
+	if (cot_json_str(j, "cross_group", false, 1, 16, &cg, &e) ||
+	    (strcmp(cg, "peers") != 0 && strcmp(cg, "server") != 0))
+		return bad(eb, &(cot_errbuf){ "field \"cross_group\" must be \"peers\" or \"server\"", "" });
+	out->cross_peers = strcmp(cg, "peers") == 0;
+	const json_t *cr = json_object_get(j, "cross");
+	if (cr && !json_is_null(cr)) {
+		if (!out->cross_peers || ng < 2 || me_hi(out) <= me_lo(out))
+			return bad(eb,
+			           &(cot_errbuf){ "field \"cross\" where nothing is averaged across groups",
+			                          "" });
+		if (parse_cross(cr, host_id, me_lo(out), me_hi(out), out, &e)) {
+			cl_plan_free(out);
+			return bad(eb, &e);
+		}
+	} else if (out->cross_peers && ng > 1 && me_hi(out) > me_lo(out)) {
+		return bad(eb, &(cot_errbuf){ "an aggregator's plan across groups has no \"cross\"", "" });
+	}
 	const char *ps = NULL;
-	if (cot_json_str(j, "params_sha256", false, 64, 64, &ps, &e) || (ps && !hash_is_sha256_hex(ps)))
+	if (cot_json_str(j, "params_sha256", false, 64, 64, &ps, &e) || (ps && !hash_is_sha256_hex(ps))) {
+		cl_plan_free(out);
 		return bad(eb, &(cot_errbuf){ "field \"params_sha256\" is malformed", "" });
+	}
 	if (ps)
 		memcpy(out->params_sha256, ps, 65);
 	out->version = ver;
@@ -229,6 +341,12 @@ json_t *cl_round_sketches_json(const allreduce_result *res)
 	json_t *agg = mem ? json_pack("{s:o, s:o*, s:f}", "members", mem, "result",
 	                              sketch_array(res->agg_result, k), "result_err", res->agg_result_err)
 	                  : NULL;
+	if (agg && res->agg_group_sum &&
+	    (json_object_set_new(agg, "group_sum", sketch_array(res->agg_group_sum, k)) ||
+	     json_object_set_new(agg, "group_sum_err", json_real(res->agg_group_sum_err)))) {
+		json_decref(agg);
+		agg = NULL;
+	}
 	if (!agg || json_object_set_new(out, "aggregated", agg)) {
 		json_decref(out);
 		return NULL;

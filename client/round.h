@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "shared/averaging/allreduce.h"
+#include "shared/averaging/cross_group.h"
 
 #include "shared/peer/dialer.h"
 #include "shared/common/error.h"
@@ -47,7 +48,18 @@ typedef struct {
 	char gradient_sha256[65];
 	int64_t gradient_samples;
 	char params_sha256[65]; /* the server's v+1, when known ("" else) */
+	/* "cross_group": "peers" (doc/averaging.md, "Across groups"): the
+	 * peers average across groups themselves; the server takes only the
+	 * mean's hash and one peer's v+1. */
+	int cross_peers;
+	cross_slice *cross; /* the slices of our range across groups (n_cross,
+	                     * ascending; NULL when we aggregate nothing or there
+	                     * is one group); cl_plan_free */
+	size_t n_cross;
+	cross_holder *cross_holders; /* every slice's holders, end to end */
 } cl_plan;
+
+#define CL_PLAN_MAX_HOLDERS 65536 /* holders of all our slices together */
 
 /* Parse and check a plan answer for host_id and version: members ascending
  * and unique, ranges tiling [0, param_count) in order, endpoints numeric,
@@ -58,6 +70,10 @@ typedef struct {
  * when the server sent something else. */
 cot_err cl_plan_parse(const json_t *j, int64_t host_id, int64_t version, int64_t expect_params, cl_plan *out,
                       cot_errbuf *eb);
+
+/* Free what cl_plan_parse allocated in p (the slices across groups) and
+ * clear it; a cleared or zeroed plan is fine. */
+void cl_plan_free(cl_plan *p);
 
 /* "203.0.113.5:7070" or "[2001:db8::5]:7070" into a numeric address and a
  * port (1..65535).  COT_ERR_INVALID when it is anything else (no names:

@@ -1094,6 +1094,84 @@ END
 $$;
 
 --
+-- Name: round_checkpoint_begin(bytea, text, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_checkpoint_begin(p_token_hash bytea, p_project text, p_version integer, p_host bigint, OUT status integer, OUT body text, OUT project_id bigint, OUT attempt integer, OUT param_count bigint, OUT params_sha256 text) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    c  record;
+    ro record;
+BEGIN
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    IF c.status IS NOT NULL THEN
+        status := c.status;
+        body := c.body;
+        RETURN;
+    END IF;
+    project_id := c.project_id;
+    SELECT * INTO ro FROM round r WHERE r.project_id = c.project_id AND r.version = p_version;
+    IF ro.cross_peers AND ro.checkpoint_sha256 IS NOT NULL AND EXISTS (
+           SELECT 1 FROM round_member rm WHERE rm.project_id = c.project_id
+              AND rm.version = p_version AND rm.host_id = p_host AND rm.included) THEN
+        status := 200;
+        body := round_outcome_body(c.project_id, p_version, p_host);
+        RETURN;
+    END IF;
+    IF round_checkpoint_uploader(c.project_id, p_version) IS DISTINCT FROM p_host THEN
+        status := 409;
+        body := api_error('conflict',
+            format('round %s wants no checkpoint from host %s', p_version, p_host),
+            'Upload v+1 only when the answer to your outcome says "checkpoint_upload": true.');
+        RETURN;
+    END IF;
+    attempt := ro.attempt;
+    param_count := ro.param_count;
+    SELECT rm.params_sha256 INTO params_sha256 FROM round_member rm
+     WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.host_id = p_host;
+END
+$$;
+
+--
+-- Name: round_checkpoint_store(bigint, integer, integer, bigint, text, bigint, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_checkpoint_store(p_project bigint, p_version integer, p_attempt integer, p_host bigint, p_checkpoint text, p_size bigint, p_params text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ro record;
+BEGIN
+    SELECT * INTO ro FROM round r WHERE r.project_id = p_project AND r.version = p_version
+       FOR UPDATE;
+    IF ro.state = 'averaging' AND ro.attempt = p_attempt AND ro.cross_peers
+       AND ro.checkpoint_sha256 IS NULL AND ro.gradient_sha256 IS NOT NULL
+       AND round_cross_majority(p_project, p_version) = p_params THEN
+        INSERT INTO file (sha256, size, kind) VALUES (p_checkpoint, p_size, 'checkpoint')
+        ON CONFLICT DO NOTHING;
+        UPDATE round SET checkpoint_sha256 = p_checkpoint, params_sha256 = p_params
+         WHERE project_id = p_project AND version = p_version;
+        PERFORM round_try_commit(p_project, p_version);
+    END IF;
+    RETURN round_outcome_body(p_project, p_version, p_host);
+END
+$$;
+
+--
+-- Name: round_checkpoint_uploader(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_checkpoint_uploader(p_project bigint, p_version integer) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version)
+     WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
+       AND r.state = 'averaging' AND r.gradient_sha256 IS NOT NULL AND r.checkpoint_sha256 IS NULL
+       AND rm.included AND rm.params_sha256 = round_cross_majority(p_project, p_version)
+$$;
+
+--
 -- Name: round_close_due(double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1136,6 +1214,72 @@ BEGIN
         END IF;
     END LOOP;
     RETURN n;
+END
+$$;
+
+--
+-- Name: round_cross_majority(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_cross_majority(p_project bigint, p_version integer) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT x.params_sha256
+      FROM (SELECT params_sha256, count(*) AS n FROM round_member
+             WHERE project_id = p_project AND version = p_version AND included
+             GROUP BY params_sha256) x
+     WHERE NOT EXISTS (SELECT 1 FROM round_member
+                        WHERE project_id = p_project AND version = p_version AND included
+                          AND outcome IS DISTINCT FROM 'ok')
+       AND x.params_sha256 IS NOT NULL
+       AND 2 * x.n > (SELECT count(*) FROM round_member
+                       WHERE project_id = p_project AND version = p_version AND included)
+$$;
+
+--
+-- Name: round_cross_slices(bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_cross_slices(p_project bigint, p_version integer, p_host bigint) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    ro record;
+    m  record;
+BEGIN
+    SELECT cross_peers, n_groups INTO ro FROM round WHERE project_id = p_project AND version = p_version;
+    SELECT lo, hi INTO m FROM round_member
+     WHERE project_id = p_project AND version = p_version AND host_id = p_host;
+    IF NOT coalesce(ro.cross_peers, false) OR coalesce(ro.n_groups, 1) < 2 OR m.hi IS NULL
+       OR m.hi <= m.lo THEN
+        RETURN NULL;
+    END IF;
+    RETURN (
+        WITH b AS (
+            SELECT DISTINCT x FROM round_member rm, LATERAL (VALUES (rm.lo), (rm.hi)) v(x)
+             WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo),
+        s AS (
+            SELECT (row_number() OVER (ORDER BY x)) - 1 AS idx, x AS lo,
+                   lead(x) OVER (ORDER BY x) AS hi FROM b),
+        h AS (
+            SELECT s.idx, s.lo AS slo, s.hi AS shi, rm.host_id, rm.endpoint, rm.group_id,
+                   greatest(rm.bandwidth, 1)::numeric AS bw,
+                   sum(greatest(rm.bandwidth, 1)::numeric) OVER w - greatest(rm.bandwidth, 1)::numeric AS before,
+                   sum(greatest(rm.bandwidth, 1)::numeric) OVER (PARTITION BY s.idx) AS total
+              FROM s JOIN round_member rm
+                ON rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+               AND rm.lo <= s.lo AND rm.hi >= s.hi
+             WHERE s.hi IS NOT NULL AND s.lo >= m.lo AND s.hi <= m.hi
+            WINDOW w AS (PARTITION BY s.idx ORDER BY rm.host_id))
+        SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.slo, 'hi', x.shi,
+                                            'holders', x.holders) ORDER BY x.idx)
+          FROM (SELECT idx, slo, shi,
+                       jsonb_agg(jsonb_build_object(
+                           'host_id', host_id, 'endpoint', endpoint, 'group', group_id,
+                           'lo', slo + floor((shi - slo) * before / total)::bigint,
+                           'hi', slo + floor((shi - slo) * (before + bw) / total)::bigint)
+                           ORDER BY host_id) AS holders
+                  FROM h GROUP BY idx, slo, shi) x);
 END
 $$;
 
@@ -1247,10 +1391,10 @@ END
 $$;
 
 --
--- Name: round_group_sum_begin(bytea, text, integer, bigint, bigint, jsonb); Type: FUNCTION; Schema: public; Owner: -
+-- Name: round_group_sum_begin(bytea, text, integer, bigint, bigint, jsonb, boolean); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_group_sum_begin(p_token_hash bytea, p_project text, p_version integer, p_host bigint, p_samples bigint, p_included jsonb, OUT status integer, OUT body text, OUT project_id bigint, OUT attempt integer, OUT group_id integer, OUT param_count bigint) RETURNS record
+CREATE FUNCTION public.round_group_sum_begin(p_token_hash bytea, p_project text, p_version integer, p_host bigint, p_samples bigint, p_included jsonb, p_hash_only boolean DEFAULT false, OUT status integer, OUT body text, OUT project_id bigint, OUT attempt integer, OUT group_id integer, OUT param_count bigint) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1280,6 +1424,16 @@ BEGIN
         RETURN;
     END IF;
     group_id := m.group_id;
+    IF (SELECT r.cross_peers FROM round r WHERE r.project_id = c.project_id AND r.version = p_version)
+       IS DISTINCT FROM p_hash_only THEN
+        status := 409;
+        body := CASE WHEN p_hash_only
+            THEN api_error('conflict', format('round %s averages across groups through the server', p_version),
+                           'Upload the group''s sum (group_sum) instead.')
+            ELSE api_error('conflict', format('round %s averages across groups between the peers', p_version),
+                           'Post the hash of the round''s mean (mean_hash); the server takes no gradient.') END;
+        RETURN;
+    END IF;
     SELECT * INTO kept FROM round_group_sum s
      WHERE s.project_id = c.project_id AND s.version = p_version AND s.group_id = m.group_id;
     IF c.state <> 'averaging' AND NOT (c.state = 'committed' AND kept.sum_sha256 IS NOT NULL) THEN
@@ -1401,7 +1555,11 @@ BEGIN
     body := round_group_sum_body(p_project, p_version, p_group);
     SELECT count(*) INTO v_in FROM round_group_sum s
      WHERE s.project_id = p_project AND s.version = p_version;
-    IF ro.state = 'averaging' AND ro.gradient_sha256 IS NULL AND v_in = ro.n_groups THEN
+    IF ro.state = 'averaging' AND ro.gradient_sha256 IS NULL AND v_in = ro.n_groups AND ro.cross_peers THEN
+        -- The peers averaged across groups: the hashes must agree.
+        PERFORM round_mean_agree(p_project, p_version);
+        body := round_group_sum_body(p_project, p_version, p_group);
+    ELSIF ro.state = 'averaging' AND ro.gradient_sha256 IS NULL AND v_in = ro.n_groups THEN
         compute := true;
         sums := (SELECT jsonb_agg(jsonb_build_object('group', s.group_id, 'sha256', s.sum_sha256,
                                                      'samples', s.samples) ORDER BY s.group_id)
@@ -1506,6 +1664,31 @@ BEGIN
         body := api_error('not_found',
             format('project "%s" has no round for version %s', p_project, p_version));
     END IF;
+END
+$$;
+
+--
+-- Name: round_mean_agree(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_mean_agree(p_project bigint, p_version integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_n     integer;
+    v_sha   text;
+    v_total bigint;
+BEGIN
+    SELECT count(DISTINCT sum_sha256), min(sum_sha256), sum(samples) INTO v_n, v_sha, v_total
+      FROM round_group_sum WHERE project_id = p_project AND version = p_version;
+    IF v_n <> 1 THEN
+        PERFORM round_fail(p_project, p_version,
+            format('the groups hold %s different means after averaging across groups', v_n));
+        RETURN;
+    END IF;
+    UPDATE round SET gradient_sha256 = v_sha, gradient_samples = v_total
+     WHERE project_id = p_project AND version = p_version;
+    PERFORM round_drop_excluded(p_project, p_version);
 END
 $$;
 
@@ -1656,6 +1839,15 @@ BEGIN
     ELSIF ro.checkpoint_sha256 IS NOT NULL AND b->'accepted' = 'true'::jsonb THEN
         b := b || jsonb_build_object('checkpoint_sha256', ro.checkpoint_sha256);
     END IF;
+    -- Across groups between the peers, v+1 comes from a peer
+    -- (round_cross.sql): this one is to upload it.
+    IF ro.cross_peers AND m.outcome = 'ok'
+       AND round_checkpoint_uploader(p_project, p_version) = p_host THEN
+        b := b || jsonb_build_object('checkpoint_upload', true);
+    END IF;
+    IF ro.cross_peers AND round_checkpoint_uploader(p_project, p_version) IS NOT NULL THEN
+        b := b || jsonb_build_object('checkpoint_due', true); -- wakes the uploader's long poll
+    END IF;
     RETURN b::text;
 END
 $$;
@@ -1797,6 +1989,7 @@ DECLARE
     ro record;
     m  record;
     b  jsonb;
+    x  jsonb;
 BEGIN
     SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
     IF c.status IS NOT NULL THEN
@@ -1846,22 +2039,32 @@ BEGIN
                       FROM round_member g
                      WHERE g.project_id = c.project_id AND g.version = p_version
                        AND g.group_id = m.group_id));
+    IF ro.cross_peers THEN
+        b := b || jsonb_build_object('cross_group', 'peers');
+        x := round_cross_slices(c.project_id, p_version, p_host);
+        IF x IS NOT NULL THEN
+            b := b || jsonb_build_object('cross', x);
+        END IF;
+    END IF;
     IF ro.gradient_sha256 IS NOT NULL THEN
         b := b || jsonb_build_object(
             'gradient', jsonb_build_object('sha256', ro.gradient_sha256,
-                                           'url', '/files/' || ro.gradient_sha256,
-                                           'samples', ro.gradient_samples),
-            'params_sha256', ro.params_sha256);
+                                           'samples', ro.gradient_samples)
+                        || CASE WHEN ro.cross_peers THEN '{}'::jsonb
+                                ELSE jsonb_build_object('url', '/files/' || ro.gradient_sha256) END);
+        IF ro.params_sha256 IS NOT NULL THEN
+            b := b || jsonb_build_object('params_sha256', ro.params_sha256);
+        END IF;
     END IF;
     RETURN QUERY SELECT 200, b::text;
 END
 $$;
 
 --
--- Name: round_plan_store(bigint, integer, bigint, jsonb, double precision); Type: FUNCTION; Schema: public; Owner: -
+-- Name: round_plan_store(bigint, integer, bigint, jsonb, double precision, boolean); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_plan_store(p_project bigint, p_version integer, p_param_count bigint, p_members jsonb, p_average_timeout_s double precision) RETURNS boolean
+CREATE FUNCTION public.round_plan_store(p_project bigint, p_version integer, p_param_count bigint, p_members jsonb, p_average_timeout_s double precision, p_cross_peers boolean DEFAULT false) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -1878,7 +2081,7 @@ BEGIN
       FROM jsonb_array_elements(p_members) m;
     UPDATE round SET state = 'averaging', planned_at = now(),
                      plan_deadline = now() + make_interval(secs => p_average_timeout_s),
-                     param_count = p_param_count,
+                     param_count = p_param_count, cross_peers = p_cross_peers,
                      samples = (SELECT sum(samples) FROM round_member
                                  WHERE project_id = p_project AND version = p_version),
                      n_groups = (SELECT count(DISTINCT group_id) FROM round_member
@@ -2290,7 +2493,11 @@ BEGIN
     END LOOP;
     -- 2. and 3. Aggregators' results.
     FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(rm.sketches->'aggregated'->'result') AS res,
-                    (rm.sketches->'aggregated'->>'result_err')::double precision AS err
+                    (rm.sketches->'aggregated'->>'result_err')::double precision AS err,
+                    round_sketch_vec(coalesce(rm.sketches->'aggregated'->'group_sum',
+                                              rm.sketches->'aggregated'->'result')) AS gsum,
+                    coalesce(rm.sketches->'aggregated'->>'group_sum_err',
+                             rm.sketches->'aggregated'->>'result_err')::double precision AS gerr
                FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version
                 AND (rm.included OR rm.outcome = 'dropped')
@@ -2303,9 +2510,9 @@ BEGIN
                 v_sum := round_sketch_sum(v_sum, m.sketch);
             END LOOP;
             IF v_sum IS NOT NULL THEN
-                v_d := round_sketch_norm(g.res, v_sum);
-                v_scale := greatest(round_sketch_norm(g.res), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.err;
+                v_d := round_sketch_norm(g.gsum, v_sum);
+                v_scale := greatest(round_sketch_norm(g.gsum), round_sketch_norm(v_sum), 1e-300);
+                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.gerr;
                 IF v_d > v_bound THEN
                     PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
                         'the sum it returned is not the sum of the slices it received',
@@ -2372,6 +2579,10 @@ BEGIN
        OR NOT round_sketch_err_valid(a->'result_err') THEN
         RETURN format('field "sketches.aggregated" must hold "members", "result" (%s numbers) and "result_err"', k);
     END IF;
+    IF a->'group_sum' IS NOT NULL AND (NOT round_sketch_valid(a->'group_sum', k)
+                                       OR NOT round_sketch_err_valid(a->'group_sum_err')) THEN
+        RETURN format('field "sketches.aggregated.group_sum" must be %s numbers, with "group_sum_err"', k);
+    END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(a->'members') x LOOP
         IF jsonb_typeof(e->'host_id') <> 'number' OR (e->>'host_id')::numeric NOT BETWEEN 1 AND 4e18
            OR (e->>'host_id')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k)
@@ -2396,8 +2607,19 @@ DECLARE
     v_ok   bigint;
     v_bad  bigint[];
 BEGIN
-    SELECT state, params_sha256, checkpoint_sha256, gradient_sha256 INTO ro FROM round
+    SELECT state, params_sha256, checkpoint_sha256, gradient_sha256, cross_peers INTO ro FROM round
      WHERE project_id = p_project AND version = p_version;
+    -- Across groups between the peers (round_cross.sql), v+1 is the one a
+    -- strict majority of the included peers holds: without one, once they
+    -- all said ok, the round fails.
+    IF FOUND AND ro.cross_peers AND ro.state = 'averaging' AND ro.gradient_sha256 IS NOT NULL
+       AND ro.checkpoint_sha256 IS NULL AND round_cross_majority(p_project, p_version) IS NULL
+       AND NOT EXISTS (SELECT 1 FROM round_member WHERE project_id = p_project
+                          AND version = p_version AND included AND outcome IS DISTINCT FROM 'ok') THEN
+        PERFORM round_fail(p_project, p_version,
+                           'no strict majority of the included peers holds the same parameters');
+        RETURN;
+    END IF;
     IF NOT FOUND OR ro.state <> 'averaging' OR ro.checkpoint_sha256 IS NULL
        OR ro.gradient_sha256 IS NULL THEN
         RETURN;
@@ -3934,6 +4156,7 @@ CREATE TABLE public.round (
     checkpoint_sha256 text,
     gradient_samples bigint,
     loss double precision,
+    cross_peers boolean DEFAULT false NOT NULL,
     CONSTRAINT round_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT round_close_reason_check CHECK ((close_reason = ANY (ARRAY['target'::text, 'stragglers'::text]))),
     CONSTRAINT round_gradient_samples_check CHECK ((gradient_samples > 0)),

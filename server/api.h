@@ -71,6 +71,21 @@ void api_round_list(http_req *req);
 #define API_REPORT_MAX_BYTES ((size_t)4 << 20)
 void api_round_group_sum(http_req *req);
 
+/* Averaging across groups between the peers (api_round_cross.c, doc/api.md
+ * "Rounds"): a member posts the hash of the round's mean its group holds
+ * (no body), and the peer the server asks uploads its checkpoint of v+1;
+ * bodies up to API_CHECKPOINT_MAX_BYTES. */
+void api_round_mean_hash(http_req *req);
+void api_round_checkpoint(http_req *req);
+#define API_CHECKPOINT_MAX_BYTES ((size_t)4 << 30)
+
+/* Argument checks the round routes share (api_rounds.c): path parameter 1
+ * as a version (answers 400 when it is not one); a positive query argument
+ * or 0; the "included" list as a JSON array text (malloc'd; answers 400). */
+bool rounds_path_version(http_req *req, long long *out);
+long long rounds_query_pos(http_req *req, const char *name);
+bool rounds_included_param(http_req *req, char **out);
+
 void files_get(http_req *req);
 
 /* A checkpoint's piece manifest and the peers that hold it

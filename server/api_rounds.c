@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "server/apiutil.h"
+#include "server/metrics.h"
 #include "server/round_coord.h"
 #include "server/round_step.h"
 #include "shared/common/filestore.h"
@@ -161,7 +162,7 @@ out:
 }
 
 /* Path parameter 1 as a version (an integer >= 0). */
-static bool path_version(http_req *req, long long *out)
+bool rounds_path_version(http_req *req, long long *out)
 {
 	const char *s = req->params[1];
 	char *end;
@@ -177,7 +178,7 @@ static bool path_version(http_req *req, long long *out)
 }
 
 /* A positive integer query argument (at most 18 digits), or 0. */
-static long long query_pos(http_req *req, const char *name)
+long long rounds_query_pos(http_req *req, const char *name)
 {
 	const char *s = http_query(req, name);
 	char *end = NULL;
@@ -207,7 +208,7 @@ void api_round_plan(http_req *req)
 {
 	long long version;
 	char hp[API_HASH_PARAM_LEN];
-	if (!path_version(req, &version) || !api_bearer(req, hp))
+	if (!rounds_path_version(req, &version) || !api_bearer(req, hp))
 		return;
 	const char *h = http_query(req, "host_id");
 	char *end = NULL;
@@ -356,7 +357,7 @@ void api_round_outcome(http_req *req)
 		return; /* a body of up to API_REPORT_MAX_BYTES (sketches): read it */
 	long long version, wait = 0;
 	char hp[API_HASH_PARAM_LEN];
-	if (!path_version(req, &version) || !api_bearer(req, hp) ||
+	if (!rounds_path_version(req, &version) || !api_bearer(req, hp) ||
 	    !api_query_int(req, "wait", 0, PLAN_WAIT_MAX, &wait))
 		return;
 	json_t *body;
@@ -437,6 +438,7 @@ void api_round_outcome(http_req *req)
 		goto out;
 	}
 	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha, links, sketches };
+	bool resumed = req->hold_until != 0; /* woken from a hold, not a new request */
 	if (wait > 0 && req->hold_until == 0)
 		req->hold_until = http_now() + (double)wait;
 	for (int look = 0;; look++) {
@@ -457,8 +459,16 @@ void api_round_outcome(http_req *req)
 		bool undecided = state && strcmp(state, "averaging") == 0 &&
 		                 !json_is_boolean(json_object_get(j, "accepted"));
 		bool moved = state && strcmp(state, "averaging") != 0;
+		/* Across groups between the peers: a peer asked for v+1 must hear
+		 * it now, and is woken when it waits (round_cross.sql). */
+		bool upload = json_is_true(json_object_get(j, "checkpoint_upload"));
+		bool due = json_is_true(json_object_get(j, "checkpoint_due"));
 		json_decref(j); /* state pointed into j: use moved from here on */
-		if (undecided && okay && wait > 0) {
+		/* A new outcome that made v+1 due wakes the uploader's long poll
+		 * (a woken one does not wake the others again). */
+		if (due && !resumed && look == 0)
+			http_wake_held();
+		if (undecided && okay && wait > 0 && !upload) {
 			/* Our v+1 is in, the server's is not yet: wait for it. */
 			api_poll t = api_long_poll(req, gen, look);
 			if (t != API_POLL_ANSWER) {
@@ -485,7 +495,7 @@ out:
 /* The "included" query argument: ascending positive host ids separated by
  * commas, at most GROUP_INCLUDED_MAX of them, as a JSON array text into
  * out (malloc'd).  False (answered 400) otherwise. */
-static bool included_param(http_req *req, char **out)
+bool rounds_included_param(http_req *req, char **out)
 {
 	const char *s = http_query(req, "included");
 	size_t len = s ? strlen(s) : 0;
@@ -633,9 +643,9 @@ void api_round_group_sum(http_req *req)
 	char *included = NULL;
 	PGresult *r = NULL;
 	float *sum = NULL;
-	if (!path_version(req, &version) || !api_bearer(req, hp))
+	if (!rounds_path_version(req, &version) || !api_bearer(req, hp))
 		return;
-	long long host = query_pos(req, "host_id"), samples = query_pos(req, "samples");
+	long long host = rounds_query_pos(req, "host_id"), samples = rounds_query_pos(req, "samples");
 	if (!host || !samples) {
 		http_reply_error(req, 400, "invalid",
 		                 "query arguments \"host_id\" and \"samples\" must be positive integers",
@@ -644,7 +654,7 @@ void api_round_group_sum(http_req *req)
 		                 "group_sum?host_id=<id>&samples=<S>&included=<ids>.");
 		return;
 	}
-	if (!included_param(req, &included))
+	if (!rounds_included_param(req, &included))
 		return;
 	if (strlen(req->params[0]) > 64) {
 		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
@@ -691,6 +701,7 @@ void api_round_group_sum(http_req *req)
 		req->body_max = (size_t)want; /* a chunked body too: not a byte more */
 		goto out;                     /* the length is right: read the body */
 	}
+	metrics_gradient_bytes(req->body_len);
 	sum = malloc(req->body_len);
 	if (!sum) {
 		http_reply_error(req, 500, "internal_error", "out of memory for the group sum",

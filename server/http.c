@@ -457,8 +457,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	double ms = (double)(end.tv_sec - st->start.tv_sec) * 1e3 +
 	            (double)(end.tv_nsec - st->start.tv_nsec) / 1e6;
 	metrics_observe(st->status, ms);
-	log_debug("%s %s %d %.2f ms%s", st->req.method, st->req.path, st->status, ms,
-	          toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (aborted)");
+	log_debug("%s %s %d %.2f ms, %zu bytes in%s", st->req.method, st->req.path, st->status, ms,
+	          st->req.body_len, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (aborted)");
 	if (st->held) {
 		/* Closed while held or resumed before it ran again (a client gone,
 		 * the daemon stopping): forget it. */

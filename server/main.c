@@ -88,6 +88,9 @@ static const opt_spec server_opts[] = {
 	  .metavar = "S", .help = "seconds from the plan to the outcomes' deadline" },
 	{ "round-max-group", 0, OPT_INT, F(cfg.round_max_group), 2, 1024, .def = "16", .metavar = "N",
 	  .help = "most peers in one averaging group" },
+	{ "round-cross-peers", 0, OPT_FLAG, F(cfg.round_cross_peers),
+	  .help = "average across groups peer to peer: the server takes the hash of the round's mean "
+	          "and one peer's checkpoint of v+1, never a gradient (doc/averaging.md)" },
 	{ "round-close-fraction", 0, OPT_DOUBLE, F(cfg.round_close_fraction), .dmin = 0, .dmax = 1,
 	  .min_open = true, .def = "0.9", .metavar = "F",
 	  .help = "close a round early from this fraction of its target..." },

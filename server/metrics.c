@@ -19,6 +19,11 @@ static const double bounds[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 static atomic_ullong bucket[NB + 1];
 static atomic_ullong sum_us;
 static atomic_ullong by_class[6]; /* 1xx..5xx, [0] other */
+static atomic_ullong gradient_bytes, checkpoint_bytes;
+
+void metrics_gradient_bytes(unsigned long long n) { atomic_fetch_add(&gradient_bytes, n); }
+
+void metrics_checkpoint_bytes(unsigned long long n) { atomic_fetch_add(&checkpoint_bytes, n); }
 
 void metrics_observe(int status, double ms)
 {
@@ -157,6 +162,15 @@ void metrics_get(http_req *req)
 	    "cotrain_http_request_duration_seconds_sum %.6f\n"
 	    "cotrain_http_request_duration_seconds_count %llu\n",
 	    (double)atomic_load(&sum_us) / 1e6, cum);
+	put(&b,
+	    "# HELP cotrain_gradient_bytes_received_total Bytes of group sums (gradients) received.\n"
+	    "# TYPE cotrain_gradient_bytes_received_total counter\n"
+	    "cotrain_gradient_bytes_received_total %llu\n"
+	    "# HELP cotrain_checkpoint_bytes_received_total Bytes of peers' checkpoints of v+1 "
+	    "received.\n"
+	    "# TYPE cotrain_checkpoint_bytes_received_total counter\n"
+	    "cotrain_checkpoint_bytes_received_total %llu\n",
+	    atomic_load(&gradient_bytes), atomic_load(&checkpoint_bytes));
 	put(&b, "# HELP cotrain_http_requests_total HTTP requests answered, by status class.\n"
 	        "# TYPE cotrain_http_requests_total counter\n");
 	static const char *const cls[6] = { "other", "1xx", "2xx", "3xx", "4xx", "5xx" };

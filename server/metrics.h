@@ -10,4 +10,10 @@
  * Call from the HTTP layer's completion callback. */
 void metrics_observe(int status, double ms);
 
+/* Count bytes of gradients (group sums) and of peers' checkpoints of v+1
+ * the server kept: with averaging across groups between the peers the
+ * first stays 0. */
+void metrics_gradient_bytes(unsigned long long n);
+void metrics_checkpoint_bytes(unsigned long long n);
+
 #endif

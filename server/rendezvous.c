@@ -49,7 +49,10 @@ cot_err rdv_auth(int64_t host, const char *token, cot_errbuf *eb)
 
 static const dbc_stmt st_pair = {
 	"nat_pair_check",
-	"SELECT p.id, r.state, a.group_id, b.group_id"
+	"SELECT p.id, r.state, a.group_id, b.group_id,"
+	/* holders of a common slice across groups (db/functions/round_cross.sql) */
+	"       coalesce(r.cross_peers AND a.hi > a.lo AND b.hi > b.lo AND a.lo < b.hi AND b.lo < a.hi,"
+	"                false)"
 	"  FROM project p JOIN round r ON r.project_id = p.id AND r.version = $2::integer"
 	"  LEFT JOIN round_member a ON a.project_id = p.id AND a.version = r.version"
 	"                          AND a.host_id = $3::bigint"
@@ -86,8 +89,11 @@ cot_err rdv_pair_check(const char *project, int64_t version, int64_t a, int64_t 
 	} else if (PQgetisnull(r, 0, 2)) {
 		rc = cot_seterr(eb, COT_ERR_FORBIDDEN, "host %lld is not a peer of round %lld", (long long)a,
 		                (long long)version);
-	} else if (PQgetisnull(r, 0, 3) || strcmp(PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 3)) != 0) {
-		rc = cot_seterr(eb, COT_ERR_FORBIDDEN, "host %lld is not in host %lld's group of round %lld",
+	} else if ((PQgetisnull(r, 0, 3) || strcmp(PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 3)) != 0) &&
+	           strcmp(PQgetvalue(r, 0, 4), "t") != 0) {
+		rc = cot_seterr(eb, COT_ERR_FORBIDDEN,
+		                "host %lld is not in host %lld's group of round %lld, nor holds a slice with "
+		                "it",
 		                (long long)b, (long long)a, (long long)version);
 	}
 	PQclear(r);

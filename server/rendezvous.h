@@ -41,9 +41,11 @@ typedef struct {
 cot_err rdv_auth(int64_t host, const char *token, cot_errbuf *eb);
 
 /* Check that hosts a and b are members of the same group of round (project
- * name, version), which is averaging; *project_id is the project's id.
- * COT_ERR_NOT_FOUND (no such round), COT_ERR_CONFLICT (not averaging),
- * COT_ERR_FORBIDDEN (a not in the round, b not in a's group, a == b). */
+ * name, version), or, averaging across groups between the peers, hold a
+ * common slice (aggregator ranges that overlap), and that the round is
+ * averaging; *project_id is the project's id.  COT_ERR_NOT_FOUND (no such
+ * round), COT_ERR_CONFLICT (not averaging), COT_ERR_FORBIDDEN (a not in the
+ * round, b neither in a's group nor a holder of a slice with it, a == b). */
 cot_err rdv_pair_check(const char *project, int64_t version, int64_t a, int64_t b, int64_t *project_id,
                        cot_errbuf *eb);
 

@@ -60,16 +60,20 @@ static const dbc_stmt st_closing = { "round_closing",
 	                             " ORDER BY closed_at LIMIT 100",
 	                             0 };
 static const dbc_stmt st_begin = { "round_plan_begin", "SELECT round_plan_begin($1, $2, $3)::text", 3 };
-static const dbc_stmt st_store = { "round_plan_store", "SELECT round_plan_store($1, $2, $3, $4::jsonb, $5)",
-	                           5 };
+static const dbc_stmt st_store = { "round_plan_store",
+	                           "SELECT round_plan_store($1, $2, $3, $4::jsonb, $5, $6::boolean)", 6 };
 static const dbc_stmt st_fail = { "round_fail", "SELECT round_fail($1, $2, $3)", 3 };
 /* What long polls wait on, for every round not committed (and the newest
  * commits): a change, made by this process or another one sharing the
- * database, wakes them (http_wake_held). */
+ * database, wakes them (http_wake_held).  Across groups between the peers,
+ * the peer asked for v+1 (round_checkpoint_uploader) waits on it too. */
 static const dbc_stmt st_moved = {
 	"round_moved",
 	"SELECT md5(coalesce(string_agg(project_id || ':' || version || ':' || state || ':' ||"
-	" attempt || ':' || coalesce(gradient_sha256, ''), ',' ORDER BY project_id, version), ''))"
+	" attempt || ':' || coalesce(gradient_sha256, '') || ':' ||"
+	" CASE WHEN cross_peers AND state = 'averaging'"
+	"      THEN coalesce(round_checkpoint_uploader(project_id, version)::text, '') ELSE '' END,"
+	" ',' ORDER BY project_id, version), ''))"
 	" FROM round WHERE state IN ('open', 'closing', 'averaging')",
 	0
 };
@@ -288,7 +292,7 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 	char slen[24], savg[24];
 	snprintf(slen, sizeof slen, "%llu", (unsigned long long)len);
 	snprintf(savg, sizeof savg, "%d", cfg->round_average_timeout);
-	const char *sparams[] = { sp, sv, slen, text, savg };
+	const char *sparams[] = { sp, sv, slen, text, savg, cfg->round_cross_peers ? "true" : "false" };
 	if (run(&st_store, sparams, NULL)) {
 		http_wake_held(); /* long polls waiting for the plan */
 		log_info("round coordinator: round %s of project %s planned: %d peers in %d groups, "

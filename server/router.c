@@ -41,6 +41,8 @@ static const route routes[] = {
 	{ "GET", "/v1/projects/{}/rounds/{}/plan", api_round_plan },
 	{ "POST", "/v1/projects/{}/rounds/{}/outcome", api_round_outcome },
 	{ "POST", "/v1/projects/{}/rounds/{}/group_sum", api_round_group_sum },
+	{ "POST", "/v1/projects/{}/rounds/{}/mean_hash", api_round_mean_hash },
+	{ "POST", "/v1/projects/{}/rounds/{}/checkpoint", api_round_checkpoint },
 	{ "GET", "/v1/projects/{}/rounds", api_round_list },
 	{ "GET", "/v1/projects/{}/checkpoints/{}", api_checkpoint_sources },
 	{ "GET", "/files/{}", files_get },
@@ -157,6 +159,8 @@ size_t router_body_limit(route_handler h, size_t dflt)
 {
 	if (h == api_round_group_sum)
 		return API_GRADIENT_MAX_BYTES > dflt ? API_GRADIENT_MAX_BYTES : dflt;
+	if (h == api_round_checkpoint)
+		return API_CHECKPOINT_MAX_BYTES > dflt ? API_CHECKPOINT_MAX_BYTES : dflt;
 	/* An outcome carries the sketches of what was averaged: up to 2 x 256
 	 * sketches of 256 values. */
 	if (h == api_work_report || h == api_round_outcome)

@@ -26,6 +26,7 @@ typedef struct {
 	int round_report_timeout;    /* seconds after closing before non-reporters are dropped */
 	int round_average_timeout;   /* seconds from the plan to the outcomes' deadline */
 	int round_max_group;         /* most peers in one averaging group */
+	int round_cross_peers;       /* average across groups between the peers (no gradient to us) */
 	double round_close_fraction; /* straggler rule: close from this share of the target... */
 	int round_straggler_budget;  /* ...when filling the rest would take longer (s) */
 } srv_config;

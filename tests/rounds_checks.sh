@@ -56,6 +56,7 @@ rounds_replay_checks() {
 	# A parameter off by 1e-3, or a mean gradient off by a factor (its moments
 	# off by that factor), fails by orders of magnitude.
 	VC=$((V < 25 ? V : 25))
+	TOL=${REPLAY_TOLERANCE:-5e-5} # the test may hold a short run tighter
 	awk -v n="$VC" '$1 < n' "$T/rounds.txt" >"$T/rounds-cmp.txt"
 	mkdir -p "$T/replay"
 	# The project as stored: a subword encoder's special ids are set at create.
@@ -69,14 +70,14 @@ rounds_replay_checks() {
 	[ "$VC" -ge 3 ] || worst="only $VC versions to compare"
 	v=1
 	while [ "$worst" = ok ] && [ $v -le "$VC" ]; do
-		if ! "$B/tests/replay_rounds" --compare "$T/replay/v$v.safetensors" "$(ck $v)" --tolerance 5e-5 \
+		if ! "$B/tests/replay_rounds" --compare "$T/replay/v$v.safetensors" "$(ck $v)" --tolerance "$TOL" \
 			>"$T/cmp$v.out" 2>&1; then
 			worst="version $v: $(cat "$T/cmp$v.out")"
 			break
 		fi
 		v=$((v + 1))
 	done
-	is "$worst" ok "the server's checkpoint of every version (1 to $VC) equals the replay's per element, within 5e-5 for the parameters and 5e-4 for the optimizer moments (relative to the larger of the element and its buffer's RMS)"
+	is "$worst" ok "the server's checkpoint of every version (1 to $VC) equals the replay's per element, within $TOL for the parameters and 10 times that for the optimizer moments (relative to the larger of the element and its buffer's RMS)"
 
 	# The same loss curve: the server's round loss (sample-weighted mean of the
 	# reported unit losses) against the replay's.

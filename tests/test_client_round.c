@@ -100,6 +100,55 @@ int main(void)
 	       eb.msg);
 	ok(p.has_gradient && p.gradient_samples == 50 && p.n_groups == 2, "the gradient's samples");
 
+	/* Across groups between the peers: our range [60, 100) in two slices,
+	 * each shared with host 9 of the other group. */
+	char cross[8192], edited[8192];
+	snprintf(cross, sizeof cross,
+	         "%.*s,\"cross_group\":\"peers\",\"cross\":["
+	         "{\"index\":1,\"lo\":60,\"hi\":80,\"holders\":["
+	         "{\"host_id\":7,\"endpoint\":\"[::1]:7001\",\"group\":0,\"lo\":60,\"hi\":70},"
+	         "{\"host_id\":9,\"endpoint\":\"127.0.0.1:7009\",\"group\":1,\"lo\":70,\"hi\":80}]},"
+	         "{\"index\":2,\"lo\":80,\"hi\":100,\"holders\":["
+	         "{\"host_id\":7,\"endpoint\":\"[::1]:7001\",\"group\":0,\"lo\":80,\"hi\":80},"
+	         "{\"host_id\":9,\"endpoint\":\"127.0.0.1:7009\",\"group\":1,\"lo\":80,\"hi\":100}]}]}",
+	         (int)strlen(multi) - 1, multi);
+	eb.msg[0] = '\0';
+	is_int(parse(cross, 7, 3, 100, &p, &eb), COT_OK, "a plan across groups between the peers (%s)",
+	       eb.msg);
+	ok(p.cross_peers && p.n_cross == 2 && p.cross[0].index == 1 && p.cross[0].n == 2 &&
+	           p.cross[0].self == 0 && p.cross[1].lo == 80 && p.cross[1].hi == 100 &&
+	           p.cross[1].holders[1].host_id == 9 && p.cross[1].holders[1].port == 7009,
+	   "its slices and their holders");
+	cl_plan_free(&p);
+	struct {
+		const char *from, *to, *why;
+	} xbad[] = {
+		{ "\"lo\":80,\"hi\":100,\"holders\"", "\"lo\":81,\"hi\":100,\"holders\"",
+		  "slices with a hole" },
+		{ "\"host_id\":9,\"endpoint\":\"127.0.0.1:7009\",\"group\":1,\"lo\":70",
+		  "\"host_id\":9,\"endpoint\":\"127.0.0.1:7009\",\"group\":1,\"lo\":71",
+		  "holders that do not tile a slice" },
+		{ "{\"host_id\":7,\"endpoint\":\"[::1]:7001\",\"group\":0,\"lo\":60",
+		  "{\"host_id\":8,\"endpoint\":\"[::1]:7001\",\"group\":0,\"lo\":60",
+		  "a slice we do not hold" },
+		{ "\"cross_group\":\"peers\"", "\"cross_group\":\"sideways\"", "an unknown cross_group" },
+		{ "\"cross_group\":\"peers\"", "\"cross_group\":\"server\"", "slices through the server" },
+		{ "\"endpoint\":\"127.0.0.1:7009\"", "\"endpoint\":\"h.example:7009\"", "a holder's name" },
+	};
+	for (size_t i = 0; i < sizeof xbad / sizeof xbad[0]; i++) {
+		const char *at = strstr(cross, xbad[i].from);
+		snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - cross), cross, xbad[i].to,
+		         at + strlen(xbad[i].from));
+		eb.msg[0] = '\0';
+		cot_err rc = parse(edited, 7, 3, 100, &p, &eb);
+		ok(rc == COT_ERR_NETWORK && strstr(eb.msg, "invalid averaging plan") && !p.cross,
+		   "refused: %s (%s)", xbad[i].why, eb.msg);
+	}
+	/* An aggregator's plan across groups must carry its slices. */
+	snprintf(edited, sizeof edited, "%.*s,\"cross_group\":\"peers\"}", (int)strlen(multi) - 1, multi);
+	ok(parse(edited, 7, 3, 100, &p, &eb) == COT_ERR_NETWORK && strstr(eb.msg, "has no \"cross\""),
+	   "refused: an aggregator across groups without its slices (%s)", eb.msg);
+
 	/* The mean: one division in double, one rounding, as the server. */
 	float sum[3] = { 1.0f, 3.0f, 1e-30f }, mean[3];
 	cl_round_mean(sum, 3, 3, mean);

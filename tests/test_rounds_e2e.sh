@@ -29,6 +29,15 @@
 # clipping.  They reach each other through the server's NAT service
 # (doc/nat.md), which on loopback finds every host public and lets them
 # dial directly.
+# With ROUNDS_MODE=xgroup (tests/test_rounds_xgroup.sh) nine clients train
+# in groups of at most three, averaging across groups peer to peer
+# (cotrain-server --round-cross-peers, doc/averaging.md "Across groups"):
+# rounds averaged in three groups or more still equal the single-process
+# replay (within 1e-5), the server receives no gradient byte (its metrics
+# and its access log), and an aggregator dying as it starts the stage
+# across groups (fault point cross-stage) makes its round fail and rerun
+# without it, as any aggregator's death does; then two peers left commit a
+# round of one group the same way (they take the mean themselves).
 # With ROUNDS_MODE=encoder (tests/test_rounds_encoder.sh) three clients
 # train a tiny ALBERT (masked LM and sentence order on the byte tokenizer
 # with its four special tokens, doc/model.md "Encoders"): the same checks
@@ -67,7 +76,7 @@ averaging_with() { _v=$(version); [ "$(round_state "$_v")" = averaging ] &&
 host_of() { grep -o '"host_id": *[0-9]*' "$T/cl$1/state.json" | grep -o '[0-9]*$' | head -1; }
 start_client() { # N THREADS
 	mkdir -p "$T/cl$1"
-	"$B/client/cotrain-client" --state-dir "$T/cl$1" --socket "$T/cl$1/control.sock" \
+	env ${FAULT:+COTRAIN_FAULT=$FAULT} "$B/client/cotrain-client" --state-dir "$T/cl$1" --socket "$T/cl$1/control.sock" \
 		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
 		--set only_on_ac=false --set idle_detection=none --set max_threads="$2" \
 		--set socket_group=nonexistent --set log_level=info --set spot_interval=2 $NAT_SET 2>>"$T/client$1.log" &
@@ -82,15 +91,16 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-case $MODE in groups) plan 11 ;; encoder) plan 10 ;; subword) plan 13 ;; *) plan 20 ;; esac
+case $MODE in groups) plan 11 ;; xgroup) plan 17 ;; encoder) plan 10 ;; subword) plan 13 ;; *) plan 20 ;; esac
+GROUPS_MODE=$(case $MODE in groups | xgroup) echo 1 ;; *) echo 0 ;; esac)
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
 # Groups: a global batch large enough that all seven join each round.
-TARGET=$([ "$MODE" = groups ] && echo 4032 || echo 192)
+TARGET=$([ "$GROUPS_MODE" = 1 ] && echo 4032 || echo 192)
 # Groups: no gradient clipping, so the replay compares the mean gradient
 # itself through the step (a clipped step hides a mean off by a factor).
-CLIP=$([ "$MODE" = groups ] && echo 0 || echo 1.0)
+CLIP=$([ "$GROUPS_MODE" = 1 ] && echo 0 || echo 1.0)
 MODEL='{"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256}'
 [ "$ENC" = 1 ] &&
 	MODEL='{"arch": "albert", "n_layer": 2, "n_shared": 1, "n_head": 4, "d_model": 64, "d_embed": 32, "d_ff": 256, "seq_len": 16}'
@@ -135,8 +145,11 @@ admin project create "$T/project.json" >"$T/project.out" 2>&1 || bail_out "could
 is "$(sql "select count(*) from spot_policy s join project p on p.id = s.project_id where p.name = 'tiny'")" 1 \
 	"a new project gets the default spot-check policy"
 
-NAT_ARGS= NAT_SET=
-if [ "$MODE" = groups ]; then
+NAT_ARGS='' NAT_SET='' XG_ARGS='' FAULT=''
+# Across groups peer to peer: the replay (tests/rounds_checks.sh) is held to
+# 1e-5 over these few rounds.
+[ "$MODE" = xgroup ] && XG_ARGS=--round-cross-peers && export REPLAY_TOLERANCE=1e-5
+if [ "$GROUPS_MODE" = 1 ]; then
 	# two ports (N, N+1) below Linux's ephemeral range (32768-60999),
 	# where an outgoing connection could hold one
 	NATP=$((20000 + $$ % 6000 * 2))
@@ -145,8 +158,8 @@ if [ "$MODE" = groups ]; then
 fi
 "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --wu-max 3 --reap-interval 1 $NAT_ARGS \
 	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 15 --round-average-timeout 20 \
-	--round-max-group "$([ "$MODE" = groups ] && echo 3 || echo 16)" \
-	--log-level info 2>"$T/server.log" &
+	--round-max-group "$([ "$GROUPS_MODE" = 1 ] && echo 3 || echo 16)" $XG_ARGS \
+	--log-level "$([ "$MODE" = xgroup ] && echo debug || echo info)" 2>"$T/server.log" &
 SPID=$!
 wait_for 20 grep -qs 'listening on' "$T/server.log" || bail_out "the server did not start"
 PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
@@ -160,6 +173,67 @@ if [ "$MODE" = groups ]; then
 	ok $? "seven clients commit rounds averaged in three groups or more ($(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'") groups a round)"
 	grep -q "reached us by direct" "$T"/client*.log
 	ok $? "peers met through the NAT service and dialed each other directly"
+	V=$(version)
+	for p in $CPIDS; do kill "$p" 2>/dev/null; done
+	for p in $CPIDS; do wait "$p" 2>/dev/null; done
+	CPIDS=
+elif [ "$MODE" = xgroup ]; then
+	# Nine volunteers in groups of at most three; the ninth dies as it
+	# starts the stage across groups of round XW (fault point cross-stage).
+	XW=2
+	for i in 1 2 3 4 5 6 7 8; do start_client $i 1 || bail_out "client $i did not start"; done
+	FAULT=cross-stage:die:$XW
+	start_client 9 1 || bail_out "client 9 did not start"
+	FAULT=
+	H9=$(host_of 9)
+	crossed() { [ "$(sql "select count(*) from round where state = 'committed' and n_groups >= 3 and cross_peers")" -ge 2 ] &&
+		version_at_least $((XW + 3)); }
+	wait_for 420 crossed
+	ok $? "nine clients commit rounds averaged across three groups or more peer to peer ($(sql "select string_agg(n_groups::text || case when cross_peers then 'p' else 's' end, ' ' order by version) from round where state = 'committed'") groups a round; p: across peers)"
+	grep -q "reached us by direct" "$T"/client*.log
+	ok $? "peers met through the NAT service and dialed each other directly"
+	grep -q "fault point cross-stage: die (round $XW)" "$T/client9.log"
+	ok $? "an aggregator died as it started the stage across groups of round $XW"
+	xr=$(sql "select attempt || ' ' || coalesce(last_failure, '-') from round r join project p on p.id = r.project_id
+	  where p.name = 'tiny' and r.version = $XW and r.state = 'committed'")
+	xin=$(sql "select count(*) filter (where m.host_id = $H9) || ' ' || count(*) filter (where m.included) || ' ' || count(*)
+	  from round_member m join project p on p.id = m.project_id where p.name = 'tiny' and m.version = $XW")
+	ok "$([ "${xr%% *}" -ge 2 ] 2>/dev/null && [ "${xin%% *}" = 0 ] && [ "$(echo "$xin" | cut -d' ' -f2)" = "$(echo "$xin" | cut -d' ' -f3)" ]; echo $?)" \
+		"round $XW failed and reran, and committed without the dead aggregator, every other peer included (attempt, last failure: ${xr:-none}; dead host in plan, included, planned: $xin)"
+	# The server took no gradient: no byte of a group sum, and no request
+	# body as large as one gradient but the one checkpoint of v+1 a round.
+	curl -sf "http://127.0.0.1:$PORT/metrics" >"$T/metrics.txt"
+	gb=$(sed -n 's/^cotrain_gradient_bytes_received_total //p' "$T/metrics.txt")
+	cb=$(sed -n 's/^cotrain_checkpoint_bytes_received_total //p' "$T/metrics.txt")
+	PC=$(sql "select max(param_count) from round")
+	big=$(awk -v g="$((PC * 4))" '/ bytes in/ { for (i = 1; i <= NF; i++) if ($i == "bytes" && $(i - 1) + 0 >= g && $0 !~ /\/checkpoint /) n++ } END { print n + 0 }' "$T/server.log")
+	nsum=$(grep -c '/group_sum ' "$T/server.log")
+	nhash=$(grep -c 'POST /v1/projects/tiny/rounds/[0-9]*/mean_hash 200 .* 0 bytes in' "$T/server.log")
+	ok "$([ "$gb" = 0 ] && [ "${cb:-0}" -gt 0 ] && [ "$big" = 0 ] && [ "$nsum" = 0 ] && [ "$nhash" -ge 9 ]; echo $?)" \
+		"the server received no gradient: $gb bytes of group sums, $nsum group sum requests, $big other requests of a gradient's size ($((PC * 4)) bytes) or more; $nhash mean hashes (no body) and $cb bytes of peers' checkpoints of v+1"
+	# The sketches of what was averaged were checked (doc/credit.md): each
+	# aggregator's group sum before the stage against its members' partials,
+	# the mean it returned against what its members received.
+	sk=$(sql "select count(*) filter (where m.sketches->'aggregated'->'group_sum' is not null) || ' ' ||
+	  (select count(*) from round_sketch_flag)
+	  from round_member m join round r using (project_id, version) where r.state = 'committed' and r.cross_peers")
+	ok "$([ "${sk% *}" -ge 9 ] && [ "${sk#* }" = 0 ]; echo $?)" \
+		"the sketches of the averaged bytes pass their checks (aggregators' group sums sketched, hosts flagged: $sk)"
+	ncp=$(grep -c "our checkpoint of version [0-9]* sent" "$T"/client*.log | awk -F: '{ s += $2 } END { print s }')
+	ncommit=$(sql "select count(*) from round where state = 'committed' and cross_peers")
+	ok "$([ "$ncp" -ge "$ncommit" ] && [ "$ncp" -le $((ncommit + 2)) ]; echo $?)" \
+		"one peer a round sent its checkpoint of v+1 ($ncp uploads for $ncommit rounds committed across peers)"
+	# Two peers left: one group, whose mean they take themselves; the
+	# server still gets only its hash and a checkpoint.  A target two
+	# peers can fill (a gradient sums at most 256 units).
+	for i in 3 4 5 6 7 8; do eval "kill \$CPID$i"; done
+	sql "update project set target_batch = 192 where name = 'tiny'" >/dev/null
+	one_group() { [ "$(sql "select count(*) from round where state = 'committed' and n_groups = 1 and cross_peers")" -ge 1 ]; }
+	wait_for 300 one_group
+	curl -sf "http://127.0.0.1:$PORT/metrics" >"$T/metrics.txt"
+	gb=$(sed -n 's/^cotrain_gradient_bytes_received_total //p' "$T/metrics.txt")
+	ok "$(one_group && [ "$gb" = 0 ]; echo $?)" \
+		"two peers left commit a round of one group with no gradient to the server ($gb bytes; groups a round: $(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'"))"
 	V=$(version)
 	for p in $CPIDS; do kill "$p" 2>/dev/null; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done

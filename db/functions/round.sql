@@ -289,8 +289,19 @@ DECLARE
     v_ok   bigint;
     v_bad  bigint[];
 BEGIN
-    SELECT state, params_sha256, checkpoint_sha256, gradient_sha256 INTO ro FROM round
+    SELECT state, params_sha256, checkpoint_sha256, gradient_sha256, cross_peers INTO ro FROM round
      WHERE project_id = p_project AND version = p_version;
+    -- Across groups between the peers (round_cross.sql), v+1 is the one a
+    -- strict majority of the included peers holds: without one, once they
+    -- all said ok, the round fails.
+    IF FOUND AND ro.cross_peers AND ro.state = 'averaging' AND ro.gradient_sha256 IS NOT NULL
+       AND ro.checkpoint_sha256 IS NULL AND round_cross_majority(p_project, p_version) IS NULL
+       AND NOT EXISTS (SELECT 1 FROM round_member WHERE project_id = p_project
+                          AND version = p_version AND included AND outcome IS DISTINCT FROM 'ok') THEN
+        PERFORM round_fail(p_project, p_version,
+                           'no strict majority of the included peers holds the same parameters');
+        RETURN;
+    END IF;
     IF NOT FOUND OR ro.state <> 'averaging' OR ro.checkpoint_sha256 IS NULL
        OR ro.gradient_sha256 IS NULL THEN
         RETURN;

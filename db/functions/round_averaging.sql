@@ -52,6 +52,15 @@ BEGIN
     ELSIF ro.checkpoint_sha256 IS NOT NULL AND b->'accepted' = 'true'::jsonb THEN
         b := b || jsonb_build_object('checkpoint_sha256', ro.checkpoint_sha256);
     END IF;
+    -- Across groups between the peers, v+1 comes from a peer
+    -- (round_cross.sql): this one is to upload it.
+    IF ro.cross_peers AND m.outcome = 'ok'
+       AND round_checkpoint_uploader(p_project, p_version) = p_host THEN
+        b := b || jsonb_build_object('checkpoint_upload', true);
+    END IF;
+    IF ro.cross_peers AND round_checkpoint_uploader(p_project, p_version) IS NOT NULL THEN
+        b := b || jsonb_build_object('checkpoint_due', true); -- wakes the uploader's long poll
+    END IF;
     RETURN b::text;
 END
 $$;
@@ -165,9 +174,13 @@ $$;
 -- commit, to be answered as before) or the group already kept a sum over
 -- other hosts; 400 when an included host is not a member of the uploader's
 -- group, the uploader is not included, or p_samples is not the sum of their
--- planned samples.
+-- planned samples.  p_hash_only: the post of a round averaging across
+-- groups between the peers (the mean's hash, round_cross.sql); each kind
+-- is refused (409) for the other kind of round.
+DROP FUNCTION IF EXISTS round_group_sum_begin(bytea, text, integer, bigint, bigint, jsonb);
 CREATE OR REPLACE FUNCTION round_group_sum_begin(p_token_hash bytea, p_project text, p_version integer,
                                       p_host bigint, p_samples bigint, p_included jsonb,
+                                      p_hash_only boolean DEFAULT false,
                                       OUT status integer, OUT body text, OUT project_id bigint,
                                       OUT attempt integer, OUT group_id integer,
                                       OUT param_count bigint)
@@ -199,6 +212,16 @@ BEGIN
         RETURN;
     END IF;
     group_id := m.group_id;
+    IF (SELECT r.cross_peers FROM round r WHERE r.project_id = c.project_id AND r.version = p_version)
+       IS DISTINCT FROM p_hash_only THEN
+        status := 409;
+        body := CASE WHEN p_hash_only
+            THEN api_error('conflict', format('round %s averages across groups through the server', p_version),
+                           'Upload the group''s sum (group_sum) instead.')
+            ELSE api_error('conflict', format('round %s averages across groups between the peers', p_version),
+                           'Post the hash of the round''s mean (mean_hash); the server takes no gradient.') END;
+        RETURN;
+    END IF;
     SELECT * INTO kept FROM round_group_sum s
      WHERE s.project_id = c.project_id AND s.version = p_version AND s.group_id = m.group_id;
     IF c.state <> 'averaging' AND NOT (c.state = 'committed' AND kept.sum_sha256 IS NOT NULL) THEN
@@ -298,7 +321,11 @@ BEGIN
     body := round_group_sum_body(p_project, p_version, p_group);
     SELECT count(*) INTO v_in FROM round_group_sum s
      WHERE s.project_id = p_project AND s.version = p_version;
-    IF ro.state = 'averaging' AND ro.gradient_sha256 IS NULL AND v_in = ro.n_groups THEN
+    IF ro.state = 'averaging' AND ro.gradient_sha256 IS NULL AND v_in = ro.n_groups AND ro.cross_peers THEN
+        -- The peers averaged across groups: the hashes must agree.
+        PERFORM round_mean_agree(p_project, p_version);
+        body := round_group_sum_body(p_project, p_version, p_group);
+    ELSIF ro.state = 'averaging' AND ro.gradient_sha256 IS NULL AND v_in = ro.n_groups THEN
         compute := true;
         sums := (SELECT jsonb_agg(jsonb_build_object('group', s.group_id, 'sha256', s.sum_sha256,
                                                      'samples', s.samples) ORDER BY s.group_id)

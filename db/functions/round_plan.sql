@@ -89,9 +89,13 @@ $$;
 -- Store the plan computed from round_plan_begin's peers: p_members is
 -- [{"host_id", "group", "samples", "endpoint", "bandwidth", "can_aggregate",
 -- "lo", "hi"}, ...].  The round goes to 'averaging' with outcomes due
--- p_average_timeout_s from now.  False when the round is no longer closing.
+-- p_average_timeout_s from now, averaging across groups between the peers
+-- when p_cross_peers (round_cross.sql).  False when the round is no longer
+-- closing.
+DROP FUNCTION IF EXISTS round_plan_store(bigint, integer, bigint, jsonb, double precision);
 CREATE OR REPLACE FUNCTION round_plan_store(p_project bigint, p_version integer, p_param_count bigint,
-                                 p_members jsonb, p_average_timeout_s double precision)
+                                 p_members jsonb, p_average_timeout_s double precision,
+                                 p_cross_peers boolean DEFAULT false)
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM 1 FROM round WHERE project_id = p_project AND version = p_version
@@ -107,7 +111,7 @@ BEGIN
       FROM jsonb_array_elements(p_members) m;
     UPDATE round SET state = 'averaging', planned_at = now(),
                      plan_deadline = now() + make_interval(secs => p_average_timeout_s),
-                     param_count = p_param_count,
+                     param_count = p_param_count, cross_peers = p_cross_peers,
                      samples = (SELECT sum(samples) FROM round_member
                                  WHERE project_id = p_project AND version = p_version),
                      n_groups = (SELECT count(DISTINCT group_id) FROM round_member
@@ -123,7 +127,10 @@ $$;
 -- {"state": "open", "reopened": true, ...} when the round it reported to
 -- reopened for the rest of its batch.  Once the mean gradient
 -- exists the plan also carries "gradient" {"sha256", "url", "samples"} and
--- the server's "params_sha256".
+-- the server's "params_sha256".  A round averaging across groups between
+-- the peers says "cross_group": "peers", its "gradient" has no "url" (the
+-- server holds only the hash), and an aggregator's plan carries "cross":
+-- the slices of its range (round_cross_slices).
 CREATE OR REPLACE FUNCTION round_plan_get(p_token_hash bytea, p_project text, p_version integer,
                                           p_host bigint)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
@@ -132,6 +139,7 @@ DECLARE
     ro record;
     m  record;
     b  jsonb;
+    x  jsonb;
 BEGIN
     SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
     IF c.status IS NOT NULL THEN
@@ -181,12 +189,22 @@ BEGIN
                       FROM round_member g
                      WHERE g.project_id = c.project_id AND g.version = p_version
                        AND g.group_id = m.group_id));
+    IF ro.cross_peers THEN
+        b := b || jsonb_build_object('cross_group', 'peers');
+        x := round_cross_slices(c.project_id, p_version, p_host);
+        IF x IS NOT NULL THEN
+            b := b || jsonb_build_object('cross', x);
+        END IF;
+    END IF;
     IF ro.gradient_sha256 IS NOT NULL THEN
         b := b || jsonb_build_object(
             'gradient', jsonb_build_object('sha256', ro.gradient_sha256,
-                                           'url', '/files/' || ro.gradient_sha256,
-                                           'samples', ro.gradient_samples),
-            'params_sha256', ro.params_sha256);
+                                           'samples', ro.gradient_samples)
+                        || CASE WHEN ro.cross_peers THEN '{}'::jsonb
+                                ELSE jsonb_build_object('url', '/files/' || ro.gradient_sha256) END);
+        IF ro.params_sha256 IS NOT NULL THEN
+            b := b || jsonb_build_object('params_sha256', ro.params_sha256);
+        END IF;
     END IF;
     RETURN QUERY SELECT 200, b::text;
 END

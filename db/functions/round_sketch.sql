@@ -7,7 +7,10 @@
 --   {"k": k,
 --    "received": [{"aggregator": id, "sketch": [k numbers]}, ...],
 --    "aggregated": {"members": [{"host_id": id, "sketch": [k], "err": e}, ...],
---                   "result": [k], "result_err": e}}      (aggregators only)
+--                   "result": [k], "result_err": e,       (aggregators only)
+--                   "group_sum": [k], "group_sum_err": e}} (across groups between
+--                                                          the peers: the group's
+--                                                          sum before the stage)
 -- "err" bounds the L2 norm of the wire encoding's error in that slice,
 -- "result_err" that of the result's fp32 rounding and encoding
 -- (comp_error_bound).  round_sketch_verify compares them.
@@ -42,6 +45,10 @@ BEGIN
        OR jsonb_array_length(a->'members') > 256 OR NOT round_sketch_valid(a->'result', k)
        OR NOT round_sketch_err_valid(a->'result_err') THEN
         RETURN format('field "sketches.aggregated" must hold "members", "result" (%s numbers) and "result_err"', k);
+    END IF;
+    IF a->'group_sum' IS NOT NULL AND (NOT round_sketch_valid(a->'group_sum', k)
+                                       OR NOT round_sketch_err_valid(a->'group_sum_err')) THEN
+        RETURN format('field "sketches.aggregated.group_sum" must be %s numbers, with "group_sum_err"', k);
     END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(a->'members') x LOOP
         IF jsonb_typeof(e->'host_id') <> 'number' OR (e->>'host_id')::numeric NOT BETWEEN 1 AND 4e18
@@ -161,7 +168,10 @@ $$;
 --      aggregators against the sketch it committed (round_sketch_committed);
 --      E^2 = sum of the aggregators' "err"^2.
 --   2. Each aggregator (with the exact sum, not CenteredClip): its result
---      against the sum of its members' partials; E = "result_err".
+--      against the sum of its members' partials; E = "result_err".  Across
+--      groups between the peers its result is the round's mean: its
+--      "group_sum" (the sum before that stage) is compared instead, with
+--      E = "group_sum_err".
 --   3. Each member's received sketch of an aggregator's result against
 --      that result: the same bytes sketched the same way, so equal up to
 --      the JSON round trip (1e-9).  One of the two lies: both are flagged
@@ -246,7 +256,11 @@ BEGIN
     END LOOP;
     -- 2. and 3. Aggregators' results.
     FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(rm.sketches->'aggregated'->'result') AS res,
-                    (rm.sketches->'aggregated'->>'result_err')::double precision AS err
+                    (rm.sketches->'aggregated'->>'result_err')::double precision AS err,
+                    round_sketch_vec(coalesce(rm.sketches->'aggregated'->'group_sum',
+                                              rm.sketches->'aggregated'->'result')) AS gsum,
+                    coalesce(rm.sketches->'aggregated'->>'group_sum_err',
+                             rm.sketches->'aggregated'->>'result_err')::double precision AS gerr
                FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version
                 AND (rm.included OR rm.outcome = 'dropped')
@@ -259,9 +273,9 @@ BEGIN
                 v_sum := round_sketch_sum(v_sum, m.sketch);
             END LOOP;
             IF v_sum IS NOT NULL THEN
-                v_d := round_sketch_norm(g.res, v_sum);
-                v_scale := greatest(round_sketch_norm(g.res), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.err;
+                v_d := round_sketch_norm(g.gsum, v_sum);
+                v_scale := greatest(round_sketch_norm(g.gsum), round_sketch_norm(v_sum), 1e-300);
+                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.gerr;
                 IF v_d > v_bound THEN
                     PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
                         'the sum it returned is not the sum of the slices it received',

@@ -164,7 +164,8 @@ static cot_err check_params(const allreduce_params *p, cot_errbuf *eb)
 		                  CCLIP_ITERS_MAX);
 	if (p->sketch_k < 0 || p->sketch_k > SKETCH_K_MAX || !(p->test_result_noise >= 0))
 		return cot_seterr(eb, COT_ERR_INVALID, "a sketch has 0 to %d values", SKETCH_K_MAX);
-	if (p->aggregation != ALLREDUCE_SUM && p->aggregation != ALLREDUCE_CENTERED_CLIP)
+	if (p->aggregation != ALLREDUCE_SUM && p->aggregation != ALLREDUCE_CENTERED_CLIP &&
+	    p->aggregation != ALLREDUCE_MEAN)
 		return cot_seterr(eb, COT_ERR_INVALID, "unknown aggregation");
 	if (p->members[p->self].host_id != peer_ctx_host_id(p->ctx))
 		return cot_seterr(eb, COT_ERR_INVALID, "member %zu is host %lld, not us (host %lld)", p->self,
@@ -229,14 +230,16 @@ static cot_err run_init(run *r, const allreduce_params *p, float *out, cot_errbu
 		r->sk_err2 = calloc(p->n, sizeof *r->sk_err2);
 		r->sk_recv = calloc(p->n * (size_t)p->sketch_k, sizeof *r->sk_recv);
 		r->sk_res = calloc((size_t)p->sketch_k, sizeof *r->sk_res);
-		if (!r->sk_part || !r->sk_err2 || !r->sk_recv || !r->sk_res)
+		r->sk_gsum = p->cross ? calloc((size_t)p->sketch_k, sizeof *r->sk_gsum) : NULL;
+		if (!r->sk_part || !r->sk_err2 || !r->sk_recv || !r->sk_res || (p->cross && !r->sk_gsum))
 			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	}
 	if (r->agg) {
 		r->spec_bytes = malloc(comp_encoded_size(p->result_comp, r->a_len));
 		r->spec_tmp = malloc((r->a_len < PART_VALUES ? r->a_len : PART_VALUES) * sizeof *r->spec_tmp);
-		/* CenteredClip needs every slice whole: nothing is streamed. */
-		r->spec_ok = r->spec_bytes && r->spec_tmp && p->aggregation != ALLREDUCE_CENTERED_CLIP;
+		/* CenteredClip needs every slice whole, and the mean or the stage
+		 * across groups the total: nothing is streamed. */
+		r->spec_ok = r->spec_bytes && r->spec_tmp && p->aggregation == ALLREDUCE_SUM && !p->cross;
 	}
 	for (size_t i = 0; i < p->n; i++) {
 		r->m[i].r = r;
@@ -276,6 +279,7 @@ static void run_free(run *r)
 	free(r->sk_err2);
 	free(r->sk_recv);
 	free(r->sk_res);
+	free(r->sk_gsum);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	pthread_cond_destroy(&r->pace_cv);
@@ -382,8 +386,13 @@ static void agree(run *r)
 			ar_agg_abort(r, why);
 	} else {
 		r->n_fin = intersect(r);
-		for (size_t k = 0; k < r->n_fin; k++)
-			r->total += p->members[ar_member_index(p, r->fin[k])].samples;
+		for (size_t k = 0; k < r->n_fin; k++) {
+			size_t i = (size_t)ar_member_index(p, r->fin[k]);
+			/* claimed: what each SLICE named (known where we aggregate;
+			 * check_agreement takes the RESULTs' total otherwise) */
+			r->total += p->claimed_samples && i != p->self ? r->m[i].claimed_samples
+			                                               : p->members[i].samples;
+		}
 		if (r->agg)
 			ar_agg_reduce(r);
 	}
@@ -420,6 +429,13 @@ static cot_err check_agreement(run *r, cot_errbuf *eb)
 	const allreduce_params *p = r->p;
 	if (r->failed)
 		return cot_seterr(eb, COT_ERR_NETWORK, "%s", r->feb.msg);
+	/* Claimed samples: a member that aggregates nothing learns the total
+	 * from the RESULTs, which must all name the same. */
+	for (size_t a = 0; p->claimed_samples && !r->agg && a < p->n; a++)
+		if (a != p->self && ar_range_len(&p->members[a])) {
+			r->total = r->m[a].rtotal;
+			break;
+		}
 	for (size_t a = 0; a < p->n; a++) {
 		const member_state *ms = &r->m[a];
 		if (a == p->self || !ar_range_len(&p->members[a]))
@@ -509,6 +525,7 @@ void allreduce_result_free(allreduce_result *res)
 	free(res->agg_partials);
 	free(res->agg_errs);
 	free(res->agg_result);
+	free(res->agg_group_sum);
 	free(res->recv_from);
 	free(res->recv_sketches);
 	memset(res, 0, sizeof *res);

@@ -25,7 +25,9 @@
  * bytes.  With ALLREDUCE_CENTERED_CLIP each aggregator instead combines its
  * range with CenteredClip (shared/averaging/centered_clip.h) over the same
  * ordered set, once the whole of every slice is in (no result is streamed
- * while slices arrive), and returns total samples x the result. */
+ * while slices arrive), and returns total samples x the result.  With a
+ * stage across groups (cross below, cross_group.h) each aggregator makes
+ * its range's sum the round's mean before returning it. */
 #ifndef COT_ALLREDUCE_H
 #define COT_ALLREDUCE_H
 
@@ -49,9 +51,21 @@
 
 /* How an aggregator combines the included contributions to its range. */
 typedef enum {
-	ALLREDUCE_SUM,          /* the exact sum (allreduce_sum): the default */
-	ALLREDUCE_CENTERED_CLIP /* CenteredClip (centered_clip.h), scaled back to a sum */
+	ALLREDUCE_SUM,           /* the exact sum (allreduce_sum): the default */
+	ALLREDUCE_CENTERED_CLIP, /* CenteredClip (centered_clip.h), scaled back to a sum */
+	/* The stage across groups (cross_group.h): the sum in double divided by
+	 * the included samples, rounded to fp32 once. */
+	ALLREDUCE_MEAN
 } allreduce_aggregation;
+
+/* The stage across groups (shared/averaging/cross_group.h), called by our
+ * aggregator once its range's group sum is known (mu of the call not
+ * held): sum[0..end - start) holds the group's sum of the values
+ * [start, end) over group_samples samples; on COT_OK it holds the round's
+ * mean of those values, identical at every peer of every group.  Any error
+ * aborts our range (the group fails, as when an aggregator fails). */
+typedef cot_err (*allreduce_cross_fn)(void *arg, float *sum, uint64_t start, uint64_t end,
+                                      uint64_t group_samples, cot_errbuf *eb);
 #define ALLREDUCE_OUTLIER_DEFAULT 10.0 /* norm per sample above 10x the median */
 
 typedef struct {
@@ -91,6 +105,23 @@ typedef struct {
 	 * result as we decoded it; 0: none. */
 	uint64_t sketch_seed;
 	int sketch_k;
+	/* With cross: our aggregator turns its range's group sum into the
+	 * round's mean through cross(cross_arg, ...) before it returns it, so
+	 * the result every member gets is the round's MEAN, not the group's
+	 * sum.  Nothing is streamed, and our acceptor stops once the slices
+	 * are frozen (the stage across groups accepts on the same listener);
+	 * members must set no_stream. */
+	allreduce_cross_fn cross;
+	void *cross_arg;
+	/* The stage across groups itself: members[].samples of the others are
+	 * not known in advance (0): each sender's SLICE names its samples
+	 * (>= 1), and the total is what the RESULTs name. */
+	int claimed_samples;
+	/* Dial an aggregator again every 50 ms until collect_deadline when a
+	 * connection fails: across groups its acceptor may refuse our HELLO as
+	 * for another round (it is still in an earlier stage on the same
+	 * listener), and such a refusal drops nobody. */
+	int retry_refused;
 	/* Test hook (client/cheat.h only): our aggregator adds noise of this
 	 * relative size to the sum it returns; 0 in every real use. */
 	double test_result_noise;
@@ -123,12 +154,18 @@ typedef struct {
 	int64_t *recv_from;    /* n_recv aggregators (non-empty ranges, us too) */
 	double *recv_sketches; /* n_recv x k: their results as we decoded them */
 	size_t n_recv;
+	/* With cross: our range of the group's sum before the stage across
+	 * groups made it the mean (what the partials add up to), k values, and
+	 * a bound on its fp32 rounding; else NULL. */
+	double *agg_group_sum;
+	double agg_group_sum_err;
 	double sketch_s; /* seconds spent sketching, all threads together (taken
 	                  * as the data arrived, mostly beside the transfers) */
 } allreduce_result;
 
 /* Run the all-reduce for member p->self.  On COT_OK out[0..len) holds the
- * group's gradient SUM (identical bytes at every member that succeeds) and
+ * group's gradient SUM, or with p->cross the round's MEAN (identical bytes
+ * at every member that succeeds) and
  * *res what was included and dropped; free it with allreduce_result_free.
  * Errors: COT_ERR_INVALID for bad parameters (nothing sent);
  * COT_ERR_NETWORK when some aggregator's range could not be reduced or the

@@ -65,7 +65,7 @@ static void take_slice(run *r, size_t idx, size_t off, size_t n, const unsigned 
 			if (x[i] != 0.0f)
 				zero = 0;
 		}
-		if (!c->reason[0] && p->members[idx].samples == 0 && !zero)
+		if (!c->reason[0] && p->members[idx].samples == 0 && !p->claimed_samples && !zero)
 			snprintf(c->reason, sizeof c->reason, "a gradient of 0 samples is not zero");
 		if (!c->reason[0] && p->sketch_k) /* what we sum, part by part */
 			r->sk_time +=
@@ -249,6 +249,10 @@ static cot_err freeze(run *r)
 	refuse_outliers(r, rate, sorted);
 	cot_err rc = publish_report(r, &ids);
 	r->frozen = 1;
+	/* The stage across groups accepts on the same listener: every slice
+	 * connection is in (members open no stream connection). */
+	if (p->cross)
+		r->stop_accept = 1;
 	free(ids);
 	free(rate);
 	free(sorted);
@@ -334,6 +338,16 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 		for (size_t k = 0; k < r->n_fin; k++)
 			samples[k] = p->members[ar_member_index(p, r->fin[k])].samples;
 		rc = cclip_combine(x, samples, r->n_fin, r->a_len, p->clip_tau, p->clip_iters, sum, eb);
+	} else if (!rc && p->aggregation == ALLREDUCE_MEAN) {
+		if (r->total == 0)
+			rc = cot_seterr(eb, COT_ERR_INVALID, "no samples to average");
+		double t = (double)r->total;
+		for (size_t i = 0; !rc && i < r->a_len; i++) {
+			double acc = 0.0;
+			for (size_t k = 0; k < r->n_fin; k++)
+				acc += (double)x[k][i];
+			sum[i] = (float)(acc / t);
+		}
 	} else if (!rc) {
 		allreduce_sum(x, r->n_fin, r->a_len, sum);
 	}
@@ -343,6 +357,20 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 		if (!isfinite(sum[i]))
 			rc = cot_seterr(eb, COT_ERR_INVALID, "the sum overflowed at value %llu",
 			                (unsigned long long)(me->start + i));
+	if (!rc && p->cross) {
+		/* The group's sum of our range is what the members' partials add
+		 * up to (the server's check); the stage across groups then makes
+		 * it the round's mean, which is what we return.  Others wait on
+		 * agg_state meanwhile: the lock is not held across the network. */
+		if (r->sk_gsum)
+			r->sk_time_res += ar_sketch_part(p, sum, r->a_len, me->start, COMP_NONE, 0x1p-23,
+			                                 r->sk_gsum, &r->sk_gsum_err2);
+		TRACE(r, "%s", "stage across groups");
+		pthread_mutex_unlock(&r->mu);
+		rc = p->cross(p->cross_arg, sum, me->start, me->end, r->total, eb);
+		pthread_mutex_lock(&r->mu);
+		TRACE(r, "stage across groups: %s", rc ? eb->msg : "ok");
+	}
 	if (!rc)
 		rc = comp_encode(p->result_comp, sum, r->a_len, bytes, enc, eb);
 	if (!rc)
@@ -429,7 +457,17 @@ static int slice_part_take(run *r, size_t idx, size_t k, const ar_slice_msg *m)
 		pthread_mutex_unlock(&r->mu);
 		return 1;
 	}
-	if (m->samples != p->members[idx].samples) {
+	if (p->claimed_samples && idx != p->self &&
+	    (m->samples == 0 || (c->claimed_samples && m->samples != c->claimed_samples))) {
+		c->state = C_REFUSED;
+		r->spec_ok = 0;
+		snprintf(c->reason, sizeof c->reason, "SLICE claims %llu samples",
+		         (unsigned long long)m->samples);
+	} else if (p->claimed_samples) {
+		c->claimed_samples = m->samples;
+		take_slice(r, idx, (size_t)(m->start - me->start), (size_t)(m->end - m->start), m->data,
+		           m->dlen);
+	} else if (m->samples != p->members[idx].samples) {
 		c->state = C_REFUSED;
 		r->spec_ok = 0;
 		snprintf(c->reason, sizeof c->reason, "SLICE claims %llu samples, the group says %llu",
@@ -684,10 +722,13 @@ static int handler_open(run *r, int fd, peer_conn **cp, size_t *idxp)
 	}
 	hello_msg ours = ar_our_hello(p), theirs;
 	uint16_t ver;
-	if (hello_exchange(c, &ours, &theirs, &ver, hs_deadline, &eb)) {
+	cot_err hrc = hello_exchange(c, &ours, &theirs, &ver, hs_deadline, &eb);
+	if (hrc) {
 		member_state *ms = &r->m[idx];
 		pthread_mutex_lock(&r->mu);
-		if (!ms->claimed) {
+		/* Across groups a member dials again when we are in another
+		 * stage: its HELLO for another round drops nobody. */
+		if (!ms->claimed && !(p->retry_refused && hrc == COT_ERR_CONFLICT)) {
 			ms->claimed = 1;
 			ms->state = C_FAILED;
 			r->spec_ok = 0;

@@ -43,6 +43,7 @@ typedef struct {
 	char reason[160];             /* why it was refused or failed */
 	size_t parts_in;              /* slice parts taken */
 	unsigned char claimed;        /* a connection identified as its slice one */
+	uint64_t claimed_samples;     /* p->claimed_samples: the samples its SLICE named */
 	unsigned char claimed_stream; /* a stream connection from it */
 	unsigned char stream_end;     /* once its stream connection was served: 1 every
 	                               * part and STREAM_END 1 went out, 2 not */
@@ -109,6 +110,10 @@ struct run {
 	double sk_res_err2; /* the square of its rounding and encoding bound */
 	double sk_time;     /* seconds sketching slices (mu held) */
 	double sk_time_res; /* seconds sketching our result (one thread at a time) */
+	/* aggregator with p->cross: the group's sum of our range, and the
+	 * square of its rounding bound */
+	double *sk_gsum;
+	double sk_gsum_err2;
 
 	/* member side */
 	size_t rep_pending; /* ACCEPTED reports still to come */

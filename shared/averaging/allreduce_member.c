@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- Pacing ---- */
@@ -91,7 +92,7 @@ static cot_err in_step(cot_err rc, const char *step, cot_errbuf *eb)
  * collect deadline.  COT_OK with *cp open (the caller closes it).  With
  * if_wanted, a connection the sender no longer wants (st_abandon) is closed
  * at once and COT_ERR_NETWORK returned. */
-static cot_err connect_agg(run *r, member_state *a, int if_wanted, peer_conn **cp, cot_errbuf *eb)
+static cot_err connect_agg_once(run *r, member_state *a, int if_wanted, peer_conn **cp, cot_errbuf *eb)
 {
 	const allreduce_params *p = r->p;
 	const allreduce_member *m = &p->members[a->idx];
@@ -115,7 +116,33 @@ static cot_err connect_agg(run *r, member_state *a, int if_wanted, peer_conn **c
 		return rc;
 	hello_msg ours = ar_our_hello(p), theirs;
 	uint16_t ver;
-	return hello_exchange(*cp, &ours, &theirs, &ver, p->collect_deadline, eb);
+	rc = hello_exchange(*cp, &ours, &theirs, &ver, p->collect_deadline, eb);
+	if (rc) {
+		peer_close(*cp);
+		*cp = NULL;
+	}
+	return rc;
+}
+
+/* connect_agg_once, and with p->retry_refused again until the collect
+ * deadline, after 50 ms, then twice as long each time up to 1 s: in the
+ * stage across groups an aggregator may still be in an earlier stage,
+ * whose acceptor on the same listener refuses us (or not be accepting
+ * yet).  Each try through the NAT service is a meeting, of which a pair
+ * has 16 a round (doc/nat.md): hence the backoff. */
+static cot_err connect_agg(run *r, member_state *a, int if_wanted, peer_conn **cp, cot_errbuf *eb)
+{
+	long wait_ms = 50;
+	for (;;) {
+		cot_err rc = connect_agg_once(r, a, if_wanted, cp, eb);
+		if (!rc || !r->p->retry_refused || deadline_left_ms(r->p->collect_deadline) < wait_ms + 50)
+			return rc;
+		TRACE(r, "host %lld not ready for us (%s); again in %ld ms",
+		      (long long)r->p->members[a->idx].host_id, eb->msg, wait_ms);
+		struct timespec ts = { wait_ms / 1000, (wait_ms % 1000) * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+		wait_ms = wait_ms * 2 > 1000 ? 1000 : wait_ms * 2;
+	}
 }
 
 /* Check RESULT_PART payload pl (len bytes) as part k of aggregator a's

@@ -71,6 +71,12 @@ cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 		 * as it was decoded: the streamed parts or the final sum). */
 		memcpy(res->agg_result, r->sk_res, k * sizeof *res->agg_result);
 		res->agg_result_err = sqrt(r->sk_res_err2);
+		if (r->sk_gsum) {
+			if (!(res->agg_group_sum = calloc(k, sizeof *res->agg_group_sum)))
+				return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the sketches");
+			memcpy(res->agg_group_sum, r->sk_gsum, k * sizeof *res->agg_group_sum);
+			res->agg_group_sum_err = sqrt(r->sk_gsum_err2);
+		}
 	}
 	for (size_t a = 0; a < p->n; a++) {
 		if (p->members[a].end == p->members[a].start)

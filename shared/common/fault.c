@@ -13,8 +13,8 @@
 
 #include "shared/common/log.h"
 
-static const char *const points[] = { "before-report", "before-slices",  "mid-slice",
-	                              "after-slices",  "before-outcome", "aggregator-mid-sum" };
+static const char *const points[] = { "before-report",  "before-slices",      "mid-slice",  "after-slices",
+	                              "before-outcome", "aggregator-mid-sum", "cross-stage" };
 static const char *const actions[] = { "stop", "die", "silent" };
 
 static int point = -1; /* index in points, -1 when no hook is set */

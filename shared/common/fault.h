@@ -6,7 +6,9 @@
  *     COTRAIN_FAULT=POINT:ACTION[:VERSION]
  *
  * POINT names a protocol point of a round (before-report, before-slices, mid-slice,
- * after-slices, before-outcome, aggregator-mid-sum); ACTION is what the
+ * after-slices, before-outcome, aggregator-mid-sum, cross-stage: an
+ * aggregator whose group's slices are in, as it starts the stage across
+ * groups); ACTION is what the
  * process does the first time it reaches that point (in round VERSION
  * only, when given): "stop" raises SIGSTOP on itself, "die" leaves at once
  * with _exit (no cleanup; the kernel resets the sockets, like kill -9),

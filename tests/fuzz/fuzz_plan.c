@@ -30,6 +30,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			at = p.members[i].hi;
 		}
 		FUZZ_CHECK(at == 100);
+		for (size_t i = 0; i < p.n_cross; i++) /* the slices tile our range */
+			FUZZ_CHECK(p.cross[i].lo == (i ? p.cross[i - 1].hi : p.members[p.self].lo) &&
+			           p.cross[i].self < p.cross[i].n &&
+			           p.cross[i].holders[p.cross[i].self].host_id == 7);
+		FUZZ_CHECK(!p.n_cross || p.cross[p.n_cross - 1].hi == p.members[p.self].hi);
+		cl_plan_free(&p);
 	}
 	json_decref(j);
 	return 0;
