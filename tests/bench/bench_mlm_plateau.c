@@ -6,7 +6,8 @@
  *   bench_mlm_plateau --text FILE [--vocab N] [--seq T] [--d-model H]
  *       [--d-embed E] [--layers L] [--heads NH] [--d-ff F] [--opt adamw|lamb]
  *       [--lr X] [--warmup W] [--steps N] [--batch B] [--clients C]
- *       [--inner K] [--eval-every N] [--threads N]
+ *       [--inner K] [--outer-lr X] [--outer-momentum M] [--eval-every N]
+ *       [--threads N]
  *
  * Trains a lowercasing Unigram tokenizer of N pieces on FILE's lines (as
  * `cotrain-admin dataset tokenizer train --normalize nfkc,lowercase`),
@@ -14,20 +15,25 @@
  * an ALBERT (one parameter set shared by every layer) on the rest in stream
  * order with MLM + SOP (kern_enc_train_stream), AdamW or LAMB, warm-up then
  * cosine decay to 0.1 over the steps.  With --clients C > 1 it takes local
- * mode's rounds as the demo's clients do (kernels/local.h): each of C
+ * mode's rounds through the clients' own code (kernels/local.h): each of C
  * clients takes K inner steps of B samples from the round's parameters with
  * moments that start at zero, at the round's learning rate, and the round
- * averages their parameters (outer lr 1, no momentum); --steps counts
- * rounds then.  Every --eval-every steps (rounds) it prints one line
+ * takes the outer step (kern_opt_outer_step) on their mean pseudo-gradient:
+ * outer lr X (1), momentum M (0: plain averaging; Nesterov when above 0);
+ * --steps counts rounds then.  Every --eval-every steps (rounds) it prints one line
  *
- *   step S samples N loss L heldout_acc A heldout_loss X unigram_acc U
+ *   step S samples N loss L heldout_acc A heldout_loss X unigram_acc U mask_acc M
  *
  * A: arg-max accuracy on the masked positions of 128 held-out samples
  * (fixed masks), X their mean MLM loss, U the accuracy of always predicting
  * the training text's most frequent non-special id on the same positions
- * (the plateau). */
+ * (the plateau), M the accuracy on those of the positions whose input is
+ * [MASK] (80% of them): A also counts the 10% whose input is the answer
+ * itself, which a model learns to copy long before it reads the context,
+ * so A rises above U while M still equals it (doc/model.md). */
 #include "kernels/backend.h"
 #include "kernels/encoder.h"
+#include "kernels/local.h"
 #include "kernels/masking.h"
 #include "kernels/model.h"
 #include "kernels/optimizer.h"
@@ -71,13 +77,13 @@ static char *read_all(const char *path, size_t *len)
 /* Held-out accuracy and loss on EVAL_SAMPLES samples of the held-out ids,
  * and the accuracy of always answering `top`. */
 static void evaluate(kern_model *m, const int32_t *ids, size_t n_ids, int B, int32_t top, double *acc,
-                     double *loss, double *uni)
+                     double *loss, double *uni, double *macc)
 {
 	const kern_config *c = &m->config;
 	int T = c->seq_len, n = kern_mask_raw_per_sample(c);
 	int32_t *tok = malloc((size_t)B * T * 4), *seg = malloc((size_t)B * T * 4),
 	        *lab = malloc((size_t)B * T * 4), *sop = malloc((size_t)B * 4);
-	long correct = 0, total = 0, ucorrect = 0;
+	long correct = 0, total = 0, ucorrect = 0, mcorrect = 0, mtotal = 0;
 	double lsum = 0;
 	cot_errbuf eb;
 	for (int s0 = 0; s0 < EVAL_SAMPLES; s0 += B) {
@@ -95,10 +101,26 @@ static void evaluate(kern_model *m, const int32_t *ids, size_t n_ids, int B, int
 		lsum += r.mlm_loss * r.n_predicted;
 		for (int i = 0; i < B * T; i++)
 			ucorrect += lab[i] == top;
+		/* the rows whose input is [MASK]: only the context tells */
+		int rows;
+		const int32_t *pos;
+		const float *lg = kern_enc_mlm_logits(m, &rows, &pos);
+		for (int row = 0; row < rows; row++) {
+			if (tok[pos[row]] != c->mask_id)
+				continue;
+			const float *x = lg + (size_t)row * c->vocab;
+			int best = 0;
+			for (int v = 1; v < c->vocab; v++)
+				if (x[v] > x[best])
+					best = v;
+			mcorrect += best == lab[pos[row]];
+			mtotal++;
+		}
 	}
 	*acc = total ? (double)correct / total : 0;
 	*loss = total ? lsum / total : 0;
 	*uni = total ? (double)ucorrect / total : 0;
+	*macc = mtotal ? (double)mcorrect / mtotal : 0;
 	free(tok);
 	free(seg);
 	free(lab);
@@ -111,7 +133,7 @@ int main(int argc, char **argv)
 	const char *text_path = NULL, *opt = "adamw";
 	int vocab = 4000, T = 64, H = 128, E = 64, L = 4, NH = 4, F = 512, steps = 500, B = 16, every = 50;
 	int threads = 1, clients = 1, inner = 1, warmup = 1;
-	double lr = 2e-3;
+	double lr = 2e-3, outer_lr = 1, outer_mom = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!v) {
@@ -149,6 +171,10 @@ int main(int argc, char **argv)
 			clients = atoi(v);
 		else if (!strcmp(a, "--inner"))
 			inner = atoi(v);
+		else if (!strcmp(a, "--outer-lr"))
+			outer_lr = atof(v);
+		else if (!strcmp(a, "--outer-momentum"))
+			outer_mom = atof(v);
 		else if (!strcmp(a, "--eval-every"))
 			every = atoi(v);
 		else if (!strcmp(a, "--threads"))
@@ -228,8 +254,11 @@ int main(int argc, char **argv)
 	size_t np = m->n_params, per_sample = (size_t)kern_mask_raw_per_sample(&c);
 	/* the stream's samples in order, wrapping around the training ids */
 	long n_samples = (long)(n_train / per_sample), next = 0;
-	float *theta = clients > 1 ? malloc(np * 4) : NULL, *sum = clients > 1 ? calloc(np, 4) : NULL;
-	float *m1 = clients > 1 ? malloc(np * 4) : NULL, *m2 = clients > 1 ? malloc(np * 4) : NULL;
+	kern_outer_config outer = { (float)outer_lr, (float)outer_mom, outer_mom > 0 };
+	kern_local *loc = NULL;
+	float *sum = clients > 1 ? calloc(np, sizeof *sum) : NULL;
+	if (clients > 1 && (!sum || kern_local_new(m, &o, 1, &loc, &eb) || kern_outer_validate(&outer, &eb)))
+		die("setting up local mode", &eb);
 	printf("# params %zu ids %zu (train %zu) vocab %d top '%s' samples/epoch %ld\n", np, n_ids, n_train,
 	       vocab, spm_piece(sp, top), n_samples);
 	double lsum = 0;
@@ -250,39 +279,43 @@ int main(int argc, char **argv)
 				die("the optimizer step", &eb);
 			done += B;
 		} else {
-			memcpy(theta, m->params, np * 4);
-			memset(sum, 0, np * 4);
+			/* each client from the round's parameters (m->step is the
+			 * round), its contribution (theta_v - theta) S summed */
+			memset(sum, 0, np * sizeof *sum);
 			for (int k = 0; k < clients; k++) {
-				memcpy(m->params, theta, np * 4);
-				memset(m1, 0, np * 4);
-				memset(m2, 0, np * 4);
+				kern_local_begin(loc, m);
 				for (int t = 1; t <= inner; t++) {
-					kern_zero_grad(m);
 					kern_enc_result r;
 					long mb = next % (n_samples / B);
 					next++;
 					if (kern_enc_train_stream(m, ids + (size_t)mb * B * per_sample,
-					                          per_sample, B, 42, 0, mb, 1, &r, &eb))
-						die("training", &eb);
+					                          per_sample, B, 42, 0, mb, (float)B, &r,
+					                          &eb) ||
+					    kern_local_microbatch(loc, m, B, &eb))
+						die("the inner step", &eb);
 					lsum += r.loss;
 					lcount++;
-					kern_opt_stats st;
-					if (kern_opt_step_with(m, &o, m1, m2, s, t, &st, &eb))
-						die("the inner step", &eb);
 					done += B;
 				}
+				if (kern_local_finish(loc, m, NULL, &eb))
+					die("the end of the round", &eb);
 				for (size_t i = 0; i < np; i++)
-					sum[i] += m->params[i];
+					sum[i] += m->grads[i];
 			}
+			/* the all-reduce's sample-weighted mean, then the outer step */
+			double S = (double)clients * inner * B;
 			for (size_t i = 0; i < np; i++)
-				m->params[i] = sum[i] / clients;
+				m->grads[i] = (float)((double)sum[i] / S);
+			if (kern_opt_outer_step(m, &outer, &eb))
+				die("the outer step", &eb);
 		}
 		if ((s + 1) % every == 0 || s + 1 == steps) {
-			double acc, loss, uni;
-			evaluate(m, ids + n_train, n_eval, eB, top, &acc, &loss, &uni);
+			double acc, loss, uni, macc;
+			evaluate(m, ids + n_train, n_eval, eB, top, &acc, &loss, &uni, &macc);
 			printf("step %d samples %ld loss %.4f heldout_acc %.4f heldout_loss %.4f unigram_acc "
+			       "%.4f mask_acc "
 			       "%.4f\n",
-			       s + 1, done, lsum / lcount, acc, loss, uni);
+			       s + 1, done, lsum / lcount, acc, loss, uni, macc);
 			fflush(stdout);
 			lsum = 0;
 			lcount = 0;
@@ -294,9 +327,7 @@ int main(int argc, char **argv)
 	free(ids);
 	free(text);
 	free(freq);
-	free(theta);
 	free(sum);
-	free(m1);
-	free(m2);
+	kern_local_free(loc);
 	return 0;
 }
