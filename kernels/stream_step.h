@@ -11,7 +11,9 @@
 /* Microbatch g of the stream on m (created for at least B samples): in and
  * tgt are its [B, seq_len] inputs and next-token targets as mb_fill
  * (shared/common/microbatch.h) gives them.
- *   GPT: kern_forward(in, tgt), kern_backward_scaled(scale).
+ *   GPT: kern_forward(in, tgt), kern_backward_scaled(scale); on the GPU
+ *   the model is bound to (kernels/gpu.h), kern_gpu_step instead, its
+ *   gradient added into m->grads all the same.
  *   Encoders: kern_enc_train_stream on the first seq_len - 3 tokens of each
  *   sample (stride seq_len; tgt unused), keyed by the project's seed, the
  *   epoch g / mb_per_epoch and the microbatch g % mb_per_epoch in it.
