@@ -75,27 +75,11 @@ void api_round_mean_hash(http_req *req)
 	}
 	if (!rounds_included_param(req, &included))
 		return;
-	if (strlen(req->params[0]) > 64) {
-		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
-		goto out;
-	}
-	char sv[24], sh[24], ss[24];
-	snprintf(sv, sizeof sv, "%lld", version);
-	snprintf(sh, sizeof sh, "%lld", host);
-	snprintf(ss, sizeof ss, "%lld", samples);
-	const char *params[] = { hp, req->params[0], sv, sh, ss, included };
-	r = api_exec(req, &st_hash_begin, params, NULL);
+	rounds_member_args a;
+	r = rounds_member_begin(req, &st_hash_begin, hp, version, host, samples, included, &a);
 	if (!r)
 		goto out;
-	if (PQntuples(r) != 1) {
-		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
-		goto out;
-	}
-	if (!PQgetisnull(r, 0, 0)) {
-		http_reply_raw(req, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1),
-		               (size_t)PQgetlength(r, 0, 1));
-		goto out;
-	}
+	const char *sv = a.version, *sh = a.host, *ss = a.samples;
 	char project_id[24], attempt[16], group[16];
 	snprintf(project_id, sizeof project_id, "%s", PQgetvalue(r, 0, 2));
 	snprintf(attempt, sizeof attempt, "%s", PQgetvalue(r, 0, 3));

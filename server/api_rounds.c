@@ -492,6 +492,31 @@ out:
 	json_decref(body);
 }
 
+PGresult *rounds_member_begin(http_req *req, const dbc_stmt *stmt, const char *hp, long long version,
+                              long long host, long long samples, const char *included, rounds_member_args *a)
+{
+	if (strlen(req->params[0]) > 64) {
+		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
+		return NULL;
+	}
+	snprintf(a->version, sizeof a->version, "%lld", version);
+	snprintf(a->host, sizeof a->host, "%lld", host);
+	snprintf(a->samples, sizeof a->samples, "%lld", samples);
+	const char *params[] = { hp, req->params[0], a->version, a->host, a->samples, included };
+	PGresult *r = api_exec(req, stmt, params, NULL);
+	if (!r)
+		return NULL;
+	if (PQntuples(r) != 1)
+		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
+	else if (!PQgetisnull(r, 0, 0))
+		http_reply_raw(req, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1),
+		               (size_t)PQgetlength(r, 0, 1));
+	else
+		return r;
+	PQclear(r);
+	return NULL;
+}
+
 /* The "included" query argument: ascending positive host ids separated by
  * commas, at most GROUP_INCLUDED_MAX of them, as a JSON array text into
  * out (malloc'd).  False (answered 400) otherwise. */
@@ -656,27 +681,11 @@ void api_round_group_sum(http_req *req)
 	}
 	if (!rounds_included_param(req, &included))
 		return;
-	if (strlen(req->params[0]) > 64) {
-		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
-		goto out;
-	}
-	char sv[24], sh[24], ss[24];
-	snprintf(sv, sizeof sv, "%lld", version);
-	snprintf(sh, sizeof sh, "%lld", host);
-	snprintf(ss, sizeof ss, "%lld", samples);
-	const char *params[] = { hp, req->params[0], sv, sh, ss, included };
-	r = api_exec(req, &st_sum_begin, params, NULL);
+	rounds_member_args a;
+	r = rounds_member_begin(req, &st_sum_begin, hp, version, host, samples, included, &a);
 	if (!r)
 		goto out;
-	if (PQntuples(r) != 1) {
-		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
-		goto out;
-	}
-	if (!PQgetisnull(r, 0, 0)) {
-		http_reply_raw(req, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1),
-		               (size_t)PQgetlength(r, 0, 1));
-		goto out;
-	}
+	const char *sv = a.version, *sh = a.host, *ss = a.samples;
 	unsigned long long n = strtoull(PQgetvalue(r, 0, 5), NULL, 10);
 	unsigned long long want = n * sizeof(float);
 	unsigned long long have = req->body_len;

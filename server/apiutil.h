@@ -76,4 +76,15 @@ bool api_text_check(const char *field, const char *s, cot_errbuf *eb);
 /* Answer 400 for a shape error described in eb; returns false. */
 bool api_bad_request(http_req *req, const cot_errbuf *eb);
 
+/* A member's post to its round (group_sum, mean_hash) begins alike
+ * (api_rounds.c): stmt takes (token hash hp, project name, version, host, samples, included),
+ * the three numbers written as text into a for the statements that
+ * follow.  Its one row when the post goes on; NULL when it has answered
+ * (an unknown project, the database's refusal or error). */
+typedef struct {
+	char version[24], host[24], samples[24];
+} rounds_member_args;
+PGresult *rounds_member_begin(http_req *req, const dbc_stmt *stmt, const char *hp, long long version,
+                              long long host, long long samples, const char *included, rounds_member_args *a);
+
 #endif

@@ -138,7 +138,7 @@ cot_err pieces_serve(peer_conn *c, const pieces_serve_opts *o, int64_t deadline,
 
 /* ---- Fetching ---- */
 
-enum { TODO, IN_FLIGHT, DONE };
+enum { PIECE_WANTED, PIECE_IN_FLIGHT, PIECE_DONE };
 
 typedef struct {
 	const pieces_fetch_params *p;
@@ -164,13 +164,13 @@ static int64_t take(fetch_run *r, size_t k)
 	uint32_t n = r->p->m->n;
 	pthread_mutex_lock(&r->mu);
 	for (uint32_t i = (uint32_t)k; got < 0 && i < n; i += (uint32_t)r->n_src)
-		if (r->state[i] == TODO)
+		if (r->state[i] == PIECE_WANTED)
 			got = i;
 	for (uint32_t i = 0; got < 0 && i < n; i++)
-		if (r->state[i] == TODO)
+		if (r->state[i] == PIECE_WANTED)
 			got = i;
 	if (got >= 0 && r->io_rc == COT_OK)
-		r->state[got] = IN_FLIGHT;
+		r->state[got] = PIECE_IN_FLIGHT;
 	else
 		got = -1;
 	pthread_mutex_unlock(&r->mu);
@@ -180,7 +180,7 @@ static int64_t take(fetch_run *r, size_t k)
 static void settle(fetch_run *r, uint32_t i, int ok)
 {
 	pthread_mutex_lock(&r->mu);
-	r->state[i] = ok ? DONE : TODO;
+	r->state[i] = ok ? PIECE_DONE : PIECE_WANTED;
 	if (ok)
 		r->p->have[i] = 1;
 	pthread_mutex_unlock(&r->mu);
@@ -303,7 +303,7 @@ cot_err pieces_fetch(const pieces_fetch_params *p, pieces_source_stats *st, cot_
 	if (!(r.state = malloc(p->m->n ? p->m->n : 1)))
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	for (uint32_t i = 0; i < p->m->n; i++)
-		r.state[i] = p->have[i] ? DONE : TODO;
+		r.state[i] = p->have[i] ? PIECE_DONE : PIECE_WANTED;
 	pthread_mutex_init(&r.mu, NULL);
 	size_t started = 0;
 	for (size_t k = 0; k < n_src; k++) {
