@@ -264,10 +264,16 @@ fault_fired aggregator-mid-sum die
 ok $? "aggregator-mid-sum die: the fault fired in the round it names ($FV of $FW), attempt $FA"
 ok $([ "$FAGG" -gt 0 ]; echo $?) "aggregator-mid-sum die: the dead peer aggregated a range ($FAGG elements)"
 wait_for 60 failed_attempt
-_nf=0
-for _i in 1 2 3; do
-	grep -q "round $FV: could not average with .*host $HF: " "$T/client$_i.log" && _nf=$((_nf + 1))
-done
+# The server fails the attempt on the first member's report; the others
+# log theirs as their own all-reduce gives up, a moment later.
+members_failed() {
+	_nf=0
+	for _i in 1 2 3; do
+		grep -q "round $FV: could not average with .*host $HF: " "$T/client$_i.log" && _nf=$((_nf + 1))
+	done
+	[ "$_nf" = $((FPEERS - 1)) ]
+}
+wait_for 30 members_failed
 ok $([ "$_nf" = $((FPEERS - 1)) ]; echo $?) \
 	"aggregator-mid-sum die: the members could not complete ($_nf of the $((FPEERS - 1)) others in its plan failed their all-reduce naming host $HF)"
 retry_commits_without "aggregator-mid-sum die" "failed to average"
