@@ -6,7 +6,7 @@
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/packaging/build.sh" || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
-cd "$top/_build"
+cd "$top/_build" || exit 1
 # The tests start and kill tens of thousands of short processes; with the
 # kernel's old default of 32,768 process ids a run wraps them within minutes,
 # and a test's signal to a process that exited long ago can then reach one of
