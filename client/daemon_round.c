@@ -38,6 +38,7 @@
 #include "client/api_round.h"
 #include "client/cheat.h"
 #include "client/round.h"
+#include "client/round_seed2.h"
 #include "client/shard_cache.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
@@ -80,6 +81,9 @@ typedef struct {
 	uint64_t held_size;
 	double held_write_s; /* what writing and hashing it took */
 	cl_links links;      /* the connections we dialed */
+	cl_seed2_kept kept;  /* for the check under the second seed */
+	uint64_t seed2;      /* the second seed, once an outcome answer named it */
+	int has_seed2;
 } round_job;
 
 static void activity(round_job *j, const char *what)
@@ -333,7 +337,7 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		return rc;
 	}
 	/* Test hook: a poisoner sends another vector than its gradient. */
-	float *poison = cl_cheat_poison(j->m->grads, j->m->n_params);
+	float *poison = cl_cheat_poison(j->m->grads, j->m->n_params, cl_compute_sketch_seed(j->s));
 	allreduce_params ap = { .members = mem,
 		                .n = pl->n,
 		                .self = pl->self,
@@ -357,6 +361,9 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		                /* Under the round's seed, as our committed sketches. */
 		                .sketch_seed = cl_compute_sketch_seed(j->s),
 		                .sketch_k = cl_compute_is_local(j->s) ? 0 : cl_compute_sketch_k(j->s),
+		                /* kept for the second seed, but across groups
+		                 * between the peers (our result is the mean) */
+		                .keep_slices = !cross,
 		                .test_result_noise = cl_cheat_result_noise(),
 		                /* across groups: our range becomes the round's mean */
 		                .cross = cross && me->hi > me->lo ? cross_group_reduce : NULL,
@@ -524,6 +531,124 @@ static cot_err step(round_job *j, cot_errbuf *eb)
 	return COT_OK;
 }
 
+/* The second seed from an outcome answer a, once the round committed
+ * (round_outcome_body): into j->seed2. */
+static void parse_seed2(round_job *j, const json_t *a)
+{
+	const char *s = NULL;
+	if (cot_json_str(a, "seed2", true, 1, 21, &s, NULL))
+		return;
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (!*end && !errno) {
+		j->seed2 = (uint64_t)v;
+		j->has_seed2 = 1;
+	}
+}
+
+/* After the all-reduce, before the mean overwrites the group's sum: keep
+ * what the check under the second seed needs (client/round_seed2.h), when
+ * the round sketched what it averaged in a group of several peers and the
+ * result is the group's sum.  Out of memory, nothing is kept (logged). */
+static void keep_for_seed2(round_job *j)
+{
+	const cl_plan *pl = &j->plan;
+	cl_seed2_kept *kp = &j->kept;
+	if (j->res.sketch_k <= 0 || pl->n < 2 || (pl->cross_peers && pl->n_groups > 1))
+		return;
+	size_t n = j->m->n_params;
+	kp->k = j->res.sketch_k;
+	kp->n = n;
+	kp->received = malloc((n ? n : 1) * sizeof *kp->received);
+	kp->included = malloc((j->res.n_included + 1) * sizeof *kp->included);
+	if (!kp->received || !kp->included)
+		goto nomem;
+	memcpy(kp->received, j->sum, n * sizeof *kp->received);
+	memcpy(kp->included, j->res.included, j->res.n_included * sizeof *kp->included);
+	kp->n_included = j->res.n_included;
+	for (size_t a = 0; a < pl->n; a++)
+		if (pl->members[a].hi > pl->members[a].lo) {
+			kp->agg_id[kp->n_aggs] = pl->members[a].host_id;
+			kp->agg_lo[kp->n_aggs] = pl->members[a].lo;
+			kp->agg_hi[kp->n_aggs++] = pl->members[a].hi;
+		}
+	kp->lo = pl->members[pl->self].lo;
+	kp->hi = pl->members[pl->self].hi;
+	if (j->res.agg_slices) {
+		size_t ni = j->res.n_included;
+		kp->slice_host = malloc((ni + 1) * sizeof *kp->slice_host);
+		kp->slice_err = malloc((ni + 1) * sizeof *kp->slice_err);
+		if (!kp->slice_host || !kp->slice_err)
+			goto nomem;
+		memcpy(kp->slice_host, j->res.included, ni * sizeof *kp->slice_host);
+		memcpy(kp->slice_err, j->res.agg_errs, ni * sizeof *kp->slice_err);
+		kp->result_err = j->res.agg_result_err;
+		kp->slices = j->res.agg_slices; /* ours now */
+		kp->n_slices = ni;
+		j->res.agg_slices = NULL;
+	}
+	cl_compute_take_blocks(j->s, &kp->blocks, &kp->n_blocks);
+	int64_t in_blocks = 0, reported = 0;
+	for (size_t b = 0; b < kp->n_blocks; b++)
+		in_blocks += kp->blocks[b].count;
+	for (int u = 0; u < j->acc.n; u++)
+		reported += j->acc.u[u].mb;
+	kp->blocks_ok = kp->n_blocks > 0 && in_blocks == reported;
+	return;
+nomem:
+	log_warn("project %s: round %lld: out of memory for what the check under the second seed needs",
+	         j->p.name, (long long)j->v);
+	cl_seed2_kept_free(kp);
+}
+
+/* Once our step is accepted, off the round's critical path (the next
+ * version's compute runs): ask the outcome again until it names the
+ * second seed (the round commits once every included peer said ok), then
+ * send the sketches under it of what we kept.  Failures are logged; the
+ * server denies a member whose blocks never come. */
+static void send_seed2(round_job *j)
+{
+	if (!j->kept.received)
+		return;
+	double start = cl_now_mono();
+	cot_errbuf eb = { "", "" };
+	while (!j->has_seed2 && !j->d->stop && cl_now_mono() - start < PLAN_GIVE_UP_S / 10) {
+		json_t *a = NULL;
+		if (cl_api_round_outcome(&j->o, &j->p, j->v, 1, 0, j->kept.included, j->kept.n_included,
+		                         j->params_sha, NULL, NULL, &a, &eb) == COT_OK) {
+			parse_seed2(j, a);
+			const char *st = NULL;
+			cot_json_str(json_object_get(a, "round"), "state", false, 1, 15, &st, NULL);
+			int over = st && strcmp(st, "committed") != 0 && strcmp(st, "averaging") != 0;
+			json_decref(a);
+			if (over)
+				return; /* another attempt runs: nothing of ours was stepped on */
+		}
+		if (!j->has_seed2)
+			sleep(1);
+	}
+	if (!j->has_seed2) {
+		log_warn("project %s: round %lld: no second seed came: %s", j->p.name, (long long)j->v,
+		         eb.msg[0] ? eb.msg : "the round did not commit in time");
+		return;
+	}
+	double t0 = cl_now_mono();
+	json_t *sk = cl_seed2_sketches_json(&j->kept, j->seed2);
+	double t1 = cl_now_mono();
+	cot_err rc = sk ? cl_api_round_seed2(&j->o, &j->p, j->v, sk, &eb)
+	                : cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
+	json_decref(sk);
+	if (rc)
+		log_warn("project %s: round %lld: could not send the sketches under the second seed: %s",
+		         j->p.name, (long long)j->v, eb.msg);
+	else
+		log_info("project %s: round %lld: sketches under the second seed sent (%zu blocks%s, "
+		         "sketched in %.3f s)",
+		         j->p.name, (long long)j->v, j->kept.blocks_ok ? j->kept.n_blocks : 0,
+		         j->kept.slices ? ", our range's slices" : "", t1 - t0);
+}
+
 /* 6. The outcome, until the server tells whether our v+1 is its v+1:
  * 1 accepted, 0 not (reload), or an error. */
 static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
@@ -550,6 +675,7 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 		int upload = !decided && json_is_true(json_object_get(a, "checkpoint_upload"));
 		if (decided)
 			*accepted = json_is_true(acc);
+		parse_seed2(j, a);
 		const char *ck = NULL;
 		if (*accepted && !cot_json_str(a, "checkpoint_sha256", true, 64, 64, &ck, NULL) &&
 		    hash_is_sha256_hex(ck))
@@ -682,6 +808,7 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 		json_decref(sk);
 		return cot_seterr(eb, COT_ERR_CONFLICT, "our group averaged without us");
 	}
+	keep_for_seed2(j);
 	rc = round_mean(j, eb);
 	if (rc)
 		return rc;
@@ -760,6 +887,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 		if (!held)
 			cl_compute_close(j.s);
 		cl_peer_free(&j.peer);
+		cl_seed2_kept_free(&j.kept);
 		return;
 	}
 	rt = &d->rt[i];
@@ -782,6 +910,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 		log_info("project %s: round %lld reopened for the rest of its batch; computing on", j.p.name,
 		         (long long)j.v);
 		cl_daemon_activity(d, i, "round %lld reopened for the rest", (long long)j.v);
+		cl_seed2_kept_free(&j.kept);
 		return;
 	}
 	if (rc || !accepted) {
@@ -790,6 +919,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 			         j.p.name, (long long)j.v, eb.msg, eb.hint[0] ? ". " : "", eb.hint);
 		cl_daemon_drop_gradient(d, i,
 		                        rc ? "the round failed for this host" : "our parameters differ");
+		cl_seed2_kept_free(&j.kept);
 		return;
 	}
 	/* The session now holds v+1, exactly the server's of the attempt it
@@ -801,6 +931,12 @@ void cl_daemon_round(cl_daemon *d, int i)
 	memset(&rt->acc, 0, sizeof rt->acc);
 	cl_compute_next_version(j.s);
 	cl_daemon_activity(d, i, "round %lld committed", (long long)j.v);
+	/* The next version's compute may start: the sketches under the
+	 * second seed go out meanwhile. */
+	pthread_mutex_unlock(&d->lock);
+	send_seed2(&j);
+	cl_seed2_kept_free(&j.kept);
+	pthread_mutex_lock(&d->lock);
 }
 
 typedef struct {

@@ -218,7 +218,9 @@ BEGIN
                 UPDATE credit_grant SET spot_check_id = v_check WHERE id = v_grant;
             END IF;
         END IF;
-        IF v_check IS NULL THEN
+        -- A host that owes its sketches under the round's second seed
+        -- waits for their check too (round_seed2_verify releases it).
+        IF v_check IS NULL AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
             PERFORM credit_release(v_grant, p_now);
         END IF;
     END LOOP;

@@ -341,7 +341,8 @@ BEGIN
     UPDATE round_member
        SET accepted = coalesce(included AND params_sha256 = ro.params_sha256, false)
      WHERE project_id = p_project AND version = p_version;
-    UPDATE round SET state = 'committed', committed_at = now(),
+    -- seed2: drawn now, after every byte was pinned (round_sketch_seed2.sql).
+    UPDATE round SET state = 'committed', committed_at = now(), seed2 = round_seed2_draw(),
                      loss = (SELECT sum(rr.loss * w.mb_done::double precision)
                                     / nullif(sum(w.mb_done::double precision), 0)
                                FROM round_report rr JOIN work_unit w ON w.id = rr.work_unit_id

@@ -53,11 +53,14 @@ LANGUAGE sql STABLE AS $$
       FROM project p WHERE p.id = p_project
 $$;
 
--- What a work unit tells its host to sketch: {"seed", "k"}, or NULL when
--- the project is not checked.
+-- What a work unit tells its host to sketch: {"seed", "k", "block"}, or
+-- NULL when the project is not checked.  "block": the microbatches of a
+-- block whose gradient the host keeps for the check under a second seed
+-- (round_sketch_seed2.sql), the size of a check.
 CREATE OR REPLACE FUNCTION spot_sketch_params(p_project bigint, p_version integer) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object('seed', spot_sketch_seed(p_project, p_version)::text, 'k', s.k)
+    SELECT jsonb_build_object('seed', spot_sketch_seed(p_project, p_version)::text, 'k', s.k,
+                              'block', s.microbatches)
       FROM spot_policy s WHERE s.project_id = p_project
 $$;
 
