@@ -408,6 +408,9 @@ fail:
 cot_err cl_compute_retarget(cl_compute *c, const cl_project *p, const cl_work *w, const char *cache_dir,
                             cot_errbuf *eb)
 {
+	/* A block never spans two units: a spot check recomputes one block of
+	 * one unit (doc/credit.md). */
+	block_close(c);
 	/* A session goes on across versions: the unit of a later version may
 	 * bring another inner optimizer (a project update). */
 	if (c->local) {

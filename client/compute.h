@@ -90,7 +90,8 @@ typedef struct {
 
 /* Keep, from now on, the gradient of each block of b consecutive sketched
  * microbatches of this version (a block also ends where the microbatches
- * stop being consecutive, and at cl_compute_take_blocks).  A no-op in
+ * stop being consecutive, at cl_compute_retarget, so that a block lies in
+ * one work unit, and at cl_compute_take_blocks).  A no-op in
  * local mode, when not sketching, or with the same b again; COT_ERR_INVALID
  * for b above CL_BLOCK_MAX, COT_ERR_CONFLICT when this version keeps
  * another b, COT_ERR_NOMEM.  Memory: n_params floats per block, plus one

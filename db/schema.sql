@@ -235,7 +235,9 @@ BEGIN
         SELECT coalesce((SELECT consecutive FROM host_check_record WHERE host_id = m.host_id), 0)
           INTO v_rec;
         v_check := NULL;
-        IF random() < spot_rate(pol, v_rec) THEN
+        -- A host that owes its sketches under the round's second seed is
+        -- drawn for a check once they came (round_seed2_verify: one block).
+        IF random() < spot_rate(pol, v_rec) AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
             -- One of its committed ranges, preferring one whose microbatch
             -- sketches were committed with its report, at random with a
             -- probability proportional to its microbatches (the exponential
@@ -2294,6 +2296,24 @@ CREATE FUNCTION public.round_seed2_banned(p_project bigint) RETURNS bigint[]
 $$;
 
 --
+-- Name: round_seed2_blocks_tile(bigint, integer, bigint, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_blocks_tile(p_project bigint, p_version integer, p_host bigint, p_blocks jsonb, p_b integer) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(bool_and(b.c <= p_b AND (b.prev_end IS NULL OR b.f >= b.prev_end)
+                             AND EXISTS (SELECT 1 FROM work_unit w
+                                          WHERE w.project_id = p_project AND w.version = p_version
+                                            AND w.host_id = p_host AND w.mb_done > 0
+                                            AND b.f >= w.lo AND b.f + b.c <= w.lo + w.mb_done)), true)
+      FROM (SELECT (e->>'first')::bigint AS f, (e->>'count')::bigint AS c,
+                   lag((e->>'first')::bigint + (e->>'count')::bigint)
+                       OVER (ORDER BY (e->>'first')::bigint) AS prev_end
+              FROM jsonb_array_elements(p_blocks) e) b
+$$;
+
+--
 -- Name: round_seed2_draw(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2481,6 +2501,60 @@ END
 $$;
 
 --
+-- Name: round_seed2_spot_block(bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_spot_block(p_project bigint, p_version integer, p_host bigint) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    pol     spot_policy := spot_policy_of(p_project);
+    v_rec   integer;
+    v_size  integer;
+    v_seed2 bigint;
+    b       record;
+    v_check bigint;
+BEGIN
+    SELECT coalesce((SELECT consecutive FROM host_check_record WHERE host_id = p_host), 0) INTO v_rec;
+    IF random() >= spot_rate(pol, v_rec) THEN
+        RETURN NULL;
+    END IF;
+    SELECT microbatch_size INTO v_size FROM project WHERE id = p_project;
+    SELECT seed2 INTO v_seed2 FROM round WHERE project_id = p_project AND version = p_version;
+    SELECT (e->>'first')::bigint AS f, (e->>'count')::bigint AS c, e->'sketch' AS s2,
+           w.id AS wu, w.lo, w.mb_done, ws.k, ws.sketches
+      INTO b
+      FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'blocks') e,
+           work_unit w JOIN work_unit_sketch ws ON ws.work_unit_id = w.id
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
+       AND w.project_id = p_project AND w.version = p_version AND w.host_id = p_host
+       AND w.mb_done > 0 AND (e->>'first')::bigint >= w.lo
+       AND (e->>'first')::bigint + (e->>'count')::bigint <= w.lo + w.mb_done
+     ORDER BY -ln(1 - random()) / (e->>'count')::bigint LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO spot_check (project_id, version, work_unit_id, host_id, lo, hi, samples, seed, k,
+                            tolerance, created_at, deadline, microbatches, fp_host, seed2)
+    VALUES (p_project, p_version, b.wu, p_host, b.lo, b.lo + b.mb_done, b.c * v_size,
+            spot_sketch_seed(p_project, p_version), b.k,
+            greatest(pol.tolerance, spot_precision_floor(p_project)), credit_now(),
+            credit_now() + make_interval(secs => pol.deadline_s),
+            ARRAY(SELECT g FROM generate_series(b.f, b.f + b.c - 1) g),
+            ARRAY(SELECT b.sketches[(g - b.lo) * b.k + j]
+                    FROM generate_series(b.f, b.f + b.c - 1) g, generate_series(1, b.k) j
+                   ORDER BY g, j)
+              || round_sketch_vec(b.s2),
+            v_seed2)
+    RETURNING id INTO v_check;
+    UPDATE credit_grant SET spot_check_id = v_check
+     WHERE project_id = p_project AND version = p_version AND host_id = p_host AND kind = 'round'
+       AND status = 'pending';
+    RETURN v_check;
+END
+$$;
+
+--
 -- Name: round_seed2_verify(bigint, integer, boolean); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2502,10 +2576,12 @@ DECLARE
     v_scale   double precision;
     v_bound   double precision;
     v_bad     bigint[] := '{}';
+    v_b       integer;
 BEGIN
     SELECT coalesce((p.config->>'aggregation') = 'centered_clip', false) INTO v_clip
       FROM project p WHERE p.id = p_project;
     v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
+    v_b := coalesce((spot_policy_of(p_project)).microbatches, 2);
     SELECT min((sketches->>'k')::integer) INTO v_k FROM round_member
      WHERE project_id = p_project AND version = p_version AND included AND sketches IS NOT NULL;
     UPDATE round SET seed2_checked_at = now() WHERE project_id = p_project AND version = p_version;
@@ -2545,9 +2621,11 @@ BEGIN
             v_blk := round_sketch_sum(v_blk, g.sk);
         END LOOP;
         IF (SELECT coalesce(sum((e->>'count')::bigint), 0) FROM jsonb_array_elements(m.s->'blocks') e)
-           <> v_mb OR v_blk IS NULL THEN
+           <> v_mb OR v_blk IS NULL OR NOT round_seed2_blocks_tile(p_project, p_version, m.host_id,
+                                                                   m.s->'blocks', v_b) THEN
             PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
-                format('its blocks hold other than the %s microbatches it reported', v_mb), 1, v_tol);
+                format('its blocks do not tile the %s microbatches it reported in blocks of at most %s',
+                       v_mb, v_b), 1, v_tol);
             v_bad := v_bad || m.host_id;
             CONTINUE;
         END IF;
@@ -2619,6 +2697,16 @@ BEGIN
                 v_bad := v_bad || m.host_id || g.host_id;
             END IF;
         END LOOP;
+    END LOOP;
+    -- Spot checks of the members that passed, at the policy's rate: one
+    -- block each (round_seed2_spot_block).
+    FOR m IN SELECT rm.host_id FROM round_member rm
+              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+                AND rm.seed2_sketches ? 'blocks' AND NOT rm.host_id = ANY (v_bad)
+              ORDER BY rm.host_id LOOP
+        IF round_seed2_owed(p_project, p_version, m.host_id) THEN
+            PERFORM round_seed2_spot_block(p_project, p_version, m.host_id);
+        END IF;
     END LOOP;
     -- The round grants that waited for this check: released unless a spot
     -- check holds them (a flagged host's were denied above).
@@ -3602,6 +3690,7 @@ CREATE TABLE public.spot_check (
     third_assigned_at timestamp with time zone,
     fp_third double precision[],
     outcome text,
+    seed2 bigint,
     CONSTRAINT spot_check_check CHECK ((lo < hi)),
     CONSTRAINT spot_check_state_check CHECK ((state = ANY (ARRAY['open'::text, 'agreed'::text, 'disagreed'::text, 'expired'::text])))
 );
@@ -3618,6 +3707,8 @@ CREATE FUNCTION public.spot_check_json(c public.spot_check) RETURNS jsonb
         'samples', c.samples, 'seed', c.seed::text, 'k', c.k, 'tolerance', c.tolerance,
         'microbatches', to_jsonb(c.microbatches),
         'checkpoint_sha256', mv.checkpoint_sha256, 'deadline', c.deadline, 'state', c.state)
+        || CASE WHEN c.seed2 IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('seed2', c.seed2::text) END
       FROM project p
       LEFT JOIN model_version mv ON mv.project_id = p.id AND mv.version = c.version
      WHERE p.id = c.project_id
@@ -3770,10 +3861,11 @@ BEGIN
             'Claim a check first (POST /v1/projects/{name}/spotchecks/claim).');
         RETURN;
     END IF;
-    IF cardinality(p_values) IS DISTINCT FROM c.k * coalesce(cardinality(c.microbatches), 1) THEN
+    IF cardinality(p_values) IS DISTINCT FROM c.k * (coalesce(cardinality(c.microbatches), 1)
+                                                     + (c.seed2 IS NOT NULL)::integer) THEN
         RETURN QUERY SELECT 400, api_error('invalid',
             format('spot check %s wants %s values, not %s', p_check,
-                   c.k * coalesce(cardinality(c.microbatches), 1),
+                   c.k * (coalesce(cardinality(c.microbatches), 1) + (c.seed2 IS NOT NULL)::integer),
                    coalesce(cardinality(p_values), 0)));
         RETURN;
     END IF;

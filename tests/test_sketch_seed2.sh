@@ -12,7 +12,10 @@
 #     grant denied, and it is in no committed step after that round;
 # three honest hosts on 1 and 2 threads and two GEMM paths send their
 # sketches under the second seed after every committed round, are never
-# flagged, and their round grants are released (none left pending).
+# flagged, and their round grants are released (none left pending);
+# every host is spot-checked on every round, on one block of its
+# microbatches: the checker's sketches of them under the work unit's seed
+# and of their sum under the second seed agree with the host's.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
@@ -38,7 +41,7 @@ start_client() { # N THREADS [ENV...]
 		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
 		--set only_on_ac=false --set idle_detection=none --set max_threads="$c_t" \
 		--set socket_group=nonexistent --set log_level=info \
-		--set spot_interval=3600 2>>"$T/client$c_n.log" &
+		--set spot_interval=2 2>>"$T/client$c_n.log" &
 	CPIDS="$CPIDS $!"
 	_key=$(echo secretpassword | admin user create --password-stdin "c$c_n@example.org" "client $c_n" |
 		sed -n 's/^account key: //p')
@@ -49,7 +52,7 @@ start_client() { # N THREADS [ENV...]
 		eval "H$c_n=$(grep -o '"host_id": *[0-9]*' "$T/cl$c_n/state.json" | grep -o '[0-9]*$' | head -1)"
 }
 
-plan 7
+plan 8
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -63,9 +66,10 @@ JSON
 admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null &&
 	admin project create "$T/val.json" >/dev/null || bail_out "could not set up the project"
 pid=$(sql "select id from project where name = 'val'")
-# No spot checks (this test is about the averaged bytes); the policy hands
-# out the sketch seed, k and the block size.  8-bit slices and results.
-sql "update spot_policy set first_rate = 0, trusted_after = 1000000 where project_id = $pid" >/dev/null
+# Every host checked on every round (first_rate 1, never trusted): one
+# block of 2 microbatches (the policy's default size).  8-bit slices and
+# results.
+sql "update spot_policy set first_rate = 1, trusted_after = 1000000 where project_id = $pid" >/dev/null
 sql "update project set config = config || '{\"compression\": \"${COMP:-8bit}\"}' where id = $pid" >/dev/null
 
 "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --reap-interval 1 \
@@ -82,9 +86,11 @@ grep -q "test hook COTRAIN_CHEAT=orthogonal" "$T/client4.log"
 ok $? "client 4 (host $H4) sends its gradient plus a vector orthogonal to the sketch seed's"
 
 flagged2() { [ "$(sql "select count(*) from round_sketch_flag where host_id = $H4 and seed2")" -ge 1 ]; }
+blocks_settled() { [ "$(sql "select count(*) from spot_check where project_id = $pid and seed2 is not null and state <> 'open' and host_id in ($HONEST)")" -ge 3 ]; }
 wait_for 400 flagged2
 wait_for 120 version_at_least 6
 ok $? "four clients commit 5 rounds or more (version $(version))"
+wait_for 120 blocks_settled
 # The last round's sketches under the second seed: give them time to come.
 sleep 3
 for p in $CPIDS; do kill "$p" 2>/dev/null; done
@@ -121,8 +127,20 @@ ok $([ "$fp" -eq 0 ] && [ "$checked" -ge 6 ] && echo 0 || echo 1) \
 
 pend=$(sql "select count(*) from credit_grant g join round r using (project_id, version)
   where g.project_id = $pid and g.host_id in ($HONEST) and g.kind = 'round' and g.status = 'pending'
-    and r.seed2_checked_at is not null")
+    and r.seed2_checked_at is not null and g.spot_check_id is null")
 granted=$(sql "select count(*) from credit_grant where project_id = $pid and host_id in ($HONEST) and kind = 'round' and status = 'granted'")
 ok $([ "$pend" -eq 0 ] && [ "$granted" -ge 6 ] && echo 0 || echo 1) \
-	"honest hosts' round grants released once checked: $granted granted, $pend left pending"
+	"honest hosts' round grants released once checked: $granted granted, $pend left pending without a spot check"
+
+# Block checks: one block of the host's microbatches, recomputed by another
+# host; the checker's values end with the sketch of the block's sum under
+# the second seed.
+sql "select 'block check ' || id || ' of host ' || host_id || ' version ' || version || ': microbatches ' || array_to_string(microbatches, ',') || ', ' || state || coalesce(', distance ' || round(distance::numeric, 6), '') || coalesce(' (' || outcome || ')', '') from spot_check where project_id = $pid and seed2 is not null order by id limit 12" | while read -r l; do diag "$l"; done
+nb=$(sql "select count(*) from spot_check where project_id = $pid and seed2 is not null and host_id in ($HONEST) and state <> 'open'")
+nagree=$(sql "select count(*) from spot_check where project_id = $pid and seed2 is not null and host_id in ($HONEST) and state = 'agreed'")
+nlen=$(sql "select count(*) from spot_check where project_id = $pid and seed2 is not null and state = 'agreed'
+  and cardinality(fp_checker) = k * (cardinality(microbatches) + 1)
+  and microbatches[cardinality(microbatches)] - microbatches[1] = cardinality(microbatches) - 1")
+ok $([ "$nb" -ge 3 ] && [ "$nagree" -eq "$nb" ] && [ "$nlen" -ge "$nagree" ] && echo 0 || echo 1) \
+	"block checks of honest hosts: $nagree of $nb settled agreed, each on consecutive microbatches with the sketch of their sum under the second seed ($nlen)"
 diag "the sketches under the second seed: $(sql "select count(*) from round where project_id = $pid and seed2_checked_at is not null") rounds checked of $(sql "select count(*) from round where project_id = $pid and state = 'committed'") committed; member sketching $(grep -h 'under the second seed sent' "$T"/client[123].log | sed -n 's/.*sketched in \([0-9.]*\) s.*/\1/p' | sort -n | tail -1) s at most"

@@ -175,7 +175,9 @@ BEGIN
         SELECT coalesce((SELECT consecutive FROM host_check_record WHERE host_id = m.host_id), 0)
           INTO v_rec;
         v_check := NULL;
-        IF random() < spot_rate(pol, v_rec) THEN
+        -- A host that owes its sketches under the round's second seed is
+        -- drawn for a check once they came (round_seed2_verify: one block).
+        IF random() < spot_rate(pol, v_rec) AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
             -- One of its committed ranges, preferring one whose microbatch
             -- sketches were committed with its report, at random with a
             -- probability proportional to its microbatches (the exponential

@@ -109,6 +109,80 @@ LANGUAGE sql STABLE AS $$
                   WHERE project_id = p_project AND seed2 ORDER BY host_id)
 $$;
 
+-- True when p_blocks (a member's, as round_seed2_invalid checked them)
+-- tile its reported microbatches of the version: disjoint, each of at most
+-- p_b microbatches within one of its work units (the caller compares the
+-- total with what it reported).
+CREATE OR REPLACE FUNCTION round_seed2_blocks_tile(p_project bigint, p_version integer, p_host bigint,
+                                                   p_blocks jsonb, p_b integer)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT coalesce(bool_and(b.c <= p_b AND (b.prev_end IS NULL OR b.f >= b.prev_end)
+                             AND EXISTS (SELECT 1 FROM work_unit w
+                                          WHERE w.project_id = p_project AND w.version = p_version
+                                            AND w.host_id = p_host AND w.mb_done > 0
+                                            AND b.f >= w.lo AND b.f + b.c <= w.lo + w.mb_done)), true)
+      FROM (SELECT (e->>'first')::bigint AS f, (e->>'count')::bigint AS c,
+                   lag((e->>'first')::bigint + (e->>'count')::bigint)
+                       OVER (ORDER BY (e->>'first')::bigint) AS prev_end
+              FROM jsonb_array_elements(p_blocks) e) b
+$$;
+
+-- Draw, at the host's spot rate (spot_rate of its record), a spot check
+-- of one of its blocks of round (p_project, p_version), picked with a
+-- probability proportional to its microbatches (the exponential race): a
+-- checker recomputes its microbatches, whose sketches under the work
+-- unit's seed it compares with the committed ones (skipping) and the
+-- sketch under seed2 of their sum with the block's (the bytes).  The
+-- host's round grant waits for it.  Returns the check's id, or NULL.
+CREATE OR REPLACE FUNCTION round_seed2_spot_block(p_project bigint, p_version integer, p_host bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    pol     spot_policy := spot_policy_of(p_project);
+    v_rec   integer;
+    v_size  integer;
+    v_seed2 bigint;
+    b       record;
+    v_check bigint;
+BEGIN
+    SELECT coalesce((SELECT consecutive FROM host_check_record WHERE host_id = p_host), 0) INTO v_rec;
+    IF random() >= spot_rate(pol, v_rec) THEN
+        RETURN NULL;
+    END IF;
+    SELECT microbatch_size INTO v_size FROM project WHERE id = p_project;
+    SELECT seed2 INTO v_seed2 FROM round WHERE project_id = p_project AND version = p_version;
+    SELECT (e->>'first')::bigint AS f, (e->>'count')::bigint AS c, e->'sketch' AS s2,
+           w.id AS wu, w.lo, w.mb_done, ws.k, ws.sketches
+      INTO b
+      FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'blocks') e,
+           work_unit w JOIN work_unit_sketch ws ON ws.work_unit_id = w.id
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
+       AND w.project_id = p_project AND w.version = p_version AND w.host_id = p_host
+       AND w.mb_done > 0 AND (e->>'first')::bigint >= w.lo
+       AND (e->>'first')::bigint + (e->>'count')::bigint <= w.lo + w.mb_done
+     ORDER BY -ln(1 - random()) / (e->>'count')::bigint LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO spot_check (project_id, version, work_unit_id, host_id, lo, hi, samples, seed, k,
+                            tolerance, created_at, deadline, microbatches, fp_host, seed2)
+    VALUES (p_project, p_version, b.wu, p_host, b.lo, b.lo + b.mb_done, b.c * v_size,
+            spot_sketch_seed(p_project, p_version), b.k,
+            greatest(pol.tolerance, spot_precision_floor(p_project)), credit_now(),
+            credit_now() + make_interval(secs => pol.deadline_s),
+            ARRAY(SELECT g FROM generate_series(b.f, b.f + b.c - 1) g),
+            ARRAY(SELECT b.sketches[(g - b.lo) * b.k + j]
+                    FROM generate_series(b.f, b.f + b.c - 1) g, generate_series(1, b.k) j
+                   ORDER BY g, j)
+              || round_sketch_vec(b.s2),
+            v_seed2)
+    RETURNING id INTO v_check;
+    UPDATE credit_grant SET spot_check_id = v_check
+     WHERE project_id = p_project AND version = p_version AND host_id = p_host AND kind = 'round'
+       AND status = 'pending';
+    RETURN v_check;
+END
+$$;
+
 -- Check the sketches under seed2 of committed round (p_project, p_version)
 -- and flag who fails (round_seed2_flag_host), with the tolerance and the
 -- encoding bounds of round_sketch_verify (the "err" and "result_err" each
@@ -141,10 +215,12 @@ DECLARE
     v_scale   double precision;
     v_bound   double precision;
     v_bad     bigint[] := '{}';
+    v_b       integer;
 BEGIN
     SELECT coalesce((p.config->>'aggregation') = 'centered_clip', false) INTO v_clip
       FROM project p WHERE p.id = p_project;
     v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
+    v_b := coalesce((spot_policy_of(p_project)).microbatches, 2);
     SELECT min((sketches->>'k')::integer) INTO v_k FROM round_member
      WHERE project_id = p_project AND version = p_version AND included AND sketches IS NOT NULL;
     UPDATE round SET seed2_checked_at = now() WHERE project_id = p_project AND version = p_version;
@@ -184,9 +260,11 @@ BEGIN
             v_blk := round_sketch_sum(v_blk, g.sk);
         END LOOP;
         IF (SELECT coalesce(sum((e->>'count')::bigint), 0) FROM jsonb_array_elements(m.s->'blocks') e)
-           <> v_mb OR v_blk IS NULL THEN
+           <> v_mb OR v_blk IS NULL OR NOT round_seed2_blocks_tile(p_project, p_version, m.host_id,
+                                                                   m.s->'blocks', v_b) THEN
             PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
-                format('its blocks hold other than the %s microbatches it reported', v_mb), 1, v_tol);
+                format('its blocks do not tile the %s microbatches it reported in blocks of at most %s',
+                       v_mb, v_b), 1, v_tol);
             v_bad := v_bad || m.host_id;
             CONTINUE;
         END IF;
@@ -258,6 +336,16 @@ BEGIN
                 v_bad := v_bad || m.host_id || g.host_id;
             END IF;
         END LOOP;
+    END LOOP;
+    -- Spot checks of the members that passed, at the policy's rate: one
+    -- block each (round_seed2_spot_block).
+    FOR m IN SELECT rm.host_id FROM round_member rm
+              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+                AND rm.seed2_sketches ? 'blocks' AND NOT rm.host_id = ANY (v_bad)
+              ORDER BY rm.host_id LOOP
+        IF round_seed2_owed(p_project, p_version, m.host_id) THEN
+            PERFORM round_seed2_spot_block(p_project, p_version, m.host_id);
+        END IF;
     END LOOP;
     -- The round grants that waited for this check: released unless a spot
     -- check holds them (a flagged host's were denied above).

@@ -16,3 +16,8 @@ ALTER TABLE round ADD COLUMN seed2 bigint;
 ALTER TABLE round ADD COLUMN seed2_checked_at timestamptz;
 ALTER TABLE round_member ADD COLUMN seed2_sketches jsonb;
 ALTER TABLE round_sketch_flag ADD COLUMN seed2 boolean NOT NULL DEFAULT false;
+-- A spot check of one block of a member's microbatches (drawn by
+-- round_seed2_verify): the round's second seed, under which the checker
+-- also sketches the block's gradient sum; its host's sketch of that block
+-- closes fp_host.
+ALTER TABLE spot_check ADD COLUMN seed2 bigint;
