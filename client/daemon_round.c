@@ -532,8 +532,8 @@ static cot_err step(round_job *j, cot_errbuf *eb)
 }
 
 /* The second seed from an outcome answer a, once the round committed
- * (round_outcome_body): into j->seed2. */
-static void parse_seed2(round_job *j, const json_t *a)
+ * (round_outcome_body): into *seed2, with *has set. */
+static void parse_seed2(const json_t *a, uint64_t *seed2, int *has)
 {
 	const char *s = NULL;
 	if (cot_json_str(a, "seed2", true, 1, 21, &s, NULL))
@@ -542,8 +542,8 @@ static void parse_seed2(round_job *j, const json_t *a)
 	errno = 0;
 	long long v = strtoll(s, &end, 10);
 	if (!*end && !errno) {
-		j->seed2 = (uint64_t)v;
-		j->has_seed2 = 1;
+		*seed2 = (uint64_t)v;
+		*has = 1;
 	}
 }
 
@@ -602,51 +602,133 @@ nomem:
 	cl_seed2_kept_free(kp);
 }
 
-/* Once our step is accepted, off the round's critical path (the next
- * version's compute runs): ask the outcome again until it names the
- * second seed (the round commits once every included peer said ok), then
- * send the sketches under it of what we kept.  Failures are logged; the
- * server denies a member whose blocks never come. */
-static void send_seed2(round_job *j)
+/* What the thread that sends the sketches under the second seed needs,
+ * its own (seed2_main). */
+typedef struct {
+	cl_daemon *d;
+	cl_api_opts o;
+	cl_project p;
+	int64_t v, attempt;
+	char params_sha[65];
+	uint64_t seed2;
+	int has_seed2;
+	cl_seed2_kept kept;
+} seed2_job;
+
+#define SEED2_WAIT_S 60 /* for the commit, after our step was accepted */
+
+/* Once our step is accepted, off the round's critical path (its own
+ * thread; the next version's work goes on): ask the outcome again until it
+ * names the second seed (the round commits once every included peer said
+ * ok), then send the sketches under it of what we kept.  Gives up when the
+ * round moves to another attempt, the server refuses, SEED2_WAIT_S pass
+ * or the client stops.  Failures are logged; the server denies a member
+ * whose blocks never come. */
+static void send_seed2(seed2_job *s2)
 {
-	if (!j->kept.received)
+	if (!s2->kept.received)
 		return;
 	double start = cl_now_mono();
 	cot_errbuf eb = { "", "" };
-	while (!j->has_seed2 && !j->d->stop && cl_now_mono() - start < PLAN_GIVE_UP_S / 10) {
+	while (!s2->has_seed2 && !s2->d->stop && cl_now_mono() - start < SEED2_WAIT_S) {
 		json_t *a = NULL;
-		if (cl_api_round_outcome(&j->o, &j->p, j->v, 1, 0, j->kept.included, j->kept.n_included,
-		                         j->params_sha, NULL, NULL, &a, &eb) == COT_OK) {
-			parse_seed2(j, a);
+		cot_err rc = cl_api_round_outcome(&s2->o, &s2->p, s2->v, 1, 0, s2->kept.included,
+		                                  s2->kept.n_included, s2->params_sha, NULL, NULL, &a, &eb);
+		if (rc && rc != COT_ERR_NETWORK) {
+			log_info("project %s: round %lld: no second seed for us: %s", s2->p.name,
+			         (long long)s2->v, eb.msg);
+			return; /* not in the plan any more: another attempt ran */
+		}
+		long long att = 0;
+		if (!rc) {
+			parse_seed2(a, &s2->seed2, &s2->has_seed2);
+			const json_t *ro = json_object_get(a, "round");
 			const char *st = NULL;
-			cot_json_str(json_object_get(a, "round"), "state", false, 1, 15, &st, NULL);
-			int over = st && strcmp(st, "committed") != 0 && strcmp(st, "averaging") != 0;
+			cot_json_str(ro, "state", false, 1, 15, &st, NULL);
+			cot_json_int(ro, "attempt", false, 1, 1LL << 31, &att, NULL);
+			int over = (st && strcmp(st, "committed") != 0 && strcmp(st, "averaging") != 0) ||
+			           (att && att != s2->attempt);
 			json_decref(a);
 			if (over)
-				return; /* another attempt runs: nothing of ours was stepped on */
+				return; /* another attempt: nothing of ours was stepped on */
 		}
-		if (!j->has_seed2)
+		if (!s2->has_seed2)
 			sleep(1);
 	}
-	if (!j->has_seed2) {
-		log_warn("project %s: round %lld: no second seed came: %s", j->p.name, (long long)j->v,
+	if (!s2->has_seed2) {
+		log_warn("project %s: round %lld: no second seed came: %s", s2->p.name, (long long)s2->v,
 		         eb.msg[0] ? eb.msg : "the round did not commit in time");
 		return;
 	}
 	double t0 = cl_now_mono();
-	json_t *sk = cl_seed2_sketches_json(&j->kept, j->seed2);
+	json_t *sk = cl_seed2_sketches_json(&s2->kept, s2->seed2);
 	double t1 = cl_now_mono();
-	cot_err rc = sk ? cl_api_round_seed2(&j->o, &j->p, j->v, sk, &eb)
+	cot_err rc = sk ? cl_api_round_seed2(&s2->o, &s2->p, s2->v, sk, &eb)
 	                : cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
 	json_decref(sk);
 	if (rc)
 		log_warn("project %s: round %lld: could not send the sketches under the second seed: %s",
-		         j->p.name, (long long)j->v, eb.msg);
+		         s2->p.name, (long long)s2->v, eb.msg);
 	else
 		log_info("project %s: round %lld: sketches under the second seed sent (%zu blocks%s, "
 		         "sketched in %.3f s)",
-		         j->p.name, (long long)j->v, j->kept.blocks_ok ? j->kept.n_blocks : 0,
-		         j->kept.slices ? ", our range's slices" : "", t1 - t0);
+		         s2->p.name, (long long)s2->v, s2->kept.blocks_ok ? s2->kept.n_blocks : 0,
+		         s2->kept.slices ? ", our range's slices" : "", t1 - t0);
+}
+
+/* The sketches-under-the-second-seed thread: counted in rounds_running, so
+ * that the daemon waits for it when it stops. */
+static void *seed2_main(void *arg)
+{
+	seed2_job *s2 = arg;
+	cl_daemon *d = s2->d;
+	send_seed2(s2);
+	cl_seed2_kept_free(&s2->kept);
+	free(s2);
+	pthread_mutex_lock(&d->lock);
+	d->rounds_running--;
+	pthread_cond_broadcast(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}
+
+/* Hand what j kept to a thread of its own that sends its sketches under
+ * the second seed (lock held; inline, unlocked, when no thread starts). */
+static void seed2_start(round_job *j)
+{
+	cl_daemon *d = j->d;
+	seed2_job *s2 = j->kept.received ? malloc(sizeof *s2) : NULL;
+	if (!s2) {
+		cl_seed2_kept_free(&j->kept);
+		return;
+	}
+	*s2 = (seed2_job){ .d = d,
+		           .o = j->o,
+		           .p = j->p,
+		           .v = j->v,
+		           .attempt = j->plan.attempt,
+		           .seed2 = j->seed2,
+		           .has_seed2 = j->has_seed2,
+		           .kept = j->kept };
+	snprintf(s2->params_sha, sizeof s2->params_sha, "%s", j->params_sha);
+	memset(&j->kept, 0, sizeof j->kept);
+	pthread_t th;
+	pthread_attr_t at;
+	int started = 0;
+	d->rounds_running++;
+	if (pthread_attr_init(&at) == 0) {
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		started = pthread_create(&th, &at, seed2_main, s2) == 0;
+		pthread_attr_destroy(&at);
+	}
+	if (!started) {
+		d->rounds_running--;
+		pthread_mutex_unlock(&d->lock);
+		send_seed2(s2);
+		pthread_mutex_lock(&d->lock);
+		cl_seed2_kept_free(&s2->kept);
+		free(s2);
+	}
 }
 
 /* 6. The outcome, until the server tells whether our v+1 is its v+1:
@@ -675,7 +757,7 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 		int upload = !decided && json_is_true(json_object_get(a, "checkpoint_upload"));
 		if (decided)
 			*accepted = json_is_true(acc);
-		parse_seed2(j, a);
+		parse_seed2(a, &j->seed2, &j->has_seed2);
 		const char *ck = NULL;
 		if (*accepted && !cot_json_str(a, "checkpoint_sha256", true, 64, 64, &ck, NULL) &&
 		    hash_is_sha256_hex(ck))
@@ -931,12 +1013,9 @@ void cl_daemon_round(cl_daemon *d, int i)
 	memset(&rt->acc, 0, sizeof rt->acc);
 	cl_compute_next_version(j.s);
 	cl_daemon_activity(d, i, "round %lld committed", (long long)j.v);
-	/* The next version's compute may start: the sketches under the
-	 * second seed go out meanwhile. */
-	pthread_mutex_unlock(&d->lock);
-	send_seed2(&j);
-	cl_seed2_kept_free(&j.kept);
-	pthread_mutex_lock(&d->lock);
+	/* The next version's work goes on: the sketches under the second
+	 * seed go out meanwhile, from a thread of their own. */
+	seed2_start(&j);
 }
 
 typedef struct {

@@ -3096,6 +3096,18 @@ BEGIN
                                   array_to_string(v_bad, ', ')));
         RETURN;
     END IF;
+    -- A host the check under a second seed flagged after this attempt was
+    -- planned (round_sketch_seed2.sql) takes no part either: the round
+    -- reruns without it.
+    v_bad := ARRAY(SELECT host_id FROM round_member
+                    WHERE project_id = p_project AND version = p_version AND included
+                      AND host_id = ANY (round_seed2_banned(p_project)) ORDER BY host_id);
+    IF cardinality(v_bad) > 0 THEN
+        PERFORM round_fail(p_project, p_version,
+                           format('host(s) %s failed the check under a second seed of an earlier '
+                                  'round; the round reruns without them', array_to_string(v_bad, ', ')));
+        RETURN;
+    END IF;
     IF v_ok = 0 THEN
         PERFORM round_fail(p_project, p_version,
                            'no peer holds the parameters computed from the group sums');
