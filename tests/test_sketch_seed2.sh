@@ -52,7 +52,7 @@ start_client() { # N THREADS [ENV...]
 		eval "H$c_n=$(grep -o '"host_id": *[0-9]*' "$T/cl$c_n/state.json" | grep -o '[0-9]*$' | head -1)"
 }
 
-plan 8
+plan 9
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -147,3 +147,24 @@ nlen=$(sql "select count(*) from spot_check where project_id = $pid and seed2 is
 ok $([ "$nb" -ge 3 ] && [ "$nagree" -eq "$nb" ] && [ "$nlen" -ge "$nagree" ] && echo 0 || echo 1) \
 	"block checks of honest hosts: $nagree of $nb settled agreed, each on consecutive microbatches with the sketch of their sum under the second seed ($nlen)"
 diag "the sketches under the second seed: $(sql "select count(*) from round where project_id = $pid and seed2_checked_at is not null") rounds checked of $(sql "select count(*) from round where project_id = $pid and state = 'committed'") committed; member sketching $(grep -h 'under the second seed sent' "$T"/client[123].log | sed -n 's/.*sketched in \([0-9.]*\) s.*/\1/p' | sort -n | tail -1) s at most"
+
+# The route refuses hostile bodies with the reason and stores nothing.
+TOK=$(grep -o '"host_token": *"[^"]*"' "$T/cl1/state.json" | head -1 | sed 's/.*: *"\([^"]*\)"/\1/')
+vs=$(sql "select max(version) from round_member where project_id = $pid and host_id = $H1 and seed2_sketches is not null")
+before=$(sql "select md5(string_agg(coalesce(seed2_sketches::text, '-'), ',' order by version, host_id)) from round_member where project_id = $pid")
+post() { # VERSION BODY: the status code
+	curl -s -o "$T/answer.json" -w '%{http_code}' -X POST -H "Authorization: Bearer $TOK" \
+		-H 'Content-Type: application/json' --data "$2" "http://127.0.0.1:$PORT/v1/projects/val/rounds/$1/seed2"
+}
+k16='[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]'
+codes="$(post "$vs" '{"host_id": '"$H1"', "sketches": [1]}')"
+codes="$codes $(post "$vs" '{"host_id": '"$H1"', "sketches": {"k": 3, "received": []}}')"
+codes="$codes $(post "$vs" '{"host_id": '"$H1"', "sketches": {"k": 16, "received": [], "blocks": [{"first": 0, "count": 0, "sketch": '"$k16"'}]}}')"
+codes="$codes $(post "$vs" '{"host_id": '"$H1"', "sketches": {"k": 16, "received": [], "blocks": [{"first": 0, "count": 1, "sketch": [1e400]}]}}')"
+codes="$codes $(post "$vs" '{"host_id": '"$H2"', "sketches": {"k": 16, "received": []}}')"
+codes="$codes $(post 1000000 '{"host_id": '"$H1"', "sketches": {"k": 16, "received": []}}')"
+codes="$codes $(post "$vs" '{"host_id": '"$H1"', "sketches": {"k": 16, "received": []}}')"
+diag "the last answer: $(cat "$T/answer.json")"
+after=$(sql "select md5(string_agg(coalesce(seed2_sketches::text, '-'), ',' order by version, host_id)) from round_member where project_id = $pid")
+is "$codes|$([ "$before" = "$after" ] && echo unchanged)" "400 400 400 400 403 404 409|unchanged" \
+	"POST .../seed2: malformed, wrong k, empty block, huge value, another host, no round, other sketches again: refused, nothing stored"
