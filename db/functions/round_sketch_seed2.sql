@@ -57,25 +57,36 @@ BEGIN
 END
 $$;
 
+-- The k of round (p_project, p_version)'s sketches of what was averaged
+-- (its included peers'), or NULL when none sketched.
+CREATE OR REPLACE FUNCTION round_seed2_k(p_project bigint, p_version integer) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT min((sketches->>'k')::integer) FROM round_member
+     WHERE project_id = p_project AND version = p_version AND included AND sketches IS NOT NULL
+$$;
+
 -- True when host p_host owes round (p_project, p_version) its sketches
 -- under seed2: the round drew one, the host was included in a group of
--- several peers that sketched what they averaged, and it committed the
--- sketches of all its microbatches (round_sketch_committed).  Its round
--- grant stays pending until they are checked.
+-- several peers, the round's peers sketched what they averaged, and it
+-- committed the sketches of all its microbatches (round_sketch_committed)
+-- under that k: whether it sent sketches with its own outcome does not
+-- matter.  Its round grant stays pending until they are checked.
 CREATE OR REPLACE FUNCTION round_seed2_owed(p_project bigint, p_version integer, p_host bigint)
 RETURNS boolean LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    m record;
+    m   record;
+    v_k integer := round_seed2_k(p_project, p_version);
 BEGIN
-    SELECT rm.group_id, rm.samples, (rm.sketches->>'k')::integer AS k INTO m
+    SELECT rm.group_id, rm.samples INTO m
       FROM round_member rm JOIN round ro USING (project_id, version)
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
-       AND rm.included AND rm.sketches IS NOT NULL AND ro.seed2 IS NOT NULL;
-    IF NOT FOUND OR (SELECT count(*) FROM round_member g WHERE g.project_id = p_project
-                      AND g.version = p_version AND g.group_id = m.group_id AND g.included) < 2 THEN
+       AND rm.included AND ro.seed2 IS NOT NULL;
+    IF NOT FOUND OR v_k IS NULL
+       OR (SELECT count(*) FROM round_member g WHERE g.project_id = p_project
+            AND g.version = p_version AND g.group_id = m.group_id AND g.included) < 2 THEN
         RETURN false;
     END IF;
-    RETURN round_sketch_committed(p_project, p_version, p_host, m.k, m.samples) IS NOT NULL;
+    RETURN round_sketch_committed(p_project, p_version, p_host, v_k, m.samples) IS NOT NULL;
 END
 $$;
 
@@ -221,8 +232,7 @@ BEGIN
       FROM project p WHERE p.id = p_project;
     v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
     v_b := coalesce((spot_policy_of(p_project)).microbatches, 2);
-    SELECT min((sketches->>'k')::integer) INTO v_k FROM round_member
-     WHERE project_id = p_project AND version = p_version AND included AND sketches IS NOT NULL;
+    v_k := round_seed2_k(p_project, p_version);
     UPDATE round SET seed2_checked_at = now() WHERE project_id = p_project AND version = p_version;
     IF v_k IS NULL THEN
         RETURN v_bad;
@@ -391,10 +401,10 @@ BEGIN
             format('host %s is not among the included peers of round %s', p_host, p_version));
         RETURN;
     END IF;
-    v_k := (m.sketches->>'k')::integer;
+    v_k := round_seed2_k(c.project_id, p_version);
     IF v_k IS NULL THEN
         RETURN QUERY SELECT 409, api_error('conflict',
-            format('host %s sent no sketches with its outcome of round %s', p_host, p_version));
+            format('round %s has no sketches of what was averaged', p_version));
         RETURN;
     END IF;
     v_why := round_seed2_invalid(p_sketches, v_k);
@@ -424,8 +434,9 @@ BEGIN
      WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
     SELECT count(*) INTO v_left FROM round_member rm
      WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.included
-       AND rm.sketches IS NOT NULL AND rm.seed2_sketches IS NULL
-       AND (rm.hi > rm.lo OR round_seed2_owed(c.project_id, p_version, rm.host_id));
+       AND rm.seed2_sketches IS NULL
+       AND ((rm.hi > rm.lo AND rm.sketches IS NOT NULL)
+            OR round_seed2_owed(c.project_id, p_version, rm.host_id));
     IF v_left = 0 THEN
         PERFORM round_seed2_verify(c.project_id, p_version, false);
     END IF;
