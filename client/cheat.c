@@ -17,6 +17,7 @@ typedef enum {
 	REPLAY,
 	MISMATCH,
 	ORTHOGONAL,
+	ORTHOGONAL_CLAIM,
 	AGG_NOISE,
 	CORRUPT_PIECES
 } cheat;
@@ -33,6 +34,9 @@ static const struct {
 	[ORTHOGONAL] = { "orthogonal",
 	                 "sends its gradient plus a vector orthogonal to the sketch seed's vectors, "
 	                 "committing honest sketches" },
+	[ORTHOGONAL_CLAIM] = { "orthogonal-claim",
+	                       "sends its gradient plus a vector orthogonal to the sketch seed's vectors, "
+	                       "and claims blocks that add up to what it sent" },
 	[AGG_NOISE] = { "agg-noise",
 	                "adds noise the size of each value to the sums it returns as an aggregator" },
 	[CORRUPT_PIECES] = { "corrupt-pieces", "serves checkpoint pieces with one bit changed" },
@@ -83,14 +87,15 @@ static double sketch_sign(uint64_t seed, size_t i)
 float *cl_cheat_poison(const float *grad, size_t n, uint64_t sketch_seed)
 {
 	if (mode != POISON && mode != RANDOM_BYTES && mode != SCALE_100 && mode != REPLAY &&
-	    mode != MISMATCH && mode != ORTHOGONAL)
+	    mode != MISMATCH && mode != ORTHOGONAL && mode != ORTHOGONAL_CLAIM)
 		return NULL;
 	float *out = malloc(n * sizeof *out);
 	if (!out)
 		return NULL;
 	double rms = 0; /* RANDOM_BYTES: of grad's block of RANDOM_BLOCK values */
 	for (size_t i = 0; i < n; i++) {
-		if ((mode == RANDOM_BYTES || mode == ORTHOGONAL) && i % RANDOM_BLOCK == 0) {
+		if ((mode == RANDOM_BYTES || mode == ORTHOGONAL || mode == ORTHOGONAL_CLAIM) &&
+		    i % RANDOM_BLOCK == 0) {
 			size_t m = n - i < RANDOM_BLOCK ? n - i : RANDOM_BLOCK;
 			rms = 0;
 			for (size_t b = i; b < i + m; b++)
@@ -108,7 +113,8 @@ float *cl_cheat_poison(const float *grad, size_t n, uint64_t sketch_seed)
 		case MISMATCH:
 			g *= 0.5;
 			break;
-		case ORTHOGONAL: /* r(i) (+a, -a) on each pair (2t, 2t + 1), which never
+		case ORTHOGONAL:
+		case ORTHOGONAL_CLAIM: /* r(i) (+a, -a) on each pair (2t, 2t + 1), which never
 		                  * straddles two blocks of 64: r(i) p[i] sums to 0 in each */
 			if ((i | 1) < n)
 				g += sketch_sign(sketch_seed, i) * ((i & 1) ? -rms : rms);
@@ -131,4 +137,17 @@ float *cl_cheat_poison(const float *grad, size_t n, uint64_t sketch_seed)
 		last_n = n;
 	}
 	return out;
+}
+
+void cl_cheat_claim(float *const *blocks, size_t nb, const float *grad, size_t n, uint64_t sketch_seed)
+{
+	if (mode != ORTHOGONAL_CLAIM || nb == 0)
+		return;
+	float *sent = cl_cheat_poison(grad, n, sketch_seed);
+	for (size_t i = 0; sent && i < n; i++) {
+		float share = (sent[i] - grad[i]) / (float)nb;
+		for (size_t b = 0; b < nb; b++)
+			blocks[b][i] += share;
+	}
+	free(sent);
 }

@@ -2361,7 +2361,9 @@ BEGIN
                                    p_host, p_role, 'under the second seed: ' || p_reason, p_distance,
                                    p_tolerance);
     SELECT max(id) INTO v_id FROM round_sketch_flag WHERE host_id = p_host AND project_id = p_project;
-    UPDATE round_sketch_flag SET seed2 = true WHERE id = v_id;
+    -- Its time: once round_seed2_lock is held, so that a commit after it
+    -- sees the flag (round_try_commit refuses the host).
+    UPDATE round_sketch_flag SET seed2 = true, created_at = clock_timestamp() WHERE id = v_id;
 END
 $$;
 
@@ -2411,6 +2413,16 @@ CREATE FUNCTION public.round_seed2_k(p_project bigint, p_version integer) RETURN
     AS $$
     SELECT min((sketches->>'k')::integer) FROM round_member
      WHERE project_id = p_project AND version = p_version AND included AND sketches IS NOT NULL
+$$;
+
+--
+-- Name: round_seed2_lock(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_lock(p_project bigint) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pg_advisory_xact_lock(hashtext('cotrain round_seed2 ' || p_project))
 $$;
 
 --
@@ -2594,6 +2606,7 @@ DECLARE
 BEGIN
     SELECT coalesce((p.config->>'aggregation') = 'centered_clip', false) INTO v_clip
       FROM project p WHERE p.id = p_project;
+    PERFORM round_seed2_lock(p_project);
     v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
     v_b := coalesce((spot_policy_of(p_project)).microbatches, 2);
     v_k := round_seed2_k(p_project, p_version);
@@ -3098,6 +3111,9 @@ BEGIN
     IF v_left > 0 THEN
         RETURN;
     END IF;
+    -- After any check under a second seed under way (round_seed2_lock,
+    -- taken before this transaction touches what such a check flags).
+    PERFORM round_seed2_lock(p_project);
     -- The averaged bytes against the committed sketches: a host that fails
     -- is flagged and denied, and the round reruns without it (its next
     -- attempt's plan leaves it out), so no step takes its bytes.

@@ -1,15 +1,19 @@
 #!/bin/sh
 # cotrain tests: the check of the averaged bytes under a second seed, drawn
 # when the round commits (issue 18; doc/credit.md, "A second seed, drawn
-# after the bytes are pinned").  A real PostgreSQL, cotrain-server and four
+# after the bytes are pinned").  A real PostgreSQL, cotrain-server and five
 # cotrain-client daemons train a tiny model in sync mode, slices and results
-# in 8-bit blocks; one client cheats (test hook COTRAIN_CHEAT=orthogonal):
-# it sends g + p with p orthogonal to the k vectors of the work unit's
-# sketch seed and commits honest sketches, so
+# in 8-bit blocks; two clients cheat.  COTRAIN_CHEAT=orthogonal sends g + p
+# with p orthogonal to the k vectors of the work unit's sketch seed and
+# commits honest sketches, so
 #   - it passes every check under the work unit's seed (never flagged
 #     before a commit; its bytes are in the step of its first round),
 #   - the check under the second seed catches it: flagged, its round
-#     grant denied, and it is in no committed step after that round;
+#     grant denied, and it is in no committed step after the flag;
+# COTRAIN_CHEAT=orthogonal-claim sends the same and claims, under the
+# second seed, blocks that add up to what it sent: no check of the bytes
+# flags it, and a spot check of one of its blocks (recomputed by another
+# host, the sketch of their sum under the second seed compared) denies it;
 # three honest hosts on 1 and 2 threads and two GEMM paths send their
 # sketches under the second seed after every committed round, are never
 # flagged, and their round grants are released (none left pending);
@@ -52,7 +56,7 @@ start_client() { # N THREADS [ENV...]
 		eval "H$c_n=$(grep -o '"host_id": *[0-9]*' "$T/cl$c_n/state.json" | grep -o '[0-9]*$' | head -1)"
 }
 
-plan 9
+plan 10
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -80,14 +84,18 @@ wait_for 20 grep -qs 'listening on' "$T/server.log" || bail_out "the server did 
 PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
 
 start_client 1 1 && start_client 2 2 COTRAIN_GEMM=blas && start_client 3 2 &&
-	start_client 4 1 COTRAIN_CHEAT=orthogonal || bail_out "a client did not start"
+	start_client 4 1 COTRAIN_CHEAT=orthogonal && start_client 5 1 COTRAIN_CHEAT=orthogonal-claim ||
+	bail_out "a client did not start"
 HONEST="$H1,$H2,$H3"
-grep -q "test hook COTRAIN_CHEAT=orthogonal" "$T/client4.log"
-ok $? "client 4 (host $H4) sends its gradient plus a vector orthogonal to the sketch seed's"
+grep -q "test hook COTRAIN_CHEAT=orthogonal:" "$T/client4.log" &&
+	grep -q "test hook COTRAIN_CHEAT=orthogonal-claim:" "$T/client5.log"
+ok $? "clients 4 and 5 (hosts $H4, $H5) send their gradient plus a vector orthogonal to the sketch seed's"
 
 flagged2() { [ "$(sql "select count(*) from round_sketch_flag where host_id = $H4 and seed2")" -ge 1 ]; }
 blocks_settled() { [ "$(sql "select count(*) from spot_check where project_id = $pid and seed2 is not null and state <> 'open' and host_id in ($HONEST)")" -ge 3 ]; }
+claim_caught() { [ "$(sql "select count(*) from spot_check where host_id = $H5 and seed2 is not null and state = 'disagreed'")" -ge 1 ]; }
 wait_for 400 flagged2
+wait_for 300 claim_caught
 wait_for 120 version_at_least 6
 ok $? "four clients commit 5 rounds or more (version $(version))"
 wait_for 120 blocks_settled
@@ -147,6 +155,16 @@ nlen=$(sql "select count(*) from spot_check where project_id = $pid and seed2 is
 ok $([ "$nb" -ge 3 ] && [ "$nagree" -eq "$nb" ] && [ "$nlen" -ge "$nagree" ] && echo 0 || echo 1) \
 	"block checks of honest hosts: $nagree of $nb settled agreed, each on consecutive microbatches with the sketch of their sum under the second seed ($nlen)"
 diag "the sketches under the second seed: $(sql "select count(*) from round where project_id = $pid and seed2_checked_at is not null") rounds checked of $(sql "select count(*) from round where project_id = $pid and state = 'committed'") committed; member sketching $(grep -h 'under the second seed sent' "$T"/client[123].log | sed -n 's/.*sketched in \([0-9.]*\) s.*/\1/p' | sort -n | tail -1) s at most"
+
+# The cheater that claims false blocks: never flagged by a check of the
+# bytes (its blocks add up to what it sent), denied by a block check.
+diag "orthogonal-claim (host $H5): $(sql "select count(*) || ' block checks: ' || coalesce(string_agg(state || coalesce(' ' || round(distance::numeric, 3), ''), ', ' order by id), '-') from spot_check where host_id = $H5 and seed2 is not null")"
+f5=$(sql "select count(*) from round_sketch_flag where host_id = $H5")
+d5=$(sql "select count(*) from spot_check where host_id = $H5 and seed2 is not null and state = 'disagreed'")
+g5=$(sql "select count(*) from credit_grant where project_id = $pid and host_id = $H5 and kind = 'round' and status = 'granted'")
+n5=$(sql "select count(*) from credit_grant where project_id = $pid and host_id = $H5 and kind = 'round' and status = 'denied'")
+ok $([ "$f5" -eq 0 ] && [ "$d5" -ge 1 ] && [ "$g5" -eq 0 ] && [ "$n5" -ge 1 ] && echo 0 || echo 1) \
+	"the orthogonal-claim cheater passes the checks of the bytes ($f5 flags) and is denied by $d5 block checks: $n5 round grants denied, $g5 granted"
 
 # The route refuses hostile bodies with the reason and stores nothing.
 TOK=$(grep -o '"host_token": *"[^"]*"' "$T/cl1/state.json" | head -1 | sed 's/.*: *"\([^"]*\)"/\1/')

@@ -323,6 +323,9 @@ BEGIN
     IF v_left > 0 THEN
         RETURN;
     END IF;
+    -- After any check under a second seed under way (round_seed2_lock,
+    -- taken before this transaction touches what such a check flags).
+    PERFORM round_seed2_lock(p_project);
     -- The averaged bytes against the committed sketches: a host that fails
     -- is flagged and denied, and the round reruns without it (its next
     -- attempt's plan leaves it out), so no step takes its bytes.

@@ -108,8 +108,18 @@ BEGIN
                                    p_host, p_role, 'under the second seed: ' || p_reason, p_distance,
                                    p_tolerance);
     SELECT max(id) INTO v_id FROM round_sketch_flag WHERE host_id = p_host AND project_id = p_project;
-    UPDATE round_sketch_flag SET seed2 = true WHERE id = v_id;
+    -- Its time: once round_seed2_lock is held, so that a commit after it
+    -- sees the flag (round_try_commit refuses the host).
+    UPDATE round_sketch_flag SET seed2 = true, created_at = clock_timestamp() WHERE id = v_id;
 END
+$$;
+
+-- Serialize the checks under seed2 of p_project with its commits until the
+-- end of the transaction: a commit that waited for a check sees its flags
+-- (round_try_commit reads round_seed2_banned after taking it), and a check
+-- that waited for a commit flags after it.
+CREATE OR REPLACE FUNCTION round_seed2_lock(p_project bigint) RETURNS void LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtext('cotrain round_seed2 ' || p_project))
 $$;
 
 -- The hosts of p_project flagged under seed2 in any round: left out of its
@@ -230,6 +240,7 @@ DECLARE
 BEGIN
     SELECT coalesce((p.config->>'aggregation') = 'centered_clip', false) INTO v_clip
       FROM project p WHERE p.id = p_project;
+    PERFORM round_seed2_lock(p_project);
     v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
     v_b := coalesce((spot_policy_of(p_project)).microbatches, 2);
     v_k := round_seed2_k(p_project, p_version);
