@@ -2392,10 +2392,12 @@ BEGIN
         RETURN 'field "sketches.blocks" must be an array of at most 65536 blocks';
     END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(p->'blocks') x LOOP
-        IF jsonb_typeof(e->'first') <> 'number' OR (e->>'first')::numeric NOT BETWEEN 0 AND 4e18
-           OR (e->>'first')::numeric % 1 <> 0
-           OR jsonb_typeof(e->'count') <> 'number' OR (e->>'count')::numeric NOT BETWEEN 1 AND 65536
-           OR (e->>'count')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', p_k) THEN
+        -- (coalesce: a missing field makes the test NULL, which is bad too)
+        IF coalesce(jsonb_typeof(e->'first') <> 'number'
+                    OR (e->>'first')::numeric NOT BETWEEN 0 AND 4e18 OR (e->>'first')::numeric % 1 <> 0
+                    OR jsonb_typeof(e->'count') <> 'number'
+                    OR (e->>'count')::numeric NOT BETWEEN 1 AND 65536 OR (e->>'count')::numeric % 1 <> 0
+                    OR NOT round_sketch_valid(e->'sketch', p_k), true) THEN
             RETURN format('field "sketches.blocks" must hold {"first": microbatch, "count": 1 to 65536, '
                           '"sketch": %s numbers}', p_k);
         END IF;
@@ -3036,8 +3038,10 @@ BEGIN
         RETURN 'field "sketches.received" must be an array of at most 256 sketches';
     END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(p->'received') x LOOP
-        IF jsonb_typeof(e->'aggregator') <> 'number' OR (e->>'aggregator')::numeric NOT BETWEEN 1 AND 4e18
-           OR (e->>'aggregator')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k) THEN
+        IF coalesce(jsonb_typeof(e->'aggregator') <> 'number'
+                    OR (e->>'aggregator')::numeric NOT BETWEEN 1 AND 4e18
+                    OR (e->>'aggregator')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k),
+                    true) THEN
             RETURN format('field "sketches.received" must hold {"aggregator": host id, "sketch": %s numbers}', k);
         END IF;
     END LOOP;
@@ -3055,9 +3059,10 @@ BEGIN
         RETURN format('field "sketches.aggregated.group_sum" must be %s numbers, with "group_sum_err"', k);
     END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(a->'members') x LOOP
-        IF jsonb_typeof(e->'host_id') <> 'number' OR (e->>'host_id')::numeric NOT BETWEEN 1 AND 4e18
-           OR (e->>'host_id')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k)
-           OR NOT round_sketch_err_valid(e->'err') THEN
+        IF coalesce(jsonb_typeof(e->'host_id') <> 'number'
+                    OR (e->>'host_id')::numeric NOT BETWEEN 1 AND 4e18
+                    OR (e->>'host_id')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k)
+                    OR NOT round_sketch_err_valid(e->'err'), true) THEN
             RETURN format('field "sketches.aggregated.members" must hold {"host_id", "sketch": %s numbers, "err"}', k);
         END IF;
     END LOOP;

@@ -179,10 +179,12 @@ codes="$(post "$vs" '{"host_id": '"$H1"', "sketches": [1]}')"
 codes="$codes $(post "$vs" '{"host_id": '"$H1"', "sketches": {"k": 3, "received": []}}')"
 codes="$codes $(post "$vs" '{"host_id": '"$H1"', "sketches": {"k": 16, "received": [], "blocks": [{"first": 0, "count": 0, "sketch": '"$k16"'}]}}')"
 codes="$codes $(post "$vs" '{"host_id": '"$H1"', "sketches": {"k": 16, "received": [], "blocks": [{"first": 0, "count": 1, "sketch": [1e400]}]}}')"
+codes="$codes $(post "$vs" '{"host_id": '"$H1"', "sketches": {"k": 16, "received": [], "blocks": [{"count": 1, "sketch": '"$k16"'}]}}')"
+codes="$codes $(post "$vs" '{"host_id": '"$H1"', "sketches": {"k": 16, "received": [{"sketch": '"$k16"'}]}}')"
 codes="$codes $(post "$vs" '{"host_id": '"$H2"', "sketches": {"k": 16, "received": []}}')"
 codes="$codes $(post 1000000 '{"host_id": '"$H1"', "sketches": {"k": 16, "received": []}}')"
 codes="$codes $(post "$vs" '{"host_id": '"$H1"', "sketches": {"k": 16, "received": []}}')"
 diag "the last answer: $(cat "$T/answer.json")"
 after=$(sql "select md5(string_agg(coalesce(seed2_sketches::text, '-'), ',' order by version, host_id)) from round_member where project_id = $pid")
-is "$codes|$([ "$before" = "$after" ] && echo unchanged)" "400 400 400 400 403 404 409|unchanged" \
-	"POST .../seed2: malformed, wrong k, empty block, huge value, another host, no round, other sketches again: refused, nothing stored"
+is "$codes|$([ "$before" = "$after" ] && echo unchanged)" "400 400 400 400 400 400 403 404 409|unchanged" \
+	"POST .../seed2: malformed, wrong k, empty block, huge value, block without first, result without aggregator, another host, no round, other sketches again: refused, nothing stored"

@@ -45,10 +45,12 @@ BEGIN
         RETURN 'field "sketches.blocks" must be an array of at most 65536 blocks';
     END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(p->'blocks') x LOOP
-        IF jsonb_typeof(e->'first') <> 'number' OR (e->>'first')::numeric NOT BETWEEN 0 AND 4e18
-           OR (e->>'first')::numeric % 1 <> 0
-           OR jsonb_typeof(e->'count') <> 'number' OR (e->>'count')::numeric NOT BETWEEN 1 AND 65536
-           OR (e->>'count')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', p_k) THEN
+        -- (coalesce: a missing field makes the test NULL, which is bad too)
+        IF coalesce(jsonb_typeof(e->'first') <> 'number'
+                    OR (e->>'first')::numeric NOT BETWEEN 0 AND 4e18 OR (e->>'first')::numeric % 1 <> 0
+                    OR jsonb_typeof(e->'count') <> 'number'
+                    OR (e->>'count')::numeric NOT BETWEEN 1 AND 65536 OR (e->>'count')::numeric % 1 <> 0
+                    OR NOT round_sketch_valid(e->'sketch', p_k), true) THEN
             RETURN format('field "sketches.blocks" must hold {"first": microbatch, "count": 1 to 65536, '
                           '"sketch": %s numbers}', p_k);
         END IF;
