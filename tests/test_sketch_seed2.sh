@@ -56,7 +56,7 @@ start_client() { # N THREADS [ENV...]
 		eval "H$c_n=$(grep -o '"host_id": *[0-9]*' "$T/cl$c_n/state.json" | grep -o '[0-9]*$' | head -1)"
 }
 
-plan 10
+plan 11
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -188,3 +188,18 @@ diag "the last answer: $(cat "$T/answer.json")"
 after=$(sql "select md5(string_agg(coalesce(seed2_sketches::text, '-'), ',' order by version, host_id)) from round_member where project_id = $pid")
 is "$codes|$([ "$before" = "$after" ] && echo unchanged)" "400 400 400 400 400 400 403 404 409|unchanged" \
 	"POST .../seed2: malformed, wrong k, empty block, huge value, block without first, result without aggregator, another host, no round, other sketches again: refused, nothing stored"
+
+# Sketches under the second seed that never come: once the project's
+# spot-check deadline has passed since the commit, the coordinator's timer
+# (round_seed2_expire) checks the round with what came and flags a member
+# that owed its blocks.  Shown on a checked round made to look so (host 1's
+# sketches taken away, the commit moved 3 days back); last, as it flags an
+# honest host.
+sql "update round_member set seed2_sketches = null where project_id = $pid and version = $vs and host_id = $H1;
+     update round set seed2_checked_at = null, committed_at = committed_at - interval '3 days'
+      where project_id = $pid and version = $vs" >/dev/null
+expired() { [ "$(sql "select count(*) from round where project_id = $pid and version = $vs and seed2_checked_at is not null")" -eq 1 ]; }
+wait_for 20 expired
+why=$(sql "select reason from round_sketch_flag where host_id = $H1 and version = $vs and seed2")
+is "$why" "under the second seed: it sent no sketches of its blocks" \
+	"round $vs checked by the timer once its deadline passed: host 1, whose sketches never came, is flagged"
