@@ -545,6 +545,10 @@ cot_err cl_api_parse_work(const json_t *a, time_t date, cl_project *p, cl_work *
 		}
 		w->sketch_seed = (uint64_t)v;
 		w->sketch_k = (int)k;
+		long long b = 0; /* absent (an older server): no blocks kept */
+		if (cot_json_int(sk, "block", false, 1, CL_BLOCK_MAX, &b, &e2))
+			goto bad;
+		w->sketch_block = (int)b;
 	}
 	const json_t *opt = json_object_get(a, "optimizer");
 	if (opt && !json_is_null(opt)) {

@@ -297,3 +297,18 @@ cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t 
 		*answer = a;
 	return rc;
 }
+
+cot_err cl_api_round_seed2(const cl_api_opts *o, const cl_project *p, int64_t version, const json_t *sketches,
+                           cot_errbuf *eb)
+{
+	char url[CL_URL_MAX + 128];
+	round_url(url, sizeof url, p, version, "seed2");
+	json_t *body =
+	        json_pack("{s:I, s:O}", "host_id", (json_int_t)p->host_id, "sketches", (json_t *)sketches);
+	json_t *a = NULL;
+	cl_http_req r = { .method = "POST", .url = url, .bearer = p->host_token, .json = body, .out = &a };
+	cot_err rc = body ? cl_api_http(o, &r, eb) : cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	json_decref(body);
+	json_decref(a);
+	return rc;
+}

@@ -65,6 +65,11 @@ cot_err cl_api_mean_hash(const cl_api_opts *o, const cl_project *p, int64_t vers
 cot_err cl_api_round_checkpoint(const cl_api_opts *o, const cl_project *p, int64_t version, const void *bytes,
                                 size_t len, json_t **answer, cot_errbuf *eb);
 
+/* POST .../rounds/<v>/seed2: the sketches under the committed round's
+ * second seed (client/round_seed2.h, cl_seed2_sketches_json). */
+cot_err cl_api_round_seed2(const cl_api_opts *o, const cl_project *p, int64_t version, const json_t *sketches,
+                           cot_errbuf *eb);
+
 /* POST .../rounds/<v>/outcome?wait=S: ok (1, with the included hosts and
  * the sha256 of our parameters of v+1), failed (0), or dropped (-1: our
  * group left us out, but we aggregated a range: only the sketches); with links (may be NULL), the

@@ -16,6 +16,8 @@ typedef enum {
 	SCALE_100,
 	REPLAY,
 	MISMATCH,
+	ORTHOGONAL,
+	ORTHOGONAL_CLAIM,
 	AGG_NOISE,
 	CORRUPT_PIECES
 } cheat;
@@ -29,6 +31,12 @@ static const struct {
 	[SCALE_100] = { "scale-100", "sends 100 times its gradient" },
 	[REPLAY] = { "replay", "sends the gradient of its previous round again" },
 	[MISMATCH] = { "mismatch", "sends a quarter of its gradient, not what its sketches commit" },
+	[ORTHOGONAL] = { "orthogonal",
+	                 "sends its gradient plus a vector orthogonal to the sketch seed's vectors, "
+	                 "committing honest sketches" },
+	[ORTHOGONAL_CLAIM] = { "orthogonal-claim",
+	                       "sends its gradient plus a vector orthogonal to the sketch seed's vectors, "
+	                       "and claims blocks that add up to what it sent" },
 	[AGG_NOISE] = { "agg-noise",
 	                "adds noise the size of each value to the sums it returns as an aggregator" },
 	[CORRUPT_PIECES] = { "corrupt-pieces", "serves checkpoint pieces with one bit changed" },
@@ -68,16 +76,26 @@ void cl_cheat_piece(unsigned char *data, size_t len)
 		data[len / 2] ^= 0x01;
 }
 
-float *cl_cheat_poison(const float *grad, size_t n)
+/* r(i) of shared/common/sketch.h under seed: the sign every one of the k
+ * vectors gives coordinate i, up to its block's sign a_j(i / 64). */
+static double sketch_sign(uint64_t seed, size_t i)
 {
-	if (mode != POISON && mode != RANDOM_BYTES && mode != SCALE_100 && mode != REPLAY && mode != MISMATCH)
+	uint64_t w = sketch_mix64(seed + 0x9E3779B97F4A7C15ULL * (uint64_t)(i / 64 + 1));
+	return (w >> (i % 64)) & 1 ? -1.0 : 1.0;
+}
+
+float *cl_cheat_poison(const float *grad, size_t n, uint64_t sketch_seed)
+{
+	if (mode != POISON && mode != RANDOM_BYTES && mode != SCALE_100 && mode != REPLAY &&
+	    mode != MISMATCH && mode != ORTHOGONAL && mode != ORTHOGONAL_CLAIM)
 		return NULL;
 	float *out = malloc(n * sizeof *out);
 	if (!out)
 		return NULL;
 	double rms = 0; /* RANDOM_BYTES: of grad's block of RANDOM_BLOCK values */
 	for (size_t i = 0; i < n; i++) {
-		if (mode == RANDOM_BYTES && i % RANDOM_BLOCK == 0) {
+		if ((mode == RANDOM_BYTES || mode == ORTHOGONAL || mode == ORTHOGONAL_CLAIM) &&
+		    i % RANDOM_BLOCK == 0) {
 			size_t m = n - i < RANDOM_BLOCK ? n - i : RANDOM_BLOCK;
 			rms = 0;
 			for (size_t b = i; b < i + m; b++)
@@ -94,6 +112,12 @@ float *cl_cheat_poison(const float *grad, size_t n)
 			break;
 		case MISMATCH:
 			g *= 0.5;
+			break;
+		case ORTHOGONAL:
+		case ORTHOGONAL_CLAIM: /* r(i) (+a, -a) on each pair (2t, 2t + 1), which never
+		                  * straddles two blocks of 64: r(i) p[i] sums to 0 in each */
+			if ((i | 1) < n)
+				g += sketch_sign(sketch_seed, i) * ((i & 1) ? -rms : rms);
 			break;
 		case RANDOM_BYTES: /* random signs, each block's norm: no norm check sees it */
 			g = ((sketch_mix64(i + (draws << 40)) & 1) ? -1 : 1) * rms;
@@ -113,4 +137,17 @@ float *cl_cheat_poison(const float *grad, size_t n)
 		last_n = n;
 	}
 	return out;
+}
+
+void cl_cheat_claim(float *const *blocks, size_t nb, const float *grad, size_t n, uint64_t sketch_seed)
+{
+	if (mode != ORTHOGONAL_CLAIM || nb == 0)
+		return;
+	float *sent = cl_cheat_poison(grad, n, sketch_seed);
+	for (size_t i = 0; sent && i < n; i++) {
+		float share = (sent[i] - grad[i]) / (float)nb;
+		for (size_t b = 0; b < nb; b++)
+			blocks[b][i] += share;
+	}
+	free(sent);
 }

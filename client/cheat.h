@@ -21,6 +21,17 @@
  *         round (its own gradient in its first);
  *     COTRAIN_CHEAT=mismatch      sends a quarter of its gradient: bytes that
  *         differ from the sketches it committed, within every norm limit;
+ *     COTRAIN_CHEAT=orthogonal    sends g + p, p orthogonal to every one of
+ *         the k vectors of the work unit's sketch seed (in each block of 64
+ *         values, r(i) times +-a, a the rms of its gradient's 4096-value
+ *         block: each block's signed sum, which all k projections share,
+ *         is 0), and commits honest sketches: every check under that seed
+ *         passes; the check under the second seed catches it;
+ *     COTRAIN_CHEAT=orthogonal-claim  sends what orthogonal sends, and
+ *         claims, under the second seed, blocks that add up to it (p
+ *         spread evenly over its blocks, cl_cheat_claim): the check of the
+ *         bytes under the second seed passes; a spot check of any of its
+ *         blocks catches it;
  *     COTRAIN_CHEAT=agg-noise     as an aggregator, adds noise the size of
  *         each value to the sum it returns
  *         (allreduce_params.test_result_noise);
@@ -29,7 +40,8 @@
  *         check against the manifest refuses them.
  * The sketch checks of the averaged bytes catch random-bytes, replay,
  * mismatch and agg-noise, the outlier refusal scale-100 (doc/credit.md,
- * "Tied to the bytes").
+ * "Tied to the bytes"), the check under the second seed orthogonal, a
+ * spot check of a block orthogonal-claim.
  *
  * Spot checks the host answers for other hosts are computed honestly.  A
  * warning is logged at start, so that a test sees it is on.
@@ -52,10 +64,16 @@ cot_err cl_cheat_init(cot_errbuf *eb);
 int cl_cheat_skip(int64_t g);
 
 /* With a cheat that sends other bytes (poison, random-bytes, scale-100,
- * replay, mismatch), a malloc'd vector of n values the host sends instead
- * of grad[0..n) (the caller frees it); else NULL (send grad).  Called once
- * a round (replay keeps grad for the next). */
-float *cl_cheat_poison(const float *grad, size_t n);
+ * replay, mismatch, orthogonal), a malloc'd vector of n values the host
+ * sends instead of grad[0..n) (the caller frees it); else NULL (send
+ * grad).  sketch_seed: the work unit's (orthogonal's p vanishes under it).
+ * Called once a round (replay keeps grad for the next). */
+float *cl_cheat_poison(const float *grad, size_t n, uint64_t sketch_seed);
+
+/* With orthogonal-claim, add to each of the nb kept blocks[b][0..n) its
+ * share of what it sends beyond grad (the false claim about its
+ * microbatches); else nothing. */
+void cl_cheat_claim(float *const *blocks, size_t nb, const float *grad, size_t n, uint64_t sketch_seed);
 
 /* With agg-noise, the relative noise our aggregator adds to its sums; 0. */
 double cl_cheat_result_noise(void);

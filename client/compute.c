@@ -40,6 +40,15 @@ struct cl_compute {
 	int64_t *sk_g;   /* the stream microbatch of each logged sketch */
 	double *sk_vals; /* sk_n rows of sk_k */
 	size_t sk_n, sk_cap;
+	/* Blocks of bk_b consecutive sketched microbatches, each the gradient
+	 * sum's change over it, kept for the check under a second seed
+	 * (cl_compute_blocks_on).  bk_start: the sum at the open block's
+	 * start, which holds bk_count microbatches from bk_first. */
+	int bk_b; /* 0: none kept */
+	float *bk_start;
+	int64_t bk_first, bk_count;
+	cl_block *bk;
+	size_t bk_n, bk_cap;
 	/* The GPU the model is bound to (-1: the CPU), the project's product
 	 * precision there, and whether a GPU failed this session (it then
 	 * stays on the CPU). */
@@ -133,6 +142,75 @@ static void free_spans(cl_compute *c)
 	c->nspans = 0;
 }
 
+/* Free the kept blocks and stop keeping them. */
+static void blocks_drop(cl_compute *c)
+{
+	for (size_t i = 0; i < c->bk_n; i++)
+		free(c->bk[i].grad);
+	free(c->bk);
+	free(c->bk_start);
+	c->bk = NULL;
+	c->bk_start = NULL;
+	c->bk_n = c->bk_cap = 0;
+	c->bk_b = 0;
+	c->bk_count = 0;
+}
+
+/* Close the open block (when it holds microbatches): its gradient, the sum
+ * now minus the sum at its start, joins the kept ones, and the next block
+ * starts here.  Out of memory, the version keeps no blocks (logged; the
+ * check under the second seed then finds them missing and denies the
+ * round): the training goes on. */
+static void block_close(cl_compute *c)
+{
+	if (!c->bk_b || !c->bk_count)
+		return;
+	size_t n = c->m->n_params;
+	if (c->bk_n == c->bk_cap) {
+		size_t cap = c->bk_cap ? 2 * c->bk_cap : 16;
+		cl_block *nb = realloc(c->bk, cap * sizeof *nb);
+		if (!nb)
+			goto nomem;
+		c->bk = nb;
+		c->bk_cap = cap;
+	}
+	float *g = malloc((n ? n : 1) * sizeof *g);
+	if (!g)
+		goto nomem;
+	const float *now = c->m->grads;
+	for (size_t i = 0; i < n; i++) {
+		g[i] = now[i] - c->bk_start[i];
+		c->bk_start[i] = now[i];
+	}
+	c->bk[c->bk_n++] = (cl_block){ .first = c->bk_first, .count = c->bk_count, .grad = g };
+	c->bk_count = 0;
+	return;
+nomem:
+	log_warn("out of memory for the gradient blocks kept for the check under a second seed: this "
+	         "version keeps none");
+	blocks_drop(c);
+}
+
+/* Before microbatch g joins the gradient sum: a block holds consecutive
+ * microbatches only, so the open block closes when g does not follow it. */
+static void block_before(cl_compute *c, int64_t g)
+{
+	if (c->bk_b && c->bk_count && g != c->bk_first + c->bk_count)
+		block_close(c);
+}
+
+/* Microbatch g joined the gradient sum: count it in the open block, which
+ * closes when it holds bk_b. */
+static void block_after(cl_compute *c, int64_t g)
+{
+	if (!c->bk_b)
+		return;
+	if (!c->bk_count)
+		c->bk_first = g;
+	if (++c->bk_count >= c->bk_b)
+		block_close(c);
+}
+
 void cl_compute_close(cl_compute *c)
 {
 	if (!c)
@@ -145,6 +223,7 @@ void cl_compute_close(cl_compute *c)
 	free(c->sk_sum);
 	free(c->sk_g);
 	free(c->sk_vals);
+	blocks_drop(c);
 	free(c);
 }
 
@@ -329,6 +408,9 @@ fail:
 cot_err cl_compute_retarget(cl_compute *c, const cl_project *p, const cl_work *w, const char *cache_dir,
                             cot_errbuf *eb)
 {
+	/* A block never spans two units: a spot check recomputes one block of
+	 * one unit (doc/credit.md). */
+	block_close(c);
 	/* A session goes on across versions: the unit of a later version may
 	 * bring another inner optimizer (a project update). */
 	if (c->local) {
@@ -392,6 +474,8 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	cot_err rc = mb_fill(&c->shape, c->spans, c->nspans, g, c->in, c->tgt, eb);
 	if (rc)
 		return rc;
+	if (c->sk_k)
+		block_before(c, g);
 	float l = 0;
 	gpu_follow(c);
 	rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch, (float)c->B, &l,
@@ -414,6 +498,8 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 		rc = kern_local_microbatch(c->local, c->m, c->B, eb);
 	if (!rc && c->sk_k)
 		rc = sketch_log(c, g, 0, eb);
+	if (!rc && c->sk_k)
+		block_after(c, g);
 	if (loss)
 		*loss = l;
 	return rc;
@@ -424,7 +510,57 @@ cot_err cl_compute_fake_microbatch(cl_compute *c, int64_t g, cot_errbuf *eb)
 	if (g < c->lo || g >= c->hi)
 		return cot_seterr(eb, COT_ERR_INVALID, "microbatch %lld is outside [%lld, %lld)",
 		                  (long long)g, (long long)c->lo, (long long)c->hi);
-	return c->sk_k ? sketch_log(c, g, 1, eb) : COT_OK;
+	if (!c->sk_k)
+		return COT_OK;
+	block_before(c, g);
+	cot_err rc = sketch_log(c, g, 1, eb);
+	if (!rc)
+		block_after(c, g);
+	return rc;
+}
+
+cot_err cl_compute_blocks_on(cl_compute *c, int b, cot_errbuf *eb)
+{
+	if (c->local || !c->sk_k || b <= 0 || c->bk_b == b)
+		return COT_OK;
+	if (b > CL_BLOCK_MAX)
+		return cot_seterr(eb, COT_ERR_INVALID, "a block has at most %d microbatches, not %d",
+		                  CL_BLOCK_MAX, b);
+	if (c->bk_b)
+		return cot_seterr(eb, COT_ERR_CONFLICT,
+		                  "this version's microbatches are kept in blocks of %d already", c->bk_b);
+	size_t n = c->m->n_params;
+	if (!(c->bk_start = malloc((n ? n : 1) * sizeof *c->bk_start)))
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the kept blocks");
+	/* The gradient may hold microbatches already: blocks start from here
+	 * (and then do not add up to it; the caller compares the counts). */
+	memcpy(c->bk_start, c->m->grads, n * sizeof *c->bk_start);
+	c->bk_b = b;
+	c->bk_count = 0;
+	return COT_OK;
+}
+
+void cl_compute_take_blocks(cl_compute *c, cl_block **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	if (!c->bk_b)
+		return;
+	block_close(c);
+	if (!c->bk_b)
+		return; /* out of memory: none kept */
+	*out = c->bk;
+	*n = c->bk_n;
+	c->bk = NULL;
+	c->bk_n = c->bk_cap = 0;
+	blocks_drop(c);
+}
+
+void cl_blocks_free(cl_block *b, size_t n)
+{
+	for (size_t i = 0; b && i < n; i++)
+		free(b[i].grad);
+	free(b);
 }
 
 cot_err cl_compute_sketch_on(cl_compute *c, uint64_t seed, int k, cot_errbuf *eb)
@@ -487,6 +623,7 @@ void cl_compute_next_version(cl_compute *c)
 	/* The next version's microbatches are sketched under its own seed. */
 	c->sk_k = 0;
 	c->sk_n = 0;
+	blocks_drop(c); /* what cl_compute_take_blocks did not take */
 	if (c->local)
 		kern_local_begin(c->local, c->m); /* zeroes the gradient too */
 	else

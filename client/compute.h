@@ -80,6 +80,32 @@ cot_err cl_compute_sketch_on(cl_compute *c, uint64_t seed, int k, cot_errbuf *eb
  * COT_ERR_NOT_FOUND when one was not sketched. */
 cot_err cl_compute_sketches(const cl_compute *c, int64_t g, int64_t n, double *out, cot_errbuf *eb);
 
+/* The gradient of b consecutive microbatches of the version, kept for the
+ * check under a second seed (doc/credit.md, "A second seed"): count stream
+ * microbatches from first, grad their gradient sum (n_params values). */
+typedef struct {
+	int64_t first, count;
+	float *grad;
+} cl_block;
+
+/* Keep, from now on, the gradient of each block of b consecutive sketched
+ * microbatches of this version (a block also ends where the microbatches
+ * stop being consecutive, at cl_compute_retarget, so that a block lies in
+ * one work unit, and at cl_compute_take_blocks).  A no-op in
+ * local mode, when not sketching, or with the same b again; COT_ERR_INVALID
+ * for b above CL_BLOCK_MAX, COT_ERR_CONFLICT when this version keeps
+ * another b, COT_ERR_NOMEM.  Memory: n_params floats per block, plus one
+ * copy of the gradient. */
+cot_err cl_compute_blocks_on(cl_compute *c, int b, cot_errbuf *eb);
+
+/* Close the open block and hand every kept block of this version to the
+ * caller (*out, *n; free with cl_blocks_free); the session keeps none
+ * after.  *out NULL with *n 0 when none are kept (not asked for, or
+ * memory ran out: the blocks then no longer add up to the gradient). */
+void cl_compute_take_blocks(cl_compute *c, cl_block **out, size_t *n);
+
+void cl_blocks_free(cl_block *b, size_t n);
+
 /* The session's sketch size, 0 when it does not sketch. */
 int cl_compute_sketch_k(const cl_compute *c);
 

@@ -758,7 +758,8 @@ static void compute(cl_daemon *d, int i)
 	}
 	if (w->sketch_k > 0) {
 		cot_errbuf eb = { "", "" };
-		if (cl_compute_sketch_on(rt->session, w->sketch_seed, w->sketch_k, &eb)) {
+		if (cl_compute_sketch_on(rt->session, w->sketch_seed, w->sketch_k, &eb) ||
+		    cl_compute_blocks_on(rt->session, w->sketch_block, &eb)) {
 			hand_back(d, i, eb.msg);
 			return;
 		}

@@ -38,6 +38,7 @@
 #include "client/api_round.h"
 #include "client/cheat.h"
 #include "client/round.h"
+#include "client/round_seed2.h"
 #include "client/shard_cache.h"
 #include "kernels/backend.h"
 #include "kernels/checkpoint.h"
@@ -80,6 +81,9 @@ typedef struct {
 	uint64_t held_size;
 	double held_write_s; /* what writing and hashing it took */
 	cl_links links;      /* the connections we dialed */
+	cl_seed2_kept kept;  /* for the check under the second seed */
+	uint64_t seed2;      /* the second seed, once an outcome answer named it */
+	int has_seed2;
 } round_job;
 
 static void activity(round_job *j, const char *what)
@@ -333,7 +337,7 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		return rc;
 	}
 	/* Test hook: a poisoner sends another vector than its gradient. */
-	float *poison = cl_cheat_poison(j->m->grads, j->m->n_params);
+	float *poison = cl_cheat_poison(j->m->grads, j->m->n_params, cl_compute_sketch_seed(j->s));
 	allreduce_params ap = { .members = mem,
 		                .n = pl->n,
 		                .self = pl->self,
@@ -357,6 +361,9 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		                /* Under the round's seed, as our committed sketches. */
 		                .sketch_seed = cl_compute_sketch_seed(j->s),
 		                .sketch_k = cl_compute_is_local(j->s) ? 0 : cl_compute_sketch_k(j->s),
+		                /* kept for the second seed, but across groups
+		                 * between the peers (our result is the mean) */
+		                .keep_slices = !cross,
 		                .test_result_noise = cl_cheat_result_noise(),
 		                /* across groups: our range becomes the round's mean */
 		                .cross = cross && me->hi > me->lo ? cross_group_reduce : NULL,
@@ -524,6 +531,212 @@ static cot_err step(round_job *j, cot_errbuf *eb)
 	return COT_OK;
 }
 
+/* The second seed from an outcome answer a, once the round committed
+ * (round_outcome_body): into *seed2, with *has set. */
+static void parse_seed2(const json_t *a, uint64_t *seed2, int *has)
+{
+	const char *s = NULL;
+	if (cot_json_str(a, "seed2", true, 1, 21, &s, NULL))
+		return;
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (!*end && !errno) {
+		*seed2 = (uint64_t)v;
+		*has = 1;
+	}
+}
+
+/* After the all-reduce, before the mean overwrites the group's sum: keep
+ * what the check under the second seed needs (client/round_seed2.h), when
+ * the round sketched what it averaged in a group of several peers and the
+ * result is the group's sum.  Out of memory, nothing is kept (logged). */
+static void keep_for_seed2(round_job *j)
+{
+	const cl_plan *pl = &j->plan;
+	cl_seed2_kept *kp = &j->kept;
+	if (j->res.sketch_k <= 0 || pl->n < 2 || (pl->cross_peers && pl->n_groups > 1))
+		return;
+	size_t n = j->m->n_params;
+	kp->k = j->res.sketch_k;
+	kp->n = n;
+	kp->received = malloc((n ? n : 1) * sizeof *kp->received);
+	kp->included = malloc((j->res.n_included + 1) * sizeof *kp->included);
+	if (!kp->received || !kp->included)
+		goto nomem;
+	memcpy(kp->received, j->sum, n * sizeof *kp->received);
+	memcpy(kp->included, j->res.included, j->res.n_included * sizeof *kp->included);
+	kp->n_included = j->res.n_included;
+	for (size_t a = 0; a < pl->n; a++)
+		if (pl->members[a].hi > pl->members[a].lo) {
+			kp->agg_id[kp->n_aggs] = pl->members[a].host_id;
+			kp->agg_lo[kp->n_aggs] = pl->members[a].lo;
+			kp->agg_hi[kp->n_aggs++] = pl->members[a].hi;
+		}
+	kp->lo = pl->members[pl->self].lo;
+	kp->hi = pl->members[pl->self].hi;
+	if (j->res.agg_slices) {
+		size_t ni = j->res.n_included;
+		kp->slice_host = malloc((ni + 1) * sizeof *kp->slice_host);
+		kp->slice_err = malloc((ni + 1) * sizeof *kp->slice_err);
+		if (!kp->slice_host || !kp->slice_err)
+			goto nomem;
+		memcpy(kp->slice_host, j->res.included, ni * sizeof *kp->slice_host);
+		memcpy(kp->slice_err, j->res.agg_errs, ni * sizeof *kp->slice_err);
+		kp->result_err = j->res.agg_result_err;
+		kp->slices = j->res.agg_slices; /* ours now */
+		kp->n_slices = ni;
+		j->res.agg_slices = NULL;
+	}
+	cl_compute_take_blocks(j->s, &kp->blocks, &kp->n_blocks);
+	int64_t in_blocks = 0, reported = 0;
+	for (size_t b = 0; b < kp->n_blocks; b++)
+		in_blocks += kp->blocks[b].count;
+	for (int u = 0; u < j->acc.n; u++)
+		reported += j->acc.u[u].mb;
+	kp->blocks_ok = kp->n_blocks > 0 && in_blocks == reported;
+	float **bg = kp->n_blocks ? malloc(kp->n_blocks * sizeof *bg) : NULL;
+	for (size_t b = 0; bg && b < kp->n_blocks; b++)
+		bg[b] = kp->blocks[b].grad;
+	if (bg) /* test hook: claim blocks that add up to what we sent */
+		cl_cheat_claim(bg, kp->n_blocks, j->m->grads, n, cl_compute_sketch_seed(j->s));
+	free(bg);
+	return;
+nomem:
+	log_warn("project %s: round %lld: out of memory for what the check under the second seed needs",
+	         j->p.name, (long long)j->v);
+	cl_seed2_kept_free(kp);
+}
+
+/* What the thread that sends the sketches under the second seed needs,
+ * its own (seed2_main). */
+typedef struct {
+	cl_daemon *d;
+	cl_api_opts o;
+	cl_project p;
+	int64_t v, attempt;
+	char params_sha[65];
+	uint64_t seed2;
+	int has_seed2;
+	cl_seed2_kept kept;
+} seed2_job;
+
+#define SEED2_WAIT_S 60 /* for the commit, after our step was accepted */
+
+/* Once our step is accepted, off the round's critical path (its own
+ * thread; the next version's work goes on): ask the outcome again until it
+ * names the second seed (the round commits once every included peer said
+ * ok), then send the sketches under it of what we kept.  Gives up when the
+ * round moves to another attempt, the server refuses, SEED2_WAIT_S pass
+ * or the client stops.  Failures are logged; the server denies a member
+ * whose blocks never come. */
+static void send_seed2(seed2_job *s2)
+{
+	if (!s2->kept.received)
+		return;
+	double start = cl_now_mono();
+	cot_errbuf eb = { "", "" };
+	while (!s2->has_seed2 && !s2->d->stop && cl_now_mono() - start < SEED2_WAIT_S) {
+		json_t *a = NULL;
+		cot_err rc = cl_api_round_outcome(&s2->o, &s2->p, s2->v, 1, 0, s2->kept.included,
+		                                  s2->kept.n_included, s2->params_sha, NULL, NULL, &a, &eb);
+		if (rc && rc != COT_ERR_NETWORK) {
+			log_info("project %s: round %lld: no second seed for us: %s", s2->p.name,
+			         (long long)s2->v, eb.msg);
+			return; /* not in the plan any more: another attempt ran */
+		}
+		long long att = 0;
+		if (!rc) {
+			parse_seed2(a, &s2->seed2, &s2->has_seed2);
+			const json_t *ro = json_object_get(a, "round");
+			const char *st = NULL;
+			cot_json_str(ro, "state", false, 1, 15, &st, NULL);
+			cot_json_int(ro, "attempt", false, 1, 1LL << 31, &att, NULL);
+			int over = (st && strcmp(st, "committed") != 0 && strcmp(st, "averaging") != 0) ||
+			           (att && att != s2->attempt);
+			json_decref(a);
+			if (over)
+				return; /* another attempt: nothing of ours was stepped on */
+		}
+		if (!s2->has_seed2)
+			sleep(1);
+	}
+	if (!s2->has_seed2) {
+		log_warn("project %s: round %lld: no second seed came: %s", s2->p.name, (long long)s2->v,
+		         eb.msg[0] ? eb.msg : "the round did not commit in time");
+		return;
+	}
+	double t0 = cl_now_mono();
+	json_t *sk = cl_seed2_sketches_json(&s2->kept, s2->seed2);
+	double t1 = cl_now_mono();
+	cot_err rc = sk ? cl_api_round_seed2(&s2->o, &s2->p, s2->v, sk, &eb)
+	                : cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
+	json_decref(sk);
+	if (rc)
+		log_warn("project %s: round %lld: could not send the sketches under the second seed: %s",
+		         s2->p.name, (long long)s2->v, eb.msg);
+	else
+		log_info("project %s: round %lld: sketches under the second seed sent (%zu blocks%s, "
+		         "sketched in %.3f s)",
+		         s2->p.name, (long long)s2->v, s2->kept.blocks_ok ? s2->kept.n_blocks : 0,
+		         s2->kept.slices ? ", our range's slices" : "", t1 - t0);
+}
+
+/* The sketches-under-the-second-seed thread: counted in rounds_running, so
+ * that the daemon waits for it when it stops. */
+static void *seed2_main(void *arg)
+{
+	seed2_job *s2 = arg;
+	cl_daemon *d = s2->d;
+	send_seed2(s2);
+	cl_seed2_kept_free(&s2->kept);
+	free(s2);
+	pthread_mutex_lock(&d->lock);
+	d->rounds_running--;
+	pthread_cond_broadcast(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}
+
+/* Hand what j kept to a thread of its own that sends its sketches under
+ * the second seed (lock held; inline, unlocked, when no thread starts). */
+static void seed2_start(round_job *j)
+{
+	cl_daemon *d = j->d;
+	seed2_job *s2 = j->kept.received ? malloc(sizeof *s2) : NULL;
+	if (!s2) {
+		cl_seed2_kept_free(&j->kept);
+		return;
+	}
+	*s2 = (seed2_job){ .d = d,
+		           .o = j->o,
+		           .p = j->p,
+		           .v = j->v,
+		           .attempt = j->plan.attempt,
+		           .seed2 = j->seed2,
+		           .has_seed2 = j->has_seed2,
+		           .kept = j->kept };
+	snprintf(s2->params_sha, sizeof s2->params_sha, "%s", j->params_sha);
+	memset(&j->kept, 0, sizeof j->kept);
+	pthread_t th;
+	pthread_attr_t at;
+	int started = 0;
+	d->rounds_running++;
+	if (pthread_attr_init(&at) == 0) {
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		started = pthread_create(&th, &at, seed2_main, s2) == 0;
+		pthread_attr_destroy(&at);
+	}
+	if (!started) {
+		d->rounds_running--;
+		pthread_mutex_unlock(&d->lock);
+		send_seed2(s2);
+		pthread_mutex_lock(&d->lock);
+		cl_seed2_kept_free(&s2->kept);
+		free(s2);
+	}
+}
+
 /* 6. The outcome, until the server tells whether our v+1 is its v+1:
  * 1 accepted, 0 not (reload), or an error. */
 static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
@@ -550,6 +763,7 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 		int upload = !decided && json_is_true(json_object_get(a, "checkpoint_upload"));
 		if (decided)
 			*accepted = json_is_true(acc);
+		parse_seed2(a, &j->seed2, &j->has_seed2);
 		const char *ck = NULL;
 		if (*accepted && !cot_json_str(a, "checkpoint_sha256", true, 64, 64, &ck, NULL) &&
 		    hash_is_sha256_hex(ck))
@@ -682,6 +896,7 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 		json_decref(sk);
 		return cot_seterr(eb, COT_ERR_CONFLICT, "our group averaged without us");
 	}
+	keep_for_seed2(j);
 	rc = round_mean(j, eb);
 	if (rc)
 		return rc;
@@ -760,6 +975,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 		if (!held)
 			cl_compute_close(j.s);
 		cl_peer_free(&j.peer);
+		cl_seed2_kept_free(&j.kept);
 		return;
 	}
 	rt = &d->rt[i];
@@ -782,6 +998,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 		log_info("project %s: round %lld reopened for the rest of its batch; computing on", j.p.name,
 		         (long long)j.v);
 		cl_daemon_activity(d, i, "round %lld reopened for the rest", (long long)j.v);
+		cl_seed2_kept_free(&j.kept);
 		return;
 	}
 	if (rc || !accepted) {
@@ -790,6 +1007,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 			         j.p.name, (long long)j.v, eb.msg, eb.hint[0] ? ". " : "", eb.hint);
 		cl_daemon_drop_gradient(d, i,
 		                        rc ? "the round failed for this host" : "our parameters differ");
+		cl_seed2_kept_free(&j.kept);
 		return;
 	}
 	/* The session now holds v+1, exactly the server's of the attempt it
@@ -801,6 +1019,9 @@ void cl_daemon_round(cl_daemon *d, int i)
 	memset(&rt->acc, 0, sizeof rt->acc);
 	cl_compute_next_version(j.s);
 	cl_daemon_activity(d, i, "round %lld committed", (long long)j.v);
+	/* The next version's work goes on: the sketches under the second
+	 * seed go out meanwhile, from a thread of their own. */
+	seed2_start(&j);
 }
 
 typedef struct {

@@ -29,6 +29,10 @@ typedef struct {
 	char checkpoint[65];
 	int nmb; /* 0: a check of the whole range; else of these microbatches */
 	int64_t mb[CHECK_MB_MAX];
+	/* A check of one block (consecutive microbatches): the round's second
+	 * seed, under which the sketch of their gradient sum is answered too. */
+	int has_seed2;
+	uint64_t seed2;
 } spot_check;
 
 /* Check a check as the server sent it. */
@@ -75,6 +79,15 @@ static cot_err parse_check(const json_t *c, const cl_project *p, spot_check *out
 			out->mb[i] = (int64_t)x;
 		}
 		out->nmb = (int)n;
+	}
+	const char *s2 = NULL;
+	if (out->nmb && !cot_json_str(c, "seed2", true, 1, 24, &s2, NULL)) {
+		errno = 0;
+		long long v2 = strtoll(s2, &end, 10);
+		if (*end || errno)
+			return cot_seterr(eb, COT_ERR_NETWORK, "server sent a spot check with a bad seed2");
+		out->seed2 = (uint64_t)v2;
+		out->has_seed2 = 1;
 	}
 	return COT_OK;
 }
@@ -255,10 +268,12 @@ static cot_err job_start(const cl_api_opts *o, const cl_project *p, const cl_fet
 }
 
 /* Send the finished job's answer: the fingerprint of the range's gradient,
- * or the sketches of the check's microbatches in its order. */
+ * or the sketches of the check's microbatches in its order, then, for a
+ * block with a second seed, the sketch under it of their gradient sum (the
+ * session started from a zero gradient: it holds just that sum). */
 static cot_err job_answer(const cl_api_opts *o, const cl_project *p, const cl_spot_job *j, cot_errbuf *eb)
 {
-	int n = j->c.nmb ? j->c.nmb * j->c.k : j->c.k;
+	int n = j->c.nmb ? (j->c.nmb + j->c.has_seed2) * j->c.k : j->c.k;
 	double *fp = malloc((size_t)n * sizeof *fp);
 	if (!fp)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
@@ -269,6 +284,12 @@ static cot_err job_answer(const cl_api_opts *o, const cl_project *p, const cl_sp
 				free(fp);
 				return rc;
 			}
+		}
+		if (j->c.has_seed2) {
+			kern_model *m = cl_compute_model(j->s);
+			double *s2 = fp + j->c.nmb * j->c.k;
+			memset(s2, 0, (size_t)j->c.k * sizeof *s2);
+			sketch_add(m->grads, m->n_params, 0, j->c.seed2, j->c.k, s2);
 		}
 	} else {
 		kern_model *m = cl_compute_model(j->s);

@@ -98,6 +98,8 @@ static json_t *work_to_json(const cl_work *w)
 		snprintf(seed, sizeof seed, "%llu", (unsigned long long)w->sketch_seed);
 		json_object_set_new(o, "sketch_seed", json_string(seed));
 		json_object_set_new(o, "sketch_k", json_integer(w->sketch_k));
+		if (w->sketch_block > 0)
+			json_object_set_new(o, "sketch_block", json_integer(w->sketch_block));
 	}
 	if (o && w->optimizer[0] && json_object_set_new(o, "optimizer", json_string(w->optimizer))) {
 		json_decref(o);
@@ -265,6 +267,10 @@ static cot_err work_from_json(cl_work *w, const json_t *o, cot_errbuf *eb)
 			return cot_seterr(eb, COT_ERR_CORRUPT, "\"sketch_seed\" is not a 64-bit number");
 		w->sketch_seed = v;
 		w->sketch_k = (int)k;
+		int64_t b = 0;
+		if (json_object_get(o, "sketch_block"))
+			TRY(get_i64(o, "sketch_block", 1, CL_BLOCK_MAX, &b, eb));
+		w->sketch_block = (int)b;
 	}
 	const char *opt = "";
 	TRY(cot_json_str(o, "optimizer", false, 0, CL_WORK_OPT_MAX - 1, &opt, eb));

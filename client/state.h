@@ -78,7 +78,11 @@ typedef struct {
 	int64_t pending_mb;
 	uint64_t sketch_seed; /* sketch each microbatch under this seed (doc/credit.md) */
 	int sketch_k;         /* with k values; 0: the server wants no sketches */
+	int sketch_block;     /* keep blocks of this many microbatches for the check
+	                       * under a second seed (client/compute.h); 0: none */
 } cl_work;
+
+#define CL_BLOCK_MAX 1024 /* microbatches of a kept block at most */
 
 /* The model's shape, from the project file (kernels/model_json.h); all
  * zeros until the project's information is fetched. */

@@ -235,7 +235,9 @@ BEGIN
         SELECT coalesce((SELECT consecutive FROM host_check_record WHERE host_id = m.host_id), 0)
           INTO v_rec;
         v_check := NULL;
-        IF random() < spot_rate(pol, v_rec) THEN
+        -- A host that owes its sketches under the round's second seed is
+        -- drawn for a check once they came (round_seed2_verify: one block).
+        IF random() < spot_rate(pol, v_rec) AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
             -- One of its committed ranges, preferring one whose microbatch
             -- sketches were committed with its report, at random with a
             -- probability proportional to its microbatches (the exponential
@@ -278,7 +280,9 @@ BEGIN
                 UPDATE credit_grant SET spot_check_id = v_check WHERE id = v_grant;
             END IF;
         END IF;
-        IF v_check IS NULL THEN
+        -- A host that owes its sketches under the round's second seed
+        -- waits for their check too (round_seed2_verify releases it).
+        IF v_check IS NULL AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
             PERFORM credit_release(v_grant, p_now);
         END IF;
     END LOOP;
@@ -1839,6 +1843,11 @@ BEGIN
     ELSIF ro.checkpoint_sha256 IS NOT NULL AND b->'accepted' = 'true'::jsonb THEN
         b := b || jsonb_build_object('checkpoint_sha256', ro.checkpoint_sha256);
     END IF;
+    -- Once committed, an included peer gets the second seed, drawn at the
+    -- commit (round_sketch_seed2.sql): what it sketches what it kept under.
+    IF ro.state = 'committed' AND ro.seed2 IS NOT NULL AND m.included THEN
+        b := b || jsonb_build_object('seed2', ro.seed2::text);
+    END IF;
     -- Across groups between the peers, v+1 comes from a peer
     -- (round_cross.sql): this one is to upload it.
     IF ro.cross_peers AND m.outcome = 'ok'
@@ -1938,13 +1947,15 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM round_drop_units(p_project, p_version, true);
-    -- Hosts an earlier attempt flagged (round_sketch_verify) take no part:
-    -- their ranges go back to the pool for the others.
+    -- Hosts an earlier attempt flagged (round_sketch_verify), and hosts the
+    -- check under a second seed flagged in any round (round_seed2_verify),
+    -- take no part: their ranges go back to the pool for the others.
     PERFORM round_give_back(ARRAY(
         SELECT w.id FROM work_unit w
          WHERE w.project_id = p_project AND w.version = p_version
            AND (w.mb_done > 0 OR w.state = 'live')
-           AND w.host_id = ANY (round_sketch_flagged(p_project, p_version))
+           AND (w.host_id = ANY (round_sketch_flagged(p_project, p_version))
+                OR w.host_id = ANY (round_seed2_banned(p_project)))
            FOR UPDATE));
     SELECT coalesce(jsonb_agg(jsonb_build_object(
                'host_id', h.host_id, 'samples', h.samples, 'endpoint', l.endpoint,
@@ -2274,6 +2285,468 @@ END
 $$;
 
 --
+-- Name: round_seed2_banned(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_banned(p_project bigint) RETURNS bigint[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_flag
+                  WHERE project_id = p_project AND seed2 ORDER BY host_id)
+$$;
+
+--
+-- Name: round_seed2_blocks_tile(bigint, integer, bigint, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_blocks_tile(p_project bigint, p_version integer, p_host bigint, p_blocks jsonb, p_b integer) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(bool_and(b.c <= p_b AND (b.prev_end IS NULL OR b.f >= b.prev_end)
+                             AND EXISTS (SELECT 1 FROM work_unit w
+                                          WHERE w.project_id = p_project AND w.version = p_version
+                                            AND w.host_id = p_host AND w.mb_done > 0
+                                            AND b.f >= w.lo AND b.f + b.c <= w.lo + w.mb_done)), true)
+      FROM (SELECT (e->>'first')::bigint AS f, (e->>'count')::bigint AS c,
+                   lag((e->>'first')::bigint + (e->>'count')::bigint)
+                       OVER (ORDER BY (e->>'first')::bigint) AS prev_end
+              FROM jsonb_array_elements(p_blocks) e) b
+$$;
+
+--
+-- Name: round_seed2_draw(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_draw() RETURNS bigint
+    LANGUAGE sql
+    AS $$
+    SELECT ('x' || substr(md5(gen_random_uuid()::text || gen_random_uuid()::text), 1, 16))::bit(64)::bigint
+$$;
+
+--
+-- Name: round_seed2_expire(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_expire() RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    FOR r IN SELECT ro.project_id, ro.version FROM round ro
+              WHERE ro.state = 'committed' AND ro.seed2 IS NOT NULL AND ro.seed2_checked_at IS NULL
+                AND ro.committed_at + make_interval(secs => coalesce(
+                        (spot_policy_of(ro.project_id)).deadline_s, 86400)) < now()
+                FOR UPDATE SKIP LOCKED LOOP
+        PERFORM round_seed2_verify(r.project_id, r.version, true);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+--
+-- Name: round_seed2_flag_host(bigint, integer, bigint, text, text, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_flag_host(p_project bigint, p_version integer, p_host bigint, p_role text, p_reason text, p_distance double precision, p_tolerance double precision) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM round_sketch_flag_host(p_project, p_version,
+                                   (SELECT attempt FROM round WHERE project_id = p_project AND version = p_version),
+                                   p_host, p_role, 'under the second seed: ' || p_reason, p_distance,
+                                   p_tolerance);
+    SELECT max(id) INTO v_id FROM round_sketch_flag WHERE host_id = p_host AND project_id = p_project;
+    -- Its time: once round_seed2_lock is held, so that a commit after it
+    -- sees the flag (round_try_commit refuses the host).
+    UPDATE round_sketch_flag SET seed2 = true, created_at = clock_timestamp() WHERE id = v_id;
+END
+$$;
+
+--
+-- Name: round_seed2_invalid(jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_invalid(p jsonb, p_k integer) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    v_why text;
+    e     jsonb;
+BEGIN
+    v_why := round_sketches_invalid(p);
+    IF v_why IS NOT NULL THEN
+        RETURN v_why;
+    END IF;
+    IF (p->>'k')::integer <> p_k THEN
+        RETURN format('field "sketches.k" must be %s, the k of the round''s sketches', p_k);
+    END IF;
+    IF p->'blocks' IS NULL OR jsonb_typeof(p->'blocks') = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(p->'blocks') <> 'array' OR jsonb_array_length(p->'blocks') > 65536 THEN
+        RETURN 'field "sketches.blocks" must be an array of at most 65536 blocks';
+    END IF;
+    FOR e IN SELECT x FROM jsonb_array_elements(p->'blocks') x LOOP
+        -- (coalesce: a missing field makes the test NULL, which is bad too)
+        IF coalesce(jsonb_typeof(e->'first') <> 'number'
+                    OR (e->>'first')::numeric NOT BETWEEN 0 AND 4e18 OR (e->>'first')::numeric % 1 <> 0
+                    OR jsonb_typeof(e->'count') <> 'number'
+                    OR (e->>'count')::numeric NOT BETWEEN 1 AND 65536 OR (e->>'count')::numeric % 1 <> 0
+                    OR NOT round_sketch_valid(e->'sketch', p_k), true) THEN
+            RETURN format('field "sketches.blocks" must hold {"first": microbatch, "count": 1 to 65536, '
+                          '"sketch": %s numbers}', p_k);
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: round_seed2_k(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_k(p_project bigint, p_version integer) RETURNS integer
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT min((sketches->>'k')::integer) FROM round_member
+     WHERE project_id = p_project AND version = p_version AND included AND sketches IS NOT NULL
+$$;
+
+--
+-- Name: round_seed2_lock(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_lock(p_project bigint) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pg_advisory_xact_lock(hashtext('cotrain round_seed2 ' || p_project))
+$$;
+
+--
+-- Name: round_seed2_owed(bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_owed(p_project bigint, p_version integer, p_host bigint) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    m   record;
+    v_k integer := round_seed2_k(p_project, p_version);
+BEGIN
+    SELECT rm.group_id, rm.samples INTO m
+      FROM round_member rm JOIN round ro USING (project_id, version)
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
+       AND rm.included AND ro.seed2 IS NOT NULL;
+    IF NOT FOUND OR v_k IS NULL
+       OR (SELECT count(*) FROM round_member g WHERE g.project_id = p_project
+            AND g.version = p_version AND g.group_id = m.group_id AND g.included) < 2 THEN
+        RETURN false;
+    END IF;
+    RETURN round_sketch_committed(p_project, p_version, p_host, v_k, m.samples) IS NOT NULL;
+END
+$$;
+
+--
+-- Name: round_seed2_report(bytea, text, integer, bigint, jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_report(p_token_hash bytea, p_project text, p_version integer, p_host bigint, p_sketches jsonb) RETURNS TABLE(status integer, body text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    c       record;
+    m       record;
+    v_k     integer;
+    v_why   text;
+    v_left  bigint;
+BEGIN
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    IF c.state <> 'committed' OR (SELECT seed2 FROM round WHERE project_id = c.project_id
+                                     AND version = p_version) IS NULL THEN
+        RETURN QUERY SELECT 409, api_error('conflict',
+            format('round %s has not committed with a second seed', p_version),
+            'Send the sketches under the second seed once the outcome names it.');
+        RETURN;
+    END IF;
+    SELECT * INTO m FROM round_member rm
+     WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.host_id = p_host;
+    IF NOT FOUND OR m.included IS NOT TRUE THEN
+        RETURN QUERY SELECT 409, api_error('conflict',
+            format('host %s is not among the included peers of round %s', p_host, p_version));
+        RETURN;
+    END IF;
+    v_k := round_seed2_k(c.project_id, p_version);
+    IF v_k IS NULL THEN
+        RETURN QUERY SELECT 409, api_error('conflict',
+            format('round %s has no sketches of what was averaged', p_version));
+        RETURN;
+    END IF;
+    v_why := round_seed2_invalid(p_sketches, v_k);
+    IF v_why IS NOT NULL THEN
+        RETURN QUERY SELECT 400, api_error('invalid', v_why);
+        RETURN;
+    END IF;
+    IF m.seed2_sketches IS NOT NULL THEN
+        IF m.seed2_sketches = p_sketches THEN
+            RETURN QUERY SELECT 200, jsonb_build_object('version', p_version, 'host_id', p_host,
+                                                        'stored', true)::text;
+        ELSE
+            RETURN QUERY SELECT 409, api_error('conflict',
+                format('host %s already sent other sketches under the second seed of round %s',
+                       p_host, p_version));
+        END IF;
+        RETURN;
+    END IF;
+    IF (SELECT seed2_checked_at FROM round WHERE project_id = c.project_id AND version = p_version)
+       IS NOT NULL THEN
+        RETURN QUERY SELECT 409, api_error('conflict',
+            format('the sketches under the second seed of round %s were checked already', p_version),
+            'They are due soon after the commit.');
+        RETURN;
+    END IF;
+    UPDATE round_member SET seed2_sketches = p_sketches
+     WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
+    SELECT count(*) INTO v_left FROM round_member rm
+     WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.included
+       AND rm.seed2_sketches IS NULL
+       AND ((rm.hi > rm.lo AND rm.sketches IS NOT NULL)
+            OR round_seed2_owed(c.project_id, p_version, rm.host_id));
+    IF v_left = 0 THEN
+        PERFORM round_seed2_verify(c.project_id, p_version, false);
+    END IF;
+    RETURN QUERY SELECT 200, jsonb_build_object('version', p_version, 'host_id', p_host,
+                                                'stored', true)::text;
+END
+$$;
+
+--
+-- Name: round_seed2_spot_block(bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_spot_block(p_project bigint, p_version integer, p_host bigint) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    pol     spot_policy := spot_policy_of(p_project);
+    v_rec   integer;
+    v_size  integer;
+    v_seed2 bigint;
+    b       record;
+    v_check bigint;
+BEGIN
+    SELECT coalesce((SELECT consecutive FROM host_check_record WHERE host_id = p_host), 0) INTO v_rec;
+    IF random() >= spot_rate(pol, v_rec) THEN
+        RETURN NULL;
+    END IF;
+    SELECT microbatch_size INTO v_size FROM project WHERE id = p_project;
+    SELECT seed2 INTO v_seed2 FROM round WHERE project_id = p_project AND version = p_version;
+    SELECT (e->>'first')::bigint AS f, (e->>'count')::bigint AS c, e->'sketch' AS s2,
+           w.id AS wu, w.lo, w.mb_done, ws.k, ws.sketches
+      INTO b
+      FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'blocks') e,
+           work_unit w JOIN work_unit_sketch ws ON ws.work_unit_id = w.id
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
+       AND w.project_id = p_project AND w.version = p_version AND w.host_id = p_host
+       AND w.mb_done > 0 AND (e->>'first')::bigint >= w.lo
+       AND (e->>'first')::bigint + (e->>'count')::bigint <= w.lo + w.mb_done
+     ORDER BY -ln(1 - random()) / (e->>'count')::bigint LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO spot_check (project_id, version, work_unit_id, host_id, lo, hi, samples, seed, k,
+                            tolerance, created_at, deadline, microbatches, fp_host, seed2)
+    VALUES (p_project, p_version, b.wu, p_host, b.lo, b.lo + b.mb_done, b.c * v_size,
+            spot_sketch_seed(p_project, p_version), b.k,
+            greatest(pol.tolerance, spot_precision_floor(p_project)), credit_now(),
+            credit_now() + make_interval(secs => pol.deadline_s),
+            ARRAY(SELECT g FROM generate_series(b.f, b.f + b.c - 1) g),
+            ARRAY(SELECT b.sketches[(g - b.lo) * b.k + j]
+                    FROM generate_series(b.f, b.f + b.c - 1) g, generate_series(1, b.k) j
+                   ORDER BY g, j)
+              || round_sketch_vec(b.s2),
+            v_seed2)
+    RETURNING id INTO v_check;
+    UPDATE credit_grant SET spot_check_id = v_check
+     WHERE project_id = p_project AND version = p_version AND host_id = p_host AND kind = 'round'
+       AND status = 'pending';
+    RETURN v_check;
+END
+$$;
+
+--
+-- Name: round_seed2_verify(bigint, integer, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_verify(p_project bigint, p_version integer, p_final boolean) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_tol     double precision;
+    v_clip    boolean;
+    v_k       integer;
+    v_mb      bigint;
+    m         record;
+    g         record;
+    v_sum     double precision[];
+    v_blk     double precision[];
+    v_err2    double precision;
+    v_n       integer;
+    v_d       double precision;
+    v_scale   double precision;
+    v_bound   double precision;
+    v_bad     bigint[] := '{}';
+    v_b       integer;
+BEGIN
+    SELECT coalesce((p.config->>'aggregation') = 'centered_clip', false) INTO v_clip
+      FROM project p WHERE p.id = p_project;
+    PERFORM round_seed2_lock(p_project);
+    v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
+    v_b := coalesce((spot_policy_of(p_project)).microbatches, 2);
+    v_k := round_seed2_k(p_project, p_version);
+    UPDATE round SET seed2_checked_at = now() WHERE project_id = p_project AND version = p_version;
+    IF v_k IS NULL THEN
+        RETURN v_bad;
+    END IF;
+    IF to_regclass('pg_temp.round_seed2_partial') IS NULL THEN
+        CREATE TEMP TABLE round_seed2_partial (agg bigint, member bigint, group_id integer,
+            sketch double precision[], err double precision) ON COMMIT DROP;
+    END IF;
+    DELETE FROM round_seed2_partial;
+    INSERT INTO round_seed2_partial
+    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
+           (e->>'err')::double precision
+      FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'aggregated'->'members') e
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo AND rm.included
+       AND (rm.seed2_sketches->>'k')::integer = v_k;
+    -- 1. Members: their blocks against what their aggregators received.
+    FOR m IN SELECT rm.host_id, rm.group_id, rm.seed2_sketches AS s FROM round_member rm
+              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+              ORDER BY rm.host_id LOOP
+        IF NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
+            CONTINUE;
+        END IF;
+        IF m.s IS NULL OR m.s->'blocks' IS NULL OR jsonb_typeof(m.s->'blocks') <> 'array' THEN
+            IF p_final OR m.s IS NOT NULL THEN
+                PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
+                    'it sent no sketches of its blocks', 1, v_tol);
+                v_bad := v_bad || m.host_id;
+            END IF;
+            CONTINUE;
+        END IF;
+        SELECT coalesce(sum(mb_done), 0) INTO v_mb FROM work_unit
+         WHERE project_id = p_project AND version = p_version AND host_id = m.host_id AND mb_done > 0;
+        v_blk := NULL;
+        FOR g IN SELECT round_sketch_vec(e->'sketch') AS sk FROM jsonb_array_elements(m.s->'blocks') e LOOP
+            v_blk := round_sketch_sum(v_blk, g.sk);
+        END LOOP;
+        IF (SELECT coalesce(sum((e->>'count')::bigint), 0) FROM jsonb_array_elements(m.s->'blocks') e)
+           <> v_mb OR v_blk IS NULL OR NOT round_seed2_blocks_tile(p_project, p_version, m.host_id,
+                                                                   m.s->'blocks', v_b) THEN
+            PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
+                format('its blocks do not tile the %s microbatches it reported in blocks of at most %s',
+                       v_mb, v_b), 1, v_tol);
+            v_bad := v_bad || m.host_id;
+            CONTINUE;
+        END IF;
+        SELECT count(*) INTO v_n FROM round_member a
+         WHERE a.project_id = p_project AND a.version = p_version AND a.group_id = m.group_id
+           AND a.hi > a.lo;
+        v_sum := NULL;
+        v_err2 := 0;
+        FOR g IN SELECT sketch, err FROM round_seed2_partial WHERE member = m.host_id
+                  AND group_id = m.group_id ORDER BY agg LOOP
+            v_sum := round_sketch_sum(v_sum, g.sketch);
+            v_err2 := v_err2 + g.err ^ 2;
+        END LOOP;
+        IF v_n = 0 OR (SELECT count(*) FROM round_seed2_partial WHERE member = m.host_id
+                        AND group_id = m.group_id) <> v_n THEN
+            CONTINUE;
+        END IF;
+        v_d := round_sketch_norm(v_sum, v_blk);
+        v_scale := greatest(round_sketch_norm(v_sum), round_sketch_norm(v_blk), 1e-300);
+        v_bound := v_tol * v_scale + 3 * sqrt(v_k) * sqrt(v_err2);
+        IF v_d > v_bound THEN
+            PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
+                'the bytes it sent into the all-reduce are not the gradient of its blocks',
+                v_d / v_scale, v_bound / v_scale);
+            v_bad := v_bad || m.host_id;
+        END IF;
+    END LOOP;
+    -- 2. and 3. Aggregators' results.
+    FOR g IN SELECT rm.host_id, rm.group_id,
+                    round_sketch_vec(rm.seed2_sketches->'aggregated'->'result') AS res,
+                    (rm.seed2_sketches->'aggregated'->>'result_err')::double precision AS err
+               FROM round_member rm
+              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+                AND rm.hi > rm.lo AND (rm.seed2_sketches->>'k')::integer = v_k
+                AND rm.seed2_sketches->'aggregated' IS NOT NULL
+              ORDER BY rm.host_id LOOP
+        IF NOT v_clip THEN
+            v_sum := NULL;
+            FOR m IN SELECT sketch FROM round_seed2_partial WHERE agg = g.host_id ORDER BY member LOOP
+                v_sum := round_sketch_sum(v_sum, m.sketch);
+            END LOOP;
+            IF v_sum IS NOT NULL THEN
+                v_d := round_sketch_norm(g.res, v_sum);
+                v_scale := greatest(round_sketch_norm(g.res), round_sketch_norm(v_sum), 1e-300);
+                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.err;
+                IF v_d > v_bound THEN
+                    PERFORM round_seed2_flag_host(p_project, p_version, g.host_id, 'aggregator',
+                        'the sum it returned is not the sum of the slices it received',
+                        v_d / v_scale, v_bound / v_scale);
+                    v_bad := v_bad || g.host_id;
+                END IF;
+            END IF;
+        END IF;
+        FOR m IN SELECT rm.host_id, round_sketch_vec(e->'sketch') AS got
+                   FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'received') e
+                  WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+                    AND rm.group_id = g.group_id AND (rm.seed2_sketches->>'k')::integer = v_k
+                    AND (e->>'aggregator')::bigint = g.host_id
+                  ORDER BY rm.host_id LOOP
+            v_d := round_sketch_norm(m.got, g.res);
+            v_scale := greatest(round_sketch_norm(m.got), round_sketch_norm(g.res), 1e-300);
+            IF v_d > 1e-9 * v_scale THEN
+                PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
+                    format('the result it says it received from host %s is not the one that host says it returned',
+                           g.host_id), v_d / v_scale, 1e-9);
+                PERFORM round_seed2_flag_host(p_project, p_version, g.host_id, 'aggregator',
+                    format('host %s says it received another result than the one this host says it returned',
+                           m.host_id), v_d / v_scale, 1e-9);
+                v_bad := v_bad || m.host_id || g.host_id;
+            END IF;
+        END LOOP;
+    END LOOP;
+    -- Spot checks of the members that passed, at the policy's rate: one
+    -- block each (round_seed2_spot_block).
+    FOR m IN SELECT rm.host_id FROM round_member rm
+              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+                AND rm.seed2_sketches ? 'blocks' AND NOT rm.host_id = ANY (v_bad)
+              ORDER BY rm.host_id LOOP
+        IF round_seed2_owed(p_project, p_version, m.host_id) THEN
+            PERFORM round_seed2_spot_block(p_project, p_version, m.host_id);
+        END IF;
+    END LOOP;
+    -- The round grants that waited for this check: released unless a spot
+    -- check holds them (a flagged host's were denied above).
+    PERFORM credit_release(cg.id, credit_now())
+       FROM credit_grant cg
+      WHERE cg.project_id = p_project AND cg.version = p_version AND cg.kind = 'round'
+        AND cg.status = 'pending' AND cg.spot_check_id IS NULL;
+    RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
+END
+$$;
+
+--
 -- Name: round_sketch_committed(bigint, integer, bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2565,8 +3038,10 @@ BEGIN
         RETURN 'field "sketches.received" must be an array of at most 256 sketches';
     END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(p->'received') x LOOP
-        IF jsonb_typeof(e->'aggregator') <> 'number' OR (e->>'aggregator')::numeric NOT BETWEEN 1 AND 4e18
-           OR (e->>'aggregator')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k) THEN
+        IF coalesce(jsonb_typeof(e->'aggregator') <> 'number'
+                    OR (e->>'aggregator')::numeric NOT BETWEEN 1 AND 4e18
+                    OR (e->>'aggregator')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k),
+                    true) THEN
             RETURN format('field "sketches.received" must hold {"aggregator": host id, "sketch": %s numbers}', k);
         END IF;
     END LOOP;
@@ -2584,9 +3059,10 @@ BEGIN
         RETURN format('field "sketches.aggregated.group_sum" must be %s numbers, with "group_sum_err"', k);
     END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(a->'members') x LOOP
-        IF jsonb_typeof(e->'host_id') <> 'number' OR (e->>'host_id')::numeric NOT BETWEEN 1 AND 4e18
-           OR (e->>'host_id')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k)
-           OR NOT round_sketch_err_valid(e->'err') THEN
+        IF coalesce(jsonb_typeof(e->'host_id') <> 'number'
+                    OR (e->>'host_id')::numeric NOT BETWEEN 1 AND 4e18
+                    OR (e->>'host_id')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k)
+                    OR NOT round_sketch_err_valid(e->'err'), true) THEN
             RETURN format('field "sketches.aggregated.members" must hold {"host_id", "sketch": %s numbers, "err"}', k);
         END IF;
     END LOOP;
@@ -2640,6 +3116,9 @@ BEGIN
     IF v_left > 0 THEN
         RETURN;
     END IF;
+    -- After any check under a second seed under way (round_seed2_lock,
+    -- taken before this transaction touches what such a check flags).
+    PERFORM round_seed2_lock(p_project);
     -- The averaged bytes against the committed sketches: a host that fails
     -- is flagged and denied, and the round reruns without it (its next
     -- attempt's plan leaves it out), so no step takes its bytes.
@@ -2651,6 +3130,18 @@ BEGIN
                                   array_to_string(v_bad, ', ')));
         RETURN;
     END IF;
+    -- A host the check under a second seed flagged after this attempt was
+    -- planned (round_sketch_seed2.sql) takes no part either: the round
+    -- reruns without it.
+    v_bad := ARRAY(SELECT host_id FROM round_member
+                    WHERE project_id = p_project AND version = p_version AND included
+                      AND host_id = ANY (round_seed2_banned(p_project)) ORDER BY host_id);
+    IF cardinality(v_bad) > 0 THEN
+        PERFORM round_fail(p_project, p_version,
+                           format('host(s) %s failed the check under a second seed of an earlier '
+                                  'round; the round reruns without them', array_to_string(v_bad, ', ')));
+        RETURN;
+    END IF;
     IF v_ok = 0 THEN
         PERFORM round_fail(p_project, p_version,
                            'no peer holds the parameters computed from the group sums');
@@ -2659,7 +3150,8 @@ BEGIN
     UPDATE round_member
        SET accepted = coalesce(included AND params_sha256 = ro.params_sha256, false)
      WHERE project_id = p_project AND version = p_version;
-    UPDATE round SET state = 'committed', committed_at = now(),
+    -- seed2: drawn now, after every byte was pinned (round_sketch_seed2.sql).
+    UPDATE round SET state = 'committed', committed_at = now(), seed2 = round_seed2_draw(),
                      loss = (SELECT sum(rr.loss * w.mb_done::double precision)
                                     / nullif(sum(w.mb_done::double precision), 0)
                                FROM round_report rr JOIN work_unit w ON w.id = rr.work_unit_id
@@ -3244,6 +3736,7 @@ CREATE TABLE public.spot_check (
     third_assigned_at timestamp with time zone,
     fp_third double precision[],
     outcome text,
+    seed2 bigint,
     CONSTRAINT spot_check_check CHECK ((lo < hi)),
     CONSTRAINT spot_check_state_check CHECK ((state = ANY (ARRAY['open'::text, 'agreed'::text, 'disagreed'::text, 'expired'::text])))
 );
@@ -3260,6 +3753,8 @@ CREATE FUNCTION public.spot_check_json(c public.spot_check) RETURNS jsonb
         'samples', c.samples, 'seed', c.seed::text, 'k', c.k, 'tolerance', c.tolerance,
         'microbatches', to_jsonb(c.microbatches),
         'checkpoint_sha256', mv.checkpoint_sha256, 'deadline', c.deadline, 'state', c.state)
+        || CASE WHEN c.seed2 IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('seed2', c.seed2::text) END
       FROM project p
       LEFT JOIN model_version mv ON mv.project_id = p.id AND mv.version = c.version
      WHERE p.id = c.project_id
@@ -3412,10 +3907,11 @@ BEGIN
             'Claim a check first (POST /v1/projects/{name}/spotchecks/claim).');
         RETURN;
     END IF;
-    IF cardinality(p_values) IS DISTINCT FROM c.k * coalesce(cardinality(c.microbatches), 1) THEN
+    IF cardinality(p_values) IS DISTINCT FROM c.k * (coalesce(cardinality(c.microbatches), 1)
+                                                     + (c.seed2 IS NOT NULL)::integer) THEN
         RETURN QUERY SELECT 400, api_error('invalid',
             format('spot check %s wants %s values, not %s', p_check,
-                   c.k * coalesce(cardinality(c.microbatches), 1),
+                   c.k * (coalesce(cardinality(c.microbatches), 1) + (c.seed2 IS NOT NULL)::integer),
                    coalesce(cardinality(p_values), 0)));
         RETURN;
     END IF;
@@ -3729,7 +4225,8 @@ $$;
 CREATE FUNCTION public.spot_sketch_params(p_project bigint, p_version integer) RETURNS jsonb
     LANGUAGE sql STABLE
     AS $$
-    SELECT jsonb_build_object('seed', spot_sketch_seed(p_project, p_version)::text, 'k', s.k)
+    SELECT jsonb_build_object('seed', spot_sketch_seed(p_project, p_version)::text, 'k', s.k,
+                              'block', s.microbatches)
       FROM spot_policy s WHERE s.project_id = p_project
 $$;
 
@@ -4157,6 +4654,8 @@ CREATE TABLE public.round (
     gradient_samples bigint,
     loss double precision,
     cross_peers boolean DEFAULT false NOT NULL,
+    seed2 bigint,
+    seed2_checked_at timestamp with time zone,
     CONSTRAINT round_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT round_close_reason_check CHECK ((close_reason = ANY (ARRAY['target'::text, 'stragglers'::text]))),
     CONSTRAINT round_gradient_samples_check CHECK ((gradient_samples > 0)),
@@ -4225,6 +4724,7 @@ CREATE TABLE public.round_member (
     accepted boolean,
     included boolean,
     sketches jsonb,
+    seed2_sketches jsonb,
     CONSTRAINT round_member_check CHECK ((hi >= lo)),
     CONSTRAINT round_member_group_id_check CHECK ((group_id >= 0)),
     CONSTRAINT round_member_lo_check CHECK ((lo >= 0)),
@@ -4271,6 +4771,7 @@ CREATE TABLE public.round_sketch_flag (
     distance double precision NOT NULL,
     tolerance double precision NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    seed2 boolean DEFAULT false NOT NULL,
     CONSTRAINT round_sketch_flag_role_check CHECK ((role = ANY (ARRAY['member'::text, 'aggregator'::text])))
 );
 

@@ -61,6 +61,9 @@ void api_host_certificate(http_req *req);
 void api_work_report(http_req *req); /* api_rounds.c */
 void api_round_plan(http_req *req);
 void api_round_outcome(http_req *req);
+/* POST /v1/projects/{name}/rounds/{version}/seed2: a peer's sketches under
+ * the committed round's second seed (db/functions/round_sketch_seed2.sql). */
+void api_round_seed2(http_req *req);
 void api_round_list(http_req *req);
 /* A group's gradient sum, raw fp32; bodies up to API_GRADIENT_MAX_BYTES
  * (2^28 parameters), checked against the round's exact parameter count

@@ -492,6 +492,47 @@ out:
 	json_decref(body);
 }
 
+static const dbc_stmt st_seed2 = {
+	"round_seed2_report", "SELECT status, body FROM round_seed2_report($1::bytea, $2, $3, $4, $5::jsonb)",
+	5
+};
+
+/* A peer's sketches under the second seed of a committed round (doc/api.md
+ * "Rounds"): {"host_id", "sketches"}, the shape checked in SQL
+ * (round_seed2_invalid). */
+void api_round_seed2(http_req *req)
+{
+	if (req->early)
+		return; /* a body of up to API_REPORT_MAX_BYTES: read it */
+	long long version, host = 0;
+	char hp[API_HASH_PARAM_LEN];
+	if (!rounds_path_version(req, &version) || !api_bearer(req, hp))
+		return;
+	json_t *body;
+	if (!api_body(req, false, &body))
+		return;
+	char *sketches = NULL;
+	cot_errbuf eb = { 0 };
+	const json_t *skj = json_object_get(body, "sketches");
+	if (cot_json_int(body, "host_id", true, 1, (1LL << 62), &host, &eb)) {
+		api_bad_request(req, &eb);
+	} else if (!json_is_object(skj)) {
+		http_reply_error(req, 400, "invalid", "field \"sketches\" must be an object", NULL);
+	} else if (strlen(req->params[0]) > 64) {
+		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
+	} else if (!(sketches = json_dumps(skj, JSON_COMPACT))) {
+		http_reply_error(req, 500, "internal_error", "out of memory", NULL);
+	} else {
+		char sv[24], sh[24];
+		snprintf(sv, sizeof sv, "%lld", version);
+		snprintf(sh, sizeof sh, "%lld", host);
+		const char *params[] = { hp, req->params[0], sv, sh, sketches };
+		api_relay(req, &st_seed2, params);
+	}
+	free(sketches);
+	json_decref(body);
+}
+
 PGresult *rounds_member_begin(http_req *req, const dbc_stmt *stmt, const char *hp, long long version,
                               long long host, long long samples, const char *included, rounds_member_args *a)
 {

@@ -55,6 +55,7 @@ typedef struct {
 static const dbc_stmt st_close = { "round_close_due", "SELECT round_close_due($1, $2)", 2 };
 static const dbc_stmt st_expire = { "round_expire_averaging", "SELECT round_expire_averaging()", 0 };
 static const dbc_stmt st_spot_expire = { "spot_expire", "SELECT spot_expire()", 0 };
+static const dbc_stmt st_seed2_expire = { "round_seed2_expire", "SELECT round_seed2_expire()", 0 };
 static const dbc_stmt st_closing = { "round_closing",
 	                             "SELECT project_id, version FROM round WHERE state = 'closing'"
 	                             " ORDER BY closed_at LIMIT 100",
@@ -322,8 +323,8 @@ static void watch(round_coord *rc)
 	PQclear(r);
 }
 
-/* The coordinator's duty: close due rounds, expire overdue averaging and
- * spot checks, plan the closing rounds. */
+/* The coordinator's duty: close due rounds, expire overdue averaging, spot
+ * checks and checks under a second seed, plan the closing rounds. */
 static void pass(const srv_config *cfg)
 {
 	char frac[40], budget[24];
@@ -332,7 +333,8 @@ static void pass(const srv_config *cfg)
 	const char *cparams[] = { frac, budget };
 	run(&st_close, cparams, NULL);
 	run(&st_expire, NULL, NULL);
-	run(&st_spot_expire, NULL, NULL); /* overdue spot checks, whoever asks or not */
+	run(&st_spot_expire, NULL, NULL);  /* overdue spot checks, whoever asks or not */
+	run(&st_seed2_expire, NULL, NULL); /* sketches under a second seed that never came */
 	PGresult *r;
 	if (!run(&st_closing, NULL, &r))
 		return;

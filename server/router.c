@@ -40,6 +40,7 @@ static const route routes[] = {
 	{ "POST", "/v1/hosts/{}/certificate", api_host_certificate },
 	{ "GET", "/v1/projects/{}/rounds/{}/plan", api_round_plan },
 	{ "POST", "/v1/projects/{}/rounds/{}/outcome", api_round_outcome },
+	{ "POST", "/v1/projects/{}/rounds/{}/seed2", api_round_seed2 },
 	{ "POST", "/v1/projects/{}/rounds/{}/group_sum", api_round_group_sum },
 	{ "POST", "/v1/projects/{}/rounds/{}/mean_hash", api_round_mean_hash },
 	{ "POST", "/v1/projects/{}/rounds/{}/checkpoint", api_round_checkpoint },
@@ -162,8 +163,9 @@ size_t router_body_limit(route_handler h, size_t dflt)
 	if (h == api_round_checkpoint)
 		return API_CHECKPOINT_MAX_BYTES > dflt ? API_CHECKPOINT_MAX_BYTES : dflt;
 	/* An outcome carries the sketches of what was averaged: up to 2 x 256
-	 * sketches of 256 values. */
-	if (h == api_work_report || h == api_round_outcome)
+	 * sketches of 256 values; the sketches under a second seed, those and
+	 * a member's blocks. */
+	if (h == api_work_report || h == api_round_outcome || h == api_round_seed2)
 		return API_REPORT_MAX_BYTES > dflt ? API_REPORT_MAX_BYTES : dflt;
 	return dflt;
 }

@@ -175,7 +175,9 @@ BEGIN
         SELECT coalesce((SELECT consecutive FROM host_check_record WHERE host_id = m.host_id), 0)
           INTO v_rec;
         v_check := NULL;
-        IF random() < spot_rate(pol, v_rec) THEN
+        -- A host that owes its sketches under the round's second seed is
+        -- drawn for a check once they came (round_seed2_verify: one block).
+        IF random() < spot_rate(pol, v_rec) AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
             -- One of its committed ranges, preferring one whose microbatch
             -- sketches were committed with its report, at random with a
             -- probability proportional to its microbatches (the exponential
@@ -218,7 +220,9 @@ BEGIN
                 UPDATE credit_grant SET spot_check_id = v_check WHERE id = v_grant;
             END IF;
         END IF;
-        IF v_check IS NULL THEN
+        -- A host that owes its sketches under the round's second seed
+        -- waits for their check too (round_seed2_verify releases it).
+        IF v_check IS NULL AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
             PERFORM credit_release(v_grant, p_now);
         END IF;
     END LOOP;

@@ -275,7 +275,8 @@ $$;
 -- Commit round p_version when it is averaging, the server's v+1 exists
 -- (which needs every group's sum), every included peer reported ok and the
 -- sketches of what was averaged pass round_sketch_verify (else the round
--- fails and reruns without the hosts it flagged): each
+-- fails and reruns without the hosts it flagged), and no included host was
+-- flagged under a second seed since the plan (round_seed2_banned): each
 -- included peer is accepted when its hash equals the server's, the others
 -- (and every peer no group included) are not; with no included peer
 -- accepted the round fails.  The round's loss is the sample-weighted mean of
@@ -322,6 +323,9 @@ BEGIN
     IF v_left > 0 THEN
         RETURN;
     END IF;
+    -- After any check under a second seed under way (round_seed2_lock,
+    -- taken before this transaction touches what such a check flags).
+    PERFORM round_seed2_lock(p_project);
     -- The averaged bytes against the committed sketches: a host that fails
     -- is flagged and denied, and the round reruns without it (its next
     -- attempt's plan leaves it out), so no step takes its bytes.
@@ -333,6 +337,18 @@ BEGIN
                                   array_to_string(v_bad, ', ')));
         RETURN;
     END IF;
+    -- A host the check under a second seed flagged after this attempt was
+    -- planned (round_sketch_seed2.sql) takes no part either: the round
+    -- reruns without it.
+    v_bad := ARRAY(SELECT host_id FROM round_member
+                    WHERE project_id = p_project AND version = p_version AND included
+                      AND host_id = ANY (round_seed2_banned(p_project)) ORDER BY host_id);
+    IF cardinality(v_bad) > 0 THEN
+        PERFORM round_fail(p_project, p_version,
+                           format('host(s) %s failed the check under a second seed of an earlier '
+                                  'round; the round reruns without them', array_to_string(v_bad, ', ')));
+        RETURN;
+    END IF;
     IF v_ok = 0 THEN
         PERFORM round_fail(p_project, p_version,
                            'no peer holds the parameters computed from the group sums');
@@ -341,7 +357,8 @@ BEGIN
     UPDATE round_member
        SET accepted = coalesce(included AND params_sha256 = ro.params_sha256, false)
      WHERE project_id = p_project AND version = p_version;
-    UPDATE round SET state = 'committed', committed_at = now(),
+    -- seed2: drawn now, after every byte was pinned (round_sketch_seed2.sql).
+    UPDATE round SET state = 'committed', committed_at = now(), seed2 = round_seed2_draw(),
                      loss = (SELECT sum(rr.loss * w.mb_done::double precision)
                                     / nullif(sum(w.mb_done::double precision), 0)
                                FROM round_report rr JOIN work_unit w ON w.id = rr.work_unit_id

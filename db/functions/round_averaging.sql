@@ -52,6 +52,11 @@ BEGIN
     ELSIF ro.checkpoint_sha256 IS NOT NULL AND b->'accepted' = 'true'::jsonb THEN
         b := b || jsonb_build_object('checkpoint_sha256', ro.checkpoint_sha256);
     END IF;
+    -- Once committed, an included peer gets the second seed, drawn at the
+    -- commit (round_sketch_seed2.sql): what it sketches what it kept under.
+    IF ro.state = 'committed' AND ro.seed2 IS NOT NULL AND m.included THEN
+        b := b || jsonb_build_object('seed2', ro.seed2::text);
+    END IF;
     -- Across groups between the peers, v+1 comes from a peer
     -- (round_cross.sql): this one is to upload it.
     IF ro.cross_peers AND m.outcome = 'ok'

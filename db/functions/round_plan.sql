@@ -47,13 +47,15 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM round_drop_units(p_project, p_version, true);
-    -- Hosts an earlier attempt flagged (round_sketch_verify) take no part:
-    -- their ranges go back to the pool for the others.
+    -- Hosts an earlier attempt flagged (round_sketch_verify), and hosts the
+    -- check under a second seed flagged in any round (round_seed2_verify),
+    -- take no part: their ranges go back to the pool for the others.
     PERFORM round_give_back(ARRAY(
         SELECT w.id FROM work_unit w
          WHERE w.project_id = p_project AND w.version = p_version
            AND (w.mb_done > 0 OR w.state = 'live')
-           AND w.host_id = ANY (round_sketch_flagged(p_project, p_version))
+           AND (w.host_id = ANY (round_sketch_flagged(p_project, p_version))
+                OR w.host_id = ANY (round_seed2_banned(p_project)))
            FOR UPDATE));
     SELECT coalesce(jsonb_agg(jsonb_build_object(
                'host_id', h.host_id, 'samples', h.samples, 'endpoint', l.endpoint,

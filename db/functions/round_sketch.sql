@@ -32,8 +32,10 @@ BEGIN
         RETURN 'field "sketches.received" must be an array of at most 256 sketches';
     END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(p->'received') x LOOP
-        IF jsonb_typeof(e->'aggregator') <> 'number' OR (e->>'aggregator')::numeric NOT BETWEEN 1 AND 4e18
-           OR (e->>'aggregator')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k) THEN
+        IF coalesce(jsonb_typeof(e->'aggregator') <> 'number'
+                    OR (e->>'aggregator')::numeric NOT BETWEEN 1 AND 4e18
+                    OR (e->>'aggregator')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k),
+                    true) THEN
             RETURN format('field "sketches.received" must hold {"aggregator": host id, "sketch": %s numbers}', k);
         END IF;
     END LOOP;
@@ -51,9 +53,10 @@ BEGIN
         RETURN format('field "sketches.aggregated.group_sum" must be %s numbers, with "group_sum_err"', k);
     END IF;
     FOR e IN SELECT x FROM jsonb_array_elements(a->'members') x LOOP
-        IF jsonb_typeof(e->'host_id') <> 'number' OR (e->>'host_id')::numeric NOT BETWEEN 1 AND 4e18
-           OR (e->>'host_id')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k)
-           OR NOT round_sketch_err_valid(e->'err') THEN
+        IF coalesce(jsonb_typeof(e->'host_id') <> 'number'
+                    OR (e->>'host_id')::numeric NOT BETWEEN 1 AND 4e18
+                    OR (e->>'host_id')::numeric % 1 <> 0 OR NOT round_sketch_valid(e->'sketch', k)
+                    OR NOT round_sketch_err_valid(e->'err'), true) THEN
             RETURN format('field "sketches.aggregated.members" must hold {"host_id", "sketch": %s numbers, "err"}', k);
         END IF;
     END LOOP;

@@ -53,11 +53,14 @@ LANGUAGE sql STABLE AS $$
       FROM project p WHERE p.id = p_project
 $$;
 
--- What a work unit tells its host to sketch: {"seed", "k"}, or NULL when
--- the project is not checked.
+-- What a work unit tells its host to sketch: {"seed", "k", "block"}, or
+-- NULL when the project is not checked.  "block": the microbatches of a
+-- block whose gradient the host keeps for the check under a second seed
+-- (round_sketch_seed2.sql), the size of a check.
 CREATE OR REPLACE FUNCTION spot_sketch_params(p_project bigint, p_version integer) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object('seed', spot_sketch_seed(p_project, p_version)::text, 'k', s.k)
+    SELECT jsonb_build_object('seed', spot_sketch_seed(p_project, p_version)::text, 'k', s.k,
+                              'block', s.microbatches)
       FROM spot_policy s WHERE s.project_id = p_project
 $$;
 
@@ -322,6 +325,8 @@ CREATE OR REPLACE FUNCTION spot_check_json(c spot_check) RETURNS jsonb LANGUAGE 
         'samples', c.samples, 'seed', c.seed::text, 'k', c.k, 'tolerance', c.tolerance,
         'microbatches', to_jsonb(c.microbatches),
         'checkpoint_sha256', mv.checkpoint_sha256, 'deadline', c.deadline, 'state', c.state)
+        || CASE WHEN c.seed2 IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('seed2', c.seed2::text) END
       FROM project p
       LEFT JOIN model_version mv ON mv.project_id = p.id AND mv.version = c.version
      WHERE p.id = c.project_id
@@ -413,7 +418,9 @@ $$;
 -- POST /v1/spotchecks/{id}/fingerprint: the host whose work it is, its
 -- checker or its third host sends its values: K for a whole-range check,
 -- K per microbatch (in the check's order) for a check of microbatches,
--- whose host's values were committed with its report.  Settles what can be
+-- whose host's values were committed with its report, and for a check of
+-- a block with a second seed K more: the sketch under it of the block's
+-- gradient sum.  Settles what can be
 -- settled and answers the check's state (and distance once known).  The
 -- same values again answer the same; different ones are 409.
 CREATE OR REPLACE FUNCTION spot_fingerprint(p_token_hash bytea, p_check bigint, p_values double precision[])
@@ -441,10 +448,11 @@ BEGIN
             'Claim a check first (POST /v1/projects/{name}/spotchecks/claim).');
         RETURN;
     END IF;
-    IF cardinality(p_values) IS DISTINCT FROM c.k * coalesce(cardinality(c.microbatches), 1) THEN
+    IF cardinality(p_values) IS DISTINCT FROM c.k * (coalesce(cardinality(c.microbatches), 1)
+                                                     + (c.seed2 IS NOT NULL)::integer) THEN
         RETURN QUERY SELECT 400, api_error('invalid',
             format('spot check %s wants %s values, not %s', p_check,
-                   c.k * coalesce(cardinality(c.microbatches), 1),
+                   c.k * (coalesce(cardinality(c.microbatches), 1) + (c.seed2 IS NOT NULL)::integer),
                    coalesce(cardinality(p_values), 0)));
         RETURN;
     END IF;

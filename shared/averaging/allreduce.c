@@ -528,5 +528,8 @@ void allreduce_result_free(allreduce_result *res)
 	free(res->agg_group_sum);
 	free(res->recv_from);
 	free(res->recv_sketches);
+	for (size_t i = 0; res->agg_slices && i < res->n_included; i++)
+		free(res->agg_slices[i]);
+	free(res->agg_slices);
 	memset(res, 0, sizeof *res);
 }

@@ -105,6 +105,10 @@ typedef struct {
 	 * result as we decoded it; 0: none. */
 	uint64_t sketch_seed;
 	int sketch_k;
+	/* With sketch_k: 1 hands each included member's slice of our range, as
+	 * we decoded it, to *res (agg_slices), for the sketches under the
+	 * second seed drawn once the round commits (doc/credit.md). */
+	int keep_slices;
 	/* With cross: our aggregator turns its range's group sum into the
 	 * round's mean through cross(cross_arg, ...) before it returns it, so
 	 * the result every member gets is the round's MEAN, not the group's
@@ -159,6 +163,10 @@ typedef struct {
 	 * a bound on its fp32 rounding; else NULL. */
 	double *agg_group_sum;
 	double agg_group_sum_err;
+	/* With p->keep_slices and a non-empty range: n_included slices of our
+	 * range (order of included), each as we decoded it (the values we
+	 * summed), its length values; else NULL. */
+	float **agg_slices;
 	double sketch_s; /* seconds spent sketching, all threads together (taken
 	                  * as the data arrived, mostly beside the transfers) */
 } allreduce_result;

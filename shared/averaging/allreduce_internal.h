@@ -188,8 +188,9 @@ void ar_spec_stop(run *r);
 
 /* Fill res's sketches (allreduce.h) once the exchange succeeded
  * (p->sketch_k > 0; mu not held): the slices' and received results'
- * sketches taken as they arrived, our result's now.  COT_ERR_NOMEM leaves
- * in *res what allreduce_result_free frees. */
+ * sketches taken as they arrived, our result's now; with p->keep_slices
+ * the included members' slices move to res (the threads are joined).
+ * COT_ERR_NOMEM leaves in *res what allreduce_result_free frees. */
 cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb);
 
 /* Add the sketch of x[0..n), values [first, first + n) of the vector, to

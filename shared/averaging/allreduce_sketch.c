@@ -61,8 +61,14 @@ cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 		res->agg_result = calloc(k, sizeof *res->agg_result);
 		if (!res->agg_partials || !res->agg_errs || !res->agg_result)
 			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the sketches");
+		if (p->keep_slices && !(res->agg_slices = calloc(n_inc + 1, sizeof *res->agg_slices)))
+			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the sketches");
 		for (size_t i = 0; i < n_inc; i++) {
 			size_t idx = (size_t)ar_member_index(p, res->included[i]);
+			if (res->agg_slices) { /* the threads are joined: the slice is ours */
+				res->agg_slices[i] = r->m[idx].data;
+				r->m[idx].data = NULL;
+			}
 			memcpy(res->agg_partials + i * k, r->sk_part + idx * k,
 			       k * sizeof *res->agg_partials);
 			res->agg_errs[i] = sqrt(r->sk_err2[idx]);
