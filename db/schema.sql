@@ -2296,6 +2296,19 @@ CREATE FUNCTION public.round_seed2_banned(p_project bigint) RETURNS bigint[]
 $$;
 
 --
+-- Name: round_seed2_block(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_seed2_block(p_project bigint) RETURNS integer
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT least(1024, greatest(s.microbatches,
+                                ceil(p.target_batch::numeric / p.microbatch_size / 16)::integer))
+      FROM spot_policy s JOIN project p ON p.id = s.project_id
+     WHERE s.project_id = p_project
+$$;
+
+--
 -- Name: round_seed2_blocks_tile(bigint, integer, bigint, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2610,7 +2623,7 @@ BEGIN
       FROM project p WHERE p.id = p_project;
     PERFORM round_seed2_lock(p_project);
     v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
-    v_b := coalesce((spot_policy_of(p_project)).microbatches, 2);
+    v_b := coalesce(round_seed2_block(p_project), 2);
     v_k := round_seed2_k(p_project, p_version);
     UPDATE round SET seed2_checked_at = now() WHERE project_id = p_project AND version = p_version;
     IF v_k IS NULL THEN
@@ -4226,7 +4239,7 @@ CREATE FUNCTION public.spot_sketch_params(p_project bigint, p_version integer) R
     LANGUAGE sql STABLE
     AS $$
     SELECT jsonb_build_object('seed', spot_sketch_seed(p_project, p_version)::text, 'k', s.k,
-                              'block', s.microbatches)
+                              'block', round_seed2_block(p_project))
       FROM spot_policy s WHERE s.project_id = p_project
 $$;
 

@@ -53,14 +53,26 @@ LANGUAGE sql STABLE AS $$
       FROM project p WHERE p.id = p_project
 $$;
 
+-- The microbatches of a block whose gradient a host keeps for the check
+-- under a second seed (round_sketch_seed2.sql): the size of a check, or
+-- more where a round's target holds more than 16 checks' worth, so that a
+-- member keeps at most about 16 gradient copies a round plus one per work
+-- unit (blocks never span units), whatever the target; 1,024 at most (the
+-- client's CL_BLOCK_MAX).  A block check recomputes one block.
+CREATE OR REPLACE FUNCTION round_seed2_block(p_project bigint) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT least(1024, greatest(s.microbatches,
+                                ceil(p.target_batch::numeric / p.microbatch_size / 16)::integer))
+      FROM spot_policy s JOIN project p ON p.id = s.project_id
+     WHERE s.project_id = p_project
+$$;
+
 -- What a work unit tells its host to sketch: {"seed", "k", "block"}, or
--- NULL when the project is not checked.  "block": the microbatches of a
--- block whose gradient the host keeps for the check under a second seed
--- (round_sketch_seed2.sql), the size of a check.
+-- NULL when the project is not checked.  "block": round_seed2_block.
 CREATE OR REPLACE FUNCTION spot_sketch_params(p_project bigint, p_version integer) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object('seed', spot_sketch_seed(p_project, p_version)::text, 'k', s.k,
-                              'block', s.microbatches)
+                              'block', round_seed2_block(p_project))
       FROM spot_policy s WHERE s.project_id = p_project
 $$;
 
