@@ -24,7 +24,7 @@
  * --steps counts rounds then.  Two initial values that the model's own
  * initialisation does not take, to measure them before changing it:
  * --pos-init sin overwrites the position embeddings with sinusoids (the
- * Transformer's, base 10000) scaled to standard deviation 0.02, and
+ * Transformer's, base 10000) scaled to root mean square 0.02, and
  * --unigram-bias 1 sets the MLM output bias to the training ids' log
  * frequencies (add-one, centred), so the model starts at the unigram.
  * --dump-ids FILE writes the encoded ids (int32, host order) and exits, for
@@ -277,7 +277,7 @@ int main(int argc, char **argv)
 		    (top < 0 || freq[t] > freq[top]))
 			top = t;
 	if (!strcmp(pos_init, "sin")) {
-		/* pairs (sin, cos) of p / 10000^(2i/E), scaled to std 0.02 */
+		/* pairs (sin, cos) of p / 10000^(2i/E), scaled to root mean square 0.02 */
 		float *P = m->params + view_named(m, "emb.position")->offset;
 		double ss = 0;
 		for (int p = 0; p < T; p++)
