@@ -11,7 +11,8 @@ initialisation or a diagnostic in a minute before building it in C.
 
 spec: the special ids that --dump-ids prints.  Keys (defaults in brackets):
 V [2000] T [32] H [128] E [128] L [2] F [512] B [8] steps [3000] every [500]
-opt adamw|lamb [adamw] lr [1e-3] warm [200] sopw [1] (SOP loss weight);
+opt adamw|lamb [adamw] lr [1e-3] eps [1e-6] (AdamW's) warm [200] sopw [1] (SOP loss
+weight);
 initial values: pos normal|sin [normal] posstd [0.02], wordstd, ubias=1 (MLM
 output bias = the training ids' log frequencies), mim=S (query and key
 weights one shared random matrix times S, "mimetic"), loc=C (sinusoidal
@@ -212,7 +213,8 @@ m = Model()
 if a.get("opt", "adamw") == "lamb":
     opt = Lamb(m.parameters(), lr)
 else:
-    opt = torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
+    opt = torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, 0.98),
+                            eps=float(a.get("eps", 1e-6)), weight_decay=0.01)
 
 
 def lr_at(s):
