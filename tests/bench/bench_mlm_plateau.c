@@ -7,7 +7,8 @@
  *       [--d-embed E] [--layers L] [--heads NH] [--d-ff F] [--opt adamw|lamb]
  *       [--lr X] [--warmup W] [--steps N] [--batch B] [--clients C]
  *       [--inner K] [--outer-lr X] [--outer-momentum M] [--eval-every N]
- *       [--threads N]
+ *       [--threads N] [--pos-init normal|sin] [--unigram-bias 0|1]
+ *       [--dump-ids FILE]
  *
  * Trains a lowercasing Unigram tokenizer of N pieces on FILE's lines (as
  * `cotrain-admin dataset tokenizer train --normalize nfkc,lowercase`),
@@ -20,7 +21,14 @@
  * moments that start at zero, at the round's learning rate, and the round
  * takes the outer step (kern_opt_outer_step) on their mean pseudo-gradient:
  * outer lr X (1), momentum M (0: plain averaging; Nesterov when above 0);
- * --steps counts rounds then.  Every --eval-every steps (rounds) it prints one line
+ * --steps counts rounds then.  Two initial values that the model's own
+ * initialisation does not take, to measure them before changing it:
+ * --pos-init sin overwrites the position embeddings with sinusoids (the
+ * Transformer's, base 10000) scaled to root mean square 0.02, and
+ * --unigram-bias 1 sets the MLM output bias to the training ids' log
+ * frequencies (add-one, centred), so the model starts at the unigram.
+ * --dump-ids FILE writes the encoded ids (int32, host order) and exits, for
+ * bench_mlm_plateau_torch.py.  Every --eval-every steps (rounds) it prints one line
  *
  *   step S samples N loss L heldout_acc A heldout_loss X unigram_acc U mask_acc M
  *
@@ -45,6 +53,17 @@
 #include <string.h>
 
 #define EVAL_SAMPLES 128
+
+/* The view of m named name; the bench's own layout is fixed, so a missing
+ * name is a programming error. */
+static const kern_view *view_named(const kern_model *m, const char *name)
+{
+	for (int i = 0; i < m->n_views; i++)
+		if (!strcmp(m->views[i].name, name))
+			return &m->views[i];
+	fprintf(stderr, "bench_mlm_plateau: no view %s\n", name);
+	exit(1);
+}
 
 static void die(const char *what, const cot_errbuf *eb)
 {
@@ -130,7 +149,8 @@ static void evaluate(kern_model *m, const int32_t *ids, size_t n_ids, int B, int
 int main(int argc, char **argv)
 {
 	kern_blas_reexec_if_needed(argc, argv);
-	const char *text_path = NULL, *opt = "adamw";
+	const char *text_path = NULL, *opt = "adamw", *pos_init = "normal", *dump = NULL;
+	int unigram_bias = 0;
 	int vocab = 4000, T = 64, H = 128, E = 64, L = 4, NH = 4, F = 512, steps = 500, B = 16, every = 50;
 	int threads = 1, clients = 1, inner = 1, warmup = 1;
 	double lr = 2e-3, outer_lr = 1, outer_mom = 0;
@@ -179,6 +199,12 @@ int main(int argc, char **argv)
 			every = atoi(v);
 		else if (!strcmp(a, "--threads"))
 			threads = atoi(v);
+		else if (!strcmp(a, "--pos-init"))
+			pos_init = v;
+		else if (!strcmp(a, "--unigram-bias"))
+			unigram_bias = atoi(v);
+		else if (!strcmp(a, "--dump-ids"))
+			dump = v;
 		else {
 			fprintf(stderr, "bench_mlm_plateau: unknown option %s (see the file's comment)\n", a);
 			return 2;
@@ -208,6 +234,15 @@ int main(int argc, char **argv)
 	if (spm_encode(sp, text, len, &ids, &n_ids, &eb))
 		die("encoding the text", &eb);
 	size_t n_eval = n_ids / 50, n_train = n_ids - n_eval;
+	if (dump) {
+		FILE *df = fopen(dump, "wb");
+		if (!df || fwrite(ids, sizeof *ids, n_ids, df) != n_ids || fclose(df))
+			die("writing the ids", NULL);
+		printf("# ids %zu mask %d cls %d sep %d pad %d unk %d\n", n_ids, spm_piece_id(sp, "[MASK]"),
+		       spm_piece_id(sp, "[CLS]"), spm_piece_id(sp, "[SEP]"), spm_piece_id(sp, "[PAD]"),
+		       spm_piece_id(sp, "[UNK]"));
+		return 0;
+	}
 
 	kern_config c;
 	kern_config_default(&c);
@@ -241,6 +276,31 @@ int main(int argc, char **argv)
 		if (t != c.cls_id && t != c.sep_id && t != c.mask_id && t != c.pad_id && t != c.unk_id &&
 		    (top < 0 || freq[t] > freq[top]))
 			top = t;
+	if (!strcmp(pos_init, "sin")) {
+		/* pairs (sin, cos) of p / 10000^(2i/E), scaled to root mean square 0.02 */
+		float *P = m->params + view_named(m, "emb.position")->offset;
+		double ss = 0;
+		for (int p = 0; p < T; p++)
+			for (int i = 0; i < E; i++) {
+				double ang = p / pow(10000.0, (double)(i / 2 * 2) / E);
+				P[(size_t)p * E + i] = (float)(i % 2 ? cos(ang) : sin(ang));
+				ss += (double)P[(size_t)p * E + i] * P[(size_t)p * E + i];
+			}
+		float scale = (float)(0.02 / sqrt(ss / ((double)T * E)));
+		for (size_t i = 0; i < (size_t)T * E; i++)
+			P[i] *= scale;
+	} else if (strcmp(pos_init, "normal")) {
+		fprintf(stderr, "bench_mlm_plateau: --pos-init is normal or sin\n");
+		return 2;
+	}
+	if (unigram_bias) {
+		float *b = m->params + view_named(m, "mlm.bias")->offset;
+		double mean = 0;
+		for (int t = 0; t < vocab; t++)
+			mean += log((double)(freq[t] + 1) / (double)(n_train + (size_t)vocab)) / vocab;
+		for (int t = 0; t < vocab; t++)
+			b[t] = (float)(log((double)(freq[t] + 1) / (double)(n_train + (size_t)vocab)) - mean);
+	}
 
 	kern_opt_config o;
 	kern_opt_default(&o, strcmp(opt, "lamb") ? KERN_OPT_ADAMW : KERN_OPT_LAMB);
