@@ -163,7 +163,10 @@ ok "$([ "$sent3" -ge 1 ] && echo 0 || echo 1)" "the lying peer did serve the joi
 
 # Every holder gone: the server is the fallback, piece by piece.  (The
 # joiner, which trained alone meanwhile, goes too: it may hold a newer one.)
-for c in 1 2 3 4; do eval "kill -9 \$CPID$c"; eval "wait \$CPID$c" 2>/dev/null; done
+for c in 1 2 3 4; do
+	eval "kill -9 \$CPID$c"; eval "wait \$CPID$c" 2>/dev/null
+	eval "CPIDS=\$(pids_without \"\$CPIDS\" \$CPID$c); CPID$c="
+done
 wait_for 60 settled
 SHA=$(cur_sha)
 mark=$(wc -l <"$T/server.log")

@@ -131,7 +131,10 @@ start_faulty() { # POINT:ACTION [--set...]
 	eval "FPID=\$CPID$N"
 }
 gone() { ! [ -e "/proc/$1" ] || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }   # dead, perhaps not reaped
-end_faulty() { kill -CONT "$FPID" 2>/dev/null; kill -9 "$FPID" 2>/dev/null; wait "$FPID" 2>/dev/null; }
+end_faulty() { # the fault may have ended it already (die)
+	kill_ours -CONT "$FPID"; kill_ours -9 "$FPID"; wait "$FPID" 2>/dev/null
+	CPIDS=$(pids_without "$CPIDS" "$FPID") FPID=
+}
 
 # What every scenario ends with: the model never forks, the stream is tiled
 # exactly, and the survivors commit the next version.

@@ -104,6 +104,7 @@ ok $([ "$n_sk" -ge 15 ] && echo 0 || echo 1) "the reports committed the sketches
 # The cheater, stopped as if detached: its open checks are settled
 # without it, from what it committed.
 kill "$CPID5" && wait "$CPID5" 2>/dev/null
+CPIDS=$(pids_without "$CPIDS" "$CPID5") CPID5=
 open_of_cheat() { sql "select count(*) from spot_check where host_id = $CHEAT and state = 'open'"; }
 before=$(open_of_cheat)
 settled() { [ "$(open_of_cheat)" -eq 0 ]; }
