@@ -17,6 +17,9 @@
 #   netns_exec NAME CMD...    run CMD inside NAME
 #   netns_bg NAME CMD...      run CMD inside NAME in the background; its pid in
 #                             NETNS_LAST_PID, and it is killed at cleanup
+#   netns_forget PID...       pids of netns_bg the caller killed and waited for:
+#                             cleanup leaves them alone (a reaped pid is free for
+#                             the kernel to give another run's process)
 #   netns_link A IFA B IFB    a veth pair: IFA inside A, IFB inside B, both up
 #   netns_addr NAME IF CIDR   add an address (e.g. 10.231.0.5/16) to IF in NAME
 #   netns_shape NAME IF MBIT [DELAY_MS]
@@ -112,6 +115,16 @@ netns_bg() {
 	_netns_pids="$_netns_pids $NETNS_LAST_PID"
 }
 
+netns_forget() {
+	_nf=
+	for _nfp in $_netns_pids; do case " $* " in *" $_nfp "*) ;; *) _nf="$_nf $_nfp" ;; esac; done
+	_netns_pids=$_nf
+}
+
+# netns__child PID: PID is a child of this shell not yet reaped (one that
+# exited on its own and was reaped is not signalled)
+netns__child() { [ "$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)" = "$$" ]; }
+
 netns_link() {
 	ip link add "$2" netns "$NETNS_PREFIX-$1" type veth peer name "$4" netns "$NETNS_PREFIX-$3" ||
 		return 1
@@ -178,7 +191,7 @@ netns__ours() {
 }
 
 netns_cleanup() {
-	for _p in $_netns_pids; do kill "$_p" 2>/dev/null; done
+	for _p in $_netns_pids; do netns__child "$_p" && kill "$_p" 2>/dev/null; done
 	for _ns in $(netns__ours); do
 		for _p in $(ip netns pids "$_ns" 2>/dev/null); do kill "$_p" 2>/dev/null; done
 	done

@@ -28,3 +28,28 @@ done_testing() {
 	[ "$_tap_failed" -eq 0 ]
 	exit $?
 }
+
+# Processes a test started: once one has exited and the shell has reaped
+# it (dash and bash reap any child as they wait for another), its number
+# is free, and the suite starts enough processes for numbers to come
+# round within minutes, so a late kill can reach another test's server.
+# A test signals only what it still knows to be running: it drops a
+# process it killed and waited for from its variables (pids_without), and
+# signals one that may have exited on its own through kill_ours.
+# ours PID: PID is a child of this shell not yet reaped (running, stopped,
+# or exited and not yet waited for)
+ours() { [ -n "$1" ] && [ "$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)" = "$$" ]; }
+# kill_ours [-SIGNAL] PID...: send SIGNAL (TERM) to each PID that is ours
+kill_ours() {
+	_ks=-TERM
+	case ${1:-} in -*) _ks=$1; shift ;; esac
+	for _kp; do ours "$_kp" && kill "$_ks" "$_kp" 2>/dev/null; done
+	return 0
+}
+# pids_without LIST PID...: LIST less each PID given
+pids_without() {
+	_pl=$1; shift
+	_pw=
+	for _pp in $_pl; do case " $* " in *" $_pp "*) ;; *) _pw="$_pw $_pp" ;; esac; done
+	echo "$_pw"
+}

@@ -87,9 +87,9 @@ cleanup() {
 	[ -n "$NFT" ] && link_restore
 	for i in 1 2 3 4 5 6; do
 		eval "p=\${CPID$i:-}"
-		[ -n "$p" ] && { kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; }
+		[ -n "$p" ] && { kill_ours -CONT "$p"; kill_ours -9 "$p"; wait "$p" 2>/dev/null; }
 	done
-	[ -n "$SPID" ] && kill -9 "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	[ -n "$SPID" ] && kill_ours -9 "$SPID" && wait "$SPID" 2>/dev/null
 	[ -n "$TMPFS" ] && umount "$TMPFS" 2>/dev/null
 	[ -f "$PGD/data/postmaster.pid" ] && pg_crash 2>/dev/null
 	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T and $PGD"; else rm -rf "$T" "$PGD"; fi
@@ -225,7 +225,7 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 	i=$(( 1 + R ))
 	case $kind in
 	0)
-		eval "kill -9 \$CPID$i; wait \$CPID$i 2>/dev/null"
+		eval "kill_ours -9 \$CPID$i; wait \$CPID$i 2>/dev/null; CPID$i="
 		down=$i n_kill=$((n_kill + 1))
 		diag "$(date +%T) client $i killed (-9)" ;;
 	1)
@@ -252,7 +252,7 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 			LPID=$!
 		fi
 		phase_wait "$ph" 30
-		kill -9 "$SPID"; wait "$SPID" 2>/dev/null
+		kill_ours -9 "$SPID"; wait "$SPID" 2>/dev/null; SPID=
 		if [ -n "$LPID" ]; then
 			sql "select count(pg_terminate_backend(pid)) from pg_stat_activity
 			  where datname = current_database() and pid <> pg_backend_pid()" >/dev/null
@@ -272,7 +272,7 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 		n_db=$((n_db + 1))
 		diag "$(date +%T) every database connection terminated" ;;
 	3)
-		eval "kill -STOP \$CPID$i"
+		eval "kill_ours -STOP \$CPID$i"
 		n_stop=$((n_stop + 1))
 		diag "$(date +%T) client $i suspended for longer than the round's timeouts"
 		sleep 22
@@ -342,12 +342,13 @@ fi
 # Every client stops on SIGTERM, whatever state the faults left it in (a
 # full disk held one spinning once, never to stop).
 stuck=
-gone() { _s=$(ps -o stat= -p "$1" 2>/dev/null); [ -z "$_s" ] || [ "${_s#Z}" != "$_s" ]; } # exited (a zombie until waited)
-for i in 1 2 3 4 5 6; do eval "p=\$CPID$i"; kill "$p" 2>/dev/null; done
+gone() { ! ours "$1" || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; } # exited (a zombie until waited)
+for i in 1 2 3 4 5 6; do eval "p=\$CPID$i"; kill_ours "$p"; done
 for i in 1 2 3 4 5 6; do
 	eval "p=\$CPID$i"
-	wait_for 30 gone "$p" || { stuck="$stuck $i"; kill -9 "$p" 2>/dev/null; }
+	wait_for 30 gone "$p" || { stuck="$stuck $i"; kill_ours -9 "$p"; }
 	wait "$p" 2>/dev/null
+	eval "CPID$i="
 done
 is "${stuck:-none}" none "every client stops within 30 s of SIGTERM"
 # The server that survived the faults, with every client gone: no file of
@@ -359,7 +360,7 @@ wait_for 10 no_conns
 nfd=$(ls "/proc/$SPID/fd" 2>/dev/null | wc -l)
 ok $([ "$nfd" -ge 1 ] && [ "$(srv_files)" = 0 ] && [ "$(srv_conns)" = 0 ]; echo $?) \
 	"the last server holds $nfd file descriptors, $(srv_files) of them files of its data folder, $(srv_conns) client connections"
-kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null
+kill_ours "$SPID"; wait "$SPID" 2>/dev/null
 SPID=
 is "$(ls -A "$T/tmp" | wc -l)" 0 "no temporary file or folder is left in the daemons' TMPDIR"
 # Uploads cut by a kill -9 leave their partial file in the file store's

@@ -13,9 +13,9 @@ command -v python3 >/dev/null 2>&1 && PY=python3 || PY=
 T=$(mktemp -d /tmp/cotrain-client-XXXXXX)
 SPID= CPID= FPID=
 cleanup() {
-	[ -n "$FPID" ] && kill "$FPID" 2>/dev/null && wait "$FPID" 2>/dev/null
-	[ -n "$CPID" ] && kill -9 "$CPID" 2>/dev/null
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	[ -n "$FPID" ] && kill_ours "$FPID" && wait "$FPID" 2>/dev/null
+	[ -n "$CPID" ] && kill_ours -9 "$CPID"
+	[ -n "$SPID" ] && kill_ours "$SPID" && wait "$SPID" 2>/dev/null
 	[ -n "$KEEP_LOGS" ] && echo "# logs kept in $T" || rm -rf "$T"
 }
 trap cleanup EXIT INT TERM

@@ -19,8 +19,8 @@ fi
 T=$(mktemp -d /tmp/cotrain-faults-XXXXXX)
 FPID= CPID=
 cleanup() {
-	[ -n "$CPID" ] && kill -9 "$CPID" 2>/dev/null
-	[ -n "$FPID" ] && kill "$FPID" 2>/dev/null && wait "$FPID" 2>/dev/null
+	[ -n "$CPID" ] && kill_ours -9 "$CPID"
+	[ -n "$FPID" ] && kill_ours "$FPID" && wait "$FPID" 2>/dev/null
 	[ -n "$COTRAIN_IN_MNTNS" ] && { umount "$T/cl" 2>/dev/null; umount "$T/cl" 2>/dev/null; }
 	rm -rf "$T"
 }

@@ -11,8 +11,8 @@ B=$top_builddir
 T=$(mktemp -d /tmp/cotrain-throttle-XXXXXX)
 SPID= CPID=
 cleanup() {
-	[ -n "$CPID" ] && kill -9 "$CPID" 2>/dev/null
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	[ -n "$CPID" ] && kill_ours -9 "$CPID"
+	[ -n "$SPID" ] && kill_ours "$SPID" && wait "$SPID" 2>/dev/null
 	rm -rf "$T"
 }
 trap cleanup EXIT INT TERM

@@ -21,10 +21,10 @@ B=$top_builddir
 T=$(mktemp -d /tmp/cotrain-multi-XXXXXX)
 SPIDS= CPIDS= LBPID=
 cleanup() {
-	for p in $CPIDS; do kill -9 "$p" 2>/dev/null; done
+	for p in $CPIDS; do kill_ours -9 "$p"; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	for p in $SPIDS; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-	[ -n "$LBPID" ] && kill "$LBPID" 2>/dev/null && wait "$LBPID" 2>/dev/null
+	for p in $SPIDS; do kill_ours "$p" && wait "$p" 2>/dev/null; done
+	[ -n "$LBPID" ] && kill_ours "$LBPID" && wait "$LBPID" 2>/dev/null
 	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT INT TERM
@@ -116,7 +116,7 @@ wait_for 180 mid_round && kill -9 "$HPID"
 ok $? "the coordinator's process ($HOLDER) killed while round ${KV:-?} was ${KS:-never caught mid-round}"
 t0=$(now)
 wait "$HPID" 2>/dev/null
-SPIDS=$(echo "$SPIDS" | sed "s/ $HPID//")
+SPIDS=$(pids_without "$SPIDS" "$HPID")
 wait_for 30 grep -q 'round coordinator duty taken' "$T/$OTHER.log"
 took=$?
 dt=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
@@ -133,7 +133,7 @@ ok $? "round $KV commits after the takeover (version $(version), attempt $(sql "
 wait_for 180 version_at_least $((KV + 5))
 ok $? "the run goes on on the survivor alone (version $(version))"
 V=$(version)
-for p in $CPIDS; do kill "$p" 2>/dev/null; done
+for p in $CPIDS; do kill_ours "$p"; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done
 CPIDS=
 

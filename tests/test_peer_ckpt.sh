@@ -23,9 +23,9 @@ B=$top_builddir
 T=$(mktemp -d /tmp/cotrain-peerckpt-XXXXXX)
 SPID= CPIDS=
 cleanup() {
-	for p in $CPIDS; do kill -9 "$p" 2>/dev/null; done
+	for p in $CPIDS; do kill_ours -9 "$p"; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	[ -n "$SPID" ] && kill_ours "$SPID" && wait "$SPID" 2>/dev/null
 	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT INT TERM
@@ -163,7 +163,10 @@ ok "$([ "$sent3" -ge 1 ] && echo 0 || echo 1)" "the lying peer did serve the joi
 
 # Every holder gone: the server is the fallback, piece by piece.  (The
 # joiner, which trained alone meanwhile, goes too: it may hold a newer one.)
-for c in 1 2 3 4; do eval "kill -9 \$CPID$c"; eval "wait \$CPID$c" 2>/dev/null; done
+for c in 1 2 3 4; do
+	eval "kill -9 \$CPID$c"; eval "wait \$CPID$c" 2>/dev/null
+	eval "CPIDS=\$(pids_without \"\$CPIDS\" \$CPID$c); CPID$c="
+done
 wait_for 60 settled
 SHA=$(cur_sha)
 mark=$(wc -l <"$T/server.log")

@@ -56,9 +56,9 @@ ENC=$(case $MODE in encoder | subword) echo 1 ;; *) echo 0 ;; esac)
 T=$(mktemp -d /tmp/cotrain-rounds-XXXXXX)
 SPID= CPIDS=
 cleanup() {
-	for p in $CPIDS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+	for p in $CPIDS; do kill_ours -CONT "$p"; kill_ours -9 "$p"; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	[ -n "$SPID" ] && kill_ours "$SPID" && wait "$SPID" 2>/dev/null
 	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT INT TERM
@@ -174,7 +174,7 @@ if [ "$MODE" = groups ]; then
 	grep -q "reached us by direct" "$T"/client*.log
 	ok $? "peers met through the NAT service and dialed each other directly"
 	V=$(version)
-	for p in $CPIDS; do kill "$p" 2>/dev/null; done
+	for p in $CPIDS; do kill_ours "$p"; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
 	CPIDS=
 elif [ "$MODE" = xgroup ]; then
@@ -227,6 +227,7 @@ elif [ "$MODE" = xgroup ]; then
 	# server still gets only its hash and a checkpoint.  A target two
 	# peers can fill (a gradient sums at most 256 units).
 	for i in 3 4 5 6 7 8; do eval "kill \$CPID$i"; done
+	for i in 3 4 5 6 7 8; do eval "wait \$CPID$i 2>/dev/null; CPIDS=\$(pids_without \"\$CPIDS\" \$CPID$i); CPID$i="; done
 	sql "update project set target_batch = 192 where name = 'tiny'" >/dev/null
 	one_group() { [ "$(sql "select count(*) from round where state = 'committed' and n_groups = 1 and cross_peers")" -ge 1 ]; }
 	wait_for 300 one_group
@@ -235,7 +236,7 @@ elif [ "$MODE" = xgroup ]; then
 	ok "$(one_group && [ "$gb" = 0 ]; echo $?)" \
 		"two peers left commit a round of one group with no gradient to the server ($gb bytes; groups a round: $(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'"))"
 	V=$(version)
-	for p in $CPIDS; do kill "$p" 2>/dev/null; done
+	for p in $CPIDS; do kill_ours "$p"; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
 	CPIDS=
 elif [ "$ENC" = 1 ]; then
@@ -244,7 +245,7 @@ elif [ "$ENC" = 1 ]; then
 	wait_for 300 version_at_least 3
 	ok $? "three clients commit three rounds of the ALBERT together (version $(version))"
 	V=$(version)
-	for p in $CPIDS; do kill "$p" 2>/dev/null; done
+	for p in $CPIDS; do kill_ours "$p"; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
 	CPIDS=
 else
@@ -307,6 +308,7 @@ path= SV= SA=
 if wait_for 120 averaging_at "$H4" && kill -9 "$CPID4"; then
 	SA=$(attempt_of "$SV")
 	wait "$CPID4" 2>/dev/null
+	CPIDS=$(pids_without "$CPIDS" "$CPID4") CPID4=
 	wait_for 120 committed_sv
 	path=$(round_path "$H4")
 fi
@@ -376,7 +378,7 @@ spot_checked() { [ "$(sql "select count(*) from spot_check where state = 'agreed
 	[ "$(sql "select count(distinct version) from credit_grant where kind = 'round' and status = 'granted'")" -ge 2 ]; }
 wait_for 120 spot_checked
 V=$(version)
-for p in $CPIDS; do kill "$p" 2>/dev/null; done
+for p in $CPIDS; do kill_ours "$p"; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done
 CPIDS=
 

@@ -27,9 +27,9 @@ B=$top_builddir
 T=$(mktemp -d /tmp/cotrain-faults-XXXXXX)
 SPID= CPIDS=
 cleanup() {
-	for p in $CPIDS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+	for p in $CPIDS; do kill_ours -CONT "$p"; kill_ours -9 "$p"; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	[ -n "$SPID" ] && kill_ours "$SPID" && wait "$SPID" 2>/dev/null
 	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT INT TERM
@@ -131,7 +131,10 @@ start_faulty() { # POINT:ACTION [--set...]
 	eval "FPID=\$CPID$N"
 }
 gone() { ! [ -e "/proc/$1" ] || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }   # dead, perhaps not reaped
-end_faulty() { kill -CONT "$FPID" 2>/dev/null; kill -9 "$FPID" 2>/dev/null; wait "$FPID" 2>/dev/null; }
+end_faulty() { # the fault may have ended it already (die)
+	kill_ours -CONT "$FPID"; kill_ours -9 "$FPID"; wait "$FPID" 2>/dev/null
+	CPIDS=$(pids_without "$CPIDS" "$FPID") FPID=
+}
 
 # What every scenario ends with: the model never forks, the stream is tiled
 # exactly, and the survivors commit the next version.

@@ -23,9 +23,9 @@ B=$top_builddir
 T=$(mktemp -d /tmp/cotrain-local-XXXXXX)
 SPID= CPIDS=
 cleanup() {
-	for p in $CPIDS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+	for p in $CPIDS; do kill_ours -CONT "$p"; kill_ours -9 "$p"; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	[ -n "$SPID" ] && kill_ours "$SPID" && wait "$SPID" 2>/dev/null
 	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT INT TERM

@@ -26,9 +26,9 @@ B=$top_builddir
 T=$(mktemp -d /tmp/cotrain-sketch-XXXXXX)
 SPID= CPIDS=
 cleanup() {
-	for p in $CPIDS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+	for p in $CPIDS; do kill_ours -CONT "$p"; kill_ours -9 "$p"; done
 	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	[ -n "$SPID" ] && kill_ours "$SPID" && wait "$SPID" 2>/dev/null
 	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT INT TERM
@@ -104,6 +104,7 @@ ok $([ "$n_sk" -ge 15 ] && echo 0 || echo 1) "the reports committed the sketches
 # The cheater, stopped as if detached: its open checks are settled
 # without it, from what it committed.
 kill "$CPID5" && wait "$CPID5" 2>/dev/null
+CPIDS=$(pids_without "$CPIDS" "$CPID5") CPID5=
 open_of_cheat() { sql "select count(*) from spot_check where host_id = $CHEAT and state = 'open'"; }
 before=$(open_of_cheat)
 settled() { [ "$(open_of_cheat)" -eq 0 ]; }

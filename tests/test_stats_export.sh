@@ -30,7 +30,7 @@ command -v xmllint >/dev/null 2>&1 || skip_all "xmllint not found (Debian packag
 T=$(mktemp -d /tmp/cot-stats-XXXXXX)
 spid=
 cleanup() {
-	[ -n "$spid" ] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null
+	[ -n "$spid" ] && kill_ours "$spid" && wait "$spid" 2>/dev/null
 	rm -rf "$T"
 }
 trap cleanup EXIT INT TERM

@@ -11,7 +11,7 @@ command -v curl >/dev/null 2>&1 || skip_all "curl not found"
 T=$(mktemp -d /tmp/cotrain-signup-XXXXXX)
 SPID=
 cleanup() {
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
+	[ -n "$SPID" ] && kill_ours "$SPID" && wait "$SPID" 2>/dev/null
 	rm -rf "$T"
 }
 trap cleanup EXIT INT TERM

@@ -92,11 +92,12 @@ ar_run() {
 		_pids="$_pids $NETNS_LAST_PID"
 		_i=$((_i + 1))
 	done
-	for _p in $_pids; do wait "$_p"; done
+	for _p in $_pids; do wait "$_p"; netns_forget "$_p"; done
 	if [ -n "$_sampler" ]; then
 		sleep 0.3   # a sample after the end
 		kill "$_sampler" 2>/dev/null
 		wait "$_sampler" 2>/dev/null
+		netns_forget "$_sampler"
 	fi
 	cat "$AR_DIR"/out.* >"$_f.out"
 	AR_CPU_S=$(awk '$1 == "cpu" {s += $6 + $8} END {printf "%.2f", s / 1000}' "$_f.out")

@@ -85,6 +85,7 @@ sink=$NETNS_LAST_PID
 sleep 0.3
 netns_exec "m$a" "$BIN" --tcp-source "$(netns_ip $b)" 5201 "$mb" || exit 1
 wait "$sink"
+netns_forget "$sink"
 tcp=$(awk '{print $6}' "$DIR/tcp.out")
 printf "plain TCP over a shaped %s Mbit/s link: %s Mbit/s, efficiency %.3f\n" "$rmin" "$tcp" \
 	"$(awk -v t="$tcp" -v r="$rmin" 'BEGIN {print t / r}')"

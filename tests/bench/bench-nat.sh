@@ -111,6 +111,7 @@ awk -v p="${punch:-0}" -v r="${relay:-0}" -v m="$MBIT" 'BEGIN {
 # The all-reduce of real rounds: punched (direct) paths against the relay.
 kill "$BSPID" 2>/dev/null
 wait "$BSPID" 2>/dev/null
+netns_forget "$BSPID"
 NR_MODEL='{"n_layer": 4, "n_shared": 4, "n_head": 4, "d_model": 256, "d_ff": 1024, "seq_len": 16, "vocab": 256}'
 NR_TARGET=1024 NR_WU_MAX=32
 # nat_seed chose its own ids: the sequences go past them.

@@ -95,6 +95,7 @@ nr_restart() {
 	kill "$_p" 2>/dev/null
 	wait "$_p" 2>/dev/null
 	NR_PIDS=$(echo " $NR_PIDS " | sed "s/ $_p / /")
+	netns_forget "$_p"
 	nr_daemon "$@"
 }
 
@@ -213,6 +214,7 @@ NFT
 nr_stop_clients() {
 	for _p in $NR_PIDS; do kill "$_p" 2>/dev/null; done
 	for _p in $NR_PIDS; do wait "$_p" 2>/dev/null; done
+	for _p in $NR_PIDS; do netns_forget "$_p"; done
 	NR_PIDS=
 }
 
