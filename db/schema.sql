@@ -3191,6 +3191,43 @@ END
 $$;
 
 --
+-- Name: sched_round_watch(bytea, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.sched_round_watch(p_token_hash bytea, p_wu bigint) RETURNS TABLE(status integer, body text)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_host bigint;
+    w      record;
+    b      jsonb;
+    n      jsonb;
+BEGIN
+    v_host := host_auth(p_token_hash);
+    IF v_host IS NULL THEN
+        RETURN QUERY SELECT 401, api_error('unauthorized', 'host token is not valid',
+                                          'Register the host again to get a new token.');
+        RETURN;
+    END IF;
+    SELECT wu.host_id, wu.project_id, wu.version, wu.state INTO w FROM work_unit wu WHERE wu.id = p_wu;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 404, api_error('not_found', format('work unit %s does not exist', p_wu));
+        RETURN;
+    END IF;
+    IF w.host_id <> v_host THEN
+        RETURN QUERY SELECT 403, api_error('forbidden', format('work unit %s belongs to another host', p_wu));
+        RETURN;
+    END IF;
+    b := jsonb_build_object('work_unit_id', p_wu, 'state', w.state, 'version', w.version);
+    n := round_note(w.project_id, w.version);
+    IF n IS NOT NULL THEN
+        b := b || jsonb_build_object('round', n);
+    END IF;
+    RETURN QUERY SELECT 200, b::text;
+END
+$$;
+
+--
 -- Name: sched_shards(bigint, bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 

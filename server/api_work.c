@@ -134,3 +134,54 @@ void api_work_heartbeat(http_req *req) { report(req, &st_heartbeat, true); }
 void api_work_handback(http_req *req) { report(req, &st_handback, true); }
 
 void api_work_finish(http_req *req) { report(req, &st_finish, false); }
+
+static const dbc_stmt st_round_watch = { "sched_round_watch",
+	                                 "SELECT status, body FROM sched_round_watch($1::bytea, $2)", 2 };
+
+/* Does the close notice (JSON text) say the host may go on computing: its
+ * unit live, its round open? */
+static bool still_computing(const char *body, size_t len)
+{
+	json_t *j = json_loadb(body, len, 0, NULL);
+	const char *st = json_string_value(json_object_get(j, "state"));
+	bool on = st && strcmp(st, "live") == 0 && !json_object_get(j, "round");
+	json_decref(j);
+	return on;
+}
+
+/* The close notice of a work unit (doc/api.md, "GET /v1/workunits/{id}/round").
+ * With wait=S (at most WORK_WAIT_MAX) it is held while the unit is live and
+ * its round open: the close wakes every held request (a heartbeat, finish
+ * or hand-back answer that carries "round", the coordinator's straggler
+ * close through its watch), so a computing host hears of the close at once
+ * instead of at its next heartbeat.  Read-only: one SELECT a look. */
+void api_work_round_watch(http_req *req)
+{
+	long long wu, wait = 0;
+	char hp[API_HASH_PARAM_LEN];
+	if (!api_path_id(req, 0, "work unit", &wu) || !api_bearer(req, hp) ||
+	    !api_query_int(req, "wait", 0, WORK_WAIT_MAX, &wait))
+		return;
+	if (wait > 0 && req->hold_until == 0)
+		req->hold_until = http_now() + (double)wait;
+	const char *params[] = { hp, req->params[0] };
+	for (int look = 0;; look++) {
+		unsigned long gen = http_wake_gen();
+		PGresult *r = api_exec(req, &st_round_watch, params, NULL);
+		if (!r)
+			return;
+		if (wait > 0 && PQntuples(r) == 1 && PQnfields(r) == 2 && atoi(PQgetvalue(r, 0, 0)) == 200 &&
+		    still_computing(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1))) {
+			api_poll t = api_long_poll(req, gen, look);
+			if (t != API_POLL_ANSWER) {
+				PQclear(r);
+				if (t == API_POLL_HELD)
+					return;
+				continue;
+			}
+		}
+		api_relay_result(req, r);
+		PQclear(r);
+		return;
+	}
+}
