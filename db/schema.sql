@@ -1165,10 +1165,11 @@ $$;
 CREATE FUNCTION public.round_checkpoint_uploader(p_project bigint, p_version integer) RETURNS bigint
     LANGUAGE sql STABLE
     AS $$
-    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version)
+    WITH m AS MATERIALIZED (SELECT round_cross_majority(p_project, p_version) AS sha)
+    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version), m
      WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
        AND r.state = 'averaging' AND r.gradient_sha256 IS NOT NULL AND r.checkpoint_sha256 IS NULL
-       AND rm.included AND rm.params_sha256 = round_cross_majority(p_project, p_version)
+       AND rm.included AND rm.params_sha256 = m.sha
 $$;
 
 --
@@ -1815,6 +1816,7 @@ DECLARE
     ro record;
     m  record;
     b  jsonb;
+    v_uploader bigint;
 BEGIN
     SELECT * INTO ro FROM round WHERE project_id = p_project AND version = p_version;
     SELECT * INTO m FROM round_member
@@ -1841,11 +1843,13 @@ BEGIN
     END IF;
     -- Across groups between the peers, v+1 comes from a peer
     -- (round_cross.sql): this one is to upload it.
-    IF ro.cross_peers AND m.outcome = 'ok'
-       AND round_checkpoint_uploader(p_project, p_version) = p_host THEN
+    IF ro.cross_peers THEN
+        v_uploader := round_checkpoint_uploader(p_project, p_version);
+    END IF;
+    IF ro.cross_peers AND m.outcome = 'ok' AND v_uploader = p_host THEN
         b := b || jsonb_build_object('checkpoint_upload', true);
     END IF;
-    IF ro.cross_peers AND round_checkpoint_uploader(p_project, p_version) IS NOT NULL THEN
+    IF ro.cross_peers AND v_uploader IS NOT NULL THEN
         b := b || jsonb_build_object('checkpoint_due', true); -- wakes the uploader's long poll
     END IF;
     RETURN b::text;

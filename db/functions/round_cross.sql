@@ -109,12 +109,15 @@ $$;
 -- a cross_peers round averaging, whose groups agreed on the mean and whose
 -- v+1 is not in yet, the lowest host id holding the majority's parameters
 -- (round_cross_majority); else NULL.
+-- The majority is computed once, not once per member (a thousand members
+-- made that a million rows a call, and every outcome calls it).
 CREATE OR REPLACE FUNCTION round_checkpoint_uploader(p_project bigint, p_version integer) RETURNS bigint
 LANGUAGE sql STABLE AS $$
-    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version)
+    WITH m AS MATERIALIZED (SELECT round_cross_majority(p_project, p_version) AS sha)
+    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version), m
      WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
        AND r.state = 'averaging' AND r.gradient_sha256 IS NOT NULL AND r.checkpoint_sha256 IS NULL
-       AND rm.included AND rm.params_sha256 = round_cross_majority(p_project, p_version)
+       AND rm.included AND rm.params_sha256 = m.sha
 $$;
 
 -- Before a checkpoint upload's bytes are read: may host p_host upload v+1
