@@ -48,6 +48,8 @@ BEGIN
                    sum(greatest(rm.bandwidth, 1)::numeric) OVER (PARTITION BY s.idx) AS total
               FROM s JOIN round_member rm
                 ON rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+               AND rm.lo < m.hi AND rm.hi > m.lo -- only those overlapping our range: a
+                                                 -- thousand members' join stays small
                AND rm.lo <= s.lo AND rm.hi >= s.hi
              WHERE s.hi IS NOT NULL AND s.lo >= m.lo AND s.hi <= m.hi
             WINDOW w AS (PARTITION BY s.idx ORDER BY rm.host_id))

@@ -24,8 +24,9 @@
  * simhosts_step.h), and the peer the server asks uploads that checkpoint.
  *
  * While computing, a host long-polls its unit's close notice (GET
- * /v1/workunits/{id}/round?wait=S, as cotrain-client's watcher does), so it
- * hears of the close at once; with --no-close-watch it is an older client
+ * /v1/workunits/{id}/round?wait=S) on a new connection each time, as
+ * cotrain-client's watcher thread does (it makes a new connection for every
+ * call), so it hears of the close at once; with --no-close-watch it is an older client
  * that hears of it only in its next heartbeat or finish answer.
  *
  * Churn: --ramp spreads the first hosts' starts over S seconds; --join N
@@ -71,6 +72,7 @@ typedef struct {
 	double speed; /* microbatches per second */
 	uint64_t rng;
 	sim_http http;
+	sim_http notice;   /* the close notice's own connections (cotrain-client's watcher thread) */
 	long long version; /* of the held units */
 	sim_unit units[MAX_UNITS];
 	int n_units;
@@ -435,7 +437,7 @@ static int compute(sim_host *h, sim_unit *u, int hb_interval)
 		if (h->watch && wait >= 1) {
 			json_t *a = NULL;
 			snprintf(path, sizeof path, "/v1/workunits/%lld/round?wait=%d", u->id, (int)wait);
-			long st = sim_http_call(&h->http, "GET", path, NULL, NULL, 0, (long)wait + 30,
+			long st = sim_http_call(&h->notice, "GET", path, NULL, NULL, 0, (long)wait + 30,
 			                        SIM_CALL_LONGPOLL, &a);
 			const char *ust = json_string_value(json_object_get(a, "state"));
 			int closing = st == 200 && strcmp(round_state(a), "") != 0;
@@ -495,8 +497,9 @@ static void *host_main(void *arg)
 {
 	sim_host *h = arg;
 	char path[256];
-	if (!(h->http.curl = curl_easy_init()) || register_host(h))
+	if (!(h->http.curl = curl_easy_init()) || !(h->notice.curl = curl_easy_init()) || register_host(h))
 		goto out;
+	h->notice.bearer = h->token;
 	json_t *wb = json_pack("{s:I}", "host_id", (json_int_t)h->host_id);
 	snprintf(path, sizeof path, "/v1/projects/%s/work?wait=%d", opt_project, POLL_S);
 	while (!should_stop()) {
@@ -712,8 +715,9 @@ int main(int argc, char **argv)
 		h->speed = opt_speed * exp(opt_spread * g);
 		h->version = -1;
 		h->watch = !opt_no_watch;
-		h->http.base = urls[i % n_urls];
-		h->http.lat = lat_file;
+		h->http.base = h->notice.base = urls[i % n_urls];
+		h->http.lat = h->notice.lat = lat_file;
+		h->notice.fresh = 1;
 		/* The first hosts over --ramp, the joiners over the run's middle. */
 		double at = i < opt_hosts ? opt_ramp * i / opt_hosts
 		                          : opt_ramp + (opt_seconds / 2) * (i - opt_hosts) /
@@ -734,9 +738,11 @@ int main(int argc, char **argv)
 		pthread_join(hosts[i].thread, NULL);
 	double bytes = 0;
 	for (int i = 0; i < started; i++) {
-		bytes += hosts[i].http.bytes;
+		bytes += hosts[i].http.bytes + hosts[i].notice.bytes;
 		if (hosts[i].http.curl)
 			curl_easy_cleanup(hosts[i].http.curl);
+		if (hosts[i].notice.curl)
+			curl_easy_cleanup(hosts[i].notice.curl);
 	}
 	printf("hosts=%d assignments=%ld errors=%ld left=%ld died=%ld bytes=%.0f seconds=%.1f\n", started,
 	       atomic_load(&n_assign), atomic_load(&n_errors), atomic_load(&n_left), atomic_load(&n_died),
