@@ -5,6 +5,7 @@
  * file only checks the request's shape. */
 #include "server/api.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,46 @@ static const dbc_stmt st_handback = { "sched_handback",
 static const dbc_stmt st_finish = { "sched_finish",
 	                            "SELECT status, body FROM sched_finish($1::bytea, $2, $3)", 3 };
 
+/* Should an answer that carries "round" (a close: JSON text) wake the held
+ * long polls?  Every heartbeat, finish and hand-back of the round's units
+ * carries it from the close on, and each wake makes every held request look
+ * again (a thousand hosts' answers, a thousand held plan polls: a million
+ * looks).  So a round's state wakes them once a second at most in this
+ * process; a state seen meanwhile in another project with the same version
+ * and attempt is still woken within the coordinator's watch (250 ms). */
+static bool close_news(const char *body, size_t len)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static char last[8][64];
+	static double at[8];
+	json_t *j = json_loadb(body, len, 0, NULL);
+	const json_t *r = json_object_get(j, "round");
+	const char *st = json_string_value(json_object_get(r, "state"));
+	char key[64];
+	snprintf(key, sizeof key, "%s:%lld:%lld", st ? st : "",
+	         (long long)json_integer_value(json_object_get(r, "version")),
+	         (long long)json_integer_value(json_object_get(r, "attempt")));
+	json_decref(j);
+	if (!r)
+		return false;
+	double now = http_now();
+	bool news = true;
+	int oldest = 0;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < 8; i++) {
+		if (strcmp(last[i], key) == 0 && now - at[i] < 1.0)
+			news = false;
+		if (at[i] < at[oldest])
+			oldest = i;
+	}
+	if (news) {
+		snprintf(last[oldest], sizeof last[oldest], "%s", key);
+		at[oldest] = now;
+	}
+	pthread_mutex_unlock(&mu);
+	return news;
+}
+
 /* Shared by the three: token, work unit id, body with mb_done (required
  * unless it is finish, which may leave out the body) and samples_per_sec
  * (optional; heartbeat and finish keep it). */
@@ -125,7 +166,7 @@ static void report(http_req *req, const dbc_stmt *stmt, bool want_mb_done)
 	 * means the round closed (or is no longer open): held work requests
 	 * and plan polls look again. */
 	if (api_relay_result(req, r) == 200 &&
-	    (stmt == &st_handback || strstr(PQgetvalue(r, 0, 1), "\"round\"")))
+	    (stmt == &st_handback || close_news(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1))))
 		http_wake_held();
 	PQclear(r);
 }
