@@ -127,7 +127,7 @@ static int acc_find(const cl_round_acc *a, int64_t id)
 
 /* Remember what an answer's "round" says (lock held): when the round of
  * the version our gradient is for is no longer open, take part in it. */
-static void note_round(cl_daemon *d, int i, const json_t *answer)
+void cl_daemon_note_round(cl_daemon *d, int i, const json_t *answer)
 {
 	const json_t *r = json_object_get(answer, "round");
 	const char *st = NULL;
@@ -306,7 +306,7 @@ static cot_err send_report(cl_daemon *d, int i, cl_report_op op, int64_t mb)
 		return COT_OK;
 	}
 	if (answer) {
-		note_round(d, i, answer);
+		cl_daemon_note_round(d, i, answer);
 		/* A heartbeat moves the deadline (doc/api.md): take the server's,
 		 * translated to our clock through its Date header. */
 		const char *dl = NULL;
@@ -545,7 +545,7 @@ static void get_work(cl_daemon *d, int i)
 		free(w);
 		long long after = 10;
 		cot_json_int(refusal, "retry_after", false, 1, 3600, &after, NULL);
-		note_round(d, i, refusal);
+		cl_daemon_note_round(d, i, refusal);
 		int full = json_is_true(json_object_get(json_object_get(refusal, "round"), "full"));
 		json_decref(refusal);
 		if (!d->rt[i].round_due) {

@@ -57,6 +57,7 @@ typedef struct {
 	char network[200];       /* how the NAT service sees us (cl_peer_network), for status */
 	char links[600];         /* the last round's connections (cl_links_summary), for status */
 	int round_running;       /* a round thread owns the session, the peer and the live unit */
+	int close_watch_off;     /* the server has no close notice (client/close_watch.h) */
 	double last_report;      /* monotonic seconds */
 	double last_account_check;
 	double next_spot_at;      /* monotonic seconds of the next spot-check pass */
@@ -146,6 +147,12 @@ void cl_daemon_round(cl_daemon *d, int i);
  * piece server (started on first use; client/piece_server.h) until the
  * next round or prefetch takes them (cl_piece_server_detach).  Lock held. */
 void cl_daemon_pieces_lend(cl_daemon *d, int i);
+
+/* Take note of the "round" an answer about project i's work carries (a
+ * heartbeat's, a finish's, a refusal's, the close notice's): once the round
+ * of the session's version is not open and the session holds a gradient,
+ * the round is due and compute stops at the next microbatch (lock held). */
+void cl_daemon_note_round(cl_daemon *d, int i, const json_t *answer);
 
 /* Start the round of project i in its own thread (lock held). */
 void cl_daemon_round_start(cl_daemon *d, int i);

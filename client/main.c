@@ -24,6 +24,7 @@
 #include "config.h"
 #include "client/benchmark.h"
 #include "client/cheat.h"
+#include "client/close_watch.h"
 #include "client/control.h"
 #include "client/daemon.h"
 #include "client/hostinfo.h"
@@ -295,6 +296,9 @@ int main(int argc, char **argv)
 		cl_control_stop(ctl);
 		return fatal("cannot start", &(cot_errbuf){ "could not start the worker thread", "" });
 	}
+	cl_close_watch *watch = NULL;
+	if (cl_close_watch_start(&d, &watch, &eb))
+		log_warn("%s: the round's close comes with heartbeats only", eb.msg);
 	log_info("cotrain-client %s started: state %s, socket %s, %d project(s) attached", PACKAGE_VERSION,
 	         d.cfg.state_dir, d.cfg.socket, d.st.nprojects);
 
@@ -315,6 +319,7 @@ int main(int argc, char **argv)
 	pthread_cond_broadcast(&d.wake);
 	pthread_mutex_unlock(&d.lock);
 	pthread_join(worker, NULL);
+	cl_close_watch_stop(watch);
 	cl_daemon_rounds_wait(&d, 30);
 	cl_control_stop(ctl);
 	pthread_mutex_lock(&d.lock);

@@ -1169,10 +1169,11 @@ $$;
 CREATE FUNCTION public.round_checkpoint_uploader(p_project bigint, p_version integer) RETURNS bigint
     LANGUAGE sql STABLE
     AS $$
-    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version)
+    WITH m AS MATERIALIZED (SELECT round_cross_majority(p_project, p_version) AS sha)
+    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version), m
      WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
        AND r.state = 'averaging' AND r.gradient_sha256 IS NOT NULL AND r.checkpoint_sha256 IS NULL
-       AND rm.included AND rm.params_sha256 = round_cross_majority(p_project, p_version)
+       AND rm.included AND rm.params_sha256 = m.sha
 $$;
 
 --
@@ -1272,6 +1273,8 @@ BEGIN
                    sum(greatest(rm.bandwidth, 1)::numeric) OVER (PARTITION BY s.idx) AS total
               FROM s JOIN round_member rm
                 ON rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+               AND rm.lo < m.hi AND rm.hi > m.lo -- only those overlapping our range: a
+                                                 -- thousand members' join stays small
                AND rm.lo <= s.lo AND rm.hi >= s.hi
              WHERE s.hi IS NOT NULL AND s.lo >= m.lo AND s.hi <= m.hi
             WINDOW w AS (PARTITION BY s.idx ORDER BY rm.host_id))
@@ -1819,6 +1822,7 @@ DECLARE
     ro record;
     m  record;
     b  jsonb;
+    v_uploader bigint;
 BEGIN
     SELECT * INTO ro FROM round WHERE project_id = p_project AND version = p_version;
     SELECT * INTO m FROM round_member
@@ -1850,11 +1854,13 @@ BEGIN
     END IF;
     -- Across groups between the peers, v+1 comes from a peer
     -- (round_cross.sql): this one is to upload it.
-    IF ro.cross_peers AND m.outcome = 'ok'
-       AND round_checkpoint_uploader(p_project, p_version) = p_host THEN
+    IF ro.cross_peers THEN
+        v_uploader := round_checkpoint_uploader(p_project, p_version);
+    END IF;
+    IF ro.cross_peers AND m.outcome = 'ok' AND v_uploader = p_host THEN
         b := b || jsonb_build_object('checkpoint_upload', true);
     END IF;
-    IF ro.cross_peers AND round_checkpoint_uploader(p_project, p_version) IS NOT NULL THEN
+    IF ro.cross_peers AND v_uploader IS NOT NULL THEN
         b := b || jsonb_build_object('checkpoint_due', true); -- wakes the uploader's long poll
     END IF;
     RETURN b::text;
@@ -3692,6 +3698,43 @@ BEGIN
                               AND l.version = p_version AND l.state = 'live')
          ORDER BY w.host_id, w.id DESC) x;
     RETURN least(p_n, v_need, greatest(1, ceil(v_need * p_rate / (p_rate + v_free))::bigint));
+END
+$$;
+
+--
+-- Name: sched_round_watch(bytea, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.sched_round_watch(p_token_hash bytea, p_wu bigint) RETURNS TABLE(status integer, body text)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_host bigint;
+    w      record;
+    b      jsonb;
+    n      jsonb;
+BEGIN
+    v_host := host_auth(p_token_hash);
+    IF v_host IS NULL THEN
+        RETURN QUERY SELECT 401, api_error('unauthorized', 'host token is not valid',
+                                          'Register the host again to get a new token.');
+        RETURN;
+    END IF;
+    SELECT wu.host_id, wu.project_id, wu.version, wu.state INTO w FROM work_unit wu WHERE wu.id = p_wu;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 404, api_error('not_found', format('work unit %s does not exist', p_wu));
+        RETURN;
+    END IF;
+    IF w.host_id <> v_host THEN
+        RETURN QUERY SELECT 403, api_error('forbidden', format('work unit %s belongs to another host', p_wu));
+        RETURN;
+    END IF;
+    b := jsonb_build_object('work_unit_id', p_wu, 'state', w.state, 'version', w.version);
+    n := round_note(w.project_id, w.version);
+    IF n IS NOT NULL THEN
+        b := b || jsonb_build_object('round', n);
+    END IF;
+    RETURN QUERY SELECT 200, b::text;
 END
 $$;
 

@@ -54,6 +54,8 @@ void api_work_request(http_req *req);
 void api_work_heartbeat(http_req *req);
 void api_work_handback(http_req *req);
 void api_work_finish(http_req *req);
+/* GET /v1/workunits/{id}/round[?wait=S]: the close notice (long poll). */
+void api_work_round_watch(http_req *req);
 
 void api_project_ca(http_req *req); /* api_certs.c */
 void api_host_certificate(http_req *req);

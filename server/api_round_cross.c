@@ -45,6 +45,19 @@ static bool is_sha256_hex(const char *s)
 	return true;
 }
 
+/* Does a mean hash's answer (JSON text) say every group's hash is in, or
+ * the round is no longer averaging? */
+static bool hashes_complete(const char *body, size_t len)
+{
+	json_t *j = json_loadb(body, len, 0, NULL);
+	const char *st = json_string_value(json_object_get(json_object_get(j, "round"), "state"));
+	json_int_t in = json_integer_value(json_object_get(j, "groups_in"));
+	json_int_t n = json_integer_value(json_object_get(j, "n_groups"));
+	bool done = !j || (st && strcmp(st, "averaging") != 0) || (n > 0 && in >= n);
+	json_decref(j);
+	return done;
+}
+
 /* POST .../rounds/{v}/mean_hash?host_id=N&samples=S&included=7,9&sha256=H,
  * no body: the hash of the round's mean that the host's group holds after
  * averaging across groups, over the included hosts (checked as a group
@@ -94,7 +107,12 @@ void api_round_mean_hash(http_req *req)
 		goto out;
 	}
 	http_reply_raw(req, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
-	http_wake_held(); /* the last group's hash agrees the mean: an uploader may be due */
+	/* The last group's hash agrees the mean (an uploader may be due) or
+	 * failed the round: the long polls look again.  Not at every member's
+	 * post: a thousand members' posts each waking a thousand held outcomes
+	 * was a million looks a round. */
+	if (hashes_complete(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1)))
+		http_wake_held();
 out:
 	PQclear(r);
 	free(included);

@@ -5,6 +5,7 @@
  * file only checks the request's shape. */
 #include "server/api.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,46 @@ static const dbc_stmt st_handback = { "sched_handback",
 static const dbc_stmt st_finish = { "sched_finish",
 	                            "SELECT status, body FROM sched_finish($1::bytea, $2, $3)", 3 };
 
+/* Should an answer that carries "round" (a close: JSON text) wake the held
+ * long polls?  Every heartbeat, finish and hand-back of the round's units
+ * carries it from the close on, and each wake makes every held request look
+ * again (a thousand hosts' answers, a thousand held plan polls: a million
+ * looks).  So a round's state wakes them once a second at most in this
+ * process; a state seen meanwhile in another project with the same version
+ * and attempt is still woken within the coordinator's watch (250 ms). */
+static bool close_news(const char *body, size_t len)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static char last[8][64];
+	static double at[8];
+	json_t *j = json_loadb(body, len, 0, NULL);
+	const json_t *r = json_object_get(j, "round");
+	const char *st = json_string_value(json_object_get(r, "state"));
+	char key[64];
+	snprintf(key, sizeof key, "%s:%lld:%lld", st ? st : "",
+	         (long long)json_integer_value(json_object_get(r, "version")),
+	         (long long)json_integer_value(json_object_get(r, "attempt")));
+	json_decref(j);
+	if (!r)
+		return false;
+	double now = http_now();
+	bool news = true;
+	int oldest = 0;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < 8; i++) {
+		if (strcmp(last[i], key) == 0 && now - at[i] < 1.0)
+			news = false;
+		if (at[i] < at[oldest])
+			oldest = i;
+	}
+	if (news) {
+		snprintf(last[oldest], sizeof last[oldest], "%s", key);
+		at[oldest] = now;
+	}
+	pthread_mutex_unlock(&mu);
+	return news;
+}
+
 /* Shared by the three: token, work unit id, body with mb_done (required
  * unless it is finish, which may leave out the body) and samples_per_sec
  * (optional; heartbeat and finish keep it). */
@@ -125,7 +166,7 @@ static void report(http_req *req, const dbc_stmt *stmt, bool want_mb_done)
 	 * means the round closed (or is no longer open): held work requests
 	 * and plan polls look again. */
 	if (api_relay_result(req, r) == 200 &&
-	    (stmt == &st_handback || strstr(PQgetvalue(r, 0, 1), "\"round\"")))
+	    (stmt == &st_handback || close_news(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1))))
 		http_wake_held();
 	PQclear(r);
 }
@@ -134,3 +175,54 @@ void api_work_heartbeat(http_req *req) { report(req, &st_heartbeat, true); }
 void api_work_handback(http_req *req) { report(req, &st_handback, true); }
 
 void api_work_finish(http_req *req) { report(req, &st_finish, false); }
+
+static const dbc_stmt st_round_watch = { "sched_round_watch",
+	                                 "SELECT status, body FROM sched_round_watch($1::bytea, $2)", 2 };
+
+/* Does the close notice (JSON text) say the host may go on computing: its
+ * unit live, its round open? */
+static bool still_computing(const char *body, size_t len)
+{
+	json_t *j = json_loadb(body, len, 0, NULL);
+	const char *st = json_string_value(json_object_get(j, "state"));
+	bool on = st && strcmp(st, "live") == 0 && !json_object_get(j, "round");
+	json_decref(j);
+	return on;
+}
+
+/* The close notice of a work unit (doc/api.md, "GET /v1/workunits/{id}/round").
+ * With wait=S (at most WORK_WAIT_MAX) it is held while the unit is live and
+ * its round open: the close wakes every held request (a heartbeat, finish
+ * or hand-back answer that carries "round", the coordinator's straggler
+ * close through its watch), so a computing host hears of the close at once
+ * instead of at its next heartbeat.  Read-only: one SELECT a look. */
+void api_work_round_watch(http_req *req)
+{
+	long long wu, wait = 0;
+	char hp[API_HASH_PARAM_LEN];
+	if (!api_path_id(req, 0, "work unit", &wu) || !api_bearer(req, hp) ||
+	    !api_query_int(req, "wait", 0, WORK_WAIT_MAX, &wait))
+		return;
+	if (wait > 0 && req->hold_until == 0)
+		req->hold_until = http_now() + (double)wait;
+	const char *params[] = { hp, req->params[0] };
+	for (int look = 0;; look++) {
+		unsigned long gen = http_wake_gen();
+		PGresult *r = api_exec(req, &st_round_watch, params, NULL);
+		if (!r)
+			return;
+		if (wait > 0 && PQntuples(r) == 1 && PQnfields(r) == 2 && atoi(PQgetvalue(r, 0, 0)) == 200 &&
+		    still_computing(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1))) {
+			api_poll t = api_long_poll(req, gen, look);
+			if (t != API_POLL_ANSWER) {
+				PQclear(r);
+				if (t == API_POLL_HELD)
+					return;
+				continue;
+			}
+		}
+		api_relay_result(req, r);
+		PQclear(r);
+		return;
+	}
+}

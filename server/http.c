@@ -42,6 +42,7 @@ typedef struct conn_state {
 	int status;
 	struct timespec start;
 	bool held;              /* suspended by http_hold, not yet run again */
+	bool resumed;           /* was held: its answer closes the connection (finish) */
 	bool answering_at_stop; /* resumed by http_stop; its answer not yet sent */
 	struct conn_state *next_held;
 	char pathbuf[512];
@@ -288,6 +289,13 @@ static enum MHD_Result finish(conn_state *st)
 				return MHD_NO;
 		}
 	}
+	/* The answer to a long poll that was suspended and resumed closes its
+	 * connection: with libmicrohttpd 0.9.75 (epoll thread pool) the next
+	 * request on such a keep-alive connection sat at times unread until the
+	 * client gave up (30 s for 1% of 1,000 simulated hosts' calls,
+	 * doc/scale.md).  A client pays one new connection per long poll. */
+	if (st->resumed)
+		MHD_add_response_header(st->resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	enum MHD_Result r = MHD_queue_response(st->conn, (unsigned)st->status, st->resp);
 	MHD_destroy_response(st->resp);
 	st->resp = NULL;
@@ -423,6 +431,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (st->held) { /* resumed: the handler looks again */
 		pthread_mutex_lock(&hold_lock);
 		st->held = false;
+		st->resumed = true;
 		held_pending--;
 		if (hold_stopping) {
 			st->answering_at_stop = true;

@@ -36,6 +36,7 @@ static const route routes[] = {
 	{ "POST", "/v1/workunits/{}/handback", api_work_handback },
 	{ "POST", "/v1/workunits/{}/finish", api_work_finish },
 	{ "POST", "/v1/workunits/{}/report", api_work_report },
+	{ "GET", "/v1/workunits/{}/round", api_work_round_watch },
 	{ "GET", "/v1/projects/{}/ca", api_project_ca },
 	{ "POST", "/v1/hosts/{}/certificate", api_host_certificate },
 	{ "GET", "/v1/projects/{}/rounds/{}/plan", api_round_plan },

@@ -293,7 +293,42 @@ static void test_round(long long pid)
 		   th_json_int(&r, "accumulated_samples"));
 		th_resp_free(&r);
 	}
+	/* The close notice: held while the round is open, answered at the close. */
+	char wp[128];
+	snprintf(wp, sizeof wp, "/v1/workunits/%lld/round", B.wu);
+	char *fp0 = th_round_fingerprint();
+	r = th_call("GET", wp, B.token, NULL, 200, "the close notice without wait");
+	ok(!json_object_get(r.json, "round") && strcmp(th_json_str(&r, "state"), "live") == 0,
+	   "answers at once: the unit live, the round open");
+	is_int(th_json_int(&r, "work_unit_id"), B.wu, "... naming the unit");
+	th_resp_free(&r);
+	th_refused("GET", wp, A.token, NULL, 403, "forbidden", "the close notice of another host's unit");
+	th_refused("GET", "/v1/workunits/999999/round", A.token, NULL, 404, "not_found",
+	           "the close notice of an unknown unit");
+	th_refused("GET", "/v1/workunits/x/round", A.token, NULL, 400, "invalid",
+	           "the close notice of a unit id that is not a number");
+	th_refused("GET", "/v1/workunits/1/round", "nope", NULL, 401, "unauthorized",
+	           "the close notice with a bad token");
+	const char *badw[] = { "?wait=61", "?wait=-1", "?wait=x" };
+	for (int i = 0; i < 3; i++) {
+		char bp[160];
+		snprintf(bp, sizeof bp, "%s%s", wp, badw[i]);
+		th_refused("GET", bp, B.token, NULL, 400, "invalid", badw[i]);
+	}
+	char *fp1 = th_round_fingerprint();
+	is_str(fp1, fp0, "the close notice and its refusals change nothing");
+	free(fp0);
+	free(fp1);
+	snprintf(wp, sizeof wp, "/v1/workunits/%lld/round?wait=30", B.wu);
+	th_bg *notice = th_bg_get(wp, B.token);
+	usleep(500000);
+	ok(!th_bg_done(notice), "the close notice with wait is held while the round is open");
 	r = th_heartbeat(&A, 6, 1e6);
+	th_resp nr = th_bg_join(notice);
+	is_int(nr.status, 200, "the held close notice is answered 200");
+	is_str(th_json_str(&nr, "round.state"), "closing", "at the close, naming it");
+	ok(nr.seconds < 25, "before its wait ran out (%.2f s)", nr.seconds);
+	th_resp_free(&nr);
 	is_int(th_json_int(&r, "accumulated_samples"), 64, "64 samples: the target");
 	is_str(th_json_str(&r, "round.state"), "closing", "the heartbeat says the round is closing");
 	is_int(th_json_int(&r, "round.version"), 0, "... of version 0");

@@ -2,15 +2,19 @@
 # cotrain tests: the host simulator (tests/bench/simhosts) against a real
 # cotrain-server and PostgreSQL: 30 simulated hosts, some leaving and some
 # dying mid-unit, take a fresh project through 2 rounds; both commit with
-# peers accepted, and the simulator saw no unexpected answer.  Keeps
-# simhosts from rotting; the figures are tests/bench/bench-scale.sh's.
+# peers accepted, and the simulator saw no unexpected answer.  Then the same
+# against a server averaging across groups between the peers
+# (--round-cross-peers, groups of at most 4): the rounds commit, one of them
+# across several groups, from the peers' uploaded checkpoints, and the
+# server received no gradient byte.
+# Keeps simhosts from rotting; the figures are tests/bench/bench-scale.sh's.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 T=$(mktemp -d /tmp/cotrain-simhosts-XXXXXX)
 . "$top_srcdir/tests/bench/simhosts-lib.sh"
 trap 'sim_stop; rm -rf "$T"' EXIT INT TERM
-plan 4
+plan 10
 
 sim_setup || bail_out "could not set up the database"
 sim_server || bail_out "the server did not start: $(cat "$T/server.log")"
@@ -28,4 +32,27 @@ accepted=$(sim_sql "select count(distinct m.version) from round_member m join pr
 is "$accepted" 2 "each has peers accepted by parameter hash"
 hosts=$(sed -n 's/^hosts=\([0-9]*\).*/\1/p' "$T/sim.out")
 ok $([ "${hosts:-0}" -ge 30 ] && echo 0 || echo 1) "the simulator started its 30 hosts ($(cat "$T/sim.out"))"
+
+# Across groups between the peers.
+sim_stop
+sim_server --round-cross-peers --round-max-group 4 || bail_out "the server did not start: $(cat "$T/server.log")"
+sim_project xsmoke 240 || bail_out "could not create the project: $(cat "$T/xsmoke.out")"
+timeout 300 "$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project xsmoke --key "$KEY" \
+	--hosts 30 --rounds 2 --seconds 240 --speed 8 --seed 6 >"$T/xsim.out" 2>"$T/xsim.err"
+rc=$?
+is "$rc" 0 "across groups between the peers: simhosts ran 30 hosts to version 2 without an unexpected answer"
+[ "$rc" = 0 ] || diag "$(tail -5 "$T/xsim.err")"
+xrounds="select r.version from round r join project p on p.id = r.project_id
+  where p.name = 'xsmoke' and r.state = 'committed' and r.version < 2"
+is "$(sim_sql "select count(*) from ($xrounds) x")" 2 "rounds 0 and 1 committed"
+groups=$(sim_sql "select coalesce(max(r.n_groups), 0) from round r join project p on p.id = r.project_id
+  where p.name = 'xsmoke' and r.state = 'committed' and r.version < 2 and r.cross_peers")
+ok "$([ "$groups" -ge 2 ] && echo 0 || echo 1)" "a round averaged across $groups groups between the peers"
+accepted=$(sim_sql "select count(distinct m.version) from round_member m join project p on p.id = m.project_id
+  where p.name = 'xsmoke' and m.accepted and m.version < 2")
+is "$accepted" 2 "each has peers accepted by parameter hash"
+metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+is "$(metric cotrain_gradient_bytes_received_total)" 0 "the server received no gradient byte"
+ck=$(metric cotrain_checkpoint_bytes_received_total)
+ok "$([ "${ck:-0}" -gt 0 ] && echo 0 || echo 1)" "it received the rounds' checkpoints from the peers ($ck bytes)"
 done_testing

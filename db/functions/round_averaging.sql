@@ -28,6 +28,7 @@ DECLARE
     ro record;
     m  record;
     b  jsonb;
+    v_uploader bigint;
 BEGIN
     SELECT * INTO ro FROM round WHERE project_id = p_project AND version = p_version;
     SELECT * INTO m FROM round_member
@@ -59,11 +60,13 @@ BEGIN
     END IF;
     -- Across groups between the peers, v+1 comes from a peer
     -- (round_cross.sql): this one is to upload it.
-    IF ro.cross_peers AND m.outcome = 'ok'
-       AND round_checkpoint_uploader(p_project, p_version) = p_host THEN
+    IF ro.cross_peers THEN
+        v_uploader := round_checkpoint_uploader(p_project, p_version);
+    END IF;
+    IF ro.cross_peers AND m.outcome = 'ok' AND v_uploader = p_host THEN
         b := b || jsonb_build_object('checkpoint_upload', true);
     END IF;
-    IF ro.cross_peers AND round_checkpoint_uploader(p_project, p_version) IS NOT NULL THEN
+    IF ro.cross_peers AND v_uploader IS NOT NULL THEN
         b := b || jsonb_build_object('checkpoint_due', true); -- wakes the uploader's long poll
     END IF;
     RETURN b::text;

@@ -48,6 +48,8 @@ BEGIN
                    sum(greatest(rm.bandwidth, 1)::numeric) OVER (PARTITION BY s.idx) AS total
               FROM s JOIN round_member rm
                 ON rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+               AND rm.lo < m.hi AND rm.hi > m.lo -- only those overlapping our range: a
+                                                 -- thousand members' join stays small
                AND rm.lo <= s.lo AND rm.hi >= s.hi
              WHERE s.hi IS NOT NULL AND s.lo >= m.lo AND s.hi <= m.hi
             WINDOW w AS (PARTITION BY s.idx ORDER BY rm.host_id))
@@ -109,12 +111,15 @@ $$;
 -- a cross_peers round averaging, whose groups agreed on the mean and whose
 -- v+1 is not in yet, the lowest host id holding the majority's parameters
 -- (round_cross_majority); else NULL.
+-- The majority is computed once, not once per member (a thousand members
+-- made that a million rows a call, and every outcome calls it).
 CREATE OR REPLACE FUNCTION round_checkpoint_uploader(p_project bigint, p_version integer) RETURNS bigint
 LANGUAGE sql STABLE AS $$
-    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version)
+    WITH m AS MATERIALIZED (SELECT round_cross_majority(p_project, p_version) AS sha)
+    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version), m
      WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
        AND r.state = 'averaging' AND r.gradient_sha256 IS NOT NULL AND r.checkpoint_sha256 IS NULL
-       AND rm.included AND rm.params_sha256 = round_cross_majority(p_project, p_version)
+       AND rm.included AND rm.params_sha256 = m.sha
 $$;
 
 -- Before a checkpoint upload's bytes are read: may host p_host upload v+1

@@ -450,6 +450,44 @@ BEGIN
 END
 $$;
 
+-- The close notice of work unit p_wu: what its host needs to know to stop
+-- and report, read without changing anything (GET /v1/workunits/{id}/round,
+-- which holds it while the round is open).  200 {"work_unit_id", "state",
+-- "version", "round"?}: the unit's state ('live', 'done', 'returned',
+-- 'expired') and "round" (round_note) once its round is not open; 401, 403
+-- and 404 as a heartbeat's.
+CREATE OR REPLACE FUNCTION sched_round_watch(p_token_hash bytea, p_wu bigint)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_host bigint;
+    w      record;
+    b      jsonb;
+    n      jsonb;
+BEGIN
+    v_host := host_auth(p_token_hash);
+    IF v_host IS NULL THEN
+        RETURN QUERY SELECT 401, api_error('unauthorized', 'host token is not valid',
+                                          'Register the host again to get a new token.');
+        RETURN;
+    END IF;
+    SELECT wu.host_id, wu.project_id, wu.version, wu.state INTO w FROM work_unit wu WHERE wu.id = p_wu;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 404, api_error('not_found', format('work unit %s does not exist', p_wu));
+        RETURN;
+    END IF;
+    IF w.host_id <> v_host THEN
+        RETURN QUERY SELECT 403, api_error('forbidden', format('work unit %s belongs to another host', p_wu));
+        RETURN;
+    END IF;
+    b := jsonb_build_object('work_unit_id', p_wu, 'state', w.state, 'version', w.version);
+    n := round_note(w.project_id, w.version);
+    IF n IS NOT NULL THEN
+        b := b || jsonb_build_object('round', n);
+    END IF;
+    RETURN QUERY SELECT 200, b::text;
+END
+$$;
+
 -- Hand back the unprocessed rest [lo + mb_done, hi) to the pool; the work
 -- unit becomes 'returned'.  A repeat of the same hand-back (same host, same
 -- mb_done: a client that died before it recorded our answer sends it again)

@@ -17,6 +17,11 @@
 #   report s    from the close to the last report (mean): hosts hear of the
 #               close at their next heartbeat (wu_seconds / 4 = 2 s here)
 #   planned s   from the close to the coordinator's plan (mean)
+# SERVER_ARGS go to cotrain-server (--round-cross-peers: averaging across
+# groups between the peers, so that no gradient reaches the server) and
+# SIM_ARGS to simhosts (--no-close-watch: hosts that hear of the close only
+# at their next heartbeat, as clients before the close notice).
+# KEEP=1 keeps the scratch folder (its path is printed): the logs per run.
 # Nothing is asserted.  Not run by make check (tests/test_simhosts.sh is
 # its smoke test).  One address holds at most 4096 connections
 # (server/http.c): each host keeps one, so the host count stops there.
@@ -35,15 +40,17 @@ done
 HOSTS=${*:-100 1000}
 ROUNDS=${ROUNDS:-4}
 T=$(mktemp -d /tmp/cotrain-benchscale-XXXXXX)
+[ -n "${KEEP:-}" ] && echo "bench-scale: keeping $T" >&2
 . "$top_srcdir/tests/bench/simhosts-lib.sh"
 MON=
-trap '[ -n "$MON" ] && kill "$MON" 2>/dev/null; sim_stop; rm -rf "$T"' EXIT INT TERM
+trap '[ -n "$MON" ] && kill "$MON" 2>/dev/null; sim_stop; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT INT TERM
 die() { echo "bench-scale: $*" >&2; exit 1; }
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 TCK=$(getconf CLK_TCK)
 
 sim_setup || die "could not set up the database"
-sim_server || die "the server did not start: $(cat "$T/server.log")"
+# shellcheck disable=SC2086 # SERVER_ARGS are words
+sim_server ${SERVER_ARGS:-} || die "the server did not start: $(cat "$T/server.log")"
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$SPID/stat"; }
 
 # run N: one measured run; prints "N plan_mean plan_max p99 cpu bytes assign"
@@ -62,8 +69,9 @@ run() {
 		done
 	) &
 	MON=$!
+	# shellcheck disable=SC2086 # SIM_ARGS are words
 	"$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project "$p" --key "$KEY" --hosts "$n" \
-		--rounds "$ROUNDS" --seconds 900 --speed 4 --ramp $((n / 200 + 2)) --seed 7 --out "$T/$p" \
+		--rounds "$ROUNDS" --seconds 900 --speed 4 --ramp $((n / 200 + 2)) --seed 7 --out "$T/$p" ${SIM_ARGS:-} \
 		>"$T/$p/sim.out" 2>"$T/$p/sim.err" || echo "bench-scale: simhosts at $n hosts: $(tail -1 "$T/$p/sim.err")" >&2
 	sleep 0.5
 	kill "$MON" 2>/dev/null
@@ -94,8 +102,9 @@ run() {
 		"$(echo "$assign" | awk '{ printf "%.1f", ($2 > 0 ? $1 / $2 : 0) }')" "$split"
 }
 
-printf "scale: simhosts against one cotrain-server on loopback, %s, %s cores\n" \
-	"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" "$(nproc)"
+printf "scale: simhosts %s against one cotrain-server %s on loopback, %s, %s cores, load %s\n" \
+	"${SIM_ARGS:-}" "${SERVER_ARGS:-}" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
+	"$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf "  %6s %17s %9s %10s %11s %9s %9s %9s\n" hosts "plan s mean/max" "p99 ms" "cpu s/rnd" "B/rnd/host" \
 	"assign/s" "report s" "planned s"
 row() {

@@ -4,7 +4,7 @@
  *   simhosts --url http://127.0.0.1:PORT[,http://...] --project NAME --key ACCOUNT_KEY
  *            [--hosts N] [--rounds R] [--seconds S] [--speed MB_PER_S]
  *            [--speed-spread SIGMA] [--ramp S] [--join N] [--leave P]
- *            [--die P] [--seed X] [--out DIR]
+ *            [--die P] [--seed X] [--out DIR] [--no-close-watch]
  *
  * Each host is one thread with one keep-alive connection, to the addresses
  * of --url in turn (several server processes on one database).  It registers
@@ -12,12 +12,22 @@
  * the compute at its own speed (microbatches per second: SPEED times
  * exp(SIGMA * a normal draw), fixed per host by the seed), heartbeats, and
  * when its round closes reports its units, long-polls its plan, and runs an
- * averaging stand-in consistent with the plan: as cotrain-client does
- * today, every member uploads its group's sum (of deterministic fake
- * gradients: the same bytes from every member), waits for the server's mean
- * (after=gradient), downloads it when there are several groups, and reports
- * "ok" with the server's params_sha256, which is what a real peer computes
- * bit-identically.
+ * averaging stand-in consistent with the plan.  Through the server (its
+ * default), as cotrain-client does it: every member uploads its group's sum
+ * (of deterministic fake gradients: the same bytes from every member), waits
+ * for the server's mean (after=gradient), downloads it when there are
+ * several groups, and reports "ok" with the server's params_sha256, which is
+ * what a real peer computes bit-identically.  When the plan says
+ * "cross_group": "peers" (cotrain-server --round-cross-peers), as
+ * cotrain-client does then: every member posts the mean's hash without a
+ * body and reports its v+1 (a real optimizer step on a stand-in mean,
+ * simhosts_step.h), and the peer the server asks uploads that checkpoint.
+ *
+ * While computing, a host long-polls its unit's close notice (GET
+ * /v1/workunits/{id}/round?wait=S) on a new connection each time, as
+ * cotrain-client's watcher thread does (it makes a new connection for every
+ * call), so it hears of the close at once; with --no-close-watch it is an older client
+ * that hears of it only in its next heartbeat or finish answer.
  *
  * Churn: --ramp spreads the first hosts' starts over S seconds; --join N
  * more hosts join during the run; at each new work unit that is its first
@@ -45,6 +55,7 @@
 #include <unistd.h>
 
 #include "tests/bench/simhosts_http.h"
+#include "tests/bench/simhosts_step.h"
 
 #define MAX_UNITS 64
 #define POLL_S 30
@@ -61,10 +72,13 @@ typedef struct {
 	double speed; /* microbatches per second */
 	uint64_t rng;
 	sim_http http;
+	sim_http notice;   /* the close notice's own connections (cotrain-client's watcher thread) */
 	long long version; /* of the held units */
 	sim_unit units[MAX_UNITS];
 	int n_units;
 	int mb_size;
+	char ckpt_sha[65]; /* checkpoint of the held units' version ("" when none) */
+	int watch;         /* long-polls the close notice while computing */
 	pthread_t thread;
 } sim_host;
 
@@ -73,6 +87,7 @@ static const char *opt_url, *opt_project, *opt_key, *opt_out;
 static char *urls[MAX_URLS]; /* --url split at commas: host i speaks to urls[i % n_urls] */
 static int n_urls;
 static int opt_hosts = 10, opt_join, opt_rounds = -1;
+static int opt_no_watch;
 static double opt_seconds = 600, opt_speed = 4, opt_spread = 0.5, opt_ramp = 2, opt_leave, opt_die;
 static unsigned long long opt_seed = 1;
 static FILE *lat_file, *plan_file;
@@ -201,6 +216,91 @@ static int upload_sum(sim_host *h, json_t *plan, long long version)
 	return st == 200 ? 0 : -1;
 }
 
+static void average_through_server(sim_host *h, json_t *plan, long long v);
+
+/* The included hosts of the plan's group as "7,9,12" into out (ascending,
+ * as the plan lists them) and their samples; -1 when they do not fit. */
+static int included_list(json_t *plan, char *out, size_t len, long long *samples)
+{
+	json_t *members = json_object_get(plan, "members");
+	size_t w = 0;
+	*samples = 0;
+	out[0] = '\0';
+	for (size_t m = 0; m < json_array_size(members); m++) {
+		json_t *mo = json_array_get(members, m);
+		*samples += json_integer_value(json_object_get(mo, "samples"));
+		int k = snprintf(out + w, len - w, "%s%lld", m ? "," : "",
+		                 (long long)json_integer_value(json_object_get(mo, "host_id")));
+		if (k < 0 || (size_t)k >= len - w)
+			return -1;
+		w += (size_t)k;
+	}
+	return 0;
+}
+
+/* Averaging across groups between the peers (the plan says "cross_group":
+ * "peers"), as cotrain-client does it: the aggregators' exchange is not
+ * simulated (it never reaches the server); every member posts the hash of
+ * the round's mean it holds (no body), steps, reports its outcome until the
+ * server decides, and the one the server asks uploads its checkpoint of
+ * v+1 (simhosts_step.h computes it once for every simulated host). */
+static void average_peers(sim_host *h, json_t *plan, long long v)
+{
+	char path[1024], inc[512];
+	long long samples, attempt = json_integer_value(json_object_get(plan, "attempt"));
+	long long pc = json_integer_value(json_object_get(plan, "param_count"));
+	const sim_step *s = sim_step_get(h->http.base, h->token, opt_project, v, attempt, h->ckpt_sha, pc);
+	if (!s || included_list(plan, inc, sizeof inc, &samples)) {
+		error_at(h, s ? "mean_hash: the group is too large for the simulator" : "step", 0, NULL);
+		return;
+	}
+	json_t *a = NULL;
+	snprintf(path, sizeof path,
+	         "/v1/projects/%s/rounds/%lld/mean_hash?host_id=%lld&samples=%lld&sha256=%s&included=%s",
+	         opt_project, v, h->host_id, samples, s->mean_sha, inc);
+	long st = sim_http_call(&h->http, "POST", path, NULL, "", 0, 30, SIM_CALL_PLAIN, &a); /* no body */
+	if (st != 200)
+		error_at(h, "mean_hash", st, a);
+	json_decref(a);
+	if (st != 200)
+		return;
+	json_t *ids = json_array();
+	json_t *members = json_object_get(plan, "members");
+	for (size_t m = 0; m < json_array_size(members); m++)
+		json_array_append(ids, json_object_get(json_array_get(members, m), "host_id"));
+	json_t *b = json_pack("{s:I, s:s, s:o, s:s}", "host_id", (json_int_t)h->host_id, "status", "ok",
+	                      "included_hosts", ids, "params_sha256", s->params_sha);
+	int uploaded = 0;
+	for (int tries = 0; tries < 40 && !atomic_load(&stopping); tries++) {
+		snprintf(path, sizeof path, "/v1/projects/%s/rounds/%lld/outcome?wait=%d", opt_project, v,
+		         POLL_S);
+		a = NULL;
+		st = sim_http_call(&h->http, "POST", path, b, NULL, 0, POLL_S + 30, SIM_CALL_LONGPOLL, &a);
+		int decided = json_is_boolean(json_object_get(a, "accepted"));
+		int upload = json_is_true(json_object_get(a, "checkpoint_upload"));
+		int reopened = strcmp(round_state(a), "open") == 0;
+		if (st != 200)
+			error_at(h, "outcome", st, a);
+		json_decref(a);
+		if (st != 200)
+			break;
+		if (decided || reopened)
+			break;
+		if (upload && !uploaded) {
+			uploaded = 1;
+			snprintf(path, sizeof path, "/v1/projects/%s/rounds/%lld/checkpoint?host_id=%lld",
+			         opt_project, v, h->host_id);
+			a = NULL;
+			st = sim_http_call(&h->http, "POST", path, NULL, s->ckpt, s->ckpt_len, 120,
+			                   SIM_CALL_PLAIN, &a);
+			if (st != 200)
+				error_at(h, "checkpoint", st, a);
+			json_decref(a);
+		}
+	}
+	json_decref(b);
+}
+
 /* Report every held unit, then take the round through its plan and the
  * averaging stand-in.  Returns 1 when the round reopened for the rest of
  * its batch (keep the units, compute more of the version), else 0 with the
@@ -260,8 +360,21 @@ static int take_round(sim_host *h)
 		fprintf(plan_file, "%lld %.3f %lld\n", v, sim_now(), h->host_id);
 	pthread_mutex_unlock(&plan_mu);
 
-	/* As cotrain-client does today: every member uploads its group's sum
-	 * (the same bytes), and with several groups downloads the mean. */
+	const char *cross = json_string_value(json_object_get(plan, "cross_group"));
+	if (cross && strcmp(cross, "peers") == 0)
+		average_peers(h, plan, v);
+	else
+		average_through_server(h, plan, v);
+	json_decref(plan);
+	return 0;
+}
+
+/* Averaging through the server (its default), as cotrain-client does it:
+ * every member uploads its group's sum (the same bytes), and with several
+ * groups downloads the mean; then the outcome. */
+static void average_through_server(sim_host *h, json_t *plan, long long v)
+{
+	char path[512];
 	json_t *members = json_object_get(plan, "members");
 	upload_sum(h, plan, v);
 	const char *params = NULL;
@@ -305,8 +418,6 @@ static int take_round(sim_host *h)
 		json_decref(b);
 	}
 	json_decref(full);
-	json_decref(plan);
-	return 0;
 }
 
 /* Fake the compute of unit u, heartbeating.  Returns 1 when the answers
@@ -320,6 +431,32 @@ static int compute(sim_host *h, sim_unit *u, int hb_interval)
 	while (u->mb_done < n) {
 		if (atomic_load(&stopping))
 			return -1;
+		/* Until the next heartbeat or the unit's end: hear of the close at
+		 * once (the close notice, a long poll), or only at the heartbeat. */
+		double wait = fmin(t0 + (double)n / h->speed - sim_now(), last_hb + hb_interval - sim_now());
+		if (h->watch && wait >= 1) {
+			json_t *a = NULL;
+			snprintf(path, sizeof path, "/v1/workunits/%lld/round?wait=%d", u->id, (int)wait);
+			long st = sim_http_call(&h->notice, "GET", path, NULL, NULL, 0, (long)wait + 30,
+			                        SIM_CALL_LONGPOLL, &a);
+			const char *ust = json_string_value(json_object_get(a, "state"));
+			int closing = st == 200 && strcmp(round_state(a), "") != 0;
+			int gone = st == 200 && ust && strcmp(ust, "live") != 0;
+			json_decref(a);
+			if (st == 404)
+				h->watch = 0; /* a server without the close notice */
+			else if (st != 200 && st != 0)
+				error_at(h, "round notice", st, NULL);
+			long long d = (long long)((sim_now() - t0) * h->speed);
+			u->mb_done = d < n ? d : n;
+			if (gone) {
+				atomic_fetch_add(&n_dropped, 1);
+				return -1;
+			}
+			if (closing && u->mb_done < n)
+				return 1;
+			continue; /* the heartbeat, when due, at the next turn */
+		}
 		pause_s(fmin(0.25, (double)(n - u->mb_done) / h->speed));
 		long long d = (long long)((sim_now() - t0) * h->speed);
 		u->mb_done = d < n ? d : n;
@@ -360,8 +497,9 @@ static void *host_main(void *arg)
 {
 	sim_host *h = arg;
 	char path[256];
-	if (!(h->http.curl = curl_easy_init()) || register_host(h))
+	if (!(h->http.curl = curl_easy_init()) || !(h->notice.curl = curl_easy_init()) || register_host(h))
 		goto out;
+	h->notice.bearer = h->token;
 	json_t *wb = json_pack("{s:I}", "host_id", (json_int_t)h->host_id);
 	snprintf(path, sizeof path, "/v1/projects/%s/work?wait=%d", opt_project, POLL_S);
 	while (!should_stop()) {
@@ -376,6 +514,14 @@ static void *host_main(void *arg)
 			long long v = json_integer_value(json_object_get(a, "version"));
 			int hb = (int)json_integer_value(json_object_get(a, "heartbeat_interval"));
 			h->mb_size = (int)json_integer_value(json_object_get(a, "microbatch_size"));
+			json_t *files = json_object_get(a, "files");
+			for (size_t f = 0; f < json_array_size(files); f++) {
+				json_t *fo = json_array_get(files, f);
+				const char *sha = json_string_value(json_object_get(fo, "sha256"));
+				const char *kind = json_string_value(json_object_get(fo, "kind"));
+				if (kind && sha && strcmp(kind, "checkpoint") == 0 && strlen(sha) == 64)
+					snprintf(h->ckpt_sha, sizeof h->ckpt_sha, "%s", sha);
+			}
 			json_decref(a);
 			if (opt_rounds >= 0 && v >= opt_rounds) {
 				atomic_store(&stopping, 1);
@@ -438,7 +584,7 @@ static void usage(void)
 	        "usage: simhosts --url URL[,URL...] --project NAME --key ACCOUNT_KEY [--hosts N] [--rounds "
 	        "V]\n"
 	        "       [--seconds S] [--speed MB_PER_S] [--speed-spread SIGMA] [--ramp S] [--join N]\n"
-	        "       [--leave P] [--die P] [--seed X] [--out DIR]\n");
+	        "       [--leave P] [--die P] [--seed X] [--out DIR] [--no-close-watch]\n");
 	exit(2);
 }
 
@@ -461,7 +607,8 @@ int main(int argc, char **argv)
 		{ "hosts", 1, 0, 'n' }, { "rounds", 1, 0, 'r' },       { "seconds", 1, 0, 's' },
 		{ "speed", 1, 0, 'v' }, { "speed-spread", 1, 0, 'S' }, { "ramp", 1, 0, 'R' },
 		{ "join", 1, 0, 'j' },  { "leave", 1, 0, 'l' },        { "die", 1, 0, 'd' },
-		{ "seed", 1, 0, 'x' },  { "out", 1, 0, 'o' },          { 0, 0, 0, 0 }
+		{ "seed", 1, 0, 'x' },  { "out", 1, 0, 'o' },          { "no-close-watch", 0, 0, 'W' },
+		{ 0, 0, 0, 0 }
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -507,6 +654,9 @@ int main(int argc, char **argv)
 			break;
 		case 'o':
 			opt_out = optarg;
+			break;
+		case 'W':
+			opt_no_watch = 1;
 			break;
 		default:
 			usage();
@@ -564,8 +714,10 @@ int main(int argc, char **argv)
 		double g = sqrt(-2 * log(rng_unit(&rs))) * cos(2 * M_PI * rng_unit(&rs));
 		h->speed = opt_speed * exp(opt_spread * g);
 		h->version = -1;
-		h->http.base = urls[i % n_urls];
-		h->http.lat = lat_file;
+		h->watch = !opt_no_watch;
+		h->http.base = h->notice.base = urls[i % n_urls];
+		h->http.lat = h->notice.lat = lat_file;
+		h->notice.fresh = 1;
 		/* The first hosts over --ramp, the joiners over the run's middle. */
 		double at = i < opt_hosts ? opt_ramp * i / opt_hosts
 		                          : opt_ramp + (opt_seconds / 2) * (i - opt_hosts) /
@@ -586,9 +738,11 @@ int main(int argc, char **argv)
 		pthread_join(hosts[i].thread, NULL);
 	double bytes = 0;
 	for (int i = 0; i < started; i++) {
-		bytes += hosts[i].http.bytes;
+		bytes += hosts[i].http.bytes + hosts[i].notice.bytes;
 		if (hosts[i].http.curl)
 			curl_easy_cleanup(hosts[i].http.curl);
+		if (hosts[i].notice.curl)
+			curl_easy_cleanup(hosts[i].notice.curl);
 	}
 	printf("hosts=%d assignments=%ld errors=%ld left=%ld died=%ld bytes=%.0f seconds=%.1f\n", started,
 	       atomic_load(&n_assign), atomic_load(&n_errors), atomic_load(&n_left), atomic_load(&n_died),
@@ -599,6 +753,7 @@ int main(int argc, char **argv)
 		fclose(plan_file);
 	free(hosts);
 	free(list);
+	sim_step_free_all();
 	curl_global_cleanup();
 	return atomic_load(&n_errors) ? 1 : 0;
 }

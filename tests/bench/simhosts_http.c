@@ -67,6 +67,7 @@ long sim_http_call(sim_http *h, const char *method, const char *path, json_t *js
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_FORBID_REUSE, h->fresh ? 1L : 0L);
 	if (body || raw) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body ? body : (const char *)raw);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(body ? strlen(body) : rawlen));

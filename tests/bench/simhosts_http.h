@@ -19,6 +19,7 @@ typedef struct {
 	const char *bearer; /* account key or host token */
 	FILE *lat;          /* shared latency log (locked per line), or NULL */
 	double bytes;       /* request and answer bytes, headers included */
+	int fresh;          /* a new connection for each call, as cotrain-client makes */
 } sim_http;
 
 /* One request: METHOD base+path with a JSON body (json, may be NULL) or raw
