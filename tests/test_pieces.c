@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,11 +74,16 @@ static cot_err open_file(void *arg, const char *want, int *fd, uint64_t *size, c
 	return *fd < 0 ? cot_seterr(eb, COT_ERR_IO, "could not open") : COT_OK;
 }
 
+/* The liar's piece comes late (300 ms), when the honest holder has sent
+ * every other piece: the fetch must still take it from the honest one. */
 static void flip(void *arg, unsigned char *data, size_t len)
 {
 	holder *h = arg;
-	if (h->lie)
-		data[len / 3] ^= 0x10;
+	if (!h->lie)
+		return;
+	struct timespec late = { 0, 300 * 1000 * 1000 };
+	nanosleep(&late, NULL);
+	data[len / 3] ^= 0x10;
 }
 
 static void *holder_main(void *arg)

@@ -3,9 +3,11 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shared/common/deadline.h"
@@ -143,7 +145,8 @@ enum { PIECE_WANTED, PIECE_IN_FLIGHT, PIECE_DONE };
 typedef struct {
 	const pieces_fetch_params *p;
 	pthread_mutex_t mu;
-	unsigned char *state; /* per piece */
+	pthread_cond_t settled; /* a piece changed state */
+	unsigned char *state;   /* per piece */
 	size_t n_src;
 	cot_err io_rc;
 	cot_errbuf io_eb;
@@ -157,18 +160,38 @@ typedef struct {
 } worker;
 
 /* The next piece for source k: its own (i mod n_src == k) first, then any
- * left; -1 when none is. */
+ * left.  While none is wanted but some are in flight from other sources,
+ * it waits: a piece another source fails (a lie, a timeout) is wanted
+ * again, and this source must still be there to take it.  -1 when every
+ * piece is done, on a write error, at the deadline or on cancel. */
 static int64_t take(fetch_run *r, size_t k)
 {
+	const pieces_fetch_params *p = r->p;
+	uint32_t n = p->m->n;
 	int64_t got = -1;
-	uint32_t n = r->p->m->n;
 	pthread_mutex_lock(&r->mu);
-	for (uint32_t i = (uint32_t)k; got < 0 && i < n; i += (uint32_t)r->n_src)
-		if (r->state[i] == PIECE_WANTED)
-			got = i;
-	for (uint32_t i = 0; got < 0 && i < n; i++)
-		if (r->state[i] == PIECE_WANTED)
-			got = i;
+	for (;;) {
+		bool in_flight = false;
+		for (uint32_t i = (uint32_t)k; got < 0 && i < n; i += (uint32_t)r->n_src)
+			if (r->state[i] == PIECE_WANTED)
+				got = i;
+		for (uint32_t i = 0; i < n; i++) {
+			if (got < 0 && r->state[i] == PIECE_WANTED)
+				got = i;
+			in_flight |= r->state[i] == PIECE_IN_FLIGHT;
+		}
+		if (got >= 0 || !in_flight || r->io_rc != COT_OK || (p->cancel && *p->cancel) ||
+		    deadline_left_ms(p->deadline) == 0)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000 * 1000; /* to look at cancel and the deadline */
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&r->settled, &r->mu, &ts);
+	}
 	if (got >= 0 && r->io_rc == COT_OK)
 		r->state[got] = PIECE_IN_FLIGHT;
 	else
@@ -183,6 +206,7 @@ static void settle(fetch_run *r, uint32_t i, int ok)
 	r->state[i] = ok ? PIECE_DONE : PIECE_WANTED;
 	if (ok)
 		r->p->have[i] = 1;
+	pthread_cond_broadcast(&r->settled);
 	pthread_mutex_unlock(&r->mu);
 }
 
@@ -305,6 +329,7 @@ cot_err pieces_fetch(const pieces_fetch_params *p, pieces_source_stats *st, cot_
 	for (uint32_t i = 0; i < p->m->n; i++)
 		r.state[i] = p->have[i] ? PIECE_DONE : PIECE_WANTED;
 	pthread_mutex_init(&r.mu, NULL);
+	pthread_cond_init(&r.settled, NULL);
 	size_t started = 0;
 	for (size_t k = 0; k < n_src; k++) {
 		wk[k] = (worker){ .r = &r, .k = k, .st = &st[k] };
@@ -317,6 +342,7 @@ cot_err pieces_fetch(const pieces_fetch_params *p, pieces_source_stats *st, cot_
 	for (size_t k = 0; k < started; k++)
 		pthread_join(th[k], NULL);
 	pthread_mutex_destroy(&r.mu);
+	pthread_cond_destroy(&r.settled);
 	free(r.state);
 	if (r.io_rc)
 		return cot_seterr(eb, r.io_rc, "%s", r.io_eb.msg);
