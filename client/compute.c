@@ -526,9 +526,13 @@ cot_err cl_compute_blocks_on(cl_compute *c, int b, cot_errbuf *eb)
 	if (b > CL_BLOCK_MAX)
 		return cot_seterr(eb, COT_ERR_INVALID, "a block has at most %d microbatches, not %d",
 		                  CL_BLOCK_MAX, b);
-	if (c->bk_b)
-		return cot_seterr(eb, COT_ERR_CONFLICT,
-		                  "this version's microbatches are kept in blocks of %d already", c->bk_b);
+	if (c->bk_b) {
+		/* The project's target or check size changed mid-version: blocks
+		 * are named by their first microbatch and count, so the next ones
+		 * take the new size (the open block closes once it holds b). */
+		c->bk_b = b;
+		return COT_OK;
+	}
 	size_t n = c->m->n_params;
 	if (!(c->bk_start = malloc((n ? n : 1) * sizeof *c->bk_start)))
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the kept blocks");

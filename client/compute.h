@@ -92,10 +92,10 @@ typedef struct {
  * microbatches of this version (a block also ends where the microbatches
  * stop being consecutive, at cl_compute_retarget, so that a block lies in
  * one work unit, and at cl_compute_take_blocks).  A no-op in
- * local mode, when not sketching, or with the same b again; COT_ERR_INVALID
- * for b above CL_BLOCK_MAX, COT_ERR_CONFLICT when this version keeps
- * another b, COT_ERR_NOMEM.  Memory: n_params floats per block, plus one
- * copy of the gradient. */
+ * local mode, when not sketching, or with the same b again; another b for
+ * the same version (the project changed) applies to the blocks after the
+ * open one.  COT_ERR_INVALID for b above CL_BLOCK_MAX, COT_ERR_NOMEM.
+ * Memory: n_params floats per block, plus one copy of the gradient. */
 cot_err cl_compute_blocks_on(cl_compute *c, int b, cot_errbuf *eb);
 
 /* Close the open block and hand every kept block of this version to the

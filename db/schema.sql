@@ -2629,7 +2629,10 @@ BEGIN
       FROM project p WHERE p.id = p_project;
     PERFORM round_seed2_lock(p_project);
     v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
-    v_b := coalesce(round_seed2_block(p_project), 2);
+    -- Blocks of at most the protocol's 1,024 microbatches (the client's
+    -- CL_BLOCK_MAX), not today's round_seed2_block: a target or check size
+    -- changed mid-version changes the size a member was told.
+    v_b := 1024;
     v_k := round_seed2_k(p_project, p_version);
     UPDATE round SET seed2_checked_at = now() WHERE project_id = p_project AND version = p_version;
     IF v_k IS NULL THEN
