@@ -251,7 +251,7 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 			end \$\$" >/dev/null 2>&1 &
 			LPID=$!
 		fi
-		phase_wait "$ph" 30
+		phase_wait "$ph" 60
 		kill_ours -9 "$SPID"; wait "$SPID" 2>/dev/null; SPID=
 		if [ -n "$LPID" ]; then
 			sql "select count(pg_terminate_backend(pid)) from pg_stat_activity
