@@ -16,7 +16,8 @@
 
 _inv_sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
 
-# Prints "lo hi kind" per piece of the tiling, ordered by lo.
+# Prints "lo hi kind frontier" per piece of the tiling, ordered by lo: one
+# statement, so one snapshot (the clients go on taking units meanwhile).
 _inv_pieces() {
 	_inv_sql "with p as (select id, frontier, current_version from project where name = '$1'),
 	  iv as (
@@ -34,21 +35,22 @@ _inv_pieces() {
 	    select w.lo, w.lo + w.mb_done, 'pending-v' || w.version from work_unit w, p
 	     where w.project_id = p.id and w.state <> 'live' and w.mb_done > 0
 	       and w.version >= p.current_version)
-	  select lo, hi, kind from iv order by lo, hi" | tr '|' ' '
+	  select lo, hi, kind, (select frontier from p) from iv order by lo, hi" | tr '|' ' '
 }
 
 coverage_exact() {
 	_proj=$1; shift
-	_front=$(_inv_sql "select frontier from project where name = '$_proj'")
-	# One snapshot, one pass: "TRAINED<tab>PROBLEMS".
-	_res=$(_inv_pieces "$_proj" | awk -v f="${_front:-0}" '
+	# One snapshot, one pass: "TRAINED<tab>FRONTIER<tab>PROBLEMS".
+	_res=$(_inv_pieces "$_proj" | awk '
 	  { if ($1 != at) bad = bad sprintf("%s at %d: [%d, %d) %s; ", ($1 > at ? "gap" : "overlap"), at, $1, $2, $3)
-	    if ($2 > at) at = $2; trained += ($3 ~ /^trained/) ? $2 - $1 : 0; pieces++ }
+	    if ($2 > at) at = $2; trained += ($3 ~ /^trained/) ? $2 - $1 : 0; pieces++; f = $4 }
 	  END { if (at != f) bad = bad sprintf("the tiling ends at %d, the frontier is %d; ", at, f)
 	        if (trained == 0) bad = bad "no microbatch was trained; "
 	        if (pieces == 0) bad = bad "nothing to tile; "
-	        printf "%d\t%s", trained, bad }')
+	        printf "%d\t%s\t%s", trained, f, bad }')
 	_trained=${_res%%	*}
+	_res=${_res#*	}
+	_front=${_res%%	*}
 	_bad=${_res#*	}
 	ok $([ -z "$_bad" ]; echo $?) "$* ($_trained microbatches trained, frontier ${_front:-none})${_bad:+: $_bad}" ||
 		_inv_explain "$_proj" "$_bad"
