@@ -229,7 +229,15 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 		down=$i n_kill=$((n_kill + 1))
 		diag "$(date +%T) client $i killed (-9)" ;;
 	1)
-		ph=$(echo $phases | cut -d' ' -f$(( n_srv % 5 + 1 )))
+		# The first phase no kill has landed in yet (a kill that missed
+		# its phase under load is tried again at the next server kill),
+		# then each in turn.
+		ph=
+		for _p in $phases; do
+			eval "_n=\${n_at_$_p:-0}"
+			[ "$_n" = 0 ] && { ph=$_p; break; }
+		done
+		[ -n "$ph" ] || ph=$(echo $phases | cut -d' ' -f$(( n_srv % 5 + 1 )))
 		# Planning takes milliseconds; to kill the server inside it, a
 		# session holds round_member, taken while the round is open or
 		# closing (an averaging round's outcomes write it), so that the
