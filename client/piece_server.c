@@ -264,18 +264,6 @@ void cl_piece_server_hold(cl_piece_server *s, const char *sha256, const char *pa
 	pthread_mutex_unlock(&s->mu);
 }
 
-int cl_piece_server_holds(cl_piece_server *s, const char *sha256)
-{
-	int found = 0;
-	if (!s)
-		return 0;
-	pthread_mutex_lock(&s->mu);
-	for (int i = 0; i < PIECE_SERVER_HELD; i++)
-		found |= s->held[i].seq && strcmp(s->held[i].sha, sha256) == 0;
-	pthread_mutex_unlock(&s->mu);
-	return found;
-}
-
 void cl_piece_server_stop(cl_piece_server *s)
 {
 	if (!s)

@@ -47,9 +47,6 @@ void cl_piece_server_detach(cl_piece_server *s);
  * place of the oldest one held when PIECE_SERVER_HELD are. */
 void cl_piece_server_hold(cl_piece_server *s, const char *sha256, const char *path, uint64_t size);
 
-/* Whether sha256 is held. */
-int cl_piece_server_holds(cl_piece_server *s, const char *sha256);
-
 /* Detach, stop the thread and let go of s (NULL is fine): connections still
  * being served end on their own and the last frees it. */
 void cl_piece_server_stop(cl_piece_server *s);
