@@ -40,6 +40,7 @@ typedef struct {
 	listener *lst;
 	uint16_t port;
 	int lie;
+	atomic_int wait_for_liar; /* send nothing until the liar has a piece in hand */
 	atomic_uint max_requests; /* changed by the main thread between connections */
 	atomic_llong idle_ms;
 	atomic_int stop;
@@ -74,14 +75,23 @@ static cot_err open_file(void *arg, const char *want, int *fd, uint64_t *size, c
 	return *fd < 0 ? cot_seterr(eb, COT_ERR_IO, "could not open") : COT_OK;
 }
 
+static atomic_int liar_sending;
+
 /* The liar's piece comes late (300 ms), when the honest holder has sent
- * every other piece: the fetch must still take it from the honest one. */
+ * every other piece: the fetch must still take it from the honest one.
+ * The honest holder waits (up to 15 s) until the liar has a piece in hand,
+ * so that however slowly the liar's handshake goes under load, the liar is
+ * asked for exactly one piece. */
 static void flip(void *arg, unsigned char *data, size_t len)
 {
 	holder *h = arg;
-	if (!h->lie)
+	struct timespec tick = { 0, 5 * 1000 * 1000 }, late = { 0, 300 * 1000 * 1000 };
+	if (!h->lie) {
+		for (int i = 0; i < 3000 && atomic_load(&h->wait_for_liar) && !atomic_load(&liar_sending); i++)
+			nanosleep(&tick, NULL);
 		return;
-	struct timespec late = { 0, 300 * 1000 * 1000 };
+	}
+	atomic_store(&liar_sending, 1);
 	nanosleep(&late, NULL);
 	data[len / 3] ^= 0x10;
 }
@@ -257,6 +267,7 @@ static void test_fetch(holder *honest, holder *liar, peer_ctx *me)
 	};
 	dialer *d = NULL;
 	dialer_direct_new(&d, &eb);
+	atomic_store(&honest->wait_for_liar, 1);
 	pieces_fetch_params p = { .m = &m,
 		                  .fd = fd,
 		                  .ctx = me,
@@ -268,6 +279,7 @@ static void test_fetch(holder *honest, holder *liar, peer_ctx *me)
 		                  .have = have };
 	pieces_source_stats st[2];
 	cot_err rc = pieces_fetch(&p, st, &eb);
+	atomic_store(&honest->wait_for_liar, 0);
 	dialer_free(d);
 	close(fd);
 	ok(rc == COT_OK && st[0].refused == 1 && st[0].pieces == 0 && st[1].pieces == 5 && st[1].refused == 0,
