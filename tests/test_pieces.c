@@ -87,7 +87,8 @@ static void flip(void *arg, unsigned char *data, size_t len)
 	holder *h = arg;
 	struct timespec tick = { 0, 5 * 1000 * 1000 }, late = { 0, 300 * 1000 * 1000 };
 	if (!h->lie) {
-		for (int i = 0; i < 3000 && atomic_load(&h->wait_for_liar) && !atomic_load(&liar_sending); i++)
+		for (int i = 0; i < 3000 && atomic_load(&h->wait_for_liar) && !atomic_load(&liar_sending);
+		     i++)
 			nanosleep(&tick, NULL);
 		return;
 	}
