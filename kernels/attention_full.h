@@ -34,8 +34,8 @@ void kern_attention_full_backward_set(float *dqkv, float *datt, const float *dou
  * key_query (0 or 1) adds the key term, and rs is 1 for ALBERT (whose
  * AlbertAttention adds the term after the 1/sqrt(hd) scale) and 1/sqrt(hd)
  * for BERT (BertSelfAttention adds it before).  Shapes and lens as
- * kern_attention_full_forward; with dist NULL the two calls below are not
- * to be used (the absolute path above is unchanged by them). */
+ * kern_attention_full_forward; dist must not be NULL (absolute positions
+ * use the two calls above, which these leave unchanged). */
 void kern_attention_full_rel_forward(float *out, float *att, const float *qkv, const float *dist,
                                      const int32_t *lens, int B, int T, int C, int NH, float rs,
                                      int key_query);
