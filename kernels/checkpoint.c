@@ -77,6 +77,10 @@ cot_err ckpt_save(const kern_model *m, const char *path, cot_errbuf *eb)
 	if (m->config.arch != KERN_ARCH_GPT) {
 		ENC_CONFIG_FIELDS(META)
 		META(unk_id)
+		/* only when relative, so an absolute encoder's checkpoint is as
+		 * before the option */
+		if (m->config.position != KERN_POS_ABSOLUTE)
+			META(position)
 	}
 #undef META
 	snprintf(num, sizeof num, "%ld", (long)m->step);
@@ -167,6 +171,9 @@ static cot_err read_header(const st_file *f, kern_config *c, long *step, cot_err
 		if (st_meta(f, "unk_id")) {
 			FIELD(unk_id)
 		}
+		if (st_meta(f, "position")) { /* absent: absolute */
+			FIELD(position)
+		}
 	}
 #undef FIELD
 	rc = meta_long(f, "step", 0, LONG_MAX, step, eb);
@@ -192,6 +199,7 @@ static const char *config_diff(const kern_config *a, const kern_config *b, int *
 	CONFIG_FIELDS(DIFF)
 	ENC_CONFIG_FIELDS(DIFF)
 	DIFF(unk_id)
+	DIFF(position)
 #undef DIFF
 	return NULL;
 }

@@ -53,6 +53,11 @@ void kern_embedding_seg_forward(float *out, const int32_t *tokens, const int32_t
 		float *o = out + (size_t)bt * C;
 		const float *te = wte + (size_t)tokens[bt] * C;
 		const float *se = wtt + (size_t)segments[bt] * C;
+		if (!wpe) { /* relative positions: no position row */
+			for (int c = 0; c < C; c++)
+				o[c] = te[c] + se[c];
+			continue;
+		}
 		const float *pe = wpe + (size_t)(bt % T) * C;
 		for (int c = 0; c < C; c++)
 			o[c] = (te[c] + se[c]) + pe[c];
@@ -75,6 +80,13 @@ void kern_embedding_seg_backward(float *dwte, float *dwpe, float *dwtt, const fl
 				const float *d = dout + bt * C + c0;
 				float *te = dwte + (size_t)tokens[bt] * C + c0;
 				float *se = dwtt + (size_t)segments[bt] * C + c0;
+				if (!dwpe) { /* relative positions: no position row */
+					for (int j = 0; j < nc; j++) {
+						te[j] += d[j];
+						se[j] += d[j];
+					}
+					continue;
+				}
 				float *pe = dwpe + (size_t)t * C + c0;
 				for (int j = 0; j < nc; j++) {
 					te[j] += d[j];

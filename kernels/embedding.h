@@ -16,12 +16,13 @@ void kern_embedding_backward(float *dwte, float *dwpe, const float *dout, const 
 
 /* The encoders' embedding sum (BERT's order):
  *   out[b,t,:] = (wte[tokens[b,t], :] + wtt[segments[b,t], :]) + wpe[t, :]
- * wtt [type_vocab, C]; tokens and segments already checked. */
+ * wtt [type_vocab, C]; tokens and segments already checked.  wpe NULL: no
+ * position row (an encoder with relative positions). */
 void kern_embedding_seg_forward(float *out, const int32_t *tokens, const int32_t *segments, const float *wte,
                                 const float *wpe, const float *wtt, int B, int T, int C);
 
 /* dwte, dwpe as kern_embedding_backward, and dwtt += dout scattered by
- * segment; deterministic in the same way. */
+ * segment; deterministic in the same way.  dwpe NULL: no position row. */
 void kern_embedding_seg_backward(float *dwte, float *dwpe, float *dwtt, const float *dout,
                                  const int32_t *tokens, const int32_t *segments, int B, int T, int C);
 

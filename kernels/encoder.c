@@ -18,8 +18,8 @@
 #include <string.h>
 
 enum {
-	VIEWS_PER_SET = 12,
-	TAIL_VIEWS = 9, /* pooler 2, sop 2, mlm 5 */
+	VIEWS_PER_SET = 12, /* and a 13th, the distance embedding, with relative positions */
+	TAIL_VIEWS = 9,     /* pooler 2, sop 2, mlm 5 */
 };
 
 /* Saved activations of one block (sized for max_batch). */
@@ -57,6 +57,7 @@ struct kern_enc_acts {
 /* Pointers to one parameter set (in params or grads). */
 typedef struct {
 	float *qkvw, *qkvb, *outw, *outb, *ln1w, *ln1b, *fcw, *fcb, *fcow, *fcob, *ln2w, *ln2b;
+	float *dist; /* [2T-1, H/NH] with relative positions, else NULL */
 } set_ptrs;
 
 /* Pointers to the views outside the sets. */
@@ -67,11 +68,24 @@ typedef struct {
 
 static int is_albert(const kern_config *c) { return c->arch == KERN_ARCH_ALBERT; }
 static int head_views(const kern_config *c) { return is_albert(c) ? 7 : 5; }
+static int is_relative(const kern_config *c) { return c->position != KERN_POS_ABSOLUTE; }
+static int set_views(const kern_config *c) { return VIEWS_PER_SET + is_relative(c); }
+
+/* The relative term's scale: Hugging Face's AlbertAttention adds
+ * q . D[i-j] after dividing q . k by sqrt(head width), BertSelfAttention
+ * before, so an exported model computes what it trained on. */
+static float rel_scale(const kern_config *c)
+{
+	return is_albert(c) ? 1.0f : 1.0f / sqrtf((float)(c->d_model / c->n_head));
+}
 
 static size_t set_numel(const kern_config *c)
 {
 	size_t H = c->d_model, F = c->d_ff;
-	return H * 3 * H + 3 * H + H * H + H + 2 * H + H * F + F + F * H + H + 2 * H;
+	size_t n = H * 3 * H + 3 * H + H * H + H + 2 * H + H * F + F + F * H + H + 2 * H;
+	if (is_relative(c))
+		n += (2 * (size_t)c->seq_len - 1) * (H / c->n_head);
+	return n;
 }
 
 size_t kern_enc_param_count(const kern_config *c)
@@ -112,6 +126,10 @@ cot_err kern_enc_config_validate(const kern_config *c, cot_errbuf *eb)
 				                  "model config fields %s and %s are both %d", names[j],
 				                  names[i], ids[i]);
 	}
+	if (!kern_position_name(c->position))
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "model config field position is %d; it must lie in 0..%d", c->position,
+		                  KERN_POS_RELATIVE_KEY_QUERY);
 	if (c->unk_id < -1 || c->unk_id >= c->vocab)
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "model config field unk_id is %d; it must lie in -1..%d", c->unk_id,
@@ -154,6 +172,8 @@ double kern_enc_flops_per_sample(const kern_config *c)
 	       P = kern_enc_predicted_per_sample(c);
 	double fwd = L * (2 * T * (3 * H * H + H * H + 2 * H * F) + 4 * T * T * H) + 2 * P * (H * E + E * V) +
 	             2 * (H * H + 2 * H);
+	if (is_relative(c)) /* q . D (and k . D) for every score */
+		fwd += L * 2 * T * T * H * (c->position == KERN_POS_RELATIVE_KEY_QUERY ? 2 : 1);
 	if (is_albert(c))
 		fwd += 2 * T * E * H;
 	return 3 * fwd;
@@ -188,11 +208,16 @@ int kern_enc_param_views(const kern_config *c, kern_view *out, int max)
 		add_view(out, max, &k, &off, "emb.proj.weight", E, H);
 		add_view(out, max, &k, &off, "emb.proj.bias", H, 0);
 	}
-	for (int s = 0; s < c->n_shared; s++)
+	for (int s = 0; s < c->n_shared; s++) {
 		for (int i = 0; i < VIEWS_PER_SET; i++) {
 			snprintf(nm, sizeof nm, "layer.%d.%s", s, suffix[i]);
 			add_view(out, max, &k, &off, nm, shapes[i][0], shapes[i][1]);
 		}
+		if (is_relative(c)) {
+			snprintf(nm, sizeof nm, "layer.%d.attn.distance.weight", s);
+			add_view(out, max, &k, &off, nm, 2 * c->seq_len - 1, H / c->n_head);
+		}
+	}
 	add_view(out, max, &k, &off, "pooler.weight", H, H);
 	add_view(out, max, &k, &off, "pooler.bias", H, 0);
 	add_view(out, max, &k, &off, "sop.weight", H, 2);
@@ -207,11 +232,21 @@ int kern_enc_param_views(const kern_config *c, kern_view *out, int max)
 
 static set_ptrs set_at(const kern_model *m, float *base, int s)
 {
-	const kern_view *v = m->views + head_views(&m->config) + VIEWS_PER_SET * s;
+	const kern_view *v = m->views + head_views(&m->config) + set_views(&m->config) * s;
 	set_ptrs p = {
-		base + v[0].offset, base + v[1].offset, base + v[2].offset,  base + v[3].offset,
-		base + v[4].offset, base + v[5].offset, base + v[6].offset,  base + v[7].offset,
-		base + v[8].offset, base + v[9].offset, base + v[10].offset, base + v[11].offset,
+		base + v[0].offset,
+		base + v[1].offset,
+		base + v[2].offset,
+		base + v[3].offset,
+		base + v[4].offset,
+		base + v[5].offset,
+		base + v[6].offset,
+		base + v[7].offset,
+		base + v[8].offset,
+		base + v[9].offset,
+		base + v[10].offset,
+		base + v[11].offset,
+		is_relative(&m->config) ? base + v[12].offset : NULL,
 	};
 	return p;
 }
@@ -435,7 +470,10 @@ cot_err kern_enc_forward(kern_model *m, const kern_enc_batch *batch, int B, kern
 		a->lens[b] = batch->lengths ? batch->lengths[b] : T;
 
 	outer_ptrs o = outer_at(m, m->params);
-	kern_embedding_seg_forward(a->emb, a->ids, a->segs, o.word, o.pos, o.type, B, T, E);
+	/* relative positions: emb.position is not added (Hugging Face's
+	 * embeddings skip it unless position_embedding_type is absolute) */
+	kern_embedding_seg_forward(a->emb, a->ids, a->segs, o.word, is_relative(c) ? NULL : o.pos, o.type, B,
+	                           T, E);
 	kern_layernorm_forward_eps(a->embln, a->emb_mean, a->emb_rstd, a->emb, o.elnw, o.elnb, BT, E,
 	                           KERN_ENC_LN_EPS);
 	if (is_albert(c))
@@ -445,7 +483,12 @@ cot_err kern_enc_forward(kern_model *m, const kern_enc_batch *batch, int B, kern
 		set_ptrs p = set_at(m, m->params, kern_layer_set(c, l));
 		enc_layer_acts *la = &a->layer[l];
 		kern_linear_forward(la->qkv, x, p.qkvw, p.qkvb, BT, H, 3 * H);
-		kern_attention_full_forward(la->atty, la->att, la->qkv, a->lens, B, T, H, NH);
+		if (p.dist)
+			kern_attention_full_rel_forward(la->atty, la->att, la->qkv, p.dist, a->lens, B, T, H,
+			                                NH, rel_scale(c),
+			                                c->position == KERN_POS_RELATIVE_KEY_QUERY);
+		else
+			kern_attention_full_forward(la->atty, la->att, la->qkv, a->lens, B, T, H, NH);
 		kern_linear_forward_residual(la->r1, x, la->atty, p.outw, p.outb, BT, H, H);
 		kern_layernorm_forward_eps(la->h1, la->mean1, la->rstd1, la->r1, p.ln1w, p.ln1b, BT, H,
 		                           KERN_ENC_LN_EPS);
@@ -567,7 +610,13 @@ cot_err kern_enc_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 		                        BT, H);
 		/* dx += d x_in through the attention */
 		kern_linear_backward_set(a->datty, gs.outw, gs.outb, a->dx, la->atty, p.outw, BT, H, H);
-		kern_attention_full_backward_set(a->dqkv, a->datt, a->datty, la->qkv, la->att, B, T, H, NH);
+		if (p.dist)
+			kern_attention_full_rel_backward(a->dqkv, gs.dist, a->datt, a->datty, la->qkv, p.dist,
+			                                 la->att, B, T, H, NH, rel_scale(c),
+			                                 c->position == KERN_POS_RELATIVE_KEY_QUERY);
+		else
+			kern_attention_full_backward_set(a->dqkv, a->datt, a->datty, la->qkv, la->att, B, T,
+			                                 H, NH);
 		kern_linear_backward(a->dx, gs.qkvw, gs.qkvb, a->dqkv, x_in, p.qkvw, BT, H, 3 * H);
 	}
 
@@ -580,7 +629,8 @@ cot_err kern_enc_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 	memset(a->de2, 0, (size_t)BT * E * sizeof(float));
 	kern_layernorm_backward(a->de2, g.elnw, g.elnb, demb_ln, a->emb, o.elnw, a->emb_mean, a->emb_rstd, BT,
 	                        E);
-	kern_embedding_seg_backward(g.word, g.pos, g.type, a->de2, a->ids, a->segs, B, T, E);
+	kern_embedding_seg_backward(g.word, is_relative(c) ? NULL : g.pos, g.type, a->de2, a->ids, a->segs, B,
+	                            T, E);
 	return COT_OK;
 }
 

@@ -11,7 +11,13 @@
  *   MLM: kernels/mlm_head.h on the final hidden states; SOP:
  *   kernels/sop_head.h on the [CLS] row (position 0)
  * Attention is unmasked (kernels/attention_full.h), every sample being
- * full length.  Every LayerNorm has eps 1e-12; GELU is the tanh form for
+ * full length.  With config position relative_key (or relative_key_query)
+ * the position row is not added to e, and each set's attention adds a
+ * learned distance embedding D[2T-1, H/NH] to its scores, Hugging Face's
+ * position_embedding_type of that name: q_i . D[i-j+T-1] (+ k_j . D[...]),
+ * after the 1/sqrt(H/NH) scale for ALBERT, before it for BERT, as
+ * AlbertAttention and BertSelfAttention do; emb.position stays in the
+ * layout (Hugging Face's embeddings hold it too) and gets no gradient.  Every LayerNorm has eps 1e-12; GELU is the tanh form for
  * ALBERT (gelu_new), the exact erf form for BERT (gelu).  Block l uses
  * parameter set kern_layer_set(l) = l * n_shared / n_layer, as the GPT
  * (ALBERT requires n_layer to be a multiple of n_shared, its groups being
@@ -27,6 +33,7 @@
  *     layer.s.attn.ln.bias [H], layer.s.ffn.weight [H,F], layer.s.ffn.bias [F],
  *     layer.s.ffn_out.weight [F,H], layer.s.ffn_out.bias [H],
  *     layer.s.ln.weight [H], layer.s.ln.bias [H],
+ *     (relative positions) layer.s.attn.distance.weight [2T-1, H/NH],
  *   pooler.weight [H,H], pooler.bias [H], sop.weight [H,2], sop.bias [2],
  *   mlm.dense.weight [H,E], mlm.dense.bias [E], mlm.ln.weight [E],
  *   mlm.ln.bias [E], mlm.bias [V]

@@ -131,6 +131,12 @@ static void add_block(export_ctx *x, int albert, const char *p, int s)
 		else
 			add_linear(x, nm, vn, 0, 0);
 	}
+	if (x->m->config.position != KERN_POS_ABSOLUTE) { /* the distance embedding, as it is */
+		snprintf(nm, sizeof nm, "%s.%s.distance_embedding.weight", p,
+		         albert ? "attention" : "attention.self");
+		snprintf(vn, sizeof vn, "layer.%d.attn.distance.weight", s);
+		add_same(x, nm, vn);
+	}
 }
 
 static json_t *config_json(const kern_config *c)
@@ -147,10 +153,12 @@ static json_t *config_json(const kern_config *c)
 	                  "hidden_act", albert ? "gelu_new" : "gelu", "hidden_dropout_prob", 0.0,
 	                  "attention_probs_dropout_prob", 0.0, "type_vocab_size", c->type_vocab,
 	                  "pad_token_id", c->pad_id, "initializer_range", 0.02, "layer_norm_eps", 1e-12,
-	                  "position_embedding_type", "absolute", "cotrain_cls_token_id", c->cls_id,
-	                  "cotrain_sep_token_id", c->sep_id, "cotrain_mask_token_id", c->mask_id,
-	                  "torch_dtype", "float32", "cotrain_n_shared", c->n_shared, "cotrain_d_embed",
-	                  c->d_embed, "bos_token_id", c->cls_id, "eos_token_id", c->sep_id);
+	                  "position_embedding_type",
+	                  kern_position_name(c->position) ? kern_position_name(c->position) : "absolute",
+	                  "cotrain_cls_token_id", c->cls_id, "cotrain_sep_token_id", c->sep_id,
+	                  "cotrain_mask_token_id", c->mask_id, "torch_dtype", "float32", "cotrain_n_shared",
+	                  c->n_shared, "cotrain_d_embed", c->d_embed, "bos_token_id", c->cls_id,
+	                  "eos_token_id", c->sep_id);
 	if (j && albert) {
 		json_object_set_new(j, "embedding_size", json_integer(c->d_embed));
 		json_object_set_new(j, "num_hidden_groups", json_integer(c->n_shared));

@@ -88,6 +88,27 @@ int kern_arch_parse(const char *name)
 	return -1;
 }
 
+const char *kern_position_name(int position)
+{
+	switch (position) {
+	case KERN_POS_ABSOLUTE:
+		return "absolute";
+	case KERN_POS_RELATIVE_KEY:
+		return "relative_key";
+	case KERN_POS_RELATIVE_KEY_QUERY:
+		return "relative_key_query";
+	}
+	return NULL;
+}
+
+int kern_position_parse(const char *name)
+{
+	for (int p = KERN_POS_ABSOLUTE; p <= KERN_POS_RELATIVE_KEY_QUERY; p++)
+		if (name && strcmp(name, kern_position_name(p)) == 0)
+			return p;
+	return -1;
+}
+
 size_t kern_param_count(const kern_config *c)
 {
 	if (c->arch != KERN_ARCH_GPT)
@@ -122,10 +143,10 @@ cot_err kern_config_validate(const kern_config *c, cot_errbuf *eb)
 		if (rc)
 			return rc;
 	} else if (c->d_embed || c->type_vocab || c->cls_id || c->sep_id || c->mask_id || c->pad_id ||
-	           c->unk_id) {
+	           c->unk_id || c->position) {
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "model config of a gpt has encoder fields (d_embed, type_vocab, special "
-		                  "ids)");
+		                  "ids, position)");
 	}
 	if (kern_param_count(c) > KERN_MAX_PARAMS)
 		return cot_seterr(eb, COT_ERR_INVALID, "model config has %zu parameters; the limit is %zu",

@@ -72,7 +72,21 @@ typedef struct {
 	 * subword project's special ids come from its tokenizer's pieces
 	 * (server/project_tokenizer.h). */
 	int unk_id;
+	/* How the encoder sees token order (kern_position): absolute position
+	 * embeddings added to the input (0, every model before the option), or
+	 * a learned distance embedding per parameter set that the attention
+	 * scores read (encoder.h).  0 for a GPT. */
+	int position;
 } kern_config;
+
+/* An encoder's position signal, Hugging Face's position_embedding_type:
+ * absolute, relative_key (scores += q_i . D[i-j]) or relative_key_query
+ * (scores += q_i . D[i-j] + k_j . D[i-j]). */
+typedef enum {
+	KERN_POS_ABSOLUTE = 0,
+	KERN_POS_RELATIVE_KEY = 1,
+	KERN_POS_RELATIVE_KEY_QUERY = 2,
+} kern_position;
 
 /* The default config of the tests and of the kernel benchmark's "demo"
  * model: 4 layers (unshared), 4 heads, width 256, sequence 256, vocabulary
@@ -95,6 +109,11 @@ int kern_layer_set(const kern_config *c, int l);
 const char *kern_arch_name(int arch);
 /* The kern_arch named name, or -1. */
 int kern_arch_parse(const char *name);
+/* "absolute", "relative_key", "relative_key_query" (Hugging Face's names),
+ * or NULL for an unknown value. */
+const char *kern_position_name(int position);
+/* The kern_position named name, or -1. */
+int kern_position_parse(const char *name);
 
 /* Number of parameters (floats) of a valid config. */
 size_t kern_param_count(const kern_config *c);

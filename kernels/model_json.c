@@ -4,10 +4,10 @@
 #include <stdbool.h>
 #include <string.h>
 
-const char *const kern_model_json_keys[] = { "n_layer", "n_shared",   "n_head", "d_model",
-	                                     "d_ff",    "seq_len",    "vocab",  "arch",
-	                                     "d_embed", "type_vocab", "cls_id", "sep_id",
-	                                     "mask_id", "pad_id",     "unk_id", NULL };
+const char *const kern_model_json_keys[] = { "n_layer",  "n_shared", "n_head",  "d_model", "d_ff",
+	                                     "seq_len",  "vocab",    "arch",    "d_embed", "type_vocab",
+	                                     "cls_id",   "sep_id",   "mask_id", "pad_id",  "unk_id",
+	                                     "position", NULL };
 
 /* The encoder fields after "arch", in kern_model_json_keys' order. */
 enum { GPT_KEYS = 7, ENC_INT_KEYS = 7, ENC_UNK = 6 /* unk_id: -1 allowed, absent is -1 */ };
@@ -33,6 +33,11 @@ json_t *kern_model_config_to_json(const kern_config *c)
 	for (int i = 0; i < ENC_INT_KEYS; i++)
 		bad |= json_object_set_new(j, kern_model_json_keys[GPT_KEYS + 1 + i],
 		                           json_integer(*enc_field(&copy, i)));
+	/* absolute is written as nothing, so an absolute encoder's object is
+	 * what it was before the option */
+	const char *pos = kern_position_name(c->position);
+	if (c->position != KERN_POS_ABSOLUTE)
+		bad |= json_object_set_new(j, "position", json_string(pos ? pos : "unknown"));
 	if (bad) {
 		json_decref(j);
 		return NULL;
@@ -53,6 +58,29 @@ static cot_err get_arch(const json_t *model, const char *path, int *arch, cot_er
 		           path);
 		if (json_is_string(v))
 			cot_sethint(eb, "It is \"%.64s\".", json_string_value(v));
+		return COT_ERR_INVALID;
+	}
+	return COT_OK;
+}
+
+/* Field "position" of model into *position: absent is absolute, else one
+ * of kern_position_name's strings. */
+static cot_err get_position(const json_t *model, const char *path, int *position, cot_errbuf *eb)
+{
+	const json_t *v = json_object_get(model, "position");
+	*position = KERN_POS_ABSOLUTE;
+	if (!v)
+		return COT_OK;
+	*position = json_is_string(v) ? kern_position_parse(json_string_value(v)) : -1;
+	if (*position < 0) {
+		cot_seterr(eb, COT_ERR_INVALID,
+		           "field \"%s.position\" must be \"absolute\", \"relative_key\" or "
+		           "\"relative_key_query\"",
+		           path);
+		if (json_is_string(v))
+			cot_sethint(eb, "It is \"%.64s\".", json_string_value(v));
+		else
+			cot_sethint(eb, "It is not a string.");
 		return COT_ERR_INVALID;
 	}
 	return COT_OK;
@@ -103,7 +131,9 @@ static cot_err encoder_fields(const json_t *model, const char *path, bool all, k
 	m->mask_id = m->vocab - 2;
 	m->pad_id = m->vocab - 1;
 	m->unk_id = -1;
-	cot_err rc;
+	cot_err rc = get_position(model, path, &m->position, eb);
+	if (rc)
+		return rc;
 	for (int i = 0; i < ENC_INT_KEYS; i++) {
 		long long hi = i == 0 ? KERN_MAX_DIM : i == 1 ? 16 : m->vocab - 1;
 		long long lo = i == ENC_UNK ? -1 : i == 1 ? 2 : i == 0;
@@ -147,6 +177,8 @@ cot_err kern_model_config_from_json(const json_t *model, const char *path, unsig
 			if ((rc = get_int(model, path, kern_model_json_keys[GPT_KEYS + 1 + i], i != ENC_UNK,
 			                  i == ENC_UNK ? -1 : 0, 1 << 20, enc_field(&m, i), eb)))
 				return rc;
+		if (m.arch != KERN_ARCH_GPT && (rc = get_position(model, path, &m.position, eb)))
+			return rc;
 		*c = m;
 		return COT_OK;
 	}

@@ -3,7 +3,9 @@
  * The "model" object of a project config ({"n_layer", "n_shared",
  * "n_head", "d_model", "d_ff", "seq_len", "vocab"}, and for an encoder
  * "arch" ("albert" or "bert"), "d_embed", "type_vocab", "cls_id",
- * "sep_id", "mask_id", "pad_id", "unk_id" (-1: none); doc/project-file.md) is
+ * "sep_id", "mask_id", "pad_id", "unk_id" (-1: none), and "position"
+ * ("absolute", absent when it is, "relative_key" or "relative_key_query");
+ * doc/project-file.md) is
  * written by the server's project files and read by the round coordinator,
  * the client's API calls and the client's state file; all of them go
  * through these two functions, as the optimizer settings go through

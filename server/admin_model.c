@@ -252,6 +252,11 @@ static void card_encoder(FILE *f, const card_info *c, const kern_model *m, bool 
 	        albert ? "ALBERT" : "BERT", albert ? "tanh" : "erf", k->n_layer, k->n_shared,
 	        k->n_shared == 1 ? "" : "s", k->n_head, k->d_model, k->d_embed, k->d_ff, k->seq_len, k->vocab,
 	        m->n_params);
+	if (k->position != KERN_POS_ABSOLUTE) /* an absolute model's card is as before the option */
+		fprintf(f,
+		        "Positions: relative (position_embedding_type %s, a learned distance embedding in\n"
+		        "each attention's scores; the position embeddings are not added).\n",
+		        kern_position_name(k->position));
 	if (c->tokenizer_sha[0])
 		fprintf(f,
 		        "\n## Tokenizer\n\n"

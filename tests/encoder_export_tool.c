@@ -1,7 +1,8 @@
 /* cotrain tests: the encoder side of tests/test_encoder_export.sh.
  *
- *   encoder_export_tool albert|bert DIR DATA
- * builds a small encoder of that arch from a fixed seed, moves every
+ *   encoder_export_tool albert|bert[:POSITION] DIR DATA
+ * builds a small encoder of that arch (and position, kern_position_name's
+ * names; absolute when not given) from a fixed seed, moves every
  * parameter off its initial value (so that a swapped bias or LayerNorm
  * shows), saves it as a checkpoint DIR.ckpt and reads it back (it must be
  * bit-identical, config included), exports it to the existing folder DIR
@@ -86,9 +87,12 @@ int main(int argc, char **argv)
 		kern_model_free(m);
 		return rc;
 	}
-	if (argc != 4 || kern_arch_parse(argv[1]) < KERN_ARCH_ALBERT)
-		return fail("usage", "encoder_export_tool albert|bert DIR DATA");
-	int arch = kern_arch_parse(argv[1]);
+	char an[16];
+	const char *colon = argc == 4 ? strchr(argv[1], ':') : NULL;
+	snprintf(an, sizeof an, "%.*s", colon ? (int)(colon - argv[1]) : 15, argc == 4 ? argv[1] : "");
+	int arch = kern_arch_parse(an), position = colon ? kern_position_parse(colon + 1) : 0;
+	if (argc != 4 || arch < KERN_ARCH_ALBERT || position < 0)
+		return fail("usage", "encoder_export_tool albert|bert[:POSITION] DIR DATA");
 	kern_config c = { .n_layer = 4,
 		          .n_shared = arch == KERN_ARCH_ALBERT ? 2 : 4,
 		          .n_head = 4,
@@ -103,7 +107,8 @@ int main(int argc, char **argv)
 		          .sep_id = 97,
 		          .mask_id = 98,
 		          .pad_id = 99,
-		          .unk_id = -1 };
+		          .unk_id = -1,
+		          .position = position };
 	enum { B = 3 };
 	kern_model *m, *back;
 	cot_errbuf eb;

@@ -22,6 +22,12 @@ test compares cotrain's float32 results with it.
 
 Case "albert": L=2 S=1 (one shared set), NH=2, H=16, E=8, F=32, T=12,
 V=40, B=3.  Case "bert": L=2 S=2, NH=2, H=16, E=16, F=32, T=12, V=40, B=3.
+Cases "albert_relative_key" and "bert_relative_key_query": the same shapes
+with Hugging Face's relative positions (position_embedding_type): no
+position row added to the embeddings, and each set's distance embedding
+layer.s.attn.distance.weight [2T-1, H/NH] adding q_i . D[i-j+T-1]
+(+ k_j . D[i-j+T-1]) to the scores, after the 1/sqrt(H/NH) scale in
+AlbertAttention, before it in BertSelfAttention.
 Records per case: config, ids, segments, labels, sop, param.<view>,
 loss, mlm_loss, sop_loss, mlm_logits (the labelled rows, in (b, t) order),
 sop_logits, full_logits (every position, from a forward without labels),
@@ -43,6 +49,7 @@ torch.set_num_threads(1)
 EPS = 1e-12
 IGNORE = -100
 ALBERT, BERT = 1, 2
+ABSOLUTE, RELATIVE_KEY, RELATIVE_KEY_QUERY = 0, 1, 2
 
 
 def views(cfg):
@@ -60,6 +67,8 @@ def views(cfg):
                 (p + "ffn.weight", (H, Fd)), (p + "ffn.bias", (Fd,)),
                 (p + "ffn_out.weight", (Fd, H)), (p + "ffn_out.bias", (H,)),
                 (p + "ln.weight", (H,)), (p + "ln.bias", (H,))]
+        if cfg.get("pos", ABSOLUTE) != ABSOLUTE:
+            out += [(p + "attn.distance.weight", (2 * cfg["T"] - 1, H // NH))]
     out += [("pooler.weight", (H, H)), ("pooler.bias", (H,)), ("sop.weight", (H, 2)), ("sop.bias", (2,)),
             ("mlm.dense.weight", (H, E)), ("mlm.dense.bias", (E,)), ("mlm.ln.weight", (E,)),
             ("mlm.ln.bias", (E,)), ("mlm.bias", (V,))]
@@ -90,7 +99,9 @@ def forward(cfg, P, ids, seg, labels, sop):
     B, T = ids.shape
     hd = H // NH
     x = P["emb.word"][ids] + P["emb.token_type"][seg]
-    x = x + P["emb.position"][:T].unsqueeze(0)
+    pos = cfg.get("pos", ABSOLUTE)
+    if pos == ABSOLUTE:
+        x = x + P["emb.position"][:T].unsqueeze(0)
     x = F.layer_norm(x, (E,), P["emb.ln.weight"], P["emb.ln.bias"], EPS)
     if arch == ALBERT:
         x = x @ P["emb.proj.weight"] + P["emb.proj.bias"]
@@ -101,7 +112,17 @@ def forward(cfg, P, ids, seg, labels, sop):
         q = q.view(B, T, NH, hd).transpose(1, 2)
         k = k.view(B, T, NH, hd).transpose(1, 2)
         v = v.view(B, T, NH, hd).transpose(1, 2)
-        att = torch.softmax(q @ k.transpose(2, 3) / math.sqrt(hd), dim=-1)
+        s = q @ k.transpose(2, 3)
+        if pos == ABSOLUTE:
+            s = s / math.sqrt(hd)
+        else:
+            i = torch.arange(T)
+            D = P[p + "attn.distance.weight"][i[:, None] - i[None, :] + T - 1]  # [T, T, hd]
+            r = torch.einsum("bhld,lrd->bhlr", q, D)
+            if pos == RELATIVE_KEY_QUERY:
+                r = r + torch.einsum("bhrd,lrd->bhlr", k, D)
+            s = s / math.sqrt(hd) + r if arch == ALBERT else (s + r) / math.sqrt(hd)
+        att = torch.softmax(s, dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, H)
         y = y @ P[p + "attn.out.weight"] + P[p + "attn.out.bias"]
         x = F.layer_norm(x + y, (H,), P[p + "attn.ln.weight"], P[p + "attn.ln.bias"], EPS)
@@ -124,7 +145,7 @@ def forward(cfg, P, ids, seg, labels, sop):
     return logits, sop_logits, mlm_loss + sop_loss, mlm_loss, sop_loss
 
 
-CONFIG_KEYS = ("arch", "L", "S", "NH", "H", "E", "F", "T", "V", "TV", "cls", "sep", "mask", "pad")
+CONFIG_KEYS = ("arch", "L", "S", "NH", "H", "E", "F", "T", "V", "TV", "cls", "sep", "mask", "pad", "pos")
 
 
 def case(w, tag, cfg, B):
@@ -162,7 +183,9 @@ def case(w, tag, cfg, B):
     w.f32(tag + ".sop_logits", sop_logits)
     w.f32(tag + ".full_logits", full)
     for name, _ in views(cfg):
-        w.f32(tag + ".grad." + name, P[name].grad)
+        # emb.position is not read with relative positions: no gradient
+        g = P[name].grad
+        w.f32(tag + ".grad." + name, g if g is not None else torch.zeros_like(P[name]))
 
 
 def main():
@@ -170,9 +193,11 @@ def main():
         sys.exit("usage: encoder_reference.py OUTPUT")
     torch.manual_seed(24)
     w = Writer()
-    base = dict(L=2, NH=2, H=16, F=32, T=12, V=40, TV=2, cls=0, sep=1, mask=2, pad=3)
+    base = dict(L=2, NH=2, H=16, F=32, T=12, V=40, TV=2, cls=0, sep=1, mask=2, pad=3, pos=ABSOLUTE)
     case(w, "albert", dict(base, arch=ALBERT, S=1, E=8), 3)
     case(w, "bert", dict(base, arch=BERT, S=2, E=16), 3)
+    case(w, "albert_relative_key", dict(base, arch=ALBERT, S=1, E=8, pos=RELATIVE_KEY), 3)
+    case(w, "bert_relative_key_query", dict(base, arch=BERT, S=2, E=16, pos=RELATIVE_KEY_QUERY), 3)
     w.save(sys.argv[1])
 
 

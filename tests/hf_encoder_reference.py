@@ -11,6 +11,11 @@ int32 B, T, V, int32 ids[B*T], int32 segments[B*T], float32 logits[B*T*V].
 The forward below is written from transformers' modeling_albert.py and
 modeling_bert.py (nn.Linear weights [out, in], separate query/key/value,
 post-LN blocks, layer l of ALBERT using group l // (L / num_hidden_groups),
+position_embedding_type absolute (position embeddings added to the input)
+or relative_key / relative_key_query (none added; each attention's
+distance_embedding D[2 max_position_embeddings - 1, head width] adds
+q_i . D[i-j] (+ k_j . D[i-j]) to the scores, after the 1/sqrt(head width)
+scale in AlbertAttention, before it in BertSelfAttention),
 the MLM head dense -> activation -> LayerNorm -> decoder + bias), on the
 tensors named there, in float64.  It shares no code with cotrain or with
 tests/encoder_reference.py.  The MLM logits must agree within 1e-4 relative
@@ -70,12 +75,23 @@ def ln(W, name, x, eps):
     return F.layer_norm(x, (x.shape[-1],), W[name + ".weight"], W[name + ".bias"], eps)
 
 
-def attention(W, p, x, nh):
+def attention(W, p, x, cfg, albert):
     B, T, H = x.shape
+    nh, pos = cfg["num_attention_heads"], cfg.get("position_embedding_type", "absolute")
     hd = H // nh
     q, k, v = (linear(W, p + n, x).view(B, T, nh, hd).transpose(1, 2) for n in ("query", "key", "value"))
-    att = torch.softmax(q @ k.transpose(2, 3) / math.sqrt(hd), dim=-1)
-    return (att @ v).transpose(1, 2).reshape(B, T, H)
+    s = q @ k.transpose(2, 3)
+    r = 0
+    if pos in ("relative_key", "relative_key_query"):
+        i = torch.arange(T)
+        D = W[p + "distance_embedding.weight"][i[:, None] - i[None, :] + cfg["max_position_embeddings"] - 1]
+        r = torch.einsum("bhld,lrd->bhlr", q, D)
+        if pos == "relative_key_query":
+            r = r + torch.einsum("bhrd,lrd->bhlr", k, D)
+    elif pos != "absolute":
+        raise SystemExit("unexpected position_embedding_type %s" % pos)
+    s = s / math.sqrt(hd) + r if albert else (s + r) / math.sqrt(hd)
+    return (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, H)
 
 
 def forward(cfg, W, ids, seg):
@@ -84,14 +100,15 @@ def forward(cfg, W, ids, seg):
     eps, hact, nh, L = cfg["layer_norm_eps"], cfg["hidden_act"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
     T = ids.shape[1]
     e = W[base + ".embeddings.word_embeddings.weight"][ids] + W[base + ".embeddings.token_type_embeddings.weight"][seg]
-    e = e + W[base + ".embeddings.position_embeddings.weight"][:T]
+    if cfg.get("position_embedding_type", "absolute") == "absolute":
+        e = e + W[base + ".embeddings.position_embeddings.weight"][:T]
     x = ln(W, base + ".embeddings.LayerNorm", e, eps)
     if albert:
         x = linear(W, "albert.encoder.embedding_hidden_mapping_in", x)
         G = cfg["num_hidden_groups"]
         for l in range(L):
             g = "albert.encoder.albert_layer_groups.%d.albert_layers.0." % int(l / (L / G))
-            a = linear(W, g + "attention.dense", attention(W, g + "attention.", x, nh))
+            a = linear(W, g + "attention.dense", attention(W, g + "attention.", x, cfg, True))
             x = ln(W, g + "attention.LayerNorm", x + a, eps)
             h = linear(W, g + "ffn_output", act(linear(W, g + "ffn", x), hact))
             x = ln(W, g + "full_layer_layer_norm", x + h, eps)
@@ -99,7 +116,7 @@ def forward(cfg, W, ids, seg):
         return m @ W["albert.embeddings.word_embeddings.weight"].t() + W["predictions.bias"]
     for l in range(L):
         p = "bert.encoder.layer.%d." % l
-        a = linear(W, p + "attention.output.dense", attention(W, p + "attention.self.", x, nh))
+        a = linear(W, p + "attention.output.dense", attention(W, p + "attention.self.", x, cfg, False))
         x = ln(W, p + "attention.output.LayerNorm", x + a, eps)
         h = linear(W, p + "output.dense", act(linear(W, p + "intermediate.dense", x), hact))
         x = ln(W, p + "output.LayerNorm", x + h, eps)

@@ -144,6 +144,53 @@ int main(void)
 	free(norm3);
 	free(norm);
 	pf_free(&p);
+	ok(norm && !strstr(norm, "\"position\""), "an absolute encoder's normalized file has no position");
+
+	/* Relative positions: model.position, kept through normalisation. */
+	const char *rel =
+	        "{\"name\":\"enc\",\"dataset\":\"tiny\",\"model\":{\"arch\":\"albert\",\"n_layer\":4,"
+	        "\"n_shared\":1,\"n_head\":2,\"d_model\":64,\"seq_len\":32,"
+	        "\"position\":\"relative_key\"},\"target_batch\":64}";
+	norm = NULL;
+	if (!is_int(pf_parse(rel, strlen(rel), &p, &norm, &eb), COT_OK,
+	            "an ALBERT project file with relative_key positions parses"))
+		diag("%s", eb.msg);
+	ok(p.model.position == KERN_POS_RELATIVE_KEY, "model.position relative_key");
+	is_int(pf_param_count(&p.model), (long long)kern_param_count(&p.model),
+	       "with a distance embedding of 2T-1 rows by the head width (%lld parameters)",
+	       (long long)kern_param_count(&p.model));
+	ok(kern_param_count(&p.model) == kern_param_count(&(pf_model){ .n_layer = 4,
+	                                                               .n_shared = 1,
+	                                                               .n_head = 2,
+	                                                               .d_model = 64,
+	                                                               .d_ff = 256,
+	                                                               .seq_len = 32,
+	                                                               .vocab = 260,
+	                                                               .arch = KERN_ARCH_ALBERT,
+	                                                               .d_embed = 64,
+	                                                               .type_vocab = 2,
+	                                                               .cls_id = 256,
+	                                                               .sep_id = 257,
+	                                                               .mask_id = 258,
+	                                                               .pad_id = 259,
+	                                                               .unk_id = -1 }) +
+	                                         63 * 32,
+	   "  which is 63 x 32 more than the absolute model's");
+	norm3 = NULL;
+	ok(norm && strstr(norm, "\"position\": \"relative_key\"") &&
+	           pf_parse(norm, strlen(norm), &q, &norm3, &eb) == COT_OK && norm3 && !strcmp(norm, norm3) &&
+	           !memcmp(&q.model, &p.model, sizeof p.model),
+	   "the normalized file names the position and parses back to the same model");
+	pf_free(&q);
+	free(norm3);
+	free(norm);
+	pf_free(&p);
+	refuse(rel, "\"relative_key\"", "\"relative\"", "model.position", "an unknown model.position");
+	ok(strstr(eb_last.msg, "relative_key_query") && strstr(eb_last.hint, "\"relative\""),
+	   "  the message lists the values and the hint the one given");
+	refuse(rel, "\"relative_key\"", "1", "model.position", "a model.position that is not a string");
+	refuse(minimal, "\"n_layer\":2", "\"n_layer\":2,\"position\":\"relative_key\"", "model.position",
+	       "model.position on a gpt");
 	refuse(albert, "\"albert\"", "\"roberta\"", "model.arch", "an unknown model.arch");
 	refuse(minimal, "\"n_layer\":2", "\"n_layer\":2,\"d_embed\":32", "model.d_embed",
 	       "an encoder field on a gpt");

@@ -10,7 +10,10 @@
  * ("_set") get NaN in their output first, so a kernel that read its old
  * contents would fail.  Models: a tiny ALBERT (one set shared by 2 blocks,
  * factorised embedding, tanh GELU) and a tiny BERT (2 sets, exact GELU),
- * every tensor's gradient. */
+ * every tensor's gradient.  The same for relative positions: the attention
+ * with a distance embedding (relative_key and relative_key_query, at
+ * ALBERT's and BERT's scales, d qkv and d distance, which accumulates and
+ * is the same bits at 1 and 2 threads) and both models with it. */
 #include "kernels/attention_full.h"
 #include "kernels/backend.h"
 #include "kernels/embedding.h"
@@ -45,9 +48,11 @@ static float *nanv(size_t n)
 /* ---- oracles ------------------------------------------------------------- */
 
 /* Unmasked attention, qkv [B,T,3C] -> out [B,T,C], sample b seeing the keys
- * [0, lens[b]) (lens NULL: all T); p is [T] scratch. */
+ * [0, lens[b]) (lens NULL: all T); p is [T] scratch.  dist [2T-1, C/NH]
+ * (NULL: none) adds rs (q_t . D[t-j+T-1] [+ k_j . D[t-j+T-1]] when kq) to
+ * score (t, j), as kernels/attention_full.h states. */
 static void att_full_d(double *out, const double *qkv, const int32_t *lens, int B, int T, int C, int NH,
-                       double *p)
+                       double *p, const double *dist, double rs, int kq)
 {
 	int hd = C / NH;
 	double scale = 1 / sqrt((double)hd);
@@ -59,10 +64,15 @@ static void att_full_d(double *out, const double *qkv, const int32_t *lens, int 
 				int n = lens ? lens[b] : T;
 				for (int j = 0; j < n; j++) {
 					const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
-					double s = 0;
+					double s = 0, r = 0;
 					for (int i = 0; i < hd; i++)
 						s += q[i] * k[i];
-					p[j] = s * scale;
+					if (dist) {
+						const double *d = dist + (size_t)(t - j + T - 1) * hd;
+						for (int i = 0; i < hd; i++)
+							r += (q[i] + (kq ? k[i] : 0)) * d[i];
+					}
+					p[j] = s * scale + rs * r;
 					mx = fmax(mx, p[j]);
 				}
 				for (int j = 0; j < n; j++)
@@ -131,12 +141,14 @@ typedef struct {
 	float *w;
 	int B, T, C, NH;
 	const int32_t *lens;
+	double *dist, rs; /* relative positions: the distance embedding, its scale */
+	int kq;
 } att_ctx;
 
 static double att_obj(void *p)
 {
 	att_ctx *c = p;
-	att_full_d(c->out, c->qkv, c->lens, c->B, c->T, c->C, c->NH, c->p);
+	att_full_d(c->out, c->qkv, c->lens, c->B, c->T, c->C, c->NH, c->p, c->dist, c->rs, c->kq);
 	return fd_dot(c->w, c->out, (size_t)c->B * c->T * c->C);
 }
 
@@ -144,7 +156,9 @@ static void test_attention(int B, int T, int C, int NH, size_t samples, const in
 {
 	size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, na = (size_t)B * NH * T * T;
 	float *qkv = fd_randv(n3, 1), *out = fd_zerov(n1), *att = fd_zerov(na);
-	att_ctx c = { fd_zerod(n1), fd_tod(qkv, n3), fd_zerod(T), fd_randv(n1, 1), B, T, C, NH, lens };
+	att_ctx c = {
+		fd_zerod(n1), fd_tod(qkv, n3), fd_zerod(T), fd_randv(n1, 1), B, T, C, NH, lens, NULL, 0, 0
+	};
 	kern_attention_full_forward(out, att, qkv, lens, B, T, C, NH);
 	att_obj(&c);
 	char what[96], w2[128];
@@ -176,6 +190,65 @@ static void test_attention(int B, int T, int C, int NH, size_t samples, const in
 	free(c.w);
 	free(dqkv);
 	free(datt);
+}
+
+/* The attention with relative positions: forward against the oracle, d qkv
+ * and d distance by finite differences, the distance gradient accumulating
+ * and bit-identical at 1 and 2 threads, and the score really reading the
+ * distance (moving D[T-1], distance 0, changes the output). */
+static void test_attention_rel(int B, int T, int C, int NH, size_t samples, const int32_t *lens, float rs,
+                               int kq)
+{
+	int hd = C / NH, R = 2 * T - 1;
+	size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, na = (size_t)B * NH * T * T,
+	       nd = (size_t)R * hd;
+	float *qkv = fd_randv(n3, 1), *dist = fd_randv(nd, 1), *out = fd_zerov(n1), *att = fd_zerov(na);
+	att_ctx c = { fd_zerod(n1),
+		      fd_tod(qkv, n3),
+		      fd_zerod(T),
+		      fd_randv(n1, 1),
+		      B,
+		      T,
+		      C,
+		      NH,
+		      lens,
+		      fd_tod(dist, nd),
+		      rs,
+		      kq };
+	kern_attention_full_rel_forward(out, att, qkv, dist, lens, B, T, C, NH, rs, kq);
+	att_obj(&c);
+	char what[128], w2[160];
+	snprintf(what, sizeof what, "relative_key%s attention B%d T%d C%d NH%d scale %.3g%s",
+	         kq ? "_query" : "", B, T, C, NH, rs, lens ? " with lengths" : "");
+	fd_check_forward(what, out, c.out, n1);
+	float *dqkv = nanv(n3), *datt = nanv(na), *dd = fd_zerov(nd), *dd2 = fd_zerov(nd);
+	kern_attention_full_rel_backward(dqkv, dd, datt, c.w, qkv, dist, att, B, T, C, NH, rs, kq);
+	snprintf(w2, sizeof w2, "%s d qkv", what);
+	fd_check(w2, att_obj, &c, c.qkv, dqkv, n3, samples, LAYER_RTOL, LAYER_ATOL);
+	snprintf(w2, sizeof w2, "%s d distance", what);
+	fd_check(w2, att_obj, &c, c.dist, dd, nd, samples, LAYER_RTOL, LAYER_ATOL);
+	memcpy(dd2, dd, nd * 4);
+	kern_attention_full_rel_backward(dqkv, dd2, datt, c.w, qkv, dist, att, B, T, C, NH, rs, kq);
+	fd_check_accumulates(w2, dd, dd2, nd);
+	/* one thread: the same bits */
+	float *dq1 = nanv(n3), *dd1 = fd_zerov(nd), *o1 = fd_zerov(n1);
+	kern_set_threads(1);
+	kern_attention_full_rel_forward(o1, att, qkv, dist, lens, B, T, C, NH, rs, kq);
+	kern_attention_full_rel_backward(dq1, dd1, datt, c.w, qkv, dist, att, B, T, C, NH, rs, kq);
+	kern_set_threads(2);
+	ok(!memcmp(o1, out, n1 * 4) && !memcmp(dq1, dqkv, n3 * 4) && !memcmp(dd1, dd, nd * 4),
+	   "%s: the same bits at 1 and 2 threads", what);
+	for (int i = 0; i < hd; i++)
+		dist[(size_t)(T - 1) * hd + i] += 1.0f;
+	kern_attention_full_rel_forward(o1, att, qkv, dist, lens, B, T, C, NH, rs, kq);
+	ok(memcmp(o1, out, n1 * 4) != 0, "%s: the output reads the distance embedding", what);
+	float *bufs[] = { qkv, dist, out, att, c.w, dqkv, datt, dd, dd2, dq1, dd1, o1 };
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		free(bufs[i]);
+	free(c.out);
+	free(c.qkv);
+	free(c.p);
+	free(c.dist);
 }
 
 typedef struct {
@@ -528,11 +601,15 @@ static double model_obj(void *p)
 	size_t nh = (size_t)N * H;
 	const double *word = param(c, "emb.word"), *pos = param(c, "emb.position"),
 	             *type = param(c, "emb.token_type");
+	int rel = k->position != KERN_POS_ABSOLUTE, kq = k->position == KERN_POS_RELATIVE_KEY_QUERY;
+	/* relative positions: no position row; the scale of the distance
+	 * term is 1 for ALBERT, 1/sqrt(head width) for BERT */
+	double rs = k->arch == KERN_ARCH_ALBERT ? 1 : 1 / sqrt((double)(H / k->n_head));
 	for (int n = 0; n < N; n++)
 		for (int j = 0; j < E; j++)
 			c->t[(size_t)n * E + j] = word[(size_t)c->ids[n] * E + j] +
 			                          type[(size_t)c->seg[n] * E + j] +
-			                          pos[(size_t)(n % T) * E + j];
+			                          (rel ? 0 : pos[(size_t)(n % T) * E + j]);
 	fd_ln(c->e, c->t, param(c, "emb.ln.weight"), param(c, "emb.ln.bias"), N, E, ENC_EPS);
 	if (k->arch == KERN_ARCH_ALBERT)
 		fd_lin(c->x, c->e, param(c, "emb.proj.weight"), param(c, "emb.proj.bias"), N, E, H);
@@ -542,7 +619,8 @@ static double model_obj(void *p)
 		int s = kern_layer_set(k, l);
 		fd_lin(c->qkv, c->x, sparam(c, s, "attn.qkv.weight"), sparam(c, s, "attn.qkv.bias"), N, H,
 		       3 * H);
-		att_full_d(c->y, c->qkv, NULL, c->B, T, H, k->n_head, c->scr);
+		att_full_d(c->y, c->qkv, NULL, c->B, T, H, k->n_head, c->scr,
+		           rel ? sparam(c, s, "attn.distance.weight") : NULL, rs, kq);
 		fd_lin(c->t, c->y, sparam(c, s, "attn.out.weight"), sparam(c, s, "attn.out.bias"), N, H, H);
 		for (size_t i = 0; i < nh; i++)
 			c->t[i] += c->x[i];
@@ -577,7 +655,7 @@ static double model_obj(void *p)
 	return mlm / nr + sop / c->B;
 }
 
-static void test_model(int arch)
+static void test_model(int arch, int position)
 {
 	kern_config cfg = { .n_layer = 2,
 		            .n_shared = arch == KERN_ARCH_ALBERT ? 1 : 2,
@@ -593,7 +671,8 @@ static void test_model(int arch)
 		            .sep_id = 1,
 		            .mask_id = 2,
 		            .pad_id = 3,
-		            .unk_id = -1 };
+		            .unk_id = -1,
+		            .position = position };
 	kern_model *m;
 	cot_errbuf eb;
 	int B = 2, T = cfg.seq_len, N = B * T;
@@ -648,7 +727,8 @@ static void test_model(int arch)
 		bail_out("model pass: %s", eb.msg);
 	double dl = model_obj(&c);
 	char what[64];
-	snprintf(what, sizeof what, "%s L2 S%d", kern_arch_name(arch), cfg.n_shared);
+	snprintf(what, sizeof what, "%s L2 S%d %s", kern_arch_name(arch), cfg.n_shared,
+	         kern_position_name(position));
 	int rows;
 	const float *lg = kern_enc_mlm_logits(m, &rows, NULL);
 	fd_check_forward(what, lg, c.logits, (size_t)rows * cfg.vocab);
@@ -656,6 +736,12 @@ static void test_model(int arch)
 	for (int v = 0; v < m->n_views; v++) {
 		char w2[160];
 		snprintf(w2, sizeof w2, "%s d %s", what, m->views[v].name);
+		if (position != KERN_POS_ABSOLUTE && !strcmp(m->views[v].name, "emb.position")) {
+			/* unused: exported for Hugging Face's layout, never trained */
+			ok(fd_maxabs(m->grads + m->views[v].offset, m->views[v].numel) == 0,
+			   "%s: no gradient (not read)", w2);
+			continue;
+		}
 		fd_check(w2, model_obj, &c, c.p + m->views[v].offset, m->grads + m->views[v].offset,
 		         m->views[v].numel, 256, MODEL_RTOL, MODEL_ATOL);
 	}
@@ -682,8 +768,13 @@ int main(int argc, char **argv)
 	test_mlm_head(0);
 	test_mlm_head(1);
 	test_sop_head();
-	test_model(KERN_ARCH_ALBERT);
-	test_model(KERN_ARCH_BERT);
+	test_model(KERN_ARCH_ALBERT, KERN_POS_ABSOLUTE);
+	test_model(KERN_ARCH_BERT, KERN_POS_ABSOLUTE);
+	test_attention_rel(2, 5, 8, 2, 1000, NULL, 1.0f, 0);
+	test_attention_rel(2, 5, 8, 2, 1000, lens, 0.5f, 1);
+	test_attention_rel(1, 70, 8, 2, 300, NULL, 1.0f, 1); /* more than one 64-row block */
+	test_model(KERN_ARCH_ALBERT, KERN_POS_RELATIVE_KEY);
+	test_model(KERN_ARCH_BERT, KERN_POS_RELATIVE_KEY_QUERY);
 	done_testing();
 	return exit_status();
 }

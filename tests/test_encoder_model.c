@@ -80,8 +80,8 @@ static void test_config(void)
 	struct {
 		const char *what;
 		kern_config c;
-	} bad[8];
-	for (int i = 0; i < 8; i++)
+	} bad[10];
+	for (int i = 0; i < 10; i++)
 		bad[i].c = good;
 	bad[0].what = "equal special ids";
 	bad[0].c.mask_id = bad[0].c.cls_id;
@@ -100,7 +100,13 @@ static void test_config(void)
 	bad[6].c.arch = 7;
 	bad[7].what = "a gpt with encoder fields";
 	bad[7].c.arch = KERN_ARCH_GPT;
-	for (int i = 0; i < 8; i++) {
+	bad[8].what = "an unknown position";
+	bad[8].c.position = 3;
+	bad[9].what = "a gpt with relative positions";
+	memset(&bad[9].c, 0, sizeof bad[9].c);
+	kern_config_default(&bad[9].c);
+	bad[9].c.position = KERN_POS_RELATIVE_KEY;
+	for (int i = 0; i < 10; i++) {
 		eb.msg[0] = 0;
 		cot_err rc = kern_config_validate(&bad[i].c, &eb);
 		ok(rc == COT_ERR_INVALID && eb.msg[0], "rejects %s: %s", bad[i].what, eb.msg);
@@ -108,6 +114,18 @@ static void test_config(void)
 	ok(kern_arch_parse("albert") == KERN_ARCH_ALBERT && kern_arch_parse("bert") == KERN_ARCH_BERT &&
 	           kern_arch_parse("gpt") == KERN_ARCH_GPT && kern_arch_parse("roberta") == -1,
 	   "arch names parse");
+	ok(kern_position_parse("absolute") == KERN_POS_ABSOLUTE &&
+	           kern_position_parse("relative_key") == KERN_POS_RELATIVE_KEY &&
+	           kern_position_parse("relative_key_query") == KERN_POS_RELATIVE_KEY_QUERY &&
+	           kern_position_parse("relative") == -1 && kern_position_parse(NULL) == -1,
+	   "position names parse");
+	kern_config rel = good;
+	rel.position = KERN_POS_RELATIVE_KEY;
+	int T = rel.seq_len, hd = rel.d_model / rel.n_head;
+	is_int(kern_param_views(&rel, NULL, 0), 7 + 13 * rel.n_shared + 9,
+	       "relative ALBERT views: a distance embedding per set");
+	ok(kern_param_count(&rel) == kern_param_count(&good) + (size_t)rel.n_shared * (2 * T - 1) * hd,
+	   "of 2T-1 rows by the head width");
 }
 
 /* Raw stream tokens, ordinary ones only (below 60). */
@@ -600,10 +618,12 @@ static void test_stream_step(void)
  * own model as "a gpt with encoder fields"). */
 static void test_stored_round_trip(void)
 {
-	kern_config cs[2];
+	kern_config cs[3];
 	kern_config_default(&cs[0]);
 	cs[1] = small_albert();
-	for (int i = 0; i < 2; i++) {
+	cs[2] = small_albert();
+	cs[2].position = KERN_POS_RELATIVE_KEY_QUERY;
+	for (int i = 0; i < 3; i++) {
 		json_t *j = kern_model_config_to_json(&cs[i]);
 		kern_config back;
 		cot_errbuf eb = { "", "" };
@@ -612,8 +632,9 @@ static void test_stored_round_trip(void)
 		if (!rc)
 			rc = kern_config_validate(&back, &eb);
 		ok(!rc && !memcmp(&back, &cs[i], sizeof back),
-		   "a %s's saved model config reads back valid and equal%s%s", kern_arch_name(cs[i].arch),
-		   rc ? ": " : "", rc ? eb.msg : "");
+		   "a %s (%s positions)'s saved model config reads back valid and equal%s%s",
+		   kern_arch_name(cs[i].arch), kern_position_name(cs[i].position), rc ? ": " : "",
+		   rc ? eb.msg : "");
 		json_decref(j);
 	}
 }
@@ -651,6 +672,11 @@ int main(int argc, char **argv)
 	b.d_embed = 64;
 	b.n_shared = 2;
 	test_replay("bert", &b, 4);
+	kern_config ar = a, br = b;
+	ar.position = KERN_POS_RELATIVE_KEY;
+	br.position = KERN_POS_RELATIVE_KEY_QUERY;
+	test_replay("albert relative_key", &ar, 4);
+	test_replay("bert relative_key_query", &br, 4);
 	test_learns();
 	test_fill_mask();
 	test_stream_step();

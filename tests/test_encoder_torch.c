@@ -3,7 +3,9 @@
  * Face's AlbertForPreTraining / BertForPreTraining, in float64), holds the
  * losses, logits and every gradient of a tiny ALBERT (one shared set,
  * factorised embedding) and a tiny BERT (exact GELU) on given weights and a
- * given masked batch.
+ * given masked batch, and the same two with relative positions (ALBERT
+ * relative_key, BERT relative_key_query: Hugging Face's distance embedding
+ * at each model's own scale).
  *
  * Tolerances: the losses within 1e-5 relative; the MLM and SOP logits and
  * every gradient within 1e-5 relative, per tensor, as max |ours - torch| /
@@ -27,7 +29,7 @@ static void config_of(const char *tag, kern_config *c)
 {
 	const ref_record *r = ref_get(tag, "config", 1);
 	const int32_t *x = r->data;
-	if (r->n != 14)
+	if (r->n != 15)
 		bail_out("%s.config has %zu values", tag, r->n);
 	memset(c, 0, sizeof *c);
 	c->arch = x[0];
@@ -45,6 +47,7 @@ static void config_of(const char *tag, kern_config *c)
 	c->mask_id = x[12];
 	c->pad_id = x[13];
 	c->unk_id = -1;
+	c->position = x[14];
 }
 
 static void check_case(const char *tag)
@@ -133,6 +136,8 @@ int main(int argc, char **argv)
 	ref_load(path);
 	check_case("albert");
 	check_case("bert");
+	check_case("albert_relative_key");
+	check_case("bert_relative_key_query");
 	ref_free_all();
 	done_testing();
 	return exit_status();

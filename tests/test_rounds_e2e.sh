@@ -46,7 +46,9 @@
 # ALBERT trains on the ids of a Unigram tokenizer trained on the text:
 # its special ids are the tokenizer's pieces (a file giving others, a
 # tokenizer lacking one, are refused), and the replay, reading the
-# project's stored config, builds the clients' masks.
+# project's stored config, builds the clients' masks; this ALBERT has
+# relative positions (model.position relative_key), so the clients, the
+# checkpoints and the replay carry them too.
 . "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/invariants.sh"
 B=$top_builddir
@@ -105,7 +107,7 @@ MODEL='{"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "s
 [ "$ENC" = 1 ] &&
 	MODEL='{"arch": "albert", "n_layer": 2, "n_shared": 1, "n_head": 4, "d_model": 64, "d_embed": 32, "d_ff": 256, "seq_len": 16}'
 [ "$MODE" = subword ] &&
-	MODEL='{"arch": "albert", "n_layer": 2, "n_shared": 1, "n_head": 4, "d_model": 64, "d_embed": 32, "d_ff": 256, "seq_len": 24, "vocab": 300}'
+	MODEL='{"arch": "albert", "n_layer": 2, "n_shared": 1, "n_head": 4, "d_model": 64, "d_embed": 32, "d_ff": 256, "seq_len": 24, "vocab": 300, "position": "relative_key"}'
 TOKENIZER=$([ "$MODE" = subword ] && echo '"tokenizer": "dataset",')
 cat >"$T/project.json" <<JSON
 {"name": "tiny", "title": "tiny rounds", "dataset": "tiny", $TOKENIZER

@@ -8,7 +8,7 @@
  *       [--lr X] [--warmup W] [--steps N] [--batch B] [--clients C]
  *       [--inner K] [--outer-lr X] [--outer-momentum M] [--eval-every N]
  *       [--threads N] [--pos-init normal|sin] [--unigram-bias 0|1]
- *       [--dump-ids FILE]
+ *       [--position absolute|relative_key|relative_key_query] [--dump-ids FILE]
  *
  * Trains a lowercasing Unigram tokenizer of N pieces on FILE's lines (as
  * `cotrain-admin dataset tokenizer train --normalize nfkc,lowercase`),
@@ -27,6 +27,8 @@
  * Transformer's, base 10000) scaled to root mean square 0.02, and
  * --unigram-bias 1 sets the MLM output bias to the training ids' log
  * frequencies (add-one, centred), so the model starts at the unigram.
+ * --position sets the model's position signal (the project file's
+ * model.position; kernels/encoder.h).
  * --dump-ids FILE writes the encoded ids (int32, host order) and exits, for
  * bench_mlm_plateau_torch.py.  Every --eval-every steps (rounds) it prints one line
  *
@@ -149,7 +151,8 @@ static void evaluate(kern_model *m, const int32_t *ids, size_t n_ids, int B, int
 int main(int argc, char **argv)
 {
 	kern_blas_reexec_if_needed(argc, argv);
-	const char *text_path = NULL, *opt = "adamw", *pos_init = "normal", *dump = NULL;
+	const char *text_path = NULL, *opt = "adamw", *pos_init = "normal", *dump = NULL,
+	           *position = "absolute";
 	int unigram_bias = 0;
 	int vocab = 4000, T = 64, H = 128, E = 64, L = 4, NH = 4, F = 512, steps = 500, B = 16, every = 50;
 	int threads = 1, clients = 1, inner = 1, warmup = 1;
@@ -205,10 +208,17 @@ int main(int argc, char **argv)
 			unigram_bias = atoi(v);
 		else if (!strcmp(a, "--dump-ids"))
 			dump = v;
+		else if (!strcmp(a, "--position"))
+			position = v;
 		else {
 			fprintf(stderr, "bench_mlm_plateau: unknown option %s (see the file's comment)\n", a);
 			return 2;
 		}
+	}
+	if (kern_position_parse(position) < 0) {
+		fprintf(stderr,
+		        "bench_mlm_plateau: --position is absolute, relative_key or relative_key_query\n");
+		return 2;
 	}
 	if (!text_path || steps < 1 || B < 1 || every < 1 || clients < 1 || inner < 1 || warmup < 1) {
 		fprintf(stderr, "bench_mlm_plateau: --text is required; steps, batch, clients, inner, "
@@ -261,6 +271,7 @@ int main(int argc, char **argv)
 	c.mask_id = spm_piece_id(sp, "[MASK]");
 	c.pad_id = spm_piece_id(sp, "[PAD]");
 	c.unk_id = spm_piece_id(sp, "[UNK]");
+	c.position = kern_position_parse(position);
 	int eB = B < EVAL_SAMPLES ? B : EVAL_SAMPLES;
 	kern_model *m;
 	if (kern_model_create(&c, B, &m, &eb))

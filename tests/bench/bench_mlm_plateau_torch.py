@@ -19,7 +19,13 @@ weights one shared random matrix times S, "mimetic"), loc=C (sinusoidal
 positions, an orthogonal projection, and per head query/key weights that
 point it at the token 1, 2, ... places before or after, times C);
 diagnostics that HF ALBERT cannot export: untie=1 (a separate decoder),
-alibi=S (a fixed attention bias -S |i - j|, itself excluded).
+alibi=S (a fixed attention bias -S |i - j|, itself excluded);
+relative positions: rel=key|key_query (Hugging Face's position_embedding_type
+relative_key / relative_key_query: a learned distance embedding D of 2T - 1
+rows by the head width, scores += q.D[i-j] (+ k.D[i-j]) after the 1/sqrt(d)
+scale as HF's AlbertAttention, no absolute position embeddings; relstd [0.02] its initial std),
+rel=bias (a learned scalar per head and distance, T5 without buckets, not
+loadable by HF), rel=alibi (ALiBi's fixed slopes 2^-8h/NH, not loadable).
 
 Every `every` steps one line: step, mean training loss (MLM + SOP), A
 (accuracy over the masked positions of 128 held-out samples), X (their
@@ -101,6 +107,49 @@ def sinusoids(om):
     return P / P.std()
 
 
+class RelLayer(nn.Module):
+    """torch's post-LN TransformerEncoderLayer (the same parameters and
+    initial values) with the relative position scores that a["rel"] names."""
+
+    def __init__(s):
+        super().__init__()
+        s.in_proj = nn.Linear(H, 3 * H)
+        s.out_proj = nn.Linear(H, H)
+        s.lin1, s.lin2 = nn.Linear(H, FF), nn.Linear(FF, H)
+        s.norm1, s.norm2 = nn.LayerNorm(H, eps=1e-12), nn.LayerNorm(H, eps=1e-12)
+        s.kind = a["rel"]
+        r = torch.arange(T)
+        s.register_buffer("dist", r[:, None] - r[None, :] + T - 1)  # i - j + T - 1
+        if s.kind in ("key", "key_query"):
+            s.D = nn.Parameter(torch.zeros(2 * T - 1, H // NH))
+        elif s.kind == "bias":
+            s.D = nn.Parameter(torch.zeros(NH, 2 * T - 1))
+        elif s.kind == "alibi":
+            sl = torch.tensor([2.0 ** (-8.0 * (h + 1) / NH) for h in range(NH)])
+            s.register_buffer("fixed", -sl[:, None, None] * (r[:, None] - r[None, :]).abs().float())
+        else:
+            sys.exit("rel: key, key_query, bias or alibi")
+
+    def forward(s, x):
+        Bn, d = x.shape[0], H // NH
+        q, k, v = s.in_proj(x).view(Bn, T, 3, NH, d).permute(2, 0, 3, 1, 4)
+        sc = q @ k.transpose(-1, -2) / math.sqrt(d)  # B NH T T
+        if s.kind in ("key", "key_query"):
+            # HF AlbertAttention adds these after the 1/sqrt(d) scale
+            # (BertSelfAttention before it)
+            P = s.D[s.dist]  # T T d
+            sc = sc + torch.einsum("bhld,lrd->bhlr", q, P)
+            if s.kind == "key_query":
+                sc = sc + torch.einsum("bhrd,lrd->bhlr", k, P)
+        if s.kind == "bias":
+            sc = sc + s.D[:, s.dist]
+        elif s.kind == "alibi":
+            sc = sc + s.fixed
+        o = (sc.softmax(-1) @ v).transpose(1, 2).reshape(Bn, T, H)
+        x = s.norm1(x + s.out_proj(o))
+        return s.norm2(x + s.lin2(F.gelu(s.lin1(x))))
+
+
 class Model(nn.Module):
     def __init__(s):
         super().__init__()
@@ -109,8 +158,11 @@ class Model(nn.Module):
         s.typ = nn.Embedding(2, E)
         s.eln = nn.LayerNorm(E, eps=1e-12)
         s.proj = nn.Linear(E, H)
-        s.layer = nn.TransformerEncoderLayer(H, NH, FF, dropout=0.0, activation="gelu",
-                                             batch_first=True, layer_norm_eps=1e-12)
+        if "rel" in a:
+            s.layer = RelLayer()
+        else:
+            s.layer = nn.TransformerEncoderLayer(H, NH, FF, dropout=0.0, activation="gelu",
+                                                 batch_first=True, layer_norm_eps=1e-12)
         s.pool = nn.Linear(H, H)
         s.sop = nn.Linear(H, 2)
         s.md = nn.Linear(H, E)
@@ -123,7 +175,9 @@ class Model(nn.Module):
                 if getattr(mod, "bias", None) is not None:
                     nn.init.zeros_(mod.bias)
         for nm, p in s.layer.named_parameters():
-            if p.dim() == 2:
+            if nm == "D":
+                nn.init.normal_(p, std=float(a.get("relstd", 0.02)) if p.shape[0] != NH else 0.0)
+            elif p.dim() == 2:
                 nn.init.normal_(p, std=0.02)
             elif "norm" not in nm:
                 nn.init.zeros_(p)
@@ -135,7 +189,7 @@ class Model(nn.Module):
                 s.pos.weight.normal_(0, posstd)
             if "wordstd" in a:
                 s.word.weight.normal_(0, float(a["wordstd"]))
-            W = s.layer.self_attn.in_proj_weight
+            W = s.layer.in_proj.weight if "rel" in a else s.layer.self_attn.in_proj_weight
             if "mim" in a:
                 q = torch.randn(H, H) / math.sqrt(H) * float(a["mim"])
                 W[:H].copy_(q)
@@ -170,9 +224,10 @@ class Model(nn.Module):
             s.bias.fill_diagonal_(-1e4)
 
     def forward(s, x, seg):
-        h = s.proj(s.eln(s.word(x) + s.pos.weight[None] + s.typ(seg)))
+        pos = 0 if "rel" in a else s.pos.weight[None]
+        h = s.proj(s.eln(s.word(x) + pos + s.typ(seg)))
         for _ in range(L):
-            h = s.layer(h, src_mask=s.bias)
+            h = s.layer(h) if "rel" in a else s.layer(h, src_mask=s.bias)
         m = s.mln(F.gelu(s.md(h), approximate="tanh"))
         dec = s.dec.weight if a.get("untie") == "1" else s.word.weight
         return m @ dec.t() + s.mb, s.sop(torch.tanh(s.pool(h[:, 0])))
