@@ -90,7 +90,12 @@ cleanup() {
 		[ -n "$p" ] && { kill_ours -CONT "$p"; kill_ours -9 "$p"; wait "$p" 2>/dev/null; }
 	done
 	[ -n "$SPID" ] && kill_ours -9 "$SPID" && wait "$SPID" 2>/dev/null
-	[ -n "$TMPFS" ] && umount "$TMPFS" 2>/dev/null
+	# A process of the killed client can hold the tmpfs for a moment: try
+	# again, then detach it lazily rather than leave it mounted.
+	if [ -n "$TMPFS" ]; then
+		for _t in 1 2 3 4 5 6 7 8 9 10; do umount "$TMPFS" 2>/dev/null && break; sleep 0.2; done
+		mountpoint -q "$TMPFS" && umount -l "$TMPFS" 2>/dev/null
+	fi
 	[ -f "$PGD/data/postmaster.pid" ] && pg_crash 2>/dev/null
 	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T and $PGD"; else rm -rf "$T" "$PGD"; fi
 }
