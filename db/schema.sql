@@ -2885,6 +2885,31 @@ CREATE FUNCTION public.round_sketch_sum(a double precision[], b double precision
 $$;
 
 --
+-- Name: round_sketch_unverifiable(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_unverifiable(p_project bigint, p_version integer) RETURNS bigint[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT ARRAY(
+        SELECT m.host_id FROM round_member m
+         WHERE m.project_id = p_project AND m.version = p_version AND m.included
+           AND EXISTS (SELECT 1 FROM round_member s
+                        WHERE s.project_id = p_project AND s.version = p_version
+                          AND s.group_id = m.group_id AND s.included AND s.sketches IS NOT NULL)
+           AND (SELECT count(*) FROM round_member s
+                 WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = m.group_id) > 1
+           AND EXISTS (SELECT 1 FROM round_member a
+                        WHERE a.project_id = p_project AND a.version = p_version
+                          AND a.group_id = m.group_id AND a.hi > a.lo
+                          AND NOT coalesce((a.included OR a.outcome = 'dropped')
+                                  AND jsonb_typeof(a.sketches->'aggregated'->'members') = 'array'
+                                  AND EXISTS (SELECT 1 FROM jsonb_array_elements(a.sketches->'aggregated'->'members') e
+                                               WHERE e->>'host_id' = m.host_id::text), false))
+         ORDER BY m.host_id)
+$$;
+
+--
 -- Name: round_sketch_valid(jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -3149,6 +3174,16 @@ BEGIN
         PERFORM round_fail(p_project, p_version,
                            format('host(s) %s failed the check of the averaged bytes against the '
                                   'committed sketches; the round reruns without them',
+                                  array_to_string(v_bad, ', ')));
+        RETURN;
+    END IF;
+    -- An included host whose bytes no check could see (an aggregator of its
+    -- group left out and silent about them): the round reruns.
+    v_bad := round_sketch_unverifiable(p_project, p_version);
+    IF cardinality(v_bad) > 0 THEN
+        PERFORM round_fail(p_project, p_version,
+                           format('the bytes host(s) %s sent cannot be checked: an aggregator of their '
+                                  'group reported no sketch of them; the round reruns',
                                   array_to_string(v_bad, ', ')));
         RETURN;
     END IF;

@@ -139,6 +139,15 @@ sql "select 'included cheater: version ' || m.version || ' host ' || m.host_id |
       and w.host_id = m.host_id and w.mb_done > 0) || ' samples ' || m.samples
   from round_member m join round r using (project_id, version)
   where m.project_id = $pid and r.state = 'committed' and m.included and m.host_id in ($CHEATS)" | while read -r l; do diag "$l"; done
+# The rounds that took a cheater's bytes, member by member (to read a failure).
+sql "select 'round ' || m.version || ' attempt ' || r.attempt || ': host ' || o.host_id || ' group ' || o.group_id ||
+    ' range ' || o.lo || '-' || o.hi || ' ' || coalesce(o.outcome, '-') || ' included ' || o.included ||
+    ' samples ' || o.samples || ' partials ' || coalesce(jsonb_array_length(o.sketches->'aggregated'->'members'), -1)
+  from round_member m join round r using (project_id, version)
+  join round_member o on o.project_id = m.project_id and o.version = m.version
+  where m.project_id = $pid and r.state = 'committed' and m.included and $multi
+    and (m.host_id in ($H4, $H6, $H8) or (m.host_id = $H5 and m.version > $first5) or (m.host_id = $H7 and m.hi > m.lo))
+  order by m.version, o.host_id" | while read -r l; do diag "$l"; done
 is "$leaked" 0 "no committed step includes a cheater's bytes ($committed rounds committed in $attempts attempts)"
 
 # From a cheater's bad round to the step without it: the flag, then the

@@ -337,6 +337,16 @@ BEGIN
                                   array_to_string(v_bad, ', ')));
         RETURN;
     END IF;
+    -- An included host whose bytes no check could see (an aggregator of its
+    -- group left out and silent about them): the round reruns.
+    v_bad := round_sketch_unverifiable(p_project, p_version);
+    IF cardinality(v_bad) > 0 THEN
+        PERFORM round_fail(p_project, p_version,
+                           format('the bytes host(s) %s sent cannot be checked: an aggregator of their '
+                                  'group reported no sketch of them; the round reruns',
+                                  array_to_string(v_bad, ', ')));
+        RETURN;
+    END IF;
     -- A host the check under a second seed flagged after this attempt was
     -- planned (round_sketch_seed2.sql) takes no part either: the round
     -- reruns without it.

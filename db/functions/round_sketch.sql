@@ -310,6 +310,36 @@ BEGIN
 END
 $$;
 
+-- The included hosts of round (p_project, p_version) whose bytes cannot be
+-- checked although their group sketches: an aggregator of their group
+-- (a.hi > a.lo) gave no partial sketch of their slice, having reported
+-- 'failed' (which a peer its group left out may do after the group's sum
+-- was kept) or no sketches.  Check 1 of round_sketch_verify skips such a
+-- host; committed, its bytes would be unchecked (a 100x gradient in a group
+-- of two, whose other aggregator was left out, went through this way), so
+-- round_try_commit reruns the round instead.  Empty when no included host
+-- sketched (local mode, an older client): nothing is checked then; a group
+-- of one peer has no aggregator but itself and is not counted here.
+CREATE OR REPLACE FUNCTION round_sketch_unverifiable(p_project bigint, p_version integer) RETURNS bigint[]
+LANGUAGE sql STABLE AS $$
+    SELECT ARRAY(
+        SELECT m.host_id FROM round_member m
+         WHERE m.project_id = p_project AND m.version = p_version AND m.included
+           AND EXISTS (SELECT 1 FROM round_member s
+                        WHERE s.project_id = p_project AND s.version = p_version
+                          AND s.group_id = m.group_id AND s.included AND s.sketches IS NOT NULL)
+           AND (SELECT count(*) FROM round_member s
+                 WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = m.group_id) > 1
+           AND EXISTS (SELECT 1 FROM round_member a
+                        WHERE a.project_id = p_project AND a.version = p_version
+                          AND a.group_id = m.group_id AND a.hi > a.lo
+                          AND NOT coalesce((a.included OR a.outcome = 'dropped')
+                                  AND jsonb_typeof(a.sketches->'aggregated'->'members') = 'array'
+                                  AND EXISTS (SELECT 1 FROM jsonb_array_elements(a.sketches->'aggregated'->'members') e
+                                               WHERE e->>'host_id' = m.host_id::text), false))
+         ORDER BY m.host_id)
+$$;
+
 -- The hosts flagged in version p_version of p_project (they take no part in
 -- its later attempts: round_plan_begin).
 CREATE OR REPLACE FUNCTION round_sketch_flagged(p_project bigint, p_version integer) RETURNS bigint[]
