@@ -12,7 +12,8 @@
 #     the round reruns without it;
 #   - scale-100 sends 100 times its gradient: the aggregators' outlier
 #     refusal (10 times the median norm) drops it before any sketch is
-#     compared, so no step takes its bytes and it earns nothing;
+#     compared (in a group of two, where no outlier can be told apart, the
+#     sketch check flags it), so no step takes its bytes and it earns nothing;
 # the slices and results travel in 8-bit blocks (COMP to change it), so the
 # checks' tolerance covers the encoding's error;
 # the model is unharmed: no committed step includes a cheater (the
@@ -160,11 +161,15 @@ h_denied=$(sql "select count(*) from credit_grant where project_id = $pid and ho
 ok $([ "$denied" -ge 4 ] && [ "$granted" -eq 0 ] && [ "$h_denied" -eq 0 ] && echo 0 || echo 1) \
 	"cheaters' credit: $denied round grants denied; random-bytes, mismatch, scale-100 granted or pending: $granted; honest hosts denied: $h_denied"
 
-# scale-100: the outlier refusal, not a sketch, keeps it out.
+# scale-100: in a group of three or more the aggregators' outlier refusal
+# keeps it out before any sketch is compared; in a group of two no outlier
+# can be told apart, and the sketch check flags it (the round reruns).
 planned8=$(sql "select count(*) from round_member m where project_id = $pid and host_id = $H8 and $multi")
-incl8=$(sql "select count(*) from round_member where project_id = $pid and host_id = $H8 and included")
-diag "scale-100 (host $H8): in $planned8 plans of several peers, included in $incl8, flagged $(sql "select count(*) from round_sketch_flag where host_id = $H8") times"
-ok $([ "$incl8" -eq 0 ] && echo 0 || echo 1) "the scale-100 cheater is never included: the aggregators' outlier refusal drops it"
+incl8=$(sql "select count(*) from round_member m join round r using (project_id, version)
+  where m.project_id = $pid and m.host_id = $H8 and m.included and r.state = 'committed'")
+diag "scale-100 (host $H8): in $planned8 plans of several peers, included in $incl8 committed rounds, flagged $(sql "select count(*) from round_sketch_flag where host_id = $H8") times"
+ok $([ "$incl8" -eq 0 ] && [ "$planned8" -ge 1 ] && echo 0 || echo 1) \
+	"the scale-100 cheater is in no committed round: the outlier refusal or the sketch check keeps it out"
 
 # The flags are visible through the API (the host page reads it).
 flags_api=$(curl -s "http://127.0.0.1:$PORT/v1/credit/hosts/$H6" 2>/dev/null | grep -o '"sketch_flags" *: *{"count" *: *[0-9]*' | grep -o '[0-9]*$')
