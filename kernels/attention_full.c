@@ -32,33 +32,6 @@ KERN_SIMD static void softmax_back_row(float *d, const float *p, int n, float sc
 		d[j] = scale * p[j] * (d[j] - dot);
 }
 
-void kern_attention_full_forward(float *out, float *att, const float *qkv, const int32_t *lens, int B, int T,
-                                 int C, int NH)
-{
-	const kern_backend *be = kern_backend_get();
-	int hd = C / NH, C3 = 3 * C, nt = kern_threads();
-	float scale = 1.0f / sqrtf((float)hd);
-	long npairs = (long)B * NH;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && npairs > 1)
-	for (long pair = 0; pair < npairs; pair++) {
-		long b = pair / NH, h = pair % NH;
-		const float *q = qkv + (size_t)(b * T * C3 + h * hd), *k = q + C, *v = q + 2 * C;
-		float *p = att + (size_t)pair * T * T, *y = out + (size_t)(b * T * C + h * hd);
-		int n = lens ? lens[b] : T;
-		for (int r0 = 0; r0 < T; r0 += ROW_BLOCK) {
-			int nr = T - r0 < ROW_BLOCK ? T - r0 : ROW_BLOCK;
-			/* S[r0:r0+nr, :] = scale * Q[r0:r0+nr] K^T */
-			be->sgemm_serial(false, true, nr, T, hd, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
-			                 p + (size_t)r0 * T, T);
-			for (int t = r0; t < r0 + nr; t++)
-				softmax_row(p + (size_t)t * T, n, T);
-			/* Y[r0:r0+nr] = P[r0:r0+nr, :] V */
-			be->sgemm_serial(false, false, nr, hd, T, 1.0f, p + (size_t)r0 * T, T, v, C3, 0.0f,
-			                 y + (size_t)r0 * C, C);
-		}
-	}
-}
-
 void kern_attention_full_backward_set(float *dqkv, float *datt, const float *dout, const float *qkv,
                                       const float *att, int B, int T, int C, int NH)
 {
@@ -105,9 +78,10 @@ KERN_SIMD static void rel_scores_row(float *s, const float *qt, const float *k, 
 	}
 }
 
-void kern_attention_full_rel_forward(float *out, float *att, const float *qkv, const float *dist,
-                                     const int32_t *lens, int B, int T, int C, int NH, float rs,
-                                     int key_query)
+/* The forward of both kinds: dist NULL for absolute positions (no relative
+ * term, the same operations in the same order as before it existed). */
+static void attention_forward(float *out, float *att, const float *qkv, const float *dist,
+                              const int32_t *lens, int B, int T, int C, int NH, float rs, int key_query)
 {
 	const kern_backend *be = kern_backend_get();
 	int hd = C / NH, C3 = 3 * C, nt = kern_threads();
@@ -125,8 +99,9 @@ void kern_attention_full_rel_forward(float *out, float *att, const float *qkv, c
 			be->sgemm_serial(false, true, nr, T, hd, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
 			                 p + (size_t)r0 * T, T);
 			for (int t = r0; t < r0 + nr; t++) {
-				rel_scores_row(p + (size_t)t * T, q + (size_t)t * C3, k, dist, t, T, hd, C3,
-				               rs, key_query);
+				if (dist)
+					rel_scores_row(p + (size_t)t * T, q + (size_t)t * C3, k, dist, t, T,
+					               hd, C3, rs, key_query);
 				softmax_row(p + (size_t)t * T, n, T);
 			}
 			/* Y[r0:r0+nr] = P[r0:r0+nr, :] V */
@@ -134,6 +109,19 @@ void kern_attention_full_rel_forward(float *out, float *att, const float *qkv, c
 			                 y + (size_t)r0 * C, C);
 		}
 	}
+}
+
+void kern_attention_full_forward(float *out, float *att, const float *qkv, const int32_t *lens, int B, int T,
+                                 int C, int NH)
+{
+	attention_forward(out, att, qkv, NULL, lens, B, T, C, NH, 0.0f, 0);
+}
+
+void kern_attention_full_rel_forward(float *out, float *att, const float *qkv, const float *dist,
+                                     const int32_t *lens, int B, int T, int C, int NH, float rs,
+                                     int key_query)
+{
+	attention_forward(out, att, qkv, dist, lens, B, T, C, NH, rs, key_query);
 }
 
 /* y[0..n) += a x[0..n) */
