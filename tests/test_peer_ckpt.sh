@@ -10,9 +10,9 @@
 #     checkpoint's file (its debug log of /files/<sha256>) is 0 bytes, and
 #     whose answer for the joiner is the manifest, a small fraction of the
 #     file;
-#   - the lying peer's piece is refused (it does not match the manifest)
-#     and fetched from an honest peer, and the file in the joiner's cache
-#     hashes to the checkpoint's sha256;
+#   - the lying peer's piece, when it is asked, is refused (it does not
+#     match the manifest) and fetched from an honest peer, and the file in
+#     the joiner's cache hashes to the checkpoint's sha256;
 #   - the checkpoint route refuses hostile requests (no token, a name that
 #     is no sha256, a file that is no checkpoint of the project);
 #   - with every holder gone (kill -9), a second joiner (client 5) gets the
@@ -137,8 +137,8 @@ ok "$([ "$mbytes" -gt 0 ] && [ $((mbytes * 10)) -lt "$SIZE" ] && echo 0 || echo 
 refused=$(grep -c "host $H3 .*sent piece [0-9]* of $SHA .*does not match the manifest: refused" "$T/client4.log")
 honest=$(grep "checkpoint $SHA: [0-9]* pieces from host \($H1\|$H2\) " "$T/client4.log" | sed -n 's/.*: \([0-9]*\) pieces from host.*/\1/p' |
 	awk '{ s += $1 } END { print s + 0 }')
-ok "$([ "$refused" -ge 1 ] && [ "$honest" = "$pieces" ] && echo 0 || echo 1)" \
-	"the lying peer (host $H3)'s piece is refused ($refused) and every piece comes from the honest peers ($honest)"
+ok "$([ "$honest" = "$pieces" ] && echo 0 || echo 1)" \
+	"every piece comes from the honest peers ($honest of ${pieces:-?}; the lying peer, host $H3: $refused refused)"
 
 f4=$(find "$T/cl4/cache" -name "$SHA" | head -1)
 got=$(sha256sum "$f4" 2>/dev/null | cut -d' ' -f1)
@@ -158,8 +158,12 @@ ok "$([ "$s1" = 401 ] && [ "$s2" = 400 ] && [ "$s4" = 404 ] &&
 	echo "$b5" | grep -q "is of version 0: only those of versions" && echo 0 || echo 1)" \
 	"the checkpoint route refuses hostile requests: no token 401, no sha256 400, no checkpoint, no project, an old checkpoint 404"
 
+# When the honest peers have sent every piece before the lying peer's
+# connection is up (CI's load), it is never asked; test_pieces shows the
+# refusal on every run.
 sent3=$(grep -c "pieces: served [0-9]* pieces to host $H4\|pieces: host $H4: " "$T/client3.log")
-ok "$([ "$sent3" -ge 1 ] && echo 0 || echo 1)" "the lying peer did serve the joiner (its log: $sent3 connections)"
+ok "$({ [ "$sent3" -eq 0 ] && [ "$refused" -eq 0 ]; } || { [ "$sent3" -ge 1 ] && [ "$refused" -ge 1 ]; } && echo 0 || echo 1)" \
+	"what the lying peer served the joiner ($sent3 connections) was refused ($refused)"
 
 # Every holder gone: the server is the fallback, piece by piece.  (The
 # joiner, which trained alone meanwhile, goes too: it may hold a newer one.)

@@ -43,7 +43,12 @@ static char *dump_dom_at(const char *chrome, const char *url, const char *shot, 
 	         "--user-data-dir=%s.profile --window-size=%d,1000 --virtual-time-budget=8000 "
 	         "--dump-dom '%s' > %s 2>/dev/null",
 	         chrome, tmpl, width, url, tmpl);
+	/* Once more when Chromium fails (it has, rarely, under CI's load). */
 	int rc = system(cmd);
+	if (rc != 0) {
+		diag("chromium --dump-dom %s: status %d; once more", url, rc);
+		rc = system(cmd);
+	}
 	if (shot) {
 		snprintf(cmd, sizeof cmd,
 		         "timeout 60 '%s' --headless --no-sandbox --disable-gpu --no-first-run "

@@ -2,6 +2,7 @@
 #include "shared/common/fault.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@ static const char *const actions[] = { "stop", "die", "silent" };
 static int point = -1; /* index in points, -1 when no hook is set */
 static int action = -1;
 static int64_t only_version = -1; /* -1: the first round that reaches the point */
+static bool from_version;         /* "V+": the first round at or after only_version */
 static atomic_int fired;
 
 static int lookup(const char *const *names, size_t n, const char *s)
@@ -56,6 +58,9 @@ cot_err fault_init(cot_errbuf *eb)
 		char *end;
 		errno = 0;
 		long long v = strtoll(ver, &end, 10);
+		from_version = *end == '+';
+		if (from_version)
+			end++;
 		if (errno || end == ver || *end || v < 0)
 			return cot_seterr(eb, COT_ERR_INVALID, "COTRAIN_FAULT has a bad version \"%s\"", ver);
 		only_version = v;
@@ -85,7 +90,8 @@ static void drain_stderr(void)
 
 void fault_point(const char *name, int64_t version)
 {
-	if (point < 0 || strcmp(points[point], name) != 0 || (only_version >= 0 && version != only_version))
+	if (point < 0 || strcmp(points[point], name) != 0 ||
+	    (only_version >= 0 && (from_version ? version < only_version : version != only_version)))
 		return;
 	int expected = 0;
 	if (!atomic_compare_exchange_strong(&fired, &expected, 1))

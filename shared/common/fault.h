@@ -3,14 +3,14 @@
  * Off unless the environment variable COTRAIN_FAULT is set when the
  * program starts (fault_init):
  *
- *     COTRAIN_FAULT=POINT:ACTION[:VERSION]
+ *     COTRAIN_FAULT=POINT:ACTION[:VERSION[+]]
  *
  * POINT names a protocol point of a round (before-report, before-slices, mid-slice,
  * after-slices, before-outcome, aggregator-mid-sum, cross-stage: an
  * aggregator whose group's slices are in, as it starts the stage across
  * groups); ACTION is what the
  * process does the first time it reaches that point (in round VERSION
- * only, when given): "stop" raises SIGSTOP on itself, "die" leaves at once
+ * only, when given; with "+", in the first round from VERSION on): "stop" raises SIGSTOP on itself, "die" leaves at once
  * with _exit (no cleanup; the kernel resets the sockets, like kill -9),
  * "silent" blocks the calling thread for good, sockets held open, the
  * process alive.  It fires once.  A warning "fault point NAME: ACTION" is

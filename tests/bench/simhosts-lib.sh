@@ -23,8 +23,12 @@ sim_server() {
 		--kdf-iterations 1000 --round-interval 1 --per-ip-connections 4096 --log-level warn "$@" \
 		2>"$T/server.log" &
 	SPID=$!
-	_n=300
-	while [ $_n -gt 0 ] && ! grep -qs 'listening on' "$T/server.log"; do sleep 0.1; _n=$((_n - 1)); done
+	_n=600 # 60 s: a start under CI's load has taken over 30
+	while [ $_n -gt 0 ] && ! grep -qs 'listening on' "$T/server.log"; do
+		kill -0 "$SPID" 2>/dev/null || { wait "$SPID"; echo "cotrain-server exited with status $? before listening" >>"$T/server.log"; SPID=; return 1; }
+		sleep 0.1
+		_n=$((_n - 1))
+	done
 	PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
 	[ -n "$PORT" ]
 }
