@@ -1960,8 +1960,7 @@ BEGIN
         SELECT w.id FROM work_unit w
          WHERE w.project_id = p_project AND w.version = p_version
            AND (w.mb_done > 0 OR w.state = 'live')
-           AND (w.host_id = ANY (round_sketch_flagged(p_project, p_version))
-                OR w.host_id = ANY (round_seed2_banned(p_project)))
+           AND w.host_id = ANY (round_sketch_barred(p_project, p_version))
            FOR UPDATE));
     SELECT coalesce(jsonb_agg(jsonb_build_object(
                'host_id', h.host_id, 'samples', h.samples, 'endpoint', l.endpoint,
@@ -2769,6 +2768,46 @@ END
 $$;
 
 --
+-- Name: round_sketch_barred(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_barred(p_project bigint, p_version integer) RETURNS bigint[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_bars(p_project, p_version) ORDER BY host_id)
+$$;
+
+--
+-- Name: round_sketch_flag; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.round_sketch_flag (
+    id bigint NOT NULL,
+    project_id bigint NOT NULL,
+    version integer NOT NULL,
+    attempt integer NOT NULL,
+    host_id bigint NOT NULL,
+    role text NOT NULL,
+    reason text NOT NULL,
+    distance double precision NOT NULL,
+    tolerance double precision NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    seed2 boolean DEFAULT false NOT NULL,
+    CONSTRAINT round_sketch_flag_role_check CHECK ((role = ANY (ARRAY['member'::text, 'aggregator'::text])))
+);
+
+--
+-- Name: round_sketch_bars(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_bars(p_project bigint, p_version integer) RETURNS SETOF public.round_sketch_flag
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT * FROM round_sketch_flag
+     WHERE project_id = p_project AND (version = p_version OR seed2)
+$$;
+
+--
 -- Name: round_sketch_committed(bigint, integer, bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -3222,6 +3261,7 @@ DECLARE
     v_wu       bigint;
     v_rate     double precision;
     v_deadline timestamptz;
+    v_flag     record;
 BEGIN
     SELECT h.id, h.flops, h.last_seen INTO v_host FROM host h WHERE h.id = host_auth(p_token_hash);
     IF NOT FOUND THEN
@@ -3259,6 +3299,28 @@ BEGIN
     -- out for a round that closed meanwhile.
     SELECT r.state, r.attempt INTO v_proj.round_state, v_proj.round_attempt FROM round r
      WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
+    -- A host a check of the averaged bytes flagged gets no work where the
+    -- plan would leave it out (round_sketch_bars): in the rest of the
+    -- version, and in every later round after a flag under a second seed.
+    -- Read after any check under a second seed under way (round_seed2_lock,
+    -- after the round's row as round_try_commit takes it), so that no unit
+    -- goes out after a flag.
+    PERFORM round_seed2_lock(v_proj.id);
+    SELECT f.version, f.role, f.reason, f.seed2 INTO v_flag
+      FROM round_sketch_bars(v_proj.id, v_proj.current_version) f
+     WHERE f.host_id = v_host.id ORDER BY f.id DESC LIMIT 1;
+    IF FOUND THEN
+        RETURN QUERY SELECT 403, jsonb_build_object(
+            'error', jsonb_build_object(
+                'code', 'forbidden',
+                'message', format('host %s may not take work of project "%s": flagged as %s in round %s: %s',
+                                  v_host.id, p_project, v_flag.role, v_flag.version, v_flag.reason),
+                'hint', CASE WHEN v_flag.seed2
+                             THEN 'A host flagged by the check under the second seed takes no more part in this project.'
+                             ELSE format('It may take work again from version %s.', v_proj.current_version + 1)
+                        END))::text;
+        RETURN;
+    END IF;
     IF v_proj.round_state <> 'open' THEN
         RETURN QUERY SELECT 409, jsonb_build_object(
             'error', jsonb_build_object(
@@ -4813,25 +4875,6 @@ CREATE TABLE public.round_report (
     CONSTRAINT round_report_loss_check CHECK (((loss >= (0)::double precision) AND (loss < 'Infinity'::double precision))),
     CONSTRAINT round_report_mb_done_check CHECK ((mb_done >= 0)),
     CONSTRAINT round_report_samples_check CHECK ((samples >= 0))
-);
-
---
--- Name: round_sketch_flag; Type: TABLE; Schema: public; Owner: -
---
-
-CREATE TABLE public.round_sketch_flag (
-    id bigint NOT NULL,
-    project_id bigint NOT NULL,
-    version integer NOT NULL,
-    attempt integer NOT NULL,
-    host_id bigint NOT NULL,
-    role text NOT NULL,
-    reason text NOT NULL,
-    distance double precision NOT NULL,
-    tolerance double precision NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    seed2 boolean DEFAULT false NOT NULL,
-    CONSTRAINT round_sketch_flag_role_check CHECK ((role = ANY (ARRAY['member'::text, 'aggregator'::text])))
 );
 
 --

@@ -56,7 +56,7 @@ start_client() { # N THREADS [ENV...]
 		eval "H$c_n=$(grep -o '"host_id": *[0-9]*' "$T/cl$c_n/state.json" | grep -o '[0-9]*$' | head -1)"
 }
 
-plan 11
+plan 12
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -101,6 +101,7 @@ ok $? "four clients commit 5 rounds or more (version $(version))"
 wait_for 120 blocks_settled
 # The last round's sketches under the second seed: give them time to come.
 sleep 3
+t_end=$(date +%s)
 for p in $CPIDS; do kill "$p" 2>/dev/null; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done
 CPIDS=
@@ -128,6 +129,17 @@ later=$(sql "select count(*) from round_member m join round r using (project_id,
 after=$(sql "select count(*) from round where project_id = $pid and state = 'committed' and committed_at > $t2")
 ok $([ "$later" -eq 0 ] && echo 0 || echo 1) \
 	"once flagged (version $v2) it is in no step committed after the flag ($later of $after)"
+
+# Nor does it get work: the scheduler refuses it with the flag as the
+# reason (403), which the client logs, and the client backs off (retry_base
+# 1 s, retry_max 2 s here: at least half a second, then a second, between
+# two requests) rather than asking again at once.
+units=$(sql "select count(*) from work_unit where host_id = $H4 and created_at > $t2")
+since=$(sql "select ceil($t_end - extract(epoch from $t2))::integer")
+refused=$(grep -c "asking for work: server: host $H4 may not take work of project \"val\": flagged as [a-z]* in round [0-9]*: under the second seed" "$T/client4.log")
+diag "after its flag: $(grep -m1 "asking for work: server: host $H4 may not take work" "$T/client4.log" | sed 's/.*asking for work: //')"
+ok $([ "$units" -eq 0 ] && [ "$refused" -ge 1 ] && [ "$refused" -le $((since + 2)) ] && echo 0 || echo 1) \
+	"the scheduler hands it no work unit after the flag ($units); the client logs the refusal $refused times in the $since s after it"
 
 fp=$(sql "select count(*) from round_sketch_flag where host_id in ($HONEST)")
 checked=$(sql "select count(*) from round_member m join round r using (project_id, version)

@@ -132,6 +132,23 @@ LANGUAGE sql STABLE AS $$
                   WHERE project_id = p_project AND seed2 ORDER BY host_id)
 $$;
 
+-- The flags that keep a host out of round p_version of p_project: a flag
+-- of any attempt of that version (round_sketch_verify: its later attempts
+-- run without the host) and a flag under seed2 of any round of the project
+-- (round_seed2_verify: its later rounds).  The plan (round_plan_begin) and
+-- work assignment (sched_assign) leave out the same hosts.
+CREATE OR REPLACE FUNCTION round_sketch_bars(p_project bigint, p_version integer)
+RETURNS SETOF round_sketch_flag LANGUAGE sql STABLE AS $$
+    SELECT * FROM round_sketch_flag
+     WHERE project_id = p_project AND (version = p_version OR seed2)
+$$;
+
+-- The hosts round_sketch_bars keeps out (ascending, each once).
+CREATE OR REPLACE FUNCTION round_sketch_barred(p_project bigint, p_version integer) RETURNS bigint[]
+LANGUAGE sql STABLE AS $$
+    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_bars(p_project, p_version) ORDER BY host_id)
+$$;
+
 -- True when p_blocks (a member's, as round_seed2_invalid checked them)
 -- tile its reported microbatches of the version: disjoint, each of at most
 -- p_b microbatches within one of its work units (the caller compares the
