@@ -2637,17 +2637,7 @@ BEGIN
     IF v_k IS NULL THEN
         RETURN v_bad;
     END IF;
-    IF to_regclass('pg_temp.round_seed2_partial') IS NULL THEN
-        CREATE TEMP TABLE round_seed2_partial (agg bigint, member bigint, group_id integer,
-            sketch double precision[], err double precision) ON COMMIT DROP;
-    END IF;
-    DELETE FROM round_seed2_partial;
-    INSERT INTO round_seed2_partial
-    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
-           (e->>'err')::double precision
-      FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'aggregated'->'members') e
-     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo AND rm.included
-       AND (rm.seed2_sketches->>'k')::integer = v_k;
+    PERFORM round_sketch_partials_load(p_project, p_version, true, v_k);
     -- 1. Members: their blocks against what their aggregators received.
     FOR m IN SELECT rm.host_id, rm.group_id, rm.seed2_sketches AS s FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
@@ -2683,12 +2673,12 @@ BEGIN
            AND a.hi > a.lo;
         v_sum := NULL;
         v_err2 := 0;
-        FOR g IN SELECT sketch, err FROM round_seed2_partial WHERE member = m.host_id
+        FOR g IN SELECT sketch, err FROM round_sketch_partial WHERE member = m.host_id
                   AND group_id = m.group_id ORDER BY agg LOOP
             v_sum := round_sketch_sum(v_sum, g.sketch);
             v_err2 := v_err2 + g.err ^ 2;
         END LOOP;
-        IF v_n = 0 OR (SELECT count(*) FROM round_seed2_partial WHERE member = m.host_id
+        IF v_n = 0 OR (SELECT count(*) FROM round_sketch_partial WHERE member = m.host_id
                         AND group_id = m.group_id) <> v_n THEN
             CONTINUE;
         END IF;
@@ -2703,50 +2693,7 @@ BEGIN
         END IF;
     END LOOP;
     -- 2. and 3. Aggregators' results.
-    FOR g IN SELECT rm.host_id, rm.group_id,
-                    round_sketch_vec(rm.seed2_sketches->'aggregated'->'result') AS res,
-                    (rm.seed2_sketches->'aggregated'->>'result_err')::double precision AS err
-               FROM round_member rm
-              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                AND rm.hi > rm.lo AND (rm.seed2_sketches->>'k')::integer = v_k
-                AND rm.seed2_sketches->'aggregated' IS NOT NULL
-              ORDER BY rm.host_id LOOP
-        IF NOT v_clip THEN
-            v_sum := NULL;
-            FOR m IN SELECT sketch FROM round_seed2_partial WHERE agg = g.host_id ORDER BY member LOOP
-                v_sum := round_sketch_sum(v_sum, m.sketch);
-            END LOOP;
-            IF v_sum IS NOT NULL THEN
-                v_d := round_sketch_norm(g.res, v_sum);
-                v_scale := greatest(round_sketch_norm(g.res), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.err;
-                IF v_d > v_bound THEN
-                    PERFORM round_seed2_flag_host(p_project, p_version, g.host_id, 'aggregator',
-                        'the sum it returned is not the sum of the slices it received',
-                        v_d / v_scale, v_bound / v_scale);
-                    v_bad := v_bad || g.host_id;
-                END IF;
-            END IF;
-        END IF;
-        FOR m IN SELECT rm.host_id, round_sketch_vec(e->'sketch') AS got
-                   FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'received') e
-                  WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                    AND rm.group_id = g.group_id AND (rm.seed2_sketches->>'k')::integer = v_k
-                    AND (e->>'aggregator')::bigint = g.host_id
-                  ORDER BY rm.host_id LOOP
-            v_d := round_sketch_norm(m.got, g.res);
-            v_scale := greatest(round_sketch_norm(m.got), round_sketch_norm(g.res), 1e-300);
-            IF v_d > 1e-9 * v_scale THEN
-                PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
-                    format('the result it says it received from host %s is not the one that host says it returned',
-                           g.host_id), v_d / v_scale, 1e-9);
-                PERFORM round_seed2_flag_host(p_project, p_version, g.host_id, 'aggregator',
-                    format('host %s says it received another result than the one this host says it returned',
-                           m.host_id), v_d / v_scale, 1e-9);
-                v_bad := v_bad || m.host_id || g.host_id;
-            END IF;
-        END LOOP;
-    END LOOP;
+    v_bad := v_bad || round_sketch_verify_results(p_project, p_version, true, v_k, v_tol, v_clip, NULL);
     -- Spot checks of the members that passed, at the policy's rate: one
     -- block each (round_seed2_spot_block).
     FOR m IN SELECT rm.host_id FROM round_member rm
@@ -2850,6 +2797,24 @@ CREATE FUNCTION public.round_sketch_err_valid(e jsonb) RETURNS boolean
 $$;
 
 --
+-- Name: round_sketch_flag_as(boolean, bigint, integer, integer, bigint, text, text, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_flag_as(p_seed2 boolean, p_project bigint, p_version integer, p_attempt integer, p_host bigint, p_role text, p_reason text, p_distance double precision, p_tolerance double precision) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_seed2 THEN
+        PERFORM round_seed2_flag_host(p_project, p_version, p_host, p_role, p_reason, p_distance,
+                                      p_tolerance);
+    ELSE
+        PERFORM round_sketch_flag_host(p_project, p_version, p_attempt, p_host, p_role, p_reason,
+                                       p_distance, p_tolerance);
+    END IF;
+END
+$$;
+
+--
 -- Name: round_sketch_flag_host(bigint, integer, integer, bigint, text, text, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2913,6 +2878,31 @@ CREATE FUNCTION public.round_sketch_norm(a double precision[], b double precisio
 $$;
 
 --
+-- Name: round_sketch_partials_load(bigint, integer, boolean, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_partials_load(p_project bigint, p_version integer, p_seed2 boolean, p_k integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF to_regclass('pg_temp.round_sketch_partial') IS NULL THEN
+        CREATE TEMP TABLE round_sketch_partial (agg bigint, member bigint, group_id integer,
+            sketch double precision[], err double precision) ON COMMIT DROP;
+    END IF;
+    DELETE FROM round_sketch_partial;
+    INSERT INTO round_sketch_partial
+    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
+           (e->>'err')::double precision
+      FROM round_member rm,
+           LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x,
+           jsonb_array_elements(x.s->'aggregated'->'members') e
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+       AND (rm.included OR (NOT p_seed2 AND rm.outcome = 'dropped'))
+       AND (x.s->>'k')::integer = p_k;
+END
+$$;
+
+--
 -- Name: round_sketch_sum(double precision[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2964,7 +2954,6 @@ DECLARE
     v_err2    double precision;
     v_n       integer;
     v_com     double precision[];
-    v_res     double precision[];
     v_d       double precision;
     v_scale   double precision;
     v_bound   double precision;
@@ -2980,19 +2969,7 @@ BEGIN
     IF v_k IS NULL THEN
         RETURN v_bad;
     END IF;
-    -- Every aggregator's partials, parsed once (a temporary table of this
-    -- transaction; created without a notice when it is not there yet).
-    IF to_regclass('pg_temp.round_sketch_partial') IS NULL THEN
-        CREATE TEMP TABLE round_sketch_partial (agg bigint, member bigint, group_id integer,
-            sketch double precision[], err double precision) ON COMMIT DROP;
-    END IF;
-    DELETE FROM round_sketch_partial;
-    INSERT INTO round_sketch_partial
-    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
-           (e->>'err')::double precision
-      FROM round_member rm, jsonb_array_elements(rm.sketches->'aggregated'->'members') e
-     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
-       AND (rm.included OR rm.outcome = 'dropped') AND (rm.sketches->>'k')::integer = v_k;
+    PERFORM round_sketch_partials_load(p_project, p_version, false, v_k);
     -- 1. Members against their commitments.
     FOR m IN SELECT rm.host_id, rm.group_id, rm.samples FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
@@ -3026,19 +3003,43 @@ BEGIN
         END IF;
     END LOOP;
     -- 2. and 3. Aggregators' results.
-    FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(rm.sketches->'aggregated'->'result') AS res,
-                    (rm.sketches->'aggregated'->>'result_err')::double precision AS err,
-                    round_sketch_vec(coalesce(rm.sketches->'aggregated'->'group_sum',
-                                              rm.sketches->'aggregated'->'result')) AS gsum,
-                    coalesce(rm.sketches->'aggregated'->>'group_sum_err',
-                             rm.sketches->'aggregated'->>'result_err')::double precision AS gerr
-               FROM round_member rm
+    v_bad := v_bad || round_sketch_verify_results(p_project, p_version, false, v_k, v_tol, v_clip,
+                                                  v_attempt);
+    RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
+END
+$$;
+
+--
+-- Name: round_sketch_verify_results(bigint, integer, boolean, integer, double precision, boolean, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_verify_results(p_project bigint, p_version integer, p_seed2 boolean, p_k integer, p_tol double precision, p_clip boolean, p_attempt integer) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    g       record;
+    m       record;
+    v_sum   double precision[];
+    v_d     double precision;
+    v_scale double precision;
+    v_bound double precision;
+    v_bad   bigint[] := '{}';
+BEGIN
+    FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(x.s->'aggregated'->'result') AS res,
+                    round_sketch_vec(CASE WHEN p_seed2 THEN x.s->'aggregated'->'result'
+                                          ELSE coalesce(x.s->'aggregated'->'group_sum',
+                                                        x.s->'aggregated'->'result') END) AS gsum,
+                    (CASE WHEN p_seed2 THEN x.s->'aggregated'->>'result_err'
+                          ELSE coalesce(x.s->'aggregated'->>'group_sum_err',
+                                        x.s->'aggregated'->>'result_err') END)::double precision AS gerr
+               FROM round_member rm,
+                    LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x
               WHERE rm.project_id = p_project AND rm.version = p_version
-                AND (rm.included OR rm.outcome = 'dropped')
-                AND rm.hi > rm.lo AND (rm.sketches->>'k')::integer = v_k
-                AND rm.sketches->'aggregated' IS NOT NULL
+                AND (rm.included OR (NOT p_seed2 AND rm.outcome = 'dropped'))
+                AND rm.hi > rm.lo AND (x.s->>'k')::integer = p_k
+                AND x.s->'aggregated' IS NOT NULL
               ORDER BY rm.host_id LOOP
-        IF NOT v_clip THEN
+        IF NOT p_clip THEN
             v_sum := NULL;
             FOR m IN SELECT sketch FROM round_sketch_partial WHERE agg = g.host_id ORDER BY member LOOP
                 v_sum := round_sketch_sum(v_sum, m.sketch);
@@ -3046,35 +3047,37 @@ BEGIN
             IF v_sum IS NOT NULL THEN
                 v_d := round_sketch_norm(g.gsum, v_sum);
                 v_scale := greatest(round_sketch_norm(g.gsum), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.gerr;
+                v_bound := p_tol * v_scale + 3 * sqrt(p_k) * g.gerr;
                 IF v_d > v_bound THEN
-                    PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
-                        'the sum it returned is not the sum of the slices it received',
+                    PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, g.host_id,
+                        'aggregator', 'the sum it returned is not the sum of the slices it received',
                         v_d / v_scale, v_bound / v_scale);
                     v_bad := v_bad || g.host_id;
                 END IF;
             END IF;
         END IF;
         FOR m IN SELECT rm.host_id, round_sketch_vec(e->'sketch') AS got
-                   FROM round_member rm, jsonb_array_elements(rm.sketches->'received') e
+                   FROM round_member rm,
+                        LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x,
+                        jsonb_array_elements(x.s->'received') e
                   WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                    AND rm.group_id = g.group_id AND (rm.sketches->>'k')::integer = v_k
+                    AND rm.group_id = g.group_id AND (x.s->>'k')::integer = p_k
                     AND (e->>'aggregator')::bigint = g.host_id
                   ORDER BY rm.host_id LOOP
             v_d := round_sketch_norm(m.got, g.res);
             v_scale := greatest(round_sketch_norm(m.got), round_sketch_norm(g.res), 1e-300);
             IF v_d > 1e-9 * v_scale THEN
-                PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, m.host_id, 'member',
+                PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, m.host_id, 'member',
                     format('the result it says it received from host %s is not the one that host says it returned',
                            g.host_id), v_d / v_scale, 1e-9);
-                PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
+                PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, g.host_id, 'aggregator',
                     format('host %s says it received another result than the one this host says it returned',
                            m.host_id), v_d / v_scale, 1e-9);
                 v_bad := v_bad || m.host_id || g.host_id;
             END IF;
         END LOOP;
     END LOOP;
-    RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
+    RETURN v_bad;
 END
 $$;
 

@@ -234,7 +234,8 @@ $$;
 --   2. each aggregator: its result against the sum of its partials (with
 --      the exact sum only);
 --   3. each member's sketch of an aggregator's result against that result
---      (1e-9: the same bytes; both flagged on a mismatch).
+--      (1e-9: the same bytes; both flagged on a mismatch);
+-- 2 and 3 as round_sketch_verify's (round_sketch_verify_results).
 -- A check whose aggregators' partials are not all in is skipped.  Then the
 -- round grants that waited for this check are released where no spot
 -- check holds them.  Returns the hosts flagged (ascending, each once).
@@ -270,17 +271,7 @@ BEGIN
     IF v_k IS NULL THEN
         RETURN v_bad;
     END IF;
-    IF to_regclass('pg_temp.round_seed2_partial') IS NULL THEN
-        CREATE TEMP TABLE round_seed2_partial (agg bigint, member bigint, group_id integer,
-            sketch double precision[], err double precision) ON COMMIT DROP;
-    END IF;
-    DELETE FROM round_seed2_partial;
-    INSERT INTO round_seed2_partial
-    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
-           (e->>'err')::double precision
-      FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'aggregated'->'members') e
-     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo AND rm.included
-       AND (rm.seed2_sketches->>'k')::integer = v_k;
+    PERFORM round_sketch_partials_load(p_project, p_version, true, v_k);
     -- 1. Members: their blocks against what their aggregators received.
     FOR m IN SELECT rm.host_id, rm.group_id, rm.seed2_sketches AS s FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
@@ -316,12 +307,12 @@ BEGIN
            AND a.hi > a.lo;
         v_sum := NULL;
         v_err2 := 0;
-        FOR g IN SELECT sketch, err FROM round_seed2_partial WHERE member = m.host_id
+        FOR g IN SELECT sketch, err FROM round_sketch_partial WHERE member = m.host_id
                   AND group_id = m.group_id ORDER BY agg LOOP
             v_sum := round_sketch_sum(v_sum, g.sketch);
             v_err2 := v_err2 + g.err ^ 2;
         END LOOP;
-        IF v_n = 0 OR (SELECT count(*) FROM round_seed2_partial WHERE member = m.host_id
+        IF v_n = 0 OR (SELECT count(*) FROM round_sketch_partial WHERE member = m.host_id
                         AND group_id = m.group_id) <> v_n THEN
             CONTINUE;
         END IF;
@@ -336,50 +327,7 @@ BEGIN
         END IF;
     END LOOP;
     -- 2. and 3. Aggregators' results.
-    FOR g IN SELECT rm.host_id, rm.group_id,
-                    round_sketch_vec(rm.seed2_sketches->'aggregated'->'result') AS res,
-                    (rm.seed2_sketches->'aggregated'->>'result_err')::double precision AS err
-               FROM round_member rm
-              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                AND rm.hi > rm.lo AND (rm.seed2_sketches->>'k')::integer = v_k
-                AND rm.seed2_sketches->'aggregated' IS NOT NULL
-              ORDER BY rm.host_id LOOP
-        IF NOT v_clip THEN
-            v_sum := NULL;
-            FOR m IN SELECT sketch FROM round_seed2_partial WHERE agg = g.host_id ORDER BY member LOOP
-                v_sum := round_sketch_sum(v_sum, m.sketch);
-            END LOOP;
-            IF v_sum IS NOT NULL THEN
-                v_d := round_sketch_norm(g.res, v_sum);
-                v_scale := greatest(round_sketch_norm(g.res), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.err;
-                IF v_d > v_bound THEN
-                    PERFORM round_seed2_flag_host(p_project, p_version, g.host_id, 'aggregator',
-                        'the sum it returned is not the sum of the slices it received',
-                        v_d / v_scale, v_bound / v_scale);
-                    v_bad := v_bad || g.host_id;
-                END IF;
-            END IF;
-        END IF;
-        FOR m IN SELECT rm.host_id, round_sketch_vec(e->'sketch') AS got
-                   FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'received') e
-                  WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                    AND rm.group_id = g.group_id AND (rm.seed2_sketches->>'k')::integer = v_k
-                    AND (e->>'aggregator')::bigint = g.host_id
-                  ORDER BY rm.host_id LOOP
-            v_d := round_sketch_norm(m.got, g.res);
-            v_scale := greatest(round_sketch_norm(m.got), round_sketch_norm(g.res), 1e-300);
-            IF v_d > 1e-9 * v_scale THEN
-                PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
-                    format('the result it says it received from host %s is not the one that host says it returned',
-                           g.host_id), v_d / v_scale, 1e-9);
-                PERFORM round_seed2_flag_host(p_project, p_version, g.host_id, 'aggregator',
-                    format('host %s says it received another result than the one this host says it returned',
-                           m.host_id), v_d / v_scale, 1e-9);
-                v_bad := v_bad || m.host_id || g.host_id;
-            END IF;
-        END LOOP;
-    END LOOP;
+    v_bad := v_bad || round_sketch_verify_results(p_project, p_version, true, v_k, v_tol, v_clip, NULL);
     -- Spot checks of the members that passed, at the policy's rate: one
     -- block each (round_seed2_spot_block).
     FOR m IN SELECT rm.host_id FROM round_member rm
