@@ -264,15 +264,29 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 	const cl_plan *pl = &j->plan;
 	int cross = pl->cross_peers && pl->n_groups > 1;
 	if (pl->n == 1 && !cross) {
-		/* Alone in the group: the group sum is our own, exactly. */
-		j->res.included = malloc(sizeof *j->res.included);
-		if (!j->res.included)
-			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
-		j->res.included[0] = j->p.host_id;
-		j->res.n_included = 1;
-		j->res.total_samples = (uint64_t)pl->members[0].samples;
-		memcpy(j->sum, j->m->grads, j->m->n_params * sizeof *j->sum);
-		return COT_OK;
+		/* Alone in the group: the group sum is what we send, exactly,
+		 * sketched as by the aggregator of all of it that received its
+		 * own result, so that the checks of the averaged bytes and the
+		 * one under the second seed apply to us as to any member. */
+		allreduce_member me = { .host_id = pl->members[0].host_id,
+			                .start = 0,
+			                .end = j->m->n_params,
+			                .samples = (uint64_t)pl->members[0].samples };
+		/* Test hook: a poisoner sends another vector than its gradient. */
+		float *poison = cl_cheat_poison(j->m->grads, j->m->n_params, cl_compute_sketch_seed(j->s));
+		allreduce_params ap = {
+			.members = &me,
+			.n = 1,
+			.round = j->v,
+			.grad = poison ? poison : j->m->grads,
+			.len = j->m->n_params,
+			.sketch_seed = cl_compute_sketch_seed(j->s),
+			.sketch_k = cl_compute_is_local(j->s) ? 0 : cl_compute_sketch_k(j->s),
+			.keep_slices = 1,
+		};
+		cot_err rc = allreduce_alone(&ap, j->sum, &j->res, eb);
+		free(poison);
+		return rc;
 	}
 	allreduce_member mem[CL_PLAN_MAX_MEMBERS];
 	for (size_t k = 0; k < pl->n; k++)
@@ -549,13 +563,14 @@ static void parse_seed2(const json_t *a, uint64_t *seed2, int *has)
 
 /* After the all-reduce, before the mean overwrites the group's sum: keep
  * what the check under the second seed needs (client/round_seed2.h), when
- * the round sketched what it averaged in a group of several peers and the
- * result is the group's sum.  Out of memory, nothing is kept (logged). */
+ * the round sketched what it averaged (in a group of one too:
+ * allreduce_alone) and the result is the group's sum.  Out of memory,
+ * nothing is kept (logged). */
 static void keep_for_seed2(round_job *j)
 {
 	const cl_plan *pl = &j->plan;
 	cl_seed2_kept *kp = &j->kept;
-	if (j->res.sketch_k <= 0 || pl->n < 2 || (pl->cross_peers && pl->n_groups > 1))
+	if (j->res.sketch_k <= 0 || (pl->cross_peers && pl->n_groups > 1))
 		return;
 	size_t n = j->m->n_params;
 	kp->k = j->res.sketch_k;

@@ -2460,9 +2460,7 @@ BEGIN
       FROM round_member rm JOIN round ro USING (project_id, version)
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
        AND rm.included AND ro.seed2 IS NOT NULL;
-    IF NOT FOUND OR v_k IS NULL
-       OR (SELECT count(*) FROM round_member g WHERE g.project_id = p_project
-            AND g.version = p_version AND g.group_id = m.group_id AND g.included) < 2 THEN
+    IF NOT FOUND OR v_k IS NULL THEN
         RETURN false;
     END IF;
     RETURN round_sketch_committed(p_project, p_version, p_host, v_k, m.samples) IS NOT NULL;

@@ -68,8 +68,9 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- True when host p_host owes round (p_project, p_version) its sketches
--- under seed2: the round drew one, the host was included in a group of
--- several peers, the round's peers sketched what they averaged, and it
+-- under seed2: the round drew one, the host was included (in a group of
+-- one too: it sketches as its own aggregator, allreduce_alone), the
+-- round's peers sketched what they averaged, and it
 -- committed the sketches of all its microbatches (round_sketch_committed)
 -- under that k: whether it sent sketches with its own outcome does not
 -- matter.  Its round grant stays pending until they are checked.
@@ -83,9 +84,7 @@ BEGIN
       FROM round_member rm JOIN round ro USING (project_id, version)
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
        AND rm.included AND ro.seed2 IS NOT NULL;
-    IF NOT FOUND OR v_k IS NULL
-       OR (SELECT count(*) FROM round_member g WHERE g.project_id = p_project
-            AND g.version = p_version AND g.group_id = m.group_id AND g.included) < 2 THEN
+    IF NOT FOUND OR v_k IS NULL THEN
         RETURN false;
     END IF;
     RETURN round_sketch_committed(p_project, p_version, p_host, v_k, m.samples) IS NOT NULL;

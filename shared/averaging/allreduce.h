@@ -182,6 +182,18 @@ typedef struct {
  * tear down threads, which is bounded by the same deadline). */
 cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *res, cot_errbuf *eb);
 
+/* The all-reduce of a group of one (p->n 1, p->self 0, its range all of
+ * [0, p->len)): out[0..len) = p->grad exactly (nothing is sent, nothing
+ * encoded) and *res as allreduce_run's: the member included with its
+ * samples, and with p->sketch_k the sketches of an aggregator of the whole
+ * vector that received its own result (partial, result and received all
+ * the sketch of out, error bounds 0), with p->keep_slices its slice (a
+ * copy of out).  Only members, n, self, grad, len, sketch_seed, sketch_k
+ * and keep_slices are read.  COT_ERR_INVALID for other parameters,
+ * COT_ERR_NOMEM; *res is empty on error, else freed with
+ * allreduce_result_free. */
+cot_err allreduce_alone(const allreduce_params *p, float *out, allreduce_result *res, cot_errbuf *eb);
+
 void allreduce_result_free(allreduce_result *res);
 
 /* The exact arithmetic every aggregator uses, for tests and the server:
