@@ -335,17 +335,28 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		                  .collect_deadline = deadline_after_ms(left_ms * 3 / 4),
 		                  .deadline = deadline_after_ms(left_ms * 7 / 8) };
 	if (pl->n == 1) {
-		/* Alone in our group: our gradient is the group's sum, and our
-		 * range (all of it) goes straight to the stage across groups. */
-		memcpy(j->sum, j->m->grads, j->m->n_params * sizeof *j->sum);
-		rc = cross_group_reduce(&cp, j->sum, 0, j->m->n_params, (uint64_t)me->samples, eb);
-		if (!rc && !(j->res.included = malloc(sizeof *j->res.included)))
-			rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
-		if (!rc) {
-			j->res.included[0] = j->p.host_id;
-			j->res.n_included = 1;
-			j->res.total_samples = (uint64_t)me->samples;
-		}
+		/* Alone in our group: what we send is the group's sum, and our
+		 * range (all of it) goes straight to the stage across groups;
+		 * sketched as its own aggregator's (allreduce_alone). */
+		allreduce_member one = { .host_id = me->host_id,
+			                 .start = 0,
+			                 .end = j->m->n_params,
+			                 .samples = (uint64_t)me->samples };
+		float *poison = cl_cheat_poison(j->m->grads, j->m->n_params, cl_compute_sketch_seed(j->s));
+		allreduce_params ap = {
+			.members = &one,
+			.n = 1,
+			.round = j->v,
+			.grad = poison ? poison : j->m->grads,
+			.len = j->m->n_params,
+			.sketch_seed = cl_compute_sketch_seed(j->s),
+			.sketch_k = cl_compute_is_local(j->s) ? 0 : cl_compute_sketch_k(j->s),
+			.keep_slices = 1,
+			.cross = cross_group_reduce,
+			.cross_arg = &cp,
+		};
+		rc = allreduce_alone(&ap, j->sum, &j->res, eb);
+		free(poison);
 		nat_acceptor_stop(acc);
 		dialer_free(dl);
 		return rc;
@@ -375,9 +386,10 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		                /* Under the round's seed, as our committed sketches. */
 		                .sketch_seed = cl_compute_sketch_seed(j->s),
 		                .sketch_k = cl_compute_is_local(j->s) ? 0 : cl_compute_sketch_k(j->s),
-		                /* kept for the second seed, but across groups
-		                 * between the peers (our result is the mean) */
-		                .keep_slices = !cross,
+		                /* kept for the second seed (across groups
+		                 * between the peers with our range's group sum
+		                 * before that stage: our result is the mean) */
+		                .keep_slices = 1,
 		                .test_result_noise = cl_cheat_result_noise(),
 		                /* across groups: our range becomes the round's mean */
 		                .cross = cross && me->hi > me->lo ? cross_group_reduce : NULL,
@@ -564,13 +576,14 @@ static void parse_seed2(const json_t *a, uint64_t *seed2, int *has)
 /* After the all-reduce, before the mean overwrites the group's sum: keep
  * what the check under the second seed needs (client/round_seed2.h), when
  * the round sketched what it averaged (in a group of one too:
- * allreduce_alone) and the result is the group's sum.  Out of memory,
- * nothing is kept (logged). */
+ * allreduce_alone; across groups between the peers, where the result is
+ * the round's mean, with our range's group sum before that stage).  Out of
+ * memory, nothing is kept (logged). */
 static void keep_for_seed2(round_job *j)
 {
 	const cl_plan *pl = &j->plan;
 	cl_seed2_kept *kp = &j->kept;
-	if (j->res.sketch_k <= 0 || (pl->cross_peers && pl->n_groups > 1))
+	if (j->res.sketch_k <= 0)
 		return;
 	size_t n = j->m->n_params;
 	kp->k = j->res.sketch_k;
@@ -602,6 +615,17 @@ static void keep_for_seed2(round_job *j)
 		kp->slices = j->res.agg_slices; /* ours now */
 		kp->n_slices = ni;
 		j->res.agg_slices = NULL;
+		kp->group_sum = j->res.agg_group_sum_values; /* across groups: ours now */
+		kp->group_sum_err = j->res.agg_group_sum_err;
+		j->res.agg_group_sum_values = NULL;
+		if (pl->cross_peers && pl->n_groups > 1 && !kp->group_sum) {
+			/* not kept (out of memory): our range's checks are skipped */
+			for (size_t i = 0; i < kp->n_slices; i++)
+				free(kp->slices[i]);
+			free(kp->slices);
+			kp->slices = NULL;
+			kp->n_slices = 0;
+		}
 	}
 	cl_compute_take_blocks(j->s, &kp->blocks, &kp->n_blocks);
 	int64_t in_blocks = 0, reported = 0;

@@ -3022,14 +3022,21 @@ DECLARE
     v_scale double precision;
     v_bound double precision;
     v_bad   bigint[] := '{}';
+    v_cross boolean;
 BEGIN
+    SELECT coalesce(cross_peers, false) INTO v_cross FROM round
+     WHERE project_id = p_project AND version = p_version;
     FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(x.s->'aggregated'->'result') AS res,
-                    round_sketch_vec(CASE WHEN p_seed2 THEN x.s->'aggregated'->'result'
-                                          ELSE coalesce(x.s->'aggregated'->'group_sum',
-                                                        x.s->'aggregated'->'result') END) AS gsum,
-                    (CASE WHEN p_seed2 THEN x.s->'aggregated'->>'result_err'
-                          ELSE coalesce(x.s->'aggregated'->>'group_sum_err',
-                                        x.s->'aggregated'->>'result_err') END)::double precision AS gerr
+                    round_sketch_vec(CASE WHEN NOT p_seed2
+                                          THEN coalesce(x.s->'aggregated'->'group_sum',
+                                                        x.s->'aggregated'->'result')
+                                          WHEN v_cross THEN x.s->'aggregated'->'group_sum'
+                                          ELSE x.s->'aggregated'->'result' END) AS gsum,
+                    (CASE WHEN NOT p_seed2
+                          THEN coalesce(x.s->'aggregated'->>'group_sum_err',
+                                        x.s->'aggregated'->>'result_err')
+                          WHEN v_cross THEN x.s->'aggregated'->>'group_sum_err'
+                          ELSE x.s->'aggregated'->>'result_err' END)::double precision AS gerr
                FROM round_member rm,
                     LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x
               WHERE rm.project_id = p_project AND rm.version = p_version
@@ -3037,7 +3044,14 @@ BEGIN
                 AND rm.hi > rm.lo AND (x.s->>'k')::integer = p_k
                 AND x.s->'aggregated' IS NOT NULL
               ORDER BY rm.host_id LOOP
-        IF NOT p_clip THEN
+        IF g.gsum IS NULL AND NOT p_clip THEN
+            -- (under seed2 across groups between the peers: the sum its
+            -- partials add up to is not its result, the round's mean)
+            PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, g.host_id,
+                'aggregator', 'it sent no sketch of its group''s sum before the stage across groups',
+                1, p_tol);
+            v_bad := v_bad || g.host_id;
+        ELSIF NOT p_clip THEN
             v_sum := NULL;
             FOR m IN SELECT sketch FROM round_sketch_partial WHERE agg = g.host_id ORDER BY member LOOP
                 v_sum := round_sketch_sum(v_sum, m.sketch);

@@ -208,9 +208,11 @@ $$;
 -- round_sketch_partials_load loaded (the same p_seed2 and p_k), with the
 -- tolerance p_tol:
 --   2. with the exact sum (not p_clip), each aggregator's result against
---      the sum of its members' partials (E: "result_err"; under the work
---      unit's seed across groups between the peers, its "group_sum" with
---      "group_sum_err" in place of the result, which is the round's mean);
+--      the sum of its members' partials (E: "result_err"); across groups
+--      between the peers, where its result is the round's mean, its
+--      "group_sum" with "group_sum_err" in its place (under the work
+--      unit's seed where it sent one; under seed2 always: an aggregator of
+--      such a round that sent none is flagged);
 --   3. each included member's sketch of an aggregator's result against
 --      that result (1e-9: the same bytes; both flagged on a mismatch).
 -- Flags who fails (round_sketch_flag_as, p_attempt for the work unit's
@@ -228,14 +230,21 @@ DECLARE
     v_scale double precision;
     v_bound double precision;
     v_bad   bigint[] := '{}';
+    v_cross boolean;
 BEGIN
+    SELECT coalesce(cross_peers, false) INTO v_cross FROM round
+     WHERE project_id = p_project AND version = p_version;
     FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(x.s->'aggregated'->'result') AS res,
-                    round_sketch_vec(CASE WHEN p_seed2 THEN x.s->'aggregated'->'result'
-                                          ELSE coalesce(x.s->'aggregated'->'group_sum',
-                                                        x.s->'aggregated'->'result') END) AS gsum,
-                    (CASE WHEN p_seed2 THEN x.s->'aggregated'->>'result_err'
-                          ELSE coalesce(x.s->'aggregated'->>'group_sum_err',
-                                        x.s->'aggregated'->>'result_err') END)::double precision AS gerr
+                    round_sketch_vec(CASE WHEN NOT p_seed2
+                                          THEN coalesce(x.s->'aggregated'->'group_sum',
+                                                        x.s->'aggregated'->'result')
+                                          WHEN v_cross THEN x.s->'aggregated'->'group_sum'
+                                          ELSE x.s->'aggregated'->'result' END) AS gsum,
+                    (CASE WHEN NOT p_seed2
+                          THEN coalesce(x.s->'aggregated'->>'group_sum_err',
+                                        x.s->'aggregated'->>'result_err')
+                          WHEN v_cross THEN x.s->'aggregated'->>'group_sum_err'
+                          ELSE x.s->'aggregated'->>'result_err' END)::double precision AS gerr
                FROM round_member rm,
                     LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x
               WHERE rm.project_id = p_project AND rm.version = p_version
@@ -243,7 +252,14 @@ BEGIN
                 AND rm.hi > rm.lo AND (x.s->>'k')::integer = p_k
                 AND x.s->'aggregated' IS NOT NULL
               ORDER BY rm.host_id LOOP
-        IF NOT p_clip THEN
+        IF g.gsum IS NULL AND NOT p_clip THEN
+            -- (under seed2 across groups between the peers: the sum its
+            -- partials add up to is not its result, the round's mean)
+            PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, g.host_id,
+                'aggregator', 'it sent no sketch of its group''s sum before the stage across groups',
+                1, p_tol);
+            v_bad := v_bad || g.host_id;
+        ELSIF NOT p_clip THEN
             v_sum := NULL;
             FOR m IN SELECT sketch FROM round_sketch_partial WHERE agg = g.host_id ORDER BY member LOOP
                 v_sum := round_sketch_sum(v_sum, m.sketch);
