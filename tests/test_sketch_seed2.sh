@@ -109,6 +109,8 @@ ok $? "four clients commit 5 rounds or more (version $(version))"
 wait_for 120 blocks_settled
 # The last round's sketches under the second seed: give them time to come.
 sleep 3
+# The flagged cheater's next request for work (refused: below).
+wait_for 60 grep -q "asking for work: server: host $H4 may not take work" "$T/client4.log"
 t_end=$(date +%s)
 for p in $CPIDS; do kill "$p" 2>/dev/null; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done

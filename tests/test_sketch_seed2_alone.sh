@@ -128,7 +128,8 @@ ok $([ -n "$v2" ] && [ "$alone" -eq 1 ] && [ "$n_s" -eq 0 ] && [ "$checked_s" -e
 
 den=$(sql "select status from credit_grant where project_id = $pid and host_id = $H2 and version = ${v2:-0} and kind = 'round'")
 paid=$(sql "select count(*) from credit_grant where project_id = $pid and host_id = $H2 and kind = 'round' and status = 'granted'")
-sleep 3
+# Its next request for work is refused with the flag as the reason.
+wait_for 60 grep -q "asking for work: server: host $H2 may not take work of project" "$T/client2.log"
 units=$(sql "select count(*) from work_unit where host_id = $H2 and created_at > $t2")
 refused=$(grep -c "asking for work: server: host $H2 may not take work of project" "$T/client2.log")
 ok $([ "$den" = denied ] && [ "$paid" -eq 0 ] && [ "$units" -eq 0 ] && [ "$refused" -ge 1 ] && echo 0 || echo 1) \
