@@ -95,24 +95,26 @@ static void activity(round_job *j, const char *what)
 	pthread_mutex_unlock(&j->d->lock);
 }
 
-/* The round's state and attempt from GET .../rounds (0 when unknown). */
-static void round_state(round_job *j, char state[16], int64_t *attempt)
+/* Round v's state and attempt from GET .../rounds ("" and 0 when
+ * unknown). */
+static void round_state_at(const cl_api_opts *o, const cl_project *p, int64_t v, char state[16],
+                           int64_t *attempt)
 {
 	char url[CL_URL_MAX + 128];
-	snprintf(url, sizeof url, "%s/v1/projects/%s/rounds?limit=5", j->p.base, j->p.name);
+	snprintf(url, sizeof url, "%s/v1/projects/%s/rounds?limit=5", p->base, p->name);
 	json_t *a = NULL;
 	cot_errbuf eb = { "", "" };
 	cl_http_req r = { .method = "GET", .url = url, .out = &a };
 	state[0] = '\0';
 	*attempt = 0;
-	if (cl_api_http(&j->o, &r, &eb) || !a)
+	if (cl_api_http(o, &r, &eb) || !a)
 		return;
 	const json_t *rs = json_object_get(a, "rounds");
 	for (size_t k = 0; json_is_array(rs) && k < json_array_size(rs); k++) {
 		const json_t *x = json_array_get(rs, k);
 		long long ver = -1, att = 0;
 		const char *st = NULL;
-		if (cot_json_int(x, "version", true, 0, 1LL << 31, &ver, NULL) || ver != j->v ||
+		if (cot_json_int(x, "version", true, 0, 1LL << 31, &ver, NULL) || ver != v ||
 		    cot_json_int(x, "attempt", true, 1, 1LL << 31, &att, NULL) ||
 		    cot_json_str(x, "state", true, 1, 15, &st, NULL))
 			continue;
@@ -121,6 +123,12 @@ static void round_state(round_job *j, char state[16], int64_t *attempt)
 		break;
 	}
 	json_decref(a);
+}
+
+/* The round's state and attempt (round_state_at). */
+static void round_state(round_job *j, char state[16], int64_t *attempt)
+{
+	round_state_at(&j->o, &j->p, j->v, state, attempt);
 }
 
 /* True when the round we hold gradients for failed and opened again. */
@@ -663,12 +671,14 @@ typedef struct {
 #define SEED2_WAIT_S 60 /* for the commit, after our step was accepted */
 
 /* Once our step is accepted, off the round's critical path (its own
- * thread; the next version's work goes on): ask the outcome again until it
- * names the second seed (the round commits once every included peer said
- * ok), then send the sketches under it of what we kept.  Gives up when the
- * round moves to another attempt, the server refuses, SEED2_WAIT_S pass
- * or the client stops.  Failures are logged; the server denies a member
- * whose blocks never come. */
+ * thread; the next version's work goes on): once the round committed in
+ * our attempt (GET .../rounds), ask the outcome again for the second seed,
+ * then send the sketches under it of what we kept.  Our outcome is sent
+ * again only then: a committed round is final, while one sent as the round
+ * reran would be taken as our outcome of the next attempt (without its
+ * sketches).  Gives up when the round moves to another attempt, the server
+ * refuses, SEED2_WAIT_S pass or the client stops.  Failures are logged;
+ * the server denies a member whose blocks never come. */
 static void send_seed2(seed2_job *s2)
 {
 	if (!s2->kept.received)
@@ -676,6 +686,20 @@ static void send_seed2(seed2_job *s2)
 	double start = cl_now_mono();
 	cot_errbuf eb = { "", "" };
 	while (!s2->has_seed2 && !s2->d->stop && cl_now_mono() - start < SEED2_WAIT_S) {
+		char state[16];
+		int64_t at;
+		round_state_at(&s2->o, &s2->p, s2->v, state, &at);
+		if (state[0] && (at != s2->attempt ||
+		                 (strcmp(state, "committed") != 0 && strcmp(state, "averaging") != 0))) {
+			log_info("project %s: round %lld: no second seed for us: the round is %s in attempt "
+			         "%lld",
+			         s2->p.name, (long long)s2->v, state, (long long)at);
+			return; /* another attempt: nothing of ours was stepped on */
+		}
+		if (strcmp(state, "committed") != 0) {
+			sleep(1); /* not yet (or the server did not answer) */
+			continue;
+		}
 		json_t *a = NULL;
 		cot_err rc = cl_api_round_outcome(&s2->o, &s2->p, s2->v, 1, 0, s2->kept.included,
 		                                  s2->kept.n_included, s2->params_sha, NULL, NULL, &a, &eb);
