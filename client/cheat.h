@@ -43,6 +43,10 @@
  * "Tied to the bytes"), the check under the second seed orthogonal, a
  * spot check of a block orthogonal-claim.
  *
+ * The vectors sent apply alone in a group too (allreduce_alone: the group's
+ * sum the server steps on), where the host still reports the sketches of
+ * what it sent.
+ *
  * Spot checks the host answers for other hosts are computed honestly.  A
  * warning is logged at start, so that a test sees it is on.
  *

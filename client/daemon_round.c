@@ -95,24 +95,26 @@ static void activity(round_job *j, const char *what)
 	pthread_mutex_unlock(&j->d->lock);
 }
 
-/* The round's state and attempt from GET .../rounds (0 when unknown). */
-static void round_state(round_job *j, char state[16], int64_t *attempt)
+/* Round v's state and attempt from GET .../rounds ("" and 0 when
+ * unknown). */
+static void round_state_at(const cl_api_opts *o, const cl_project *p, int64_t v, char state[16],
+                           int64_t *attempt)
 {
 	char url[CL_URL_MAX + 128];
-	snprintf(url, sizeof url, "%s/v1/projects/%s/rounds?limit=5", j->p.base, j->p.name);
+	snprintf(url, sizeof url, "%s/v1/projects/%s/rounds?limit=5", p->base, p->name);
 	json_t *a = NULL;
 	cot_errbuf eb = { "", "" };
 	cl_http_req r = { .method = "GET", .url = url, .out = &a };
 	state[0] = '\0';
 	*attempt = 0;
-	if (cl_api_http(&j->o, &r, &eb) || !a)
+	if (cl_api_http(o, &r, &eb) || !a)
 		return;
 	const json_t *rs = json_object_get(a, "rounds");
 	for (size_t k = 0; json_is_array(rs) && k < json_array_size(rs); k++) {
 		const json_t *x = json_array_get(rs, k);
 		long long ver = -1, att = 0;
 		const char *st = NULL;
-		if (cot_json_int(x, "version", true, 0, 1LL << 31, &ver, NULL) || ver != j->v ||
+		if (cot_json_int(x, "version", true, 0, 1LL << 31, &ver, NULL) || ver != v ||
 		    cot_json_int(x, "attempt", true, 1, 1LL << 31, &att, NULL) ||
 		    cot_json_str(x, "state", true, 1, 15, &st, NULL))
 			continue;
@@ -121,6 +123,12 @@ static void round_state(round_job *j, char state[16], int64_t *attempt)
 		break;
 	}
 	json_decref(a);
+}
+
+/* The round's state and attempt (round_state_at). */
+static void round_state(round_job *j, char state[16], int64_t *attempt)
+{
+	round_state_at(&j->o, &j->p, j->v, state, attempt);
 }
 
 /* True when the round we hold gradients for failed and opened again. */
@@ -264,15 +272,29 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 	const cl_plan *pl = &j->plan;
 	int cross = pl->cross_peers && pl->n_groups > 1;
 	if (pl->n == 1 && !cross) {
-		/* Alone in the group: the group sum is our own, exactly. */
-		j->res.included = malloc(sizeof *j->res.included);
-		if (!j->res.included)
-			return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
-		j->res.included[0] = j->p.host_id;
-		j->res.n_included = 1;
-		j->res.total_samples = (uint64_t)pl->members[0].samples;
-		memcpy(j->sum, j->m->grads, j->m->n_params * sizeof *j->sum);
-		return COT_OK;
+		/* Alone in the group: the group sum is what we send, exactly,
+		 * sketched as by the aggregator of all of it that received its
+		 * own result, so that the checks of the averaged bytes and the
+		 * one under the second seed apply to us as to any member. */
+		allreduce_member me = { .host_id = pl->members[0].host_id,
+			                .start = 0,
+			                .end = j->m->n_params,
+			                .samples = (uint64_t)pl->members[0].samples };
+		/* Test hook: a poisoner sends another vector than its gradient. */
+		float *poison = cl_cheat_poison(j->m->grads, j->m->n_params, cl_compute_sketch_seed(j->s));
+		allreduce_params ap = {
+			.members = &me,
+			.n = 1,
+			.round = j->v,
+			.grad = poison ? poison : j->m->grads,
+			.len = j->m->n_params,
+			.sketch_seed = cl_compute_sketch_seed(j->s),
+			.sketch_k = cl_compute_is_local(j->s) ? 0 : cl_compute_sketch_k(j->s),
+			.keep_slices = 1,
+		};
+		cot_err rc = allreduce_alone(&ap, j->sum, &j->res, eb);
+		free(poison);
+		return rc;
 	}
 	allreduce_member mem[CL_PLAN_MAX_MEMBERS];
 	for (size_t k = 0; k < pl->n; k++)
@@ -321,17 +343,28 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		                  .collect_deadline = deadline_after_ms(left_ms * 3 / 4),
 		                  .deadline = deadline_after_ms(left_ms * 7 / 8) };
 	if (pl->n == 1) {
-		/* Alone in our group: our gradient is the group's sum, and our
-		 * range (all of it) goes straight to the stage across groups. */
-		memcpy(j->sum, j->m->grads, j->m->n_params * sizeof *j->sum);
-		rc = cross_group_reduce(&cp, j->sum, 0, j->m->n_params, (uint64_t)me->samples, eb);
-		if (!rc && !(j->res.included = malloc(sizeof *j->res.included)))
-			rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
-		if (!rc) {
-			j->res.included[0] = j->p.host_id;
-			j->res.n_included = 1;
-			j->res.total_samples = (uint64_t)me->samples;
-		}
+		/* Alone in our group: what we send is the group's sum, and our
+		 * range (all of it) goes straight to the stage across groups;
+		 * sketched as its own aggregator's (allreduce_alone). */
+		allreduce_member one = { .host_id = me->host_id,
+			                 .start = 0,
+			                 .end = j->m->n_params,
+			                 .samples = (uint64_t)me->samples };
+		float *poison = cl_cheat_poison(j->m->grads, j->m->n_params, cl_compute_sketch_seed(j->s));
+		allreduce_params ap = {
+			.members = &one,
+			.n = 1,
+			.round = j->v,
+			.grad = poison ? poison : j->m->grads,
+			.len = j->m->n_params,
+			.sketch_seed = cl_compute_sketch_seed(j->s),
+			.sketch_k = cl_compute_is_local(j->s) ? 0 : cl_compute_sketch_k(j->s),
+			.keep_slices = 1,
+			.cross = cross_group_reduce,
+			.cross_arg = &cp,
+		};
+		rc = allreduce_alone(&ap, j->sum, &j->res, eb);
+		free(poison);
 		nat_acceptor_stop(acc);
 		dialer_free(dl);
 		return rc;
@@ -361,9 +394,10 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 		                /* Under the round's seed, as our committed sketches. */
 		                .sketch_seed = cl_compute_sketch_seed(j->s),
 		                .sketch_k = cl_compute_is_local(j->s) ? 0 : cl_compute_sketch_k(j->s),
-		                /* kept for the second seed, but across groups
-		                 * between the peers (our result is the mean) */
-		                .keep_slices = !cross,
+		                /* kept for the second seed (across groups
+		                 * between the peers with our range's group sum
+		                 * before that stage: our result is the mean) */
+		                .keep_slices = 1,
 		                .test_result_noise = cl_cheat_result_noise(),
 		                /* across groups: our range becomes the round's mean */
 		                .cross = cross && me->hi > me->lo ? cross_group_reduce : NULL,
@@ -549,13 +583,15 @@ static void parse_seed2(const json_t *a, uint64_t *seed2, int *has)
 
 /* After the all-reduce, before the mean overwrites the group's sum: keep
  * what the check under the second seed needs (client/round_seed2.h), when
- * the round sketched what it averaged in a group of several peers and the
- * result is the group's sum.  Out of memory, nothing is kept (logged). */
+ * the round sketched what it averaged (in a group of one too:
+ * allreduce_alone; across groups between the peers, where the result is
+ * the round's mean, with our range's group sum before that stage).  Out of
+ * memory, nothing is kept (logged). */
 static void keep_for_seed2(round_job *j)
 {
 	const cl_plan *pl = &j->plan;
 	cl_seed2_kept *kp = &j->kept;
-	if (j->res.sketch_k <= 0 || pl->n < 2 || (pl->cross_peers && pl->n_groups > 1))
+	if (j->res.sketch_k <= 0)
 		return;
 	size_t n = j->m->n_params;
 	kp->k = j->res.sketch_k;
@@ -587,6 +623,17 @@ static void keep_for_seed2(round_job *j)
 		kp->slices = j->res.agg_slices; /* ours now */
 		kp->n_slices = ni;
 		j->res.agg_slices = NULL;
+		kp->group_sum = j->res.agg_group_sum_values; /* across groups: ours now */
+		kp->group_sum_err = j->res.agg_group_sum_err;
+		j->res.agg_group_sum_values = NULL;
+		if (pl->cross_peers && pl->n_groups > 1 && !kp->group_sum) {
+			/* not kept (out of memory): our range's checks are skipped */
+			for (size_t i = 0; i < kp->n_slices; i++)
+				free(kp->slices[i]);
+			free(kp->slices);
+			kp->slices = NULL;
+			kp->n_slices = 0;
+		}
 	}
 	cl_compute_take_blocks(j->s, &kp->blocks, &kp->n_blocks);
 	int64_t in_blocks = 0, reported = 0;
@@ -624,12 +671,14 @@ typedef struct {
 #define SEED2_WAIT_S 60 /* for the commit, after our step was accepted */
 
 /* Once our step is accepted, off the round's critical path (its own
- * thread; the next version's work goes on): ask the outcome again until it
- * names the second seed (the round commits once every included peer said
- * ok), then send the sketches under it of what we kept.  Gives up when the
- * round moves to another attempt, the server refuses, SEED2_WAIT_S pass
- * or the client stops.  Failures are logged; the server denies a member
- * whose blocks never come. */
+ * thread; the next version's work goes on): once the round committed in
+ * our attempt (GET .../rounds), ask the outcome again for the second seed,
+ * then send the sketches under it of what we kept.  Our outcome is sent
+ * again only then: a committed round is final, while one sent as the round
+ * reran would be taken as our outcome of the next attempt (without its
+ * sketches).  Gives up when the round moves to another attempt, the server
+ * refuses, SEED2_WAIT_S pass or the client stops.  Failures are logged;
+ * the server denies a member whose blocks never come. */
 static void send_seed2(seed2_job *s2)
 {
 	if (!s2->kept.received)
@@ -637,6 +686,20 @@ static void send_seed2(seed2_job *s2)
 	double start = cl_now_mono();
 	cot_errbuf eb = { "", "" };
 	while (!s2->has_seed2 && !s2->d->stop && cl_now_mono() - start < SEED2_WAIT_S) {
+		char state[16];
+		int64_t at;
+		round_state_at(&s2->o, &s2->p, s2->v, state, &at);
+		if (state[0] && (at != s2->attempt ||
+		                 (strcmp(state, "committed") != 0 && strcmp(state, "averaging") != 0))) {
+			log_info("project %s: round %lld: no second seed for us: the round is %s in attempt "
+			         "%lld",
+			         s2->p.name, (long long)s2->v, state, (long long)at);
+			return; /* another attempt: nothing of ours was stepped on */
+		}
+		if (strcmp(state, "committed") != 0) {
+			sleep(1); /* not yet (or the server did not answer) */
+			continue;
+		}
 		json_t *a = NULL;
 		cot_err rc = cl_api_round_outcome(&s2->o, &s2->p, s2->v, 1, 0, s2->kept.included,
 		                                  s2->kept.n_included, s2->params_sha, NULL, NULL, &a, &eb);

@@ -53,6 +53,12 @@ json_t *cl_seed2_sketches_json(const cl_seed2_kept *kp, uint64_t seed2)
 		      json_object_set_new(o, "aggregated",
 		                          json_pack("{s:o, s:o, s:f}", "members", mem, "result", res,
 		                                    "result_err", kp->result_err));
+		if (!bad && kp->group_sum) {
+			json_t *gs = sketch_json(kp->group_sum, len, kp->lo, seed2, kp->k);
+			bad = !gs || json_object_set_new(json_object_get(o, "aggregated"), "group_sum", gs) ||
+			      json_object_set_new(json_object_get(o, "aggregated"), "group_sum_err",
+			                          json_real(kp->group_sum_err));
+		}
 		for (size_t i = 0; !bad && i < kp->n_slices; i++) {
 			if (!kp->slices[i])
 				continue; /* not kept: that member's check is skipped */
@@ -78,6 +84,7 @@ void cl_seed2_kept_free(cl_seed2_kept *kp)
 	free(kp->slices);
 	free(kp->slice_host);
 	free(kp->slice_err);
+	free(kp->group_sum);
 	cl_blocks_free(kp->blocks, kp->n_blocks);
 	free(kp->included);
 	memset(kp, 0, sizeof *kp);

@@ -35,6 +35,11 @@ typedef struct {
 	float **slices;    /* hi - lo values each, as decoded */
 	double *slice_err; /* the bound on each one's encoding error */
 	double result_err; /* the bound on our result's */
+	/* across groups between the peers (our result is the round's mean):
+	 * our range of the group's sum before that stage, and its bound;
+	 * NULL otherwise */
+	float *group_sum;
+	double group_sum_err;
 	/* as a member: the gradient blocks, sent only when they hold every
 	 * microbatch reported (blocks_ok) */
 	cl_block *blocks;
@@ -49,7 +54,8 @@ typedef struct {
 /* The sketches under seed2 of what kp keeps, as the body's "sketches":
  * {"k", "blocks": [{"first", "count", "sketch"}] (when blocks_ok),
  * "received": [{"aggregator", "sketch"}], "aggregated": {"members":
- * [{"host_id", "sketch", "err"}], "result", "result_err"} (as an
+ * [{"host_id", "sketch", "err"}], "result", "result_err", and across
+ * groups between the peers "group_sum", "group_sum_err"} (as an
  * aggregator)}.  A new reference, or NULL when memory ran out. */
 json_t *cl_seed2_sketches_json(const cl_seed2_kept *kp, uint64_t seed2);
 

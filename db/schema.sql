@@ -1960,8 +1960,7 @@ BEGIN
         SELECT w.id FROM work_unit w
          WHERE w.project_id = p_project AND w.version = p_version
            AND (w.mb_done > 0 OR w.state = 'live')
-           AND (w.host_id = ANY (round_sketch_flagged(p_project, p_version))
-                OR w.host_id = ANY (round_seed2_banned(p_project)))
+           AND w.host_id = ANY (round_sketch_barred(p_project, p_version))
            FOR UPDATE));
     SELECT coalesce(jsonb_agg(jsonb_build_object(
                'host_id', h.host_id, 'samples', h.samples, 'endpoint', l.endpoint,
@@ -2461,9 +2460,7 @@ BEGIN
       FROM round_member rm JOIN round ro USING (project_id, version)
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
        AND rm.included AND ro.seed2 IS NOT NULL;
-    IF NOT FOUND OR v_k IS NULL
-       OR (SELECT count(*) FROM round_member g WHERE g.project_id = p_project
-            AND g.version = p_version AND g.group_id = m.group_id AND g.included) < 2 THEN
+    IF NOT FOUND OR v_k IS NULL THEN
         RETURN false;
     END IF;
     RETURN round_sketch_committed(p_project, p_version, p_host, v_k, m.samples) IS NOT NULL;
@@ -2638,17 +2635,7 @@ BEGIN
     IF v_k IS NULL THEN
         RETURN v_bad;
     END IF;
-    IF to_regclass('pg_temp.round_seed2_partial') IS NULL THEN
-        CREATE TEMP TABLE round_seed2_partial (agg bigint, member bigint, group_id integer,
-            sketch double precision[], err double precision) ON COMMIT DROP;
-    END IF;
-    DELETE FROM round_seed2_partial;
-    INSERT INTO round_seed2_partial
-    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
-           (e->>'err')::double precision
-      FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'aggregated'->'members') e
-     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo AND rm.included
-       AND (rm.seed2_sketches->>'k')::integer = v_k;
+    PERFORM round_sketch_partials_load(p_project, p_version, true, v_k);
     -- 1. Members: their blocks against what their aggregators received.
     FOR m IN SELECT rm.host_id, rm.group_id, rm.seed2_sketches AS s FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
@@ -2684,12 +2671,12 @@ BEGIN
            AND a.hi > a.lo;
         v_sum := NULL;
         v_err2 := 0;
-        FOR g IN SELECT sketch, err FROM round_seed2_partial WHERE member = m.host_id
+        FOR g IN SELECT sketch, err FROM round_sketch_partial WHERE member = m.host_id
                   AND group_id = m.group_id ORDER BY agg LOOP
             v_sum := round_sketch_sum(v_sum, g.sketch);
             v_err2 := v_err2 + g.err ^ 2;
         END LOOP;
-        IF v_n = 0 OR (SELECT count(*) FROM round_seed2_partial WHERE member = m.host_id
+        IF v_n = 0 OR (SELECT count(*) FROM round_sketch_partial WHERE member = m.host_id
                         AND group_id = m.group_id) <> v_n THEN
             CONTINUE;
         END IF;
@@ -2704,50 +2691,7 @@ BEGIN
         END IF;
     END LOOP;
     -- 2. and 3. Aggregators' results.
-    FOR g IN SELECT rm.host_id, rm.group_id,
-                    round_sketch_vec(rm.seed2_sketches->'aggregated'->'result') AS res,
-                    (rm.seed2_sketches->'aggregated'->>'result_err')::double precision AS err
-               FROM round_member rm
-              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                AND rm.hi > rm.lo AND (rm.seed2_sketches->>'k')::integer = v_k
-                AND rm.seed2_sketches->'aggregated' IS NOT NULL
-              ORDER BY rm.host_id LOOP
-        IF NOT v_clip THEN
-            v_sum := NULL;
-            FOR m IN SELECT sketch FROM round_seed2_partial WHERE agg = g.host_id ORDER BY member LOOP
-                v_sum := round_sketch_sum(v_sum, m.sketch);
-            END LOOP;
-            IF v_sum IS NOT NULL THEN
-                v_d := round_sketch_norm(g.res, v_sum);
-                v_scale := greatest(round_sketch_norm(g.res), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.err;
-                IF v_d > v_bound THEN
-                    PERFORM round_seed2_flag_host(p_project, p_version, g.host_id, 'aggregator',
-                        'the sum it returned is not the sum of the slices it received',
-                        v_d / v_scale, v_bound / v_scale);
-                    v_bad := v_bad || g.host_id;
-                END IF;
-            END IF;
-        END IF;
-        FOR m IN SELECT rm.host_id, round_sketch_vec(e->'sketch') AS got
-                   FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'received') e
-                  WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                    AND rm.group_id = g.group_id AND (rm.seed2_sketches->>'k')::integer = v_k
-                    AND (e->>'aggregator')::bigint = g.host_id
-                  ORDER BY rm.host_id LOOP
-            v_d := round_sketch_norm(m.got, g.res);
-            v_scale := greatest(round_sketch_norm(m.got), round_sketch_norm(g.res), 1e-300);
-            IF v_d > 1e-9 * v_scale THEN
-                PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
-                    format('the result it says it received from host %s is not the one that host says it returned',
-                           g.host_id), v_d / v_scale, 1e-9);
-                PERFORM round_seed2_flag_host(p_project, p_version, g.host_id, 'aggregator',
-                    format('host %s says it received another result than the one this host says it returned',
-                           m.host_id), v_d / v_scale, 1e-9);
-                v_bad := v_bad || m.host_id || g.host_id;
-            END IF;
-        END LOOP;
-    END LOOP;
+    v_bad := v_bad || round_sketch_verify_results(p_project, p_version, true, v_k, v_tol, v_clip, NULL);
     -- Spot checks of the members that passed, at the policy's rate: one
     -- block each (round_seed2_spot_block).
     FOR m IN SELECT rm.host_id FROM round_member rm
@@ -2766,6 +2710,46 @@ BEGIN
         AND cg.status = 'pending' AND cg.spot_check_id IS NULL;
     RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
 END
+$$;
+
+--
+-- Name: round_sketch_barred(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_barred(p_project bigint, p_version integer) RETURNS bigint[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_bars(p_project, p_version) ORDER BY host_id)
+$$;
+
+--
+-- Name: round_sketch_flag; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.round_sketch_flag (
+    id bigint NOT NULL,
+    project_id bigint NOT NULL,
+    version integer NOT NULL,
+    attempt integer NOT NULL,
+    host_id bigint NOT NULL,
+    role text NOT NULL,
+    reason text NOT NULL,
+    distance double precision NOT NULL,
+    tolerance double precision NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    seed2 boolean DEFAULT false NOT NULL,
+    CONSTRAINT round_sketch_flag_role_check CHECK ((role = ANY (ARRAY['member'::text, 'aggregator'::text])))
+);
+
+--
+-- Name: round_sketch_bars(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_bars(p_project bigint, p_version integer) RETURNS SETOF public.round_sketch_flag
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT * FROM round_sketch_flag
+     WHERE project_id = p_project AND (version = p_version OR seed2)
 $$;
 
 --
@@ -2808,6 +2792,24 @@ CREATE FUNCTION public.round_sketch_err_valid(e jsonb) RETURNS boolean
     AS $$
     SELECT coalesce(jsonb_typeof(e) = 'number' AND e::text::numeric >= 0
                     AND e::text::numeric < 1e300, false)
+$$;
+
+--
+-- Name: round_sketch_flag_as(boolean, bigint, integer, integer, bigint, text, text, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_flag_as(p_seed2 boolean, p_project bigint, p_version integer, p_attempt integer, p_host bigint, p_role text, p_reason text, p_distance double precision, p_tolerance double precision) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_seed2 THEN
+        PERFORM round_seed2_flag_host(p_project, p_version, p_host, p_role, p_reason, p_distance,
+                                      p_tolerance);
+    ELSE
+        PERFORM round_sketch_flag_host(p_project, p_version, p_attempt, p_host, p_role, p_reason,
+                                       p_distance, p_tolerance);
+    END IF;
+END
 $$;
 
 --
@@ -2871,6 +2873,31 @@ CREATE FUNCTION public.round_sketch_norm(a double precision[], b double precisio
     AS $$
     SELECT sqrt(coalesce(sum((x - coalesce(y, 0)) ^ 2), 0))
       FROM unnest(a, coalesce(b, array_fill(0::double precision, ARRAY[cardinality(a)]))) t(x, y)
+$$;
+
+--
+-- Name: round_sketch_partials_load(bigint, integer, boolean, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_partials_load(p_project bigint, p_version integer, p_seed2 boolean, p_k integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF to_regclass('pg_temp.round_sketch_partial') IS NULL THEN
+        CREATE TEMP TABLE round_sketch_partial (agg bigint, member bigint, group_id integer,
+            sketch double precision[], err double precision) ON COMMIT DROP;
+    END IF;
+    DELETE FROM round_sketch_partial;
+    INSERT INTO round_sketch_partial
+    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
+           (e->>'err')::double precision
+      FROM round_member rm,
+           LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x,
+           jsonb_array_elements(x.s->'aggregated'->'members') e
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+       AND (rm.included OR (NOT p_seed2 AND rm.outcome = 'dropped'))
+       AND (x.s->>'k')::integer = p_k;
+END
 $$;
 
 --
@@ -2950,7 +2977,6 @@ DECLARE
     v_err2    double precision;
     v_n       integer;
     v_com     double precision[];
-    v_res     double precision[];
     v_d       double precision;
     v_scale   double precision;
     v_bound   double precision;
@@ -2966,19 +2992,7 @@ BEGIN
     IF v_k IS NULL THEN
         RETURN v_bad;
     END IF;
-    -- Every aggregator's partials, parsed once (a temporary table of this
-    -- transaction; created without a notice when it is not there yet).
-    IF to_regclass('pg_temp.round_sketch_partial') IS NULL THEN
-        CREATE TEMP TABLE round_sketch_partial (agg bigint, member bigint, group_id integer,
-            sketch double precision[], err double precision) ON COMMIT DROP;
-    END IF;
-    DELETE FROM round_sketch_partial;
-    INSERT INTO round_sketch_partial
-    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
-           (e->>'err')::double precision
-      FROM round_member rm, jsonb_array_elements(rm.sketches->'aggregated'->'members') e
-     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
-       AND (rm.included OR rm.outcome = 'dropped') AND (rm.sketches->>'k')::integer = v_k;
+    PERFORM round_sketch_partials_load(p_project, p_version, false, v_k);
     -- 1. Members against their commitments.
     FOR m IN SELECT rm.host_id, rm.group_id, rm.samples FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
@@ -3012,19 +3026,57 @@ BEGIN
         END IF;
     END LOOP;
     -- 2. and 3. Aggregators' results.
-    FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(rm.sketches->'aggregated'->'result') AS res,
-                    (rm.sketches->'aggregated'->>'result_err')::double precision AS err,
-                    round_sketch_vec(coalesce(rm.sketches->'aggregated'->'group_sum',
-                                              rm.sketches->'aggregated'->'result')) AS gsum,
-                    coalesce(rm.sketches->'aggregated'->>'group_sum_err',
-                             rm.sketches->'aggregated'->>'result_err')::double precision AS gerr
-               FROM round_member rm
+    v_bad := v_bad || round_sketch_verify_results(p_project, p_version, false, v_k, v_tol, v_clip,
+                                                  v_attempt);
+    RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
+END
+$$;
+
+--
+-- Name: round_sketch_verify_results(bigint, integer, boolean, integer, double precision, boolean, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_sketch_verify_results(p_project bigint, p_version integer, p_seed2 boolean, p_k integer, p_tol double precision, p_clip boolean, p_attempt integer) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    g       record;
+    m       record;
+    v_sum   double precision[];
+    v_d     double precision;
+    v_scale double precision;
+    v_bound double precision;
+    v_bad   bigint[] := '{}';
+    v_cross boolean;
+BEGIN
+    SELECT coalesce(cross_peers, false) INTO v_cross FROM round
+     WHERE project_id = p_project AND version = p_version;
+    FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(x.s->'aggregated'->'result') AS res,
+                    round_sketch_vec(CASE WHEN NOT p_seed2
+                                          THEN coalesce(x.s->'aggregated'->'group_sum',
+                                                        x.s->'aggregated'->'result')
+                                          WHEN v_cross THEN x.s->'aggregated'->'group_sum'
+                                          ELSE x.s->'aggregated'->'result' END) AS gsum,
+                    (CASE WHEN NOT p_seed2
+                          THEN coalesce(x.s->'aggregated'->>'group_sum_err',
+                                        x.s->'aggregated'->>'result_err')
+                          WHEN v_cross THEN x.s->'aggregated'->>'group_sum_err'
+                          ELSE x.s->'aggregated'->>'result_err' END)::double precision AS gerr
+               FROM round_member rm,
+                    LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x
               WHERE rm.project_id = p_project AND rm.version = p_version
-                AND (rm.included OR rm.outcome = 'dropped')
-                AND rm.hi > rm.lo AND (rm.sketches->>'k')::integer = v_k
-                AND rm.sketches->'aggregated' IS NOT NULL
+                AND (rm.included OR (NOT p_seed2 AND rm.outcome = 'dropped'))
+                AND rm.hi > rm.lo AND (x.s->>'k')::integer = p_k
+                AND x.s->'aggregated' IS NOT NULL
               ORDER BY rm.host_id LOOP
-        IF NOT v_clip THEN
+        IF g.gsum IS NULL AND NOT p_clip THEN
+            -- (under seed2 across groups between the peers: the sum its
+            -- partials add up to is not its result, the round's mean)
+            PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, g.host_id,
+                'aggregator', 'it sent no sketch of its group''s sum before the stage across groups',
+                1, p_tol);
+            v_bad := v_bad || g.host_id;
+        ELSIF NOT p_clip THEN
             v_sum := NULL;
             FOR m IN SELECT sketch FROM round_sketch_partial WHERE agg = g.host_id ORDER BY member LOOP
                 v_sum := round_sketch_sum(v_sum, m.sketch);
@@ -3032,35 +3084,37 @@ BEGIN
             IF v_sum IS NOT NULL THEN
                 v_d := round_sketch_norm(g.gsum, v_sum);
                 v_scale := greatest(round_sketch_norm(g.gsum), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.gerr;
+                v_bound := p_tol * v_scale + 3 * sqrt(p_k) * g.gerr;
                 IF v_d > v_bound THEN
-                    PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
-                        'the sum it returned is not the sum of the slices it received',
+                    PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, g.host_id,
+                        'aggregator', 'the sum it returned is not the sum of the slices it received',
                         v_d / v_scale, v_bound / v_scale);
                     v_bad := v_bad || g.host_id;
                 END IF;
             END IF;
         END IF;
         FOR m IN SELECT rm.host_id, round_sketch_vec(e->'sketch') AS got
-                   FROM round_member rm, jsonb_array_elements(rm.sketches->'received') e
+                   FROM round_member rm,
+                        LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x,
+                        jsonb_array_elements(x.s->'received') e
                   WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                    AND rm.group_id = g.group_id AND (rm.sketches->>'k')::integer = v_k
+                    AND rm.group_id = g.group_id AND (x.s->>'k')::integer = p_k
                     AND (e->>'aggregator')::bigint = g.host_id
                   ORDER BY rm.host_id LOOP
             v_d := round_sketch_norm(m.got, g.res);
             v_scale := greatest(round_sketch_norm(m.got), round_sketch_norm(g.res), 1e-300);
             IF v_d > 1e-9 * v_scale THEN
-                PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, m.host_id, 'member',
+                PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, m.host_id, 'member',
                     format('the result it says it received from host %s is not the one that host says it returned',
                            g.host_id), v_d / v_scale, 1e-9);
-                PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
+                PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, g.host_id, 'aggregator',
                     format('host %s says it received another result than the one this host says it returned',
                            m.host_id), v_d / v_scale, 1e-9);
                 v_bad := v_bad || m.host_id || g.host_id;
             END IF;
         END LOOP;
     END LOOP;
-    RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
+    RETURN v_bad;
 END
 $$;
 
@@ -3257,6 +3311,7 @@ DECLARE
     v_wu       bigint;
     v_rate     double precision;
     v_deadline timestamptz;
+    v_flag     record;
 BEGIN
     SELECT h.id, h.flops, h.last_seen INTO v_host FROM host h WHERE h.id = host_auth(p_token_hash);
     IF NOT FOUND THEN
@@ -3294,6 +3349,28 @@ BEGIN
     -- out for a round that closed meanwhile.
     SELECT r.state, r.attempt INTO v_proj.round_state, v_proj.round_attempt FROM round r
      WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
+    -- A host a check of the averaged bytes flagged gets no work where the
+    -- plan would leave it out (round_sketch_bars): in the rest of the
+    -- version, and in every later round after a flag under a second seed.
+    -- Read after any check under a second seed under way (round_seed2_lock,
+    -- after the round's row as round_try_commit takes it), so that no unit
+    -- goes out after a flag.
+    PERFORM round_seed2_lock(v_proj.id);
+    SELECT f.version, f.role, f.reason, f.seed2 INTO v_flag
+      FROM round_sketch_bars(v_proj.id, v_proj.current_version) f
+     WHERE f.host_id = v_host.id ORDER BY f.id DESC LIMIT 1;
+    IF FOUND THEN
+        RETURN QUERY SELECT 403, jsonb_build_object(
+            'error', jsonb_build_object(
+                'code', 'forbidden',
+                'message', format('host %s may not take work of project "%s": flagged as %s in round %s: %s',
+                                  v_host.id, p_project, v_flag.role, v_flag.version, v_flag.reason),
+                'hint', CASE WHEN v_flag.seed2
+                             THEN 'A host flagged by the check under the second seed takes no more part in this project.'
+                             ELSE format('It may take work again from version %s.', v_proj.current_version + 1)
+                        END))::text;
+        RETURN;
+    END IF;
     IF v_proj.round_state <> 'open' THEN
         RETURN QUERY SELECT 409, jsonb_build_object(
             'error', jsonb_build_object(
@@ -4848,25 +4925,6 @@ CREATE TABLE public.round_report (
     CONSTRAINT round_report_loss_check CHECK (((loss >= (0)::double precision) AND (loss < 'Infinity'::double precision))),
     CONSTRAINT round_report_mb_done_check CHECK ((mb_done >= 0)),
     CONSTRAINT round_report_samples_check CHECK ((samples >= 0))
-);
-
---
--- Name: round_sketch_flag; Type: TABLE; Schema: public; Owner: -
---
-
-CREATE TABLE public.round_sketch_flag (
-    id bigint NOT NULL,
-    project_id bigint NOT NULL,
-    version integer NOT NULL,
-    attempt integer NOT NULL,
-    host_id bigint NOT NULL,
-    role text NOT NULL,
-    reason text NOT NULL,
-    distance double precision NOT NULL,
-    tolerance double precision NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    seed2 boolean DEFAULT false NOT NULL,
-    CONSTRAINT round_sketch_flag_role_check CHECK ((role = ANY (ARRAY['member'::text, 'aggregator'::text])))
 );
 
 --

@@ -11,6 +11,7 @@
 #include "shared/averaging/centered_clip.h"
 #include "shared/averaging/compress.h"
 #include "shared/common/deadline.h"
+#include "shared/common/sketch.h"
 #include "shared/peer/dialer.h"
 #include "shared/peer/hello.h"
 #include "shared/peer/listener.h"
@@ -640,6 +641,116 @@ static void test_params(void)
 	   eb.msg);
 }
 
+/* The stage across groups for test_alone: *arg counts the calls; -1
+ * makes it fail. */
+static cot_err alone_stage(void *arg, float *sum, uint64_t start, uint64_t end, uint64_t samples,
+                           cot_errbuf *eb)
+{
+	int *calls = arg;
+	if (*calls < 0)
+		return cot_seterr(eb, COT_ERR_NETWORK, "the stage across groups failed");
+	(*calls)++;
+	for (uint64_t i = start; i < end; i++)
+		sum[i] /= (float)samples;
+	return COT_OK;
+}
+
+static int stage_calls;
+
+/* A group of one (allreduce_alone): its own bytes exactly, and the
+ * sketches allreduce_run gives a lone member that aggregates everything
+ * and sends nothing on a wire (fp32): partial, result and received equal,
+ * error bounds 0, its slice kept. */
+static void test_alone(void)
+{
+	enum { N = 10000, K = 16 };
+	float *grad = malloc(N * sizeof *grad), *out = malloc(N * sizeof *out),
+	      *ref = malloc(N * sizeof *ref);
+	for (size_t j = 0; j < N; j++)
+		grad[j] = (float)(urand() - 0.5) * (j % 7 ? 1e-3f : 10.0f);
+	allreduce_member m = { hid[0], NULL, 0, 0, N, 8 };
+	allreduce_params p = { .members = &m,
+		               .n = 1,
+		               .grad = grad,
+		               .len = N,
+		               .ctx = ctx[0],
+		               .deadline = deadline_after_ms(5000),
+		               .collect_deadline = deadline_after_ms(4000),
+		               .sketch_seed = 0x5eed2,
+		               .sketch_k = K,
+		               .keep_slices = 1 };
+	allreduce_result a, r;
+	cot_errbuf eb = { 0 }, eb2 = { 0 };
+	cot_err rc = allreduce_alone(&p, out, &a, &eb);
+	cot_err rc2 = allreduce_run(&p, ref, &r, &eb2);
+	ok(rc == COT_OK && rc2 == COT_OK && memcmp(out, grad, N * sizeof *out) == 0 &&
+	           memcmp(ref, grad, N * sizeof *ref) == 0 && a.n_included == 1 && a.included[0] == hid[0] &&
+	           a.total_samples == 8,
+	   "a group of one: its own bytes, itself included with its samples (%s%s)", eb.msg, eb2.msg);
+	int same = rc == COT_OK && rc2 == COT_OK && a.sketch_k == K && r.sketch_k == K && a.n_recv == 1 &&
+	           r.n_recv == 1 && a.recv_from[0] == hid[0] && a.agg_errs[0] == 0 && a.agg_result_err == 0;
+	double d = 0;
+	for (size_t i = 0; same && i < K; i++) {
+		d = fmax(d, fabs(a.agg_partials[i] - r.agg_partials[i]));
+		d = fmax(d, fabs(a.agg_result[i] - r.agg_result[i]));
+		d = fmax(d, fabs(a.recv_sketches[i] - r.recv_sketches[i]));
+		same &= a.agg_partials[i] == a.agg_result[i] && a.agg_result[i] == a.recv_sketches[i] &&
+		        a.agg_partials[i] != 0;
+	}
+	ok(same && d <= 1e-9 * fabs(a.agg_partials[0]) + 1e-12,
+	   "  its sketches are allreduce_run's for a lone member (partial = result = received, largest "
+	   "difference %.3g), error bounds 0",
+	   d);
+	ok(rc == COT_OK && a.agg_slices && a.agg_slices[0] && a.agg_slices[0] != out &&
+	           memcmp(a.agg_slices[0], grad, N * sizeof *grad) == 0,
+	   "  its slice is kept as a copy for the second seed");
+	if (rc == COT_OK)
+		allreduce_result_free(&a);
+	/* Across groups: the stage makes our sum the mean; group_sum is the
+	 * sketch of the sum before it, result and received of the mean. */
+	p.cross = alone_stage;
+	p.cross_arg = &stage_calls;
+	rc = allreduce_alone(&p, out, &a, &eb);
+	double dg = 0, dr = 0;
+	double mean_sk[K] = { 0 };
+	float *mean = malloc(N * sizeof *mean);
+	for (size_t j = 0; j < N; j++)
+		mean[j] = grad[j] / 8.0f;
+	sketch_add(mean, N, 0, p.sketch_seed, K, mean_sk);
+	int cross_ok = rc == COT_OK && stage_calls == 1 && a.agg_group_sum && a.agg_group_sum_values &&
+	               memcmp(out, mean, N * sizeof *out) == 0 &&
+	               memcmp(a.agg_group_sum_values, grad, N * sizeof *grad) == 0 &&
+	               memcmp(a.agg_slices[0], grad, N * sizeof *grad) == 0;
+	for (size_t i = 0; cross_ok && i < K; i++) {
+		dg = fmax(dg, fabs(a.agg_group_sum[i] - r.agg_partials[i]));
+		dr = fmax(dr, fabs(a.agg_result[i] - mean_sk[i]));
+		cross_ok &= a.recv_sketches[i] == a.agg_result[i] && a.agg_partials[i] == a.agg_group_sum[i];
+	}
+	ok(cross_ok && dg == 0 && dr == 0 && a.agg_group_sum_err == 0,
+	   "  across groups: the stage ran once, its group sum and slice kept, group_sum the sketch of "
+	   "the sum, result and received of the mean (%s)",
+	   eb.msg);
+	if (rc == COT_OK)
+		allreduce_result_free(&a);
+	stage_calls = -1; /* the stage fails */
+	ok(allreduce_alone(&p, out, &a, &eb) == COT_ERR_NETWORK && a.included == NULL &&
+	           a.agg_partials == NULL,
+	   "  a failed stage across groups fails it, nothing left to free (%s)", eb.msg);
+	p.cross = NULL;
+	free(mean);
+	m.end = N - 1;
+	ok(allreduce_alone(&p, out, &a, &eb) == COT_ERR_INVALID, "  a range short of the vector refused (%s)",
+	   eb.msg);
+	m.end = N;
+	p.n = 2;
+	ok(allreduce_alone(&p, out, &a, &eb) == COT_ERR_INVALID, "  a group of two refused (%s)", eb.msg);
+	if (rc2 == COT_OK)
+		allreduce_result_free(&r);
+	free(grad);
+	free(out);
+	free(ref);
+}
+
 /* CenteredClip in the all-reduce: every member holds the same bytes, each
  * range what cclip_combine gives for the slices in ascending host order;
  * with a poisoner among 4 the result stays near the honest mean. */
@@ -710,6 +821,7 @@ int main(void)
 	outsider_ctx = make_ctx(ca, OUTSIDER);
 
 	test_params();
+	test_alone();
 	test_sizes();
 	test_bad_gradients();
 	test_faults();

@@ -20,6 +20,11 @@
 # every host is spot-checked on every round, on one block of its
 # microbatches: the checker's sketches of them under the work unit's seed
 # and of their sum under the second seed agree with the host's.
+# With SEED2_MODE=xgroup (tests/test_sketch_seed2_xgroup.sh) the rounds are
+# averaged in groups of at most 3, across groups peer to peer
+# (cotrain-server --round-cross-peers): an aggregator's result is then the
+# round's mean, and it sends the sketch of its group's sum before that
+# stage under the second seed too; the same checks hold.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
@@ -56,7 +61,10 @@ start_client() { # N THREADS [ENV...]
 		eval "H$c_n=$(grep -o '"host_id": *[0-9]*' "$T/cl$c_n/state.json" | grep -o '[0-9]*$' | head -1)"
 }
 
-plan 11
+MODE=${SEED2_MODE:-groups}
+XG_ARGS=
+[ "$MODE" = xgroup ] && XG_ARGS="--round-cross-peers --round-max-group 3"
+if [ "$MODE" = xgroup ]; then plan 13; else plan 12; fi
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -78,7 +86,7 @@ sql "update project set config = config || '{\"compression\": \"${COMP:-8bit}\"}
 
 "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --reap-interval 1 \
 	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 4 --round-average-timeout 30 \
-	--log-level info 2>"$T/server.log" &
+	$XG_ARGS --log-level info 2>"$T/server.log" &
 SPID=$!
 wait_for 20 grep -qs 'listening on' "$T/server.log" || bail_out "the server did not start"
 PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
@@ -101,6 +109,9 @@ ok $? "four clients commit 5 rounds or more (version $(version))"
 wait_for 120 blocks_settled
 # The last round's sketches under the second seed: give them time to come.
 sleep 3
+# The flagged cheater's next request for work (refused: below).
+wait_for 60 grep -q "asking for work: server: host $H4 may not take work" "$T/client4.log"
+t_end=$(date +%s)
 for p in $CPIDS; do kill "$p" 2>/dev/null; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done
 CPIDS=
@@ -128,6 +139,31 @@ later=$(sql "select count(*) from round_member m join round r using (project_id,
 after=$(sql "select count(*) from round where project_id = $pid and state = 'committed' and committed_at > $t2")
 ok $([ "$later" -eq 0 ] && echo 0 || echo 1) \
 	"once flagged (version $v2) it is in no step committed after the flag ($later of $after)"
+
+# Nor does it get work: the scheduler refuses it with the flag as the
+# reason (403), which the client logs, and the client backs off (retry_base
+# 1 s, retry_max 2 s here: at least half a second, then a second, between
+# two requests) rather than asking again at once.
+units=$(sql "select count(*) from work_unit where host_id = $H4 and created_at > $t2")
+since=$(sql "select ceil($t_end - extract(epoch from $t2))::integer")
+refused=$(grep -c "asking for work: server: host $H4 may not take work of project \"val\": flagged as [a-z]* in round [0-9]*: under the second seed" "$T/client4.log")
+diag "after its flag: $(grep -m1 "asking for work: server: host $H4 may not take work" "$T/client4.log" | sed 's/.*asking for work: //')"
+ok $([ "$units" -eq 0 ] && [ "$refused" -ge 1 ] && [ "$refused" -le $((since + 2)) ] && echo 0 || echo 1) \
+	"the scheduler hands it no work unit after the flag ($units); the client logs the refusal $refused times in the $since s after it"
+
+if [ "$MODE" = xgroup ]; then
+	# Rounds of several groups averaged across groups peer to peer,
+	# checked under the second seed with every aggregator's group sum.
+	xg=$(sql "select count(*) from round r where r.project_id = $pid and r.state = 'committed' and r.cross_peers
+	  and r.n_groups >= 2 and r.seed2_checked_at is not null")
+	xs=$(sql "select count(*) from round_member m join round r using (project_id, version)
+	  where m.project_id = $pid and r.cross_peers and r.n_groups >= 2 and r.seed2_checked_at is not null
+	    and m.included and m.hi > m.lo and m.seed2_sketches->'aggregated' ? 'group_sum'")
+	diag "the orthogonal cheater's first flag under the second seed came in a round of $(sql "select n_groups || ' group(s)' || case when cross_peers then ', across groups peer to peer' else '' end from round where project_id = $pid and version = (select min(version) from round_sketch_flag where host_id = $H4 and seed2)")"
+	diag "rounds committed: $(sql "select string_agg(n_groups::text || case when cross_peers then 'p' else 's' end, ' ' order by version) from round where project_id = $pid and state = 'committed'") (groups; p: across peers)"
+	ok $([ "$xg" -ge 2 ] && [ "$xs" -ge 4 ] && echo 0 || echo 1) \
+		"$xg rounds of several groups averaged across groups peer to peer were checked under the second seed ($xs aggregators' sketches with their group's sum)"
+fi
 
 fp=$(sql "select count(*) from round_sketch_flag where host_id in ($HONEST)")
 checked=$(sql "select count(*) from round_member m join round r using (project_id, version)

@@ -54,8 +54,7 @@ BEGIN
         SELECT w.id FROM work_unit w
          WHERE w.project_id = p_project AND w.version = p_version
            AND (w.mb_done > 0 OR w.state = 'live')
-           AND (w.host_id = ANY (round_sketch_flagged(p_project, p_version))
-                OR w.host_id = ANY (round_seed2_banned(p_project)))
+           AND w.host_id = ANY (round_sketch_barred(p_project, p_version))
            FOR UPDATE));
     SELECT coalesce(jsonb_agg(jsonb_build_object(
                'host_id', h.host_id, 'samples', h.samples, 'endpoint', l.endpoint,

@@ -155,6 +155,152 @@ BEGIN
 END
 $$;
 
+-- Flag p_host for failing a check of round (p_project, p_version): under
+-- the work unit's seed (p_seed2 false) round_sketch_flag_host, at attempt
+-- p_attempt; under seed2 round_seed2_flag_host (round_sketch_seed2.sql).
+CREATE OR REPLACE FUNCTION round_sketch_flag_as(p_seed2 boolean, p_project bigint, p_version integer,
+                                                p_attempt integer, p_host bigint, p_role text,
+                                                p_reason text, p_distance double precision,
+                                                p_tolerance double precision)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_seed2 THEN
+        PERFORM round_seed2_flag_host(p_project, p_version, p_host, p_role, p_reason, p_distance,
+                                      p_tolerance);
+    ELSE
+        PERFORM round_sketch_flag_host(p_project, p_version, p_attempt, p_host, p_role, p_reason,
+                                       p_distance, p_tolerance);
+    END IF;
+END
+$$;
+
+-- Every aggregator's partials of round (p_project, p_version) under one
+-- seed, parsed once into the temporary table round_sketch_partial (agg,
+-- member, group_id, sketch, err) of this transaction (created without a
+-- notice when it is not there yet; emptied first): from the outcomes'
+-- "sketches" (p_seed2 false: included aggregators and those their group
+-- left out, outcome 'dropped') or the sketches under seed2 (p_seed2 true:
+-- included aggregators), of aggregators of a non-empty range whose
+-- sketches hold p_k values.
+CREATE OR REPLACE FUNCTION round_sketch_partials_load(p_project bigint, p_version integer,
+                                                      p_seed2 boolean, p_k integer)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF to_regclass('pg_temp.round_sketch_partial') IS NULL THEN
+        CREATE TEMP TABLE round_sketch_partial (agg bigint, member bigint, group_id integer,
+            sketch double precision[], err double precision) ON COMMIT DROP;
+    END IF;
+    DELETE FROM round_sketch_partial;
+    INSERT INTO round_sketch_partial
+    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
+           (e->>'err')::double precision
+      FROM round_member rm,
+           LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x,
+           jsonb_array_elements(x.s->'aggregated'->'members') e
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+       AND (rm.included OR (NOT p_seed2 AND rm.outcome = 'dropped'))
+       AND (x.s->>'k')::integer = p_k;
+END
+$$;
+
+-- Checks 2 and 3 of round_sketch_verify (p_seed2 false) and of
+-- round_seed2_verify (p_seed2 true), on the aggregators whose partials
+-- round_sketch_partials_load loaded (the same p_seed2 and p_k), with the
+-- tolerance p_tol:
+--   2. with the exact sum (not p_clip), each aggregator's result against
+--      the sum of its members' partials (E: "result_err"); across groups
+--      between the peers, where its result is the round's mean, its
+--      "group_sum" with "group_sum_err" in its place (under the work
+--      unit's seed where it sent one; under seed2 always: an aggregator of
+--      such a round that sent none is flagged);
+--   3. each included member's sketch of an aggregator's result against
+--      that result (1e-9: the same bytes; both flagged on a mismatch).
+-- Flags who fails (round_sketch_flag_as, p_attempt for the work unit's
+-- seed) and returns them (in the order flagged, possibly twice).
+CREATE OR REPLACE FUNCTION round_sketch_verify_results(p_project bigint, p_version integer,
+                                                       p_seed2 boolean, p_k integer,
+                                                       p_tol double precision, p_clip boolean,
+                                                       p_attempt integer)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    g       record;
+    m       record;
+    v_sum   double precision[];
+    v_d     double precision;
+    v_scale double precision;
+    v_bound double precision;
+    v_bad   bigint[] := '{}';
+    v_cross boolean;
+BEGIN
+    SELECT coalesce(cross_peers, false) INTO v_cross FROM round
+     WHERE project_id = p_project AND version = p_version;
+    FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(x.s->'aggregated'->'result') AS res,
+                    round_sketch_vec(CASE WHEN NOT p_seed2
+                                          THEN coalesce(x.s->'aggregated'->'group_sum',
+                                                        x.s->'aggregated'->'result')
+                                          WHEN v_cross THEN x.s->'aggregated'->'group_sum'
+                                          ELSE x.s->'aggregated'->'result' END) AS gsum,
+                    (CASE WHEN NOT p_seed2
+                          THEN coalesce(x.s->'aggregated'->>'group_sum_err',
+                                        x.s->'aggregated'->>'result_err')
+                          WHEN v_cross THEN x.s->'aggregated'->>'group_sum_err'
+                          ELSE x.s->'aggregated'->>'result_err' END)::double precision AS gerr
+               FROM round_member rm,
+                    LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x
+              WHERE rm.project_id = p_project AND rm.version = p_version
+                AND (rm.included OR (NOT p_seed2 AND rm.outcome = 'dropped'))
+                AND rm.hi > rm.lo AND (x.s->>'k')::integer = p_k
+                AND x.s->'aggregated' IS NOT NULL
+              ORDER BY rm.host_id LOOP
+        IF g.gsum IS NULL AND NOT p_clip THEN
+            -- (under seed2 across groups between the peers: the sum its
+            -- partials add up to is not its result, the round's mean)
+            PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, g.host_id,
+                'aggregator', 'it sent no sketch of its group''s sum before the stage across groups',
+                1, p_tol);
+            v_bad := v_bad || g.host_id;
+        ELSIF NOT p_clip THEN
+            v_sum := NULL;
+            FOR m IN SELECT sketch FROM round_sketch_partial WHERE agg = g.host_id ORDER BY member LOOP
+                v_sum := round_sketch_sum(v_sum, m.sketch);
+            END LOOP;
+            IF v_sum IS NOT NULL THEN
+                v_d := round_sketch_norm(g.gsum, v_sum);
+                v_scale := greatest(round_sketch_norm(g.gsum), round_sketch_norm(v_sum), 1e-300);
+                v_bound := p_tol * v_scale + 3 * sqrt(p_k) * g.gerr;
+                IF v_d > v_bound THEN
+                    PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, g.host_id,
+                        'aggregator', 'the sum it returned is not the sum of the slices it received',
+                        v_d / v_scale, v_bound / v_scale);
+                    v_bad := v_bad || g.host_id;
+                END IF;
+            END IF;
+        END IF;
+        FOR m IN SELECT rm.host_id, round_sketch_vec(e->'sketch') AS got
+                   FROM round_member rm,
+                        LATERAL (SELECT CASE WHEN p_seed2 THEN rm.seed2_sketches ELSE rm.sketches END AS s) x,
+                        jsonb_array_elements(x.s->'received') e
+                  WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
+                    AND rm.group_id = g.group_id AND (x.s->>'k')::integer = p_k
+                    AND (e->>'aggregator')::bigint = g.host_id
+                  ORDER BY rm.host_id LOOP
+            v_d := round_sketch_norm(m.got, g.res);
+            v_scale := greatest(round_sketch_norm(m.got), round_sketch_norm(g.res), 1e-300);
+            IF v_d > 1e-9 * v_scale THEN
+                PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, m.host_id, 'member',
+                    format('the result it says it received from host %s is not the one that host says it returned',
+                           g.host_id), v_d / v_scale, 1e-9);
+                PERFORM round_sketch_flag_as(p_seed2, p_project, p_version, p_attempt, g.host_id, 'aggregator',
+                    format('host %s says it received another result than the one this host says it returned',
+                           m.host_id), v_d / v_scale, 1e-9);
+                v_bad := v_bad || m.host_id || g.host_id;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN v_bad;
+END
+$$;
+
 -- Check the sketches of round (p_project, p_version), once every included
 -- peer reported ok, and flag who fails (round_sketch_flag_host).  Returns
 -- the flagged hosts (ascending, each once).  With tol the project's spot
@@ -179,6 +325,8 @@ $$;
 --      that result: the same bytes sketched the same way, so equal up to
 --      the JSON round trip (1e-9).  One of the two lies: both are flagged
 --      (as BTARD's accusations remove accuser and accused).
+-- (2 and 3: round_sketch_verify_results, shared with the check under
+-- seed2.)
 -- Aggregators their group left out report their sketches too (outcome
 -- 'dropped'; round_try_commit waits for them).  A check whose inputs are
 -- missing (a peer reported no sketches: an older client, local mode) is
@@ -196,7 +344,6 @@ DECLARE
     v_err2    double precision;
     v_n       integer;
     v_com     double precision[];
-    v_res     double precision[];
     v_d       double precision;
     v_scale   double precision;
     v_bound   double precision;
@@ -212,19 +359,7 @@ BEGIN
     IF v_k IS NULL THEN
         RETURN v_bad;
     END IF;
-    -- Every aggregator's partials, parsed once (a temporary table of this
-    -- transaction; created without a notice when it is not there yet).
-    IF to_regclass('pg_temp.round_sketch_partial') IS NULL THEN
-        CREATE TEMP TABLE round_sketch_partial (agg bigint, member bigint, group_id integer,
-            sketch double precision[], err double precision) ON COMMIT DROP;
-    END IF;
-    DELETE FROM round_sketch_partial;
-    INSERT INTO round_sketch_partial
-    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
-           (e->>'err')::double precision
-      FROM round_member rm, jsonb_array_elements(rm.sketches->'aggregated'->'members') e
-     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
-       AND (rm.included OR rm.outcome = 'dropped') AND (rm.sketches->>'k')::integer = v_k;
+    PERFORM round_sketch_partials_load(p_project, p_version, false, v_k);
     -- 1. Members against their commitments.
     FOR m IN SELECT rm.host_id, rm.group_id, rm.samples FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
@@ -258,54 +393,8 @@ BEGIN
         END IF;
     END LOOP;
     -- 2. and 3. Aggregators' results.
-    FOR g IN SELECT rm.host_id, rm.group_id, round_sketch_vec(rm.sketches->'aggregated'->'result') AS res,
-                    (rm.sketches->'aggregated'->>'result_err')::double precision AS err,
-                    round_sketch_vec(coalesce(rm.sketches->'aggregated'->'group_sum',
-                                              rm.sketches->'aggregated'->'result')) AS gsum,
-                    coalesce(rm.sketches->'aggregated'->>'group_sum_err',
-                             rm.sketches->'aggregated'->>'result_err')::double precision AS gerr
-               FROM round_member rm
-              WHERE rm.project_id = p_project AND rm.version = p_version
-                AND (rm.included OR rm.outcome = 'dropped')
-                AND rm.hi > rm.lo AND (rm.sketches->>'k')::integer = v_k
-                AND rm.sketches->'aggregated' IS NOT NULL
-              ORDER BY rm.host_id LOOP
-        IF NOT v_clip THEN
-            v_sum := NULL;
-            FOR m IN SELECT sketch FROM round_sketch_partial WHERE agg = g.host_id ORDER BY member LOOP
-                v_sum := round_sketch_sum(v_sum, m.sketch);
-            END LOOP;
-            IF v_sum IS NOT NULL THEN
-                v_d := round_sketch_norm(g.gsum, v_sum);
-                v_scale := greatest(round_sketch_norm(g.gsum), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.gerr;
-                IF v_d > v_bound THEN
-                    PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
-                        'the sum it returned is not the sum of the slices it received',
-                        v_d / v_scale, v_bound / v_scale);
-                    v_bad := v_bad || g.host_id;
-                END IF;
-            END IF;
-        END IF;
-        FOR m IN SELECT rm.host_id, round_sketch_vec(e->'sketch') AS got
-                   FROM round_member rm, jsonb_array_elements(rm.sketches->'received') e
-                  WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                    AND rm.group_id = g.group_id AND (rm.sketches->>'k')::integer = v_k
-                    AND (e->>'aggregator')::bigint = g.host_id
-                  ORDER BY rm.host_id LOOP
-            v_d := round_sketch_norm(m.got, g.res);
-            v_scale := greatest(round_sketch_norm(m.got), round_sketch_norm(g.res), 1e-300);
-            IF v_d > 1e-9 * v_scale THEN
-                PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, m.host_id, 'member',
-                    format('the result it says it received from host %s is not the one that host says it returned',
-                           g.host_id), v_d / v_scale, 1e-9);
-                PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'aggregator',
-                    format('host %s says it received another result than the one this host says it returned',
-                           m.host_id), v_d / v_scale, 1e-9);
-                v_bad := v_bad || m.host_id || g.host_id;
-            END IF;
-        END LOOP;
-    END LOOP;
+    v_bad := v_bad || round_sketch_verify_results(p_project, p_version, false, v_k, v_tol, v_clip,
+                                                  v_attempt);
     RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
 END
 $$;

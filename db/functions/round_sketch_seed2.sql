@@ -68,8 +68,9 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- True when host p_host owes round (p_project, p_version) its sketches
--- under seed2: the round drew one, the host was included in a group of
--- several peers, the round's peers sketched what they averaged, and it
+-- under seed2: the round drew one, the host was included (in a group of
+-- one too: it sketches as its own aggregator, allreduce_alone), the
+-- round's peers sketched what they averaged, and it
 -- committed the sketches of all its microbatches (round_sketch_committed)
 -- under that k: whether it sent sketches with its own outcome does not
 -- matter.  Its round grant stays pending until they are checked.
@@ -83,9 +84,7 @@ BEGIN
       FROM round_member rm JOIN round ro USING (project_id, version)
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
        AND rm.included AND ro.seed2 IS NOT NULL;
-    IF NOT FOUND OR v_k IS NULL
-       OR (SELECT count(*) FROM round_member g WHERE g.project_id = p_project
-            AND g.version = p_version AND g.group_id = m.group_id AND g.included) < 2 THEN
+    IF NOT FOUND OR v_k IS NULL THEN
         RETURN false;
     END IF;
     RETURN round_sketch_committed(p_project, p_version, p_host, v_k, m.samples) IS NOT NULL;
@@ -130,6 +129,23 @@ CREATE OR REPLACE FUNCTION round_seed2_banned(p_project bigint) RETURNS bigint[]
 LANGUAGE sql STABLE AS $$
     SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_flag
                   WHERE project_id = p_project AND seed2 ORDER BY host_id)
+$$;
+
+-- The flags that keep a host out of round p_version of p_project: a flag
+-- of any attempt of that version (round_sketch_verify: its later attempts
+-- run without the host) and a flag under seed2 of any round of the project
+-- (round_seed2_verify: its later rounds).  The plan (round_plan_begin) and
+-- work assignment (sched_assign) leave out the same hosts.
+CREATE OR REPLACE FUNCTION round_sketch_bars(p_project bigint, p_version integer)
+RETURNS SETOF round_sketch_flag LANGUAGE sql STABLE AS $$
+    SELECT * FROM round_sketch_flag
+     WHERE project_id = p_project AND (version = p_version OR seed2)
+$$;
+
+-- The hosts round_sketch_bars keeps out (ascending, each once).
+CREATE OR REPLACE FUNCTION round_sketch_barred(p_project bigint, p_version integer) RETURNS bigint[]
+LANGUAGE sql STABLE AS $$
+    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_bars(p_project, p_version) ORDER BY host_id)
 $$;
 
 -- True when p_blocks (a member's, as round_seed2_invalid checked them)
@@ -217,7 +233,8 @@ $$;
 --   2. each aggregator: its result against the sum of its partials (with
 --      the exact sum only);
 --   3. each member's sketch of an aggregator's result against that result
---      (1e-9: the same bytes; both flagged on a mismatch).
+--      (1e-9: the same bytes; both flagged on a mismatch);
+-- 2 and 3 as round_sketch_verify's (round_sketch_verify_results).
 -- A check whose aggregators' partials are not all in is skipped.  Then the
 -- round grants that waited for this check are released where no spot
 -- check holds them.  Returns the hosts flagged (ascending, each once).
@@ -253,17 +270,7 @@ BEGIN
     IF v_k IS NULL THEN
         RETURN v_bad;
     END IF;
-    IF to_regclass('pg_temp.round_seed2_partial') IS NULL THEN
-        CREATE TEMP TABLE round_seed2_partial (agg bigint, member bigint, group_id integer,
-            sketch double precision[], err double precision) ON COMMIT DROP;
-    END IF;
-    DELETE FROM round_seed2_partial;
-    INSERT INTO round_seed2_partial
-    SELECT rm.host_id, (e->>'host_id')::bigint, rm.group_id, round_sketch_vec(e->'sketch'),
-           (e->>'err')::double precision
-      FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'aggregated'->'members') e
-     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo AND rm.included
-       AND (rm.seed2_sketches->>'k')::integer = v_k;
+    PERFORM round_sketch_partials_load(p_project, p_version, true, v_k);
     -- 1. Members: their blocks against what their aggregators received.
     FOR m IN SELECT rm.host_id, rm.group_id, rm.seed2_sketches AS s FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
@@ -299,12 +306,12 @@ BEGIN
            AND a.hi > a.lo;
         v_sum := NULL;
         v_err2 := 0;
-        FOR g IN SELECT sketch, err FROM round_seed2_partial WHERE member = m.host_id
+        FOR g IN SELECT sketch, err FROM round_sketch_partial WHERE member = m.host_id
                   AND group_id = m.group_id ORDER BY agg LOOP
             v_sum := round_sketch_sum(v_sum, g.sketch);
             v_err2 := v_err2 + g.err ^ 2;
         END LOOP;
-        IF v_n = 0 OR (SELECT count(*) FROM round_seed2_partial WHERE member = m.host_id
+        IF v_n = 0 OR (SELECT count(*) FROM round_sketch_partial WHERE member = m.host_id
                         AND group_id = m.group_id) <> v_n THEN
             CONTINUE;
         END IF;
@@ -319,50 +326,7 @@ BEGIN
         END IF;
     END LOOP;
     -- 2. and 3. Aggregators' results.
-    FOR g IN SELECT rm.host_id, rm.group_id,
-                    round_sketch_vec(rm.seed2_sketches->'aggregated'->'result') AS res,
-                    (rm.seed2_sketches->'aggregated'->>'result_err')::double precision AS err
-               FROM round_member rm
-              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                AND rm.hi > rm.lo AND (rm.seed2_sketches->>'k')::integer = v_k
-                AND rm.seed2_sketches->'aggregated' IS NOT NULL
-              ORDER BY rm.host_id LOOP
-        IF NOT v_clip THEN
-            v_sum := NULL;
-            FOR m IN SELECT sketch FROM round_seed2_partial WHERE agg = g.host_id ORDER BY member LOOP
-                v_sum := round_sketch_sum(v_sum, m.sketch);
-            END LOOP;
-            IF v_sum IS NOT NULL THEN
-                v_d := round_sketch_norm(g.res, v_sum);
-                v_scale := greatest(round_sketch_norm(g.res), round_sketch_norm(v_sum), 1e-300);
-                v_bound := v_tol * v_scale + 3 * sqrt(v_k) * g.err;
-                IF v_d > v_bound THEN
-                    PERFORM round_seed2_flag_host(p_project, p_version, g.host_id, 'aggregator',
-                        'the sum it returned is not the sum of the slices it received',
-                        v_d / v_scale, v_bound / v_scale);
-                    v_bad := v_bad || g.host_id;
-                END IF;
-            END IF;
-        END IF;
-        FOR m IN SELECT rm.host_id, round_sketch_vec(e->'sketch') AS got
-                   FROM round_member rm, jsonb_array_elements(rm.seed2_sketches->'received') e
-                  WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
-                    AND rm.group_id = g.group_id AND (rm.seed2_sketches->>'k')::integer = v_k
-                    AND (e->>'aggregator')::bigint = g.host_id
-                  ORDER BY rm.host_id LOOP
-            v_d := round_sketch_norm(m.got, g.res);
-            v_scale := greatest(round_sketch_norm(m.got), round_sketch_norm(g.res), 1e-300);
-            IF v_d > 1e-9 * v_scale THEN
-                PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
-                    format('the result it says it received from host %s is not the one that host says it returned',
-                           g.host_id), v_d / v_scale, 1e-9);
-                PERFORM round_seed2_flag_host(p_project, p_version, g.host_id, 'aggregator',
-                    format('host %s says it received another result than the one this host says it returned',
-                           m.host_id), v_d / v_scale, 1e-9);
-                v_bad := v_bad || m.host_id || g.host_id;
-            END IF;
-        END LOOP;
-    END LOOP;
+    v_bad := v_bad || round_sketch_verify_results(p_project, p_version, true, v_k, v_tol, v_clip, NULL);
     -- Spot checks of the members that passed, at the policy's rate: one
     -- block each (round_seed2_spot_block).
     FOR m IN SELECT rm.host_id FROM round_member rm

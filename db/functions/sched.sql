@@ -218,6 +218,7 @@ DECLARE
     v_wu       bigint;
     v_rate     double precision;
     v_deadline timestamptz;
+    v_flag     record;
 BEGIN
     SELECT h.id, h.flops, h.last_seen INTO v_host FROM host h WHERE h.id = host_auth(p_token_hash);
     IF NOT FOUND THEN
@@ -255,6 +256,28 @@ BEGIN
     -- out for a round that closed meanwhile.
     SELECT r.state, r.attempt INTO v_proj.round_state, v_proj.round_attempt FROM round r
      WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
+    -- A host a check of the averaged bytes flagged gets no work where the
+    -- plan would leave it out (round_sketch_bars): in the rest of the
+    -- version, and in every later round after a flag under a second seed.
+    -- Read after any check under a second seed under way (round_seed2_lock,
+    -- after the round's row as round_try_commit takes it), so that no unit
+    -- goes out after a flag.
+    PERFORM round_seed2_lock(v_proj.id);
+    SELECT f.version, f.role, f.reason, f.seed2 INTO v_flag
+      FROM round_sketch_bars(v_proj.id, v_proj.current_version) f
+     WHERE f.host_id = v_host.id ORDER BY f.id DESC LIMIT 1;
+    IF FOUND THEN
+        RETURN QUERY SELECT 403, jsonb_build_object(
+            'error', jsonb_build_object(
+                'code', 'forbidden',
+                'message', format('host %s may not take work of project "%s": flagged as %s in round %s: %s',
+                                  v_host.id, p_project, v_flag.role, v_flag.version, v_flag.reason),
+                'hint', CASE WHEN v_flag.seed2
+                             THEN 'A host flagged by the check under the second seed takes no more part in this project.'
+                             ELSE format('It may take work again from version %s.', v_proj.current_version + 1)
+                        END))::text;
+        RETURN;
+    END IF;
     IF v_proj.round_state <> 'open' THEN
         RETURN QUERY SELECT 409, jsonb_build_object(
             'error', jsonb_build_object(

@@ -280,6 +280,7 @@ static void run_free(run *r)
 	free(r->sk_recv);
 	free(r->sk_res);
 	free(r->sk_gsum);
+	free(r->gsum_kept);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	pthread_cond_destroy(&r->pace_cv);
@@ -526,6 +527,7 @@ void allreduce_result_free(allreduce_result *res)
 	free(res->agg_errs);
 	free(res->agg_result);
 	free(res->agg_group_sum);
+	free(res->agg_group_sum_values);
 	free(res->recv_from);
 	free(res->recv_sketches);
 	for (size_t i = 0; res->agg_slices && i < res->n_included; i++)

@@ -106,8 +106,10 @@ typedef struct {
 	uint64_t sketch_seed;
 	int sketch_k;
 	/* With sketch_k: 1 hands each included member's slice of our range, as
-	 * we decoded it, to *res (agg_slices), for the sketches under the
-	 * second seed drawn once the round commits (doc/credit.md). */
+	 * we decoded it, to *res (agg_slices), and with cross our range of the
+	 * group's sum before the stage across groups (agg_group_sum_values),
+	 * for the sketches under the second seed drawn once the round commits
+	 * (doc/credit.md). */
 	int keep_slices;
 	/* With cross: our aggregator turns its range's group sum into the
 	 * round's mean through cross(cross_arg, ...) before it returns it, so
@@ -163,6 +165,9 @@ typedef struct {
 	 * a bound on its fp32 rounding; else NULL. */
 	double *agg_group_sum;
 	double agg_group_sum_err;
+	/* With cross, p->keep_slices and a non-empty range: the values
+	 * agg_group_sum sketches (our range's length); else NULL. */
+	float *agg_group_sum_values;
 	/* With p->keep_slices and a non-empty range: n_included slices of our
 	 * range (order of included), each as we decoded it (the values we
 	 * summed), its length values; else NULL. */
@@ -181,6 +186,21 @@ typedef struct {
  * eb names it); COT_ERR_NOMEM.  Returns by p->deadline (plus the time to
  * tear down threads, which is bounded by the same deadline). */
 cot_err allreduce_run(const allreduce_params *p, float *out, allreduce_result *res, cot_errbuf *eb);
+
+/* The all-reduce of a group of one (p->n 1, p->self 0, its range all of
+ * [0, p->len)): out[0..len) = p->grad exactly (nothing is sent within the
+ * group, nothing encoded), or with p->cross what cross(cross_arg, out, 0,
+ * len, samples) makes of it (the round's mean), and *res as
+ * allreduce_run's: the member included with its samples, and with
+ * p->sketch_k the sketches of an aggregator of the whole vector that
+ * received its own result (partial: of p->grad; result and received: of
+ * out; with cross, group_sum: of p->grad; error bounds 0), with
+ * p->keep_slices its slice (a copy of p->grad, and with cross another in
+ * agg_group_sum_values).  Only members, n, self, grad, len, sketch_seed,
+ * sketch_k, keep_slices, cross and cross_arg are read.  COT_ERR_INVALID
+ * for other parameters, COT_ERR_NOMEM, or cross's error; *res is empty on
+ * error, else freed with allreduce_result_free. */
+cot_err allreduce_alone(const allreduce_params *p, float *out, allreduce_result *res, cot_errbuf *eb);
 
 void allreduce_result_free(allreduce_result *res);
 

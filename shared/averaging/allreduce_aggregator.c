@@ -365,6 +365,11 @@ static cot_err agg_finish(run *r, cot_errbuf *eb)
 		if (r->sk_gsum)
 			r->sk_time_res += ar_sketch_part(p, sum, r->a_len, me->start, COMP_NONE, 0x1p-23,
 			                                 r->sk_gsum, &r->sk_gsum_err2);
+		/* Kept for the second seed (out of memory: not kept, and that
+		 * check of our range is skipped). */
+		if (r->sk_gsum && p->keep_slices && !r->gsum_kept &&
+		    (r->gsum_kept = malloc(r->a_len * sizeof *r->gsum_kept)))
+			memcpy(r->gsum_kept, sum, r->a_len * sizeof *r->gsum_kept);
 		TRACE(r, "%s", "stage across groups");
 		pthread_mutex_unlock(&r->mu);
 		rc = p->cross(p->cross_arg, sum, me->start, me->end, r->total, eb);

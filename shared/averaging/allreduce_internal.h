@@ -114,6 +114,9 @@ struct run {
 	 * square of its rounding bound */
 	double *sk_gsum;
 	double sk_gsum_err2;
+	/* with cross and keep_slices: our range of the group's sum before the
+	 * stage across groups (a_len values; handed to the result) */
+	float *gsum_kept;
 
 	/* member side */
 	size_t rep_pending; /* ACCEPTED reports still to come */

@@ -82,6 +82,8 @@ cot_err ar_sketch_result(run *r, allreduce_result *res, cot_errbuf *eb)
 				return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the sketches");
 			memcpy(res->agg_group_sum, r->sk_gsum, k * sizeof *res->agg_group_sum);
 			res->agg_group_sum_err = sqrt(r->sk_gsum_err2);
+			res->agg_group_sum_values = r->gsum_kept; /* ours now */
+			r->gsum_kept = NULL;
 		}
 	}
 	for (size_t a = 0; a < p->n; a++) {
