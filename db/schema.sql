@@ -1521,6 +1521,18 @@ END
 $$;
 
 --
+-- Name: round_group_sum_sketch(bigint, integer, integer, text, double precision[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_group_sum_sketch(p_project bigint, p_version integer, p_group integer, p_sha text, p_sketch double precision[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE round_group_sum SET sketch = p_sketch
+     WHERE project_id = p_project AND version = p_version AND group_id = p_group
+       AND sum_sha256 = p_sha AND jsonb_array_length(included) = 1
+$$;
+
+--
 -- Name: round_group_sum_store(bigint, integer, integer, integer, bigint, bigint, jsonb, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2997,10 +3009,30 @@ BEGIN
       FROM round ro JOIN project p ON p.id = ro.project_id
      WHERE ro.project_id = p_project AND ro.version = p_version;
     v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
+    -- 4. (first: it needs no sketch from the peer) A group of one peer: the
+    -- server's own sketch of the sum it uploaded against the sketch it
+    -- committed; no wire encoding between them.
+    FOR g IN SELECT (s.included->>0)::bigint AS host_id, s.sketch, rm.samples FROM round_group_sum s
+               JOIN round_member rm ON rm.project_id = s.project_id AND rm.version = s.version
+                                   AND rm.host_id = (s.included->>0)::bigint
+              WHERE s.project_id = p_project AND s.version = p_version AND s.sketch IS NOT NULL
+                AND jsonb_array_length(s.included) = 1 AND rm.included
+              ORDER BY 1 LOOP
+        v_com := round_sketch_committed(p_project, p_version, g.host_id, cardinality(g.sketch), g.samples);
+        CONTINUE WHEN v_com IS NULL;
+        v_d := round_sketch_norm(g.sketch, v_com);
+        v_scale := greatest(round_sketch_norm(g.sketch), round_sketch_norm(v_com), 1e-300);
+        IF v_d > v_tol * v_scale THEN
+            PERFORM round_sketch_flag_host(p_project, p_version, v_attempt, g.host_id, 'member',
+                'the group sum it uploaded alone differs from the sketches it committed',
+                v_d / v_scale, v_tol);
+            v_bad := v_bad || g.host_id;
+        END IF;
+    END LOOP;
     SELECT min((sketches->>'k')::integer) INTO v_k FROM round_member
      WHERE project_id = p_project AND version = p_version AND included AND sketches IS NOT NULL;
     IF v_k IS NULL THEN
-        RETURN v_bad;
+        RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
     END IF;
     PERFORM round_sketch_partials_load(p_project, p_version, false, v_k);
     -- 1. Members against their commitments.
@@ -4860,6 +4892,7 @@ CREATE TABLE public.round_group_sum (
     included jsonb NOT NULL,
     sum_sha256 text NOT NULL,
     uploaded_at timestamp with time zone DEFAULT now() NOT NULL,
+    sketch double precision[],
     CONSTRAINT round_group_sum_group_id_check CHECK ((group_id >= 0)),
     CONSTRAINT round_group_sum_samples_check CHECK ((samples > 0)),
     CONSTRAINT round_group_sum_sum_sha256_check CHECK ((sum_sha256 ~ '^[0-9a-f]{64}$'::text))

@@ -19,6 +19,7 @@
 #include "server/round_step.h"
 #include "shared/common/filestore.h"
 #include "shared/common/hash.h"
+#include "shared/common/sketch.h"
 #include "shared/common/json.h"
 #include "shared/common/log.h"
 
@@ -628,6 +629,49 @@ static const dbc_stmt st_sum_store = { "round_group_sum_store",
 	                               "SELECT status, body, compute, sums, checkpoint_sha256, config"
 	                               " FROM round_group_sum_store($1, $2, $3, $4, $5, $6, $7::jsonb, $8)",
 	                               8 };
+static const dbc_stmt st_sum_sketch_params = { "round_group_sum_sketch_params",
+	                                       "SELECT (spot_sketch_params($1, $2))->>'seed',"
+	                                       " (spot_sketch_params($1, $2))->>'k'",
+	                                       2 };
+static const dbc_stmt st_sum_sketch = {
+	"round_group_sum_sketch", "SELECT round_group_sum_sketch($1, $2, $3, $4, $5::double precision[])", 5
+};
+
+/* A group of one peer (included names one host): sketch the sum it
+ * uploaded under the round's sketch seed and keep the sketch beside the
+ * kept sum (round_group_sum_sketch), for round_sketch_verify to compare
+ * with the sketches the peer committed (doc/credit.md, "A peer alone in
+ * its group").  Nothing for a group of several or a project not checked.
+ * False when the database failed (answered). */
+static bool sketch_lone_sum(http_req *req, const char *project_id, const char *version, const char *group,
+                            const char *included, const char *gsha, const float *sum, size_t n)
+{
+	if (strchr(included, ','))
+		return true;
+	const char *pp[] = { project_id, version };
+	PGresult *r = api_exec(req, &st_sum_sketch_params, pp, NULL);
+	if (!r)
+		return false;
+	bool checked = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) && !PQgetisnull(r, 0, 1);
+	long long seed = checked ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+	int k = checked ? atoi(PQgetvalue(r, 0, 1)) : 0;
+	PQclear(r);
+	if (!checked || k < 1 || k > SKETCH_K_MAX)
+		return true;
+	double acc[SKETCH_K_MAX] = { 0 };
+	sketch_add(sum, n, 0, (uint64_t)seed, k, acc);
+	char lit[SKETCH_K_MAX * 26 + 3];
+	size_t o = 0;
+	lit[o++] = '{';
+	for (int j = 0; j < k; j++)
+		o += (size_t)snprintf(lit + o, sizeof lit - o, "%s%.17g", j ? "," : "", acc[j]);
+	snprintf(lit + o, sizeof lit - o, "}");
+	const char *sp[] = { project_id, version, group, gsha, lit };
+	r = api_exec(req, &st_sum_sketch, sp, NULL);
+	PQclear(r);
+	return r != NULL;
+}
+
 static const dbc_stmt st_mean_store = { "round_mean_store",
 	                                "SELECT round_mean_store($1, $2, $3, $4, $5, $6, $7, $8, $9)", 9 };
 
@@ -774,8 +818,6 @@ void api_round_group_sum(http_req *req)
 		                 eb.msg[0] ? eb.msg : NULL);
 		goto out;
 	}
-	free(sum);
-	sum = NULL;
 	char project_id[24], attempt[16], group[16];
 	snprintf(project_id, sizeof project_id, "%s", PQgetvalue(r, 0, 2));
 	snprintf(attempt, sizeof attempt, "%s", PQgetvalue(r, 0, 3));
@@ -789,6 +831,13 @@ void api_round_group_sum(http_req *req)
 		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
 		goto out;
 	}
+	/* Kept (200): sketched before the peer hears so, and so before its
+	 * outcome can commit the round. */
+	if (atoi(PQgetvalue(r, 0, 0)) == 200 &&
+	    !sketch_lone_sum(req, project_id, sv, group, included, gsha, sum, (size_t)n))
+		goto out;
+	free(sum);
+	sum = NULL;
 	if (strcmp(PQgetvalue(r, 0, 2), "t") == 0 && atoi(PQgetvalue(r, 0, 0)) == 200)
 		compute_mean(req, version, project_id, attempt, group, (size_t)n, r);
 	else

@@ -10,6 +10,9 @@
 #   - an honest client's rounds are checked under the second seed (its
 #     blocks tile its microbatches and add up to what it sent), it is never
 #     flagged and its round grants are granted;
+#   - the server sketches each group sum a lone peer uploads itself, and a
+#     sum other than what the peer committed is flagged (check 4 of
+#     round_sketch_verify, its alone claims aside);
 #   - a client with COTRAIN_CHEAT=orthogonal (g + p, p orthogonal to the
 #     work unit's sketch seed, honest blocks) passes the check under the
 #     work unit's seed, is flagged under the second seed in a round in which
@@ -56,7 +59,7 @@ stop_client() { # N
 	CPIDS=$(echo "$CPIDS" | sed "s/ $_p\$//; s/ $_p / /")
 }
 
-plan 5
+plan 7
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -135,3 +138,23 @@ refused=$(grep -c "asking for work: server: host $H2 may not take work of projec
 ok $([ "$den" = denied ] && [ "$paid" -eq 0 ] && [ "$units" -eq 0 ] && [ "$refused" -ge 1 ] && echo 0 || echo 1) \
 	"its round grant of version $v2 is $den ($paid granted), and it gets no work unit after the flag ($units; refused $refused times)"
 stop_client 2
+
+# The server's own sketch of each group sum a lone peer uploaded (check 4
+# of round_sketch_verify): kept for every such round of the honest host,
+# each within the spot tolerance of the sketch it committed.
+lone="round_group_sum s join round r using (project_id, version)
+  where s.project_id = $pid and r.state = 'committed' and s.included = jsonb_build_array($H1)"
+n_lone=$(sql "select count(*) from $lone")
+n_sk=$(sql "select count(*) from $lone and s.sketch is not null and round_sketch_norm(s.sketch,
+  round_sketch_committed(s.project_id, s.version, $H1, cardinality(s.sketch), s.samples)) <= 1e-3 * round_sketch_norm(s.sketch)")
+ok $([ "$n_lone" -ge 3 ] && [ "$n_sk" = "$n_lone" ] && echo 0 || echo 1) \
+	"the server sketched the $n_lone group sums host $H1 uploaded alone, and $n_sk match the sketches it committed"
+# A lone upload whose bytes are not what the peer committed (as if it lied
+# about its own bytes): the server's sketch, doubled here, is flagged.
+v1=$(sql "select min(s.version) from $lone and s.sketch is not null")
+sql "update round_group_sum set sketch = array(select 2 * x from unnest(sketch) x)
+  where project_id = $pid and version = ${v1:-0} and included = jsonb_build_array($H1)" >/dev/null
+bad=$(sql "select round_sketch_verify($pid, ${v1:-0})")
+why=$(sql "select reason from round_sketch_flag where host_id = $H1 and version = ${v1:-0} order by id desc limit 1")
+ok $([ "$bad" = "{$H1}" ] && [ "$why" = "the group sum it uploaded alone differs from the sketches it committed" ] &&
+	echo 0 || echo 1) "a lone group sum other than the committed sketches is flagged (round $v1: $bad, $why)"

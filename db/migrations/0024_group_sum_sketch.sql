@@ -1,0 +1,13 @@
+-- cotrain schema, version 24: the server's own sketch of a group sum
+-- uploaded by a peer alone in its group (doc/credit.md, "A peer alone in
+-- its group").
+--
+-- Alone, a peer's group sum is its own gradient, and no other peer ever
+-- saw its bytes: the sketches it reports of them are its own claim.  The
+-- server has the bytes, so it sketches them itself, under the round's
+-- sketch seed, when it keeps the upload; round_sketch_verify compares that
+-- sketch with the one the peer committed with its work units, and a peer
+-- whose upload differs is flagged and the round reruns without it.
+-- NULL for groups of several peers and rounds whose project is not
+-- checked.
+ALTER TABLE round_group_sum ADD COLUMN sketch double precision[];
