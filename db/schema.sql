@@ -1530,6 +1530,8 @@ CREATE FUNCTION public.round_group_sum_sketch(p_project bigint, p_version intege
     UPDATE round_group_sum SET sketch = p_sketch
      WHERE project_id = p_project AND version = p_version AND group_id = p_group
        AND sum_sha256 = p_sha AND jsonb_array_length(included) = 1
+       AND (SELECT count(*) FROM round_member m WHERE m.project_id = p_project
+             AND m.version = p_version AND m.group_id = p_group) = 1
 $$;
 
 --
@@ -3017,6 +3019,8 @@ BEGIN
                                    AND rm.host_id = (s.included->>0)::bigint
               WHERE s.project_id = p_project AND s.version = p_version AND s.sketch IS NOT NULL
                 AND jsonb_array_length(s.included) = 1 AND rm.included
+                AND (SELECT count(*) FROM round_member o WHERE o.project_id = p_project
+                      AND o.version = p_version AND o.group_id = s.group_id) = 1
               ORDER BY 1 LOOP
         v_com := round_sketch_committed(p_project, p_version, g.host_id, cardinality(g.sketch), g.samples);
         CONTINUE WHEN v_com IS NULL;

@@ -366,6 +366,8 @@ BEGIN
                                    AND rm.host_id = (s.included->>0)::bigint
               WHERE s.project_id = p_project AND s.version = p_version AND s.sketch IS NOT NULL
                 AND jsonb_array_length(s.included) = 1 AND rm.included
+                AND (SELECT count(*) FROM round_member o WHERE o.project_id = p_project
+                      AND o.version = p_version AND o.group_id = s.group_id) = 1
               ORDER BY 1 LOOP
         v_com := round_sketch_committed(p_project, p_version, g.host_id, cardinality(g.sketch), g.samples);
         CONTINUE WHEN v_com IS NULL;
@@ -425,13 +427,16 @@ $$;
 
 -- Keep the server's sketch p_sketch of the group sum p_sha that group
 -- p_group of round (p_project, p_version) kept, when the group is one peer
--- (check 4 of round_sketch_verify); nothing for a group of several.
+-- (check 4 of round_sketch_verify); nothing for a group of several, even
+-- when it included one of them: that sum crossed the wire encodings.
 CREATE OR REPLACE FUNCTION round_group_sum_sketch(p_project bigint, p_version integer, p_group integer,
                                                   p_sha text, p_sketch double precision[])
 RETURNS void LANGUAGE sql AS $$
     UPDATE round_group_sum SET sketch = p_sketch
      WHERE project_id = p_project AND version = p_version AND group_id = p_group
        AND sum_sha256 = p_sha AND jsonb_array_length(included) = 1
+       AND (SELECT count(*) FROM round_member m WHERE m.project_id = p_project
+             AND m.version = p_version AND m.group_id = p_group) = 1
 $$;
 
 -- The included hosts of round (p_project, p_version) whose bytes cannot be
