@@ -2460,16 +2460,6 @@ CREATE FUNCTION public.round_seed2_lock(p_project bigint) RETURNS void
 $$;
 
 --
--- Name: round_seed2_lock_shared(bigint); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.round_seed2_lock_shared(p_project bigint) RETURNS void
-    LANGUAGE sql
-    AS $$
-    SELECT pg_advisory_xact_lock_shared(hashtext('cotrain round_seed2 ' || p_project))
-$$;
-
---
 -- Name: round_seed2_owed(bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -3400,9 +3390,8 @@ BEGIN
     -- version, and in every later round after a flag under a second seed.
     -- Read after any check under a second seed under way (round_seed2_lock,
     -- after the round's row as round_try_commit takes it), so that no unit
-    -- goes out after a flag; shared, so assignments do not wait for each
-    -- other.
-    PERFORM round_seed2_lock_shared(v_proj.id);
+    -- goes out after a flag.
+    PERFORM round_seed2_lock(v_proj.id);
     SELECT f.version, f.role, f.reason, f.seed2 INTO v_flag
       FROM round_sketch_bars(v_proj.id, v_proj.current_version) f
      WHERE f.host_id = v_host.id ORDER BY f.id DESC LIMIT 1;

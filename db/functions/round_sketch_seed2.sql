@@ -123,13 +123,6 @@ CREATE OR REPLACE FUNCTION round_seed2_lock(p_project bigint) RETURNS void LANGU
     SELECT pg_advisory_xact_lock(hashtext('cotrain round_seed2 ' || p_project))
 $$;
 
--- The same lock shared, for readers of the flags that must see every check
--- under way (sched_assign): they wait for a check or a commit, never for
--- each other.
-CREATE OR REPLACE FUNCTION round_seed2_lock_shared(p_project bigint) RETURNS void LANGUAGE sql AS $$
-    SELECT pg_advisory_xact_lock_shared(hashtext('cotrain round_seed2 ' || p_project))
-$$;
-
 -- The hosts of p_project flagged under seed2 in any round: left out of its
 -- later rounds (round_plan_begin).
 CREATE OR REPLACE FUNCTION round_seed2_banned(p_project bigint) RETURNS bigint[]
