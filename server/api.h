@@ -74,6 +74,7 @@ void api_round_list(http_req *req);
 /* A work unit's report, with the sketch of each of its microbatches (k
  * numbers each, doc/credit.md): bodies up to 4 MiB. */
 #define API_REPORT_MAX_BYTES ((size_t)4 << 20)
+#define API_FINGERPRINT_MAX_BYTES ((size_t)8 << 20) /* a spot check's answer (spotcheck.c) */
 void api_round_group_sum(http_req *req);
 
 /* Averaging across groups between the peers (api_round_cross.c, doc/api.md

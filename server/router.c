@@ -168,5 +168,8 @@ size_t router_body_limit(route_handler h, size_t dflt)
 	 * a member's blocks. */
 	if (h == api_work_report || h == api_round_outcome || h == api_round_seed2)
 		return API_REPORT_MAX_BYTES > dflt ? API_REPORT_MAX_BYTES : dflt;
+	/* A block check's answer: up to SPOT_VALUES_MAX numbers. */
+	if (h == spot_fingerprint_post)
+		return API_FINGERPRINT_MAX_BYTES > dflt ? API_FINGERPRINT_MAX_BYTES : dflt;
 	return dflt;
 }

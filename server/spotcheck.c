@@ -48,6 +48,8 @@ void spot_claim_post(http_req *req)
 void spot_fingerprint_post(http_req *req)
 {
 	long long id;
+	if (req->early)
+		return; /* up to API_FINGERPRINT_MAX_BYTES (a block check's values): read it */
 	if (!api_path_id(req, 0, "spot check", &id))
 		return;
 	char hp[API_HASH_PARAM_LEN];
@@ -58,8 +60,10 @@ void spot_fingerprint_post(http_req *req)
 		return;
 	json_t *vals = json_object_get(body, "values");
 	size_t n = json_is_array(vals) ? json_array_size(vals) : 0;
-	if (!json_is_array(vals) || n < 1 || n > SPOT_K_MAX) {
-		http_reply_error(req, 400, "invalid", "values must be an array of 1 to 256 numbers", NULL);
+	if (!json_is_array(vals) || n < 1 || n > SPOT_VALUES_MAX) {
+		char msg[80];
+		snprintf(msg, sizeof msg, "values must be an array of 1 to %d numbers", SPOT_VALUES_MAX);
+		http_reply_error(req, 400, "invalid", msg, NULL);
 		json_decref(body);
 		return;
 	}

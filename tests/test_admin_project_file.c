@@ -140,11 +140,11 @@ int main(void)
 	ok(norm && pf_parse(norm, strlen(norm), &q, &norm3, &eb) == COT_OK && norm3 && !strcmp(norm, norm3) &&
 	           !memcmp(&q.model, &p.model, sizeof p.model),
 	   "and parses back to the same model");
+	ok(norm && !strstr(norm, "\"position\""), "an absolute encoder's normalized file has no position");
 	pf_free(&q);
 	free(norm3);
 	free(norm);
 	pf_free(&p);
-	ok(norm && !strstr(norm, "\"position\""), "an absolute encoder's normalized file has no position");
 
 	/* Relative positions: model.position, kept through normalisation. */
 	const char *rel =

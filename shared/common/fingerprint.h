@@ -20,6 +20,11 @@
 #include <stdint.h>
 
 #define SPOT_K_MAX 256
+/* The values a spot check's answer may hold: k per microbatch of the
+ * checked range, at most a block of 1,024 (the client's CL_BLOCK_MAX), and
+ * k more for a block check's sum under the round's second seed; the
+ * database checks the exact count of each check. */
+#define SPOT_VALUES_MAX ((1024 + 1) * SPOT_K_MAX)
 
 /* Write the k (1..SPOT_K_MAX) fingerprint values of g[0..n) for seed into
  * out[0..k).  Deterministic: the same inputs give the same bits. */
