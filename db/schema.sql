@@ -1211,9 +1211,14 @@ BEGIN
             END IF;
         END IF;
         IF v_why IS NOT NULL THEN
-            UPDATE round SET state = 'closing', close_reason = v_why, closed_at = now()
-             WHERE project_id = r.project_id AND version = r.version AND state = 'open';
-            IF FOUND THEN
+            -- Decided on the target read above: lock the open round, then
+            -- read the target again (round_progress says why); one changed
+            -- meanwhile is left to the next pass.
+            PERFORM 1 FROM round WHERE project_id = r.project_id AND version = r.version
+                                   AND state = 'open' FOR UPDATE;
+            IF FOUND AND (SELECT target_batch FROM project WHERE id = r.project_id) = r.target_batch THEN
+                UPDATE round SET state = 'closing', close_reason = v_why, closed_at = now()
+                 WHERE project_id = r.project_id AND version = r.version AND state = 'open';
                 n := n + 1;
             END IF;
         END IF;
@@ -2130,8 +2135,12 @@ CREATE FUNCTION public.round_progress(p_project bigint, p_version integer, p_acc
     AS $$
 BEGIN
     IF p_accumulated >= p_target THEN
-        UPDATE round SET state = 'closing', close_reason = 'target', closed_at = now()
-         WHERE project_id = p_project AND version = p_version AND state = 'open';
+        PERFORM 1 FROM round WHERE project_id = p_project AND version = p_version AND state = 'open'
+            FOR UPDATE;
+        IF FOUND AND p_accumulated >= (SELECT target_batch FROM project WHERE id = p_project) THEN
+            UPDATE round SET state = 'closing', close_reason = 'target', closed_at = now()
+             WHERE project_id = p_project AND version = p_version AND state = 'open';
+        END IF;
     END IF;
     RETURN round_note(p_project, p_version);
 END
