@@ -629,10 +629,11 @@ static const dbc_stmt st_sum_store = { "round_group_sum_store",
 	                               "SELECT status, body, compute, sums, checkpoint_sha256, config"
 	                               " FROM round_group_sum_store($1, $2, $3, $4, $5, $6, $7::jsonb, $8)",
 	                               8 };
+/* The round's sketch seed and k, for a group of one peer only. */
 static const dbc_stmt st_sum_sketch_params = { "round_group_sum_sketch_params",
-	                                       "SELECT (spot_sketch_params($1, $2))->>'seed',"
-	                                       " (spot_sketch_params($1, $2))->>'k'",
-	                                       2 };
+	                                       "SELECT s->>'seed', s->>'k' FROM spot_sketch_params($1, $2) s"
+	                                       " WHERE round_group_size($1, $2, $3) = 1",
+	                                       3 };
 static const dbc_stmt st_sum_sketch = {
 	"round_group_sum_sketch", "SELECT round_group_sum_sketch($1, $2, $3, $4, $5::double precision[])", 5
 };
@@ -648,7 +649,7 @@ static bool sketch_lone_sum(http_req *req, const char *project_id, const char *v
 {
 	if (strchr(included, ','))
 		return true;
-	const char *pp[] = { project_id, version };
+	const char *pp[] = { project_id, version, group };
 	PGresult *r = api_exec(req, &st_sum_sketch_params, pp, NULL);
 	if (!r)
 		return false;

@@ -366,8 +366,7 @@ BEGIN
                                    AND rm.host_id = (s.included->>0)::bigint
               WHERE s.project_id = p_project AND s.version = p_version AND s.sketch IS NOT NULL
                 AND jsonb_array_length(s.included) = 1 AND rm.included
-                AND (SELECT count(*) FROM round_member o WHERE o.project_id = p_project
-                      AND o.version = p_version AND o.group_id = s.group_id) = 1
+                AND round_group_size(p_project, p_version, s.group_id) = 1
               ORDER BY 1 LOOP
         v_com := round_sketch_committed(p_project, p_version, g.host_id, cardinality(g.sketch), g.samples);
         CONTINUE WHEN v_com IS NULL;
@@ -425,6 +424,13 @@ BEGIN
 END
 $$;
 
+-- The peers the plan put in group p_group of round (p_project, p_version).
+CREATE OR REPLACE FUNCTION round_group_size(p_project bigint, p_version integer, p_group integer)
+RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT count(*) FROM round_member
+     WHERE project_id = p_project AND version = p_version AND group_id = p_group
+$$;
+
 -- Keep the server's sketch p_sketch of the group sum p_sha that group
 -- p_group of round (p_project, p_version) kept, when the group is one peer
 -- (check 4 of round_sketch_verify); nothing for a group of several, even
@@ -435,8 +441,7 @@ RETURNS void LANGUAGE sql AS $$
     UPDATE round_group_sum SET sketch = p_sketch
      WHERE project_id = p_project AND version = p_version AND group_id = p_group
        AND sum_sha256 = p_sha AND jsonb_array_length(included) = 1
-       AND (SELECT count(*) FROM round_member m WHERE m.project_id = p_project
-             AND m.version = p_version AND m.group_id = p_group) = 1
+       AND round_group_size(p_project, p_version, p_group) = 1
 $$;
 
 -- The included hosts of round (p_project, p_version) whose bytes cannot be
@@ -457,8 +462,7 @@ LANGUAGE sql STABLE AS $$
            AND EXISTS (SELECT 1 FROM round_member s
                         WHERE s.project_id = p_project AND s.version = p_version
                           AND s.group_id = m.group_id AND s.included AND s.sketches IS NOT NULL)
-           AND (SELECT count(*) FROM round_member s
-                 WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = m.group_id) > 1
+           AND round_group_size(p_project, p_version, m.group_id) > 1
            AND EXISTS (SELECT 1 FROM round_member a
                         WHERE a.project_id = p_project AND a.version = p_version
                           AND a.group_id = m.group_id AND a.hi > a.lo
