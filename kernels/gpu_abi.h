@@ -24,7 +24,7 @@ extern "C" {
 
 /* Bumped whenever the table below changes; the loader refuses a library of
  * another version (an old library left beside a new client). */
-#define KERN_GPU_ABI_VERSION 1
+#define KERN_GPU_ABI_VERSION 2
 
 /* The symbol the library exports: const kern_gpu_api *KERN_GPU_ENTRY(void). */
 #define KERN_GPU_ENTRY "cotrain_cuda_api"
@@ -62,7 +62,11 @@ enum {
 	KERN_GPU_OP_CE_FWD,     /* losses[N] (y) of logits x[N,V] against targets */
 	KERN_GPU_OP_CE_BWD,     /* dlogits (dx, set) = scale * (softmax - onehot) */
 	KERN_GPU_OP_EMB_FWD,    /* y[B,T,C] = wte[tok] (w) + wpe[t] (b) */
-	KERN_GPU_OP_EMB_BWD     /* dwte (dw) += ..; dwpe (db) += .. from dy */
+	KERN_GPU_OP_EMB_BWD,    /* dwte (dw) += ..; dwpe (db) += .. from dy */
+	/* the fused attention (kernels/cuda/cuda_flash.h: bf16, head size 64,
+	 * T a multiple of 128; other shapes EINVAL) */
+	KERN_GPU_OP_FLASH_FWD, /* y[B,T,C] from qkv[B,T,3C] (x) */
+	KERN_GPU_OP_FLASH_BWD  /* dqkv (dx, set) from dy and qkv (x), through its own forward */
 };
 
 typedef struct kern_gpu_op {

@@ -34,6 +34,8 @@ echo "== bench"
 bench() { timeout 60 ./bench_gpu "$@" 2>&1 | tee -a "$out/bench.txt"; }
 bench --model gpt2 --precision bf16
 COTRAIN_CUDA_PROFILE=1 bench --model gpt2 --precision bf16 --steps 3
+echo "(the attention materialised, for comparison:)" | tee -a "$out/bench.txt"
+COTRAIN_CUDA_ATTENTION=materialized COTRAIN_CUDA_PROFILE=1 bench --model gpt2 --precision bf16 --steps 3
 bench --model gpt2-bytes --precision bf16
 bench --model sahaj --precision bf16
 bench --model gpt2 --precision tf32

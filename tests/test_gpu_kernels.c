@@ -108,6 +108,55 @@ static void run_op(kern_gpu_op *o, const char *what)
 		diag("%s: GPU error %d: %s", what, rc, err);
 }
 
+/* LayerNorm's forward and backward against the CPU's on x [N, C] (fp32) */
+static void layernorm_test(int N, int C, const float *x, const char *tag)
+{
+	const int prec = KERN_PREC_FP32;
+	char w1[96], w2[96], w3[96], w4[96], w5[96];
+	kern_gpu_op o;
+	snprintf(w1, sizeof w1, "layernorm forward%s", tag);
+	snprintf(w2, sizeof w2, "layernorm rstd%s", tag);
+	snprintf(w3, sizeof w3, "layernorm backward dx%s", tag);
+	snprintf(w4, sizeof w4, "layernorm backward dw%s", tag);
+	snprintf(w5, sizeof w5, "layernorm backward db%s", tag);
+	float *lw = randn(C, 1), *lb = randn(C, 1), *lyc = zeros((size_t)N * C), *lyg = zeros((size_t)N * C);
+	float *mc = zeros(N), *rc = zeros(N), *mg = zeros(N), *rg = zeros(N);
+	kern_layernorm_forward(lyc, mc, rc, x, lw, lb, N, C);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_LN_FWD,
+		           .N = N,
+		           .C = C,
+		           .x = x,
+		           .w = lw,
+		           .b = lb,
+		           .y = lyg,
+		           .mean = mg,
+		           .rstd = rg };
+	run_op(&o, w1);
+	close_to(prec, 0, lyg, lyc, (size_t)N * C, w1);
+	close_to(prec, 0, rg, rc, N, w2);
+	float *ldy = randn((size_t)N * C, 1), *ldxc = randn((size_t)N * C, 1), *ldwc = randn(C, 1),
+	      *ldbc = randn(C, 1);
+	float *ldxg = copy(ldxc, (size_t)N * C), *ldwg = copy(ldwc, C), *ldbg = copy(ldbc, C);
+	kern_layernorm_backward(ldxc, ldwc, ldbc, ldy, x, lw, mc, rc, N, C);
+	o = (kern_gpu_op){ .op = KERN_GPU_OP_LN_BWD,
+		           .N = N,
+		           .C = C,
+		           .x = x,
+		           .w = lw,
+		           .dy = ldy,
+		           .mean_in = mc,
+		           .rstd_in = rc,
+		           .dx = ldxg,
+		           .dw = ldwg,
+		           .db = ldbg };
+	run_op(&o, w3);
+	close_to(prec, 1, ldxg, ldxc, (size_t)N * C, w3);
+	close_to(prec, 1, ldwg, ldwc, C, w4);
+	close_to(prec, 1, ldbg, ldbc, C, w5);
+	free(lw), free(lb), free(lyc), free(lyg), free(mc), free(rc), free(mg), free(rg), free(ldy),
+	        free(ldxc), free(ldwc), free(ldbc), free(ldxg), free(ldwg), free(ldbg);
+}
+
 static void layer_tests(int prec)
 {
 	const int B = 2, T = 64, C = 96, NH = 4, F = 384, V = 200, N = B * T;
@@ -191,42 +240,10 @@ static void layer_tests(int prec)
 	}
 
 	/* the layers without products: fp32 in every mode */
-	float *lw = randn(C, 1), *lb = randn(C, 1), *lyc = zeros((size_t)N * C), *lyg = zeros((size_t)N * C);
-	float *mc = zeros(N), *rc = zeros(N), *mg = zeros(N), *rg = zeros(N);
-	kern_layernorm_forward(lyc, mc, rc, x, lw, lb, N, C);
-	o = (kern_gpu_op){ .op = KERN_GPU_OP_LN_FWD,
-		           .N = N,
-		           .C = C,
-		           .x = x,
-		           .w = lw,
-		           .b = lb,
-		           .y = lyg,
-		           .mean = mg,
-		           .rstd = rg };
-	run_op(&o, "layernorm forward");
-	close_to(prec, 0, lyg, lyc, (size_t)N * C, "layernorm forward");
-	close_to(prec, 0, rg, rc, N, "layernorm rstd");
-	float *ldy = randn((size_t)N * C, 1), *ldxc = randn((size_t)N * C, 1), *ldwc = randn(C, 1),
-	      *ldbc = randn(C, 1);
-	float *ldxg = copy(ldxc, (size_t)N * C), *ldwg = copy(ldwc, C), *ldbg = copy(ldbc, C);
-	kern_layernorm_backward(ldxc, ldwc, ldbc, ldy, x, lw, mc, rc, N, C);
-	o = (kern_gpu_op){ .op = KERN_GPU_OP_LN_BWD,
-		           .N = N,
-		           .C = C,
-		           .x = x,
-		           .w = lw,
-		           .dy = ldy,
-		           .mean_in = mc,
-		           .rstd_in = rc,
-		           .dx = ldxg,
-		           .dw = ldwg,
-		           .db = ldbg };
-	run_op(&o, "layernorm backward");
-	close_to(prec, 1, ldxg, ldxc, (size_t)N * C, "layernorm backward dx");
-	close_to(prec, 1, ldwg, ldwc, C, "layernorm backward dw");
-	close_to(prec, 1, ldbg, ldbc, C, "layernorm backward db");
-	free(lw), free(lb), free(lyc), free(lyg), free(mc), free(rc), free(mg), free(rg), free(ldy),
-	        free(ldxc), free(ldwc), free(ldbc), free(ldxg), free(ldwg), free(ldbg);
+	layernorm_test(N, C, x, "");
+	float *xw = randn((size_t)N * 768, 1);
+	layernorm_test(N, 768, xw, " (C 768, rows in registers)");
+	free(xw);
 
 	float *gc = zeros((size_t)N * C), *gg = zeros((size_t)N * C), *gdy = randn((size_t)N * C, 1);
 	kern_gelu_forward(gc, x, (size_t)N * C);
@@ -289,6 +306,56 @@ static void layer_tests(int prec)
 	        free(dpeg), free(x);
 	(void)pn;
 	(void)what;
+}
+
+/* The fused attention (kernels/cuda/cuda_flash.h) against the CPU's, at a
+ * small shape and GPT-2 small's heads (12 of 64, T 1024); the GPU's
+ * materialised path at the same shape agrees as well, and a shape the
+ * fused kernels do not take is refused. */
+static void flash_tests(void)
+{
+	const int shapes[][4] = { { 2, 256, 128, 2 }, { 1, 1024, 768, 12 } };
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+		int B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3], N = B * T;
+		char what[96];
+		float *qkv = randn((size_t)N * 3 * C, 1);
+		size_t natt = (size_t)B * NH * T * T;
+		float *ac = zeros(natt), *oc = zeros((size_t)N * C), *og = zeros((size_t)N * C);
+		kern_attention_forward(oc, ac, qkv, B, T, C, NH);
+		kern_gpu_op o = { .op = KERN_GPU_OP_FLASH_FWD,
+			          .precision = KERN_PREC_BF16,
+			          .B = B,
+			          .T = T,
+			          .C = C,
+			          .NH = NH,
+			          .x = qkv,
+			          .y = og };
+		snprintf(what, sizeof what, "fused attention forward (B %d, T %d, %d heads)", B, T, NH);
+		run_op(&o, what);
+		close_to(KERN_PREC_BF16, 0, og, oc, (size_t)N * C, what);
+		float *ady = randn((size_t)N * C, 1), *dqc = zeros((size_t)N * 3 * C),
+		      *dqg = zeros((size_t)N * 3 * C), *datt = zeros(natt);
+		kern_attention_backward_set(dqc, datt, ady, qkv, ac, B, T, C, NH);
+		o.op = KERN_GPU_OP_FLASH_BWD;
+		o.dy = ady;
+		o.dx = dqg;
+		snprintf(what, sizeof what, "fused attention backward dqkv (B %d, T %d, %d heads)", B, T, NH);
+		run_op(&o, what);
+		close_to(KERN_PREC_BF16, 1, dqg, dqc, (size_t)N * 3 * C, what);
+		free(qkv), free(ac), free(oc), free(og), free(ady), free(dqc), free(dqg), free(datt);
+	}
+	float x[1] = { 0 };
+	kern_gpu_op bad = { .op = KERN_GPU_OP_FLASH_FWD,
+		            .precision = KERN_PREC_BF16,
+		            .B = 1,
+		            .T = 192,
+		            .C = 128,
+		            .NH = 2,
+		            .x = x,
+		            .y = x };
+	char err[256] = "";
+	int rc = api->layer_op(&bad, err, sizeof err);
+	ok(rc == KERN_GPU_EINVAL, "the fused attention refuses T 192: %s", err);
 }
 
 static void shape(const char *name, kern_config *c, int *B)
@@ -456,11 +523,16 @@ int main(int argc, char **argv)
 		     api->describe());
 	for (int prec = KERN_PREC_FP32; prec <= KERN_PREC_BF16; prec++)
 		layer_tests(prec);
+	flash_tests();
 	for (int prec = KERN_PREC_FP32; prec <= KERN_PREC_BF16; prec++) {
 		model_test("demo", prec);
 		if (!quick)
 			model_test("sahaj", prec);
 	}
+	/* bf16's other attention path (the demo's shape takes the fused one) */
+	setenv("COTRAIN_CUDA_ATTENTION", "materialized", 1);
+	model_test("demo (attention materialised)", KERN_PREC_BF16);
+	unsetenv("COTRAIN_CUDA_ATTENTION");
 	for (int prec = KERN_PREC_FP32; prec <= KERN_PREC_BF16; prec++)
 		training_test(prec);
 	done_testing();

@@ -1,6 +1,7 @@
 /* cotrain CUDA backend: the library's exported table (kernels/gpu_abi.h),
  * the devices' discovery and benchmark, and single layers on host buffers
  * for the tests. */
+#include "kernels/cuda/cuda_flash.h"
 #include "kernels/cuda/cuda_layers.h"
 #include "kernels/cuda/cuda_util.h"
 
@@ -209,7 +210,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		ALLOC(y, (size_t)N * C);
 		ALLOC(mean, (size_t)N);
 		ALLOC(rstd, (size_t)N);
-		cu_layernorm_fwd(s, y, mean, rstd, x, w, b, N, C, 1e-5f);
+		cu_layernorm_fwd(s, y, NULL, mean, rstd, x, w, b, N, C, 1e-5f);
 		DOWN(o->y, y, (size_t)N * C);
 		DOWN(o->mean, mean, (size_t)N);
 		DOWN(o->rstd, rstd, (size_t)N);
@@ -225,7 +226,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		UP(dw, o->dw, (size_t)C);
 		UP(db, o->db, (size_t)C);
 		ALLOC(scr, cu_colsum_scratch(N, C));
-		cu_layernorm_bwd(s, dx, dw, db, dy, x, w, mi, ri, N, C, scr);
+		cu_layernorm_bwd(s, dx, NULL, dw, db, dy, x, w, mi, ri, N, C, scr);
 		DOWN(o->dx, dx, (size_t)N * C);
 		DOWN(o->dw, dw, (size_t)C);
 		DOWN(o->db, db, (size_t)C);
@@ -241,7 +242,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		UP(x, o->x, (size_t)N * C);
 		UP(dy, o->dy, (size_t)N * C);
 		ALLOC(dx, (size_t)N * C);
-		cu_gelu_bwd(s, dx, x, dy, (long)N * C);
+		cu_gelu_bwd(s, dx, NULL, x, dy, (long)N * C);
 		DOWN(o->dx, dx, (size_t)N * C);
 		break;
 	case KERN_GPU_OP_ATTN_FWD:
@@ -278,6 +279,31 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		ALLOC(dx, 3 * BT * C);
 		CUBLAS_TRY(cu_attention_bwd(&gx, dx, dy, qkvp, patt, dyp, datt, dqkvp, B, T, C, NH),
 		           "the attention's backward");
+		DOWN(o->dx, dx, 3 * BT * C);
+		break;
+	}
+	case KERN_GPU_OP_FLASH_FWD:
+	case KERN_GPU_OP_FLASH_BWD: {
+		if (!cu_flash_fits(o->precision, T, C, NH))
+			return cu_fail(err, errlen, KERN_GPU_EINVAL, "the fused attention",
+			               "needs bf16, head size 64 and T a multiple of 128");
+		__nv_bfloat16 *qkvp, *dO16;
+		float *lse, *D;
+		UP(x, o->x, 3 * BT * C);
+		ALLOC(qkvp, 3 * BT * C);
+		ALLOC(lse, (size_t)B * NH * T);
+		ALLOC(y, BT * C);
+		cu_qkv_split16(s, qkvp, x, NULL, B, T, C, NH);
+		cu_flash_fwd(s, y, NULL, lse, qkvp, B, T, C, NH);
+		if (o->op == KERN_GPU_OP_FLASH_FWD) {
+			DOWN(o->y, y, BT * C);
+			break;
+		}
+		UP(dy, o->dy, BT * C);
+		ALLOC(D, (size_t)B * NH * T);
+		ALLOC(dO16, BT * C);
+		ALLOC(dx, 3 * BT * C);
+		cu_flash_bwd(s, dx, dy, y, qkvp, lse, D, dO16, B, T, C, NH);
 		DOWN(o->dx, dx, 3 * BT * C);
 		break;
 	}

@@ -3,11 +3,18 @@
  * The same passes as kernels/model.c, layer for layer, on device buffers:
  * parameters and the gradient are one flat fp32 buffer each, in the host's
  * layout (the views the caller passes), so a step's parameters go up and
- * its gradient comes down in one copy.  Activations are fp32; the matrix
- * products run in the model's precision (cuda_layers.h, cu_gemm).
- * Attention materialises each (sample, head) pair's [T, T] probabilities,
- * as the CPU does: simple, exact, and the memory fits a GPU at the shapes
- * cotrain trains (GPT-2 small at B 16, T 1024: 0.8 GB a layer). */
+ * its gradient comes down in one copy.  The matrix products run in the
+ * model's precision (cuda_layers.h): in fp32 and tf32 on the fp32
+ * activations; in bf16 on bf16 copies that the kernel producing each
+ * operand writes beside (or instead of) its fp32 output, and on a bf16 copy
+ * of the parameters made once per forward, so no product converts its
+ * operands.
+ * Attention in bf16 mode runs fused (cuda_flash.h) where the shape allows
+ * (head size 64, T a multiple of 128); elsewhere, and in fp32 and tf32, it
+ * materialises each (sample, head) pair's [T, T] probabilities, as the CPU
+ * does (GPT-2 small at B 16, T 1024: 0.8 GB a layer).
+ * COTRAIN_CUDA_ATTENTION=materialized forces the second path (to compare). */
+#include "kernels/cuda/cuda_flash.h"
 #include "kernels/cuda/cuda_layers.h"
 #include "kernels/cuda/cuda_util.h"
 
@@ -19,16 +26,35 @@
 #define LN_EPS 1e-5f /* kernels/layernorm.h's KERN_LN_EPS */
 
 /* The kinds of work the profile tells apart. */
-enum { PROF_PRODUCTS, PROF_ATTENTION, PROF_LAYERNORM, PROF_ELEMENTWISE, PROF_HEAD, PROF_EMBEDDING, PROF_KINDS };
-static const char *const prof_names[PROF_KINDS] = { "products",    "attention", "layernorm",
-	                                            "elementwise", "head+ce",   "embedding+copies" };
+enum {
+	PROF_PRODUCTS,
+	PROF_SPLIT, /* q, k and v into the heads' layout */
+	PROF_ATTENTION,
+	PROF_ATTENTION_BWD,
+	PROF_LAYERNORM,
+	PROF_ELEMENTWISE,
+	PROF_HEAD,    /* the logits' product */
+	PROF_HEAD_DX, /* the head's backward products: into the activations' gradient */
+	PROF_HEAD_DW, /* and into wte's */
+	PROF_CE,
+	PROF_EMBEDDING,
+	PROF_KINDS
+};
+static const char *const prof_names[PROF_KINDS] = { "products",    "qkv split",   "attention fwd",
+	                                            "attention bwd", "layernorm", "elementwise",
+	                                            "head logits", "head dx", "head dW", "cross-entropy",
+	                                            "embedding+copies" };
 enum { PROF_MAX_EVENTS = 4096 };
 
 namespace {
 
 struct layer_buf {
+	/* ln1, ln2 and fchg exist in fp32 only outside bf16 mode, and their
+	 * *16 copies only in it (NULL otherwise) */
 	float *ln1, *ln1_mean, *ln1_rstd, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *res3;
-	void *qkvp, *att; /* of cu_att_elem bytes each: fp32, or bf16 in bf16 mode */
+	__nv_bfloat16 *ln1_16, *atty16, *ln2_16, *fchg16;
+	void *qkvp; /* of cu_att_elem bytes: fp32, or bf16 in bf16 mode */
+	void *att;  /* the probabilities (the same type), or the fused path's logsumexp (fp32) */
 };
 
 /* offsets of one parameter set's 12 tensors (model.h's order) */
@@ -42,6 +68,7 @@ struct kern_gpu_model {
 	kern_config c;
 	int max_batch, precision, device;
 	int Vp; /* the logits' row stride: the vocabulary rounded up to 64 */
+	bool flash; /* the attention runs fused (cuda_flash.h) */
 	size_t n_params, wte, wpe, lnfw, lnfb;
 	std::vector<set_off> sets;
 	cublasHandle_t blas;
@@ -53,8 +80,12 @@ struct kern_gpu_model {
 	std::vector<layer_buf> L;
 	float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
 	float *dres, *dln, *dqkv, *dqkvp, *datty, *yp, *dfch, *dfchg, *scratch;
-	void *dyp, *datt;           /* of cu_att_elem bytes */
-	__nv_bfloat16 *dlogits16;   /* bf16 mode: the logits' gradient */
+	void *dyp, *datt;           /* of cu_att_elem bytes (fused: datt holds D, fp32) */
+	/* bf16 mode: the head's operands in bf16, wte's rows padded to Vp with
+	 * zeros (so the products run on whole, aligned tiles) */
+	__nv_bfloat16 *dlogits16, *wte16, *lnf16;
+	/* bf16 mode: the parameters, and the gradients the products read */
+	__nv_bfloat16 *params16, *dres16, *dfch16, *dqkv16;
 	int32_t *tokens, *targets, *uniq, *offs, *pos;
 	/* host side: the embedding gradient's token lists, the losses */
 	std::vector<int32_t> h_cnt, h_uniq, h_offs, h_pos;
@@ -87,25 +118,41 @@ static size_t dev_layout(kern_gpu_model *g, char *base)
 #define TAKEF(ptr, n) TAKE(ptr, n, float)
 #define TAKEA(ptr, n) TAKE(ptr, (n) * ae, char)
 	size_t ae = cu_att_elem(g->precision);
+	/* the fused attention keeps a logsumexp per query row, not [T, T] */
+	size_t att_bytes = g->flash ? (size_t)g->max_batch * c->n_head * c->seq_len * sizeof(float) : att * ae;
+	/* products' operands in fp32 only outside bf16 mode (which reads
+	 * their bf16 copies); the materialised attention's scratch only where
+	 * it runs */
+	bool f32 = g->precision != KERN_PREC_BF16;
 	TAKEF(g->params, g->n_params);
 	TAKEF(g->grads, g->n_params);
 	TAKEF(g->encoded, BT * C);
 	for (auto &l : g->L) {
-		TAKEF(l.ln1, BT * C);
+		if (f32)
+			TAKEF(l.ln1, BT * C);
 		TAKEF(l.ln1_mean, BT);
 		TAKEF(l.ln1_rstd, BT);
 		TAKEA(l.qkvp, 3 * BT * C);
-		TAKEA(l.att, att);
+		TAKE(l.att, att_bytes, char);
 		TAKEF(l.atty, BT * C);
 		TAKEF(l.res2, BT * C);
-		TAKEF(l.ln2, BT * C);
+		if (f32)
+			TAKEF(l.ln2, BT * C);
 		TAKEF(l.ln2_mean, BT);
 		TAKEF(l.ln2_rstd, BT);
 		TAKEF(l.fch, BT * F);
-		TAKEF(l.fchg, BT * F);
+		if (f32)
+			TAKEF(l.fchg, BT * F);
 		TAKEF(l.res3, BT * C);
+		if (g->precision == KERN_PREC_BF16) {
+			TAKE(l.ln1_16, BT * C, __nv_bfloat16);
+			TAKE(l.atty16, BT * C, __nv_bfloat16);
+			TAKE(l.ln2_16, BT * C, __nv_bfloat16);
+			TAKE(l.fchg16, BT * F, __nv_bfloat16);
+		}
 	}
-	TAKEF(g->lnf, BT * C);
+	if (f32)
+		TAKEF(g->lnf, BT * C);
 	TAKEF(g->lnf_mean, BT);
 	TAKEF(g->lnf_rstd, BT);
 	TAKEF(g->logits, BT * g->Vp);
@@ -114,12 +161,14 @@ static size_t dev_layout(kern_gpu_model *g, char *base)
 	TAKEF(g->dres, BT * C);
 	TAKEF(g->dln, BT * C);
 	TAKEF(g->dqkv, 3 * BT * C);
-	TAKEF(g->dqkvp, 3 * BT * C);
+	if (!g->flash)
+		TAKEF(g->dqkvp, 3 * BT * C);
 	TAKEF(g->datty, BT * C);
-	TAKEF(g->yp, BT * C);
+	if (!g->flash)
+		TAKEF(g->yp, BT * C);
 	TAKEF(g->dfch, BT * F);
 	TAKEF(g->dfchg, BT * F);
-	TAKEA(g->datt, att);
+	TAKE(g->datt, att_bytes, char);
 	TAKEA(g->dyp, BT * C);
 	size_t widest = 3 * C > F ? 3 * C : F;
 	TAKEF(g->scratch, cu_colsum_scratch((int)BT, (int)(widest > V ? widest : V)));
@@ -128,14 +177,14 @@ static size_t dev_layout(kern_gpu_model *g, char *base)
 	TAKE(g->uniq, BT, int32_t);
 	TAKE(g->offs, BT + 1, int32_t);
 	TAKE(g->pos, BT, int32_t);
-	if (g->precision == KERN_PREC_BF16) { /* the largest operand of a product */
-		size_t big = V * C; /* the logits' gradient has a buffer of its own */
-		for (size_t n : { BT * F, 3 * BT * C, C * F })
-			big = n > big ? n : big;
-		g->gx.cap = big;
-		TAKE(g->gx.a16, big, __nv_bfloat16);
-		TAKE(g->gx.b16, big, __nv_bfloat16);
+	if (g->precision == KERN_PREC_BF16) {
+		TAKE(g->params16, g->n_params, __nv_bfloat16);
+		TAKE(g->dres16, BT * C, __nv_bfloat16);
+		TAKE(g->dfch16, BT * F, __nv_bfloat16);
+		TAKE(g->dqkv16, 3 * BT * C, __nv_bfloat16);
 		TAKE(g->dlogits16, BT * g->Vp, __nv_bfloat16);
+		TAKE(g->wte16, (size_t)g->Vp * C, __nv_bfloat16);
+		TAKE(g->lnf16, BT * C, __nv_bfloat16);
 	}
 #undef TAKEF
 #undef TAKEA
@@ -196,6 +245,9 @@ extern "C" int cu_model_create(const kern_config *c, const kern_view *views, int
 	g->precision = precision;
 	g->device = device;
 	g->Vp = (c->vocab + 63) / 64 * 64;
+	const char *ae = getenv("COTRAIN_CUDA_ATTENTION");
+	g->flash = cu_flash_fits(precision, c->seq_len, c->d_model, c->n_head) &&
+	           !(ae && strcmp(ae, "materialized") == 0);
 	size_t C = c->d_model, F = c->d_ff, n = 0;
 	int ok = find_view(views, n_views, "wte", (size_t)c->vocab * C, &g->wte) &&
 	         find_view(views, n_views, "wpe", (size_t)c->seq_len * C, &g->wpe) &&
@@ -248,6 +300,9 @@ static int model_on_device(kern_gpu_model *g, size_t BT, char *err, size_t errle
 	CU_TRY(cudaMalloc(&g->mem, bytes), "allocating the model's device memory");
 	dev_layout(g, (char *)g->mem);
 	CU_TRY(cudaMemsetAsync(g->grads, 0, g->n_params * sizeof(float), g->s), "zeroing the gradient");
+	if (g->wte16) /* its padding rows stay zero */
+		CU_TRY(cudaMemsetAsync(g->wte16, 0, (size_t)g->Vp * g->c.d_model * sizeof(__nv_bfloat16), g->s),
+		       "zeroing the head's operand");
 	CU_TRY(cudaMallocHost(&g->h_losses, BT * sizeof(float)), "allocating pinned memory");
 	CU_TRY(cudaMallocHost(&g->h_stage, g->n_params * sizeof(float)), "allocating pinned memory");
 	CUBLAS_TRY(cublasCreate(&g->blas), "creating the cuBLAS handle");
@@ -342,6 +397,12 @@ extern "C" int cu_profile(kern_gpu_model *g, const char *const **names, const do
 	CUBLAS_TRY(cu_gemm(&g->gx, ta, tb, M, N, K, alpha, A, lda, 0, Bm, ldb, 0, beta, Cm, ldc, 0, \
 	                   1), \
 	           "a matrix product")
+/* a product on the fp32 operands, or in bf16 mode on their bf16 copies */
+#define PROD(ta, tb, M, N, K, alpha, A, A16, lda, Bm, B16, ldb, beta, Cm, ldc) \
+	CUBLAS_TRY(g->params16 ? cu_gemm_bf16(&g->gx, ta, tb, M, N, K, alpha, A16, lda, B16, ldb, beta, Cm, ldc) \
+	                       : cu_gemm(&g->gx, ta, tb, M, N, K, alpha, A, lda, 0, Bm, ldb, 0, beta, Cm, ldc, 0, 1), \
+	           "a matrix product")
+#define P16(off) (g->params16 ? g->params16 + (off) : NULL)
 extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_t *targets, int B, double *loss,
                           char *err, size_t errlen)
 {
@@ -373,35 +434,63 @@ extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_
 		       "copying token lists");
 	}
 	cu_embedding_fwd(s, g->encoded, g->tokens, P(g->wte), P(g->wpe), B, T, C);
+	bool bf = g->params16 != NULL; /* bf16 mode: the products' operands in bf16 */
+	if (bf)
+		cu_to_bf16(s, g->params16, g->params, (long)g->n_params);
 	const float *res = g->encoded;
 	for (int l = 0; l < c->n_layer; l++) {
 		const set_off &p = g->sets[(size_t)((long)l * c->n_shared / c->n_layer)];
 		layer_buf &a = g->L[(size_t)l];
 		MARK(PROF_LAYERNORM);
-		cu_layernorm_fwd(s, a.ln1, a.ln1_mean, a.ln1_rstd, res, P(p.ln1w), P(p.ln1b), BT, C, LN_EPS);
+		cu_layernorm_fwd(s, bf ? NULL : a.ln1, a.ln1_16, a.ln1_mean, a.ln1_rstd, res, P(p.ln1w), P(p.ln1b), BT, C,
+		                 LN_EPS);
 		MARK(PROF_PRODUCTS);
-		GEMM(false, false, BT, 3 * C, C, 1.0f, a.ln1, C, P(p.qkvw), 3 * C, 0.0f, g->dqkv, 3 * C);
-		MARK(PROF_ATTENTION);
-		CUBLAS_TRY(cu_attention_fwd(&g->gx, a.atty, a.att, a.qkvp, g->yp, g->dqkv, P(p.qkvb), B, T, C, NH),
-		           "the attention");
+		PROD(false, false, BT, 3 * C, C, 1.0f, a.ln1, a.ln1_16, C, P(p.qkvw), P16(p.qkvw), 3 * C, 0.0f, g->dqkv,
+		     3 * C);
+		if (g->flash) {
+			MARK(PROF_SPLIT);
+			cu_qkv_split16(s, (__nv_bfloat16 *)a.qkvp, g->dqkv, P(p.qkvb), B, T, C, NH);
+			MARK(PROF_ATTENTION);
+			cu_flash_fwd(s, a.atty, a.atty16, (float *)a.att, (const __nv_bfloat16 *)a.qkvp, B, T, C, NH);
+		} else {
+			MARK(PROF_ATTENTION);
+			CUBLAS_TRY(cu_attention_fwd(&g->gx, a.atty, a.att, a.qkvp, g->yp, g->dqkv, P(p.qkvb), B, T, C, NH),
+			           "the attention");
+			if (bf)
+				cu_to_bf16(s, a.atty16, a.atty, (long)BT * C);
+		}
 		MARK(PROF_PRODUCTS);
 		cu_rows_bias(s, a.res2, res, P(p.projb), BT, C);
-		GEMM(false, false, BT, C, C, 1.0f, a.atty, C, P(p.projw), C, 1.0f, a.res2, C);
+		PROD(false, false, BT, C, C, 1.0f, a.atty, a.atty16, C, P(p.projw), P16(p.projw), C, 1.0f, a.res2, C);
 		MARK(PROF_LAYERNORM);
-		cu_layernorm_fwd(s, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(p.ln2w), P(p.ln2b), BT, C, LN_EPS);
+		cu_layernorm_fwd(s, bf ? NULL : a.ln2, a.ln2_16, a.ln2_mean, a.ln2_rstd, a.res2, P(p.ln2w), P(p.ln2b), BT,
+		                 C, LN_EPS);
 		MARK(PROF_PRODUCTS);
-		GEMM(false, false, BT, F, C, 1.0f, a.ln2, C, P(p.fcw), F, 0.0f, a.fch, F);
+		PROD(false, false, BT, F, C, 1.0f, a.ln2, a.ln2_16, C, P(p.fcw), P16(p.fcw), F, 0.0f, a.fch, F);
 		MARK(PROF_ELEMENTWISE);
-		cu_bias_gelu_fwd(s, a.fchg, a.fch, P(p.fcb), BT, F);
+		cu_bias_gelu_fwd(s, bf ? NULL : a.fchg, a.fchg16, a.fch, P(p.fcb), BT, F);
 		MARK(PROF_PRODUCTS);
 		cu_rows_bias(s, a.res3, a.res2, P(p.fcprojb), BT, C);
-		GEMM(false, false, BT, C, F, 1.0f, a.fchg, F, P(p.fcprojw), C, 1.0f, a.res3, C);
+		PROD(false, false, BT, C, F, 1.0f, a.fchg, a.fchg16, F, P(p.fcprojw), P16(p.fcprojw), C, 1.0f, a.res3,
+		     C);
 		res = a.res3;
 	}
+	MARK(PROF_LAYERNORM);
+	cu_layernorm_fwd(s, bf ? NULL : g->lnf, g->lnf16, g->lnf_mean, g->lnf_rstd, res, P(g->lnfw), P(g->lnfb), BT,
+	                 C, LN_EPS);
 	MARK(PROF_HEAD);
-	cu_layernorm_fwd(s, g->lnf, g->lnf_mean, g->lnf_rstd, res, P(g->lnfw), P(g->lnfb), BT, C, LN_EPS);
-	GEMM(false, true, BT, V, C, 1.0f, g->lnf, C, P(g->wte), C, 0.0f, g->logits, g->Vp);
+	if (bf) { /* the product over the padded Vp columns: wte's rows from the bf16 parameters */
+		CU_TRY(cudaMemcpyAsync(g->wte16, g->params16 + g->wte, (size_t)V * C * sizeof(__nv_bfloat16),
+		                       cudaMemcpyDeviceToDevice, s),
+		       "copying wte for the head");
+		CUBLAS_TRY(cu_gemm_bf16(&g->gx, false, true, BT, g->Vp, C, 1.0f, g->lnf16, C, g->wte16, C, 0.0f,
+		                        g->logits, g->Vp),
+		           "a matrix product");
+	} else {
+		GEMM(false, true, BT, V, C, 1.0f, g->lnf, C, P(g->wte), C, 0.0f, g->logits, g->Vp);
+	}
 	if (targets) {
+		MARK(PROF_CE);
 		cu_crossentropy_fwd(s, g->losses, g->lse, g->logits, g->targets, BT, V, g->Vp);
 		CU_TRY(cudaMemcpyAsync(g->h_losses, g->losses, BT * sizeof(float), cudaMemcpyDeviceToHost, s),
 		       "copying the losses");
@@ -433,23 +522,28 @@ extern "C" int cu_backward(kern_gpu_model *g, float dscale, char *err, size_t er
 	int Vp = g->Vp;
 	/* the head; the logits become their gradient (the forward's logits are
 	 * not kept: kern_logits is the CPU model's) */
-	MARK(PROF_HEAD);
-	if (g->dlogits16) { /* bf16: the gradient written once in bf16, read so by both products */
+	MARK(PROF_CE);
+	if (g->dlogits16) { /* bf16: the gradient written once in bf16 (zeros past V), read so by both
+	                       products beside the forward's bf16 operands */
 		cu_crossentropy_bwd16(s, g->dlogits16, g->logits, g->lse, g->targets, BT, V, Vp, dscale / (float)BT);
-		CUBLAS_TRY(cu_gemm_a16(&g->gx, false, false, BT, C, V, 1.0f, g->dlogits16, Vp, P(g->wte), C, 0.0f,
-		                       g->dln, C),
+		MARK(PROF_HEAD_DX);
+		CUBLAS_TRY(cu_gemm_bf16(&g->gx, false, false, BT, C, Vp, 1.0f, g->dlogits16, Vp, g->wte16, C, 0.0f,
+		                        g->dln, C),
 		           "a matrix product");
-		CUBLAS_TRY(cu_gemm_a16(&g->gx, true, false, V, C, BT, 1.0f, g->dlogits16, Vp, g->lnf, C, 1.0f,
-		                       G(g->wte), C),
+		MARK(PROF_HEAD_DW);
+		CUBLAS_TRY(cu_gemm_bf16(&g->gx, true, false, V, C, BT, 1.0f, g->dlogits16, Vp, g->lnf16, C, 1.0f,
+		                        G(g->wte), C),
 		           "a matrix product");
 	} else {
 		cu_crossentropy_bwd(s, g->logits, g->lse, g->targets, BT, V, Vp, dscale / (float)BT);
+		MARK(PROF_HEAD_DX);
 		GEMM(false, false, BT, C, V, 1.0f, g->logits, Vp, P(g->wte), C, 0.0f, g->dln, C);
+		MARK(PROF_HEAD_DW);
 		GEMM(true, false, V, C, BT, 1.0f, g->logits, Vp, g->lnf, C, 1.0f, G(g->wte), C);
 	}
 	MARK(PROF_LAYERNORM);
 	CU_TRY(cudaMemsetAsync(g->dres, 0, BTC * sizeof(float), s), "zeroing a gradient");
-	cu_layernorm_bwd(s, g->dres, G(g->lnfw), G(g->lnfb), g->dln, g->L[(size_t)L - 1].res3, P(g->lnfw),
+	cu_layernorm_bwd(s, g->dres, g->dres16, G(g->lnfw), G(g->lnfb), g->dln, g->L[(size_t)L - 1].res3, P(g->lnfw),
 	                 g->lnf_mean, g->lnf_rstd, BT, C, g->scratch);
 	g->B = 0; /* the logits are spent */
 	for (int l = L - 1; l >= 0; l--) {
@@ -458,34 +552,44 @@ extern "C" int cu_backward(kern_gpu_model *g, float dscale, char *err, size_t er
 		const float *res_in = l > 0 ? g->L[(size_t)l - 1].res3 : g->encoded;
 		/* the MLP: dres is d res3 */
 		MARK(PROF_PRODUCTS);
-		GEMM(false, true, BT, F, C, 1.0f, g->dres, C, P(p.fcprojw), C, 0.0f, g->dfchg, F);
-		GEMM(true, false, F, C, BT, 1.0f, a.fchg, F, g->dres, C, 1.0f, G(p.fcprojw), C);
+		PROD(false, true, BT, F, C, 1.0f, g->dres, g->dres16, C, P(p.fcprojw), P16(p.fcprojw), C, 0.0f, g->dfchg,
+		     F);
+		PROD(true, false, F, C, BT, 1.0f, a.fchg, a.fchg16, F, g->dres, g->dres16, C, 1.0f, G(p.fcprojw), C);
 		cu_colsum_add(s, G(p.fcprojb), g->dres, BT, C, g->scratch);
 		MARK(PROF_ELEMENTWISE);
-		cu_gelu_bwd(s, g->dfch, a.fch, g->dfchg, (long)BT * F);
+		cu_gelu_bwd(s, g->dfch, g->dfch16, a.fch, g->dfchg, (long)BT * F);
 		MARK(PROF_PRODUCTS);
-		GEMM(false, true, BT, C, F, 1.0f, g->dfch, F, P(p.fcw), F, 0.0f, g->dln, C);
-		GEMM(true, false, C, F, BT, 1.0f, a.ln2, C, g->dfch, F, 1.0f, G(p.fcw), F);
+		PROD(false, true, BT, C, F, 1.0f, g->dfch, g->dfch16, F, P(p.fcw), P16(p.fcw), F, 0.0f, g->dln, C);
+		PROD(true, false, C, F, BT, 1.0f, a.ln2, a.ln2_16, C, g->dfch, g->dfch16, F, 1.0f, G(p.fcw), F);
 		cu_colsum_add(s, G(p.fcb), g->dfch, BT, F, g->scratch);
 		MARK(PROF_LAYERNORM);
-		cu_layernorm_bwd(s, g->dres, G(p.ln2w), G(p.ln2b), g->dln, a.res2, P(p.ln2w), a.ln2_mean, a.ln2_rstd,
-		                 BT, C, g->scratch);
+		cu_layernorm_bwd(s, g->dres, g->dres16, G(p.ln2w), G(p.ln2b), g->dln, a.res2, P(p.ln2w), a.ln2_mean,
+		                 a.ln2_rstd, BT, C, g->scratch);
 		/* the attention: dres is d res2 */
 		MARK(PROF_PRODUCTS);
-		GEMM(false, true, BT, C, C, 1.0f, g->dres, C, P(p.projw), C, 0.0f, g->datty, C);
-		GEMM(true, false, C, C, BT, 1.0f, a.atty, C, g->dres, C, 1.0f, G(p.projw), C);
+		PROD(false, true, BT, C, C, 1.0f, g->dres, g->dres16, C, P(p.projw), P16(p.projw), C, 0.0f, g->datty, C);
+		PROD(true, false, C, C, BT, 1.0f, a.atty, a.atty16, C, g->dres, g->dres16, C, 1.0f, G(p.projw), C);
 		cu_colsum_add(s, G(p.projb), g->dres, BT, C, g->scratch);
-		MARK(PROF_ATTENTION);
-		CUBLAS_TRY(cu_attention_bwd(&g->gx, g->dqkv, g->datty, a.qkvp, a.att, g->dyp, g->datt, g->dqkvp, B, T, C,
-		                            NH),
-		           "the attention's backward");
+		MARK(PROF_ATTENTION_BWD);
+		if (g->flash) {
+			cu_flash_bwd(s, g->dqkv, g->datty, a.atty, (const __nv_bfloat16 *)a.qkvp, (const float *)a.att,
+			             (float *)g->datt, (__nv_bfloat16 *)g->dyp, B, T, C, NH);
+		} else {
+			CUBLAS_TRY(cu_attention_bwd(&g->gx, g->dqkv, g->datty, a.qkvp, a.att, g->dyp, g->datt, g->dqkvp,
+			                            B, T, C, NH),
+			           "the attention's backward");
+		}
 		MARK(PROF_PRODUCTS);
-		GEMM(false, true, BT, C, 3 * C, 1.0f, g->dqkv, 3 * C, P(p.qkvw), 3 * C, 0.0f, g->dln, C);
-		GEMM(true, false, C, 3 * C, BT, 1.0f, a.ln1, C, g->dqkv, 3 * C, 1.0f, G(p.qkvw), 3 * C);
+		if (g->dqkv16)
+			cu_to_bf16(s, g->dqkv16, g->dqkv, 3 * BTC);
+		PROD(false, true, BT, C, 3 * C, 1.0f, g->dqkv, g->dqkv16, 3 * C, P(p.qkvw), P16(p.qkvw), 3 * C, 0.0f,
+		     g->dln, C);
+		PROD(true, false, C, 3 * C, BT, 1.0f, a.ln1, a.ln1_16, C, g->dqkv, g->dqkv16, 3 * C, 1.0f, G(p.qkvw),
+		     3 * C);
 		cu_colsum_add(s, G(p.qkvb), g->dqkv, BT, 3 * C, g->scratch);
 		MARK(PROF_LAYERNORM);
-		cu_layernorm_bwd(s, g->dres, G(p.ln1w), G(p.ln1b), g->dln, res_in, P(p.ln1w), a.ln1_mean, a.ln1_rstd,
-		                 BT, C, g->scratch);
+		cu_layernorm_bwd(s, g->dres, g->dres16, G(p.ln1w), G(p.ln1b), g->dln, res_in, P(p.ln1w), a.ln1_mean,
+		                 a.ln1_rstd, BT, C, g->scratch);
 	}
 	MARK(PROF_EMBEDDING);
 	cu_embedding_bwd(s, G(g->wte), G(g->wpe), g->dres, g->uniq, g->offs, g->pos, g->n_uniq, B, T, C);

@@ -90,15 +90,18 @@ cublasStatus_t cu_gemm(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int
 	return cublasGemmStridedBatchedEx(x->h, ob, oa, N, M, K, &alpha, b, type, ldb, sb, a, type, lda, sa, &beta, C,
 	                                  CUDA_R_32F, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT);
 }
-cublasStatus_t cu_gemm_a16(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int K, float alpha,
-                           const __nv_bfloat16 *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+
+void cu_to_bf16(cudaStream_t s, __nv_bfloat16 *dst, const float *src, long n)
 {
-	long nb = extent(tb ? N : K, tb ? K : N, ldb, 0, 1);
-	if (!x->b16 || (size_t)nb > x->cap || (uintptr_t)B % 16)
-		return CUBLAS_STATUS_INVALID_VALUE;
-	to_bf16_k<<<blocks_for((nb + 3) / 4, 256), 256, 0, x->s>>>(x->b16, B, nb);
+	to_bf16_k<<<blocks_for((n + 3) / 4, 256), 256, 0, s>>>(dst, src, n);
+}
+
+cublasStatus_t cu_gemm_bf16(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int K, float alpha,
+                            const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb, float beta, float *C,
+                            int ldc)
+{
 	cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-	return cublasGemmEx(x->h, ob, oa, N, M, K, &alpha, x->b16, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
+	return cublasGemmEx(x->h, ob, oa, N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
 	                    CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
@@ -108,15 +111,34 @@ __global__ void rows_bias_k(float *out, const float *res, const float *bias, lon
 		out[i] = (res ? res[i] : 0.0f) + (bias ? bias[i % C] : 0.0f);
 }
 
+/* rows_bias_k on float4s (C a multiple of 4, under 2^31 of them) */
+__global__ void rows_bias4_k(float4 *out, const float4 *res, const float4 *bias, int n4, int C4)
+{
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
+		float4 r = res ? res[i] : make_float4(0, 0, 0, 0), b = bias ? bias[i % C4] : make_float4(0, 0, 0, 0);
+		out[i] = make_float4(r.x + b.x, r.y + b.y, r.z + b.z, r.w + b.w);
+	}
+}
+
+/* whether float4 kernels may take these pointers */
+static bool aligned16(const void *a, const void *b = NULL, const void *c = NULL)
+{
+	return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
+}
+
 void cu_rows_bias(cudaStream_t s, float *out, const float *res, const float *bias, int N, int C)
 {
 	long n = (long)N * C;
-	rows_bias_k<<<blocks_for(n, 256), 256, 0, s>>>(out, res, bias, n, C);
+	if (C % 4 == 0 && n / 4 < (1L << 31) && aligned16(out, res, bias))
+		rows_bias4_k<<<blocks_for(n / 4, 256), 256, 0, s>>>((float4 *)out, (const float4 *)res,
+		                                                     (const float4 *)bias, (int)(n / 4), C / 4);
+	else
+		rows_bias_k<<<blocks_for(n, 256), 256, 0, s>>>(out, res, bias, n, C);
 }
 
 /* one warp per row, two passes as the CPU (mean, then the centred squares) */
-__global__ void layernorm_fwd_k(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                const float *b, int N, int C, float eps)
+__global__ void layernorm_fwd_k(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, const float *inp,
+                                const float *w, const float *b, int N, int C, float eps)
 {
 	int row = (int)((blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
 	if (row >= N)
@@ -132,24 +154,94 @@ __global__ void layernorm_fwd_k(float *out, float *mean, float *rstd, const floa
 		v += d * d;
 	}
 	float r = 1.0f / sqrtf(warp_sum(v) / C + eps);
-	float *o = out + (size_t)row * C;
-	for (int i = lane; i < C; i += 32)
-		o[i] = (x[i] - m) * r * w[i] + b[i];
+	for (int i = lane; i < C; i += 32) {
+		float y = (x[i] - m) * r * w[i] + b[i];
+		if (out)
+			out[(size_t)row * C + i] = y;
+		if (out16)
+			out16[(size_t)row * C + i] = __float2bfloat16_rn(y);
+	}
 	if (lane == 0) {
 		mean[row] = m;
 		rstd[row] = r;
 	}
 }
 
-void cu_layernorm_fwd(cudaStream_t s, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                      const float *b, int N, int C, float eps)
+/* Four bf16 from four floats, stored in 8 bytes */
+__device__ __forceinline__ void st_bf16x4(__nv_bfloat16 *p, float4 v)
 {
-	layernorm_fwd_k<<<blocks_for((long)N * 32, 256), 256, 0, s>>>(out, mean, rstd, inp, w, b, N, C, eps);
+	__nv_bfloat162 o[2] = { __floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w) };
+	*(uint2 *)p = *(uint2 *)o;
+}
+
+/* layernorm_fwd_k with the row held in registers: C = 128 NV, each lane
+ * NV float4s */
+template <int NV>
+__global__ void layernorm_fwd4_k(float *out, __nv_bfloat16 *out16, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, int N, float eps)
+{
+	const int C = 128 * NV;
+	int row = (int)((blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+	if (row >= N)
+		return;
+	const float4 *x = (const float4 *)(inp + (size_t)row * C);
+	float4 v[NV];
+	float sum = 0.0f;
+#pragma unroll
+	for (int k = 0; k < NV; k++) {
+		v[k] = x[lane + 32 * k];
+		sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+	}
+	float m = warp_sum(sum) / C, var = 0.0f;
+#pragma unroll
+	for (int k = 0; k < NV; k++) {
+		float a = v[k].x - m, bb = v[k].y - m, c = v[k].z - m, d = v[k].w - m;
+		var += (a * a + bb * bb) + (c * c + d * d);
+	}
+	float r = 1.0f / sqrtf(warp_sum(var) / C + eps);
+#pragma unroll
+	for (int k = 0; k < NV; k++) {
+		int i = lane + 32 * k;
+		float4 w4 = ((const float4 *)w)[i], b4 = ((const float4 *)b)[i];
+		float4 y = make_float4((v[k].x - m) * r * w4.x + b4.x, (v[k].y - m) * r * w4.y + b4.y,
+		                       (v[k].z - m) * r * w4.z + b4.z, (v[k].w - m) * r * w4.w + b4.w);
+		if (out)
+			((float4 *)(out + (size_t)row * C))[i] = y;
+		if (out16)
+			st_bf16x4(out16 + (size_t)row * C + 4 * i, y);
+	}
+	if (lane == 0) {
+		mean[row] = m;
+		rstd[row] = r;
+	}
+}
+
+void cu_layernorm_fwd(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *mean, float *rstd, const float *inp,
+                      const float *w, const float *b, int N, int C, float eps)
+{
+	int g = blocks_for((long)N * 32, 256);
+	if (aligned16(out, out16, inp) && aligned16(w, b)) {
+		switch (C) {
+		case 256:
+			layernorm_fwd4_k<2><<<g, 256, 0, s>>>(out, out16, mean, rstd, inp, w, b, N, eps);
+			return;
+		case 512:
+			layernorm_fwd4_k<4><<<g, 256, 0, s>>>(out, out16, mean, rstd, inp, w, b, N, eps);
+			return;
+		case 768:
+			layernorm_fwd4_k<6><<<g, 256, 0, s>>>(out, out16, mean, rstd, inp, w, b, N, eps);
+			return;
+		case 1024:
+			layernorm_fwd4_k<8><<<g, 256, 0, s>>>(out, out16, mean, rstd, inp, w, b, N, eps);
+			return;
+		}
+	}
+	layernorm_fwd_k<<<g, 256, 0, s>>>(out, out16, mean, rstd, inp, w, b, N, C, eps);
 }
 
 /* dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), added */
-__global__ void layernorm_bwd_k(float *dinp, const float *dout, const float *inp, const float *w,
-                                const float *mean, const float *rstd, int N, int C)
+__global__ void layernorm_bwd_k(float *dinp, __nv_bfloat16 *dinp16, const float *dout, const float *inp,
+                                const float *w, const float *mean, const float *rstd, int N, int C)
 {
 	int row = (int)((blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
 	if (row >= N)
@@ -165,7 +257,10 @@ __global__ void layernorm_bwd_k(float *dinp, const float *dout, const float *inp
 	float *dx = dinp + (size_t)row * C;
 	for (int i = lane; i < C; i += 32) {
 		float xh = (x[i] - m) * r;
-		dx[i] += r * (dy[i] * w[i] - md - xh * mdx);
+		float d = dx[i] + r * (dy[i] * w[i] - md - xh * mdx);
+		dx[i] = d;
+		if (dinp16)
+			dinp16[(size_t)row * C + i] = __float2bfloat16_rn(d);
 	}
 }
 
@@ -234,10 +329,60 @@ void cu_colsum_add(cudaStream_t s, float *out, const float *a, int N, int C, flo
 	colsum_final_k<<<(C + 255) / 256, 256, 0, s>>>(out, NULL, scratch, nch, C);
 }
 
-void cu_layernorm_bwd(cudaStream_t s, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                      const float *w, const float *mean, const float *rstd, int N, int C, float *scratch)
+/* layernorm_bwd_k with the row's x and dy held in registers (C = 128 NV) */
+template <int NV>
+__global__ void layernorm_bwd4_k(float *dinp, __nv_bfloat16 *dinp16, const float *dout, const float *inp,
+                                 const float *w, const float *mean, const float *rstd, int N)
 {
-	layernorm_bwd_k<<<blocks_for((long)N * 32, 256), 256, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+	const int C = 128 * NV;
+	int row = (int)((blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+	if (row >= N)
+		return;
+	const float4 *x4 = (const float4 *)(inp + (size_t)row * C), *dy4 = (const float4 *)(dout + (size_t)row * C),
+	             *w4 = (const float4 *)w;
+	float m = mean[row], r = rstd[row], s1 = 0.0f, s2 = 0.0f;
+	float4 xh[NV], dn[NV];
+#pragma unroll
+	for (int k = 0; k < NV; k++) {
+		int i = lane + 32 * k;
+		float4 x = x4[i], dy = dy4[i], ww = w4[i];
+		xh[k] = make_float4((x.x - m) * r, (x.y - m) * r, (x.z - m) * r, (x.w - m) * r);
+		dn[k] = make_float4(dy.x * ww.x, dy.y * ww.y, dy.z * ww.z, dy.w * ww.w);
+		s1 += (dn[k].x + dn[k].y) + (dn[k].z + dn[k].w);
+		s2 += (dn[k].x * xh[k].x + dn[k].y * xh[k].y) + (dn[k].z * xh[k].z + dn[k].w * xh[k].w);
+	}
+	float md = warp_sum(s1) / C, mdx = warp_sum(s2) / C;
+	float4 *dx4 = (float4 *)(dinp + (size_t)row * C);
+#pragma unroll
+	for (int k = 0; k < NV; k++) {
+		int i = lane + 32 * k;
+		float4 d = dx4[i];
+		d.x += r * (dn[k].x - md - xh[k].x * mdx);
+		d.y += r * (dn[k].y - md - xh[k].y * mdx);
+		d.z += r * (dn[k].z - md - xh[k].z * mdx);
+		d.w += r * (dn[k].w - md - xh[k].w * mdx);
+		dx4[i] = d;
+		if (dinp16)
+			st_bf16x4(dinp16 + (size_t)row * C + 4 * i, d);
+	}
+}
+
+void cu_layernorm_bwd(cudaStream_t s, float *dinp, __nv_bfloat16 *dinp16, float *dw, float *db, const float *dout,
+                      const float *inp, const float *w, const float *mean, const float *rstd, int N, int C,
+                      float *scratch)
+{
+	int g = blocks_for((long)N * 32, 256);
+	bool v4 = aligned16(dinp, dinp16, dout) && aligned16(inp, w);
+	if (v4 && C == 256)
+		layernorm_bwd4_k<2><<<g, 256, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N);
+	else if (v4 && C == 512)
+		layernorm_bwd4_k<4><<<g, 256, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N);
+	else if (v4 && C == 768)
+		layernorm_bwd4_k<6><<<g, 256, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N);
+	else if (v4 && C == 1024)
+		layernorm_bwd4_k<8><<<g, 256, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N);
+	else
+		layernorm_bwd_k<<<g, 256, 0, s>>>(dinp, dinp16, dout, inp, w, mean, rstd, N, C);
 	int nch = colsum_chunks(N);
 	dim3 grid((C + COLSUM_TX - 1) / COLSUM_TX, nch), block(COLSUM_TX, COLSUM_TY);
 	colsum_partial_k<true><<<grid, block, 0, s>>>(scratch, dout, inp, mean, rstd, N, C);
@@ -252,30 +397,80 @@ __global__ void gelu_fwd_k(float *out, const float *inp, long n)
 	}
 }
 
-__global__ void gelu_bwd_k(float *dinp, const float *inp, const float *dout, long n)
+__global__ void gelu_bwd_k(float *dinp, __nv_bfloat16 *dinp16, const float *inp, const float *dout, long n)
 {
 	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
 		float x = inp[i], x2 = x * x;
 		float t = tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
 		float d = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
 		dinp[i] = dout[i] * d;
+		if (dinp16)
+			dinp16[i] = __float2bfloat16_rn(dout[i] * d);
 	}
 }
 
-/* pre[i] += bias[i % N]; out[i] = gelu(pre[i]) */
-__global__ void bias_gelu_k(float *out, float *pre, const float *bias, long n, int N)
+/* pre[i] += bias[i % N]; out[i] = gelu(pre[i]) (in fp32 and or bf16) */
+__global__ void bias_gelu_k(float *out, __nv_bfloat16 *out16, float *pre, const float *bias, long n, int N)
 {
 	for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
 		float x = pre[i] + bias[i % N];
 		pre[i] = x;
-		out[i] = 0.5f * x * (1.0f + tanhf(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
+		float y = 0.5f * x * (1.0f + tanhf(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
+		if (out)
+			out[i] = y;
+		if (out16)
+			out16[i] = __float2bfloat16_rn(y);
 	}
 }
 
-void cu_bias_gelu_fwd(cudaStream_t s, float *out, float *pre, const float *bias, int rows, int N)
+__device__ __forceinline__ float gelu(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(GELU_BETA * (x + GELU_KAPPA * x * x * x)));
+}
+
+__device__ __forceinline__ float gelu_grad(float x)
+{
+	float x2 = x * x, t = tanhf(GELU_BETA * (x + GELU_KAPPA * x2 * x));
+	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
+}
+
+/* bias_gelu_k on float4s (N a multiple of 4, under 2^31 of them) */
+__global__ void bias_gelu4_k(float4 *out, __nv_bfloat16 *out16, float4 *pre, const float4 *bias, int n4, int N4)
+{
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
+		float4 x = pre[i], b = bias[i % N4];
+		x = make_float4(x.x + b.x, x.y + b.y, x.z + b.z, x.w + b.w);
+		pre[i] = x;
+		float4 y = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
+		if (out)
+			out[i] = y;
+		if (out16)
+			st_bf16x4(out16 + 4L * i, y);
+	}
+}
+
+/* gelu_bwd_k on float4s */
+__global__ void gelu_bwd4_k(float4 *dinp, __nv_bfloat16 *dinp16, const float4 *inp, const float4 *dout, int n4)
+{
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
+		float4 x = inp[i], dy = dout[i];
+		float4 d = make_float4(dy.x * gelu_grad(x.x), dy.y * gelu_grad(x.y), dy.z * gelu_grad(x.z),
+		                       dy.w * gelu_grad(x.w));
+		dinp[i] = d;
+		if (dinp16)
+			st_bf16x4(dinp16 + 4L * i, d);
+	}
+}
+
+void cu_bias_gelu_fwd(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *pre, const float *bias, int rows,
+                      int N)
 {
 	long n = (long)rows * N;
-	bias_gelu_k<<<blocks_for(n, 256), 256, 0, s>>>(out, pre, bias, n, N);
+	if (N % 4 == 0 && n / 4 < (1L << 31) && aligned16(out, out16, pre) && aligned16(bias))
+		bias_gelu4_k<<<blocks_for(n / 4, 256), 256, 0, s>>>((float4 *)out, out16, (float4 *)pre,
+		                                                     (const float4 *)bias, (int)(n / 4), N / 4);
+	else
+		bias_gelu_k<<<blocks_for(n, 256), 256, 0, s>>>(out, out16, pre, bias, n, N);
 }
 
 void cu_gelu_fwd(cudaStream_t s, float *out, const float *inp, long n)
@@ -283,9 +478,13 @@ void cu_gelu_fwd(cudaStream_t s, float *out, const float *inp, long n)
 	gelu_fwd_k<<<blocks_for(n, 256), 256, 0, s>>>(out, inp, n);
 }
 
-void cu_gelu_bwd(cudaStream_t s, float *dinp, const float *inp, const float *dout, long n)
+void cu_gelu_bwd(cudaStream_t s, float *dinp, __nv_bfloat16 *dinp16, const float *inp, const float *dout, long n)
 {
-	gelu_bwd_k<<<blocks_for(n, 256), 256, 0, s>>>(dinp, inp, dout, n);
+	if (n % 4 == 0 && n / 4 < (1L << 31) && aligned16(dinp, dinp16, inp) && aligned16(dout))
+		gelu_bwd4_k<<<blocks_for(n / 4, 256), 256, 0, s>>>((float4 *)dinp, dinp16, (const float4 *)inp,
+		                                                    (const float4 *)dout, (int)(n / 4));
+	else
+		gelu_bwd_k<<<blocks_for(n, 256), 256, 0, s>>>(dinp, dinp16, inp, dout, n);
 }
 
 /* Element conversions for the attention's storage type (fp32, or bf16 in
@@ -376,6 +575,40 @@ template <typename A> __global__ void softmax_causal_bwd_k(A *datt, const A *att
 		st(d + j, j < n ? scale * ld(p + j) * (ld(d + j) - dot) : 0.0f);
 }
 
+/* qkv_perm_k's split into bf16, eight elements of a head's row a thread
+ * (hd a multiple of 8, under 2^31 groups of eight: index arithmetic in 32
+ * bits, 16-byte stores) */
+__global__ void qkv_split16_k(__nv_bfloat16 *dst, const float *src, const float *bias, int BT, int T, int C, int NH)
+{
+	int per_row = 3 * C / 8, hd = C / NH, n8 = BT * per_row;
+	long BTC = (long)BT * C;
+	for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n8; j += gridDim.x * blockDim.x) {
+		int bt = j / per_row, c3 = (j - bt * per_row) * 8, which = c3 / C, c = c3 - which * C, h = c / hd,
+		    d = c - h * hd, b = bt / T, t = bt - b * T;
+		const float4 *p = (const float4 *)(src + (long)bt * 3 * C + c3);
+		float4 v0 = p[0], v1 = p[1];
+		if (bias) {
+			const float4 *q = (const float4 *)(bias + c3);
+			float4 b0 = q[0], b1 = q[1];
+			v0 = make_float4(v0.x + b0.x, v0.y + b0.y, v0.z + b0.z, v0.w + b0.w);
+			v1 = make_float4(v1.x + b1.x, v1.y + b1.y, v1.z + b1.z, v1.w + b1.w);
+		}
+		__nv_bfloat162 o[4] = { __floats2bfloat162_rn(v0.x, v0.y), __floats2bfloat162_rn(v0.z, v0.w),
+			                __floats2bfloat162_rn(v1.x, v1.y), __floats2bfloat162_rn(v1.z, v1.w) };
+		*(uint4 *)(dst + which * BTC + (((long)b * NH + h) * T + t) * hd + d) = *(uint4 *)o;
+	}
+}
+
+void cu_qkv_split16(cudaStream_t s, __nv_bfloat16 *qkvp, const float *qkv, const float *bias, int B, int T, int C,
+                    int NH)
+{
+	long n8 = (long)B * T * 3 * C / 8;
+	if ((C / NH) % 8 == 0 && n8 < (1L << 31) && (uintptr_t)qkv % 16 == 0 && (uintptr_t)bias % 16 == 0)
+		qkv_split16_k<<<blocks_for(n8, 256), 256, 0, s>>>(qkvp, qkv, bias, B * T, T, C, NH);
+	else
+		qkv_perm_k<false><<<blocks_for(3L * B * T * C, 256), 256, 0, s>>>(qkvp, qkv, bias, B, T, C, NH);
+}
+
 static cublasStatus_t gemm_typed(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int K, float alpha,
                                  const void *A, int lda, long sa, const void *B, int ldb, long sb, float beta,
                                  void *C, cudaDataType_t ctype, int ldc, long sc, int batch)
@@ -460,15 +693,26 @@ cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-/* one block per row of logits */
+/* one block per row of logits, in one pass: each thread keeps its running
+ * max and the sum scaled to it; vec: the first V / 4 * 4 columns read as
+ * float4s (ld a multiple of 4, logits 16-byte aligned) */
 __global__ void crossentropy_fwd_k(float *losses, float *lse, const float *logits, const int32_t *targets, int V,
-                                   int ld)
+                                   int ld, bool vec)
 {
 	__shared__ float sh[32];
 	const float *l = logits + (size_t)blockIdx.x * ld;
-	/* one pass: each thread keeps its running max and the sum scaled to it */
 	float m = -INFINITY, sum = 0.0f;
-	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+	int done = vec ? V / 4 * 4 : 0;
+	for (int j = threadIdx.x; j < done / 4; j += blockDim.x) {
+		float4 v = ((const float4 *)l)[j];
+		float vm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+		if (vm > m) {
+			sum *= expf(m - vm);
+			m = vm;
+		}
+		sum += (expf(v.x - m) + expf(v.y - m)) + (expf(v.z - m) + expf(v.w - m));
+	}
+	for (int j = done + threadIdx.x; j < V; j += blockDim.x) {
 		float v = l[j];
 		if (v > m) {
 			sum = sum * expf(m - v) + 1.0f;
@@ -503,20 +747,43 @@ __global__ void crossentropy_bwd16_k(__nv_bfloat16 *d, const float *logits, cons
 	__nv_bfloat16 *o = d + (size_t)blockIdx.x * ld;
 	float z = lse[blockIdx.x];
 	int tgt = targets[blockIdx.x];
-	for (int j = threadIdx.x; j < V; j += blockDim.x)
-		o[j] = __float2bfloat16_rn(scale * (expf(l[j] - z) - (j == tgt ? 1.0f : 0.0f)));
+	for (int j = threadIdx.x; j < ld; j += blockDim.x)
+		o[j] = __float2bfloat16_rn(j < V ? scale * (expf(l[j] - z) - (j == tgt ? 1.0f : 0.0f)) : 0.0f);
+}
+
+/* crossentropy_bwd16_k on four columns a thread (ld a multiple of 4) */
+__global__ void crossentropy_bwd16x4_k(__nv_bfloat16 *d, const float *logits, const float *lse,
+                                       const int32_t *targets, int V, int ld, float scale)
+{
+	const float *l = logits + (size_t)blockIdx.x * ld;
+	__nv_bfloat16 *o = d + (size_t)blockIdx.x * ld;
+	float z = lse[blockIdx.x];
+	int tgt = targets[blockIdx.x];
+	for (int j = threadIdx.x; j < ld / 4; j += blockDim.x) {
+		float4 v = ((const float4 *)l)[j];
+		float e[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			int col = 4 * j + k;
+			e[k] = col < V ? scale * (expf(e[k] - z) - (col == tgt ? 1.0f : 0.0f)) : 0.0f;
+		}
+		st_bf16x4(o + 4 * j, make_float4(e[0], e[1], e[2], e[3]));
+	}
 }
 
 void cu_crossentropy_bwd16(cudaStream_t s, __nv_bfloat16 *dlogits, const float *logits, const float *lse,
                            const int32_t *targets, int N, int V, int ld, float scale)
 {
-	crossentropy_bwd16_k<<<N, 256, 0, s>>>(dlogits, logits, lse, targets, V, ld, scale);
+	if (ld % 4 == 0 && aligned16(dlogits, logits))
+		crossentropy_bwd16x4_k<<<N, 256, 0, s>>>(dlogits, logits, lse, targets, V, ld, scale);
+	else
+		crossentropy_bwd16_k<<<N, 256, 0, s>>>(dlogits, logits, lse, targets, V, ld, scale);
 }
 
 void cu_crossentropy_fwd(cudaStream_t s, float *losses, float *lse, const float *logits, const int32_t *targets,
                          int N, int V, int ld)
 {
-	crossentropy_fwd_k<<<N, 256, 0, s>>>(losses, lse, logits, targets, V, ld);
+	crossentropy_fwd_k<<<N, 256, 0, s>>>(losses, lse, logits, targets, V, ld, ld % 4 == 0 && aligned16(logits));
 }
 
 void cu_crossentropy_bwd(cudaStream_t s, float *logits, const float *lse, const int32_t *targets, int N, int V,

@@ -40,13 +40,16 @@ cublasStatus_t cu_gemm(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int
 /* out[n, :] = (res ? res[n, :] : 0) + bias[:] (bias may be NULL: a copy or zeros) */
 void cu_rows_bias(cudaStream_t s, float *out, const float *res, const float *bias, int N, int C);
 
-/* LayerNorm (eps as the CPU's): out, mean[N], rstd[N] from inp[N, C] */
-void cu_layernorm_fwd(cudaStream_t s, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                      const float *b, int N, int C, float eps);
+/* LayerNorm (eps as the CPU's): out, mean[N], rstd[N] from inp[N, C]; out
+ * in fp32, or bf16 into out16, or both (either may be NULL) */
+void cu_layernorm_fwd(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *mean, float *rstd,
+                      const float *inp, const float *w, const float *b, int N, int C, float eps);
 /* dinp += ..., and dw += sum_n dout * xhat, db += sum_n dout (scratch: at
- * least cu_colsum_scratch(N, C) floats) */
-void cu_layernorm_bwd(cudaStream_t s, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                      const float *w, const float *mean, const float *rstd, int N, int C, float *scratch);
+ * least cu_colsum_scratch(N, C) floats); dinp16 (may be NULL) gets dinp's
+ * new values in bf16 */
+void cu_layernorm_bwd(cudaStream_t s, float *dinp, __nv_bfloat16 *dinp16, float *dw, float *db,
+                      const float *dout, const float *inp, const float *w, const float *mean,
+                      const float *rstd, int N, int C, float *scratch);
 
 /* floats of scratch a column sum over N rows of width C needs */
 size_t cu_colsum_scratch(int N, int C);
@@ -55,10 +58,13 @@ void cu_colsum_add(cudaStream_t s, float *out, const float *a, int N, int C, flo
 
 void cu_gelu_fwd(cudaStream_t s, float *out, const float *inp, long n);
 /* pre[rows, N] += bias (the product's bias, added after it), then
- * out = gelu(pre): the MLP's first half after its product */
-void cu_bias_gelu_fwd(cudaStream_t s, float *out, float *pre, const float *bias, int rows, int N);
-/* dinp = dout * gelu'(inp) */
-void cu_gelu_bwd(cudaStream_t s, float *dinp, const float *inp, const float *dout, long n);
+ * out = gelu(pre): the MLP's first half after its product (out in fp32,
+ * out16 in bf16: either may be NULL) */
+void cu_bias_gelu_fwd(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *pre, const float *bias,
+                      int rows, int N);
+/* dinp = dout * gelu'(inp), and in bf16 into dinp16 (may be NULL) */
+void cu_gelu_bwd(cudaStream_t s, float *dinp, __nv_bfloat16 *dinp16, const float *inp, const float *dout,
+                 long n);
 
 /* Bytes of one element of the attention's saved q, k, v and
  * probabilities: 4 (fp32), or 2 in bf16 mode, where they are stored in bf16
@@ -72,6 +78,10 @@ size_t cu_att_elem(int precision);
  * is added to qkv on the way (the c_attn projection's bias). */
 cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
                                 const float *qkv, const float *bias, int B, int T, int C, int NH);
+/* q, k, v of qkv [B,T,3C] (+ bias[3C], may be NULL) into qkvp in bf16,
+ * each [B,NH,T,hd] (what the fused attention, cuda_flash.h, reads) */
+void cu_qkv_split16(cudaStream_t s, __nv_bfloat16 *qkvp, const float *qkv, const float *bias, int B, int T,
+                    int C, int NH);
 /* Its backward: dqkv [B,T,3C] (set) from dout [B,T,C] and what the forward
  * saved; scratch: dyp (B*T*C) and datt ([B,NH,T,T]) of cu_att_elem bytes,
  * dqkvp 3*B*T*C floats. */
@@ -88,13 +98,17 @@ void cu_crossentropy_fwd(cudaStream_t s, float *losses, float *lse, const float 
 void cu_crossentropy_bwd(cudaStream_t s, float *logits, const float *lse, const int32_t *targets, int N,
                          int V, int ld, float scale);
 
-/* The same into a bf16 copy (bf16 mode: what the head's two products read) */
+/* The same into a bf16 copy (bf16 mode: what the head's two products read),
+ * its columns V .. ld - 1 zeros: a product may then run over all ld */
 void cu_crossentropy_bwd16(cudaStream_t s, __nv_bfloat16 *dlogits, const float *logits, const float *lse,
                            const int32_t *targets, int N, int V, int ld, float scale);
-/* cu_gemm with A already in bf16 (bf16 mode only; B is rounded as cu_gemm does) */
-cublasStatus_t cu_gemm_a16(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int K, float alpha,
-                           const __nv_bfloat16 *A, int lda, const float *B, int ldb, float beta, float *C,
-                           int ldc);
+/* dst[0 .. n) = src rounded to bf16 (src 16-byte aligned) */
+void cu_to_bf16(cudaStream_t s, __nv_bfloat16 *dst, const float *src, long n);
+/* cu_gemm's product on operands already in bf16 (fp32 accumulation and
+ * output) */
+cublasStatus_t cu_gemm_bf16(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N, int K, float alpha,
+                            const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb, float beta,
+                            float *C, int ldc);
 
 /* out[b, t, :] = wte[tok] + wpe[t] */
 void cu_embedding_fwd(cudaStream_t s, float *out, const int32_t *tokens, const float *wte, const float *wpe,
