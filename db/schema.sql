@@ -508,6 +508,10 @@ CREATE FUNCTION public.file_gc_referenced() RETURNS SETOF text
             OR EXISTS (SELECT 1 FROM spot_check c
                         WHERE c.project_id = r.project_id AND c.version = r.version
                           AND c.state = 'open'))
+    UNION
+    SELECT g.sum_sha256 FROM round_group_sum g JOIN round r USING (project_id, version)
+     WHERE r.seed2 IS NOT NULL AND r.seed2_checked_at IS NULL
+       AND g.sketch IS NOT NULL AND g.sketch2 IS NULL
 $$;
 
 --
@@ -1101,7 +1105,7 @@ $$;
 -- Name: round_checkpoint_begin(bytea, text, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_checkpoint_begin(p_token_hash bytea, p_project text, p_version integer, p_host bigint, OUT status integer, OUT body text, OUT project_id bigint, OUT attempt integer, OUT param_count bigint, OUT params_sha256 text) RETURNS record
+CREATE FUNCTION public.round_checkpoint_begin(p_token_hash bytea, p_project text, p_version integer, p_host bigint, OUT status integer, OUT body text, OUT project_id bigint, OUT attempt integer, OUT param_count bigint, OUT params_sha256 text, OUT moments_sha256 text) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1134,7 +1138,19 @@ BEGIN
     param_count := ro.param_count;
     SELECT rm.params_sha256 INTO params_sha256 FROM round_member rm
      WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.host_id = p_host;
+    moments_sha256 := round_cross_moments(c.project_id, p_version);
 END
+$$;
+
+--
+-- Name: round_checkpoint_refuse(bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_checkpoint_refuse(p_project bigint, p_version integer, p_host bigint) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE round_member SET checkpoint_refused = true
+     WHERE project_id = p_project AND version = p_version AND host_id = p_host
 $$;
 
 --
@@ -1173,7 +1189,7 @@ CREATE FUNCTION public.round_checkpoint_uploader(p_project bigint, p_version int
     SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version), m
      WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
        AND r.state = 'averaging' AND r.gradient_sha256 IS NOT NULL AND r.checkpoint_sha256 IS NULL
-       AND rm.included AND rm.params_sha256 = m.sha
+       AND rm.included AND rm.params_sha256 = m.sha AND NOT rm.checkpoint_refused
 $$;
 
 --
@@ -1211,12 +1227,9 @@ BEGIN
             END IF;
         END IF;
         IF v_why IS NOT NULL THEN
-            -- Decided on the target read above: lock the open round, then
-            -- read the target again (round_progress says why); one changed
-            -- meanwhile is left to the next pass.
-            PERFORM 1 FROM round WHERE project_id = r.project_id AND version = r.version
-                                   AND state = 'open' FOR UPDATE;
-            IF FOUND AND (SELECT target_batch FROM project WHERE id = r.project_id) = r.target_batch THEN
+            -- Decided on the target read above: a target changed meanwhile
+            -- (round_open_locked_target) is left to the next pass.
+            IF round_open_locked_target(r.project_id, r.version) = r.target_batch THEN
                 UPDATE round SET state = 'closing', close_reason = v_why, closed_at = now()
                  WHERE project_id = r.project_id AND version = r.version AND state = 'open';
                 n := n + 1;
@@ -1247,6 +1260,54 @@ CREATE FUNCTION public.round_cross_majority(p_project bigint, p_version integer)
 $$;
 
 --
+-- Name: round_cross_moments(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_cross_moments(p_project bigint, p_version integer) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT x.moments_sha256
+      FROM (SELECT moments_sha256, count(*) AS n FROM round_member
+             WHERE project_id = p_project AND version = p_version AND included
+               AND moments_sha256 IS NOT NULL
+             GROUP BY moments_sha256) x
+     WHERE 2 * x.n > (SELECT count(*) FROM round_member
+                       WHERE project_id = p_project AND version = p_version AND included)
+$$;
+
+--
+-- Name: round_cross_partition(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_cross_partition(p_project bigint, p_version integer) RETURNS TABLE(idx bigint, lo bigint, hi bigint, holders jsonb)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH b AS (
+        SELECT DISTINCT x FROM round_member rm, LATERAL (VALUES (rm.lo), (rm.hi)) v(x)
+         WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo),
+    s AS (
+        SELECT (row_number() OVER (ORDER BY x)) - 1 AS idx, x AS lo,
+               lead(x) OVER (ORDER BY x) AS hi FROM b),
+    h AS (
+        SELECT s.idx, s.lo AS slo, s.hi AS shi, rm.host_id, rm.endpoint, rm.group_id,
+               greatest(rm.bandwidth, 1)::numeric AS bw,
+               sum(greatest(rm.bandwidth, 1)::numeric) OVER w - greatest(rm.bandwidth, 1)::numeric AS before,
+               sum(greatest(rm.bandwidth, 1)::numeric) OVER (PARTITION BY s.idx) AS total
+          FROM s JOIN round_member rm
+            ON rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+           AND rm.lo <= s.lo AND rm.hi >= s.hi
+         WHERE s.hi IS NOT NULL
+        WINDOW w AS (PARTITION BY s.idx ORDER BY rm.host_id))
+    SELECT idx, slo, shi,
+           jsonb_agg(jsonb_build_object(
+               'host_id', host_id, 'endpoint', endpoint, 'group', group_id,
+               'lo', slo + floor((shi - slo) * before / total)::bigint,
+               'hi', slo + floor((shi - slo) * (before + bw) / total)::bigint)
+               ORDER BY host_id)
+      FROM h GROUP BY idx, slo, shi
+$$;
+
+--
 -- Name: round_cross_slices(bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1258,41 +1319,39 @@ DECLARE
     m  record;
 BEGIN
     SELECT cross_peers, n_groups INTO ro FROM round WHERE project_id = p_project AND version = p_version;
-    SELECT lo, hi INTO m FROM round_member
-     WHERE project_id = p_project AND version = p_version AND host_id = p_host;
+    SELECT rm.lo, rm.hi INTO m FROM round_member rm
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host;
     IF NOT coalesce(ro.cross_peers, false) OR coalesce(ro.n_groups, 1) < 2 OR m.hi IS NULL
        OR m.hi <= m.lo THEN
         RETURN NULL;
     END IF;
-    RETURN (
-        WITH b AS (
-            SELECT DISTINCT x FROM round_member rm, LATERAL (VALUES (rm.lo), (rm.hi)) v(x)
-             WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo),
-        s AS (
-            SELECT (row_number() OVER (ORDER BY x)) - 1 AS idx, x AS lo,
-                   lead(x) OVER (ORDER BY x) AS hi FROM b),
-        h AS (
-            SELECT s.idx, s.lo AS slo, s.hi AS shi, rm.host_id, rm.endpoint, rm.group_id,
-                   greatest(rm.bandwidth, 1)::numeric AS bw,
-                   sum(greatest(rm.bandwidth, 1)::numeric) OVER w - greatest(rm.bandwidth, 1)::numeric AS before,
-                   sum(greatest(rm.bandwidth, 1)::numeric) OVER (PARTITION BY s.idx) AS total
-              FROM s JOIN round_member rm
-                ON rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
-               AND rm.lo < m.hi AND rm.hi > m.lo -- only those overlapping our range: a
-                                                 -- thousand members' join stays small
-               AND rm.lo <= s.lo AND rm.hi >= s.hi
-             WHERE s.hi IS NOT NULL AND s.lo >= m.lo AND s.hi <= m.hi
-            WINDOW w AS (PARTITION BY s.idx ORDER BY rm.host_id))
-        SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.slo, 'hi', x.shi,
-                                            'holders', x.holders) ORDER BY x.idx)
-          FROM (SELECT idx, slo, shi,
-                       jsonb_agg(jsonb_build_object(
-                           'host_id', host_id, 'endpoint', endpoint, 'group', group_id,
-                           'lo', slo + floor((shi - slo) * before / total)::bigint,
-                           'hi', slo + floor((shi - slo) * (before + bw) / total)::bigint)
-                           ORDER BY host_id) AS holders
-                  FROM h GROUP BY idx, slo, shi) x);
+    RETURN (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
+                                                'holders', x.holders) ORDER BY x.idx)
+              FROM round_cross_partition(p_project, p_version) x
+             WHERE x.lo >= m.lo AND x.hi <= m.hi);
 END
+$$;
+
+--
+-- Name: round_cross_slices_store(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_cross_slices_store(p_project bigint, p_version integer) RETURNS void
+    LANGUAGE sql
+    AS $$
+    WITH per AS (
+        SELECT a.host_id,
+               jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
+                                            'holders', x.holders) ORDER BY x.idx) AS cross
+          FROM round_member a JOIN round_cross_partition(p_project, p_version) x
+            ON x.lo >= a.lo AND x.hi <= a.hi
+         WHERE a.project_id = p_project AND a.version = p_version AND a.hi > a.lo
+         GROUP BY a.host_id)
+    UPDATE round_member m SET cross_slices = per.cross
+      FROM per, round r
+     WHERE m.project_id = p_project AND m.version = p_version AND m.host_id = per.host_id
+       AND r.project_id = p_project AND r.version = p_version AND r.cross_peers
+       AND r.n_groups >= 2
 $$;
 
 --
@@ -1429,7 +1488,10 @@ DECLARE
     v_sum bigint;
     v_bad bigint;
 BEGIN
-    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    -- Checks only (round_group_sum_store checks the state and attempt again
+    -- under the round's lock): no lock here, so that a group's members do
+    -- not queue behind each other and the round's writers twice.
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host, false);
     IF c.status IS NOT NULL THEN
         status := c.status;
         body := c.body;
@@ -1537,6 +1599,23 @@ END
 $$;
 
 --
+-- Name: round_group_sum_seed2_todo(bytea, text, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_group_sum_seed2_todo(p_token_hash bytea, p_project text, p_version integer, p_host bigint) RETURNS TABLE(project_id bigint, group_id integer, sum_sha256 text, seed2 bigint, k integer)
+    LANGUAGE sql
+    AS $$
+    SELECT s.project_id, s.group_id, s.sum_sha256, ro.seed2, round_seed2_k(s.project_id, s.version)
+      FROM round_lookup(p_token_hash, p_project, p_version, p_host, false) c
+      JOIN round_group_sum s ON s.project_id = c.project_id AND s.version = p_version
+      JOIN round ro ON ro.project_id = s.project_id AND ro.version = s.version
+     WHERE c.status IS NULL AND c.state = 'committed' AND ro.seed2 IS NOT NULL
+       AND ro.seed2_checked_at IS NULL AND s.included = jsonb_build_array(p_host)
+       AND s.sketch IS NOT NULL AND s.sketch2 IS NULL
+       AND round_group_size(s.project_id, s.version, s.group_id) = 1
+$$;
+
+--
 -- Name: round_group_sum_sketch(bigint, integer, integer, text, double precision[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1547,6 +1626,18 @@ CREATE FUNCTION public.round_group_sum_sketch(p_project bigint, p_version intege
      WHERE project_id = p_project AND version = p_version AND group_id = p_group
        AND sum_sha256 = p_sha AND jsonb_array_length(included) = 1
        AND round_group_size(p_project, p_version, p_group) = 1
+$$;
+
+--
+-- Name: round_group_sum_sketch2(bigint, integer, integer, text, double precision[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_group_sum_sketch2(p_project bigint, p_version integer, p_group integer, p_sha text, p_sketch double precision[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE round_group_sum SET sketch2 = p_sketch
+     WHERE project_id = p_project AND version = p_version AND group_id = p_group
+       AND sum_sha256 = p_sha AND sketch2 IS NULL
 $$;
 
 --
@@ -1562,6 +1653,25 @@ DECLARE
     v_in bigint;
 BEGIN
     compute := false;
+    -- A member after the first of its group posts what the group kept (the
+    -- same bytes, the same hosts) while other groups' are still to come, or
+    -- after the mean is settled: nothing to write or to start, and no lock
+    -- to queue for behind the round's other writers (a thousand members
+    -- post within a second).  Read in one statement, so that the kept sum
+    -- and the attempt are of one moment (a rerun deletes the sums as it
+    -- moves the attempt on).  Else, below, under the lock: the first of a
+    -- group keeps its sum, and the last group's completes the round's mean.
+    IF EXISTS (SELECT 1 FROM round r JOIN round_group_sum s USING (project_id, version)
+                WHERE r.project_id = p_project AND r.version = p_version AND s.group_id = p_group
+                  AND r.attempt = p_attempt AND s.sum_sha256 = p_sha AND s.included = p_included
+                  AND (r.gradient_sha256 IS NOT NULL OR r.state <> 'averaging'
+                       OR (SELECT count(*) FROM round_group_sum g
+                            WHERE g.project_id = p_project AND g.version = p_version) < r.n_groups))
+    THEN
+        status := 200;
+        body := round_group_sum_body(p_project, p_version, p_group);
+        RETURN;
+    END IF;
     SELECT * INTO ro FROM round r WHERE r.project_id = p_project AND r.version = p_version
        FOR UPDATE;
     SELECT * INTO kept FROM round_group_sum s
@@ -1662,10 +1772,10 @@ END
 $$;
 
 --
--- Name: round_lookup(bytea, text, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+-- Name: round_lookup(bytea, text, integer, bigint, boolean); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_lookup(p_token_hash bytea, p_project text, p_version integer, p_host bigint, OUT status integer, OUT body text, OUT project_id bigint, OUT state text, OUT attempt integer, OUT config jsonb) RETURNS record
+CREATE FUNCTION public.round_lookup(p_token_hash bytea, p_project text, p_version integer, p_host bigint, p_lock boolean DEFAULT true, OUT status integer, OUT body text, OUT project_id bigint, OUT state text, OUT attempt integer, OUT config jsonb) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1693,8 +1803,13 @@ BEGIN
     END IF;
     project_id := r.id;
     config := r.config;
-    SELECT ro.state, ro.attempt INTO state, attempt FROM round ro
-     WHERE ro.project_id = r.id AND ro.version = p_version FOR UPDATE;
+    IF p_lock THEN
+        SELECT ro.state, ro.attempt INTO state, attempt FROM round ro
+         WHERE ro.project_id = r.id AND ro.version = p_version FOR UPDATE;
+    ELSE
+        SELECT ro.state, ro.attempt INTO state, attempt FROM round ro
+         WHERE ro.project_id = r.id AND ro.version = p_version;
+    END IF;
     IF NOT FOUND THEN
         status := 404;
         body := api_error('not_found',
@@ -1772,10 +1887,27 @@ END
 $$;
 
 --
--- Name: round_outcome(bytea, text, integer, bigint, text, jsonb, text); Type: FUNCTION; Schema: public; Owner: -
+-- Name: round_open_locked_target(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_outcome(p_token_hash bytea, p_project text, p_version integer, p_host bigint, p_status text, p_included jsonb, p_sha256 text) RETURNS TABLE(status integer, body text)
+CREATE FUNCTION public.round_open_locked_target(p_project bigint, p_version integer) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM 1 FROM round WHERE project_id = p_project AND version = p_version AND state = 'open'
+        FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN (SELECT target_batch FROM project WHERE id = p_project);
+END
+$$;
+
+--
+-- Name: round_outcome(bytea, text, integer, bigint, text, jsonb, text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_outcome(p_token_hash bytea, p_project text, p_version integer, p_host bigint, p_status text, p_included jsonb, p_sha256 text, p_moments text DEFAULT NULL::text) RETURNS TABLE(status integer, body text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1797,7 +1929,8 @@ BEGIN
     END IF;
     IF m.outcome IS NOT NULL THEN
         IF m.outcome = p_status AND m.params_sha256 IS NOT DISTINCT FROM p_sha256
-           AND m.included_hosts = p_included THEN
+           AND m.included_hosts = p_included
+           AND (p_moments IS NULL OR m.moments_sha256 IS NOT DISTINCT FROM p_moments) THEN
             RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
         ELSE
             RETURN QUERY SELECT 409, api_error('conflict',
@@ -1811,7 +1944,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE round_member SET outcome = p_status, included_hosts = p_included,
-                            params_sha256 = p_sha256, outcome_at = now()
+                            params_sha256 = p_sha256, moments_sha256 = p_moments, outcome_at = now()
      WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
     IF p_status = 'dropped' THEN
         -- Its group left it out (or will: the group sum is authoritative;
@@ -1897,10 +2030,10 @@ END
 $$;
 
 --
--- Name: round_outcome_links(bytea, text, integer, bigint, text, jsonb, text, jsonb, jsonb); Type: FUNCTION; Schema: public; Owner: -
+-- Name: round_outcome_links(bytea, text, integer, bigint, text, jsonb, text, jsonb, jsonb, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_outcome_links(p_token_hash bytea, p_project text, p_version integer, p_host bigint, p_status text, p_included jsonb, p_sha256 text, p_links jsonb, p_sketches jsonb) RETURNS TABLE(status integer, body text)
+CREATE FUNCTION public.round_outcome_links(p_token_hash bytea, p_project text, p_version integer, p_host bigint, p_status text, p_included jsonb, p_sha256 text, p_links jsonb, p_sketches jsonb, p_moments text DEFAULT NULL::text) RETURNS TABLE(status integer, body text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1939,7 +2072,7 @@ BEGIN
         END IF;
     END IF;
     SELECT * INTO o FROM round_outcome(p_token_hash, p_project, p_version, p_host, p_status,
-                                       p_included, p_sha256);
+                                       p_included, p_sha256, p_moments);
     IF o.status = 200 AND v_links IS NOT NULL THEN
         INSERT INTO round_link AS k (project_id, version, host_id, peer_id, rung, connect_ms, plan)
         SELECT v_project, p_version, p_host, l.peer, l.rung, l.connect_ms, l.plan
@@ -1950,6 +2083,34 @@ BEGIN
                       reported_at = now();
     END IF;
     RETURN QUERY SELECT o.status, o.body;
+END
+$$;
+
+--
+-- Name: round_outcome_look(bytea, text, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_outcome_look(p_token_hash bytea, p_project text, p_version integer, p_host bigint) RETURNS TABLE(status integer, body text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    c record;
+BEGIN
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host, false);
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM round_member rm
+                    WHERE rm.project_id = c.project_id AND rm.version = p_version
+                      AND rm.host_id = p_host AND rm.outcome IS NOT NULL) THEN
+        RETURN QUERY SELECT 409, api_error('conflict',
+            format('round %s is %s (attempt %s) and holds no outcome of host %s',
+                   p_version, c.state, c.attempt, p_host),
+            'Drop the gradients of this version and ask for new work.');
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
 END
 $$;
 
@@ -2036,7 +2197,7 @@ DECLARE
     b  jsonb;
     x  jsonb;
 BEGIN
-    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host, false);
     IF c.status IS NOT NULL THEN
         RETURN QUERY SELECT c.status, c.body;
         RETURN;
@@ -2086,7 +2247,10 @@ BEGIN
                        AND g.group_id = m.group_id));
     IF ro.cross_peers THEN
         b := b || jsonb_build_object('cross_group', 'peers');
-        x := round_cross_slices(c.project_id, p_version, p_host);
+        -- Kept at the plan (round_cross_slices_store); computed here only
+        -- for a member that aggregates nothing (NULL at once) or a round
+        -- planned before they were kept.
+        x := coalesce(m.cross_slices, round_cross_slices(c.project_id, p_version, p_host));
         IF x IS NOT NULL THEN
             b := b || jsonb_build_object('cross', x);
         END IF;
@@ -2132,6 +2296,7 @@ BEGIN
                      n_groups = (SELECT count(DISTINCT group_id) FROM round_member
                                   WHERE project_id = p_project AND version = p_version)
      WHERE project_id = p_project AND version = p_version;
+    PERFORM round_cross_slices_store(p_project, p_version);
     RETURN true;
 END
 $$;
@@ -2145,9 +2310,7 @@ CREATE FUNCTION public.round_progress(p_project bigint, p_version integer, p_acc
     AS $$
 BEGIN
     IF p_accumulated >= p_target THEN
-        PERFORM 1 FROM round WHERE project_id = p_project AND version = p_version AND state = 'open'
-            FOR UPDATE;
-        IF FOUND AND p_accumulated >= (SELECT target_batch FROM project WHERE id = p_project) THEN
+        IF p_accumulated >= round_open_locked_target(p_project, p_version) THEN
             UPDATE round SET state = 'closing', close_reason = 'target', closed_at = now()
              WHERE project_id = p_project AND version = p_version AND state = 'open';
         END IF;
@@ -2647,6 +2810,7 @@ DECLARE
     g         record;
     v_sum     double precision[];
     v_blk     double precision[];
+    v_srv     double precision[];
     v_err2    double precision;
     v_n       integer;
     v_d       double precision;
@@ -2698,6 +2862,23 @@ BEGIN
                        v_mb, v_b), 1, v_tol);
             v_bad := v_bad || m.host_id;
             CONTINUE;
+        END IF;
+        -- 4. Alone in its group on the server's path: the server's own
+        -- sketch of the sum it uploaded (round_group_sum.sketch2) against its
+        -- blocks; no wire encoding between them.
+        SELECT s.sketch2 INTO v_srv FROM round_group_sum s
+         WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = m.group_id
+           AND s.included = jsonb_build_array(m.host_id) AND cardinality(s.sketch2) = v_k;
+        IF FOUND THEN
+            v_d := round_sketch_norm(v_srv, v_blk);
+            v_scale := greatest(round_sketch_norm(v_srv), round_sketch_norm(v_blk), 1e-300);
+            IF v_d > v_tol * v_scale THEN
+                PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
+                    'the group sum it uploaded alone is not the gradient of its blocks',
+                    v_d / v_scale, v_tol);
+                v_bad := v_bad || m.host_id;
+                CONTINUE;
+            END IF;
         END IF;
         SELECT count(*) INTO v_n FROM round_member a
          WHERE a.project_id = p_project AND a.version = p_version AND a.group_id = m.group_id
@@ -4903,6 +5084,7 @@ CREATE TABLE public.round_group_sum (
     sum_sha256 text NOT NULL,
     uploaded_at timestamp with time zone DEFAULT now() NOT NULL,
     sketch double precision[],
+    sketch2 double precision[],
     CONSTRAINT round_group_sum_group_id_check CHECK ((group_id >= 0)),
     CONSTRAINT round_group_sum_samples_check CHECK ((samples > 0)),
     CONSTRAINT round_group_sum_sum_sha256_check CHECK ((sum_sha256 ~ '^[0-9a-f]{64}$'::text))
@@ -4950,9 +5132,13 @@ CREATE TABLE public.round_member (
     included boolean,
     sketches jsonb,
     seed2_sketches jsonb,
+    moments_sha256 text,
+    checkpoint_refused boolean DEFAULT false NOT NULL,
+    cross_slices jsonb,
     CONSTRAINT round_member_check CHECK ((hi >= lo)),
     CONSTRAINT round_member_group_id_check CHECK ((group_id >= 0)),
     CONSTRAINT round_member_lo_check CHECK ((lo >= 0)),
+    CONSTRAINT round_member_moments_sha256_check CHECK ((moments_sha256 ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT round_member_outcome_check CHECK ((outcome = ANY (ARRAY['ok'::text, 'failed'::text, 'dropped'::text]))),
     CONSTRAINT round_member_samples_check CHECK ((samples > 0))
 );

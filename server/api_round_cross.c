@@ -29,33 +29,43 @@ static const dbc_stmt st_hash_store = { "round_mean_hash_store",
 	                                " FROM round_group_sum_store($1, $2, $3, $4, $5, $6, $7::jsonb, $8)",
 	                                8 };
 static const dbc_stmt st_ckpt_begin = { "round_checkpoint_begin",
-	                                "SELECT status, body, project_id, attempt, param_count, params_sha256"
+	                                "SELECT status, body, project_id, attempt, param_count,"
+	                                " params_sha256, moments_sha256"
 	                                " FROM round_checkpoint_begin($1::bytea, $2, $3, $4)",
 	                                4 };
 static const dbc_stmt st_ckpt_store = { "round_checkpoint_store",
 	                                "SELECT round_checkpoint_store($1, $2, $3, $4, $5, $6, $7)", 7 };
+static const dbc_stmt st_ckpt_refuse = { "round_checkpoint_refuse",
+	                                 "SELECT round_checkpoint_refuse($1, $2, $3)", 3 };
 
-static bool is_sha256_hex(const char *s)
-{
-	if (!s || strlen(s) != FS_SHA_HEX_LEN)
-		return false;
-	for (; *s; s++)
-		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
-			return false;
-	return true;
-}
+static api_news hashes_seen = API_NEWS_INIT;
 
-/* Does a mean hash's answer (JSON text) say every group's hash is in, or
- * the round is no longer averaging? */
-static bool hashes_complete(const char *body, size_t len)
+/* Whom a mean hash's answer (JSON text) for project/version wakes: the
+ * outcome polls when every group's hash is in (an uploader may be due),
+ * every held request when the round is no longer averaging (it failed) or
+ * the answer is unreadable, nobody while hashes are still to come; and
+ * each of these once a round attempt (api_is_news), not at every later
+ * member's post that sees it (a thousand members' posts each waking a
+ * thousand held outcomes were a million looks a round). */
+static unsigned hashes_wake(const char *project, const char *version, const char *body, size_t len)
 {
 	json_t *j = json_loadb(body, len, 0, NULL);
-	const char *st = json_string_value(json_object_get(json_object_get(j, "round"), "state"));
+	const json_t *round = json_object_get(j, "round");
+	const char *st = json_string_value(json_object_get(round, "state"));
 	json_int_t in = json_integer_value(json_object_get(j, "groups_in"));
 	json_int_t n = json_integer_value(json_object_get(j, "n_groups"));
-	bool done = !j || (st && strcmp(st, "averaging") != 0) || (n > 0 && in >= n);
+	unsigned wake = !j || (st && strcmp(st, "averaging") != 0) ? HTTP_WAKE_ALL
+	                : n > 0 && in >= n                         ? HTTP_WAKE(HTTP_HOLD_OUTCOME)
+	                                                           : 0;
+	if (wake && j) {
+		char key[160];
+		snprintf(key, sizeof key, "%s:%s:%lld:%s", project, version,
+		         (long long)json_integer_value(json_object_get(round, "attempt")), st ? st : "");
+		if (!api_is_news(&hashes_seen, key))
+			wake = 0;
+	}
 	json_decref(j);
-	return done;
+	return wake;
 }
 
 /* POST .../rounds/{v}/mean_hash?host_id=N&samples=S&included=7,9&sha256=H,
@@ -73,7 +83,7 @@ void api_round_mean_hash(http_req *req)
 		return;
 	long long host = rounds_query_pos(req, "host_id"), samples = rounds_query_pos(req, "samples");
 	const char *sha = http_query(req, "sha256");
-	if (!host || !samples || !is_sha256_hex(sha)) {
+	if (!host || !samples || !sha || !hash_is_sha256_hex(sha)) {
 		http_reply_error(req, 400, "invalid",
 		                 "query arguments \"host_id\" and \"samples\" must be positive integers and "
 		                 "\"sha256\" 64 lowercase hex digits",
@@ -108,21 +118,21 @@ void api_round_mean_hash(http_req *req)
 	}
 	http_reply_raw(req, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
 	/* The last group's hash agrees the mean (an uploader may be due) or
-	 * failed the round: the long polls look again.  Not at every member's
-	 * post: a thousand members' posts each waking a thousand held outcomes
-	 * was a million looks a round. */
-	if (hashes_complete(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1)))
-		http_wake_held();
+	 * failed the round: the long polls look again. */
+	unsigned wake = hashes_wake(req->params[0], sv, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
+	if (wake)
+		http_wake(wake);
 out:
 	PQclear(r);
 	free(included);
 }
 
 /* Check the checkpoint just stored as sha: it loads (every field checked,
- * kernels/checkpoint.h), has n parameters, has taken version + 1 steps, and
- * its parameters hash to params.  COT_ERR_INVALID with why otherwise. */
+ * kernels/checkpoint.h), has n parameters, has taken version + 1 steps, its
+ * parameters hash to params and, when moments is not "", its optimizer
+ * moments (m, then v) to moments.  COT_ERR_INVALID with why otherwise. */
 static cot_err check_checkpoint(const char *store_dir, const char *sha, long long version, size_t n,
-                                const char *params, cot_errbuf *eb)
+                                const char *params, const char *moments, cot_errbuf *eb)
 {
 	char path[4300];
 	cot_err rc = fs_path(store_dir, sha, path, sizeof path, eb);
@@ -144,6 +154,12 @@ static cot_err check_checkpoint(const char *store_dir, const char *sha, long lon
 		rc = cot_seterr(eb, COT_ERR_INVALID,
 		                "the checkpoint's parameters hash to %s, not to the %s the peers hold", got,
 		                params);
+	else if (moments[0] && hash_sha256_hex2(m->m, n * sizeof *m->m, m->v, n * sizeof *m->v, got))
+		rc = cot_seterr(eb, COT_ERR_INTERNAL, "could not hash the moments");
+	else if (moments[0] && strcmp(got, moments) != 0)
+		rc = cot_seterr(eb, COT_ERR_INVALID,
+		                "the checkpoint's optimizer moments hash to %s, not to the %s the peers hold",
+		                got, moments);
 	kern_model_free(m);
 	return rc;
 }
@@ -204,20 +220,31 @@ void api_round_checkpoint(http_req *req)
 		goto out;
 	}
 	metrics_checkpoint_bytes(req->body_len);
-	char project_id[24], attempt[16], want[FS_SHA_HEX_LEN + 1], sha[FS_SHA_HEX_LEN + 1];
+	char project_id[24], attempt[16], want[FS_SHA_HEX_LEN + 1], moments[FS_SHA_HEX_LEN + 1];
+	char sha[FS_SHA_HEX_LEN + 1];
 	snprintf(project_id, sizeof project_id, "%s", PQgetvalue(r, 0, 2));
 	snprintf(attempt, sizeof attempt, "%s", PQgetvalue(r, 0, 3));
 	snprintf(want, sizeof want, "%s", PQgetvalue(r, 0, 5));
+	snprintf(moments, sizeof moments, "%s", PQgetisnull(r, 0, 6) ? "" : PQgetvalue(r, 0, 6));
 	cot_errbuf eb = { 0 };
 	cot_err rc = fs_put_buffer(req->cfg->files_dir, req->body, req->body_len, sha, NULL, &eb);
 	if (rc) {
 		http_reply_error(req, 500, "internal_error", "could not store the checkpoint", eb.msg);
 		goto out;
 	}
-	if ((rc = check_checkpoint(req->cfg->files_dir, sha, version, (size_t)n, want, &eb))) {
+	if ((rc = check_checkpoint(req->cfg->files_dir, sha, version, (size_t)n, want, moments, &eb))) {
 		log_warn("round %lld of project %s: host %lld uploaded a checkpoint of v+1 that is refused: "
 		         "%s",
 		         version, req->params[0], host, eb.msg);
+		if (rc == COT_ERR_INVALID) {
+			/* The next peer of the majority is asked (its outcome poll is
+			 * woken). */
+			PQclear(r);
+			const char *fp[] = { project_id, sv, sh };
+			if (!(r = api_exec(req, &st_ckpt_refuse, fp, NULL)))
+				return;
+			http_wake(HTTP_WAKE(HTTP_HOLD_OUTCOME));
+		}
 		http_reply_error(req, rc == COT_ERR_INVALID ? 400 : 500,
 		                 rc == COT_ERR_INVALID ? "invalid" : "internal_error",
 		                 "the checkpoint is not the v+1 the peers hold", eb.msg);
@@ -233,7 +260,7 @@ void api_round_checkpoint(http_req *req)
 	http_reply_raw(req, 200, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
 	log_info("round %lld of project %s: v+1 from host %lld, checkpoint %s, params %s", version,
 	         req->params[0], host, sha, want);
-	http_wake_held(); /* outcomes waiting for v+1 */
+	http_wake_held(); /* outcomes waiting for v+1; the commit it may have made */
 out:
 	PQclear(r);
 }

@@ -8,6 +8,7 @@
 #include "server/api.h"
 
 #include <arpa/inet.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,12 +236,13 @@ void api_round_plan(http_req *req)
 	}
 	if (wait > 0 && req->hold_until == 0)
 		req->hold_until = http_now() + (double)wait;
+	req->hold_kind = HTTP_HOLD_PLAN;
 	char sv[24], sh[24];
 	snprintf(sv, sizeof sv, "%lld", version);
 	snprintf(sh, sizeof sh, "%lld", host);
 	const char *params[] = { hp, req->params[0], sv, sh };
 	for (int look = 0;; look++) {
-		unsigned long gen = http_wake_gen();
+		unsigned long gen = http_wake_gen(req);
 		PGresult *r = api_exec(req, &st_plan, params, NULL);
 		if (!r)
 			return;
@@ -276,8 +278,13 @@ void api_round_plan(http_req *req)
 
 static const dbc_stmt st_outcome = { "round_outcome_links",
 	                             "SELECT status, body FROM round_outcome_links($1::bytea, $2, $3, $4, "
-	                             "$5, $6::jsonb, $7, $8::jsonb, $9::jsonb)",
-	                             9 };
+	                             "$5, $6::jsonb, $7, $8::jsonb, $9::jsonb, $10)",
+	                             10 };
+
+/* A held outcome's later looks read the answer only (the outcome is in). */
+static const dbc_stmt st_outcome_look = {
+	"round_outcome_look", "SELECT status, body FROM round_outcome_look($1::bytea, $2, $3, $4)", 4
+};
 
 static bool known_rung(const char *r)
 {
@@ -348,6 +355,9 @@ static cot_err links_param(const json_t *body, char **out, cot_errbuf *eb)
 	return rc;
 }
 
+static api_news moved_seen = API_NEWS_INIT;
+static api_news due_seen = API_NEWS_INIT;
+
 /* A host's outcome (doc/api.md "Rounds").  With the query argument wait=S
  * an "ok" whose answer cannot say yet whether the host is accepted (the
  * server's own v+1 is not computed) is held until the round moves, so the
@@ -365,7 +375,7 @@ void api_round_outcome(http_req *req)
 	if (!api_body(req, false, &body))
 		return;
 	long long host = 0;
-	const char *status = NULL, *sha = NULL;
+	const char *status = NULL, *sha = NULL, *moments = NULL;
 	char *included = NULL, *links = NULL, *sketches = NULL;
 	cot_errbuf eb = { 0 };
 	if (cot_json_int(body, "host_id", true, 1, (1LL << 62), &host, &eb) ||
@@ -379,16 +389,22 @@ void api_round_outcome(http_req *req)
 		                 "field \"status\" must be \"ok\", \"failed\" or \"dropped\"", NULL);
 		goto out;
 	}
-	if (cot_json_str(body, "params_sha256", okay, 64, 64, &sha, &eb)) {
+	if (cot_json_str(body, "params_sha256", okay, 64, 64, &sha, &eb) ||
+	    cot_json_str(body, "moments_sha256", false, 64, 64, &moments, &eb)) {
 		api_bad_request(req, &eb);
 		goto out;
 	}
-	for (const char *p = sha; p && *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
-			http_reply_error(req, 400, "invalid",
-			                 "field \"params_sha256\" must be 64 lowercase hex digits", NULL);
-			goto out;
-		}
+	const char *bad = sha && !hash_is_sha256_hex(sha)           ? "params_sha256"
+	                  : moments && !hash_is_sha256_hex(moments) ? "moments_sha256"
+	                                                            : NULL;
+	if (bad) {
+		char msg[64];
+		snprintf(msg, sizeof msg, "field \"%s\" must be 64 lowercase hex digits", bad);
+		http_reply_error(req, 400, "invalid", msg, NULL);
+		goto out;
+	}
+	if (!okay)
+		moments = NULL; /* the moments of a v+1 it did not take */
 	json_t *inc = json_object_get(body, "included_hosts");
 	json_t *canon = json_array();
 	if (json_is_null(inc))
@@ -438,13 +454,18 @@ void api_round_outcome(http_req *req)
 		http_reply_error(req, 500, "internal_error", "out of memory", NULL);
 		goto out;
 	}
-	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha, links, sketches };
+	const char *params[] = { hp, req->params[0], sv, sh, status, included, sha, links, sketches, moments };
 	bool resumed = req->hold_until != 0; /* woken from a hold, not a new request */
 	if (wait > 0 && req->hold_until == 0)
 		req->hold_until = http_now() + (double)wait;
+	req->hold_kind = HTTP_HOLD_OUTCOME;
 	for (int look = 0;; look++) {
-		unsigned long gen = http_wake_gen();
-		PGresult *r = api_exec(req, &st_outcome, params, NULL);
+		unsigned long gen = http_wake_gen(req);
+		/* Posted on the first look, whose answer held it: the later looks
+		 * (woken, or again at once) only read.  Posting again would also
+		 * record the outcome in a rerun's new plan, which it is not about. */
+		PGresult *r =
+		        api_exec(req, resumed || look > 0 ? &st_outcome_look : &st_outcome, params, NULL);
 		if (!r)
 			goto out;
 		if (PQntuples(r) != 1 || PQnfields(r) != 2) {
@@ -460,15 +481,22 @@ void api_round_outcome(http_req *req)
 		bool undecided = state && strcmp(state, "averaging") == 0 &&
 		                 !json_is_boolean(json_object_get(j, "accepted"));
 		bool moved = state && strcmp(state, "averaging") != 0;
+		char news_key[160];
+		snprintf(news_key, sizeof news_key, "%s:%s:%lld:%s", req->params[0], sv,
+		         (long long)json_integer_value(
+		                 json_object_get(json_object_get(j, "round"), "attempt")),
+		         state ? state : "");
 		/* Across groups between the peers: a peer asked for v+1 must hear
 		 * it now, and is woken when it waits (round_cross.sql). */
 		bool upload = json_is_true(json_object_get(j, "checkpoint_upload"));
 		bool due = json_is_true(json_object_get(j, "checkpoint_due"));
 		json_decref(j); /* state pointed into j: use moved from here on */
-		/* A new outcome that made v+1 due wakes the uploader's long poll
-		 * (a woken one does not wake the others again). */
-		if (due && !resumed && look == 0)
-			http_wake_held();
+		/* A new outcome that made v+1 due wakes the uploader's long poll,
+		 * once a round attempt (a woken one does not wake the others again;
+		 * nor do later posts that see it due: each of those woke every
+		 * held outcome, some 250 wake-ups a round at 1,000 hosts). */
+		if (due && !resumed && look == 0 && api_is_news(&due_seen, news_key))
+			http_wake(HTTP_WAKE(HTTP_HOLD_OUTCOME));
 		if (undecided && okay && wait > 0 && !upload) {
 			/* Our v+1 is in, the server's is not yet: wait for it. */
 			api_poll t = api_long_poll(req, gen, look);
@@ -480,8 +508,12 @@ void api_round_outcome(http_req *req)
 			}
 		}
 		http_reply_raw(req, st, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
-		/* A commit or a failure moved the round: long polls look again. */
-		if (moved)
+		/* A commit or a failure this outcome made moved the round: long
+		 * polls look again.  Once per round and state: the thousand outcomes
+		 * answered after a commit each waking every held request were a
+		 * million looks a round (a resumed look never moves the round: the
+		 * v+1 or mean it waited for moved it, and woke them). */
+		if (moved && !resumed && api_is_news(&moved_seen, news_key))
 			http_wake_held();
 		PQclear(r);
 		break;
@@ -491,6 +523,75 @@ out:
 	free(links);
 	free(sketches);
 	json_decref(body);
+}
+
+/* Sketch the group sum x[0..n) (named sha, of group group of round
+ * version of project project_id) under seed with k (1..SKETCH_K_MAX)
+ * values and keep it through st (round_group_sum_sketch or its seed2
+ * twin: project, version, group, sha, sketch).  False when the database
+ * failed (answered). */
+static bool store_sum_sketch(http_req *req, const dbc_stmt *st, const char *project_id, const char *version,
+                             const char *group, const char *sha, const float *x, size_t n, uint64_t seed,
+                             int k)
+{
+	double acc[SKETCH_K_MAX] = { 0 };
+	sketch_add(x, n, 0, seed, k, acc);
+	char lit[API_FLOAT8_LEN(SKETCH_K_MAX)];
+	api_float8_literal(acc, (size_t)k, lit, sizeof lit);
+	const char *sp[] = { project_id, version, group, sha, lit };
+	PGresult *r = api_exec(req, st, sp, NULL);
+	PQclear(r);
+	return r != NULL;
+}
+
+static const dbc_stmt st_seed2_todo = { "round_group_sum_seed2_todo",
+	                                "SELECT project_id, group_id, sum_sha256, seed2, k"
+	                                " FROM round_group_sum_seed2_todo($1::bytea, $2, $3, $4)",
+	                                4 };
+static const dbc_stmt st_sketch2 = { "round_group_sum_sketch2",
+	                             "SELECT round_group_sum_sketch2($1, $2, $3, $4, $5::double precision[])",
+	                             5 };
+
+/* Before a peer alone in its group stores its sketches under the second
+ * seed (which may run the check under it): the server's own sketch, under
+ * that seed, of the group sum the peer uploaded (round_group_sum_seed2_todo;
+ * check 4 of round_seed2_verify).  Nothing when the peer was not alone on
+ * the server's path, or the token is not the host's (the report answers
+ * that).  False when the database failed (answered); a sum that cannot be
+ * read is logged and left unsketched, and its check skipped. */
+static bool sketch_lone_sum_seed2(http_req *req, const char *hp, const char *sv, const char *sh)
+{
+	const char *pp[] = { hp, req->params[0], sv, sh };
+	PGresult *r = api_exec(req, &st_seed2_todo, pp, NULL);
+	if (!r)
+		return false;
+	int k = PQntuples(r) == 1 && !PQgetisnull(r, 0, 3) && !PQgetisnull(r, 0, 4)
+	                ? atoi(PQgetvalue(r, 0, 4))
+	                : 0;
+	if (k < 1 || k > SKETCH_K_MAX) {
+		PQclear(r);
+		return true;
+	}
+	uint64_t seed2 = (uint64_t)strtoll(PQgetvalue(r, 0, 3), NULL, 10);
+	char pid[24], group[24], sha[FS_SHA_HEX_LEN + 1];
+	snprintf(pid, sizeof pid, "%s", PQgetvalue(r, 0, 0));
+	snprintf(group, sizeof group, "%s", PQgetvalue(r, 0, 1));
+	snprintf(sha, sizeof sha, "%s", PQgetvalue(r, 0, 2));
+	PQclear(r);
+	unsigned char *buf = NULL;
+	size_t len = 0;
+	cot_errbuf eb = { 0 };
+	if (fs_read_verified(req->cfg->files_dir, sha, SIZE_MAX, &buf, &len, &eb) || len % sizeof(float)) {
+		log_warn("round %s of project %s: could not sketch host %s's group sum %s under the second "
+		         "seed: %s",
+		         sv, req->params[0], sh, sha, eb.msg[0] ? eb.msg : "not fp32 values");
+		free(buf);
+		return true;
+	}
+	bool done = store_sum_sketch(req, &st_sketch2, pid, sv, group, sha, (const float *)buf,
+	                             len / sizeof(float), seed2, k);
+	free(buf);
+	return done;
 }
 
 static const dbc_stmt st_seed2 = {
@@ -528,7 +629,8 @@ void api_round_seed2(http_req *req)
 		snprintf(sv, sizeof sv, "%lld", version);
 		snprintf(sh, sizeof sh, "%lld", host);
 		const char *params[] = { hp, req->params[0], sv, sh, sketches };
-		api_relay(req, &st_seed2, params);
+		if (sketch_lone_sum_seed2(req, hp, sv, sh))
+			api_relay(req, &st_seed2, params);
 	}
 	free(sketches);
 	json_decref(body);
@@ -659,18 +761,8 @@ static bool sketch_lone_sum(http_req *req, const char *project_id, const char *v
 	PQclear(r);
 	if (!checked || k < 1 || k > SKETCH_K_MAX)
 		return true;
-	double acc[SKETCH_K_MAX] = { 0 };
-	sketch_add(sum, n, 0, (uint64_t)seed, k, acc);
-	char lit[SKETCH_K_MAX * 26 + 3];
-	size_t o = 0;
-	lit[o++] = '{';
-	for (int j = 0; j < k; j++)
-		o += (size_t)snprintf(lit + o, sizeof lit - o, "%s%.17g", j ? "," : "", acc[j]);
-	snprintf(lit + o, sizeof lit - o, "}");
-	const char *sp[] = { project_id, version, group, gsha, lit };
-	r = api_exec(req, &st_sum_sketch, sp, NULL);
-	PQclear(r);
-	return r != NULL;
+	return store_sum_sketch(req, &st_sum_sketch, project_id, version, group, gsha, sum, n, (uint64_t)seed,
+	                        k);
 }
 
 static const dbc_stmt st_mean_store = { "round_mean_store",
@@ -728,7 +820,7 @@ static void compute_mean(http_req *req, long long version, const char *project_i
 		log_info("round %lld of project %s: mean gradient of %zu groups over %lld samples, "
 		         "v+1 params %s",
 		         version, req->params[0], ns, total, psha);
-		http_wake_held(); /* plans waiting for the mean gradient */
+		http_wake_held(); /* plans waiting for the mean gradient, and a commit maybe */
 	}
 out:
 	if (rc) {

@@ -63,8 +63,9 @@ void api_work_request(http_req *req)
 	snprintf(smax, sizeof smax, "%lld", req->cfg->wu_max);
 	snprintf(schunk, sizeof schunk, "%lld", req->cfg->pool_chunk);
 	const char *params[] = { hp, shost, req->params[0], smax, schunk };
+	req->hold_kind = HTTP_HOLD_WORK;
 	for (int look = 0;; look++) {
-		unsigned long gen = http_wake_gen();
+		unsigned long gen = http_wake_gen(req);
 		PGresult *r = api_exec(req, &st_assign, params, NULL);
 		if (!r)
 			return;
@@ -206,8 +207,9 @@ void api_work_round_watch(http_req *req)
 	if (wait > 0 && req->hold_until == 0)
 		req->hold_until = http_now() + (double)wait;
 	const char *params[] = { hp, req->params[0] };
+	req->hold_kind = HTTP_HOLD_PLAN;
 	for (int look = 0;; look++) {
-		unsigned long gen = http_wake_gen();
+		unsigned long gen = http_wake_gen(req);
 		PGresult *r = api_exec(req, &st_round_watch, params, NULL);
 		if (!r)
 			return;

@@ -197,13 +197,32 @@ bool api_query_int(http_req *req, const char *name, long long lo, long long hi, 
 	return true;
 }
 
+bool api_is_news(api_news *n, const char *key)
+{
+	pthread_mutex_lock(&n->mu);
+	bool news = strcmp(n->last, key) != 0;
+	if (news)
+		snprintf(n->last, sizeof n->last, "%s", key);
+	pthread_mutex_unlock(&n->mu);
+	return news;
+}
+
 api_poll api_long_poll(http_req *req, unsigned long gen, int look)
 {
 	if (look >= 8)
 		return API_POLL_ANSWER;
 	if (http_hold(req, gen))
 		return API_POLL_HELD;
-	if (http_wake_gen() != gen && http_now() < req->hold_until)
+	if (http_wake_gen(req) != gen && http_now() < req->hold_until)
 		return API_POLL_AGAIN;
 	return API_POLL_ANSWER;
+}
+
+void api_float8_literal(const double *v, size_t n, char *buf, size_t cap)
+{
+	size_t o = (size_t)snprintf(buf, cap, "{");
+	for (size_t i = 0; i < n && o < cap; i++)
+		o += (size_t)snprintf(buf + o, cap - o, "%s%.17g", i ? "," : "", v[i]);
+	if (o < cap)
+		snprintf(buf + o, cap - o, "}");
 }

@@ -6,6 +6,7 @@
 #ifndef COT_SERVER_APIUTIL_H
 #define COT_SERVER_APIUTIL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 
 #include <jansson.h>
@@ -48,7 +49,20 @@ void api_relay(http_req *req, const dbc_stmt *stmt, const char *const *params);
  * such row); returns the status answered. */
 int api_relay_result(http_req *req, const PGresult *r);
 
-/* A long poll's turn once a look (begun after gen = http_wake_gen())
+/* Round news that wakes held requests once, not at each of the thousand
+ * answers that carry it: api_is_news(n, key) is true the first time n sees
+ * key (a round's project, version, attempt and news) since another key. */
+typedef struct {
+	pthread_mutex_t mu;
+	char last[160];
+} api_news;
+#define API_NEWS_INIT \
+	{ \
+		PTHREAD_MUTEX_INITIALIZER, "" \
+	}
+bool api_is_news(api_news *n, const char *key);
+
+/* A long poll's turn once a look (begun after gen = http_wake_gen(req))
  * found nothing to answer yet: API_POLL_HELD when the request is now held
  * (return without answering; the handler runs again on a wake-up or at
  * req->hold_until), API_POLL_AGAIN when something moved meanwhile (look
@@ -86,5 +100,10 @@ typedef struct {
 } rounds_member_args;
 PGresult *rounds_member_begin(http_req *req, const dbc_stmt *stmt, const char *hp, long long version,
                               long long host, long long samples, const char *included, rounds_member_args *a);
+
+/* The float8[] literal "{v,v,...}" of v[0..n) into buf (cap bytes; at
+ * least API_FLOAT8_LEN(n)): %.17g keeps every bit of each value. */
+#define API_FLOAT8_LEN(n) ((size_t)(n)*26 + 3)
+void api_float8_literal(const double *v, size_t n, char *buf, size_t cap);
 
 #endif

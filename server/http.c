@@ -41,6 +41,7 @@ typedef struct conn_state {
 	struct MHD_Response *resp; /* the answer, queued by finish() */
 	int status;
 	struct timespec start;
+	double accept_ms;       /* a connection's first request: from the accept to its head, else -1 */
 	bool held;              /* suspended by http_hold, not yet run again */
 	bool resumed;           /* was held: its answer closes the connection (finish) */
 	bool answering_at_stop; /* resumed by http_stop; its answer not yet sent */
@@ -56,7 +57,7 @@ static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t hold_cond;
 static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
 static conn_state *held_list;
-static unsigned long hold_gen;
+static unsigned long hold_gen[HTTP_HOLD_KINDS];
 static int held_pending;   /* resumed, not yet run again */
 static int held_answering; /* run again by http_stop, answer not yet sent */
 static bool hold_stopping, timer_stop;
@@ -108,10 +109,16 @@ double http_now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-unsigned long http_wake_gen(void)
+/* The kind of a held request, HTTP_HOLD_PLAN when out of range. */
+static int kind_of(const http_req *req)
+{
+	return req->hold_kind > 0 && req->hold_kind < HTTP_HOLD_KINDS ? req->hold_kind : HTTP_HOLD_PLAN;
+}
+
+unsigned long http_wake_gen(const http_req *req)
 {
 	pthread_mutex_lock(&hold_lock);
-	unsigned long g = hold_gen;
+	unsigned long g = hold_gen[kind_of(req)];
 	pthread_mutex_unlock(&hold_lock);
 	return g;
 }
@@ -121,7 +128,7 @@ bool http_hold(http_req *req, unsigned long gen)
 	conn_state *st = req->priv;
 	pthread_once(&hold_once, hold_init);
 	pthread_mutex_lock(&hold_lock);
-	if (hold_stopping || gen != hold_gen || st->resp || http_now() >= req->hold_until) {
+	if (hold_stopping || gen != hold_gen[kind_of(req)] || st->resp || http_now() >= req->hold_until) {
 		pthread_mutex_unlock(&hold_lock);
 		return false;
 	}
@@ -145,18 +152,35 @@ static void resume_chain(conn_state *c)
 	}
 }
 
-void http_wake_held(void)
+void http_wake(unsigned mask)
 {
 	pthread_once(&hold_once, hold_init);
 	pthread_mutex_lock(&hold_lock);
-	hold_gen++;
-	conn_state *c = held_list;
-	held_list = NULL;
-	for (conn_state *x = c; x; x = x->next_held)
-		held_pending++;
+	for (int k = 0; k < HTTP_HOLD_KINDS; k++)
+		if (mask & HTTP_WAKE(k))
+			hold_gen[k]++;
+	conn_state *c = NULL, **pp = &held_list;
+	int n = 0, left = 0;
+	while (*pp) {
+		conn_state *x = *pp;
+		if (mask & HTTP_WAKE(kind_of(&x->req))) {
+			*pp = x->next_held;
+			x->next_held = c;
+			c = x;
+			held_pending++;
+			n++;
+		} else {
+			pp = &x->next_held;
+			left++;
+		}
+	}
 	pthread_mutex_unlock(&hold_lock);
+	if (n)
+		log_debug("woke %d held requests (kinds %#x), %d left held", n, mask, left);
 	resume_chain(c);
 }
+
+void http_wake_held(void) { http_wake(HTTP_WAKE_ALL); }
 
 /* The timer thread: resume each held request at its deadline. */
 static void *hold_timer(void *arg)
@@ -335,10 +359,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (!st) {
 		/* Headers are in: route now, so 404, 405 and 413 by Content-Length
 		 * are answered without reading the body. */
-		http_conns_head_done(conn);
+		double accept_wait = http_conns_head_done(conn);
 		st = calloc(1, sizeof *st);
 		if (!st)
 			return MHD_NO;
+		st->accept_ms = accept_wait >= 0 ? accept_wait * 1e3 : -1;
 		*con_cls = st;
 		st->conn = conn;
 		st->req.method = method;
@@ -447,7 +472,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			st->req.body_len = st->len;
 		}
 		st->req.early = false;
+		double t0 = st->resumed ? http_now() : 0;
 		st->handler(&st->req);
+		if (st->resumed)
+			log_debug("%s %s held, looked again in %.2f ms", st->req.method, st->req.path,
+			          (http_now() - t0) * 1e3);
 		if (st->held && !st->resp)
 			return MHD_YES; /* suspended until a wake-up or the deadline */
 	}
@@ -466,8 +495,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	double ms = (double)(end.tv_sec - st->start.tv_sec) * 1e3 +
 	            (double)(end.tv_nsec - st->start.tv_nsec) / 1e6;
 	metrics_observe(st->status, ms);
-	log_debug("%s %s %d %.2f ms, %zu bytes in%s", st->req.method, st->req.path, st->status, ms,
-	          st->req.body_len, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (aborted)");
+	char waited[48] = "";
+	if (st->accept_ms >= 0)
+		snprintf(waited, sizeof waited, ", %.2f ms from the accept", st->accept_ms);
+	log_debug("%s %s %d %.2f ms, %zu bytes in%s%s", st->req.method, st->req.path, st->status, ms,
+	          st->req.body_len, waited, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (aborted)");
 	if (st->held) {
 		/* Closed while held or resumed before it ran again (a client gone,
 		 * the daemon stopping): forget it. */
@@ -528,6 +560,11 @@ cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
 	        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	/* The listen backlog is the connection limit (the kernel caps it at
+	 * net.core.somaxconn): when a round's plans go out, a thousand hosts
+	 * whose long poll was just answered (and closed, finish) connect again
+	 * at once, and a connection past a full backlog waits for the kernel's
+	 * SYN retransmission, a second and then three (doc/scale.md, runs J). */
 	s->daemon =
 	        MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
 	                         ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
@@ -535,7 +572,7 @@ cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
 	                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
 	                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
 	                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
-	                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_NOTIFY_COMPLETED,
+	                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096, MHD_OPTION_NOTIFY_COMPLETED,
 	                         on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, http_conns_notify, NULL,
 	                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);

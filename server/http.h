@@ -45,6 +45,7 @@ struct http_req {
 	 * without being held in memory. */
 	size_t body_max;
 	double hold_until; /* long polls (http_hold); 0 until set */
+	int hold_kind;     /* what a long poll waits on (HTTP_HOLD_*); HTTP_HOLD_PLAN unless set */
 };
 
 /* Value of a request header (case-insensitive name), or NULL. */
@@ -77,20 +78,37 @@ void http_reply_response(http_req *req, int status, void *response);
 void http_add_header(http_req *req, const char *name, const char *value);
 
 /* Long polls.  A handler with nothing to answer yet may hold the request
- * instead: read gen = http_wake_gen() before looking at the state, set
- * req->hold_until (CLOCK_MONOTONIC seconds, http_now()) on the first call,
- * then call http_hold(req, gen).  When it returns true the connection is
- * suspended (no thread waits) and the handler must return without
- * answering; the layer calls it again with the same req after the next
- * http_wake_held() (from any thread) or at hold_until, whichever comes
- * first.  It returns false (answer now, after looking again) when a wake-up
- * came since gen was read, hold_until has passed, or the server is
- * stopping. */
+ * instead: set req->hold_kind, read gen = http_wake_gen(req)
+ * before looking at the state, set req->hold_until (CLOCK_MONOTONIC seconds,
+ * http_now()) on the first call, then call http_hold(req, gen).  When it
+ * returns true the connection is suspended (no thread waits) and the
+ * handler must return without answering; the layer calls it again with the
+ * same req after the next wake-up of its kind (http_wake, from any thread)
+ * or at hold_until, whichever comes first.  It returns false (answer now,
+ * after looking again) when a wake-up of its kind came since gen was read,
+ * hold_until has passed, or the server is stopping.
+ *
+ * The kinds: a wake-up resumes only the held requests of the kinds it
+ * names, so that a change one kind waits on does not make the thousands of
+ * others look again (each look is a query; at 1,000 hosts the looks of
+ * held requests that had nothing new to see took more of the server's
+ * threads than every other call together, doc/scale.md). */
+enum {
+	HTTP_HOLD_PLAN,    /* plan polls and close notices: a round closed, planned, its mean in */
+	HTTP_HOLD_OUTCOME, /* outcome polls: the round's v+1 in, its uploader named, a commit */
+	HTTP_HOLD_WORK,    /* work requests: a round opened, reran, or its target freed up */
+	HTTP_HOLD_KINDS
+};
+#define HTTP_WAKE(kind) (1u << (kind))
+#define HTTP_WAKE_ALL ((1u << HTTP_HOLD_KINDS) - 1)
 double http_now(void);
-unsigned long http_wake_gen(void);
+unsigned long http_wake_gen(const http_req *req);
 bool http_hold(http_req *req, unsigned long gen);
-/* Resume every held request (they look at the state again).  Thread-safe;
- * a no-op when nothing is held. */
+/* Resume every held request of the kinds in mask (HTTP_WAKE bits): they
+ * look at the state again.  Thread-safe; a no-op when none is held. */
+void http_wake(unsigned mask);
+/* http_wake(HTTP_WAKE_ALL): a change every kind may wait on (a commit, a
+ * failure, a round opened). */
 void http_wake_held(void);
 
 /* HTTP status for a cot_err, as above. */

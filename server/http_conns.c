@@ -84,14 +84,16 @@ static conn_entry *entry_of(struct MHD_Connection *conn)
 	return ci ? ci->socket_context : NULL;
 }
 
-void http_conns_head_done(struct MHD_Connection *conn)
+double http_conns_head_done(struct MHD_Connection *conn)
 {
 	conn_entry *e = entry_of(conn);
 	if (!e)
-		return;
+		return -1;
 	pthread_mutex_lock(&lock);
+	double waited = e->first && e->in_head ? now_mono() - e->since : -1;
 	e->in_head = false;
 	pthread_mutex_unlock(&lock);
+	return waited;
 }
 
 void http_conns_request_done(struct MHD_Connection *conn)

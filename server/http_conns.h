@@ -44,8 +44,10 @@ void http_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_con
 
 /* The head of conn's current request is in (the access handler's first
  * call), and its request is over (the completion callback): a later head
- * on the same connection is timed from then. */
-void http_conns_head_done(struct MHD_Connection *conn);
+ * on the same connection is timed from then.  http_conns_head_done returns,
+ * for a connection's first request, the seconds from its accept to now (the
+ * head's transfer and the wait for a server thread to read it), else -1. */
+double http_conns_head_done(struct MHD_Connection *conn);
 void http_conns_request_done(struct MHD_Connection *conn);
 
 /* Connections shut down so far for a head too slow and for shedding

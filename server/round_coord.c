@@ -34,8 +34,10 @@ struct round_coord {
 	pthread_cond_t wake;
 	bool stop, woken;
 	const srv_config *cfg;
-	duty *duty;     /* DUTY_ROUNDS: only its holder closes, plans and expires */
-	char moved[40]; /* the last st_moved seen */
+	duty *duty;        /* DUTY_ROUNDS: only its holder closes, plans and expires */
+	char moved[2][40]; /* the last st_moved seen: states, then hashes */
+	char reported[24]; /* the last st_reported seen by the duty holder */
+	bool holder;       /* the last duty_held() */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -64,20 +66,35 @@ static const dbc_stmt st_begin = { "round_plan_begin", "SELECT round_plan_begin(
 static const dbc_stmt st_store = { "round_plan_store",
 	                           "SELECT round_plan_store($1, $2, $3, $4::jsonb, $5, $6::boolean)", 6 };
 static const dbc_stmt st_fail = { "round_fail", "SELECT round_fail($1, $2, $3)", 3 };
-/* What long polls wait on, for every round not committed (and the newest
- * commits): a change, made by this process or another one sharing the
- * database, wakes them (http_wake_held).  Across groups between the peers,
- * the peer asked for v+1 (round_checkpoint_uploader) waits on it too. */
+/* What long polls wait on, for every round not committed (a commit drops
+ * its row from the set): a change, made by this process or another one
+ * sharing the database, wakes them.  Two digests: the rounds' states and
+ * attempts (a round opened, closed, planned, committed or rerun: every kind
+ * of held request looks again), and what only plan and outcome polls wait
+ * on, the mean's hash and, across groups between the peers, the peer asked
+ * for v+1 (round_checkpoint_uploader). */
 static const dbc_stmt st_moved = {
 	"round_moved",
 	"SELECT md5(coalesce(string_agg(project_id || ':' || version || ':' || state || ':' ||"
-	" attempt || ':' || coalesce(gradient_sha256, '') || ':' ||"
+	" attempt, ',' ORDER BY project_id, version), '')),"
+	" md5(coalesce(string_agg(coalesce(gradient_sha256, '') || ':' ||"
 	" CASE WHEN cross_peers AND state = 'averaging'"
 	"      THEN coalesce(round_checkpoint_uploader(project_id, version)::text, '') ELSE '' END,"
 	" ',' ORDER BY project_id, version), ''))"
 	" FROM round WHERE state IN ('open', 'closing', 'averaging')",
 	0
 };
+
+/* The reports of the closing rounds, which the duty holder watches: a
+ * report served by another process sharing the database cannot wake this
+ * one's coordinator (round_coord_wake), so a change in their count makes it
+ * pass at its next look instead of at round_interval.  Not part of
+ * st_moved: that wakes every long poll, and reports come in storms. */
+static const dbc_stmt st_reported = { "round_closing_reports",
+	                              "SELECT count(*) FROM round_report rr"
+	                              " JOIN round r USING (project_id, version)"
+	                              " WHERE r.state = 'closing'",
+	                              0 };
 
 /* One statement; false (logged) on failure.  *out (when not NULL) gets the
  * result, which the caller PQclear()s. */
@@ -295,7 +312,7 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 	snprintf(savg, sizeof savg, "%d", cfg->round_average_timeout);
 	const char *sparams[] = { sp, sv, slen, text, savg, cfg->round_cross_peers ? "true" : "false" };
 	if (run(&st_store, sparams, NULL)) {
-		http_wake_held(); /* long polls waiting for the plan */
+		http_wake(HTTP_WAKE(HTTP_HOLD_PLAN)); /* long polls waiting for the plan */
 		log_info("round coordinator: round %s of project %s planned: %d peers in %d groups, "
 		         "%llu parameters",
 		         sv, sp, n, n_groups, (unsigned long long)len);
@@ -315,12 +332,34 @@ static void watch(round_coord *rc)
 	PGresult *r;
 	if (!run(&st_moved, NULL, &r))
 		return;
-	if (PQntuples(r) == 1 && strcmp(rc->moved, PQgetvalue(r, 0, 0)) != 0) {
-		if (rc->moved[0])
-			http_wake_held();
-		snprintf(rc->moved, sizeof rc->moved, "%s", PQgetvalue(r, 0, 0));
+	unsigned wake = 0;
+	for (int i = 0; i < 2 && PQntuples(r) == 1 && PQnfields(r) == 2; i++) {
+		if (strcmp(rc->moved[i], PQgetvalue(r, 0, i)) == 0)
+			continue;
+		if (rc->moved[i][0])
+			wake |= i == 0 ? HTTP_WAKE_ALL
+			               : HTTP_WAKE(HTTP_HOLD_PLAN) | HTTP_WAKE(HTTP_HOLD_OUTCOME);
+		snprintf(rc->moved[i], sizeof rc->moved[i], "%s", PQgetvalue(r, 0, i));
 	}
 	PQclear(r);
+	if (wake)
+		http_wake(wake);
+}
+
+/* True when the duty holder should pass now: the closing rounds' reports
+ * changed since its last look, maybe through another process. */
+static bool reports_moved(round_coord *rc)
+{
+	PGresult *r;
+	if (!run(&st_reported, NULL, &r))
+		return false;
+	bool moved = false;
+	if (PQntuples(r) == 1 && strcmp(rc->reported, PQgetvalue(r, 0, 0)) != 0) {
+		moved = rc->reported[0] != 0;
+		snprintf(rc->reported, sizeof rc->reported, "%s", PQgetvalue(r, 0, 0));
+	}
+	PQclear(r);
+	return moved;
 }
 
 /* The coordinator's duty: close due rounds, expire overdue averaging, spot
@@ -367,10 +406,12 @@ static void *coord_main(void *arg)
 		           (now.tv_sec == next_pass.tv_sec && now.tv_nsec >= next_pass.tv_nsec);
 		rc->woken = false;
 		pthread_mutex_unlock(&rc->lock);
+		if (!due && rc->holder)
+			due = reports_moved(rc);
 		if (due) {
 			next_pass = now;
 			next_pass.tv_sec += rc->cfg->round_interval;
-			if (duty_held(rc->duty))
+			if ((rc->holder = duty_held(rc->duty)))
 				pass(rc->cfg);
 		}
 		watch(rc);

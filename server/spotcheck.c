@@ -67,30 +67,30 @@ void spot_fingerprint_post(http_req *req)
 		json_decref(body);
 		return;
 	}
-	/* "{v,v,...}" as a float8[] literal: %.17g keeps every bit. */
-	char *lit = malloc(n * 26 + 3);
-	if (!lit) {
+	double *d = malloc(n * sizeof *d);
+	char *lit = malloc(API_FLOAT8_LEN(n));
+	if (!d || !lit) {
 		http_reply_error(req, 500, "out_of_memory", "out of memory", NULL);
+		free(d);
+		free(lit);
 		json_decref(body);
 		return;
 	}
-	size_t len = 0;
-	lit[len++] = '{';
 	for (size_t i = 0; i < n; i++) {
 		json_t *v = json_array_get(vals, i);
-		double d = json_is_number(v) ? json_number_value(v) : NAN;
-		if (!isfinite(d)) {
+		d[i] = json_is_number(v) ? json_number_value(v) : NAN;
+		if (!isfinite(d[i])) {
 			char msg[80];
 			snprintf(msg, sizeof msg, "values[%zu] is not a finite number", i);
 			http_reply_error(req, 400, "invalid", msg, NULL);
+			free(d);
 			free(lit);
 			json_decref(body);
 			return;
 		}
-		len += (size_t)snprintf(lit + len, 26, "%s%.17g", i ? "," : "", d);
 	}
-	lit[len++] = '}';
-	lit[len] = '\0';
+	api_float8_literal(d, n, lit, API_FLOAT8_LEN(n));
+	free(d);
 	char ids[24];
 	snprintf(ids, sizeof ids, "%lld", id);
 	const char *params[] = { hp, ids, lit };

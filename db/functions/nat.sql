@@ -12,9 +12,11 @@
 -- objects that the server has checked already; peers that are not members of the round, or the host
 -- itself, are dropped.  Membership is taken before the outcome is applied,
 -- since a 'failed' outcome fails the round and empties its members.
+DROP FUNCTION IF EXISTS round_outcome_links(bytea, text, integer, bigint, text, jsonb, text, jsonb, jsonb);
 CREATE OR REPLACE FUNCTION round_outcome_links(p_token_hash bytea, p_project text, p_version integer,
                                     p_host bigint, p_status text, p_included jsonb,
-                                    p_sha256 text, p_links jsonb, p_sketches jsonb)
+                                    p_sha256 text, p_links jsonb, p_sketches jsonb,
+                                    p_moments text DEFAULT NULL)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
 DECLARE
     v_project bigint;
@@ -52,7 +54,7 @@ BEGIN
         END IF;
     END IF;
     SELECT * INTO o FROM round_outcome(p_token_hash, p_project, p_version, p_host, p_status,
-                                       p_included, p_sha256);
+                                       p_included, p_sha256, p_moments);
     IF o.status = 200 AND v_links IS NOT NULL THEN
         INSERT INTO round_link AS k (project_id, version, host_id, peer_id, rung, connect_ms, plan)
         SELECT v_project, p_version, p_host, l.peer, l.rung, l.connect_ms, l.plan

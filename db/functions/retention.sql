@@ -85,9 +85,11 @@ BEGIN
 END
 $$;
 
--- Every stored file that must stay: the indexed ones (rows of `file`), and
--- the group sums and mean gradient of every round that is not committed or
--- whose version has an open spot check.  Any other file in the store is
+-- Every stored file that must stay: the indexed ones (rows of `file`), the
+-- group sums and mean gradient of every round that is not committed or
+-- whose version has an open spot check, and the sum a peer alone in its
+-- group uploaded until the server sketched it under the round's second
+-- seed (round_group_sum_seed2_todo) or the check under it ran.  Any other file in the store is
 -- garbage once older than the grace period.
 CREATE OR REPLACE FUNCTION file_gc_referenced() RETURNS SETOF text
 LANGUAGE sql STABLE AS $$
@@ -102,6 +104,10 @@ LANGUAGE sql STABLE AS $$
             OR EXISTS (SELECT 1 FROM spot_check c
                         WHERE c.project_id = r.project_id AND c.version = r.version
                           AND c.state = 'open'))
+    UNION
+    SELECT g.sum_sha256 FROM round_group_sum g JOIN round r USING (project_id, version)
+     WHERE r.seed2 IS NOT NULL AND r.seed2_checked_at IS NULL
+       AND g.sketch IS NOT NULL AND g.sketch2 IS NULL
 $$;
 
 -- The bytes a project's checkpoints take in the store (a file shared with

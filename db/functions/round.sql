@@ -44,20 +44,32 @@ BEGIN
 END
 $$;
 
+-- Lock the open round of (p_project, p_version) and return the project's
+-- target read after the lock; NULL when the round is not open.  A project
+-- update that changes the target holds that row until it commits, and the
+-- statement after the lock sees what it committed (READ COMMITTED): a
+-- round closed on this target never closes on one already changed.
+CREATE OR REPLACE FUNCTION round_open_locked_target(p_project bigint, p_version integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM round WHERE project_id = p_project AND version = p_version AND state = 'open'
+        FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN (SELECT target_batch FROM project WHERE id = p_project);
+END
+$$;
+
 -- After samples were added to version p_version: close its round when they
--- reach the target.  Returns round_note().  The target is read again once
--- the open round's row is locked: a project update that raises it holds
--- that row until it commits, and the statement after the lock sees what it
--- committed (READ COMMITTED), so a round never closes on a target that was
--- already raised.
+-- reach the target (read again under the round's lock:
+-- round_open_locked_target).  Returns round_note().
 CREATE OR REPLACE FUNCTION round_progress(p_project bigint, p_version integer, p_accumulated bigint,
                                p_target bigint) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 BEGIN
     IF p_accumulated >= p_target THEN
-        PERFORM 1 FROM round WHERE project_id = p_project AND version = p_version AND state = 'open'
-            FOR UPDATE;
-        IF FOUND AND p_accumulated >= (SELECT target_batch FROM project WHERE id = p_project) THEN
+        IF p_accumulated >= round_open_locked_target(p_project, p_version) THEN
             UPDATE round SET state = 'closing', close_reason = 'target', closed_at = now()
              WHERE project_id = p_project AND version = p_version AND state = 'open';
         END IF;
@@ -90,8 +102,13 @@ END
 $$;
 
 -- Authenticate a host token for host p_host and find project p_project and
--- its round p_version.  status NULL when all is well; else the answer.
+-- its round p_version, its row locked FOR UPDATE unless p_lock is false (a
+-- read-only caller: a plan poll, of which a thousand come at once when a
+-- plan is stored, need not queue behind each other and the writers).
+-- status NULL when all is well; else the answer.
+DROP FUNCTION IF EXISTS round_lookup(bytea, text, integer, bigint);
 CREATE OR REPLACE FUNCTION round_lookup(p_token_hash bytea, p_project text, p_version integer, p_host bigint,
+                             p_lock boolean DEFAULT true,
                              OUT status integer, OUT body text, OUT project_id bigint,
                              OUT state text, OUT attempt integer, OUT config jsonb)
 LANGUAGE plpgsql AS $$
@@ -120,8 +137,13 @@ BEGIN
     END IF;
     project_id := r.id;
     config := r.config;
-    SELECT ro.state, ro.attempt INTO state, attempt FROM round ro
-     WHERE ro.project_id = r.id AND ro.version = p_version FOR UPDATE;
+    IF p_lock THEN
+        SELECT ro.state, ro.attempt INTO state, attempt FROM round ro
+         WHERE ro.project_id = r.id AND ro.version = p_version FOR UPDATE;
+    ELSE
+        SELECT ro.state, ro.attempt INTO state, attempt FROM round ro
+         WHERE ro.project_id = r.id AND ro.version = p_version;
+    END IF;
     IF NOT FOUND THEN
         status := 404;
         body := api_error('not_found',
@@ -167,12 +189,9 @@ BEGIN
             END IF;
         END IF;
         IF v_why IS NOT NULL THEN
-            -- Decided on the target read above: lock the open round, then
-            -- read the target again (round_progress says why); one changed
-            -- meanwhile is left to the next pass.
-            PERFORM 1 FROM round WHERE project_id = r.project_id AND version = r.version
-                                   AND state = 'open' FOR UPDATE;
-            IF FOUND AND (SELECT target_batch FROM project WHERE id = r.project_id) = r.target_batch THEN
+            -- Decided on the target read above: a target changed meanwhile
+            -- (round_open_locked_target) is left to the next pass.
+            IF round_open_locked_target(r.project_id, r.version) = r.target_batch THEN
                 UPDATE round SET state = 'closing', close_reason = v_why, closed_at = now()
                  WHERE project_id = r.project_id AND version = r.version AND state = 'open';
                 n := n + 1;

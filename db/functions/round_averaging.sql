@@ -73,6 +73,36 @@ BEGIN
 END
 $$;
 
+-- A held outcome poll's later look (server/api_rounds.c): the answer to the
+-- outcome host p_host already posted for round p_version, read only (no
+-- lock taken, nothing written: a thousand held polls look again at each
+-- wake-up, and reposting took the round's row lock and rewrote the links
+-- each time).  401/403/404 as round_lookup; 409 when the round holds no
+-- outcome of the host (a rerun planned it again, or not).
+CREATE OR REPLACE FUNCTION round_outcome_look(p_token_hash bytea, p_project text, p_version integer,
+                                   p_host bigint)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host, false);
+    IF c.status IS NOT NULL THEN
+        RETURN QUERY SELECT c.status, c.body;
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM round_member rm
+                    WHERE rm.project_id = c.project_id AND rm.version = p_version
+                      AND rm.host_id = p_host AND rm.outcome IS NOT NULL) THEN
+        RETURN QUERY SELECT 409, api_error('conflict',
+            format('round %s is %s (attempt %s) and holds no outcome of host %s',
+                   p_version, c.state, c.attempt, p_host),
+            'Drop the gradients of this version and ask for new work.');
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
+END
+$$;
+
 -- A peer's outcome of averaging ('ok', 'failed', or 'dropped': its group
 -- left it out, and it reports the sketches of the range it aggregated,
 -- which round_sketch_verify needs).  The round commits in round_try_commit,
@@ -83,8 +113,10 @@ $$;
 -- 'committed'); a 'failed' from any other peer fails the round
 -- (round_fail).  The same outcome again answers the same; a different one
 -- is 409.
+DROP FUNCTION IF EXISTS round_outcome(bytea, text, integer, bigint, text, jsonb, text);
 CREATE OR REPLACE FUNCTION round_outcome(p_token_hash bytea, p_project text, p_version integer,
-                              p_host bigint, p_status text, p_included jsonb, p_sha256 text)
+                              p_host bigint, p_status text, p_included jsonb, p_sha256 text,
+                              p_moments text DEFAULT NULL)
 RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
 DECLARE
     c       record;
@@ -105,7 +137,8 @@ BEGIN
     END IF;
     IF m.outcome IS NOT NULL THEN
         IF m.outcome = p_status AND m.params_sha256 IS NOT DISTINCT FROM p_sha256
-           AND m.included_hosts = p_included THEN
+           AND m.included_hosts = p_included
+           AND (p_moments IS NULL OR m.moments_sha256 IS NOT DISTINCT FROM p_moments) THEN
             RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
         ELSE
             RETURN QUERY SELECT 409, api_error('conflict',
@@ -119,7 +152,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE round_member SET outcome = p_status, included_hosts = p_included,
-                            params_sha256 = p_sha256, outcome_at = now()
+                            params_sha256 = p_sha256, moments_sha256 = p_moments, outcome_at = now()
      WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
     IF p_status = 'dropped' THEN
         -- Its group left it out (or will: the group sum is authoritative;
@@ -202,7 +235,10 @@ DECLARE
     v_sum bigint;
     v_bad bigint;
 BEGIN
-    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    -- Checks only (round_group_sum_store checks the state and attempt again
+    -- under the round's lock): no lock here, so that a group's members do
+    -- not queue behind each other and the round's writers twice.
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host, false);
     IF c.status IS NOT NULL THEN
         status := c.status;
         body := c.body;
@@ -300,6 +336,25 @@ DECLARE
     v_in bigint;
 BEGIN
     compute := false;
+    -- A member after the first of its group posts what the group kept (the
+    -- same bytes, the same hosts) while other groups' are still to come, or
+    -- after the mean is settled: nothing to write or to start, and no lock
+    -- to queue for behind the round's other writers (a thousand members
+    -- post within a second).  Read in one statement, so that the kept sum
+    -- and the attempt are of one moment (a rerun deletes the sums as it
+    -- moves the attempt on).  Else, below, under the lock: the first of a
+    -- group keeps its sum, and the last group's completes the round's mean.
+    IF EXISTS (SELECT 1 FROM round r JOIN round_group_sum s USING (project_id, version)
+                WHERE r.project_id = p_project AND r.version = p_version AND s.group_id = p_group
+                  AND r.attempt = p_attempt AND s.sum_sha256 = p_sha AND s.included = p_included
+                  AND (r.gradient_sha256 IS NOT NULL OR r.state <> 'averaging'
+                       OR (SELECT count(*) FROM round_group_sum g
+                            WHERE g.project_id = p_project AND g.version = p_version) < r.n_groups))
+    THEN
+        status := 200;
+        body := round_group_sum_body(p_project, p_version, p_group);
+        RETURN;
+    END IF;
     SELECT * INTO ro FROM round r WHERE r.project_id = p_project AND r.version = p_version
        FOR UPDATE;
     SELECT * INTO kept FROM round_group_sum s

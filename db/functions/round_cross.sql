@@ -15,12 +15,45 @@
 -- which the server checks (its parameters hash to the majority's, its step
 -- is v+1) and commits as the round's v+1.
 
--- The slices of host p_host's range in round p_version: [{"index", "lo",
--- "hi", "holders": [{"host_id", "endpoint", "group", "lo", "hi"}, ...]},
--- ...] ascending, or NULL when the round is not cross_peers, has one group,
--- or the host aggregates nothing.  A slice's index is its rank among all of
--- the round's slices; its holders (one per group, ascending host id) share
--- it in proportion to their reported bandwidths, as contiguous parts.
+-- The slices of round p_version, ascending: every boundary of every
+-- member's aggregator range cuts the vector, and each slice lies inside
+-- exactly one member's range in every group, its holders.  holders is
+-- [{"host_id", "endpoint", "group", "lo", "hi"}, ...], ascending host id,
+-- each holder's part of the slice in proportion to the reported bandwidths,
+-- as contiguous parts; a slice's index is its rank among the round's slices.
+CREATE OR REPLACE FUNCTION round_cross_partition(p_project bigint, p_version integer)
+RETURNS TABLE (idx bigint, lo bigint, hi bigint, holders jsonb) LANGUAGE sql STABLE AS $$
+    WITH b AS (
+        SELECT DISTINCT x FROM round_member rm, LATERAL (VALUES (rm.lo), (rm.hi)) v(x)
+         WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo),
+    s AS (
+        SELECT (row_number() OVER (ORDER BY x)) - 1 AS idx, x AS lo,
+               lead(x) OVER (ORDER BY x) AS hi FROM b),
+    h AS (
+        SELECT s.idx, s.lo AS slo, s.hi AS shi, rm.host_id, rm.endpoint, rm.group_id,
+               greatest(rm.bandwidth, 1)::numeric AS bw,
+               sum(greatest(rm.bandwidth, 1)::numeric) OVER w - greatest(rm.bandwidth, 1)::numeric AS before,
+               sum(greatest(rm.bandwidth, 1)::numeric) OVER (PARTITION BY s.idx) AS total
+          FROM s JOIN round_member rm
+            ON rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
+           AND rm.lo <= s.lo AND rm.hi >= s.hi
+         WHERE s.hi IS NOT NULL
+        WINDOW w AS (PARTITION BY s.idx ORDER BY rm.host_id))
+    SELECT idx, slo, shi,
+           jsonb_agg(jsonb_build_object(
+               'host_id', host_id, 'endpoint', endpoint, 'group', group_id,
+               'lo', slo + floor((shi - slo) * before / total)::bigint,
+               'hi', slo + floor((shi - slo) * (before + bw) / total)::bigint)
+               ORDER BY host_id)
+      FROM h GROUP BY idx, slo, shi
+$$;
+
+-- The slices of host p_host's range in round p_version (of
+-- round_cross_partition): [{"index", "lo", "hi", "holders"}, ...]
+-- ascending, or NULL when the round is not cross_peers, has one group, or
+-- the host aggregates nothing.  round_plan_get reads what
+-- round_cross_slices_store kept; this computes it (a round planned before
+-- that was kept).
 CREATE OR REPLACE FUNCTION round_cross_slices(p_project bigint, p_version integer, p_host bigint)
 RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -28,41 +61,40 @@ DECLARE
     m  record;
 BEGIN
     SELECT cross_peers, n_groups INTO ro FROM round WHERE project_id = p_project AND version = p_version;
-    SELECT lo, hi INTO m FROM round_member
-     WHERE project_id = p_project AND version = p_version AND host_id = p_host;
+    SELECT rm.lo, rm.hi INTO m FROM round_member rm
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host;
     IF NOT coalesce(ro.cross_peers, false) OR coalesce(ro.n_groups, 1) < 2 OR m.hi IS NULL
        OR m.hi <= m.lo THEN
         RETURN NULL;
     END IF;
-    RETURN (
-        WITH b AS (
-            SELECT DISTINCT x FROM round_member rm, LATERAL (VALUES (rm.lo), (rm.hi)) v(x)
-             WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo),
-        s AS (
-            SELECT (row_number() OVER (ORDER BY x)) - 1 AS idx, x AS lo,
-                   lead(x) OVER (ORDER BY x) AS hi FROM b),
-        h AS (
-            SELECT s.idx, s.lo AS slo, s.hi AS shi, rm.host_id, rm.endpoint, rm.group_id,
-                   greatest(rm.bandwidth, 1)::numeric AS bw,
-                   sum(greatest(rm.bandwidth, 1)::numeric) OVER w - greatest(rm.bandwidth, 1)::numeric AS before,
-                   sum(greatest(rm.bandwidth, 1)::numeric) OVER (PARTITION BY s.idx) AS total
-              FROM s JOIN round_member rm
-                ON rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo
-               AND rm.lo < m.hi AND rm.hi > m.lo -- only those overlapping our range: a
-                                                 -- thousand members' join stays small
-               AND rm.lo <= s.lo AND rm.hi >= s.hi
-             WHERE s.hi IS NOT NULL AND s.lo >= m.lo AND s.hi <= m.hi
-            WINDOW w AS (PARTITION BY s.idx ORDER BY rm.host_id))
-        SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.slo, 'hi', x.shi,
-                                            'holders', x.holders) ORDER BY x.idx)
-          FROM (SELECT idx, slo, shi,
-                       jsonb_agg(jsonb_build_object(
-                           'host_id', host_id, 'endpoint', endpoint, 'group', group_id,
-                           'lo', slo + floor((shi - slo) * before / total)::bigint,
-                           'hi', slo + floor((shi - slo) * (before + bw) / total)::bigint)
-                           ORDER BY host_id) AS holders
-                  FROM h GROUP BY idx, slo, shi) x);
+    RETURN (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
+                                                'holders', x.holders) ORDER BY x.idx)
+              FROM round_cross_partition(p_project, p_version) x
+             WHERE x.lo >= m.lo AND x.hi <= m.hi);
 END
+$$;
+
+-- Every aggregator's slices of round p_version (what round_cross_slices
+-- gives each one), from one partition of the round, kept in
+-- round_member.cross_slices for round_plan_get to read: once per plan, not
+-- once per aggregator's poll (each of which read every member).  Called by
+-- round_plan_store once the members are in; nothing for a round that is not
+-- cross_peers or has one group.
+CREATE OR REPLACE FUNCTION round_cross_slices_store(p_project bigint, p_version integer) RETURNS void
+LANGUAGE sql AS $$
+    WITH per AS (
+        SELECT a.host_id,
+               jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
+                                            'holders', x.holders) ORDER BY x.idx) AS cross
+          FROM round_member a JOIN round_cross_partition(p_project, p_version) x
+            ON x.lo >= a.lo AND x.hi <= a.hi
+         WHERE a.project_id = p_project AND a.version = p_version AND a.hi > a.lo
+         GROUP BY a.host_id)
+    UPDATE round_member m SET cross_slices = per.cross
+      FROM per, round r
+     WHERE m.project_id = p_project AND m.version = p_version AND m.host_id = per.host_id
+       AND r.project_id = p_project AND r.version = p_version AND r.cross_peers
+       AND r.n_groups >= 2
 $$;
 
 -- Every group of round p_version posted its mean's hash: when they all
@@ -107,10 +139,25 @@ LANGUAGE sql STABLE AS $$
                        WHERE project_id = p_project AND version = p_version AND included)
 $$;
 
+-- The optimizer moments of v+1 (round_member.moments_sha256) that a strict
+-- majority of round p_version's included peers reported; NULL when there is
+-- no such majority (peers that do not report them).
+CREATE OR REPLACE FUNCTION round_cross_moments(p_project bigint, p_version integer) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT x.moments_sha256
+      FROM (SELECT moments_sha256, count(*) AS n FROM round_member
+             WHERE project_id = p_project AND version = p_version AND included
+               AND moments_sha256 IS NOT NULL
+             GROUP BY moments_sha256) x
+     WHERE 2 * x.n > (SELECT count(*) FROM round_member
+                       WHERE project_id = p_project AND version = p_version AND included)
+$$;
+
 -- The host that is to upload the checkpoint of v+1 of round p_version: in
 -- a cross_peers round averaging, whose groups agreed on the mean and whose
 -- v+1 is not in yet, the lowest host id holding the majority's parameters
--- (round_cross_majority); else NULL.
+-- (round_cross_majority) whose upload was not refused (checkpoint_refused:
+-- the next one is asked then); else NULL.
 -- The majority is computed once, not once per member (a thousand members
 -- made that a million rows a call, and every outcome calls it).
 CREATE OR REPLACE FUNCTION round_checkpoint_uploader(p_project bigint, p_version integer) RETURNS bigint
@@ -119,19 +166,22 @@ LANGUAGE sql STABLE AS $$
     SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version), m
      WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
        AND r.state = 'averaging' AND r.gradient_sha256 IS NOT NULL AND r.checkpoint_sha256 IS NULL
-       AND rm.included AND rm.params_sha256 = m.sha
+       AND rm.included AND rm.params_sha256 = m.sha AND NOT rm.checkpoint_refused
 $$;
 
 -- Before a checkpoint upload's bytes are read: may host p_host upload v+1
 -- of round p_version?  status NULL when it may (it is the uploader), with
--- the round's attempt, param_count and the parameters' hash the checkpoint
--- must have; 200 with the outcome answer when v+1 is in already (an upload
--- again); else 401/403/404 as round_lookup, 409 when the round wants no
--- checkpoint from this host.
+-- the round's attempt, param_count, the parameters' hash the checkpoint
+-- must have and the moments' (round_cross_moments; NULL: not checked);
+-- 200 with the outcome answer when v+1 is in already (an upload again);
+-- else 401/403/404 as round_lookup, 409 when the round wants no checkpoint
+-- from this host.
+DROP FUNCTION IF EXISTS round_checkpoint_begin(bytea, text, integer, bigint);
 CREATE OR REPLACE FUNCTION round_checkpoint_begin(p_token_hash bytea, p_project text, p_version integer,
                                        p_host bigint, OUT status integer, OUT body text,
                                        OUT project_id bigint, OUT attempt integer,
-                                       OUT param_count bigint, OUT params_sha256 text)
+                                       OUT param_count bigint, OUT params_sha256 text,
+                                       OUT moments_sha256 text)
 LANGUAGE plpgsql AS $$
 DECLARE
     c  record;
@@ -163,7 +213,17 @@ BEGIN
     param_count := ro.param_count;
     SELECT rm.params_sha256 INTO params_sha256 FROM round_member rm
      WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.host_id = p_host;
+    moments_sha256 := round_cross_moments(c.project_id, p_version);
 END
+$$;
+
+-- The checkpoint of v+1 that p_host uploaded for round p_version was
+-- refused (it does not load, or its parameters or moments are not the
+-- majority's): ask the next peer of the majority (round_checkpoint_uploader).
+CREATE OR REPLACE FUNCTION round_checkpoint_refuse(p_project bigint, p_version integer, p_host bigint)
+RETURNS void LANGUAGE sql AS $$
+    UPDATE round_member SET checkpoint_refused = true
+     WHERE project_id = p_project AND version = p_version AND host_id = p_host
 $$;
 
 -- Keep the checkpoint of v+1 (p_checkpoint in the file store, p_size

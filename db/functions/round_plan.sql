@@ -118,6 +118,7 @@ BEGIN
                      n_groups = (SELECT count(DISTINCT group_id) FROM round_member
                                   WHERE project_id = p_project AND version = p_version)
      WHERE project_id = p_project AND version = p_version;
+    PERFORM round_cross_slices_store(p_project, p_version);
     RETURN true;
 END
 $$;
@@ -142,7 +143,7 @@ DECLARE
     b  jsonb;
     x  jsonb;
 BEGIN
-    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host, false);
     IF c.status IS NOT NULL THEN
         RETURN QUERY SELECT c.status, c.body;
         RETURN;
@@ -192,7 +193,10 @@ BEGIN
                        AND g.group_id = m.group_id));
     IF ro.cross_peers THEN
         b := b || jsonb_build_object('cross_group', 'peers');
-        x := round_cross_slices(c.project_id, p_version, p_host);
+        -- Kept at the plan (round_cross_slices_store); computed here only
+        -- for a member that aggregates nothing (NULL at once) or a round
+        -- planned before they were kept.
+        x := coalesce(m.cross_slices, round_cross_slices(c.project_id, p_version, p_host));
         IF x IS NOT NULL THEN
             b := b || jsonb_build_object('cross', x);
         END IF;

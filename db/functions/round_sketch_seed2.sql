@@ -67,6 +67,38 @@ LANGUAGE sql STABLE AS $$
      WHERE project_id = p_project AND version = p_version AND included AND sketches IS NOT NULL
 $$;
 
+-- The upload of a peer alone in its group that the server sketches under
+-- the second seed before it stores the peer's sketches under it
+-- (api_round_seed2, check 4 of round_seed2_verify): the group sum host
+-- p_host uploaded alone in committed round p_version, with the round's
+-- seed2 and k, when p_token_hash is the host's, the server sketched that
+-- sum under the work unit's seed (round_group_sum_sketch: the round is
+-- checked) and not yet under seed2, and the check under seed2 has not run.
+-- No row otherwise; the report that follows answers any error.
+CREATE OR REPLACE FUNCTION round_group_sum_seed2_todo(p_token_hash bytea, p_project text, p_version integer,
+                                                      p_host bigint)
+RETURNS TABLE (project_id bigint, group_id integer, sum_sha256 text, seed2 bigint, k integer)
+LANGUAGE sql AS $$
+    SELECT s.project_id, s.group_id, s.sum_sha256, ro.seed2, round_seed2_k(s.project_id, s.version)
+      FROM round_lookup(p_token_hash, p_project, p_version, p_host, false) c
+      JOIN round_group_sum s ON s.project_id = c.project_id AND s.version = p_version
+      JOIN round ro ON ro.project_id = s.project_id AND ro.version = s.version
+     WHERE c.status IS NULL AND c.state = 'committed' AND ro.seed2 IS NOT NULL
+       AND ro.seed2_checked_at IS NULL AND s.included = jsonb_build_array(p_host)
+       AND s.sketch IS NOT NULL AND s.sketch2 IS NULL
+       AND round_group_size(s.project_id, s.version, s.group_id) = 1
+$$;
+
+-- Keep the server's sketch p_sketch under seed2 of the group sum p_sha that
+-- a peer alone in group p_group uploaded (round_group_sum_seed2_todo).
+CREATE OR REPLACE FUNCTION round_group_sum_sketch2(p_project bigint, p_version integer, p_group integer,
+                                                   p_sha text, p_sketch double precision[])
+RETURNS void LANGUAGE sql AS $$
+    UPDATE round_group_sum SET sketch2 = p_sketch
+     WHERE project_id = p_project AND version = p_version AND group_id = p_group
+       AND sum_sha256 = p_sha AND sketch2 IS NULL
+$$;
+
 -- True when host p_host owes round (p_project, p_version) its sketches
 -- under seed2: the round drew one, the host was included (in a group of
 -- one too: it sketches as its own aggregator, allreduce_alone), the
@@ -249,6 +281,7 @@ DECLARE
     g         record;
     v_sum     double precision[];
     v_blk     double precision[];
+    v_srv     double precision[];
     v_err2    double precision;
     v_n       integer;
     v_d       double precision;
@@ -300,6 +333,23 @@ BEGIN
                        v_mb, v_b), 1, v_tol);
             v_bad := v_bad || m.host_id;
             CONTINUE;
+        END IF;
+        -- 4. Alone in its group on the server's path: the server's own
+        -- sketch of the sum it uploaded (round_group_sum.sketch2) against its
+        -- blocks; no wire encoding between them.
+        SELECT s.sketch2 INTO v_srv FROM round_group_sum s
+         WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = m.group_id
+           AND s.included = jsonb_build_array(m.host_id) AND cardinality(s.sketch2) = v_k;
+        IF FOUND THEN
+            v_d := round_sketch_norm(v_srv, v_blk);
+            v_scale := greatest(round_sketch_norm(v_srv), round_sketch_norm(v_blk), 1e-300);
+            IF v_d > v_tol * v_scale THEN
+                PERFORM round_seed2_flag_host(p_project, p_version, m.host_id, 'member',
+                    'the group sum it uploaded alone is not the gradient of its blocks',
+                    v_d / v_scale, v_tol);
+                v_bad := v_bad || m.host_id;
+                CONTINUE;
+            END IF;
         END IF;
         SELECT count(*) INTO v_n FROM round_member a
          WHERE a.project_id = p_project AND a.version = p_version AND a.group_id = m.group_id

@@ -26,6 +26,21 @@ void hash_hex(const unsigned char *data, size_t len, char *out)
 	out[2 * len] = '\0';
 }
 
+cot_err hash_sha256_hex2(const void *a, size_t a_len, const void *b, size_t b_len,
+                         char out[HASH_SHA256_HEX_LEN + 1])
+{
+	unsigned char md[HASH_SHA256_LEN];
+	unsigned int n = 0;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, a, a_len) &&
+	          EVP_DigestUpdate(ctx, b, b_len) && EVP_DigestFinal_ex(ctx, md, &n) && n == HASH_SHA256_LEN;
+	EVP_MD_CTX_free(ctx);
+	if (!ok)
+		return COT_ERR_INTERNAL;
+	hash_hex(md, sizeof md, out);
+	return COT_OK;
+}
+
 cot_err hash_sha256_hex(const void *data, size_t len, char out[HASH_SHA256_HEX_LEN + 1])
 {
 	unsigned char md[HASH_SHA256_LEN];

@@ -21,6 +21,12 @@ cot_err hash_sha256(const void *data, size_t len, unsigned char out[HASH_SHA256_
 /* Same, written as 64 lowercase hex digits plus a NUL into out. */
 cot_err hash_sha256_hex(const void *data, size_t len, char out[HASH_SHA256_HEX_LEN + 1]);
 
+/* The hex sha256 of the a_len bytes at a followed by the b_len bytes at b
+ * (a round's "moments_sha256": a model's first moments, then its second,
+ * as fp32).  Errors as hash_sha256. */
+cot_err hash_sha256_hex2(const void *a, size_t a_len, const void *b, size_t b_len,
+                         char out[HASH_SHA256_HEX_LEN + 1]);
+
 /* sha256 of the file at path, as lowercase hex; *size_out (when not NULL)
  * receives its length.  COT_ERR_IO with a detail in eb when it cannot be read. */
 cot_err hash_file_sha256_hex(const char *path, char out[HASH_SHA256_HEX_LEN + 1], long long *size_out,

@@ -1,0 +1,13 @@
+-- cotrain schema, version 25: the server's own sketch, under the round's
+-- second seed, of a group sum uploaded by a peer alone in its group
+-- (doc/credit.md, "A peer alone in its group").
+--
+-- Under the work unit's seed the server sketches a lone peer's upload as it
+-- keeps it (round_group_sum.sketch, 0024); a peer that sent g + p with p
+-- orthogonal to that seed's vectors passes that check.  The second seed is
+-- drawn at commit, after the upload: when the peer sends its sketches under
+-- it, the server sketches the kept upload under it too, and
+-- round_seed2_verify compares that with the blocks the peer sketched, so
+-- that its own claims about its bytes (alone, nobody else saw them) are not
+-- all there is to check.  NULL until then, and for groups of several.
+ALTER TABLE round_group_sum ADD COLUMN sketch2 double precision[];
