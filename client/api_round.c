@@ -242,8 +242,9 @@ cot_err cl_api_round_checkpoint(const cl_api_opts *o, const cl_project *p, int64
 }
 
 cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok, int wait_s,
-                             const int64_t *included, size_t n, const char *params_sha256, cl_links *links,
-                             const json_t *sketches, json_t **answer, cot_errbuf *eb)
+                             const int64_t *included, size_t n, const char *params_sha256,
+                             const char *moments_sha256, cl_links *links, const json_t *sketches,
+                             json_t **answer, cot_errbuf *eb)
 {
 	char url[CL_URL_MAX + 128], what[32];
 	snprintf(what, sizeof what, "outcome?wait=%d", wait_s);
@@ -259,6 +260,8 @@ cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t 
 		json_object_set(body, "included_hosts", inc);
 	if (body && ok > 0 && params_sha256)
 		json_object_set_new(body, "params_sha256", json_string(params_sha256));
+	if (body && ok > 0 && moments_sha256)
+		json_object_set_new(body, "moments_sha256", json_string(moments_sha256));
 	json_decref(inc);
 	if (body && ok && sketches)
 		json_object_set(body, "sketches", (json_t *)sketches);

@@ -75,9 +75,12 @@ cot_err cl_api_round_seed2(const cl_api_opts *o, const cl_project *p, int64_t ve
  * group left us out, but we aggregated a range: only the sketches); with links (may be NULL), the
  * connections we dialed and the rung each took.  With sketches (may be
  * NULL; cl_round_sketches_json), the sketches of what we averaged.  The server holds an ok up
- * to wait_s seconds until it can say whether we are accepted. */
+ * to wait_s seconds until it can say whether we are accepted.  moments_sha256 (may be NULL)
+ * is the hash of our optimizer moments of v+1 (hash_sha256_hex2 of m then v), which the server
+ * holds an uploaded checkpoint of v+1 to across groups between the peers. */
 cot_err cl_api_round_outcome(const cl_api_opts *o, const cl_project *p, int64_t version, int ok, int wait_s,
-                             const int64_t *included, size_t n, const char *params_sha256, cl_links *links,
-                             const json_t *sketches, json_t **answer, cot_errbuf *eb);
+                             const int64_t *included, size_t n, const char *params_sha256,
+                             const char *moments_sha256, cl_links *links, const json_t *sketches,
+                             json_t **answer, cot_errbuf *eb);
 
 #endif

@@ -18,8 +18,10 @@ typedef enum {
 	MISMATCH,
 	ORTHOGONAL,
 	ORTHOGONAL_CLAIM,
+	ORTHOGONAL_HIDDEN,
 	AGG_NOISE,
-	CORRUPT_PIECES
+	CORRUPT_PIECES,
+	BAD_MOMENTS
 } cheat;
 
 static const struct {
@@ -37,9 +39,13 @@ static const struct {
 	[ORTHOGONAL_CLAIM] = { "orthogonal-claim",
 	                       "sends its gradient plus a vector orthogonal to the sketch seed's vectors, "
 	                       "and claims blocks that add up to what it sent" },
+	[ORTHOGONAL_HIDDEN] = { "orthogonal-hidden",
+	                        "sends its gradient plus a vector orthogonal to the sketch seed's vectors, "
+	                        "and, alone in its group, sketches its honest gradient as what it sent" },
 	[AGG_NOISE] = { "agg-noise",
 	                "adds noise the size of each value to the sums it returns as an aggregator" },
 	[CORRUPT_PIECES] = { "corrupt-pieces", "serves checkpoint pieces with one bit changed" },
+	[BAD_MOMENTS] = { "bad-moments", "uploads checkpoints of v+1 with altered optimizer moments" },
 };
 
 /* RANDOM_BYTES keeps the norm of each block of this many values, so of
@@ -70,6 +76,10 @@ int cl_cheat_skip(int64_t g) { return mode == SKIP_HALF && (g & 1); }
 
 double cl_cheat_result_noise(void) { return mode == AGG_NOISE ? 1.0 : 0; }
 
+int cl_cheat_hidden(void) { return mode == ORTHOGONAL_HIDDEN; }
+
+int cl_cheat_bad_moments(void) { return mode == BAD_MOMENTS; }
+
 void cl_cheat_piece(unsigned char *data, size_t len)
 {
 	if (mode == CORRUPT_PIECES && len > 0)
@@ -87,14 +97,15 @@ static double sketch_sign(uint64_t seed, size_t i)
 float *cl_cheat_poison(const float *grad, size_t n, uint64_t sketch_seed)
 {
 	if (mode != POISON && mode != RANDOM_BYTES && mode != SCALE_100 && mode != REPLAY &&
-	    mode != MISMATCH && mode != ORTHOGONAL && mode != ORTHOGONAL_CLAIM)
+	    mode != MISMATCH && mode != ORTHOGONAL && mode != ORTHOGONAL_CLAIM && mode != ORTHOGONAL_HIDDEN)
 		return NULL;
 	float *out = malloc(n * sizeof *out);
 	if (!out)
 		return NULL;
 	double rms = 0; /* RANDOM_BYTES: of grad's block of RANDOM_BLOCK values */
 	for (size_t i = 0; i < n; i++) {
-		if ((mode == RANDOM_BYTES || mode == ORTHOGONAL || mode == ORTHOGONAL_CLAIM) &&
+		if ((mode == RANDOM_BYTES || mode == ORTHOGONAL || mode == ORTHOGONAL_CLAIM ||
+		     mode == ORTHOGONAL_HIDDEN) &&
 		    i % RANDOM_BLOCK == 0) {
 			size_t m = n - i < RANDOM_BLOCK ? n - i : RANDOM_BLOCK;
 			rms = 0;
@@ -114,7 +125,8 @@ float *cl_cheat_poison(const float *grad, size_t n, uint64_t sketch_seed)
 			g *= 0.5;
 			break;
 		case ORTHOGONAL:
-		case ORTHOGONAL_CLAIM: /* r(i) (+a, -a) on each pair (2t, 2t + 1), which never
+		case ORTHOGONAL_CLAIM:
+		case ORTHOGONAL_HIDDEN: /* r(i) (+a, -a) on each pair (2t, 2t + 1), which never
 		                  * straddles two blocks of 64: r(i) p[i] sums to 0 in each */
 			if ((i | 1) < n)
 				g += sketch_sign(sketch_seed, i) * ((i & 1) ? -rms : rms);

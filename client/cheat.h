@@ -32,6 +32,17 @@
  *         spread evenly over its blocks, cl_cheat_claim): the check of the
  *         bytes under the second seed passes; a spot check of any of its
  *         blocks catches it;
+ *     COTRAIN_CHEAT=orthogonal-hidden  sends what orthogonal sends, but
+ *         alone in its group (allreduce_alone on the server's path) it
+ *         sketches, and keeps for the second seed, its honest gradient as
+ *         what it sent and received (cl_cheat_hidden), so that its own
+ *         sketches agree under both seeds: only the server's sketch of the
+ *         sum it uploaded, under the second seed, catches it;
+ *     COTRAIN_CHEAT=bad-moments   uploads, when the server asks it for the
+ *         round's checkpoint of v+1 (across groups between the peers), one
+ *         whose first moment is off by 1 in its first value
+ *         (cl_cheat_bad_moments): the check against the peers' moments
+ *         hash refuses it and another peer is asked;
  *     COTRAIN_CHEAT=agg-noise     as an aggregator, adds noise the size of
  *         each value to the sum it returns
  *         (allreduce_params.test_result_noise);
@@ -41,7 +52,8 @@
  * The sketch checks of the averaged bytes catch random-bytes, replay,
  * mismatch and agg-noise, the outlier refusal scale-100 (doc/credit.md,
  * "Tied to the bytes"), the check under the second seed orthogonal, a
- * spot check of a block orthogonal-claim.
+ * spot check of a block orthogonal-claim, the server's own sketch under
+ * the second seed orthogonal-hidden.
  *
  * The vectors sent apply alone in a group too (allreduce_alone: the group's
  * sum the server steps on), where the host still reports the sketches of
@@ -81,6 +93,14 @@ void cl_cheat_claim(float *const *blocks, size_t nb, const float *grad, size_t n
 
 /* With agg-noise, the relative noise our aggregator adds to its sums; 0. */
 double cl_cheat_result_noise(void);
+
+/* orthogonal-hidden: true when a peer alone in its group sketches its
+ * honest gradient and uploads cl_cheat_poison's vector as its group sum. */
+int cl_cheat_hidden(void);
+
+/* bad-moments: true when the checkpoint of v+1 this host uploads is to
+ * carry altered moments. */
+int cl_cheat_bad_moments(void);
 
 /* With corrupt-pieces, flip one bit of a piece about to be served. */
 void cl_cheat_piece(unsigned char *data, size_t len);

@@ -129,7 +129,7 @@ out:
 		if (!rc)
 			rc = cot_seterr(&eb, COT_ERR_NOMEM, "out of memory");
 		answer = cl_ctl_error_json(rc, &eb);
-		log_debug("control request failed: %s", eb.msg);
+		log_info("control request failed: %s", eb.msg);
 	}
 	send_json(fd, answer);
 	json_decref(answer);

@@ -76,13 +76,15 @@ typedef struct {
 	float *sum; /* the group sum, then the mean */
 	allreduce_result res;
 	char params_sha[65];
+	char moments_sha[65];     /* hash_sha256_hex2 of m then v after the step */
 	char ckpt_sha[65];        /* the server's checkpoint of v+1 when accepted ("" if unsaid) */
 	char held_path[PATH_MAX]; /* our copy of that checkpoint in the cache ("" when none) */
 	uint64_t held_size;
-	double held_write_s; /* what writing and hashing it took */
-	cl_links links;      /* the connections we dialed */
-	cl_seed2_kept kept;  /* for the check under the second seed */
-	uint64_t seed2;      /* the second seed, once an outcome answer named it */
+	double held_write_s;  /* what writing and hashing it took */
+	cl_links links;       /* the connections we dialed */
+	cl_seed2_kept kept;   /* for the check under the second seed */
+	uint64_t seed2;       /* the second seed, once an outcome answer named it */
+	float *hidden_upload; /* test hook: the group sum uploaded in place of j->sum (cheat.h) */
 	int has_seed2;
 } round_job;
 
@@ -95,13 +97,14 @@ static void activity(round_job *j, const char *what)
 	pthread_mutex_unlock(&j->d->lock);
 }
 
-/* Round v's state and attempt from GET .../rounds ("" and 0 when
- * unknown). */
+/* Round v's state and attempt from GET .../rounds?before=v+1&limit=1
+ * ("" and 0 when unknown): round v however many rounds followed it. */
 static void round_state_at(const cl_api_opts *o, const cl_project *p, int64_t v, char state[16],
                            int64_t *attempt)
 {
 	char url[CL_URL_MAX + 128];
-	snprintf(url, sizeof url, "%s/v1/projects/%s/rounds?limit=5", p->base, p->name);
+	snprintf(url, sizeof url, "%s/v1/projects/%s/rounds?before=%lld&limit=1", p->base, p->name,
+	         (long long)v + 1);
 	json_t *a = NULL;
 	cot_errbuf eb = { "", "" };
 	cl_http_req r = { .method = "GET", .url = url, .out = &a };
@@ -280,8 +283,14 @@ static cot_err average(round_job *j, cot_errbuf *eb)
 			                .start = 0,
 			                .end = j->m->n_params,
 			                .samples = (uint64_t)pl->members[0].samples };
-		/* Test hook: a poisoner sends another vector than its gradient. */
+		/* Test hook: a poisoner sends another vector than its gradient
+		 * (orthogonal-hidden: sketched as its gradient, uploaded by
+		 * round_mean). */
 		float *poison = cl_cheat_poison(j->m->grads, j->m->n_params, cl_compute_sketch_seed(j->s));
+		if (poison && cl_cheat_hidden()) {
+			j->hidden_upload = poison;
+			poison = NULL;
+		}
 		allreduce_params ap = {
 			.members = &me,
 			.n = 1,
@@ -466,7 +475,14 @@ static cot_err upload_checkpoint(round_job *j, cot_errbuf *eb)
 		return cot_seterr(eb, COT_ERR_IO, "could not create a file in \"%s\": %s",
 		                  j->d->downloads_dir, strerror(errno));
 	close(fd);
+	/* Test hook: an uploader that lies about the moments. */
+	int lie = cl_cheat_bad_moments() && j->m->n_params;
+	float m0 = lie ? j->m->m[0] : 0;
+	if (lie)
+		j->m->m[0] += 1.0f;
 	cot_err rc = ckpt_save(j->m, path, eb);
+	if (lie)
+		j->m->m[0] = m0;
 	FILE *f = rc ? NULL : fopen(path, "rb");
 	void *buf = NULL;
 	long len = -1;
@@ -496,6 +512,8 @@ static cot_err round_mean(round_job *j, cot_errbuf *eb)
 {
 	if (j->plan.cross_peers)
 		return round_mean_peers(j, eb);
+	if (j->hidden_upload) /* test hook (average) */
+		memcpy(j->sum, j->hidden_upload, j->m->n_params * sizeof *j->sum);
 	cot_err rc = cl_api_group_sum(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
 	                              (int64_t)j->res.total_samples, j->sum, j->m->n_params, NULL, eb);
 	if (rc)
@@ -560,8 +578,10 @@ static cot_err step(round_job *j, cot_errbuf *eb)
 	                                : kern_opt_step(j->m, &oc, NULL, eb);
 	if (rc)
 		return rc;
-	if (hash_sha256_hex(j->m->params, j->m->n_params * sizeof *j->m->params, j->params_sha))
-		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash the parameters");
+	if (hash_sha256_hex(j->m->params, j->m->n_params * sizeof *j->m->params, j->params_sha) ||
+	    hash_sha256_hex2(j->m->m, j->m->n_params * sizeof *j->m->m, j->m->v,
+	                     j->m->n_params * sizeof *j->m->v, j->moments_sha))
+		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash the parameters or the moments");
 	return COT_OK;
 }
 
@@ -701,8 +721,9 @@ static void send_seed2(seed2_job *s2)
 			continue;
 		}
 		json_t *a = NULL;
-		cot_err rc = cl_api_round_outcome(&s2->o, &s2->p, s2->v, 1, 0, s2->kept.included,
-		                                  s2->kept.n_included, s2->params_sha, NULL, NULL, &a, &eb);
+		cot_err rc =
+		        cl_api_round_outcome(&s2->o, &s2->p, s2->v, 1, 0, s2->kept.included,
+		                             s2->kept.n_included, s2->params_sha, NULL, NULL, NULL, &a, &eb);
 		if (rc && rc != COT_ERR_NETWORK) {
 			log_info("project %s: round %lld: no second seed for us: %s", s2->p.name,
 			         (long long)s2->v, eb.msg);
@@ -812,8 +833,8 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 		json_t *a = NULL;
 		double t0 = cl_now_mono();
 		rc = cl_api_round_outcome(&j->o, &j->p, j->v, ok, ok ? PLAN_WAIT_S : 0, j->res.included,
-		                          j->res.n_included, ok ? j->params_sha : NULL, &j->links, sk, &a,
-		                          eb);
+		                          j->res.n_included, ok ? j->params_sha : NULL,
+		                          ok ? j->moments_sha : NULL, &j->links, sk, &a, eb);
 		if (rc || !ok) {
 			json_decref(a);
 			break;
@@ -835,7 +856,7 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 		if (decided)
 			break;
 		if (upload && !uploaded) {
-			uploaded = 1; /* once: a refused upload leaves the round to its deadline */
+			uploaded = 1; /* once: when refused, the server asks the next peer */
 			cot_errbuf e2 = { "", "" };
 			if (upload_checkpoint(j, &e2))
 				log_warn("project %s: round %lld: could not send our checkpoint: %s",
@@ -955,7 +976,7 @@ static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 		cot_errbuf e2 = { "", "" };
 		if (sk)
 			cl_api_round_outcome(&j->o, &j->p, j->v, -1, 0, j->res.included, j->res.n_included,
-			                     NULL, &j->links, sk, NULL, &e2);
+			                     NULL, NULL, &j->links, sk, NULL, &e2);
 		json_decref(sk);
 		return cot_seterr(eb, COT_ERR_CONFLICT, "our group averaged without us");
 	}
@@ -1024,6 +1045,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 	cot_err rc = run(&j, &accepted, &eb);
 	cl_plan_free(&j.plan);
 	free(j.sum);
+	free(j.hidden_upload);
 	allreduce_result_free(&j.res);
 	char links[560];
 	cl_links_summary(&j.links, links, sizeof links);

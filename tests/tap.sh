@@ -16,11 +16,24 @@ ok() {
 	if [ "$_st" -eq 0 ]; then echo "ok $_tap_n - $*"; else echo "not ok $_tap_n - $*"; _tap_failed=$((_tap_failed + 1)); fi
 	return "$_st"
 }
+# _tap_flat: stdin as the start of one "not ok" line (CI's summary shows
+# only those lines; '#' as '_': no TAP directive)
+_tap_flat() { tr '\n#' ' _' | cut -c1-300; }
+# ok_said STATUS FILE DESC: ok, with a failure's line carrying the start of
+# FILE (what the command said)
+ok_said() {
+	_st=$1 _said=$2; shift 2
+	if [ "$_st" -eq 0 ]; then ok 0 "$@"; else
+		ok 1 "$* [said: $(_tap_flat <"$_said" 2>/dev/null)]"; fi
+}
 # skip N REASON: N checks that cannot run here, each reported as a SKIP
 skip() { _k=$1; shift; while [ "$_k" -gt 0 ]; do _tap_n=$((_tap_n + 1)); echo "ok $_tap_n # SKIP $*"; _k=$((_k - 1)); done; }
 is() {
 	_got=$1; _want=$2; shift 2
-	if [ "$_got" = "$_want" ]; then ok 0 "$@"; else ok 1 "$@"; diag "  got: '$_got', expected: '$_want'"; return 1; fi
+	# A failure's line carries the start of what was got.
+	if [ "$_got" = "$_want" ]; then ok 0 "$@"; else
+		ok 1 "$* [got: $(printf '%s' "$_got" | _tap_flat)]"
+		diag "  got: '$_got', expected: '$_want'"; return 1; fi
 }
 done_testing() {
 	[ -z "$_tap_planned" ] && echo "1..$_tap_n"

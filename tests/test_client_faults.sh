@@ -19,9 +19,13 @@ fi
 T=$(mktemp -d /tmp/cotrain-faults-XXXXXX)
 FPID= CPID=
 cleanup() {
-	[ -n "$CPID" ] && kill_ours -9 "$CPID"
+	[ -n "$CPID" ] && kill_ours -9 "$CPID" && wait "$CPID" 2>/dev/null
 	[ -n "$FPID" ] && kill_ours "$FPID" && wait "$FPID" 2>/dev/null
-	[ -n "$COTRAIN_IN_MNTNS" ] && { umount "$T/cl" 2>/dev/null; umount "$T/cl" 2>/dev/null; }
+	# the read-only bind and the tmpfs under it; one still busy is
+	# detached lazily, so that the folder goes too
+	if [ -n "$COTRAIN_IN_MNTNS" ]; then
+		for _m in bind tmpfs; do umount "$T/cl" 2>/dev/null || umount -l "$T/cl" 2>/dev/null; done
+	fi
 	rm -rf "$T"
 }
 trap cleanup EXIT INT TERM

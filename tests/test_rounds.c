@@ -529,6 +529,12 @@ static void test_round(long long pid)
 	         C.id);
 	th_refused("POST", op, C.token, ob, 400, "invalid", "a malformed hash");
 	snprintf(ob, sizeof ob,
+	         "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [], \"params_sha256\": \"%s\", "
+	         "\"moments_sha256\": \"%064d\"}",
+	         C.id, sha, 7);
+	ob[strlen(ob) - 3] = 'G'; /* not lowercase hex */
+	th_refused("POST", op, C.token, ob, 400, "invalid", "a malformed moments hash");
+	snprintf(ob, sizeof ob,
 	         "{\"host_id\": %lld, \"status\": \"ok\", \"included_hosts\": [], \"params_sha256\": \"%s\"}",
 	         D.id, sha);
 	th_refused("POST", op, D.token, ob, 409, "conflict", "an outcome from a host not in the plan");

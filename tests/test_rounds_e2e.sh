@@ -68,6 +68,14 @@ admin() { "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" "$@";
 sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
 wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
 version() { sql "select current_version from project where name = 'tiny'"; }
+# Stop every client, then read the last committed version into V: a round
+# averaging as they are told to stop can still commit until they exit.
+stop_clients_at_version() {
+	for p in $CPIDS; do kill_ours "$p"; done
+	for p in $CPIDS; do wait "$p" 2>/dev/null; done
+	CPIDS=
+	V=$(version)
+}
 version_at_least() { [ "$(version)" -ge "$1" ] 2>/dev/null; }
 round_state() { sql "select state from round r join project p on p.id = r.project_id where p.name = 'tiny' and r.version = $1"; }
 # The current round averages and host $1 is in its plan.
@@ -78,7 +86,7 @@ averaging_with() { _v=$(version); [ "$(round_state "$_v")" = averaging ] &&
 host_of() { grep -o '"host_id": *[0-9]*' "$T/cl$1/state.json" | grep -o '[0-9]*$' | head -1; }
 start_client() { # N THREADS
 	mkdir -p "$T/cl$1"
-	env ${FAULT:+COTRAIN_FAULT=$FAULT} "$B/client/cotrain-client" --state-dir "$T/cl$1" --socket "$T/cl$1/control.sock" \
+	env ${FAULT:+COTRAIN_FAULT=$FAULT} ${CHEAT:+COTRAIN_CHEAT=$CHEAT} "$B/client/cotrain-client" --state-dir "$T/cl$1" --socket "$T/cl$1/control.sock" \
 		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
 		--set only_on_ac=false --set idle_detection=none --set max_threads="$2" \
 		--set socket_group=nonexistent --set log_level=info --set spot_interval=2 $NAT_SET 2>>"$T/client$1.log" &
@@ -93,7 +101,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-case $MODE in groups) plan 11 ;; xgroup) plan 17 ;; encoder) plan 10 ;; subword) plan 13 ;; *) plan 20 ;; esac
+case $MODE in groups) plan 11 ;; xgroup) plan 19 ;; encoder) plan 10 ;; subword) plan 13 ;; *) plan 20 ;; esac
 GROUPS_MODE=$(case $MODE in groups | xgroup) echo 1 ;; *) echo 0 ;; esac)
 
 mkdir -p "$T/text"
@@ -175,15 +183,17 @@ if [ "$MODE" = groups ]; then
 	ok $? "seven clients commit rounds averaged in three groups or more ($(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'") groups a round)"
 	grep -q "reached us by direct" "$T"/client*.log
 	ok $? "peers met through the NAT service and dialed each other directly"
-	V=$(version)
-	for p in $CPIDS; do kill_ours "$p"; done
-	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	CPIDS=
+	stop_clients_at_version
 elif [ "$MODE" = xgroup ]; then
 	# Nine volunteers in groups of at most three; the ninth dies as it
-	# starts the stage across groups of round XW (fault point cross-stage).
+	# starts the stage across groups of round XW (fault point cross-stage);
+	# the first (the lowest host id, whom the server asks for v+1 first)
+	# uploads checkpoints whose moments are not the peers'.
 	XW=2
-	for i in 1 2 3 4 5 6 7 8; do start_client $i 1 || bail_out "client $i did not start"; done
+	CHEAT=bad-moments
+	start_client 1 1 || bail_out "client 1 did not start"
+	CHEAT=
+	for i in 2 3 4 5 6 7 8; do start_client $i 1 || bail_out "client $i did not start"; done
 	FAULT=cross-stage:die:$XW
 	start_client 9 1 || bail_out "client 9 did not start"
 	FAULT=
@@ -221,6 +231,24 @@ elif [ "$MODE" = xgroup ]; then
 	  from round_member m join round r using (project_id, version) where r.state = 'committed' and r.cross_peers")
 	ok "$([ "${sk% *}" -ge 9 ] && [ "${sk#* }" = 0 ]; echo $?)" \
 		"the sketches of the averaged bytes pass their checks (aggregators' group sums sketched, hosts flagged: $sk)"
+	# The slices across groups that the plan kept for each aggregator
+	# (round_cross_slices_store, one query) are what the per-aggregator
+	# computation gives (round_cross_slices).
+	xs=$(sql "select count(*) filter (where m.cross_slices is not null) || ' ' ||
+	  count(*) filter (where m.cross_slices is distinct from round_cross_slices(m.project_id, m.version, m.host_id))
+	  from round_member m join round r using (project_id, version) where r.cross_peers and r.n_groups >= 2")
+	ok "$([ "${xs% *}" -ge 6 ] && [ "${xs#* }" = 0 ]; echo $?)" \
+		"each aggregator's slices across groups kept at the plan are the ones computed for it alone (kept, differing: $xs)"
+	# The checkpoints of v+1 that client 1 uploaded with other moments than
+	# the peers reported were refused, and the next peer was asked: no
+	# round waited out its averaging deadline for it (and the replay below
+	# holds the moments).
+	H1=$(host_of 1)
+	nref=$(grep -c "host $H1 uploaded a checkpoint of v+1 that is refused: the checkpoint's optimizer moments hash to" "$T/server.log")
+	nbad=$(sql "select count(*) from round where state = 'committed' and cross_peers
+	  and last_failure = 'the averaging deadline passed'")
+	ok "$([ "$nref" -ge 1 ] && [ "$nbad" = 0 ]; echo $?)" \
+		"a peer's checkpoint of v+1 whose moments are not the peers' is refused and another peer's taken ($nref refused from host $H1, $nbad rounds that waited out their averaging deadline)"
 	ncp=$(grep -c "our checkpoint of version [0-9]* sent" "$T"/client*.log | awk -F: '{ s += $2 } END { print s }')
 	ncommit=$(sql "select count(*) from round where state = 'committed' and cross_peers")
 	ok "$([ "$ncp" -ge "$ncommit" ] && [ "$ncp" -le $((ncommit + 2)) ]; echo $?)" \
@@ -237,19 +265,13 @@ elif [ "$MODE" = xgroup ]; then
 	gb=$(sed -n 's/^cotrain_gradient_bytes_received_total //p' "$T/metrics.txt")
 	ok "$(one_group && [ "$gb" = 0 ]; echo $?)" \
 		"two peers left commit a round of one group with no gradient to the server ($gb bytes; groups a round: $(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'"))"
-	V=$(version)
-	for p in $CPIDS; do kill_ours "$p"; done
-	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	CPIDS=
+	stop_clients_at_version
 elif [ "$ENC" = 1 ]; then
 	# Three volunteers with different thread counts train the ALBERT.
 	start_client 1 1 && start_client 2 2 && start_client 3 1 || bail_out "a client did not start"
 	wait_for 300 version_at_least 3
 	ok $? "three clients commit three rounds of the ALBERT together (version $(version))"
-	V=$(version)
-	for p in $CPIDS; do kill_ours "$p"; done
-	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	CPIDS=
+	stop_clients_at_version
 else
 # Four volunteers with different thread counts (speeds).
 start_client 1 1 && start_client 2 2 && start_client 3 1 && start_client 4 2 ||
@@ -379,10 +401,7 @@ ok $([ "$acc" = true ]; echo $?) \
 spot_checked() { [ "$(sql "select count(*) from spot_check where state = 'agreed'")" -ge 2 ] &&
 	[ "$(sql "select count(distinct version) from credit_grant where kind = 'round' and status = 'granted'")" -ge 2 ]; }
 wait_for 120 spot_checked
-V=$(version)
-for p in $CPIDS; do kill_ours "$p"; done
-for p in $CPIDS; do wait "$p" 2>/dev/null; done
-CPIDS=
+stop_clients_at_version
 
 n5=$(sql "select count(*) from round_member where host_id = $H5 and included")
 ok $([ "$n5" -ge 1 ]; echo $?) "the client that joined mid-run took part in $n5 rounds"

@@ -28,68 +28,23 @@
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
-T=$(mktemp -d /tmp/cotrain-seed2-XXXXXX)
-SPID= CPIDS=
-cleanup() {
-	for p in $CPIDS; do kill -9 "$p" 2>/dev/null; done
-	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
-	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
-}
-trap cleanup EXIT INT TERM
-admin() { "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" "$@"; }
-sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
-wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
-version() { sql "select current_version from project where name = 'val'"; }
-version_at_least() { [ "$(version)" -ge "$1" ] 2>/dev/null; }
-start_client() { # N THREADS [ENV...]
-	c_n=$1 c_t=$2
-	shift 2
-	mkdir -p "$T/cl$c_n"
-	env "$@" "$B/client/cotrain-client" --state-dir "$T/cl$c_n" --socket "$T/cl$c_n/control.sock" \
-		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
-		--set only_on_ac=false --set idle_detection=none --set max_threads="$c_t" \
-		--set socket_group=nonexistent --set log_level=info \
-		--set spot_interval=2 2>>"$T/client$c_n.log" &
-	CPIDS="$CPIDS $!"
-	_key=$(echo secretpassword | admin user create --password-stdin "c$c_n@example.org" "client $c_n" |
-		sed -n 's/^account key: //p')
-	wait_for 30 test -S "$T/cl$c_n/control.sock" &&
-		"$B/client/cotrainctl" --socket "$T/cl$c_n/control.sock" attach "http://127.0.0.1:$PORT/projects/val" \
-			--key "$_key" >/dev/null &&
-		wait_for 30 grep -qs '"host_id": *[0-9]' "$T/cl$c_n/state.json" &&
-		eval "H$c_n=$(grep -o '"host_id": *[0-9]*' "$T/cl$c_n/state.json" | grep -o '[0-9]*$' | head -1)"
-}
+. "$top_srcdir/tests/val_project.sh"
+SPOT_INTERVAL=2
+val_init seed2
 
 MODE=${SEED2_MODE:-groups}
 XG_ARGS=
 [ "$MODE" = xgroup ] && XG_ARGS="--round-cross-peers --round-max-group 3"
 if [ "$MODE" = xgroup ]; then plan 13; else plan 12; fi
 
-mkdir -p "$T/text"
-head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
-cat >"$T/val.json" <<JSON
-{"name": "val", "title": "val", "dataset": "tiny",
- "model": {"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256},
- "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "clip_norm": 1.0,
-               "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
- "target_batch": 64, "microbatch_size": 4, "seed": 11, "work_unit_seconds": 20}
-JSON
-admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null &&
-	admin project create "$T/val.json" >/dev/null || bail_out "could not set up the project"
-pid=$(sql "select id from project where name = 'val'")
+val_project 64
 # Every host checked on every round (first_rate 1, never trusted): one
 # block of 2 microbatches (the policy's default size).  8-bit slices and
 # results.
 sql "update spot_policy set first_rate = 1, trusted_after = 1000000 where project_id = $pid" >/dev/null
 sql "update project set config = config || '{\"compression\": \"${COMP:-8bit}\"}' where id = $pid" >/dev/null
 
-"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --reap-interval 1 \
-	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 4 --round-average-timeout 30 \
-	$XG_ARGS --log-level info 2>"$T/server.log" &
-SPID=$!
-wait_for 20 grep -qs 'listening on' "$T/server.log" || bail_out "the server did not start"
-PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
+val_server 30 $XG_ARGS
 
 start_client 1 1 && start_client 2 2 COTRAIN_GEMM=blas && start_client 3 2 &&
 	start_client 4 1 COTRAIN_CHEAT=orthogonal && start_client 5 1 COTRAIN_CHEAT=orthogonal-claim ||

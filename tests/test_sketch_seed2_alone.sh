@@ -16,75 +16,28 @@
 #   - a client with COTRAIN_CHEAT=orthogonal (g + p, p orthogonal to the
 #     work unit's sketch seed, honest blocks) passes the check under the
 #     work unit's seed, is flagged under the second seed in a round in which
-#     it was alone, is denied its grant, and gets no work unit after it.
+#     it was alone, is denied its grant, and gets no work unit after it;
+#   - a client with COTRAIN_CHEAT=orthogonal-hidden (the same bytes, but its
+#     own sketches, under both seeds, are of its honest gradient) is caught
+#     by the server's own sketch, under the second seed, of the sum it
+#     uploaded (check 4 of round_seed2_verify), which is taken for every
+#     honest lone round too without a flag.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
-T=$(mktemp -d /tmp/cotrain-seed2-alone-XXXXXX)
-SPID= CPIDS=
-cleanup() {
-	for p in $CPIDS; do kill -9 "$p" 2>/dev/null; done
-	for p in $CPIDS; do wait "$p" 2>/dev/null; done
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null
-	if [ -n "$KEEP_LOGS" ]; then echo "# logs kept in $T"; else rm -rf "$T"; fi
-}
-trap cleanup EXIT INT TERM
-admin() { "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" "$@"; }
-sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
-wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
-version() { sql "select current_version from project where name = 'val'"; }
-start_client() { # N THREADS [ENV...]
-	c_n=$1 c_t=$2
-	shift 2
-	mkdir -p "$T/cl$c_n"
-	env "$@" "$B/client/cotrain-client" --state-dir "$T/cl$c_n" --socket "$T/cl$c_n/control.sock" \
-		--set heartbeat_interval=1 --set retry_base=1 --set retry_max=2 --set benchmark_seconds=1 \
-		--set only_on_ac=false --set idle_detection=none --set max_threads="$c_t" \
-		--set socket_group=nonexistent --set log_level=info \
-		--set spot_interval=3600 2>>"$T/client$c_n.log" &
-	CPIDS="$CPIDS $!"
-	eval "P$c_n=$!"
-	_key=$(echo secretpassword | admin user create --password-stdin "c$c_n@example.org" "client $c_n" |
-		sed -n 's/^account key: //p')
-	wait_for 30 test -S "$T/cl$c_n/control.sock" &&
-		"$B/client/cotrainctl" --socket "$T/cl$c_n/control.sock" attach "http://127.0.0.1:$PORT/projects/val" \
-			--key "$_key" >/dev/null &&
-		wait_for 30 grep -qs '"host_id": *[0-9]' "$T/cl$c_n/state.json" &&
-		eval "H$c_n=$(grep -o '"host_id": *[0-9]*' "$T/cl$c_n/state.json" | grep -o '[0-9]*$' | head -1)"
-}
-stop_client() { # N
-	eval "_p=\$P$1"
-	kill "$_p" 2>/dev/null
-	wait "$_p" 2>/dev/null
-	CPIDS=$(echo "$CPIDS" | sed "s/ $_p\$//; s/ $_p / /")
-}
+. "$top_srcdir/tests/val_project.sh"
+val_init seed2-alone
 
-plan 7
+plan 9
 
-mkdir -p "$T/text"
-head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
-cat >"$T/val.json" <<JSON
-{"name": "val", "title": "val", "dataset": "tiny",
- "model": {"n_layer": 2, "n_shared": 2, "n_head": 4, "d_model": 64, "d_ff": 256, "seq_len": 16, "vocab": 256},
- "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01, "clip_norm": 1.0,
-               "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
- "target_batch": 64, "microbatch_size": 4, "seed": 11, "work_unit_seconds": 20}
-JSON
-admin db migrate >/dev/null && admin dataset import --shard-tokens 16384 tiny "$T/text" >/dev/null &&
-	admin project create "$T/val.json" >/dev/null || bail_out "could not set up the project"
-pid=$(sql "select id from project where name = 'val'")
+val_project 64
 # Sketched (the policy hands out the seed and k), no spot checks (no
 # other host could answer them): a grant waits for the check under the
 # second seed only.  8-bit slices: alone, nothing is encoded.
 sql "update spot_policy set first_rate = 0, trusted_after = 1000000 where project_id = $pid" >/dev/null
 sql "update project set config = config || '{\"compression\": \"8bit\"}' where id = $pid" >/dev/null
 
-"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --reap-interval 1 \
-	--kdf-iterations 1000 --round-interval 1 --round-report-timeout 4 --round-average-timeout 30 \
-	--log-level info 2>"$T/server.log" &
-SPID=$!
-wait_for 20 grep -qs 'listening on' "$T/server.log" || bail_out "the server did not start"
-PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
+val_server 30
 
 # Rounds of which host $1 was the only included peer of its group, checked
 # under the second seed with its blocks.
@@ -158,3 +111,27 @@ bad=$(sql "select round_sketch_verify($pid, ${v1:-0})")
 why=$(sql "select reason from round_sketch_flag where host_id = $H1 and version = ${v1:-0} order by id desc limit 1")
 ok $([ "$bad" = "{$H1}" ] && [ "$why" = "the group sum it uploaded alone differs from the sketches it committed" ] &&
 	echo 0 || echo 1) "a lone group sum other than the committed sketches is flagged (round $v1: $bad, $why)"
+
+# The server's sketch under the second seed of each sum the honest host
+# uploaded alone (round_group_sum.sketch2, check 4 of round_seed2_verify):
+# taken for its rounds checked under that seed, none of which flagged it.
+n_sk2=$(sql "select count(*) from $lone and s.sketch2 is not null and r.seed2_checked_at is not null")
+ok $([ "$n_sk2" -ge 3 ] && [ "$f1" -eq 0 ] && echo 0 || echo 1) \
+	"the server sketched $n_sk2 of host $H1's lone group sums under the second seed, with no flag"
+
+# orthogonal-hidden: its sketches under both seeds are its honest gradient's,
+# so every check of its own claims passes; the server's sketch of the bytes
+# it uploaded, under the second seed, does not match its blocks.
+start_client 3 1 COTRAIN_CHEAT=orthogonal-hidden || bail_out "client 3 did not start"
+flagged3() { [ "$(sql "select count(*) from round_sketch_flag where host_id = $H3 and seed2")" -ge 1 ]; }
+wait_for 300 flagged3
+v3=$(sql "select min(version) from round_sketch_flag where host_id = $H3 and seed2")
+why3=$(sql "select reason || ', distance ' || round(distance::numeric, 3) || ' against ' || round(tolerance::numeric, 3)
+  from round_sketch_flag where host_id = $H3 and seed2 order by id limit 1")
+diag "orthogonal-hidden alone (host $H3), round $v3: $why3"
+n_s3=$(sql "select count(*) from round_sketch_flag where host_id = $H3 and not seed2")
+den3=$(sql "select status from credit_grant where project_id = $pid and host_id = $H3 and version = ${v3:-0} and kind = 'round'")
+stop_client 3
+case "$why3" in "under the second seed: the group sum it uploaded alone is not the gradient of its blocks, "*) r3=0 ;; *) r3=1 ;; esac
+ok $([ -n "$v3" ] && [ "$r3" = 0 ] && [ "$n_s3" -eq 0 ] && [ "$den3" = denied ] && echo 0 || echo 1) \
+	"a lone host whose own sketches hide its bytes passes the work unit's seed ($n_s3 flags) and is caught by the server's sketch under the second seed in round $v3 (grant $den3)"

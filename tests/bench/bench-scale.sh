@@ -21,7 +21,14 @@
 # groups between the peers, so that no gradient reaches the server) and
 # SIM_ARGS to simhosts (--no-close-watch: hosts that hear of the close only
 # at their next heartbeat, as clients before the close notice).
-# KEEP=1 keeps the scratch folder (its path is printed): the logs per run.
+# A host count written N/S runs its N hosts against S server processes on
+# the same database (host i speaks to the (i mod S)-th; the CPU is theirs
+# together), so that "1000 1000/2" compares one process with two in one
+# run.  KEEP=1 keeps the scratch folder (its path is printed): the logs per
+# run.  PIN=1 puts the server processes and PostgreSQL on the first CPU and
+# simhosts on the others (taskset), so that the simulated hosts' threads do
+# not take the server's CPU.  "acceptq" is the most connections seen waiting
+# in the first server process's accept queue (ss, sampled every 0.2 s).
 # Nothing is asserted.  Not run by make check (tests/test_simhosts.sh is
 # its smoke test).  One address holds at most 4096 connections
 # (server/http.c): each host keeps one, so the host count stops there.
@@ -43,7 +50,8 @@ T=$(mktemp -d /tmp/cotrain-benchscale-XXXXXX)
 [ -n "${KEEP:-}" ] && echo "bench-scale: keeping $T" >&2
 . "$top_srcdir/tests/bench/simhosts-lib.sh"
 MON=
-trap '[ -n "$MON" ] && kill "$MON" 2>/dev/null; sim_stop; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT INT TERM
+XPIDS= # the extra server processes
+trap '[ -n "$MON" ] && kill "$MON" 2>/dev/null; for x in $XPIDS; do kill "$x" 2>/dev/null; done; sim_stop; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT INT TERM
 die() { echo "bench-scale: $*" >&2; exit 1; }
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 TCK=$(getconf CLK_TCK)
@@ -51,11 +59,35 @@ TCK=$(getconf CLK_TCK)
 sim_setup || die "could not set up the database"
 # shellcheck disable=SC2086 # SERVER_ARGS are words
 sim_server ${SERVER_ARGS:-} || die "the server did not start: $(cat "$T/server.log")"
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$SPID/stat"; }
+PIDS=$SPID URLS=http://127.0.0.1:$PORT PORT0=$PORT
+# More processes for the N/S counts, the first one's arguments each.
+max=$(for h in $HOSTS; do case $h in */*) echo "${h#*/}" ;; *) echo 1 ;; esac; done | sort -n | tail -1)
+i=2
+while [ "$i" -le "$max" ]; do
+	# shellcheck disable=SC2086 # SERVER_ARGS are words
+	sim_server_at "$T/server$i.log" ${SERVER_ARGS:-} || die "server process $i did not start: $(cat "$T/server$i.log")"
+	XPIDS="$XPIDS $SPID" PIDS="$PIDS $SPID" URLS="$URLS,http://127.0.0.1:$PORT"
+	i=$((i + 1))
+done
+SPID=${PIDS%% *} # sim_stop stops the first process; the trap the others
+SIM_PIN=
+if [ -n "${PIN:-}" ]; then
+	[ "$(nproc)" -ge 2 ] || die "PIN=1 needs 2 CPUs"
+	# PostgreSQL's postmaster (its later backends inherit the CPU) and its
+	# backends so far, then the server processes, every thread.
+	pm=$(head -1 "$(sim_sql "show data_directory")/postmaster.pid")
+	for x in $pm $(pgrep -P "$pm") $PIDS; do taskset -apc 0 "$x" >/dev/null || die "taskset failed on $x"; done
+	SIM_PIN="taskset -c 1-$(($(nproc) - 1))"
+fi
+# cpu_ticks S: the CPU ticks of the first S server processes together
+cpu_ticks() { for x in $(echo $PIDS | cut -d' ' -f1-"$1"); do awk '{ print $14 + $15 }' "/proc/$x/stat"; done |
+	awk '{ s += $1 } END { print s }'; }
 
-# run N: one measured run; prints "N plan_mean plan_max p99 cpu bytes assign"
+# run N[/S]: one measured run; prints "N[/S] plan_mean plan_max p99 cpu bytes assign"
 run() {
-	n=$1 p=scale$1
+	n=${1%/*} sv=1 p=scale$(echo "$1" | tr / x)
+	case $1 in */*) sv=${1#*/} ;; esac
+	urls=$(echo "$URLS" | cut -d, -f1-"$sv")
 	sim_project "$p" $((n * 16)) || die "project $p: $(cat "$T/$p.out")"
 	pid=$(sim_sql "select id from project where name = '$p'")
 	mkdir -p "$T/$p"
@@ -64,13 +96,14 @@ run() {
 		last=-1
 		while :; do
 			v=$(sim_sql "select current_version from project where id = $pid")
-			[ "$v" != "$last" ] && echo "$v $(cpu_ticks)" >>"$T/$p/cpu" && last=$v
+			[ "$v" != "$last" ] && echo "$v $(cpu_ticks "$sv")" >>"$T/$p/cpu" && last=$v
+			ss -Hltn "( sport = :$PORT0 )" | awk '{ print $2 }' >>"$T/$p/acceptq"
 			sleep 0.2
 		done
 	) &
 	MON=$!
 	# shellcheck disable=SC2086 # SIM_ARGS are words
-	"$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project "$p" --key "$KEY" --hosts "$n" \
+	$SIM_PIN "$B/tests/bench/simhosts" --url "$urls" --project "$p" --key "$KEY" --hosts "$n" \
 		--rounds "$ROUNDS" --seconds 900 --speed 4 --ramp $((n / 200 + 2)) --seed 7 --out "$T/$p" ${SIM_ARGS:-} \
 		>"$T/$p/sim.out" 2>"$T/$p/sim.err" || echo "bench-scale: simhosts at $n hosts: $(tail -1 "$T/$p/sim.err")" >&2
 	sleep 0.5
@@ -84,7 +117,7 @@ run() {
 	    from round r where r.project_id = $pid and r.state = 'committed' and r.version >= 1
 	   order by r.version" | tr '|' ' ' >"$T/$p/closed"
 	rounds=$(wc -l <"$T/$p/closed")
-	[ "$rounds" -gt 0 ] || { echo "$n - - - - - - - -"; return; }
+	[ "$rounds" -gt 0 ] || { echo "$1 - - - - - - - - -"; return; }
 	split=$(awk '{ r += $3; p += $4 } END { printf "%.2f %.2f", r / NR, p / NR }' "$T/$p/closed")
 	# Per measured round: the close and the last plan delivered.
 	awk 'NR == FNR { c[$1] = $2; next } ($1 in c) { if ($2 > last[$1]) last[$1] = $2 }
@@ -98,18 +131,19 @@ run() {
 	bytes=$(sed -n 's/.* bytes=\([0-9]*\).*/\1/p' "$T/$p/sim.out")
 	assign=$(sed -n 's/.* assignments=\([0-9]*\).* seconds=\([0-9.]*\).*/\1 \2/p' "$T/$p/sim.out")
 	all=$(sim_sql "select count(*) from round where project_id = $pid and state = 'committed'")
-	printf "%s %s %s %.3f %.0f %s %s\n" "$n" "$plan" "$p99" "$cpu" "$(echo "${bytes:-0} / $all / $n" | bc -l)" \
-		"$(echo "$assign" | awk '{ printf "%.1f", ($2 > 0 ? $1 / $2 : 0) }')" "$split"
+	acq=$(sort -n "$T/$p/acceptq" | tail -1)
+	printf "%s %s %s %.3f %.0f %s %s %s\n" "$1" "$plan" "$p99" "$cpu" "$(echo "${bytes:-0} / $all / $n" | bc -l)" \
+		"$(echo "$assign" | awk '{ printf "%.1f", ($2 > 0 ? $1 / $2 : 0) }')" "$split" "${acq:-0}"
 }
 
-printf "scale: simhosts %s against one cotrain-server %s on loopback, %s, %s cores, load %s\n" \
-	"${SIM_ARGS:-}" "${SERVER_ARGS:-}" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
+printf "scale: simhosts %s against cotrain-server %s (N/S: S processes)%s on loopback, %s, %s cores, load %s\n" \
+	"${SIM_ARGS:-}" "${SERVER_ARGS:-}" "${PIN:+, pinned: the server and PostgreSQL on CPU 0}" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
 	"$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf "  %6s %17s %9s %10s %11s %9s %9s %9s\n" hosts "plan s mean/max" "p99 ms" "cpu s/rnd" "B/rnd/host" \
-	"assign/s" "report s" "planned s"
+printf "  %6s %17s %9s %10s %11s %9s %9s %9s %8s\n" hosts "plan s mean/max" "p99 ms" "cpu s/rnd" "B/rnd/host" \
+	"assign/s" "report s" "planned s" acceptq
 row() {
 	echo "$1" | awk -v r="$2" '{
-		printf "  %6s %8s/%-8s %9s %10s %11s %9s %9s %9s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9
+		printf "  %6s %8s/%-8s %9s %10s %11s %9s %9s %9s %8s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
 		if (r != "") { split(r, q, " ")
 			printf "  %6s %7.1fx/%-7s %8.1fx %9.1fx %10.2fx %8.1fx  (against the reference)\n", "",
 			       q[2] ? $2 / q[2] : 0, sprintf("%.1fx", q[3] ? $3 / q[3] : 0), q[4] ? $4 / q[4] : 0, q[5] ? $5 / q[5] : 0,

@@ -3,7 +3,8 @@
 # $COTRAIN_DB, $PG_BINDIR and $T (a scratch folder the caller removes).
 # sim_setup migrates the database, imports a small dataset and makes an
 # account (its key in $KEY); sim_server [ARGS] starts cotrain-server on a
-# free port ($SPID, $PORT, log in $T/server.log); sim_project NAME TARGET
+# free port ($SPID, $PORT, log in $T/server.log; sim_server_at LOG [ARGS]
+# with another log); sim_project NAME TARGET
 # makes a project of a tiny model (a few thousand parameters, so thousands
 # of hosts' group sums stay small) with microbatch_size 1 and 8-second work
 # units, spot checks off; sim_stop stops the server.
@@ -18,18 +19,23 @@ sim_setup() {
 		sed -n 's/^account key: //p')
 	[ -n "$KEY" ]
 }
-sim_server() {
+sim_server() { sim_server_at "$T/server.log" "$@"; }
+# sim_server_at LOG [ARGS]: sim_server with its log in LOG (another
+# process on the same database: the caller keeps the last one's $SPID)
+sim_server_at() {
+	_log=$1
+	shift
 	"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --reap-interval 1 \
 		--kdf-iterations 1000 --round-interval 1 --per-ip-connections 4096 --log-level warn "$@" \
-		2>"$T/server.log" &
+		2>"$_log" &
 	SPID=$!
 	_n=600 # 60 s: a start under CI's load has taken over 30
-	while [ $_n -gt 0 ] && ! grep -qs 'listening on' "$T/server.log"; do
-		kill -0 "$SPID" 2>/dev/null || { wait "$SPID"; echo "cotrain-server exited with status $? before listening" >>"$T/server.log"; SPID=; return 1; }
+	while [ $_n -gt 0 ] && ! grep -qs 'listening on' "$_log"; do
+		kill -0 "$SPID" 2>/dev/null || { wait "$SPID"; echo "cotrain-server exited with status $? before listening" >>"$_log"; SPID=; return 1; }
 		sleep 0.1
 		_n=$((_n - 1))
 	done
-	PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/server.log")
+	PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$_log")
 	[ -n "$PORT" ]
 }
 sim_project() { # NAME TARGET
