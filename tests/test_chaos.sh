@@ -243,20 +243,27 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 			[ "$_n" = 0 ] && { ph=$_p; break; }
 		done
 		[ -n "$ph" ] || ph=$(echo $phases | cut -d' ' -f$(( n_srv % 5 + 1 )))
-		# Planning takes milliseconds; to kill the server inside it, a
-		# session holds round_member, taken while the round is open or
-		# closing (an averaging round's outcomes write it), so that the
-		# plan cannot be stored: the coordinator waits in
-		# round_plan_store, after round_plan_begin committed.  Once the
-		# server is dead its orphaned sessions and the holder are
-		# terminated, so the blocked store never commits.
-		LPID=
-		if [ "$ph" = planning ]; then
+		# Planning and the commit take milliseconds; to kill the server
+		# inside one, a session holds round_member in share mode.  For
+		# planning it is taken while the round is open or closing (an
+		# averaging round's outcomes write it), so that the plan cannot
+		# be stored: the coordinator waits in round_plan_store, after
+		# round_plan_begin committed.  For the commit it is taken once
+		# the server's v+1 is stored: round_try_commit marks the accepted
+		# members before the round, so the round stays in the phase.
+		# Once the server is dead its orphaned sessions and the holder
+		# are terminated, so the blocked statement never commits.
+		LPID= hold=
+		case $ph in
+		planning) hold="(select r.state from round r join project p on p.id = r.project_id
+		                where p.name = 'chaos' and r.version = p.current_version) in ('open', 'closing')" ;;
+		commit) hold="($PHASE_SQL) = 'commit'" ;;
+		esac
+		if [ -n "$hold" ]; then
 			"$PG_BINDIR/psql" "$COTRAIN_DB" -Atq -c "do \$\$ begin
 			  loop
 			    lock table round_member in share mode;
-			    exit when (select r.state from round r join project p on p.id = r.project_id
-			                where p.name = 'chaos' and r.version = p.current_version) in ('open', 'closing');
+			    exit when $hold;
 			    rollback;
 			    perform pg_sleep(0.005);
 			  end loop;
