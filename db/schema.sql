@@ -1185,11 +1185,9 @@ $$;
 CREATE FUNCTION public.round_checkpoint_uploader(p_project bigint, p_version integer) RETURNS bigint
     LANGUAGE sql STABLE
     AS $$
-    WITH m AS MATERIALIZED (SELECT round_cross_majority(p_project, p_version) AS sha)
-    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version), m
+    SELECT (SELECT t.uploader FROM round_cross_tally(p_project, p_version) t) FROM round r
      WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
        AND r.state = 'averaging' AND r.gradient_sha256 IS NOT NULL AND r.checkpoint_sha256 IS NULL
-       AND rm.included AND rm.params_sha256 = m.sha AND NOT rm.checkpoint_refused
 $$;
 
 --
@@ -1247,16 +1245,7 @@ $$;
 CREATE FUNCTION public.round_cross_majority(p_project bigint, p_version integer) RETURNS text
     LANGUAGE sql STABLE
     AS $$
-    SELECT x.params_sha256
-      FROM (SELECT params_sha256, count(*) AS n FROM round_member
-             WHERE project_id = p_project AND version = p_version AND included
-             GROUP BY params_sha256) x
-     WHERE NOT EXISTS (SELECT 1 FROM round_member
-                        WHERE project_id = p_project AND version = p_version AND included
-                          AND outcome IS DISTINCT FROM 'ok')
-       AND x.params_sha256 IS NOT NULL
-       AND 2 * x.n > (SELECT count(*) FROM round_member
-                       WHERE project_id = p_project AND version = p_version AND included)
+    SELECT sha FROM round_cross_tally(p_project, p_version)
 $$;
 
 --
@@ -1352,6 +1341,25 @@ CREATE FUNCTION public.round_cross_slices_store(p_project bigint, p_version inte
      WHERE m.project_id = p_project AND m.version = p_version AND m.host_id = per.host_id
        AND r.project_id = p_project AND r.version = p_version AND r.cross_peers
        AND r.n_groups >= 2
+$$;
+
+--
+-- Name: round_cross_tally(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_cross_tally(p_project bigint, p_version integer, OUT sha text, OUT uploader bigint) RETURNS record
+    LANGUAGE sql STABLE
+    AS $$
+    WITH g AS MATERIALIZED (
+        SELECT params_sha256 AS sha, count(*) AS n,
+               bool_and(outcome IS NOT DISTINCT FROM 'ok') AS ok,
+               min(host_id) FILTER (WHERE NOT checkpoint_refused) AS uploader
+          FROM round_member
+         WHERE project_id = p_project AND version = p_version AND included
+         GROUP BY params_sha256)
+    SELECT g.sha, g.uploader FROM g
+     WHERE g.sha IS NOT NULL AND 2 * g.n > (SELECT sum(n) FROM g)
+       AND (SELECT bool_and(ok) FROM g)
 $$;
 
 --

@@ -96,39 +96,22 @@ static const dbc_stmt st_finish = { "sched_finish",
  * long polls?  Every heartbeat, finish and hand-back of the round's units
  * carries it from the close on, and each wake makes every held request look
  * again (a thousand hosts' answers, a thousand held plan polls: a million
- * looks).  So a round's state wakes them once a second at most in this
- * process; a state seen meanwhile in another project with the same version
- * and attempt is still woken within the coordinator's watch (250 ms). */
+ * looks).  So a round's state wakes them once per round attempt in this
+ * process (api_is_news): a request held after that looked at the database
+ * after the wake (http_wake_gen), and a change another process made is
+ * woken by the coordinator's watch (round_coord.c). */
 static bool close_news(const char *body, size_t len)
 {
-	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-	static char last[8][64];
-	static double at[8];
+	static api_news seen = API_NEWS_INIT;
 	json_t *j = json_loadb(body, len, 0, NULL);
 	const json_t *r = json_object_get(j, "round");
 	const char *st = json_string_value(json_object_get(r, "state"));
-	char key[64];
+	char key[96];
 	snprintf(key, sizeof key, "%s:%lld:%lld", st ? st : "",
 	         (long long)json_integer_value(json_object_get(r, "version")),
 	         (long long)json_integer_value(json_object_get(r, "attempt")));
+	bool news = r && api_is_news(&seen, key);
 	json_decref(j);
-	if (!r)
-		return false;
-	double now = http_now();
-	bool news = true;
-	int oldest = 0;
-	pthread_mutex_lock(&mu);
-	for (int i = 0; i < 8; i++) {
-		if (strcmp(last[i], key) == 0 && now - at[i] < 1.0)
-			news = false;
-		if (at[i] < at[oldest])
-			oldest = i;
-	}
-	if (news) {
-		snprintf(last[oldest], sizeof last[oldest], "%s", key);
-		at[oldest] = now;
-	}
-	pthread_mutex_unlock(&mu);
 	return news;
 }
 

@@ -123,20 +123,32 @@ END
 $$;
 
 -- The parameters of v+1 that a strict majority of round p_version's
+-- included peers reported, once every included peer reported ok ("sha";
+-- NULL before, or when there is no such majority), and the lowest host id
+-- of that majority whose checkpoint upload was not refused ("uploader").
+-- One pass over the members: every held outcome poll of a thousand looks
+-- at it (through round_checkpoint_uploader) at each wake-up.
+CREATE OR REPLACE FUNCTION round_cross_tally(p_project bigint, p_version integer,
+                                             OUT sha text, OUT uploader bigint)
+LANGUAGE sql STABLE AS $$
+    WITH g AS MATERIALIZED (
+        SELECT params_sha256 AS sha, count(*) AS n,
+               bool_and(outcome IS NOT DISTINCT FROM 'ok') AS ok,
+               min(host_id) FILTER (WHERE NOT checkpoint_refused) AS uploader
+          FROM round_member
+         WHERE project_id = p_project AND version = p_version AND included
+         GROUP BY params_sha256)
+    SELECT g.sha, g.uploader FROM g
+     WHERE g.sha IS NOT NULL AND 2 * g.n > (SELECT sum(n) FROM g)
+       AND (SELECT bool_and(ok) FROM g)
+$$;
+
+-- The parameters of v+1 that a strict majority of round p_version's
 -- included peers reported, once every included peer reported ok; NULL
--- before, or when there is no such majority.
+-- before, or when there is no such majority (round_cross_tally).
 CREATE OR REPLACE FUNCTION round_cross_majority(p_project bigint, p_version integer) RETURNS text
 LANGUAGE sql STABLE AS $$
-    SELECT x.params_sha256
-      FROM (SELECT params_sha256, count(*) AS n FROM round_member
-             WHERE project_id = p_project AND version = p_version AND included
-             GROUP BY params_sha256) x
-     WHERE NOT EXISTS (SELECT 1 FROM round_member
-                        WHERE project_id = p_project AND version = p_version AND included
-                          AND outcome IS DISTINCT FROM 'ok')
-       AND x.params_sha256 IS NOT NULL
-       AND 2 * x.n > (SELECT count(*) FROM round_member
-                       WHERE project_id = p_project AND version = p_version AND included)
+    SELECT sha FROM round_cross_tally(p_project, p_version)
 $$;
 
 -- The optimizer moments of v+1 (round_member.moments_sha256) that a strict
@@ -156,17 +168,13 @@ $$;
 -- The host that is to upload the checkpoint of v+1 of round p_version: in
 -- a cross_peers round averaging, whose groups agreed on the mean and whose
 -- v+1 is not in yet, the lowest host id holding the majority's parameters
--- (round_cross_majority) whose upload was not refused (checkpoint_refused:
--- the next one is asked then); else NULL.
--- The majority is computed once, not once per member (a thousand members
--- made that a million rows a call, and every outcome calls it).
+-- whose upload was not refused (checkpoint_refused: the next one is asked
+-- then; round_cross_tally); else NULL.
 CREATE OR REPLACE FUNCTION round_checkpoint_uploader(p_project bigint, p_version integer) RETURNS bigint
 LANGUAGE sql STABLE AS $$
-    WITH m AS MATERIALIZED (SELECT round_cross_majority(p_project, p_version) AS sha)
-    SELECT min(rm.host_id) FROM round r JOIN round_member rm USING (project_id, version), m
+    SELECT (SELECT t.uploader FROM round_cross_tally(p_project, p_version) t) FROM round r
      WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
        AND r.state = 'averaging' AND r.gradient_sha256 IS NOT NULL AND r.checkpoint_sha256 IS NULL
-       AND rm.included AND rm.params_sha256 = m.sha AND NOT rm.checkpoint_refused
 $$;
 
 -- Before a checkpoint upload's bytes are read: may host p_host upload v+1
