@@ -2031,7 +2031,8 @@ BEGIN
         b := b || jsonb_build_object('checkpoint_upload', true);
     END IF;
     IF ro.cross_peers AND v_uploader IS NOT NULL THEN
-        b := b || jsonb_build_object('checkpoint_due', true); -- wakes the uploader's long poll
+        -- the server wakes that host's long poll (server/api_rounds.c)
+        b := b || jsonb_build_object('checkpoint_uploader', v_uploader);
     END IF;
     RETURN b::text;
 END

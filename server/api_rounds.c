@@ -459,6 +459,7 @@ void api_round_outcome(http_req *req)
 	if (wait > 0 && req->hold_until == 0)
 		req->hold_until = http_now() + (double)wait;
 	req->hold_kind = HTTP_HOLD_OUTCOME;
+	req->hold_tag = host;
 	for (int look = 0;; look++) {
 		unsigned long gen = http_wake_gen(req);
 		/* Posted on the first look, whose answer held it: the later looks
@@ -481,22 +482,24 @@ void api_round_outcome(http_req *req)
 		bool undecided = state && strcmp(state, "averaging") == 0 &&
 		                 !json_is_boolean(json_object_get(j, "accepted"));
 		bool moved = state && strcmp(state, "averaging") != 0;
-		char news_key[160];
-		snprintf(news_key, sizeof news_key, "%s:%s:%lld:%s", req->params[0], sv,
-		         (long long)json_integer_value(
-		                 json_object_get(json_object_get(j, "round"), "attempt")),
-		         state ? state : "");
 		/* Across groups between the peers: a peer asked for v+1 must hear
 		 * it now, and is woken when it waits (round_cross.sql). */
 		bool upload = json_is_true(json_object_get(j, "checkpoint_upload"));
-		bool due = json_is_true(json_object_get(j, "checkpoint_due"));
+		json_int_t uploader = json_integer_value(json_object_get(j, "checkpoint_uploader"));
+		char news_key[160];
+		snprintf(news_key, sizeof news_key, "%s:%s:%lld:%s:%lld", req->params[0], sv,
+		         (long long)json_integer_value(
+		                 json_object_get(json_object_get(j, "round"), "attempt")),
+		         state ? state : "", (long long)uploader);
 		json_decref(j); /* state pointed into j: use moved from here on */
 		/* A new outcome that made v+1 due wakes the uploader's long poll,
-		 * once a round attempt (a woken one does not wake the others again;
-		 * nor do later posts that see it due: each of those woke every
-		 * held outcome, some 250 wake-ups a round at 1,000 hosts). */
-		if (due && !resumed && look == 0 && api_is_news(&due_seen, news_key))
-			http_wake(HTTP_WAKE(HTTP_HOLD_OUTCOME));
+		 * and only it, once a round attempt and uploader (each later post
+		 * that saw it due woke every held outcome: some 250 wake-ups a
+		 * round at 1,000 hosts; then one wake of the thousand, which took
+		 * 2 s of the threads to tell one host). */
+		if (uploader > 0 && uploader != host && !resumed && look == 0 &&
+		    api_is_news(&due_seen, news_key))
+			http_wake_tag(HTTP_WAKE(HTTP_HOLD_OUTCOME), uploader);
 		if (undecided && okay && wait > 0 && !upload) {
 			/* Our v+1 is in, the server's is not yet: wait for it. */
 			api_poll t = api_long_poll(req, gen, look);

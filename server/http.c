@@ -152,7 +152,9 @@ static void resume_chain(conn_state *c)
 	}
 }
 
-void http_wake(unsigned mask)
+/* Resume the held requests of the kinds in mask, only those tagged tag
+ * when tag > 0. */
+static void wake(unsigned mask, long long tag)
 {
 	pthread_once(&hold_once, hold_init);
 	pthread_mutex_lock(&hold_lock);
@@ -163,7 +165,7 @@ void http_wake(unsigned mask)
 	int n = 0, left = 0;
 	while (*pp) {
 		conn_state *x = *pp;
-		if (mask & HTTP_WAKE(kind_of(&x->req))) {
+		if ((mask & HTTP_WAKE(kind_of(&x->req))) && (tag <= 0 || x->req.hold_tag == tag)) {
 			*pp = x->next_held;
 			x->next_held = c;
 			c = x;
@@ -175,12 +177,20 @@ void http_wake(unsigned mask)
 		}
 	}
 	pthread_mutex_unlock(&hold_lock);
-	if (n)
+	if (n && tag > 0)
+		log_debug("woke %d held requests (kinds %#x) of %lld, %d left held", n, mask, tag, left);
+	else if (n)
 		log_debug("woke %d held requests (kinds %#x), %d left held", n, mask, left);
 	resume_chain(c);
 }
 
-void http_wake_held(void) { http_wake(HTTP_WAKE_ALL); }
+void http_wake(unsigned mask) { wake(mask, 0); }
+void http_wake_tag(unsigned mask, long long tag)
+{
+	if (tag > 0)
+		wake(mask, tag);
+}
+void http_wake_held(void) { wake(HTTP_WAKE_ALL, 0); }
 
 /* The timer thread: resume each held request at its deadline. */
 static void *hold_timer(void *arg)

@@ -44,8 +44,9 @@ struct http_req {
 	 * body, chunked or not, is refused as soon as it passes that size,
 	 * without being held in memory. */
 	size_t body_max;
-	double hold_until; /* long polls (http_hold); 0 until set */
-	int hold_kind;     /* what a long poll waits on (HTTP_HOLD_*); HTTP_HOLD_PLAN unless set */
+	double hold_until;  /* long polls (http_hold); 0 until set */
+	int hold_kind;      /* what a long poll waits on (HTTP_HOLD_*); HTTP_HOLD_PLAN unless set */
+	long long hold_tag; /* whom it waits for (a host id) for http_wake_tag; 0: nobody */
 };
 
 /* Value of a request header (case-insensitive name), or NULL. */
@@ -107,6 +108,12 @@ bool http_hold(http_req *req, unsigned long gen);
 /* Resume every held request of the kinds in mask (HTTP_WAKE bits): they
  * look at the state again.  Thread-safe; a no-op when none is held. */
 void http_wake(unsigned mask);
+/* Resume the held requests of the kinds in mask whose hold_tag is tag (tag
+ * > 0): news for one host, such as the peer asked for a round's v+1, wakes
+ * its poll and not the thousand others of its kind.  The kinds' generations
+ * move as in http_wake, so a request of those kinds between its look and
+ * its hold looks again. */
+void http_wake_tag(unsigned mask, long long tag);
 /* http_wake(HTTP_WAKE_ALL): a change every kind may wait on (a commit, a
  * failure, a round opened). */
 void http_wake_held(void);

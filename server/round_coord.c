@@ -36,6 +36,7 @@ struct round_coord {
 	const srv_config *cfg;
 	duty *duty;        /* DUTY_ROUNDS: only its holder closes, plans and expires */
 	char moved[2][40]; /* the last st_moved seen: states, then hashes */
+	char *uploaders;   /* and the hosts asked for v+1 (NULL: none yet) */
 	char reported[24]; /* the last st_reported seen by the duty holder */
 	bool holder;       /* the last duty_held() */
 };
@@ -70,18 +71,19 @@ static const dbc_stmt st_fail = { "round_fail", "SELECT round_fail($1, $2, $3)",
  * its row from the set): a change, made by this process or another one
  * sharing the database, wakes them.  Two digests: the rounds' states and
  * attempts (a round opened, closed, planned, committed or rerun: every kind
- * of held request looks again), and what only plan and outcome polls wait
- * on, the mean's hash and, across groups between the peers, the peer asked
- * for v+1 (round_checkpoint_uploader). */
+ * of held request looks again), and the mean's hash (plan and outcome polls
+ * look again); then, across groups between the peers, the hosts asked for
+ * v+1 (round_checkpoint_uploader), ascending: only their outcome polls are
+ * woken (a thousand others looking again took 2 s of the threads). */
 static const dbc_stmt st_moved = {
 	"round_moved",
 	"SELECT md5(coalesce(string_agg(project_id || ':' || version || ':' || state || ':' ||"
 	" attempt, ',' ORDER BY project_id, version), '')),"
-	" md5(coalesce(string_agg(coalesce(gradient_sha256, '') || ':' ||"
-	" CASE WHEN cross_peers AND state = 'averaging'"
-	"      THEN coalesce(round_checkpoint_uploader(project_id, version)::text, '') ELSE '' END,"
-	" ',' ORDER BY project_id, version), ''))"
-	" FROM round WHERE state IN ('open', 'closing', 'averaging')",
+	" md5(coalesce(string_agg(coalesce(gradient_sha256, ''), ',' ORDER BY project_id, version), '')),"
+	" coalesce(string_agg(u::text, ',' ORDER BY u), '')"
+	" FROM round LEFT JOIN LATERAL (SELECT round_checkpoint_uploader(project_id, version) AS u"
+	"                                WHERE cross_peers AND state = 'averaging') x ON true"
+	" WHERE state IN ('open', 'closing', 'averaging')",
 	0
 };
 
@@ -333,13 +335,34 @@ static void watch(round_coord *rc)
 	if (!run(&st_moved, NULL, &r))
 		return;
 	unsigned wake = 0;
-	for (int i = 0; i < 2 && PQntuples(r) == 1 && PQnfields(r) == 2; i++) {
+	bool ok = PQntuples(r) == 1 && PQnfields(r) == 3;
+	for (int i = 0; i < 2 && ok; i++) {
 		if (strcmp(rc->moved[i], PQgetvalue(r, 0, i)) == 0)
 			continue;
 		if (rc->moved[i][0])
 			wake |= i == 0 ? HTTP_WAKE_ALL
 			               : HTTP_WAKE(HTTP_HOLD_PLAN) | HTTP_WAKE(HTTP_HOLD_OUTCOME);
 		snprintf(rc->moved[i], sizeof rc->moved[i], "%s", PQgetvalue(r, 0, i));
+	}
+	/* The uploaders: each one's poll when the list changed (a host named
+	 * again is woken again, which costs one look). */
+	const char *up = ok ? PQgetvalue(r, 0, 2) : NULL;
+	if (up && strcmp(rc->uploaders ? rc->uploaders : "", up) != 0) {
+		char *keep = strdup(up);
+		if (!keep) {
+			wake |= HTTP_WAKE(HTTP_HOLD_OUTCOME); /* out of memory: all of them, once */
+		} else if (!(wake & HTTP_WAKE(HTTP_HOLD_OUTCOME))) {
+			for (const char *p = up; *p;) {
+				char *end;
+				long long id = strtoll(p, &end, 10);
+				if (end == p)
+					break;
+				http_wake_tag(HTTP_WAKE(HTTP_HOLD_OUTCOME), id);
+				p = *end == ',' ? end + 1 : end;
+			}
+		}
+		free(rc->uploaders);
+		rc->uploaders = keep;
 	}
 	PQclear(r);
 	if (wake)
@@ -481,5 +504,6 @@ void round_coord_stop(round_coord *rc)
 	pthread_cond_destroy(&rc->wake);
 	pthread_mutex_destroy(&rc->lock);
 	duty_close(rc->duty);
+	free(rc->uploaders);
 	free(rc);
 }
