@@ -1328,12 +1328,12 @@ $$;
 CREATE FUNCTION public.round_cross_slices_store(p_project bigint, p_version integer) RETURNS void
     LANGUAGE sql
     AS $$
-    WITH per AS (
+    WITH x AS MATERIALIZED (SELECT * FROM round_cross_partition(p_project, p_version)),
+    per AS (
         SELECT a.host_id,
                jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
                                             'holders', x.holders) ORDER BY x.idx) AS cross
-          FROM round_member a JOIN round_cross_partition(p_project, p_version) x
-            ON x.lo >= a.lo AND x.hi <= a.hi
+          FROM round_member a JOIN x ON x.lo >= a.lo AND x.hi <= a.hi
          WHERE a.project_id = p_project AND a.version = p_version AND a.hi > a.lo
          GROUP BY a.host_id)
     UPDATE round_member m SET cross_slices = per.cross
