@@ -1895,6 +1895,19 @@ END
 $$;
 
 --
+-- Name: round_notify(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_notify() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('cotrain_round', '');
+    RETURN NULL;
+END
+$$;
+
+--
 -- Name: round_open_locked_target(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -5922,6 +5935,24 @@ CREATE TRIGGER project_spot_policy AFTER INSERT ON public.project FOR EACH ROW E
 --
 
 CREATE TRIGGER round_credit AFTER UPDATE OF state ON public.round FOR EACH ROW WHEN (((new.state = 'committed'::text) AND (old.state IS DISTINCT FROM 'committed'::text))) EXECUTE FUNCTION public.credit_round_committed();
+
+--
+-- Name: round round_notify_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER round_notify_insert AFTER INSERT ON public.round FOR EACH ROW EXECUTE FUNCTION public.round_notify();
+
+--
+-- Name: round_report round_notify_report; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER round_notify_report AFTER INSERT ON public.round_report FOR EACH STATEMENT EXECUTE FUNCTION public.round_notify();
+
+--
+-- Name: round round_notify_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER round_notify_update AFTER UPDATE ON public.round FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) OR (old.attempt IS DISTINCT FROM new.attempt) OR (old.gradient_sha256 IS DISTINCT FROM new.gradient_sha256) OR (old.checkpoint_sha256 IS DISTINCT FROM new.checkpoint_sha256))) EXECUTE FUNCTION public.round_notify();
 
 --
 -- Name: work_unit work_unit_progress_del; Type: TRIGGER; Schema: public; Owner: -

@@ -14,6 +14,7 @@
 
 #include "kernels/model.h"
 #include "kernels/model_json.h"
+#include "server/db_listen.h"
 #include "server/dbconn.h"
 #include "server/duty.h"
 #include "server/grouping.h"
@@ -24,15 +25,22 @@
 /* Peers grouped together at most: grp_form needs an n*n matrix. */
 #define GROUPING_CHUNK 1024
 /* How often every process looks whether a round moved (the wake-up of its
- * long polls when another process moved it): the latency that serving
- * from several processes adds to a plan or outcome long poll. */
+ * long polls when another process moved it), whatever the notifications
+ * say: the floor under them (a notification sent while the listener's
+ * connection was down is lost). */
 #define WATCH_MS 250
+/* A notification that a round moved (db/migrations/0028) makes the
+ * process look at once, but not sooner than this after its last look: a
+ * thousand reports are a thousand notifications. */
+#define NOTIFIED_GAP_MS 20
 
 struct round_coord {
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	bool stop, woken;
+	bool notified;     /* a round moved, says the database (db_listen) */
+	db_listen *listen; /* NULL when it could not start: WATCH_MS alone */
 	const srv_config *cfg;
 	duty *duty;        /* DUTY_ROUNDS: only its holder closes, plans and expires */
 	char moved[2][40]; /* the last st_moved seen: states, then hashes */
@@ -405,6 +413,30 @@ static void pass(const srv_config *cfg)
 	PQclear(r);
 }
 
+/* t plus ms milliseconds. */
+static struct timespec after_ms(struct timespec t, long ms)
+{
+	t.tv_nsec += ms * 1000000L;
+	t.tv_sec += t.tv_nsec / 1000000000L;
+	t.tv_nsec %= 1000000000L;
+	return t;
+}
+
+static bool before(struct timespec a, struct timespec b)
+{
+	return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
+}
+
+/* db_listen's callback: a round moved in the database. */
+static void on_notify(void *arg)
+{
+	round_coord *rc = arg;
+	pthread_mutex_lock(&rc->lock);
+	rc->notified = true;
+	pthread_cond_signal(&rc->wake);
+	pthread_mutex_unlock(&rc->lock);
+}
+
 static void *coord_main(void *arg)
 {
 	round_coord *rc = arg;
@@ -413,15 +445,25 @@ static void *coord_main(void *arg)
 	next_pass.tv_sec += rc->cfg->round_interval;
 	pthread_mutex_lock(&rc->lock);
 	while (!rc->stop) {
-		struct timespec now, until;
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_nsec += WATCH_MS * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
+		/* Look again at WATCH_MS, when woken, or when notified (at least
+		 * NOTIFIED_GAP_MS after this look). */
+		struct timespec now, looked;
+		clock_gettime(CLOCK_MONOTONIC, &looked);
+		struct timespec until = after_ms(looked, WATCH_MS), gap = after_ms(looked, NOTIFIED_GAP_MS);
+		for (;;) {
+			if (rc->stop || rc->woken)
+				break;
+			if (rc->notified) {
+				clock_gettime(CLOCK_MONOTONIC, &now);
+				if (!before(now, gap))
+					break;
+				if (before(gap, until))
+					until = gap;
+			}
+			if (pthread_cond_timedwait(&rc->wake, &rc->lock, &until) != 0)
+				break; /* the time came */
 		}
-		while (!rc->stop && !rc->woken && pthread_cond_timedwait(&rc->wake, &rc->lock, &until) == 0)
-			;
+		rc->notified = false;
 		if (rc->stop)
 			break;
 		clock_gettime(CLOCK_MONOTONIC, &now);
@@ -462,7 +504,12 @@ cot_err round_coord_start(const srv_config *cfg, round_coord **out, cot_errbuf *
 	pthread_cond_init(&rc->wake, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&rc->lock, NULL);
+	cot_errbuf le = { "", "" };
+	if (db_listen_start(cfg->conninfo, "cotrain_round", on_notify, rc, &rc->listen, &le))
+		log_warn("round coordinator: %s; rounds moved by other processes are seen within %d ms",
+		         le.msg, WATCH_MS);
 	if (pthread_create(&rc->thread, NULL, coord_main, rc)) {
+		db_listen_stop(rc->listen);
 		pthread_cond_destroy(&rc->wake);
 		pthread_mutex_destroy(&rc->lock);
 		duty_close(rc->duty);
@@ -501,6 +548,7 @@ void round_coord_stop(round_coord *rc)
 	pthread_cond_signal(&rc->wake);
 	pthread_mutex_unlock(&rc->lock);
 	pthread_join(rc->thread, NULL);
+	db_listen_stop(rc->listen);
 	pthread_cond_destroy(&rc->wake);
 	pthread_mutex_destroy(&rc->lock);
 	duty_close(rc->duty);

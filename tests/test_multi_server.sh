@@ -36,7 +36,7 @@ version_at_least() { [ "$(version)" -ge "$1" ] 2>/dev/null; }
 round_state() { sql "select state from round r join project p on p.id = r.project_id where p.name = 'tiny' and r.version = $1"; }
 now() { date +%s.%N; }
 
-plan 18
+plan 19
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -95,6 +95,11 @@ served() { # NAME: work requests answered, from its /metrics
 }
 na=$(served "$PORT_a") nb=$(served "$PORT_b")
 ok $([ "$na" -gt 20 ] && [ "$nb" -gt 20 ]; echo $?) "both processes serve the clients ($na and $nb requests)"
+# Each process's listener (server/db_listen.c): its session's last query is
+# its LISTEN, which it never follows with another.
+is "$(sql "select count(*) from pg_stat_activity where datname = current_database()
+  and query = 'LISTEN \"cotrain_round\"'")" 2 \
+	"both processes listen for the database's notifications that a round moved (migration 0028)"
 # A process that loses the lock's connection loses the duty: end the
 # reaper's lock session from the database side; the duty is held again
 # (by either process) and its old holder says it lost it.

@@ -223,7 +223,9 @@ get() {  # PATH [CURL ARGS...]: the status; body in $T/got, headers in $T/got.h
 	rm -f "$T/got"; curl -s -o "$T/got" -D "$T/got.h" -w '%{http_code}' "$@" "$URL$_p"
 }
 hdr() { sed -n "s/^$1: \(.*\)\r\$/\1/Ip" "$T/got.h" | head -1; }
-is "$(get /stats/tables.xml)" 200 "GET /stats/tables.xml"
+st=$(get /stats/tables.xml)
+is "$st" 200 "GET /stats/tables.xml"
+[ "$st" = 200 ] || diag "the server at $URL: $(kill -0 "$spid" 2>/dev/null && echo running || echo "not running ($(wait "$spid"; echo "exit status $?"))"); curl said: $(curl -sS -o /dev/null "$URL/stats/tables.xml" 2>&1 | head -1); its output: $(tail -5 "$T/server.out")"
 cmp -s "$T/got" "$T/timed/tables.xml"; ok $? "  is the exported file"
 etag=$(hdr ETag) lm=$(hdr Last-Modified)
 ok $([ -n "$etag" ] && [ -n "$lm" ]; echo $?) "  with ETag $etag and Last-Modified $lm"
