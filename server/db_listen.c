@@ -74,8 +74,14 @@ static void *run(void *arg)
 			}
 			l->on_notify(l->arg); /* what was sent while we were away */
 		}
+		int fd = PQsocket(c);
+		if (fd < 0 || PQstatus(c) != CONNECTION_OK) {
+			PQfinish(c);
+			c = NULL;
+			continue;
+		}
 		bool readable = false;
-		if (wait_for(l, PQsocket(c), -1, &readable))
+		if (wait_for(l, fd, -1, &readable))
 			break;
 		if (!readable)
 			continue;
