@@ -29,7 +29,7 @@
  * say: the floor under them (a notification sent while the listener's
  * connection was down is lost). */
 #define WATCH_MS 250
-/* A notification that a round moved (db/migrations/0028) makes the
+/* A notification that a round moved (db/functions/round_notify.sql) makes the
  * process look at once, but not sooner than this after its last look: a
  * thousand reports are a thousand notifications. */
 #define NOTIFIED_GAP_MS 20

@@ -99,7 +99,7 @@ ok $([ "$na" -gt 20 ] && [ "$nb" -gt 20 ]; echo $?) "both processes serve the cl
 # its LISTEN, which it never follows with another.
 is "$(sql "select count(*) from pg_stat_activity where datname = current_database()
   and query = 'LISTEN \"cotrain_round\"'")" 2 \
-	"both processes listen for the database's notifications that a round moved (migration 0028)"
+	"both processes listen for the database's notifications that a round moved (db/functions/round_notify.sql)"
 # A process that loses the lock's connection loses the duty: end the
 # reaper's lock session from the database side; the duty is held again
 # (by either process) and its old holder says it lost it.
