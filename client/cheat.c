@@ -74,6 +74,8 @@ cot_err cl_cheat_init(cot_errbuf *eb)
 
 int cl_cheat_skip(int64_t g) { return mode == SKIP_HALF && (g & 1); }
 
+int cl_cheat_skips(void) { return mode == SKIP_HALF; }
+
 double cl_cheat_result_noise(void) { return mode == AGG_NOISE ? 1.0 : 0; }
 
 int cl_cheat_hidden(void) { return mode == ORTHOGONAL_HIDDEN; }

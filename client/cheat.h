@@ -6,8 +6,11 @@
  *
  *     COTRAIN_CHEAT=skip-half   counts every odd stream microbatch of the
  *         host's own work units as done without computing it, and reports
- *         a made-up sketch for it (a copy of the previous one;
- *         client/compute.h, cl_compute_fake_microbatch);
+ *         a made-up sketch for it (a copy of the previous one), adding the
+ *         previous microbatch's gradient again, so that the bytes it sends
+ *         match its sketches (client/compute.h,
+ *         cl_compute_fake_microbatch): only a spot check that recomputes a
+ *         skipped microbatch catches it;
  *     COTRAIN_CHEAT=poison      sends -5 times its gradient into the
  *         all-reduce (the direction that raises the loss, with a norm
  *         below the aggregators' outlier limit of 10 times the median).
@@ -78,6 +81,10 @@ cot_err cl_cheat_init(cot_errbuf *eb);
 
 /* 1 when stream microbatch g of the host's own work is to be skipped. */
 int cl_cheat_skip(int64_t g);
+
+/* 1 with skip-half: the session keeps each computed microbatch's gradient
+ * for the faked one after it (cl_compute_fake_microbatch). */
+int cl_cheat_skips(void);
 
 /* With a cheat that sends other bytes (poison, random-bytes, scale-100,
  * replay, mismatch, orthogonal), a malloc'd vector of n values the host

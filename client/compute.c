@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/cheat.h"
 #include "client/shard_cache.h"
 #include "kernels/checkpoint.h"
 #include "kernels/gpu.h"
@@ -54,6 +55,13 @@ struct cl_compute {
 	 * stays on the CPU). */
 	int gpu, precision;
 	bool gpu_failed;
+	/* COTRAIN_CHEAT=skip-half (client/cheat.h): the last computed
+	 * microbatch's change of the gradient sum, which a faked one adds
+	 * again, so that the bytes sent match the copied sketches and only a
+	 * spot check of a faked microbatch can tell (fake_have: one was
+	 * computed since the sketching began). */
+	float *fake_delta;
+	bool fake_have;
 };
 
 /* The GPU sessions should compute on (cl_compute_use_gpu), and the line
@@ -223,6 +231,7 @@ void cl_compute_close(cl_compute *c)
 	free(c->sk_sum);
 	free(c->sk_g);
 	free(c->sk_vals);
+	free(c->fake_delta);
 	blocks_drop(c);
 	free(c);
 }
@@ -435,7 +444,8 @@ cot_err cl_compute_retarget(cl_compute *c, const cl_project *p, const cl_work *w
 kern_model *cl_compute_model(cl_compute *c) { return c ? c->m : NULL; }
 
 /* Log row for microbatch g: its sketch, out of the new gradient sum's
- * sketch minus the previous one (or, fake, a copy of the last row). */
+ * sketch minus the previous one (or, fake, a copy of the last row, which
+ * cl_compute_fake_microbatch added to the sum). */
 static cot_err sketch_log(cl_compute *c, int64_t g, int fake, cot_errbuf *eb)
 {
 	if (c->sk_n == c->sk_cap) {
@@ -452,8 +462,10 @@ static cot_err sketch_log(cl_compute *c, int64_t g, int fake, cot_errbuf *eb)
 	int k = c->sk_k;
 	double *row = c->sk_vals + c->sk_n * (size_t)k;
 	if (fake) {
-		for (int j = 0; j < k; j++)
+		for (int j = 0; j < k; j++) {
 			row[j] = c->sk_n ? row[j - k] : 0;
+			c->sk_sum[j] += row[j];
+		}
 	} else {
 		double now[SKETCH_K_MAX] = { 0 };
 		sketch_add(c->m->grads, c->m->n_params, 0, c->sk_seed, k, now);
@@ -476,6 +488,12 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 		return rc;
 	if (c->sk_k)
 		block_before(c, g);
+	size_t n = c->m->n_params;
+	if (c->sk_k && cl_cheat_skips() && !c->fake_delta &&
+	    !(c->fake_delta = malloc((n ? n : 1) * sizeof *c->fake_delta)))
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
+	if (c->fake_delta)
+		memcpy(c->fake_delta, c->m->grads, n * sizeof *c->fake_delta);
 	float l = 0;
 	gpu_follow(c);
 	rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch, (float)c->B, &l,
@@ -496,6 +514,11 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	}
 	if (!rc && c->local)
 		rc = kern_local_microbatch(c->local, c->m, c->B, eb);
+	if (!rc && c->fake_delta) {
+		for (size_t i = 0; i < n; i++)
+			c->fake_delta[i] = c->m->grads[i] - c->fake_delta[i];
+		c->fake_have = true;
+	}
 	if (!rc && c->sk_k)
 		rc = sketch_log(c, g, 0, eb);
 	if (!rc && c->sk_k)
@@ -513,6 +536,9 @@ cot_err cl_compute_fake_microbatch(cl_compute *c, int64_t g, cot_errbuf *eb)
 	if (!c->sk_k)
 		return COT_OK;
 	block_before(c, g);
+	if (c->sk_n && c->fake_have)
+		for (size_t i = 0; i < c->m->n_params; i++)
+			c->m->grads[i] += c->fake_delta[i];
 	cot_err rc = sketch_log(c, g, 1, eb);
 	if (!rc)
 		block_after(c, g);

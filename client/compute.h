@@ -62,7 +62,9 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 
 /* Test hook (COTRAIN_CHEAT=skip-half, client/cheat.h): count stream
  * microbatch g as done without computing it, logging a made-up sketch (a
- * copy of the last one).  COT_ERR_INVALID when g is outside the range. */
+ * copy of the last one) and adding the last computed microbatch's gradient
+ * to the sum again, which the sketch then matches.  COT_ERR_INVALID when g
+ * is outside the range. */
 cot_err cl_compute_fake_microbatch(cl_compute *c, int64_t g, cot_errbuf *eb);
 
 /* Sketch, from now on in this version, every microbatch the session

@@ -1102,6 +1102,17 @@ END
 $$;
 
 --
+-- Name: round_banned_hosts(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_banned_hosts(p_project bigint) RETURNS bigint[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_flag
+                  WHERE project_id = p_project AND lasting ORDER BY host_id)
+$$;
+
+--
 -- Name: round_checkpoint_begin(bytea, text, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1441,6 +1452,16 @@ BEGIN
                      gradient_samples = NULL, loss = NULL
      WHERE project_id = p_project AND version = p_version;
 END
+$$;
+
+--
+-- Name: round_flag_lock(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_flag_lock(p_project bigint) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pg_advisory_xact_lock(hashtext('cotrain round_flag ' || p_project))
 $$;
 
 --
@@ -2165,8 +2186,9 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM round_drop_units(p_project, p_version, true);
-    -- Hosts an earlier attempt flagged (round_sketch_verify), and hosts the
-    -- check under a second seed flagged in any round (round_seed2_verify),
+    -- Hosts an earlier attempt flagged (round_sketch_verify), and hosts
+    -- flagged for good in any round (the check under a second seed,
+    -- round_seed2_verify; a spot check settled against them, spot_ban),
     -- take no part: their ranges go back to the pool for the others.
     PERFORM round_give_back(ARRAY(
         SELECT w.id FROM work_unit w
@@ -2508,17 +2530,6 @@ END
 $$;
 
 --
--- Name: round_seed2_banned(bigint); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.round_seed2_banned(p_project bigint) RETURNS bigint[]
-    LANGUAGE sql STABLE
-    AS $$
-    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_flag
-                  WHERE project_id = p_project AND seed2 ORDER BY host_id)
-$$;
-
---
 -- Name: round_seed2_block(bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2597,9 +2608,10 @@ BEGIN
                                    p_host, p_role, 'under the second seed: ' || p_reason, p_distance,
                                    p_tolerance);
     SELECT max(id) INTO v_id FROM round_sketch_flag WHERE host_id = p_host AND project_id = p_project;
-    -- Its time: once round_seed2_lock is held, so that a commit after it
+    -- Its time: once round_flag_lock is held, so that a commit after it
     -- sees the flag (round_try_commit refuses the host).
-    UPDATE round_sketch_flag SET seed2 = true, created_at = clock_timestamp() WHERE id = v_id;
+    UPDATE round_sketch_flag SET seed2 = true, lasting = true, created_at = clock_timestamp()
+     WHERE id = v_id;
 END
 $$;
 
@@ -2651,16 +2663,6 @@ CREATE FUNCTION public.round_seed2_k(p_project bigint, p_version integer) RETURN
     AS $$
     SELECT min((sketches->>'k')::integer) FROM round_member
      WHERE project_id = p_project AND version = p_version AND included AND sketches IS NOT NULL
-$$;
-
---
--- Name: round_seed2_lock(bigint); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.round_seed2_lock(p_project bigint) RETURNS void
-    LANGUAGE sql
-    AS $$
-    SELECT pg_advisory_xact_lock(hashtext('cotrain round_seed2 ' || p_project))
 $$;
 
 --
@@ -2843,7 +2845,7 @@ DECLARE
 BEGIN
     SELECT coalesce((p.config->>'aggregation') = 'centered_clip', false) INTO v_clip
       FROM project p WHERE p.id = p_project;
-    PERFORM round_seed2_lock(p_project);
+    PERFORM round_flag_lock(p_project);
     v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
     -- Blocks of at most the protocol's 1,024 microbatches (the client's
     -- CL_BLOCK_MAX), not today's round_seed2_block: a target or check size
@@ -2974,6 +2976,8 @@ CREATE TABLE public.round_sketch_flag (
     tolerance double precision NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     seed2 boolean DEFAULT false NOT NULL,
+    lasting boolean DEFAULT false NOT NULL,
+    spot_check_id bigint,
     CONSTRAINT round_sketch_flag_role_check CHECK ((role = ANY (ARRAY['member'::text, 'aggregator'::text])))
 );
 
@@ -2985,7 +2989,7 @@ CREATE FUNCTION public.round_sketch_bars(p_project bigint, p_version integer) RE
     LANGUAGE sql STABLE
     AS $$
     SELECT * FROM round_sketch_flag
-     WHERE project_id = p_project AND (version = p_version OR seed2)
+     WHERE project_id = p_project AND (version = p_version OR lasting)
 $$;
 
 --
@@ -3473,9 +3477,9 @@ BEGIN
     IF v_left > 0 THEN
         RETURN;
     END IF;
-    -- After any check under a second seed under way (round_seed2_lock,
+    -- After any check under a second seed under way (round_flag_lock,
     -- taken before this transaction touches what such a check flags).
-    PERFORM round_seed2_lock(p_project);
+    PERFORM round_flag_lock(p_project);
     -- The averaged bytes against the committed sketches: a host that fails
     -- is flagged and denied, and the round reruns without it (its next
     -- attempt's plan leaves it out), so no step takes its bytes.
@@ -3497,16 +3501,18 @@ BEGIN
                                   array_to_string(v_bad, ', ')));
         RETURN;
     END IF;
-    -- A host the check under a second seed flagged after this attempt was
-    -- planned (round_sketch_seed2.sql) takes no part either: the round
-    -- reruns without it.
+    -- A host flagged for good after this attempt was planned (the check
+    -- under a second seed, round_sketch_seed2.sql; a spot check settled
+    -- against it, spot_ban) takes no part either: the round reruns without
+    -- it.
     v_bad := ARRAY(SELECT host_id FROM round_member
                     WHERE project_id = p_project AND version = p_version AND included
-                      AND host_id = ANY (round_seed2_banned(p_project)) ORDER BY host_id);
+                      AND host_id = ANY (round_banned_hosts(p_project)) ORDER BY host_id);
     IF cardinality(v_bad) > 0 THEN
         PERFORM round_fail(p_project, p_version,
-                           format('host(s) %s failed the check under a second seed of an earlier '
-                                  'round; the round reruns without them', array_to_string(v_bad, ', ')));
+                           format('host(s) %s were flagged for good (the check under a second seed '
+                                  'or a spot check of an earlier round); the round reruns without them',
+                                  array_to_string(v_bad, ', ')));
         RETURN;
     END IF;
     IF v_ok = 0 THEN
@@ -3607,12 +3613,12 @@ BEGIN
      WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
     -- A host a check of the averaged bytes flagged gets no work where the
     -- plan would leave it out (round_sketch_bars): in the rest of the
-    -- version, and in every later round after a flag under a second seed.
-    -- Read after any check under a second seed under way (round_seed2_lock,
-    -- after the round's row as round_try_commit takes it), so that no unit
-    -- goes out after a flag.
-    PERFORM round_seed2_lock(v_proj.id);
-    SELECT f.version, f.role, f.reason, f.seed2 INTO v_flag
+    -- version, and in every later round after a lasting flag (under a
+    -- second seed, or a spot check settled against it).  Read after any
+    -- such flag under way (round_flag_lock, after the round's row as
+    -- round_try_commit takes it), so that no unit goes out after a flag.
+    PERFORM round_flag_lock(v_proj.id);
+    SELECT f.version, f.role, f.reason, f.seed2, f.lasting INTO v_flag
       FROM round_sketch_bars(v_proj.id, v_proj.current_version) f
      WHERE f.host_id = v_host.id ORDER BY f.id DESC LIMIT 1;
     IF FOUND THEN
@@ -3623,6 +3629,8 @@ BEGIN
                                   v_host.id, p_project, v_flag.role, v_flag.version, v_flag.reason),
                 'hint', CASE WHEN v_flag.seed2
                              THEN 'A host flagged by the check under the second seed takes no more part in this project.'
+                             WHEN v_flag.lasting
+                             THEN 'A host whose committed sketches a checker and a third host both disagreed with takes no more part in this project.'
                              ELSE format('It may take work again from version %s.', v_proj.current_version + 1)
                         END))::text;
         RETURN;
@@ -4169,6 +4177,26 @@ CREATE TABLE public.spot_check (
 );
 
 --
+-- Name: spot_ban(public.spot_check, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.spot_ban(c public.spot_check, p_outcome text, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM round_flag_lock(c.project_id);
+    PERFORM spot_host_denied(c, c.distance, p_outcome, p_now);
+    INSERT INTO round_sketch_flag (project_id, version, attempt, host_id, role, reason, distance,
+                                   tolerance, lasting, spot_check_id, created_at)
+    SELECT c.project_id, c.version, coalesce(r.attempt, 1), c.host_id, 'member',
+           format('spot check %s: %s', c.id, p_outcome), c.distance, c.tolerance, true, c.id,
+           clock_timestamp()
+      FROM (SELECT 1) one
+      LEFT JOIN round r ON r.project_id = c.project_id AND r.version = c.version;
+END
+$$;
+
+--
 -- Name: spot_check_json(public.spot_check); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -4464,8 +4492,10 @@ CREATE FUNCTION public.spot_may_answer(c public.spot_check, p_host bigint, p_acc
                                        WHERE g.project_id = a.project_id AND g.version = a.version
                                          AND g.group_id <> a.group_id))
        AND NOT EXISTS (SELECT 1 FROM spot_check o
-                        WHERE o.id = (SELECT max(o2.id) FROM spot_check o2
-                                       WHERE o2.host_id = c.host_id AND o2.id < c.id)
+                        WHERE o.id IN ((SELECT max(o2.id) FROM spot_check o2
+                                         WHERE o2.host_id = c.host_id AND o2.id < c.id),
+                                       (SELECT min(o2.id) FROM spot_check o2
+                                         WHERE o2.host_id = c.host_id AND o2.id > c.id))
                           AND p_host IN (o.checker_id, o.third_id))
 $$;
 
@@ -4606,7 +4636,7 @@ BEGIN
             PERFORM spot_record(c.checker_id, false, p_now);
             RETURN 'agreed';
         ELSIF v_ct <= c.tolerance THEN
-            PERFORM spot_host_denied(c, c.distance, format(
+            PERFORM spot_ban(c, format(
                 'the checker and a third host disagreed with the committed sketches (distances %s, %s)',
                 c.distance, v_ht), p_now);
             PERFORM spot_credit_checker(c, c.checker_id, p_now);
@@ -6195,6 +6225,13 @@ ALTER TABLE ONLY public.round_sketch_flag
 
 ALTER TABLE ONLY public.round_sketch_flag
     ADD CONSTRAINT round_sketch_flag_project_id_fkey FOREIGN KEY (project_id) REFERENCES public.project(id) ON DELETE CASCADE;
+
+--
+-- Name: round_sketch_flag round_sketch_flag_spot_check_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.round_sketch_flag
+    ADD CONSTRAINT round_sketch_flag_spot_check_id_fkey FOREIGN KEY (spot_check_id) REFERENCES public.spot_check(id) ON DELETE SET NULL;
 
 --
 -- Name: shard shard_dataset_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

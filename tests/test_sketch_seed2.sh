@@ -148,14 +148,16 @@ ok $([ "$nb" -ge 3 ] && [ "$nagree" -eq "$nb" ] && [ "$nlen" -ge "$nagree" ] && 
 diag "the sketches under the second seed: $(sql "select count(*) from round where project_id = $pid and seed2_checked_at is not null") rounds checked of $(sql "select count(*) from round where project_id = $pid and state = 'committed'") committed; member sketching $(grep -h 'under the second seed sent' "$T"/client[123].log | sed -n 's/.*sketched in \([0-9.]*\) s.*/\1/p' | sort -n | tail -1) s at most"
 
 # The cheater that claims false blocks: never flagged by a check of the
-# bytes (its blocks add up to what it sent), denied by a block check.
+# bytes (its blocks add up to what it sent), denied and kept out of later
+# rounds by a block check (spot_ban).
 diag "orthogonal-claim (host $H5): $(sql "select count(*) || ' block checks: ' || coalesce(string_agg(state || coalesce(' ' || round(distance::numeric, 3), ''), ', ' order by id), '-') from spot_check where host_id = $H5 and seed2 is not null")"
-f5=$(sql "select count(*) from round_sketch_flag where host_id = $H5")
+f5=$(sql "select count(*) from round_sketch_flag where host_id = $H5 and spot_check_id is null")
+b5=$(sql "select count(*) from round_sketch_flag where host_id = $H5 and spot_check_id is not null and lasting")
 d5=$(sql "select count(*) from spot_check where host_id = $H5 and seed2 is not null and state = 'disagreed'")
 g5=$(sql "select count(*) from credit_grant where project_id = $pid and host_id = $H5 and kind = 'round' and status = 'granted'")
 n5=$(sql "select count(*) from credit_grant where project_id = $pid and host_id = $H5 and kind = 'round' and status = 'denied'")
-ok $([ "$f5" -eq 0 ] && [ "$d5" -ge 1 ] && [ "$g5" -eq 0 ] && [ "$n5" -ge 1 ] && echo 0 || echo 1) \
-	"the orthogonal-claim cheater passes the checks of the bytes ($f5 flags) and is denied by $d5 block checks: $n5 round grants denied, $g5 granted"
+ok $([ "$f5" -eq 0 ] && [ "$d5" -ge 1 ] && [ "$b5" -eq "$d5" ] && [ "$g5" -eq 0 ] && [ "$n5" -ge 1 ] && echo 0 || echo 1) \
+	"the orthogonal-claim cheater passes the checks of the bytes ($f5 flags) and is denied by $d5 block checks, each a flag that keeps it out of later rounds ($b5): $n5 round grants denied, $g5 granted"
 
 # The route refuses hostile bodies with the reason and stores nothing.
 TOK=$(grep -o '"host_token": *"[^"]*"' "$T/cl1/state.json" | head -1 | sed 's/.*: *"\([^"]*\)"/\1/')

@@ -7,10 +7,11 @@
 #   - four honest hosts on different thread counts and GEMM paths (the
 #     backend's own and OpenBLAS's, COTRAIN_GEMM=blas) never disagree: 0
 #     false positives over the run;
-#   - a host that skips half of its microbatches and reports made-up
-#     sketches for them (the test hook COTRAIN_CHEAT=skip-half) is caught:
-#     its checks disagree, a third host settles each dispute against it,
-#     and its credit is denied;
+#   - a host that skips half of its microbatches, reports made-up sketches
+#     for them and sends bytes that match them (the test hook
+#     COTRAIN_CHEAT=skip-half: only a spot check can tell) is caught: a
+#     check disagrees, a third host settles each dispute against it, its
+#     credit is denied, and no round committed after that takes its bytes;
 #   - the checked host never recomputes anything: the checks' compute is
 #     the microbatches the checkers and third hosts recomputed, printed as a
 #     fraction of the microbatches trained;
@@ -27,10 +28,12 @@ B=$top_builddir
 SPOT_INTERVAL=1
 val_init sketch
 
-plan 12
+plan 13
 
 val_project 96
-sql "update spot_policy set first_rate = 1, trusted_after = 1000000 where project_id = $pid" >/dev/null
+# A dispute no host may settle (each may answer at most every other check
+# of a host) is denied at its deadline: 60 s, within the test's waits.
+sql "update spot_policy set first_rate = 1, trusted_after = 1000000, deadline_s = 60 where project_id = $pid" >/dev/null
 
 val_server 20
 
@@ -42,13 +45,23 @@ CHEAT=$H5
 grep -q "COTRAIN_CHEAT=skip-half" "$T/client5.log"
 ok $? "client 5 (host $CHEAT) cheats: it skips half of its microbatches"
 
-caught() { [ "$(sql "select count(*) from spot_check where host_id = $CHEAT and state = 'disagreed'")" -ge 2 ]; }
+caught() { [ "$(sql "select count(*) from round_sketch_flag where host_id = $CHEAT and spot_check_id is not null")" -ge 1 ]; }
 wait_for 400 version_at_least 16
 ok $? "five clients commit 15 rounds (version $(version))"
 wait_for 120 caught
 n_sk=$(sql "select count(*) from work_unit_sketch ws join work_unit w on w.id = ws.work_unit_id
   where w.project_id = $pid")
 ok $([ "$n_sk" -ge 15 ] && echo 0 || echo 1) "the reports committed the sketches of their microbatches ($n_sk work units)"
+# Its bytes were in no round since: four more rounds commit without it.
+banned_at=$(sql "select min(created_at) from round_sketch_flag where host_id = $CHEAT and spot_check_id is not null")
+v_ban=$(version)
+wait_for 120 version_at_least $((v_ban + 4))
+since=$(sql "select count(*) || ' ' || count(*) filter (where exists (select 1 from round_member m
+    where m.project_id = r.project_id and m.version = r.version and m.host_id = $CHEAT and m.included))
+  from round r where r.project_id = $pid and r.state = 'committed' and r.committed_at > '$banned_at'")
+set -- $since
+ok $([ "$1" -ge 4 ] && [ "$2" -eq 0 ] && echo 0 || echo 1) \
+	"no round committed after the cheater was caught took its bytes ($2 of $1 rounds)"
 
 # The cheater, stopped as if detached: its open checks are settled
 # without it, from what it committed.
@@ -76,7 +89,16 @@ diag "honest hosts: $h_all checks, $h_agreed agreed, $h_bad disputed or disagree
 diag "cheater: $c_all checks, $c_dis disagreed, $c_agr agreed (both microbatches drawn among those it computed), $c_third settled by a third host"
 ok $([ "$h_agreed" -ge 10 ] && [ "$h_bad" -eq 0 ] && echo 0 || echo 1) \
 	"honest hosts on 1 and 2 threads, two GEMM paths: $h_agreed checks agreed, 0 false positives ($h_bad)"
-ok $([ "$c_dis" -ge 2 ] && echo 0 || echo 1) "the cheater is caught: $c_dis of its $c_all checks disagreed"
+if ! ok $([ "$c_dis" -ge 1 ] && echo 0 || echo 1) "the cheater is caught: $c_dis of its $c_all checks disagreed"; then
+	sql "select 'check ' || id || ' v' || version || ' ' || state || ': ' || coalesce(outcome, '') from spot_check
+	  where host_id = $CHEAT order by id" | while read -r l; do diag "$l"; done
+	sql "select status || ': ' || count(*) from credit_grant where host_id = $CHEAT
+	  group by status order by status" | while read -r l; do diag "grants $l"; done
+	sql "select 'flag v' || version || ' ' || role || ': ' || reason from round_sketch_flag
+	  where host_id = $CHEAT order by version" | while read -r l; do diag "$l"; done
+	sql "select 'v' || version || ' accepted ' || coalesce(accepted::text, 'null') || ' ' || coalesce(outcome, '-')
+	  from round_member where host_id = $CHEAT order by version" | while read -r l; do diag "$l"; done
+fi
 ok $([ "$c_third" -ge 1 ] && [ "$c_third" -ge "$c_dis" ] && echo 0 || echo 1) \
 	"every dispute over the cheater was settled by a third host ($c_third of $c_dis)"
 # From the cheater's first round to its first denial.

@@ -308,7 +308,7 @@ $$;
 -- (which needs every group's sum), every included peer reported ok and the
 -- sketches of what was averaged pass round_sketch_verify (else the round
 -- fails and reruns without the hosts it flagged), and no included host was
--- flagged under a second seed since the plan (round_seed2_banned): each
+-- flagged for good since the plan (round_banned_hosts): each
 -- included peer is accepted when its hash equals the server's, the others
 -- (and every peer no group included) are not; with no included peer
 -- accepted the round fails.  The round's loss is the sample-weighted mean of
@@ -355,9 +355,9 @@ BEGIN
     IF v_left > 0 THEN
         RETURN;
     END IF;
-    -- After any check under a second seed under way (round_seed2_lock,
+    -- After any check under a second seed under way (round_flag_lock,
     -- taken before this transaction touches what such a check flags).
-    PERFORM round_seed2_lock(p_project);
+    PERFORM round_flag_lock(p_project);
     -- The averaged bytes against the committed sketches: a host that fails
     -- is flagged and denied, and the round reruns without it (its next
     -- attempt's plan leaves it out), so no step takes its bytes.
@@ -379,16 +379,18 @@ BEGIN
                                   array_to_string(v_bad, ', ')));
         RETURN;
     END IF;
-    -- A host the check under a second seed flagged after this attempt was
-    -- planned (round_sketch_seed2.sql) takes no part either: the round
-    -- reruns without it.
+    -- A host flagged for good after this attempt was planned (the check
+    -- under a second seed, round_sketch_seed2.sql; a spot check settled
+    -- against it, spot_ban) takes no part either: the round reruns without
+    -- it.
     v_bad := ARRAY(SELECT host_id FROM round_member
                     WHERE project_id = p_project AND version = p_version AND included
-                      AND host_id = ANY (round_seed2_banned(p_project)) ORDER BY host_id);
+                      AND host_id = ANY (round_banned_hosts(p_project)) ORDER BY host_id);
     IF cardinality(v_bad) > 0 THEN
         PERFORM round_fail(p_project, p_version,
-                           format('host(s) %s failed the check under a second seed of an earlier '
-                                  'round; the round reruns without them', array_to_string(v_bad, ', ')));
+                           format('host(s) %s were flagged for good (the check under a second seed '
+                                  'or a spot check of an earlier round); the round reruns without them',
+                                  array_to_string(v_bad, ', ')));
         RETURN;
     END IF;
     IF v_ok = 0 THEN

@@ -47,8 +47,9 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM round_drop_units(p_project, p_version, true);
-    -- Hosts an earlier attempt flagged (round_sketch_verify), and hosts the
-    -- check under a second seed flagged in any round (round_seed2_verify),
+    -- Hosts an earlier attempt flagged (round_sketch_verify), and hosts
+    -- flagged for good in any round (the check under a second seed,
+    -- round_seed2_verify; a spot check settled against them, spot_ban),
     -- take no part: their ranges go back to the pool for the others.
     PERFORM round_give_back(ARRAY(
         SELECT w.id FROM work_unit w

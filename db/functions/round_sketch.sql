@@ -155,6 +155,43 @@ BEGIN
 END
 $$;
 
+-- Serialize, until the end of the transaction, what flags a host of
+-- p_project for good (the check under a second seed, round_seed2_verify; a
+-- spot check settled against it, spot_ban) with its commits and work
+-- assignment: a commit that waited for a flag sees it (round_try_commit
+-- reads round_banned_hosts after taking the lock), and a flag that waited
+-- for a commit comes after it.
+CREATE OR REPLACE FUNCTION round_flag_lock(p_project bigint) RETURNS void LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtext('cotrain round_flag ' || p_project))
+$$;
+
+-- The hosts of p_project flagged for good (round_sketch_flag.lasting: under
+-- a second seed, or by a spot check its checker and a third host settled
+-- against it), in any round: left out of its later rounds.
+CREATE OR REPLACE FUNCTION round_banned_hosts(p_project bigint) RETURNS bigint[]
+LANGUAGE sql STABLE AS $$
+    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_flag
+                  WHERE project_id = p_project AND lasting ORDER BY host_id)
+$$;
+
+-- The flags that keep a host out of round p_version of p_project: a flag
+-- of any attempt of that version (round_sketch_verify: its later attempts
+-- run without the host) and a lasting flag of any round of the project
+-- (round_seed2_verify, spot_ban: its later rounds).  The plan
+-- (round_plan_begin) and work assignment (sched_assign) leave out the same
+-- hosts.
+CREATE OR REPLACE FUNCTION round_sketch_bars(p_project bigint, p_version integer)
+RETURNS SETOF round_sketch_flag LANGUAGE sql STABLE AS $$
+    SELECT * FROM round_sketch_flag
+     WHERE project_id = p_project AND (version = p_version OR lasting)
+$$;
+
+-- The hosts round_sketch_bars keeps out (ascending, each once).
+CREATE OR REPLACE FUNCTION round_sketch_barred(p_project bigint, p_version integer) RETURNS bigint[]
+LANGUAGE sql STABLE AS $$
+    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_bars(p_project, p_version) ORDER BY host_id)
+$$;
+
 -- Flag p_host for failing a check of round (p_project, p_version): under
 -- the work unit's seed (p_seed2 false) round_sketch_flag_host, at attempt
 -- p_attempt; under seed2 round_seed2_flag_host (round_sketch_seed2.sql).

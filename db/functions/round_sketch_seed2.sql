@@ -141,43 +141,11 @@ BEGIN
                                    p_host, p_role, 'under the second seed: ' || p_reason, p_distance,
                                    p_tolerance);
     SELECT max(id) INTO v_id FROM round_sketch_flag WHERE host_id = p_host AND project_id = p_project;
-    -- Its time: once round_seed2_lock is held, so that a commit after it
+    -- Its time: once round_flag_lock is held, so that a commit after it
     -- sees the flag (round_try_commit refuses the host).
-    UPDATE round_sketch_flag SET seed2 = true, created_at = clock_timestamp() WHERE id = v_id;
+    UPDATE round_sketch_flag SET seed2 = true, lasting = true, created_at = clock_timestamp()
+     WHERE id = v_id;
 END
-$$;
-
--- Serialize the checks under seed2 of p_project with its commits until the
--- end of the transaction: a commit that waited for a check sees its flags
--- (round_try_commit reads round_seed2_banned after taking it), and a check
--- that waited for a commit flags after it.
-CREATE OR REPLACE FUNCTION round_seed2_lock(p_project bigint) RETURNS void LANGUAGE sql AS $$
-    SELECT pg_advisory_xact_lock(hashtext('cotrain round_seed2 ' || p_project))
-$$;
-
--- The hosts of p_project flagged under seed2 in any round: left out of its
--- later rounds (round_plan_begin).
-CREATE OR REPLACE FUNCTION round_seed2_banned(p_project bigint) RETURNS bigint[]
-LANGUAGE sql STABLE AS $$
-    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_flag
-                  WHERE project_id = p_project AND seed2 ORDER BY host_id)
-$$;
-
--- The flags that keep a host out of round p_version of p_project: a flag
--- of any attempt of that version (round_sketch_verify: its later attempts
--- run without the host) and a flag under seed2 of any round of the project
--- (round_seed2_verify: its later rounds).  The plan (round_plan_begin) and
--- work assignment (sched_assign) leave out the same hosts.
-CREATE OR REPLACE FUNCTION round_sketch_bars(p_project bigint, p_version integer)
-RETURNS SETOF round_sketch_flag LANGUAGE sql STABLE AS $$
-    SELECT * FROM round_sketch_flag
-     WHERE project_id = p_project AND (version = p_version OR seed2)
-$$;
-
--- The hosts round_sketch_bars keeps out (ascending, each once).
-CREATE OR REPLACE FUNCTION round_sketch_barred(p_project bigint, p_version integer) RETURNS bigint[]
-LANGUAGE sql STABLE AS $$
-    SELECT ARRAY(SELECT DISTINCT host_id FROM round_sketch_bars(p_project, p_version) ORDER BY host_id)
 $$;
 
 -- True when p_blocks (a member's, as round_seed2_invalid checked them)
@@ -292,7 +260,7 @@ DECLARE
 BEGIN
     SELECT coalesce((p.config->>'aggregation') = 'centered_clip', false) INTO v_clip
       FROM project p WHERE p.id = p_project;
-    PERFORM round_seed2_lock(p_project);
+    PERFORM round_flag_lock(p_project);
     v_tol := coalesce((spot_policy_of(p_project)).tolerance, 1e-3);
     -- Blocks of at most the protocol's 1,024 microbatches (the client's
     -- CL_BLOCK_MAX), not today's round_seed2_block: a target or check size

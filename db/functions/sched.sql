@@ -258,12 +258,12 @@ BEGIN
      WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
     -- A host a check of the averaged bytes flagged gets no work where the
     -- plan would leave it out (round_sketch_bars): in the rest of the
-    -- version, and in every later round after a flag under a second seed.
-    -- Read after any check under a second seed under way (round_seed2_lock,
-    -- after the round's row as round_try_commit takes it), so that no unit
-    -- goes out after a flag.
-    PERFORM round_seed2_lock(v_proj.id);
-    SELECT f.version, f.role, f.reason, f.seed2 INTO v_flag
+    -- version, and in every later round after a lasting flag (under a
+    -- second seed, or a spot check settled against it).  Read after any
+    -- such flag under way (round_flag_lock, after the round's row as
+    -- round_try_commit takes it), so that no unit goes out after a flag.
+    PERFORM round_flag_lock(v_proj.id);
+    SELECT f.version, f.role, f.reason, f.seed2, f.lasting INTO v_flag
       FROM round_sketch_bars(v_proj.id, v_proj.current_version) f
      WHERE f.host_id = v_host.id ORDER BY f.id DESC LIMIT 1;
     IF FOUND THEN
@@ -274,6 +274,8 @@ BEGIN
                                   v_host.id, p_project, v_flag.role, v_flag.version, v_flag.reason),
                 'hint', CASE WHEN v_flag.seed2
                              THEN 'A host flagged by the check under the second seed takes no more part in this project.'
+                             WHEN v_flag.lasting
+                             THEN 'A host whose committed sketches a checker and a third host both disagreed with takes no more part in this project.'
                              ELSE format('It may take work again from version %s.', v_proj.current_version + 1)
                         END))::text;
         RETURN;

@@ -194,14 +194,39 @@ BEGIN
 END
 $$;
 
+-- The checker and a third host of check c (of committed microbatch
+-- sketches) both disagreed with the host, p_outcome says how: the host is
+-- denied (spot_host_denied) and flagged for good, as a host the check
+-- under a second seed flagged: a lasting round_sketch_flag naming the
+-- check keeps it out of the project's later rounds (round_sketch_bars,
+-- round_banned_hosts; a round planned with it reruns without it,
+-- round_try_commit).  Under round_flag_lock, taken before any grant is
+-- touched (a commit takes it before it grants).
+CREATE OR REPLACE FUNCTION spot_ban(c spot_check, p_outcome text, p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM round_flag_lock(c.project_id);
+    PERFORM spot_host_denied(c, c.distance, p_outcome, p_now);
+    INSERT INTO round_sketch_flag (project_id, version, attempt, host_id, role, reason, distance,
+                                   tolerance, lasting, spot_check_id, created_at)
+    SELECT c.project_id, c.version, coalesce(r.attempt, 1), c.host_id, 'member',
+           format('spot check %s: %s', c.id, p_outcome), c.distance, c.tolerance, true, c.id,
+           clock_timestamp()
+      FROM (SELECT 1) one
+      LEFT JOIN round r ON r.project_id = c.project_id AND r.version = c.version;
+END
+$$;
+
 -- May host p_host (of account p_acc) answer check c, as its checker or as
 -- its third?  Not a host of the checked host's account, nor of the first
 -- checker's; not the checked host's averaging partner in the round when the
 -- round had more than one group (with one group every host is everyone's
--- partner); and not a host that answered the checked host's previous check,
+-- partner); and not a host that answered the checked host's previous or
+-- next check (a third comes after the next check may have been answered),
 -- so that no one host vouches for another twice in a row: a friend can
 -- answer at most every other check of a host, and each dispute is settled
--- by a third of yet another account.  (A rule that let a host's own checks
+-- by a third of yet another account.  A dispute no host may settle expires
+-- at its deadline, denied (spot_settle).  (A rule that let a host's own checks
 -- bar others from checking it would let a cheater that checks everyone
 -- make itself unchecked.)
 CREATE OR REPLACE FUNCTION spot_may_answer(c spot_check, p_host bigint, p_acc bigint) RETURNS boolean
@@ -219,8 +244,10 @@ LANGUAGE sql STABLE AS $$
                                        WHERE g.project_id = a.project_id AND g.version = a.version
                                          AND g.group_id <> a.group_id))
        AND NOT EXISTS (SELECT 1 FROM spot_check o
-                        WHERE o.id = (SELECT max(o2.id) FROM spot_check o2
-                                       WHERE o2.host_id = c.host_id AND o2.id < c.id)
+                        WHERE o.id IN ((SELECT max(o2.id) FROM spot_check o2
+                                         WHERE o2.host_id = c.host_id AND o2.id < c.id),
+                                       (SELECT min(o2.id) FROM spot_check o2
+                                         WHERE o2.host_id = c.host_id AND o2.id > c.id))
                           AND p_host IN (o.checker_id, o.third_id))
 $$;
 
@@ -274,7 +301,7 @@ BEGIN
             PERFORM spot_record(c.checker_id, false, p_now);
             RETURN 'agreed';
         ELSIF v_ct <= c.tolerance THEN
-            PERFORM spot_host_denied(c, c.distance, format(
+            PERFORM spot_ban(c, format(
                 'the checker and a third host disagreed with the committed sketches (distances %s, %s)',
                 c.distance, v_ht), p_now);
             PERFORM spot_credit_checker(c, c.checker_id, p_now);
