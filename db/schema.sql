@@ -1157,11 +1157,12 @@ $$;
 -- Name: round_checkpoint_refuse(bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_checkpoint_refuse(p_project bigint, p_version integer, p_host bigint) RETURNS void
+CREATE FUNCTION public.round_checkpoint_refuse(p_project bigint, p_version integer, p_host bigint) RETURNS bigint
     LANGUAGE sql
     AS $$
     UPDATE round_member SET checkpoint_refused = true
-     WHERE project_id = p_project AND version = p_version AND host_id = p_host
+     WHERE project_id = p_project AND version = p_version AND host_id = p_host;
+    SELECT round_checkpoint_uploader(p_project, p_version);
 $$;
 
 --

@@ -237,13 +237,16 @@ void api_round_checkpoint(http_req *req)
 		         "%s",
 		         version, req->params[0], host, eb.msg);
 		if (rc == COT_ERR_INVALID) {
-			/* The next peer of the majority is asked (its outcome poll is
-			 * woken). */
+			/* The next peer of the majority is asked: its held outcome
+			 * poll, and only it, is woken (another process's coordinator
+			 * wakes it where it waits there, round_coord.c). */
 			PQclear(r);
 			const char *fp[] = { project_id, sv, sh };
 			if (!(r = api_exec(req, &st_ckpt_refuse, fp, NULL)))
 				return;
-			http_wake(HTTP_WAKE(HTTP_HOLD_OUTCOME));
+			if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+				http_wake_tag(HTTP_WAKE(HTTP_HOLD_OUTCOME),
+				              strtoll(PQgetvalue(r, 0, 0), NULL, 10));
 		}
 		http_reply_error(req, rc == COT_ERR_INVALID ? 400 : 500,
 		                 rc == COT_ERR_INVALID ? "invalid" : "internal_error",

@@ -227,11 +227,15 @@ $$;
 
 -- The checkpoint of v+1 that p_host uploaded for round p_version was
 -- refused (it does not load, or its parameters or moments are not the
--- majority's): ask the next peer of the majority (round_checkpoint_uploader).
-CREATE OR REPLACE FUNCTION round_checkpoint_refuse(p_project bigint, p_version integer, p_host bigint)
-RETURNS void LANGUAGE sql AS $$
+-- majority's): ask the next peer of the majority.  Returns that peer
+-- (round_checkpoint_uploader; NULL: none), whose held outcome poll the
+-- caller wakes.
+DROP FUNCTION IF EXISTS round_checkpoint_refuse(bigint, integer, bigint);
+CREATE FUNCTION round_checkpoint_refuse(p_project bigint, p_version integer, p_host bigint)
+RETURNS bigint LANGUAGE sql AS $$
     UPDATE round_member SET checkpoint_refused = true
-     WHERE project_id = p_project AND version = p_version AND host_id = p_host
+     WHERE project_id = p_project AND version = p_version AND host_id = p_host;
+    SELECT round_checkpoint_uploader(p_project, p_version);
 $$;
 
 -- Keep the checkpoint of v+1 (p_checkpoint in the file store, p_size
