@@ -22,8 +22,18 @@ rounds_replay_checks() {
 	shared=$(sql "select count(*) from (select r.version from round r join round_member m using (project_id, version)
 	  where r.state = 'committed' and m.included and m.params_sha256 = r.params_sha256
 	  group by r.version having count(*) >= 2) x")
-	ok $([ "$forks" = 0 ] && [ "$shared" -ge 2 ]; echo $?) \
-		"every included peer holds the server's parameters after every round ($shared rounds of several peers, $forks forks)"
+	if ! ok $([ "$forks" = 0 ] && [ "$shared" -ge 2 ]; echo $?) \
+		"every included peer holds the server's parameters after every round ($shared rounds of several peers, $forks forks)"; then
+		# Who took part in each committed round, and any flag that kept a
+		# host out.
+		sql "select 'round ' || r.version || ' attempt ' || r.attempt || ': ' || string_agg('host ' || m.host_id
+		    || coalesce(' ' || m.outcome, '') || case when m.included then '' else ' (not included)' end
+		    || case when m.params_sha256 = r.params_sha256 then ' =' else '' end, ', ' order by m.host_id)
+		  from round r join round_member m using (project_id, version) where r.state = 'committed'
+		  group by r.version, r.attempt order by r.version" | while read -r l; do diag "$l"; done
+		sql "select 'flag: host ' || host_id || ' round ' || version || ': ' || reason from round_sketch_flag
+		  order by id" | while read -r l; do diag "$l"; done
+	fi
 
 	# The global batches of the committed rounds, as the replay takes them.
 	sql "select rr.version, w.lo, w.lo + rr.mb_done

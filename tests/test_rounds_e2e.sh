@@ -267,10 +267,16 @@ elif [ "$MODE" = xgroup ]; then
 		"two peers left commit a round of one group with no gradient to the server ($gb bytes; groups a round: $(sql "select string_agg(n_groups::text, ' ' order by version) from round where state = 'committed'"))"
 	stop_clients_at_version
 elif [ "$ENC" = 1 ]; then
-	# Three volunteers with different thread counts train the ALBERT.
+	# Three volunteers with different thread counts train the ALBERT, until
+	# two rounds were averaged between several of them (a loaded machine
+	# starts the later clients after the first rounds).
 	start_client 1 1 && start_client 2 2 && start_client 3 1 || bail_out "a client did not start"
-	wait_for 300 version_at_least 3
-	ok $? "three clients commit three rounds of the ALBERT together (version $(version))"
+	shared_rounds() { sql "select count(*) from (select r.version from round r join round_member m using (project_id, version)
+	  where r.state = 'committed' and m.included and m.params_sha256 = r.params_sha256
+	  group by r.version having count(*) >= 2) x"; }
+	trained_together() { version_at_least 3 && [ "$(shared_rounds)" -ge 2 ]; }
+	wait_for 300 trained_together
+	ok $? "three clients commit three rounds of the ALBERT, $(shared_rounds) of them together (version $(version))"
 	stop_clients_at_version
 else
 # Four volunteers with different thread counts (speeds).
