@@ -136,6 +136,9 @@ void cl_daemon_note_round(cl_daemon *d, int i, const json_t *answer)
 	    cot_json_int(r, "version", true, 0, 1LL << 31, &v, NULL))
 		return;
 	cot_json_int(r, "attempt", false, 1, 1LL << 31, &att, NULL);
+	long long spread = 0;
+	if (cot_json_int(r, "report_spread_ms", false, 0, 60000, &spread, NULL))
+		spread = 0;
 	cl_runtime *rt = &d->rt[i];
 	if (strcmp(st, "open") != 0 && rt->session && rt->session_version == v && rt->acc.n > 0) {
 		if (!rt->round_due)
@@ -144,6 +147,7 @@ void cl_daemon_note_round(cl_daemon *d, int i, const json_t *answer)
 		rt->round_due = 1;
 		rt->round_version = v;
 		rt->round_attempt = att;
+		rt->round_spread_ms = spread;
 		d->interrupt = 1; /* stop computing: the round needs us */
 	}
 }

@@ -52,6 +52,7 @@ typedef struct {
 	cl_round_acc acc; /* the work units whose microbatches the session's gradient sums */
 	int round_due;    /* the round of round_version closed: take part */
 	int64_t round_version, round_attempt;
+	int64_t round_spread_ms; /* its "report_spread_ms": report after a random part of it */
 	cl_peer peer;            /* identity and listener for averaging */
 	cl_piece_server *pieces; /* serves held checkpoints on peer's listener between rounds */
 	char network[200];       /* how the NAT service sees us (cl_peer_network), for status */

@@ -28,6 +28,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,8 +69,9 @@ typedef struct {
 	cl_round_acc acc;
 	cl_peer peer; /* taken from the runtime for the round */
 	int64_t v, attempt;
-	int64_t live_wu; /* the unit still live on the server, 0 when none */
-	int reopened;    /* the round reopened for the rest: keep the gradient */
+	int64_t spread_ms; /* the round's "report_spread_ms" */
+	int64_t live_wu;   /* the unit still live on the server, 0 when none */
+	int reopened;      /* the round reopened for the rest: keep the gradient */
 	cl_compute *s;
 	kern_model *m;
 	cl_plan plan;
@@ -913,10 +915,28 @@ static void keep_checkpoint(round_job *j)
 }
 
 /* The steps 1-6 outside the lock; *accepted as for outcome(). */
+/* Wait a uniform random part of the round's report window
+ * ("report_spread_ms", at most 60 s), so that the hosts of a large round do
+ * not all report at the instant it closes (doc/api.md, "Rounds"); 1 when the
+ * client stops meanwhile. */
+static int spread_wait(round_job *j)
+{
+	double until = cl_now_mono() + (double)j->spread_ms / 1000 * cl_random01();
+	for (double left; (left = until - cl_now_mono()) > 0;) {
+		if (j->d->stop)
+			return 1;
+		struct timespec ts = { 0, (long)(fmin(left, 0.05) * 1e9) };
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
 static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 {
 	fault_point("before-report", j->v);
 	activity(j, "reporting");
+	if (j->spread_ms > 0 && spread_wait(j))
+		return cot_seterr(eb, COT_ERR_TIMEOUT, "the client is stopping");
 	cot_err rc = report_units(j, eb);
 	if (rc)
 		return rc;
@@ -1010,6 +1030,7 @@ void cl_daemon_round(cl_daemon *d, int i)
 		        .p = d->st.projects[i],
 		        .v = rt->round_version,
 		        .attempt = rt->round_attempt,
+		        .spread_ms = rt->round_spread_ms,
 		        .acc = rt->acc,
 		        .s = rt->session };
 	rt->round_due = 0;

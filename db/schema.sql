@@ -1240,7 +1240,8 @@ BEGIN
             -- Decided on the target read above: a target changed meanwhile
             -- (round_open_locked_target) is left to the next pass.
             IF round_open_locked_target(r.project_id, r.version) = r.target_batch THEN
-                UPDATE round SET state = 'closing', close_reason = v_why, closed_at = now()
+                UPDATE round SET state = 'closing', close_reason = v_why, closed_at = now(),
+                                 report_spread_ms = round_report_spread_ms(r.project_id, r.version)
                  WHERE project_id = r.project_id AND version = r.version AND state = 'open';
                 n := n + 1;
             END IF;
@@ -1908,11 +1909,15 @@ CREATE FUNCTION public.round_note(p_project bigint, p_version integer) RETURNS j
 DECLARE
     r record;
 BEGIN
-    SELECT state, attempt INTO r FROM round WHERE project_id = p_project AND version = p_version;
+    SELECT state, attempt, report_spread_ms INTO r FROM round
+     WHERE project_id = p_project AND version = p_version;
     IF NOT FOUND OR r.state = 'open' THEN
         RETURN NULL;
     END IF;
-    RETURN jsonb_build_object('state', r.state, 'version', p_version, 'attempt', r.attempt);
+    RETURN jsonb_build_object('state', r.state, 'version', p_version, 'attempt', r.attempt)
+        || CASE WHEN r.state = 'closing'
+                THEN jsonb_build_object('report_spread_ms', coalesce(r.report_spread_ms, 0))
+                ELSE '{}' END;
 END
 $$;
 
@@ -2356,7 +2361,8 @@ CREATE FUNCTION public.round_progress(p_project bigint, p_version integer, p_acc
 BEGIN
     IF p_accumulated >= p_target THEN
         IF p_accumulated >= round_open_locked_target(p_project, p_version) THEN
-            UPDATE round SET state = 'closing', close_reason = 'target', closed_at = now()
+            UPDATE round SET state = 'closing', close_reason = 'target', closed_at = now(),
+                             report_spread_ms = round_report_spread_ms(p_project, p_version)
              WHERE project_id = p_project AND version = p_version AND state = 'open';
         END IF;
     END IF;
@@ -2528,6 +2534,18 @@ BEGIN
               FROM round_report rr JOIN work_unit w ON w.id = rr.work_unit_id
              WHERE rr.work_unit_id = p_wu);
 END
+$$;
+
+--
+-- Name: round_report_spread_ms(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_report_spread_ms(p_project bigint, p_version integer) RETURNS integer
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT least(2000, ceil(count(*) * 0.8))::integer FROM work_unit w
+     WHERE w.project_id = p_project AND w.version = p_version AND w.state IN ('live', 'done')
+       AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)
 $$;
 
 --
@@ -3592,7 +3610,8 @@ BEGIN
            p.microbatch_size, p.seq_len, p.mb_per_epoch, p.seed, p.target_batch, p.config,
            p.dataset_id, d.n_tokens - d.heldout_tokens AS n_tokens, d.name AS dataset,
            r.state AS round_state,
-           r.attempt AS round_attempt
+           r.attempt AS round_attempt,
+           r.report_spread_ms AS round_spread
       INTO v_proj
       FROM project p JOIN dataset d ON d.id = p.dataset_id
       LEFT JOIN round r ON r.project_id = p.id AND r.version = p.current_version
@@ -3610,7 +3629,8 @@ BEGIN
     -- (sched_round_share) are read under the round's row lock, so two
     -- hosts never both take the last part of the target, and no work goes
     -- out for a round that closed meanwhile.
-    SELECT r.state, r.attempt INTO v_proj.round_state, v_proj.round_attempt FROM round r
+    SELECT r.state, r.attempt, r.report_spread_ms
+      INTO v_proj.round_state, v_proj.round_attempt, v_proj.round_spread FROM round r
      WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
     -- A host a check of the averaged bytes flagged gets no work where the
     -- plan would leave it out (round_sketch_bars): in the rest of the
@@ -3649,7 +3669,10 @@ BEGIN
                 SELECT 1 FROM work_unit w
                  WHERE w.project_id = v_proj.id AND w.version = v_proj.current_version
                    AND w.host_id = v_host.id AND (w.state = 'live' OR w.mb_done > 0)
-                   AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id))),
+                   AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)))
+                || CASE WHEN v_proj.round_state = 'closing'
+                        THEN jsonb_build_object('report_spread_ms', coalesce(v_proj.round_spread, 0))
+                        ELSE '{}' END,
             'retry_after', 10)::text;
         RETURN;
     END IF;
@@ -5114,6 +5137,7 @@ CREATE TABLE public.round (
     cross_peers boolean DEFAULT false NOT NULL,
     seed2 bigint,
     seed2_checked_at timestamp with time zone,
+    report_spread_ms integer,
     CONSTRAINT round_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT round_close_reason_check CHECK ((close_reason = ANY (ARRAY['target'::text, 'stragglers'::text]))),
     CONSTRAINT round_gradient_samples_check CHECK ((gradient_samples > 0)),

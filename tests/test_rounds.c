@@ -323,14 +323,23 @@ static void test_round(long long pid)
 	th_bg *notice = th_bg_get(wp, B.token);
 	usleep(500000);
 	ok(!th_bg_done(notice), "the close notice with wait is held while the round is open");
+	/* The window the closing round's reports spread over: 0.8 ms for each
+	 * unit still to report, rounded up. */
+	long long n_units =
+	        th_sql_int("SELECT count(*) FROM work_unit w JOIN project p ON p.id = w.project_id"
+	                   " WHERE p.name = 'r1' AND w.version = 0 AND w.state IN ('live', 'done')");
+	long long spread = (n_units * 4 + 4) / 5;
 	r = th_heartbeat(&A, 6, 1e6);
 	th_resp nr = th_bg_join(notice);
 	is_int(nr.status, 200, "the held close notice is answered 200");
 	is_str(th_json_str(&nr, "round.state"), "closing", "at the close, naming it");
+	is_int(th_json_int(&nr, "round.report_spread_ms"), spread,
+	       "... and the window its %lld units' reports spread over", n_units);
 	ok(nr.seconds < 25, "before its wait ran out (%.2f s)", nr.seconds);
 	th_resp_free(&nr);
 	is_int(th_json_int(&r, "accumulated_samples"), 64, "64 samples: the target");
 	is_str(th_json_str(&r, "round.state"), "closing", "the heartbeat says the round is closing");
+	is_int(th_json_int(&r, "round.report_spread_ms"), spread, "... with the reports' window");
 	is_int(th_json_int(&r, "round.version"), 0, "... of version 0");
 	th_resp_free(&r);
 	PGresult *cr = PQexec(th_db(), "SELECT close_reason FROM round WHERE version = 0 AND project_id = "
@@ -343,6 +352,7 @@ static void test_round(long long pid)
 	char *before = th_round_fingerprint();
 	r = th_call("POST", "/v1/projects/r1/work", E.token, body, 409, "new work while closing");
 	is_str(th_json_str(&r, "round.state"), "closing", "the refusal names the round's state");
+	is_int(th_json_int(&r, "round.report_spread_ms"), spread, "... and the reports' window");
 	ok(th_json_int(&r, "retry_after") > 0, "and when to ask again");
 	th_resp_free(&r);
 	char *after = th_round_fingerprint();

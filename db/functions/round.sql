@@ -29,18 +29,38 @@ BEGIN
 END
 $$;
 
+-- The window, in milliseconds, over which the hosts of round p_version of
+-- p_project spread their reports once it closes: 0.8 ms for each report
+-- still to come (a unit of the version live or done, not reported yet),
+-- at most 2 s.  Each host waits a uniform random part of it before it
+-- reports (cotrain-client, simhosts), so that the reports come at about
+-- the rate one server process on 2 cores takes them (runs K: 0.8 s for
+-- 1,000, most of it queued) instead of all at once (doc/scale.md, "Runs
+-- L").  Fixed when the round closes (round.report_spread_ms).
+CREATE OR REPLACE FUNCTION round_report_spread_ms(p_project bigint, p_version integer) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT least(2000, ceil(count(*) * 0.8))::integer FROM work_unit w
+     WHERE w.project_id = p_project AND w.version = p_version AND w.state IN ('live', 'done')
+       AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)
+$$;
+
 -- {"state", "version", "attempt"} of a round that is not open (what a client
--- must know to stop), or NULL while it is open or does not exist.
+-- must know to stop), with "report_spread_ms" while it is closing, or NULL
+-- while it is open or does not exist.
 CREATE OR REPLACE FUNCTION round_note(p_project bigint, p_version integer) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     r record;
 BEGIN
-    SELECT state, attempt INTO r FROM round WHERE project_id = p_project AND version = p_version;
+    SELECT state, attempt, report_spread_ms INTO r FROM round
+     WHERE project_id = p_project AND version = p_version;
     IF NOT FOUND OR r.state = 'open' THEN
         RETURN NULL;
     END IF;
-    RETURN jsonb_build_object('state', r.state, 'version', p_version, 'attempt', r.attempt);
+    RETURN jsonb_build_object('state', r.state, 'version', p_version, 'attempt', r.attempt)
+        || CASE WHEN r.state = 'closing'
+                THEN jsonb_build_object('report_spread_ms', coalesce(r.report_spread_ms, 0))
+                ELSE '{}' END;
 END
 $$;
 
@@ -70,7 +90,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF p_accumulated >= p_target THEN
         IF p_accumulated >= round_open_locked_target(p_project, p_version) THEN
-            UPDATE round SET state = 'closing', close_reason = 'target', closed_at = now()
+            UPDATE round SET state = 'closing', close_reason = 'target', closed_at = now(),
+                             report_spread_ms = round_report_spread_ms(p_project, p_version)
              WHERE project_id = p_project AND version = p_version AND state = 'open';
         END IF;
     END IF;
@@ -192,7 +213,8 @@ BEGIN
             -- Decided on the target read above: a target changed meanwhile
             -- (round_open_locked_target) is left to the next pass.
             IF round_open_locked_target(r.project_id, r.version) = r.target_batch THEN
-                UPDATE round SET state = 'closing', close_reason = v_why, closed_at = now()
+                UPDATE round SET state = 'closing', close_reason = v_why, closed_at = now(),
+                                 report_spread_ms = round_report_spread_ms(r.project_id, r.version)
                  WHERE project_id = r.project_id AND version = r.version AND state = 'open';
                 n := n + 1;
             END IF;

@@ -236,7 +236,8 @@ BEGIN
            p.microbatch_size, p.seq_len, p.mb_per_epoch, p.seed, p.target_batch, p.config,
            p.dataset_id, d.n_tokens - d.heldout_tokens AS n_tokens, d.name AS dataset,
            r.state AS round_state,
-           r.attempt AS round_attempt
+           r.attempt AS round_attempt,
+           r.report_spread_ms AS round_spread
       INTO v_proj
       FROM project p JOIN dataset d ON d.id = p.dataset_id
       LEFT JOIN round r ON r.project_id = p.id AND r.version = p.current_version
@@ -254,7 +255,8 @@ BEGIN
     -- (sched_round_share) are read under the round's row lock, so two
     -- hosts never both take the last part of the target, and no work goes
     -- out for a round that closed meanwhile.
-    SELECT r.state, r.attempt INTO v_proj.round_state, v_proj.round_attempt FROM round r
+    SELECT r.state, r.attempt, r.report_spread_ms
+      INTO v_proj.round_state, v_proj.round_attempt, v_proj.round_spread FROM round r
      WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
     -- A host a check of the averaged bytes flagged gets no work where the
     -- plan would leave it out (round_sketch_bars): in the rest of the
@@ -293,7 +295,10 @@ BEGIN
                 SELECT 1 FROM work_unit w
                  WHERE w.project_id = v_proj.id AND w.version = v_proj.current_version
                    AND w.host_id = v_host.id AND (w.state = 'live' OR w.mb_done > 0)
-                   AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id))),
+                   AND NOT EXISTS (SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)))
+                || CASE WHEN v_proj.round_state = 'closing'
+                        THEN jsonb_build_object('report_spread_ms', coalesce(v_proj.round_spread, 0))
+                        ELSE '{}' END,
             'retry_after', 10)::text;
         RETURN;
     END IF;

@@ -11,7 +11,8 @@
  * with the account key (POST /v1/hosts), asks for work (long poll), fakes
  * the compute at its own speed (microbatches per second: SPEED times
  * exp(SIGMA * a normal draw), fixed per host by the seed), heartbeats, and
- * when its round closes reports its units, long-polls its plan, and runs an
+ * when its round closes reports its units (after a random part of the
+ * round's "report_spread_ms", as cotrain-client), long-polls its plan, and runs an
  * averaging stand-in consistent with the plan.  Through the server (its
  * default), as cotrain-client does it: every member uploads its group's sum
  * (of deterministic fake gradients: the same bytes from every member), waits
@@ -72,8 +73,9 @@ typedef struct {
 	double speed; /* microbatches per second */
 	uint64_t rng;
 	sim_http http;
-	sim_http notice;   /* the close notice's own connections (cotrain-client's watcher thread) */
-	long long version; /* of the held units */
+	sim_http notice;     /* the close notice's own connections (cotrain-client's watcher thread) */
+	long long version;   /* of the held units */
+	long long spread_ms; /* the closing round's "report_spread_ms" */
 	sim_unit units[MAX_UNITS];
 	int n_units;
 	int mb_size;
@@ -166,6 +168,16 @@ static const char *round_state(json_t *a)
 {
 	const char *s = json_string_value(json_object_get(json_object_get(a, "round"), "state"));
 	return s ? s : "";
+}
+
+/* True when answer a names its round, which it does once the round is no
+ * longer open; the round's report window ("report_spread_ms") into h. */
+static int round_named(sim_host *h, json_t *a)
+{
+	json_t *ms = json_object_get(json_object_get(a, "round"), "report_spread_ms");
+	if (json_is_integer(ms) && json_integer_value(ms) >= 0 && json_integer_value(ms) <= 60000)
+		h->spread_ms = json_integer_value(ms);
+	return strcmp(round_state(a), "") != 0;
 }
 
 /* The deterministic fake gradient of host `host` at element i. */
@@ -309,6 +321,10 @@ static int take_round(sim_host *h)
 {
 	char path[512];
 	long long v = h->version;
+	/* First a random part of the round's report window, as cotrain-client
+	 * waits (the reports of a large round spread out). */
+	pause_s(rng_unit(&h->rng) * (double)h->spread_ms / 1000);
+	h->spread_ms = 0;
 	for (int i = 0; i < h->n_units; i++) {
 		sim_unit *u = &h->units[i];
 		json_t *a = NULL, *b;
@@ -440,7 +456,7 @@ static int compute(sim_host *h, sim_unit *u, int hb_interval)
 			long st = sim_http_call(&h->notice, "GET", path, NULL, NULL, 0, (long)wait + 30,
 			                        SIM_CALL_LONGPOLL, &a);
 			const char *ust = json_string_value(json_object_get(a, "state"));
-			int closing = st == 200 && strcmp(round_state(a), "") != 0;
+			int closing = st == 200 && round_named(h, a);
 			int gone = st == 200 && ust && strcmp(ust, "live") != 0;
 			json_decref(a);
 			if (st == 404)
@@ -468,7 +484,7 @@ static int compute(sim_host *h, sim_unit *u, int hb_interval)
 			long st = sim_http_call(&h->http, "POST", path, b, NULL, 0, 30, SIM_CALL_PLAIN, &a);
 			json_decref(b);
 			last_hb = sim_now();
-			int closing = st == 200 && strcmp(round_state(a), "") != 0;
+			int closing = st == 200 && round_named(h, a);
 			json_decref(a);
 			if (st == 409) {
 				atomic_fetch_add(&n_dropped, 1);
@@ -484,7 +500,7 @@ static int compute(sim_host *h, sim_unit *u, int hb_interval)
 	long st = sim_http_call(&h->http, "POST", path, b, NULL, 0, 30, SIM_CALL_PLAIN, &a);
 	json_decref(b);
 	u->finished = st == 200;
-	int closing = st == 200 && strcmp(round_state(a), "") != 0;
+	int closing = st == 200 && round_named(h, a);
 	if (st == 409) /* expired or handed back: drop it, as a client does */
 		atomic_fetch_add(&n_dropped, 1);
 	else if (st != 200)
@@ -554,6 +570,7 @@ static void *host_main(void *arg)
 		if (st == 409) {
 			json_t *ro = json_object_get(a, "round");
 			char state[16];
+			round_named(h, a);
 			snprintf(state, sizeof state, "%s", round_state(a)); /* a is freed below */
 			long long rv = json_integer_value(json_object_get(ro, "version"));
 			int full = json_is_true(json_object_get(ro, "full"));
