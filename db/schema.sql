@@ -2172,10 +2172,22 @@ CREATE FUNCTION public.round_plan_begin(p_project bigint, p_version integer, p_r
     AS $$
 DECLARE
     r       record;
-    v_pend    bigint;
     v_peers   jsonb;
     v_samples bigint;
 BEGIN
+    -- Not ready while a unit is still to report: looked at first without
+    -- the round's lock.  The coordinator looks each time a report comes in
+    -- (at most every 20 ms, round_notify.sql), and a look that waited for
+    -- the round FOR UPDATE held up every report behind it (they take the
+    -- row FOR SHARE) for as long as its count took, 50 times a second
+    -- through a thousand reports.  Counted again under the lock.
+    IF NOT EXISTS (SELECT 1 FROM round ro
+                    WHERE ro.project_id = p_project AND ro.version = p_version
+                      AND ro.state = 'closing'
+                      AND (ro.closed_at + make_interval(secs => p_report_timeout_s) <= now()
+                           OR NOT round_units_pending(p_project, p_version))) THEN
+        RETURN NULL;
+    END IF;
     SELECT ro.state, ro.closed_at, p.microbatch_size, p.target_batch, p.config INTO r
       FROM round ro JOIN project p ON p.id = ro.project_id
      WHERE ro.project_id = p_project AND ro.version = p_version
@@ -2183,12 +2195,8 @@ BEGIN
     IF NOT FOUND OR r.state <> 'closing' THEN
         RETURN NULL;
     END IF;
-    SELECT count(*) INTO v_pend FROM work_unit w
-     WHERE w.project_id = p_project AND w.version = p_version
-       AND (w.state = 'live'
-            OR (w.state = 'done' AND NOT EXISTS (
-                    SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id)));
-    IF v_pend > 0 AND r.closed_at + make_interval(secs => p_report_timeout_s) > now() THEN
+    IF round_units_pending(p_project, p_version)
+       AND r.closed_at + make_interval(secs => p_report_timeout_s) > now() THEN
         RETURN NULL;
     END IF;
     PERFORM round_drop_units(p_project, p_version, true);
@@ -3563,6 +3571,20 @@ END
 $$;
 
 --
+-- Name: round_units_pending(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_units_pending(p_project bigint, p_version integer) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM work_unit w
+                    WHERE w.project_id = p_project AND w.version = p_version
+                      AND (w.state = 'live'
+                           OR (w.state = 'done' AND NOT EXISTS (
+                                   SELECT 1 FROM round_report rr WHERE rr.work_unit_id = w.id))))
+$$;
+
+--
 -- Name: sched_accumulated(bigint, integer, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -3628,17 +3650,24 @@ BEGIN
     -- One assignment at a time per round: the round's state and its need
     -- (sched_round_share) are read under the round's row lock, so two
     -- hosts never both take the last part of the target, and no work goes
-    -- out for a round that closed meanwhile.
-    SELECT r.state, r.attempt, r.report_spread_ms
-      INTO v_proj.round_state, v_proj.round_attempt, v_proj.round_spread FROM round r
-     WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
-    -- A host a check of the averaged bytes flagged gets no work where the
-    -- plan would leave it out (round_sketch_bars): in the rest of the
-    -- version, and in every later round after a lasting flag (under a
-    -- second seed, or a spot check settled against it).  Read after any
-    -- such flag under way (round_flag_lock, after the round's row as
-    -- round_try_commit takes it), so that no unit goes out after a flag.
-    PERFORM round_flag_lock(v_proj.id);
+    -- out for a round that closed meanwhile.  A round already past open
+    -- when the project was read gives out nothing, so it is not locked:
+    -- at a close every held work request looks again at once, and a
+    -- thousand of them taking the row in turn held up the reports (which
+    -- take it FOR SHARE) behind them (doc/scale.md, "Runs L").
+    IF v_proj.round_state IS NULL OR v_proj.round_state = 'open' THEN
+        SELECT r.state, r.attempt, r.report_spread_ms
+          INTO v_proj.round_state, v_proj.round_attempt, v_proj.round_spread FROM round r
+         WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
+        -- A host a check of the averaged bytes flagged gets no work where
+        -- the plan would leave it out (round_sketch_bars): in the rest of
+        -- the version, and in every later round after a lasting flag
+        -- (under a second seed, or a spot check settled against it).  Read
+        -- after any such flag under way (round_flag_lock, after the round's
+        -- row as round_try_commit takes it), so that no unit goes out after
+        -- a flag.
+        PERFORM round_flag_lock(v_proj.id);
+    END IF;
     SELECT f.version, f.role, f.reason, f.seed2, f.lasting INTO v_flag
       FROM round_sketch_bars(v_proj.id, v_proj.current_version) f
      WHERE f.host_id = v_host.id ORDER BY f.id DESC LIMIT 1;

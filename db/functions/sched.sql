@@ -254,17 +254,24 @@ BEGIN
     -- One assignment at a time per round: the round's state and its need
     -- (sched_round_share) are read under the round's row lock, so two
     -- hosts never both take the last part of the target, and no work goes
-    -- out for a round that closed meanwhile.
-    SELECT r.state, r.attempt, r.report_spread_ms
-      INTO v_proj.round_state, v_proj.round_attempt, v_proj.round_spread FROM round r
-     WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
-    -- A host a check of the averaged bytes flagged gets no work where the
-    -- plan would leave it out (round_sketch_bars): in the rest of the
-    -- version, and in every later round after a lasting flag (under a
-    -- second seed, or a spot check settled against it).  Read after any
-    -- such flag under way (round_flag_lock, after the round's row as
-    -- round_try_commit takes it), so that no unit goes out after a flag.
-    PERFORM round_flag_lock(v_proj.id);
+    -- out for a round that closed meanwhile.  A round already past open
+    -- when the project was read gives out nothing, so it is not locked:
+    -- at a close every held work request looks again at once, and a
+    -- thousand of them taking the row in turn held up the reports (which
+    -- take it FOR SHARE) behind them (doc/scale.md, "Runs L").
+    IF v_proj.round_state IS NULL OR v_proj.round_state = 'open' THEN
+        SELECT r.state, r.attempt, r.report_spread_ms
+          INTO v_proj.round_state, v_proj.round_attempt, v_proj.round_spread FROM round r
+         WHERE r.project_id = v_proj.id AND r.version = v_proj.current_version FOR UPDATE;
+        -- A host a check of the averaged bytes flagged gets no work where
+        -- the plan would leave it out (round_sketch_bars): in the rest of
+        -- the version, and in every later round after a lasting flag
+        -- (under a second seed, or a spot check settled against it).  Read
+        -- after any such flag under way (round_flag_lock, after the round's
+        -- row as round_try_commit takes it), so that no unit goes out after
+        -- a flag.
+        PERFORM round_flag_lock(v_proj.id);
+    END IF;
     SELECT f.version, f.role, f.reason, f.seed2, f.lasting INTO v_flag
       FROM round_sketch_bars(v_proj.id, v_proj.current_version) f
      WHERE f.host_id = v_host.id ORDER BY f.id DESC LIMIT 1;

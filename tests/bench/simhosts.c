@@ -4,7 +4,7 @@
  *   simhosts --url http://127.0.0.1:PORT[,http://...] --project NAME --key ACCOUNT_KEY
  *            [--hosts N] [--rounds R] [--seconds S] [--speed MB_PER_S]
  *            [--speed-spread SIGMA] [--ramp S] [--join N] [--leave P]
- *            [--die P] [--seed X] [--out DIR] [--no-close-watch]
+ *            [--die P] [--seed X] [--out DIR] [--no-close-watch] [--no-report-spread]
  *
  * Each host is one thread with one keep-alive connection, to the addresses
  * of --url in turn (several server processes on one database).  It registers
@@ -28,7 +28,9 @@
  * /v1/workunits/{id}/round?wait=S) on a new connection each time, as
  * cotrain-client's watcher thread does (it makes a new connection for every
  * call), so it hears of the close at once; with --no-close-watch it is an older client
- * that hears of it only in its next heartbeat or finish answer.
+ * that hears of it only in its next heartbeat or finish answer.  With
+ * --no-report-spread it reports the moment it hears of the close, ignoring
+ * the round's "report_spread_ms" (a client from before it).
  *
  * Churn: --ramp spreads the first hosts' starts over S seconds; --join N
  * more hosts join during the run; at each new work unit that is its first
@@ -90,6 +92,7 @@ static char *urls[MAX_URLS]; /* --url split at commas: host i speaks to urls[i %
 static int n_urls;
 static int opt_hosts = 10, opt_join, opt_rounds = -1;
 static int opt_no_watch;
+static int opt_no_spread;
 static double opt_seconds = 600, opt_speed = 4, opt_spread = 0.5, opt_ramp = 2, opt_leave, opt_die;
 static unsigned long long opt_seed = 1;
 static FILE *lat_file, *plan_file;
@@ -323,7 +326,8 @@ static int take_round(sim_host *h)
 	long long v = h->version;
 	/* First a random part of the round's report window, as cotrain-client
 	 * waits (the reports of a large round spread out). */
-	pause_s(rng_unit(&h->rng) * (double)h->spread_ms / 1000);
+	if (!opt_no_spread)
+		pause_s(rng_unit(&h->rng) * (double)h->spread_ms / 1000);
 	h->spread_ms = 0;
 	for (int i = 0; i < h->n_units; i++) {
 		sim_unit *u = &h->units[i];
@@ -601,7 +605,8 @@ static void usage(void)
 	        "usage: simhosts --url URL[,URL...] --project NAME --key ACCOUNT_KEY [--hosts N] [--rounds "
 	        "V]\n"
 	        "       [--seconds S] [--speed MB_PER_S] [--speed-spread SIGMA] [--ramp S] [--join N]\n"
-	        "       [--leave P] [--die P] [--seed X] [--out DIR] [--no-close-watch]\n");
+	        "       [--leave P] [--die P] [--seed X] [--out DIR] [--no-close-watch]\n"
+	        "       [--no-report-spread]\n");
 	exit(2);
 }
 
@@ -619,14 +624,23 @@ static double num_arg(const char *name, const char *s, double lo, double hi)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "url", 1, 0, 'u' },   { "project", 1, 0, 'p' },      { "key", 1, 0, 'k' },
-		{ "hosts", 1, 0, 'n' }, { "rounds", 1, 0, 'r' },       { "seconds", 1, 0, 's' },
-		{ "speed", 1, 0, 'v' }, { "speed-spread", 1, 0, 'S' }, { "ramp", 1, 0, 'R' },
-		{ "join", 1, 0, 'j' },  { "leave", 1, 0, 'l' },        { "die", 1, 0, 'd' },
-		{ "seed", 1, 0, 'x' },  { "out", 1, 0, 'o' },          { "no-close-watch", 0, 0, 'W' },
-		{ 0, 0, 0, 0 }
-	};
+	static const struct option opts[] = { { "url", 1, 0, 'u' },
+		                              { "project", 1, 0, 'p' },
+		                              { "key", 1, 0, 'k' },
+		                              { "hosts", 1, 0, 'n' },
+		                              { "rounds", 1, 0, 'r' },
+		                              { "seconds", 1, 0, 's' },
+		                              { "speed", 1, 0, 'v' },
+		                              { "speed-spread", 1, 0, 'S' },
+		                              { "ramp", 1, 0, 'R' },
+		                              { "join", 1, 0, 'j' },
+		                              { "leave", 1, 0, 'l' },
+		                              { "die", 1, 0, 'd' },
+		                              { "seed", 1, 0, 'x' },
+		                              { "out", 1, 0, 'o' },
+		                              { "no-close-watch", 0, 0, 'W' },
+		                              { "no-report-spread", 0, 0, 'N' },
+		                              { 0, 0, 0, 0 } };
 	int c;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -674,6 +688,9 @@ int main(int argc, char **argv)
 			break;
 		case 'W':
 			opt_no_watch = 1;
+			break;
+		case 'N':
+			opt_no_spread = 1;
 			break;
 		default:
 			usage();
