@@ -914,7 +914,6 @@ static void keep_checkpoint(round_job *j)
 	unlink(tmp);
 }
 
-/* The steps 1-6 outside the lock; *accepted as for outcome(). */
 /* Wait a uniform random part of the round's report window
  * ("report_spread_ms", at most 60 s), so that the hosts of a large round do
  * not all report at the instant it closes (doc/api.md, "Rounds"); 1 when the
@@ -931,6 +930,7 @@ static int spread_wait(round_job *j)
 	return 0;
 }
 
+/* The steps 1-6 outside the lock; *accepted as for outcome(). */
 static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)
 {
 	fault_point("before-report", j->v);

@@ -377,8 +377,9 @@ BEGIN
     IF v_left > 0 THEN
         RETURN;
     END IF;
-    -- After any check under a second seed under way (round_flag_lock,
-    -- taken before this transaction touches what such a check flags).
+    -- After any flag for good under way (the check under a second seed, a
+    -- spot check settled against a host: round_flag_lock, taken before this
+    -- transaction touches what such a flag changes).
     PERFORM round_flag_lock(p_project);
     -- The averaged bytes against the committed sketches: a host that fails
     -- is flagged and denied, and the round reruns without it (its next
