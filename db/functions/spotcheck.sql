@@ -209,11 +209,10 @@ BEGIN
     PERFORM spot_host_denied(c, c.distance, p_outcome, p_now);
     INSERT INTO round_sketch_flag (project_id, version, attempt, host_id, role, reason, distance,
                                    tolerance, lasting, spot_check_id, created_at)
-    SELECT c.project_id, c.version, coalesce(r.attempt, 1), c.host_id, 'member',
-           format('spot check %s: %s', c.id, p_outcome), c.distance, c.tolerance, true, c.id,
-           clock_timestamp()
-      FROM (SELECT 1) one
-      LEFT JOIN round r ON r.project_id = c.project_id AND r.version = c.version;
+    VALUES (c.project_id, c.version,
+            coalesce((SELECT attempt FROM round WHERE project_id = c.project_id AND version = c.version), 1),
+            c.host_id, 'member', format('spot check %s: %s', c.id, p_outcome), c.distance,
+            c.tolerance, true, c.id, clock_timestamp());
 END
 $$;
 
