@@ -164,12 +164,16 @@ shift
 for i in 1 2 3 4 5 6; do eval "PEERPORT$i=\$$i"; done
 
 start_server() {
+	# The log is kept across restarts: wait for a listening line after the ones already there.
+	: >>"$T/server.log"
+	_seen=$(grep -c "listening on http://127.0.0.1:$PORT" "$T/server.log")
 	TMPDIR=$T/tmp "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port "$PORT" --reap-interval 1 \
 		--kdf-iterations 1000 --round-interval 1 --round-report-timeout 6 --round-average-timeout 15 \
 		--log-level info 2>>"$T/server.log" &
 	SPID=$!
-	wait_for 30 grep -qs "listening on http://127.0.0.1:$PORT" "$T/server.log"
+	wait_for 30 listening_more "$_seen"
 }
+listening_more() { [ "$(grep -c "listening on http://127.0.0.1:$PORT" "$T/server.log")" -gt "$1" ]; }
 start_client() { # N: (re)start client N from its state folder
 	mkdir -p "$T/cl$1"
 	_clock=

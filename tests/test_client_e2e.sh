@@ -36,6 +36,7 @@ wait_for() {
 }
 
 start_server() {
+	: >"$T/server.log" # emptied before the start, so that a restart does not see the last run's line
 	"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port "${PORT:-0}" --wu-max 20 \
 		--reap-interval 1 --kdf-iterations 1000 --round-close-fraction 1 --log-level warn 2>"$T/server.log" &
 	SPID=$!

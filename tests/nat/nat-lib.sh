@@ -60,6 +60,9 @@ nat_free_port() {
 
 nat_server() {
 	_log=$1 _addr=$2 _port=$3; shift 3
+	# Empty the log here, not in the child's redirection: the child may open
+	# it after the first look below, which would then see a previous run's line.
+	: >"$_log"
 	"$NAT_B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "${NAT_DATA:-/tmp}/srv" --listen "$_addr" \
 		--port "$_port" --relay-port $((_port + 1)) --round-interval 3600 --kdf-iterations 1000 \
 		"$@" >/dev/null 2>"$_log" &
