@@ -454,11 +454,14 @@ static int included(const allreduce_result *r, int64_t host)
 }
 
 /* 4, across groups between the peers: j->sum holds the round's mean
- * already (several groups), or our group's sum (one); post its hash. */
+ * already (several groups), or our group's sum (one); post its hash when
+ * we are one of the group's posters (cross_posts_mean_hash). */
 static cot_err round_mean_peers(round_job *j, cot_errbuf *eb)
 {
 	if (j->plan.n_groups == 1)
 		cl_round_mean(j->sum, j->m->n_params, j->res.total_samples, j->sum);
+	if (!cross_posts_mean_hash(j->res.included, j->res.n_included, j->p.host_id))
+		return COT_OK;
 	char sha[65];
 	if (hash_sha256_hex(j->sum, j->m->n_params * sizeof *j->sum, sha))
 		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash the mean");

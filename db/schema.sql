@@ -130,52 +130,34 @@ END
 $$;
 
 --
--- Name: credit_add(bigint, bigint, bigint, double precision, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.credit_add(p_host bigint, p_account bigint, p_team bigint, p_credit double precision, p_start timestamp with time zone, p_now timestamp with time zone) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    INSERT INTO host_credit AS c (host_id, total, rac, rac_time, rac_key)
-    VALUES (p_host, p_credit, credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now,
-            credit_rac_key(credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now))
-    ON CONFLICT (host_id) DO UPDATE
-       SET total = c.total + p_credit,
-           rac = credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
-           rac_time = p_now,
-           rac_key = credit_rac_key(credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
-                                    p_now);
-    INSERT INTO account_credit AS c (account_id, total, rac, rac_time, rac_key)
-    VALUES (p_account, p_credit, credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now,
-            credit_rac_key(credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now))
-    ON CONFLICT (account_id) DO UPDATE
-       SET total = c.total + p_credit,
-           rac = credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
-           rac_time = p_now,
-           rac_key = credit_rac_key(credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
-                                    p_now);
-    IF p_team IS NOT NULL THEN
-        INSERT INTO team_credit AS c (team_id, total, rac, rac_time, rac_key)
-        VALUES (p_team, p_credit, credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now,
-                credit_rac_key(credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now))
-        ON CONFLICT (team_id) DO UPDATE
-           SET total = c.total + p_credit,
-               rac = credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
-               rac_time = p_now,
-               rac_key = credit_rac_key(credit_rac_add(c.rac, c.rac_time, p_credit, p_start,
-                                                       p_now), p_now);
-    END IF;
-END
-$$;
-
---
 -- Name: credit_flops_per_credit(); Type: FUNCTION; Schema: public; Owner: -
 --
 
 CREATE FUNCTION public.credit_flops_per_credit() RETURNS double precision
     LANGUAGE sql IMMUTABLE
     AS $$ SELECT 4.32e11::double precision $$;
+
+--
+-- Name: credit_fold(double precision, double precision, timestamp with time zone, bigint[], timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.credit_fold(p_total double precision, p_rac double precision, p_time timestamp with time zone, p_grants bigint[], p_now timestamp with time zone, OUT total double precision, OUT rac double precision) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    g record;
+BEGIN
+    total := coalesce(p_total, 0);
+    rac := coalesce(p_rac, 0);
+    FOR g IN SELECT cg.credit, cg.work_start FROM credit_grant cg WHERE cg.id = ANY (p_grants)
+              ORDER BY cg.id
+    LOOP
+        total := total + g.credit;
+        rac := credit_rac_add(rac, p_time, g.credit, g.work_start, p_now);
+        p_time := p_now;
+    END LOOP;
+END
+$$;
 
 --
 -- Name: credit_now(); Type: FUNCTION; Schema: public; Owner: -
@@ -204,6 +186,9 @@ DECLARE
     v_grant bigint;
     v_check bigint;
     v_n  integer := 0;
+    v_owed boolean;
+    v_k  integer;
+    v_release bigint[] := '{}';
 BEGIN
     SELECT * INTO ro FROM round WHERE project_id = p_project AND version = p_version;
     IF NOT FOUND OR ro.state <> 'committed' THEN
@@ -211,6 +196,7 @@ BEGIN
     END IF;
     SELECT flops_per_sample, microbatch_size INTO pr FROM project WHERE id = p_project;
     pol := spot_policy_of(p_project);
+    v_k := round_seed2_k(p_project, p_version);
     FOR m IN
         SELECT rm.host_id, rm.samples, h.account_id, a.team_id
           FROM round_member rm
@@ -237,7 +223,8 @@ BEGIN
         v_check := NULL;
         -- A host that owes its sketches under the round's second seed is
         -- drawn for a check once they came (round_seed2_verify: one block).
-        IF random() < spot_rate(pol, v_rec) AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
+        v_owed := round_seed2_owed(p_project, p_version, m.host_id, v_k);
+        IF random() < spot_rate(pol, v_rec) AND NOT v_owed THEN
             -- One of its committed ranges, preferring one whose microbatch
             -- sketches were committed with its report, at random with a
             -- probability proportional to its microbatches (the exponential
@@ -282,10 +269,11 @@ BEGIN
         END IF;
         -- A host that owes its sketches under the round's second seed
         -- waits for their check too (round_seed2_verify releases it).
-        IF v_check IS NULL AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
-            PERFORM credit_release(v_grant, p_now);
+        IF v_check IS NULL AND NOT v_owed THEN
+            v_release := v_release || v_grant;
         END IF;
     END LOOP;
+    PERFORM credit_release_all(v_release, p_now);
     RETURN v_n;
 END
 $$;
@@ -391,21 +379,45 @@ $$;
 --
 
 CREATE FUNCTION public.credit_release(p_grant bigint, p_now timestamp with time zone) RETURNS void
-    LANGUAGE plpgsql
+    LANGUAGE sql
     AS $$
-DECLARE
-    g record;
-BEGIN
-    UPDATE credit_grant SET status = 'granted', granted_at = p_now
-     WHERE id = p_grant AND status = 'pending'
-    RETURNING * INTO g;
-    IF FOUND THEN
-        -- Credit of a team the account has left still counts for the team it
-        -- earned it in (the grant's team_id).
-        PERFORM credit_add(g.host_id, g.account_id, g.team_id, g.credit, g.work_start, p_now);
-    END IF;
-END
+    SELECT credit_release_all(ARRAY[p_grant], p_now)
 $$;
+
+--
+-- Name: credit_release_all(bigint[], timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.credit_release_all(p_grants bigint[], p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_ids  bigint[];
+    v_kind text;
+    k      record;
+BEGIN
+    WITH u AS (UPDATE credit_grant SET status = 'granted', granted_at = p_now
+                WHERE id = ANY (p_grants) AND status = 'pending' RETURNING id)
+    SELECT array_agg(id) INTO v_ids FROM u;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    FOREACH v_kind IN ARRAY ARRAY['host', 'account', 'team'] LOOP
+        FOR k IN EXECUTE format('SELECT %1$I_id AS holder, array_agg(id) AS ids FROM credit_grant
+                                  WHERE id = ANY ($1) AND %1$I_id IS NOT NULL GROUP BY 1 ORDER BY 1',
+                                v_kind) USING v_ids
+        LOOP
+            EXECUTE format('INSERT INTO %1$I_credit AS c (%1$I_id, total, rac, rac_time, rac_key)
+                            SELECT $1, f.total, f.rac, $3, credit_rac_key(f.rac, $3)
+                              FROM credit_fold(NULL, NULL, NULL, $2, $3) f
+                            ON CONFLICT (%1$I_id) DO UPDATE SET (total, rac, rac_time, rac_key) =
+                               (SELECT f.total, f.rac, $3, credit_rac_key(f.rac, $3)
+                                  FROM credit_fold(c.total, c.rac, c.rac_time, $2, $3) f)',
+                           v_kind) USING k.holder, k.ids, p_now;
+        END LOOP;
+    END LOOP;
+END
+$_$;
 
 --
 -- Name: credit_round_committed(); Type: FUNCTION; Schema: public; Owner: -
@@ -1363,7 +1375,11 @@ $$;
 CREATE FUNCTION public.round_cross_tally(p_project bigint, p_version integer, OUT sha text, OUT uploader bigint) RETURNS record
     LANGUAGE sql STABLE
     AS $$
-    WITH g AS MATERIALIZED (
+    WITH w AS (
+        SELECT 1 FROM round_member
+         WHERE project_id = p_project AND version = p_version AND included
+           AND outcome IS DISTINCT FROM 'ok' LIMIT 1),
+    g AS MATERIALIZED (
         SELECT params_sha256 AS sha, count(*) AS n,
                bool_and(outcome IS NOT DISTINCT FROM 'ok') AS ok,
                min(host_id) FILTER (WHERE NOT checkpoint_refused) AS uploader
@@ -1371,7 +1387,8 @@ CREATE FUNCTION public.round_cross_tally(p_project bigint, p_version integer, OU
          WHERE project_id = p_project AND version = p_version AND included
          GROUP BY params_sha256)
     SELECT g.sha, g.uploader FROM g
-     WHERE g.sha IS NOT NULL AND 2 * g.n > (SELECT sum(n) FROM g)
+     WHERE NOT EXISTS (SELECT 1 FROM w)
+       AND g.sha IS NOT NULL AND 2 * g.n > (SELECT sum(n) FROM g)
        AND (SELECT bool_and(ok) FROM g)
 $$;
 
@@ -2693,16 +2710,19 @@ CREATE FUNCTION public.round_seed2_k(p_project bigint, p_version integer) RETURN
 $$;
 
 --
--- Name: round_seed2_owed(bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+-- Name: round_seed2_owed(bigint, integer, bigint, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_seed2_owed(p_project bigint, p_version integer, p_host bigint) RETURNS boolean
+CREATE FUNCTION public.round_seed2_owed(p_project bigint, p_version integer, p_host bigint, p_k integer) RETURNS boolean
     LANGUAGE plpgsql STABLE
     AS $$
 DECLARE
     m   record;
-    v_k integer := round_seed2_k(p_project, p_version);
+    v_k integer := p_k;
 BEGIN
+    IF v_k IS NULL THEN
+        RETURN false;
+    END IF;
     SELECT rm.group_id, rm.samples INTO m
       FROM round_member rm JOIN round ro USING (project_id, version)
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
@@ -2726,7 +2746,6 @@ DECLARE
     m       record;
     v_k     integer;
     v_why   text;
-    v_left  bigint;
 BEGIN
     SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
     IF c.status IS NOT NULL THEN
@@ -2778,12 +2797,14 @@ BEGIN
     END IF;
     UPDATE round_member SET seed2_sketches = p_sketches
      WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
-    SELECT count(*) INTO v_left FROM round_member rm
-     WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.included
-       AND rm.seed2_sketches IS NULL
-       AND ((rm.hi > rm.lo AND rm.sketches IS NOT NULL)
-            OR round_seed2_owed(c.project_id, p_version, rm.host_id));
-    IF v_left = 0 THEN
+    -- Is any sketch still due?  The first member found ends the look (a
+    -- count, each member's round_seed2_owed, at every one of a thousand
+    -- members' posts was cubic in the members).
+    IF NOT EXISTS (SELECT 1 FROM round_member rm
+                    WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.included
+                      AND rm.seed2_sketches IS NULL
+                      AND ((rm.hi > rm.lo AND rm.sketches IS NOT NULL)
+                           OR round_seed2_owed(c.project_id, p_version, rm.host_id, v_k))) THEN
         PERFORM round_seed2_verify(c.project_id, p_version, false);
     END IF;
     RETURN QUERY SELECT 200, jsonb_build_object('version', p_version, 'host_id', p_host,
@@ -2888,7 +2909,7 @@ BEGIN
     FOR m IN SELECT rm.host_id, rm.group_id, rm.seed2_sketches AS s FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
               ORDER BY rm.host_id LOOP
-        IF NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
+        IF NOT round_seed2_owed(p_project, p_version, m.host_id, v_k) THEN
             CONTINUE;
         END IF;
         IF m.s IS NULL OR m.s->'blocks' IS NULL OR jsonb_typeof(m.s->'blocks') <> 'array' THEN
@@ -2963,16 +2984,16 @@ BEGIN
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
                 AND rm.seed2_sketches ? 'blocks' AND NOT rm.host_id = ANY (v_bad)
               ORDER BY rm.host_id LOOP
-        IF round_seed2_owed(p_project, p_version, m.host_id) THEN
+        IF round_seed2_owed(p_project, p_version, m.host_id, v_k) THEN
             PERFORM round_seed2_spot_block(p_project, p_version, m.host_id);
         END IF;
     END LOOP;
     -- The round grants that waited for this check: released unless a spot
     -- check holds them (a flagged host's were denied above).
-    PERFORM credit_release(cg.id, credit_now())
-       FROM credit_grant cg
-      WHERE cg.project_id = p_project AND cg.version = p_version AND cg.kind = 'round'
-        AND cg.status = 'pending' AND cg.spot_check_id IS NULL;
+    PERFORM credit_release_all(ARRAY(
+        SELECT cg.id FROM credit_grant cg
+         WHERE cg.project_id = p_project AND cg.version = p_version AND cg.kind = 'round'
+           AND cg.status = 'pending' AND cg.spot_check_id IS NULL), credit_now());
     RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
 END
 $$;

@@ -71,59 +71,70 @@ BEGIN
 END
 $$;
 
--- Add p_credit (granted at p_now for work begun at p_start) to the totals
--- of a host, its account and the team.
-CREATE OR REPLACE FUNCTION credit_add(p_host bigint, p_account bigint, p_team bigint,
-                           p_credit double precision, p_start timestamptz, p_now timestamptz)
-RETURNS void LANGUAGE plpgsql AS $$
+-- A holder's total and RAC (p_total, p_rac last updated at p_time; NULLs
+-- for a holder without a row yet) after the grants p_grants, in ascending
+-- id order, each added as BOINC does at grant time at p_now.
+CREATE OR REPLACE FUNCTION credit_fold(p_total double precision, p_rac double precision,
+                                       p_time timestamptz, p_grants bigint[], p_now timestamptz,
+                                       OUT total double precision, OUT rac double precision)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    g record;
 BEGIN
-    INSERT INTO host_credit AS c (host_id, total, rac, rac_time, rac_key)
-    VALUES (p_host, p_credit, credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now,
-            credit_rac_key(credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now))
-    ON CONFLICT (host_id) DO UPDATE
-       SET total = c.total + p_credit,
-           rac = credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
-           rac_time = p_now,
-           rac_key = credit_rac_key(credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
-                                    p_now);
-    INSERT INTO account_credit AS c (account_id, total, rac, rac_time, rac_key)
-    VALUES (p_account, p_credit, credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now,
-            credit_rac_key(credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now))
-    ON CONFLICT (account_id) DO UPDATE
-       SET total = c.total + p_credit,
-           rac = credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
-           rac_time = p_now,
-           rac_key = credit_rac_key(credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
-                                    p_now);
-    IF p_team IS NOT NULL THEN
-        INSERT INTO team_credit AS c (team_id, total, rac, rac_time, rac_key)
-        VALUES (p_team, p_credit, credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now,
-                credit_rac_key(credit_rac_add(0, NULL, p_credit, p_start, p_now), p_now))
-        ON CONFLICT (team_id) DO UPDATE
-           SET total = c.total + p_credit,
-               rac = credit_rac_add(c.rac, c.rac_time, p_credit, p_start, p_now),
-               rac_time = p_now,
-               rac_key = credit_rac_key(credit_rac_add(c.rac, c.rac_time, p_credit, p_start,
-                                                       p_now), p_now);
+    total := coalesce(p_total, 0);
+    rac := coalesce(p_rac, 0);
+    FOR g IN SELECT cg.credit, cg.work_start FROM credit_grant cg WHERE cg.id = ANY (p_grants)
+              ORDER BY cg.id
+    LOOP
+        total := total + g.credit;
+        rac := credit_rac_add(rac, p_time, g.credit, g.work_start, p_now);
+        p_time := p_now;
+    END LOOP;
+END
+$$;
+
+-- Turn the pending grants p_grants into granted ones (counted from p_now)
+-- and add their credit to the totals of their hosts, accounts and teams
+-- (a team the account has left still gets what it earned in it: the
+-- grant's team_id): one write per holder, whatever its number of grants.
+-- A round's thousand grants of one account or team were a thousand updates
+-- of one row in one transaction, each slower than the last (doc/scale.md,
+-- "Runs M").  Grants no longer pending are left as they are.
+DROP FUNCTION IF EXISTS credit_add(bigint, bigint, bigint, double precision, timestamptz, timestamptz);
+CREATE OR REPLACE FUNCTION credit_release_all(p_grants bigint[], p_now timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids  bigint[];
+    v_kind text;
+    k      record;
+BEGIN
+    WITH u AS (UPDATE credit_grant SET status = 'granted', granted_at = p_now
+                WHERE id = ANY (p_grants) AND status = 'pending' RETURNING id)
+    SELECT array_agg(id) INTO v_ids FROM u;
+    IF v_ids IS NULL THEN
+        RETURN;
     END IF;
+    FOREACH v_kind IN ARRAY ARRAY['host', 'account', 'team'] LOOP
+        FOR k IN EXECUTE format('SELECT %1$I_id AS holder, array_agg(id) AS ids FROM credit_grant
+                                  WHERE id = ANY ($1) AND %1$I_id IS NOT NULL GROUP BY 1 ORDER BY 1',
+                                v_kind) USING v_ids
+        LOOP
+            EXECUTE format('INSERT INTO %1$I_credit AS c (%1$I_id, total, rac, rac_time, rac_key)
+                            SELECT $1, f.total, f.rac, $3, credit_rac_key(f.rac, $3)
+                              FROM credit_fold(NULL, NULL, NULL, $2, $3) f
+                            ON CONFLICT (%1$I_id) DO UPDATE SET (total, rac, rac_time, rac_key) =
+                               (SELECT f.total, f.rac, $3, credit_rac_key(f.rac, $3)
+                                  FROM credit_fold(c.total, c.rac, c.rac_time, $2, $3) f)',
+                           v_kind) USING k.holder, k.ids, p_now;
+        END LOOP;
+    END LOOP;
 END
 $$;
 
 -- Turn a pending grant into a granted one (counted from p_now).
 CREATE OR REPLACE FUNCTION credit_release(p_grant bigint, p_now timestamptz) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    g record;
-BEGIN
-    UPDATE credit_grant SET status = 'granted', granted_at = p_now
-     WHERE id = p_grant AND status = 'pending'
-    RETURNING * INTO g;
-    IF FOUND THEN
-        -- Credit of a team the account has left still counts for the team it
-        -- earned it in (the grant's team_id).
-        PERFORM credit_add(g.host_id, g.account_id, g.team_id, g.credit, g.work_start, p_now);
-    END IF;
-END
+LANGUAGE sql AS $$
+    SELECT credit_release_all(ARRAY[p_grant], p_now)
 $$;
 
 -- Grant the credit of committed round p_version of p_project: one 'round'
@@ -144,6 +155,9 @@ DECLARE
     v_grant bigint;
     v_check bigint;
     v_n  integer := 0;
+    v_owed boolean;
+    v_k  integer;
+    v_release bigint[] := '{}';
 BEGIN
     SELECT * INTO ro FROM round WHERE project_id = p_project AND version = p_version;
     IF NOT FOUND OR ro.state <> 'committed' THEN
@@ -151,6 +165,7 @@ BEGIN
     END IF;
     SELECT flops_per_sample, microbatch_size INTO pr FROM project WHERE id = p_project;
     pol := spot_policy_of(p_project);
+    v_k := round_seed2_k(p_project, p_version);
     FOR m IN
         SELECT rm.host_id, rm.samples, h.account_id, a.team_id
           FROM round_member rm
@@ -177,7 +192,8 @@ BEGIN
         v_check := NULL;
         -- A host that owes its sketches under the round's second seed is
         -- drawn for a check once they came (round_seed2_verify: one block).
-        IF random() < spot_rate(pol, v_rec) AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
+        v_owed := round_seed2_owed(p_project, p_version, m.host_id, v_k);
+        IF random() < spot_rate(pol, v_rec) AND NOT v_owed THEN
             -- One of its committed ranges, preferring one whose microbatch
             -- sketches were committed with its report, at random with a
             -- probability proportional to its microbatches (the exponential
@@ -222,10 +238,11 @@ BEGIN
         END IF;
         -- A host that owes its sketches under the round's second seed
         -- waits for their check too (round_seed2_verify releases it).
-        IF v_check IS NULL AND NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
-            PERFORM credit_release(v_grant, p_now);
+        IF v_check IS NULL AND NOT v_owed THEN
+            v_release := v_release || v_grant;
         END IF;
     END LOOP;
+    PERFORM credit_release_all(v_release, p_now);
     RETURN v_n;
 END
 $$;

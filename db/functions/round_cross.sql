@@ -126,12 +126,20 @@ $$;
 -- included peers reported, once every included peer reported ok ("sha";
 -- NULL before, or when there is no such majority), and the lowest host id
 -- of that majority whose checkpoint upload was not refused ("uploader").
--- One pass over the members: every held outcome poll of a thousand looks
--- at it (through round_checkpoint_uploader) at each wake-up.
+-- One pass over the members, and none while an included peer has still
+-- to say ok (the first such member ends the look): every outcome, under
+-- the round's lock, and every held outcome poll of a thousand at each
+-- wake-up look at it (round_try_commit, round_checkpoint_uploader), and a
+-- full pass each was a second or more a round at 1,000 hosts (doc/scale.md,
+-- "Runs M").
 CREATE OR REPLACE FUNCTION round_cross_tally(p_project bigint, p_version integer,
                                              OUT sha text, OUT uploader bigint)
 LANGUAGE sql STABLE AS $$
-    WITH g AS MATERIALIZED (
+    WITH w AS (
+        SELECT 1 FROM round_member
+         WHERE project_id = p_project AND version = p_version AND included
+           AND outcome IS DISTINCT FROM 'ok' LIMIT 1),
+    g AS MATERIALIZED (
         SELECT params_sha256 AS sha, count(*) AS n,
                bool_and(outcome IS NOT DISTINCT FROM 'ok') AS ok,
                min(host_id) FILTER (WHERE NOT checkpoint_refused) AS uploader
@@ -139,7 +147,8 @@ LANGUAGE sql STABLE AS $$
          WHERE project_id = p_project AND version = p_version AND included
          GROUP BY params_sha256)
     SELECT g.sha, g.uploader FROM g
-     WHERE g.sha IS NOT NULL AND 2 * g.n > (SELECT sum(n) FROM g)
+     WHERE NOT EXISTS (SELECT 1 FROM w)
+       AND g.sha IS NOT NULL AND 2 * g.n > (SELECT sum(n) FROM g)
        AND (SELECT bool_and(ok) FROM g)
 $$;
 

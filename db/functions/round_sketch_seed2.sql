@@ -105,13 +105,20 @@ $$;
 -- round's peers sketched what they averaged, and it
 -- committed the sketches of all its microbatches (round_sketch_committed)
 -- under that k: whether it sent sketches with its own outcome does not
--- matter.  Its round grant stays pending until they are checked.
-CREATE OR REPLACE FUNCTION round_seed2_owed(p_project bigint, p_version integer, p_host bigint)
+-- matter.  Its round grant stays pending until they are checked.  p_k:
+-- the round's round_seed2_k (NULL: none, nothing owed), which the callers,
+-- looping over the members, find once (it reads every member).
+DROP FUNCTION IF EXISTS round_seed2_owed(bigint, integer, bigint);
+CREATE OR REPLACE FUNCTION round_seed2_owed(p_project bigint, p_version integer, p_host bigint,
+                                            p_k integer)
 RETURNS boolean LANGUAGE plpgsql STABLE AS $$
 DECLARE
     m   record;
-    v_k integer := round_seed2_k(p_project, p_version);
+    v_k integer := p_k;
 BEGIN
+    IF v_k IS NULL THEN
+        RETURN false;
+    END IF;
     SELECT rm.group_id, rm.samples INTO m
       FROM round_member rm JOIN round ro USING (project_id, version)
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
@@ -276,7 +283,7 @@ BEGIN
     FOR m IN SELECT rm.host_id, rm.group_id, rm.seed2_sketches AS s FROM round_member rm
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
               ORDER BY rm.host_id LOOP
-        IF NOT round_seed2_owed(p_project, p_version, m.host_id) THEN
+        IF NOT round_seed2_owed(p_project, p_version, m.host_id, v_k) THEN
             CONTINUE;
         END IF;
         IF m.s IS NULL OR m.s->'blocks' IS NULL OR jsonb_typeof(m.s->'blocks') <> 'array' THEN
@@ -351,16 +358,16 @@ BEGIN
               WHERE rm.project_id = p_project AND rm.version = p_version AND rm.included
                 AND rm.seed2_sketches ? 'blocks' AND NOT rm.host_id = ANY (v_bad)
               ORDER BY rm.host_id LOOP
-        IF round_seed2_owed(p_project, p_version, m.host_id) THEN
+        IF round_seed2_owed(p_project, p_version, m.host_id, v_k) THEN
             PERFORM round_seed2_spot_block(p_project, p_version, m.host_id);
         END IF;
     END LOOP;
     -- The round grants that waited for this check: released unless a spot
     -- check holds them (a flagged host's were denied above).
-    PERFORM credit_release(cg.id, credit_now())
-       FROM credit_grant cg
-      WHERE cg.project_id = p_project AND cg.version = p_version AND cg.kind = 'round'
-        AND cg.status = 'pending' AND cg.spot_check_id IS NULL;
+    PERFORM credit_release_all(ARRAY(
+        SELECT cg.id FROM credit_grant cg
+         WHERE cg.project_id = p_project AND cg.version = p_version AND cg.kind = 'round'
+           AND cg.status = 'pending' AND cg.spot_check_id IS NULL), credit_now());
     RETURN ARRAY(SELECT DISTINCT x FROM unnest(v_bad) x ORDER BY x);
 END
 $$;
@@ -378,7 +385,6 @@ DECLARE
     m       record;
     v_k     integer;
     v_why   text;
-    v_left  bigint;
 BEGIN
     SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
     IF c.status IS NOT NULL THEN
@@ -430,12 +436,14 @@ BEGIN
     END IF;
     UPDATE round_member SET seed2_sketches = p_sketches
      WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
-    SELECT count(*) INTO v_left FROM round_member rm
-     WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.included
-       AND rm.seed2_sketches IS NULL
-       AND ((rm.hi > rm.lo AND rm.sketches IS NOT NULL)
-            OR round_seed2_owed(c.project_id, p_version, rm.host_id));
-    IF v_left = 0 THEN
+    -- Is any sketch still due?  The first member found ends the look (a
+    -- count, each member's round_seed2_owed, at every one of a thousand
+    -- members' posts was cubic in the members).
+    IF NOT EXISTS (SELECT 1 FROM round_member rm
+                    WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.included
+                      AND rm.seed2_sketches IS NULL
+                      AND ((rm.hi > rm.lo AND rm.sketches IS NOT NULL)
+                           OR round_seed2_owed(c.project_id, p_version, rm.host_id, v_k))) THEN
         PERFORM round_seed2_verify(c.project_id, p_version, false);
     END IF;
     RETURN QUERY SELECT 200, jsonb_build_object('version', p_version, 'host_id', p_host,

@@ -74,4 +74,25 @@ int64_t cross_group_round(int64_t version, int64_t index);
 cot_err cross_group_reduce(void *arg, float *sum, uint64_t start, uint64_t end, uint64_t group_samples,
                            cot_errbuf *eb);
 
+/* How many of a group's included hosts post the hash of the round's mean
+ * they hold (POST .../mean_hash, doc/api.md): the lowest host ids of the
+ * group's included set.  The server keeps the first per group and needs
+ * one; two, so that one of them dying after the stage does not fail the
+ * round.  Not every member: at the end of the stage every group holds the
+ * mean at about the same moment, and a thousand members' posts at once
+ * were what was left of the server's p99 (doc/scale.md, "Runs M").  The
+ * others' v+1 still reaches the server with their outcome. */
+#define CROSS_MEAN_HASH_POSTERS 2
+
+/* Does host post its group's mean hash: is it among the first
+ * CROSS_MEAN_HASH_POSTERS of included (n ascending host ids)?  (Inline:
+ * tests/bench/simhosts follows the same rule without the averaging code.) */
+static inline int cross_posts_mean_hash(const int64_t *included, size_t n, int64_t host)
+{
+	for (size_t k = 0; k < n && k < CROSS_MEAN_HASH_POSTERS; k++)
+		if (included[k] == host)
+			return 1;
+	return 0;
+}
+
 #endif

@@ -29,6 +29,9 @@
 # simhosts on the others (taskset), so that the simulated hosts' threads do
 # not take the server's CPU.  "acceptq" is the most connections seen waiting
 # in the first server process's accept queue (ss, sampled every 0.2 s).
+# PROFILE=1 has PostgreSQL time its functions (track_functions = pl: it
+# costs a little) and writes each run's calls, total and self milliseconds
+# per function to functions.tsv in its folder (with KEEP=1).
 # Nothing is asserted.  Not run by make check (tests/test_simhosts.sh is
 # its smoke test).  One address holds at most 4096 connections
 # (server/http.c): each host keeps one, so the host count stops there.
@@ -57,6 +60,9 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 TCK=$(getconf CLK_TCK)
 
 sim_setup || die "could not set up the database"
+if [ -n "${PROFILE:-}" ]; then
+	sim_sql "DO \$\$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = pl', current_database()); END \$\$" >/dev/null || die "could not set track_functions"
+fi
 # shellcheck disable=SC2086 # SERVER_ARGS are words
 sim_server ${SERVER_ARGS:-} || die "the server did not start: $(cat "$T/server.log")"
 PIDS=$SPID URLS=http://127.0.0.1:$PORT PORT0=$PORT
@@ -102,6 +108,7 @@ run() {
 		done
 	) &
 	MON=$!
+	[ -n "${PROFILE:-}" ] && sim_sql "select pg_stat_reset()" >/dev/null
 	# shellcheck disable=SC2086 # SIM_ARGS are words
 	$SIM_PIN "$B/tests/bench/simhosts" --url "$urls" --project "$p" --key "$KEY" --hosts "$n" \
 		--rounds "$ROUNDS" --seconds 900 --speed 4 --ramp $((n / 200 + 2)) --seed 7 --out "$T/$p" ${SIM_ARGS:-} \
@@ -110,6 +117,11 @@ run() {
 	kill "$MON" 2>/dev/null
 	wait "$MON" 2>/dev/null
 	MON=
+	if [ -n "${PROFILE:-}" ]; then
+		sleep 1 # the backends' function counts reach the statistics within a second
+		sim_sql "select funcname, calls, round(total_time::numeric, 1), round(self_time::numeric, 1)
+		           from pg_stat_user_functions order by self_time desc" | tr '|' '\t' >"$T/$p/functions.tsv"
+	fi
 	sim_sql "select r.version, extract(epoch from r.closed_at),
 	         extract(epoch from (select max(q.reported_at) from round_report q
 	                              where q.project_id = r.project_id and q.version = r.version) - r.closed_at),

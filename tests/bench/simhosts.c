@@ -57,6 +57,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "shared/averaging/cross_group.h"
 #include "tests/bench/simhosts_http.h"
 #include "tests/bench/simhosts_step.h"
 
@@ -255,10 +256,12 @@ static int included_list(json_t *plan, char *out, size_t len, long long *samples
 
 /* Averaging across groups between the peers (the plan says "cross_group":
  * "peers"), as cotrain-client does it: the aggregators' exchange is not
- * simulated (it never reaches the server); every member posts the hash of
- * the round's mean it holds (no body), steps, reports its outcome until the
- * server decides, and the one the server asks uploads its checkpoint of
- * v+1 (simhosts_step.h computes it once for every simulated host). */
+ * simulated (it never reaches the server); the group's posters
+ * (cross_posts_mean_hash: its lowest host ids, every member being included
+ * here) post the hash of the round's mean they hold (no body); every member
+ * steps, reports its outcome until the server decides, and the one the
+ * server asks uploads its checkpoint of v+1 (simhosts_step.h computes it
+ * once for every simulated host). */
 static void average_peers(sim_host *h, json_t *plan, long long v)
 {
 	char path[1024], inc[512];
@@ -270,19 +273,31 @@ static void average_peers(sim_host *h, json_t *plan, long long v)
 		return;
 	}
 	json_t *a = NULL;
-	snprintf(path, sizeof path,
-	         "/v1/projects/%s/rounds/%lld/mean_hash?host_id=%lld&samples=%lld&sha256=%s&included=%s",
-	         opt_project, v, h->host_id, samples, s->mean_sha, inc);
-	long st = sim_http_call(&h->http, "POST", path, NULL, "", 0, 30, SIM_CALL_PLAIN, &a); /* no body */
-	if (st != 200)
-		error_at(h, "mean_hash", st, a);
-	json_decref(a);
-	if (st != 200)
-		return;
 	json_t *ids = json_array();
 	json_t *members = json_object_get(plan, "members");
-	for (size_t m = 0; m < json_array_size(members); m++)
-		json_array_append(ids, json_object_get(json_array_get(members, m), "host_id"));
+	int64_t first[CROSS_MEAN_HASH_POSTERS];
+	size_t n_first = 0;
+	for (size_t m = 0; m < json_array_size(members); m++) {
+		json_t *id = json_object_get(json_array_get(members, m), "host_id");
+		json_array_append(ids, id);
+		if (n_first < CROSS_MEAN_HASH_POSTERS)
+			first[n_first++] = json_integer_value(id);
+	}
+	long st = 200;
+	if (cross_posts_mean_hash(first, n_first, h->host_id)) {
+		snprintf(path, sizeof path,
+		         "/v1/projects/%s/rounds/%lld/"
+		         "mean_hash?host_id=%lld&samples=%lld&sha256=%s&included=%s",
+		         opt_project, v, h->host_id, samples, s->mean_sha, inc);
+		st = sim_http_call(&h->http, "POST", path, NULL, "", 0, 30, SIM_CALL_PLAIN, &a); /* no body */
+		if (st != 200)
+			error_at(h, "mean_hash", st, a);
+		json_decref(a);
+	}
+	if (st != 200) {
+		json_decref(ids);
+		return;
+	}
 	json_t *b = json_pack("{s:I, s:s, s:o, s:s}", "host_id", (json_int_t)h->host_id, "status", "ok",
 	                      "included_hosts", ids, "params_sha256", s->params_sha);
 	int uploaded = 0;
