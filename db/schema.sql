@@ -1296,13 +1296,17 @@ $$;
 CREATE FUNCTION public.round_cross_partition(p_project bigint, p_version integer) RETURNS TABLE(idx bigint, lo bigint, hi bigint, holders jsonb)
     LANGUAGE sql STABLE
     AS $$
-    WITH b AS (
+    -- Each step computed once (MATERIALIZED): the members were inserted by
+    -- the plan's own transaction, so the table's statistics may still say
+    -- it is nearly empty, and a nested loop that ran a step again for each
+    -- member made one plan of 1,000 hosts take 20 s (doc/scale.md, "Runs M").
+    WITH b AS MATERIALIZED (
         SELECT DISTINCT x FROM round_member rm, LATERAL (VALUES (rm.lo), (rm.hi)) v(x)
          WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo),
-    s AS (
+    s AS MATERIALIZED (
         SELECT (row_number() OVER (ORDER BY x)) - 1 AS idx, x AS lo,
                lead(x) OVER (ORDER BY x) AS hi FROM b),
-    h AS (
+    h AS MATERIALIZED (
         SELECT s.idx, s.lo AS slo, s.hi AS shi, rm.host_id, rm.endpoint, rm.group_id,
                greatest(rm.bandwidth, 1)::numeric AS bw,
                sum(greatest(rm.bandwidth, 1)::numeric) OVER w - greatest(rm.bandwidth, 1)::numeric AS before,
@@ -1354,7 +1358,7 @@ CREATE FUNCTION public.round_cross_slices_store(p_project bigint, p_version inte
     LANGUAGE sql
     AS $$
     WITH x AS MATERIALIZED (SELECT * FROM round_cross_partition(p_project, p_version)),
-    per AS (
+    per AS MATERIALIZED (
         SELECT a.host_id,
                jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
                                             'holders', x.holders) ORDER BY x.idx) AS cross
@@ -4147,9 +4151,15 @@ BEGIN
          WHERE w.project_id = p_project AND w.version IN (p_version, p_version - 1)
            AND w.host_id <> p_host
            AND coalesce(w.finished_at, w.last_heartbeat) > now() - make_interval(secs => 2 * p_wu_seconds)
-           AND NOT EXISTS (SELECT 1 FROM work_unit l
-                            WHERE l.host_id = w.host_id AND l.project_id = p_project
-                              AND l.version = p_version AND l.state = 'live')
+           -- The hosts holding live work of the round, read once (a hashed
+           -- set), not looked up again for each unit: at a round's opening
+           -- a thousand assignments each probing the live units' index a
+           -- thousand times were a fifth of the database's CPU, most of it
+           -- in marking the same dead index entries again (doc/scale.md,
+           -- "Runs M").
+           AND w.host_id NOT IN (SELECT l.host_id FROM work_unit l
+                                  WHERE l.project_id = p_project AND l.version = p_version
+                                    AND l.state = 'live')
          ORDER BY w.host_id, w.id DESC) x;
     RETURN least(p_n, v_need, greatest(1, ceil(v_need * p_rate / (p_rate + v_free))::bigint));
 END

@@ -23,13 +23,17 @@
 -- as contiguous parts; a slice's index is its rank among the round's slices.
 CREATE OR REPLACE FUNCTION round_cross_partition(p_project bigint, p_version integer)
 RETURNS TABLE (idx bigint, lo bigint, hi bigint, holders jsonb) LANGUAGE sql STABLE AS $$
-    WITH b AS (
+    -- Each step computed once (MATERIALIZED): the members were inserted by
+    -- the plan's own transaction, so the table's statistics may still say
+    -- it is nearly empty, and a nested loop that ran a step again for each
+    -- member made one plan of 1,000 hosts take 20 s (doc/scale.md, "Runs M").
+    WITH b AS MATERIALIZED (
         SELECT DISTINCT x FROM round_member rm, LATERAL (VALUES (rm.lo), (rm.hi)) v(x)
          WHERE rm.project_id = p_project AND rm.version = p_version AND rm.hi > rm.lo),
-    s AS (
+    s AS MATERIALIZED (
         SELECT (row_number() OVER (ORDER BY x)) - 1 AS idx, x AS lo,
                lead(x) OVER (ORDER BY x) AS hi FROM b),
-    h AS (
+    h AS MATERIALIZED (
         SELECT s.idx, s.lo AS slo, s.hi AS shi, rm.host_id, rm.endpoint, rm.group_id,
                greatest(rm.bandwidth, 1)::numeric AS bw,
                sum(greatest(rm.bandwidth, 1)::numeric) OVER w - greatest(rm.bandwidth, 1)::numeric AS before,
@@ -83,7 +87,7 @@ $$;
 CREATE OR REPLACE FUNCTION round_cross_slices_store(p_project bigint, p_version integer) RETURNS void
 LANGUAGE sql AS $$
     WITH x AS MATERIALIZED (SELECT * FROM round_cross_partition(p_project, p_version)),
-    per AS (
+    per AS MATERIALIZED (
         SELECT a.host_id,
                jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
                                             'holders', x.holders) ORDER BY x.idx) AS cross

@@ -177,9 +177,15 @@ BEGIN
          WHERE w.project_id = p_project AND w.version IN (p_version, p_version - 1)
            AND w.host_id <> p_host
            AND coalesce(w.finished_at, w.last_heartbeat) > now() - make_interval(secs => 2 * p_wu_seconds)
-           AND NOT EXISTS (SELECT 1 FROM work_unit l
-                            WHERE l.host_id = w.host_id AND l.project_id = p_project
-                              AND l.version = p_version AND l.state = 'live')
+           -- The hosts holding live work of the round, read once (a hashed
+           -- set), not looked up again for each unit: at a round's opening
+           -- a thousand assignments each probing the live units' index a
+           -- thousand times were a fifth of the database's CPU, most of it
+           -- in marking the same dead index entries again (doc/scale.md,
+           -- "Runs M").
+           AND w.host_id NOT IN (SELECT l.host_id FROM work_unit l
+                                  WHERE l.project_id = p_project AND l.version = p_version
+                                    AND l.state = 'live')
          ORDER BY w.host_id, w.id DESC) x;
     RETURN least(p_n, v_need, greatest(1, ceil(v_need * p_rate / (p_rate + v_free))::bigint));
 END
