@@ -46,11 +46,17 @@ BEGIN
             RETURN QUERY SELECT 400, api_error('invalid', v_why);
             RETURN;
         END IF;
-        IF v_project IS NOT NULL AND p_status IN ('ok', 'dropped') THEN
+        IF v_project IS NOT NULL AND p_status IN ('ok', 'dropped')
+           AND host_auth(p_token_hash) = p_host THEN
+            -- The round's row first, then the member's, the order of every
+            -- writer of both (round_outcome, round_group_sum_store): a
+            -- member's outcome may come while its group's sum or mean hash
+            -- is being kept, which sets the group's members' "included"
+            -- under the round's lock, and the other order deadlocked.
+            PERFORM 1 FROM round WHERE project_id = v_project AND version = p_version FOR UPDATE;
             UPDATE round_member SET sketches = p_sketches
              WHERE project_id = v_project AND version = p_version AND host_id = p_host
-               AND outcome IS NULL
-               AND host_auth(p_token_hash) = p_host;
+               AND outcome IS NULL;
         END IF;
     END IF;
     SELECT * INTO o FROM round_outcome(p_token_hash, p_project, p_version, p_host, p_status,

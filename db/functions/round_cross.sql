@@ -86,19 +86,21 @@ $$;
 -- cross_peers or has one group.
 CREATE OR REPLACE FUNCTION round_cross_slices_store(p_project bigint, p_version integer) RETURNS void
 LANGUAGE sql AS $$
-    WITH x AS MATERIALIZED (SELECT * FROM round_cross_partition(p_project, p_version)),
-    per AS MATERIALIZED (
-        SELECT a.host_id,
-               jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
-                                            'holders', x.holders) ORDER BY x.idx) AS cross
-          FROM round_member a JOIN x ON x.lo >= a.lo AND x.hi <= a.hi
-         WHERE a.project_id = p_project AND a.version = p_version AND a.hi > a.lo
-         GROUP BY a.host_id)
-    UPDATE round_member m SET cross_slices = per.cross
-      FROM per, round r
-     WHERE m.project_id = p_project AND m.version = p_version AND m.host_id = per.host_id
-       AND r.project_id = p_project AND r.version = p_version AND r.cross_peers
-       AND r.n_groups >= 2
+    -- Each aggregator's slices gathered by a subquery over the partition's
+    -- few rows, not by joining the members to a table of every member's
+    -- slices: with the new members' statistics still saying "one row", that
+    -- join ran as a nested loop through 1,000 rows of large JSON for each of
+    -- 1,000 members, 2.2 s a plan at 1,000 hosts (doc/scale.md, "Runs M").
+    WITH x AS MATERIALIZED (SELECT * FROM round_cross_partition(p_project, p_version))
+    UPDATE round_member m
+       SET cross_slices = (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo,
+                                                               'hi', x.hi, 'holders', x.holders)
+                                            ORDER BY x.idx)
+                             FROM x WHERE x.lo >= m.lo AND x.hi <= m.hi)
+     WHERE m.project_id = p_project AND m.version = p_version AND m.hi > m.lo
+       AND EXISTS (SELECT 1 FROM round r
+                    WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
+                      AND r.n_groups >= 2)
 $$;
 
 -- Every group of round p_version posted its mean's hash: when they all
