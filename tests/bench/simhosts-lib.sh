@@ -25,6 +25,9 @@ sim_server() { sim_server_at "$T/server.log" "$@"; }
 sim_server_at() {
 	_log=$1
 	shift
+	# Emptied here, not by the child's redirection, which may come after the
+	# first look below: a restart would then see the last server's line.
+	: >"$_log"
 	"$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --reap-interval 1 \
 		--kdf-iterations 1000 --round-interval 1 --per-ip-connections 4096 --log-level warn "$@" \
 		2>"$_log" &
