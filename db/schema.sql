@@ -2730,19 +2730,18 @@ CREATE FUNCTION public.round_seed2_owed(p_project bigint, p_version integer, p_h
     AS $$
 DECLARE
     m   record;
-    v_k integer := p_k;
 BEGIN
-    IF v_k IS NULL THEN
+    IF p_k IS NULL THEN
         RETURN false;
     END IF;
     SELECT rm.group_id, rm.samples INTO m
       FROM round_member rm JOIN round ro USING (project_id, version)
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host
        AND rm.included AND ro.seed2 IS NOT NULL;
-    IF NOT FOUND OR v_k IS NULL THEN
+    IF NOT FOUND THEN
         RETURN false;
     END IF;
-    RETURN round_sketch_committed(p_project, p_version, p_host, v_k, m.samples) IS NOT NULL;
+    RETURN round_sketch_committed(p_project, p_version, p_host, p_k, m.samples) IS NOT NULL;
 END
 $$;
 

@@ -20,6 +20,7 @@
 #include "server/grouping.h"
 #include "server/http.h"
 #include "server/load_balance.h"
+#include "shared/common/deadline.h"
 #include "shared/common/log.h"
 
 /* Peers grouped together at most: grp_form needs an n*n matrix. */
@@ -246,14 +247,6 @@ static void fail_round(const char *sp, const char *sv, const char *why)
 }
 
 /* Plan one closing round, if it is ready. */
-/* Milliseconds on the monotonic clock (the plan's timings in the log). */
-static double mono_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
 static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 {
 	char timeout[24];
@@ -305,7 +298,7 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 		p[i].rtt = json_object_get(e, "rtt");
 	}
 	int n_groups = 0;
-	double t_group = mono_ms();
+	int64_t t_group = deadline_now_ms();
 	for (int at = 0; at < n; at += GROUPING_CHUNK) {
 		int m = n - at < GROUPING_CHUNK ? n - at : GROUPING_CHUNK;
 		if (form_groups(p + at, m, cfg->round_max_group, &n_groups, &eb))
@@ -330,13 +323,13 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 	snprintf(slen, sizeof slen, "%llu", (unsigned long long)len);
 	snprintf(savg, sizeof savg, "%d", cfg->round_average_timeout);
 	const char *sparams[] = { sp, sv, slen, text, savg, cfg->round_cross_peers ? "true" : "false" };
-	double t_store = mono_ms();
+	int64_t t_store = deadline_now_ms();
 	if (run(&st_store, sparams, NULL)) {
 		http_wake(HTTP_WAKE(HTTP_HOLD_PLAN)); /* long polls waiting for the plan */
 		log_info("round coordinator: round %s of project %s planned: %d peers in %d groups, "
-		         "%llu parameters (grouped in %.0f ms, stored in %.0f ms)",
-		         sv, sp, n, n_groups, (unsigned long long)len, t_store - t_group,
-		         mono_ms() - t_store);
+		         "%llu parameters (grouped in %lld ms, stored in %lld ms)",
+		         sv, sp, n, n_groups, (unsigned long long)len, (long long)(t_store - t_group),
+		         (long long)(deadline_now_ms() - t_store));
 	}
 out:
 	free(text);
