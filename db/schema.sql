@@ -2193,6 +2193,23 @@ END
 $$;
 
 --
+-- Name: round_plan_all(text, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_plan_all(p_project text, p_version integer) RETURNS TABLE(host_id bigint, token_sha256 text, has_gradient boolean, stamp text, body text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT b.host_id, encode(h.token_hash, 'hex'), ro.gradient_sha256 IS NOT NULL,
+           (SELECT round_plan_stamp(p_project, p_version)), b.body
+      FROM project p
+      JOIN round ro ON ro.project_id = p.id AND ro.version = p_version
+     CROSS JOIN LATERAL round_plan_bodies(p.id, p.name, p.config, p_version, NULL) b
+      JOIN host h ON h.id = b.host_id
+      JOIN account a ON a.id = h.account_id
+     WHERE p.name = p_project AND NOT h.revoked AND NOT a.disabled
+$$;
+
+--
 -- Name: round_plan_begin(bigint, integer, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2271,6 +2288,68 @@ END
 $$;
 
 --
+-- Name: round_plan_bodies(bigint, text, jsonb, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_plan_bodies(p_project bigint, p_name text, p_config jsonb, p_version integer, p_host bigint) RETURNS TABLE(host_id bigint, body text)
+    LANGUAGE sql STABLE
+    AS $$
+    -- MATERIALIZED: the members were inserted by the plan's transaction, the
+    -- statistics still say "one row", and a nested loop would build every
+    -- group's list again for each member (37 s for 1,000 members).
+    WITH ro AS MATERIALIZED (
+        SELECT left((jsonb_build_object(
+                   'project', p_name, 'version', p_version, 'attempt', r.attempt, 'state', r.state,
+                   'n_groups', r.n_groups, 'round_samples', r.samples, 'param_count', r.param_count,
+                   'deadline', r.plan_deadline,
+                   'compression', coalesce(p_config->'compression', '"none"'::jsonb),
+                   'aggregation', coalesce(p_config->'aggregation', '"mean"'::jsonb),
+                   'centered_clip', p_config->'centered_clip')
+               || CASE WHEN NOT r.cross_peers THEN '{}'::jsonb
+                       ELSE jsonb_build_object('cross_group', 'peers') END
+               || CASE WHEN r.gradient_sha256 IS NULL THEN '{}'::jsonb
+                       ELSE jsonb_build_object(
+                                'gradient', jsonb_build_object('sha256', r.gradient_sha256,
+                                                               'samples', r.gradient_samples)
+                                            || CASE WHEN r.cross_peers THEN '{}'::jsonb
+                                                    ELSE jsonb_build_object('url', '/files/' || r.gradient_sha256) END)
+                            || CASE WHEN r.params_sha256 IS NULL THEN '{}'::jsonb
+                                    ELSE jsonb_build_object('params_sha256', r.params_sha256) END
+                  END)::text, -1) AS head, -- without its closing brace
+               r.cross_peers
+          FROM round r
+         WHERE r.project_id = p_project AND r.version = p_version
+           AND r.state NOT IN ('open', 'closing')),
+    grp AS MATERIALIZED (
+        SELECT g.group_id, jsonb_agg(jsonb_build_object(
+                   'host_id', g.host_id, 'endpoint', g.endpoint, 'samples', g.samples,
+                   'can_aggregate', g.can_aggregate, 'lo', g.lo, 'hi', g.hi)
+                   ORDER BY g.host_id)::text AS members
+          FROM round_member g
+         WHERE g.project_id = p_project AND g.version = p_version
+           AND (p_host IS NULL OR g.group_id = (SELECT h.group_id FROM round_member h
+                                                 WHERE h.project_id = p_project
+                                                   AND h.version = p_version AND h.host_id = p_host))
+         GROUP BY g.group_id)
+    SELECT m.host_id,
+           ro.head || ', "host_id": ' || m.host_id || ', "group": ' || m.group_id
+           || ', "members": ' || grp.members
+           -- The slices are kept at the plan (round_cross_slices_store);
+           -- computed here only for a round planned before they were kept.
+           || CASE WHEN NOT ro.cross_peers THEN ''
+                   ELSE coalesce(', "cross": ' || coalesce(
+                            m.cross_slices,
+                            CASE WHEN m.hi > m.lo
+                                 THEN round_cross_slices(p_project, p_version, m.host_id) END)::text, '')
+              END
+           || '}'
+      FROM ro, round_member m
+      JOIN grp ON grp.group_id = m.group_id
+     WHERE m.project_id = p_project AND m.version = p_version
+       AND (p_host IS NULL OR m.host_id = p_host)
+$$;
+
+--
 -- Name: round_plan_get(bytea, text, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2279,10 +2358,7 @@ CREATE FUNCTION public.round_plan_get(p_token_hash bytea, p_project text, p_vers
     AS $$
 DECLARE
     c  record;
-    ro record;
-    m  record;
-    b  jsonb;
-    x  jsonb;
+    b  text;
 BEGIN
     SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host, false);
     IF c.status IS NOT NULL THEN
@@ -2308,52 +2384,37 @@ BEGIN
         RETURN QUERY SELECT 204, jsonb_build_object('state', c.state, 'attempt', c.attempt)::text;
         RETURN;
     END IF;
-    SELECT * INTO m FROM round_member rm
-     WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.host_id = p_host;
-    IF NOT FOUND THEN
+    IF NOT EXISTS (SELECT 1 FROM round_member rm
+                    WHERE rm.project_id = c.project_id AND rm.version = p_version
+                      AND rm.host_id = p_host) THEN
         RETURN QUERY SELECT 409, api_error('conflict',
             format('host %s is not in the plan of round %s', p_host, p_version),
             'Drop the gradients of this version, load the latest checkpoint and ask for new work.');
         RETURN;
     END IF;
-    SELECT * INTO ro FROM round r WHERE r.project_id = c.project_id AND r.version = p_version;
-    b := jsonb_build_object(
-        'project', p_project, 'version', p_version, 'attempt', ro.attempt, 'state', ro.state,
-        'host_id', p_host, 'group', m.group_id, 'n_groups', ro.n_groups,
-        'round_samples', ro.samples, 'param_count', ro.param_count,
-        'deadline', ro.plan_deadline,
-        'compression', coalesce(c.config->'compression', '"none"'::jsonb),
-        'aggregation', coalesce(c.config->'aggregation', '"mean"'::jsonb),
-        'centered_clip', c.config->'centered_clip',
-        'members', (SELECT jsonb_agg(jsonb_build_object(
-                        'host_id', g.host_id, 'endpoint', g.endpoint, 'samples', g.samples,
-                        'can_aggregate', g.can_aggregate, 'lo', g.lo, 'hi', g.hi)
-                        ORDER BY g.host_id)
-                      FROM round_member g
-                     WHERE g.project_id = c.project_id AND g.version = p_version
-                       AND g.group_id = m.group_id));
-    IF ro.cross_peers THEN
-        b := b || jsonb_build_object('cross_group', 'peers');
-        -- Kept at the plan (round_cross_slices_store); computed here only
-        -- for a member that aggregates nothing (NULL at once) or a round
-        -- planned before they were kept.
-        x := coalesce(m.cross_slices, round_cross_slices(c.project_id, p_version, p_host));
-        IF x IS NOT NULL THEN
-            b := b || jsonb_build_object('cross', x);
-        END IF;
+    SELECT pb.body INTO b FROM round_plan_bodies(c.project_id, p_project, c.config, p_version, p_host) pb;
+    IF b IS NULL THEN
+        -- The round failed and closed again since it was looked up.
+        RETURN QUERY SELECT 204, jsonb_build_object('state', ro.state, 'attempt', ro.attempt)::text
+                       FROM round ro WHERE ro.project_id = c.project_id AND ro.version = p_version;
+        RETURN;
     END IF;
-    IF ro.gradient_sha256 IS NOT NULL THEN
-        b := b || jsonb_build_object(
-            'gradient', jsonb_build_object('sha256', ro.gradient_sha256,
-                                           'samples', ro.gradient_samples)
-                        || CASE WHEN ro.cross_peers THEN '{}'::jsonb
-                                ELSE jsonb_build_object('url', '/files/' || ro.gradient_sha256) END);
-        IF ro.params_sha256 IS NOT NULL THEN
-            b := b || jsonb_build_object('params_sha256', ro.params_sha256);
-        END IF;
-    END IF;
-    RETURN QUERY SELECT 200, b::text;
+    RETURN QUERY SELECT 200, b;
 END
+$$;
+
+--
+-- Name: round_plan_stamp(text, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_plan_stamp(p_project text, p_version integer) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT md5(row(r.attempt, r.state, r.n_groups, r.samples, r.param_count, r.plan_deadline,
+                   r.cross_peers, r.gradient_sha256, r.gradient_samples, r.params_sha256,
+                   p.config->'compression', p.config->'aggregation', p.config->'centered_clip')::text)
+      FROM project p JOIN round r ON r.project_id = p.id AND r.version = p_version
+     WHERE p.name = p_project
 $$;
 
 --

@@ -16,6 +16,7 @@
 
 #include "server/apiutil.h"
 #include "server/metrics.h"
+#include "server/plan_cache.h"
 #include "server/round_coord.h"
 #include "server/round_step.h"
 #include "shared/common/filestore.h"
@@ -234,6 +235,8 @@ void api_round_plan(http_req *req)
 		http_reply_error(req, 404, "not_found", "project does not exist", NULL);
 		return;
 	}
+	/* Held before: the database took its token at the first look. */
+	bool resumed = req->hold_until != 0;
 	if (wait > 0 && req->hold_until == 0)
 		req->hold_until = http_now() + (double)wait;
 	req->hold_kind = HTTP_HOLD_PLAN;
@@ -243,13 +246,30 @@ void api_round_plan(http_req *req)
 	const char *params[] = { hp, req->params[0], sv, sh };
 	for (int look = 0;; look++) {
 		unsigned long gen = http_wake_gen(req);
-		PGresult *r = api_exec(req, &st_plan, params, NULL);
-		if (!r)
+		size_t clen = 0;
+		bool cgrad = false;
+		char *cached = resumed || look > 0
+		                       ? plan_cache_get(req->params[0], version, host, hp, gen, &clen, &cgrad)
+		                       : NULL;
+		if (cached && (!after || cgrad)) {
+			metrics_plan_answer(true);
+			http_reply_raw(req, 200, cached, clen);
+			free(cached);
 			return;
-		int status = PQntuples(r) == 1 ? atoi(PQgetvalue(r, 0, 0)) : 500;
-		if (status == 200 && after &&
-		    plan_without_gradient(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1)))
-			status = 204; /* no mean gradient yet: as if no plan */
+		}
+		PGresult *r = NULL;
+		int status = 204; /* a cached plan without the mean, after=gradient */
+		if (!cached) {
+			if (!(r = api_exec(req, &st_plan, params, NULL)))
+				return;
+			status = PQntuples(r) == 1 ? atoi(PQgetvalue(r, 0, 0)) : 500;
+			if (status == 200) /* the others woken with it: from one query */
+				plan_cache_fill(req->params[0], version, gen);
+			if (status == 200 && after &&
+			    plan_without_gradient(PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1)))
+				status = 204; /* no mean gradient yet: as if no plan */
+		}
+		free(cached);
 		if (status == 204 && wait > 0) {
 			api_poll t = api_long_poll(req, gen, look);
 			if (t != API_POLL_ANSWER) {
@@ -269,6 +289,8 @@ void api_round_plan(http_req *req)
 			http_reply_error(req, 500, "internal_error", "unexpected result from the database",
 			                 NULL);
 		} else {
+			if (status == 200)
+				metrics_plan_answer(false);
 			http_reply_raw(req, status, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
 		}
 		PQclear(r);

@@ -9,7 +9,9 @@
 #include "shared/database/db.h"
 #include "shared/common/log.h"
 
-#define MAX_STMTS 64
+/* More than the server's statements: one past the limit would be prepared
+ * again at each use, and fail ("already exists"). */
+#define MAX_STMTS 256
 
 typedef struct {
 	PGconn *conn;

@@ -115,13 +115,15 @@ static int kind_of(const http_req *req)
 	return req->hold_kind > 0 && req->hold_kind < HTTP_HOLD_KINDS ? req->hold_kind : HTTP_HOLD_PLAN;
 }
 
-unsigned long http_wake_gen(const http_req *req)
+unsigned long http_wake_gen_of(int kind)
 {
 	pthread_mutex_lock(&hold_lock);
-	unsigned long g = hold_gen[kind_of(req)];
+	unsigned long g = hold_gen[kind > 0 && kind < HTTP_HOLD_KINDS ? kind : HTTP_HOLD_PLAN];
 	pthread_mutex_unlock(&hold_lock);
 	return g;
 }
+
+unsigned long http_wake_gen(const http_req *req) { return http_wake_gen_of(kind_of(req)); }
 
 bool http_hold(http_req *req, unsigned long gen)
 {

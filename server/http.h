@@ -104,6 +104,9 @@ enum {
 #define HTTP_WAKE_ALL ((1u << HTTP_HOLD_KINDS) - 1)
 double http_now(void);
 unsigned long http_wake_gen(const http_req *req);
+/* The wake generation of the held requests of kind (HTTP_HOLD_*), as
+ * http_wake_gen gives a request of that kind. */
+unsigned long http_wake_gen_of(int kind);
 bool http_hold(http_req *req, unsigned long gen);
 /* Resume every held request of the kinds in mask (HTTP_WAKE bits): they
  * look at the state again.  Thread-safe; a no-op when none is held. */

@@ -25,6 +25,10 @@ void metrics_gradient_bytes(unsigned long long n) { atomic_fetch_add(&gradient_b
 
 void metrics_checkpoint_bytes(unsigned long long n) { atomic_fetch_add(&checkpoint_bytes, n); }
 
+static atomic_ullong plan_answers[2]; /* from the database, from the plan cache */
+
+void metrics_plan_answer(bool cached) { atomic_fetch_add(&plan_answers[cached], 1); }
+
 void metrics_observe(int status, double ms)
 {
 	double s = ms / 1e3;
@@ -171,6 +175,13 @@ void metrics_get(http_req *req)
 	    "# TYPE cotrain_checkpoint_bytes_received_total counter\n"
 	    "cotrain_checkpoint_bytes_received_total %llu\n",
 	    atomic_load(&gradient_bytes), atomic_load(&checkpoint_bytes));
+	put(&b,
+	    "# HELP cotrain_plan_answers_total Round plans answered (200), by where the answer came "
+	    "from.\n"
+	    "# TYPE cotrain_plan_answers_total counter\n"
+	    "cotrain_plan_answers_total{from=\"database\"} %llu\n"
+	    "cotrain_plan_answers_total{from=\"cache\"} %llu\n",
+	    atomic_load(&plan_answers[0]), atomic_load(&plan_answers[1]));
 	put(&b, "# HELP cotrain_http_requests_total HTTP requests answered, by status class.\n"
 	        "# TYPE cotrain_http_requests_total counter\n");
 	static const char *const cls[6] = { "other", "1xx", "2xx", "3xx", "4xx", "5xx" };

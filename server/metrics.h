@@ -6,6 +6,8 @@
 #ifndef COT_SERVER_METRICS_H
 #define COT_SERVER_METRICS_H
 
+#include <stdbool.h>
+
 /* Count one answered request that took ms milliseconds with this status.
  * Call from the HTTP layer's completion callback. */
 void metrics_observe(int status, double ms);
@@ -15,5 +17,9 @@ void metrics_observe(int status, double ms);
  * first stays 0. */
 void metrics_gradient_bytes(unsigned long long n);
 void metrics_checkpoint_bytes(unsigned long long n);
+
+/* Count one round plan answered (200), from the plan cache or the database
+ * (server/plan_cache.h). */
+void metrics_plan_answer(bool cached);
 
 #endif

@@ -20,6 +20,7 @@
 #include "server/grouping.h"
 #include "server/http.h"
 #include "server/load_balance.h"
+#include "server/plan_cache.h"
 #include "shared/common/deadline.h"
 #include "shared/common/log.h"
 
@@ -69,8 +70,9 @@ static const dbc_stmt st_expire = { "round_expire_averaging", "SELECT round_expi
 static const dbc_stmt st_spot_expire = { "spot_expire", "SELECT spot_expire()", 0 };
 static const dbc_stmt st_seed2_expire = { "round_seed2_expire", "SELECT round_seed2_expire()", 0 };
 static const dbc_stmt st_closing = { "round_closing",
-	                             "SELECT project_id, version FROM round WHERE state = 'closing'"
-	                             " ORDER BY closed_at LIMIT 100",
+	                             "SELECT r.project_id, r.version, p.name FROM round r"
+	                             " JOIN project p ON p.id = r.project_id WHERE r.state = 'closing'"
+	                             " ORDER BY r.closed_at LIMIT 100",
 	                             0 };
 static const dbc_stmt st_begin = { "round_plan_begin", "SELECT round_plan_begin($1, $2, $3)::text", 3 };
 static const dbc_stmt st_store = { "round_plan_store",
@@ -246,8 +248,9 @@ static void fail_round(const char *sp, const char *sv, const char *why)
 	run(&st_fail, params, NULL);
 }
 
-/* Plan one closing round, if it is ready. */
-static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
+/* Plan one closing round (project id sp, named name; version sv), if it is
+ * ready. */
+static void plan_round(const srv_config *cfg, const char *sp, const char *sv, const char *name)
 {
 	char timeout[24];
 	snprintf(timeout, sizeof timeout, "%d", cfg->round_report_timeout);
@@ -325,11 +328,15 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv)
 	const char *sparams[] = { sp, sv, slen, text, savg, cfg->round_cross_peers ? "true" : "false" };
 	int64_t t_store = deadline_now_ms();
 	if (run(&st_store, sparams, NULL)) {
+		/* Every member's answer in one query before the polls wake: they
+		 * find it after one check of the round's stamp (server/plan_cache.h). */
+		int64_t t_fill = deadline_now_ms();
+		plan_cache_fill(name, strtoll(sv, NULL, 10), http_wake_gen_of(HTTP_HOLD_PLAN));
 		http_wake(HTTP_WAKE(HTTP_HOLD_PLAN)); /* long polls waiting for the plan */
 		log_info("round coordinator: round %s of project %s planned: %d peers in %d groups, "
-		         "%llu parameters (grouped in %lld ms, stored in %lld ms)",
+		         "%llu parameters (grouped in %lld ms, stored in %lld ms, cached in %lld ms)",
 		         sv, sp, n, n_groups, (unsigned long long)len, (long long)(t_store - t_group),
-		         (long long)(deadline_now_ms() - t_store));
+		         (long long)(t_fill - t_store), (long long)(deadline_now_ms() - t_fill));
 	}
 out:
 	free(text);
@@ -413,7 +420,7 @@ static void pass(const srv_config *cfg)
 	if (!run(&st_closing, NULL, &r))
 		return;
 	for (int i = 0; i < PQntuples(r); i++)
-		plan_round(cfg, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1));
+		plan_round(cfg, PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2));
 	PQclear(r);
 }
 

@@ -1,11 +1,12 @@
 # cotrain tests: the checks that end every rounds end-to-end run
-# (tests/test_rounds_e2e.sh, tests/test_multi_server.sh): eight TAP checks.
+# (tests/test_rounds_e2e.sh, tests/test_multi_server.sh): nine TAP checks.
 # Source it after tests/tap.sh and tests/invariants.sh; call
 # rounds_replay_checks once the clients have stopped.  It reads $T (the
 # test's folder, the server's data folder in $T/srv), $B (top_builddir), $V
 # (the last committed version) and the project "tiny", and calls the test's
 # sql function.
 #
+#   - the plan cache's one query of all answers is each member's own;
 #   - the model never forks: every included peer holds the server's
 #     parameters after every committed round;
 #   - the committed rounds' work units are known for every version, and each
@@ -15,6 +16,19 @@
 #     (tests/replay_rounds) reaches the server's checkpoint of every version
 #     (the first 25) and its loss curve.
 rounds_replay_checks() {
+	# What the plan cache answers from (round_plan_all: every member's plan
+	# in one query) is round_plan_get's answer to each member, in every
+	# round still holding its plan.
+	plans=$(sql "select count(*) || ' ' || count(*) filter (where g.status <> 200 or g.body <> a.body)
+	  from round r join project p on p.id = r.project_id
+	  cross join lateral round_plan_all(p.name, r.version) a
+	  join host h on h.id = a.host_id
+	  cross join lateral round_plan_get(h.token_hash, p.name, r.version, a.host_id) g
+	  where p.name = 'tiny'")
+	members=$(sql "select count(*) from round r join project p on p.id = r.project_id
+	  join round_member m using (project_id, version) where p.name = 'tiny' and r.state not in ('open', 'closing')")
+	ok $([ "${plans% *}" = "$members" ] && [ "$members" -ge 2 ] && [ "${plans#* }" = 0 ]; echo $?) \
+		"every member's plan from the one query of all is its own look's (members, answers, differing: $members $plans)"
 	# The model never forks: in every committed round, every peer whose
 	# parameters the server accepted holds exactly the server's.
 	forks=$(sql "select count(*) from round r join round_member m using (project_id, version)

@@ -36,7 +36,7 @@ version_at_least() { [ "$(version)" -ge "$1" ] 2>/dev/null; }
 round_state() { sql "select state from round r join project p on p.id = r.project_id where p.name = 'tiny' and r.version = $1"; }
 now() { date +%s.%N; }
 
-plan 19
+plan 20
 
 mkdir -p "$T/text"
 head -c 60000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"

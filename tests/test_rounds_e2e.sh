@@ -101,7 +101,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-case $MODE in groups) plan 11 ;; xgroup) plan 19 ;; encoder) plan 10 ;; subword) plan 13 ;; *) plan 20 ;; esac
+case $MODE in groups) plan 13 ;; xgroup) plan 21 ;; encoder) plan 11 ;; subword) plan 14 ;; *) plan 22 ;; esac
 GROUPS_MODE=$(case $MODE in groups | xgroup) echo 1 ;; *) echo 0 ;; esac)
 
 mkdir -p "$T/text"
@@ -427,6 +427,18 @@ bad_credit=$(credit_wrong "$FPS" 2)
 ngranted=$(sql "select count(distinct version) from credit_grant where kind = 'round' and status = 'granted'")
 ok $([ "$ngranted" -ge 2 ] && [ -z "$bad_credit" ]; echo $?) \
 	"credit granted in $ngranted rounds is the accepted peers' reported samples x $FPS FLOPs / 4.32e11${bad_credit:+ (wrong: $bad_credit)}"
+fi
+
+# The plan cache (server/plan_cache.c): the plan polls held until a plan
+# came were answered from one query for all of them, not one each (with
+# five clients or more: with one or two, the first look, from the
+# database, may be the only one).
+if [ "$ENC" = 0 ]; then
+	curl -sf "http://127.0.0.1:$PORT/metrics" >"$T/metrics.txt"
+	pcache=$(sed -n 's/^cotrain_plan_answers_total{from="cache"} //p' "$T/metrics.txt")
+	pdb=$(sed -n 's/^cotrain_plan_answers_total{from="database"} //p' "$T/metrics.txt")
+	ok $([ "${pcache:-0}" -ge 1 ] && [ "${pdb:-0}" -ge 1 ]; echo $?) \
+		"held plan polls were answered from the plan cache ($pcache from it, $pdb from the database)"
 fi
 
 . "$top_srcdir/tests/rounds_checks.sh"
