@@ -1326,6 +1326,22 @@ CREATE FUNCTION public.round_cross_partition(p_project bigint, p_version integer
 $$;
 
 --
+-- Name: round_cross_partition_store(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_cross_partition_store(p_project bigint, p_version integer) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE round r
+       SET cross_partition = (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo,
+                                                                  'hi', x.hi, 'holders', x.holders)
+                                               ORDER BY x.idx)
+                                FROM round_cross_partition(p_project, p_version) x)
+     WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
+       AND r.n_groups >= 2
+$$;
+
+--
 -- Name: round_cross_slices(bigint, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1336,42 +1352,24 @@ DECLARE
     ro record;
     m  record;
 BEGIN
-    SELECT cross_peers, n_groups INTO ro FROM round WHERE project_id = p_project AND version = p_version;
+    SELECT cross_peers, n_groups, cross_partition INTO ro FROM round
+     WHERE project_id = p_project AND version = p_version;
     SELECT rm.lo, rm.hi INTO m FROM round_member rm
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host;
     IF NOT coalesce(ro.cross_peers, false) OR coalesce(ro.n_groups, 1) < 2 OR m.hi IS NULL
        OR m.hi <= m.lo THEN
         RETURN NULL;
     END IF;
+    IF ro.cross_partition IS NOT NULL THEN
+        RETURN (SELECT jsonb_agg(e ORDER BY (e->>'index')::bigint)
+                  FROM jsonb_array_elements(ro.cross_partition) e
+                 WHERE (e->>'lo')::bigint >= m.lo AND (e->>'hi')::bigint <= m.hi);
+    END IF;
     RETURN (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
                                                 'holders', x.holders) ORDER BY x.idx)
               FROM round_cross_partition(p_project, p_version) x
              WHERE x.lo >= m.lo AND x.hi <= m.hi);
 END
-$$;
-
---
--- Name: round_cross_slices_store(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.round_cross_slices_store(p_project bigint, p_version integer) RETURNS void
-    LANGUAGE sql
-    AS $$
-    -- Each aggregator's slices gathered by a subquery over the partition's
-    -- few rows, not by joining the members to a table of every member's
-    -- slices: with the new members' statistics still saying "one row", that
-    -- join ran as a nested loop through 1,000 rows of large JSON for each of
-    -- 1,000 members, 2.2 s a plan at 1,000 hosts (doc/scale.md, "Runs M").
-    WITH x AS MATERIALIZED (SELECT * FROM round_cross_partition(p_project, p_version))
-    UPDATE round_member m
-       SET cross_slices = (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo,
-                                                               'hi', x.hi, 'holders', x.holders)
-                                            ORDER BY x.idx)
-                             FROM x WHERE x.lo >= m.lo AND x.hi <= m.hi)
-     WHERE m.project_id = p_project AND m.version = p_version AND m.hi > m.lo
-       AND EXISTS (SELECT 1 FROM round r
-                    WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
-                      AND r.n_groups >= 2)
 $$;
 
 --
@@ -2316,10 +2314,17 @@ CREATE FUNCTION public.round_plan_bodies(p_project bigint, p_name text, p_config
                             || CASE WHEN r.params_sha256 IS NULL THEN '{}'::jsonb
                                     ELSE jsonb_build_object('params_sha256', r.params_sha256) END
                   END)::text, -1) AS head, -- without its closing brace
-               r.cross_peers
+               r.cross_peers, r.cross_partition IS NOT NULL AS kept
           FROM round r
          WHERE r.project_id = p_project AND r.version = p_version
            AND r.state NOT IN ('open', 'closing')),
+    -- The slices across groups kept at the plan (round_cross_partition_store),
+    -- each as text once.
+    sl AS MATERIALIZED (
+        SELECT (e->>'index')::bigint AS idx, (e->>'lo')::bigint AS lo, (e->>'hi')::bigint AS hi,
+               e::text AS t
+          FROM round r, jsonb_array_elements(r.cross_partition) e
+         WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers),
     grp AS MATERIALIZED (
         SELECT g.group_id, jsonb_agg(jsonb_build_object(
                    'host_id', g.host_id, 'endpoint', g.endpoint, 'samples', g.samples,
@@ -2334,13 +2339,15 @@ CREATE FUNCTION public.round_plan_bodies(p_project bigint, p_name text, p_config
     SELECT m.host_id,
            ro.head || ', "host_id": ' || m.host_id || ', "group": ' || m.group_id
            || ', "members": ' || grp.members
-           -- The slices are kept at the plan (round_cross_slices_store);
-           -- computed here only for a round planned before they were kept.
-           || CASE WHEN NOT ro.cross_peers THEN ''
-                   ELSE coalesce(', "cross": ' || coalesce(
-                            m.cross_slices,
-                            CASE WHEN m.hi > m.lo
-                                 THEN round_cross_slices(p_project, p_version, m.host_id) END)::text, '')
+           -- An aggregator's slices: those inside its range (as
+           -- round_cross_slices gives them), none for a member that
+           -- aggregates nothing or a round in one group (no partition kept).
+           || CASE WHEN NOT ro.cross_peers OR m.hi <= m.lo THEN ''
+                   WHEN ro.kept THEN coalesce(', "cross": [' || (
+                            SELECT string_agg(sl.t, ', ' ORDER BY sl.idx) FROM sl
+                             WHERE sl.lo >= m.lo AND sl.hi <= m.hi) || ']', '')
+                   ELSE coalesce(', "cross": '
+                                 || round_cross_slices(p_project, p_version, m.host_id)::text, '')
               END
            || '}'
       FROM ro, round_member m
@@ -2444,7 +2451,7 @@ BEGIN
                      n_groups = (SELECT count(DISTINCT group_id) FROM round_member
                                   WHERE project_id = p_project AND version = p_version)
      WHERE project_id = p_project AND version = p_version;
-    PERFORM round_cross_slices_store(p_project, p_version);
+    PERFORM round_cross_partition_store(p_project, p_version);
     RETURN true;
 END
 $$;
@@ -5266,6 +5273,7 @@ CREATE TABLE public.round (
     seed2 bigint,
     seed2_checked_at timestamp with time zone,
     report_spread_ms integer,
+    cross_partition jsonb,
     CONSTRAINT round_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT round_close_reason_check CHECK ((close_reason = ANY (ARRAY['target'::text, 'stragglers'::text]))),
     CONSTRAINT round_gradient_samples_check CHECK ((gradient_samples > 0)),
@@ -5339,7 +5347,6 @@ CREATE TABLE public.round_member (
     seed2_sketches jsonb,
     moments_sha256 text,
     checkpoint_refused boolean DEFAULT false NOT NULL,
-    cross_slices jsonb,
     CONSTRAINT round_member_check CHECK ((hi >= lo)),
     CONSTRAINT round_member_group_id_check CHECK ((group_id >= 0)),
     CONSTRAINT round_member_lo_check CHECK ((lo >= 0)),

@@ -231,12 +231,18 @@ elif [ "$MODE" = xgroup ]; then
 	  from round_member m join round r using (project_id, version) where r.state = 'committed' and r.cross_peers")
 	ok "$([ "${sk% *}" -ge 9 ] && [ "${sk#* }" = 0 ]; echo $?)" \
 		"the sketches of the averaged bytes pass their checks (aggregators' group sums sketched, hosts flagged: $sk)"
-	# The slices across groups that the plan kept for each aggregator
-	# (round_cross_slices_store, one query) are what the per-aggregator
-	# computation gives (round_cross_slices).
-	xs=$(sql "select count(*) filter (where m.cross_slices is not null) || ' ' ||
-	  count(*) filter (where m.cross_slices is distinct from round_cross_slices(m.project_id, m.version, m.host_id))
-	  from round_member m join round r using (project_id, version) where r.cross_peers and r.n_groups >= 2")
+	# The slices across groups in each aggregator's plan, taken from the
+	# partition kept at the plan (round_cross_partition_store), are those
+	# of a partition computed again now (round_cross_partition) inside its
+	# range.
+	xs=$(sql "select count(*) filter (where b.body::jsonb ? 'cross') || ' ' ||
+	  count(*) filter (where (b.body::jsonb -> 'cross') is distinct from
+	    (select jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi, 'holders', x.holders)
+	                      order by x.idx)
+	       from round_cross_partition(m.project_id, m.version) x where x.lo >= m.lo and x.hi <= m.hi))
+	  from round_member m join round r using (project_id, version) join project p on p.id = r.project_id
+	  cross join lateral round_plan_bodies(r.project_id, p.name, p.config, r.version, m.host_id) b
+	  where r.cross_peers and r.n_groups >= 2 and m.hi > m.lo and r.cross_partition is not null")
 	ok "$([ "${xs% *}" -ge 6 ] && [ "${xs#* }" = 0 ]; echo $?)" \
 		"each aggregator's slices across groups kept at the plan are the ones computed for it alone (kept, differing: $xs)"
 	# The checkpoints of v+1 that client 1 uploaded with other moments than

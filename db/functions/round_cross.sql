@@ -55,21 +55,26 @@ $$;
 -- The slices of host p_host's range in round p_version (of
 -- round_cross_partition): [{"index", "lo", "hi", "holders"}, ...]
 -- ascending, or NULL when the round is not cross_peers, has one group, or
--- the host aggregates nothing.  round_plan_get reads what
--- round_cross_slices_store kept; this computes it (a round planned before
--- that was kept).
+-- the host aggregates nothing.  Taken from the partition kept at the plan
+-- (round.cross_partition); computed for a round planned before it was kept.
 CREATE OR REPLACE FUNCTION round_cross_slices(p_project bigint, p_version integer, p_host bigint)
 RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
 DECLARE
     ro record;
     m  record;
 BEGIN
-    SELECT cross_peers, n_groups INTO ro FROM round WHERE project_id = p_project AND version = p_version;
+    SELECT cross_peers, n_groups, cross_partition INTO ro FROM round
+     WHERE project_id = p_project AND version = p_version;
     SELECT rm.lo, rm.hi INTO m FROM round_member rm
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host;
     IF NOT coalesce(ro.cross_peers, false) OR coalesce(ro.n_groups, 1) < 2 OR m.hi IS NULL
        OR m.hi <= m.lo THEN
         RETURN NULL;
+    END IF;
+    IF ro.cross_partition IS NOT NULL THEN
+        RETURN (SELECT jsonb_agg(e ORDER BY (e->>'index')::bigint)
+                  FROM jsonb_array_elements(ro.cross_partition) e
+                 WHERE (e->>'lo')::bigint >= m.lo AND (e->>'hi')::bigint <= m.hi);
     END IF;
     RETURN (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
                                                 'holders', x.holders) ORDER BY x.idx)
@@ -78,29 +83,24 @@ BEGIN
 END
 $$;
 
--- Every aggregator's slices of round p_version (what round_cross_slices
--- gives each one), from one partition of the round, kept in
--- round_member.cross_slices for round_plan_get to read: once per plan, not
--- once per aggregator's poll (each of which read every member).  Called by
--- round_plan_store once the members are in; nothing for a round that is not
--- cross_peers or has one group.
-CREATE OR REPLACE FUNCTION round_cross_slices_store(p_project bigint, p_version integer) RETURNS void
-LANGUAGE sql AS $$
-    -- Each aggregator's slices gathered by a subquery over the partition's
-    -- few rows, not by joining the members to a table of every member's
-    -- slices: with the new members' statistics still saying "one row", that
-    -- join ran as a nested loop through 1,000 rows of large JSON for each of
-    -- 1,000 members, 2.2 s a plan at 1,000 hosts (doc/scale.md, "Runs M").
-    WITH x AS MATERIALIZED (SELECT * FROM round_cross_partition(p_project, p_version))
-    UPDATE round_member m
-       SET cross_slices = (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo,
-                                                               'hi', x.hi, 'holders', x.holders)
-                                            ORDER BY x.idx)
-                             FROM x WHERE x.lo >= m.lo AND x.hi <= m.hi)
-     WHERE m.project_id = p_project AND m.version = p_version AND m.hi > m.lo
-       AND EXISTS (SELECT 1 FROM round r
-                    WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
-                      AND r.n_groups >= 2)
+-- Keep round p_version's partition (round_cross_partition) on the round, as
+-- [{"index", "lo", "hi", "holders"}, ...] ascending, for its plan's answers
+-- to take each aggregator's slices from (round_plan_bodies): once per plan,
+-- about 30 slices and 160 KB at 1,000 hosts.  (Each aggregator's slices
+-- kept on its member row were 10 MB at 1,000 hosts, a third of a second to
+-- write; doc/scale.md, "Runs N".)  Called by round_plan_store once the
+-- members are in; nothing for a round that is not cross_peers or has one
+-- group.
+DROP FUNCTION IF EXISTS round_cross_slices_store(bigint, integer);
+CREATE OR REPLACE FUNCTION round_cross_partition_store(p_project bigint, p_version integer)
+RETURNS void LANGUAGE sql AS $$
+    UPDATE round r
+       SET cross_partition = (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo,
+                                                                  'hi', x.hi, 'holders', x.holders)
+                                               ORDER BY x.idx)
+                                FROM round_cross_partition(p_project, p_version) x)
+     WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers
+       AND r.n_groups >= 2
 $$;
 
 -- Every group of round p_version posted its mean's hash: when they all

@@ -138,7 +138,7 @@ BEGIN
                      n_groups = (SELECT count(DISTINCT group_id) FROM round_member
                                   WHERE project_id = p_project AND version = p_version)
      WHERE project_id = p_project AND version = p_version;
-    PERFORM round_cross_slices_store(p_project, p_version);
+    PERFORM round_cross_partition_store(p_project, p_version);
     RETURN true;
 END
 $$;
@@ -190,10 +190,17 @@ RETURNS TABLE (host_id bigint, body text) LANGUAGE sql STABLE AS $$
                             || CASE WHEN r.params_sha256 IS NULL THEN '{}'::jsonb
                                     ELSE jsonb_build_object('params_sha256', r.params_sha256) END
                   END)::text, -1) AS head, -- without its closing brace
-               r.cross_peers
+               r.cross_peers, r.cross_partition IS NOT NULL AS kept
           FROM round r
          WHERE r.project_id = p_project AND r.version = p_version
            AND r.state NOT IN ('open', 'closing')),
+    -- The slices across groups kept at the plan (round_cross_partition_store),
+    -- each as text once.
+    sl AS MATERIALIZED (
+        SELECT (e->>'index')::bigint AS idx, (e->>'lo')::bigint AS lo, (e->>'hi')::bigint AS hi,
+               e::text AS t
+          FROM round r, jsonb_array_elements(r.cross_partition) e
+         WHERE r.project_id = p_project AND r.version = p_version AND r.cross_peers),
     grp AS MATERIALIZED (
         SELECT g.group_id, jsonb_agg(jsonb_build_object(
                    'host_id', g.host_id, 'endpoint', g.endpoint, 'samples', g.samples,
@@ -208,13 +215,15 @@ RETURNS TABLE (host_id bigint, body text) LANGUAGE sql STABLE AS $$
     SELECT m.host_id,
            ro.head || ', "host_id": ' || m.host_id || ', "group": ' || m.group_id
            || ', "members": ' || grp.members
-           -- The slices are kept at the plan (round_cross_slices_store);
-           -- computed here only for a round planned before they were kept.
-           || CASE WHEN NOT ro.cross_peers THEN ''
-                   ELSE coalesce(', "cross": ' || coalesce(
-                            m.cross_slices,
-                            CASE WHEN m.hi > m.lo
-                                 THEN round_cross_slices(p_project, p_version, m.host_id) END)::text, '')
+           -- An aggregator's slices: those inside its range (as
+           -- round_cross_slices gives them), none for a member that
+           -- aggregates nothing or a round in one group (no partition kept).
+           || CASE WHEN NOT ro.cross_peers OR m.hi <= m.lo THEN ''
+                   WHEN ro.kept THEN coalesce(', "cross": [' || (
+                            SELECT string_agg(sl.t, ', ' ORDER BY sl.idx) FROM sl
+                             WHERE sl.lo >= m.lo AND sl.hi <= m.hi) || ']', '')
+                   ELSE coalesce(', "cross": '
+                                 || round_cross_slices(p_project, p_version, m.host_id)::text, '')
               END
            || '}'
       FROM ro, round_member m
