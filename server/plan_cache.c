@@ -71,18 +71,25 @@ static bool same_token(const char *a, const char *b)
 	return d == 0;
 }
 
-/* The round's stamp now, into out; false when the query fails or there is
- * no round. */
-static bool read_stamp(const char *project, long long version, char out[STAMP_HEX + 1])
+/* Run st (parameters: project, version) on this thread's connection: its
+ * result (the caller PQclear()s), or NULL with the error in *eb. */
+static PGresult *round_query(const dbc_stmt *st, const char *project, long long version, cot_errbuf *eb)
 {
 	char sv[24];
 	snprintf(sv, sizeof sv, "%lld", version);
 	const char *params[] = { project, sv };
 	PGresult *r = NULL;
 	char sqlstate[6];
+	return dbc_exec(st, params, &r, sqlstate, eb) == COT_OK ? r : NULL;
+}
+
+/* The round's stamp now, into out; false when the query fails or there is
+ * no round. */
+static bool read_stamp(const char *project, long long version, char out[STAMP_HEX + 1])
+{
 	cot_errbuf eb = { 0 };
-	bool ok = dbc_exec(&st_stamp, params, &r, sqlstate, &eb) == COT_OK && PQntuples(r) == 1 &&
-	          PQgetlength(r, 0, 0) == STAMP_HEX;
+	PGresult *r = round_query(&st_stamp, project, version, &eb);
+	bool ok = r && PQntuples(r) == 1 && PQgetlength(r, 0, 0) == STAMP_HEX;
 	if (ok)
 		memcpy(out, PQgetvalue(r, 0, 0), STAMP_HEX + 1);
 	PQclear(r);
@@ -208,13 +215,9 @@ void plan_cache_fill(const char *project, long long version, unsigned long gen)
 	if (!s)
 		return;
 	double t0 = http_now();
-	char sv[24];
-	snprintf(sv, sizeof sv, "%lld", version);
-	const char *params[] = { project, sv };
-	PGresult *r = NULL;
-	char sqlstate[6];
 	cot_errbuf eb = { 0 };
-	bool ok = dbc_exec(&st_all, params, &r, sqlstate, &eb) == COT_OK;
+	PGresult *r = round_query(&st_all, project, version, &eb);
+	bool ok = r != NULL;
 	if (!ok)
 		log_warn("plan cache: could not fetch the plans of round %lld of project %s: %s", version,
 		         project, eb.msg);
