@@ -164,7 +164,6 @@ $$;
 -- the aggregators' slices took three times as long): 75 ms for the 1,000
 -- answers (12 MB) of a round of tests/bench/bench-scale.sh, against 0.5 ms
 -- for one.
-DROP FUNCTION IF EXISTS round_plan_bodies(bigint, text, jsonb, integer, bigint);
 CREATE OR REPLACE FUNCTION round_plan_bodies(p_project bigint, p_name text, p_config jsonb,
                                              p_version integer, p_host bigint)
 RETURNS TABLE (host_id bigint, body text) LANGUAGE sql STABLE AS $$
@@ -298,9 +297,8 @@ $$;
 -- (round_plan_stamp): what cotrain-server's plan cache (server/plan_cache.c)
 -- answers a round's thousand held plan polls from, in one query instead of
 -- one each.  Hosts whose token is revoked, or whose account is disabled,
--- are left out.  No rows while the round is open or closing, or when there
+-- are left out (as host_auth refuses them).  No rows while the round is open or closing, or when there
 -- is no such round.  In no order.
-DROP FUNCTION IF EXISTS round_plan_all(text, integer);
 CREATE OR REPLACE FUNCTION round_plan_all(p_project text, p_version integer)
 RETURNS TABLE (host_id bigint, token_sha256 text, has_gradient boolean, stamp text, body text)
 LANGUAGE sql STABLE AS $$
