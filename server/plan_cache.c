@@ -96,11 +96,13 @@ static bool read_stamp(const char *project, long long version, char out[STAMP_HE
 	return ok;
 }
 
-/* Keep s (busy, ours) at generation gen when the round's stamp did not
- * change since its fetch, else drop it.  Takes and gives back the lock. */
-static void recheck(plan_slot *s, const char *project, long long version, unsigned long gen)
+/* Keep s (busy, ours) at the plan polls' wake generation now when the
+ * round's stamp did not change since its fetch, else drop it.  Takes and
+ * gives back the lock. */
+static void recheck(plan_slot *s, const char *project, long long version)
 {
 	pthread_mutex_unlock(&lock);
+	unsigned long gen = http_wake_gen_of(HTTP_HOLD_PLAN); /* before the look */
 	char now[STAMP_HEX + 1];
 	bool same = read_stamp(project, version, now);
 	pthread_mutex_lock(&lock);
@@ -119,9 +121,9 @@ char *plan_cache_get(const char *project, long long version, long long host, con
 	char *out = NULL;
 	pthread_mutex_lock(&lock);
 	plan_slot *s = find(project, version);
-	if (s && !s->busy && young(s) && s->gen != gen) {
+	if (s && !s->busy && young(s) && s->gen < gen) { /* woken since: still so? */
 		s->busy = true;
-		recheck(s, project, version, gen);
+		recheck(s, project, version);
 	}
 	if (s && young(s) && s->gen == gen) {
 		size_t lo = 0, hi = s->n;
