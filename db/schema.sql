@@ -1352,18 +1352,12 @@ DECLARE
     ro record;
     m  record;
 BEGIN
-    SELECT cross_peers, n_groups, cross_partition INTO ro FROM round
-     WHERE project_id = p_project AND version = p_version;
+    SELECT cross_peers, n_groups INTO ro FROM round WHERE project_id = p_project AND version = p_version;
     SELECT rm.lo, rm.hi INTO m FROM round_member rm
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host;
     IF NOT coalesce(ro.cross_peers, false) OR coalesce(ro.n_groups, 1) < 2 OR m.hi IS NULL
        OR m.hi <= m.lo THEN
         RETURN NULL;
-    END IF;
-    IF ro.cross_partition IS NOT NULL THEN
-        RETURN (SELECT jsonb_agg(e ORDER BY (e->>'index')::bigint)
-                  FROM jsonb_array_elements(ro.cross_partition) e
-                 WHERE (e->>'lo')::bigint >= m.lo AND (e->>'hi')::bigint <= m.hi);
     END IF;
     RETURN (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
                                                 'holders', x.holders) ORDER BY x.idx)

@@ -109,16 +109,16 @@ double http_now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+/* kind, HTTP_HOLD_PLAN when out of range. */
+static int kind_index(int kind) { return kind > 0 && kind < HTTP_HOLD_KINDS ? kind : HTTP_HOLD_PLAN; }
+
 /* The kind of a held request, HTTP_HOLD_PLAN when out of range. */
-static int kind_of(const http_req *req)
-{
-	return req->hold_kind > 0 && req->hold_kind < HTTP_HOLD_KINDS ? req->hold_kind : HTTP_HOLD_PLAN;
-}
+static int kind_of(const http_req *req) { return kind_index(req->hold_kind); }
 
 unsigned long http_wake_gen_of(int kind)
 {
 	pthread_mutex_lock(&hold_lock);
-	unsigned long g = hold_gen[kind > 0 && kind < HTTP_HOLD_KINDS ? kind : HTTP_HOLD_PLAN];
+	unsigned long g = hold_gen[kind_index(kind)];
 	pthread_mutex_unlock(&hold_lock);
 	return g;
 }

@@ -113,6 +113,19 @@ static void recheck(plan_slot *s, const char *project, long long version)
 	s->busy = false;
 }
 
+/* The slot of (project, version), NULL when none; its stamp checked first
+ * when a wake-up of the plan polls came since its fetch or its last check
+ * (lock held; given back during the check). */
+static plan_slot *look_up(const char *project, long long version, unsigned long gen)
+{
+	plan_slot *s = find(project, version);
+	if (s && !s->busy && young(s) && s->gen < gen) { /* woken since: still so? */
+		s->busy = true;
+		recheck(s, project, version);
+	}
+	return s;
+}
+
 char *plan_cache_get(const char *project, long long version, long long host, const char *token_param,
                      unsigned long gen, size_t *len, bool *has_gradient)
 {
@@ -120,11 +133,7 @@ char *plan_cache_get(const char *project, long long version, long long host, con
 		return NULL;
 	char *out = NULL;
 	pthread_mutex_lock(&lock);
-	plan_slot *s = find(project, version);
-	if (s && !s->busy && young(s) && s->gen < gen) { /* woken since: still so? */
-		s->busy = true;
-		recheck(s, project, version);
-	}
+	plan_slot *s = look_up(project, version, gen);
 	if (s && young(s) && s->gen == gen) {
 		size_t lo = 0, hi = s->n;
 		while (lo < hi) {
@@ -150,7 +159,7 @@ char *plan_cache_get(const char *project, long long version, long long host, con
  * snapshot is there, or a thread is busy with it, or with every slot. */
 static plan_slot *claim(const char *project, long long version, unsigned long gen)
 {
-	plan_slot *s = find(project, version);
+	plan_slot *s = look_up(project, version, gen); /* a stamp check costs less than a fetch */
 	if (s && (s->busy || (young(s) && s->gen == gen)))
 		return NULL;
 	if (!s) { /* the empty slot, or else the one fetched longest ago */

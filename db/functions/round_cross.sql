@@ -55,26 +55,21 @@ $$;
 -- The slices of host p_host's range in round p_version (of
 -- round_cross_partition): [{"index", "lo", "hi", "holders"}, ...]
 -- ascending, or NULL when the round is not cross_peers, has one group, or
--- the host aggregates nothing.  Taken from the partition kept at the plan
--- (round.cross_partition); computed for a round planned before it was kept.
+-- the host aggregates nothing.  Computed from the members' ranges: a plan's
+-- answers take a kept partition instead (round.cross_partition,
+-- round_plan_bodies), and this only for a round planned before it was kept.
 CREATE OR REPLACE FUNCTION round_cross_slices(p_project bigint, p_version integer, p_host bigint)
 RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
 DECLARE
     ro record;
     m  record;
 BEGIN
-    SELECT cross_peers, n_groups, cross_partition INTO ro FROM round
-     WHERE project_id = p_project AND version = p_version;
+    SELECT cross_peers, n_groups INTO ro FROM round WHERE project_id = p_project AND version = p_version;
     SELECT rm.lo, rm.hi INTO m FROM round_member rm
      WHERE rm.project_id = p_project AND rm.version = p_version AND rm.host_id = p_host;
     IF NOT coalesce(ro.cross_peers, false) OR coalesce(ro.n_groups, 1) < 2 OR m.hi IS NULL
        OR m.hi <= m.lo THEN
         RETURN NULL;
-    END IF;
-    IF ro.cross_partition IS NOT NULL THEN
-        RETURN (SELECT jsonb_agg(e ORDER BY (e->>'index')::bigint)
-                  FROM jsonb_array_elements(ro.cross_partition) e
-                 WHERE (e->>'lo')::bigint >= m.lo AND (e->>'hi')::bigint <= m.hi);
     END IF;
     RETURN (SELECT jsonb_agg(jsonb_build_object('index', x.idx, 'lo', x.lo, 'hi', x.hi,
                                                 'holders', x.holders) ORDER BY x.idx)
