@@ -163,7 +163,7 @@ static json_t *cmd_attach(cl_daemon *d, const json_t *req, cot_err *rc, cot_errb
 	cl_api_opts o;
 	cl_daemon_api_opts(d, &o);
 	cl_hostinfo hw = d->hw;
-	hw.flops = d->st.bench_flops > 1 ? d->st.bench_flops : 1e9;
+	hw.flops = d->hw.flops > 1 ? d->hw.flops : 1e9; /* a faster GPU's, when it computes */
 	cl_hostinfo_machine_id(d->st.machine_secret, p->base, p->name, hw.machine_id);
 	pthread_mutex_unlock(&d->lock);
 	if (dup) {

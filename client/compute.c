@@ -17,6 +17,7 @@
 #include "kernels/model.h"
 #include "kernels/opt_json.h"
 #include "kernels/stream_step.h"
+#include "shared/common/fault.h"
 #include "shared/common/filestore.h"
 #include "shared/common/log.h"
 #include "shared/common/microbatch.h"
@@ -496,8 +497,11 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 		memcpy(c->fake_delta, c->m->grads, n * sizeof *c->fake_delta);
 	float l = 0;
 	gpu_follow(c);
-	rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch, (float)c->B, &l,
-	                      eb);
+	if (c->gpu >= 0 && fault_point("gpu-step", (int64_t)c->m->step))
+		rc = cot_seterr(eb, COT_ERR_IO, "a device fault injected by the fault point gpu-step");
+	else
+		rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch,
+		                      (float)c->B, &l, eb);
 	if (rc && c->gpu >= 0 && (rc == COT_ERR_NOMEM || rc == COT_ERR_IO)) {
 		/* The GPU failed (out of its memory, a device fault): nothing was
 		 * added to the gradient, so the microbatch is computed again on

@@ -1,6 +1,6 @@
 /* The CUDA backend against the CPU backend, on a GPU (issue: GPU volunteers).
  *
- *   test_gpu_kernels [--quick]
+ *   test_gpu_kernels [--quick | --probe]
  *
  * Each layer's forward and backward on the same random inputs: fp32 within
  * 1e-5 relative (max abs error over max abs value), bf16 (and tf32) within
@@ -14,7 +14,8 @@
  * machines of CI) it checks the CPU fallback instead: a bind refuses with a
  * clear message, the model stays on the CPU and still trains; the GPU checks
  * are skipped with that message as the reason.  --quick leaves out the
- * sahaj shape. */
+ * sahaj shape.  --probe tests nothing: it prints whether a GPU is usable
+ * (or why not) and exits 0 when one is, for scripts that need one. */
 #include "kernels/gpu.h"
 #include "kernels/attention.h"
 #include "kernels/backend.h"
@@ -499,6 +500,7 @@ static void fallback_test(const char *why)
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+	int probe = argc > 1 && strcmp(argv[1], "--probe") == 0;
 	kern_rng_seed(&rng, 20261126);
 	/* the build tree's backend (tests/tests.am), unless one is named */
 	const char *lib = getenv("COTRAIN_TEST_CUDA_LIB");
@@ -508,6 +510,10 @@ int main(int argc, char **argv)
 	char why[256] = "";
 	api = kern_gpu_api_get(why, sizeof why);
 	int n = kern_gpu_count(why, sizeof why);
+	if (probe) { /* for the scripts: a usable GPU or why not, no test */
+		printf("%s\n", api && n > 0 ? "a GPU is usable" : why);
+		return api && n > 0 ? 0 : 1;
+	}
 	if (!api || n <= 0) {
 		diag("no GPU: %s", why);
 		fallback_test(why);

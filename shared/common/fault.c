@@ -14,9 +14,10 @@
 
 #include "shared/common/log.h"
 
-static const char *const points[] = { "before-report",  "before-slices",      "mid-slice",  "after-slices",
-	                              "before-outcome", "aggregator-mid-sum", "cross-stage" };
-static const char *const actions[] = { "stop", "die", "silent" };
+static const char *const points[] = { "before-report",  "before-slices",      "mid-slice",   "after-slices",
+	                              "before-outcome", "aggregator-mid-sum", "cross-stage", "gpu-step" };
+static const char *const actions[] = { "stop", "die", "silent", "fail" };
+enum { ACTION_FAIL = 3 };
 
 static int point = -1; /* index in points, -1 when no hook is set */
 static int action = -1;
@@ -54,6 +55,9 @@ cot_err fault_init(cot_errbuf *eb)
 	if (!ac || (action = lookup(actions, sizeof actions / sizeof *actions, ac)) < 0)
 		return cot_seterr(eb, COT_ERR_INVALID, "COTRAIN_FAULT names an unknown action \"%s\"",
 		                  ac ? ac : "");
+	if (action == ACTION_FAIL && strcmp(pt, "gpu-step") != 0)
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "COTRAIN_FAULT: the action \"fail\" is only for the point \"gpu-step\"");
 	if (ver) {
 		char *end;
 		errno = 0;
@@ -88,20 +92,22 @@ static void drain_stderr(void)
 	nanosleep(&settle, NULL);
 }
 
-void fault_point(const char *name, int64_t version)
+bool fault_point(const char *name, int64_t version)
 {
 	if (point < 0 || strcmp(points[point], name) != 0 ||
 	    (only_version >= 0 && (from_version ? version < only_version : version != only_version)))
-		return;
+		return false;
 	int expected = 0;
 	if (!atomic_compare_exchange_strong(&fired, &expected, 1))
-		return;
+		return false;
 	log_warn("fault point %s: %s (round %lld)", name, actions[action], (long long)version);
+	if (action == ACTION_FAIL)
+		return true;
 	drain_stderr();
 	switch (action) {
 	case 0:
 		raise(SIGSTOP);
-		return;
+		return false;
 	case 1:
 		_exit(137);
 	default:

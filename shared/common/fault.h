@@ -13,7 +13,8 @@
  * only, when given; with "+", in the first round from VERSION on): "stop" raises SIGSTOP on itself, "die" leaves at once
  * with _exit (no cleanup; the kernel resets the sockets, like kill -9),
  * "silent" blocks the calling thread for good, sockets held open, the
- * process alive.  It fires once.  A warning "fault point NAME: ACTION" is
+ * process alive; "fail" (gpu-step only) makes the caller fail that step
+ * as a device fault would.  It fires once.  A warning "fault point NAME: ACTION" is
  * logged before acting, so that a test sees it fired.
  *
  * It lets the tests make one peer fail at an exact step.  It gives a
@@ -21,6 +22,7 @@
 #ifndef COT_FAULT_H
 #define COT_FAULT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "shared/common/error.h"
@@ -32,7 +34,8 @@ cot_err fault_init(cot_errbuf *eb);
 
 /* The process reached point name in round version: act when the hook is
  * set for it and has not fired yet; return otherwise (at once when no hook
- * is set).  Thread-safe. */
-void fault_point(const char *name, int64_t version);
+ * is set).  True only when the action is "fail": the caller then fails
+ * the step itself.  Thread-safe. */
+bool fault_point(const char *name, int64_t version);
 
 #endif
