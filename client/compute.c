@@ -24,6 +24,9 @@
 #include "shared/common/shard.h"
 #include "shared/common/sketch.h"
 
+/* Microbatches whose gradient the GPU holds at most before it comes home. */
+#define CL_HELD_MAX 64
+
 struct cl_compute {
 	kern_model *m;
 	int64_t lo, hi; /* stream microbatches allowed */
@@ -56,6 +59,14 @@ struct cl_compute {
 	 * stays on the CPU). */
 	int gpu, precision;
 	bool gpu_failed;
+	/* In sync mode on a GPU the gradient sums there between the points
+	 * that read it (kern_gpu_keep_grads; grads_home brings it into
+	 * m->grads): held_g[held_n] are the microbatches it holds, which a GPU
+	 * failure makes the session compute again on the CPU, and held_sk the
+	 * sketch of the held gradient at the last logged row. */
+	int64_t held_g[CL_HELD_MAX];
+	size_t held_n;
+	double held_sk[SKETCH_K_MAX];
 	/* COTRAIN_CHEAT=skip-half (client/cheat.h): the last computed
 	 * microbatch's change of the gradient sum, which a faked one adds
 	 * again, so that the bytes sent match the copied sketches and only a
@@ -91,28 +102,90 @@ static void set_device_text(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Microbatch g on the CPU, added into the gradient (its tokens into c->in
+ * and c->tgt). */
+static cot_err cpu_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf *eb)
+{
+	cot_err rc = mb_fill(&c->shape, c->spans, c->nspans, g, c->in, c->tgt, eb);
+	return rc ? rc
+	          : kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch, (float)c->B,
+	                             loss, eb);
+}
+
+/* The GPU failed (why): the session computes on the CPU from now on, and
+ * the microbatches whose gradient the GPU held, lost with it (m->grads
+ * never had them), are computed again there.  Their sketches stay the
+ * ones logged: the next row, the sum's change from the CPU's view, takes
+ * up the difference. */
+static cot_err gpu_failed_now(cl_compute *c, const char *why, cot_errbuf *eb)
+{
+	size_t n = c->held_n;
+	if (n)
+		log_warn("GPU %d held the gradient of %zu microbatches, lost with it: computing them again "
+		         "on "
+		         "the CPU",
+		         c->gpu, n);
+	kern_gpu_unbind(c->m);
+	c->gpu = -1;
+	c->gpu_failed = true;
+	c->held_n = 0;
+	memset(c->held_sk, 0, sizeof c->held_sk);
+	set_device_text("CPU (GPU failed: %s)", why);
+	for (size_t i = 0; i < n; i++) {
+		float l;
+		cot_err rc = cpu_microbatch(c, c->held_g[i], &l, eb);
+		if (rc)
+			return rc;
+	}
+	return COT_OK;
+}
+
+/* Bring the gradient the GPU holds into m->grads, before anything reads
+ * it there. */
+static cot_err grads_home(cl_compute *c, cot_errbuf *eb)
+{
+	if (!c->held_n)
+		return COT_OK;
+	cot_errbuf e2 = { "", "" };
+	if (kern_gpu_grads_home(c->m, &e2)) {
+		log_warn("GPU %d failed bringing the gradient home: %s; computing on the CPU from now on",
+		         c->gpu, e2.msg);
+		return gpu_failed_now(c, e2.msg, eb);
+	}
+	c->held_n = 0;
+	memset(c->held_sk, 0, sizeof c->held_sk);
+	return COT_OK;
+}
+
 /* Bind the session's model to the GPU the daemon wants, or back to the
  * CPU, before a microbatch.  A model the GPU cannot take (an encoder, too
- * large for its memory, no device) stays on the CPU with one log line. */
-static void gpu_follow(cl_compute *c)
+ * large for its memory, no device) stays on the CPU with one log line.  In
+ * sync mode the GPU keeps the gradient (kern_gpu_keep_grads); local mode's
+ * inner steps, and the cheat hook, read it after every microbatch. */
+static cot_err gpu_follow(cl_compute *c, cot_errbuf *eb)
 {
 	int want = __atomic_load_n(&want_gpu, __ATOMIC_RELAXED);
 	if (c->gpu_failed)
 		want = -1;
 	if (want == c->gpu)
-		return;
+		return COT_OK;
+	cot_err rc = grads_home(c, eb);
+	if (rc || c->gpu_failed)
+		return rc;
 	kern_gpu_unbind(c->m);
 	c->gpu = -1;
 	if (want < 0) {
 		set_device_text("CPU");
-		return;
+		return COT_OK;
 	}
-	cot_errbuf eb = { "", "" };
-	if (kern_gpu_bind(c->m, want, c->precision, &eb)) {
-		log_warn("cannot compute on GPU %d: %s; computing on the CPU", want, eb.msg);
-		set_device_text("CPU (GPU %d: %s)", want, eb.msg);
+	cot_errbuf e2 = { "", "" };
+	if (kern_gpu_bind(c->m, want, c->precision, &e2) ||
+	    kern_gpu_keep_grads(c->m, !c->local && !cl_cheat_skips(), &e2)) {
+		log_warn("cannot compute on GPU %d: %s; computing on the CPU", want, e2.msg);
+		set_device_text("CPU (GPU %d: %s)", want, e2.msg);
+		kern_gpu_unbind(c->m);
 		c->gpu_failed = true;
-		return;
+		return COT_OK;
 	}
 	c->gpu = want;
 	char why[200] = "";
@@ -123,6 +196,7 @@ static void gpu_follow(cl_compute *c)
 	log_info("computing on GPU %d (%s), products in %s", want, info.name,
 	         kern_precision_name(c->precision));
 	set_device_text("GPU %d (%s, %s)", want, info.name, kern_precision_name(c->precision));
+	return COT_OK;
 }
 
 static void to_config(const cl_project *p, kern_config *c) { *c = p->model; }
@@ -170,10 +244,13 @@ static void blocks_drop(cl_compute *c)
  * starts here.  Out of memory, the version keeps no blocks (logged; the
  * check under the second seed then finds them missing and denies the
  * round): the training goes on. */
-static void block_close(cl_compute *c)
+static cot_err block_close(cl_compute *c, cot_errbuf *eb)
 {
 	if (!c->bk_b || !c->bk_count)
-		return;
+		return COT_OK;
+	cot_err rc = grads_home(c, eb);
+	if (rc)
+		return rc;
 	size_t n = c->m->n_params;
 	if (c->bk_n == c->bk_cap) {
 		size_t cap = c->bk_cap ? 2 * c->bk_cap : 16;
@@ -193,31 +270,34 @@ static void block_close(cl_compute *c)
 	}
 	c->bk[c->bk_n++] = (cl_block){ .first = c->bk_first, .count = c->bk_count, .grad = g };
 	c->bk_count = 0;
-	return;
+	return COT_OK;
 nomem:
 	log_warn("out of memory for the gradient blocks kept for the check under a second seed: this "
 	         "version keeps none");
 	blocks_drop(c);
+	return COT_OK;
 }
 
 /* Before microbatch g joins the gradient sum: a block holds consecutive
  * microbatches only, so the open block closes when g does not follow it. */
-static void block_before(cl_compute *c, int64_t g)
+static cot_err block_before(cl_compute *c, int64_t g, cot_errbuf *eb)
 {
 	if (c->bk_b && c->bk_count && g != c->bk_first + c->bk_count)
-		block_close(c);
+		return block_close(c, eb);
+	return COT_OK;
 }
 
 /* Microbatch g joined the gradient sum: count it in the open block, which
  * closes when it holds bk_b. */
-static void block_after(cl_compute *c, int64_t g)
+static cot_err block_after(cl_compute *c, int64_t g, cot_errbuf *eb)
 {
 	if (!c->bk_b)
-		return;
+		return COT_OK;
 	if (!c->bk_count)
 		c->bk_first = g;
 	if (++c->bk_count >= c->bk_b)
-		block_close(c);
+		return block_close(c, eb);
+	return COT_OK;
 }
 
 void cl_compute_close(cl_compute *c)
@@ -419,8 +499,13 @@ cot_err cl_compute_retarget(cl_compute *c, const cl_project *p, const cl_work *w
                             cot_errbuf *eb)
 {
 	/* A block never spans two units: a spot check recomputes one block of
-	 * one unit (doc/credit.md). */
-	block_close(c);
+	 * one unit (doc/credit.md).  (First the gradient home: a GPU failing
+	 * then computes its microbatches again from this unit's tokens.) */
+	cot_err rc = grads_home(c, eb);
+	if (!rc)
+		rc = block_close(c, eb);
+	if (rc)
+		return rc;
 	/* A session goes on across versions: the unit of a later version may
 	 * bring another inner optimizer (a project update). */
 	if (c->local) {
@@ -430,19 +515,24 @@ cot_err cl_compute_retarget(cl_compute *c, const cl_project *p, const cl_work *w
 			return cot_seterr(eb, COT_ERR_INVALID, "work unit %lld has an unusable optimizer: %s",
 			                  (long long)w->id, e2.msg);
 		if (!same_opt(&inner, &c->inner)) {
-			cot_err rc = kern_local_set_inner(c->local, &inner, eb);
+			rc = kern_local_set_inner(c->local, &inner, eb);
 			if (rc)
 				return rc;
 			c->inner = inner;
 		}
 	}
-	cot_err rc = load_range(c, w, cache_dir, eb);
+	rc = load_range(c, w, cache_dir, eb);
 	if (rc)
 		c->hi = c->lo; /* nothing may be computed from a half-loaded range */
 	return rc;
 }
 
-kern_model *cl_compute_model(cl_compute *c) { return c ? c->m : NULL; }
+cot_err cl_compute_model(cl_compute *c, kern_model **out, cot_errbuf *eb)
+{
+	cot_err rc = grads_home(c, eb);
+	*out = rc ? NULL : c->m;
+	return rc;
+}
 
 /* Log row for microbatch g: its sketch, out of the new gradient sum's
  * sketch minus the previous one (or, fake, a copy of the last row, which
@@ -469,10 +559,29 @@ static cot_err sketch_log(cl_compute *c, int64_t g, int fake, cot_errbuf *eb)
 		}
 	} else {
 		double now[SKETCH_K_MAX] = { 0 };
-		sketch_add(c->m->grads, c->m->n_params, 0, c->sk_seed, k, now);
-		for (int j = 0; j < k; j++) {
-			row[j] = now[j] - c->sk_sum[j];
-			c->sk_sum[j] = now[j];
+		cot_errbuf e2 = { "", "" };
+		if (c->held_n && !kern_gpu_sketch_held(c->m, c->sk_seed, k, now, &e2)) {
+			/* m->grads did not change: the sum's change is the held
+			 * gradient's, sketched on the GPU */
+			for (int j = 0; j < k; j++) {
+				row[j] = now[j] - c->held_sk[j];
+				c->held_sk[j] = now[j];
+				c->sk_sum[j] += row[j];
+			}
+		} else {
+			if (c->held_n) {
+				log_warn("GPU %d failed sketching the gradient: %s; computing on the CPU "
+				         "from now on",
+				         c->gpu, e2.msg);
+				cot_err rc = gpu_failed_now(c, e2.msg, eb);
+				if (rc)
+					return rc;
+			}
+			sketch_add(c->m->grads, c->m->n_params, 0, c->sk_seed, k, now);
+			for (int j = 0; j < k; j++) {
+				row[j] = now[j] - c->sk_sum[j];
+				c->sk_sum[j] = now[j];
+			}
 		}
 	}
 	c->sk_g[c->sk_n++] = g;
@@ -484,11 +593,13 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	if (g < c->lo || g >= c->hi)
 		return cot_seterr(eb, COT_ERR_INVALID, "microbatch %lld is outside [%lld, %lld)",
 		                  (long long)g, (long long)c->lo, (long long)c->hi);
-	cot_err rc = mb_fill(&c->shape, c->spans, c->nspans, g, c->in, c->tgt, eb);
+	cot_err rc = c->sk_k ? block_before(c, g, eb) : COT_OK;
+	if (!rc)
+		rc = gpu_follow(c, eb);
+	if (!rc)
+		rc = mb_fill(&c->shape, c->spans, c->nspans, g, c->in, c->tgt, eb);
 	if (rc)
 		return rc;
-	if (c->sk_k)
-		block_before(c, g);
 	size_t n = c->m->n_params;
 	if (c->sk_k && cl_cheat_skips() && !c->fake_delta &&
 	    !(c->fake_delta = malloc((n ? n : 1) * sizeof *c->fake_delta)))
@@ -496,25 +607,27 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	if (c->fake_delta)
 		memcpy(c->fake_delta, c->m->grads, n * sizeof *c->fake_delta);
 	float l = 0;
-	gpu_follow(c);
-	if (c->gpu >= 0 && fault_point("gpu-step", (int64_t)c->m->step))
+	rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch, (float)c->B, &l,
+	                      eb);
+	bool stepped = !rc;
+	if (stepped && kern_gpu_holds_grads(c->m))
+		c->held_g[c->held_n++] = g;
+	if (stepped && c->gpu >= 0 && fault_point("gpu-step", (int64_t)c->m->step))
 		rc = cot_seterr(eb, COT_ERR_IO, "a device fault injected by the fault point gpu-step");
-	else
-		rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch,
-		                      (float)c->B, &l, eb);
 	if (rc && c->gpu >= 0 && (rc == COT_ERR_NOMEM || rc == COT_ERR_IO)) {
-		/* The GPU failed (out of its memory, a device fault): nothing was
-		 * added to the gradient, so the microbatch is computed again on
-		 * the CPU, and the session stays there. */
+		/* The GPU failed (out of its memory, a device fault).  A failed
+		 * step added nothing to m->grads, and what the GPU held is lost
+		 * with it: the held microbatches, and this one when its step
+		 * failed, are computed again on the CPU, and the session stays
+		 * there.  (A step that succeeded is in m->grads or held.) */
 		log_warn("GPU %d failed on microbatch %lld: %s; computing on the CPU from now on", c->gpu,
 		         (long long)g, eb->msg);
-		kern_gpu_unbind(c->m);
-		c->gpu = -1;
-		c->gpu_failed = true;
-		set_device_text("CPU (GPU failed: %s)", eb->msg);
+		char why[sizeof eb->msg];
+		snprintf(why, sizeof why, "%s", eb->msg);
 		eb->msg[0] = eb->hint[0] = '\0';
-		rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch,
-		                      (float)c->B, &l, eb);
+		rc = gpu_failed_now(c, why, eb);
+		if (!rc && !stepped)
+			rc = cpu_microbatch(c, g, &l, eb);
 	}
 	if (!rc && c->local)
 		rc = kern_local_microbatch(c->local, c->m, c->B, eb);
@@ -526,7 +639,10 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 	if (!rc && c->sk_k)
 		rc = sketch_log(c, g, 0, eb);
 	if (!rc && c->sk_k)
-		block_after(c, g);
+		rc = block_after(c, g, eb);
+	/* bounds what a GPU failure makes the CPU compute again */
+	if (!rc && c->held_n == CL_HELD_MAX)
+		rc = grads_home(c, eb);
 	if (loss)
 		*loss = l;
 	return rc;
@@ -539,13 +655,15 @@ cot_err cl_compute_fake_microbatch(cl_compute *c, int64_t g, cot_errbuf *eb)
 		                  (long long)g, (long long)c->lo, (long long)c->hi);
 	if (!c->sk_k)
 		return COT_OK;
-	block_before(c, g);
+	cot_err rc = block_before(c, g, eb);
+	if (rc)
+		return rc;
 	if (c->sk_n && c->fake_have)
 		for (size_t i = 0; i < c->m->n_params; i++)
 			c->m->grads[i] += c->fake_delta[i];
-	cot_err rc = sketch_log(c, g, 1, eb);
+	rc = sketch_log(c, g, 1, eb);
 	if (!rc)
-		block_after(c, g);
+		rc = block_after(c, g, eb);
 	return rc;
 }
 
@@ -563,6 +681,9 @@ cot_err cl_compute_blocks_on(cl_compute *c, int b, cot_errbuf *eb)
 		c->bk_b = b;
 		return COT_OK;
 	}
+	cot_err rc = grads_home(c, eb);
+	if (rc)
+		return rc;
 	size_t n = c->m->n_params;
 	if (!(c->bk_start = malloc((n ? n : 1) * sizeof *c->bk_start)))
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the kept blocks");
@@ -580,7 +701,13 @@ void cl_compute_take_blocks(cl_compute *c, cl_block **out, size_t *n)
 	*n = 0;
 	if (!c->bk_b)
 		return;
-	block_close(c);
+	cot_errbuf eb = { "", "" };
+	if (block_close(c, &eb)) {
+		/* cl_compute_model brought the gradient home first: only a GPU
+		 * failing, its microbatches then failing on the CPU, lands here */
+		log_warn("the gradient blocks kept for the check under a second seed are lost: %s", eb.msg);
+		blocks_drop(c);
+	}
 	if (!c->bk_b)
 		return; /* out of memory: none kept */
 	*out = c->bk;
@@ -609,6 +736,9 @@ cot_err cl_compute_sketch_on(cl_compute *c, uint64_t seed, int k, cot_errbuf *eb
 	if (c->sk_n)
 		return cot_seterr(eb, COT_ERR_CONFLICT,
 		                  "this version's microbatches are sketched under another seed already");
+	cot_err rc = grads_home(c, eb);
+	if (rc)
+		return rc;
 	double *sum = calloc((size_t)k, sizeof *sum);
 	if (!sum)
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
@@ -658,6 +788,15 @@ void cl_compute_next_version(cl_compute *c)
 	c->sk_k = 0;
 	c->sk_n = 0;
 	blocks_drop(c); /* what cl_compute_take_blocks did not take */
+	/* the held gradient is the last version's: taken off the GPU and
+	 * zeroed with the rest */
+	c->held_n = 0;
+	memset(c->held_sk, 0, sizeof c->held_sk);
+	cot_errbuf eb = { "", "" };
+	if (kern_gpu_grads_home(c->m, &eb)) {
+		log_warn("GPU %d failed: %s; computing on the CPU from now on", c->gpu, eb.msg);
+		gpu_failed_now(c, eb.msg, &eb);
+	}
 	if (c->local)
 		kern_local_begin(c->local, c->m); /* zeroes the gradient too */
 	else

@@ -53,8 +53,9 @@ void cl_compute_use_gpu(int device);
 void cl_compute_device_text(char *buf, size_t n);
 
 /* Forward and backward over stream microbatch g (on the GPU when one is
- * bound: a GPU that fails falls back to the CPU for the same microbatch,
- * nothing lost); *loss (may be NULL) gets
+ * bound: a GPU that fails falls back to the CPU for the same microbatch
+ * and the ones whose gradient it held, nothing lost); *loss (may be NULL)
+ * gets
  * the mean loss; in local mode an inner step when the inner batch is full.
  * COT_ERR_INVALID when g is outside the session's range (or a gradient is
  * not finite in local mode), COT_ERR_CONFLICT after cl_compute_finish. */
@@ -142,9 +143,13 @@ cot_err cl_compute_finish(cl_compute *c, int64_t *samples, cot_errbuf *eb);
  * it. */
 void cl_compute_next_version(cl_compute *c);
 
-/* The session's model: parameters, optimizer state and the gradient sum. */
+/* The session's model: parameters, optimizer state and the gradient sum,
+ * all in host memory (a gradient the GPU held is brought home first).
+ * COT_ERR_IO or another error only when the GPU failed holding part of the
+ * gradient and computing that part again on the CPU failed too: the
+ * gradient then lacks microbatches, and *m is NULL. */
 struct kern_model;
-struct kern_model *cl_compute_model(cl_compute *c);
+cot_err cl_compute_model(cl_compute *c, struct kern_model **m, cot_errbuf *eb);
 
 void cl_compute_close(cl_compute *c);
 

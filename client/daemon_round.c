@@ -1043,7 +1043,12 @@ void cl_daemon_round(cl_daemon *d, int i)
 		rt->peer = j.peer;
 		return;
 	}
-	j.m = cl_compute_model(j.s);
+	cot_errbuf e2 = { "", "" };
+	if (cl_compute_model(j.s, &j.m, &e2)) {
+		rt->peer = j.peer;
+		cl_daemon_drop_gradient(d, i, e2.msg);
+		return;
+	}
 	const cl_work *w = &d->st.projects[i].work;
 	if (d->st.projects[i].has_work && w->version == j.v) {
 		/* A unit reported while live must not be below its last heartbeat;

@@ -286,13 +286,23 @@ static cot_err job_answer(const cl_api_opts *o, const cl_project *p, const cl_sp
 			}
 		}
 		if (j->c.has_seed2) {
-			kern_model *m = cl_compute_model(j->s);
+			kern_model *m;
+			cot_err rc = cl_compute_model(j->s, &m, eb);
+			if (rc) {
+				free(fp);
+				return rc;
+			}
 			double *s2 = fp + j->c.nmb * j->c.k;
 			memset(s2, 0, (size_t)j->c.k * sizeof *s2);
 			sketch_add(m->grads, m->n_params, 0, j->c.seed2, j->c.k, s2);
 		}
 	} else {
-		kern_model *m = cl_compute_model(j->s);
+		kern_model *m;
+		cot_err rc = cl_compute_model(j->s, &m, eb);
+		if (rc) {
+			free(fp);
+			return rc;
+		}
 		spot_fingerprint_compute(m->grads, m->n_params, j->c.seed, j->c.k, fp);
 	}
 	char url[CL_URL_MAX + 128];

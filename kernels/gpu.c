@@ -18,6 +18,8 @@ struct kern_gpu_bind {
 	int device, precision;
 	bool stale;  /* the host's parameters changed since the last upload */
 	bool pinned; /* params and grads pinned for the copies */
+	bool keep;   /* steps leave their gradient on the device (kern_gpu_keep_grads) */
+	bool held;   /* the device holds a gradient not yet in m->grads */
 };
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -174,11 +176,60 @@ cot_err kern_gpu_step(kern_model *m, const int32_t *tokens, const int32_t *targe
 			return gpu_err(eb, code, "GPU", why);
 		b->stale = false;
 	}
-	if ((code = b->api->forward(b->g, tokens, targets, B, &l, why, sizeof why)) ||
-	    (code = b->api->backward(b->g, scale, why, sizeof why)) ||
-	    (code = b->api->take_grads(b->g, m->grads, 1, why, sizeof why)))
+	if ((code = b->api->forward(b->g, tokens, targets, B, &l, why, sizeof why)))
+		return gpu_err(eb, code, "GPU", why);
+	/* from the first addition on, the device's gradient holds this step */
+	b->held = b->held || b->keep;
+	if ((code = b->api->backward(b->g, scale, why, sizeof why)) ||
+	    (!b->keep && (code = b->api->take_grads(b->g, m->grads, 1, why, sizeof why))))
 		return gpu_err(eb, code, "GPU", why);
 	if (loss)
 		*loss = (float)l;
 	return COT_OK;
+}
+
+cot_err kern_gpu_keep_grads(kern_model *m, bool on, cot_errbuf *eb)
+{
+	struct kern_gpu_bind *b = m ? m->gpu : NULL;
+	if (!b)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the model is not on a GPU");
+	if (!on) {
+		cot_err rc = kern_gpu_grads_home(m, eb);
+		if (rc)
+			return rc;
+	}
+	b->keep = on;
+	return COT_OK;
+}
+
+bool kern_gpu_holds_grads(const kern_model *m) { return m && m->gpu && m->gpu->held; }
+
+cot_err kern_gpu_grads_home(kern_model *m, cot_errbuf *eb)
+{
+	struct kern_gpu_bind *b = m ? m->gpu : NULL;
+	if (!b || !b->held)
+		return COT_OK;
+	char why[256] = "";
+	int code = b->api->take_grads(b->g, m->grads, 1, why, sizeof why);
+	if (code)
+		return gpu_err(eb, code, "GPU", why);
+	b->held = false;
+	return COT_OK;
+}
+
+cot_err kern_gpu_sketch_held(kern_model *m, uint64_t seed, int k, double *out, cot_errbuf *eb)
+{
+	struct kern_gpu_bind *b = m ? m->gpu : NULL;
+	if (!b)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the model is not on a GPU");
+	if (k < 1 || k > 256)
+		return cot_seterr(eb, COT_ERR_INVALID, "a sketch has 1 to 256 values, not %d", k);
+	if (!b->held) {
+		for (int j = 0; j < k; j++)
+			out[j] = 0;
+		return COT_OK;
+	}
+	char why[256] = "";
+	int code = b->api->sketch_grads(b->g, seed, k, out, why, sizeof why);
+	return code ? gpu_err(eb, code, "GPU", why) : COT_OK;
 }

@@ -11,13 +11,15 @@
  * there through kern_stream_step; its parameters and gradient stay the
  * host's fp32 buffers: the parameters go up when they change
  * (kern_gpu_params_changed), each backward's gradient comes down into
- * m->grads, and the optimizer step stays the deterministic CPU one, so
- * every peer still applies identical bytes. */
+ * m->grads (or, kept, sums on the GPU until it is brought home:
+ * kern_gpu_keep_grads), and the optimizer step stays the deterministic CPU
+ * one, so every peer still applies identical bytes. */
 #ifndef KERN_GPU_H
 #define KERN_GPU_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/gpu_abi.h"
 #include "kernels/model.h"
@@ -45,17 +47,43 @@ const char *kern_precision_name(int precision);
  * says which), COT_ERR_NOMEM (the device's memory), COT_ERR_IO (a device
  * error).  On error m stays on the CPU. */
 cot_err kern_gpu_bind(kern_model *m, int device, int precision, cot_errbuf *eb);
-/* Back to the CPU, freeing the device's memory (no-op when not bound). */
+/* Back to the CPU, freeing the device's memory (no-op when not bound).  A
+ * gradient the GPU holds (kern_gpu_keep_grads) is dropped: bring it home
+ * first. */
 void kern_gpu_unbind(kern_model *m);
 bool kern_gpu_bound(const kern_model *m);
 /* Mark m's parameters as changed on the host: the next GPU pass uploads them. */
 void kern_gpu_params_changed(kern_model *m);
 
 /* One microbatch on the bound GPU: kern_forward(tokens, targets, B) then
- * kern_backward_scaled(scale), the gradient added into m->grads.  Errors:
- * COT_ERR_INVALID (tokens, B), COT_ERR_NOMEM, COT_ERR_IO (device): the
- * caller may unbind and compute the microbatch on the CPU instead. */
+ * kern_backward_scaled(scale), the gradient added into m->grads (kept: into
+ * the gradient the GPU holds).  Errors: COT_ERR_INVALID (tokens, B),
+ * COT_ERR_NOMEM, COT_ERR_IO (device): the caller may unbind and compute the
+ * microbatch on the CPU instead. */
 cot_err kern_gpu_step(kern_model *m, const int32_t *tokens, const int32_t *targets, int B, float scale,
                       float *loss, cot_errbuf *eb);
+
+/* Keep (on) each step's gradient on the GPU, summed there, instead of
+ * adding it into m->grads after every step: the whole gradient is then
+ * m->grads plus what the GPU holds, until kern_gpu_grads_home.  Saves
+ * copying the gradient down and adding it on the host for each microbatch
+ * (at GPT-2 small's size, about half a bf16 step on an H200).  Off (as at
+ * bind) brings a held gradient home first.  The sum on the GPU adds each
+ * step's terms into the running sum, where m->grads adds the step's total:
+ * the same sum to fp32 rounding, not the same bits.  COT_ERR_CONFLICT when
+ * not bound; else kern_gpu_grads_home's. */
+cot_err kern_gpu_keep_grads(kern_model *m, bool on, cot_errbuf *eb);
+/* Whether the GPU holds a gradient not yet in m->grads. */
+bool kern_gpu_holds_grads(const kern_model *m);
+/* m->grads += the gradient the GPU holds, which it then zeroes (no-op when
+ * it holds none).  COT_ERR_IO (the device failed: the held gradient is
+ * lost and m->grads unchanged; the caller computes its microbatches again),
+ * COT_ERR_NOMEM. */
+cot_err kern_gpu_grads_home(kern_model *m, cot_errbuf *eb);
+/* out[0..k) = the sketch (shared/common/sketch.h) under seed of the
+ * gradient the GPU holds (all zeros when it holds none), computed there:
+ * sketch_add's values up to double rounding.  k 1..256.  COT_ERR_CONFLICT
+ * when not bound, COT_ERR_IO, COT_ERR_NOMEM. */
+cot_err kern_gpu_sketch_held(kern_model *m, uint64_t seed, int k, double *out, cot_errbuf *eb);
 
 #endif

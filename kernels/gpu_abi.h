@@ -24,7 +24,7 @@ extern "C" {
 
 /* Bumped whenever the table below changes; the loader refuses a library of
  * another version (an old library left beside a new client). */
-#define KERN_GPU_ABI_VERSION 2
+#define KERN_GPU_ABI_VERSION 3
 
 /* The symbol the library exports: const kern_gpu_api *KERN_GPU_ENTRY(void). */
 #define KERN_GPU_ENTRY "cotrain_cuda_api"
@@ -121,6 +121,11 @@ typedef struct kern_gpu_api {
 	 * between its launches; *names and *ms get n entries, n returned);
 	 * otherwise 0.  For tests/bench/bench_gpu. */
 	int (*profile)(kern_gpu_model *g, const char *const **names, const double **ms);
+	/* host_out[0..k) = the sketch (shared/common/sketch.h) of the device's
+	 * gradient under seed, k 1..256: what sketch_add of the same vector
+	 * gives, up to double rounding (a fixed order of its own) */
+	int (*sketch_grads)(kern_gpu_model *g, uint64_t seed, int k, double *host_out, char *err,
+	                    size_t errlen);
 } kern_gpu_api;
 
 typedef const kern_gpu_api *(*kern_gpu_entry_fn)(void);

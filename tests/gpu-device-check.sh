@@ -70,12 +70,12 @@ fi
 if part bench; then
 	echo "== bench"
 	bench() { timeout 60 ./bench_gpu "$@" 2>&1 | tee -a "$out/bench.txt"; }
-	bench --model gpt2 --precision bf16
+	bench --model gpt2 --precision bf16 --client
 	COTRAIN_CUDA_PROFILE=1 bench --model gpt2 --precision bf16 --steps 3
 	echo "(the attention materialised, for comparison:)" | tee -a "$out/bench.txt"
 	COTRAIN_CUDA_ATTENTION=materialized COTRAIN_CUDA_PROFILE=1 bench --model gpt2 --precision bf16 --steps 3
 	bench --model gpt2-bytes --precision bf16
-	bench --model sahaj --precision bf16
+	bench --model sahaj --precision bf16 --client
 	bench --model gpt2 --precision tf32
 	[ "$quick" = 1 ] || bench --model gpt2 --precision fp32 --steps 4
 	export PYTHONUNBUFFERED=1
@@ -92,4 +92,5 @@ echo "== summary"
 	grep -E "^not ok" "$out/test_gpu_kernels.tap"
 [ -f "$out/test_rounds_gpu.tap" ] &&
 	echo "rounds: $(grep -c '^ok' "$out/test_rounds_gpu.tap") ok, $(grep -c '^not ok' "$out/test_rounds_gpu.tap") not ok"
+[ -f "$out/bench.txt" ] && grep -E "client microbatch" "$out/bench.txt"
 [ -f "$out/bench.txt" ] && grep -E "tokens/s" "$out/bench.txt" | sed -E 's/^(bench_gpu[a-z_]*): ([^ ]+) on [^,]+, ([^,]+),.*: ([0-9]+) tokens\/s.*MFU ([0-9.]+)%.*/\1 \2 \3 \4 tok\/s MFU \5%/'

@@ -7,8 +7,9 @@
  * 2e-2 with the gradient's cosine similarity >= 0.999; a whole model's loss
  * and gradient at the demo and sahaj shapes (GPT variants), every mode; ten
  * AdamW steps on the GPU against ten on the CPU from the same parameters,
- * loss curves within 1e-4 (fp32) / 1e-2 (tf32, bf16).  Every figure is
- * printed (diag), so a run records the honest spread.
+ * loss curves within 1e-4 (fp32) / 1e-2 (tf32, bf16); the gradient kept on
+ * the GPU across microbatches and sketched there (kern_gpu_keep_grads).
+ * Every figure is printed (diag), so a run records the honest spread.
  *
  * Without a usable GPU (no backend built, no driver, no device: the CPU
  * machines of CI) it checks the CPU fallback instead: a bind refuses with a
@@ -28,6 +29,7 @@
 #include "kernels/optimizer.h"
 #include "kernels/rng.h"
 #include "kernels/stream_step.h"
+#include "shared/common/sketch.h"
 #include "tests/tap.h"
 
 #include <math.h>
@@ -424,6 +426,77 @@ static void model_test(const char *name, int prec)
 	kern_model_free(gpu);
 }
 
+/* The gradient kept on the GPU (kern_gpu_keep_grads) over three
+ * microbatches: its sketch computed there is sketch_add's of the same
+ * vector brought home, to double rounding, at every k the client uses and
+ * the same bits twice; brought home it is the gradient copied down after
+ * each microbatch, to fp32 rounding (the sums associate differently). */
+static void kept_test(int prec)
+{
+	kern_config c;
+	int B;
+	shape("demo", &c, &B);
+	cot_errbuf eb = { "", "" };
+	kern_model *each, *kept;
+	if (kern_model_create(&c, B, &each, &eb) || kern_model_create(&c, B, &kept, &eb))
+		bail_out("model: %s", eb.msg);
+	kern_model_init(each, 9);
+	kern_model_init(kept, 9);
+	size_t BT = (size_t)B * c.seq_len, n = kept->n_params;
+	int32_t *tok = ids(3 * BT + 1, c.vocab);
+	const char *pn = kern_precision_name(prec);
+	cot_err rc = kern_gpu_bind(each, 0, prec, &eb);
+	if (!rc)
+		rc = kern_gpu_bind(kept, 0, prec, &eb);
+	if (!rc)
+		rc = kern_gpu_keep_grads(kept, true, &eb);
+	for (int i = 0; !rc && i < 3; i++) {
+		float l;
+		rc = kern_stream_step(each, tok + i * BT, tok + i * BT + 1, B, 1, 0, 1, (float)B, &l, &eb);
+		if (!rc)
+			rc = kern_stream_step(kept, tok + i * BT, tok + i * BT + 1, B, 1, 0, 1, (float)B, &l,
+			                      &eb);
+	}
+	bool zero = true;
+	for (size_t i = 0; i < n; i++)
+		zero = zero && kept->grads[i] == 0;
+	ok(!rc && kern_gpu_holds_grads(kept) && zero,
+	   "kept %s: three microbatches' gradient is held on the GPU, none on the host (%zu values, %zu "
+	   "past the last whole block of 64)%s%s",
+	   pn, n, n % 64, rc ? ": " : "", eb.msg);
+	enum { NK = 3 };
+	static const int ks[NK] = { 16, 100, 256 };
+	static double gpu[NK][256], again[256];
+	bool same = true;
+	for (int t = 0; !rc && t < NK; t++) {
+		rc = kern_gpu_sketch_held(kept, 1234567 + (uint64_t)t, ks[t], gpu[t], &eb);
+		if (!rc)
+			rc = kern_gpu_sketch_held(kept, 1234567 + (uint64_t)t, ks[t], again, &eb);
+		same = same && !rc && memcmp(gpu[t], again, (size_t)ks[t] * sizeof *again) == 0;
+	}
+	if (!rc)
+		rc = kern_gpu_grads_home(kept, &eb);
+	double worst = 0;
+	for (int t = 0; !rc && t < NK; t++) {
+		double cpu[256] = { 0 };
+		sketch_add(kept->grads, n, 0, 1234567 + (uint64_t)t, ks[t], cpu);
+		double d = sketch_distance(gpu[t], cpu, ks[t]);
+		worst = d > worst ? d : worst;
+	}
+	ok(!rc && worst <= 1e-12 && same,
+	   "kept %s: the GPU's sketch of the held gradient is sketch_add's of it brought home (k 16, 100, "
+	   "256: distance %.2e, limit 1e-12), the same bits twice%s%s",
+	   pn, worst, rc ? ": " : "", eb.msg);
+	double cs, e = rc ? 1 : rel_err(kept->grads, each->grads, n, &cs);
+	ok(!rc && !kern_gpu_holds_grads(kept) && e <= 1e-5,
+	   "kept %s: brought home, it is the gradient copied down after each microbatch (relative %.2e, "
+	   "limit 1e-5)%s%s",
+	   pn, e, rc ? ": " : "", eb.msg);
+	free(tok);
+	kern_model_free(each);
+	kern_model_free(kept);
+}
+
 /* Ten AdamW steps from the same parameters on each backend. */
 static void training_test(int prec)
 {
@@ -541,6 +614,8 @@ int main(int argc, char **argv)
 	unsetenv("COTRAIN_CUDA_ATTENTION");
 	for (int prec = KERN_PREC_FP32; prec <= KERN_PREC_BF16; prec++)
 		training_test(prec);
+	kept_test(KERN_PREC_FP32);
+	kept_test(KERN_PREC_BF16);
 	done_testing();
 	return exit_status();
 }

@@ -14,10 +14,12 @@
 #   - spot checks between the GPU host and CPU hosts agree (the tolerance
 #     has the bf16 floor, db/functions/spot_precision.sql): no honest host
 #     is flagged;
-#   - a device fault on the GPU (fault point gpu-step:fail) falls back to
-#     the CPU for that microbatch and the rest of its session (the next
-#     session tries the GPU again), and no microbatch is lost or trained
-#     twice (the stream's tiling, tests/invariants.sh).
+#   - a device fault on the GPU right after a microbatch (fault point
+#     gpu-step:fail) falls back to the CPU for the rest of its session (the
+#     next session tries the GPU again): the microbatches whose gradient the
+#     GPU held are computed again there, so the bytes the host averages
+#     match the sketches it committed (no host flagged), and no microbatch
+#     is lost or trained twice (the stream's tiling, tests/invariants.sh).
 # Without a CUDA build or a usable GPU it skips, with the reason.
 . "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/invariants.sh"
@@ -128,7 +130,13 @@ H4=$(host_of 4)
 in_round() { [ "$(sql "select count(*) from round r join round_member m using (project_id, version)
   where r.state = 'committed' and m.included and m.host_id = ${H4:-0} and r.version > $V0")" -ge 1 ]; }
 wait_for 180 fell_back && wait_for 180 in_round
-ok $? "a device fault on the GPU falls back to the CPU and the host's work still commits ($(grep -m1 'GPU 0 failed' "$T/client4.log" | sed 's/.*GPU 0 failed/GPU 0 failed/'); its next session: $(ctl 4 status | grep '^computes on'))"
+fb=$?
+# The microbatches the GPU held were computed again on the CPU: the bytes
+# each peer averaged match the sketches it committed (doc/credit.md, "Tied
+# to the bytes"), or the host would be flagged.
+nflag=$(sql "select count(*) from round_sketch_flag")
+ok "$([ "$fb" = 0 ] && [ "$nflag" = 0 ]; echo $?)" \
+	"a device fault on the GPU falls back to the CPU, the microbatches whose gradient it held are computed again, and the host's work commits unflagged ($(grep -m1 'GPU 0 failed' "$T/client4.log" | sed 's/.*GPU 0 failed/GPU 0 failed/'); $(grep -m1 'held the gradient of' "$T/client4.log" | sed 's/.*GPU 0 held/GPU 0 held/'); hosts flagged: $nflag; its next session: $(ctl 4 status | grep '^computes on'))"
 
 for p in $CPIDS; do kill "$p"; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done

@@ -26,6 +26,7 @@ int cu_take_grads(kern_gpu_model *g, float *host, int add, char *err, size_t err
 void cu_last_timings(kern_gpu_model *g, double ms[2]);
 int cu_profile(kern_gpu_model *g, const char *const **names, const double **ms);
 int cu_host_register(void *p, size_t bytes, int on, char *err, size_t errlen);
+int cu_sketch_grads(kern_gpu_model *g, uint64_t seed, int k, double *host_out, char *err, size_t errlen);
 }
 
 static const char *cu_describe(void)
@@ -370,7 +371,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 static const kern_gpu_api api = {
 	KERN_GPU_ABI_VERSION, cu_describe, cu_device_count, cu_device_info, cu_device_bench, cu_model_create,
 	cu_model_free,        cu_set_params, cu_forward,    cu_backward,    cu_take_grads,   cu_layer_op,
-	cu_host_register, cu_last_timings, cu_profile,
+	cu_host_register, cu_last_timings, cu_profile, cu_sketch_grads,
 };
 
 extern "C" __attribute__((visibility("default"))) const kern_gpu_api *cotrain_cuda_api(void) { return &api; }

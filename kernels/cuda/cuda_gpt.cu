@@ -16,6 +16,7 @@
  * COTRAIN_CUDA_ATTENTION=materialized forces the second path (to compare). */
 #include "kernels/cuda/cuda_flash.h"
 #include "kernels/cuda/cuda_layers.h"
+#include "kernels/cuda/cuda_sketch.h"
 #include "kernels/cuda/cuda_util.h"
 
 #include <math.h>
@@ -91,6 +92,7 @@ struct kern_gpu_model {
 	std::vector<int32_t> h_cnt, h_uniq, h_offs, h_pos;
 	float *h_losses; /* pinned */
 	float *h_stage;  /* pinned, n_params: the gradient on its way down */
+	double *sk_scratch; /* cu_sketch's, allocated at the first sketch */
 	int B, have_targets, n_uniq;
 	cudaEvent_t ev[3];
 	double ms[2];
@@ -211,6 +213,7 @@ extern "C" void cu_model_free(kern_gpu_model *g)
 		cudaStreamDestroy(g->s);
 	cudaFree(g->mem);
 	cudaFree(g->blas_ws);
+	cudaFree(g->sk_scratch);
 	cudaFreeHost(g->h_losses);
 	cudaFreeHost(g->h_stage);
 	delete g;
@@ -619,6 +622,16 @@ extern "C" int cu_take_grads(kern_gpu_model *g, float *host, int add, char *err,
 			host[i] += st[i];
 	}
 	return KERN_GPU_OK;
+}
+
+extern "C" int cu_sketch_grads(kern_gpu_model *g, uint64_t seed, int k, double *host_out, char *err,
+                               size_t errlen)
+{
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	if (!g->sk_scratch)
+		CU_TRY(cudaMalloc(&g->sk_scratch, cu_sketch_scratch_len() * sizeof(double)),
+		       "allocating the sketch's scratch");
+	return cu_sketch(g->grads, g->n_params, seed, k, host_out, g->sk_scratch, g->s, err, errlen);
 }
 
 extern "C" int cu_host_register(void *p, size_t bytes, int on, char *err, size_t errlen)

@@ -13,8 +13,8 @@
  * only, when given; with "+", in the first round from VERSION on): "stop" raises SIGSTOP on itself, "die" leaves at once
  * with _exit (no cleanup; the kernel resets the sockets, like kill -9),
  * "silent" blocks the calling thread for good, sockets held open, the
- * process alive; "fail" (gpu-step only) makes the caller fail that step
- * as a device fault would.  It fires once.  A warning "fault point NAME: ACTION" is
+ * process alive; "fail" (gpu-step only) makes the GPU fail right after
+ * that step, as a device fault would.  It fires once.  A warning "fault point NAME: ACTION" is
  * logged before acting, so that a test sees it fired.
  *
  * It lets the tests make one peer fail at an exact step.  It gives a

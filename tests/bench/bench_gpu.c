@@ -1,7 +1,7 @@
 /* Training speed of the CUDA backend on one GPU.
  *
  *   bench_gpu [--model gpt2|gpt2-bytes|sahaj|demo] [--batch B] [--precision fp32|tf32|bf16]
- *             [--steps N]
+ *             [--steps N] [--client]
  *
  * Times N microbatches (forward and backward on the GPU, after two
  * warm-ups) with the device's events, and prints training tokens/s and the
@@ -11,7 +11,12 @@
  * copied back (and added into the host's), the parameters copied up, and
  * the deterministic CPU AdamW step, each as a fraction of the GPU's step.
  * With COTRAIN_CUDA_PROFILE=1, also the last step's time by kind of work
- * (events between the launches, kern_gpu_api's profile).
+ * (events between the launches, kern_gpu_api's profile).  With --client,
+ * also a microbatch as the client computes one in sync mode, sketched
+ * (k 16) as every checked project's are, wall-clock: the gradient copied
+ * down after each and sketched on the CPU (the client before the GPU
+ * kept it), against the gradient kept on the GPU and sketched there,
+ * brought home every 16 microbatches (kern_gpu_keep_grads).
  * The reference beside it is PyTorch on the same GPU, same model, batch and
  * sequence (tests/bench/bench_gpu_torch.py); tests/gpu-device-check.sh
  * runs both in one call and prints the ratios.
@@ -27,6 +32,7 @@
 #include "kernels/model.h"
 #include "kernels/optimizer.h"
 #include "kernels/rng.h"
+#include "shared/common/sketch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,10 +74,37 @@ static int shape(const char *name, kern_config *c, int *B)
 	return -1;
 }
 
+/* Wall-clock ms per microbatch of n on m (bound to GPU 0), each sketched
+ * with k 16: kept on the GPU (sketched there, home every 16) or not
+ * (copied down, sketched on the CPU). */
+static double client_microbatch(kern_model *m, const int32_t *tok, int B, bool keep, int n, cot_errbuf *eb)
+{
+	double sk[16] = { 0 }, now16[16];
+	if (kern_gpu_keep_grads(m, keep, eb))
+		return -1;
+	double t0 = now();
+	for (int i = 0; i < n; i++) {
+		float loss;
+		if (kern_gpu_step(m, tok, tok + 1, B, 1.0f, &loss, eb))
+			return -1;
+		if (keep) {
+			if (kern_gpu_sketch_held(m, 77, 16, now16, eb) ||
+			    ((i + 1) % 16 == 0 && kern_gpu_grads_home(m, eb)))
+				return -1;
+		} else {
+			sketch_add(m->grads, m->n_params, 0, 77, 16, sk);
+		}
+	}
+	if (kern_gpu_grads_home(m, eb))
+		return -1;
+	return (now() - t0) * 1e3 / n;
+}
+
 int main(int argc, char **argv)
 {
 	const char *model = "gpt2", *prec_name = "bf16";
 	int B = 0, steps = 10;
+	bool client = false;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
 			model = argv[++i];
@@ -81,9 +114,11 @@ int main(int argc, char **argv)
 			prec_name = argv[++i];
 		else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
 			steps = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--client") == 0)
+			client = true;
 		else {
 			fprintf(stderr, "usage: bench_gpu [--model gpt2|gpt2-bytes|sahaj|demo] [--batch B] "
-			                "[--precision fp32|tf32|bf16] [--steps N]\n");
+			                "[--precision fp32|tf32|bf16] [--steps N] [--client]\n");
 			return 2;
 		}
 	}
@@ -180,6 +215,33 @@ int main(int argc, char **argv)
 	api->host_register(m->params, 0, 0, err, sizeof err);
 	api->host_register(m->grads, 0, 0, err, sizeof err);
 	kern_model_free(m);
+	if (!rc && client) {
+		/* the client's own path: a model with activations, bound */
+		if (kern_model_create(&c, B, &m, &eb)) {
+			printf("bench_gpu: %s client path: %s\n", model, eb.msg);
+			free(tok);
+			return 1;
+		}
+		kern_model_init(m, 1);
+		if (kern_gpu_bind(m, 0, prec, &eb)) {
+			printf("bench_gpu: %s client path: %s\n", model, eb.msg);
+			kern_model_free(m);
+			free(tok);
+			return 1;
+		}
+		double before = client_microbatch(m, tok, B, false, 4, &eb);
+		double kept = before < 0 ? -1 : client_microbatch(m, tok, B, true, 32, &eb);
+		if (kept < 0)
+			printf("bench_gpu: %s client path: %s\n", model, eb.msg);
+		else
+			printf("bench_gpu: %s client microbatch, sketched: %.1f ms with the gradient copied "
+			       "down and "
+			       "sketched on the CPU, %.1f ms kept and sketched on the GPU (%.2fx); GPU step "
+			       "%.1f ms\n",
+			       model, before, kept, before / kept, step_s * 1e3);
+		kern_model_free(m);
+		rc = kept < 0;
+	}
 	free(tok);
 	return rc ? 1 : 0;
 }
