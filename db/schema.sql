@@ -1976,11 +1976,19 @@ CREATE FUNCTION public.round_outcome(p_token_hash bytea, p_project text, p_versi
 DECLARE
     c       record;
     m       record;
+    v_state text;
 BEGIN
-    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host, false);
     IF c.status IS NOT NULL THEN
         RETURN QUERY SELECT c.status, c.body;
         RETURN;
+    END IF;
+    IF p_status = 'failed' THEN
+        SELECT ro.state INTO v_state FROM round ro
+         WHERE ro.project_id = c.project_id AND ro.version = p_version FOR UPDATE;
+    ELSE
+        SELECT ro.state INTO v_state FROM round ro
+         WHERE ro.project_id = c.project_id AND ro.version = p_version FOR SHARE;
     END IF;
     SELECT * INTO m FROM round_member rm
      WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.host_id = p_host;
@@ -2001,24 +2009,19 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    IF c.state <> 'averaging' AND NOT (c.state = 'committed' AND m.included IS FALSE) THEN
+    IF v_state <> 'averaging' AND NOT (v_state = 'committed' AND m.included IS FALSE) THEN
         RETURN QUERY SELECT 409, api_error('conflict',
-            format('round %s is %s, not averaging', p_version, c.state));
+            format('round %s is %s, not averaging', p_version, v_state));
         RETURN;
     END IF;
     UPDATE round_member SET outcome = p_status, included_hosts = p_included,
                             params_sha256 = p_sha256, moments_sha256 = p_moments, outcome_at = now()
      WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
-    IF p_status = 'dropped' THEN
-        -- Its group left it out (or will: the group sum is authoritative;
-        -- an included host that says dropped never says ok, and the round
-        -- runs out its deadline).  Its sketches may be what a commit waits
-        -- for.
-        PERFORM round_try_commit(c.project_id, p_version);
-        RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
-        RETURN;
-    END IF;
-    IF m.included IS FALSE THEN
+    -- 'dropped': its group left it out (or will: the group sum is
+    -- authoritative; an included host that says dropped never says ok, and
+    -- the round runs out its deadline).  Its sketches may be what a commit
+    -- waits for (round_outcome_settle).
+    IF p_status = 'dropped' OR m.included IS FALSE THEN
         RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
         RETURN;
     END IF;
@@ -2031,7 +2034,6 @@ BEGIN
                         FROM round r WHERE r.project_id = c.project_id AND r.version = p_version))::text;
         RETURN;
     END IF;
-    PERFORM round_try_commit(c.project_id, p_version);
     RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
 END
 $$;
@@ -2134,8 +2136,9 @@ BEGIN
             -- writer of both (round_outcome, round_group_sum_store): a
             -- member's outcome may come while its group's sum or mean hash
             -- is being kept, which sets the group's members' "included"
-            -- under the round's lock, and the other order deadlocked.
-            PERFORM 1 FROM round WHERE project_id = v_project AND version = p_version FOR UPDATE;
+            -- under the round's lock, and the other order deadlocked.  FOR
+            -- SHARE, as round_outcome takes it for an 'ok' or 'dropped'.
+            PERFORM 1 FROM round WHERE project_id = v_project AND version = p_version FOR SHARE;
             UPDATE round_member SET sketches = p_sketches
              WHERE project_id = v_project AND version = p_version AND host_id = p_host
                AND outcome IS NULL;
@@ -2181,6 +2184,37 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
+END
+$$;
+
+--
+-- Name: round_outcome_settle(text, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_outcome_settle(p_project text, p_version integer) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_project bigint;
+    v_state   text;
+BEGIN
+    SELECT p.id INTO v_project FROM project p WHERE p.name = p_project;
+    SELECT ro.state INTO v_state FROM round ro WHERE ro.project_id = v_project AND ro.version = p_version;
+    IF v_state IS DISTINCT FROM 'averaging' THEN
+        RETURN v_state IS NOT NULL;
+    END IF;
+    IF EXISTS (SELECT 1 FROM round_member rm
+                WHERE rm.project_id = v_project AND rm.version = p_version AND rm.included
+                  AND rm.outcome IS DISTINCT FROM 'ok') THEN
+        RETURN false;
+    END IF;
+    SELECT ro.state INTO v_state FROM round ro
+     WHERE ro.project_id = v_project AND ro.version = p_version FOR UPDATE;
+    IF v_state = 'averaging' THEN
+        PERFORM round_try_commit(v_project, p_version);
+        SELECT ro.state INTO v_state FROM round ro WHERE ro.project_id = v_project AND ro.version = p_version;
+    END IF;
+    RETURN v_state <> 'averaging';
 END
 $$;
 

@@ -303,6 +303,12 @@ static const dbc_stmt st_outcome = { "round_outcome_links",
 	                             "$5, $6::jsonb, $7, $8::jsonb, $9::jsonb, $10)",
 	                             10 };
 
+/* After a new 'ok' or 'dropped' is in: the commit it may complete, in a
+ * transaction of its own (round_outcome_settle says why).  True when the
+ * round moved. */
+static const dbc_stmt st_outcome_settle = { "round_outcome_settle", "SELECT round_outcome_settle($1, $2)",
+	                                    2 };
+
 /* A held outcome's later looks read the answer only (the outcome is in). */
 static const dbc_stmt st_outcome_look = {
 	"round_outcome_look", "SELECT status, body FROM round_outcome_look($1::bytea, $2, $3, $4)", 4
@@ -487,8 +493,25 @@ void api_round_outcome(http_req *req)
 		/* Posted on the first look, whose answer held it: the later looks
 		 * (woken, or again at once) only read.  Posting again would also
 		 * record the outcome in a rerun's new plan, which it is not about. */
-		PGresult *r =
-		        api_exec(req, resumed || look > 0 ? &st_outcome_look : &st_outcome, params, NULL);
+		bool post = !resumed && look == 0;
+		PGresult *r = api_exec(req, post ? &st_outcome : &st_outcome_look, params, NULL);
+		if (r && post && strcmp(status, "failed") != 0 && PQntuples(r) == 1 &&
+		    atoi(PQgetvalue(r, 0, 0)) == 200) {
+			/* Our outcome may be the last the round waited for: a round
+			 * that moved is answered as it is now. */
+			const char *sp[] = { req->params[0], sv };
+			PGresult *m = api_exec(req, &st_outcome_settle, sp, NULL);
+			if (!m) {
+				PQclear(r);
+				goto out;
+			}
+			bool moved_now = PQntuples(m) == 1 && strcmp(PQgetvalue(m, 0, 0), "t") == 0;
+			PQclear(m);
+			if (moved_now) {
+				PQclear(r);
+				r = api_exec(req, &st_outcome_look, params, NULL);
+			}
+		}
 		if (!r)
 			goto out;
 		if (PQntuples(r) != 1 || PQnfields(r) != 2) {
@@ -519,8 +542,7 @@ void api_round_outcome(http_req *req)
 		 * that saw it due woke every held outcome: some 250 wake-ups a
 		 * round at 1,000 hosts; then one wake of the thousand, which took
 		 * 2 s of the threads to tell one host). */
-		if (uploader > 0 && uploader != host && !resumed && look == 0 &&
-		    api_is_news(&due_seen, news_key))
+		if (uploader > 0 && uploader != host && post && api_is_news(&due_seen, news_key))
 			http_wake_tag(HTTP_WAKE(HTTP_HOLD_OUTCOME), uploader);
 		if (undecided && okay && wait > 0 && !upload) {
 			/* Our v+1 is in, the server's is not yet: wait for it. */

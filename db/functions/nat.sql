@@ -52,8 +52,9 @@ BEGIN
             -- writer of both (round_outcome, round_group_sum_store): a
             -- member's outcome may come while its group's sum or mean hash
             -- is being kept, which sets the group's members' "included"
-            -- under the round's lock, and the other order deadlocked.
-            PERFORM 1 FROM round WHERE project_id = v_project AND version = p_version FOR UPDATE;
+            -- under the round's lock, and the other order deadlocked.  FOR
+            -- SHARE, as round_outcome takes it for an 'ok' or 'dropped'.
+            PERFORM 1 FROM round WHERE project_id = v_project AND version = p_version FOR SHARE;
             UPDATE round_member SET sketches = p_sketches
              WHERE project_id = v_project AND version = p_version AND host_id = p_host
                AND outcome IS NULL;

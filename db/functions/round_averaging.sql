@@ -107,13 +107,24 @@ $$;
 -- A peer's outcome of averaging ('ok', 'failed', or 'dropped': its group
 -- left it out, and it reports the sketches of the range it aggregated,
 -- which round_sketch_verify needs).  The round commits in round_try_commit,
--- once the server's own v+1 exists and every included peer said ok; peers
--- whose hash differs are not accepted, and do not fail the round.  A peer
--- that its group's kept sum does not include is ignored (its outcome is
--- stored and answered, never fails or holds up the round, in 'averaging' or
--- 'committed'); a 'failed' from any other peer fails the round
--- (round_fail).  The same outcome again answers the same; a different one
--- is 409.
+-- once the server's own v+1 exists and every included peer said ok: after
+-- this transaction, through round_outcome_settle (the server calls it next),
+-- or where v+1 is stored.  Peers whose hash differs are not accepted, and do
+-- not fail the round.  A peer that its group's kept sum does not include is
+-- ignored (its outcome is stored and answered, never fails or holds up the
+-- round, in 'averaging' or 'committed'); a 'failed' from any other peer
+-- fails the round (round_fail).  The same outcome again answers the same; a
+-- different one is 409.
+--
+-- An 'ok' or 'dropped' takes the round's row FOR SHARE, not FOR UPDATE: the
+-- thousand outcomes of a round at 1,000 hosts write only their own member
+-- rows and run side by side, where each used to hold the row while the
+-- next queued (with the commit check and the answer, 1 to 2 ms each: two
+-- seconds of outcomes in single file, and the groups' mean hashes behind
+-- them).  The share still keeps out what changes the round (a failure, a
+-- group's kept sum setting "included", the commit), which takes it FOR
+-- UPDATE.  A 'failed' fails the round, so it takes FOR UPDATE from the
+-- start (two outcomes raising a share lock each would deadlock).
 DROP FUNCTION IF EXISTS round_outcome(bytea, text, integer, bigint, text, jsonb, text);
 CREATE OR REPLACE FUNCTION round_outcome(p_token_hash bytea, p_project text, p_version integer,
                               p_host bigint, p_status text, p_included jsonb, p_sha256 text,
@@ -122,11 +133,19 @@ RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
 DECLARE
     c       record;
     m       record;
+    v_state text;
 BEGIN
-    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host);
+    SELECT * INTO c FROM round_lookup(p_token_hash, p_project, p_version, p_host, false);
     IF c.status IS NOT NULL THEN
         RETURN QUERY SELECT c.status, c.body;
         RETURN;
+    END IF;
+    IF p_status = 'failed' THEN
+        SELECT ro.state INTO v_state FROM round ro
+         WHERE ro.project_id = c.project_id AND ro.version = p_version FOR UPDATE;
+    ELSE
+        SELECT ro.state INTO v_state FROM round ro
+         WHERE ro.project_id = c.project_id AND ro.version = p_version FOR SHARE;
     END IF;
     SELECT * INTO m FROM round_member rm
      WHERE rm.project_id = c.project_id AND rm.version = p_version AND rm.host_id = p_host;
@@ -147,24 +166,19 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    IF c.state <> 'averaging' AND NOT (c.state = 'committed' AND m.included IS FALSE) THEN
+    IF v_state <> 'averaging' AND NOT (v_state = 'committed' AND m.included IS FALSE) THEN
         RETURN QUERY SELECT 409, api_error('conflict',
-            format('round %s is %s, not averaging', p_version, c.state));
+            format('round %s is %s, not averaging', p_version, v_state));
         RETURN;
     END IF;
     UPDATE round_member SET outcome = p_status, included_hosts = p_included,
                             params_sha256 = p_sha256, moments_sha256 = p_moments, outcome_at = now()
      WHERE project_id = c.project_id AND version = p_version AND host_id = p_host;
-    IF p_status = 'dropped' THEN
-        -- Its group left it out (or will: the group sum is authoritative;
-        -- an included host that says dropped never says ok, and the round
-        -- runs out its deadline).  Its sketches may be what a commit waits
-        -- for.
-        PERFORM round_try_commit(c.project_id, p_version);
-        RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
-        RETURN;
-    END IF;
-    IF m.included IS FALSE THEN
+    -- 'dropped': its group left it out (or will: the group sum is
+    -- authoritative; an included host that says dropped never says ok, and
+    -- the round runs out its deadline).  Its sketches may be what a commit
+    -- waits for (round_outcome_settle).
+    IF p_status = 'dropped' OR m.included IS FALSE THEN
         RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
         RETURN;
     END IF;
@@ -177,8 +191,42 @@ BEGIN
                         FROM round r WHERE r.project_id = c.project_id AND r.version = p_version))::text;
         RETURN;
     END IF;
-    PERFORM round_try_commit(c.project_id, p_version);
     RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
+END
+$$;
+
+-- After an 'ok' or 'dropped' outcome's transaction (round_outcome): commit
+-- the round when that outcome was the last one it waited for
+-- (round_try_commit, under the round's row FOR UPDATE).  Most outcomes are
+-- not the last, and a look without a lock tells them so.  It runs after
+-- the outcome committed, so of the last outcomes arriving together, the
+-- last to commit sees them all: none is missed (inside the outcome's
+-- transaction each saw the others' still uncommitted and none would
+-- commit).  True when the round is no longer averaging after it (committed
+-- or failed, by this call or another).
+CREATE OR REPLACE FUNCTION round_outcome_settle(p_project text, p_version integer) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_project bigint;
+    v_state   text;
+BEGIN
+    SELECT p.id INTO v_project FROM project p WHERE p.name = p_project;
+    SELECT ro.state INTO v_state FROM round ro WHERE ro.project_id = v_project AND ro.version = p_version;
+    IF v_state IS DISTINCT FROM 'averaging' THEN
+        RETURN v_state IS NOT NULL;
+    END IF;
+    IF EXISTS (SELECT 1 FROM round_member rm
+                WHERE rm.project_id = v_project AND rm.version = p_version AND rm.included
+                  AND rm.outcome IS DISTINCT FROM 'ok') THEN
+        RETURN false;
+    END IF;
+    SELECT ro.state INTO v_state FROM round ro
+     WHERE ro.project_id = v_project AND ro.version = p_version FOR UPDATE;
+    IF v_state = 'averaging' THEN
+        PERFORM round_try_commit(v_project, p_version);
+        SELECT ro.state INTO v_state FROM round ro WHERE ro.project_id = v_project AND ro.version = p_version;
+    END IF;
+    RETURN v_state <> 'averaging';
 END
 $$;
 
