@@ -28,6 +28,8 @@ static const dbc_stmt st_hash_store = { "round_mean_hash_store",
 	                                "SELECT status, body"
 	                                " FROM round_group_sum_store($1, $2, $3, $4, $5, $6, $7::jsonb, $8)",
 	                                8 };
+static const dbc_stmt st_hash_settle = { "round_mean_hash_settle",
+	                                 "SELECT round_group_sum_settle($1, $2, $3)", 3 };
 static const dbc_stmt st_ckpt_begin = { "round_checkpoint_begin",
 	                                "SELECT status, body, project_id, attempt, param_count,"
 	                                " params_sha256, moments_sha256"
@@ -41,7 +43,8 @@ static const dbc_stmt st_ckpt_refuse = { "round_checkpoint_refuse",
 static api_news hashes_seen = API_NEWS_INIT;
 
 /* Whom a mean hash's answer (JSON text) for project/version wakes: the
- * outcome polls when every group's hash is in (an uploader may be due),
+ * outcome polls once every group's hash is in and they agreed (the answer
+ * carries the mean's "gradient_sha256"; an uploader may be due),
  * every held request when the round is no longer averaging (it failed) or
  * the answer is unreadable, nobody while hashes are still to come; and
  * each of these once a round attempt (api_is_news), not at every later
@@ -52,10 +55,9 @@ static unsigned hashes_wake(const char *project, const char *version, const char
 	json_t *j = json_loadb(body, len, 0, NULL);
 	const json_t *round = json_object_get(j, "round");
 	const char *st = json_string_value(json_object_get(round, "state"));
-	json_int_t in = json_integer_value(json_object_get(j, "groups_in"));
-	json_int_t n = json_integer_value(json_object_get(j, "n_groups"));
+	bool agreed = json_is_string(json_object_get(j, "gradient_sha256"));
 	unsigned wake = !j || (st && strcmp(st, "averaging") != 0) ? HTTP_WAKE_ALL
-	                : n > 0 && in >= n                         ? HTTP_WAKE(HTTP_HOLD_OUTCOME)
+	                : agreed                                   ? HTTP_WAKE(HTTP_HOLD_OUTCOME)
 	                                                           : 0;
 	if (wake && j) {
 		char key[160];
@@ -116,10 +118,29 @@ void api_round_mean_hash(http_req *req)
 		http_reply_error(req, 500, "internal_error", "unexpected result from the database", NULL);
 		goto out;
 	}
-	http_reply_raw(req, atoi(PQgetvalue(r, 0, 0)), PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
+	if (strcmp(PQgetvalue(r, 0, 0), "200") == 0) {
+		/* Every group's hash may be in now: their agreement, in a
+		 * transaction of its own (round_group_sum_settle says why), and
+		 * then the answer as the round is. */
+		const char *gparams[] = { project_id, sv, group };
+		PGresult *g = api_exec(req, &st_hash_settle, gparams, NULL);
+		if (!g)
+			goto out;
+		if (PQntuples(g) == 1 && !PQgetisnull(g, 0, 0)) {
+			PQclear(r);
+			r = g;
+		} else {
+			PQclear(g);
+		}
+	}
+	/* (r is the store's answer, or the settle's: status, body or the body alone) */
+	int nf = PQnfields(r);
+	const char *abody = PQgetvalue(r, 0, nf - 1);
+	size_t alen = (size_t)PQgetlength(r, 0, nf - 1);
+	http_reply_raw(req, nf == 1 ? 200 : atoi(PQgetvalue(r, 0, 0)), abody, alen);
 	/* The last group's hash agrees the mean (an uploader may be due) or
 	 * failed the round: the long polls look again. */
-	unsigned wake = hashes_wake(req->params[0], sv, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1));
+	unsigned wake = hashes_wake(req->params[0], sv, abody, alen);
 	if (wake)
 		http_wake(wake);
 out:

@@ -373,6 +373,14 @@ $$;
 -- them [{"group", "sha256", "samples"}, ...] in ascending group order, with
 -- checkpoint v's name and the project's config, for the caller to compute
 -- the mean and v+1 and record them with round_mean_store.
+--
+-- Across groups between the peers (a mean's hash, not a sum) the round's
+-- row is taken FOR SHARE: the hundred groups of a round at 1,000 hosts keep
+-- their hashes side by side, where each first post of a group held the row
+-- while the next queued (mean hashes of up to 1.5 s at the end of a burst,
+-- doc/scale.md "Runs O").  Two members of one group meet at the group's
+-- row instead (the primary key).  The last group's agreement is then
+-- round_group_sum_settle's, after this transaction.
 CREATE OR REPLACE FUNCTION round_group_sum_store(p_project bigint, p_version integer, p_attempt integer,
                                       p_group integer, p_host bigint, p_samples bigint,
                                       p_included jsonb, p_sha text,
@@ -380,9 +388,10 @@ CREATE OR REPLACE FUNCTION round_group_sum_store(p_project bigint, p_version int
                                       OUT sums text, OUT checkpoint_sha256 text, OUT config text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    ro   record;
-    kept record;
-    v_in bigint;
+    ro      record;
+    kept    record;
+    v_in    bigint;
+    v_cross boolean;
 BEGIN
     compute := false;
     -- A member after the first of its group posts what the group kept (the
@@ -404,8 +413,15 @@ BEGIN
         body := round_group_sum_body(p_project, p_version, p_group);
         RETURN;
     END IF;
-    SELECT * INTO ro FROM round r WHERE r.project_id = p_project AND r.version = p_version
-       FOR UPDATE;
+    -- (whether a round averages across peers is fixed at its plan)
+    SELECT r.cross_peers INTO v_cross FROM round r WHERE r.project_id = p_project AND r.version = p_version;
+    IF v_cross THEN
+        SELECT * INTO ro FROM round r WHERE r.project_id = p_project AND r.version = p_version
+           FOR SHARE;
+    ELSE
+        SELECT * INTO ro FROM round r WHERE r.project_id = p_project AND r.version = p_version
+           FOR UPDATE;
+    END IF;
     SELECT * INTO kept FROM round_group_sum s
      WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = p_group;
     IF FOUND AND ro.attempt = p_attempt THEN
@@ -424,20 +440,34 @@ BEGIN
     ELSE
         INSERT INTO round_group_sum (project_id, version, group_id, host_id, samples, included,
                                      sum_sha256)
-        VALUES (p_project, p_version, p_group, p_host, p_samples, p_included, p_sha);
-        UPDATE round_member rm
-           SET included = p_included @> to_jsonb(rm.host_id)
-         WHERE rm.project_id = p_project AND rm.version = p_version AND rm.group_id = p_group;
+        VALUES (p_project, p_version, p_group, p_host, p_samples, p_included, p_sha)
+        ON CONFLICT (project_id, version, group_id) DO NOTHING;
+        IF FOUND THEN
+            UPDATE round_member rm
+               SET included = p_included @> to_jsonb(rm.host_id)
+             WHERE rm.project_id = p_project AND rm.version = p_version AND rm.group_id = p_group;
+        ELSE
+            -- (a share lock only) a member of the group kept one just now
+            SELECT * INTO kept FROM round_group_sum s
+             WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = p_group;
+            IF kept.sum_sha256 <> p_sha OR kept.included <> p_included THEN
+                status := 409;
+                body := api_error('conflict',
+                    format('group %s of round %s already has a different sum (sha256 %s)', p_group,
+                           p_version, kept.sum_sha256),
+                    'Every member of a group must hold the same sum after the all-reduce.');
+                RETURN;
+            END IF;
+        END IF;
     END IF;
     status := 200;
     body := round_group_sum_body(p_project, p_version, p_group);
+    IF v_cross THEN
+        RETURN; -- the agreement: round_group_sum_settle
+    END IF;
     SELECT count(*) INTO v_in FROM round_group_sum s
      WHERE s.project_id = p_project AND s.version = p_version;
-    IF ro.state = 'averaging' AND ro.gradient_sha256 IS NULL AND v_in = ro.n_groups AND ro.cross_peers THEN
-        -- The peers averaged across groups: the hashes must agree.
-        PERFORM round_mean_agree(p_project, p_version);
-        body := round_group_sum_body(p_project, p_version, p_group);
-    ELSIF ro.state = 'averaging' AND ro.gradient_sha256 IS NULL AND v_in = ro.n_groups THEN
+    IF ro.state = 'averaging' AND ro.gradient_sha256 IS NULL AND v_in = ro.n_groups THEN
         compute := true;
         sums := (SELECT jsonb_agg(jsonb_build_object('group', s.group_id, 'sha256', s.sum_sha256,
                                                      'samples', s.samples) ORDER BY s.group_id)
@@ -447,6 +477,37 @@ BEGIN
          WHERE mv.project_id = p_project AND mv.version = p_version;
         SELECT p.config::text INTO config FROM project p WHERE p.id = p_project;
     END IF;
+END
+$$;
+
+-- After a mean's hash was kept (round_group_sum_store, across groups
+-- between the peers): once every group of the plan has one, their hashes
+-- must agree (round_mean_agree, under the round's row FOR UPDATE).  A look
+-- without a lock first: most groups are not the last.  It runs after the
+-- store committed, so of the last groups arriving together, the last to
+-- commit sees them all.  The group's answer again when this call moved the
+-- round (the mean agreed, or the round failed), else NULL.
+CREATE OR REPLACE FUNCTION round_group_sum_settle(p_project bigint, p_version integer, p_group integer)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    ro record;
+BEGIN
+    SELECT r.state, r.gradient_sha256, r.n_groups, r.cross_peers INTO ro FROM round r
+     WHERE r.project_id = p_project AND r.version = p_version;
+    IF NOT FOUND OR NOT ro.cross_peers OR ro.state <> 'averaging' OR ro.gradient_sha256 IS NOT NULL
+       OR (SELECT count(*) FROM round_group_sum s
+            WHERE s.project_id = p_project AND s.version = p_version) < ro.n_groups THEN
+        RETURN NULL;
+    END IF;
+    SELECT r.state, r.gradient_sha256, r.n_groups INTO ro FROM round r
+     WHERE r.project_id = p_project AND r.version = p_version FOR UPDATE;
+    IF ro.state <> 'averaging' OR ro.gradient_sha256 IS NOT NULL
+       OR (SELECT count(*) FROM round_group_sum s
+            WHERE s.project_id = p_project AND s.version = p_version) < ro.n_groups THEN
+        RETURN NULL;
+    END IF;
+    PERFORM round_mean_agree(p_project, p_version);
+    RETURN round_group_sum_body(p_project, p_version, p_group);
 END
 $$;
 

@@ -102,7 +102,7 @@ $$;
 -- name the same, it is the round's mean (gradient_sha256, a hash of bytes
 -- the server does not hold) over the included hosts' samples, and the work
 -- units of the hosts no group included are dropped; when they differ the
--- round fails.  The caller holds the round's row lock (round_group_sum_store).
+-- round fails.  The caller holds the round's row lock (round_group_sum_settle).
 CREATE OR REPLACE FUNCTION round_mean_agree(p_project bigint, p_version integer) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
