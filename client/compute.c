@@ -121,9 +121,8 @@ static cot_err gpu_failed_now(cl_compute *c, const char *why, cot_errbuf *eb)
 {
 	size_t n = c->held_n;
 	if (n)
-		log_warn("GPU %d held the gradient of %zu microbatches, lost with it: computing them again "
-		         "on "
-		         "the CPU",
+		log_warn("GPU %d held the gradient of %zu microbatches, lost with it: computing them "
+		         "again on the CPU",
 		         c->gpu, n);
 	kern_gpu_unbind(c->m);
 	c->gpu = -1;
