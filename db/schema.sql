@@ -2239,10 +2239,10 @@ END
 $$;
 
 --
--- Name: round_outcome_settle(text, integer); Type: FUNCTION; Schema: public; Owner: -
+-- Name: round_outcome_settle(text, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.round_outcome_settle(p_project text, p_version integer) RETURNS boolean
+CREATE FUNCTION public.round_outcome_settle(p_project text, p_version integer, p_host bigint) RETURNS TABLE(status integer, body text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -2251,21 +2251,22 @@ DECLARE
 BEGIN
     SELECT p.id INTO v_project FROM project p WHERE p.name = p_project;
     SELECT ro.state INTO v_state FROM round ro WHERE ro.project_id = v_project AND ro.version = p_version;
-    IF v_state IS DISTINCT FROM 'averaging' THEN
-        RETURN v_state IS NOT NULL;
-    END IF;
-    IF EXISTS (SELECT 1 FROM round_member rm
-                WHERE rm.project_id = v_project AND rm.version = p_version AND rm.included
-                  AND rm.outcome IS DISTINCT FROM 'ok') THEN
-        RETURN false;
+    IF v_state IS DISTINCT FROM 'averaging'
+       OR EXISTS (SELECT 1 FROM round_member rm
+                   WHERE rm.project_id = v_project AND rm.version = p_version AND rm.included
+                     AND rm.outcome IS DISTINCT FROM 'ok') THEN
+        RETURN;
     END IF;
     SELECT ro.state INTO v_state FROM round ro
      WHERE ro.project_id = v_project AND ro.version = p_version FOR UPDATE;
-    IF v_state = 'averaging' THEN
-        PERFORM round_try_commit(v_project, p_version);
-        SELECT ro.state INTO v_state FROM round ro WHERE ro.project_id = v_project AND ro.version = p_version;
+    IF v_state <> 'averaging' THEN
+        RETURN;
     END IF;
-    RETURN v_state <> 'averaging';
+    PERFORM round_try_commit(v_project, p_version);
+    SELECT ro.state INTO v_state FROM round ro WHERE ro.project_id = v_project AND ro.version = p_version;
+    IF v_state <> 'averaging' THEN
+        RETURN QUERY SELECT 200, round_outcome_body(v_project, p_version, p_host);
+    END IF;
 END
 $$;
 

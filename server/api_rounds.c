@@ -304,10 +304,10 @@ static const dbc_stmt st_outcome = { "round_outcome_links",
 	                             10 };
 
 /* After a new 'ok' or 'dropped' is in: the commit it may complete, in a
- * transaction of its own (round_outcome_settle says why).  True when the
- * round moved. */
-static const dbc_stmt st_outcome_settle = { "round_outcome_settle", "SELECT round_outcome_settle($1, $2)",
-	                                    2 };
+ * transaction of its own (round_outcome_settle says why).  A row, the
+ * host's answer, when the round moved; none else. */
+static const dbc_stmt st_outcome_settle = { "round_outcome_settle",
+	                                    "SELECT status, body FROM round_outcome_settle($1, $2, $3)", 3 };
 
 /* A held outcome's later looks read the answer only (the outcome is in). */
 static const dbc_stmt st_outcome_look = {
@@ -495,21 +495,21 @@ void api_round_outcome(http_req *req)
 		 * record the outcome in a rerun's new plan, which it is not about. */
 		bool post = !resumed && look == 0;
 		PGresult *r = api_exec(req, post ? &st_outcome : &st_outcome_look, params, NULL);
-		if (r && post && strcmp(status, "failed") != 0 && PQntuples(r) == 1 &&
+		if (r && post && strcmp(status, "failed") != 0 && PQntuples(r) == 1 && PQnfields(r) == 2 &&
 		    atoi(PQgetvalue(r, 0, 0)) == 200) {
 			/* Our outcome may be the last the round waited for: a round
 			 * that moved is answered as it is now. */
-			const char *sp[] = { req->params[0], sv };
+			const char *sp[] = { req->params[0], sv, sh };
 			PGresult *m = api_exec(req, &st_outcome_settle, sp, NULL);
 			if (!m) {
 				PQclear(r);
 				goto out;
 			}
-			bool moved_now = PQntuples(m) == 1 && strcmp(PQgetvalue(m, 0, 0), "t") == 0;
-			PQclear(m);
-			if (moved_now) {
+			if (PQntuples(m) == 1) {
 				PQclear(r);
-				r = api_exec(req, &st_outcome_look, params, NULL);
+				r = m;
+			} else {
+				PQclear(m);
 			}
 		}
 		if (!r)

@@ -202,31 +202,34 @@ $$;
 -- the outcome committed, so of the last outcomes arriving together, the
 -- last to commit sees them all: none is missed (inside the outcome's
 -- transaction each saw the others' still uncommitted and none would
--- commit).  True when the round is no longer averaging after it (committed
--- or failed, by this call or another).
-CREATE OR REPLACE FUNCTION round_outcome_settle(p_project text, p_version integer) RETURNS boolean
-LANGUAGE plpgsql AS $$
+-- commit).  When this call moved the round (committed it, or failed it: the
+-- check of the averaged bytes, no majority across peers), one row: host
+-- p_host's answer as the round is now (200, round_outcome_body); else no
+-- row, and the outcome's own answer stands.
+CREATE OR REPLACE FUNCTION round_outcome_settle(p_project text, p_version integer, p_host bigint)
+RETURNS TABLE (status integer, body text) LANGUAGE plpgsql AS $$
 DECLARE
     v_project bigint;
     v_state   text;
 BEGIN
     SELECT p.id INTO v_project FROM project p WHERE p.name = p_project;
     SELECT ro.state INTO v_state FROM round ro WHERE ro.project_id = v_project AND ro.version = p_version;
-    IF v_state IS DISTINCT FROM 'averaging' THEN
-        RETURN v_state IS NOT NULL;
-    END IF;
-    IF EXISTS (SELECT 1 FROM round_member rm
-                WHERE rm.project_id = v_project AND rm.version = p_version AND rm.included
-                  AND rm.outcome IS DISTINCT FROM 'ok') THEN
-        RETURN false;
+    IF v_state IS DISTINCT FROM 'averaging'
+       OR EXISTS (SELECT 1 FROM round_member rm
+                   WHERE rm.project_id = v_project AND rm.version = p_version AND rm.included
+                     AND rm.outcome IS DISTINCT FROM 'ok') THEN
+        RETURN;
     END IF;
     SELECT ro.state INTO v_state FROM round ro
      WHERE ro.project_id = v_project AND ro.version = p_version FOR UPDATE;
-    IF v_state = 'averaging' THEN
-        PERFORM round_try_commit(v_project, p_version);
-        SELECT ro.state INTO v_state FROM round ro WHERE ro.project_id = v_project AND ro.version = p_version;
+    IF v_state <> 'averaging' THEN
+        RETURN;
     END IF;
-    RETURN v_state <> 'averaging';
+    PERFORM round_try_commit(v_project, p_version);
+    SELECT ro.state INTO v_state FROM round ro WHERE ro.project_id = v_project AND ro.version = p_version;
+    IF v_state <> 'averaging' THEN
+        RETURN QUERY SELECT 200, round_outcome_body(v_project, p_version, p_host);
+    END IF;
 END
 $$;
 
