@@ -134,7 +134,7 @@ duties() { [ "$(sql "select count(distinct objid) from pg_locks where locktype =
 wait_for 10 duties
 ok $? "the reaper's and the held-out evaluation's duties are held ($(grep -o '[a-z -]* duty taken' "$T/$OTHER.log" | sed 's/^ //; s/ duty taken//' | tr '\n' ',' | sed 's/,$//') by the survivor)"
 wait_for 120 version_at_least $((KV + 1))
-ok $? "round $KV commits after the takeover (version $(version), attempt $(sql "select attempt from round r join project p on p.id = r.project_id where p.name = 'tiny' and r.version = $KV"))"
+ok $? "round $KV commits after the takeover (version $(version), attempt, last failure: $(sql "select attempt || ', ' || coalesce(last_failure, 'none') from round r join project p on p.id = r.project_id where p.name = 'tiny' and r.version = $KV"))"
 wait_for 180 version_at_least $((KV + 5))
 ok $? "the run goes on on the survivor alone (version $(version))"
 V=$(version)
