@@ -425,22 +425,10 @@ BEGIN
         SELECT * INTO ro FROM round r WHERE r.project_id = p_project AND r.version = p_version
            FOR UPDATE;
     END IF;
-    SELECT * INTO kept FROM round_group_sum s
-     WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = p_group;
-    IF FOUND AND ro.attempt = p_attempt THEN
-        IF kept.sum_sha256 <> p_sha OR kept.included <> p_included THEN
-            status := 409;
-            body := api_error('conflict',
-                format('group %s of round %s already has a different sum (sha256 %s)', p_group,
-                       p_version, kept.sum_sha256),
-                'Every member of a group must hold the same sum after the all-reduce.');
-            RETURN;
-        END IF;
-    ELSIF ro.state <> 'averaging' OR ro.attempt <> p_attempt THEN
-        status := 409;
-        body := api_error('conflict', format('round %s is no longer averaging this attempt', p_version));
-        RETURN;
-    ELSE
+    -- The first of a group keeps its sum; a member of the group who kept
+    -- one first (also just now, under a share lock) is met at the group's
+    -- row, and this one is then compared with it.
+    IF ro.state = 'averaging' AND ro.attempt = p_attempt THEN
         INSERT INTO round_group_sum (project_id, version, group_id, host_id, samples, included,
                                      sum_sha256)
         VALUES (p_project, p_version, p_group, p_host, p_samples, p_included, p_sha)
@@ -449,19 +437,22 @@ BEGIN
             UPDATE round_member rm
                SET included = p_included @> to_jsonb(rm.host_id)
              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.group_id = p_group;
-        ELSE
-            -- (a share lock only) a member of the group kept one just now
-            SELECT * INTO kept FROM round_group_sum s
-             WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = p_group;
-            IF kept.sum_sha256 <> p_sha OR kept.included <> p_included THEN
-                status := 409;
-                body := api_error('conflict',
-                    format('group %s of round %s already has a different sum (sha256 %s)', p_group,
-                           p_version, kept.sum_sha256),
-                    'Every member of a group must hold the same sum after the all-reduce.');
-                RETURN;
-            END IF;
         END IF;
+    END IF;
+    SELECT * INTO kept FROM round_group_sum s
+     WHERE s.project_id = p_project AND s.version = p_version AND s.group_id = p_group;
+    IF NOT FOUND OR ro.attempt <> p_attempt THEN
+        status := 409;
+        body := api_error('conflict', format('round %s is no longer averaging this attempt', p_version));
+        RETURN;
+    END IF;
+    IF kept.sum_sha256 <> p_sha OR kept.included <> p_included THEN
+        status := 409;
+        body := api_error('conflict',
+            format('group %s of round %s already has a different sum (sha256 %s)', p_group,
+                   p_version, kept.sum_sha256),
+            'Every member of a group must hold the same sum after the all-reduce.');
+        RETURN;
     END IF;
     status := 200;
     body := round_group_sum_body(p_project, p_version, p_group);
