@@ -634,13 +634,11 @@ cot_err kern_enc_backward_scaled(kern_model *m, float scale, cot_errbuf *eb)
 	return COT_OK;
 }
 
-cot_err kern_enc_train_stream(kern_model *m, const int32_t *raw, size_t raw_stride, int B, uint64_t seed,
-                              int64_t epoch, int64_t microbatch, float scale, kern_enc_result *res,
-                              cot_errbuf *eb)
+cot_err kern_enc_stream_batch(kern_model *m, const int32_t *raw, size_t raw_stride, int B, uint64_t seed,
+                              int64_t epoch, int64_t microbatch, kern_enc_batch *batch, cot_errbuf *eb)
 {
 	struct kern_enc_acts *a = m->enc_acts;
-	if (res)
-		memset(res, 0, sizeof *res);
+	memset(batch, 0, sizeof *batch);
 	if (m->config.arch == KERN_ARCH_GPT || !a)
 		return cot_seterr(eb, COT_ERR_CONFLICT, "cannot train a %s model on encoder samples",
 		                  a ? "gpt" : "model without activations");
@@ -650,8 +648,20 @@ cot_err kern_enc_train_stream(kern_model *m, const int32_t *raw, size_t raw_stri
 	                             a->s_segs, a->s_labels, a->s_sop, eb);
 	if (rc)
 		return rc;
-	kern_enc_batch batch = { a->s_ids, a->s_segs, a->s_labels, a->s_sop, NULL };
-	rc = kern_enc_forward(m, &batch, B, res, eb);
+	*batch = (kern_enc_batch){ a->s_ids, a->s_segs, a->s_labels, a->s_sop, NULL };
+	return COT_OK;
+}
+
+cot_err kern_enc_train_stream(kern_model *m, const int32_t *raw, size_t raw_stride, int B, uint64_t seed,
+                              int64_t epoch, int64_t microbatch, float scale, kern_enc_result *res,
+                              cot_errbuf *eb)
+{
+	kern_enc_batch batch;
+	if (res)
+		memset(res, 0, sizeof *res);
+	cot_err rc = kern_enc_stream_batch(m, raw, raw_stride, B, seed, epoch, microbatch, &batch, eb);
+	if (!rc)
+		rc = kern_enc_forward(m, &batch, B, res, eb);
 	if (!rc)
 		rc = kern_enc_backward_scaled(m, scale, eb);
 	return rc;

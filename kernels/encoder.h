@@ -109,6 +109,12 @@ cot_err kern_enc_train_stream(kern_model *m, const int32_t *raw, size_t raw_stri
                               int64_t epoch, int64_t microbatch, float scale, kern_enc_result *res,
                               cot_errbuf *eb);
 
+/* The batch kern_enc_train_stream trains on: *batch points into m's own
+ * buffers (valid until the next call).  Errors as kern_mask_build's;
+ * COT_ERR_CONFLICT for a GPT or a model without activations. */
+cot_err kern_enc_stream_batch(kern_model *m, const int32_t *raw, size_t raw_stride, int B, uint64_t seed,
+                              int64_t epoch, int64_t microbatch, kern_enc_batch *batch, cot_errbuf *eb);
+
 /* Positions one sample predicts (kernels/masking.h): 15% of its T - 3 raw
  * tokens, rounded, at least 1. */
 int kern_enc_predicted_per_sample(const kern_config *c);

@@ -100,9 +100,10 @@ cot_err kern_gpu_bind(kern_model *m, int device, int precision, cot_errbuf *eb)
 {
 	char why[256] = "";
 	kern_gpu_unbind(m);
-	if (m->config.arch != KERN_ARCH_GPT)
+	if (m->config.arch != KERN_ARCH_GPT && m->config.position != KERN_POS_ABSOLUTE)
 		return cot_seterr(eb, COT_ERR_UNSUPPORTED,
-		                  "the GPU backend trains gpt models only; this %s computes on the CPU",
+		                  "the GPU backend trains encoders with absolute positions only; this %s's "
+		                  "relative positions compute on the CPU",
 		                  kern_arch_name(m->config.arch));
 	if (m->max_batch < 1)
 		return cot_seterr(eb, COT_ERR_CONFLICT, "cannot bind a model without activations to a GPU");
@@ -160,31 +161,92 @@ void kern_gpu_params_changed(kern_model *m)
 		m->gpu->stale = true;
 }
 
-cot_err kern_gpu_step(kern_model *m, const int32_t *tokens, const int32_t *targets, int B, float scale,
-                      float *loss, cot_errbuf *eb)
+/* The parameters up if they changed since the last upload. */
+static cot_err params_up(kern_model *m, cot_errbuf *eb)
 {
 	struct kern_gpu_bind *b = m->gpu;
 	char why[256] = "";
-	double l = 0;
 	int code;
-	if (loss)
-		*loss = 0;
-	if (!b)
-		return cot_seterr(eb, COT_ERR_CONFLICT, "the model is not on a GPU");
 	if (b->stale) {
 		if ((code = b->api->set_params(b->g, m->params, why, sizeof why)))
 			return gpu_err(eb, code, "GPU", why);
 		b->stale = false;
 	}
-	if ((code = b->api->forward(b->g, tokens, targets, B, &l, why, sizeof why)))
-		return gpu_err(eb, code, "GPU", why);
+	return COT_OK;
+}
+
+/* After a forward: the backward, its gradient added on the device (kept)
+ * or into m->grads. */
+static cot_err backward_and_take(kern_model *m, float scale, cot_errbuf *eb)
+{
+	struct kern_gpu_bind *b = m->gpu;
+	char why[256] = "";
+	int code;
 	/* from the first addition on, the device's gradient holds this step */
 	b->held = b->held || b->keep;
 	if ((code = b->api->backward(b->g, scale, why, sizeof why)) ||
 	    (!b->keep && (code = b->api->take_grads(b->g, m->grads, 1, why, sizeof why))))
 		return gpu_err(eb, code, "GPU", why);
+	return COT_OK;
+}
+
+cot_err kern_gpu_step(kern_model *m, const int32_t *tokens, const int32_t *targets, int B, float scale,
+                      float *loss, cot_errbuf *eb)
+{
+	char why[256] = "";
+	double l = 0;
+	int code;
+	if (loss)
+		*loss = 0;
+	if (!m->gpu)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the model is not on a GPU");
+	if (m->config.arch != KERN_ARCH_GPT)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "an encoder's microbatch takes kern_gpu_enc_step");
+	cot_err rc = params_up(m, eb);
+	if (rc)
+		return rc;
+	if ((code = m->gpu->api->forward(m->gpu->g, tokens, targets, B, &l, why, sizeof why)))
+		return gpu_err(eb, code, "GPU", why);
+	if ((rc = backward_and_take(m, scale, eb)))
+		return rc;
 	if (loss)
 		*loss = (float)l;
+	return COT_OK;
+}
+
+cot_err kern_gpu_enc_step(kern_model *m, const kern_enc_batch *batch, int B, float scale,
+                          kern_enc_result *res, cot_errbuf *eb)
+{
+	char why[256] = "";
+	double r[KERN_GPU_ENC_RESULTS];
+	int code;
+	if (res)
+		memset(res, 0, sizeof *res);
+	if (!m->gpu)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the model is not on a GPU");
+	if (m->config.arch == KERN_ARCH_GPT)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "a gpt's microbatch takes kern_gpu_step");
+	if (!batch || !batch->ids || !batch->segments || !batch->labels || !batch->sop || batch->lengths)
+		return cot_seterr(eb, COT_ERR_INVALID,
+		                  "an encoder's training batch on the GPU needs ids, segments, MLM and SOP "
+		                  "labels, "
+		                  "and full-length samples");
+	cot_err rc = params_up(m, eb);
+	if (rc)
+		return rc;
+	if ((code = m->gpu->api->enc_forward(m->gpu->g, batch->ids, batch->segments, batch->labels,
+	                                     batch->sop, B, r, why, sizeof why)))
+		return gpu_err(eb, code, "GPU", why);
+	if ((rc = backward_and_take(m, scale, eb)))
+		return rc;
+	if (res) {
+		res->loss = r[0];
+		res->mlm_loss = r[1];
+		res->sop_loss = r[2];
+		res->n_predicted = (int)r[3];
+		res->mlm_correct = (int)r[4];
+		res->sop_correct = (int)r[5];
+	}
 	return COT_OK;
 }
 

@@ -7,8 +7,9 @@
  * way: where the library or a device is missing, kern_gpu_api_get says why
  * in one line and everything computes on the CPU.
  *
- * A model bound to a GPU (kern_gpu_bind) runs its GPT forward and backward
- * there through kern_stream_step; its parameters and gradient stay the
+ * A model bound to a GPU (kern_gpu_bind) runs its forward and backward
+ * there through kern_stream_step (a GPT's, or an encoder's with absolute
+ * positions); its parameters and gradient stay the
  * host's fp32 buffers: the parameters go up when they change
  * (kern_gpu_params_changed), each backward's gradient comes down into
  * m->grads (or, kept, sums on the GPU until it is brought home:
@@ -21,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/encoder.h"
 #include "kernels/gpu_abi.h"
 #include "kernels/model.h"
 
@@ -41,10 +43,11 @@ int kern_gpu_count(char *why, size_t n);
 int kern_precision_parse(const char *name);
 const char *kern_precision_name(int precision);
 
-/* Bind m (a GPT created with activations for max_batch samples) to GPU
- * device at precision: its passes in kern_stream_step run there from now
- * on.  COT_ERR_UNSUPPORTED (no backend or device, an encoder; the message
- * says which), COT_ERR_NOMEM (the device's memory), COT_ERR_IO (a device
+/* Bind m (created with activations for max_batch samples: a GPT, or an
+ * encoder with absolute positions) to GPU device at precision: its passes
+ * in kern_stream_step run there from now on (other passes, such as
+ * evaluation's, stay on the CPU).  COT_ERR_UNSUPPORTED (no backend or
+ * device, an encoder with relative positions; the message says which), COT_ERR_NOMEM (the device's memory), COT_ERR_IO (a device
  * error).  On error m stays on the CPU. */
 cot_err kern_gpu_bind(kern_model *m, int device, int precision, cot_errbuf *eb);
 /* Back to the CPU, freeing the device's memory (no-op when not bound).  A
@@ -62,6 +65,14 @@ void kern_gpu_params_changed(kern_model *m);
  * microbatch on the CPU instead. */
 cot_err kern_gpu_step(kern_model *m, const int32_t *tokens, const int32_t *targets, int B, float scale,
                       float *loss, cot_errbuf *eb);
+
+/* An encoder's training microbatch on the bound GPU: kern_enc_forward
+ * (batch with labels and SOP labels, every sample full length: lengths
+ * NULL) then kern_enc_backward_scaled(scale), the gradient added as
+ * kern_gpu_step adds it; *res (if not NULL) as kern_enc_forward's.
+ * Errors as kern_gpu_step's. */
+cot_err kern_gpu_enc_step(kern_model *m, const kern_enc_batch *batch, int B, float scale,
+                          kern_enc_result *res, cot_errbuf *eb);
 
 /* Keep (on) each step's gradient on the GPU, summed there, instead of
  * adding it into m->grads after every step: the whole gradient is then

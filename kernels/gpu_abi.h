@@ -24,7 +24,7 @@ extern "C" {
 
 /* Bumped whenever the table below changes; the loader refuses a library of
  * another version (an old library left beside a new client). */
-#define KERN_GPU_ABI_VERSION 3
+#define KERN_GPU_ABI_VERSION 4
 
 /* The symbol the library exports: const kern_gpu_api *KERN_GPU_ENTRY(void). */
 #define KERN_GPU_ENTRY "cotrain_cuda_api"
@@ -74,6 +74,7 @@ typedef struct kern_gpu_op {
 	int N, I, O;        /* rows, in and out widths (LINEAR); N, C for LN and GELU */
 	int B, T, C, NH, V; /* attention, cross-entropy (N rows of V), embedding */
 	float scale;        /* CE_BWD */
+	int full;           /* ATTN_*, FLASH_*: over every key (the encoders), not causal */
 	const float *x, *w, *b, *dy, *mean_in, *rstd_in, *att_in;
 	const int32_t *ids; /* tokens or targets */
 	float *y, *dx, *dw, *db, *mean, *rstd, *att;
@@ -91,7 +92,7 @@ typedef struct kern_gpu_api {
 	/* the device's measured matrix rate in FLOP/s for a precision: a few
 	 * timed products of the model's size (about 0.1 s) */
 	int (*device_bench)(int device, int precision, double *flops, char *err, size_t errlen);
-	/* the GPT model c on device, its parameters laid out as views[n_views]
+	/* the model c (a GPT, or an encoder: enc_forward) on device, its parameters laid out as views[n_views]
 	 * (kern_param_views), activations for batches of up to max_batch;
 	 * parameters unset and gradients zero */
 	int (*model_create)(const kern_config *c, const kern_view *views, int n_views, int max_batch,
@@ -126,7 +127,18 @@ typedef struct kern_gpu_api {
 	 * gives, up to double rounding (a fixed order of its own) */
 	int (*sketch_grads)(kern_gpu_model *g, uint64_t seed, int k, double *host_out, char *err,
 	                    size_t errlen);
+	/* An encoder's (ALBERT, BERT) forward with labels, kern_enc_forward's
+	 * contract on a training batch (every sample full length): ids, segs,
+	 * labels [B*T], sop [B]; res[KERN_GPU_ENC_RESULTS] gets the loss, the
+	 * MLM loss, the SOP loss, the predicted positions, the MLM and the
+	 * SOP predictions that were right (kern_enc_result's fields, in its
+	 * order).  backward then adds its gradient.  model_create takes an
+	 * encoder with absolute positions; forward refuses one. */
+	int (*enc_forward)(kern_gpu_model *g, const int32_t *ids, const int32_t *segs, const int32_t *labels,
+	                   const int32_t *sop, int B, double *res, char *err, size_t errlen);
 } kern_gpu_api;
+
+enum { KERN_GPU_ENC_RESULTS = 6 };
 
 typedef const kern_gpu_api *(*kern_gpu_entry_fn)(void);
 

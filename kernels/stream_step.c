@@ -16,9 +16,17 @@ cot_err kern_stream_step(kern_model *m, const int32_t *in, const int32_t *tgt, i
 		                  "microbatch %lld of epochs of %lld is not in the stream", (long long)g,
 		                  (long long)mb_per_epoch);
 	if (m->config.arch != KERN_ARCH_GPT) {
-		kern_enc_result res;
-		rc = kern_enc_train_stream(m, in, (size_t)m->config.seq_len, B, seed, g / mb_per_epoch,
-		                           g % mb_per_epoch, scale, &res, eb);
+		kern_enc_result res = { 0 };
+		kern_enc_batch batch;
+		rc = kern_enc_stream_batch(m, in, (size_t)m->config.seq_len, B, seed, g / mb_per_epoch,
+		                           g % mb_per_epoch, &batch, eb);
+		if (!rc && kern_gpu_bound(m)) {
+			rc = kern_gpu_enc_step(m, &batch, B, scale, &res, eb);
+		} else if (!rc) {
+			rc = kern_enc_forward(m, &batch, B, &res, eb);
+			if (!rc)
+				rc = kern_enc_backward_scaled(m, scale, eb);
+		}
 		l = (float)res.loss;
 	} else if (kern_gpu_bound(m)) {
 		rc = kern_gpu_step(m, in, tgt, B, scale, &l, eb);

@@ -16,7 +16,8 @@
  *   gradient added into m->grads all the same.
  *   Encoders: kern_enc_train_stream on the first seq_len - 3 tokens of each
  *   sample (stride seq_len; tgt unused), keyed by the project's seed, the
- *   epoch g / mb_per_epoch and the microbatch g % mb_per_epoch in it.
+ *   epoch g / mb_per_epoch and the microbatch g % mb_per_epoch in it; on
+ *   a GPU, kern_gpu_enc_step on the same batch.
  * *loss (if not NULL) receives the mean loss (0 on error).  Errors as those
  * functions; COT_ERR_INVALID for g < 0 or mb_per_epoch < 1. */
 cot_err kern_stream_step(kern_model *m, const int32_t *in, const int32_t *tgt, int B, uint64_t seed,

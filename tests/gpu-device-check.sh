@@ -15,8 +15,8 @@
 # script finds cuBLAS in the CUDA toolkit or PyTorch's wheels.
 # Environment: GPU_CHECK_QUICK=1 leaves out the sahaj shape's whole-model
 # test and the slower benchmark modes; GPU_CHECK_PARTS names the parts to
-# run (default "kernels rounds bench"), so that a short device call can
-# run one.
+# run (default "kernels rounds bench encbench": encbench is sahajBERT's
+# ALBERT beside Hugging Face's), so that a short device call can run one.
 set -u
 dir=${1:-.devbin}
 out=${OUT:-/tmp/gpu-check}
@@ -28,7 +28,7 @@ export LD_LIBRARY_PATH="$PWD/lib:/usr/local/cuda/lib64:${cublas:-}:${LD_LIBRARY_
 export COTRAIN_CUDA_LIB="$PWD/libcotrain-cuda.so"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 quick=${GPU_CHECK_QUICK:-0}
-parts=" ${GPU_CHECK_PARTS:-kernels rounds bench} "
+parts=" ${GPU_CHECK_PARTS:-kernels rounds bench encbench} "
 part() { case $parts in *" $1 "*) return 0 ;; esac; return 1; }
 
 if part kernels; then
@@ -84,6 +84,13 @@ if part bench; then
 	torchb --model gpt2-bytes --modes eager-bf16
 	torchb --model sahaj --modes eager-bf16
 	[ "$quick" = 1 ] || torchb --model gpt2 --modes eager-fp32 --steps 4
+fi
+
+if part encbench; then
+	echo "== encoder bench"
+	timeout 120 ./bench_gpu --model sahajbert --precision bf16 --client 2>&1 | tee -a "$out/bench.txt"
+	PYTHONUNBUFFERED=1 timeout 240 python3 ../tests/bench/bench_gpu_torch.py --model sahajbert \
+		--modes eager-bf16,compile-bf16 2>&1 | grep -v Warning | tee -a "$out/bench.txt"
 fi
 
 echo "== summary"

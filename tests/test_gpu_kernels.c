@@ -8,7 +8,10 @@
  * and gradient at the demo and sahaj shapes (GPT variants), every mode; ten
  * AdamW steps on the GPU against ten on the CPU from the same parameters,
  * loss curves within 1e-4 (fp32) / 1e-2 (tf32, bf16); the gradient kept on
- * the GPU across microbatches and sketched there (kern_gpu_keep_grads).
+ * the GPU across microbatches and sketched there (kern_gpu_keep_grads);
+ * the encoders (ALBERT, BERT): the attention over every key, a whole
+ * model's loss and gradient at a small shape of each and sahajBERT's, and
+ * ten LAMB steps.
  * Every figure is printed (diag), so a run records the honest spread.
  *
  * Without a usable GPU (no backend built, no driver, no device: the CPU
@@ -19,6 +22,7 @@
  * (or why not) and exits 0 when one is, for scripts that need one. */
 #include "kernels/gpu.h"
 #include "kernels/attention.h"
+#include "kernels/attention_full.h"
 #include "kernels/backend.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
@@ -545,6 +549,220 @@ static void training_test(int prec)
 	kern_model_free(gpu);
 }
 
+/* The encoders' attention, over every key: the materialised path in prec,
+ * and in bf16 the fused one, against kernels/attention_full.c. */
+static void full_attention_tests(int prec)
+{
+	int B = 2, T = 128, C = 128, NH = 2, N = B * T;
+	size_t natt = (size_t)B * NH * T * T;
+	const char *pn = kern_precision_name(prec);
+	char what[96];
+	float *qkv = randn((size_t)N * 3 * C, 1), *ac = zeros(natt), *ag = zeros(natt),
+	      *oc = zeros((size_t)N * C), *og = zeros((size_t)N * C), *ady = randn((size_t)N * C, 1),
+	      *dqc = zeros((size_t)N * 3 * C), *dqg = zeros((size_t)N * 3 * C), *datt = zeros(natt);
+	kern_attention_full_forward(oc, ac, qkv, NULL, B, T, C, NH);
+	kern_attention_full_backward_set(dqc, datt, ady, qkv, ac, B, T, C, NH);
+	for (int fused = 0; fused <= (prec == KERN_PREC_BF16); fused++) {
+		const char *kind = fused ? "fused" : "materialised";
+		kern_gpu_op o = { .op = fused ? KERN_GPU_OP_FLASH_FWD : KERN_GPU_OP_ATTN_FWD,
+			          .precision = prec,
+			          .B = B,
+			          .T = T,
+			          .C = C,
+			          .NH = NH,
+			          .full = 1,
+			          .x = qkv,
+			          .y = og,
+			          .att = ag };
+		snprintf(what, sizeof what, "attention over every key, %s, forward", kind);
+		run_op(&o, what);
+		close_to(prec, 0, og, oc, (size_t)N * C, what);
+		o.op = fused ? KERN_GPU_OP_FLASH_BWD : KERN_GPU_OP_ATTN_BWD;
+		o.dy = ady;
+		o.dx = dqg;
+		snprintf(what, sizeof what, "attention over every key, %s, backward dqkv", kind);
+		run_op(&o, what);
+		close_to(prec, 1, dqg, dqc, (size_t)N * 3 * C, what);
+	}
+	free(qkv), free(ac), free(ag), free(oc), free(og), free(ady), free(dqc), free(dqg), free(datt);
+	(void)pn;
+}
+
+/* An encoder's config: "albert" (shared layers, factorised embedding, a
+ * vocabulary not a multiple of 64), "bert" (its own sets, erf GELU), or
+ * "sahajbert" (24 layers sharing one set, d 1024, E 128, T 512, V 32000). */
+static void enc_shape(const char *name, kern_config *c, int *B)
+{
+	kern_config d = { .n_layer = 4,
+		          .n_shared = 1,
+		          .n_head = 4,
+		          .d_model = 256,
+		          .seq_len = 128,
+		          .vocab = 2000,
+		          .d_ff = 1024,
+		          .arch = KERN_ARCH_ALBERT,
+		          .d_embed = 128,
+		          .type_vocab = 2,
+		          .cls_id = 2,
+		          .sep_id = 3,
+		          .mask_id = 4,
+		          .pad_id = 0,
+		          .unk_id = 1 };
+	*c = d;
+	*B = 4;
+	if (strcmp(name, "bert") == 0) {
+		c->arch = KERN_ARCH_BERT;
+		c->n_layer = c->n_shared = 2;
+		c->d_embed = c->d_model;
+		c->vocab = 3000;
+	} else if (strcmp(name, "sahajbert") == 0) {
+		c->n_layer = 24;
+		c->n_head = 16;
+		c->d_model = 1024;
+		c->d_ff = 4096;
+		c->seq_len = 512;
+		c->vocab = 32000;
+		*B = 2;
+	}
+}
+
+/* An encoder's MLM + SOP loss and gradient on both backends. */
+static void enc_model_test(const char *name, int prec)
+{
+	kern_config c;
+	int B;
+	enc_shape(name, &c, &B);
+	cot_errbuf eb = { "", "" };
+	kern_model *cpu, *gpu;
+	if (kern_model_create(&c, B, &cpu, &eb) || kern_model_create(&c, B, &gpu, &eb))
+		bail_out("encoder model: %s", eb.msg);
+	kern_model_init(cpu, 7);
+	kern_model_init(gpu, 7);
+	int32_t *raw = ids((size_t)B * c.seq_len, c.vocab);
+	float lc = 0, lg = 0;
+	kern_zero_grad(cpu);
+	kern_zero_grad(gpu);
+	cot_err rc = kern_stream_step(cpu, raw, NULL, B, 5, 3, 100, (float)B, &lc, &eb);
+	if (!rc)
+		rc = kern_gpu_bind(gpu, 0, prec, &eb);
+	if (!rc)
+		rc = kern_stream_step(gpu, raw, NULL, B, 5, 3, 100, (float)B, &lg, &eb);
+	if (rc) {
+		ok(0, "%s encoder %s: %s", name, kern_precision_name(prec), eb.msg);
+		ok(0, "%s encoder %s: no gradient", name, kern_precision_name(prec));
+	} else {
+		double lim = prec == KERN_PREC_FP32 ? 1e-5 : 2e-2, dl = fabs((double)lg - lc) / fabs(lc);
+		ok(dl <= lim,
+		   "%s encoder %s: loss %.6f on the GPU, %.6f on the CPU (relative %.2e, limit %.0e)", name,
+		   kern_precision_name(prec), lg, lc, dl, lim);
+		double cs, e = rel_err(gpu->grads, cpu->grads, cpu->n_params, &cs);
+		double elim = prec == KERN_PREC_FP32 ? 1e-4 : 5e-2,
+		       clim = prec == KERN_PREC_FP32 ? 0.99999 : 0.999;
+		ok(e <= elim && cs >= clim,
+		   "%s encoder %s: gradient relative error %.2e (limit %.0e), cosine %.7f (limit %g)", name,
+		   kern_precision_name(prec), e, elim, cs, clim);
+		for (int i = 0; i < cpu->n_views; i++) {
+			const kern_view *v = &cpu->views[i];
+			double vc,
+			        ve = rel_err(gpu->grads + v->offset, cpu->grads + v->offset, v->numel, &vc);
+			if (i < 3 || i >= cpu->n_views - 9 || ve > elim)
+				diag("  %-26s relative %.2e cosine %.7f", v->name, ve, vc);
+		}
+	}
+	free(raw);
+	kern_model_free(cpu);
+	kern_model_free(gpu);
+}
+
+/* The same batch's counts on both backends (kern_gpu_enc_step's result),
+ * and an encoder with relative positions refused with the reason. */
+static void enc_result_test(void)
+{
+	kern_config c;
+	int B;
+	enc_shape("albert", &c, &B);
+	cot_errbuf eb = { "", "" };
+	kern_model *cpu, *gpu;
+	if (kern_model_create(&c, B, &cpu, &eb) || kern_model_create(&c, B, &gpu, &eb))
+		bail_out("encoder model: %s", eb.msg);
+	kern_model_init(cpu, 8);
+	kern_model_init(gpu, 8);
+	int32_t *raw = ids((size_t)B * c.seq_len, 40); /* few ids: some predictions right */
+	kern_enc_batch batch;
+	kern_enc_result rc_ = { 0 }, rg = { 0 };
+	cot_err rc = kern_enc_stream_batch(cpu, raw, (size_t)c.seq_len, B, 9, 0, 1, &batch, &eb);
+	if (!rc)
+		rc = kern_enc_forward(cpu, &batch, B, &rc_, &eb);
+	if (!rc)
+		rc = kern_gpu_bind(gpu, 0, KERN_PREC_FP32, &eb);
+	if (!rc)
+		rc = kern_gpu_enc_step(gpu, &batch, B, 1.0f, &rg, &eb);
+	ok(!rc && rg.n_predicted == rc_.n_predicted && abs(rg.mlm_correct - rc_.mlm_correct) <= 1 &&
+	           rg.sop_correct == rc_.sop_correct && fabs(rg.sop_loss - rc_.sop_loss) <= 1e-4 &&
+	           fabs(rg.mlm_loss - rc_.mlm_loss) <= 1e-4 * rc_.mlm_loss,
+	   "albert encoder fp32: the GPU's counts are the CPU's (predicted %d/%d, MLM right %d/%d, SOP right "
+	   "%d/%d; MLM loss %.6f/%.6f, SOP loss %.6f/%.6f)%s%s",
+	   rg.n_predicted, rc_.n_predicted, rg.mlm_correct, rc_.mlm_correct, rg.sop_correct, rc_.sop_correct,
+	   rg.mlm_loss, rc_.mlm_loss, rg.sop_loss, rc_.sop_loss, rc ? ": " : "", eb.msg);
+	kern_model_free(gpu);
+	c.position = KERN_POS_RELATIVE_KEY;
+	if (kern_model_create(&c, B, &gpu, &eb))
+		bail_out("encoder model: %s", eb.msg);
+	rc = kern_gpu_bind(gpu, 0, KERN_PREC_BF16, &eb);
+	ok(rc == COT_ERR_UNSUPPORTED && !kern_gpu_bound(gpu) && strstr(eb.msg, "relative"),
+	   "an encoder with relative positions stays on the CPU: %s", eb.msg);
+	free(raw);
+	kern_model_free(cpu);
+	kern_model_free(gpu);
+}
+
+/* Ten LAMB steps of the small ALBERT from the same parameters on each backend. */
+static void enc_training_test(int prec)
+{
+	kern_config c;
+	int B;
+	enc_shape("albert", &c, &B);
+	cot_errbuf eb = { "", "" };
+	kern_model *cpu, *gpu;
+	if (kern_model_create(&c, B, &cpu, &eb) || kern_model_create(&c, B, &gpu, &eb))
+		bail_out("encoder model: %s", eb.msg);
+	kern_model_init(cpu, 12);
+	kern_model_init(gpu, 12);
+	kern_opt_config oc;
+	kern_opt_default(&oc, KERN_OPT_LAMB);
+	oc.lr = 2e-3f;
+	double worst = 0;
+	char curve[512] = "";
+	cot_err rc = kern_gpu_bind(gpu, 0, prec, &eb);
+	for (int s = 0; !rc && s < 10; s++) {
+		int32_t *raw = ids((size_t)B * c.seq_len, 64); /* a small alphabet: the loss falls */
+		float lc = 0, lg = 0;
+		kern_zero_grad(cpu);
+		kern_zero_grad(gpu);
+		rc = kern_stream_step(cpu, raw, NULL, B, 1, s, 1000, 1.0f, &lc, &eb);
+		if (!rc)
+			rc = kern_stream_step(gpu, raw, NULL, B, 1, s, 1000, 1.0f, &lg, &eb);
+		if (!rc)
+			rc = kern_opt_step(cpu, &oc, NULL, &eb);
+		if (!rc)
+			rc = kern_opt_step(gpu, &oc, NULL, &eb);
+		double d = fabs((double)lg - lc);
+		worst = d > worst ? d : worst;
+		size_t len = strlen(curve);
+		snprintf(curve + len, sizeof curve - len, " %.4f/%.4f", lg, lc);
+		free(raw);
+	}
+	double lim = prec == KERN_PREC_FP32 ? 1e-4 : 1e-2;
+	if (rc)
+		ok(0, "albert: ten LAMB steps %s: %s", kern_precision_name(prec), eb.msg);
+	else
+		ok(worst <= lim, "albert: ten LAMB steps %s: loss curves within %.2e (limit %.0e)",
+		   kern_precision_name(prec), worst, lim);
+	diag("  GPU/CPU losses:%s", curve);
+	kern_model_free(cpu);
+	kern_model_free(gpu);
+}
+
 /* Without a GPU: the bind refuses clearly and the model trains on the CPU. */
 static void fallback_test(const char *why)
 {
@@ -616,6 +834,20 @@ int main(int argc, char **argv)
 		training_test(prec);
 	kept_test(KERN_PREC_FP32);
 	kept_test(KERN_PREC_BF16);
+	/* the encoders */
+	for (int prec = KERN_PREC_FP32; prec <= KERN_PREC_BF16; prec++) {
+		full_attention_tests(prec);
+		enc_model_test("albert", prec);
+		enc_model_test("bert", prec);
+		if (!quick)
+			enc_model_test("sahajbert", prec);
+	}
+	setenv("COTRAIN_CUDA_ATTENTION", "materialized", 1);
+	enc_model_test("albert (attention materialised)", KERN_PREC_BF16);
+	unsetenv("COTRAIN_CUDA_ATTENTION");
+	enc_result_test();
+	enc_training_test(KERN_PREC_FP32);
+	enc_training_test(KERN_PREC_BF16);
 	done_testing();
 	return exit_status();
 }

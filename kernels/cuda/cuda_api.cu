@@ -27,6 +27,8 @@ void cu_last_timings(kern_gpu_model *g, double ms[2]);
 int cu_profile(kern_gpu_model *g, const char *const **names, const double **ms);
 int cu_host_register(void *p, size_t bytes, int on, char *err, size_t errlen);
 int cu_sketch_grads(kern_gpu_model *g, uint64_t seed, int k, double *host_out, char *err, size_t errlen);
+int cu_model_enc_forward(kern_gpu_model *g, const int32_t *ids, const int32_t *segs, const int32_t *labels,
+                         const int32_t *sop, int B, double *res, char *err, size_t errlen);
 }
 
 static const char *cu_describe(void)
@@ -258,7 +260,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		ALLOC(y, BT * C);
 		/* the backward's saved state comes from this forward (its
 		 * probabilities are the GPU's own, in its storage type) */
-		CUBLAS_TRY(cu_attention_fwd(&gx, y, patt, qkvp, yp, x, NULL, B, T, C, NH), "the attention");
+		CUBLAS_TRY(cu_attention_fwd(&gx, y, patt, qkvp, yp, x, NULL, B, T, C, NH, !o->full), "the attention");
 		if (o->op == KERN_GPU_OP_ATTN_FWD) {
 			DOWN(o->y, y, BT * C);
 			if (ae == sizeof(float)) {
@@ -278,7 +280,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		ALLOC(dyp, BT * C * ae);
 		ALLOC(dqkvp, 3 * BT * C);
 		ALLOC(dx, 3 * BT * C);
-		CUBLAS_TRY(cu_attention_bwd(&gx, dx, dy, qkvp, patt, dyp, datt, dqkvp, B, T, C, NH),
+		CUBLAS_TRY(cu_attention_bwd(&gx, dx, dy, qkvp, patt, dyp, datt, dqkvp, B, T, C, NH, !o->full),
 		           "the attention's backward");
 		DOWN(o->dx, dx, 3 * BT * C);
 		break;
@@ -295,7 +297,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		ALLOC(lse, (size_t)B * NH * T);
 		ALLOC(y, BT * C);
 		cu_qkv_split16(s, qkvp, x, NULL, B, T, C, NH);
-		cu_flash_fwd(s, y, NULL, lse, qkvp, B, T, C, NH);
+		cu_flash_fwd(s, y, NULL, lse, qkvp, B, T, C, NH, !o->full);
 		if (o->op == KERN_GPU_OP_FLASH_FWD) {
 			DOWN(o->y, y, BT * C);
 			break;
@@ -304,7 +306,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 		ALLOC(D, (size_t)B * NH * T);
 		ALLOC(dO16, BT * C);
 		ALLOC(dx, 3 * BT * C);
-		cu_flash_bwd(s, dx, dy, y, qkvp, lse, D, dO16, B, T, C, NH);
+		cu_flash_bwd(s, dx, dy, y, qkvp, lse, D, dO16, B, T, C, NH, !o->full);
 		DOWN(o->dx, dx, 3 * BT * C);
 		break;
 	}
@@ -371,7 +373,7 @@ static int cu_layer_op(const kern_gpu_op *o, char *err, size_t errlen)
 static const kern_gpu_api api = {
 	KERN_GPU_ABI_VERSION, cu_describe, cu_device_count, cu_device_info, cu_device_bench, cu_model_create,
 	cu_model_free,        cu_set_params, cu_forward,    cu_backward,    cu_take_grads,   cu_layer_op,
-	cu_host_register, cu_last_timings, cu_profile, cu_sketch_grads,
+	cu_host_register, cu_last_timings, cu_profile, cu_sketch_grads, cu_model_enc_forward,
 };
 
 extern "C" __attribute__((visibility("default"))) const kern_gpu_api *cotrain_cuda_api(void) { return &api; }

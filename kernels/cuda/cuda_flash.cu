@@ -1,4 +1,4 @@
-/* cotrain CUDA backend: fused causal attention.  See cuda_flash.h.
+/* cotrain CUDA backend: fused attention (causal, or over every key).  See cuda_flash.h.
  *
  * Each kernel runs 8 warps on 128 rows of its own (queries; keys for dK
  * and dV), a warp owning 16 of them, and walks the other side in tiles of
@@ -173,7 +173,8 @@ __device__ __forceinline__ void rows_to_frags(uint32_t f[HD / 16][4], bf16 *st, 
  * A warp's 16 rows lie in one 64-row tile, so a key tile is either wholly
  * after them (skipped) or holds, for each row, a key at or before it. */
 __global__ void __launch_bounds__(THREADS) flash_fwd_k(float *out, bf16 *out16, float *lse, const bf16 *q,
-                                                      const bf16 *k, const bf16 *v, int T, int C, int NH, float sl2)
+                                                      const bf16 *k, const bf16 *v, int T, int C, int NH, float sl2,
+                                                      bool causal)
 {
 	/* two stages of a K and a V tile; Q is staged through the first */
 	__shared__ __align__(16) bf16 sm[4 * BN * LDS];
@@ -185,7 +186,7 @@ __global__ void __launch_bounds__(THREADS) flash_fwd_k(float *out, bf16 *out16, 
 	rows_to_frags(qf, sm, q + base + (long)qb * BM * HD, r0, g, t);
 	__syncthreads();
 	float o[8][4] = {}, m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
-	int nkb = (qb + 1) * BM / BN;
+	int nkb = causal ? (qb + 1) * BM / BN : T / BN;
 	load_tile_async(sm, k + base);
 	load_tile_async(sm + BN * LDS, v + base);
 	cp_commit();
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(THREADS) flash_fwd_k(float *out, bf16 *out16, 
 		cp_commit();
 		cp_wait1(); /* this tile's group is in */
 		__syncthreads();
-		if (kb * BN <= first + 15) {
+		if (!causal || kb * BN <= first + 15) {
 			float s[8][4] = {};
 #pragma unroll
 			for (int kc = 0; kc < HD / 16; kc++)
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(THREADS) flash_fwd_k(float *out, bf16 *out16, 
 					mma_nk2(s[2 * np], s[2 * np + 1], qf[kc], Ks, np, kc, lane);
 			/* scale to base 2, mask the future (on a tile that reaches past
 			 * the warp's first row), and the rows' new maxima */
-			bool mask = kb * BN + BN - 1 > first;
+			bool mask = causal && kb * BN + BN - 1 > first;
 			float mx[2] = { -INFINITY, -INFINITY };
 #pragma unroll
 			for (int nt = 0; nt < 8; nt++)
@@ -299,7 +300,7 @@ __global__ void flash_bwd_prep_k(float *D, bf16 *dO16, const float *dout, const 
  * dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q (times the scale). */
 __global__ void __launch_bounds__(THREADS) flash_bwd_kv_k(float *dqkv, const bf16 *q, const bf16 *k, const bf16 *v,
                                                          const bf16 *dO, const float *lse, const float *D, int T,
-                                                         int C, int NH, float sl2, float scale)
+                                                         int C, int NH, float sl2, float scale, bool causal)
 {
 	/* two stages of a Q and a dO tile (K and V staged through the first),
 	 * and of the tile's logsumexp and D */
@@ -314,7 +315,7 @@ __global__ void __launch_bounds__(THREADS) flash_bwd_kv_k(float *dqkv, const bf1
 	rows_to_frags(vf, sm, v + base + (long)kb * BM * HD, r0, g, t);
 	__syncthreads();
 	float dk[8][4] = {}, dv[8][4] = {};
-	int q0 = kb * BM / BN, nq = T / BN;
+	int q0 = causal ? kb * BM / BN : 0, nq = T / BN;
 	/* the query tile qb into stage st */
 	auto issue = [&](int qb, int st) {
 		long qo = base + (long)qb * BN * HD;
@@ -336,7 +337,7 @@ __global__ void __launch_bounds__(THREADS) flash_bwd_kv_k(float *dqkv, const bf1
 		cp_commit();
 		cp_wait1();
 		__syncthreads();
-		if (qb * BN + BN - 1 >= first) { /* some query of the tile reaches this warp's keys */
+		if (!causal || qb * BN + BN - 1 >= first) { /* some query of the tile reaches this warp's keys */
 			float s[8][4] = {}, dp[8][4] = {};
 #pragma unroll
 			for (int kc = 0; kc < HD / 16; kc++)
@@ -345,7 +346,7 @@ __global__ void __launch_bounds__(THREADS) flash_bwd_kv_k(float *dqkv, const bf1
 					mma_nk2(s[2 * np], s[2 * np + 1], kf[kc], Qs, np, kc, lane);
 					mma_nk2(dp[2 * np], dp[2 * np + 1], vf[kc], dOs, np, kc, lane);
 				}
-			bool mask = qb * BN < first + 15; /* some query of the tile is before some key */
+			bool mask = causal && qb * BN < first + 15; /* some query of the tile is before some key */
 #pragma unroll
 			for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -385,7 +386,7 @@ __global__ void __launch_bounds__(THREADS) flash_bwd_kv_k(float *dqkv, const bf1
  * before them: S = Q K^T, P, dP = dO V^T, dS = P (dP - D), dQ += dS K. */
 __global__ void __launch_bounds__(THREADS) flash_bwd_q_k(float *dqkv, const bf16 *q, const bf16 *k, const bf16 *v,
                                                         const bf16 *dO, const float *lse, const float *D, int T,
-                                                        int C, int NH, float sl2, float scale)
+                                                        int C, int NH, float sl2, float scale, bool causal)
 {
 	/* two stages of a K and a V tile; Q and dO are staged through the first */
 	__shared__ __align__(16) bf16 sm[4 * BN * LDS];
@@ -404,7 +405,7 @@ __global__ void __launch_bounds__(THREADS) flash_bwd_q_k(float *dqkv, const bf16
 		Dr[i] = D[(long)bh * T + row0 + 8 * i];
 	}
 	float dq[8][4] = {};
-	int nkb = (qb + 1) * BM / BN;
+	int nkb = causal ? (qb + 1) * BM / BN : T / BN;
 	load_tile_async(sm, k + base);
 	load_tile_async(sm + BN * LDS, v + base);
 	cp_commit();
@@ -418,7 +419,7 @@ __global__ void __launch_bounds__(THREADS) flash_bwd_q_k(float *dqkv, const bf16
 		cp_commit();
 		cp_wait1();
 		__syncthreads();
-		if (kb * BN <= first + 15) {
+		if (!causal || kb * BN <= first + 15) {
 			float s[8][4] = {}, dp[8][4] = {};
 #pragma unroll
 			for (int kc = 0; kc < HD / 16; kc++)
@@ -427,7 +428,7 @@ __global__ void __launch_bounds__(THREADS) flash_bwd_q_k(float *dqkv, const bf16
 					mma_nk2(s[2 * np], s[2 * np + 1], qf[kc], Ks, np, kc, lane);
 					mma_nk2(dp[2 * np], dp[2 * np + 1], of[kc], Vs, np, kc, lane);
 				}
-			bool mask = kb * BN + BN - 1 > first;
+			bool mask = causal && kb * BN + BN - 1 > first;
 #pragma unroll
 			for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -465,22 +466,22 @@ bool cu_flash_fits(int precision, int T, int C, int NH)
 }
 
 void cu_flash_fwd(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *lse, const __nv_bfloat16 *qkvp, int B,
-                  int T, int C, int NH)
+                  int T, int C, int NH, bool causal)
 {
 	long BTC = (long)B * T * C;
 	float sl2 = 1.4426950408889634f / sqrtf((float)HD);
 	flash_fwd_k<<<dim3(T / BM, B * NH), THREADS, 0, s>>>(out, out16, lse, qkvp, qkvp + BTC, qkvp + 2 * BTC, T, C, NH,
-	                                                     sl2);
+	                                                     sl2, causal);
 }
 
 void cu_flash_bwd(cudaStream_t s, float *dqkv, const float *dout, const float *out, const __nv_bfloat16 *qkvp,
-                  const float *lse, float *D, __nv_bfloat16 *dO16, int B, int T, int C, int NH)
+                  const float *lse, float *D, __nv_bfloat16 *dO16, int B, int T, int C, int NH, bool causal)
 {
 	long BTC = (long)B * T * C, warps = (long)B * T * NH;
 	float scale = 1.0f / sqrtf((float)HD), sl2 = 1.4426950408889634f * scale;
 	const bf16 *q = qkvp, *k = qkvp + BTC, *v = qkvp + 2 * BTC;
 	flash_bwd_prep_k<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, s>>>(D, dO16, dout, out, B, T, C, NH);
 	dim3 grid(T / BM, B * NH);
-	flash_bwd_kv_k<<<grid, THREADS, 0, s>>>(dqkv, q, k, v, dO16, lse, D, T, C, NH, sl2, scale);
-	flash_bwd_q_k<<<grid, THREADS, 0, s>>>(dqkv, q, k, v, dO16, lse, D, T, C, NH, sl2, scale);
+	flash_bwd_kv_k<<<grid, THREADS, 0, s>>>(dqkv, q, k, v, dO16, lse, D, T, C, NH, sl2, scale, causal);
+	flash_bwd_q_k<<<grid, THREADS, 0, s>>>(dqkv, q, k, v, dO16, lse, D, T, C, NH, sl2, scale, causal);
 }

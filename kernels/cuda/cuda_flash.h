@@ -1,9 +1,11 @@
-/* cotrain CUDA backend: causal multi-head attention fused in the manner of
- * FlashAttention-2 (Dao, 2023), for bf16 mode.
+/* cotrain CUDA backend: multi-head attention, causal (the GPT) or over
+ * every key (the encoders), fused in the manner of FlashAttention-2 (Dao,
+ * 2023), for bf16 mode.
  *
  * No [T, T] matrix reaches device memory: each block of 128 queries walks
- * the tiles of 64 keys at or before it, keeping a running maximum and sum of its
- * rows' exponentials (the online softmax), and the backward recomputes the
+ * the tiles of 64 keys at or before it (causal; else every tile), keeping
+ * a running maximum and sum of its rows' exponentials (the online
+ * softmax), and the backward recomputes the
  * probabilities from the logsumexp the forward saved.  Products run on the
  * tensor cores (mma.sync m16n8k16: bf16 operands, fp32 accumulation); q, k,
  * v, the probabilities and the gradient's dO and dS are bf16 as operands,
@@ -29,11 +31,11 @@ bool cu_flash_fits(int precision, int T, int C, int NH);
  * them); lse [B*NH*T] gets each query row's logsumexp of its scaled scores,
  * in base 2 (what the backward reads). */
 void cu_flash_fwd(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *lse, const __nv_bfloat16 *qkvp,
-                  int B, int T, int C, int NH);
+                  int B, int T, int C, int NH, bool causal);
 
 /* dqkv [B,T,3C] (set, fp32) from dout [B,T,C] and the forward's out, qkvp
  * and lse; scratch: D [B*NH*T] floats and dO16 [B*T*C] bf16. */
 void cu_flash_bwd(cudaStream_t s, float *dqkv, const float *dout, const float *out, const __nv_bfloat16 *qkvp,
-                  const float *lse, float *D, __nv_bfloat16 *dO16, int B, int T, int C, int NH);
+                  const float *lse, float *D, __nv_bfloat16 *dO16, int B, int T, int C, int NH, bool causal);
 
 #endif

@@ -14,6 +14,7 @@
  * materialises each (sample, head) pair's [T, T] probabilities, as the CPU
  * does (GPT-2 small at B 16, T 1024: 0.8 GB a layer).
  * COTRAIN_CUDA_ATTENTION=materialized forces the second path (to compare). */
+#include "kernels/cuda/cuda_encoder.h"
 #include "kernels/cuda/cuda_flash.h"
 #include "kernels/cuda/cuda_layers.h"
 #include "kernels/cuda/cuda_sketch.h"
@@ -67,6 +68,9 @@ struct set_off {
 
 struct kern_gpu_model {
 	kern_config c;
+	/* an encoder's passes (cuda_encoder.h), on this model's device,
+	 * stream, products, parameters and gradient; NULL for the GPT */
+	cu_encoder *enc;
 	int max_batch, precision, device;
 	int Vp; /* the logits' row stride: the vocabulary rounded up to 64 */
 	bool flash; /* the attention runs fused (cuda_flash.h) */
@@ -128,6 +132,11 @@ static size_t dev_layout(kern_gpu_model *g, char *base)
 	bool f32 = g->precision != KERN_PREC_BF16;
 	TAKEF(g->params, g->n_params);
 	TAKEF(g->grads, g->n_params);
+	if (c->arch != KERN_ARCH_GPT) { /* the encoder's activations are its own */
+		if (!f32)
+			TAKE(g->params16, g->n_params, __nv_bfloat16);
+		return off;
+	}
 	TAKEF(g->encoded, BT * C);
 	for (auto &l : g->L) {
 		if (f32)
@@ -201,6 +210,7 @@ extern "C" void cu_model_free(kern_gpu_model *g)
 	cudaSetDevice(g->device);
 	if (g->s)
 		cudaStreamSynchronize(g->s);
+	cu_enc_free(g->enc);
 	for (auto &e : g->ev)
 		if (e)
 			cudaEventDestroy(e);
@@ -221,6 +231,37 @@ extern "C" void cu_model_free(kern_gpu_model *g)
 
 static int model_on_device(kern_gpu_model *g, size_t BT, char *err, size_t errlen);
 
+/* cu_model_create for an encoder: the device, stream, products,
+ * parameters and gradient here, its passes cuda_encoder.cu's. */
+static int enc_model_create(const kern_config *c, const kern_view *views, int n_views, int max_batch, int device,
+                            int precision, kern_gpu_model **out, char *err, size_t errlen)
+{
+	char why[200];
+	if (!cu_enc_supported(c, why, sizeof why))
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", why);
+	if (max_batch < 1 || precision < KERN_PREC_FP32 || precision > KERN_PREC_BF16)
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "bad batch or precision");
+	kern_gpu_model *g = new (std::nothrow) kern_gpu_model();
+	if (!g)
+		return cu_fail(err, errlen, KERN_GPU_ENOMEM, "CUDA backend", "out of host memory");
+	g->c = *c;
+	g->max_batch = max_batch;
+	g->precision = precision;
+	g->device = device;
+	for (int i = 0; i < n_views; i++)
+		g->n_params += views[i].numel;
+	int rc = model_on_device(g, (size_t)max_batch * c->seq_len, err, errlen);
+	if (!rc)
+		rc = cu_enc_create(c, views, n_views, max_batch, &g->gx, g->params, g->grads, g->params16, g->n_params,
+		                   &g->enc, err, errlen);
+	if (rc) {
+		cu_model_free(g);
+		return rc;
+	}
+	*out = g;
+	return KERN_GPU_OK;
+}
+
 static int find_view(const kern_view *views, int n, const char *name, size_t numel, size_t *off)
 {
 	for (int i = 0; i < n; i++)
@@ -236,8 +277,7 @@ extern "C" int cu_model_create(const kern_config *c, const kern_view *views, int
 {
 	*out = NULL;
 	if (c->arch != KERN_ARCH_GPT)
-		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend",
-		               "only the gpt architecture runs on the GPU (encoders compute on the CPU)");
+		return enc_model_create(c, views, n_views, max_batch, device, precision, out, err, errlen);
 	if (max_batch < 1 || precision < KERN_PREC_FP32 || precision > KERN_PREC_BF16)
 		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "bad batch or precision");
 	kern_gpu_model *g = new (std::nothrow) kern_gpu_model();
@@ -391,7 +431,7 @@ extern "C" int cu_profile(kern_gpu_model *g, const char *const **names, const do
 {
 	*names = prof_names;
 	*ms = g->pms;
-	return g->prof ? PROF_KINDS : 0;
+	return g->prof && !g->enc ? PROF_KINDS : 0; /* the encoder's passes mark no stages */
 }
 
 #define P(off) (g->params + (off))
@@ -412,6 +452,8 @@ extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_
 	const kern_config *c = &g->c;
 	if (loss)
 		*loss = 0;
+	if (g->enc)
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA forward", "an encoder's batches take enc_forward");
 	if (B < 1 || B > g->max_batch)
 		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA forward", "batch size outside 1..max_batch");
 	int T = c->seq_len, C = c->d_model, NH = c->n_head, F = c->d_ff, V = c->vocab, BT = B * T;
@@ -454,10 +496,10 @@ extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_
 			MARK(PROF_SPLIT);
 			cu_qkv_split16(s, (__nv_bfloat16 *)a.qkvp, g->dqkv, P(p.qkvb), B, T, C, NH);
 			MARK(PROF_ATTENTION);
-			cu_flash_fwd(s, a.atty, a.atty16, (float *)a.att, (const __nv_bfloat16 *)a.qkvp, B, T, C, NH);
+			cu_flash_fwd(s, a.atty, a.atty16, (float *)a.att, (const __nv_bfloat16 *)a.qkvp, B, T, C, NH, true);
 		} else {
 			MARK(PROF_ATTENTION);
-			CUBLAS_TRY(cu_attention_fwd(&g->gx, a.atty, a.att, a.qkvp, g->yp, g->dqkv, P(p.qkvb), B, T, C, NH),
+			CUBLAS_TRY(cu_attention_fwd(&g->gx, a.atty, a.att, a.qkvp, g->yp, g->dqkv, P(p.qkvb), B, T, C, NH, true),
 			           "the attention");
 			if (bf)
 				cu_to_bf16(s, a.atty16, a.atty, (long)BT * C);
@@ -511,8 +553,41 @@ extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_
 	return KERN_GPU_OK;
 }
 
+extern "C" int cu_model_enc_forward(kern_gpu_model *g, const int32_t *ids, const int32_t *segs,
+                                    const int32_t *labels, const int32_t *sop, int B, double *res, char *err,
+                                    size_t errlen)
+{
+	if (!g->enc)
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA encoder forward", "the model is a gpt");
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	CU_TRY(cudaEventRecord(g->ev[0], g->s), "recording an event");
+	int rc = cu_enc_forward(g->enc, ids, segs, labels, sop, B, res, err, errlen);
+	if (!rc)
+		CU_TRY(cudaEventRecord(g->ev[1], g->s), "recording an event");
+	return rc;
+}
+
+/* an encoder's backward, timed as the GPT's */
+static int enc_backward(kern_gpu_model *g, float scale, char *err, size_t errlen)
+{
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	int rc = cu_enc_backward(g->enc, scale, err, errlen);
+	if (rc)
+		return rc;
+	CU_TRY(cudaEventRecord(g->ev[2], g->s), "recording an event");
+	CU_SYNC(g->s, "the backward pass");
+	float f = 0, b = 0;
+	cudaEventElapsedTime(&f, g->ev[0], g->ev[1]);
+	cudaEventElapsedTime(&b, g->ev[1], g->ev[2]);
+	g->ms[0] = f;
+	g->ms[1] = b;
+	return KERN_GPU_OK;
+}
+
 extern "C" int cu_backward(kern_gpu_model *g, float dscale, char *err, size_t errlen)
 {
+	if (g->enc)
+		return enc_backward(g, dscale, err, errlen);
 	const kern_config *c = &g->c;
 	if (g->B == 0 || !g->have_targets)
 		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backward",
@@ -576,10 +651,10 @@ extern "C" int cu_backward(kern_gpu_model *g, float dscale, char *err, size_t er
 		MARK(PROF_ATTENTION_BWD);
 		if (g->flash) {
 			cu_flash_bwd(s, g->dqkv, g->datty, a.atty, (const __nv_bfloat16 *)a.qkvp, (const float *)a.att,
-			             (float *)g->datt, (__nv_bfloat16 *)g->dyp, B, T, C, NH);
+			             (float *)g->datt, (__nv_bfloat16 *)g->dyp, B, T, C, NH, true);
 		} else {
 			CUBLAS_TRY(cu_attention_bwd(&g->gx, g->dqkv, g->datty, a.qkvp, a.att, g->dyp, g->datt, g->dqkvp,
-			                            B, T, C, NH),
+			                            B, T, C, NH, true),
 			           "the attention's backward");
 		}
 		MARK(PROF_PRODUCTS);

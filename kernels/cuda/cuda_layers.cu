@@ -536,15 +536,16 @@ __global__ void heads_perm_k(D *dst, const S *src, int B, int T, int C, int NH)
 	}
 }
 
-/* one warp per row of scores: softmax of the first r % T + 1, zeros past */
-template <typename A> __global__ void softmax_causal_k(A *att, long rows, int T)
+/* one warp per row of scores: softmax of the first r % T + 1 (causal; else
+ * of all T), zeros past */
+template <typename A> __global__ void softmax_k(A *att, long rows, int T, bool causal)
 {
 	long row = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
 	int lane = threadIdx.x & 31;
 	if (row >= rows)
 		return;
 	A *p = att + row * T;
-	int n = (int)(row % T) + 1;
+	int n = causal ? (int)(row % T) + 1 : T;
 	float mx = -INFINITY;
 	for (int j = lane; j < n; j += 32)
 		mx = fmaxf(mx, ld(p + j));
@@ -558,7 +559,8 @@ template <typename A> __global__ void softmax_causal_k(A *att, long rows, int T)
 }
 
 /* dP -> dS = scale * P * (dP - sum P dP), zeros past the mask, in place */
-template <typename A> __global__ void softmax_causal_bwd_k(A *datt, const A *att, long rows, int T, float scale)
+template <typename A>
+__global__ void softmax_bwd_k(A *datt, const A *att, long rows, int T, float scale, bool causal)
 {
 	long row = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
 	int lane = threadIdx.x & 31;
@@ -566,7 +568,7 @@ template <typename A> __global__ void softmax_causal_bwd_k(A *datt, const A *att
 		return;
 	A *d = datt + row * T;
 	const A *p = att + row * T;
-	int n = (int)(row % T) + 1;
+	int n = causal ? (int)(row % T) + 1 : T;
 	float dot = 0.0f;
 	for (int j = lane; j < n; j += 32)
 		dot += ld(p + j) * ld(d + j);
@@ -629,7 +631,7 @@ size_t cu_att_elem(int precision) { return precision == KERN_PREC_BF16 ? 2 : 4; 
 	} while (0)
 
 cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
-                                const float *qkv, const float *bias, int B, int T, int C, int NH)
+                                const float *qkv, const float *bias, int B, int T, int C, int NH, bool causal)
 {
 	int hd = C / NH, BH = B * NH;
 	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
@@ -643,14 +645,14 @@ cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, voi
 		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, bias, B, T, C, NH);
 		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, CUDA_R_16BF, T, sa,
 		                    BH));
-		softmax_causal_k<<<gs, 256, 0, s>>>(p, rows, T);
+		softmax_k<<<gs, 256, 0, s>>>(p, rows, T, causal);
 		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, CUDA_R_32F, hd, sq,
 		                    BH));
 	} else {
 		float *q = (float *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (float *)att;
 		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, bias, B, T, C, NH);
 		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, T, sa, BH));
-		softmax_causal_k<<<gs, 256, 0, s>>>(p, rows, T);
+		softmax_k<<<gs, 256, 0, s>>>(p, rows, T, causal);
 		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, hd, sq, BH));
 	}
 	heads_perm_k<true><<<blocks_for(BTC, 256), 256, 0, s>>>(out, yp, B, T, C, NH);
@@ -658,7 +660,8 @@ cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, voi
 }
 
 cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *dout, const void *qkvp,
-                                const void *att, void *dyp, void *datt, float *dqkvp, int B, int T, int C, int NH)
+                                const void *att, void *dyp, void *datt, float *dqkvp, int B, int T, int C, int NH,
+                                bool causal)
 {
 	int hd = C / NH, BH = B * NH;
 	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
@@ -672,7 +675,7 @@ cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *
 		heads_perm_k<false><<<blocks_for(BTC, 256), 256, 0, s>>>(dy, dout, B, T, C, NH);
 		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, 1.0f, dy, hd, sq, v, hd, sq, 0.0f, dp, CUDA_R_16BF, T, sa,
 		                    BH));
-		softmax_causal_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, scale);
+		softmax_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, scale, causal);
 		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, 1.0f, dp, T, sa, k, hd, sq, 0.0f, dq, CUDA_R_32F, hd, sq,
 		                    BH));
 		TRY_BLAS(gemm_typed(x, true, false, T, hd, T, 1.0f, dp, T, sa, q, hd, sq, 0.0f, dk, CUDA_R_32F, hd, sq,
@@ -684,7 +687,7 @@ cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *
 		float *dy = (float *)dyp, *dp = (float *)datt;
 		heads_perm_k<false><<<blocks_for(BTC, 256), 256, 0, s>>>(dy, dout, B, T, C, NH);
 		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, 1.0f, dy, hd, sq, v, hd, sq, 0.0f, dp, T, sa, BH));
-		softmax_causal_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, scale);
+		softmax_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, scale, causal);
 		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, 1.0f, dp, T, sa, k, hd, sq, 0.0f, dq, hd, sq, BH));
 		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, 1.0f, dp, T, sa, q, hd, sq, 0.0f, dk, hd, sq, BH));
 		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, 1.0f, p, T, sa, dy, hd, sq, 0.0f, dv, hd, sq, BH));
@@ -837,7 +840,8 @@ void cu_embedding_fwd(cudaStream_t s, float *out, const int32_t *tokens, const f
 void cu_embedding_bwd(cudaStream_t s, float *dwte, float *dwpe, const float *dout, const int32_t *uniq,
                       const int32_t *offs, const int32_t *pos, int n_uniq, int B, int T, int C)
 {
-	embedding_bwd_wpe_k<<<blocks_for((long)T * C, 256), 256, 0, s>>>(dwpe, dout, B, T, C);
+	if (dwpe)
+		embedding_bwd_wpe_k<<<blocks_for((long)T * C, 256), 256, 0, s>>>(dwpe, dout, B, T, C);
 	if (n_uniq > 0)
 		embedding_bwd_wte_k<<<n_uniq, 256, 0, s>>>(dwte, dout, uniq, offs, pos, C);
 }

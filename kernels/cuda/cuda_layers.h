@@ -71,13 +71,14 @@ void cu_gelu_bwd(cudaStream_t s, float *dinp, __nv_bfloat16 *dinp16, const float
  * and multiplied as they are. */
 size_t cu_att_elem(int precision);
 
-/* Causal multi-head attention (kernels/attention.c's values) on
+/* Multi-head attention, causal (kernels/attention.c's values) or over
+ * every key (attention_full.c's, every sample full length), on
  * qkv [B,T,3C] into out [B,T,C], saving qkvp (3*B*T*C elements: q, k, v
  * as [B,NH,T,hd]) and att (the probabilities [B,NH,T,T]), each of
  * cu_att_elem bytes; yp is fp32 scratch of B*T*C.  bias[3C] (may be NULL)
  * is added to qkv on the way (the c_attn projection's bias). */
 cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
-                                const float *qkv, const float *bias, int B, int T, int C, int NH);
+                                const float *qkv, const float *bias, int B, int T, int C, int NH, bool causal);
 /* q, k, v of qkv [B,T,3C] (+ bias[3C], may be NULL) into qkvp in bf16,
  * each [B,NH,T,hd] (what the fused attention, cuda_flash.h, reads) */
 void cu_qkv_split16(cudaStream_t s, __nv_bfloat16 *qkvp, const float *qkv, const float *bias, int B, int T,
@@ -87,7 +88,7 @@ void cu_qkv_split16(cudaStream_t s, __nv_bfloat16 *qkvp, const float *qkv, const
  * dqkvp 3*B*T*C floats. */
 cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *dout, const void *qkvp,
                                 const void *att, void *dyp, void *datt, float *dqkvp, int B, int T, int C,
-                                int NH);
+                                int NH, bool causal);
 
 /* Rows of V logits, ld apart (a multiple of 64 keeps the head's products
  * on aligned, fast kernels: GPT-2's 50257 is not even a multiple of 2).
@@ -113,7 +114,7 @@ cublasStatus_t cu_gemm_bf16(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N
 /* out[b, t, :] = wte[tok] + wpe[t] */
 void cu_embedding_fwd(cudaStream_t s, float *out, const int32_t *tokens, const float *wte, const float *wpe,
                       int B, int T, int C);
-/* dwpe[t] += sum_b dout[b, t]; dwte[u] += the rows of token u, listed by
+/* dwpe[t] += sum_b dout[b, t] (dwpe NULL: none); dwte[u] += the rows of token u, listed by
  * the host: uniq[n_uniq] tokens, their positions pos[offs[i] .. offs[i+1]) */
 void cu_embedding_bwd(cudaStream_t s, float *dwte, float *dwpe, const float *dout, const int32_t *uniq,
                       const int32_t *offs, const int32_t *pos, int n_uniq, int B, int T, int C);

@@ -1,6 +1,6 @@
 /* Training speed of the CUDA backend on one GPU.
  *
- *   bench_gpu [--model gpt2|gpt2-bytes|sahaj|demo] [--batch B] [--precision fp32|tf32|bf16]
+ *   bench_gpu [--model gpt2|gpt2-bytes|sahaj|sahajbert|demo] [--batch B] [--precision fp32|tf32|bf16]
  *             [--steps N] [--client]
  *
  * Times N microbatches (forward and backward on the GPU, after two
@@ -26,12 +26,18 @@
  *   gpt2-bytes  the same with the byte vocabulary (256)
  *   sahaj       24 layers sharing one set, d 1024, 16 heads, d_ff 4096,
  *               T 512, vocab 32000, B 16 (sahajBERT's sizes, causal)
+ *   sahajbert   sahajBERT itself: the ALBERT encoder of those sizes with
+ *               the factorised embedding E 128, trained on masked language
+ *               modelling and sentence order (kern_mask_build's batches);
+ *               the reference is Hugging Face's AlbertForPreTraining
  *   demo        kern_config_default, B 16 */
 #include "kernels/backend.h"
 #include "kernels/gpu.h"
+#include "kernels/masking.h"
 #include "kernels/model.h"
 #include "kernels/optimizer.h"
 #include "kernels/rng.h"
+#include "kernels/stream_step.h"
 #include "shared/common/sketch.h"
 
 #include <stdio.h>
@@ -61,7 +67,17 @@ static int shape(const char *name, kern_config *c, int *B)
 		c->vocab = strcmp(name, "gpt2-bytes") == 0 ? 256 : 50257;
 		return strcmp(name, "gpt2") == 0 || strcmp(name, "gpt2-bytes") == 0 ? 0 : -1;
 	}
-	if (strcmp(name, "sahaj") == 0) {
+	if (strcmp(name, "sahaj") == 0 || strcmp(name, "sahajbert") == 0) {
+		if (name[5] == 'b') {
+			c->arch = KERN_ARCH_ALBERT;
+			c->d_embed = 128;
+			c->type_vocab = 2;
+			c->cls_id = 2;
+			c->sep_id = 3;
+			c->mask_id = 4;
+			c->pad_id = 0;
+			c->unk_id = 1;
+		}
 		c->n_layer = 24;
 		c->n_shared = 1;
 		c->n_head = 16;
@@ -85,7 +101,7 @@ static double client_microbatch(kern_model *m, const int32_t *tok, int B, bool k
 	double t0 = now();
 	for (int i = 0; i < n; i++) {
 		float loss;
-		if (kern_gpu_step(m, tok, tok + 1, B, 1.0f, &loss, eb))
+		if (kern_stream_step(m, tok, tok + 1, B, 1, i, 1000, 1.0f, &loss, eb))
 			return -1;
 		if (keep) {
 			if (kern_gpu_sketch_held(m, 77, 16, now16, eb) ||
@@ -117,8 +133,9 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--client") == 0)
 			client = true;
 		else {
-			fprintf(stderr, "usage: bench_gpu [--model gpt2|gpt2-bytes|sahaj|demo] [--batch B] "
-			                "[--precision fp32|tf32|bf16] [--steps N] [--client]\n");
+			fprintf(stderr,
+			        "usage: bench_gpu [--model gpt2|gpt2-bytes|sahaj|sahajbert|demo] [--batch B] "
+			        "[--precision fp32|tf32|bf16] [--steps N] [--client]\n");
 			return 2;
 		}
 	}
@@ -162,10 +179,24 @@ int main(int argc, char **argv)
 	kern_rng_seed(&r, 5);
 	for (size_t i = 0; i <= BT; i++)
 		tok[i] = (int32_t)(kern_rng_next(&r) % (uint64_t)c.vocab);
-	double loss = 0, fwd = 0, bwd = 0, ms[2];
+	double loss = 0, fwd = 0, bwd = 0, ms[2], res[KERN_GPU_ENC_RESULTS];
+	/* an encoder's masked batch, from the same tokens */
+	bool enc = c.arch != KERN_ARCH_GPT;
+	int32_t *ids = enc ? malloc(4 * BT * sizeof *ids) : NULL, *segs = ids + BT, *labels = ids + 2 * BT,
+	        *sop = ids + 3 * BT;
+	if (enc &&
+	    (!ids || kern_mask_build(&c, 1, 0, 0, B, tok, (size_t)c.seq_len, ids, segs, labels, sop, &eb))) {
+		fprintf(stderr, "bench_gpu: %s\n", ids ? eb.msg : "out of memory");
+		return 1;
+	}
 	rc = api->set_params(g, m->params, err, sizeof err);
 	for (int s = 0; !rc && s < steps + 2; s++) {
-		rc = api->forward(g, tok, tok + 1, B, &loss, err, sizeof err);
+		if (enc) {
+			rc = api->enc_forward(g, ids, segs, labels, sop, B, res, err, sizeof err);
+			loss = res[0];
+		} else {
+			rc = api->forward(g, tok, tok + 1, B, &loss, err, sizeof err);
+		}
 		if (!rc)
 			rc = api->backward(g, 1.0f, err, sizeof err);
 		api->last_timings(g, ms);
@@ -212,6 +243,7 @@ int main(int argc, char **argv)
 	       model, t_grads * 1e3, 100 * t_grads / step_s, t_opt * 1e3, 100 * t_opt / step_s,
 	       kern_threads(), t_up * 1e3, 100 * t_up / step_s);
 	api->model_free(g);
+	free(ids);
 	api->host_register(m->params, 0, 0, err, sizeof err);
 	api->host_register(m->grads, 0, 0, err, sizeof err);
 	kern_model_free(m);
