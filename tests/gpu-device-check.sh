@@ -1,8 +1,9 @@
 #!/bin/bash
 # The CUDA backend's checks and benchmarks on a GPU machine, in one run:
 # the TAP test against the CPU backend (tests/test_gpu_kernels.c), a GPU
-# client in rounds with CPU peers (tests/test_rounds_gpu.sh, on a
-# PostgreSQL of its own, from rounds.tar.xz), then bench_gpu beside
+# client in rounds with CPU peers (tests/test_rounds_gpu.sh, a GPT's, and
+# test_rounds_gpu_encoder.sh, an ALBERT's, on a PostgreSQL of their own,
+# from rounds.tar.xz), then bench_gpu beside
 # PyTorch on the same GPU (tests/bench/bench_gpu_torch.py), ending with a
 # table of both.
 #
@@ -41,28 +42,31 @@ fi
 if ! part rounds; then
 	:
 elif [ -f rounds.tar.xz ]; then
-	echo "== test_rounds_gpu"
 	# Unpacked under /tmp: PostgreSQL runs as nobody, who must reach it.
 	rt=/tmp/cotrain-rounds-rt
 	rm -rf "$rt" && mkdir -p "$rt" && xz -dc rounds.tar.xz | tar -C "$rt" -xf - && chmod -R a+rX "$rt"
 	cp lib/* "$rt/lib/"
 	[ -e /usr/share/zoneinfo/UTC ] || { mkdir -p /usr/share/zoneinfo && cp -r "$rt/UTC" "$rt/Etc" /usr/share/zoneinfo/; }
 	pgbin=$(echo "$rt"/pg/usr/lib/postgresql/*/bin)
-	(
-		export LD_LIBRARY_PATH="$rt/lib:/usr/local/cuda/lib64:${cublas:-}"
-		export PG_BINDIR="$pgbin" COTRAIN_PG_BINDIR="$pgbin" SHELL=/bin/sh KEEP_LOGS=1
-		export top_srcdir="$(cd .. && pwd)" top_builddir="$rt/build"
-		export COTRAIN_TEST_CUDA_LIB="$rt/build/kernels/libcotrain-cuda.so"
-		unset COTRAIN_CUDA_LIB
-		timeout 300 sh ../tests/test_rounds_gpu.sh
-	) 2>&1 | tee "$out/test_rounds_gpu.tap"
-	rc=${PIPESTATUS[0]}
-	echo "test_rounds_gpu: exit $rc"
-	# the logs of a failed run
-	d=$(ls -d /tmp/cotrain-gpu-* 2>/dev/null | head -1)
-	if { [ "$rc" != 0 ] || grep -q '^not ok' "$out/test_rounds_gpu.tap"; } && [ -n "$d" ]; then
-		tail -n 40 "$d"/server.log "$d"/client*.log >"$out/test_rounds_gpu.logs" 2>&1
-	fi
+	# the GPT's rounds, then the ALBERT's
+	for t in test_rounds_gpu test_rounds_gpu_encoder; do
+		echo "== $t"
+		(
+			export LD_LIBRARY_PATH="$rt/lib:/usr/local/cuda/lib64:${cublas:-}"
+			export PG_BINDIR="$pgbin" COTRAIN_PG_BINDIR="$pgbin" SHELL=/bin/sh KEEP_LOGS=1
+			export top_srcdir="$(cd .. && pwd)" top_builddir="$rt/build"
+			export COTRAIN_TEST_CUDA_LIB="$rt/build/kernels/libcotrain-cuda.so"
+			unset COTRAIN_CUDA_LIB
+			timeout 300 sh "../tests/$t.sh"
+		) 2>&1 | tee "$out/$t.tap"
+		rc=${PIPESTATUS[0]}
+		echo "$t: exit $rc"
+		# the logs of a failed run (the newest kept)
+		d=$(ls -td /tmp/cotrain-gpu-* 2>/dev/null | head -1)
+		if { [ "$rc" != 0 ] || grep -q '^not ok' "$out/$t.tap"; } && [ -n "$d" ]; then
+			tail -n 40 "$d"/server.log "$d"/client*.log >"$out/$t.logs" 2>&1
+		fi
+	done
 else
 	echo "no rounds.tar.xz: tests/gpu-device-pack.sh makes it"
 fi
@@ -97,7 +101,8 @@ echo "== summary"
 [ -f "$out/test_gpu_kernels.tap" ] &&
 	echo "tap: $(grep -c '^ok' "$out/test_gpu_kernels.tap") ok, $(grep -c '^not ok' "$out/test_gpu_kernels.tap") not ok" &&
 	grep -E "^not ok" "$out/test_gpu_kernels.tap"
-[ -f "$out/test_rounds_gpu.tap" ] &&
-	echo "rounds: $(grep -c '^ok' "$out/test_rounds_gpu.tap") ok, $(grep -c '^not ok' "$out/test_rounds_gpu.tap") not ok"
+for t in test_rounds_gpu test_rounds_gpu_encoder; do
+	[ -f "$out/$t.tap" ] && echo "$t: $(grep -c '^ok' "$out/$t.tap") ok, $(grep -c '^not ok' "$out/$t.tap") not ok"
+done
 [ -f "$out/bench.txt" ] && grep -E "client microbatch" "$out/bench.txt"
 [ -f "$out/bench.txt" ] && grep -E "tokens/s" "$out/bench.txt" | sed -E 's/^(bench_gpu[a-z_]*): ([^ ]+) on [^,]+, ([^,]+),.*: ([0-9]+) tokens\/s.*MFU ([0-9.]+)%.*/\1 \2 \3 \4 tok\/s MFU \5%/'

@@ -20,6 +20,10 @@
 #     GPU held are computed again there, so the bytes the host averages
 #     match the sketches it committed (no host flagged), and no microbatch
 #     is lost or trained twice (the stream's tiling, tests/invariants.sh).
+# With GPU_ROUNDS_MODEL=albert (tests/test_rounds_gpu_encoder.sh) the
+# project trains a small ALBERT instead (masked language modelling and
+# sentence order, head size 64, T 128: the fused attention over every key),
+# with the same checks.
 # Without a CUDA build or a usable GPU it skips, with the reason.
 . "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/invariants.sh"
@@ -63,9 +67,12 @@ start_client() { # N USE_GPU THREADS
 plan 7
 mkdir -p "$T/text"
 head -c 200000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
+MODEL='{"n_layer": 2, "n_shared": 2, "n_head": 2, "d_model": 128, "d_ff": 512, "seq_len": 128, "vocab": 256}'
+[ "${GPU_ROUNDS_MODEL:-gpt}" = albert ] &&
+	MODEL='{"arch": "albert", "n_layer": 2, "n_shared": 1, "n_head": 2, "d_model": 128, "d_embed": 64, "d_ff": 512, "seq_len": 128}'
 cat >"$T/project.json" <<JSON
 {"name": "gpu", "title": "a GPU among CPUs", "dataset": "gpu",
- "model": {"n_layer": 2, "n_shared": 2, "n_head": 2, "d_model": 128, "d_ff": 512, "seq_len": 128, "vocab": 256},
+ "model": $MODEL,
  "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0.01, "clip_norm": 1.0,
                "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
  "target_batch": 128, "microbatch_size": 2, "seed": 23, "work_unit_seconds": 10}

@@ -59,6 +59,7 @@ struct cu_encoder {
 	        *dpooled;
 	float *colv, *scratch, *type_scratch, *yp, *dqkvp;
 	void *datt, *dyp;
+	bf16 *dx16, *dy16, *dfch16, *dqkv16;
 	bf16 *sa16, *sb16; /* operands rounded to bf16 for a product */
 	size_t scap;
 	/* host side */
@@ -173,6 +174,12 @@ static size_t layout(cu_encoder *e, char *base)
 	TAKEF(e->datty, BT * H);
 	TAKEF(e->dfch, BT * F);
 	TAKEF(e->dfchg, BT * F);
+	/* bf16 mode: the gradients two products each read, written once in
+	 * bf16 by the kernel that makes them */
+	TAKE16(e->dx16, BT * H);
+	TAKE16(e->dy16, BT * H);
+	TAKE16(e->dfch16, BT * F);
+	TAKE16(e->dqkv16, BT * 3 * H);
 	TAKEF(e->dmout, BT * E);
 	TAKEF(e->dmact, BT * E);
 	TAKEF(e->dmpre, BT * E);
@@ -566,7 +573,7 @@ int cu_enc_backward(cu_encoder *e, float scale, char *err, size_t errlen)
 		cu_layernorm_bwd(s, e->dmact, NULL, G(e->mlnw), G(e->mlnb), e->dmout, e->mact, P(e->mlnw),
 		                 e->mmean, e->mrstd, NR, E, e->scratch);
 		if (e->erf)
-			cu_gelu_erf_bwd(s, e->dmpre, e->mpre, e->dmact, (long)NR * E);
+			cu_gelu_erf_bwd(s, e->dmpre, NULL, e->mpre, e->dmact, (long)NR * E);
 		else
 			cu_gelu_bwd(s, e->dmpre, NULL, e->mpre, e->dmact, (long)NR * E);
 		PROD(false, true, NR, H, E, e->dmpre, NULL, E, P(e->mdw), P16(e->mdw), E, 0.0f, e->dxg, H);
@@ -594,26 +601,27 @@ int cu_enc_backward(cu_encoder *e, float scale, char *err, size_t errlen)
 		const bf16 *x_in16 = l > 0 ? e->L[(size_t)l - 1].h2_16 : e->albert ? e->x0_16 : e->embln16;
 		/* dy = d r2 through the block's last LayerNorm */
 		CU_TRY(cudaMemsetAsync(e->dy, 0, bth, s), "zeroing a gradient");
-		cu_layernorm_bwd(s, e->dy, NULL, G(p.ln2w), G(p.ln2b), e->dx, a.r2, P(p.ln2w), a.mean2,
+		cu_layernorm_bwd(s, e->dy, e->dy16, G(p.ln2w), G(p.ln2b), e->dx, a.r2, P(p.ln2w), a.mean2,
 		                 a.rstd2, BT, H, e->scratch);
 		/* the FFN; dy += d h1 through it (the residual carries dy itself) */
-		PROD(false, true, BT, F, H, e->dy, NULL, H, P(p.fcow), P16(p.fcow), H, 0.0f, e->dfchg, F);
-		PROD(true, false, F, H, BT, a.fchg, a.fchg16, F, e->dy, NULL, H, 1.0f, G(p.fcow), H);
+		PROD(false, true, BT, F, H, e->dy, e->dy16, H, P(p.fcow), P16(p.fcow), H, 0.0f, e->dfchg, F);
+		PROD(true, false, F, H, BT, a.fchg, a.fchg16, F, e->dy, e->dy16, H, 1.0f, G(p.fcow), H);
 		cu_colsum_add(s, G(p.fcob), e->dy, BT, H, e->scratch);
 		if (e->erf)
-			cu_gelu_erf_bwd(s, e->dfch, a.fch, e->dfchg, (long)BT * F);
+			cu_gelu_erf_bwd(s, e->dfch, e->dfch16, a.fch, e->dfchg, (long)BT * F);
 		else
-			cu_gelu_bwd(s, e->dfch, NULL, a.fch, e->dfchg, (long)BT * F);
-		PROD(false, true, BT, H, F, e->dfch, NULL, F, P(p.fcw), P16(p.fcw), F, 1.0f, e->dy, H);
-		PROD(true, false, H, F, BT, a.h1, a.h1_16, H, e->dfch, NULL, F, 1.0f, G(p.fcw), F);
+			cu_gelu_bwd(s, e->dfch, e->dfch16, a.fch, e->dfchg, (long)BT * F);
+		/* (dy16 is spent: dy now takes the FFN's share) */
+		PROD(false, true, BT, H, F, e->dfch, e->dfch16, F, P(p.fcw), P16(p.fcw), F, 1.0f, e->dy, H);
+		PROD(true, false, H, F, BT, a.h1, a.h1_16, H, e->dfch, e->dfch16, F, 1.0f, G(p.fcw), F);
 		cu_colsum_add(s, G(p.fcb), e->dfch, BT, F, e->scratch);
 		/* dx = d r1 through the attention's LayerNorm */
 		CU_TRY(cudaMemsetAsync(e->dx, 0, bth, s), "zeroing a gradient");
-		cu_layernorm_bwd(s, e->dx, NULL, G(p.ln1w), G(p.ln1b), e->dy, a.r1, P(p.ln1w), a.mean1,
+		cu_layernorm_bwd(s, e->dx, e->dx16, G(p.ln1w), G(p.ln1b), e->dy, a.r1, P(p.ln1w), a.mean1,
 		                 a.rstd1, BT, H, e->scratch);
 		/* the attention; dx += d x_in through it */
-		PROD(false, true, BT, H, H, e->dx, NULL, H, P(p.outw), P16(p.outw), H, 0.0f, e->datty, H);
-		PROD(true, false, H, H, BT, a.atty, a.atty16, H, e->dx, NULL, H, 1.0f, G(p.outw), H);
+		PROD(false, true, BT, H, H, e->dx, e->dx16, H, P(p.outw), P16(p.outw), H, 0.0f, e->datty, H);
+		PROD(true, false, H, H, BT, a.atty, a.atty16, H, e->dx, e->dx16, H, 1.0f, G(p.outw), H);
 		cu_colsum_add(s, G(p.outb), e->dx, BT, H, e->scratch);
 		if (e->flash)
 			cu_flash_bwd(s, e->dqkv, e->datty, a.atty, (const bf16 *)a.qkvp, (const float *)a.att,
@@ -622,9 +630,12 @@ int cu_enc_backward(cu_encoder *e, float scale, char *err, size_t errlen)
 			CUBLAS_TRY(cu_attention_bwd(&e->gx, e->dqkv, e->datty, a.qkvp, a.att, e->dyp, e->datt,
 			                            e->dqkvp, B, T, H, NH, false),
 			           "the attention's backward");
-		PROD(false, true, BT, H, 3 * H, e->dqkv, NULL, 3 * H, P(p.qkvw), P16(p.qkvw), 3 * H, 1.0f,
+		if (bf)
+			cu_to_bf16(s, e->dqkv16, e->dqkv, 3L * BT * H);
+		/* (dx16 is spent: dx now takes the attention's share) */
+		PROD(false, true, BT, H, 3 * H, e->dqkv, e->dqkv16, 3 * H, P(p.qkvw), P16(p.qkvw), 3 * H, 1.0f,
 		     e->dx, H);
-		PROD(true, false, H, 3 * H, BT, x_in, x_in16, H, e->dqkv, NULL, 3 * H, 1.0f, G(p.qkvw),
+		PROD(true, false, H, 3 * H, BT, x_in, x_in16, H, e->dqkv, e->dqkv16, 3 * H, 1.0f, G(p.qkvw),
 		     3 * H);
 		cu_colsum_add(s, G(p.qkvb), e->dqkv, BT, 3 * H, e->scratch);
 	}

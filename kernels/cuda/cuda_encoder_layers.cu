@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+typedef __nv_bfloat16 bf16;
+
 #define GELU_RSQRT2 0.7071067811865476f   /* 1 / sqrt(2), as kernels/gelu.c */
 #define GELU_RSQRT2PI 0.3989422804014327f /* 1 / sqrt(2 pi) */
 #define TYPE_CHUNK 128                    /* rows a block sums for the segment embedding */
@@ -97,19 +99,22 @@ void cu_bias_gelu_erf_fwd(cudaStream_t s, float *out, __nv_bfloat16 *out16, floa
 	bias_gelu_erf_k<<<grid_for(n, 256), 256, 0, s>>>(out, out16, pre, bias, n, N);
 }
 
-__global__ void gelu_erf_bwd_k(float *dinp, const float *inp, const float *dout, long n)
+__global__ void gelu_erf_bwd_k(float *dinp, bf16 *dinp16, const float *inp, const float *dout, long n)
 {
 	GRID_STRIDE(i, n)
 	{
 		float x = inp[i];
 		float cdf = 0.5f * (1.0f + erff(x * GELU_RSQRT2)), pdf = GELU_RSQRT2PI * expf(-0.5f * x * x);
-		dinp[i] = dout[i] * (cdf + x * pdf);
+		float d = dout[i] * (cdf + x * pdf);
+		dinp[i] = d;
+		if (dinp16)
+			dinp16[i] = __float2bfloat16_rn(d);
 	}
 }
 
-void cu_gelu_erf_bwd(cudaStream_t s, float *dinp, const float *inp, const float *dout, long n)
+void cu_gelu_erf_bwd(cudaStream_t s, float *dinp, bf16 *dinp16, const float *inp, const float *dout, long n)
 {
-	gelu_erf_bwd_k<<<grid_for(n, 256), 256, 0, s>>>(dinp, inp, dout, n);
+	gelu_erf_bwd_k<<<grid_for(n, 256), 256, 0, s>>>(dinp, dinp16, inp, dout, n);
 }
 
 __global__ void gather_rows_k(float *dst, __nv_bfloat16 *dst16, const float *src, const int32_t *rows, int w,

@@ -28,8 +28,10 @@ void cu_embedding_type_bwd(cudaStream_t s, float *dtype, const float *dout, cons
  * out = gelu(pre) (out in fp32, out16 in bf16: either may be NULL) */
 void cu_bias_gelu_erf_fwd(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *pre, const float *bias,
                           int rows, int N);
-/* dinp = dout * gelu'(inp) (the exact form) */
-void cu_gelu_erf_bwd(cudaStream_t s, float *dinp, const float *inp, const float *dout, long n);
+/* dinp = dout * gelu'(inp) (the exact form), and in bf16 into dinp16 (may
+ * be NULL) */
+void cu_gelu_erf_bwd(cudaStream_t s, float *dinp, __nv_bfloat16 *dinp16, const float *inp, const float *dout,
+                     long n);
 
 /* dst[i, :] = src[rows[i], :] for i < n, rows of width w; dst16 (may be
  * NULL) gets them in bf16 */
