@@ -100,11 +100,6 @@ cot_err kern_gpu_bind(kern_model *m, int device, int precision, cot_errbuf *eb)
 {
 	char why[256] = "";
 	kern_gpu_unbind(m);
-	if (m->config.arch != KERN_ARCH_GPT && m->config.position != KERN_POS_ABSOLUTE)
-		return cot_seterr(eb, COT_ERR_UNSUPPORTED,
-		                  "the GPU backend trains encoders with absolute positions only; this %s's "
-		                  "relative positions compute on the CPU",
-		                  kern_arch_name(m->config.arch));
 	if (m->max_batch < 1)
 		return cot_seterr(eb, COT_ERR_CONFLICT, "cannot bind a model without activations to a GPU");
 	int n = kern_gpu_count(why, sizeof why);

@@ -8,13 +8,12 @@
  * in one line and everything computes on the CPU.
  *
  * A model bound to a GPU (kern_gpu_bind) runs its forward and backward
- * there through kern_stream_step (a GPT's, or an encoder's with absolute
- * positions); its parameters and gradient stay the
- * host's fp32 buffers: the parameters go up when they change
- * (kern_gpu_params_changed), each backward's gradient comes down into
- * m->grads (or, kept, sums on the GPU until it is brought home:
- * kern_gpu_keep_grads), and the optimizer step stays the deterministic CPU
- * one, so every peer still applies identical bytes. */
+ * there through kern_stream_step (a GPT's, or an ALBERT's or BERT's); its
+ * parameters and gradient stay the host's fp32 buffers: the parameters go
+ * up when they change (kern_gpu_params_changed), each backward's gradient
+ * comes down into m->grads (or, kept, sums on the GPU until it is brought
+ * home: kern_gpu_keep_grads), and the optimizer step stays the
+ * deterministic CPU one, so every peer still applies identical bytes. */
 #ifndef KERN_GPU_H
 #define KERN_GPU_H
 
@@ -43,12 +42,12 @@ int kern_gpu_count(char *why, size_t n);
 int kern_precision_parse(const char *name);
 const char *kern_precision_name(int precision);
 
-/* Bind m (created with activations for max_batch samples: a GPT, or an
- * encoder with absolute positions) to GPU device at precision: its passes
- * in kern_stream_step run there from now on (other passes, such as
- * evaluation's, stay on the CPU).  COT_ERR_UNSUPPORTED (no backend or
- * device, an encoder with relative positions; the message says which), COT_ERR_NOMEM (the device's memory), COT_ERR_IO (a device
- * error).  On error m stays on the CPU. */
+/* Bind m (created with activations for max_batch samples) to GPU device at
+ * precision: its training passes in kern_stream_step run there from now on
+ * (other passes, such as evaluation's, stay on the CPU).
+ * COT_ERR_UNSUPPORTED (no backend or device; the message says which),
+ * COT_ERR_NOMEM (the device's memory), COT_ERR_IO (a device error).  On
+ * error m stays on the CPU. */
 cot_err kern_gpu_bind(kern_model *m, int device, int precision, cot_errbuf *eb);
 /* Back to the CPU, freeing the device's memory (no-op when not bound).  A
  * gradient the GPU holds (kern_gpu_keep_grads) is dropped: bring it home

@@ -132,8 +132,8 @@ typedef struct kern_gpu_api {
 	 * labels [B*T], sop [B]; res[KERN_GPU_ENC_RESULTS] gets the loss, the
 	 * MLM loss, the SOP loss, the predicted positions, the MLM and the
 	 * SOP predictions that were right (kern_enc_result's fields, in its
-	 * order).  backward then adds its gradient.  model_create takes an
-	 * encoder with absolute positions; forward refuses one. */
+	 * order).  backward then adds its gradient.  forward refuses an
+	 * encoder. */
 	int (*enc_forward)(kern_gpu_model *g, const int32_t *ids, const int32_t *segs, const int32_t *labels,
 	                   const int32_t *sop, int B, double *res, char *err, size_t errlen);
 } kern_gpu_api;

@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/encoder.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
@@ -28,6 +29,7 @@ struct enc_layer {
 /* one parameter set's offsets (kernels/encoder.h's order) */
 struct enc_set {
 	size_t qkvw, qkvb, outw, outb, ln1w, ln1b, fcw, fcb, fcow, fcob, ln2w, ln2b;
+	size_t dist; /* the distance embedding [2T-1, hd], with relative positions */
 };
 
 }   // namespace
@@ -36,6 +38,10 @@ struct cu_encoder {
 	kern_config c;
 	int max_batch, precision;
 	bool albert, erf, flash;
+	/* relative positions (kern_position): rel, key_query for relative_key_query,
+	 * rs the term's scale (encoder.c's rel_scale) */
+	bool rel, key_query;
+	float rs;
 	int Vp; /* the MLM logits' row stride: the vocabulary rounded up to 64 */
 	cu_gemm_ctx gx;
 	cudaStream_t s;
@@ -57,7 +63,8 @@ struct cu_encoder {
 	/* the backward's */
 	float *dx, *dy, *dqkv, *datty, *dfch, *dfchg, *dmout, *dmact, *dmpre, *dxg, *de1, *de2, *dcls,
 	        *dpooled;
-	float *colv, *scratch, *type_scratch, *yp, *dqkvp;
+	float *colv, *scratch, *type_scratch, *yp, *dqkvp, *relq, *relk;
+	void *drel;
 	void *datt, *dyp;
 	bf16 *dx16, *dy16, *dfch16, *dqkv16;
 	bf16 *sa16, *sb16; /* operands rounded to bf16 for a product */
@@ -67,17 +74,6 @@ struct cu_encoder {
 	std::vector<float> h_losses, h_sopl;
 	int B, NR, n_uniq;
 };
-
-bool cu_enc_supported(const kern_config *c, char *why, size_t n)
-{
-	if (c->position != KERN_POS_ABSOLUTE) {
-		snprintf(why, n,
-		         "the GPU computes encoders with absolute positions only; this one's relative "
-		         "positions compute on the CPU");
-		return false;
-	}
-	return true;
-}
 
 static bool find(const kern_view *views, int n, const char *name, size_t numel, size_t *off)
 {
@@ -200,6 +196,13 @@ static size_t layout(cu_encoder *e, char *base)
 		TAKEF(e->yp, BT * H);
 		TAKEF(e->dqkvp, 3 * BT * H);
 	}
+	if (e->rel) { /* the distance terms of every (sample, head, query) */
+		size_t nrel = B * NH * T * (2 * T - 1);
+		TAKEF(e->relq, nrel);
+		if (e->key_query)
+			TAKEF(e->relk, nrel);
+		TAKE(e->drel, nrel * ae, char);
+	}
 	/* the operands a bf16 product rounds: the widest activation or
 	 * gradient, [BT, max(3H, F)] */
 	e->scap = BT * wide;
@@ -216,9 +219,6 @@ int cu_enc_create(const kern_config *c, const kern_view *views, int n_views, int
                   cu_encoder **out, char *err, size_t errlen)
 {
 	*out = NULL;
-	char why[160];
-	if (!cu_enc_supported(c, why, sizeof why))
-		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", why);
 	cu_encoder *e = new (std::nothrow) cu_encoder();
 	if (!e)
 		return cu_fail(err, errlen, KERN_GPU_ENOMEM, "CUDA backend", "out of host memory");
@@ -227,7 +227,10 @@ int cu_enc_create(const kern_config *c, const kern_view *views, int n_views, int
 	e->precision = gx->precision;
 	e->albert = c->arch == KERN_ARCH_ALBERT;
 	e->erf = c->arch == KERN_ARCH_BERT;
-	e->flash = cu_flash_fits(e->precision, c->seq_len, c->d_model, c->n_head);
+	e->rel = c->position != KERN_POS_ABSOLUTE;
+	e->key_query = c->position == KERN_POS_RELATIVE_KEY_QUERY;
+	e->rs = e->albert ? 1.0f : 1.0f / sqrtf((float)(c->d_model / c->n_head));
+	e->flash = !e->rel && cu_flash_fits(e->precision, c->seq_len, c->d_model, c->n_head);
 	const char *ae = getenv("COTRAIN_CUDA_ATTENTION");
 	if (ae && strcmp(ae, "materialized") == 0)
 		e->flash = false;
@@ -265,7 +268,8 @@ int cu_enc_create(const kern_config *c, const kern_view *views, int n_views, int
 		     V(ln1w, "attn.ln.weight", H) && V(ln1b, "attn.ln.bias", H) &&
 		     V(fcw, "ffn.weight", H * F) && V(fcb, "ffn.bias", F) &&
 		     V(fcow, "ffn_out.weight", F * H) && V(fcob, "ffn_out.bias", H) &&
-		     V(ln2w, "ln.weight", H) && V(ln2b, "ln.bias", H);
+		     V(ln2w, "ln.weight", H) && V(ln2b, "ln.bias", H) &&
+		     (!e->rel || V(dist, "attn.distance.weight", (2 * T - 1) * (H / c->n_head)));
 #undef V
 		e->sets.push_back(o);
 	}
@@ -418,7 +422,8 @@ int cu_enc_forward(cu_encoder *e, const int32_t *ids, const int32_t *segs, const
 		cu_to_bf16(s, e->params16, e->params, (long)e->n_params);
 
 	/* the embeddings, their LayerNorm, ALBERT's projection E -> H */
-	cu_embedding_seg_fwd(s, e->emb, e->ids, e->segs, P(e->word), P(e->pos), P(e->type), B, T, E);
+	cu_embedding_seg_fwd(s, e->emb, e->ids, e->segs, P(e->word), e->rel ? NULL : P(e->pos), P(e->type), B, T,
+	                     E);
 	cu_layernorm_fwd(s, e->embln, e->embln16, e->emb_mean, e->emb_rstd, e->emb, P(e->elnw), P(e->elnb),
 	                 BT, E, KERN_ENC_LN_EPS);
 	const float *x = e->embln;
@@ -443,9 +448,15 @@ int cu_enc_forward(cu_encoder *e, const int32_t *ids, const int32_t *segs, const
 			cu_flash_fwd(s, a.atty, a.atty16, (float *)a.att, (const bf16 *)a.qkvp, B, T, H, NH,
 			             false);
 		} else {
-			CUBLAS_TRY(cu_attention_fwd(&e->gx, a.atty, a.att, a.qkvp, e->yp, e->qkv, P(p.qkvb),
-			                            B, T, H, NH, false),
-			           "the attention");
+			if (e->rel)
+				CUBLAS_TRY(cu_attention_rel_fwd(&e->gx, a.atty, a.att, a.qkvp, e->yp, e->qkv, P(p.qkvb),
+				                                P(p.dist), P16(p.dist), e->relq, e->relk, B, T, H, NH,
+				                                e->rs),
+				           "the attention");
+			else
+				CUBLAS_TRY(cu_attention_fwd(&e->gx, a.atty, a.att, a.qkvp, e->yp, e->qkv, P(p.qkvb),
+				                            B, T, H, NH, false),
+				           "the attention");
 			if (bf)
 				cu_to_bf16(s, a.atty16, a.atty, (long)BT * H);
 		}
@@ -626,6 +637,11 @@ int cu_enc_backward(cu_encoder *e, float scale, char *err, size_t errlen)
 		if (e->flash)
 			cu_flash_bwd(s, e->dqkv, e->datty, a.atty, (const bf16 *)a.qkvp, (const float *)a.att,
 			             (float *)e->datt, (bf16 *)e->dyp, B, T, H, NH, false);
+		else if (e->rel)
+			CUBLAS_TRY(cu_attention_rel_bwd(&e->gx, e->dqkv, G(p.dist), e->datty, a.qkvp, a.att, e->dyp,
+			                                e->datt, e->dqkvp, P(p.dist), P16(p.dist), e->drel, B, T, H,
+			                                NH, e->rs, e->key_query),
+			           "the attention's backward");
 		else
 			CUBLAS_TRY(cu_attention_bwd(&e->gx, e->dqkv, e->datty, a.qkvp, a.att, e->dyp, e->datt,
 			                            e->dqkvp, B, T, H, NH, false),
@@ -651,7 +667,7 @@ int cu_enc_backward(cu_encoder *e, float scale, char *err, size_t errlen)
 	CU_TRY(cudaMemsetAsync(e->de2, 0, (size_t)BT * E * sizeof(float), s), "zeroing a gradient");
 	cu_layernorm_bwd(s, e->de2, NULL, G(e->elnw), G(e->elnb), demb, e->emb, P(e->elnw), e->emb_mean,
 	                 e->emb_rstd, BT, E, e->scratch);
-	cu_embedding_bwd(s, G(e->word), G(e->pos), e->de2, e->uniq, e->offs, e->pos_list, e->n_uniq, B, T, E);
+	cu_embedding_bwd(s, G(e->word), e->rel ? NULL : G(e->pos), e->de2, e->uniq, e->offs, e->pos_list, e->n_uniq, B, T, E);
 	cu_embedding_type_bwd(s, G(e->type), e->de2, e->segs, BT, E, c->type_vocab, e->type_scratch);
 	CU_SYNC(s, "the encoder's backward pass");
 	return KERN_GPU_OK;

@@ -9,9 +9,9 @@
  * parameters made once per forward, and the activations from the bf16
  * copies their kernels write (LayerNorm's, GELU's, the attention's), else
  * rounded into scratch.  The attention covers every key; in bf16 mode with
- * head size 64 and T a multiple of 128 it runs fused (cuda_flash.h).
- * Absolute positions only (relative ones compute on the CPU), every sample
- * full length (training). */
+ * head size 64 and T a multiple of 128 it runs fused (cuda_flash.h), with
+ * relative positions materialised with their distance terms
+ * (cu_attention_rel_fwd).  Every sample is full length (training). */
 #ifndef COTRAIN_CUDA_ENCODER_H
 #define COTRAIN_CUDA_ENCODER_H
 
@@ -19,9 +19,6 @@
 #include "kernels/gpu_abi.h"
 
 typedef struct cu_encoder cu_encoder;
-
-/* Whether the GPU takes this encoder; if not, why[0..n) says so. */
-bool cu_enc_supported(const kern_config *c, char *why, size_t n);
 
 /* The encoder c on the device of gx's stream, its parameters params[n_params]
  * laid out as views[n_views], its gradient grads (both the caller's, on

@@ -236,9 +236,6 @@ static int model_on_device(kern_gpu_model *g, size_t BT, char *err, size_t errle
 static int enc_model_create(const kern_config *c, const kern_view *views, int n_views, int max_batch, int device,
                             int precision, kern_gpu_model **out, char *err, size_t errlen)
 {
-	char why[200];
-	if (!cu_enc_supported(c, why, sizeof why))
-		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", why);
 	if (max_batch < 1 || precision < KERN_PREC_FP32 || precision > KERN_PREC_BF16)
 		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "bad batch or precision");
 	kern_gpu_model *g = new (std::nothrow) kern_gpu_model();

@@ -696,6 +696,153 @@ cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *
 	return CUBLAS_STATUS_SUCCESS;
 }
 
+/* One warp per row of scores (b, h, i): the relative term added,
+ * x_j = S[i, j] + rs (qd[i, i-j+T-1] + kd[j, i-j+T-1]) (kd NULL: none),
+ * then the softmax of the row over every key. */
+template <typename A>
+__global__ void softmax_rel_k(A *att, const float *qd, const float *kd, long rows, int T, float rs)
+{
+	long row = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+	int lane = threadIdx.x & 31, R = 2 * T - 1;
+	if (row >= rows)
+		return;
+	A *p = att + row * T;
+	int i = (int)(row % T);
+	long key0 = row - i; /* the row of key 0 of this (b, h) */
+	const float *q = qd + row * R;
+	auto x = [&](int j) {
+		int r = i - j + T - 1;
+		float rel = q[r] + (kd ? kd[(key0 + j) * R + r] : 0.0f);
+		return ld(p + j) + rs * rel;
+	};
+	float mx = -INFINITY;
+	for (int j = lane; j < T; j += 32)
+		mx = fmaxf(mx, x(j));
+	mx = warp_max(mx);
+	float sum = 0.0f;
+	for (int j = lane; j < T; j += 32)
+		sum += expf(x(j) - mx);
+	float inv = 1.0f / warp_sum(sum);
+	for (int j = lane; j < T; j += 32)
+		st(p + j, expf(x(j) - mx) * inv);
+}
+
+/* The relative term's gradient, gathered from dS [B*NH, T, T] (unscaled):
+ * by query (KEY false) dq_rel[row = (bh, t), r] = rs dS[bh, t, t-r+T-1],
+ * by key (KEY true) dk_rel[(bh, j), r] = rs dS[bh, j+r-T+1, j], zero where
+ * the other index falls outside 0..T-1. */
+template <bool KEY, typename A, typename D>
+__global__ void rel_grad_k(D *out, const A *dS, long BHT, int T, float rs)
+{
+	int R = 2 * T - 1;
+	for (long idx = blockIdx.x * (long)blockDim.x + threadIdx.x; idx < BHT * R;
+	     idx += (long)gridDim.x * blockDim.x) {
+		long row = idx / R, base = (row - row % T) * T; /* (bh, 0, 0) */
+		int t = (int)(row % T), r = (int)(idx % R);
+		int i = KEY ? t + r - T + 1 : t, j = KEY ? t : t - r + T - 1;
+		st(out + idx, i >= 0 && i < T && j >= 0 && j < T ? rs * ld(dS + base + (long)i * T + j) : 0.0f);
+	}
+}
+
+cublasStatus_t cu_attention_rel_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
+                                    const float *qkv, const float *bias, const float *dist,
+                                    const __nv_bfloat16 *dist16, float *qd, float *kd, int B, int T, int C, int NH,
+                                    float rs)
+{
+	int hd = C / NH, BH = B * NH, R = 2 * T - 1;
+	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
+	float scale = 1.0f / sqrtf((float)hd);
+	int gq = blocks_for(3 * BTC, 256), gs = (int)((rows * 32 + 255) / 256);
+	cudaStream_t s = x->s;
+	if (x->precision == KERN_PREC_BF16) {
+		__nv_bfloat16 *q = (__nv_bfloat16 *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (__nv_bfloat16 *)att;
+		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, bias, B, T, C, NH);
+		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, CUDA_R_16BF, T, sa,
+		                    BH));
+		/* q D^T and k D^T over every (b, h, t): [B*NH*T, 2T-1] */
+		TRY_BLAS(gemm_typed(x, false, true, (int)rows, R, hd, 1.0f, q, hd, 0, dist16, hd, 0, 0.0f, qd, CUDA_R_32F, R,
+		                    0, 1));
+		if (kd)
+			TRY_BLAS(gemm_typed(x, false, true, (int)rows, R, hd, 1.0f, k, hd, 0, dist16, hd, 0, 0.0f, kd,
+			                    CUDA_R_32F, R, 0, 1));
+		softmax_rel_k<<<gs, 256, 0, s>>>(p, qd, kd, rows, T, rs);
+		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, CUDA_R_32F, hd, sq,
+		                    BH));
+	} else {
+		float *q = (float *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (float *)att;
+		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, bias, B, T, C, NH);
+		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, T, sa, BH));
+		TRY_BLAS(cu_gemm(x, false, true, (int)rows, R, hd, 1.0f, q, hd, 0, dist, hd, 0, 0.0f, qd, R, 0, 1));
+		if (kd)
+			TRY_BLAS(cu_gemm(x, false, true, (int)rows, R, hd, 1.0f, k, hd, 0, dist, hd, 0, 0.0f, kd, R, 0, 1));
+		softmax_rel_k<<<gs, 256, 0, s>>>(p, qd, kd, rows, T, rs);
+		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, hd, sq, BH));
+	}
+	heads_perm_k<true><<<blocks_for(BTC, 256), 256, 0, s>>>(out, yp, B, T, C, NH);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cu_attention_rel_bwd(const cu_gemm_ctx *x, float *dqkv, float *ddist, const float *dout,
+                                    const void *qkvp, const void *att, void *dyp, void *datt, float *dqkvp,
+                                    const float *dist, const __nv_bfloat16 *dist16, void *drel, int B, int T, int C,
+                                    int NH, float rs, bool key_query)
+{
+	int hd = C / NH, BH = B * NH, R = 2 * T - 1;
+	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
+	float scale = 1.0f / sqrtf((float)hd), *dq = dqkvp, *dk = dqkvp + BTC, *dv = dqkvp + 2 * BTC;
+	int gs = (int)((rows * 32 + 255) / 256), gr = blocks_for(rows * R, 256);
+	cudaStream_t s = x->s;
+	/* dS unscaled (the softmax's backward at scale 1): the q . k term takes
+	 * the score's scale in its products, the relative one rs */
+	if (x->precision == KERN_PREC_BF16) {
+		const __nv_bfloat16 *q = (const __nv_bfloat16 *)qkvp, *k = q + BTC, *v = q + 2 * BTC,
+		                    *p = (const __nv_bfloat16 *)att;
+		__nv_bfloat16 *dy = (__nv_bfloat16 *)dyp, *dp = (__nv_bfloat16 *)datt, *dr = (__nv_bfloat16 *)drel;
+		heads_perm_k<false><<<blocks_for(BTC, 256), 256, 0, s>>>(dy, dout, B, T, C, NH);
+		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, 1.0f, dy, hd, sq, v, hd, sq, 0.0f, dp, CUDA_R_16BF, T, sa,
+		                    BH));
+		softmax_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, 1.0f, false);
+		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, scale, dp, T, sa, k, hd, sq, 0.0f, dq, CUDA_R_32F, hd, sq,
+		                    BH));
+		TRY_BLAS(gemm_typed(x, true, false, T, hd, T, scale, dp, T, sa, q, hd, sq, 0.0f, dk, CUDA_R_32F, hd, sq,
+		                    BH));
+		TRY_BLAS(gemm_typed(x, true, false, T, hd, T, 1.0f, p, T, sa, dy, hd, sq, 0.0f, dv, CUDA_R_32F, hd, sq,
+		                    BH));
+		/* dq += rs dS D by distance, dD += its transpose times q; then k's */
+		rel_grad_k<false><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
+		TRY_BLAS(gemm_typed(x, false, false, (int)rows, hd, R, 1.0f, dr, R, 0, dist16, hd, 0, 1.0f, dq, CUDA_R_32F,
+		                    hd, 0, 1));
+		TRY_BLAS(gemm_typed(x, true, false, R, hd, (int)rows, 1.0f, dr, R, 0, q, hd, 0, 1.0f, ddist, CUDA_R_32F, hd,
+		                    0, 1));
+		if (key_query) {
+			rel_grad_k<true><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
+			TRY_BLAS(gemm_typed(x, false, false, (int)rows, hd, R, 1.0f, dr, R, 0, dist16, hd, 0, 1.0f, dk,
+			                    CUDA_R_32F, hd, 0, 1));
+			TRY_BLAS(gemm_typed(x, true, false, R, hd, (int)rows, 1.0f, dr, R, 0, k, hd, 0, 1.0f, ddist,
+			                    CUDA_R_32F, hd, 0, 1));
+		}
+	} else {
+		const float *q = (const float *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (const float *)att;
+		float *dy = (float *)dyp, *dp = (float *)datt, *dr = (float *)drel;
+		heads_perm_k<false><<<blocks_for(BTC, 256), 256, 0, s>>>(dy, dout, B, T, C, NH);
+		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, 1.0f, dy, hd, sq, v, hd, sq, 0.0f, dp, T, sa, BH));
+		softmax_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, 1.0f, false);
+		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, scale, dp, T, sa, k, hd, sq, 0.0f, dq, hd, sq, BH));
+		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, scale, dp, T, sa, q, hd, sq, 0.0f, dk, hd, sq, BH));
+		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, 1.0f, p, T, sa, dy, hd, sq, 0.0f, dv, hd, sq, BH));
+		rel_grad_k<false><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
+		TRY_BLAS(cu_gemm(x, false, false, (int)rows, hd, R, 1.0f, dr, R, 0, dist, hd, 0, 1.0f, dq, hd, 0, 1));
+		TRY_BLAS(cu_gemm(x, true, false, R, hd, (int)rows, 1.0f, dr, R, 0, q, hd, 0, 1.0f, ddist, hd, 0, 1));
+		if (key_query) {
+			rel_grad_k<true><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
+			TRY_BLAS(cu_gemm(x, false, false, (int)rows, hd, R, 1.0f, dr, R, 0, dist, hd, 0, 1.0f, dk, hd, 0, 1));
+			TRY_BLAS(cu_gemm(x, true, false, R, hd, (int)rows, 1.0f, dr, R, 0, k, hd, 0, 1.0f, ddist, hd, 0, 1));
+		}
+	}
+	qkv_perm_k<true><<<blocks_for(3 * BTC, 256), 256, 0, s>>>(dqkv, dqkvp, (const float *)NULL, B, T, C, NH);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
 /* one block per row of logits, in one pass: each thread keeps its running
  * max and the sum scaled to it; vec: the first V / 4 * 4 columns read as
  * float4s (ld a multiple of 4, logits 16-byte aligned) */

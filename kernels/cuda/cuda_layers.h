@@ -90,6 +90,23 @@ cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *
                                 const void *att, void *dyp, void *datt, float *dqkvp, int B, int T, int C,
                                 int NH, bool causal);
 
+/* The encoders' attention with relative positions (kernels/attention_full.h,
+ * kern_attention_full_rel_forward): cu_attention_fwd's over every key, each
+ * score plus rs (q_i . D[i-j+T-1] (+ k_j . D[i-j+T-1] where kd is given)),
+ * D = dist [2T-1, hd] (dist16 its bf16 copy in bf16 mode); qd and kd (NULL:
+ * relative_key) are fp32 scratch of B*NH*T*(2T-1). */
+cublasStatus_t cu_attention_rel_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
+                                    const float *qkv, const float *bias, const float *dist,
+                                    const __nv_bfloat16 *dist16, float *qd, float *kd, int B, int T, int C, int NH,
+                                    float rs);
+/* Its backward: cu_attention_bwd's dqkv (set), and ddist += the distance
+ * embedding's gradient; drel is scratch of B*NH*T*(2T-1) elements of
+ * cu_att_elem bytes. */
+cublasStatus_t cu_attention_rel_bwd(const cu_gemm_ctx *x, float *dqkv, float *ddist, const float *dout,
+                                    const void *qkvp, const void *att, void *dyp, void *datt, float *dqkvp,
+                                    const float *dist, const __nv_bfloat16 *dist16, void *drel, int B, int T, int C,
+                                    int NH, float rs, bool key_query);
+
 /* Rows of V logits, ld apart (a multiple of 64 keeps the head's products
  * on aligned, fast kernels: GPT-2's 50257 is not even a multiple of 2).
  * lse[n] = logsumexp(logits[n, :]), losses[n] = lse - logits[n, target] */
