@@ -325,7 +325,8 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv, co
 	char slen[24], savg[24];
 	snprintf(slen, sizeof slen, "%llu", (unsigned long long)len);
 	snprintf(savg, sizeof savg, "%d", cfg->round_average_timeout);
-	const char *sparams[] = { sp, sv, slen, text, savg, cfg->round_cross_peers ? "true" : "false" };
+	bool cross = cfg->round_cross_peers || (!cfg->round_server_mean && n_groups >= 2);
+	const char *sparams[] = { sp, sv, slen, text, savg, cross ? "true" : "false" };
 	int64_t t_store = deadline_now_ms();
 	if (run(&st_store, sparams, NULL)) {
 		/* Every member's answer in one query before the polls wake: they
