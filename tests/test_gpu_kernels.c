@@ -385,6 +385,35 @@ static void shape(const char *name, kern_config *c, int *B)
 		c->position = KERN_POS_RELATIVE_KEY_QUERY;
 }
 
+/* The loss and gradient of one microbatch on both backends (rc and why: the
+ * GPU's step failed): two checks, and each view's figures for the first
+ * `head` views, the last `tail` and any past the limit. */
+static void compare_step(const char *what, int prec, cot_err rc, const char *why, const kern_model *cpu,
+                         const kern_model *gpu, float lc, float lg, int head, int tail)
+{
+	const char *pn = kern_precision_name(prec);
+	if (rc) {
+		ok(0, "%s %s: %s", what, pn, why);
+		ok(0, "%s %s: no gradient", what, pn);
+		return;
+	}
+	double lim = prec == KERN_PREC_FP32 ? 1e-5 : 2e-2, dl = fabs((double)lg - lc) / fabs(lc);
+	ok(dl <= lim, "%s %s: loss %.6f on the GPU, %.6f on the CPU (relative %.2e, limit %.0e)", what, pn,
+	   lg, lc, dl, lim);
+	double cs, e = rel_err(gpu->grads, cpu->grads, cpu->n_params, &cs);
+	/* the whole gradient: the layers' limits compound over the depth */
+	double elim = prec == KERN_PREC_FP32 ? 1e-4 : 5e-2, clim = prec == KERN_PREC_FP32 ? 0.99999 : 0.999;
+	ok(e <= elim && cs >= clim,
+	   "%s %s: gradient relative error %.2e (limit %.0e), cosine %.7f (limit %g)", what, pn, e, elim, cs,
+	   clim);
+	for (int i = 0; i < cpu->n_views; i++) {
+		const kern_view *v = &cpu->views[i];
+		double vc, ve = rel_err(gpu->grads + v->offset, cpu->grads + v->offset, v->numel, &vc);
+		if (i < head || i >= cpu->n_views - tail || ve > elim)
+			diag("  %-26s relative %.2e cosine %.7f", v->name, ve, vc);
+	}
+}
+
 /* A whole model's loss and gradient on both backends. */
 static void model_test(const char *name, int prec)
 {
@@ -407,28 +436,9 @@ static void model_test(const char *name, int prec)
 		rc = kern_gpu_bind(gpu, 0, prec, &eb);
 	if (!rc)
 		rc = kern_stream_step(gpu, tok, tok + 1, B, 1, 0, 1, (float)B, &lg, &eb);
-	if (rc) {
-		ok(0, "%s model %s: %s", name, kern_precision_name(prec), eb.msg);
-	} else {
-		double lim = prec == KERN_PREC_FP32 ? 1e-5 : 2e-2, dl = fabs((double)lg - lc) / fabs(lc);
-		ok(dl <= lim,
-		   "%s model %s: loss %.6f on the GPU, %.6f on the CPU (relative %.2e, limit %.0e)", name,
-		   kern_precision_name(prec), lg, lc, dl, lim);
-		double cs, e = rel_err(gpu->grads, cpu->grads, cpu->n_params, &cs);
-		/* the whole gradient: the layers' limits compound over the depth */
-		double elim = prec == KERN_PREC_FP32 ? 1e-4 : 5e-2,
-		       clim = prec == KERN_PREC_FP32 ? 0.99999 : 0.999;
-		ok(e <= elim && cs >= clim,
-		   "%s model %s: gradient relative error %.2e (limit %.0e), cosine %.7f (limit %g)", name,
-		   kern_precision_name(prec), e, elim, cs, clim);
-		for (int i = 0; i < cpu->n_views; i++) {
-			const kern_view *v = &cpu->views[i];
-			double vc,
-			        ve = rel_err(gpu->grads + v->offset, cpu->grads + v->offset, v->numel, &vc);
-			if (i < 4 || i >= cpu->n_views - 2 || ve > elim)
-				diag("  %-24s relative %.2e cosine %.7f", v->name, ve, vc);
-		}
-	}
+	char what[96];
+	snprintf(what, sizeof what, "%s model", name);
+	compare_step(what, prec, rc, eb.msg, cpu, gpu, lc, lg, 4, 2);
 	free(tok);
 	kern_model_free(cpu);
 	kern_model_free(gpu);
@@ -505,27 +515,27 @@ static void kept_test(int prec)
 	kern_model_free(kept);
 }
 
-/* Ten AdamW steps from the same parameters on each backend. */
-static void training_test(int prec)
+/* Ten optimizer steps (kind, learning rate lr) of model c from the same
+ * parameters on each backend, on a small alphabet so that the loss falls:
+ * the loss curves within 1e-4 (fp32) or 1e-2. */
+static void steps_test(const char *what, const kern_config *c, int B, int kind, float lr, int prec)
 {
-	kern_config c;
-	int B;
-	shape("demo", &c, &B);
 	cot_errbuf eb = { "", "" };
 	kern_model *cpu, *gpu;
-	if (kern_model_create(&c, B, &cpu, &eb) || kern_model_create(&c, B, &gpu, &eb))
+	if (kern_model_create(c, B, &cpu, &eb) || kern_model_create(c, B, &gpu, &eb))
 		bail_out("model: %s", eb.msg);
 	kern_model_init(cpu, 11);
 	kern_model_init(gpu, 11);
 	kern_opt_config oc;
-	kern_opt_default(&oc, KERN_OPT_ADAMW);
-	oc.lr = 1e-3f;
+	kern_opt_default(&oc, kind);
+	oc.lr = lr;
+	const char *on = kind == KERN_OPT_LAMB ? "LAMB" : "AdamW", *pn = kern_precision_name(prec);
 	double worst = 0;
 	char curve[512] = "";
 	cot_err rc = kern_gpu_bind(gpu, 0, prec, &eb);
-	size_t BT = (size_t)B * c.seq_len;
+	size_t BT = (size_t)B * c->seq_len;
 	for (int s = 0; !rc && s < 10; s++) {
-		int32_t *tok = ids(BT + 1, 64); /* a small alphabet: the loss falls */
+		int32_t *tok = ids(BT + 1, 64);
 		float lc = 0, lg = 0;
 		kern_zero_grad(cpu);
 		kern_zero_grad(gpu);
@@ -544,13 +554,21 @@ static void training_test(int prec)
 	}
 	double lim = prec == KERN_PREC_FP32 ? 1e-4 : 1e-2;
 	if (rc)
-		ok(0, "ten steps %s: %s", kern_precision_name(prec), eb.msg);
+		ok(0, "%s: ten %s steps %s: %s", what, on, pn, eb.msg);
 	else
-		ok(worst <= lim, "ten AdamW steps %s: loss curves within %.2e (limit %.0e)",
-		   kern_precision_name(prec), worst, lim);
+		ok(worst <= lim, "%s: ten %s steps %s: loss curves within %.2e (limit %.0e)", what, on, pn,
+		   worst, lim);
 	diag("  GPU/CPU losses:%s", curve);
 	kern_model_free(cpu);
 	kern_model_free(gpu);
+}
+
+static void training_test(int prec)
+{
+	kern_config c;
+	int B;
+	shape("demo", &c, &B);
+	steps_test("demo", &c, B, KERN_OPT_ADAMW, 1e-3f, prec);
 }
 
 /* The encoders' attention, over every key: the materialised path in prec,
@@ -658,28 +676,9 @@ static void enc_model_test(const char *name, int prec)
 		rc = kern_gpu_bind(gpu, 0, prec, &eb);
 	if (!rc)
 		rc = kern_stream_step(gpu, raw, NULL, B, 5, 3, 100, (float)B, &lg, &eb);
-	if (rc) {
-		ok(0, "%s encoder %s: %s", name, kern_precision_name(prec), eb.msg);
-		ok(0, "%s encoder %s: no gradient", name, kern_precision_name(prec));
-	} else {
-		double lim = prec == KERN_PREC_FP32 ? 1e-5 : 2e-2, dl = fabs((double)lg - lc) / fabs(lc);
-		ok(dl <= lim,
-		   "%s encoder %s: loss %.6f on the GPU, %.6f on the CPU (relative %.2e, limit %.0e)", name,
-		   kern_precision_name(prec), lg, lc, dl, lim);
-		double cs, e = rel_err(gpu->grads, cpu->grads, cpu->n_params, &cs);
-		double elim = prec == KERN_PREC_FP32 ? 1e-4 : 5e-2,
-		       clim = prec == KERN_PREC_FP32 ? 0.99999 : 0.999;
-		ok(e <= elim && cs >= clim,
-		   "%s encoder %s: gradient relative error %.2e (limit %.0e), cosine %.7f (limit %g)", name,
-		   kern_precision_name(prec), e, elim, cs, clim);
-		for (int i = 0; i < cpu->n_views; i++) {
-			const kern_view *v = &cpu->views[i];
-			double vc,
-			        ve = rel_err(gpu->grads + v->offset, cpu->grads + v->offset, v->numel, &vc);
-			if (i < 3 || i >= cpu->n_views - 9 || ve > elim)
-				diag("  %-26s relative %.2e cosine %.7f", v->name, ve, vc);
-		}
-	}
+	char what[96];
+	snprintf(what, sizeof what, "%s encoder", name);
+	compare_step(what, prec, rc, eb.msg, cpu, gpu, lc, lg, 3, 9);
 	free(raw);
 	kern_model_free(cpu);
 	kern_model_free(gpu);
@@ -720,51 +719,12 @@ static void enc_result_test(void)
 	kern_model_free(gpu);
 }
 
-/* Ten LAMB steps of the small ALBERT from the same parameters on each backend. */
 static void enc_training_test(int prec)
 {
 	kern_config c;
 	int B;
 	enc_shape("albert", &c, &B);
-	cot_errbuf eb = { "", "" };
-	kern_model *cpu, *gpu;
-	if (kern_model_create(&c, B, &cpu, &eb) || kern_model_create(&c, B, &gpu, &eb))
-		bail_out("encoder model: %s", eb.msg);
-	kern_model_init(cpu, 12);
-	kern_model_init(gpu, 12);
-	kern_opt_config oc;
-	kern_opt_default(&oc, KERN_OPT_LAMB);
-	oc.lr = 2e-3f;
-	double worst = 0;
-	char curve[512] = "";
-	cot_err rc = kern_gpu_bind(gpu, 0, prec, &eb);
-	for (int s = 0; !rc && s < 10; s++) {
-		int32_t *raw = ids((size_t)B * c.seq_len, 64); /* a small alphabet: the loss falls */
-		float lc = 0, lg = 0;
-		kern_zero_grad(cpu);
-		kern_zero_grad(gpu);
-		rc = kern_stream_step(cpu, raw, NULL, B, 1, s, 1000, 1.0f, &lc, &eb);
-		if (!rc)
-			rc = kern_stream_step(gpu, raw, NULL, B, 1, s, 1000, 1.0f, &lg, &eb);
-		if (!rc)
-			rc = kern_opt_step(cpu, &oc, NULL, &eb);
-		if (!rc)
-			rc = kern_opt_step(gpu, &oc, NULL, &eb);
-		double d = fabs((double)lg - lc);
-		worst = d > worst ? d : worst;
-		size_t len = strlen(curve);
-		snprintf(curve + len, sizeof curve - len, " %.4f/%.4f", lg, lc);
-		free(raw);
-	}
-	double lim = prec == KERN_PREC_FP32 ? 1e-4 : 1e-2;
-	if (rc)
-		ok(0, "albert: ten LAMB steps %s: %s", kern_precision_name(prec), eb.msg);
-	else
-		ok(worst <= lim, "albert: ten LAMB steps %s: loss curves within %.2e (limit %.0e)",
-		   kern_precision_name(prec), worst, lim);
-	diag("  GPU/CPU losses:%s", curve);
-	kern_model_free(cpu);
-	kern_model_free(gpu);
+	steps_test("albert", &c, B, KERN_OPT_LAMB, 2e-3f, prec);
 }
 
 /* Without a GPU: the bind refuses clearly and the model trains on the CPU. */

@@ -75,16 +75,6 @@ struct cu_encoder {
 	int B, NR, n_uniq;
 };
 
-static bool find(const kern_view *views, int n, const char *name, size_t numel, size_t *off)
-{
-	for (int i = 0; i < n; i++)
-		if (strcmp(views[i].name, name) == 0 && views[i].numel == numel) {
-			*off = views[i].offset;
-			return true;
-		}
-	return false;
-}
-
 /* Lay out (or, with base NULL, count) the encoder's device memory. */
 static size_t layout(cu_encoder *e, char *base)
 {
@@ -242,27 +232,27 @@ int cu_enc_create(const kern_config *c, const kern_view *views, int n_views, int
 	e->params16 = params16;
 	e->n_params = n_params;
 	size_t H = c->d_model, F = c->d_ff, E = c->d_embed, V = c->vocab, T = c->seq_len;
-	bool ok = find(views, n_views, "emb.word", V * E, &e->word) &&
-	          find(views, n_views, "emb.position", T * E, &e->pos) &&
-	          find(views, n_views, "emb.token_type", (size_t)c->type_vocab * E, &e->type) &&
-	          find(views, n_views, "emb.ln.weight", E, &e->elnw) &&
-	          find(views, n_views, "emb.ln.bias", E, &e->elnb) &&
-	          (!e->albert || (find(views, n_views, "emb.proj.weight", E * H, &e->projw) &&
-	                          find(views, n_views, "emb.proj.bias", H, &e->projb))) &&
-	          find(views, n_views, "pooler.weight", H * H, &e->poolw) &&
-	          find(views, n_views, "pooler.bias", H, &e->poolb) &&
-	          find(views, n_views, "sop.weight", H * 2, &e->sopw) &&
-	          find(views, n_views, "sop.bias", 2, &e->sopb) &&
-	          find(views, n_views, "mlm.dense.weight", H * E, &e->mdw) &&
-	          find(views, n_views, "mlm.dense.bias", E, &e->mdb) &&
-	          find(views, n_views, "mlm.ln.weight", E, &e->mlnw) &&
-	          find(views, n_views, "mlm.ln.bias", E, &e->mlnb) &&
-	          find(views, n_views, "mlm.bias", V, &e->mbias);
+	bool ok = cu_find_view(views, n_views, "emb.word", V * E, &e->word) &&
+	          cu_find_view(views, n_views, "emb.position", T * E, &e->pos) &&
+	          cu_find_view(views, n_views, "emb.token_type", (size_t)c->type_vocab * E, &e->type) &&
+	          cu_find_view(views, n_views, "emb.ln.weight", E, &e->elnw) &&
+	          cu_find_view(views, n_views, "emb.ln.bias", E, &e->elnb) &&
+	          (!e->albert || (cu_find_view(views, n_views, "emb.proj.weight", E * H, &e->projw) &&
+	                          cu_find_view(views, n_views, "emb.proj.bias", H, &e->projb))) &&
+	          cu_find_view(views, n_views, "pooler.weight", H * H, &e->poolw) &&
+	          cu_find_view(views, n_views, "pooler.bias", H, &e->poolb) &&
+	          cu_find_view(views, n_views, "sop.weight", H * 2, &e->sopw) &&
+	          cu_find_view(views, n_views, "sop.bias", 2, &e->sopb) &&
+	          cu_find_view(views, n_views, "mlm.dense.weight", H * E, &e->mdw) &&
+	          cu_find_view(views, n_views, "mlm.dense.bias", E, &e->mdb) &&
+	          cu_find_view(views, n_views, "mlm.ln.weight", E, &e->mlnw) &&
+	          cu_find_view(views, n_views, "mlm.ln.bias", E, &e->mlnb) &&
+	          cu_find_view(views, n_views, "mlm.bias", V, &e->mbias);
 	for (int s = 0; ok && s < c->n_shared; s++) {
 		enc_set o;
 		char nm[64];
 #define V(field, suffix, numel) \
-	(snprintf(nm, sizeof nm, "layer.%d.%s", s, suffix), find(views, n_views, nm, numel, &o.field))
+	(snprintf(nm, sizeof nm, "layer.%d.%s", s, suffix), cu_find_view(views, n_views, nm, numel, &o.field))
 		ok = V(qkvw, "attn.qkv.weight", H * 3 * H) && V(qkvb, "attn.qkv.bias", 3 * H) &&
 		     V(outw, "attn.out.weight", H * H) && V(outb, "attn.out.bias", H) &&
 		     V(ln1w, "attn.ln.weight", H) && V(ln1b, "attn.ln.bias", H) &&
@@ -346,30 +336,6 @@ static cublasStatus_t prod(cu_encoder *e, bool ta, bool tb, int M, int N, int K,
 #define P16(off) (e->params16 ? e->params16 + (off) : NULL)
 #define PROD(...) CUBLAS_TRY(prod(e, __VA_ARGS__), "a matrix product")
 
-/* The host's lists for the word embedding's gradient: each token present,
- * and the positions holding it in increasing order (a counting sort). */
-static void token_lists(cu_encoder *e, const int32_t *ids, int BT)
-{
-	int32_t *cnt = e->h_cnt.data();
-	int nu = 0;
-	for (int i = 0; i < BT; i++)
-		if (cnt[ids[i]]++ == 0)
-			e->h_uniq[nu++] = ids[i];
-	int off = 0;
-	for (int u = 0; u < nu; u++) {
-		int t = e->h_uniq[u], k = cnt[t];
-		e->h_offs[u] = off;
-		cnt[t] = off;
-		off += k;
-	}
-	e->h_offs[nu] = off;
-	for (int i = 0; i < BT; i++)
-		e->h_pos[cnt[ids[i]]++] = i;
-	for (int u = 0; u < nu; u++)
-		cnt[e->h_uniq[u]] = 0;
-	e->n_uniq = nu;
-}
-
 /* Each of x[0..n) in lo..hi (or KERN_ENC_IGNORE where ignore_ok). */
 static bool in_range(const int32_t *x, size_t n, int lo, int hi, bool ignore_ok)
 {
@@ -402,7 +368,7 @@ int cu_enc_forward(cu_encoder *e, const int32_t *ids, const int32_t *segs, const
 			e->h_rows[NR] = i;
 			e->h_targets[NR++] = labels[i];
 		}
-	token_lists(e, ids, BT);
+	e->n_uniq = cu_token_lists(ids, BT, e->h_cnt.data(), e->h_uniq.data(), e->h_offs.data(), e->h_pos.data());
 	cudaStream_t s = e->s;
 #define UP(dst, src, n, what) \
 	CU_TRY(cudaMemcpyAsync(dst, src, (size_t)(n) * sizeof(int32_t), cudaMemcpyHostToDevice, s), what)

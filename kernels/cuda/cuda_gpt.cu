@@ -231,11 +231,27 @@ extern "C" void cu_model_free(kern_gpu_model *g)
 
 static int model_on_device(kern_gpu_model *g, size_t BT, char *err, size_t errlen);
 
-/* cu_model_create for an encoder: the device, stream, products,
- * parameters and gradient here, its passes cuda_encoder.cu's. */
-static int enc_model_create(const kern_config *c, const kern_view *views, int n_views, int max_batch, int device,
-                            int precision, kern_gpu_model **out, char *err, size_t errlen)
+/* The rest of cu_model_create for an encoder: the device, stream,
+ * products, parameters and gradient here, its passes cuda_encoder.cu's. */
+static int enc_model_create(kern_gpu_model *g, const kern_view *views, int n_views, kern_gpu_model **out, char *err,
+                            size_t errlen)
 {
+	int rc = model_on_device(g, (size_t)g->max_batch * g->c.seq_len, err, errlen);
+	if (!rc)
+		rc = cu_enc_create(&g->c, views, n_views, g->max_batch, &g->gx, g->params, g->grads, g->params16,
+		                   g->n_params, &g->enc, err, errlen);
+	if (rc) {
+		cu_model_free(g);
+		return rc;
+	}
+	*out = g;
+	return KERN_GPU_OK;
+}
+
+extern "C" int cu_model_create(const kern_config *c, const kern_view *views, int n_views, int max_batch, int device,
+                               int precision, kern_gpu_model **out, char *err, size_t errlen)
+{
+	*out = NULL;
 	if (max_batch < 1 || precision < KERN_PREC_FP32 || precision > KERN_PREC_BF16)
 		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "bad batch or precision");
 	kern_gpu_model *g = new (std::nothrow) kern_gpu_model();
@@ -247,57 +263,22 @@ static int enc_model_create(const kern_config *c, const kern_view *views, int n_
 	g->device = device;
 	for (int i = 0; i < n_views; i++)
 		g->n_params += views[i].numel;
-	int rc = model_on_device(g, (size_t)max_batch * c->seq_len, err, errlen);
-	if (!rc)
-		rc = cu_enc_create(c, views, n_views, max_batch, &g->gx, g->params, g->grads, g->params16, g->n_params,
-		                   &g->enc, err, errlen);
-	if (rc) {
-		cu_model_free(g);
-		return rc;
-	}
-	*out = g;
-	return KERN_GPU_OK;
-}
-
-static int find_view(const kern_view *views, int n, const char *name, size_t numel, size_t *off)
-{
-	for (int i = 0; i < n; i++)
-		if (strcmp(views[i].name, name) == 0 && views[i].numel == numel) {
-			*off = views[i].offset;
-			return 1;
-		}
-	return 0;
-}
-
-extern "C" int cu_model_create(const kern_config *c, const kern_view *views, int n_views, int max_batch, int device,
-                               int precision, kern_gpu_model **out, char *err, size_t errlen)
-{
-	*out = NULL;
 	if (c->arch != KERN_ARCH_GPT)
-		return enc_model_create(c, views, n_views, max_batch, device, precision, out, err, errlen);
-	if (max_batch < 1 || precision < KERN_PREC_FP32 || precision > KERN_PREC_BF16)
-		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "bad batch or precision");
-	kern_gpu_model *g = new (std::nothrow) kern_gpu_model();
-	if (!g)
-		return cu_fail(err, errlen, KERN_GPU_ENOMEM, "CUDA backend", "out of host memory");
-	g->c = *c;
-	g->max_batch = max_batch;
-	g->precision = precision;
-	g->device = device;
+		return enc_model_create(g, views, n_views, out, err, errlen);
 	g->Vp = (c->vocab + 63) / 64 * 64;
 	const char *ae = getenv("COTRAIN_CUDA_ATTENTION");
 	g->flash = cu_flash_fits(precision, c->seq_len, c->d_model, c->n_head) &&
 	           !(ae && strcmp(ae, "materialized") == 0);
-	size_t C = c->d_model, F = c->d_ff, n = 0;
-	int ok = find_view(views, n_views, "wte", (size_t)c->vocab * C, &g->wte) &&
-	         find_view(views, n_views, "wpe", (size_t)c->seq_len * C, &g->wpe) &&
-	         find_view(views, n_views, "ln_f.weight", C, &g->lnfw) &&
-	         find_view(views, n_views, "ln_f.bias", C, &g->lnfb);
+	size_t C = c->d_model, F = c->d_ff;
+	int ok = cu_find_view(views, n_views, "wte", (size_t)c->vocab * C, &g->wte) &&
+	         cu_find_view(views, n_views, "wpe", (size_t)c->seq_len * C, &g->wpe) &&
+	         cu_find_view(views, n_views, "ln_f.weight", C, &g->lnfw) &&
+	         cu_find_view(views, n_views, "ln_f.bias", C, &g->lnfb);
 	for (int s = 0; ok && s < c->n_shared; s++) {
 		set_off o;
 		char nm[64];
 #define V(field, suffix, numel) \
-	(snprintf(nm, sizeof nm, "h.%d.%s", s, suffix), find_view(views, n_views, nm, numel, &o.field))
+	(snprintf(nm, sizeof nm, "h.%d.%s", s, suffix), cu_find_view(views, n_views, nm, numel, &o.field))
 		ok = V(ln1w, "ln_1.weight", C) && V(ln1b, "ln_1.bias", C) && V(qkvw, "attn.c_attn.weight", C * 3 * C) &&
 		     V(qkvb, "attn.c_attn.bias", 3 * C) && V(projw, "attn.c_proj.weight", C * C) &&
 		     V(projb, "attn.c_proj.bias", C) && V(ln2w, "ln_2.weight", C) && V(ln2b, "ln_2.bias", C) &&
@@ -306,9 +287,6 @@ extern "C" int cu_model_create(const kern_config *c, const kern_view *views, int
 #undef V
 		g->sets.push_back(o);
 	}
-	for (int i = 0; i < n_views; i++)
-		n += views[i].numel;
-	g->n_params = n;
 	if (!ok) {
 		delete g;
 		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "the parameter views are not a gpt's");
@@ -376,31 +354,6 @@ extern "C" int cu_set_params(kern_gpu_model *g, const float *host, char *err, si
 	return KERN_GPU_OK;
 }
 
-/* The host's lists for the embedding gradient: each token present, and the
- * positions holding it in increasing order (a counting sort). */
-static void token_lists(kern_gpu_model *g, const int32_t *tokens, int BT)
-{
-	int32_t *cnt = g->h_cnt.data();
-	int nu = 0;
-	for (int i = 0; i < BT; i++)
-		if (cnt[tokens[i]]++ == 0)
-			g->h_uniq[nu++] = tokens[i];
-	/* offsets in order of first appearance; cnt becomes the write cursor */
-	int off = 0;
-	for (int u = 0; u < nu; u++) {
-		int t = g->h_uniq[u], k = cnt[t];
-		g->h_offs[u] = off;
-		cnt[t] = off;
-		off += k;
-	}
-	g->h_offs[nu] = off;
-	for (int i = 0; i < BT; i++)
-		g->h_pos[cnt[tokens[i]]++] = i;
-	for (int u = 0; u < nu; u++)
-		cnt[g->h_uniq[u]] = 0;
-	g->n_uniq = nu;
-}
-
 /* the work from here to the next mark is of kind k (profiling only) */
 #define MARK(k) \
 	do { \
@@ -466,7 +419,8 @@ extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_
 	if (targets) {
 		CU_TRY(cudaMemcpyAsync(g->targets, targets, BT * sizeof(int32_t), cudaMemcpyHostToDevice, s),
 		       "copying targets");
-		token_lists(g, tokens, BT);
+		g->n_uniq = cu_token_lists(tokens, BT, g->h_cnt.data(), g->h_uniq.data(), g->h_offs.data(),
+		                           g->h_pos.data());
 		CU_TRY(cudaMemcpyAsync(g->uniq, g->h_uniq.data(), g->n_uniq * sizeof(int32_t), cudaMemcpyHostToDevice, s),
 		       "copying token lists");
 		CU_TRY(cudaMemcpyAsync(g->offs, g->h_offs.data(), (g->n_uniq + 1) * sizeof(int32_t),

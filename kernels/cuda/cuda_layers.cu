@@ -630,71 +630,6 @@ size_t cu_att_elem(int precision) { return precision == KERN_PREC_BF16 ? 2 : 4; 
 			return s_; \
 	} while (0)
 
-cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
-                                const float *qkv, const float *bias, int B, int T, int C, int NH, bool causal)
-{
-	int hd = C / NH, BH = B * NH;
-	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
-	float scale = 1.0f / sqrtf((float)hd);
-	int gq = blocks_for(3 * BTC, 256), gs = (int)((rows * 32 + 255) / 256);
-	cudaStream_t s = x->s;
-	if (x->precision == KERN_PREC_BF16) {
-		/* q, k, v and the probabilities stored in bf16: the products read
-		 * them as they are, and the [T, T] traffic halves */
-		__nv_bfloat16 *q = (__nv_bfloat16 *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (__nv_bfloat16 *)att;
-		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, bias, B, T, C, NH);
-		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, CUDA_R_16BF, T, sa,
-		                    BH));
-		softmax_k<<<gs, 256, 0, s>>>(p, rows, T, causal);
-		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, CUDA_R_32F, hd, sq,
-		                    BH));
-	} else {
-		float *q = (float *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (float *)att;
-		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, bias, B, T, C, NH);
-		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, T, sa, BH));
-		softmax_k<<<gs, 256, 0, s>>>(p, rows, T, causal);
-		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, hd, sq, BH));
-	}
-	heads_perm_k<true><<<blocks_for(BTC, 256), 256, 0, s>>>(out, yp, B, T, C, NH);
-	return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *dout, const void *qkvp,
-                                const void *att, void *dyp, void *datt, float *dqkvp, int B, int T, int C, int NH,
-                                bool causal)
-{
-	int hd = C / NH, BH = B * NH;
-	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
-	float scale = 1.0f / sqrtf((float)hd), *dq = dqkvp, *dk = dqkvp + BTC, *dv = dqkvp + 2 * BTC;
-	int gs = (int)((rows * 32 + 255) / 256);
-	cudaStream_t s = x->s;
-	if (x->precision == KERN_PREC_BF16) {
-		const __nv_bfloat16 *q = (const __nv_bfloat16 *)qkvp, *k = q + BTC, *v = q + 2 * BTC,
-		                    *p = (const __nv_bfloat16 *)att;
-		__nv_bfloat16 *dy = (__nv_bfloat16 *)dyp, *dp = (__nv_bfloat16 *)datt;
-		heads_perm_k<false><<<blocks_for(BTC, 256), 256, 0, s>>>(dy, dout, B, T, C, NH);
-		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, 1.0f, dy, hd, sq, v, hd, sq, 0.0f, dp, CUDA_R_16BF, T, sa,
-		                    BH));
-		softmax_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, scale, causal);
-		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, 1.0f, dp, T, sa, k, hd, sq, 0.0f, dq, CUDA_R_32F, hd, sq,
-		                    BH));
-		TRY_BLAS(gemm_typed(x, true, false, T, hd, T, 1.0f, dp, T, sa, q, hd, sq, 0.0f, dk, CUDA_R_32F, hd, sq,
-		                    BH));
-		TRY_BLAS(gemm_typed(x, true, false, T, hd, T, 1.0f, p, T, sa, dy, hd, sq, 0.0f, dv, CUDA_R_32F, hd, sq,
-		                    BH));
-	} else {
-		const float *q = (const float *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (const float *)att;
-		float *dy = (float *)dyp, *dp = (float *)datt;
-		heads_perm_k<false><<<blocks_for(BTC, 256), 256, 0, s>>>(dy, dout, B, T, C, NH);
-		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, 1.0f, dy, hd, sq, v, hd, sq, 0.0f, dp, T, sa, BH));
-		softmax_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, scale, causal);
-		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, 1.0f, dp, T, sa, k, hd, sq, 0.0f, dq, hd, sq, BH));
-		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, 1.0f, dp, T, sa, q, hd, sq, 0.0f, dk, hd, sq, BH));
-		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, 1.0f, p, T, sa, dy, hd, sq, 0.0f, dv, hd, sq, BH));
-	}
-	qkv_perm_k<true><<<blocks_for(3 * BTC, 256), 256, 0, s>>>(dqkv, dqkvp, (const float *)NULL, B, T, C, NH);
-	return CUBLAS_STATUS_SUCCESS;
-}
 
 /* One warp per row of scores (b, h, i): the relative term added,
  * x_j = S[i, j] + rs (qd[i, i-j+T-1] + kd[j, i-j+T-1]) (kd NULL: none),
@@ -744,10 +679,12 @@ __global__ void rel_grad_k(D *out, const A *dS, long BHT, int T, float rs)
 	}
 }
 
-cublasStatus_t cu_attention_rel_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
-                                    const float *qkv, const float *bias, const float *dist,
-                                    const __nv_bfloat16 *dist16, float *qd, float *kd, int B, int T, int C, int NH,
-                                    float rs)
+
+/* The materialised attention's forward, relative terms included where
+ * dist is given (over every key then: cu_attention_rel_fwd). */
+static cublasStatus_t attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
+                                    const float *qkv, const float *bias, int B, int T, int C, int NH, bool causal,
+                                    const float *dist, const __nv_bfloat16 *dist16, float *qd, float *kd, float rs)
 {
 	int hd = C / NH, BH = B * NH, R = 2 * T - 1;
 	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
@@ -755,45 +692,72 @@ cublasStatus_t cu_attention_rel_fwd(const cu_gemm_ctx *x, float *out, void *att,
 	int gq = blocks_for(3 * BTC, 256), gs = (int)((rows * 32 + 255) / 256);
 	cudaStream_t s = x->s;
 	if (x->precision == KERN_PREC_BF16) {
+		/* q, k, v and the probabilities stored in bf16: the products read
+		 * them as they are, and the [T, T] traffic halves */
 		__nv_bfloat16 *q = (__nv_bfloat16 *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (__nv_bfloat16 *)att;
 		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, bias, B, T, C, NH);
 		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, CUDA_R_16BF, T, sa,
 		                    BH));
-		/* q D^T and k D^T over every (b, h, t): [B*NH*T, 2T-1] */
-		TRY_BLAS(gemm_typed(x, false, true, (int)rows, R, hd, 1.0f, q, hd, 0, dist16, hd, 0, 0.0f, qd, CUDA_R_32F, R,
-		                    0, 1));
-		if (kd)
-			TRY_BLAS(gemm_typed(x, false, true, (int)rows, R, hd, 1.0f, k, hd, 0, dist16, hd, 0, 0.0f, kd,
+		if (dist) { /* q D^T and k D^T over every (b, h, t): [B*NH*T, 2T-1] */
+			TRY_BLAS(gemm_typed(x, false, true, (int)rows, R, hd, 1.0f, q, hd, 0, dist16, hd, 0, 0.0f, qd,
 			                    CUDA_R_32F, R, 0, 1));
-		softmax_rel_k<<<gs, 256, 0, s>>>(p, qd, kd, rows, T, rs);
+			if (kd)
+				TRY_BLAS(gemm_typed(x, false, true, (int)rows, R, hd, 1.0f, k, hd, 0, dist16, hd, 0, 0.0f, kd,
+				                    CUDA_R_32F, R, 0, 1));
+			softmax_rel_k<<<gs, 256, 0, s>>>(p, qd, kd, rows, T, rs);
+		} else {
+			softmax_k<<<gs, 256, 0, s>>>(p, rows, T, causal);
+		}
 		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, CUDA_R_32F, hd, sq,
 		                    BH));
 	} else {
 		float *q = (float *)qkvp, *k = q + BTC, *v = q + 2 * BTC, *p = (float *)att;
 		qkv_perm_k<false><<<gq, 256, 0, s>>>(q, qkv, bias, B, T, C, NH);
 		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, scale, q, hd, sq, k, hd, sq, 0.0f, p, T, sa, BH));
-		TRY_BLAS(cu_gemm(x, false, true, (int)rows, R, hd, 1.0f, q, hd, 0, dist, hd, 0, 0.0f, qd, R, 0, 1));
-		if (kd)
-			TRY_BLAS(cu_gemm(x, false, true, (int)rows, R, hd, 1.0f, k, hd, 0, dist, hd, 0, 0.0f, kd, R, 0, 1));
-		softmax_rel_k<<<gs, 256, 0, s>>>(p, qd, kd, rows, T, rs);
+		if (dist) {
+			TRY_BLAS(cu_gemm(x, false, true, (int)rows, R, hd, 1.0f, q, hd, 0, dist, hd, 0, 0.0f, qd, R, 0, 1));
+			if (kd)
+				TRY_BLAS(cu_gemm(x, false, true, (int)rows, R, hd, 1.0f, k, hd, 0, dist, hd, 0, 0.0f, kd, R, 0,
+				                 1));
+			softmax_rel_k<<<gs, 256, 0, s>>>(p, qd, kd, rows, T, rs);
+		} else {
+			softmax_k<<<gs, 256, 0, s>>>(p, rows, T, causal);
+		}
 		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, 1.0f, p, T, sa, v, hd, sq, 0.0f, yp, hd, sq, BH));
 	}
 	heads_perm_k<true><<<blocks_for(BTC, 256), 256, 0, s>>>(out, yp, B, T, C, NH);
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cu_attention_rel_bwd(const cu_gemm_ctx *x, float *dqkv, float *ddist, const float *dout,
-                                    const void *qkvp, const void *att, void *dyp, void *datt, float *dqkvp,
-                                    const float *dist, const __nv_bfloat16 *dist16, void *drel, int B, int T, int C,
-                                    int NH, float rs, bool key_query)
+cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
+                                const float *qkv, const float *bias, int B, int T, int C, int NH, bool causal)
+{
+	return attention_fwd(x, out, att, qkvp, yp, qkv, bias, B, T, C, NH, causal, NULL, NULL, NULL, NULL, 0.0f);
+}
+
+cublasStatus_t cu_attention_rel_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
+                                    const float *qkv, const float *bias, const float *dist,
+                                    const __nv_bfloat16 *dist16, float *qd, float *kd, int B, int T, int C, int NH,
+                                    float rs)
+{
+	return attention_fwd(x, out, att, qkvp, yp, qkv, bias, B, T, C, NH, false, dist, dist16, qd, kd, rs);
+}
+
+/* Its backward.  Without relative terms the softmax's backward folds the
+ * score's scale into dS; with them dS stays unscaled (the q . k term takes
+ * the scale in its products, the relative one rs), and the relative
+ * gradient is gathered from it by distance. */
+static cublasStatus_t attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *dout, const void *qkvp,
+                                    const void *att, void *dyp, void *datt, float *dqkvp, int B, int T, int C, int NH,
+                                    bool causal, float *ddist, const float *dist, const __nv_bfloat16 *dist16,
+                                    void *drel, float rs, bool key_query)
 {
 	int hd = C / NH, BH = B * NH, R = 2 * T - 1;
 	long sq = (long)T * hd, sa = (long)T * T, BTC = (long)B * T * C, rows = (long)BH * T;
 	float scale = 1.0f / sqrtf((float)hd), *dq = dqkvp, *dk = dqkvp + BTC, *dv = dqkvp + 2 * BTC;
+	float sm_scale = dist ? 1.0f : scale, alpha = dist ? scale : 1.0f;
 	int gs = (int)((rows * 32 + 255) / 256), gr = blocks_for(rows * R, 256);
 	cudaStream_t s = x->s;
-	/* dS unscaled (the softmax's backward at scale 1): the q . k term takes
-	 * the score's scale in its products, the relative one rs */
 	if (x->precision == KERN_PREC_BF16) {
 		const __nv_bfloat16 *q = (const __nv_bfloat16 *)qkvp, *k = q + BTC, *v = q + 2 * BTC,
 		                    *p = (const __nv_bfloat16 *)att;
@@ -801,24 +765,22 @@ cublasStatus_t cu_attention_rel_bwd(const cu_gemm_ctx *x, float *dqkv, float *dd
 		heads_perm_k<false><<<blocks_for(BTC, 256), 256, 0, s>>>(dy, dout, B, T, C, NH);
 		TRY_BLAS(gemm_typed(x, false, true, T, T, hd, 1.0f, dy, hd, sq, v, hd, sq, 0.0f, dp, CUDA_R_16BF, T, sa,
 		                    BH));
-		softmax_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, 1.0f, false);
-		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, scale, dp, T, sa, k, hd, sq, 0.0f, dq, CUDA_R_32F, hd, sq,
+		softmax_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, sm_scale, causal);
+		TRY_BLAS(gemm_typed(x, false, false, T, hd, T, alpha, dp, T, sa, k, hd, sq, 0.0f, dq, CUDA_R_32F, hd, sq,
 		                    BH));
-		TRY_BLAS(gemm_typed(x, true, false, T, hd, T, scale, dp, T, sa, q, hd, sq, 0.0f, dk, CUDA_R_32F, hd, sq,
+		TRY_BLAS(gemm_typed(x, true, false, T, hd, T, alpha, dp, T, sa, q, hd, sq, 0.0f, dk, CUDA_R_32F, hd, sq,
 		                    BH));
 		TRY_BLAS(gemm_typed(x, true, false, T, hd, T, 1.0f, p, T, sa, dy, hd, sq, 0.0f, dv, CUDA_R_32F, hd, sq,
 		                    BH));
 		/* dq += rs dS D by distance, dD += its transpose times q; then k's */
-		rel_grad_k<false><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
-		TRY_BLAS(gemm_typed(x, false, false, (int)rows, hd, R, 1.0f, dr, R, 0, dist16, hd, 0, 1.0f, dq, CUDA_R_32F,
-		                    hd, 0, 1));
-		TRY_BLAS(gemm_typed(x, true, false, R, hd, (int)rows, 1.0f, dr, R, 0, q, hd, 0, 1.0f, ddist, CUDA_R_32F, hd,
-		                    0, 1));
-		if (key_query) {
-			rel_grad_k<true><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
-			TRY_BLAS(gemm_typed(x, false, false, (int)rows, hd, R, 1.0f, dr, R, 0, dist16, hd, 0, 1.0f, dk,
-			                    CUDA_R_32F, hd, 0, 1));
-			TRY_BLAS(gemm_typed(x, true, false, R, hd, (int)rows, 1.0f, dr, R, 0, k, hd, 0, 1.0f, ddist,
+		for (int which = 0; dist && which <= (int)key_query; which++) {
+			if (which)
+				rel_grad_k<true><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
+			else
+				rel_grad_k<false><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
+			TRY_BLAS(gemm_typed(x, false, false, (int)rows, hd, R, 1.0f, dr, R, 0, dist16, hd, 0, 1.0f,
+			                    which ? dk : dq, CUDA_R_32F, hd, 0, 1));
+			TRY_BLAS(gemm_typed(x, true, false, R, hd, (int)rows, 1.0f, dr, R, 0, which ? k : q, hd, 0, 1.0f, ddist,
 			                    CUDA_R_32F, hd, 0, 1));
 		}
 	} else {
@@ -826,21 +788,40 @@ cublasStatus_t cu_attention_rel_bwd(const cu_gemm_ctx *x, float *dqkv, float *dd
 		float *dy = (float *)dyp, *dp = (float *)datt, *dr = (float *)drel;
 		heads_perm_k<false><<<blocks_for(BTC, 256), 256, 0, s>>>(dy, dout, B, T, C, NH);
 		TRY_BLAS(cu_gemm(x, false, true, T, T, hd, 1.0f, dy, hd, sq, v, hd, sq, 0.0f, dp, T, sa, BH));
-		softmax_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, 1.0f, false);
-		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, scale, dp, T, sa, k, hd, sq, 0.0f, dq, hd, sq, BH));
-		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, scale, dp, T, sa, q, hd, sq, 0.0f, dk, hd, sq, BH));
+		softmax_bwd_k<<<gs, 256, 0, s>>>(dp, p, rows, T, sm_scale, causal);
+		TRY_BLAS(cu_gemm(x, false, false, T, hd, T, alpha, dp, T, sa, k, hd, sq, 0.0f, dq, hd, sq, BH));
+		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, alpha, dp, T, sa, q, hd, sq, 0.0f, dk, hd, sq, BH));
 		TRY_BLAS(cu_gemm(x, true, false, T, hd, T, 1.0f, p, T, sa, dy, hd, sq, 0.0f, dv, hd, sq, BH));
-		rel_grad_k<false><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
-		TRY_BLAS(cu_gemm(x, false, false, (int)rows, hd, R, 1.0f, dr, R, 0, dist, hd, 0, 1.0f, dq, hd, 0, 1));
-		TRY_BLAS(cu_gemm(x, true, false, R, hd, (int)rows, 1.0f, dr, R, 0, q, hd, 0, 1.0f, ddist, hd, 0, 1));
-		if (key_query) {
-			rel_grad_k<true><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
-			TRY_BLAS(cu_gemm(x, false, false, (int)rows, hd, R, 1.0f, dr, R, 0, dist, hd, 0, 1.0f, dk, hd, 0, 1));
-			TRY_BLAS(cu_gemm(x, true, false, R, hd, (int)rows, 1.0f, dr, R, 0, k, hd, 0, 1.0f, ddist, hd, 0, 1));
+		for (int which = 0; dist && which <= (int)key_query; which++) {
+			if (which)
+				rel_grad_k<true><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
+			else
+				rel_grad_k<false><<<gr, 256, 0, s>>>(dr, dp, rows, T, rs);
+			TRY_BLAS(cu_gemm(x, false, false, (int)rows, hd, R, 1.0f, dr, R, 0, dist, hd, 0, 1.0f, which ? dk : dq,
+			                 hd, 0, 1));
+			TRY_BLAS(cu_gemm(x, true, false, R, hd, (int)rows, 1.0f, dr, R, 0, which ? k : q, hd, 0, 1.0f, ddist, hd,
+			                 0, 1));
 		}
 	}
 	qkv_perm_k<true><<<blocks_for(3 * BTC, 256), 256, 0, s>>>(dqkv, dqkvp, (const float *)NULL, B, T, C, NH);
 	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *dout, const void *qkvp,
+                                const void *att, void *dyp, void *datt, float *dqkvp, int B, int T, int C, int NH,
+                                bool causal)
+{
+	return attention_bwd(x, dqkv, dout, qkvp, att, dyp, datt, dqkvp, B, T, C, NH, causal, NULL, NULL, NULL, NULL, 0.0f,
+	                     false);
+}
+
+cublasStatus_t cu_attention_rel_bwd(const cu_gemm_ctx *x, float *dqkv, float *ddist, const float *dout,
+                                    const void *qkvp, const void *att, void *dyp, void *datt, float *dqkvp,
+                                    const float *dist, const __nv_bfloat16 *dist16, void *drel, int B, int T, int C,
+                                    int NH, float rs, bool key_query)
+{
+	return attention_bwd(x, dqkv, dout, qkvp, att, dyp, datt, dqkvp, B, T, C, NH, false, ddist, dist, dist16, drel,
+	                     rs, key_query);
 }
 
 /* one block per row of logits, in one pass: each thread keeps its running
@@ -982,6 +963,28 @@ void cu_embedding_fwd(cudaStream_t s, float *out, const int32_t *tokens, const f
                       int T, int C)
 {
 	embedding_fwd_k<<<blocks_for((long)B * T * C, 256), 256, 0, s>>>(out, tokens, wte, wpe, B, T, C);
+}
+
+int cu_token_lists(const int32_t *tokens, int BT, int32_t *cnt, int32_t *uniq, int32_t *offs, int32_t *pos)
+{
+	int nu = 0;
+	for (int i = 0; i < BT; i++)
+		if (cnt[tokens[i]]++ == 0)
+			uniq[nu++] = tokens[i];
+	/* offsets in order of first appearance; cnt becomes the write cursor */
+	int off = 0;
+	for (int u = 0; u < nu; u++) {
+		int t = uniq[u], k = cnt[t];
+		offs[u] = off;
+		cnt[t] = off;
+		off += k;
+	}
+	offs[nu] = off;
+	for (int i = 0; i < BT; i++)
+		pos[cnt[tokens[i]]++] = i;
+	for (int u = 0; u < nu; u++)
+		cnt[uniq[u]] = 0;
+	return nu;
 }
 
 void cu_embedding_bwd(cudaStream_t s, float *dwte, float *dwpe, const float *dout, const int32_t *uniq,

@@ -131,6 +131,13 @@ cublasStatus_t cu_gemm_bf16(const cu_gemm_ctx *x, bool ta, bool tb, int M, int N
 /* out[b, t, :] = wte[tok] + wpe[t] */
 void cu_embedding_fwd(cudaStream_t s, float *out, const int32_t *tokens, const float *wte, const float *wpe,
                       int B, int T, int C);
+/* The host's lists cu_embedding_bwd reads, from tokens[BT]: the tokens
+ * present in order of first appearance into uniq, and the positions
+ * holding each, in increasing order, into pos (token uniq[i]'s are
+ * pos[offs[i] .. offs[i+1])): a counting sort.  cnt is zeroed scratch of the
+ * vocabulary's size, zeroed again on return.  Returns how many tokens are
+ * present. */
+int cu_token_lists(const int32_t *tokens, int BT, int32_t *cnt, int32_t *uniq, int32_t *offs, int32_t *pos);
 /* dwpe[t] += sum_b dout[b, t] (dwpe NULL: none); dwte[u] += the rows of token u, listed by
  * the host: uniq[n_uniq] tokens, their positions pos[offs[i] .. offs[i+1]) */
 void cu_embedding_bwd(cudaStream_t s, float *dwte, float *dwpe, const float *dout, const int32_t *uniq,

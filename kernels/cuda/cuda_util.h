@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <string.h>
 
 /* The code for a CUDA error: out of memory, or a device failure. */
 static inline int cu_code(cudaError_t e)
@@ -46,5 +47,17 @@ static inline int cu_fail(char *err, size_t n, int code, const char *what, const
 		CU_TRY(cudaGetLastError(), what); \
 		CU_TRY(cudaStreamSynchronize(stream), what); \
 	} while (0)
+
+/* *off = the offset of the parameter view named name of numel elements;
+ * false when views[0..n) has none such (a model of another layout). */
+static inline bool cu_find_view(const kern_view *views, int n, const char *name, size_t numel, size_t *off)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(views[i].name, name) == 0 && views[i].numel == numel) {
+			*off = views[i].offset;
+			return true;
+		}
+	return false;
+}
 
 #endif
