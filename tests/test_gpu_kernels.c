@@ -713,7 +713,6 @@ static void enc_result_test(void)
 	   "%d/%d; MLM loss %.6f/%.6f, SOP loss %.6f/%.6f)%s%s",
 	   rg.n_predicted, rc_.n_predicted, rg.mlm_correct, rc_.mlm_correct, rg.sop_correct, rc_.sop_correct,
 	   rg.mlm_loss, rc_.mlm_loss, rg.sop_loss, rc_.sop_loss, rc ? ": " : "", eb.msg);
-	kern_model_free(gpu);
 	free(raw);
 	kern_model_free(cpu);
 	kern_model_free(gpu);
