@@ -177,15 +177,11 @@ static th_resp outcome(th_host *h, const char *status, const char *sha)
 
 int main(void)
 {
-	const char *args[] = { "--round-interval",
-		               "1",
-		               "--round-report-timeout",
-		               "10",
-		               "--round-max-group",
-		               "2",
-		               "--threads",
-		               "1",
-		               NULL };
+	const char *args[] = { "--round-interval", "1", "--round-report-timeout", "10", "--round-max-group",
+		               "2", "--threads", "1",
+		               /* the stage across groups through the server, which this
+		                  test checks (not between the peers: test_rounds_xgroup) */
+		               "--round-server-mean", NULL };
 	plan_lazy();
 	th_start(args);
 	long long pid = th_seed_project("s1", 600, 1e6, 4, 16, 4, 100000);

@@ -665,17 +665,10 @@ static void test_target_lowered(void)
 
 int main(void)
 {
-	const char *args[] = { "--round-interval",
-		               "1",
-		               "--round-report-timeout",
-		               "3",
-		               "--round-max-group",
-		               "2",
-		               "--round-close-fraction",
-		               "0.5",
-		               "--round-straggler-budget",
-		               "60",
-		               NULL };
+	const char *args[] = { "--round-interval", "1", "--round-report-timeout", "3", "--round-max-group",
+		               "2", "--round-close-fraction", "0.5", "--round-straggler-budget", "60",
+		               /* group sums to the server, whose refusals this test checks */
+		               "--round-server-mean", NULL };
 	plan_lazy();
 	th_start(args);
 	/* 8 microbatches per unit: flops * wu_seconds / (flops_per_sample * 4) = 8. */

@@ -78,7 +78,8 @@ size_t cu_att_elem(int precision);
  * cu_att_elem bytes; yp is fp32 scratch of B*T*C.  bias[3C] (may be NULL)
  * is added to qkv on the way (the c_attn projection's bias). */
 cublasStatus_t cu_attention_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
-                                const float *qkv, const float *bias, int B, int T, int C, int NH, bool causal);
+                                const float *qkv, const float *bias, int B, int T, int C, int NH,
+                                bool causal);
 /* q, k, v of qkv [B,T,3C] (+ bias[3C], may be NULL) into qkvp in bf16,
  * each [B,NH,T,hd] (what the fused attention, cuda_flash.h, reads) */
 void cu_qkv_split16(cudaStream_t s, __nv_bfloat16 *qkvp, const float *qkv, const float *bias, int B, int T,
@@ -97,15 +98,15 @@ cublasStatus_t cu_attention_bwd(const cu_gemm_ctx *x, float *dqkv, const float *
  * relative_key) are fp32 scratch of B*NH*T*(2T-1). */
 cublasStatus_t cu_attention_rel_fwd(const cu_gemm_ctx *x, float *out, void *att, void *qkvp, float *yp,
                                     const float *qkv, const float *bias, const float *dist,
-                                    const __nv_bfloat16 *dist16, float *qd, float *kd, int B, int T, int C, int NH,
-                                    float rs);
+                                    const __nv_bfloat16 *dist16, float *qd, float *kd, int B, int T, int C,
+                                    int NH, float rs);
 /* Its backward: cu_attention_bwd's dqkv (set), and ddist += the distance
  * embedding's gradient; drel is scratch of B*NH*T*(2T-1) elements of
  * cu_att_elem bytes. */
 cublasStatus_t cu_attention_rel_bwd(const cu_gemm_ctx *x, float *dqkv, float *ddist, const float *dout,
                                     const void *qkvp, const void *att, void *dyp, void *datt, float *dqkvp,
-                                    const float *dist, const __nv_bfloat16 *dist16, void *drel, int B, int T, int C,
-                                    int NH, float rs, bool key_query);
+                                    const float *dist, const __nv_bfloat16 *dist16, void *drel, int B, int T,
+                                    int C, int NH, float rs, bool key_query);
 
 /* Rows of V logits, ld apart (a multiple of 64 keeps the head's products
  * on aligned, fast kernels: GPT-2's 50257 is not even a multiple of 2).
