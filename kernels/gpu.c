@@ -224,8 +224,7 @@ cot_err kern_gpu_enc_step(kern_model *m, const kern_enc_batch *batch, int B, flo
 	if (!batch || !batch->ids || !batch->segments || !batch->labels || !batch->sop || batch->lengths)
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "an encoder's training batch on the GPU needs ids, segments, MLM and SOP "
-		                  "labels, "
-		                  "and full-length samples");
+		                  "labels, and full-length samples");
 	cot_err rc = params_up(m, eb);
 	if (rc)
 		return rc;
