@@ -10,7 +10,8 @@
  * loss curves within 1e-4 (fp32) / 1e-2 (tf32, bf16); the gradient kept on
  * the GPU across microbatches and sketched there (kern_gpu_keep_grads);
  * the encoders (ALBERT, BERT): the attention over every key, a whole
- * model's loss and gradient at a small shape of each and sahajBERT's, and
+ * model's loss and gradient at a small shape of each (with absolute and
+ * relative positions) and sahajBERT's, the counts a forward returns, and
  * ten LAMB steps.
  * Every figure is printed (diag), so a run records the honest spread.
  *
