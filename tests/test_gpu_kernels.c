@@ -380,69 +380,67 @@ static void shape(const char *name, kern_config *c, int *B)
 		c->vocab = 32000;
 		*B = 2;
 	}
-	if (strcmp(name, "albert-rel") == 0)
-		c->position = KERN_POS_RELATIVE_KEY;
-	if (strcmp(name, "bert-relkq") == 0)
-		c->position = KERN_POS_RELATIVE_KEY_QUERY;
 }
 
-/* The loss and gradient of one microbatch on both backends (rc and why: the
- * GPU's step failed): two checks, and each view's figures for the first
- * `head` views, the last `tail` and any past the limit. */
-static void compare_step(const char *what, int prec, cot_err rc, const char *why, const kern_model *cpu,
-                         const kern_model *gpu, float lc, float lg, int head, int tail)
+/* One microbatch of model c (batches of B) from the same parameters on each
+ * backend, the GPU's in prec: its loss and gradient (two checks), and each
+ * view's figures for the first `head` views, the last `tail` and any past
+ * the limit. */
+static void backends_test(const char *what, const kern_config *c, int B, int prec, int head, int tail)
 {
 	const char *pn = kern_precision_name(prec);
+	cot_errbuf eb = { "", "" };
+	kern_model *cpu, *gpu;
+	if (kern_model_create(c, B, &cpu, &eb) || kern_model_create(c, B, &gpu, &eb))
+		bail_out("model: %s", eb.msg);
+	kern_model_init(cpu, 7);
+	kern_model_init(gpu, 7);
+	int32_t *tok = ids((size_t)B * c->seq_len + 1, c->vocab);
+	float lc = 0, lg = 0;
+	kern_zero_grad(cpu);
+	kern_zero_grad(gpu);
+	/* (the seed and the microbatch pick an encoder's masks; a GPT ignores them) */
+	cot_err rc = kern_stream_step(cpu, tok, tok + 1, B, 5, 3, 100, (float)B, &lc, &eb);
+	if (!rc)
+		rc = kern_gpu_bind(gpu, 0, prec, &eb);
+	if (!rc)
+		rc = kern_stream_step(gpu, tok, tok + 1, B, 5, 3, 100, (float)B, &lg, &eb);
 	if (rc) {
-		ok(0, "%s %s: %s", what, pn, why);
+		ok(0, "%s %s: %s", what, pn, eb.msg);
 		ok(0, "%s %s: no gradient", what, pn);
-		return;
+	} else {
+		double lim = prec == KERN_PREC_FP32 ? 1e-5 : 2e-2, dl = fabs((double)lg - lc) / fabs(lc);
+		ok(dl <= lim, "%s %s: loss %.6f on the GPU, %.6f on the CPU (relative %.2e, limit %.0e)",
+		   what, pn, lg, lc, dl, lim);
+		double cs, e = rel_err(gpu->grads, cpu->grads, cpu->n_params, &cs);
+		/* the whole gradient: the layers' limits compound over the depth */
+		double elim = prec == KERN_PREC_FP32 ? 1e-4 : 5e-2,
+		       clim = prec == KERN_PREC_FP32 ? 0.99999 : 0.999;
+		ok(e <= elim && cs >= clim,
+		   "%s %s: gradient relative error %.2e (limit %.0e), cosine %.7f (limit %g)", what, pn, e,
+		   elim, cs, clim);
+		for (int i = 0; i < cpu->n_views; i++) {
+			const kern_view *v = &cpu->views[i];
+			double vc,
+			        ve = rel_err(gpu->grads + v->offset, cpu->grads + v->offset, v->numel, &vc);
+			if (i < head || i >= cpu->n_views - tail || ve > elim)
+				diag("  %-26s relative %.2e cosine %.7f", v->name, ve, vc);
+		}
 	}
-	double lim = prec == KERN_PREC_FP32 ? 1e-5 : 2e-2, dl = fabs((double)lg - lc) / fabs(lc);
-	ok(dl <= lim, "%s %s: loss %.6f on the GPU, %.6f on the CPU (relative %.2e, limit %.0e)", what, pn,
-	   lg, lc, dl, lim);
-	double cs, e = rel_err(gpu->grads, cpu->grads, cpu->n_params, &cs);
-	/* the whole gradient: the layers' limits compound over the depth */
-	double elim = prec == KERN_PREC_FP32 ? 1e-4 : 5e-2, clim = prec == KERN_PREC_FP32 ? 0.99999 : 0.999;
-	ok(e <= elim && cs >= clim,
-	   "%s %s: gradient relative error %.2e (limit %.0e), cosine %.7f (limit %g)", what, pn, e, elim, cs,
-	   clim);
-	for (int i = 0; i < cpu->n_views; i++) {
-		const kern_view *v = &cpu->views[i];
-		double vc, ve = rel_err(gpu->grads + v->offset, cpu->grads + v->offset, v->numel, &vc);
-		if (i < head || i >= cpu->n_views - tail || ve > elim)
-			diag("  %-26s relative %.2e cosine %.7f", v->name, ve, vc);
-	}
+	free(tok);
+	kern_model_free(cpu);
+	kern_model_free(gpu);
 }
 
-/* A whole model's loss and gradient on both backends. */
+/* A whole GPT's loss and gradient on both backends. */
 static void model_test(const char *name, int prec)
 {
 	kern_config c;
 	int B;
 	shape(name, &c, &B);
-	cot_errbuf eb = { "", "" };
-	kern_model *cpu, *gpu;
-	if (kern_model_create(&c, B, &cpu, &eb) || kern_model_create(&c, B, &gpu, &eb))
-		bail_out("model: %s", eb.msg);
-	kern_model_init(cpu, 7);
-	kern_model_init(gpu, 7);
-	size_t BT = (size_t)B * c.seq_len;
-	int32_t *tok = ids(BT + 1, c.vocab);
-	float lc = 0, lg = 0;
-	kern_zero_grad(cpu);
-	kern_zero_grad(gpu);
-	cot_err rc = kern_stream_step(cpu, tok, tok + 1, B, 1, 0, 1, (float)B, &lc, &eb);
-	if (!rc)
-		rc = kern_gpu_bind(gpu, 0, prec, &eb);
-	if (!rc)
-		rc = kern_stream_step(gpu, tok, tok + 1, B, 1, 0, 1, (float)B, &lg, &eb);
 	char what[96];
 	snprintf(what, sizeof what, "%s model", name);
-	compare_step(what, prec, rc, eb.msg, cpu, gpu, lc, lg, 4, 2);
-	free(tok);
-	kern_model_free(cpu);
-	kern_model_free(gpu);
+	backends_test(what, &c, B, prec, 4, 2);
 }
 
 /* The gradient kept on the GPU (kern_gpu_keep_grads) over three
@@ -662,27 +660,9 @@ static void enc_model_test(const char *name, int prec)
 	kern_config c;
 	int B;
 	enc_shape(name, &c, &B);
-	cot_errbuf eb = { "", "" };
-	kern_model *cpu, *gpu;
-	if (kern_model_create(&c, B, &cpu, &eb) || kern_model_create(&c, B, &gpu, &eb))
-		bail_out("encoder model: %s", eb.msg);
-	kern_model_init(cpu, 7);
-	kern_model_init(gpu, 7);
-	int32_t *raw = ids((size_t)B * c.seq_len, c.vocab);
-	float lc = 0, lg = 0;
-	kern_zero_grad(cpu);
-	kern_zero_grad(gpu);
-	cot_err rc = kern_stream_step(cpu, raw, NULL, B, 5, 3, 100, (float)B, &lc, &eb);
-	if (!rc)
-		rc = kern_gpu_bind(gpu, 0, prec, &eb);
-	if (!rc)
-		rc = kern_stream_step(gpu, raw, NULL, B, 5, 3, 100, (float)B, &lg, &eb);
 	char what[96];
 	snprintf(what, sizeof what, "%s encoder", name);
-	compare_step(what, prec, rc, eb.msg, cpu, gpu, lc, lg, 3, 9);
-	free(raw);
-	kern_model_free(cpu);
-	kern_model_free(gpu);
+	backends_test(what, &c, B, prec, 3, 9);
 }
 
 /* The same batch's counts on both backends (kern_gpu_enc_step's result). */

@@ -182,11 +182,14 @@ int main(int argc, char **argv)
 	double loss = 0, fwd = 0, bwd = 0, ms[2], res[KERN_GPU_ENC_RESULTS];
 	/* an encoder's masked batch, from the same tokens */
 	bool enc = c.arch != KERN_ARCH_GPT;
-	int32_t *ids = enc ? malloc(4 * BT * sizeof *ids) : NULL, *segs = ids + BT, *labels = ids + 2 * BT,
-	        *sop = ids + 3 * BT;
-	if (enc &&
-	    (!ids || kern_mask_build(&c, 1, 0, 0, B, tok, (size_t)c.seq_len, ids, segs, labels, sop, &eb))) {
-		fprintf(stderr, "bench_gpu: %s\n", ids ? eb.msg : "out of memory");
+	int32_t *ids = malloc(4 * BT * sizeof *ids);
+	if (!ids) {
+		fprintf(stderr, "bench_gpu: out of memory\n");
+		return 1;
+	}
+	int32_t *segs = ids + BT, *labels = ids + 2 * BT, *sop = ids + 3 * BT;
+	if (enc && kern_mask_build(&c, 1, 0, 0, B, tok, (size_t)c.seq_len, ids, segs, labels, sop, &eb)) {
+		fprintf(stderr, "bench_gpu: %s\n", eb.msg);
 		return 1;
 	}
 	rc = api->set_params(g, m->params, err, sizeof err);
