@@ -325,7 +325,9 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv, co
 	char slen[24], savg[24];
 	snprintf(slen, sizeof slen, "%llu", (unsigned long long)len);
 	snprintf(savg, sizeof savg, "%d", cfg->round_average_timeout);
-	bool cross = cfg->round_cross_peers || (!cfg->round_server_mean && n_groups >= 2);
+	/* Between the peers unless told otherwise or a lone peer makes the plan:
+	 * then only the server can sketch its bytes (doc/averaging.md). */
+	bool cross = cfg->round_cross_peers || (!cfg->round_server_mean && n >= 2);
 	const char *sparams[] = { sp, sv, slen, text, savg, cross ? "true" : "false" };
 	int64_t t_store = deadline_now_ms();
 	if (run(&st_store, sparams, NULL)) {

@@ -29,9 +29,9 @@ typedef struct {
 	/* Where a round averages across its groups (doc/averaging.md, "Across
 	 * groups"): between the peers (no gradient reaches the server) in every
 	 * round with round_cross_peers, through the server in every round with
-	 * round_server_mean, else between the peers when the plan has several
-	 * groups and through the server when it has one (the server then holds
-	 * the group's sum, and sketches a lone peer's bytes itself). */
+	 * round_server_mean, else between the peers when the plan has two peers
+	 * or more and through the server when it has one (the server then
+	 * sketches the lone peer's bytes itself: no other peer sees them). */
 	int round_cross_peers;
 	int round_server_mean;
 	double round_close_fraction; /* straggler rule: close from this share of the target... */
