@@ -1,12 +1,12 @@
 #!/bin/sh
 # cotrain tests: the host simulator (tests/bench/simhosts) against a real
 # cotrain-server and PostgreSQL: 30 simulated hosts, some leaving and some
-# dying mid-unit, take a fresh project through 2 rounds; both commit with
-# peers accepted, and the simulator saw no unexpected answer.  Then the same
-# against a server averaging across groups between the peers
-# (--round-cross-peers, groups of at most 4): the rounds commit, one of them
-# across several groups, from the peers' uploaded checkpoints, and the
-# server received no gradient byte.
+# dying mid-unit, take a fresh project through 2 rounds averaged through
+# the server (--round-server-mean); both commit with peers accepted, and
+# the simulator saw no unexpected answer.  Then the same against a server
+# averaging between the peers (its default; --round-cross-peers, groups of
+# at most 4): the rounds commit, one of them across several groups, from
+# the peers' uploaded checkpoints, and the server received no gradient byte.
 # Keeps simhosts from rotting; the figures are tests/bench/bench-scale.sh's.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
@@ -17,7 +17,7 @@ trap 'sim_stop; rm -rf "$T"' EXIT INT TERM
 plan 10
 
 sim_setup || bail_out "could not set up the database"
-sim_server || bail_out "the server did not start: $(cat "$T/server.log")"
+sim_server --round-server-mean || bail_out "the server did not start: $(cat "$T/server.log")"
 sim_project smoke 240 || bail_out "could not create the project: $(cat "$T/smoke.out")"
 timeout 300 "$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project smoke --key "$KEY" \
 	--hosts 30 --rounds 2 --seconds 240 --speed 8 --leave 0.02 --die 0.02 --seed 5 >"$T/sim.out" 2>"$T/sim.err"

@@ -17,8 +17,9 @@
 #   report s    from the close to the last report (mean): hosts hear of the
 #               close at their next heartbeat (wu_seconds / 4 = 2 s here)
 #   planned s   from the close to the coordinator's plan (mean)
-# SERVER_ARGS go to cotrain-server (--round-cross-peers: averaging across
-# groups between the peers, so that no gradient reaches the server) and
+# SERVER_ARGS go to cotrain-server (--round-server-mean: averaging through
+# the server, each group's members uploading its sum; by default a round of
+# two peers or more averages between the peers, no gradient reaching it) and
 # SIM_ARGS to simhosts (--no-close-watch: hosts that hear of the close only
 # at their next heartbeat, as clients before the close notice).
 # A host count written N/S runs its N hosts against S server processes on
