@@ -8,7 +8,9 @@
 #   - kill -9 of the server in each phase of the current round in turn
 #     (open; closing, reports still due; planning, every report in and no
 #     plan stored; averaging, no server step yet; commit, the server's
-#     version v+1 stored and the peers' outcomes awaited; waited for by
+#     version v+1 stored and the peers' outcomes awaited, or, averaging
+#     between the peers (the default for two peers or more), every
+#     included peer's outcome in and its v+1 awaited; waited for by
 #     polling the database every 5 ms, and counted by the phase the
 #     database holds once the server is dead), restarted on the same port;
 #   - every database connection of the server terminated at once;
@@ -106,13 +108,19 @@ wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; s
 version() { sql "select current_version from project where name = 'chaos'"; }
 # The current round's phase, finer than its state: a closing round whose
 # every work unit is reported (or dropped) is being planned; an averaging
-# round holding the server's version v+1 awaits the outcomes to commit.
+# round holding the server's version v+1 awaits the outcomes to commit;
+# between the peers, one holding every group's mean and every included
+# peer's ok awaits a peer's v+1.
 PHASE_SQL="select case
     when r.state = 'closing' and not exists (select 1 from work_unit w
         where w.project_id = r.project_id and w.version = r.version
           and (w.state = 'live' or (w.state = 'done' and not exists (
                 select 1 from round_report rr where rr.work_unit_id = w.id)))) then 'planning'
     when r.state = 'averaging' and r.params_sha256 is not null then 'commit'
+    when r.state = 'averaging' and r.cross_peers and r.gradient_sha256 is not null
+         and not exists (select 1 from round_member m
+                          where m.project_id = r.project_id and m.version = r.version
+                            and m.included and m.outcome is distinct from 'ok') then 'commit'
     else r.state end
   from round r join project p on p.id = r.project_id
   where p.name = 'chaos' and r.version = p.current_version"
@@ -253,8 +261,8 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 		# averaging round's outcomes write it), so that the plan cannot
 		# be stored: the coordinator waits in round_plan_store, after
 		# round_plan_begin committed.  For the commit it is taken once
-		# the server's v+1 is stored: round_try_commit marks the accepted
-		# members before the round, so the round stays in the phase.
+		# the round is in the phase: round_try_commit marks the accepted
+		# members before the round, so the round stays in it.
 		# Once the server is dead its orphaned sessions and the holder
 		# are terminated, so the blocked statement never commits.
 		LPID= hold=

@@ -41,6 +41,9 @@ q() { "$PSQL" -X -A -t -q -v ON_ERROR_STOP=1 -c "$1" 2>&1; }
 
 # start_server [ARGS...]: a server on a free port; sets spid and URL
 start_server() {
+	# Emptied here, not by the child's redirection, which may come after the
+	# first look below: that look would find the last server's address.
+	: >"$T/server.out"
 	"$S" --db "$COTRAIN_DB" --port 0 --data-dir "$T/data" --log-level warn "$@" >"$T/server.out" 2>&1 &
 	spid=$!
 	URL=
