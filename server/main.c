@@ -89,12 +89,14 @@ static const opt_spec server_opts[] = {
 	{ "round-max-group", 0, OPT_INT, F(cfg.round_max_group), 2, 1024, .def = "16", .metavar = "N",
 	  .help = "most peers in one averaging group" },
 	{ "round-cross-peers", 0, OPT_FLAG, F(cfg.round_cross_peers),
-	  .help = "average between the peers in every round, a lone peer's too: the server takes the hash "
+	  .help = "average between the peers in every round, one or two peers' too: the server takes the "
+	          "hash "
 	          "of the round's mean and one peer's checkpoint of v+1, never a gradient (by default, "
-	          "every round of two peers or more does; doc/averaging.md)" },
+	          "every round of three peers or more does; doc/averaging.md)" },
 	{ "round-server-mean", 0, OPT_FLAG, F(cfg.round_server_mean),
 	  .help = "average through the server in every round, several groups' too: each group's members "
-	          "upload its sum and download the server's mean (by default, a round of one peer does)" },
+	          "upload its sum and download the server's mean (by default, a round of one or two peers "
+	          "does)" },
 	{ "round-close-fraction", 0, OPT_DOUBLE, F(cfg.round_close_fraction), .dmin = 0, .dmax = 1,
 	  .min_open = true, .def = "0.9", .metavar = "F",
 	  .help = "close a round early from this fraction of its target..." },

@@ -325,9 +325,11 @@ static void plan_round(const srv_config *cfg, const char *sp, const char *sv, co
 	char slen[24], savg[24];
 	snprintf(slen, sizeof slen, "%llu", (unsigned long long)len);
 	snprintf(savg, sizeof savg, "%d", cfg->round_average_timeout);
-	/* Between the peers unless told otherwise or a lone peer makes the plan:
-	 * then only the server can sketch its bytes (doc/averaging.md). */
-	bool cross = cfg->round_cross_peers || (!cfg->round_server_mean && n >= 2);
+	/* Between the peers unless told otherwise or the plan has fewer than
+	 * three: a lone peer's bytes only the server can sketch, and of two
+	 * peers that disagree on v+1 no strict majority can tell which holds
+	 * it, where the server's own step can (doc/averaging.md). */
+	bool cross = cfg->round_cross_peers || (!cfg->round_server_mean && n >= 3);
 	const char *sparams[] = { sp, sv, slen, text, savg, cross ? "true" : "false" };
 	int64_t t_store = deadline_now_ms();
 	if (run(&st_store, sparams, NULL)) {

@@ -29,9 +29,10 @@ typedef struct {
 	/* Where a round averages across its groups (doc/averaging.md, "Across
 	 * groups"): between the peers (no gradient reaches the server) in every
 	 * round with round_cross_peers, through the server in every round with
-	 * round_server_mean, else between the peers when the plan has two peers
-	 * or more and through the server when it has one (the server then
-	 * sketches the lone peer's bytes itself: no other peer sees them). */
+	 * round_server_mean, else between the peers when the plan has three
+	 * peers or more and through the server when it has one or two (the
+	 * server then sketches a lone peer's bytes itself, and its own v+1
+	 * tells which of two disagreeing peers is right). */
 	int round_cross_peers;
 	int round_server_mean;
 	double round_close_fraction; /* straggler rule: close from this share of the target... */

@@ -9,7 +9,7 @@
 #     (open; closing, reports still due; planning, every report in and no
 #     plan stored; averaging, no server step yet; commit, the server's
 #     version v+1 stored and the peers' outcomes awaited, or, averaging
-#     between the peers (the default for two peers or more), every
+#     between the peers (the default for three peers or more), every
 #     included peer's outcome in and its v+1 awaited; waited for by
 #     polling the database every 5 ms, and counted by the phase the
 #     database holds once the server is dead), restarted on the same port;

@@ -101,7 +101,7 @@ start_client() { # N THREADS
 			--key "$_key" >/dev/null
 }
 
-case $MODE in groups) plan 13 ;; xgroup) plan 21 ;; encoder) plan 11 ;; subword) plan 14 ;; *) plan 22 ;; esac
+case $MODE in groups) plan 14 ;; xgroup) plan 22 ;; encoder) plan 12 ;; subword) plan 15 ;; *) plan 23 ;; esac
 GROUPS_MODE=$(case $MODE in groups | xgroup) echo 1 ;; *) echo 0 ;; esac)
 
 mkdir -p "$T/text"
@@ -448,6 +448,21 @@ if [ "$ENC" = 0 ]; then
 	ok $([ "${pcache:-0}" -ge 1 ] && [ "${pdb:-0}" -ge 1 ]; echo $?) \
 		"held plan polls were answered from the plan cache ($pcache from it, $pdb from the database)"
 fi
+
+# Where each committed round averaged (server/round_coord.c): between the
+# peers when its plan had three peers or more (every round with
+# --round-cross-peers), else through the server.
+paths=$(sql "select coalesce(sum(case when r.cross_peers then 1 else 0 end), 0) || ' ' ||
+    coalesce(sum(case when r.cross_peers then 0 else 1 end), 0) || ' ' ||
+    coalesce(sum(case when r.cross_peers <> ('$XG_ARGS' <> '' or n.peers >= 3) then 1 else 0 end), 0)
+  from round r join project p on p.id = r.project_id
+  cross join lateral (select count(*) as peers from round_member m
+                       where m.project_id = r.project_id and m.version = r.version) n
+  where p.name = 'tiny' and r.state = 'committed'")
+read -r n_cross n_server n_bad <<EOF
+$paths
+EOF
+is "$n_bad" 0 "each committed round averaged between the peers exactly when its plan had three peers or more (${XG_ARGS:-by default}): $n_cross between the peers, $n_server through the server"
 
 . "$top_srcdir/tests/rounds_checks.sh"
 rounds_replay_checks

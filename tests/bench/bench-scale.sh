@@ -19,7 +19,7 @@
 #   planned s   from the close to the coordinator's plan (mean)
 # SERVER_ARGS go to cotrain-server (--round-server-mean: averaging through
 # the server, each group's members uploading its sum; by default a round of
-# two peers or more averages between the peers, no gradient reaching it) and
+# three peers or more averages between the peers, no gradient reaching it) and
 # SIM_ARGS to simhosts (--no-close-watch: hosts that hear of the close only
 # at their next heartbeat, as clients before the close notice).
 # A host count written N/S runs its N hosts against S server processes on

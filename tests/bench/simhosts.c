@@ -14,13 +14,13 @@
  * when its round closes reports its units (after a random part of the
  * round's "report_spread_ms", as cotrain-client), long-polls its plan, and runs an
  * averaging stand-in consistent with the plan.  Through the server (a
- * plan of one peer, or cotrain-server --round-server-mean), as
+ * plan of one or two peers, or cotrain-server --round-server-mean), as
  * cotrain-client does it: every member uploads its group's sum
  * (of deterministic fake gradients: the same bytes from every member), waits
  * for the server's mean (after=gradient), downloads it when there are
  * several groups, and reports "ok" with the server's params_sha256, which is
  * what a real peer computes bit-identically.  When the plan says
- * "cross_group": "peers" (the server's default for two peers or more), as
+ * "cross_group": "peers" (the server's default for three peers or more), as
  * cotrain-client does then: every member posts the mean's hash without a
  * body and reports its v+1 (a real optimizer step on a stand-in mean,
  * simhosts_step.h), and the peer the server asks uploads that checkpoint.
