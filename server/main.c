@@ -89,10 +89,9 @@ static const opt_spec server_opts[] = {
 	{ "round-max-group", 0, OPT_INT, F(cfg.round_max_group), 2, 1024, .def = "16", .metavar = "N",
 	  .help = "most peers in one averaging group" },
 	{ "round-cross-peers", 0, OPT_FLAG, F(cfg.round_cross_peers),
-	  .help = "average between the peers in every round, one or two peers' too: the server takes the "
-	          "hash "
-	          "of the round's mean and one peer's checkpoint of v+1, never a gradient (by default, "
-	          "every round of three peers or more does; doc/averaging.md)" },
+	  .help = "average between the peers in every round, one or two peers' too: the server takes "
+	          "the hash of the round's mean and one peer's checkpoint of v+1, never a gradient (by "
+	          "default, every round of three peers or more does; doc/averaging.md)" },
 	{ "round-server-mean", 0, OPT_FLAG, F(cfg.round_server_mean),
 	  .help = "average through the server in every round, several groups' too: each group's members "
 	          "upload its sum and download the server's mean (by default, a round of one or two peers "
