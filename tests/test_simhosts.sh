@@ -4,9 +4,12 @@
 # dying mid-unit, take a fresh project through 2 rounds averaged through
 # the server (--round-server-mean); both commit with peers accepted, and
 # the simulator saw no unexpected answer.  Then the same against a server
-# averaging between the peers (its default; --round-cross-peers, groups of
-# at most 4): the rounds commit, one of them across several groups, from
-# the peers' uploaded checkpoints, and the server received no gradient byte.
+# with its default averaging path (groups of at most 4): the rounds of 30
+# hosts average between the peers, one of them across several groups,
+# commit from the peers' uploaded checkpoints, and the server received no
+# gradient byte; then two hosts on that server: their rounds of two peers
+# average through the server (server/round_coord.c: between the peers from
+# three peers up), which receives their group sums.
 # Keeps simhosts from rotting; the figures are tests/bench/bench-scale.sh's.
 . "$top_srcdir/tests/tap.sh"
 B=$top_builddir
@@ -14,7 +17,7 @@ B=$top_builddir
 T=$(mktemp -d /tmp/cotrain-simhosts-XXXXXX)
 . "$top_srcdir/tests/bench/simhosts-lib.sh"
 trap 'sim_stop; rm -rf "$T"' EXIT INT TERM
-plan 10
+plan 13
 
 sim_setup || bail_out "could not set up the database"
 sim_server --round-server-mean || bail_out "the server did not start: $(cat "$T/server.log")"
@@ -33,9 +36,9 @@ is "$accepted" 2 "each has peers accepted by parameter hash"
 hosts=$(sed -n 's/^hosts=\([0-9]*\).*/\1/p' "$T/sim.out")
 ok $([ "${hosts:-0}" -ge 30 ] && echo 0 || echo 1) "the simulator started its 30 hosts ($(cat "$T/sim.out"))"
 
-# Across groups between the peers.
+# Across groups between the peers, the server's default for three peers up.
 sim_stop
-sim_server --round-cross-peers --round-max-group 4 || bail_out "the server did not start: $(cat "$T/server.log")"
+sim_server --round-max-group 4 || bail_out "the server did not start: $(cat "$T/server.log")"
 sim_project xsmoke 240 || bail_out "could not create the project: $(cat "$T/xsmoke.out")"
 timeout 300 "$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project xsmoke --key "$KEY" \
 	--hosts 30 --rounds 2 --seconds 240 --speed 8 --seed 6 >"$T/xsim.out" 2>"$T/xsim.err"
@@ -55,4 +58,25 @@ metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 == m { p
 is "$(metric cotrain_gradient_bytes_received_total)" 0 "the server received no gradient byte"
 ck=$(metric cotrain_checkpoint_bytes_received_total)
 ok "$([ "${ck:-0}" -gt 0 ] && echo 0 || echo 1)" "it received the rounds' checkpoints from the peers ($ck bytes)"
+
+# Two peers, on the same server: through it.
+sim_project pair 16 || bail_out "could not create the project: $(cat "$T/pair.out")"
+timeout 300 "$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project pair --key "$KEY" \
+	--hosts 2 --rounds 2 --seconds 120 --speed 8 --seed 7 >"$T/psim.out" 2>"$T/psim.err"
+rc=$?
+is "$rc" 0 "two hosts: simhosts ran them to version 2 without an unexpected answer"
+[ "$rc" = 0 ] || diag "$(tail -5 "$T/psim.err")"
+paths=$(sim_sql "select count(*) filter (where n.peers = 2) || ' ' ||
+    count(*) filter (where r.cross_peers) || ' ' || count(*)
+  from round r join project p on p.id = r.project_id
+  cross join lateral (select count(*) as peers from round_member m
+                       where m.project_id = r.project_id and m.version = r.version) n
+  where p.name = 'pair' and r.state = 'committed' and r.version < 2")
+read -r n_two n_cross n_all <<EOF
+$paths
+EOF
+ok "$([ "$n_all" = 2 ] && [ "$n_two" -ge 1 ] && [ "$n_cross" = 0 ] && echo 0 || echo 1)" \
+	"rounds 0 and 1 committed through the server ($n_all committed, $n_two of two peers, $n_cross between the peers)"
+gb=$(metric cotrain_gradient_bytes_received_total)
+ok "$([ "${gb:-0}" -gt 0 ] && echo 0 || echo 1)" "the server received their group sums ($gb bytes)"
 done_testing
