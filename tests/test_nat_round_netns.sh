@@ -121,8 +121,15 @@ else
 	ok $([ "$n" -ge 2 ]; echo $?) "the restarted daemon behind the UPnP IGD maps its port again ($n mappings made)"
 fi
 # What the volunteer sees (cotrainctl status) and the public host view.
-st=$("$top_builddir/client/cotrainctl" --socket "$T/clS/control.sock" status 2>&1 | sed -n "s/^ *last round's connections: //p")
-case $st in *relay*) r=0 ;; *) r=1 ;; esac
+# The daemon notes a round's connections once it hears the round's outcome,
+# which may come a moment after the commit the wait above saw.
+sym_links() {
+	st=$("$top_builddir/client/cotrainctl" --socket "$T/clS/control.sock" status 2>&1 |
+		sed -n "s/^ *last round's connections: //p")
+	case $st in *relay*) return 0 ;; *) return 1 ;; esac
+}
+nr_wait 30 sym_links
+r=$?
 ok $r "cotrainctl status at the symmetric site shows its last round's connections (${st:-none})"
 view=$(netns_exec srv curl -fsS "http://$SRV:8080/v1/hosts/$(nr_host S)/network" 2>&1)
 case $view in *'"dependent"'*'"relay"'*|*'"relay"'*'"dependent"'*) r=0 ;; *) r=1 ;; esac
