@@ -452,9 +452,9 @@ fi
 # Where each committed round averaged (server/round_coord.c): between the
 # peers when its plan had three peers or more (every round with
 # --round-cross-peers), else through the server.
-paths=$(sql "select coalesce(sum(case when r.cross_peers then 1 else 0 end), 0) || ' ' ||
-    coalesce(sum(case when r.cross_peers then 0 else 1 end), 0) || ' ' ||
-    coalesce(sum(case when r.cross_peers <> ('$XG_ARGS' <> '' or n.peers >= 3) then 1 else 0 end), 0)
+paths=$(sql "select count(*) filter (where r.cross_peers) || ' ' ||
+    count(*) filter (where not r.cross_peers) || ' ' ||
+    count(*) filter (where r.cross_peers <> ('$XG_ARGS' <> '' or n.peers >= 3))
   from round r join project p on p.id = r.project_id
   cross join lateral (select count(*) as peers from round_member m
                        where m.project_id = r.project_id and m.version = r.version) n

@@ -18,15 +18,24 @@ T=$(mktemp -d /tmp/cotrain-simhosts-XXXXXX)
 . "$top_srcdir/tests/bench/simhosts-lib.sh"
 trap 'sim_stop; rm -rf "$T"' EXIT INT TERM
 plan 13
+# run_sim PROJECT OUT WHAT [SIMHOSTS ARGS...]: simhosts on PROJECT of the
+# server at $PORT, its output in $T/OUT.out and .err; one check, WHAT, that
+# it ran without an unexpected answer.
+run_sim() {
+	_p=$1 _o=$2 _what=$3
+	shift 3
+	timeout 300 "$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project "$_p" --key "$KEY" \
+		"$@" >"$T/$_o.out" 2>"$T/$_o.err"
+	_rc=$?
+	is "$_rc" 0 "$_what"
+	[ "$_rc" = 0 ] || diag "$(tail -5 "$T/$_o.err")"
+}
 
 sim_setup || bail_out "could not set up the database"
 sim_server --round-server-mean || bail_out "the server did not start: $(cat "$T/server.log")"
 sim_project smoke 240 || bail_out "could not create the project: $(cat "$T/smoke.out")"
-timeout 300 "$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project smoke --key "$KEY" \
-	--hosts 30 --rounds 2 --seconds 240 --speed 8 --leave 0.02 --die 0.02 --seed 5 >"$T/sim.out" 2>"$T/sim.err"
-rc=$?
-is "$rc" 0 "simhosts ran 30 hosts to version 2 without an unexpected answer"
-[ "$rc" = 0 ] || diag "$(tail -5 "$T/sim.err")"
+run_sim smoke sim "simhosts ran 30 hosts to version 2 without an unexpected answer" \
+	--hosts 30 --rounds 2 --seconds 240 --speed 8 --leave 0.02 --die 0.02 --seed 5
 committed=$(sim_sql "select count(*) from round r join project p on p.id = r.project_id
   where p.name = 'smoke' and r.state = 'committed' and r.version < 2")
 is "$committed" 2 "rounds 0 and 1 committed"
@@ -40,11 +49,8 @@ ok $([ "${hosts:-0}" -ge 30 ] && echo 0 || echo 1) "the simulator started its 30
 sim_stop
 sim_server --round-max-group 4 || bail_out "the server did not start: $(cat "$T/server.log")"
 sim_project xsmoke 240 || bail_out "could not create the project: $(cat "$T/xsmoke.out")"
-timeout 300 "$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project xsmoke --key "$KEY" \
-	--hosts 30 --rounds 2 --seconds 240 --speed 8 --seed 6 >"$T/xsim.out" 2>"$T/xsim.err"
-rc=$?
-is "$rc" 0 "across groups between the peers: simhosts ran 30 hosts to version 2 without an unexpected answer"
-[ "$rc" = 0 ] || diag "$(tail -5 "$T/xsim.err")"
+run_sim xsmoke xsim "across groups between the peers: simhosts ran 30 hosts to version 2 without an unexpected answer" \
+	--hosts 30 --rounds 2 --seconds 240 --speed 8 --seed 6
 xrounds="select r.version from round r join project p on p.id = r.project_id
   where p.name = 'xsmoke' and r.state = 'committed' and r.version < 2"
 is "$(sim_sql "select count(*) from ($xrounds) x")" 2 "rounds 0 and 1 committed"
@@ -61,11 +67,8 @@ ok "$([ "${ck:-0}" -gt 0 ] && echo 0 || echo 1)" "it received the rounds' checkp
 
 # Two peers, on the same server: through it.
 sim_project pair 16 || bail_out "could not create the project: $(cat "$T/pair.out")"
-timeout 300 "$B/tests/bench/simhosts" --url "http://127.0.0.1:$PORT" --project pair --key "$KEY" \
-	--hosts 2 --rounds 2 --seconds 120 --speed 8 --seed 7 >"$T/psim.out" 2>"$T/psim.err"
-rc=$?
-is "$rc" 0 "two hosts: simhosts ran them to version 2 without an unexpected answer"
-[ "$rc" = 0 ] || diag "$(tail -5 "$T/psim.err")"
+run_sim pair psim "two hosts: simhosts ran them to version 2 without an unexpected answer" \
+	--hosts 2 --rounds 2 --seconds 120 --speed 8 --seed 7
 paths=$(sim_sql "select count(*) filter (where n.peers = 2) || ' ' ||
     count(*) filter (where r.cross_peers) || ' ' || count(*)
   from round r join project p on p.id = r.project_id
