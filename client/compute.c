@@ -35,9 +35,20 @@ struct cl_compute {
 	mb_shape shape;
 	int nspans;
 	mb_span spans[CL_MAX_FILES];
-	int32_t *in, *tgt;     /* B*T each */
-	kern_local *local;     /* local mode's inner steps; NULL in sync mode */
-	kern_opt_config inner; /* local mode: the inner optimizer in use */
+	char span_sha[CL_MAX_FILES][65]; /* the shard each span was read from */
+	int32_t *in, *tgt;               /* B*T each */
+	kern_local *local;               /* local mode's inner steps; NULL in sync mode */
+	kern_opt_config inner;           /* local mode: the inner optimizer in use */
+	/* Local mode: the round's microbatches so far (round_g[round_n]), and
+	 * the spans of its earlier work units (past[npast], one per shard),
+	 * which the session computes again on the CPU from theta_v when a GPU
+	 * fails with the round's inner state on it (gpu_failed_now). */
+	int64_t *round_g;
+	size_t round_n, round_cap;
+	mb_span *past;
+	char (*past_sha)[65];
+	int npast, past_cap;
+	bool inner_cpu_logged; /* kern_local_gpu_off was logged */
 	/* Sketches of this version's microbatches (cl_compute_sketch_on). */
 	uint64_t sk_seed;
 	int sk_k;        /* 0: not sketching */
@@ -59,7 +70,8 @@ struct cl_compute {
 	 * stays on the CPU). */
 	int gpu, precision;
 	bool gpu_failed;
-	/* In sync mode on a GPU the gradient sums there between the points
+	/* On a GPU the gradient sums there between the points (in local mode
+	 * until the inner step, kernels/local.h).  In sync mode
 	 * that read it (kern_gpu_keep_grads; grads_home brings it into
 	 * m->grads): held_g[held_n] are the microbatches it holds, which a GPU
 	 * failure makes the session compute again on the CPU, and held_sk the
@@ -102,23 +114,82 @@ static void set_device_text(const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Microbatch g on the CPU, added into the gradient (its tokens into c->in
- * and c->tgt). */
+/* Microbatch g's tokens into c->in and c->tgt: from the work unit's spans,
+ * or (local mode) an earlier unit's of the round. */
+static cot_err fill(cl_compute *c, int64_t g, cot_errbuf *eb)
+{
+	if (g >= c->lo && g < c->hi)
+		return mb_fill(&c->shape, c->spans, c->nspans, g, c->in, c->tgt, eb);
+	return mb_fill(&c->shape, c->past, c->npast, g, c->in, c->tgt, eb);
+}
+
+/* Microbatch g on the CPU, added into the gradient. */
 static cot_err cpu_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf *eb)
 {
-	cot_err rc = mb_fill(&c->shape, c->spans, c->nspans, g, c->in, c->tgt, eb);
+	cot_err rc = fill(c, g, eb);
 	return rc ? rc
 	          : kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch, (float)c->B,
 	                             loss, eb);
 }
 
-/* The GPU failed (why): the session computes on the CPU from now on, and
- * the microbatches whose gradient the GPU held, lost with it (m->grads
- * never had them), are computed again there.  Their sketches stay the
- * ones logged: the next row, the sum's change from the CPU's view, takes
- * up the difference. */
+/* Local mode: room in the round's list for one more microbatch, made
+ * before its step so that noting it cannot fail. */
+static cot_err round_reserve(cl_compute *c, cot_errbuf *eb)
+{
+	if (c->round_n < c->round_cap)
+		return COT_OK;
+	size_t cap = c->round_cap ? 2 * c->round_cap : 256;
+	int64_t *r = realloc(c->round_g, cap * sizeof *r);
+	if (!r)
+		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory for the round's microbatch list");
+	c->round_g = r;
+	c->round_cap = cap;
+	return COT_OK;
+}
+
+/* Local mode: the microbatch whose gradient was just added, counted by the
+ * inner steps (which may take one). */
+static cot_err local_step(cl_compute *c, cot_errbuf *eb)
+{
+	cot_err rc = kern_local_microbatch(c->local, c->m, c->B, eb);
+	if (!rc && kern_local_gpu_off(c->local) && !c->inner_cpu_logged) {
+		log_warn("GPU %d has no room for the inner optimizer's moments: the inner steps run on the "
+		         "CPU",
+		         c->gpu);
+		c->inner_cpu_logged = true;
+	}
+	return rc;
+}
+
+/* The GPU failed (why): the session computes on the CPU from now on.  In
+ * sync mode the microbatches whose gradient the GPU held, lost with it
+ * (m->grads never had them), are computed again there; their sketches
+ * stay the ones logged: the next row, the sum's change from the CPU's
+ * view, takes up the difference.  In local mode the GPU may have held the
+ * round's parameters and inner moments too: the round starts over from
+ * theta_v and its microbatches so far are computed again on the CPU. */
 static cot_err gpu_failed_now(cl_compute *c, const char *why, cot_errbuf *eb)
 {
+	if (c->local) {
+		size_t n = c->round_n;
+		log_warn("GPU %d held local mode's round: computing its %zu microbatches again on the CPU",
+		         c->gpu, n);
+		kern_gpu_unbind(c->m);
+		c->gpu = -1;
+		c->gpu_failed = true;
+		c->held_n = 0;
+		set_device_text("CPU (GPU failed: %s)", why);
+		kern_local_restart(c->local, c->m);
+		for (size_t i = 0; i < n; i++) {
+			float l;
+			cot_err rc = cpu_microbatch(c, c->round_g[i], &l, eb);
+			if (!rc)
+				rc = local_step(c, eb);
+			if (rc)
+				return rc;
+		}
+		return COT_OK;
+	}
 	size_t n = c->held_n;
 	if (n)
 		log_warn("GPU %d held the gradient of %zu microbatches, lost with it: computing them "
@@ -137,6 +208,17 @@ static cot_err gpu_failed_now(cl_compute *c, const char *why, cot_errbuf *eb)
 			return rc;
 	}
 	return COT_OK;
+}
+
+/* The GPU failed `what` with the error in eb: gpu_failed_now with its
+ * message, which eb then no longer holds. */
+static cot_err gpu_fault(cl_compute *c, const char *what, cot_errbuf *eb)
+{
+	log_warn("GPU %d failed %s: %s; computing on the CPU from now on", c->gpu, what, eb->msg);
+	char why[sizeof eb->msg];
+	snprintf(why, sizeof why, "%s", eb->msg);
+	eb->msg[0] = eb->hint[0] = '\0';
+	return gpu_failed_now(c, why, eb);
 }
 
 /* Bring the gradient the GPU holds into m->grads, before anything reads
@@ -158,9 +240,10 @@ static cot_err grads_home(cl_compute *c, cot_errbuf *eb)
 
 /* Bind the session's model to the GPU the daemon wants, or back to the
  * CPU, before a microbatch.  A model the GPU cannot take (an encoder, too
- * large for its memory, no device) stays on the CPU with one log line.  In
- * sync mode the GPU keeps the gradient (kern_gpu_keep_grads); local mode's
- * inner steps, and the cheat hook, read it after every microbatch. */
+ * large for its memory, no device) stays on the CPU with one log line.
+ * The GPU keeps the gradient (kern_gpu_keep_grads; local mode's inner steps
+ * run there too, kernels/local.h), but for the cheat hook, which reads it
+ * after every microbatch. */
 static cot_err gpu_follow(cl_compute *c, cot_errbuf *eb)
 {
 	int want = __atomic_load_n(&want_gpu, __ATOMIC_RELAXED);
@@ -171,15 +254,21 @@ static cot_err gpu_follow(cl_compute *c, cot_errbuf *eb)
 	cot_err rc = grads_home(c, eb);
 	if (rc || c->gpu_failed)
 		return rc;
+	cot_errbuf e2 = { "", "" };
+	if (c->gpu >= 0 && c->local && kern_local_home(c->local, c->m, &e2)) {
+		log_warn("GPU %d failed bringing the round's state home: %s; computing on the CPU from now "
+		         "on",
+		         c->gpu, e2.msg);
+		return gpu_failed_now(c, e2.msg, eb);
+	}
 	kern_gpu_unbind(c->m);
 	c->gpu = -1;
 	if (want < 0) {
 		set_device_text("CPU");
 		return COT_OK;
 	}
-	cot_errbuf e2 = { "", "" };
 	if (kern_gpu_bind(c->m, want, c->precision, &e2) ||
-	    kern_gpu_keep_grads(c->m, !c->local && !cl_cheat_skips(), &e2)) {
+	    kern_gpu_keep_grads(c->m, !cl_cheat_skips(), &e2)) {
 		log_warn("cannot compute on GPU %d: %s; computing on the CPU", want, e2.msg);
 		set_device_text("CPU (GPU %d: %s)", want, e2.msg);
 		kern_gpu_unbind(c->m);
@@ -221,6 +310,45 @@ static void free_spans(cl_compute *c)
 {
 	for (int i = 0; i < c->nspans; i++)
 		free((void *)c->spans[i].tokens);
+	c->nspans = 0;
+}
+
+static void free_past(cl_compute *c)
+{
+	for (int i = 0; i < c->npast; i++)
+		free((void *)c->past[i].tokens);
+	c->npast = 0;
+}
+
+/* Local mode, before the next work unit's spans: the current ones join the
+ * round's past spans (a shard already there is freed).  Out of memory they
+ * are freed: a GPU failure's recomputation of the round then stops at
+ * their first microbatch with an error (the unit is handed back). */
+static void keep_spans(cl_compute *c)
+{
+	for (int i = 0; i < c->nspans; i++) {
+		bool have = false;
+		for (int k = 0; k < c->npast && !have; k++)
+			have = strcmp(c->past_sha[k], c->span_sha[i]) == 0;
+		if (!have && c->npast == c->past_cap) {
+			int cap = c->past_cap ? 2 * c->past_cap : 16;
+			mb_span *np = realloc(c->past, (size_t)cap * sizeof *np);
+			if (np)
+				c->past = np;
+			char(*ns)[65] = np ? realloc(c->past_sha, (size_t)cap * sizeof *ns) : NULL;
+			if (ns) {
+				c->past_sha = ns;
+				c->past_cap = cap;
+			}
+		}
+		if (have || c->npast == c->past_cap) {
+			free((void *)c->spans[i].tokens);
+			continue;
+		}
+		c->past[c->npast] = c->spans[i];
+		memcpy(c->past_sha[c->npast], c->span_sha[i], sizeof c->past_sha[0]);
+		c->npast++;
+	}
 	c->nspans = 0;
 }
 
@@ -304,6 +432,10 @@ void cl_compute_close(cl_compute *c)
 	if (!c)
 		return;
 	free_spans(c);
+	free_past(c);
+	free(c->past);
+	free(c->past_sha);
+	free(c->round_g);
 	kern_local_free(c->local);
 	kern_model_free(c->m);
 	free(c->in);
@@ -320,7 +452,10 @@ void cl_compute_close(cl_compute *c)
  * that they hold every token of its range [lo, keep_hi). */
 static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir, cot_errbuf *eb)
 {
-	free_spans(c);
+	if (c->local)
+		keep_spans(c);
+	else
+		free_spans(c);
 	c->lo = w->lo;
 	c->hi = w->keep_hi;
 	cot_errbuf e2 = { "", "" };
@@ -344,6 +479,7 @@ static cot_err load_range(cl_compute *c, const cl_work *w, const char *cache_dir
 		s->first = meta.first_token;
 		s->n = meta.n_tokens;
 		s->width = meta.width;
+		snprintf(c->span_sha[c->nspans], sizeof c->span_sha[0], "%s", f->sha256);
 		c->nspans++;
 	}
 	/* Every token the range needs must be there: an impossible work unit
@@ -605,31 +741,38 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 		return cot_seterr(eb, COT_ERR_NOMEM, "out of memory");
 	if (c->fake_delta)
 		memcpy(c->fake_delta, c->m->grads, n * sizeof *c->fake_delta);
+	if (c->local && (rc = round_reserve(c, eb)))
+		return rc;
 	float l = 0;
 	rc = kern_stream_step(c->m, c->in, c->tgt, (int)c->B, c->seed, g, c->mb_per_epoch, (float)c->B, &l,
 	                      eb);
 	bool stepped = !rc;
-	if (stepped && kern_gpu_holds_grads(c->m))
+	if (stepped && c->local)
+		c->round_g[c->round_n++] = g;
+	else if (stepped && kern_gpu_holds_grads(c->m))
 		c->held_g[c->held_n++] = g;
 	if (stepped && c->gpu >= 0 && fault_point("gpu-step", (int64_t)c->m->step))
 		rc = cot_seterr(eb, COT_ERR_IO, "a device fault injected by the fault point gpu-step");
+	if (!rc && c->local)
+		rc = local_step(c, eb);
 	if (rc && c->gpu >= 0 && (rc == COT_ERR_NOMEM || rc == COT_ERR_IO)) {
-		/* The GPU failed (out of its memory, a device fault).  A failed
-		 * step added nothing to m->grads, and what the GPU held is lost
-		 * with it: the held microbatches, and this one when its step
-		 * failed, are computed again on the CPU, and the session stays
-		 * there.  (A step that succeeded is in m->grads or held.) */
-		log_warn("GPU %d failed on microbatch %lld: %s; computing on the CPU from now on", c->gpu,
-		         (long long)g, eb->msg);
-		char why[sizeof eb->msg];
-		snprintf(why, sizeof why, "%s", eb->msg);
-		eb->msg[0] = eb->hint[0] = '\0';
-		rc = gpu_failed_now(c, why, eb);
+		/* The GPU failed (out of its memory, a device fault), in the
+		 * step or in an inner step.  A failed step added nothing to
+		 * m->grads, and what the GPU held is lost with it: the held
+		 * microbatches (local mode: the round's), and this one when its
+		 * step failed, are computed again on the CPU, and the session
+		 * stays there.  (A step that succeeded is in m->grads, held, or
+		 * in the round's list.) */
+		char what[64];
+		snprintf(what, sizeof what, "on microbatch %lld", (long long)g);
+		rc = gpu_fault(c, what, eb);
 		if (!rc && !stepped)
 			rc = cpu_microbatch(c, g, &l, eb);
+		if (!rc && !stepped && c->local) {
+			c->round_g[c->round_n++] = g; /* room reserved above */
+			rc = local_step(c, eb);
+		}
 	}
-	if (!rc && c->local)
-		rc = kern_local_microbatch(c->local, c->m, c->B, eb);
 	if (!rc && c->fake_delta) {
 		for (size_t i = 0; i < n; i++)
 			c->fake_delta[i] = c->m->grads[i] - c->fake_delta[i];
@@ -778,7 +921,15 @@ cot_err cl_compute_finish(cl_compute *c, int64_t *samples, cot_errbuf *eb)
 {
 	if (samples)
 		*samples = 0;
-	return c->local ? kern_local_finish(c->local, c->m, samples, eb) : COT_OK;
+	if (!c->local)
+		return COT_OK;
+	cot_err rc = kern_local_finish(c->local, c->m, samples, eb);
+	if (rc && c->gpu >= 0 && (rc == COT_ERR_NOMEM || rc == COT_ERR_IO)) {
+		rc = gpu_fault(c, "ending the round", eb);
+		if (!rc)
+			rc = kern_local_finish(c->local, c->m, samples, eb);
+	}
+	return rc;
 }
 
 void cl_compute_next_version(cl_compute *c)
@@ -796,8 +947,10 @@ void cl_compute_next_version(cl_compute *c)
 		log_warn("GPU %d failed: %s; computing on the CPU from now on", c->gpu, eb.msg);
 		gpu_failed_now(c, eb.msg, &eb);
 	}
-	if (c->local)
+	if (c->local) {
 		kern_local_begin(c->local, c->m); /* zeroes the gradient too */
-	else
+		c->round_n = 0;
+		free_past(c);
+	} else
 		kern_zero_grad(c->m);
 }

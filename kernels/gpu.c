@@ -16,10 +16,11 @@ struct kern_gpu_bind {
 	const kern_gpu_api *api;
 	kern_gpu_model *g;
 	int device, precision;
-	bool stale;  /* the host's parameters changed since the last upload */
-	bool pinned; /* params and grads pinned for the copies */
-	bool keep;   /* steps leave their gradient on the device (kern_gpu_keep_grads) */
-	bool held;   /* the device holds a gradient not yet in m->grads */
+	bool stale;     /* the host's parameters changed since the last upload */
+	bool pinned;    /* params and grads pinned for the copies */
+	bool keep;      /* steps leave their gradient on the device (kern_gpu_keep_grads) */
+	bool held;      /* the device holds a gradient not yet in m->grads */
+	bool host_zero; /* m->grads is all zero (kern_gpu_can_step) */
 };
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -115,6 +116,9 @@ cot_err kern_gpu_bind(kern_model *m, int device, int precision, cot_errbuf *eb)
 	b->device = device;
 	b->precision = precision;
 	b->stale = true;
+	b->host_zero = true;
+	for (size_t i = 0; i < m->n_params && b->host_zero; i++)
+		b->host_zero = m->grads[i] == 0.0f;
 	int code = b->api->model_create(&m->config, m->views, m->n_views, m->max_batch, device, precision,
 	                                &b->g, why, sizeof why);
 	if (code) {
@@ -179,6 +183,7 @@ static cot_err backward_and_take(kern_model *m, float scale, cot_errbuf *eb)
 	int code;
 	/* from the first addition on, the device's gradient holds this step */
 	b->held = b->held || b->keep;
+	b->host_zero = b->host_zero && b->keep;
 	if ((code = b->api->backward(b->g, scale, why, sizeof why)) ||
 	    (!b->keep && (code = b->api->take_grads(b->g, m->grads, 1, why, sizeof why))))
 		return gpu_err(eb, code, "GPU", why);
@@ -266,6 +271,7 @@ cot_err kern_gpu_grads_home(kern_model *m, cot_errbuf *eb)
 	if (!b || !b->held)
 		return COT_OK;
 	char why[256] = "";
+	b->host_zero = false;
 	int code = b->api->take_grads(b->g, m->grads, 1, why, sizeof why);
 	if (code)
 		return gpu_err(eb, code, "GPU", why);
@@ -287,5 +293,71 @@ cot_err kern_gpu_sketch_held(kern_model *m, uint64_t seed, int k, double *out, c
 	}
 	char why[256] = "";
 	int code = b->api->sketch_grads(b->g, seed, k, out, why, sizeof why);
+	return code ? gpu_err(eb, code, "GPU", why) : COT_OK;
+}
+
+bool kern_gpu_can_step(const kern_model *m) { return m && m->gpu && m->gpu->keep && m->gpu->host_zero; }
+
+void kern_gpu_host_grads_zeroed(kern_model *m)
+{
+	if (m && m->gpu)
+		m->gpu->host_zero = true;
+}
+
+cot_err kern_gpu_opt_moments(kern_model *m, float *mom1, float *mom2, int how, cot_errbuf *eb)
+{
+	struct kern_gpu_bind *b = m ? m->gpu : NULL;
+	if (!b)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the model is not on a GPU");
+	char why[256] = "";
+	int code = b->api->opt_moments(b->g, mom1, mom2, how, why, sizeof why);
+	return code ? gpu_err(eb, code, "GPU", why) : COT_OK;
+}
+
+cot_err kern_gpu_opt_norm(kern_model *m, double divisor, double *part, cot_errbuf *eb)
+{
+	struct kern_gpu_bind *b = m ? m->gpu : NULL;
+	if (!b)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the model is not on a GPU");
+	char why[256] = "";
+	int code = b->api->opt_norm(b->g, divisor, part, why, sizeof why);
+	return code ? gpu_err(eb, code, "GPU", why) : COT_OK;
+}
+
+cot_err kern_gpu_opt_run(kern_model *m, const kern_gpu_opt_pass *p, cot_errbuf *eb)
+{
+	struct kern_gpu_bind *b = m ? m->gpu : NULL;
+	if (!b)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the model is not on a GPU");
+	cot_err rc = params_up(m, eb); /* the host's, when they changed there */
+	if (rc)
+		return rc;
+	char why[256] = "";
+	int code = b->api->opt_pass(b->g, p, why, sizeof why);
+	if (code)
+		return gpu_err(eb, code, "GPU", why);
+	if (p->pass != KERN_GPU_PASS_LAMB_APPLY)
+		b->held = false;
+	return COT_OK;
+}
+
+cot_err kern_gpu_params_home(kern_model *m, cot_errbuf *eb)
+{
+	struct kern_gpu_bind *b = m ? m->gpu : NULL;
+	if (!b)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the model is not on a GPU");
+	char why[256] = "";
+	int code = b->api->get_params(b->g, m->params, why, sizeof why);
+	return code ? gpu_err(eb, code, "GPU", why) : COT_OK;
+}
+
+cot_err kern_gpu_grads_add(kern_model *m, const float *host, cot_errbuf *eb)
+{
+	struct kern_gpu_bind *b = m ? m->gpu : NULL;
+	if (!b || !b->keep)
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the model does not keep its gradient on a GPU");
+	char why[256] = "";
+	b->held = true;
+	int code = b->api->add_grads(b->g, host, why, sizeof why);
 	return code ? gpu_err(eb, code, "GPU", why) : COT_OK;
 }

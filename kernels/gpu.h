@@ -96,4 +96,35 @@ cot_err kern_gpu_grads_home(kern_model *m, cot_errbuf *eb);
  * when not bound, COT_ERR_IO, COT_ERR_NOMEM. */
 cot_err kern_gpu_sketch_held(kern_model *m, uint64_t seed, int k, double *out, cot_errbuf *eb);
 
+/* Local mode's inner steps on the GPU (kernels/local.h; the step itself is
+ * kern_opt_step_gpu in kernels/optimizer.h, over the entries below).
+ * There the parameters and the inner moments stay on the GPU from step to
+ * step, and m->params falls behind until kern_gpu_params_home. */
+
+/* Whether a step can run on m's GPU now: bound, keeping the gradient there
+ * (kern_gpu_keep_grads), and m->grads known to be all zero, so that the
+ * whole gradient is the one the GPU holds. */
+bool kern_gpu_can_step(const kern_model *m);
+/* kern_zero_grad's note that m->grads is all zero now (no-op unbound). */
+void kern_gpu_host_grads_zeroed(kern_model *m);
+/* kern_opt_step_gpu's moments argument: go on from the moments on the GPU. */
+#define KERN_GPU_MOM_KEEP (-1)
+
+/* The backend's opt_moments, opt_norm and opt_pass (kernels/gpu_abi.h) on
+ * m's GPU; a pass first uploads the host's parameters if they changed
+ * there (kern_gpu_params_changed), and one that zeroes the GPU's gradient
+ * leaves it holding none.
+ * COT_ERR_CONFLICT when not bound; COT_ERR_NOMEM (opt_moments: nothing
+ * changed), COT_ERR_INVALID, COT_ERR_IO (the device failed). */
+cot_err kern_gpu_opt_moments(kern_model *m, float *mom1, float *mom2, int how, cot_errbuf *eb);
+cot_err kern_gpu_opt_norm(kern_model *m, double divisor, double *part, cot_errbuf *eb);
+cot_err kern_gpu_opt_run(kern_model *m, const kern_gpu_opt_pass *p, cot_errbuf *eb);
+/* The gradient the GPU holds += host[n_params] (for the tests: a known
+ * gradient there); m keeps its gradient there (kern_gpu_keep_grads).
+ * COT_ERR_CONFLICT otherwise; COT_ERR_NOMEM, COT_ERR_IO. */
+cot_err kern_gpu_grads_add(kern_model *m, const float *host, cot_errbuf *eb);
+/* m->params = the GPU's parameters.  Errors as kern_gpu_opt_norm's; on
+ * COT_ERR_IO m->params may hold part of them. */
+cot_err kern_gpu_params_home(kern_model *m, cot_errbuf *eb);
+
 #endif

@@ -24,7 +24,7 @@ extern "C" {
 
 /* Bumped whenever the table below changes; the loader refuses a library of
  * another version (an old library left beside a new client). */
-#define KERN_GPU_ABI_VERSION 4
+#define KERN_GPU_ABI_VERSION 5
 
 /* The symbol the library exports: const kern_gpu_api *KERN_GPU_ENTRY(void). */
 #define KERN_GPU_ENTRY "cotrain_cuda_api"
@@ -82,6 +82,39 @@ typedef struct kern_gpu_op {
 
 typedef struct kern_gpu_model kern_gpu_model;
 
+/* Local mode's inner optimizer steps on the device (kernels/local.h): the
+ * rules of kernels/optimizer.h in the same float operations in the same
+ * order, so that a step there gives the CPU's bits from the same gradient.
+ * The host drives a step (kernels/optimizer.c, kern_opt_step_gpu): it
+ * computes every scalar (learning rate, bias corrections, clip factor,
+ * trust ratios) from the partial sums the device returns, summed in the
+ * CPU's order.  Segments are the CPU's: each parameter view (in the
+ * model's view order) cut into runs of KERN_GPU_OPT_BLOCK elements. */
+#define KERN_GPU_OPT_BLOCK 8192
+
+/* opt_moments: how the device's two inner moments are set or read */
+enum { KERN_GPU_MOM_ZERO = 0, KERN_GPU_MOM_UP = 1, KERN_GPU_MOM_DOWN = 2 };
+
+enum {
+	KERN_GPU_PASS_ADAMW,        /* the AdamW update of every element */
+	KERN_GPU_PASS_LAMB_MOMENTS, /* LAMB's moments and update u; ||p||^2, ||u||^2 per segment */
+	KERN_GPU_PASS_LAMB_APPLY    /* p -= (lr r) u */
+};
+
+typedef struct kern_gpu_opt_pass {
+	int pass;
+	/* one value per view: ADAMW the decay factor 1 - lr wd (1 for a view
+	 * without decay); LAMB_MOMENTS wd (0 without); LAMB_APPLY lr r */
+	const float *per_view;
+	int n_views;
+	float coef; /* the clip factor applied to the gradient */
+	float beta1, beta2, eps;
+	float step_size, bc2_sqrt; /* ADAMW: lr / (1 - b1^t), sqrt(1 - b2^t) */
+	float bc1, bc2;            /* LAMB: 1 - b^t */
+	/* LAMB_MOMENTS: out, one double per segment each */
+	double *host_p2, *host_u2;
+} kern_gpu_opt_pass;
+
 typedef struct kern_gpu_api {
 	int abi_version;
 	/* a line naming the library's build ("cuda 13.0, cuBLAS 13.0.0, sm_80 ...") */
@@ -136,6 +169,25 @@ typedef struct kern_gpu_api {
 	 * encoder. */
 	int (*enc_forward)(kern_gpu_model *g, const int32_t *ids, const int32_t *segs, const int32_t *labels,
 	                   const int32_t *sop, int B, double *res, char *err, size_t errlen);
+	/* The inner moments (2 n_params floats, allocated on first use; ENOMEM
+	 * changes nothing): ZERO, UP from host_m1/host_m2, or DOWN into them.
+	 * Every other opt_ entry needs them set first (EINVAL). */
+	int (*opt_moments)(kern_gpu_model *g, float *host_m1, float *host_m2, int how, char *err,
+	                   size_t errlen);
+	/* The device's gradient g[i] = (float)((double)g[i] / divisor); then
+	 * host_part[b] = the sum of squares of the flat gradient's block b of
+	 * KERN_GPU_OPT_BLOCK elements, as kern_grad_norm sums one block, for
+	 * every block (ceil(n_params / KERN_GPU_OPT_BLOCK) doubles). */
+	int (*opt_norm)(kern_gpu_model *g, double divisor, double *host_part, char *err, size_t errlen);
+	/* One pass of the step (kern_gpu_opt_pass) on the device's
+	 * parameters and moments; ADAMW and LAMB_MOMENTS zero the gradient
+	 * after reading it. */
+	int (*opt_pass)(kern_gpu_model *g, const kern_gpu_opt_pass *p, char *err, size_t errlen);
+	/* host_params[kern_param_count] = the device's parameters */
+	int (*get_params)(kern_gpu_model *g, float *host_params, char *err, size_t errlen);
+	/* the device's gradient += host_grads[kern_param_count], one fp32
+	 * addition per element (the tests' way to put a known gradient there) */
+	int (*add_grads)(kern_gpu_model *g, const float *host_grads, char *err, size_t errlen);
 } kern_gpu_api;
 
 enum { KERN_GPU_ENC_RESULTS = 6 };

@@ -18,6 +18,10 @@ struct kern_local {
 	int64_t pending_samples;
 	int64_t samples; /* of the round */
 	bool finished;
+	/* The parameters and moments are newer on m's GPU: inner steps ran
+	 * there (kern_opt_step_gpu) since they were last home. */
+	bool dev;
+	bool gpu_off; /* the GPU had no room for the moments: CPU steps only */
 };
 
 cot_err kern_local_new(const kern_model *m, const kern_opt_config *inner, int inner_batch, kern_local **out,
@@ -57,9 +61,9 @@ void kern_local_free(kern_local *l)
 	free(l);
 }
 
-void kern_local_begin(kern_local *l, kern_model *m)
+/* The round's counters, moments and m->grads back to zero. */
+static void reset(kern_local *l, kern_model *m)
 {
-	memcpy(l->theta0, m->params, l->n * sizeof *l->theta0);
 	memset(l->mom1, 0, 2 * l->n * sizeof *l->mom1);
 	l->lr_step = m->step;
 	l->t = 0;
@@ -67,7 +71,37 @@ void kern_local_begin(kern_local *l, kern_model *m)
 	l->pending_samples = 0;
 	l->samples = 0;
 	l->finished = false;
+	if (l->dev) /* the host's parameters win over the GPU's */
+		kern_gpu_params_changed(m);
+	l->dev = false;
 	kern_zero_grad(m);
+}
+
+void kern_local_begin(kern_local *l, kern_model *m)
+{
+	memcpy(l->theta0, m->params, l->n * sizeof *l->theta0);
+	reset(l, m);
+}
+
+void kern_local_restart(kern_local *l, kern_model *m)
+{
+	memcpy(m->params, l->theta0, l->n * sizeof *m->params);
+	kern_gpu_params_changed(m);
+	reset(l, m);
+}
+
+bool kern_local_gpu_off(const kern_local *l) { return l->gpu_off; }
+
+cot_err kern_local_home(kern_local *l, kern_model *m, cot_errbuf *eb)
+{
+	cot_err rc = kern_gpu_grads_home(m, eb);
+	if (rc || !l->dev)
+		return rc;
+	if ((rc = kern_gpu_opt_moments(m, l->mom1, l->mom2, KERN_GPU_MOM_DOWN, eb)) ||
+	    (rc = kern_gpu_params_home(m, eb)))
+		return rc;
+	l->dev = false;
+	return COT_OK;
 }
 
 cot_err kern_local_set_inner(kern_local *l, const kern_opt_config *inner, cot_errbuf *eb)
@@ -84,19 +118,39 @@ cot_err kern_local_set_inner(kern_local *l, const kern_opt_config *inner, cot_er
 
 long kern_local_steps(const kern_local *l) { return l->t; }
 
-/* The inner step over the pending microbatches. */
+/* The inner step over the pending microbatches: on m's GPU when the whole
+ * gradient is there, else on the CPU (the GPU's state brought home first). */
 static cot_err inner_step(kern_local *l, kern_model *m, cot_errbuf *eb)
 {
 	double s = (double)l->pending_samples;
+	cot_err rc;
+	if (!l->gpu_off && kern_gpu_can_step(m)) {
+		int how = l->dev ? KERN_GPU_MOM_KEEP : l->t == 0 ? KERN_GPU_MOM_ZERO : KERN_GPU_MOM_UP;
+		rc = kern_opt_step_gpu(m, &l->inner, l->mom1, l->mom2, how, l->lr_step, l->t + 1, s, NULL,
+		                       eb);
+		if (!rc) {
+			l->dev = true;
+			goto stepped;
+		}
+		if (rc != COT_ERR_NOMEM || l->dev)
+			return rc;
+		/* no room for the moments there (nothing changed): this
+		 * session's inner steps run on the CPU */
+		l->gpu_off = true;
+		eb->msg[0] = eb->hint[0] = '\0';
+	}
+	if ((rc = kern_local_home(l, m, eb)))
+		return rc;
 	for (size_t i = 0; i < l->n; i++)
 		m->grads[i] = (float)((double)m->grads[i] / s);
-	cot_err rc = kern_opt_step_with(m, &l->inner, l->mom1, l->mom2, l->lr_step, l->t + 1, NULL, eb);
+	rc = kern_opt_step_with(m, &l->inner, l->mom1, l->mom2, l->lr_step, l->t + 1, NULL, eb);
 	if (rc)
 		return rc;
+	kern_zero_grad(m);
+stepped:
 	l->t++;
 	l->pending = 0;
 	l->pending_samples = 0;
-	kern_zero_grad(m);
 	return COT_OK;
 }
 
@@ -116,11 +170,11 @@ cot_err kern_local_finish(kern_local *l, kern_model *m, int64_t *samples, cot_er
 {
 	if (l->finished)
 		return cot_seterr(eb, COT_ERR_CONFLICT, "the round's inner steps are finished");
-	if (l->pending > 0) {
-		cot_err rc = inner_step(l, m, eb);
-		if (rc)
-			return rc;
-	}
+	cot_err rc = l->pending > 0 ? inner_step(l, m, eb) : COT_OK;
+	if (!rc && l->dev && !(rc = kern_gpu_params_home(m, eb)))
+		l->dev = false;
+	if (rc)
+		return rc;
 	float s = (float)l->samples;
 	for (size_t i = 0; i < l->n; i++) {
 		float d = l->theta0[i] - m->params[i];

@@ -24,11 +24,21 @@
  * sample-weighted mean pseudo-gradient, and every peer and the server apply
  * the outer step (kern_opt_outer_step) to theta_v.
  *
+ * On a GPU (kernels/gpu.h) the inner steps run there, where the
+ * parameters and the inner moments then stay from step to step, whenever
+ * the inner batch's whole gradient is there (kern_gpu_can_step: the model
+ * keeps its gradient on the GPU and none of it was brought home); else
+ * the state comes home and the step runs on the CPU.  Both take the same
+ * float operations (kern_opt_step_gpu): the same bits from the same
+ * gradient.  A GPU with no room for the moments leaves the inner steps on
+ * the CPU (kern_local_gpu_off).
+ *
  * The client's session (client/compute.c) and the replay trainer
  * (tests/replay_rounds.c) both run the inner steps through here. */
 #ifndef KERN_LOCAL_H
 #define KERN_LOCAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kernels/model.h"
@@ -66,6 +76,22 @@ cot_err kern_local_microbatch(kern_local *l, kern_model *m, int64_t samples, cot
  * m->params (see above); *samples (may be NULL) gets S.  Errors as
  * kern_local_microbatch; COT_ERR_CONFLICT when called twice. */
 cot_err kern_local_finish(kern_local *l, kern_model *m, int64_t *samples, cot_errbuf *eb);
+
+/* Bring the round's state on m's GPU home: the gradient it holds into
+ * m->grads, the parameters and inner moments of inner steps taken there.
+ * Before m leaves its GPU (kern_gpu_unbind), or anything reads m->params
+ * mid-round.  COT_ERR_IO: the device failed and the round's state with it
+ * (kern_local_restart). */
+cot_err kern_local_home(kern_local *l, kern_model *m, cot_errbuf *eb);
+
+/* Start the round over from theta_v, as kern_local_begin started it: after
+ * the round's state was lost with a failed GPU, the caller then computes
+ * the round's microbatches again (on the CPU). */
+void kern_local_restart(kern_local *l, kern_model *m);
+
+/* Whether the GPU had no room for the inner moments, so that the inner
+ * steps run on the CPU for the rest of this state's life. */
+bool kern_local_gpu_off(const kern_local *l);
 
 /* Inner steps taken this round. */
 long kern_local_steps(const kern_local *l);

@@ -524,6 +524,7 @@ void kern_zero_grad(kern_model *m)
 		size_t lo = (size_t)c * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
 		memset(m->grads + lo, 0, len * sizeof(float));
 	}
+	kern_gpu_host_grads_zeroed(m);
 }
 
 void kern_scale_grads(kern_model *m, float s)

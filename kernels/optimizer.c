@@ -9,6 +9,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+_Static_assert(KERN_OPT_BLOCK == KERN_GPU_OPT_BLOCK, "the GPU's step cuts the parameters as the CPU's does");
+
 void kern_opt_default(kern_opt_config *o, kern_opt_kind kind)
 {
 	o->kind = kind;
@@ -100,6 +102,39 @@ float kern_opt_lr(const kern_opt_config *o, long s)
 
 bool kern_opt_decays(const kern_view *v) { return v->ndim >= 2; }
 
+/* The scalars of a step, one function each so that the CPU's step and the
+ * GPU's (kern_opt_step_gpu) compute them alike. */
+
+/* The factor clip_grad_norm_ applies for a global norm `norm`. */
+static float clip_coef(const kern_opt_config *o, double norm)
+{
+	if (!(o->clip_norm > 0))
+		return 1.0f;
+	float c = (float)(o->clip_norm / (norm + 1e-6));
+	return c < 1.0f ? c : 1.0f;
+}
+
+/* AdamW's decoupled decay of view v's parameters: p *= this. */
+static float adamw_keep(const kern_opt_config *o, const kern_view *v, float lr)
+{
+	return kern_opt_decays(v) ? 1.0f - lr * o->weight_decay : 1.0f;
+}
+
+/* LAMB's decay added into view v's update. */
+static float lamb_wd(const kern_opt_config *o, const kern_view *v)
+{
+	return kern_opt_decays(v) ? o->weight_decay : 0.0f;
+}
+
+/* LAMB's lr r of view v, from ||p||^2 and ||u||^2 over it. */
+static float lamb_scale(const kern_view *v, double p2, double u2, float lr)
+{
+	double r = 1;
+	if (kern_opt_decays(v) && p2 > 0 && u2 > 0)
+		r = sqrt(p2) / sqrt(u2);
+	return (float)(lr * r);
+}
+
 /* Sum of squares of x[0..n) in double, in a fixed order (8 interleaved
  * partial sums combined pairwise) that the compiler may vectorise without
  * changing it. */
@@ -175,7 +210,7 @@ KERN_SIMD static void adamw_segment(kern_model *m, float *mom1, float *mom2, con
 	float *p = m->params + sg->lo, *mm = mom1 + sg->lo, *vv = mom2 + sg->lo;
 	const float *g = m->grads + sg->lo;
 	float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
-	float keep = kern_opt_decays(&m->views[sg->view]) ? 1.0f - lr * o->weight_decay : 1.0f;
+	float keep = adamw_keep(o, &m->views[sg->view], lr);
 	for (size_t i = 0; i < sg->len; i++) {
 		float gi = g[i] * coef;
 		float pi = p[i] * keep;
@@ -195,7 +230,7 @@ KERN_SIMD static void lamb_moments(kern_model *m, float *mom1, float *mom2, cons
 	float *p = m->params + sg->lo, *mm = mom1 + sg->lo, *vv = mom2 + sg->lo;
 	const float *g = m->grads + sg->lo;
 	float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
-	float wd = kern_opt_decays(&m->views[sg->view]) ? o->weight_decay : 0.0f;
+	float wd = lamb_wd(o, &m->views[sg->view]);
 	double pa[8] = { 0 }, ua[8] = { 0 };
 	/* lanes of 8: element i always lands in sum i % 8, in order; whole
 	 * groups of 8 first (a fixed-width loop the compiler vectorises), then
@@ -241,7 +276,7 @@ KERN_SIMD static void lamb_apply(kern_model *m, const float *mom1, const float *
 	float *p = m->params + sg->lo;
 	const float *mm = mom1 + sg->lo, *vv = mom2 + sg->lo;
 	float eps = o->eps;
-	float wd = kern_opt_decays(&m->views[sg->view]) ? o->weight_decay : 0.0f;
+	float wd = lamb_wd(o, &m->views[sg->view]);
 	for (size_t i = 0; i < sg->len; i++) {
 		float u = (mm[i] / bc1) / (sqrtf(vv[i] / bc2) + eps) + wd * p[i];
 		p[i] = p[i] - scale * u;
@@ -256,17 +291,11 @@ cot_err kern_opt_step_with(kern_model *m, const kern_opt_config *o, float *mom1,
 		return rc;
 	if (t < 1)
 		return cot_seterr(eb, COT_ERR_INVALID, "optimizer step count %ld is below 1", t);
-	if (rc)
-		return rc;
 	double norm = kern_grad_norm(m);
 	if (!isfinite(norm))
 		return cot_seterr(eb, COT_ERR_INVALID,
 		                  "cannot take an optimizer step: the gradient is not finite");
-	float coef = 1.0f;
-	if (o->clip_norm > 0) {
-		float c = (float)(o->clip_norm / (norm + 1e-6));
-		coef = c < 1.0f ? c : 1.0f;
-	}
+	float coef = clip_coef(o, norm);
 	float lr = kern_opt_lr(o, lr_step);
 	double bc1 = 1 - powi(o->beta1, t), bc2 = 1 - powi(o->beta2, t);
 	long nseg;
@@ -295,10 +324,7 @@ cot_err kern_opt_step_with(kern_model *m, const kern_opt_config *o, float *mom1,
 				p2 += segs[k].p2;
 				u2 += segs[k].u2;
 			}
-			double r = 1;
-			if (kern_opt_decays(&m->views[v]) && p2 > 0 && u2 > 0)
-				r = sqrt(p2) / sqrt(u2);
-			scale[v] = (float)(lr * r);
+			scale[v] = lamb_scale(&m->views[v], p2, u2, lr);
 		}
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
@@ -313,6 +339,90 @@ cot_err kern_opt_step_with(kern_model *m, const kern_opt_config *o, float *mom1,
 	}
 	kern_gpu_params_changed(m);
 	return COT_OK;
+}
+
+cot_err kern_opt_step_gpu(kern_model *m, const kern_opt_config *o, float *mom1, float *mom2, int moments,
+                          long lr_step, long t, double divisor, kern_opt_stats *st, cot_errbuf *eb)
+{
+	cot_err rc = kern_opt_validate(o, eb);
+	if (rc)
+		return rc;
+	if (t < 1)
+		return cot_seterr(eb, COT_ERR_INVALID, "optimizer step count %ld is below 1", t);
+	if (!(divisor > 0))
+		return cot_seterr(eb, COT_ERR_INVALID, "a gradient of %g samples cannot be averaged",
+		                  divisor);
+	if (!kern_gpu_can_step(m))
+		return cot_seterr(eb, COT_ERR_CONFLICT, "the gradient is not all on the GPU");
+	long nblocks = (long)((m->n_params + KERN_OPT_BLOCK - 1) / KERN_OPT_BLOCK), nseg;
+	segment *segs = make_segments(m, &nseg);
+	long nparts = nblocks > 2 * nseg ? nblocks : 2 * nseg;
+	double *part = malloc(sizeof(double) * (size_t)(nparts ? nparts : 1));
+	float *per_view = malloc(sizeof(float) * (size_t)(m->n_views ? m->n_views : 1));
+	if (!segs || !part || !per_view) {
+		rc = cot_seterr(eb, COT_ERR_NOMEM, "out of memory for an optimizer step");
+		goto out;
+	}
+	if (moments != KERN_GPU_MOM_KEEP && (rc = kern_gpu_opt_moments(m, mom1, mom2, moments, eb)))
+		goto out;
+	if ((rc = kern_gpu_opt_norm(m, divisor, part, eb)))
+		goto out;
+	double total = 0;
+	for (long b = 0; b < nblocks; b++)
+		total += part[b];
+	double norm = sqrt(total);
+	if (!isfinite(norm)) {
+		rc = cot_seterr(eb, COT_ERR_INVALID,
+		                "cannot take an optimizer step: the gradient is not finite");
+		goto out;
+	}
+	float coef = clip_coef(o, norm), lr = kern_opt_lr(o, lr_step);
+	double bc1 = 1 - powi(o->beta1, t), bc2 = 1 - powi(o->beta2, t);
+	kern_gpu_opt_pass p = { .per_view = per_view,
+		                .n_views = m->n_views,
+		                .coef = coef,
+		                .beta1 = o->beta1,
+		                .beta2 = o->beta2,
+		                .eps = o->eps,
+		                .step_size = (float)(lr / bc1),
+		                .bc2_sqrt = (float)sqrt(bc2),
+		                .bc1 = (float)bc1,
+		                .bc2 = (float)bc2,
+		                .host_p2 = part,
+		                .host_u2 = part + nseg };
+	if (o->kind == KERN_OPT_ADAMW) {
+		p.pass = KERN_GPU_PASS_ADAMW;
+		for (int v = 0; v < m->n_views; v++)
+			per_view[v] = adamw_keep(o, &m->views[v], lr);
+		rc = kern_gpu_opt_run(m, &p, eb);
+	} else {
+		p.pass = KERN_GPU_PASS_LAMB_MOMENTS;
+		for (int v = 0; v < m->n_views; v++)
+			per_view[v] = lamb_wd(o, &m->views[v]);
+		if ((rc = kern_gpu_opt_run(m, &p, eb)))
+			goto out;
+		long k = 0;
+		for (int v = 0; v < m->n_views; v++) {
+			double p2 = 0, u2 = 0;
+			for (; k < nseg && segs[k].view == v; k++) {
+				p2 += part[k];
+				u2 += part[nseg + k];
+			}
+			per_view[v] = lamb_scale(&m->views[v], p2, u2, lr);
+		}
+		p.pass = KERN_GPU_PASS_LAMB_APPLY;
+		rc = kern_gpu_opt_run(m, &p, eb);
+	}
+	if (!rc && st) {
+		st->grad_norm = norm;
+		st->clip_coef = coef;
+		st->lr = lr;
+	}
+out:
+	free(per_view);
+	free(part);
+	free(segs);
+	return rc;
 }
 
 cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *st, cot_errbuf *eb)

@@ -102,6 +102,23 @@ cot_err kern_opt_step(kern_model *m, const kern_opt_config *o, kern_opt_stats *s
 cot_err kern_opt_step_with(kern_model *m, const kern_opt_config *o, float *mom1, float *mom2, long lr_step,
                            long t, kern_opt_stats *st, cot_errbuf *eb);
 
+/* kern_opt_step_with's step on the GPU m is bound to (kernels/gpu.h),
+ * for local mode's inner steps (kernels/local.h): the gradient the GPU
+ * holds, first divided by divisor (g = (float)((double)g / divisor), as
+ * local mode takes the inner batch's mean), updates the GPU's parameters
+ * and inner moments, which stay there; its gradient is zeroed.  moments
+ * (kernels/gpu.h): KERN_GPU_MOM_ZERO or KERN_GPU_MOM_UP (from mom1, mom2)
+ * to set the GPU's moments first, KERN_GPU_MOM_KEEP to go on from those.  Every
+ * scalar is computed here as the CPU's step computes it and every element
+ * there in the CPU's operations (kernels/cuda/cuda_optimizer.h): the same
+ * bits as kern_opt_step_with on the same gradient.  COT_ERR_CONFLICT when
+ * kern_gpu_can_step is false; COT_ERR_NOMEM when the GPU cannot hold the
+ * moments (nothing is changed then); COT_ERR_INVALID for a bad config or a
+ * gradient that is not finite (the GPU's gradient is divided then, nothing
+ * else changed); COT_ERR_IO when the device failed (what it held is lost). */
+cot_err kern_opt_step_gpu(kern_model *m, const kern_opt_config *o, float *mom1, float *mom2, int moments,
+                          long lr_step, long t, double divisor, kern_opt_stats *st, cot_errbuf *eb);
+
 typedef struct {
 	float lr;       /* outer learning rate, in (0, 10] */
 	float momentum; /* mu, in [0, 1) */

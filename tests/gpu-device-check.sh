@@ -2,7 +2,8 @@
 # The CUDA backend's checks and benchmarks on a GPU machine, in one run:
 # the TAP test against the CPU backend (tests/test_gpu_kernels.c), a GPU
 # client in rounds with CPU peers (tests/test_rounds_gpu.sh, a GPT's, and
-# test_rounds_gpu_encoder.sh, an ALBERT's, on a PostgreSQL of their own,
+# test_rounds_gpu_encoder.sh, an ALBERT's, and test_rounds_gpu_local.sh,
+# a GPT's in local mode, on a PostgreSQL of their own,
 # from rounds.tar.xz), then bench_gpu beside
 # PyTorch on the same GPU (tests/bench/bench_gpu_torch.py), ending with a
 # table of both.
@@ -49,7 +50,7 @@ elif [ -f rounds.tar.xz ]; then
 	[ -e /usr/share/zoneinfo/UTC ] || { mkdir -p /usr/share/zoneinfo && cp -r "$rt/UTC" "$rt/Etc" /usr/share/zoneinfo/; }
 	pgbin=$(echo "$rt"/pg/usr/lib/postgresql/*/bin)
 	# the GPT's rounds, then the ALBERT's
-	for t in test_rounds_gpu test_rounds_gpu_encoder; do
+	for t in test_rounds_gpu test_rounds_gpu_encoder test_rounds_gpu_local; do
 		echo "== $t"
 		(
 			export LD_LIBRARY_PATH="$rt/lib:/usr/local/cuda/lib64:${cublas:-}"
@@ -101,7 +102,7 @@ echo "== summary"
 [ -f "$out/test_gpu_kernels.tap" ] &&
 	echo "tap: $(grep -c '^ok' "$out/test_gpu_kernels.tap") ok, $(grep -c '^not ok' "$out/test_gpu_kernels.tap") not ok" &&
 	grep -E "^not ok" "$out/test_gpu_kernels.tap"
-for t in test_rounds_gpu test_rounds_gpu_encoder; do
+for t in test_rounds_gpu test_rounds_gpu_encoder test_rounds_gpu_local; do
 	[ -f "$out/$t.tap" ] && echo "$t: $(grep -c '^ok' "$out/$t.tap") ok, $(grep -c '^not ok' "$out/$t.tap") not ok"
 done
 [ -f "$out/bench.txt" ] && grep -E "client microbatch" "$out/bench.txt"

@@ -12,7 +12,8 @@
  * the encoders (ALBERT, BERT): the attention over every key, a whole
  * model's loss and gradient at a small shape of each (with absolute and
  * relative positions) and sahajBERT's, the counts a forward returns, and
- * ten LAMB steps.
+ * ten LAMB steps; local mode's inner steps (AdamW, LAMB) on the GPU
+ * against the same steps on the CPU from the same gradients: the same bits.
  * Every figure is printed (diag), so a run records the honest spread.
  *
  * Without a usable GPU (no backend built, no driver, no device: the CPU
@@ -29,6 +30,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/local.h"
 #include "kernels/matmul.h"
 #include "kernels/model.h"
 #include "kernels/optimizer.h"
@@ -562,6 +564,94 @@ static void steps_test(const char *what, const kern_config *c, int B, int kind, 
 	kern_model_free(gpu);
 }
 
+/* Positions where a and b differ in bits, of n. */
+static size_t mismatches(const float *a, const float *b, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += memcmp(&a[i], &b[i], sizeof *a) != 0;
+	return k;
+}
+
+/* Local mode's inner steps (kernels/local.h) of optimizer kind on the GPU
+ * against the CPU's, two microbatches an inner batch of 3 samples each, on
+ * the same random gradients (put on the GPU with kern_gpu_grads_add, some
+ * large enough that the clip acts): steps 1-3 on the GPU (the moments
+ * zeroed there, then kept); the state brought home with a microbatch
+ * pending (kern_local_home); step 4 on the CPU (part of its gradient came
+ * home); step 5 on the GPU again (the moments copied up); step 6 flushed
+ * by kern_local_finish.  The parameters after step 3 and the round's
+ * contribution must be the CPU's bits. */
+static void inner_steps_test(int kind)
+{
+	kern_config c;
+	int B;
+	shape("demo", &c, &B);
+	cot_errbuf eb = { "", "" };
+	kern_model *gm, *cm;
+	if (kern_model_create(&c, B, &gm, &eb) || kern_model_create(&c, B, &cm, &eb))
+		bail_out("model: %s", eb.msg);
+	kern_model_init(gm, 21);
+	kern_model_init(cm, 21);
+	size_t n = gm->n_params;
+	float *theta = copy(gm->params, n);
+	kern_opt_config oc;
+	kern_opt_default(&oc, kind);
+	oc.lr = 1e-2f;
+	const char *on = kind == KERN_OPT_LAMB ? "LAMB" : "AdamW";
+	kern_local *gl, *cl;
+	if (kern_local_new(gm, &oc, 2, &gl, &eb) || kern_local_new(cm, &oc, 2, &cl, &eb))
+		bail_out("local: %s", eb.msg);
+	cot_err rc = kern_gpu_bind(gm, 0, KERN_PREC_FP32, &eb);
+	if (!rc)
+		rc = kern_gpu_keep_grads(gm, true, &eb);
+	kern_local_begin(gl, gm);
+	kern_local_begin(cl, cm);
+	size_t after3 = n, host_moved = n;
+	double e3 = INFINITY;
+	for (int mb = 1; !rc && mb <= 11; mb++) {
+		/* microbatches 3 and 4 (step 2), 9 and 10 (step 5) large: clipped */
+		double sd = mb == 3 || mb == 4 || mb == 9 || mb == 10 ? 0.5 : 1e-4;
+		float *G = randn(n, sd);
+		rc = kern_gpu_grads_add(gm, G, &eb);
+		for (size_t i = 0; i < n; i++)
+			cm->grads[i] += G[i];
+		free(G);
+		if (!rc)
+			rc = kern_local_microbatch(gl, gm, 3, &eb);
+		if (!rc)
+			rc = kern_local_microbatch(cl, cm, 3, &eb);
+		if (!rc && mb == 7) {
+			host_moved = mismatches(gm->params, theta, n);
+			rc = kern_local_home(gl, gm, &eb);
+			after3 = mismatches(gm->params, cm->params, n);
+			e3 = rel_err(gm->params, cm->params, n, NULL);
+		}
+	}
+	ok(!rc && host_moved == 0 && after3 == 0 && kern_local_steps(gl) == 5,
+	   "%s inner steps on the GPU: after 3 steps there (the host's copy untouched: %zu values "
+	   "moved), brought home, the parameters are the CPU's bits (%zu of %zu differ, relative %.2e)%s%s",
+	   on, host_moved, after3, n, e3, rc ? ": " : "", eb.msg);
+	int64_t sg = 0, sc = 0;
+	if (!rc)
+		rc = kern_local_finish(gl, gm, &sg, &eb);
+	if (!rc)
+		rc = kern_local_finish(cl, cm, &sc, &eb);
+	size_t dc = rc ? n : mismatches(gm->grads, cm->grads, n),
+	       dp = rc ? n : mismatches(gm->params, theta, n);
+	double ec = rc ? INFINITY : rel_err(gm->grads, cm->grads, n, NULL);
+	ok(!rc && dc == 0 && dp == 0 && sg == 33 && sc == 33,
+	   "%s inner steps: after a CPU step, a GPU step from moments copied up and the flush, the "
+	   "round's contribution is the CPU's bits (%zu of %zu differ, relative %.2e), theta_v restored "
+	   "(%zu differ), 33 samples%s%s",
+	   on, dc, n, ec, dp, rc ? ": " : "", eb.msg);
+	free(theta);
+	kern_local_free(gl);
+	kern_local_free(cl);
+	kern_model_free(gm);
+	kern_model_free(cm);
+}
+
 static void training_test(int prec)
 {
 	kern_config c;
@@ -778,6 +868,8 @@ int main(int argc, char **argv)
 		training_test(prec);
 	kept_test(KERN_PREC_FP32);
 	kept_test(KERN_PREC_BF16);
+	inner_steps_test(KERN_OPT_ADAMW);
+	inner_steps_test(KERN_OPT_LAMB);
 	/* the encoders */
 	for (int prec = KERN_PREC_FP32; prec <= KERN_PREC_BF16; prec++) {
 		full_attention_tests(prec);

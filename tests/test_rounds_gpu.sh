@@ -23,7 +23,12 @@
 # With GPU_ROUNDS_MODEL=albert (tests/test_rounds_gpu_encoder.sh) the
 # project trains a small ALBERT instead (masked language modelling and
 # sentence order, head size 64, T 128: the fused attention over every key),
-# with the same checks.
+# with the same checks.  With GPU_ROUNDS_MODE=local
+# (tests/test_rounds_gpu_local.sh) the GPT trains in local mode (inner
+# AdamW steps every 2 microbatches, which the GPU client takes on the GPU,
+# kernels/local.h): the GPU client's inner steps stay there (no fallback
+# to the CPU's), and the device fault makes it compute the round's
+# microbatches again on the CPU from theta_v.
 # Without a CUDA build or a usable GPU it skips, with the reason.
 . "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/invariants.sh"
@@ -70,12 +75,15 @@ head -c 200000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
 MODEL='{"n_layer": 2, "n_shared": 2, "n_head": 2, "d_model": 128, "d_ff": 512, "seq_len": 128, "vocab": 256}'
 [ "${GPU_ROUNDS_MODEL:-gpt}" = albert ] &&
 	MODEL='{"arch": "albert", "n_layer": 2, "n_shared": 1, "n_head": 2, "d_model": 128, "d_embed": 64, "d_ff": 512, "seq_len": 128}'
+MODE=
+[ "${GPU_ROUNDS_MODE:-sync}" = local ] &&
+	MODE=', "mode": "local", "inner_batch": 2, "outer": {"lr": 0.7, "momentum": 0.9, "nesterov": true}'
 cat >"$T/project.json" <<JSON
 {"name": "gpu", "title": "a GPU among CPUs", "dataset": "gpu",
  "model": $MODEL,
  "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0.01, "clip_norm": 1.0,
                "schedule": {"warmup_steps": 0, "total_steps": 1000, "decay": "constant"}},
- "target_batch": 128, "microbatch_size": 2, "seed": 23, "work_unit_seconds": 10}
+ "target_batch": 128, "microbatch_size": 2, "seed": 23, "work_unit_seconds": 10$MODE}
 JSON
 admin db migrate >/dev/null || bail_out "could not migrate the database"
 admin dataset import --shard-tokens 65536 gpu "$T/text" >/dev/null 2>&1 || bail_out "could not import the text"
@@ -94,8 +102,8 @@ H1=$(host_of 1) H2=$(host_of 2) H3=$(host_of 3)
 [ -n "$H1" ] && [ -n "$H2" ] && [ -n "$H3" ] || bail_out "a client has no host id"
 
 computes_on_gpu() { ctl 1 status | grep -q '^computes on: GPU 0 ('; }
-wait_for 120 computes_on_gpu
-ok $? "the GPU client computes on the GPU ($(ctl 1 status | grep '^computes on'); $(grep -m1 'computing on GPU' "$T/client1.log" | sed 's/.*computing on/computing on/'))"
+ok "$(wait_for 120 computes_on_gpu && ! grep -q 'inner steps run on the CPU' "$T/client1.log"; echo $?)" \
+	"the GPU client computes on the GPU, local mode's inner steps too ($(ctl 1 status | grep '^computes on'); $(grep -m1 'computing on GPU' "$T/client1.log" | sed 's/.*computing on/computing on/'))"
 hw=$(sql "select h.gpu || ' | ' || h.flops || ' ' || (select max(flops) from host where id in ($H2, $H3)) from host h where h.id = $H1")
 fl=${hw#* | }
 ok "$(case ${hw%% | *} in '' | none) false ;; esac && awk -v a="${fl% *}" -v b="${fl#* }" 'BEGIN { exit !(a > b) }'; echo $?)" \
@@ -143,7 +151,7 @@ fb=$?
 # to the bytes"), or the host would be flagged.
 nflag=$(sql "select count(*) from round_sketch_flag")
 ok "$([ "$fb" = 0 ] && [ "$nflag" = 0 ]; echo $?)" \
-	"a device fault on the GPU falls back to the CPU, the microbatches whose gradient it held are computed again, and the host's work commits unflagged ($(grep -m1 'GPU 0 failed' "$T/client4.log" | sed 's/.*GPU 0 failed/GPU 0 failed/'); $(grep -m1 'held the gradient of' "$T/client4.log" | sed 's/.*GPU 0 held/GPU 0 held/'); hosts flagged: $nflag; its next session: $(ctl 4 status | grep '^computes on'))"
+	"a device fault on the GPU falls back to the CPU, the microbatches whose gradient it held are computed again, and the host's work commits unflagged ($(grep -m1 'GPU 0 failed' "$T/client4.log" | sed 's/.*GPU 0 failed/GPU 0 failed/'); $(grep -m1 'GPU 0 held' "$T/client4.log" | sed 's/.*GPU 0 held/GPU 0 held/'); hosts flagged: $nflag; its next session: $(ctl 4 status | grep '^computes on'))"
 
 for p in $CPIDS; do kill "$p"; done
 for p in $CPIDS; do wait "$p" 2>/dev/null; done

@@ -29,6 +29,11 @@ int cu_host_register(void *p, size_t bytes, int on, char *err, size_t errlen);
 int cu_sketch_grads(kern_gpu_model *g, uint64_t seed, int k, double *host_out, char *err, size_t errlen);
 int cu_model_enc_forward(kern_gpu_model *g, const int32_t *ids, const int32_t *segs, const int32_t *labels,
                          const int32_t *sop, int B, double *res, char *err, size_t errlen);
+int cu_model_opt_moments(kern_gpu_model *g, float *host_m1, float *host_m2, int how, char *err, size_t errlen);
+int cu_model_opt_norm(kern_gpu_model *g, double divisor, double *host_part, char *err, size_t errlen);
+int cu_model_opt_pass(kern_gpu_model *g, const kern_gpu_opt_pass *p, char *err, size_t errlen);
+int cu_get_params(kern_gpu_model *g, float *host, char *err, size_t errlen);
+int cu_add_grads(kern_gpu_model *g, const float *host, char *err, size_t errlen);
 }
 
 static const char *cu_describe(void)
@@ -374,6 +379,7 @@ static const kern_gpu_api api = {
 	KERN_GPU_ABI_VERSION, cu_describe, cu_device_count, cu_device_info, cu_device_bench, cu_model_create,
 	cu_model_free,        cu_set_params, cu_forward,    cu_backward,    cu_take_grads,   cu_layer_op,
 	cu_host_register, cu_last_timings, cu_profile, cu_sketch_grads, cu_model_enc_forward,
+	cu_model_opt_moments, cu_model_opt_norm, cu_model_opt_pass, cu_get_params, cu_add_grads,
 };
 
 extern "C" __attribute__((visibility("default"))) const kern_gpu_api *cotrain_cuda_api(void) { return &api; }

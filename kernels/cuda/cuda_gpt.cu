@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_encoder.h"
 #include "kernels/cuda/cuda_flash.h"
 #include "kernels/cuda/cuda_layers.h"
+#include "kernels/cuda/cuda_optimizer.h"
 #include "kernels/cuda/cuda_sketch.h"
 #include "kernels/cuda/cuda_util.h"
 
@@ -97,6 +98,10 @@ struct kern_gpu_model {
 	float *h_losses; /* pinned */
 	float *h_stage;  /* pinned, n_params: the gradient on its way down */
 	double *sk_scratch; /* cu_sketch's, allocated at the first sketch */
+	/* local mode's inner steps: the views they run over, and their state
+	 * (allocated at the first opt_moments) */
+	std::vector<kern_view> views;
+	cu_opt *opt;
 	int B, have_targets, n_uniq;
 	cudaEvent_t ev[3];
 	double ms[2];
@@ -224,6 +229,7 @@ extern "C" void cu_model_free(kern_gpu_model *g)
 	cudaFree(g->mem);
 	cudaFree(g->blas_ws);
 	cudaFree(g->sk_scratch);
+	cu_opt_free(g->opt);
 	cudaFreeHost(g->h_losses);
 	cudaFreeHost(g->h_stage);
 	delete g;
@@ -263,6 +269,7 @@ extern "C" int cu_model_create(const kern_config *c, const kern_view *views, int
 	g->device = device;
 	for (int i = 0; i < n_views; i++)
 		g->n_params += views[i].numel;
+	g->views.assign(views, views + n_views);
 	if (c->arch != KERN_ARCH_GPT)
 		return enc_model_create(g, views, n_views, out, err, errlen);
 	g->Vp = (c->vocab + 63) / 64 * 64;
@@ -658,6 +665,62 @@ extern "C" int cu_sketch_grads(kern_gpu_model *g, uint64_t seed, int k, double *
 		CU_TRY(cudaMalloc(&g->sk_scratch, cu_sketch_scratch_len() * sizeof(double)),
 		       "allocating the sketch's scratch");
 	return cu_sketch(g->grads, g->n_params, seed, k, host_out, g->sk_scratch, g->s, err, errlen);
+}
+
+extern "C" int cu_get_params(kern_gpu_model *g, float *host, char *err, size_t errlen)
+{
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	CU_TRY(cudaMemcpyAsync(host, g->params, g->n_params * sizeof(float), cudaMemcpyDeviceToHost, g->s),
+	       "copying the parameters from the GPU");
+	CU_SYNC(g->s, "copying the parameters from the GPU");
+	return KERN_GPU_OK;
+}
+
+extern "C" int cu_add_grads(kern_gpu_model *g, const float *host, char *err, size_t errlen)
+{
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	float *tmp = NULL, one = 1.0f;
+	CU_TRY(cudaMalloc(&tmp, g->n_params * sizeof(float)), "allocating room for a gradient");
+	cudaError_t e = cudaMemcpyAsync(tmp, host, g->n_params * sizeof(float), cudaMemcpyHostToDevice, g->s);
+	/* y = 1 x + y: one rounding, the sum's */
+	cublasStatus_t bs = e == cudaSuccess ? cublasSaxpy(g->blas, (int)g->n_params, &one, tmp, 1, g->grads, 1)
+	                                     : CUBLAS_STATUS_SUCCESS;
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(g->s);
+	cudaFree(tmp);
+	CU_TRY(e, "adding a gradient on the GPU");
+	CUBLAS_TRY(bs, "adding a gradient on the GPU");
+	return KERN_GPU_OK;
+}
+
+extern "C" int cu_model_opt_moments(kern_gpu_model *g, float *host_m1, float *host_m2, int how, char *err,
+                                    size_t errlen)
+{
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	if (!g->opt) {
+		if (how != KERN_GPU_MOM_ZERO && how != KERN_GPU_MOM_UP)
+			return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "the inner moments are not set");
+		int rc = cu_opt_create(g->views.data(), (int)g->views.size(), g->n_params, &g->opt, err, errlen);
+		if (rc)
+			return rc;
+	}
+	return cu_opt_moments(g->opt, host_m1, host_m2, how, g->s, err, errlen);
+}
+
+extern "C" int cu_model_opt_norm(kern_gpu_model *g, double divisor, double *host_part, char *err, size_t errlen)
+{
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	if (!g->opt)
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "the inner moments are not set");
+	return cu_opt_norm(g->opt, g->grads, divisor, host_part, g->s, err, errlen);
+}
+
+extern "C" int cu_model_opt_pass(kern_gpu_model *g, const kern_gpu_opt_pass *p, char *err, size_t errlen)
+{
+	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
+	if (!g->opt)
+		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA backend", "the inner moments are not set");
+	return cu_opt_pass(g->opt, g->params, g->grads, p, g->s, err, errlen);
 }
 
 extern "C" int cu_host_register(void *p, size_t bytes, int on, char *err, size_t errlen)
