@@ -75,7 +75,7 @@ fi
 if part bench; then
 	echo "== bench"
 	bench() { timeout 60 ./bench_gpu "$@" 2>&1 | tee -a "$out/bench.txt"; }
-	bench --model gpt2 --precision bf16 --client
+	bench --model gpt2 --precision bf16 --client --local
 	COTRAIN_CUDA_PROFILE=1 bench --model gpt2 --precision bf16 --steps 3
 	echo "(the attention materialised, for comparison:)" | tee -a "$out/bench.txt"
 	COTRAIN_CUDA_ATTENTION=materialized COTRAIN_CUDA_PROFILE=1 bench --model gpt2 --precision bf16 --steps 3
@@ -93,7 +93,7 @@ fi
 
 if part encbench; then
 	echo "== encoder bench"
-	timeout 120 ./bench_gpu --model sahajbert --precision bf16 --client 2>&1 | tee -a "$out/bench.txt"
+	timeout 120 ./bench_gpu --model sahajbert --precision bf16 --client --local 2>&1 | tee -a "$out/bench.txt"
 	PYTHONUNBUFFERED=1 timeout 240 python3 ../tests/bench/bench_gpu_torch.py --model sahajbert \
 		--modes eager-bf16,compile-bf16 2>&1 | grep -v Warning | tee -a "$out/bench.txt"
 fi
@@ -105,5 +105,5 @@ echo "== summary"
 for t in test_rounds_gpu test_rounds_gpu_encoder test_rounds_gpu_local; do
 	[ -f "$out/$t.tap" ] && echo "$t: $(grep -c '^ok' "$out/$t.tap") ok, $(grep -c '^not ok' "$out/$t.tap") not ok"
 done
-[ -f "$out/bench.txt" ] && grep -E "client microbatch" "$out/bench.txt"
+[ -f "$out/bench.txt" ] && grep -E "client microbatch|local-mode microbatch" "$out/bench.txt"
 [ -f "$out/bench.txt" ] && grep -E "tokens/s" "$out/bench.txt" | sed -E 's/^(bench_gpu[a-z_]*): ([^ ]+) on [^,]+, ([^,]+),.*: ([0-9]+) tokens\/s.*MFU ([0-9.]+)%.*/\1 \2 \3 \4 tok\/s MFU \5%/'

@@ -1,7 +1,7 @@
 /* Training speed of the CUDA backend on one GPU.
  *
  *   bench_gpu [--model gpt2|gpt2-bytes|sahaj|sahajbert|demo] [--batch B] [--precision fp32|tf32|bf16]
- *             [--steps N] [--client]
+ *             [--steps N] [--client] [--local]
  *
  * Times N microbatches (forward and backward on the GPU, after two
  * warm-ups) with the device's events, and prints training tokens/s and the
@@ -16,7 +16,11 @@
  * (k 16) as every checked project's are, wall-clock: the gradient copied
  * down after each and sketched on the CPU (the client before the GPU
  * kept it), against the gradient kept on the GPU and sketched there,
- * brought home every 16 microbatches (kern_gpu_keep_grads).
+ * brought home every 16 microbatches (kern_gpu_keep_grads).  With
+ * --local, a microbatch as the client computes one in local mode (an inner
+ * AdamW step every 4, kernels/local.h), wall-clock over 16 and the round's
+ * end: the inner steps on the CPU with each microbatch's gradient copied
+ * down (the client before they moved) against the inner steps on the GPU.
  * The reference beside it is PyTorch on the same GPU, same model, batch and
  * sequence (tests/bench/bench_gpu_torch.py); tests/gpu-device-check.sh
  * runs both in one call and prints the ratios.
@@ -33,6 +37,7 @@
  *   demo        kern_config_default, B 16 */
 #include "kernels/backend.h"
 #include "kernels/gpu.h"
+#include "kernels/local.h"
 #include "kernels/masking.h"
 #include "kernels/model.h"
 #include "kernels/optimizer.h"
@@ -116,11 +121,45 @@ static double client_microbatch(kern_model *m, const int32_t *tok, int B, bool k
 	return (now() - t0) * 1e3 / n;
 }
 
+/* Wall-clock ms per microbatch of n on m (bound to GPU 0) in local mode,
+ * an inner AdamW step every 4 and kern_local_finish at the end: on the GPU
+ * (the gradient kept there) or, on_gpu false, on the CPU with each
+ * microbatch's gradient copied down. */
+static double local_microbatch(kern_model *m, const int32_t *tok, int B, bool on_gpu, int n, cot_errbuf *eb)
+{
+	kern_opt_config oc;
+	kern_opt_default(&oc, KERN_OPT_ADAMW);
+	kern_local *l;
+	if (kern_local_new(m, &oc, 4, &l, eb))
+		return -1;
+	double ms = -1;
+	if (kern_gpu_keep_grads(m, on_gpu, eb))
+		goto out;
+	kern_local_begin(l, m);
+	double t0 = now();
+	for (int i = 0; i < n; i++) {
+		float loss;
+		if (kern_stream_step(m, tok, tok + 1, B, 1, i, 1000, 1.0f, &loss, eb) ||
+		    kern_local_microbatch(l, m, B, eb))
+			goto out;
+	}
+	int64_t s;
+	if (kern_local_finish(l, m, &s, eb))
+		goto out;
+	if (on_gpu && kern_local_gpu_off(l))
+		cot_seterr(eb, COT_ERR_NOMEM, "the GPU had no room for the inner moments");
+	else
+		ms = (now() - t0) * 1e3 / n;
+out:
+	kern_local_free(l);
+	return ms;
+}
+
 int main(int argc, char **argv)
 {
 	const char *model = "gpt2", *prec_name = "bf16";
 	int B = 0, steps = 10;
-	bool client = false;
+	bool client = false, local = false;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
 			model = argv[++i];
@@ -132,10 +171,12 @@ int main(int argc, char **argv)
 			steps = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--client") == 0)
 			client = true;
+		else if (strcmp(argv[i], "--local") == 0)
+			local = true;
 		else {
 			fprintf(stderr,
 			        "usage: bench_gpu [--model gpt2|gpt2-bytes|sahaj|sahajbert|demo] [--batch B] "
-			        "[--precision fp32|tf32|bf16] [--steps N] [--client]\n");
+			        "[--precision fp32|tf32|bf16] [--steps N] [--client] [--local]\n");
 			return 2;
 		}
 	}
@@ -250,7 +291,7 @@ int main(int argc, char **argv)
 	api->host_register(m->params, 0, 0, err, sizeof err);
 	api->host_register(m->grads, 0, 0, err, sizeof err);
 	kern_model_free(m);
-	if (!rc && client) {
+	if (!rc && (client || local)) {
 		/* the client's own path: a model with activations, bound */
 		if (kern_model_create(&c, B, &m, &eb)) {
 			printf("bench_gpu: %s client path: %s\n", model, eb.msg);
@@ -264,18 +305,37 @@ int main(int argc, char **argv)
 			free(tok);
 			return 1;
 		}
-		double before = client_microbatch(m, tok, B, false, 4, &eb);
-		double kept = before < 0 ? -1 : client_microbatch(m, tok, B, true, 32, &eb);
-		if (kept < 0)
-			printf("bench_gpu: %s client path: %s\n", model, eb.msg);
-		else
-			printf("bench_gpu: %s client microbatch, sketched: %.1f ms with the gradient copied "
-			       "down and "
-			       "sketched on the CPU, %.1f ms kept and sketched on the GPU (%.2fx); GPU step "
-			       "%.1f ms\n",
-			       model, before, kept, before / kept, step_s * 1e3);
+		if (client) {
+			double before = client_microbatch(m, tok, B, false, 4, &eb);
+			double kept = before < 0 ? -1 : client_microbatch(m, tok, B, true, 32, &eb);
+			if (kept < 0)
+				printf("bench_gpu: %s client path: %s\n", model, eb.msg);
+			else
+				printf("bench_gpu: %s client microbatch, sketched: %.1f ms with the gradient "
+				       "copied down and sketched on the CPU, %.1f ms kept and sketched on "
+				       "the "
+				       "GPU (%.2fx); GPU step %.1f ms\n",
+				       model, before, kept, before / kept, step_s * 1e3);
+			rc = kept < 0;
+		}
+		if (!rc && local) {
+			/* a warm-up first: the GPU's moments are allocated once a session */
+			double cpu = local_microbatch(m, tok, B, true, 4, &eb) < 0
+			                     ? -1
+			                     : local_microbatch(m, tok, B, false, 16, &eb);
+			double gpu = cpu < 0 ? -1 : local_microbatch(m, tok, B, true, 16, &eb);
+			if (gpu < 0)
+				printf("bench_gpu: %s local mode: %s\n", model, eb.msg);
+			else
+				printf("bench_gpu: %s local-mode microbatch (an inner AdamW step every 4): "
+				       "%.1f ms "
+				       "with the inner steps on the CPU, %.1f ms on the GPU (%.2fx); GPU "
+				       "step %.1f "
+				       "ms\n",
+				       model, cpu, gpu, cpu / gpu, step_s * 1e3);
+			rc = gpu < 0;
+		}
 		kern_model_free(m);
-		rc = kept < 0;
 	}
 	free(tok);
 	return rc ? 1 : 0;
