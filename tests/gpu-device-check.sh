@@ -94,6 +94,8 @@ fi
 if part encbench; then
 	echo "== encoder bench"
 	timeout 120 ./bench_gpu --model sahajbert --precision bf16 --client --local 2>&1 | tee -a "$out/bench.txt"
+	COTRAIN_CUDA_PROFILE=1 timeout 60 ./bench_gpu --model sahajbert --precision bf16 --steps 3 2>&1 |
+		grep profile | tee -a "$out/bench.txt"
 	PYTHONUNBUFFERED=1 timeout 240 python3 ../tests/bench/bench_gpu_torch.py --model sahajbert \
 		--modes eager-bf16,compile-bf16 2>&1 | grep -v Warning | tee -a "$out/bench.txt"
 fi

@@ -45,6 +45,7 @@ struct cu_encoder {
 	int Vp; /* the MLM logits' row stride: the vocabulary rounded up to 64 */
 	cu_gemm_ctx gx;
 	cudaStream_t s;
+	cu_prof *pf; /* the model's stage profile (cuda_prof.h) */
 	float *params, *grads;
 	bf16 *params16;
 	size_t n_params;
@@ -206,7 +207,7 @@ static size_t layout(cu_encoder *e, char *base)
 
 int cu_enc_create(const kern_config *c, const kern_view *views, int n_views, int max_batch,
                   const cu_gemm_ctx *gx, float *params, float *grads, bf16 *params16, size_t n_params,
-                  cu_encoder **out, char *err, size_t errlen)
+                  cu_prof *pf, cu_encoder **out, char *err, size_t errlen)
 {
 	*out = NULL;
 	cu_encoder *e = new (std::nothrow) cu_encoder();
@@ -231,6 +232,7 @@ int cu_enc_create(const kern_config *c, const kern_view *views, int n_views, int
 	e->grads = grads;
 	e->params16 = params16;
 	e->n_params = n_params;
+	e->pf = pf;
 	size_t H = c->d_model, F = c->d_ff, E = c->d_embed, V = c->vocab, T = c->seq_len;
 	bool ok = cu_find_view(views, n_views, "emb.word", V * E, &e->word) &&
 	          cu_find_view(views, n_views, "emb.position", T * E, &e->pos) &&
@@ -335,6 +337,8 @@ static cublasStatus_t prod(cu_encoder *e, bool ta, bool tb, int M, int N, int K,
 #define G(off) (e->grads + (off))
 #define P16(off) (e->params16 ? e->params16 + (off) : NULL)
 #define PROD(...) CUBLAS_TRY(prod(e, __VA_ARGS__), "a matrix product")
+/* the work from here to the next mark is of kind k (profiling only) */
+#define MARK(k) cu_prof_mark(e->pf, (k), e->s)
 
 /* Each of x[0..n) in lo..hi (or KERN_ENC_IGNORE where ignore_ok). */
 static bool in_range(const int32_t *x, size_t n, int lo, int hi, bool ignore_ok)
@@ -372,6 +376,7 @@ int cu_enc_forward(cu_encoder *e, const int32_t *ids, const int32_t *segs, const
 	cudaStream_t s = e->s;
 #define UP(dst, src, n, what) \
 	CU_TRY(cudaMemcpyAsync(dst, src, (size_t)(n) * sizeof(int32_t), cudaMemcpyHostToDevice, s), what)
+	MARK(PROF_EMBEDDING);
 	UP(e->ids, ids, BT, "copying the token ids");
 	UP(e->segs, segs, BT, "copying the segment ids");
 	UP(e->sop, sop, B, "copying the sentence-order labels");
@@ -385,20 +390,26 @@ int cu_enc_forward(cu_encoder *e, const int32_t *ids, const int32_t *segs, const
 #undef UP
 	bool bf = e->params16 != NULL;
 	if (bf)
+		MARK(PROF_ELEMENTWISE);
 		cu_to_bf16(s, e->params16, e->params, (long)e->n_params);
 
 	/* the embeddings, their LayerNorm, ALBERT's projection E -> H */
+	MARK(PROF_EMBEDDING);
 	cu_embedding_seg_fwd(s, e->emb, e->ids, e->segs, P(e->word), e->rel ? NULL : P(e->pos), P(e->type), B, T,
 	                     E);
+	MARK(PROF_LAYERNORM);
 	cu_layernorm_fwd(s, e->embln, e->embln16, e->emb_mean, e->emb_rstd, e->emb, P(e->elnw), P(e->elnb),
 	                 BT, E, KERN_ENC_LN_EPS);
 	const float *x = e->embln;
 	const bf16 *x16 = e->embln16;
 	if (e->albert) {
+		MARK(PROF_ELEMENTWISE);
 		cu_rows_bias(s, e->x0, NULL, P(e->projb), BT, H);
+		MARK(PROF_PRODUCTS);
 		PROD(false, false, BT, H, E, e->embln, e->embln16, E, P(e->projw), P16(e->projw), H, 1.0f,
 		     e->x0, H);
 		if (bf)
+			MARK(PROF_ELEMENTWISE);
 			cu_to_bf16(s, e->x0_16, e->x0, (long)BT * H);
 		x = e->x0;
 		x16 = e->x0_16;
@@ -407,13 +418,17 @@ int cu_enc_forward(cu_encoder *e, const int32_t *ids, const int32_t *segs, const
 	for (int l = 0; l < c->n_layer; l++) {
 		const enc_set &p = e->sets[(size_t)((long)l * c->n_shared / c->n_layer)];
 		enc_layer &a = e->L[(size_t)l];
+		MARK(PROF_PRODUCTS);
 		PROD(false, false, BT, 3 * H, H, x, x16, H, P(p.qkvw), P16(p.qkvw), 3 * H, 0.0f, e->qkv,
 		     3 * H);
 		if (e->flash) {
+			MARK(PROF_SPLIT);
 			cu_qkv_split16(s, (bf16 *)a.qkvp, e->qkv, P(p.qkvb), B, T, H, NH);
+			MARK(PROF_ATTENTION);
 			cu_flash_fwd(s, a.atty, a.atty16, (float *)a.att, (const bf16 *)a.qkvp, B, T, H, NH,
 			             false);
 		} else {
+			MARK(PROF_ATTENTION);
 			if (e->rel)
 				CUBLAS_TRY(cu_attention_rel_fwd(&e->gx, a.atty, a.att, a.qkvp, e->yp, e->qkv, P(p.qkvb),
 				                                P(p.dist), P16(p.dist), e->relq, e->relk, B, T, H, NH,
@@ -424,19 +439,27 @@ int cu_enc_forward(cu_encoder *e, const int32_t *ids, const int32_t *segs, const
 				                            B, T, H, NH, false),
 				           "the attention");
 			if (bf)
+				MARK(PROF_ELEMENTWISE);
 				cu_to_bf16(s, a.atty16, a.atty, (long)BT * H);
 		}
+		MARK(PROF_ELEMENTWISE);
 		cu_rows_bias(s, a.r1, x, P(p.outb), BT, H);
+		MARK(PROF_PRODUCTS);
 		PROD(false, false, BT, H, H, a.atty, a.atty16, H, P(p.outw), P16(p.outw), H, 1.0f, a.r1, H);
+		MARK(PROF_LAYERNORM);
 		cu_layernorm_fwd(s, a.h1, a.h1_16, a.mean1, a.rstd1, a.r1, P(p.ln1w), P(p.ln1b), BT, H,
 		                 KERN_ENC_LN_EPS);
+		MARK(PROF_PRODUCTS);
 		PROD(false, false, BT, F, H, a.h1, a.h1_16, H, P(p.fcw), P16(p.fcw), F, 0.0f, a.fch, F);
+		MARK(PROF_ELEMENTWISE);
 		if (e->erf)
 			cu_bias_gelu_erf_fwd(s, a.fchg, a.fchg16, a.fch, P(p.fcb), BT, F);
 		else
 			cu_bias_gelu_fwd(s, a.fchg, a.fchg16, a.fch, P(p.fcb), BT, F);
 		cu_rows_bias(s, a.r2, a.h1, P(p.fcob), BT, H);
+		MARK(PROF_PRODUCTS);
 		PROD(false, false, BT, H, F, a.fchg, a.fchg16, F, P(p.fcow), P16(p.fcow), H, 1.0f, a.r2, H);
+		MARK(PROF_LAYERNORM);
 		cu_layernorm_fwd(s, a.h2, a.h2_16, a.mean2, a.rstd2, a.r2, P(p.ln2w), P(p.ln2b), BT, H,
 		                 KERN_ENC_LN_EPS);
 		x = a.h2;
@@ -445,14 +468,19 @@ int cu_enc_forward(cu_encoder *e, const int32_t *ids, const int32_t *segs, const
 	/* the MLM head on the predicted rows: dense, GELU, LayerNorm, the
 	 * word embedding (tied) plus the bias */
 	if (NR > 0) {
+		MARK(PROF_ELEMENTWISE);
 		cu_gather_rows(s, e->xg, e->xg16, x, e->rows, NR, H);
+		MARK(PROF_PRODUCTS);
 		PROD(false, false, NR, E, H, e->xg, e->xg16, H, P(e->mdw), P16(e->mdw), E, 0.0f, e->mpre, E);
+		MARK(PROF_ELEMENTWISE);
 		if (e->erf)
 			cu_bias_gelu_erf_fwd(s, e->mact, NULL, e->mpre, P(e->mdb), NR, E);
 		else
 			cu_bias_gelu_fwd(s, e->mact, NULL, e->mpre, P(e->mdb), NR, E);
+		MARK(PROF_LAYERNORM);
 		cu_layernorm_fwd(s, e->mout, e->mout16, e->mmean, e->mrstd, e->mact, P(e->mlnw), P(e->mlnb),
 		                 NR, E, KERN_ENC_LN_EPS);
+		MARK(PROF_HEAD);
 		cu_rows_bias_ld(s, e->logits, P(e->mbias), NR, V, Vp);
 		if (bf) {
 			CU_TRY(cudaMemcpyAsync(e->word16, e->params16 + e->word, (size_t)V * E * sizeof(bf16),
@@ -466,10 +494,12 @@ int cu_enc_forward(cu_encoder *e, const int32_t *ids, const int32_t *segs, const
 			                   0, 1.0f, e->logits, Vp, 0, 1),
 			           "a matrix product");
 		}
+		MARK(PROF_CE);
 		cu_crossentropy_fwd(s, e->losses, e->lse, e->logits, e->targets, NR, V, Vp);
 		cu_argmax_rows(s, e->amax, e->logits, NR, V, Vp);
 	}
 	/* the SOP head on the [CLS] rows: pooler (tanh), then two logits */
+	MARK(PROF_CE);
 	cu_first_rows(s, e->cls, x, B, T, H);
 	cu_rows_bias(s, e->pooled, NULL, P(e->poolb), B, H);
 	PROD(false, false, B, H, H, e->cls, NULL, H, P(e->poolw), P16(e->poolw), H, 1.0f, e->pooled, H);
@@ -478,6 +508,7 @@ int cu_enc_forward(cu_encoder *e, const int32_t *ids, const int32_t *segs, const
 	PROD(false, false, B, 2, H, e->pooled, NULL, H, P(e->sopw), P16(e->sopw), 2, 1.0f, e->sopl, 2);
 	cu_crossentropy_fwd(s, e->sop_losses, e->sop_lse, e->sopl, e->sop, B, 2, 2);
 	/* the losses and counts to the host */
+	MARK(PROF_EMBEDDING);
 	float *hl = e->h_losses.data(), *hs = e->h_sopl.data();
 	if (NR > 0) {
 		CU_TRY(cudaMemcpyAsync(hl, e->losses, NR * sizeof(float), cudaMemcpyDeviceToHost, s),
@@ -523,42 +554,54 @@ int cu_enc_backward(cu_encoder *e, float scale, char *err, size_t errlen)
 	cudaStream_t s = e->s;
 	bool bf = e->params16 != NULL;
 	e->B = 0; /* the logits become their gradient */
+	MARK(PROF_CE);
 	CU_TRY(cudaMemsetAsync(e->dx, 0, (size_t)BT * H * sizeof(float), s), "zeroing a gradient");
 	/* the MLM head: dx's predicted rows */
 	if (NR > 0) {
 		cu_crossentropy_bwd(s, e->logits, e->lse, e->targets, NR, V, Vp, scale / (float)NR);
 		CU_TRY(cudaMemsetAsync(e->colv, 0, (size_t)Vp * sizeof(float), s), "zeroing a gradient");
+		MARK(PROF_ELEMENTWISE);
 		cu_colsum_add(s, e->colv, e->logits, NR, Vp, e->scratch);
 		cu_rows_bias(s, G(e->mbias), G(e->mbias), e->colv, 1, V);
 		if (bf) {
+			MARK(PROF_ELEMENTWISE);
 			cu_to_bf16(s, e->dlogits16, e->logits, (long)NR * Vp);
+			MARK(PROF_HEAD_DX);
 			CUBLAS_TRY(cu_gemm_bf16(&e->gx, false, false, NR, E, Vp, 1.0f, e->dlogits16, Vp,
 			                        e->word16, E, 0.0f, e->dmout, E),
 			           "a matrix product");
+			MARK(PROF_HEAD_DW);
 			CUBLAS_TRY(cu_gemm_bf16(&e->gx, true, false, V, E, NR, 1.0f, e->dlogits16, Vp,
 			                        e->mout16, E, 1.0f, G(e->word), E),
 			           "a matrix product");
 		} else {
+			MARK(PROF_HEAD_DX);
 			CUBLAS_TRY(cu_gemm(&e->gx, false, false, NR, E, V, 1.0f, e->logits, Vp, 0, P(e->word),
 			                   E, 0, 0.0f, e->dmout, E, 0, 1),
 			           "a matrix product");
+			MARK(PROF_HEAD_DW);
 			CUBLAS_TRY(cu_gemm(&e->gx, true, false, V, E, NR, 1.0f, e->logits, Vp, 0, e->mout, E,
 			                   0, 1.0f, G(e->word), E, 0, 1),
 			           "a matrix product");
 		}
+		MARK(PROF_LAYERNORM);
 		CU_TRY(cudaMemsetAsync(e->dmact, 0, (size_t)NR * E * sizeof(float), s), "zeroing a gradient");
 		cu_layernorm_bwd(s, e->dmact, NULL, G(e->mlnw), G(e->mlnb), e->dmout, e->mact, P(e->mlnw),
 		                 e->mmean, e->mrstd, NR, E, e->scratch);
+		MARK(PROF_ELEMENTWISE);
 		if (e->erf)
 			cu_gelu_erf_bwd(s, e->dmpre, NULL, e->mpre, e->dmact, (long)NR * E);
 		else
 			cu_gelu_bwd(s, e->dmpre, NULL, e->mpre, e->dmact, (long)NR * E);
+		MARK(PROF_PRODUCTS);
 		PROD(false, true, NR, H, E, e->dmpre, NULL, E, P(e->mdw), P16(e->mdw), E, 0.0f, e->dxg, H);
 		PROD(true, false, H, E, NR, e->xg, e->xg16, H, e->dmpre, NULL, E, 1.0f, G(e->mdw), E);
+		MARK(PROF_ELEMENTWISE);
 		cu_colsum_add(s, G(e->mdb), e->dmpre, NR, E, e->scratch);
 		cu_scatter_rows(s, e->dx, e->dxg, e->rows, NR, H);
 	}
 	/* the SOP head: dx's [CLS] rows */
+	MARK(PROF_CE);
 	cu_crossentropy_bwd(s, e->sopl, e->sop_lse, e->sop, B, 2, 2, scale / (float)B);
 	PROD(false, true, B, H, 2, e->sopl, NULL, 2, P(e->sopw), P16(e->sopw), 2, 0.0f, e->dpooled, H);
 	PROD(true, false, H, 2, B, e->pooled, NULL, H, e->sopl, NULL, 2, 1.0f, G(e->sopw), 2);
@@ -577,29 +620,38 @@ int cu_enc_backward(cu_encoder *e, float scale, char *err, size_t errlen)
 		const float *x_in = l > 0 ? e->L[(size_t)l - 1].h2 : e->albert ? e->x0 : e->embln;
 		const bf16 *x_in16 = l > 0 ? e->L[(size_t)l - 1].h2_16 : e->albert ? e->x0_16 : e->embln16;
 		/* dy = d r2 through the block's last LayerNorm */
+		MARK(PROF_LAYERNORM);
 		CU_TRY(cudaMemsetAsync(e->dy, 0, bth, s), "zeroing a gradient");
 		cu_layernorm_bwd(s, e->dy, e->dy16, G(p.ln2w), G(p.ln2b), e->dx, a.r2, P(p.ln2w), a.mean2,
 		                 a.rstd2, BT, H, e->scratch);
 		/* the FFN; dy += d h1 through it (the residual carries dy itself) */
+		MARK(PROF_PRODUCTS);
 		PROD(false, true, BT, F, H, e->dy, e->dy16, H, P(p.fcow), P16(p.fcow), H, 0.0f, e->dfchg, F);
 		PROD(true, false, F, H, BT, a.fchg, a.fchg16, F, e->dy, e->dy16, H, 1.0f, G(p.fcow), H);
+		MARK(PROF_ELEMENTWISE);
 		cu_colsum_add(s, G(p.fcob), e->dy, BT, H, e->scratch);
 		if (e->erf)
 			cu_gelu_erf_bwd(s, e->dfch, e->dfch16, a.fch, e->dfchg, (long)BT * F);
 		else
 			cu_gelu_bwd(s, e->dfch, e->dfch16, a.fch, e->dfchg, (long)BT * F);
 		/* (dy16 is spent: dy now takes the FFN's share) */
+		MARK(PROF_PRODUCTS);
 		PROD(false, true, BT, H, F, e->dfch, e->dfch16, F, P(p.fcw), P16(p.fcw), F, 1.0f, e->dy, H);
 		PROD(true, false, H, F, BT, a.h1, a.h1_16, H, e->dfch, e->dfch16, F, 1.0f, G(p.fcw), F);
+		MARK(PROF_ELEMENTWISE);
 		cu_colsum_add(s, G(p.fcb), e->dfch, BT, F, e->scratch);
 		/* dx = d r1 through the attention's LayerNorm */
+		MARK(PROF_LAYERNORM);
 		CU_TRY(cudaMemsetAsync(e->dx, 0, bth, s), "zeroing a gradient");
 		cu_layernorm_bwd(s, e->dx, e->dx16, G(p.ln1w), G(p.ln1b), e->dy, a.r1, P(p.ln1w), a.mean1,
 		                 a.rstd1, BT, H, e->scratch);
 		/* the attention; dx += d x_in through it */
+		MARK(PROF_PRODUCTS);
 		PROD(false, true, BT, H, H, e->dx, e->dx16, H, P(p.outw), P16(p.outw), H, 0.0f, e->datty, H);
 		PROD(true, false, H, H, BT, a.atty, a.atty16, H, e->dx, e->dx16, H, 1.0f, G(p.outw), H);
+		MARK(PROF_ELEMENTWISE);
 		cu_colsum_add(s, G(p.outb), e->dx, BT, H, e->scratch);
+		MARK(PROF_ATTENTION_BWD);
 		if (e->flash)
 			cu_flash_bwd(s, e->dqkv, e->datty, a.atty, (const bf16 *)a.qkvp, (const float *)a.att,
 			             (float *)e->datt, (bf16 *)e->dyp, B, T, H, NH, false);
@@ -613,26 +665,33 @@ int cu_enc_backward(cu_encoder *e, float scale, char *err, size_t errlen)
 			                            e->dqkvp, B, T, H, NH, false),
 			           "the attention's backward");
 		if (bf)
+			MARK(PROF_ELEMENTWISE);
 			cu_to_bf16(s, e->dqkv16, e->dqkv, 3L * BT * H);
 		/* (dx16 is spent: dx now takes the attention's share) */
+		MARK(PROF_PRODUCTS);
 		PROD(false, true, BT, H, 3 * H, e->dqkv, e->dqkv16, 3 * H, P(p.qkvw), P16(p.qkvw), 3 * H, 1.0f,
 		     e->dx, H);
 		PROD(true, false, H, 3 * H, BT, x_in, x_in16, H, e->dqkv, e->dqkv16, 3 * H, 1.0f, G(p.qkvw),
 		     3 * H);
+		MARK(PROF_ELEMENTWISE);
 		cu_colsum_add(s, G(p.qkvb), e->dqkv, BT, 3 * H, e->scratch);
 	}
 
 	/* the embeddings: dx is d x0 */
 	const float *demb = e->dx;
 	if (e->albert) {
+		MARK(PROF_PRODUCTS);
 		PROD(false, true, BT, E, H, e->dx, NULL, H, P(e->projw), P16(e->projw), H, 0.0f, e->de1, E);
 		PROD(true, false, E, H, BT, e->embln, e->embln16, E, e->dx, NULL, H, 1.0f, G(e->projw), H);
+		MARK(PROF_ELEMENTWISE);
 		cu_colsum_add(s, G(e->projb), e->dx, BT, H, e->scratch);
 		demb = e->de1;
 	}
+	MARK(PROF_LAYERNORM);
 	CU_TRY(cudaMemsetAsync(e->de2, 0, (size_t)BT * E * sizeof(float), s), "zeroing a gradient");
 	cu_layernorm_bwd(s, e->de2, NULL, G(e->elnw), G(e->elnb), demb, e->emb, P(e->elnw), e->emb_mean,
 	                 e->emb_rstd, BT, E, e->scratch);
+	MARK(PROF_EMBEDDING);
 	cu_embedding_bwd(s, G(e->word), e->rel ? NULL : G(e->pos), e->de2, e->uniq, e->offs, e->pos_list, e->n_uniq, B, T, E);
 	cu_embedding_type_bwd(s, G(e->type), e->de2, e->segs, BT, E, c->type_vocab, e->type_scratch);
 	CU_SYNC(s, "the encoder's backward pass");

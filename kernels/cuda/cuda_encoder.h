@@ -16,6 +16,7 @@
 #define COTRAIN_CUDA_ENCODER_H
 
 #include "kernels/cuda/cuda_layers.h"
+#include "kernels/cuda/cuda_prof.h"
 #include "kernels/gpu_abi.h"
 
 typedef struct cu_encoder cu_encoder;
@@ -23,10 +24,11 @@ typedef struct cu_encoder cu_encoder;
 /* The encoder c on the device of gx's stream, its parameters params[n_params]
  * laid out as views[n_views], its gradient grads (both the caller's, on
  * the device), params16 the bf16 copy in bf16 mode (else NULL), with
- * activations for batches of up to max_batch. */
+ * activations for batches of up to max_batch; its passes mark their stages
+ * in pf (the model's COTRAIN_CUDA_PROFILE profile, cuda_prof.h). */
 int cu_enc_create(const kern_config *c, const kern_view *views, int n_views, int max_batch,
                   const cu_gemm_ctx *gx, float *params, float *grads, __nv_bfloat16 *params16,
-                  size_t n_params, cu_encoder **out, char *err, size_t errlen);
+                  size_t n_params, cu_prof *pf, cu_encoder **out, char *err, size_t errlen);
 void cu_enc_free(cu_encoder *e);
 
 /* kern_enc_forward with labels on host batch arrays (ids, segs, labels

@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_flash.h"
 #include "kernels/cuda/cuda_layers.h"
 #include "kernels/cuda/cuda_optimizer.h"
+#include "kernels/cuda/cuda_prof.h"
 #include "kernels/cuda/cuda_sketch.h"
 #include "kernels/cuda/cuda_util.h"
 
@@ -28,26 +29,10 @@
 
 #define LN_EPS 1e-5f /* kernels/layernorm.h's KERN_LN_EPS */
 
-/* The kinds of work the profile tells apart. */
-enum {
-	PROF_PRODUCTS,
-	PROF_SPLIT, /* q, k and v into the heads' layout */
-	PROF_ATTENTION,
-	PROF_ATTENTION_BWD,
-	PROF_LAYERNORM,
-	PROF_ELEMENTWISE,
-	PROF_HEAD,    /* the logits' product */
-	PROF_HEAD_DX, /* the head's backward products: into the activations' gradient */
-	PROF_HEAD_DW, /* and into wte's */
-	PROF_CE,
-	PROF_EMBEDDING,
-	PROF_KINDS
-};
 static const char *const prof_names[PROF_KINDS] = { "products",    "qkv split",   "attention fwd",
 	                                            "attention bwd", "layernorm", "elementwise",
 	                                            "head logits", "head dx", "head dW", "cross-entropy",
 	                                            "embedding+copies" };
-enum { PROF_MAX_EVENTS = 4096 };
 
 namespace {
 
@@ -105,13 +90,7 @@ struct kern_gpu_model {
 	int B, have_targets, n_uniq;
 	cudaEvent_t ev[3];
 	double ms[2];
-	/* COTRAIN_CUDA_PROFILE: an event before each stage of the passes, and
-	 * the time from each to the next summed by the stage's kind */
-	bool prof;
-	int np;
-	std::vector<cudaEvent_t> pev;
-	std::vector<int> pkind;
-	double pms[PROF_KINDS];
+	cu_prof pf; /* COTRAIN_CUDA_PROFILE's stage times (an encoder's too) */
 };
 
 /* Lay out (or, with base NULL, count) the device memory of a model. */
@@ -219,7 +198,7 @@ extern "C" void cu_model_free(kern_gpu_model *g)
 	for (auto &e : g->ev)
 		if (e)
 			cudaEventDestroy(e);
-	for (auto &e : g->pev)
+	for (auto &e : g->pf.ev)
 		if (e)
 			cudaEventDestroy(e);
 	if (g->blas)
@@ -245,7 +224,7 @@ static int enc_model_create(kern_gpu_model *g, const kern_view *views, int n_vie
 	int rc = model_on_device(g, (size_t)g->max_batch * g->c.seq_len, err, errlen);
 	if (!rc)
 		rc = cu_enc_create(&g->c, views, n_views, g->max_batch, &g->gx, g->params, g->grads, g->params16,
-		                   g->n_params, &g->enc, err, errlen);
+		                   g->n_params, &g->pf, &g->enc, err, errlen);
 	if (rc) {
 		cu_model_free(g);
 		return rc;
@@ -342,10 +321,10 @@ static int model_on_device(kern_gpu_model *g, size_t BT, char *err, size_t errle
 	g->gx.precision = g->precision;
 	const char *pe = getenv("COTRAIN_CUDA_PROFILE");
 	if (pe && strcmp(pe, "1") == 0) {
-		g->prof = true;
-		g->pev.resize(PROF_MAX_EVENTS);
-		g->pkind.resize(PROF_MAX_EVENTS);
-		for (auto &e : g->pev)
+		g->pf.on = true;
+		g->pf.ev.resize(PROF_MAX_EVENTS);
+		g->pf.kind.resize(PROF_MAX_EVENTS);
+		for (auto &e : g->pf.ev)
 			CU_TRY(cudaEventCreate(&e), "creating an event");
 	}
 	CU_SYNC(g->s, "creating the model");
@@ -362,33 +341,28 @@ extern "C" int cu_set_params(kern_gpu_model *g, const float *host, char *err, si
 }
 
 /* the work from here to the next mark is of kind k (profiling only) */
-#define MARK(k) \
-	do { \
-		if (g->prof && g->np < PROF_MAX_EVENTS) { \
-			cudaEventRecord(g->pev[(size_t)g->np], g->s); \
-			g->pkind[(size_t)g->np++] = (k); \
-		} \
-	} while (0)
+#define MARK(k) cu_prof_mark(&g->pf, (k), g->s)
 
 /* Sum the marks' intervals by kind, the last one ending at end. */
 static void prof_collect(kern_gpu_model *g, cudaEvent_t end)
 {
-	if (!g->prof)
+	cu_prof *p = &g->pf;
+	if (!p->on)
 		return;
-	memset(g->pms, 0, sizeof g->pms);
-	for (int k = 0; k < g->np; k++) {
+	memset(p->ms, 0, sizeof p->ms);
+	for (int k = 0; k < p->np; k++) {
 		float ms = 0;
-		cudaEventElapsedTime(&ms, g->pev[(size_t)k], k + 1 < g->np ? g->pev[(size_t)k + 1] : end);
-		g->pms[g->pkind[(size_t)k]] += ms;
+		cudaEventElapsedTime(&ms, p->ev[(size_t)k], k + 1 < p->np ? p->ev[(size_t)k + 1] : end);
+		p->ms[p->kind[(size_t)k]] += ms;
 	}
-	g->np = 0;
+	p->np = 0;
 }
 
 extern "C" int cu_profile(kern_gpu_model *g, const char *const **names, const double **ms)
 {
 	*names = prof_names;
-	*ms = g->pms;
-	return g->prof && !g->enc ? PROF_KINDS : 0; /* the encoder's passes mark no stages */
+	*ms = g->pf.ms;
+	return g->pf.on ? PROF_KINDS : 0;
 }
 
 #define P(off) (g->params + (off))
@@ -421,6 +395,7 @@ extern "C" int cu_forward(kern_gpu_model *g, const int32_t *tokens, const int32_
 	g->B = 0;
 	cudaStream_t s = g->s;
 	CU_TRY(cudaEventRecord(g->ev[0], s), "recording an event");
+	g->pf.np = 0; /* marks of a forward that no backward collected */
 	MARK(PROF_EMBEDDING);
 	CU_TRY(cudaMemcpyAsync(g->tokens, tokens, BT * sizeof(int32_t), cudaMemcpyHostToDevice, s), "copying tokens");
 	if (targets) {
@@ -519,6 +494,7 @@ extern "C" int cu_model_enc_forward(kern_gpu_model *g, const int32_t *ids, const
 		return cu_fail(err, errlen, KERN_GPU_EINVAL, "CUDA encoder forward", "the model is a gpt");
 	CU_TRY(cudaSetDevice(g->device), "selecting the GPU");
 	CU_TRY(cudaEventRecord(g->ev[0], g->s), "recording an event");
+	g->pf.np = 0;
 	int rc = cu_enc_forward(g->enc, ids, segs, labels, sop, B, res, err, errlen);
 	if (!rc)
 		CU_TRY(cudaEventRecord(g->ev[1], g->s), "recording an event");
@@ -539,6 +515,7 @@ static int enc_backward(kern_gpu_model *g, float scale, char *err, size_t errlen
 	cudaEventElapsedTime(&b, g->ev[1], g->ev[2]);
 	g->ms[0] = f;
 	g->ms[1] = b;
+	prof_collect(g, g->ev[2]);
 	return KERN_GPU_OK;
 }
 

@@ -179,6 +179,7 @@ int cu_opt_create(const kern_view *views, int n_views, size_t n, cu_opt **out, c
 	if (e == cudaSuccess)
 		e = cudaMallocHost(&o->h_part, nparts * sizeof(double));
 	if (e != cudaSuccess) {
+		cudaGetLastError(); /* a failed allocation must not fail the next launch's check */
 		cu_opt_free(o);
 		return cu_fail(err, errlen, cu_code(e), "allocating the inner optimizer's device memory",
 		               cudaGetErrorString(e));
