@@ -153,8 +153,8 @@ static cot_err local_step(cl_compute *c, cot_errbuf *eb)
 {
 	cot_err rc = kern_local_microbatch(c->local, c->m, c->B, eb);
 	if (!rc && kern_local_gpu_off(c->local) && !c->inner_cpu_logged) {
-		log_warn("GPU %d has no room for the inner optimizer's moments: the inner steps run on the "
-		         "CPU",
+		log_warn("GPU %d has no room for the inner optimizer's moments: "
+		         "the inner steps run on the CPU",
 		         c->gpu);
 		c->inner_cpu_logged = true;
 	}
@@ -256,8 +256,8 @@ static cot_err gpu_follow(cl_compute *c, cot_errbuf *eb)
 		return rc;
 	cot_errbuf e2 = { "", "" };
 	if (c->gpu >= 0 && c->local && kern_local_home(c->local, c->m, &e2)) {
-		log_warn("GPU %d failed bringing the round's state home: %s; computing on the CPU from now "
-		         "on",
+		log_warn("GPU %d failed bringing the round's state home: %s; "
+		         "computing on the CPU from now on",
 		         c->gpu, e2.msg);
 		return gpu_failed_now(c, e2.msg, eb);
 	}

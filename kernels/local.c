@@ -137,7 +137,8 @@ static cot_err inner_step(kern_local *l, kern_model *m, cot_errbuf *eb)
 		/* no room for the moments there (nothing changed): this
 		 * session's inner steps run on the CPU */
 		l->gpu_off = true;
-		eb->msg[0] = eb->hint[0] = '\0';
+		if (eb)
+			eb->msg[0] = eb->hint[0] = '\0';
 	}
 	if ((rc = kern_local_home(l, m, eb)))
 		return rc;

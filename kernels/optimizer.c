@@ -354,7 +354,7 @@ cot_err kern_opt_step_gpu(kern_model *m, const kern_opt_config *o, float *mom1, 
 		                  divisor);
 	if (!kern_gpu_can_step(m))
 		return cot_seterr(eb, COT_ERR_CONFLICT, "the gradient is not all on the GPU");
-	long nblocks = (long)((m->n_params + KERN_OPT_BLOCK - 1) / KERN_OPT_BLOCK), nseg;
+	long nblocks = (long)((m->n_params + KERN_OPT_BLOCK - 1) / KERN_OPT_BLOCK), nseg = 0;
 	segment *segs = make_segments(m, &nseg);
 	long nparts = nblocks > 2 * nseg ? nblocks : 2 * nseg;
 	double *part = malloc(sizeof(double) * (size_t)(nparts ? nparts : 1));

@@ -311,10 +311,10 @@ int main(int argc, char **argv)
 			if (kept < 0)
 				printf("bench_gpu: %s client path: %s\n", model, eb.msg);
 			else
-				printf("bench_gpu: %s client microbatch, sketched: %.1f ms with the gradient "
-				       "copied down and sketched on the CPU, %.1f ms kept and sketched on "
-				       "the "
-				       "GPU (%.2fx); GPU step %.1f ms\n",
+				printf("bench_gpu: %s client microbatch, sketched: "
+				       "%.1f ms with the gradient copied down and sketched on the CPU, "
+				       "%.1f ms kept and sketched on the GPU (%.2fx); "
+				       "GPU step %.1f ms\n",
 				       model, before, kept, before / kept, step_s * 1e3);
 			rc = kept < 0;
 		}
@@ -328,10 +328,9 @@ int main(int argc, char **argv)
 				printf("bench_gpu: %s local mode: %s\n", model, eb.msg);
 			else
 				printf("bench_gpu: %s local-mode microbatch (an inner AdamW step every 4): "
-				       "%.1f ms "
-				       "with the inner steps on the CPU, %.1f ms on the GPU (%.2fx); GPU "
-				       "step %.1f "
-				       "ms\n",
+				       "%.1f ms with the inner steps on the CPU, "
+				       "%.1f ms on the GPU (%.2fx); "
+				       "GPU step %.1f ms\n",
 				       model, cpu, gpu, cpu / gpu, step_s * 1e3);
 			rc = gpu < 0;
 		}
