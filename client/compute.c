@@ -210,13 +210,13 @@ static cot_err gpu_failed_now(cl_compute *c, const char *why, cot_errbuf *eb)
 	return COT_OK;
 }
 
-/* The GPU failed `what` with the error in eb: gpu_failed_now with its
- * message, which eb then no longer holds. */
-static cot_err gpu_fault(cl_compute *c, const char *what, cot_errbuf *eb)
+/* The GPU failed `what` (msg says how; it may be eb's own message): one
+ * log line, then gpu_failed_now, whose errors eb then holds. */
+static cot_err gpu_fault(cl_compute *c, const char *what, const char *msg, cot_errbuf *eb)
 {
-	log_warn("GPU %d failed %s: %s; computing on the CPU from now on", c->gpu, what, eb->msg);
 	char why[sizeof eb->msg];
-	snprintf(why, sizeof why, "%s", eb->msg);
+	snprintf(why, sizeof why, "%s", msg);
+	log_warn("GPU %d failed %s: %s; computing on the CPU from now on", c->gpu, what, why);
 	eb->msg[0] = eb->hint[0] = '\0';
 	return gpu_failed_now(c, why, eb);
 }
@@ -228,11 +228,8 @@ static cot_err grads_home(cl_compute *c, cot_errbuf *eb)
 	if (!c->held_n)
 		return COT_OK;
 	cot_errbuf e2 = { "", "" };
-	if (kern_gpu_grads_home(c->m, &e2)) {
-		log_warn("GPU %d failed bringing the gradient home: %s; computing on the CPU from now on",
-		         c->gpu, e2.msg);
-		return gpu_failed_now(c, e2.msg, eb);
-	}
+	if (kern_gpu_grads_home(c->m, &e2))
+		return gpu_fault(c, "bringing the gradient home", e2.msg, eb);
 	c->held_n = 0;
 	memset(c->held_sk, 0, sizeof c->held_sk);
 	return COT_OK;
@@ -255,12 +252,8 @@ static cot_err gpu_follow(cl_compute *c, cot_errbuf *eb)
 	if (rc || c->gpu_failed)
 		return rc;
 	cot_errbuf e2 = { "", "" };
-	if (c->gpu >= 0 && c->local && kern_local_home(c->local, c->m, &e2)) {
-		log_warn("GPU %d failed bringing the round's state home: %s; "
-		         "computing on the CPU from now on",
-		         c->gpu, e2.msg);
-		return gpu_failed_now(c, e2.msg, eb);
-	}
+	if (c->gpu >= 0 && c->local && kern_local_home(c->local, c->m, &e2))
+		return gpu_fault(c, "bringing the round's state home", e2.msg, eb);
 	kern_gpu_unbind(c->m);
 	c->gpu = -1;
 	if (want < 0) {
@@ -704,14 +697,9 @@ static cot_err sketch_log(cl_compute *c, int64_t g, int fake, cot_errbuf *eb)
 				c->sk_sum[j] += row[j];
 			}
 		} else {
-			if (c->held_n) {
-				log_warn("GPU %d failed sketching the gradient: %s; computing on the CPU "
-				         "from now on",
-				         c->gpu, e2.msg);
-				cot_err rc = gpu_failed_now(c, e2.msg, eb);
-				if (rc)
-					return rc;
-			}
+			cot_err rc = c->held_n ? gpu_fault(c, "sketching the gradient", e2.msg, eb) : COT_OK;
+			if (rc)
+				return rc;
 			sketch_add(c->m->grads, c->m->n_params, 0, c->sk_seed, k, now);
 			for (int j = 0; j < k; j++) {
 				row[j] = now[j] - c->sk_sum[j];
@@ -765,7 +753,7 @@ cot_err cl_compute_microbatch(cl_compute *c, int64_t g, float *loss, cot_errbuf 
 		 * in the round's list.) */
 		char what[64];
 		snprintf(what, sizeof what, "on microbatch %lld", (long long)g);
-		rc = gpu_fault(c, what, eb);
+		rc = gpu_fault(c, what, eb->msg, eb);
 		if (!rc && !stepped)
 			rc = cpu_microbatch(c, g, &l, eb);
 		if (!rc && !stepped && c->local) {
@@ -925,7 +913,7 @@ cot_err cl_compute_finish(cl_compute *c, int64_t *samples, cot_errbuf *eb)
 		return COT_OK;
 	cot_err rc = kern_local_finish(c->local, c->m, samples, eb);
 	if (rc && c->gpu >= 0 && (rc == COT_ERR_NOMEM || rc == COT_ERR_IO)) {
-		rc = gpu_fault(c, "ending the round", eb);
+		rc = gpu_fault(c, "ending the round", eb->msg, eb);
 		if (!rc)
 			rc = kern_local_finish(c->local, c->m, samples, eb);
 	}
@@ -943,10 +931,8 @@ void cl_compute_next_version(cl_compute *c)
 	c->held_n = 0;
 	memset(c->held_sk, 0, sizeof c->held_sk);
 	cot_errbuf eb = { "", "" };
-	if (kern_gpu_grads_home(c->m, &eb)) {
-		log_warn("GPU %d failed: %s; computing on the CPU from now on", c->gpu, eb.msg);
-		gpu_failed_now(c, eb.msg, &eb);
-	}
+	if (kern_gpu_grads_home(c->m, &eb))
+		gpu_fault(c, "bringing the gradient home", eb.msg, &eb);
 	if (c->local) {
 		kern_local_begin(c->local, c->m); /* zeroes the gradient too */
 		c->round_n = 0;

@@ -204,6 +204,21 @@ static segment *make_segments(const kern_model *m, long *count)
 	return s;
 }
 
+/* LAMB's per-view lr r (lamb_scale) into scale[n_views], each view's
+ * segments' sums (p2, u2) added in order. */
+static void lamb_scales(const kern_model *m, const segment *segs, long nseg, float lr, float *scale)
+{
+	long k = 0;
+	for (int v = 0; v < m->n_views; v++) {
+		double p2 = 0, u2 = 0;
+		for (; k < nseg && segs[k].view == v; k++) {
+			p2 += segs[k].p2;
+			u2 += segs[k].u2;
+		}
+		scale[v] = lamb_scale(&m->views[v], p2, u2, lr);
+	}
+}
+
 KERN_SIMD static void adamw_segment(kern_model *m, float *mom1, float *mom2, const kern_opt_config *o,
                                     const segment *sg, float lr, float coef, float step_size, float bc2_sqrt)
 {
@@ -316,16 +331,7 @@ cot_err kern_opt_step_with(kern_model *m, const kern_opt_config *o, float *mom1,
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
 			lamb_moments(m, mom1, mom2, o, &segs[i], coef, (float)bc1, (float)bc2);
-		/* per-tensor trust ratios, segments summed in order */
-		long k = 0;
-		for (int v = 0; v < m->n_views; v++) {
-			double p2 = 0, u2 = 0;
-			for (; k < nseg && segs[k].view == v; k++) {
-				p2 += segs[k].p2;
-				u2 += segs[k].u2;
-			}
-			scale[v] = lamb_scale(&m->views[v], p2, u2, lr);
-		}
+		lamb_scales(m, segs, nseg, lr, scale);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
 		for (long i = 0; i < nseg; i++)
 			lamb_apply(m, mom1, mom2, o, &segs[i], scale[segs[i].view], (float)bc1, (float)bc2);
@@ -401,15 +407,11 @@ cot_err kern_opt_step_gpu(kern_model *m, const kern_opt_config *o, float *mom1, 
 			per_view[v] = lamb_wd(o, &m->views[v]);
 		if ((rc = kern_gpu_opt_run(m, &p, eb)))
 			goto out;
-		long k = 0;
-		for (int v = 0; v < m->n_views; v++) {
-			double p2 = 0, u2 = 0;
-			for (; k < nseg && segs[k].view == v; k++) {
-				p2 += part[k];
-				u2 += part[nseg + k];
-			}
-			per_view[v] = lamb_scale(&m->views[v], p2, u2, lr);
+		for (long k = 0; k < nseg; k++) {
+			segs[k].p2 = part[k];
+			segs[k].u2 = part[nseg + k];
 		}
+		lamb_scales(m, segs, nseg, lr, per_view);
 		p.pass = KERN_GPU_PASS_LAMB_APPLY;
 		rc = kern_gpu_opt_run(m, &p, eb);
 	}
