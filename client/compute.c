@@ -49,6 +49,7 @@ struct cl_compute {
 	char (*past_sha)[65];
 	int npast, past_cap;
 	bool inner_cpu_logged; /* kern_local_gpu_off was logged */
+	bool round_lost;       /* cl_compute_round_lost */
 	/* Sketches of this version's microbatches (cl_compute_sketch_on). */
 	uint64_t sk_seed;
 	int sk_k;        /* 0: not sketching */
@@ -180,6 +181,7 @@ static cot_err gpu_failed_now(cl_compute *c, const char *why, cot_errbuf *eb)
 		c->held_n = 0;
 		set_device_text("CPU (GPU failed: %s)", why);
 		kern_local_restart(c->local, c->m);
+		c->round_lost = true; /* until every microbatch is in again */
 		for (size_t i = 0; i < n; i++) {
 			float l;
 			cot_err rc = cpu_microbatch(c, c->round_g[i], &l, eb);
@@ -188,6 +190,7 @@ static cot_err gpu_failed_now(cl_compute *c, const char *why, cot_errbuf *eb)
 			if (rc)
 				return rc;
 		}
+		c->round_lost = false;
 		return COT_OK;
 	}
 	size_t n = c->held_n;
@@ -905,12 +908,16 @@ uint64_t cl_compute_sketch_seed(const cl_compute *c) { return c ? c->sk_seed : 0
 
 int cl_compute_is_local(const cl_compute *c) { return c && c->local; }
 
+int cl_compute_round_lost(const cl_compute *c) { return c && c->round_lost; }
+
 cot_err cl_compute_finish(cl_compute *c, int64_t *samples, cot_errbuf *eb)
 {
 	if (samples)
 		*samples = 0;
 	if (!c->local)
 		return COT_OK;
+	if (c->round_lost)
+		return cot_seterr(eb, COT_ERR_IO, "this round's inner state was lost with a failed GPU");
 	cot_err rc = kern_local_finish(c->local, c->m, samples, eb);
 	if (rc && c->gpu >= 0 && (rc == COT_ERR_NOMEM || rc == COT_ERR_IO)) {
 		rc = gpu_fault(c, "ending the round", eb->msg, eb);
@@ -930,12 +937,14 @@ void cl_compute_next_version(cl_compute *c)
 	 * zeroed with the rest */
 	c->held_n = 0;
 	memset(c->held_sk, 0, sizeof c->held_sk);
+	/* nor is the last round's to be computed again */
+	c->round_n = 0;
 	cot_errbuf eb = { "", "" };
 	if (kern_gpu_grads_home(c->m, &eb))
 		gpu_fault(c, "bringing the gradient home", eb.msg, &eb);
 	if (c->local) {
 		kern_local_begin(c->local, c->m); /* zeroes the gradient too */
-		c->round_n = 0;
+		c->round_lost = false;
 		free_past(c);
 	} else
 		kern_zero_grad(c->m);

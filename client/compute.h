@@ -129,13 +129,20 @@ cot_err cl_compute_retarget(cl_compute *c, const cl_project *p, const cl_work *w
 /* 1 when the session trains in local mode. */
 int cl_compute_is_local(const cl_compute *c);
 
+/* 1 when, in local mode, a GPU failed with the round's inner state on it
+ * and computing the round again on the CPU failed too: the session's
+ * gradient of this version is unusable (the daemon drops it), and
+ * cl_compute_finish refuses. */
+int cl_compute_round_lost(const cl_compute *c);
+
 /* Local mode: end the round's inner steps (a partial inner batch takes a
  * last step), leave the contribution in the model's gradient buffer and
  * theta_v in its parameters; *samples (may be NULL) gets the samples of
  * the round.  No microbatch may follow until cl_compute_next_version.  In
  * sync mode nothing happens (the gradient sum is the contribution).
  * COT_ERR_INVALID (a gradient that is not finite), COT_ERR_CONFLICT
- * (called twice); the round is lost then. */
+ * (called twice), COT_ERR_IO (cl_compute_round_lost); the round is lost
+ * then. */
 cot_err cl_compute_finish(cl_compute *c, int64_t *samples, cot_errbuf *eb);
 
 /* After the round's step: the model holds v+1; zero the gradient, forget

@@ -849,6 +849,8 @@ static void compute(cl_daemon *d, int i)
 		w->mb_done = k;
 	w->samples_per_sec = rt->sps;
 	if (rc) {
+		if (rt->session == s && cl_compute_round_lost(s))
+			cl_daemon_drop_gradient(d, i, eb.msg);
 		hand_back(d, i, eb.msg);
 		return;
 	}
