@@ -33,7 +33,7 @@
 # in groups of at most three, averaging across groups peer to peer
 # (cotrain-server --round-cross-peers, doc/averaging.md "Across groups"):
 # rounds averaged in three groups or more still equal the single-process
-# replay (within 2e-5), the server receives no gradient byte (its metrics
+# replay (within 1e-4), the server receives no gradient byte (its metrics
 # and its access log), and an aggregator dying as it starts the stage
 # across groups (fault point cross-stage) makes its round fail and rerun
 # without it, as any aggregator's death does; then two peers left commit a
@@ -157,10 +157,13 @@ is "$(sql "select count(*) from spot_policy s join project p on p.id = s.project
 
 NAT_ARGS='' NAT_SET='' XG_ARGS='' FAULT=''
 # Across groups peer to peer: the replay (tests/rounds_checks.sh) is held to
-# 2e-5 over these few rounds, tighter than the other modes' 5e-5.  1e-5 is
-# inside the fp32 reordering's own spread through AdamW's first step (1.1e-5
-# measured in groups mode, 1.08e-5 here once, in version 1).
-[ "$MODE" = xgroup ] && XG_ARGS=--round-cross-peers && export REPLAY_TOLERANCE=2e-5
+# 1e-4.  The fp32 sums of the groups, in another order than the replay's,
+# go through AdamW's first step, which turns an element's gradient near
+# its eps into a step near lr: the spread depends on which hosts computed
+# which microbatches (1.1e-5 measured in groups mode, 1.08e-5 here, and
+# 6.07e-5 in one CI run, all in version 1: 3.3e-6 on a value of 1.0).  A
+# microbatch missing from the mean moves steps by up to 2 lr (2e-3).
+[ "$MODE" = xgroup ] && XG_ARGS=--round-cross-peers && export REPLAY_TOLERANCE=1e-4
 if [ "$GROUPS_MODE" = 1 ]; then
 	# two ports (N, N+1) below Linux's ephemeral range (32768-60999),
 	# where an outgoing connection could hold one
