@@ -18,6 +18,7 @@
 #include "server/metrics.h"
 #include "server/router.h"
 #include "shared/common/log.h"
+#include "shared/common/text.h"
 
 struct http_server {
 	struct MHD_Daemon *daemon;
@@ -259,6 +260,37 @@ void http_reply_raw(http_req *req, int status, const char *json, size_t len)
 	http_reply_response(req, status, r);
 }
 
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+	                              : -1;
+}
+
+/* libmicrohttpd's unescaping of the path and of the query's keys and
+ * values (in place, returning the new length), less "%00": a NUL would cut
+ * the string the handlers see, so that "/v1/hosts/1%00" would act on host
+ * 1.  It stays the three characters "%00", which no id, name or number
+ * accepts. */
+static size_t unescape_keep_nul(void *cls, struct MHD_Connection *c, char *s)
+{
+	(void)cls;
+	(void)c;
+	char *w = s;
+	for (const char *r = s; *r;) {
+		int hi = r[0] == '%' ? hex_digit(r[1]) : -1, lo = hi >= 0 ? hex_digit(r[2]) : -1;
+		if (lo >= 0 && (hi | lo)) {
+			*w++ = (char)(hi * 16 + lo);
+			r += 3;
+		} else {
+			*w++ = *r++;
+		}
+	}
+	*w = '\0';
+	return (size_t)(w - s);
+}
+
 void http_reply_json(http_req *req, int status, json_t *body)
 {
 	char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -271,9 +303,15 @@ void http_reply_json(http_req *req, int status, json_t *body)
 
 void http_reply_error(http_req *req, int status, const char *code, const char *message, const char *hint)
 {
-	json_t *err = json_pack("{s:s, s:s}", "code", code, "message", message);
-	if (err && hint && *hint)
-		json_object_set_new(err, "hint", json_string(hint));
+	/* A message may quote the request (a path id, a field): bytes that are
+	 * not UTF-8, which JSON cannot carry, are sent escaped. */
+	char msg[2048], hnt[2048];
+	text_escape(message, msg, sizeof msg);
+	json_t *err = json_pack("{s:s, s:s}", "code", code, "message", msg);
+	if (err && hint && *hint) {
+		text_escape(hint, hnt, sizeof hnt);
+		json_object_set_new(err, "hint", json_string(hnt));
+	}
 	if (status >= 500)
 		log_warn("%s %s: %d %s: %s", req->method, req->path, status, code, message);
 	http_reply_json(req, status, err ? json_pack("{s:o}", "error", err) : NULL);
@@ -586,7 +624,8 @@ cot_err http_start(const srv_config *cfg, http_server **out, cot_errbuf *eb)
 	                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
 	                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096, MHD_OPTION_NOTIFY_COMPLETED,
 	                         on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, http_conns_notify, NULL,
-	                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
+	                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_UNESCAPE_CALLBACK,
+	                         unescape_keep_nul, NULL, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!s->daemon) {
 		free(s);

@@ -1,6 +1,8 @@
 /* cotrain: leveled logging. */
 #include "shared/common/log.h"
 
+#include "shared/common/text.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,13 +43,16 @@ void cot_log(cot_log_level lvl, const char *fmt, ...)
 	int n = snprintf(line, sizeof line, "%04d-%02d-%02d %02d:%02d:%02d.%03ld %s %s: ", tm.tm_year + 1900,
 	                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
 	                 log_ident, tags[lvl]);
+	/* The message may quote what a peer sent: control characters and bytes
+	 * that are not UTF-8 are written escaped, so no line can be forged. */
+	char msg[2048];
 	va_list ap;
 	va_start(ap, fmt);
-	if (n > 0 && n < (int)sizeof line)
-		n += vsnprintf(line + n, sizeof line - n, fmt, ap);
+	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	if (n >= (int)sizeof line - 1)
-		n = sizeof line - 2;
+	if (n < 0 || n >= (int)sizeof line - 2)
+		n = 0;
+	n += (int)text_escape(msg, line + n, sizeof line - 1 - n);
 	line[n++] = '\n';
 	ssize_t w = write(STDERR_FILENO, line, n);
 	(void)w;

@@ -1,5 +1,7 @@
 /* cotrain: leveled logging to stderr (journald picks it up under systemd).
- * Thread-safe: each line is written with one write(2). */
+ * Thread-safe: each line is written with one write(2).  A message's control
+ * characters and bytes that are not UTF-8 (a path or a field a peer sent)
+ * are written as "\xNN" (shared/common/text.h): one call, one line. */
 #ifndef COT_LOG_H
 #define COT_LOG_H
 
