@@ -150,6 +150,11 @@ void api_work_report(http_req *req)
 	const json_t *sk = json_object_get(body, "sketches");
 	if (sk && !json_is_null(sk)) {
 		/* Its shape is checked against the unit and the policy in SQL. */
+		if (!json_is_array(sk)) {
+			http_reply_error(req, 400, "invalid", "field \"sketches\" must be an array",
+			                 "Send one array of the policy's k numbers per microbatch reported.");
+			goto out;
+		}
 		if (!(sketches = json_dumps(sk, JSON_COMPACT))) {
 			http_reply_error(req, 500, "out_of_memory", "out of memory", NULL);
 			goto out;
