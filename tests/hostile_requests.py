@@ -168,25 +168,20 @@ class Campaign:
 
     # --- mutation helpers ----------------------------------------------------
     def body_mutations(self, what, method, path, good, auth, extra_values=(), skip=None, raw_json=True):
-        """good with each field replaced by each hostile value (those skip
-        says yes to left out), each field dropped, every RAW value (unless
-        raw_json is false), and the bad bodies."""
-        for key in list(good):
-            values = list(HOSTILE_VALUES) + list(extra_values)
-            for v in values:
-                if skip and skip(v):
-                    continue
-                b = dict(good)
-                b[key] = v
-                self.send("%s=%r" % (key, v), method, path, b, auth)
-            b = dict(good)
-            del b[key]
-            self.send("without %s" % key, method, path, b, auth)
+        """good with each field, at any depth (an object's members, a list's
+        first element), replaced by each hostile value (those skip says yes
+        to left out) and by every RAW value (unless raw_json is false), each
+        object member dropped, and the bad bodies."""
+        for at in field_paths(good):
+            name = ".".join(str(p) for p in at)
+            for v in list(HOSTILE_VALUES) + list(extra_values):
+                if not (skip and skip(v)):
+                    self.send("%s=%r" % (name, v)[:80], method, path, replaced(good, at, v), auth)
+            if isinstance(at[-1], str):
+                self.send("without %s" % name, method, path, replaced(good, at, DROP), auth)
             for raw in RAW_VALUES if raw_json else ():
-                b = dict(good)
-                b[key] = "@@RAW@@"
-                text = json.dumps(b).encode().replace(RAW_MARK, raw)
-                self.send("%s=%r" % (key, raw[:20]), method, path, text, auth)
+                text = json.dumps(replaced(good, at, "@@RAW@@")).encode().replace(RAW_MARK, raw)
+                self.send("%s=%r" % (name, raw[:20]), method, path, text, auth)
         for bad in BAD_BODIES:
             self.send("body %r" % bad[:20], method, path, bad, auth)
 
@@ -197,6 +192,35 @@ class Campaign:
                     "bearer " + kinds.get("own", ""), "Bearer " + kinds.get("own", "") + "x"]:
             self.send("auth header %r" % raw[:16], method, path, body, None,
                       headers={"Authorization": raw})
+
+
+DROP = object()
+
+
+def field_paths(doc, at=()):
+    """The paths of doc's object members and of its lists' first elements,
+    outermost first: ("a",), ("a", 0), ("a", 0, "b"), ..."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield at + (k,)
+            yield from field_paths(v, at + (k,))
+    elif isinstance(doc, list) and doc:
+        yield at + (0,)
+        yield from field_paths(doc[0], at + (0,))
+
+
+def replaced(doc, at, value):
+    """A deep copy of doc with the element at path at set to value (a
+    member dropped for DROP)."""
+    doc = json.loads(json.dumps(doc))
+    parent = doc
+    for p in at[:-1]:
+        parent = parent[p]
+    if value is DROP:
+        del parent[at[-1]]
+    else:
+        parent[at[-1]] = value
+    return doc
 
 
 def error_shape_problem(status, data):
@@ -492,6 +516,46 @@ def main():
         c.diag("group sum: %s\noutcome: %s" % (json.dumps(gs)[:300], json.dumps(out)[:400]))
         c.ok(out["round"]["state"] == "committed", "the round committed after the campaign's requests (%s)"
              % out["round"]["state"])
+
+    # --- the committed round: its second seed, its spot check, its checkpoint -------
+    st, _, d = c.request("POST", "/v1/accounts", {"email": "checker@example.org", "name": "checker",
+                                                  "password": "a long password"})
+    key3 = must(c, st, d, (201,), "POST /v1/accounts (a checker)")["account_key"]
+    st, _, d = c.request("POST", "/v1/hosts", {"flops": 1e9}, key3)
+    h3 = must(c, st, d, (201,), "POST /v1/hosts (the checker's)")
+    hid3, tok3 = h3["host_id"], h3["host_token"]
+    st, _, d = c.request("POST", "/v1/projects/%s/spotchecks/claim" % P, {"host_id": hid3}, tok3)
+    check = json.loads(d) if st == 200 else None
+    c.diag("spot check claimed: %s" % (json.dumps(check)[:300] if check else "none (%d)" % st))
+    ckpt = out.get("checkpoint_sha256") if plan else None
+
+    def committed():
+        c.body_mutations("seed2", "POST", base + "/seed2",
+                         {"host_id": hid, "sketches": {
+                             "k": k, "blocks": [{"first": wu["lo"], "count": 0, "sketch": [0.0] * k}],
+                             "received": [{"aggregator": hid, "sketch": [0.0] * k}],
+                             "aggregated": {"members": [{"host_id": hid, "sketch": [0.0] * k, "err": 0.0}],
+                                            "result": [0.0] * k, "result_err": 0.0}}}, tok)
+        c.send("another host's seed2", "POST", base + "/seed2", {"host_id": hid3, "sketches": {"k": k}}, tok)
+        if check:
+            n_values = len(check.get("microbatches") or [None]) * check["k"] + (check["k"] if "seed2" in check
+                                                                               else 0)
+            c.body_mutations("fingerprint", "POST", "/v1/spotchecks/%d/fingerprint" % check["id"],
+                             {"values": [0.5] * (n_values + 1)}, tok3,
+                             [[0.5] * (n_values - 1), [1e308] * n_values, [None] * n_values,
+                              ["1"] * n_values, [0.5] * 100000])
+            c.send("a stranger's fingerprint", "POST", "/v1/spotchecks/%d/fingerprint" % check["id"],
+                   {"values": [0.5] * n_values}, tok2)
+        c.body_mutations("claim", "POST", "/v1/projects/%s/spotchecks/claim" % P, {"host_id": hid2}, tok3)
+        if ckpt:
+            c.send("a checkpoint's manifest, uppercase", "GET", "/v1/projects/%s/checkpoints/%s" % (P, ckpt.upper()),
+                   None, tok)
+            c.send("a checkpoint's manifest, another project", "GET", "/v1/projects/x/checkpoints/" + ckpt, None, tok)
+            c.auth_mutations("GET", "/v1/projects/%s/checkpoints/%s" % (P, ckpt), None, kinds_host)
+            for rng in ["bytes=0-0", "bytes=-1", "bytes=1000000000-", "bytes=0-1,5-6"]:
+                c.send("a checkpoint's range", "GET", "/files/" + ckpt, headers={"Range": rng})
+        c.send("the round again", "GET", "%s/plan?host_id=%d" % (base, hid), None, tok)
+    c.batch("the committed round: second seed, spot check, checkpoint", committed)
 
     # --- a body past the limit, announced and not ----------------------------------
     def raw():
