@@ -149,9 +149,10 @@ class Campaign:
         self.problems = []
         self.changed_ok = False
         before = self.fingerprint()
-        n0 = self.sent
+        n0, t0 = self.sent, time.monotonic()
         fn()
         count = self.sent - n0
+        self.diag("%s: %d requests in %.1f s" % (name, count, time.monotonic() - t0))
         if not self.ok(not self.problems, "%s: %d requests, each answered below 500 with the "
                        "API's error object" % (name, count)):
             for p in self.problems[:8]:
@@ -561,21 +562,19 @@ def main():
     def raw():
         port = args.port
 
-        def raw_send(data, read=True):
+        def raw_send(data):
+            """data on a fresh connection: the start of the answer, b"" when
+            the server closed or held it (waiting for a body announced) 1 s."""
+            c.sent += 1
             s = socket.create_connection(("127.0.0.1", port), timeout=10)
             try:
                 s.sendall(data)
-                if read:
-                    s.settimeout(5)
-                    try:
-                        return s.recv(65536)
-                    except (socket.timeout, ConnectionResetError):
-                        return b""
-            except (BrokenPipeError, ConnectionResetError):
+                s.settimeout(1)
+                return s.recv(65536)
+            except (socket.timeout, OSError):
                 return b""
             finally:
                 s.close()
-            return b""
         for data in [b"GET / HTTP/1.1\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
                      b"GET /v1/projects HTTP/9.9\r\nHost: x\r\n\r\n",
                      b"GET " + b"/" * 100000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -591,30 +590,68 @@ def main():
                      b"ffffffffffffffff\r\n{}\r\n0\r\n\r\n",
                      b"POST /v1/projects/" + P.encode() + b"/work HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n",
                      b"\r\n" * 1000, b"\x00" * 4096, b"GET /\x00/ HTTP/1.1\r\n\r\n"]:
-            raw_send(data)
+            ans = raw_send(data)
+            # (505: an HTTP version other than 1.x, as RFC 9110 says)
+            if ans and not (ans.startswith(b"HTTP/1.") and (ans[9:10] in b"1234" or ans[9:12] == b"505")):
+                c.problems.append("raw %r: answered %r" % (data[:40], ans[:60]))
         # a body over --body-limit announced: refused from its headers,
         # before it is sent
         head = raw_send(b"POST /v1/accounts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                         b"Content-Length: 1048576\r\n\r\n")
         c.ok(head.startswith(b"HTTP/1.1 413"), "a 1 MiB account body is answered 413 from its length (%r)"
              % head[:40])
-        if args.relay_port:
-            for line in [b"OBSERVE\n", b"OBSERVE x y z\n", b"MEET\n", b"MEET 1 2 3 4 5\n",
-                         b"RELAY " + b"9" * 100 + b"\n", b"A" * 100000 + b"\n", b"\x00\xff\n" * 100,
-                         b"OBSERVE " + tok.encode() + b" 99999999999\n", b"RELAY -1 -1\n"]:
-                for p in (args.relay_port, args.relay_port + 1):
-                    try:
-                        s = socket.create_connection(("127.0.0.1", p), timeout=5)
-                        s.sendall(line)
-                        s.settimeout(2)
-                        try:
-                            s.recv(4096)
-                        except (socket.timeout, ConnectionResetError):
-                            pass
-                        s.close()
-                    except OSError:
-                        pass
-    c.batch("bytes that are not HTTP, and the NAT service's lines", raw)
+    c.batch("bytes that are not HTTP", raw)
+
+    def nat_line(port, line):
+        """One request line to the NAT service: its answer line (b"" when it
+        closed without one, None when it held the connection 2 s)."""
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError:
+            return b"(no connection)"
+        try:
+            s.sendall(line)
+            s.settimeout(2)
+            return s.recv(4096)
+        except socket.timeout:
+            return None
+        except OSError:
+            return b""
+        finally:
+            s.close()
+
+    def nat():
+        # each field of each request replaced by each hostile token (none
+        # that would make a valid MEET or RELAY, which waits for its peer)
+        good = {b"OBSERVE": [str(hid), tok, "127.0.0.1", "7070", "0"],
+                b"MEET": [P, str(version), str(hid), str(hid2), tok, "DIAL"],
+                b"RELAY": [P, str(version), str(hid), str(hid2), tok, "DIAL"]}
+        tokens = ["-1", "0", "99999999999999999999", "abc", "A" * 400, "\x00", "\xff\xfe", "1e3", "+1",
+                  "%", "::1", "[::1]", "65536", "-0", "dial", "\t", "9" * 30]
+        lines = [b"", b"\n", b"OBSERVE\n", b"MEET\n", b"RELAY\n", b"A" * 100000 + b"\n",
+                 b"\x00\xff\n" * 100, b" " * 446 + b"\n", b"OBSERVE " + b"1 " * 200 + b"\n"]
+        for cmd, fields in good.items():
+            for i in range(len(fields)):
+                for t in tokens:
+                    f = list(fields)
+                    f[i] = t
+                    lines.append(cmd + b" " + " ".join(f).encode("latin-1") + b"\r\n")
+            lines.append(cmd + b" " + " ".join(fields).encode() + b" extra fields here\n")
+        for line in lines:
+            for port in (args.relay_port, args.relay_port + 1):
+                c.sent += 1
+                ans = nat_line(port, line)
+                if ans is None and (line.startswith(b"MEET") or line.startswith(b"RELAY")):
+                    continue  # a half that waits for its peer: the service's to time out
+                if ans and ans.startswith(b"SEEN "):
+                    c.changed_ok = True  # an observation: the host's reachability is stored
+                elif ans and not ans.startswith(b"ERR 4"):
+                    c.problems.append("NAT %r to port %d: answered %r" % (line[:60], port, ans[:100]))
+        ans = nat_line(args.relay_port + 1, ("OBSERVE %d %s 127.0.0.1 7070 0\n" % (hid, tok)).encode())
+        c.ok(ans is not None and ans.startswith(b"SEEN "), "the NAT service still observes a host after "
+             "the hostile lines (%r)" % (ans or b"")[:60])
+    if args.relay_port:
+        c.batch("the NAT service's request lines", nat)
 
     # DELETE last: it revokes the second host.
     def delete():
