@@ -274,24 +274,34 @@ static bool dial_back(const char *addr, uint16_t port, int timeout_ms)
 
 static const dbc_stmt st_class = { "reach_class",
 	                           "UPDATE host SET nat_class = $2, nat_mapping = $3, nat_public_addr = $4,"
-	                           "                nat_public_port = $5::integer, nat_observed_at = now()"
+	                           "                nat_public_port = $5::integer, nat_observed_at = now(),"
+	                           "                nat_advertised_port = $6::integer, nat_local_addr = $7,"
+	                           "                nat_local_port = $8::integer"
 	                           " WHERE id = $1::bigint",
-	                           5 };
+	                           8 };
 
-/* Write a host's class and public endpoint to its row; errors are logged
- * (the class in memory stands, and the next registration writes again).
- * klass and mapping are static strings; addr at most REACH_ADDR_MAX. */
-static void store_class(int64_t host, const char *klass, const char *mapping, const char *addr, uint16_t port)
+/* Write a host's class and endpoints (i's) to its row; errors are logged
+ * (the class in memory stands, and the next registration writes again). */
+static void store_class(const reach_info *i, uint16_t public_port)
 {
-	char h[24], p[8];
-	snprintf(h, sizeof h, "%lld", (long long)host);
-	snprintf(p, sizeof p, "%u", port);
-	const char *params[] = { h, klass, mapping, addr[0] ? addr : NULL, p };
+	char h[24], p[8], ap[8], lp[8];
+	snprintf(h, sizeof h, "%lld", (long long)i->host_id);
+	snprintf(p, sizeof p, "%u", public_port);
+	snprintf(ap, sizeof ap, "%u", i->adv_port);
+	snprintf(lp, sizeof lp, "%u", i->local_port);
+	const char *params[] = { h,
+		                 i->klass,
+		                 i->mapping,
+		                 i->addr[0] ? i->addr : NULL,
+		                 p,
+		                 ap,
+		                 i->local_addr[0] ? i->local_addr : NULL,
+		                 lp };
 	PGresult *r = NULL;
 	char state[6];
 	cot_errbuf eb = { "", "" };
 	if (dbc_exec(&st_class, params, &r, state, &eb))
-		log_warn("could not store the class of host %lld: %s", (long long)host, eb.msg);
+		log_warn("could not store the class of host %lld: %s", (long long)i->host_id, eb.msg);
 	else
 		PQclear(r);
 }
@@ -314,8 +324,9 @@ const char *reach_classify(int64_t host, int timeout_ms)
 	bool reached = dial_back(addr, port, timeout_ms);
 
 	pthread_mutex_lock(&mu);
-	const char *k = "unknown", *mapping = "unknown";
+	const char *k = "unknown";
 	uint16_t public_port = 0;
+	reach_info seen;
 	e = find(host, false);
 	bool decided = e && strcmp(e->info.addr, addr) == 0;
 	if (decided) {
@@ -327,14 +338,14 @@ const char *reach_classify(int64_t host, int timeout_ms)
 		else
 			i->klass = "nat";
 		k = i->klass;
-		mapping = i->mapping;
+		seen = *i;
 		public_port = i->port_a ? i->port_a : i->port_b;
 		log_info("host %lld at %s port %u (advertised %u): %s, mapping %s", (long long)host, addr,
 		         i->port_a, i->adv_port, i->klass, i->mapping);
 	}
 	pthread_mutex_unlock(&mu);
 	if (decided)
-		store_class(host, k, mapping, addr, public_port);
+		store_class(&seen, public_port);
 	return k;
 }
 
@@ -346,6 +357,80 @@ bool reach_get(int64_t host, reach_info *out)
 		*out = e->info;
 	pthread_mutex_unlock(&mu);
 	return e != NULL;
+}
+
+static const dbc_stmt st_reload = {
+	"reach_reload",
+	"SELECT nat_class, nat_mapping, nat_public_addr, nat_public_port, nat_advertised_port, "
+	"nat_local_addr,"
+	"       nat_local_port, (extract(epoch FROM now() - nat_observed_at) * 1000)::bigint"
+	"  FROM host WHERE id = $1::bigint AND NOT revoked AND nat_class IS NOT NULL"
+	"   AND nat_advertised_port IS NOT NULL AND nat_observed_at > now() - make_interval(secs => "
+	"$2::integer)",
+	2
+};
+
+/* The static string of the set (NULL-terminated) that s names, or the set's
+ * last one ("unknown"). */
+static const char *one_of(const char *s, const char *const *set)
+{
+	int k = 0;
+	for (; set[k + 1]; k++)
+		if (strcmp(s, set[k]) == 0)
+			break;
+	return set[k];
+}
+
+bool reach_get_or_reload(int64_t host, reach_info *out)
+{
+	if (reach_get(host, out) && out->observed_ms != 0)
+		return true;
+	char h[24], age[24];
+	snprintf(h, sizeof h, "%lld", (long long)host);
+	snprintf(age, sizeof age, "%d", REACH_RELOAD_S);
+	const char *params[] = { h, age };
+	PGresult *r = NULL;
+	char state[6];
+	cot_errbuf eb = { "", "" };
+	if (dbc_exec(&st_reload, params, &r, state, &eb)) {
+		log_warn("could not read the class of host %lld: %s", (long long)host, eb.msg);
+		return false;
+	}
+	bool found = PQntuples(r) == 1;
+	if (found) {
+		static const char *const classes[] = { "public", "mapped", "nat", "unknown", NULL };
+		static const char *const mappings[] = { "independent", "dependent", "unknown", NULL };
+		reach_info i = { .host_id = host };
+		i.klass = one_of(PQgetvalue(r, 0, 0), classes);
+		i.mapping = PQgetisnull(r, 0, 1) ? "unknown" : one_of(PQgetvalue(r, 0, 1), mappings);
+		snprintf(i.addr, sizeof i.addr, "%s", PQgetvalue(r, 0, 2));
+		i.port_a = (uint16_t)atoi(PQgetvalue(r, 0, 3));
+		i.adv_port = (uint16_t)atoi(PQgetvalue(r, 0, 4));
+		snprintf(i.local_addr, sizeof i.local_addr, "%s", PQgetvalue(r, 0, 5));
+		i.local_port = (uint16_t)atoi(PQgetvalue(r, 0, 6));
+		i.observed_ms = deadline_now_ms() - strtoll(PQgetvalue(r, 0, 7), NULL, 10);
+		pthread_mutex_lock(&mu);
+		entry *e = find(host, true);
+		if (e && e->info.observed_ms == 0) { /* an OBSERVE meanwhile wins; relay counts stay */
+			reach_info *t = &e->info;
+			t->klass = i.klass;
+			t->mapping = i.mapping;
+			memcpy(t->addr, i.addr, sizeof t->addr);
+			memcpy(t->local_addr, i.local_addr, sizeof t->local_addr);
+			t->port_a = i.port_a;
+			t->adv_port = i.adv_port;
+			t->local_port = i.local_port;
+			t->observed_ms = i.observed_ms;
+		}
+		*out = e ? e->info : i;
+		pthread_mutex_unlock(&mu);
+		log_info("host %lld: %s, mapping %s, as its row had it %.0f s ago (no registration since the "
+		         "server started)",
+		         (long long)host, i.klass, i.mapping,
+		         (double)(deadline_now_ms() - i.observed_ms) / 1000);
+	}
+	PQclear(r);
+	return found;
 }
 
 size_t reach_relay_take(int64_t host, size_t want, uint64_t cap, int *wait_ms)
@@ -425,7 +510,8 @@ void reach_relay_pending(int64_t host, uint64_t *in, uint64_t *out, uint64_t *se
 static const dbc_stmt st_host_nat = {
 	"nat_host_row",
 	"SELECT account_id, nat_class, nat_mapping, nat_public_addr, nat_public_port,"
-	"       to_jsonb(nat_observed_at) #>> '{}', relay_bytes_in, relay_bytes_out, relay_sessions"
+	"       to_jsonb(nat_observed_at) #>> '{}', relay_bytes_in, relay_bytes_out, relay_sessions,"
+	"       nat_advertised_port"
 	"  FROM host WHERE id = $1",
 	1
 };
@@ -476,7 +562,8 @@ void api_host_nat(http_req *req)
 			              (json_int_t)id, "reachability", col_str(r, 1, "unknown"), "mapping",
 			              col_str(r, 2, "unknown"), "public_addr", col_str(r, 3, NULL),
 			              "public_port", (int)col_int(r, 4), "public_port_2", 0,
-			              "advertised_port", 0, "observed_at", observed, "source", "database");
+			              "advertised_port", (int)col_int(r, 9), "observed_at", observed,
+			              "source", "database");
 		}
 		if (o) {
 			json_object_set_new(o, "relay_bytes_in", json_integer(rin));

@@ -20,9 +20,9 @@
  * the class and public endpoint each time reach_classify() decides (in the
  * caller's thread, on its dbconn connection), the relay byte and session
  * counts in batches, by a thread of this module at most every
- * REACH_FLUSH_MS per host and once more in reach_free().  The broker itself
- * only uses what is in memory: a restarted server relearns each host's
- * endpoint at its next registration; the rows serve the views.  Safe for
+ * REACH_FLUSH_MS per host and once more in reach_free().  The broker plans
+ * from memory; a restarted server reads a host it has not observed yet from
+ * its row (reach_get_or_reload) until the host registers again.  Safe for
  * concurrent use. */
 #ifndef COT_SERVER_REACHABILITY_H
 #define COT_SERVER_REACHABILITY_H
@@ -35,6 +35,7 @@
 
 #define REACH_ADDR_MAX 64
 #define REACH_FLUSH_MS 2000 /* relay counts reach the database this often */
+#define REACH_RELOAD_S 900  /* a row's class serves a restarted server this long (3 registrations) */
 
 typedef struct {
 	int64_t host_id;
@@ -76,6 +77,13 @@ const char *reach_classify(int64_t host, int timeout_ms);
 
 /* Copy what is known of host into *out; false when nothing is. */
 bool reach_get(int64_t host, reach_info *out);
+
+/* reach_get for planning a meeting: a host this server has not observed
+ * since it started (a restart) is loaded from its row when the row was
+ * written within REACH_RELOAD_S, and kept in the table until the host's
+ * next registration replaces it.  Uses the calling thread's database
+ * connection; false when neither knows the host. */
+bool reach_get_or_reload(int64_t host, reach_info *out);
 
 /* Relay bandwidth: take up to want bytes from host's token bucket filled at
  * cap bytes per second (cap 0: no cap; the bucket holds at most a quarter of

@@ -340,10 +340,11 @@ static int park_request(relay_service *s, rdv_kind kind, int fd, char **f, int n
 	return other->fd >= 0;
 }
 
-/* What the server knows of host, or the class "unknown". */
+/* What the server knows of host (from its row after a restart), or the
+ * class "unknown". */
 static void reach_or_unknown(int64_t host, reach_info *i)
 {
-	if (!reach_get(host, i)) {
+	if (!reach_get_or_reload(host, i)) {
 		memset(i, 0, sizeof *i);
 		i->klass = i->mapping = "unknown";
 	}

@@ -35,7 +35,7 @@ get() { curl -s -H "Authorization: Bearer $nat_account_key" "http://127.0.0.1:$P
 # The first integer value of "key" in a JSON text.
 jint() { sed -n "s/.*\"$1\": *\([0-9]*\).*/\1/p" | head -1; }
 
-plan 16
+plan 18
 "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" db migrate >/dev/null ||
 	bail_out "could not migrate"
 nat_seed "1001:0 1002:0"
@@ -107,6 +107,20 @@ echo "$nat" | grep -q '"reachability" *: *"public"' && echo "$nat" | grep -q '"s
 	echo "$nat" | grep -q '"public_addr" *: *"127.0.0.1"'
 ok $? "after a restart GET /v1/hosts/{id}/nat answers from the row ($nat)"
 is "$(echo "$nat" | jint relay_sessions)" 1 "  with the relay totals"
+is "$(echo "$nat" | jint advertised_port)" "$(nat_sql "SELECT nat_advertised_port FROM host WHERE id = 1001")" \
+	"  and the advertised port the row keeps"
+# A meeting before either host registered again is planned from the rows:
+# 1001 is public, so 1002 dials it directly at its advertised port (an
+# unknown class would have sent them through the relay).
+line() { nat_drv line --server 127.0.0.1 --nat-port $NP --host 1 --token x --seconds 5 "$@"; }
+line MEET nattest 0 1001 1002 "$(nat_token 1001)" ACCEPT >"$T/meet-acc.out" &
+MPID=$!
+sleep 0.3
+out=$(line MEET nattest 0 1002 1001 "$(nat_token 1002)" DIAL)
+wait $MPID
+adv=$(nat_sql "SELECT nat_advertised_port FROM host WHERE id = 1001")
+case $out in "GO direct 127.0.0.1 $adv "*) st=0 ;; *) st=1 ;; esac
+ok $st "after a restart a meeting is planned from the rows: direct to port $adv (dialer: $out; acceptor: $(cat "$T/meet-acc.out"))"
 out=$(nat_drv observe $(common 1001))
 nat=$(get /v1/hosts/1001/nat)
 echo "$nat" | grep -q '"source" *: *"memory"'
