@@ -27,6 +27,7 @@ import random
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 # Values that take each field out of its type, range or size.
@@ -66,8 +67,9 @@ class Campaign:
         self.problems = []     # this batch's offending requests
         self.changed_ok = False  # a request of this batch was accepted
 
-    # --- TAP ---------------------------------------------------------------
+    # --- TAP (lines the shell's echo prints again: no backslashes) ----------
     def ok(self, cond, desc):
+        desc = desc.replace("\\", "/")
         self.n += 1
         if cond:
             print("ok %d - %s" % (self.n, desc))
@@ -78,7 +80,7 @@ class Campaign:
         return cond
 
     def diag(self, text):
-        for line in text.splitlines():
+        for line in text.replace("\\", "/").splitlines():
             print("# " + line)
 
     # --- HTTP --------------------------------------------------------------
@@ -557,6 +559,40 @@ def main():
                 c.send("a checkpoint's range", "GET", "/files/" + ckpt, headers={"Range": rng})
         c.send("the round again", "GET", "%s/plan?host_id=%d" % (base, hid), None, tok)
     c.batch("the committed round: second seed, spot check, checkpoint", committed)
+
+    # --- one live unit raced: hand-backs, finishes and heartbeats at once ---------------
+    st, _, d = c.request("POST", "/v1/projects/%s/work" % P, {"host_id": hid}, tok)
+    wu2 = must(c, st, d, (200,), "POST /v1/projects/%s/work (the next version)" % P)
+    wid2 = wu2["work_unit_id"]
+
+    def race():
+        verbs = ["handback"] * 8 + ["finish"] * 4 + ["heartbeat"] * 4
+        start = threading.Barrier(len(verbs))
+        got = []
+
+        def one(verb):
+            start.wait()
+            path = "/v1/workunits/%d/%s" % (wid2, verb)
+            st, hd, d = c.request("POST", path, {"mb_done": 0} if verb != "finish" else {}, tok)
+            c.judge("race", "POST", path, st, hd, d)
+            got.append((verb, st, d))
+        threads = [threading.Thread(target=one, args=(v,)) for v in verbs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        won = {v for v, st, _ in got if st == 200 and v != "heartbeat"}
+        c.ok(len(won) == 1, "of 8 hand-backs and 4 finishes sent at once, one kind won (%s)" % sorted(won))
+        loser = {"handback": "finish", "finish": "handback"}.get(next(iter(won), ""), "")
+        c.ok(all(st == 409 for v, st, _ in got if v == loser), "  the other kind was refused 409 (%s)" %
+             sorted(st for v, st, _ in got if v == loser))
+        bodies = {json.dumps({k: v for k, v in json.loads(d).items()
+                              if k not in ("current_version", "accumulated_samples")}, sort_keys=True)
+                  for v, st, d in got if st == 200 and v in won}
+        c.ok(len(bodies) == 1, "  every winner was answered the same: the unit ended once (%d answers)" % len(bodies))
+        c.ok(all(st in (200, 409) for v, st, _ in got if v == "heartbeat"),
+             "  the heartbeats were answered 200 or 409 (%s)" % sorted(st for v, st, _ in got if v == "heartbeat"))
+    c.batch("one unit raced", race)
 
     # --- a body past the limit, announced and not ----------------------------------
     def raw():
