@@ -361,12 +361,12 @@ bool reach_get(int64_t host, reach_info *out)
 
 static const dbc_stmt st_reload = {
 	"reach_reload",
-	"SELECT nat_class, nat_mapping, nat_public_addr, nat_public_port, nat_advertised_port, "
-	"nat_local_addr,"
-	"       nat_local_port, (extract(epoch FROM now() - nat_observed_at) * 1000)::bigint"
+	"SELECT nat_class, nat_mapping, nat_public_addr, nat_public_port, nat_advertised_port,"
+	"       nat_local_addr, nat_local_port,"
+	"       (extract(epoch FROM now() - nat_observed_at) * 1000)::bigint"
 	"  FROM host WHERE id = $1::bigint AND NOT revoked AND nat_class IS NOT NULL"
-	"   AND nat_advertised_port IS NOT NULL AND nat_observed_at > now() - make_interval(secs => "
-	"$2::integer)",
+	"   AND nat_advertised_port IS NOT NULL"
+	"   AND nat_observed_at > now() - make_interval(secs => $2::integer)",
 	2
 };
 
