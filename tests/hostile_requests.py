@@ -24,11 +24,13 @@ import hashlib
 import http.client
 import json
 import random
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 # Values that take each field out of its type, range or size.
 HOSTILE_VALUES = [
@@ -389,6 +391,39 @@ def main():
             c.send("sign-up form", "POST", "/signup", form, ctype="application/x-www-form-urlencoded",
                    api=False)
     c.batch("projects, files, credit and pages", public)
+
+    # --- the sign-up form, with its token and cookie: each field hostile ----------------
+    def signup():
+        st, hd, page = c.send("the form", "GET", "/signup?project=" + P, api=False)
+        m = re.search(rb'name="csrf" value="([^"]+)"', page)
+        if not c.ok(st == 200 and m is not None, "GET /signup answers the form with its token (%d)" % st):
+            return
+        token = m.group(1).decode()
+        good = {"csrf": token, "project": P, "email": "form@example.org", "name": "form",
+                "password": "a long password"}
+        values = ["", "x", "A" * 300, "A" * 5000, "<script>alert(1)</script>", "\"'><", "%", "%zz",
+                  "é" * 100, "\ufffe", "\u0001", "a\nb", " ", "+", "&", "="]
+        passed, tried = 0, 0
+        for key in good:
+            for v in values:
+                form = dict(good, **{key: v})
+                st, _, _ = c.send("form %s=%r" % (key, v[:12]), "POST", "/signup", urllib.parse.urlencode(form),
+                                  ctype="application/x-www-form-urlencoded",
+                                  headers={"Cookie": "cotrain_csrf=" + token}, api=False)
+                if key != "csrf":
+                    tried += 1
+                    passed += st != 403
+        # (the forms reach the account rules, where the API's earlier
+        # accounts have used up this address's --auth-per-minute: 429)
+        c.ok(passed == tried, "  the token and cookie were taken: %d of %d forms with the token got past "
+             "the cross-site check" % (passed, tried))
+        raw = urllib.parse.urlencode(good)
+        for form in [raw + "&email=x@example.org", raw.replace("email=", "email=%ff%fe"),
+                     raw.replace("name=", "name=%00"), raw.replace("name=", "name=%C0%AF"),
+                     raw + "&" + "x=y&" * 5000, raw + "&=&&=%", "csrf=" + token]:
+            c.send("form %r" % form[-20:], "POST", "/signup", form, ctype="application/x-www-form-urlencoded",
+                   headers={"Cookie": "cotrain_csrf=" + token}, api=False)
+    c.batch("the sign-up form with its token", signup)
 
     # --- the scheduler --------------------------------------------------------------
     def scheduler():
