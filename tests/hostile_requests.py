@@ -521,6 +521,17 @@ def main():
         c.send("a group sum of the wrong size", "POST",
                "%s/group_sum?host_id=%d&samples=%d&included=%d" % (base, hid, n_mb * mbs, hid),
                b"\x00" * 12, tok, ctype="application/octet-stream")
+        if plan:
+            # the right size, a value that is not finite: refused, not kept
+            # (the real sum after the batch must still be the group's)
+            n = plan["param_count"]
+            for what, data in [("NaN first", b"\x00\x00\xc0\x7f" + b"\x00" * (4 * n - 4)),
+                               ("+Inf last", b"\x00" * (4 * n - 4) + b"\x00\x00\x80\x7f"),
+                               ("-Inf in the middle", b"\x00" * (2 * n) + b"\x00\x00\x80\xff" +
+                                b"\x00" * (2 * n - 4))]:
+                st, _, _ = c.send("a group sum with " + what, "POST", "%s/group_sum?host_id=%d&samples=%d&included=%d"
+                                  % (base, hid, n_mb * mbs, hid), data, tok, ctype="application/octet-stream")
+                c.ok(st == 400, "a group sum with %s is refused 400 (%d)" % (what, st))
         c.send("a checkpoint that is not one", "POST", "%s/checkpoint?host_id=%d" % (base, hid),
                b"\x00" * 4096, tok, ctype="application/octet-stream")
         c.body_mutations("outcome", "POST", base + "/outcome",

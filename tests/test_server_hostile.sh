@@ -64,7 +64,7 @@ select t from (
   from host h) s order by t
 SQL
 python3 "$top_srcdir/tests/hostile_requests.py" --port "$PORT" --relay-port "$RELAY" --project hostile \
-	--account-key "$KEY" --fingerprint-cmd "'$PG_BINDIR/psql' '$COTRAIN_DB' -Atq -f '$T/fingerprint.sql'" \
+	--account-key="$KEY" --fingerprint-cmd "'$PG_BINDIR/psql' '$COTRAIN_DB' -Atq -f '$T/fingerprint.sql'" \
 	>"$T/campaign.tap" 2>"$T/campaign.err"
 rc=$?
 # the campaign's checks, renumbered into this test's
