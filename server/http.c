@@ -17,6 +17,7 @@
 #include "server/http_conns.h"
 #include "server/metrics.h"
 #include "server/router.h"
+#include "shared/common/hash.h"
 #include "shared/common/log.h"
 #include "shared/common/text.h"
 
@@ -260,14 +261,6 @@ void http_reply_raw(http_req *req, int status, const char *json, size_t len)
 	http_reply_response(req, status, r);
 }
 
-static int hex_digit(char c)
-{
-	return c >= '0' && c <= '9'   ? c - '0'
-	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-	                              : -1;
-}
-
 /* libmicrohttpd's unescaping of the path and of the query's keys and
  * values (in place, returning the new length), less "%00": a NUL would cut
  * the string the handlers see, so that "/v1/hosts/1%00" would act on host
@@ -279,7 +272,7 @@ static size_t unescape_keep_nul(void *cls, struct MHD_Connection *c, char *s)
 	(void)c;
 	char *w = s;
 	for (const char *r = s; *r;) {
-		int hi = r[0] == '%' ? hex_digit(r[1]) : -1, lo = hi >= 0 ? hex_digit(r[2]) : -1;
+		int hi = r[0] == '%' ? hash_hex_digit(r[1]) : -1, lo = hi >= 0 ? hash_hex_digit(r[2]) : -1;
 		if (lo >= 0 && (hi | lo)) {
 			*w++ = (char)(hi * 16 + lo);
 			r += 3;

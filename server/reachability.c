@@ -408,7 +408,8 @@ bool reach_get_or_reload(int64_t host, reach_info *out)
 		i.adv_port = (uint16_t)atoi(PQgetvalue(r, 0, 4));
 		snprintf(i.local_addr, sizeof i.local_addr, "%s", PQgetvalue(r, 0, 5));
 		i.local_port = (uint16_t)atoi(PQgetvalue(r, 0, 6));
-		i.observed_ms = deadline_now_ms() - strtoll(PQgetvalue(r, 0, 7), NULL, 10);
+		long long age_ms = strtoll(PQgetvalue(r, 0, 7), NULL, 10);
+		i.observed_ms = deadline_now_ms() - age_ms;
 		pthread_mutex_lock(&mu);
 		entry *e = find(host, true);
 		if (e && e->info.observed_ms == 0) { /* an OBSERVE meanwhile wins; relay counts stay */
@@ -426,8 +427,7 @@ bool reach_get_or_reload(int64_t host, reach_info *out)
 		pthread_mutex_unlock(&mu);
 		log_info("host %lld: %s, mapping %s, as its row had it %.0f s ago (no registration since the "
 		         "server started)",
-		         (long long)host, i.klass, i.mapping,
-		         (double)(deadline_now_ms() - i.observed_ms) / 1000);
+		         (long long)host, i.klass, i.mapping, (double)age_ms / 1000);
 	}
 	PQclear(r);
 	return found;

@@ -31,14 +31,6 @@ typedef struct {
 	char email[FIELD_MAX], name[FIELD_MAX], password[FIELD_MAX];
 } signup_form;
 
-static int hexval(char c)
-{
-	return c >= '0' && c <= '9'   ? c - '0'
-	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-	                              : -1;
-}
-
 /* Decode n bytes of a form value ('+' is a space, %XX a byte) into out of
  * capacity cap.  False for a bad escape, a NUL, or a value too long. */
 static bool form_decode(const char *s, size_t n, char *out, size_t cap)
@@ -49,7 +41,8 @@ static bool form_decode(const char *s, size_t n, char *out, size_t cap)
 		if (c == '+') {
 			c = ' ';
 		} else if (c == '%') {
-			int a = i + 1 < n ? hexval(s[i + 1]) : -1, b = i + 2 < n ? hexval(s[i + 2]) : -1;
+			int a = i + 1 < n ? hash_hex_digit(s[i + 1]) : -1,
+			    b = i + 2 < n ? hash_hex_digit(s[i + 2]) : -1;
 			if (a < 0 || b < 0)
 				return false;
 			c = (char)(a * 16 + b);

@@ -40,7 +40,8 @@ HOSTILE_VALUES = [
     "\u0000", "a\u0000b", "\ufffe", "\ud800", "\u202e" * 3, "é" * 200,
     [], [1], [None], ["x"] * 5, [[[[[]]]]], {}, {"a": 1}, {"1": "x"},
 ]
-# JSON the Python encoder cannot write: a placeholder is replaced by each.
+# JSON that Python's encoder cannot write, spliced in where a field's value
+# goes (the field is first set to RAW_MARK's string, which is then replaced).
 RAW_VALUES = [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"-1e999",
               b"123456789012345678901234567890", b"1E+2", b"-0", b"0.0000001e-400",
               b"\"\\ud800\\udc00\"", b"\"\\uZZZZ\"", b"\"\xff\xfe\"", b"\"\xc0\xaf\"",

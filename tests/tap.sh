@@ -1,6 +1,6 @@
 # cotrain tests: TAP helpers for shell tests.  Source it: . "$top_srcdir/tests/tap.sh"
 #   plan N | skip_all REASON | bail_out REASON | ok COND-EXIT-STATUS DESC... | is GOT WANT DESC |
-#   skip N REASON | done_testing
+#   skip N REASON | log_clean FILE | done_testing
 _tap_n=0
 _tap_failed=0
 _tap_planned=
@@ -34,6 +34,15 @@ is() {
 	if [ "$_got" = "$_want" ]; then ok 0 "$@"; else
 		ok 1 "$* [got: $(printf '%s' "$_got" | _tap_flat)]"
 		diag "  got: '$_got', expected: '$_want'"; return 1; fi
+}
+# log_clean FILE: FILE is UTF-8 text without control characters, one line
+# per message (what a daemon logs of hostile input must be escaped)
+log_clean() {
+	python3 -c '
+import sys
+bad = [l for l in open(sys.argv[1], "rb").read().split(b"\n")
+       if any(b < 0x20 or b == 0x7F for b in l) or l.decode("utf-8", "replace") != l.decode("utf-8", "ignore")]
+sys.exit(1 if bad else 0)' "$1"
 }
 done_testing() {
 	[ -z "$_tap_planned" ] && echo "1..$_tap_n"

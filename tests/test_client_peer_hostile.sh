@@ -100,11 +100,7 @@ ok $? "it went on training: $(committed) rounds committed, $c0 before the connec
 # daemon's own come and go: the round's connections, files)
 wait_for 20 sh -c "[ \$(ls /proc/$CPID/fd | wc -l) -le $((fd0 + 4)) ]"
 ok $? "its descriptors came back: $(fds) open, $fd0 before"
-python3 -c '
-import sys
-bad = [l for l in open(sys.argv[1], "rb").read().split(b"\n")
-       if any(b < 0x20 or b == 0x7F for b in l) or l.decode("utf-8", "replace") != l.decode("utf-8", "ignore")]
-sys.exit(1 if bad else 0)' "$T/client.log"
+log_clean "$T/client.log"
 ok $? "its log is UTF-8 text, one line per message"
 n=$(grep -c "ERROR" "$T/client.log")
 is "$n" 0 "it logged no error"

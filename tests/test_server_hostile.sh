@@ -11,6 +11,7 @@
 # tiled exactly (tests/invariants.sh).
 . "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/invariants.sh"
+. "$top_srcdir/tests/nat/nat-lib.sh"
 B=$top_builddir
 [ -n "$COTRAIN_DB" ] || exec "$B/tests/with-pgtmp" "$SHELL" "$0" "$@"
 command -v python3 >/dev/null 2>&1 || skip_all "python3 not found"
@@ -24,7 +25,6 @@ trap cleanup EXIT INT TERM
 admin() { "$B/server/cotrain-admin" --db "$COTRAIN_DB" --data-dir "$T/srv" "$@"; }
 sql() { "$PG_BINDIR/psql" "$COTRAIN_DB" -Atqc "$1"; }
 wait_for() { _n=$(($1 * 10)); shift; while [ $_n -gt 0 ]; do "$@" && return 0; sleep 0.1; _n=$((_n - 1)); done; return 1; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 mkdir -p "$T/text"
 head -c 30000 "$top_srcdir/packaging/demo/corpus.txt" >"$T/text/a.txt"
@@ -37,13 +37,8 @@ admin db migrate >/dev/null && admin dataset import hostile "$T/text" >/dev/null
 	admin project create "$T/p.json" >/dev/null || bail_out "could not set up the project"
 KEY=$(echo secretpassword | admin user create --password-stdin a@example.org alice | sed -n 's/^account key: //p')
 [ -n "$KEY" ] || bail_out "no account key"
-# two consecutive free ports for the NAT service (it listens on P and P+1)
-RELAY=
-for _try in 1 2 3 4 5 6 7 8; do
-	_p=$(free_port)
-	python3 -c "import socket,sys; s = socket.socket(); s.bind(('127.0.0.1', $_p + 1))" 2>/dev/null && { RELAY=$_p; break; }
-done
-[ -n "$RELAY" ] || bail_out "no two free ports for the NAT service"
+# free ports for the NAT service (it listens on P and P+1)
+RELAY=$(nat_free_port) || bail_out "no free ports for the NAT service"
 "$B/server/cotrain-server" --db "$COTRAIN_DB" --data-dir "$T/srv" --port 0 --kdf-iterations 1000 \
 	--relay-port "$RELAY" --log-level warn 2>"$T/server.log" &
 SPID=$!
@@ -80,11 +75,7 @@ kill -0 "$SPID" 2>/dev/null; ok $? "the server is still running"
 n=$(grep -ci 'internal\|assert\|sanitizer\|panic' "$T/server.log")
 is "$n" 0 "the server logged no internal error"
 [ "$n" = 0 ] || grep -i 'internal\|assert\|sanitizer\|panic' "$T/server.log" | head -5 | sed 's/^/# /'
-python3 -c '
-import sys
-bad = [l for l in open(sys.argv[1], "rb").read().split(b"\n")
-       if any(b < 0x20 or b == 0x7F for b in l) or not l.decode("utf-8", "replace") == l.decode("utf-8", "ignore")]
-sys.exit(1 if bad else 0)' "$T/server.log"
+log_clean "$T/server.log"
 ok $? "the server log is UTF-8 text, one line per message: what the requests held is escaped"
 coverage_exact hostile "the stream is tiled exactly after the campaign"
 done_testing

@@ -26,6 +26,14 @@ void hash_hex(const unsigned char *data, size_t len, char *out)
 	out[2 * len] = '\0';
 }
 
+int hash_hex_digit(char c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+	                              : -1;
+}
+
 cot_err hash_sha256_hex2(const void *a, size_t a_len, const void *b, size_t b_len,
                          char out[HASH_SHA256_HEX_LEN + 1])
 {

@@ -35,6 +35,9 @@ cot_err hash_file_sha256_hex(const char *path, char out[HASH_SHA256_HEX_LEN + 1]
 /* Lowercase hex of len bytes: out must hold 2*len+1 chars. */
 void hash_hex(const unsigned char *data, size_t len, char *out);
 
+/* The value of one hex digit of either case, or -1 for any other char. */
+int hash_hex_digit(char c);
+
 /* True when s is exactly 64 lowercase hex digits (a store name). */
 bool hash_is_sha256_hex(const char *s);
 
