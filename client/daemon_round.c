@@ -57,6 +57,7 @@
 #define PLAN_WAIT_S 30
 #define PLAN_GIVE_UP_S 1800 /* a round that plans nothing for this long is dead to us */
 #define OUTCOME_RETRY_S 2
+#define REPORT_RETRY_S 30 /* how long the reports may retry a server that does not answer */
 /* Sketch values a report carries at most: about 2.4 MB of JSON, within the
  * server's 4 MiB for a report (API_REPORT_MAX_BYTES). */
 #define SKETCH_REPORT_MAX_VALUES 100000
@@ -145,11 +146,45 @@ static int round_reopened(round_job *j)
 	return strcmp(st, "open") == 0 || (att > j->attempt && j->attempt > 0);
 }
 
+/* Whether a round call that failed with rc goes again: only a network
+ * error (no connection, a reset, a timeout, a 5xx: a server process that
+ * died behind a balancer, a proxy restarting), only while the client runs
+ * and until `until` (unix seconds: REPORT_RETRY_S after the reports began,
+ * the round's averaging deadline once planned, a minute past it for the
+ * outcome and our checkpoint).  Waits 1, 2, 4, then 4 s between tries, never
+ * past `until`, and logs the retry.  Every round call is safe to send again:
+ * the server answers the same group sum, mean hash, outcome or checkpoint
+ * again as it answered it first (doc/api.md, "Rounds"); a call that gives
+ * up fails the round for this host, whose samples go back to the pool. */
+static int round_call_again(round_job *j, cot_err rc, int *tries, int64_t until, const char *what,
+                            const cot_errbuf *eb)
+{
+	if (rc != COT_ERR_NETWORK || j->d->stop)
+		return 0;
+	int64_t left = until - (int64_t)time(NULL);
+	unsigned wait = 1u << (*tries < 2 ? *tries : 2);
+	if (left <= 0)
+		return 0;
+	if ((int64_t)wait > left)
+		wait = (unsigned)left;
+	(*tries)++;
+	log_warn("project %s: round %lld: %s: %s; trying again in %u s", j->p.name, (long long)j->v, what,
+	         eb->msg, wait);
+	for (unsigned s = 0; s < wait * 10 && !j->d->stop; s++)
+		usleep(100000);
+	return !j->d->stop;
+}
+
 /* 1. Report the units. */
 static cot_err report_units(round_job *j, cot_errbuf *eb)
 {
 	cl_daemon *d = j->d;
-	cot_err rc = cl_peer_ready(&j->peer, &j->o, &j->p, &d->cfg, eb);
+	int64_t until = (int64_t)time(NULL) + REPORT_RETRY_S;
+	cot_err rc;
+	int tries = 0;
+	do
+		rc = cl_peer_ready(&j->peer, &j->o, &j->p, &d->cfg, eb);
+	while (round_call_again(j, rc, &tries, until, "getting ready to average", eb));
 	if (rc)
 		return rc;
 	char net[200];
@@ -194,12 +229,9 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 			r.sketches = sk;
 			r.sketch_k = sk_k;
 		}
-		for (int tries = 0;; tries++) {
+		do
 			rc = cl_api_round_report(&j->o, &j->p, j->acc.u[k].id, &r, NULL, eb);
-			if (rc != COT_ERR_NETWORK || tries >= 4 || d->stop)
-				break;
-			sleep(2u << tries);
-		}
+		while (round_call_again(j, rc, &tries, until, "reporting a work unit", eb));
 		free(sk);
 		if (rc)
 			break;
@@ -465,8 +497,13 @@ static cot_err round_mean_peers(round_job *j, cot_errbuf *eb)
 	char sha[65];
 	if (hash_sha256_hex(j->sum, j->m->n_params * sizeof *j->sum, sha))
 		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash the mean");
-	return cl_api_mean_hash(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
-	                        (int64_t)j->res.total_samples, sha, eb);
+	cot_err rc;
+	int tries = 0;
+	do
+		rc = cl_api_mean_hash(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
+		                      (int64_t)j->res.total_samples, sha, eb);
+	while (round_call_again(j, rc, &tries, j->plan.deadline, "posting the mean's hash", eb));
+	return rc;
 }
 
 /* Our checkpoint of v+1 to the server, which asked for it (round_cross.sql:
@@ -503,7 +540,10 @@ static cot_err upload_checkpoint(round_job *j, cot_errbuf *eb)
 		rc = cot_seterr(eb, COT_ERR_IO, "could not read our checkpoint of version %lld",
 		                (long long)j->v + 1);
 	if (!rc) {
-		rc = cl_api_round_checkpoint(&j->o, &j->p, j->v, buf, (size_t)len, NULL, eb);
+		int tries = 0;
+		do
+			rc = cl_api_round_checkpoint(&j->o, &j->p, j->v, buf, (size_t)len, NULL, eb);
+		while (round_call_again(j, rc, &tries, j->plan.deadline + 60, "sending our checkpoint", eb));
 		if (!rc)
 			log_info("project %s: round %lld: our checkpoint of version %lld sent (%ld bytes)",
 			         j->p.name, (long long)j->v, (long long)j->v + 1, len);
@@ -519,8 +559,12 @@ static cot_err round_mean(round_job *j, cot_errbuf *eb)
 		return round_mean_peers(j, eb);
 	if (j->hidden_upload) /* test hook (average) */
 		memcpy(j->sum, j->hidden_upload, j->m->n_params * sizeof *j->sum);
-	cot_err rc = cl_api_group_sum(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
-	                              (int64_t)j->res.total_samples, j->sum, j->m->n_params, NULL, eb);
+	cot_err rc;
+	int tries = 0;
+	do
+		rc = cl_api_group_sum(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
+		                      (int64_t)j->res.total_samples, j->sum, j->m->n_params, NULL, eb);
+	while (round_call_again(j, rc, &tries, j->plan.deadline, "sending our group's sum", eb));
 	if (rc)
 		return rc;
 	if (j->plan.n_groups == 1) {
@@ -557,7 +601,11 @@ static cot_err step(round_job *j, cot_errbuf *eb)
 {
 	json_t *info = NULL;
 	cl_project tmp = j->p;
-	cot_err rc = cl_api_project(&j->o, &tmp, &info, eb);
+	cot_err rc;
+	int tries = 0;
+	do
+		rc = cl_api_project(&j->o, &tmp, &info, eb);
+	while (round_call_again(j, rc, &tries, j->plan.deadline, "reading the project's settings", eb));
 	if (rc)
 		return rc;
 	char *cfg = json_dumps(json_object_get(info, "config"), JSON_COMPACT);
@@ -833,13 +881,15 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 	*accepted = 0;
 	json_t *sk = ok ? cl_round_sketches_json(&j->res) : NULL;
 	cot_err rc;
-	int uploaded = 0;
+	int uploaded = 0, tries = 0;
 	for (;;) {
 		json_t *a = NULL;
 		double t0 = cl_now_mono();
 		rc = cl_api_round_outcome(&j->o, &j->p, j->v, ok, ok ? PLAN_WAIT_S : 0, j->res.included,
 		                          j->res.n_included, ok ? j->params_sha : NULL,
 		                          ok ? j->moments_sha : NULL, &j->links, sk, &a, eb);
+		if (round_call_again(j, rc, &tries, j->plan.deadline + 60, "sending our outcome", eb))
+			continue;
 		if (rc || !ok) {
 			json_decref(a);
 			break;
