@@ -1514,6 +1514,18 @@ END
 $$;
 
 --
+-- Name: round_group_failed_member(bigint, integer, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.round_group_failed_member(p_project bigint, p_version integer, p_group integer) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT min(rm.host_id) FROM round_member rm
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.group_id = p_group
+       AND rm.included AND rm.outcome = 'failed'
+$$;
+
+--
 -- Name: round_group_size(bigint, integer, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1675,10 +1687,22 @@ CREATE FUNCTION public.round_group_sum_settle(p_project bigint, p_version intege
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    ro record;
+    ro       record;
+    v_failed bigint;
 BEGIN
     SELECT r.state, r.gradient_sha256, r.n_groups, r.cross_peers INTO ro FROM round r
      WHERE r.project_id = p_project AND r.version = p_version;
+    IF FOUND AND ro.cross_peers AND ro.state = 'averaging'
+       AND round_group_failed_member(p_project, p_version, p_group) IS NOT NULL THEN
+        SELECT r.state INTO ro FROM round r
+         WHERE r.project_id = p_project AND r.version = p_version FOR UPDATE;
+        v_failed := round_group_failed_member(p_project, p_version, p_group);
+        IF ro.state = 'averaging' AND v_failed IS NOT NULL THEN
+            PERFORM round_fail(p_project, p_version, format('host %s failed to average', v_failed));
+            RETURN round_group_sum_body(p_project, p_version, p_group);
+        END IF;
+        RETURN NULL;
+    END IF;
     IF NOT FOUND OR NOT ro.cross_peers OR ro.state <> 'averaging' OR ro.gradient_sha256 IS NOT NULL
        OR (SELECT count(*) FROM round_group_sum s
             WHERE s.project_id = p_project AND s.version = p_version) < ro.n_groups THEN
@@ -1729,10 +1753,11 @@ CREATE FUNCTION public.round_group_sum_store(p_project bigint, p_version integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    ro      record;
-    kept    record;
-    v_in    bigint;
-    v_cross boolean;
+    ro       record;
+    kept     record;
+    v_in     bigint;
+    v_cross  boolean;
+    v_failed bigint;
 BEGIN
     compute := false;
     -- A member after the first of its group posts what the group kept (the
@@ -1775,6 +1800,19 @@ BEGIN
             UPDATE round_member rm
                SET included = p_included @> to_jsonb(rm.host_id)
              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.group_id = p_group;
+            -- A pure sender that said 'failed' before the sum and that the
+            -- sum includes fails the round (round_outcome); across groups
+            -- between the peers the row is only shared here:
+            -- round_group_sum_settle does it.
+            v_failed := round_group_failed_member(p_project, p_version, p_group);
+            IF v_failed IS NOT NULL AND NOT v_cross THEN
+                PERFORM round_fail(p_project, p_version, format('host %s failed to average', v_failed));
+                status := 409;
+                body := api_error('conflict', format('round %s failed: host %s of group %s failed to average',
+                                                     p_version, v_failed, p_group),
+                                  'Drop the gradients of this version and ask for new work.');
+                RETURN;
+            END IF;
         END IF;
     END IF;
     SELECT * INTO kept FROM round_group_sum s
@@ -2069,7 +2107,8 @@ BEGIN
     -- authoritative; an included host that says dropped never says ok, and
     -- the round runs out its deadline).  Its sketches may be what a commit
     -- waits for (round_outcome_settle).
-    IF p_status = 'dropped' OR m.included IS FALSE THEN
+    IF p_status = 'dropped' OR m.included IS FALSE
+       OR (p_status = 'failed' AND m.included IS NULL AND m.lo = m.hi) THEN
         RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
         RETURN;
     END IF;

@@ -9,7 +9,10 @@
  * while the uploads go through, and answers when the mean exists; the
  * round commits once every included peer reported, and its loss is the
  * sample-weighted mean of the counted units' losses.  Conflicting sums are
- * refused and change nothing. */
+ * refused and change nothing.  B and D are pure senders (they cannot
+ * aggregate): D's 'failed' before its group's sum waits for the sum, which
+ * leaves D out, and fails nothing; in a first attempt B's did the same, but
+ * its group's sum included B, which failed that attempt. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,9 +96,10 @@ static void report(th_host *h, long long mb_done, double loss, th_host *near, th
 	snprintf(path, sizeof path, "/v1/workunits/%lld/report", h->wu);
 	snprintf(body, sizeof body,
 	         "{\"mb_done\": %lld, \"samples\": %lld, \"endpoint\": \"192.0.2.%lld:7070\","
-	         " \"bandwidth\": 1e6, \"can_aggregate\": true, \"loss\": %.17g,"
+	         " \"bandwidth\": 1e6, \"can_aggregate\": %s, \"loss\": %.17g,"
 	         " \"rtt\": {\"%lld\": 1, \"%lld\": 100, \"%lld\": 100}}",
-	         mb_done, 4 * mb_done, h->id % 250 + 1, loss, near->id, f1->id, f2->id);
+	         mb_done, 4 * mb_done, h->id % 250 + 1, h == &B || h == &D ? "false" : "true", loss, near->id,
+	         f1->id, f2->id);
 	th_resp r = th_call("POST", path, h->token, body, 200, "report");
 	th_resp_free(&r);
 }
@@ -123,8 +127,10 @@ static void fill_and_plan(void)
 	snprintf(fin, sizeof fin, "/v1/workunits/%lld/finish", A3.wu);
 	th_resp rf = th_call("POST", fin, A3.token, "{}", 200, "A finishes a third unit");
 	th_resp_free(&rf);
+	/* At the speed the units were sized for (8 microbatches of 4 samples in
+	 * the unit's 600 s), so that a second attempt hands out the same. */
 	for (int i = 0; i < 5; i++) {
-		th_resp r = th_heartbeat(hs[i], done[i], 1e6);
+		th_resp r = th_heartbeat(hs[i], done[i], 32.0 / 600 + 1e-4);
 		th_resp_free(&r);
 	}
 	report(&A, 2, 1.5, &B, &C, &D);
@@ -196,6 +202,52 @@ int main(void)
 	fill_and_plan();
 	long long ga = group_of(&A), gb = group_of(&B), gc = group_of(&C), gd = group_of(&D);
 	ok(ga == gb && gc == gd && ga != gc, "A and B average together, C and D together");
+	is_int(th_sql_int("SELECT count(*) FROM round_member WHERE project_id = %lld AND version = 0 AND "
+	                  "lo = hi AND host_id IN (%lld, %lld)",
+	                  pid, B.id, D.id),
+	       2, "B and D, which cannot aggregate, aggregate nothing (pure senders)");
+
+	/* Attempt 1: B says failed before its group's sum is in (its
+	 * aggregator may have dropped it and gone on): the round waits for the
+	 * sum.  The sum includes B, so B's failure fails the round then. */
+	char body[256];
+	snprintf(body, sizeof body, "{\"host_id\": %lld, \"status\": \"failed\"}", B.id);
+	th_resp r = th_call("POST", "/v1/projects/s1/rounds/0/outcome", B.token, body, 200,
+	                    "B's failure before its group's sum");
+	is_str(th_json_str(&r, "round.state"), "averaging",
+	       "a pure sender's failure waits for its group's sum");
+	th_resp_free(&r);
+	float *z = calloc(TH_PARAMS, sizeof *z);
+	char pz[256];
+	snprintf(pz, sizeof pz,
+	         "/v1/projects/s1/rounds/0/group_sum?host_id=%lld&samples=24&included=%lld,%lld", A.id, A.id,
+	         B.id);
+	r = th_post_raw(pz, A.token, z, TH_PARAMS * sizeof *z);
+	is_int(r.status, 409, "a sum that includes the failed sender is answered 409");
+	ok(r.body && strstr(r.body, "failed to average"), "  which says why (%s)", r.body ? r.body : "");
+	th_resp_free(&r);
+	free(z);
+	PGresult *fr = PQexec(th_db(), "SELECT attempt, state, last_failure FROM round WHERE version = 0");
+	char want[96];
+	snprintf(want, sizeof want, "host %lld failed to average", B.id);
+	ok(PQntuples(fr) == 1 && atoi(PQgetvalue(fr, 0, 0)) == 2 &&
+	           strcmp(PQgetvalue(fr, 0, 1), "open") == 0 && strcmp(PQgetvalue(fr, 0, 2), want) == 0,
+	   "the round failed and reopened as attempt 2 (%s)", PQntuples(fr) ? PQgetvalue(fr, 0, 2) : "");
+	PQclear(fr);
+	th_coverage_exact(pid, "after the failed attempt");
+
+	/* Attempt 2, the same hosts and work. */
+	fill_and_plan();
+	ok(group_of(&A) == ga && group_of(&B) == gb && group_of(&C) == gc && group_of(&D) == gd,
+	   "attempt 2 groups the hosts as attempt 1 did");
+
+	/* D dropped out of its all-reduce and says failed before its group's
+	 * sum is in: nothing fails yet. */
+	snprintf(body, sizeof body, "{\"host_id\": %lld, \"status\": \"failed\"}", D.id);
+	r = th_call("POST", "/v1/projects/s1/rounds/0/outcome", D.token, body, 200, "D's outcome");
+	is_str(th_json_str(&r, "round.state"), "averaging", "D's failure waits for its group's sum");
+	ok(!json_object_get(r.json, "accepted"), "  nothing accepted or refused before the server's step");
+	th_resp_free(&r);
 
 	/* The two groups' sums: group of A over A and B (24 samples), group of
 	 * C over C alone (16 samples): D dropped out of its all-reduce. */
@@ -219,7 +271,7 @@ int main(void)
 	double t_start = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 
 	/* The first group's sum. */
-	th_resp r = th_post_raw(p0, A.token, s0, TH_PARAMS * sizeof *s0);
+	r = th_post_raw(p0, A.token, s0, TH_PARAMS * sizeof *s0);
 	if (!is_int(r.status, 200, "group %lld's sum is kept", ga))
 		diag("  body: %s", r.body);
 	char s0sha[65];
@@ -324,12 +376,11 @@ int main(void)
 	                  pid),
 	       3, "three peers are included");
 
-	/* Outcomes: D (excluded) says failed, which fails nothing; A holds the
-	 * server's parameters, B something else; C last. */
+	/* Outcomes: D (excluded) said failed, which fails nothing (the same
+	 * outcome again answers as the round is now); A holds the server's
+	 * parameters, B something else; C last. */
 	const char *wrong = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
-	char body[256];
-	snprintf(body, sizeof body, "{\"host_id\": %lld, \"status\": \"failed\"}", D.id);
-	r = th_call("POST", "/v1/projects/s1/rounds/0/outcome", D.token, body, 200, "D's outcome");
+	r = th_call("POST", "/v1/projects/s1/rounds/0/outcome", D.token, body, 200, "D's outcome again");
 	ok(json_is_false(json_object_get(r.json, "accepted")), "D is not accepted");
 	is_str(th_json_str(&r, "reload.checkpoint_sha256"), server_ckpt, "D is told to reload checkpoint 1");
 	is_str(th_json_str(&r, "round.state"), "averaging", "D's failure does not fail the round");

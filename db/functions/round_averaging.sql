@@ -113,8 +113,15 @@ $$;
 -- not fail the round.  A peer that its group's kept sum does not include is
 -- ignored (its outcome is stored and answered, never fails or holds up the
 -- round, in 'averaging' or 'committed'); a 'failed' from any other peer
--- fails the round (round_fail).  The same outcome again answers the same; a
--- different one is 409.
+-- fails the round (round_fail), but for a pure sender's (it aggregates
+-- nothing: lo = hi) before its group's sum is kept: its aggregators may
+-- have dropped it and averaged on without it, so its failure waits for the
+-- sum, which fails the round only when it includes the sender
+-- (round_group_failed_member, from round_group_sum_store or, across groups
+-- between the peers, round_group_sum_settle; a sum that never comes fails
+-- the round at its averaging deadline).  An aggregator's failure fails its
+-- group's all-reduce, so it fails the round at once.  The same outcome
+-- again answers the same; a different one is 409.
 --
 -- An 'ok' or 'dropped' takes the round's row FOR SHARE, not FOR UPDATE: the
 -- thousand outcomes of a round at 1,000 hosts write only their own member
@@ -178,7 +185,8 @@ BEGIN
     -- authoritative; an included host that says dropped never says ok, and
     -- the round runs out its deadline).  Its sketches may be what a commit
     -- waits for (round_outcome_settle).
-    IF p_status = 'dropped' OR m.included IS FALSE THEN
+    IF p_status = 'dropped' OR m.included IS FALSE
+       OR (p_status = 'failed' AND m.included IS NULL AND m.lo = m.hi) THEN
         RETURN QUERY SELECT 200, round_outcome_body(c.project_id, p_version, p_host);
         RETURN;
     END IF;
@@ -231,6 +239,16 @@ BEGIN
         RETURN QUERY SELECT 200, round_outcome_body(v_project, p_version, p_host);
     END IF;
 END
+$$;
+
+-- The lowest host id of group p_group of round p_version that its kept sum
+-- includes and that reported 'failed' (a pure sender whose failure waited
+-- for the sum, round_outcome), or NULL.
+CREATE OR REPLACE FUNCTION round_group_failed_member(p_project bigint, p_version integer, p_group integer)
+RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT min(rm.host_id) FROM round_member rm
+     WHERE rm.project_id = p_project AND rm.version = p_version AND rm.group_id = p_group
+       AND rm.included AND rm.outcome = 'failed'
 $$;
 
 -- The answer to a group sum upload.
@@ -391,10 +409,11 @@ CREATE OR REPLACE FUNCTION round_group_sum_store(p_project bigint, p_version int
                                       OUT sums text, OUT checkpoint_sha256 text, OUT config text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    ro      record;
-    kept    record;
-    v_in    bigint;
-    v_cross boolean;
+    ro       record;
+    kept     record;
+    v_in     bigint;
+    v_cross  boolean;
+    v_failed bigint;
 BEGIN
     compute := false;
     -- A member after the first of its group posts what the group kept (the
@@ -437,6 +456,19 @@ BEGIN
             UPDATE round_member rm
                SET included = p_included @> to_jsonb(rm.host_id)
              WHERE rm.project_id = p_project AND rm.version = p_version AND rm.group_id = p_group;
+            -- A pure sender that said 'failed' before the sum and that the
+            -- sum includes fails the round (round_outcome); across groups
+            -- between the peers the row is only shared here:
+            -- round_group_sum_settle does it.
+            v_failed := round_group_failed_member(p_project, p_version, p_group);
+            IF v_failed IS NOT NULL AND NOT v_cross THEN
+                PERFORM round_fail(p_project, p_version, format('host %s failed to average', v_failed));
+                status := 409;
+                body := api_error('conflict', format('round %s failed: host %s of group %s failed to average',
+                                                     p_version, v_failed, p_group),
+                                  'Drop the gradients of this version and ask for new work.');
+                RETURN;
+            END IF;
         END IF;
     END IF;
     SELECT * INTO kept FROM round_group_sum s
@@ -475,8 +507,10 @@ END
 $$;
 
 -- After a mean's hash was kept (round_group_sum_store, across groups
--- between the peers): once every group of the plan has one, their hashes
--- must agree (round_mean_agree, under the round's row FOR UPDATE).  A look
+-- between the peers): a pure sender of the group that said 'failed' and
+-- that the hash's set includes fails the round (round_outcome); else, once
+-- every group of the plan has one, their hashes must agree
+-- (round_mean_agree, under the round's row FOR UPDATE).  A look
 -- without a lock first: most groups are not the last.  It runs after the
 -- store committed, so of the last groups arriving together, the last to
 -- commit sees them all.  The group's answer again when this call moved the
@@ -484,10 +518,22 @@ $$;
 CREATE OR REPLACE FUNCTION round_group_sum_settle(p_project bigint, p_version integer, p_group integer)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
-    ro record;
+    ro       record;
+    v_failed bigint;
 BEGIN
     SELECT r.state, r.gradient_sha256, r.n_groups, r.cross_peers INTO ro FROM round r
      WHERE r.project_id = p_project AND r.version = p_version;
+    IF FOUND AND ro.cross_peers AND ro.state = 'averaging'
+       AND round_group_failed_member(p_project, p_version, p_group) IS NOT NULL THEN
+        SELECT r.state INTO ro FROM round r
+         WHERE r.project_id = p_project AND r.version = p_version FOR UPDATE;
+        v_failed := round_group_failed_member(p_project, p_version, p_group);
+        IF ro.state = 'averaging' AND v_failed IS NOT NULL THEN
+            PERFORM round_fail(p_project, p_version, format('host %s failed to average', v_failed));
+            RETURN round_group_sum_body(p_project, p_version, p_group);
+        END IF;
+        RETURN NULL;
+    END IF;
     IF NOT FOUND OR NOT ro.cross_peers OR ro.state <> 'averaging' OR ro.gradient_sha256 IS NOT NULL
        OR (SELECT count(*) FROM round_group_sum s
             WHERE s.project_id = p_project AND s.version = p_version) < ro.n_groups THEN
