@@ -468,14 +468,17 @@ int main(int argc, char **argv)
 		free(acc);
 		kern_model_free(q);
 	}
-	st = run(out, sizeof out, "--compare local1.safetensors local/v1.safetensors --tolerance 1e-5");
-	is_int(st, 0, "local mode: v1 equals the inner and outer steps taken directly (rel. difference %g)",
-	       rel_diff_field(out));
 	/* The outer momentum is a difference of parameters (theta_v - theta,
-	 * a few inner steps of lr 0.002): a direct batch summed in another
-	 * order than the microbatches moves a LayerNorm gain near 1 by 1e-6,
-	 * 2.5e-4 of that difference.  Hence 1e-4 here (1e-3 for the moments);
-	 * a momentum lost, or a contribution weighed wrong, is off by O(1). */
+	 * a few inner steps of lr 0.002), from v1 on: a direct batch summed in
+	 * another order than the microbatches moves a LayerNorm gain near 1 by
+	 * 1e-6, 2.5e-4 of that difference (1.4e-4 at v1 with the AVX2 kernels).
+	 * Hence 1e-4 here (1e-3 for the moments); a momentum lost, or a
+	 * contribution weighed wrong, is off by O(1). */
+	st = run(out, sizeof out, "--compare local1.safetensors local/v1.safetensors --tolerance 1e-4");
+	if (!is_int(st, 0,
+	            "local mode: v1 equals the inner and outer steps taken directly (rel. difference %g)",
+	            rel_diff_field(out)))
+		diag("%s", out);
 	st = run(out, sizeof out, "--compare local2.safetensors local/v2.safetensors --tolerance 1e-4");
 	is_int(st, 0, "v2 too, with the outer momentum carried (rel. difference %g; %s)", rel_diff_field(out),
 	       strstr(out, "\nm ") ? strstr(out, "\nm ") + 1 : out);
