@@ -221,7 +221,13 @@ down= stopped= full= cut= clock_from=
 n_faults=0
 rand 10
 first=$R
-while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
+# A phase no server kill has landed in yet (a kill waits at most 60 s for its
+# phase, and lands in another one when the run is slow to get there).
+phase_missed() {
+	for _p in $phases; do eval "[ \${n_at_$_p:-0} -ge 1 ]" || return 0; done
+	return 1
+}
+while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ] || phase_missed; } &&
 	[ $(( $(date +%s) - start )) -lt "$BUDGET_S" ]; do
 	n_faults=$((n_faults + 1))
 	rand 4
@@ -238,6 +244,8 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 	# FAULTS / 10 times (the server kill 3 times as often); the moments and
 	# the victims are random.
 	kind=$(echo $cycle | cut -d' ' -f$(( (n_faults - 1 + first) % 10 + 1 )))
+	# Past the cycle's faults, only the server kills that missed a phase.
+	[ $n_faults -gt "$FAULTS" ] && phase_missed && kind=1
 	rand 6
 	i=$(( 1 + R ))
 	case $kind in
@@ -257,10 +265,13 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 		[ -n "$ph" ] || ph=$(echo $phases | cut -d' ' -f$(( n_srv % 5 + 1 )))
 		# Planning and the commit take milliseconds; to kill the server
 		# inside one, a session holds round_member in share mode.  For
-		# planning it is taken while the round is open or closing (an
-		# averaging round's outcomes write it), so that the plan cannot
-		# be stored: the coordinator waits in round_plan_store, after
-		# round_plan_begin committed.  For the commit it is taken once
+		# planning it is taken once the round is closing (an averaging
+		# round's outcomes write it, and so do the previous round's
+		# sketches under its second seed, which the peers send just
+		# after its commit, while the next round is open: held then, they
+		# took every worker of the server and the round never closed), so
+		# that the plan cannot be stored: the coordinator waits in
+		# round_plan_store, after round_plan_begin committed.  For the commit it is taken once
 		# the round is in the phase: round_try_commit marks the accepted
 		# members before the round, so the round stays in it.
 		# Once the server is dead its orphaned sessions and the holder
@@ -268,7 +279,7 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ]; } &&
 		LPID= hold=
 		case $ph in
 		planning) hold="(select r.state from round r join project p on p.id = r.project_id
-		                where p.name = 'chaos' and r.version = p.current_version) in ('open', 'closing')" ;;
+		                where p.name = 'chaos' and r.version = p.current_version) = 'closing'" ;;
 		commit) hold="($PHASE_SQL) = 'commit'" ;;
 		esac
 		if [ -n "$hold" ]; then
