@@ -265,13 +265,14 @@ while { [ "$(version)" -lt "$VERSIONS" ] || [ $n_faults -lt "$FAULTS" ] || phase
 		[ -n "$ph" ] || ph=$(echo $phases | cut -d' ' -f$(( n_srv % 5 + 1 )))
 		# Planning and the commit take milliseconds; to kill the server
 		# inside one, a session holds round_member in share mode.  For
-		# planning it is taken once the round is closing (an averaging
-		# round's outcomes write it, and so do the previous round's
-		# sketches under its second seed, which the peers send just
-		# after its commit, while the next round is open: held then, they
-		# took every worker of the server and the round never closed), so
-		# that the plan cannot be stored: the coordinator waits in
-		# round_plan_store, after round_plan_begin committed.  For the commit it is taken once
+		# planning it is taken once the round is closing, so that the plan
+		# cannot be stored: the coordinator waits in round_plan_store,
+		# after round_plan_begin committed.  (Not from the open round on:
+		# the previous round's late writes to round_member, its second
+		# seed's sketches and outcomes, then queue behind the lock with
+		# the server's workers that carry them; in one CI run the round
+		# twice stayed open for the 60 s the kill waits, and no kill was
+		# left for the commit phase.)  For the commit it is taken once
 		# the round is in the phase: round_try_commit marks the accepted
 		# members before the round, so the round stays in it.
 		# Once the server is dead its orphaned sessions and the holder
