@@ -57,7 +57,8 @@
 #define PLAN_WAIT_S 30
 #define PLAN_GIVE_UP_S 1800 /* a round that plans nothing for this long is dead to us */
 #define OUTCOME_RETRY_S 2
-#define REPORT_RETRY_S 30 /* how long the reports may retry a server that does not answer */
+#define REPORT_RETRY_S 30   /* how long the reports may retry a server that does not answer */
+#define ROUND_RETRY_MAX_S 4 /* the longest wait between two tries of a round call */
 /* Sketch values a report carries at most: about 2.4 MB of JSON, within the
  * server's 4 MiB for a report (API_REPORT_MAX_BYTES). */
 #define SKETCH_REPORT_MAX_VALUES 100000
@@ -151,28 +152,33 @@ static int round_reopened(round_job *j)
  * died behind a balancer, a proxy restarting), only while the client runs
  * and until `until` (unix seconds: REPORT_RETRY_S after the reports began,
  * the round's averaging deadline once planned, a minute past it for the
- * outcome and our checkpoint).  Waits 1, 2, 4, then 4 s between tries, never
- * past `until`, and logs the retry.  Every round call is safe to send again:
- * the server answers the same group sum, mean hash, outcome or checkpoint
- * again as it answered it first (doc/api.md, "Rounds"); a call that gives
- * up fails the round for this host, whose samples go back to the pool. */
-static int round_call_again(round_job *j, cot_err rc, int *tries, int64_t until, const char *what,
+ * outcome and our checkpoint).  Waits as the client's other retries do
+ * (cl_backoff *b: from 1 s, doubling up to ROUND_RETRY_MAX_S, with
+ * jitter), never past `until`, and logs the retry.  Every round call is
+ * safe to send again: the server answers the same group sum, mean hash,
+ * outcome or checkpoint again as it answered it first (doc/api.md,
+ * "Rounds"); a call that gives up fails the round for this host, whose
+ * samples go back to the pool. */
+static int round_call_again(round_job *j, cot_err rc, cl_backoff *b, int64_t until, const char *what,
                             const cot_errbuf *eb)
 {
-	if (rc != COT_ERR_NETWORK || j->d->stop)
-		return 0;
 	int64_t left = until - (int64_t)time(NULL);
-	unsigned wait = 1u << (*tries < 2 ? *tries : 2);
-	if (left <= 0)
+	if (rc != COT_ERR_NETWORK || j->d->stop || left <= 0)
 		return 0;
-	if ((int64_t)wait > left)
-		wait = (unsigned)left;
-	(*tries)++;
-	log_warn("project %s: round %lld: %s: %s; trying again in %u s", j->p.name, (long long)j->v, what,
+	double wait = fmin(cl_backoff_fail(b, cl_now_mono(), cl_random01()), (double)left);
+	log_warn("project %s: round %lld: %s: %s; trying again in %.1f s", j->p.name, (long long)j->v, what,
 	         eb->msg, wait);
-	for (unsigned s = 0; s < wait * 10 && !j->d->stop; s++)
+	for (double end = cl_now_mono() + wait; cl_now_mono() < end && !j->d->stop;)
 		usleep(100000);
 	return !j->d->stop;
+}
+
+/* A backoff for one round call (round_call_again). */
+static cl_backoff round_backoff(void)
+{
+	cl_backoff b;
+	cl_backoff_init(&b, 1, ROUND_RETRY_MAX_S);
+	return b;
 }
 
 /* 1. Report the units. */
@@ -181,10 +187,10 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 	cl_daemon *d = j->d;
 	int64_t until = (int64_t)time(NULL) + REPORT_RETRY_S;
 	cot_err rc;
-	int tries = 0;
+	cl_backoff bo = round_backoff();
 	do
 		rc = cl_peer_ready(&j->peer, &j->o, &j->p, &d->cfg, eb);
-	while (round_call_again(j, rc, &tries, until, "getting ready to average", eb));
+	while (round_call_again(j, rc, &bo, until, "getting ready to average", eb));
 	if (rc)
 		return rc;
 	char net[200];
@@ -231,7 +237,7 @@ static cot_err report_units(round_job *j, cot_errbuf *eb)
 		}
 		do
 			rc = cl_api_round_report(&j->o, &j->p, j->acc.u[k].id, &r, NULL, eb);
-		while (round_call_again(j, rc, &tries, until, "reporting a work unit", eb));
+		while (round_call_again(j, rc, &bo, until, "reporting a work unit", eb));
 		free(sk);
 		if (rc)
 			break;
@@ -498,11 +504,11 @@ static cot_err round_mean_peers(round_job *j, cot_errbuf *eb)
 	if (hash_sha256_hex(j->sum, j->m->n_params * sizeof *j->sum, sha))
 		return cot_seterr(eb, COT_ERR_INTERNAL, "could not hash the mean");
 	cot_err rc;
-	int tries = 0;
+	cl_backoff bo = round_backoff();
 	do
 		rc = cl_api_mean_hash(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
 		                      (int64_t)j->res.total_samples, sha, eb);
-	while (round_call_again(j, rc, &tries, j->plan.deadline, "posting the mean's hash", eb));
+	while (round_call_again(j, rc, &bo, j->plan.deadline, "posting the mean's hash", eb));
 	return rc;
 }
 
@@ -540,10 +546,10 @@ static cot_err upload_checkpoint(round_job *j, cot_errbuf *eb)
 		rc = cot_seterr(eb, COT_ERR_IO, "could not read our checkpoint of version %lld",
 		                (long long)j->v + 1);
 	if (!rc) {
-		int tries = 0;
+		cl_backoff bo = round_backoff();
 		do
 			rc = cl_api_round_checkpoint(&j->o, &j->p, j->v, buf, (size_t)len, NULL, eb);
-		while (round_call_again(j, rc, &tries, j->plan.deadline + 60, "sending our checkpoint", eb));
+		while (round_call_again(j, rc, &bo, j->plan.deadline + 60, "sending our checkpoint", eb));
 		if (!rc)
 			log_info("project %s: round %lld: our checkpoint of version %lld sent (%ld bytes)",
 			         j->p.name, (long long)j->v, (long long)j->v + 1, len);
@@ -560,11 +566,11 @@ static cot_err round_mean(round_job *j, cot_errbuf *eb)
 	if (j->hidden_upload) /* test hook (average) */
 		memcpy(j->sum, j->hidden_upload, j->m->n_params * sizeof *j->sum);
 	cot_err rc;
-	int tries = 0;
+	cl_backoff bo = round_backoff();
 	do
 		rc = cl_api_group_sum(&j->o, &j->p, j->v, j->res.included, j->res.n_included,
 		                      (int64_t)j->res.total_samples, j->sum, j->m->n_params, NULL, eb);
-	while (round_call_again(j, rc, &tries, j->plan.deadline, "sending our group's sum", eb));
+	while (round_call_again(j, rc, &bo, j->plan.deadline, "sending our group's sum", eb));
 	if (rc)
 		return rc;
 	if (j->plan.n_groups == 1) {
@@ -602,10 +608,10 @@ static cot_err step(round_job *j, cot_errbuf *eb)
 	json_t *info = NULL;
 	cl_project tmp = j->p;
 	cot_err rc;
-	int tries = 0;
+	cl_backoff bo = round_backoff();
 	do
 		rc = cl_api_project(&j->o, &tmp, &info, eb);
-	while (round_call_again(j, rc, &tries, j->plan.deadline, "reading the project's settings", eb));
+	while (round_call_again(j, rc, &bo, j->plan.deadline, "reading the project's settings", eb));
 	if (rc)
 		return rc;
 	char *cfg = json_dumps(json_object_get(info, "config"), JSON_COMPACT);
@@ -881,14 +887,15 @@ static cot_err outcome(round_job *j, int ok, int *accepted, cot_errbuf *eb)
 	*accepted = 0;
 	json_t *sk = ok ? cl_round_sketches_json(&j->res) : NULL;
 	cot_err rc;
-	int uploaded = 0, tries = 0;
+	int uploaded = 0;
+	cl_backoff bo = round_backoff();
 	for (;;) {
 		json_t *a = NULL;
 		double t0 = cl_now_mono();
 		rc = cl_api_round_outcome(&j->o, &j->p, j->v, ok, ok ? PLAN_WAIT_S : 0, j->res.included,
 		                          j->res.n_included, ok ? j->params_sha : NULL,
 		                          ok ? j->moments_sha : NULL, &j->links, sk, &a, eb);
-		if (round_call_again(j, rc, &tries, j->plan.deadline + 60, "sending our outcome", eb))
+		if (round_call_again(j, rc, &bo, j->plan.deadline + 60, "sending our outcome", eb))
 			continue;
 		if (rc || !ok) {
 			json_decref(a);

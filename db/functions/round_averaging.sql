@@ -460,8 +460,10 @@ BEGIN
             -- sum includes fails the round (round_outcome); across groups
             -- between the peers the row is only shared here:
             -- round_group_sum_settle does it.
-            v_failed := round_group_failed_member(p_project, p_version, p_group);
-            IF v_failed IS NOT NULL AND NOT v_cross THEN
+            IF NOT v_cross THEN
+                v_failed := round_group_failed_member(p_project, p_version, p_group);
+            END IF;
+            IF v_failed IS NOT NULL THEN
                 PERFORM round_fail(p_project, p_version, format('host %s failed to average', v_failed));
                 status := 409;
                 body := api_error('conflict', format('round %s failed: host %s of group %s failed to average',
