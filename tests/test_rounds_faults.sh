@@ -102,7 +102,11 @@ wait_for 120 version_at_least 1 || bail_out "the healthy clients committed no ro
 fired() { grep -q "fault point $1: $2 (round" "$T/client$N.log"; }
 fault_fired() { # NAME ACTION
 	FV= FA=
-	wait_for 120 fired "$1" "$2" || return 1
+	if ! wait_for 120 fired "$1" "$2"; then
+		diag "fault point $1 did not fire in 120 s (version now $(version)); client $N's rounds:"
+		diag "$(grep -E 'round [0-9]+: |WARN|ERROR' "$T/client$N.log" | tail -n 12 | cut -c 1-200)"
+		return 1
+	fi
 	FV=$(sed -n "s/.*fault point $1: $2 (round \([0-9]*\)).*/\1/p" "$T/client$N.log" | head -1)
 	# The plan it had when it fired (the round may have failed since): its
 	# last "attempt A planned: ..., we aggregate [LO, HI)" line before the
@@ -114,16 +118,18 @@ fault_fired() { # NAME ACTION
 	FAGG=$(echo "$_pl" | sed -n 's/.*we aggregate \[\([0-9]*\), \([0-9]*\))$/\2 - \1/p')
 	FAGG=$((${FAGG:-0 - 1}))
 	FPEERS=$(echo "$_pl" | sed -n 's/.* \([0-9]*\) peers, we aggregate .*/\1/p')
-	[ -n "$FV" ] && [ -n "$FA" ] && [ "$FV" = "$FW" ]
+	[ -n "$FV" ] && [ -n "$FA" ] && [ "$FV" -ge "$FW" ]
 }
 # The faulty client, number N, host HF, starts with FAULT (POINT:ACTION)
-# and its sets, to fire in round FW, two after the current one: by then it
-# computes with the others, and every round has them all.
+# and its sets, to fire in the first round from FW on that it reaches the
+# point in: FW is two after the current one, by when it computes with the
+# others.  (A client slow to start, as under CI's load, may first take part
+# in a later round; an exact version would then never fire.)
 N=3
 start_faulty() { # POINT:ACTION [--set...]
 	N=$((N + 1))
 	FW=$(($(version) + 2))
-	FAULT=$1:$FW
+	FAULT=$1:$FW+
 	shift
 	start_client $N 1 "$@" || bail_out "faulty client $N did not start"
 	FAULT=
@@ -220,7 +226,7 @@ retry_commits_without() { # NAME REASON
 # collect deadline.
 start_faulty before-slices:stop --set peer_bandwidth=1000
 fault_fired before-slices stop
-ok $? "before-slices stop: the fault fired in the round it names ($FV of $FW), attempt $FA"
+ok $? "before-slices stop: the fault fired in round $FV (named: $FW on), attempt $FA"
 is "$FAGG" 0 "before-slices stop: the frozen peer is a member that aggregates nothing"
 commits_without "before-slices stop"
 end_faulty
@@ -230,7 +236,7 @@ after_scenario "before-slices stop"
 start_faulty mid-slice:die --set peer_bandwidth=1000
 fault_fired mid-slice die
 ok $([ $? = 0 ] && wait_for 10 gone "$FPID"; echo $?) \
-	"mid-slice die: the fault fired in the round it names ($FV of $FW), attempt $FA, and the process is gone"
+	"mid-slice die: the fault fired in round $FV (named: $FW on), attempt $FA, and the process is gone"
 commits_without "mid-slice die"
 end_faulty
 after_scenario "mid-slice die"
@@ -239,7 +245,7 @@ after_scenario "mid-slice die"
 # goes quiet (alive, sockets open): included, no outcome.
 start_faulty after-slices:silent --set peer_bandwidth=1000
 fault_fired after-slices silent
-ok $? "after-slices silent: the fault fired in the round it names ($FV of $FW), attempt $FA"
+ok $? "after-slices silent: the fault fired in round $FV (named: $FW on), attempt $FA"
 wait_for $((AVG_TIMEOUT + 10)) included_silent
 ok $? "after-slices silent: host $HF is included, the others reported ok, the server's v+1 exists, its outcome is missing"
 wait_for $((AVG_TIMEOUT + 10)) failed_attempt
@@ -252,7 +258,7 @@ after_scenario "after-slices silent"
 # telling the server.
 start_faulty before-outcome:stop --set peer_bandwidth=1000
 fault_fired before-outcome stop
-ok $? "before-outcome stop: the fault fired in the round it names ($FV of $FW), attempt $FA"
+ok $? "before-outcome stop: the fault fired in round $FV (named: $FW on), attempt $FA"
 wait_for $((AVG_TIMEOUT + 10)) included_silent
 ok $? "before-outcome stop: host $HF is included, the others reported ok, the server's v+1 exists, its outcome is missing"
 wait_for $((AVG_TIMEOUT + 10)) failed_attempt
@@ -264,7 +270,7 @@ after_scenario "before-outcome stop"
 # with some slices in: its range cannot be reduced, the group fails.
 start_faulty aggregator-mid-sum:die
 fault_fired aggregator-mid-sum die
-ok $? "aggregator-mid-sum die: the fault fired in the round it names ($FV of $FW), attempt $FA"
+ok $? "aggregator-mid-sum die: the fault fired in round $FV (named: $FW on), attempt $FA"
 ok $([ "$FAGG" -gt 0 ]; echo $?) "aggregator-mid-sum die: the dead peer aggregated a range ($FAGG elements)"
 wait_for 60 failed_attempt
 # The server fails the attempt on the first member's report; the others
