@@ -191,20 +191,27 @@ ok $? "work resumes when the server is back"
 # Killed after the server acknowledged a finish but before the client
 # recorded it: the state still journals the finish of a work unit the server
 # has as done.  The resent finish is answered 200 (idempotent), so the
-# client's count is not short and nothing is dropped.
+# client's count is not short and nothing is dropped.  The unit is the
+# newest one still done, of either project: a round takes back the units no
+# gradient holds (round_drop_units; those of the kill -9 above), so one
+# project may have none done left.
+last_done() { sql "select w.id, w.lo, w.hi, w.version, p.name from work_unit w join project p on p.id = w.project_id
+  where w.state = 'done' order by w.id desc limit 1" | tr '|' ' '; }
+has_done() { [ -n "$(last_done)" ]; }
 if [ -n "$PY" ]; then
+	wait_for 60 has_done || bail_out "no work unit is done on the server to resend the finish of"
 	kill -9 "$CPID"; wait "$CPID" 2>/dev/null; CPID=
-	set -- $(sql "select w.id, w.lo, w.hi from work_unit w join project p on p.id = w.project_id
-	  where p.name = 'tiny' and w.state = 'done' order by w.id desc limit 1" | tr '|' ' ')
-	WU=$1 N=$(($3 - $2))
-	$PY - "$T/cl/state.json" "$WU" "$2" "$3" >"$T/mb_before" <<'PYEOF'
+	set -- $(last_done)
+	[ $# = 5 ] || bail_out "no work unit is done on the server to resend the finish of"
+	WU=$1 N=$(($3 - $2)) PN=$5
+	$PY - "$T/cl/state.json" "$WU" "$2" "$3" "$4" "$PN" >"$T/mb_before" <<'PYEOF'
 import hashlib, json, sys
-path, wu, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+path, wu, lo, hi, ver, name = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 text = open(path).read()
 st = json.loads(text.split("\n", 1)[1])
-p = [p for p in st["projects"] if p["name"] == "tiny"][0]
+p = [p for p in st["projects"] if p["name"] == name][0]
 print(p["mb_total"])
-p["work"] = {"id": wu, "version": 0, "lo": lo, "hi": hi, "deadline": 4102444800, "files": [],
+p["work"] = {"id": wu, "version": ver, "lo": lo, "hi": hi, "deadline": 4102444800, "files": [],
              "mb_done": hi - lo, "mb_reported": 0, "keep_hi": hi, "samples_per_sec": 1.0,
              "pending_op": "finish", "pending_mb": hi - lo}
 body = json.dumps(st) + "\n"
@@ -212,10 +219,10 @@ open(path, "w").write("cotrain-client-state 1 %s\n%s" % (hashlib.sha256(body.enc
 PYEOF
 	: >"$T/client.log"
 	start_client || bail_out "client did not restart"
-	wait_for 60 log_has "project tiny: work unit $WU finished with $N microbatches"
-	ok $? "a finish resent after a crash is acknowledged (work unit $WU, $N microbatches)"
+	wait_for 60 log_has "project $PN: work unit $WU finished with $N microbatches"
+	ok $? "a finish resent after a crash is acknowledged (project $PN, work unit $WU, $N microbatches)"
 	log_has "work unit $WU: .*dropping it"; is $? 1 "and not dropped as a conflict"
-	mb=$(ctl --json status | $PY -c 'import json,sys; print([p for p in json.load(sys.stdin)["projects"] if p["name"] == "tiny"][0]["mb_total"])')
+	mb=$(ctl --json status | $PY -c 'import json,sys; print([p for p in json.load(sys.stdin)["projects"] if p["name"] == sys.argv[1]][0]["mb_total"])' "$PN")
 	ok $([ "$mb" -ge $(($(cat "$T/mb_before") + N)) ] 2>/dev/null; echo $?) \
 		"the client counts it: mb_total $(cat "$T/mb_before") -> $mb"
 else
