@@ -147,6 +147,20 @@ static int round_reopened(round_job *j)
 	return strcmp(st, "open") == 0 || (att > j->attempt && j->attempt > 0);
 }
 
+/* Sleep s seconds in naps of at most 50 ms; 1 when the client stops
+ * meanwhile (then at once), else 0. */
+static int nap(round_job *j, double s)
+{
+	double until = cl_now_mono() + s;
+	for (double left; (left = until - cl_now_mono()) > 0;) {
+		if (j->d->stop)
+			return 1;
+		struct timespec ts = { 0, (long)(fmin(left, 0.05) * 1e9) };
+		nanosleep(&ts, NULL);
+	}
+	return j->d->stop != 0;
+}
+
 /* Whether a round call that failed with rc goes again: only a network
  * error (no connection, a reset, a timeout, a 5xx: a server process that
  * died behind a balancer, a proxy restarting), only while the client runs
@@ -168,9 +182,7 @@ static int round_call_again(round_job *j, cot_err rc, cl_backoff *b, int64_t unt
 	double wait = fmin(cl_backoff_fail(b, cl_now_mono(), cl_random01()), (double)left);
 	log_warn("project %s: round %lld: %s: %s; trying again in %.1f s", j->p.name, (long long)j->v, what,
 	         eb->msg, wait);
-	for (double end = cl_now_mono() + wait; cl_now_mono() < end && !j->d->stop;)
-		usleep(100000);
-	return !j->d->stop;
+	return !nap(j, wait);
 }
 
 /* A backoff for one round call (round_call_again). */
@@ -978,17 +990,7 @@ static void keep_checkpoint(round_job *j)
  * ("report_spread_ms", at most 60 s), so that the hosts of a large round do
  * not all report at the instant it closes (doc/api.md, "Rounds"); 1 when the
  * client stops meanwhile. */
-static int spread_wait(round_job *j)
-{
-	double until = cl_now_mono() + (double)j->spread_ms / 1000 * cl_random01();
-	for (double left; (left = until - cl_now_mono()) > 0;) {
-		if (j->d->stop)
-			return 1;
-		struct timespec ts = { 0, (long)(fmin(left, 0.05) * 1e9) };
-		nanosleep(&ts, NULL);
-	}
-	return 0;
-}
+static int spread_wait(round_job *j) { return nap(j, (double)j->spread_ms / 1000 * cl_random01()); }
 
 /* The steps 1-6 outside the lock; *accepted as for outcome(). */
 static cot_err run(round_job *j, int *accepted, cot_errbuf *eb)

@@ -208,10 +208,8 @@ elif [ "$MODE" = xgroup ]; then
 	crossed() { XW=$(died_in) && [ -n "$XW" ] &&
 		[ "$(sql "select count(*) from round where state = 'committed' and n_groups >= 3 and cross_peers")" -ge 2 ] &&
 		version_at_least $((XW + 3)); }
-	wait_for 420 crossed
-	_rc=$?
-	XW=$(died_in)
-	ok $_rc "nine clients commit rounds averaged across three groups or more peer to peer ($(sql "select string_agg(n_groups::text || case when cross_peers then 'p' else 's' end, ' ' order by version) from round where state = 'committed'") groups a round; p: across peers)"
+	wait_for 420 crossed # sets XW
+	ok $? "nine clients commit rounds averaged across three groups or more peer to peer ($(sql "select string_agg(n_groups::text || case when cross_peers then 'p' else 's' end, ' ' order by version) from round where state = 'committed'") groups a round; p: across peers)"
 	grep -q "reached us by direct" "$T"/client*.log
 	ok $? "peers met through the NAT service and dialed each other directly"
 	[ -n "$XW" ] && [ "$XW" -ge 2 ]
